@@ -1,0 +1,211 @@
+"""The HiGHS driver shared by every formulation.
+
+Formulations build a Pyomo ``ConcreteModel`` (constraint names carry the papers' numbers). This driver
+compiles it to a sparse matrix with Pyomo's ``LinearStandardFormCompiler`` and hands the matrix to
+``highspy`` directly. Going through highspy ourselves (rather than Pyomo's solver plug-in) gives us
+what the Pyomo interfaces do not expose: a MIP start (``Highs.setSolution``, partial starts allowed),
+the dual bound and gap of an interrupted run, and the log in a file.
+
+Usage::
+
+    model = build_something(chain, ...)          # a Pyomo model with one active objective
+    res = solve_milp(model, time_limit=60, gap=1e-4, threads=1, mip_start=[(model.x[1], 1.0)])
+    res.status, res.objective, res.bound          # values are also loaded into the Pyomo vars
+
+Timing: ``res.times['compile']`` is Pyomo -> matrix, ``res.times['solve']`` is HiGHS; the caller
+adds its own model-building time as ``res.times['build']`` (see :func:`timed`).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from models.solution import Status
+
+INF = math.inf
+
+
+@dataclass
+class MilpResult:
+    status: Status
+    objective: float | None
+    bound: float | None
+    message: str
+    times: dict[str, float] = field(default_factory=dict)
+    size: dict[str, int] = field(default_factory=dict)
+    start_accepted: bool | None = None
+
+    @property
+    def has_solution(self) -> bool:
+        return self.objective is not None
+
+    @property
+    def gap(self) -> float | None:
+        if self.objective is None or self.bound is None:
+            return None
+        if self.objective == 0:
+            return 0.0 if abs(self.bound) < 1e-12 else None
+        return max(0.0, (self.objective - self.bound) / abs(self.objective))
+
+
+@contextlib.contextmanager
+def timed(times: dict[str, float], key: str) -> Iterator[None]:
+    """``with timed(times, 'build'): ...`` stores the elapsed wall time in ``times[key]``."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        times[key] = times.get(key, 0.0) + time.perf_counter() - t0
+
+
+def model_size(model) -> dict[str, int]:
+    """Variables (and how many are integer) and constraints of a Pyomo model, as HiGHS will see it."""
+    from pyomo.repn.plugins.standard_form import LinearStandardFormCompiler
+
+    info = LinearStandardFormCompiler().write(model, mixed_form=True, set_sense=None)
+    ints = sum(1 for v in info.columns if v.is_integer() or v.is_binary())
+    return {"variables": len(info.columns), "integer": ints, "constraints": len(info.rows),
+            "nonzeros": int(info.A.nnz)}
+
+
+def solve_milp(model, *, time_limit: float | None = None, gap: float | None = None,
+               threads: int | None = None, mip_start: Any = None,
+               log_file: str | Path | None = None, verbose: bool = False, relax: bool = False,
+               options: Mapping[str, Any] | None = None) -> MilpResult:
+    """Solve a Pyomo model (one active objective, linear) with HiGHS and load the values back.
+
+    Parameters
+    ----------
+    time_limit : seconds for HiGHS (model compilation not included).
+    gap : relative MIP gap at which HiGHS stops (HiGHS's default is 1e-4).
+    threads : HiGHS threads (None: HiGHS decides).
+    mip_start : ``[(pyomo_var, value), ...]`` or a ``pyomo.common.collections.ComponentMap``,
+        complete or partial; HiGHS completes and checks it.
+    log_file : write HiGHS's log there.
+    relax : solve the LP relaxation (integrality dropped) instead.
+
+    Status mapping: optimal -> OPTIMAL; time limit with an incumbent -> TIME_LIMIT, without ->
+    NO_SOLUTION; infeasible -> INFEASIBLE; anything else -> ERROR (message says which).
+    """
+    import highspy
+    from pyomo.repn.plugins.standard_form import LinearStandardFormCompiler
+
+    times: dict[str, float] = {}
+    with timed(times, "compile"):
+        info = LinearStandardFormCompiler().write(model, mixed_form=True, set_sense=None)
+        cols = info.columns
+        n = len(cols)
+        if len(info.objectives) != 1:
+            raise ValueError("solve_milp needs exactly one active objective")
+        sense = info.objectives[0].sense  # 1 minimize, -1 maximize
+        c = np.asarray(info.c.toarray()).ravel() if n else np.zeros(0)
+        offset = float(np.asarray(info.c_offset).ravel()[0]) if len(np.asarray(info.c_offset).ravel()) else 0.0
+        A = info.A.tocsr()
+        m = A.shape[0]
+        row_lo = np.full(m, -highspy.kHighsInf)
+        row_hi = np.full(m, highspy.kHighsInf)
+        for i, row in enumerate(info.rows):
+            if row.bound_type <= 0:
+                row_lo[i] = info.rhs[i]
+            if row.bound_type >= 0:
+                row_hi[i] = info.rhs[i]
+        lo = np.array([-highspy.kHighsInf if v.lb is None else v.lb for v in cols], dtype=float)
+        hi = np.array([highspy.kHighsInf if v.ub is None else v.ub for v in cols], dtype=float)
+        integer = [v.is_integer() or v.is_binary() for v in cols]
+
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = n, m
+        lp.col_cost_ = c
+        lp.offset_ = offset
+        lp.col_lower_, lp.col_upper_ = lo, hi
+        lp.row_lower_, lp.row_upper_ = row_lo, row_hi
+        lp.sense_ = highspy.ObjSense.kMaximize if sense == -1 else highspy.ObjSense.kMinimize
+        csc = A.tocsc()
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = csc.indptr.astype(np.int32)
+        lp.a_matrix_.index_ = csc.indices.astype(np.int32)
+        lp.a_matrix_.value_ = csc.data.astype(float)
+        if not relax and any(integer):
+            lp.integrality_ = [highspy.HighsVarType.kInteger if f else highspy.HighsVarType.kContinuous
+                               for f in integer]
+    size = {"variables": n, "integer": int(sum(integer)), "constraints": m, "nonzeros": int(A.nnz)}
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", bool(verbose or log_file))
+    h.setOptionValue("log_to_console", bool(verbose))
+    if log_file:
+        h.setOptionValue("log_file", str(log_file))
+    if time_limit is not None:
+        h.setOptionValue("time_limit", float(time_limit))
+    if gap is not None:
+        h.setOptionValue("mip_rel_gap", float(gap))
+    if threads is not None:
+        h.setOptionValue("threads", int(threads))
+    for k, v in (options or {}).items():
+        h.setOptionValue(k, v)
+    h.passModel(lp)
+
+    accepted = None
+    if mip_start and not relax:
+        index = {id(v): j for j, v in enumerate(cols)}
+        idx, val = [], []
+        pairs = mip_start.items() if hasattr(mip_start, "items") else mip_start
+        for var, value in pairs:
+            j = index.get(id(var))
+            if j is not None and value is not None:
+                idx.append(j)
+                val.append(float(value))
+        if idx:
+            st = h.setSolution(len(idx), np.array(idx, dtype=np.int32), np.array(val, dtype=float))
+            accepted = st == highspy.HighsStatus.kOk
+
+    with timed(times, "solve"):
+        h.run()
+    ms = h.getModelStatus()
+    hinfo = h.getInfo()
+    has_sol = hinfo.primal_solution_status == 2  # kSolutionStatusFeasible
+    is_mip = any(integer) and not relax
+    objective = float(hinfo.objective_function_value) if has_sol else None
+    if is_mip:
+        bound = float(hinfo.mip_dual_bound)
+        if not math.isfinite(bound):
+            bound = None
+    else:
+        bound = objective if ms == highspy.HighsModelStatus.kOptimal else None
+
+    S = highspy.HighsModelStatus
+    if ms == S.kOptimal:
+        status, msg = Status.OPTIMAL, "optimal" + (f" (gap {hinfo.mip_gap:.2e})" if is_mip else "")
+    elif ms in (S.kTimeLimit, S.kIterationLimit, S.kInterrupt, S.kSolutionLimit, S.kObjectiveBound,
+                S.kObjectiveTarget, S.kHighsInterrupt, S.kMemoryLimit):
+        status = Status.TIME_LIMIT if has_sol else Status.NO_SOLUTION
+        msg = f"stopped: {h.modelStatusToString(ms)}" + ("" if has_sol else ", no feasible solution found")
+    elif ms == S.kInfeasible:
+        status, msg = Status.INFEASIBLE, "the model is infeasible"
+    elif ms in (S.kUnbounded, S.kUnboundedOrInfeasible):
+        status, msg = Status.ERROR, f"HiGHS: {h.modelStatusToString(ms)} (formulation error?)"
+    else:
+        status = Status.FEASIBLE if has_sol else Status.ERROR
+        msg = f"HiGHS: {h.modelStatusToString(ms)}"
+
+    if has_sol:
+        x = np.asarray(h.getSolution().col_value)
+        for j, v in enumerate(cols):
+            val = float(x[j])
+            if integer[j] and not relax:
+                val = float(round(val))
+            v.set_value(val, skip_validation=True)
+    return MilpResult(status=status, objective=objective, bound=bound, message=msg, times=times, size=size,
+                      start_accepted=accepted)
+
+
+def value(var, default: float = 0.0) -> float:
+    """The value of a Pyomo var (``default`` when it has none)."""
+    v = var.value
+    return default if v is None else float(v)

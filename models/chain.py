@@ -1,0 +1,205 @@
+"""The chain and platform data model shared by all four problems.
+
+A chain has stages ``1..L`` (forward ``F^l``, backward ``B^l``) plus the loss as stage ``L+1``
+(papers 002/004: the loss is the pair of operations ``F^{L+1}``, ``B^{L+1}``). Every per-stage
+array uses the papers' indexing directly, so ``chain.uf[l]`` is ``u_f^l``:
+
+================  ===========  =====================================================================
+array             indices      meaning (paper 004, Table 1 and section 3.1)
+================  ===========  =====================================================================
+``uf``, ``ub``    1..L+1       forward / backward time of stage l (seconds); index 0 is unused (0)
+``of``, ``ob``    1..L+1       memory overhead of F^l / B^l beyond inputs and outputs (bytes)
+``wa``            0..L+1       size of the activation a^l (output of F^l); ``wa[0]`` is the input
+``wabar``         0..L+1       size of abar^l, everything autograd keeps for B^l (contains a^l)
+``wd``            0..L+1       size of the gradient delta^l = dLoss/da^l (usually equal to ``wa``)
+``weights``       1..L+1       parameter bytes W^l of stage l (pipeline and offload problems)
+================  ===========  =====================================================================
+
+For the loss stage L+1, ``wa[L+1]``, ``wabar[L+1]`` and ``wd[L+1]`` are the (usually zero) sizes of
+the loss value and of delta^{L+1} = 1.
+
+Units inside the code: bytes and seconds, always floats.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Platform:
+    """Where a chain is trained: device memory (bytes), host link bandwidth (bytes/s), GPU count."""
+
+    memory: float | None = None
+    bandwidth: float | None = None
+    gpus: int = 1
+    name: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Chain:
+    """A chain of L stages with its loss stage L+1 (see the module docstring for the arrays)."""
+
+    uf: np.ndarray
+    ub: np.ndarray
+    wa: np.ndarray
+    wabar: np.ndarray
+    wd: np.ndarray
+    of: np.ndarray
+    ob: np.ndarray
+    weights: np.ndarray
+    name: str = "chain"
+    stage_names: list[str] = field(default_factory=list)
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ construction
+    def __post_init__(self) -> None:
+        for f in ("uf", "ub", "wa", "wabar", "wd", "of", "ob", "weights"):
+            setattr(self, f, np.asarray(getattr(self, f), dtype=float))
+        n = len(self.wa)
+        if n < 2:
+            raise ValueError("a chain needs at least a^0 and the loss stage (len(wa) >= 2)")
+        for f in ("uf", "ub", "wa", "wabar", "wd", "of", "ob", "weights"):
+            arr = getattr(self, f)
+            if arr.shape != (n,):
+                raise ValueError(f"Chain.{f} has shape {arr.shape}, expected ({n},) = L+2 entries")
+            if not np.all(np.isfinite(arr)):
+                raise ValueError(f"Chain.{f} contains a non-finite value")
+            if np.any(arr < 0):
+                raise ValueError(f"Chain.{f}[{int(np.argmin(arr))}] is negative")
+        for f in ("uf", "ub", "of", "ob", "weights"):
+            getattr(self, f)[0] = 0.0
+        if not self.stage_names:
+            self.stage_names = ["input"] + [f"stage{l}" for l in range(1, n - 1)] + ["loss"]
+
+    @classmethod
+    def from_stages(
+        cls,
+        uf, ub, wa, wabar=None, wd=None, of=None, ob=None, weights=None, *,
+        loss: dict[str, float] | None = None, name: str = "chain", **kw,
+    ) -> "Chain":
+        """Build from per-stage lists for stages 1..L (``uf``, ``ub``, ``of``, ``ob``, ``weights``:
+        L values) and activations a^0..a^L (``wa``, ``wabar``, ``wd``: L+1 values). The loss stage
+        L+1 takes the values in ``loss`` (keys uf, ub, of, ob, wa, wabar, wd; all default to 0).
+
+        >>> c = Chain.from_stages(uf=[1, 2], ub=[2, 3], wa=[4, 5, 6])
+        >>> c.L, c.uf.tolist(), c.wa.tolist()
+        (2, [0.0, 1.0, 2.0, 0.0], [4.0, 5.0, 6.0, 0.0])
+        """
+        L = len(uf)
+        loss = dict(loss or {})
+        wa = list(wa)
+        if len(wa) != L + 1:
+            raise ValueError(f"wa needs L+1 = {L + 1} values (a^0..a^L), got {len(wa)}")
+
+        def stage(x, key):
+            x = [0.0] * L if x is None else list(x)
+            if len(x) != L:
+                raise ValueError(f"{key} needs L = {L} values (stages 1..L), got {len(x)}")
+            return [0.0] + x + [float(loss.get(key, 0.0))]
+
+        def act(x, key, default):
+            x = list(default) if x is None else list(x)
+            if len(x) != L + 1:
+                raise ValueError(f"{key} needs L+1 = {L + 1} values (indices 0..L), got {len(x)}")
+            return x + [float(loss.get(key, 0.0))]
+
+        return cls(
+            uf=stage(uf, "uf"), ub=stage(ub, "ub"), of=stage(of, "of"), ob=stage(ob, "ob"),
+            weights=stage(weights, "weights"),
+            wa=act(wa, "wa", wa), wabar=act(wabar, "wabar", wa), wd=act(wd, "wd", wa),
+            name=name, **kw,
+        )
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def L(self) -> int:
+        """Number of stages, loss excluded."""
+        return len(self.wa) - 2
+
+    @property
+    def is_integer(self) -> bool:
+        """True when every memory size is an integer (the DPs can then run in exact mode)."""
+        arr = np.concatenate([self.wa, self.wabar, self.wd, self.of, self.ob])
+        return bool(np.all(arr == np.round(arr)))
+
+    def store_all_time(self) -> float:
+        """Makespan with no re-materialization: sum of u_f + u_b over stages 1..L+1."""
+        return float(self.uf[1:].sum() + self.ub[1:].sum())
+
+    def total_weights(self) -> float:
+        return float(self.weights.sum())
+
+    def scaled(self, time: float = 1.0, memory: float = 1.0) -> "Chain":
+        """A copy with every time multiplied by ``time`` and every size by ``memory``."""
+        return dataclasses.replace(
+            self, uf=self.uf * time, ub=self.ub * time, wa=self.wa * memory, wabar=self.wabar * memory,
+            wd=self.wd * memory, of=self.of * memory, ob=self.ob * memory, weights=self.weights * memory,
+            stage_names=list(self.stage_names), provenance=dict(self.provenance))
+
+    def sub_chain(self, first: int, last: int) -> "Chain":
+        """Stages ``first..last`` (1-based, inclusive) as a new chain with a zero-cost loss."""
+        if not 1 <= first <= last <= self.L:
+            raise ValueError(f"sub_chain({first}, {last}) out of range 1..{self.L}")
+        sl = slice(first, last + 1)
+        acts = slice(first - 1, last + 1)
+        return Chain.from_stages(
+            uf=self.uf[sl], ub=self.ub[sl], of=self.of[sl], ob=self.ob[sl], weights=self.weights[sl],
+            wa=self.wa[acts], wabar=self.wabar[acts], wd=self.wd[acts],
+            name=f"{self.name}[{first}:{last}]",
+            stage_names=["input"] + self.stage_names[first:last + 1] + ["loss"],
+            provenance={**self.provenance, "sub_chain": [first, last]},
+        )
+
+    def table(self):
+        """The per-stage table as a pandas DataFrame (index = stage 0..L+1), in seconds and bytes."""
+        import pandas as pd
+
+        return pd.DataFrame(
+            {"name": self.stage_names, "uf": self.uf, "ub": self.ub, "wa": self.wa, "wabar": self.wabar,
+             "wd": self.wd, "of": self.of, "ob": self.ob, "weights": self.weights},
+            index=pd.RangeIndex(0, self.L + 2, name="stage"))
+
+    def __repr__(self) -> str:
+        return (f"Chain({self.name!r}, L={self.L}, store-all time={self.store_all_time():.4g}s, "
+                f"activations={self.wabar[1:].sum():.4g}B)")
+
+
+def random_chain(L: int, seed: int = 0, *, integer: bool = True, max_size: int = 10, max_time: int = 10,
+                 overheads: bool = True, name: str | None = None) -> Chain:
+    """A random chain for tests and benchmarks, reproducible from ``seed``.
+
+    With ``integer=True`` (the default) all sizes are small integers in ``1..max_size`` so the DPs can
+    run in exact mode and an exhaustive search is cheap; times are integers in ``1..max_time``.
+    ``abar^l >= a^l`` always (abar contains a), ``delta^l = a^l``, the loss stage costs nothing.
+    With ``integer=False`` the values are floats in realistic units (bytes ~ 1e6..1e8, seconds ~ 1e-3).
+    """
+    rng = np.random.default_rng(seed)
+    if integer:
+        wa = rng.integers(1, max_size + 1, L + 1).astype(float)
+        extra = rng.integers(0, max_size + 1, L + 1) * rng.integers(0, 2, L + 1)
+        wabar = wa + extra
+        uf = rng.integers(1, max_time + 1, L).astype(float)
+        ub = uf + rng.integers(0, max_time + 1, L)
+        of = (rng.integers(0, max_size // 2 + 1, L) if overheads else np.zeros(L)).astype(float)
+        ob = (rng.integers(0, max_size + 1, L) if overheads else np.zeros(L)).astype(float)
+        weights = rng.integers(1, max_size + 1, L).astype(float)
+    else:
+        wa = rng.uniform(1e6, 1e8, L + 1)
+        wabar = wa * rng.uniform(1.0, 3.0, L + 1)
+        uf = rng.uniform(1e-4, 1e-2, L)
+        ub = uf * rng.uniform(1.0, 3.0, L)
+        of = rng.uniform(0, 5e7, L) if overheads else np.zeros(L)
+        ob = rng.uniform(0, 1e8, L) if overheads else np.zeros(L)
+        weights = rng.uniform(1e5, 1e8, L)
+    wabar[0] = wa[0]
+    return Chain.from_stages(uf=uf, ub=ub, wa=wa, wabar=wabar, wd=wa, of=of, ob=ob, weights=weights,
+                             name=name or f"random-L{L}-seed{seed}",
+                             provenance={"generator": "models.chain.random_chain", "L": L, "seed": seed,
+                                         "integer": integer})

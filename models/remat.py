@@ -1,0 +1,201 @@
+"""Re-materialization sequences and their simulator (paper 004, Table 1 and Definitions 3.1-3.4).
+
+A sequence is a list of ``(op, l)`` with ``op`` in ``F_all``, ``F_ck``, ``F_none``, ``B`` and ``l`` in
+``1..L+1`` (the loss is stage L+1). The simulator is the single definition of the problem's semantics;
+every DP, heuristic and MILP is checked against it.
+
+Memory state. For each index l we keep what is stored of the forward value: nothing, ``a^l``, or
+``abar^l`` (which contains ``a^l``), and whether ``delta^l`` is stored. The initial state holds ``a^0``
+and ``delta^{L+1}`` (the seed gradient, as the DPs of paper 004 count ``omega_delta^{L+1}`` from the
+start); a valid sequence ends holding ``delta^0``.
+
+Operations (Table 1; "memory of an operation" = everything stored before it + its outputs + its
+overhead, Definitions 3.3 and 3.4):
+
+- ``F_all^l``: needs ``a^{l-1}`` (or ``abar^{l-1}``); produces ``abar^l``, keeps its input.
+  Memory during = stored + omega_abar^l + o_f^l.
+- ``F_ck^l``: needs ``a^{l-1}``; produces ``a^l``, keeps its input. Memory = stored + omega_a^l + o_f^l.
+- ``F_none^l``: needs ``a^{l-1}``; produces ``a^l`` and discards ``a^{l-1}`` (after the operation).
+  Memory = stored + omega_a^l + o_f^l. Table 1 defines F_none only on ``a^{l-1}``: applying it
+  when ``abar^{l-1}`` is stored is rejected (abar is only released by its backward step, Lemma 4.6).
+- ``B^l``: needs ``delta^l``, ``abar^l`` and ``a^{l-1}`` (or ``abar^{l-1}``); produces ``delta^{l-1}``;
+  frees ``delta^l`` and ``abar^l``, and frees ``a^{l-1}`` when only ``a^{l-1}`` (not ``abar^{l-1}``)
+  is stored (Table 1, second line: ``abar^{l-1}`` stays for ``B^{l-1}``).
+  Memory = stored + omega_delta^{l-1} + o_b^l.
+
+Computing a value that is already stored is allowed (it costs time and, during the operation, the
+memory of the new copy); storing ``a^l`` when ``abar^l`` is present changes nothing after the op,
+and ``F_all^l`` over a stored ``a^l`` replaces it by ``abar^l``.
+
+The makespan is the sum of the operations' times (Definition 3.2).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from .chain import Chain
+
+OPS = ("F_all", "F_ck", "F_none", "B")
+_PRETTY = {"F_all": "F_all", "F_ck": "F_ck", "F_none": "F_∅", "B": "B"}
+NONE, A, ABAR = 0, 1, 2
+
+
+class InvalidSequence(ValueError):
+    """The sequence is not valid; ``position`` is the 0-based index of the offending operation."""
+
+    def __init__(self, position: int, op: tuple[str, int] | None, reason: str):
+        where = f"operation {position} ({op[0]}^{op[1]})" if op is not None else f"end of sequence"
+        super().__init__(f"invalid sequence at {where}: {reason}")
+        self.position, self.op, self.reason = position, op, reason
+
+
+@dataclass
+class RematSchedule:
+    """A re-materialization sequence in the papers' notation."""
+
+    ops: list[tuple[str, int]]
+
+    def __post_init__(self) -> None:
+        self.ops = [(str(op), int(l)) for op, l in self.ops]
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def __iter__(self):
+        return iter(self.ops)
+
+    def to_json(self) -> list[list]:
+        return [[op, l] for op, l in self.ops]
+
+    @classmethod
+    def from_json(cls, data: Iterable[Sequence]) -> "RematSchedule":
+        return cls([(op, l) for op, l in data])
+
+    def notation(self, compress: bool = True) -> str:
+        """``F_ck^1 F_∅^2 F_∅^3 F_all^4..F_all^7 B^7..B^4 ...``: runs of the same op on consecutive
+        stages are written ``first..last`` when ``compress``."""
+        out: list[str] = []
+        i = 0
+        ops = self.ops
+        while i < len(ops):
+            op, l = ops[i]
+            j = i
+            step = -1 if op == "B" else 1
+            while compress and j + 1 < len(ops) and ops[j + 1][0] == op and ops[j + 1][1] == ops[j][1] + step:
+                j += 1
+            name = _PRETTY[op]
+            if j - i >= 2:
+                out.append(f"{name}^{l}..{name}^{ops[j][1]}")
+            else:
+                out.extend(f"{_PRETTY[o]}^{k}" for o, k in ops[i:j + 1])
+            i = j + 1
+        return " ".join(out)
+
+    def count(self, op: str) -> int:
+        return sum(1 for o, _ in self.ops if o == op)
+
+
+@dataclass
+class RematReplay:
+    """What the simulator measured: makespan (s), peak memory (bytes), and per-operation traces."""
+
+    makespan: float
+    peak_memory: float
+    peak_position: int
+    recompute_time: float
+    memory_during: list[float] = field(default_factory=list)
+    memory_after: list[float] = field(default_factory=list)
+
+
+def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, int]],
+                   memory_limit: float | None = None, *, tol: float = 1e-9) -> RematReplay:
+    """Replay a sequence; return makespan and peak memory, or raise :class:`InvalidSequence`.
+
+    With ``memory_limit``, an operation whose memory exceeds it is rejected (relative tolerance
+    ``tol`` for float sizes). The sequence must end with ``delta^0`` computed.
+    """
+    ops = schedule.ops if isinstance(schedule, RematSchedule) else [(str(o), int(l)) for o, l in schedule]
+    L = chain.L
+    wa, wab, wd = chain.wa, chain.wabar, chain.wd
+    act = [NONE] * (L + 2)
+    delta = [False] * (L + 2)
+    gone: dict[int, tuple[int, str]] = {}   # index -> (position, op) that discarded a^index
+    act[0] = A
+    delta[L + 1] = True
+    mem = wa[0] + wd[L + 1]
+    peak, peak_pos = mem, -1
+    makespan = 0.0
+    computed_once = [False] * (L + 2)
+    recompute = 0.0
+    during, after = [], []
+    limit = None if memory_limit is None else memory_limit * (1 + tol) + tol
+
+    def size(l: int) -> float:
+        return wab[l] if act[l] == ABAR else wa[l] if act[l] == A else 0.0
+
+    def need_input(pos: int, op: tuple[str, int], l: int) -> None:
+        if act[l - 1] == NONE:
+            why = f"a^{l - 1} is not in memory"
+            if l - 1 in gone:
+                p, o = gone[l - 1]
+                why += f" (discarded by {o} at operation {p})"
+            raise InvalidSequence(pos, op, why)
+
+    for pos, (op, l) in enumerate(ops):
+        if op not in OPS:
+            raise InvalidSequence(pos, (op, l), f"unknown operation {op!r} (expected one of {', '.join(OPS)})")
+        if not 1 <= l <= L + 1:
+            raise InvalidSequence(pos, (op, l), f"stage {l} is outside 1..{L + 1} (L = {L}, loss = L+1)")
+        if delta[0]:
+            raise InvalidSequence(pos, (op, l), "delta^0 is already computed; the sequence should have ended")
+        if op == "B":
+            if not delta[l]:
+                raise InvalidSequence(pos, (op, l), f"delta^{l} is not in memory (B^{l + 1} has not run)"
+                                      if l <= L else f"delta^{l} is not in memory")
+            if act[l] != ABAR:
+                raise InvalidSequence(pos, (op, l), f"abar^{l} is not in memory (needs F_all^{l} first)")
+            need_input(pos, (op, l), l)
+            cur = mem + wd[l - 1] + chain.ob[l]
+            mem_after = mem - wd[l] - wab[l] + wd[l - 1]
+            act[l] = NONE
+            delta[l] = False
+            delta[l - 1] = True
+            if act[l - 1] == A:
+                mem_after -= wa[l - 1]
+                act[l - 1] = NONE
+                gone[l - 1] = (pos, f"B^{l}")
+            dt = chain.ub[l]
+        else:
+            need_input(pos, (op, l), l)
+            if op == "F_none" and act[l - 1] == ABAR:
+                raise InvalidSequence(pos, (op, l), f"F_∅^{l} would discard abar^{l - 1}, which only "
+                                      f"B^{l - 1} may release (Table 1 defines F_∅ on a^{l - 1} only)")
+            out = wab[l] if op == "F_all" else wa[l]
+            cur = mem + out + chain.of[l]
+            old = size(l)
+            new_state = ABAR if op == "F_all" else max(act[l], A)
+            act[l] = new_state
+            mem_after = mem - old + size(l)
+            if op == "F_none":
+                mem_after -= wa[l - 1]
+                act[l - 1] = NONE
+                gone[l - 1] = (pos, f"F_∅^{l}")
+            dt = chain.uf[l]
+            if computed_once[l]:
+                recompute += dt
+            computed_once[l] = True
+        if limit is not None and cur > limit:
+            raise InvalidSequence(pos, (op, l), f"memory {cur:.6g} B exceeds the limit {memory_limit:.6g} B")
+        if cur > peak:
+            peak, peak_pos = cur, pos
+        during.append(cur)
+        mem = mem_after
+        after.append(mem)
+        makespan += dt
+    if not delta[0]:
+        last_b = min((l for o, l in ops if o == "B"), default=None)
+        raise InvalidSequence(len(ops), None, "delta^0 was never computed"
+                              + (f" (last backward step was B^{last_b})" if last_b else " (no backward step)"))
+    return RematReplay(makespan=makespan, peak_memory=peak, peak_position=peak_pos,
+                       recompute_time=recompute, memory_during=during, memory_after=after)

@@ -1,0 +1,87 @@
+"""The result every solver returns: a Solution that explains itself (modelled on scipy's OptimizeResult).
+
+A solver never returns a bare number. ``objective`` and ``peak_memory`` are the values the problem's
+simulator recomputed when it replayed ``schedule``; ``predicted`` holds what the method itself
+claimed (DP table value, MILP objective), so the two can be compared.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+
+class Status(str, Enum):
+    OPTIMAL = "optimal"              # proven optimal (within the method's model / discretization)
+    FEASIBLE = "feasible"            # valid schedule, no optimality claim (heuristic) or gap > target
+    TIME_LIMIT = "time_limit"        # stopped at the time limit with a valid schedule
+    INFEASIBLE = "infeasible"        # proven: no schedule fits; ``message`` says why
+    NO_SOLUTION = "no_solution"      # the method found nothing (e.g. time limit before any incumbent)
+    ERROR = "error"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class InfeasibleError(ValueError):
+    """No schedule fits the memory limit; ``minimum`` is the smallest limit that would work (bytes)."""
+
+    def __init__(self, message: str, minimum: float | None = None):
+        super().__init__(message)
+        self.minimum = minimum
+
+
+@dataclass
+class Solution:
+    problem: str
+    method: str
+    status: Status
+    objective: float | None = None        # seconds, as replayed by the simulator
+    peak_memory: float | None = None      # bytes, as replayed by the simulator
+    schedule: Any = None                  # problem-specific schedule object (has .to_json())
+    bound: float | None = None            # best proven lower bound on the objective, if any
+    memory_limit: float | None = None
+    predicted: float | None = None        # the method's own value for the objective
+    message: str = ""
+    times: dict[str, float] = field(default_factory=dict)   # build / solve / total seconds
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def success(self) -> bool:
+        return self.status in (Status.OPTIMAL, Status.FEASIBLE, Status.TIME_LIMIT) and self.schedule is not None
+
+    @property
+    def gap(self) -> float | None:
+        if self.objective is None or self.bound is None or self.objective == 0:
+            return None
+        return max(0.0, (self.objective - self.bound) / abs(self.objective))
+
+    def to_dict(self) -> dict[str, Any]:
+        sched = self.schedule
+        if hasattr(sched, "to_json"):
+            sched = sched.to_json()
+        def clean(x):
+            if isinstance(x, float) and not math.isfinite(x):
+                return None
+            if isinstance(x, dict):
+                return {str(k): clean(v) for k, v in x.items()}
+            if isinstance(x, (list, tuple)):
+                return [clean(v) for v in x]
+            if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+                try:
+                    return clean(x.item())
+                except (ValueError, AttributeError):
+                    pass
+            return x
+        return clean({
+            "problem": self.problem, "method": self.method, "status": str(self.status),
+            "objective": self.objective, "peak_memory": self.peak_memory, "memory_limit": self.memory_limit,
+            "bound": self.bound, "gap": self.gap, "predicted": self.predicted, "message": self.message,
+            "times": dict(self.times), "details": dict(self.details), "schedule": sched,
+        })
+
+    def write_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")

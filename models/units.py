@@ -1,0 +1,123 @@
+"""Human units at the edges: parse "90MB", "1.5GiB", "12.5GB/s", "37.4ms"; print them back.
+
+Inside the code everything is bytes and seconds (floats). These helpers are used only by the
+command line and the instance files.
+
+Conventions (as in the papers and in PyTorch's memory reports):
+- ``B``, ``KB``/``kB``, ``MB``, ``GB``, ``TB`` are decimal (10^3 steps);
+- ``KiB``, ``MiB``, ``GiB``, ``TiB`` are binary (2^10 steps);
+- a bare number is bytes (memory) or seconds (time).
+
+Paper 004 writes "MB" for MiB (7.63 MB = 4*1000*2000 bytes); an instance file says which it means
+through its ``units`` block, so no guessing is needed there.
+"""
+from __future__ import annotations
+
+import re
+
+_MEM = {
+    "": 1, "b": 1, "byte": 1, "bytes": 1,
+    "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "k": 1e3, "m": 1e6, "g": 1e9,
+}
+_TIME = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "min": 60.0}
+
+_NUM = r"\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*"
+
+
+class UnitError(ValueError):
+    """A quantity could not be parsed; the message says what was expected."""
+
+
+def _split(text: str, what: str) -> tuple[float, str]:
+    if isinstance(text, (int, float)):
+        return float(text), ""
+    m = re.fullmatch(_NUM + r"([A-Za-zµ/]*)\s*", str(text))
+    if not m:
+        raise UnitError(f"cannot read {what} {text!r}: expected a number with an optional unit, e.g. "
+                        + {"memory": "'90MiB' or '1.5GB'", "time": "'37.4ms'",
+                           "bandwidth": "'12.5GB/s'"}[what])
+    return float(m.group(1)), m.group(2)
+
+
+def parse_memory(text: str | float) -> float:
+    """Bytes from ``"90MB"``, ``"1.5GiB"``, ``"4096"``; raises :class:`UnitError` otherwise."""
+    value, unit = _split(text, "memory")
+    key = unit.lower()
+    if key not in _MEM:
+        raise UnitError(f"unknown memory unit {unit!r} in {text!r} (use B, KB, MB, GB, KiB, MiB, GiB)")
+    if value < 0:
+        raise UnitError(f"memory {text!r} is negative")
+    return value * _MEM[key]
+
+
+def parse_time(text: str | float) -> float:
+    """Seconds from ``"37.4ms"``, ``"2s"``, ``"0.5"``."""
+    value, unit = _split(text, "time")
+    key = unit.lower()
+    if key not in _TIME:
+        raise UnitError(f"unknown time unit {unit!r} in {text!r} (use s, ms, us)")
+    return value * _TIME[key]
+
+
+def parse_bandwidth(text: str | float) -> float:
+    """Bytes per second from ``"12.5GB/s"``, ``"16GiB/s"``, or a bare number of bytes/s."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    s = str(text).strip()
+    if s.lower().endswith("/s"):
+        s = s[:-2]
+    elif s.lower().endswith("ps"):  # "GBps"
+        s = s[:-2]
+    return parse_memory(s)
+
+
+def memory_factor(unit: str) -> float:
+    """Bytes in one ``unit`` (``"MiB"`` -> 1048576)."""
+    key = unit.lower()
+    if key not in _MEM:
+        raise UnitError(f"unknown memory unit {unit!r}")
+    return _MEM[key]
+
+
+def time_factor(unit: str) -> float:
+    """Seconds in one ``unit`` (``"ms"`` -> 0.001)."""
+    key = unit.lower()
+    if key not in _TIME:
+        raise UnitError(f"unknown time unit {unit!r}")
+    return _TIME[key]
+
+
+def fmt_memory(nbytes: float | None, binary: bool = True) -> str:
+    """``fmt_memory(91_000_000) == '86.8 MiB'``."""
+    if nbytes is None:
+        return "-"
+    units = ["B", "KiB", "MiB", "GiB", "TiB"] if binary else ["B", "KB", "MB", "GB", "TB"]
+    base = 1024.0 if binary else 1000.0
+    x = float(nbytes)
+    for u in units:
+        if abs(x) < base or u == units[-1]:
+            return f"{x:.0f} {u}" if u == "B" else f"{x:.1f} {u}"
+        x /= base
+    return f"{x:.1f} {units[-1]}"  # pragma: no cover
+
+
+def fmt_time(seconds: float | None) -> str:
+    """``fmt_time(0.0474) == '47.4 ms'``."""
+    if seconds is None:
+        return "-"
+    s = float(seconds)
+    if s == 0:
+        return "0 s"
+    if abs(s) >= 1:
+        return f"{s:.3g} s" if abs(s) < 100 else f"{s:.1f} s"
+    if abs(s) >= 1e-3:
+        return f"{s * 1e3:.3g} ms" if abs(s) < 0.1 else f"{s * 1e3:.1f} ms"
+    return f"{s * 1e6:.3g} us"
+
+
+def fmt_bandwidth(bps: float | None) -> str:
+    if bps is None:
+        return "-"
+    return fmt_memory(bps, binary=False).replace(" ", " ") + "/s"

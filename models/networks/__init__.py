@@ -1,0 +1,61 @@
+"""The memplan network zoo: PyTorch definitions written for this project (random initialization,
+nothing is downloaded, torchvision is not used).
+
+>>> from models.networks import get_model, example_input, MODELS
+>>> m = get_model("resnet18")
+>>> x = example_input("resnet18", batch=2, input_shape=(3, 64, 64))
+
+``get_model(name, **kw)`` passes ``kw`` to the constructor (``num_classes``; for ``gpt2``: ``vocab``,
+``n_ctx``, ``n_layer``, ``n_embd``, ``n_head``, ``dropout``, ``tie_weights``).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from . import densenet, gpt2, inception, resnet, vgg
+
+MODELS: dict[str, Callable[..., nn.Module]] = {
+    "resnet18": resnet.resnet18, "resnet34": resnet.resnet34, "resnet50": resnet.resnet50,
+    "resnet101": resnet.resnet101, "resnet152": resnet.resnet152,
+    "preact_resnet200": resnet.preact_resnet200, "preact_resnet1001": resnet.preact_resnet1001,
+    "densenet121": densenet.densenet121, "densenet161": densenet.densenet161,
+    "densenet169": densenet.densenet169, "densenet201": densenet.densenet201,
+    "inception_v3": inception.inception_v3, "vgg16": vgg.vgg16, "vgg19": vgg.vgg19,
+    "gpt2": gpt2.gpt2,
+}
+
+# default input shape per image (channels, height, width); gpt2 takes (seq,) token ids
+DEFAULT_INPUT = {name: (3, 224, 224) for name in MODELS}
+DEFAULT_INPUT["inception_v3"] = (3, 299, 299)
+DEFAULT_INPUT["preact_resnet1001"] = (3, 32, 32)
+DEFAULT_INPUT["gpt2"] = (1024,)
+
+
+def get_model(name: str, **kw) -> nn.Module:
+    """A freshly initialized model of the zoo (``name`` is case-insensitive; ``-`` equals ``_``)."""
+    key = name.lower().replace("-", "_")
+    if key not in MODELS:
+        raise KeyError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+    return MODELS[key](**kw)
+
+
+def example_input(name: str, batch: int, input_shape: tuple[int, ...] | None = None, *, vocab: int = 50257,
+                  seed: int = 0, device="cpu") -> torch.Tensor:
+    """A random sample input: images N x C x H x W in [0, 1), or token ids N x seq for gpt2."""
+    key = name.lower().replace("-", "_")
+    shape = tuple(input_shape) if input_shape else DEFAULT_INPUT[key]
+    g = torch.Generator().manual_seed(seed)
+    if key == "gpt2":
+        return torch.randint(0, vocab, (batch, *shape), generator=g).to(device)
+    return torch.rand((batch, *shape), generator=g).to(device)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of distinct parameters (a tied weight counts once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+__all__ = ["MODELS", "DEFAULT_INPUT", "get_model", "example_input", "count_parameters"]

@@ -1,0 +1,646 @@
+"""Periodic 1F1B patterns for pipelined model parallelism and their simulator (paper 003).
+
+Paper 003 (Beaumont, Eyraud-Dubois, Shilova, "An Integer Linear Programming Approach for Pipelined
+Model Parallelism", RR-9452, 2022), sections 3 and 4. This module is the single definition of the
+problem's semantics; the ILP (``formulations/pipeline_ilp.py``) and the baselines
+(``baselines/pipeline.py``) are checked against it.
+
+Tasks (section 3.1)
+-------------------
+A chain of L layers gives 2L compute tasks ``T_1..T_2L``: ``T_m = F_m`` for ``m <= L`` and
+``T_m = B_{2L-m+1}`` for ``m > L`` (so ``T_{L+1} = B_L`` and ``T_{2L} = B_1``). The loss stage L+1 of
+a :class:`~models.chain.Chain` is folded into the last layer: ``d_L = u_f^L + u_f^{L+1}``,
+``d_{L+1} = u_b^L + u_b^{L+1}``, ``W_L += W_{L+1}``. ``A[m]`` is the size of the output of ``T_m``
+(``A[0]`` is the input a^0): ``A[m] = wa[m]`` for ``m < L``, ``A[L] = max(wa[L], wd[L])`` (the loss
+output and its gradient, the input of ``B_L``), and ``A[m] = wd[2L-m]`` for ``m > L`` (``B_l`` outputs
+delta^{l-1}). The communication task ``T^c_{m,m+1}`` (``m = 1..2L-1``) carries ``A[m]``; it takes
+``A[m] / beta`` on the link between the GPUs of ``T_m`` and ``T_{m+1}`` and nothing when both are on
+the same GPU. As in the paper, every pair of GPUs has its own link, shared by both directions.
+
+Pattern (Definition 1)
+----------------------
+A :class:`Pattern` gives the GPU of every task (``F_l`` and ``B_l`` on the same GPU, paper's (4)), the
+start ``tau[m]`` of every task and ``tau_c[m]`` of every communication within the period, and the
+period ``T``. In period ``k`` task ``T_m`` starts at ``tau[m] + k T``. Lemma 1: mini-batch indices are
+assigned greedily along the chain with the *smallest* shifts: ``T_m`` in period ``k`` processes
+mini-batch ``k - h_m`` where ``h_1 = 0`` and each edge (task -> communication -> task, or task -> task
+on one GPU) adds the smallest ``s >= 0`` such that the successor's instance ``s`` periods later starts
+after the predecessor ends. The simulator unrolls the pattern over enough periods, checks every
+dependency and the exclusivity of every GPU and link on the unrolled schedule, and measures memory.
+
+Memory model (section 4.2), measured over time on each GPU
+-----------------------------------------------------------
+* models (33): ``3 W_l`` for every layer l on the GPU (two weight versions + the gradient), constant;
+* buffers (34)-(35): ``A[m]`` on the sender's and on the receiver's GPU for every communication
+  between different GPUs, reserved for the whole run (the paper's assumption: one buffer per data);
+* stored activations (section 4.2.2): ``F_l`` keeps its input ``a^{l-1}`` (size ``A[l-1]``) for its
+  mini-batch from the end of ``F_l`` until the end of ``B_l``;
+* running task (Lemma 8's ``a_{l-1} + a_l``): during ``T_m``, its input ``A[m-1]`` and output ``A[m]``;
+* direct dependencies (22): when ``T_m`` and ``T_{m+1}`` share a GPU, ``A[m]`` from the end of ``T_m``
+  to the start of ``T_{m+1}`` (of the same mini-batch).
+
+Peak memory is the maximum over time of the sum (a sweep over all interval end points). With these
+definitions the memory of a pattern equals the ILP's left-hand side of (36) at the start of each task.
+
+Eager 1F1B (section 5)
+----------------------
+:func:`simulate_eager` runs PipeDream's schedule of a contiguous allocation (stages on GPUs) with a
+given NOAM (number of mini-batches admitted in the pipeline): stage ``s`` (0-based) holds at most
+``max(1, NOAM - s)`` mini-batches between their forward and backward, runs a backward as soon as one
+is ready and otherwise the next forward, and every link sends as soon as data and link are available
+(FIFO). It reports the steady-state period (mean time between completions over the second half of
+the run) and the memory measured by the same rules as above.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from .chain import Chain
+
+REL_TOL = 1e-6   # relative tolerance (of the period) on times read back from a MILP
+
+
+class InvalidPattern(ValueError):
+    """The pattern or schedule breaks a rule of Definition 1; the message says which."""
+
+
+# ----------------------------------------------------------------------------- durations and sizes
+@dataclass
+class TaskData:
+    """Durations and sizes of the 2L tasks, in the paper's task indexing (index 0 unused)."""
+
+    L: int
+    d: np.ndarray        # d[m], m = 1..2L
+    dc: np.ndarray       # dc[m], m = 1..2L-1: communication time of A[m] between two GPUs
+    A: np.ndarray        # A[m], m = 0..2L: size of the output of T_m (A[0] = input)
+    W: np.ndarray        # W[l], l = 1..L: weights of layer l (loss folded into L)
+
+    @property
+    def n(self) -> int:
+        return 2 * self.L
+
+    def layer(self, m: int) -> int:
+        """The layer of task m (F_m or B_{2L-m+1})."""
+        return m if m <= self.L else 2 * self.L - m + 1
+
+    def forward(self, l: int) -> int:
+        return l
+
+    def backward(self, l: int) -> int:
+        return 2 * self.L - l + 1
+
+
+def task_data(chain: Chain, bandwidth: float | None) -> TaskData:
+    """Paper 003's ``d_m``, ``dc_m = A[m]/beta`` and ``A[m]`` from a Chain (see the module docstring).
+    ``bandwidth=None`` means communications are free."""
+    L = chain.L
+    n = 2 * L
+    d = np.zeros(n + 1)
+    A = np.zeros(n + 1)
+    for l in range(1, L + 1):
+        d[l] = chain.uf[l]
+        d[n - l + 1] = chain.ub[l]
+    d[L] += chain.uf[L + 1]
+    d[L + 1] += chain.ub[L + 1]
+    for m in range(0, L):
+        A[m] = chain.wa[m]
+    A[L] = max(chain.wa[L], chain.wd[L])
+    for m in range(L + 1, n + 1):
+        A[m] = chain.wd[n - m]
+    dc = np.zeros(n)
+    if bandwidth is not None and bandwidth > 0:
+        dc[1:] = A[1:n] / bandwidth
+    W = np.zeros(L + 1)
+    W[1:] = chain.weights[1:L + 1]
+    W[L] += chain.weights[L + 1]
+    return TaskData(L=L, d=d, dc=dc, A=A, W=W)
+
+
+# ----------------------------------------------------------------------------- pattern
+@dataclass
+class Pattern:
+    """A periodic pattern (Definition 1). Lists are 0-based: ``gpu[m-1]`` and ``tau[m-1]`` belong to
+    task ``T_m`` (m = 1..2L), ``tau_c[m-1]`` to the communication of ``A[m]`` (m = 1..2L-1; ignored
+    when ``T_m`` and ``T_{m+1}`` share a GPU)."""
+
+    gpu: list[int]
+    tau: list[float]
+    tau_c: list[float]
+    T: float
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.gpu = [int(g) for g in self.gpu]
+        self.tau = [float(t) for t in self.tau]
+        self.tau_c = [float(t) for t in self.tau_c]
+        self.T = float(self.T)
+
+    @property
+    def L(self) -> int:
+        return len(self.gpu) // 2
+
+    def layer_gpus(self) -> list[int]:
+        """GPU of layer l at index l-1."""
+        return self.gpu[: self.L]
+
+    def gpus_used(self) -> list[int]:
+        return sorted(set(self.gpu))
+
+    def layers_on(self, g: int) -> list[int]:
+        return [l for l in range(1, self.L + 1) if self.gpu[l - 1] == g]
+
+    def is_contiguous(self) -> bool:
+        lg = self.layer_gpus()
+        seen, prev = set(), None
+        for g in lg:
+            if g != prev:
+                if g in seen:
+                    return False
+                seen.add(g)
+                prev = g
+        return True
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "pipeline-pattern", "period": self.T, "gpu": self.gpu, "tau": self.tau,
+                "tau_c": self.tau_c, "layers_per_gpu": {str(g): self.layers_on(g) for g in self.gpus_used()},
+                "meta": self.meta}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Pattern":
+        return cls(gpu=data["gpu"], tau=data["tau"], tau_c=data["tau_c"], T=data["period"],
+                   meta=dict(data.get("meta", {})))
+
+
+def _link(a: int, b: int) -> tuple[int, int]:
+    return (a, b) if a < b else (b, a)
+
+
+def _shift(end_prev: float, start_next: float, T: float, tol: float) -> int:
+    """Smallest s >= 0 with start_next + s*T >= end_prev (within tol)."""
+    gap = end_prev - start_next
+    if gap <= tol:
+        return 0
+    return int(math.ceil((gap - tol) / T))
+
+
+def batch_shifts(pattern: Pattern, td: TaskData, tol: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Lemma 1 with the smallest shifts: ``h[m]`` (m = 1..2L) and ``hc[m]`` (m = 1..2L-1) such that in
+    period k task T_m (communication m) processes mini-batch ``k - h[m]`` (``k - hc[m]``)."""
+    n = td.n
+    T = pattern.T
+    tol = REL_TOL * T if tol is None else tol
+    h = np.zeros(n + 1, dtype=int)
+    hc = np.zeros(n, dtype=int)
+    for m in range(1, n):
+        end = pattern.tau[m - 1] + td.d[m]
+        if pattern.gpu[m - 1] != pattern.gpu[m]:
+            hc[m] = h[m] + _shift(end, pattern.tau_c[m - 1], T, tol)
+            end_c = pattern.tau_c[m - 1] + td.dc[m]
+            h[m + 1] = hc[m] + _shift(end_c, pattern.tau[m], T, tol)
+        else:
+            hc[m] = h[m]
+            h[m + 1] = h[m] + _shift(end, pattern.tau[m], T, tol)
+    return h, hc
+
+
+# ----------------------------------------------------------------------------- unrolled schedules
+@dataclass
+class Unrolled:
+    """An explicit schedule: every task and communication instance with its mini-batch.
+    ``tasks[m]`` and ``comms[m]`` are arrays of shape (n_batches, 2) with start and end times (NaN
+    where absent; ``comms[m]`` is None when T_m and T_{m+1} share a GPU)."""
+
+    gpu: list[int]
+    n_batches: int
+    tasks: dict[int, np.ndarray]
+    comms: dict[int, np.ndarray | None]
+
+
+@dataclass
+class SimResult:
+    """What the simulator measured."""
+
+    period: float                     # steady-state time between two completions of T_2L
+    peak_memory: float                # max over GPUs
+    memory: dict[int, float]          # peak per GPU
+    breakdown: dict[int, dict[str, float]]  # constant parts per GPU (weights, buffers)
+    shifts: list[int] | None = None   # h[m] of the pattern (pattern replays only)
+    timeline: dict[int, tuple[np.ndarray, np.ndarray]] | None = None  # per GPU: times, memory after
+
+    def to_json(self) -> dict[str, Any]:
+        return {"period": self.period, "peak_memory": self.peak_memory,
+                "memory": {str(g): v for g, v in self.memory.items()},
+                "breakdown": {str(g): v for g, v in self.breakdown.items()}, "shifts": self.shifts}
+
+
+def check_pattern_shape(pattern: Pattern, td: TaskData, gpus: int | None = None) -> None:
+    L, n = td.L, td.n
+    if len(pattern.gpu) != n or len(pattern.tau) != n or len(pattern.tau_c) != n - 1:
+        raise InvalidPattern(f"pattern sizes do not match L = {L}: need {n} tasks and {n - 1} communications")
+    if not (pattern.T > 0 and math.isfinite(pattern.T)):
+        raise InvalidPattern(f"period must be positive, got {pattern.T}")
+    for l in range(1, L + 1):
+        if pattern.gpu[l - 1] != pattern.gpu[td.backward(l) - 1]:
+            raise InvalidPattern(f"F_{l} and B_{l} on different GPUs ({pattern.gpu[l - 1]} and "
+                                 f"{pattern.gpu[td.backward(l) - 1]}); paper 003 constraint (4)")
+    if gpus is not None and len(set(pattern.gpu)) > gpus:
+        raise InvalidPattern(f"pattern uses {len(set(pattern.gpu))} GPUs, only {gpus} available")
+    for m in range(1, n + 1):
+        if td.d[m] > pattern.T * (1 + REL_TOL):
+            raise InvalidPattern(f"task T_{m} lasts {td.d[m]:.6g} > period {pattern.T:.6g}")
+
+
+def unroll(pattern: Pattern, td: TaskData, n_batches: int | None = None) -> tuple[Unrolled, np.ndarray]:
+    """The periodic schedule of a pattern for mini-batches 0..n_batches-1 (Lemma 1, smallest shifts)."""
+    h, hc = batch_shifts(pattern, td)
+    n = td.n
+    if n_batches is None:
+        n_batches = int(max(12, 2 * h.max() + 6))
+    T = pattern.T
+    j = np.arange(n_batches)
+    tasks, comms = {}, {}
+    for m in range(1, n + 1):
+        s = pattern.tau[m - 1] + (j + h[m]) * T
+        tasks[m] = np.stack([s, s + td.d[m]], axis=1)
+    for m in range(1, n):
+        if pattern.gpu[m - 1] != pattern.gpu[m]:
+            s = pattern.tau_c[m - 1] + (j + hc[m]) * T
+            comms[m] = np.stack([s, s + td.dc[m]], axis=1)
+        else:
+            comms[m] = None
+    return Unrolled(gpu=list(pattern.gpu), n_batches=n_batches, tasks=tasks, comms=comms), h
+
+
+def _check_exclusive(intervals: list[tuple[float, float, str]], what: str, tol: float) -> None:
+    intervals = sorted(intervals)
+    for (s0, e0, n0), (s1, e1, n1) in zip(intervals, intervals[1:]):
+        if s1 < e0 - tol:
+            raise InvalidPattern(f"{what}: {n0} [{s0:.6g}, {e0:.6g}) overlaps {n1} [{s1:.6g}, {e1:.6g})")
+
+
+def check_and_measure(un: Unrolled, td: TaskData, tol: float, *, timeline: bool = False,
+                      steady_from: int | None = None) -> SimResult:
+    """Check dependencies and exclusivity of an explicit schedule and measure per-GPU memory."""
+    n, L = td.n, td.L
+    B = un.n_batches
+    gpu = un.gpu
+    # --- dependencies, per mini-batch
+    for m in range(1, n):
+        prev_end = un.tasks[m][:, 1]
+        nxt = un.tasks[m + 1][:, 0]
+        c = un.comms[m]
+        if c is not None:
+            bad = np.nonzero(c[:, 0] < prev_end - tol)[0]
+            if len(bad):
+                j = bad[0]
+                raise InvalidPattern(f"mini-batch {j}: communication of A[{m}] starts at {c[j, 0]:.6g} "
+                                     f"before T_{m} ends at {prev_end[j]:.6g}")
+            prev_end = c[:, 1]
+        bad = np.nonzero(nxt < prev_end - tol)[0]
+        if len(bad):
+            j = bad[0]
+            raise InvalidPattern(f"mini-batch {j}: T_{m + 1} starts at {nxt[j]:.6g} before its input "
+                                 f"(from T_{m}) is available at {prev_end[j]:.6g}")
+    # --- exclusivity of GPUs and links
+    per_gpu: dict[int, list] = {}
+    per_link: dict[tuple[int, int], list] = {}
+    for m in range(1, n + 1):
+        for j, (s, e) in enumerate(un.tasks[m]):
+            per_gpu.setdefault(gpu[m - 1], []).append((s, e, f"T_{m}(batch {j})"))
+    for m in range(1, n):
+        c = un.comms[m]
+        if c is None:
+            continue
+        lk = _link(gpu[m - 1], gpu[m])
+        for j, (s, e) in enumerate(c):
+            if e - s > 0:
+                per_link.setdefault(lk, []).append((s, e, f"comm A[{m}](batch {j})"))
+    for g, iv in per_gpu.items():
+        _check_exclusive(iv, f"GPU {g}", tol)
+    for lk, iv in per_link.items():
+        _check_exclusive(iv, f"link {lk}", tol)
+
+    # --- memory: constant parts
+    gpus = sorted(set(gpu))
+    const = {g: {"weights": 0.0, "buffers": 0.0} for g in gpus}
+    for l in range(1, L + 1):
+        const[gpu[l - 1]]["weights"] += 3.0 * td.W[l]
+    for m in range(1, n):
+        if gpu[m - 1] != gpu[m]:
+            const[gpu[m - 1]]["buffers"] += td.A[m]
+            const[gpu[m]]["buffers"] += td.A[m]
+    # --- memory: intervals (start, end, size) per GPU
+    ev: dict[int, list[np.ndarray]] = {g: [] for g in gpus}
+
+    def add(g, s, e, size):
+        if size <= 0:
+            return
+        s = np.asarray(s, float)
+        e = np.asarray(e, float)
+        ok = e > s
+        ev[g].append(np.stack([s[ok], e[ok], np.full(ok.sum(), float(size))], axis=1))
+
+    for m in range(1, n + 1):
+        g = gpu[m - 1]
+        add(g, un.tasks[m][:, 0], un.tasks[m][:, 1], td.A[m - 1] + td.A[m])       # running task
+    for l in range(1, L + 1):
+        g = gpu[l - 1]
+        add(g, un.tasks[l][:, 1], un.tasks[td.backward(l)][:, 1], td.A[l - 1])   # stored activation
+    for m in range(1, n):
+        if gpu[m - 1] == gpu[m]:
+            add(gpu[m - 1], un.tasks[m][:, 1], un.tasks[m + 1][:, 0], td.A[m])   # direct dependency
+    memory, tl = {}, {}
+    for g in gpus:
+        base = const[g]["weights"] + const[g]["buffers"]
+        if ev[g]:
+            iv = np.concatenate(ev[g])
+            times = np.concatenate([iv[:, 0], iv[:, 1]])
+            delta = np.concatenate([iv[:, 2], -iv[:, 2]])
+            order = np.argsort(times, kind="stable")
+            times, delta = times[order], delta[order]
+            # merge events closer than tol: evaluate the level after all events of a group
+            level = np.cumsum(delta)
+            last_of_group = np.ones(len(times), dtype=bool)
+            last_of_group[:-1] = np.diff(times) > tol
+            levels = level[last_of_group]
+            peak = float(levels.max()) if len(levels) else 0.0
+            if timeline:
+                tl[g] = (times[last_of_group], base + levels)
+        else:
+            peak = 0.0
+        memory[g] = base + max(peak, 0.0)
+    # steady state: completions of T_2L between the first and the last quarter (warm-up and drain
+    # excluded; a pattern replay is periodic from the start anyway)
+    end = un.tasks[n][:, 1]
+    k1, k2 = (B // 4, B - 1 - B // 4) if steady_from is None else (steady_from, B - 1)
+    period = float((end[k2] - end[k1]) / (k2 - k1)) if k2 > k1 else float("nan")
+    return SimResult(period=period, peak_memory=max(memory.values()), memory=memory, breakdown=const,
+                     timeline=tl if timeline else None)
+
+
+def simulate_pattern(pattern: Pattern, chain: Chain, bandwidth: float | None, *, gpus: int | None = None,
+                     n_batches: int | None = None, timeline: bool = False) -> SimResult:
+    """Replay a pattern: unroll it (Lemma 1), check dependencies and exclusivity on every GPU and
+    link, measure per-GPU memory. Raises :class:`InvalidPattern` when the pattern is not valid."""
+    td = task_data(chain, bandwidth)
+    check_pattern_shape(pattern, td, gpus)
+    un, h = unroll(pattern, td, n_batches)
+    res = check_and_measure(un, td, REL_TOL * pattern.T, timeline=timeline)
+    res.shifts = [int(x) for x in h[1:]]
+    return res
+
+
+# ----------------------------------------------------------------------------- normalization
+def normalize_pattern(gpu: Sequence[int], starts: dict[int, float], starts_c: dict[int, float], T: float,
+                      td: TaskData) -> Pattern:
+    """Build a pattern satisfying the ILP's conventions (17)-(21) from start times known modulo T:
+    ``T_1`` starts at 0, every end lies in [0, T], and on every GPU and link the tasks fit in a window
+    of length T (cut at the task running at time 0, or at the first start after an idle time
+    containing 0). Zero-length communications (same GPU) are put at the end of their producer."""
+    n = td.n
+    tol = REL_TOL * T
+    off = starts[1]
+
+    def windowed(items: list[tuple[int, float, float]]) -> dict[int, float]:
+        # items: (key, start, duration); a valid resource has at most one item running across
+        # time 0 (mod T): it starts at s - T, every other item at its start in [0, T).
+        out = {}
+        for k, s, dur in items:
+            s = (s - off) % T
+            if s > T - tol:
+                s = 0.0
+            if s + dur > T + tol:
+                s -= T
+            out[k] = s
+        return out
+
+    tau: dict[int, float] = {}
+    for g in sorted(set(gpu)):
+        tau.update(windowed([(m, starts[m], td.d[m]) for m in range(1, n + 1) if gpu[m - 1] == g]))
+    tau_c: dict[int, float] = {}
+    links: dict[tuple[int, int], list] = {}
+    for m in range(1, n):
+        if gpu[m - 1] != gpu[m]:
+            links.setdefault(_link(gpu[m - 1], gpu[m]), []).append((m, starts_c[m], td.dc[m]))
+        else:
+            tau_c[m] = tau[m] + td.d[m]
+    for lk, items in links.items():
+        tau_c.update(windowed(items))
+    return Pattern(gpu=list(gpu), tau=[tau[m] for m in range(1, n + 1)],
+                   tau_c=[tau_c[m] for m in range(1, n)], T=T)
+
+
+def serial_pattern(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int]) -> Pattern:
+    """Every task and communication one after the other in chain order (no overlap at all): a valid
+    pattern of period sum(d) + sum(dc over cut edges) for any allocation, with all shifts 0."""
+    td = task_data(chain, bandwidth)
+    n = td.n
+    gpu = list(layer_gpu) + [layer_gpu[td.layer(m) - 1] for m in range(td.L + 1, n + 1)]
+    t = 0.0
+    starts, starts_c = {}, {}
+    for m in range(1, n + 1):
+        starts[m] = t
+        t += td.d[m]
+        if m < n:
+            starts_c[m] = t
+            if gpu[m - 1] != gpu[m]:
+                t += td.dc[m]
+    return Pattern(gpu=gpu, tau=[starts[m] for m in range(1, n + 1)],
+                   tau_c=[starts_c[m] for m in range(1, n)], T=max(t, 1e-300), meta={"method": "serial"})
+
+
+# ----------------------------------------------------------------------------- eager 1F1B
+@dataclass
+class EagerResult:
+    """Result of :func:`simulate_eager`."""
+
+    stages: list[tuple[int, int]]     # (first layer, last layer) per stage, stage s on GPU s
+    noam: int
+    n_batches: int
+    sim: SimResult
+    unrolled: Unrolled
+    pattern: Pattern | None = None    # the steady state as a pattern, when it is 1-periodic
+
+    @property
+    def period(self) -> float:
+        return self.sim.period
+
+    @property
+    def peak_memory(self) -> float:
+        return self.sim.peak_memory
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "eager-1f1b", "stages": [list(s) for s in self.stages], "noam": self.noam,
+                "n_batches": self.n_batches, "period": self.sim.period,
+                "memory": {str(g): v for g, v in self.sim.memory.items()},
+                "pattern": self.pattern.to_json() if self.pattern is not None else None}
+
+
+def stages_to_layer_gpu(stages: Sequence[tuple[int, int]], L: int) -> list[int]:
+    out = [None] * L
+    expect = 1
+    for s, (a, b) in enumerate(stages):
+        if a != expect or b < a:
+            raise ValueError(f"stages {stages} are not a contiguous partition of 1..{L}")
+        for l in range(a, b + 1):
+            out[l - 1] = s
+        expect = b + 1
+    if expect != L + 1:
+        raise ValueError(f"stages {stages} do not cover layers 1..{L}")
+    return out
+
+
+def simulate_eager(chain: Chain, bandwidth: float | None, stages: Sequence[tuple[int, int]], noam: int,
+                   n_batches: int = 500, *, extract_pattern: bool = True) -> EagerResult:
+    """Eager 1F1B schedule of a contiguous allocation (see the module docstring) for ``n_batches``
+    mini-batches; stage s runs on GPU s. Returns the measured steady-state period and memory."""
+    td = task_data(chain, bandwidth)
+    L, n = td.L, td.n
+    stages = [(int(a), int(b)) for a, b in stages]
+    layer_gpu = stages_to_layer_gpu(stages, L)
+    S = len(stages)
+    noam = max(1, int(noam))
+    limit = [max(1, noam - s) for s in range(S)]
+    fdur = [sum(td.d[l] for l in range(a, b + 1)) for a, b in stages]
+    bdur = [sum(td.d[td.backward(l)] for l in range(a, b + 1)) for a, b in stages]
+    fcomm = [td.dc[stages[s][1]] for s in range(S - 1)]              # A[last_s] forward, s -> s+1
+    bcomm = [td.dc[n - stages[s][1]] for s in range(S - 1)]          # delta^{last_s}, s+1 -> s
+
+    f_start = np.full((S, n_batches), np.nan)
+    b_start = np.full((S, n_batches), np.nan)
+    cf_start = np.full((max(S - 1, 0), n_batches), np.nan)
+    cb_start = np.full((max(S - 1, 0), n_batches), np.nan)
+    in_ready = [dict() for _ in range(S)]     # forward input arrival per mini-batch
+    grad_ready = [dict() for _ in range(S)]   # backward input arrival
+    for j in range(n_batches):
+        in_ready[0][j] = 0.0
+    next_f = [0] * S
+    next_b = [0] * S
+    gpu_free = [0.0] * S
+    link_free = [0.0] * max(S - 1, 0)
+    link_queue: list[list] = [[] for _ in range(max(S - 1, 0))]   # (ready, prio, kind, j)
+    events: list = []
+    seq = 0
+
+    def push(t, kind, data):
+        nonlocal seq
+        heapq.heappush(events, (t, seq, kind, data))
+        seq += 1
+
+    def try_gpu(s, t):
+        if gpu_free[s] > t + 1e-15:
+            return
+        jb = next_b[s]
+        if jb < n_batches and jb in grad_ready[s] and grad_ready[s][jb] <= t:
+            b_start[s, jb] = t
+            gpu_free[s] = t + bdur[s]
+            next_b[s] += 1
+            push(t + bdur[s], "bdone", (s, jb))
+            return
+        jf = next_f[s]
+        if jf < n_batches and jf in in_ready[s] and in_ready[s][jf] <= t and jf - next_b[s] < limit[s]:
+            f_start[s, jf] = t
+            gpu_free[s] = t + fdur[s]
+            next_f[s] += 1
+            push(t + fdur[s], "fdone", (s, jf))
+
+    def try_link(k, t):
+        if link_free[k] > t + 1e-15 or not link_queue[k]:
+            return
+        link_queue[k].sort()
+        ready, prio, kind, j = link_queue[k][0]
+        if ready > t:
+            return
+        link_queue[k].pop(0)
+        dur = fcomm[k] if kind == "f" else bcomm[k]
+        (cf_start if kind == "f" else cb_start)[k, j] = t
+        link_free[k] = t + dur
+        push(t + dur, "cdone", (k, kind, j))
+
+    push(0.0, "tick", None)
+    while events:
+        t = events[0][0]
+        while events and events[0][0] <= t:
+            _, _, kind, data = heapq.heappop(events)
+            if kind == "fdone":
+                s, j = data
+                if s == S - 1:
+                    grad_ready[s][j] = t
+                else:
+                    link_queue[s].append((t, 1, "f", j))
+            elif kind == "bdone":
+                s, j = data
+                if s > 0:
+                    link_queue[s - 1].append((t, 0, "b", j))
+            elif kind == "cdone":
+                k, ck, j = data
+                if ck == "f":
+                    in_ready[k + 1][j] = t
+                else:
+                    grad_ready[k][j] = t
+        for k in range(S - 1):
+            try_link(k, t)
+        for s in range(S):
+            try_gpu(s, t)
+        # wake-ups for links whose queued data become ready later are events already
+    if np.isnan(b_start[0]).any():
+        raise RuntimeError(f"eager simulation stalled (stages {stages}, NOAM {noam})")
+
+    # per-layer instances: forward block runs F_a..F_b back to back, backward block B_b..B_a
+    tasks: dict[int, np.ndarray] = {}
+    for s, (a, b) in enumerate(stages):
+        t = f_start[s].copy()
+        for l in range(a, b + 1):
+            tasks[l] = np.stack([t, t + td.d[l]], axis=1)
+            t = t + td.d[l]
+        t = b_start[s].copy()
+        for l in range(b, a - 1, -1):
+            m = td.backward(l)
+            tasks[m] = np.stack([t, t + td.d[m]], axis=1)
+            t = t + td.d[m]
+    comms: dict[int, np.ndarray | None] = {m: None for m in range(1, n)}
+    for k in range(S - 1):
+        lf = stages[k][1]
+        comms[lf] = np.stack([cf_start[k], cf_start[k] + fcomm[k]], axis=1)
+        comms[n - lf] = np.stack([cb_start[k], cb_start[k] + bcomm[k]], axis=1)
+    gpu = list(layer_gpu) + [layer_gpu[td.layer(m) - 1] for m in range(L + 1, n + 1)]
+    un = Unrolled(gpu=gpu, n_batches=n_batches, tasks=tasks, comms=comms)
+    scale = max(float(np.nanmax(tasks[n][:, 1])), 1e-300)
+    sim = check_and_measure(un, td, 1e-9 * scale)
+    res = EagerResult(stages=stages, noam=noam, n_batches=n_batches, sim=sim, unrolled=un)
+    if extract_pattern:
+        res.pattern = steady_pattern(un, td, sim.period)
+        if res.pattern is not None:
+            res.pattern.meta.update({"method": "eager-1f1b", "stages": [list(s) for s in stages], "noam": noam})
+    return res
+
+
+def steady_pattern(un: Unrolled, td: TaskData, period: float) -> Pattern | None:
+    """The steady state of an explicit schedule as a pattern, when every task and communication
+    repeats exactly every ``period`` over the third quarter of the run; None otherwise."""
+    n = td.n
+    B = un.n_batches
+    j0, j1 = B // 2, B - 1 - B // 4
+    if j1 - j0 < 3 or not (period > 0):
+        return None
+    tol = 1e-7 * period
+    starts, starts_c = {}, {}
+    for m in range(1, n + 1):
+        s = un.tasks[m][j0:j1, 0]
+        if np.any(np.abs(np.diff(s) - period) > tol):
+            return None
+        starts[m] = float(s[0])
+    for m in range(1, n):
+        c = un.comms[m]
+        if c is None:
+            continue
+        s = c[j0:j1, 0]
+        if np.any(np.abs(np.diff(s) - period) > tol):
+            return None
+        starts_c[m] = float(s[0])
+    return normalize_pattern(un.gpu, starts, starts_c, period, td)

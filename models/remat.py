@@ -23,9 +23,12 @@ overhead, Definitions 3.3 and 3.4):
   is stored (Table 1, second line: ``abar^{l-1}`` stays for ``B^{l-1}``).
   Memory = stored + omega_delta^{l-1} + o_b^l.
 
-Computing a value that is already stored is allowed (it costs time and, during the operation, the
-memory of the new copy); storing ``a^l`` when ``abar^l`` is present changes nothing after the op,
-and ``F_all^l`` over a stored ``a^l`` replaces it by ``abar^l``.
+Recomputing a value that is already in memory is rejected: ``F_ck^l`` and ``F_none^l`` need a^l
+absent (neither a^l nor abar^l stored), ``F_all^l`` needs abar^l absent (over a stored a^l it
+computes the rest of abar^l and replaces a^l by abar^l). Our reading of Table 1: an operation
+produces its output; without this rule ``F_none^l`` over a stored abar^l would act as a free
+"delete a^{l-1}" operation that the model does not have (the paper's only deletions are the
+implicit ones of F_none and B), and such sequences beat the optimal DP of Theorem 4.7.
 
 The makespan is the sum of the operations' times (Definition 3.2).
 """
@@ -171,6 +174,10 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
             if op == "F_none" and act[l - 1] == ABAR:
                 raise InvalidSequence(pos, (op, l), f"F_∅^{l} would discard abar^{l - 1}, which only "
                                       f"B^{l - 1} may release (Table 1 defines F_∅ on a^{l - 1} only)")
+            if (op == "F_all" and act[l] == ABAR) or (op != "F_all" and act[l] != NONE):
+                what = "abar" if act[l] == ABAR else "a"
+                raise InvalidSequence(pos, (op, l), f"{what}^{l} is already in memory; recomputing a stored "
+                                      f"value is not an operation of the model")
             out = wab[l] if op == "F_all" else wa[l]
             cur = mem + out + chain.of[l]
             old = size(l)

@@ -1,0 +1,423 @@
+"""Optimal re-materialization dynamic programs of paper 004 (Rotor).
+
+- :func:`persistent` — optimal **memory persistent** sequence, Theorem 4.8 / Algorithms 3-4,
+  O(S L^3) time (numba, vectorized over the memory axis).
+- :func:`floating` — optimal **weakly persistent** ("floating materialized activation") sequence,
+  Theorem 4.7 / Algorithms 1-2, which paper 004 proves optimal among *all* valid sequences
+  (Lemma 4.4). Implemented in O(S L^5) instead of the paper's O(S L^6) by factoring the inner
+  minimum (see ``_floating_kernel``).
+- :func:`revolve` (in :mod:`baselines.remat_heuristics`) reuses the persistent kernel restricted
+  to ``F_all^l`` immediately followed by ``B^l`` (the AD model of Figure 1b).
+
+Memory discretization (section 5.2). Memory is counted in *slots* of ``q`` bytes: with ``slots=S``,
+``q = M / S``; every size and overhead is rounded **up** to whole slots and the budget rounded down,
+so a plan accepted by the DP never exceeds ``M`` (it may miss plans that fit only within the
+rounding, at most ``q`` per stored item). ``exact=True`` uses ``q = 1`` and needs integer sizes.
+
+Reading of the paper's recurrences (the extracted text is garbled in places):
+
+*Persistent, Theorem 4.8.* ``C(s, t, m)``: best time to compute delta^{s-1} from a^{s-1} and delta^t
+with ``m`` memory not counting a^{s-1} (a^{s-1} may be stored as abar^{s-1}; it is outside ``m``).
+
+- ``C(s, s, m) = u_f^s + u_b^s`` if ``m >= max(wd^s + wabar^s + o_f^s, wd^s + wd^{s-1} + wabar^s + o_b^s)``
+  (Eq. 6: F_all^s then B^s);
+- ``C_all(s, t, m) = u_f^s + C(s+1, t, m - wabar^s) + u_b^s`` if ``m >= max(wd^t + wabar^s + o_f^s,
+  wd^s + wd^{s-1} + wabar^s + o_b^s)`` (F_all^s, the rest of the chain, B^s);
+- ``C_ck(s, s', t, m) = sum_{k=s}^{s'-1} u_f^k + C(s', t, m - wa^{s'-1}) + C(s, s'-1, m)``: F_ck^s then
+  F_none^{s+1..s'-1}, keeping a^{s'-1}. We check the memory of exactly those forward operations
+  (``wd^t + wa^s + o_f^s`` for F_ck^s, ``wd^t + wa^{j-1} + wa^j + o_f^j`` for F_none^j); the paper's
+  blanket condition ``m >= m_none^{s,t}`` over all j < t is implied by these checks and the sub-calls'.
+
+*Floating, Theorem 4.7.* ``C(s, t, l, m)``: best time to go from a^{s-1}, delta^l to delta^{t-1}
+(backward steps B^l..B^t; a^{s-1} is discarded by the end when t > s), ``m`` not counting a^{s-1}.
+The first operation is F_all^s (only when t = s: Eq. 5, ``C(s+1, s+1, l, m - wabar^s)``) or a
+forward run ``F_none^s..F_none^{r-1} F_ck^r F_none^{r+1}..F_none^{s'-1}`` (r = s means
+``F_ck^s F_none..``) that moves the floating activation from a^{s-1} to a^{r-1} (Corollary 4.5:
+``wa^{r-1} >= wa^{s-1}``) and keeps a^{s'-1}; then Eq. 3-4 with ``m2 = m - wa^{r-1} + wa^{s-1}``:
+``C(s', t', l, m2 - wa^{s'-1}) + C(r, t, t'-1, m2)`` for ``r < s' <= t'``, ``t < t' <= l``, ``r <= t``.
+Memory of the forward run is checked operation by operation: F_none^s / F_ck^s need
+``wd^l + wa^s + o_f^s <= m``; once a^{s-1} is gone the budget is ``m + wa^{s-1}``, so F_none^j
+(s < j < r) needs ``wd^l + wa^{j-1} + wa^j + o_f^j <= m + wa^{s-1}``, F_ck^r needs
+``wd^l + wa^r + o_f^r <= m2``, and F_none^j (r < j < s') needs ``wd^l + wa^{j-1} + wa^j + o_f^j <= m2``.
+(The paper's single condition ``m >= m_none^{s,t,l}`` is not exact when r > s: it allows F_none^j
+for r < j < s' with ``m`` where only ``m2 <= m`` is available; checking each operation fixes this.)
+
+One case is missing from Eq. 2 as printed: the floating activation may move to a^{t-1} with
+F_none^s..F_none^{t-1} and the chain continue with C(t, t, l) (F_all^t or F_ck^t first) without any
+new checkpoint; without it C(s, t, t) is infinite for s < t although F_none^s..F_none^{t-1} F_all^t
+B^t is valid. We add this case (choice -2); the exhaustive search in the tests finds optimal
+sequences that need it.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+import numpy as np
+from numba import njit
+
+from models.chain import Chain
+from models.remat import RematSchedule, simulate_remat
+from models.solution import Solution, Status
+
+INF = np.inf
+
+
+# ----------------------------------------------------------------------------- discretization
+class Discretization:
+    """Sizes in slots of ``q`` bytes (rounded up) and the budget in slots (rounded down)."""
+
+    def __init__(self, chain: Chain, memory: float, slots: int = 500, exact: bool = False):
+        if memory is None or memory <= 0:
+            raise ValueError("a positive memory limit is needed")
+        if exact:
+            if not chain.is_integer or memory != math.floor(memory):
+                raise ValueError("exact mode needs integer sizes and an integer memory limit")
+            if memory > 5_000_000:
+                raise ValueError(f"exact mode would need {memory:.0f} slots; use --slots instead")
+            self.q = 1.0
+            self.budget = int(memory)
+        else:
+            if slots < 1:
+                raise ValueError("slots must be >= 1")
+            self.q = float(memory) / slots
+            self.budget = int(slots)
+        self.exact = exact
+        self.memory = float(memory)
+        up = lambda x: np.ceil(np.asarray(x, dtype=float) / self.q - 1e-9).clip(min=0).astype(np.int64)  # noqa: E731
+        self.wa, self.wab, self.wd = up(chain.wa), up(chain.wabar), up(chain.wd)
+        self.of, self.ob = up(chain.of), up(chain.ob)
+
+    def describe(self) -> str:
+        if self.exact:
+            return "exact (one slot per byte unit)"
+        return (f"{self.budget} slots of {self.q:.4g} B; sizes rounded up, so plans never exceed the "
+                f"limit but may use up to one slot more per stored value than needed")
+
+
+# ----------------------------------------------------------------------------- persistent kernel
+@njit(cache=True)
+def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry):
+    """Tables C[s, t, m] and choice[s, t, m] (0: infeasible, -1: F_all^s first, s' >= s+1: F_ck^s
+    keeping a^{s'-1}) for 1 <= s <= t <= L+1, 0 <= m <= S. ``allow_carry=False`` forbids F_all^s
+    unless B^s follows immediately (revolve / AD model)."""
+    n = L + 2
+    C = np.full((n, n, S + 1), np.inf)
+    ch = np.zeros((n, n, S + 1), dtype=np.int16)
+    for s in range(1, L + 2):
+        need = max(wd[s] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+        for m in range(need, S + 1):
+            C[s, s, m] = uf[s] + ub[s]
+            ch[s, s, m] = -1
+    for d in range(1, L + 1):
+        for s in range(1, L + 2 - d):
+            t = s + d
+            row = C[s, t]
+            crow = ch[s, t]
+            # F_all^s first (C_all)
+            if allow_carry:
+                need = max(wd[t] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+                sub = C[s + 1, t]
+                for m in range(max(need, wab[s]), S + 1):
+                    v = uf[s] + sub[m - wab[s]] + ub[s]
+                    if v < row[m]:
+                        row[m] = v
+                        crow[m] = -1
+            # F_ck^s, F_none^{s+1..s'-1} (C_ck)
+            need = wd[t] + wa[s] + of[s]
+            fsum = 0.0
+            for sp in range(s + 1, t + 1):
+                fsum += uf[sp - 1]
+                if sp - 1 > s:   # F_none^{sp-1} joins the run
+                    j = sp - 1
+                    need = max(need, wd[t] + wa[j - 1] + wa[j] + of[j])
+                if need > S:
+                    break
+                first = C[sp, t]
+                second = C[s, sp - 1]
+                shift = wa[sp - 1]
+                for m in range(max(need, shift), S + 1):
+                    v = fsum + first[m - shift] + second[m]
+                    if v < row[m]:
+                        row[m] = v
+                        crow[m] = sp
+    return C, ch
+
+
+def _persistent_sequence(ch, s, t, m, disc: Discretization, out: list) -> None:
+    """Algorithm 4 (OptRecP): rebuild the sequence from the choice table."""
+    stack = [(s, t, m, False)]
+    while stack:
+        s, t, m, emit_b = stack.pop()
+        if emit_b:          # marker: B^s after the C_all sub-chain
+            out.append(("B", s))
+            continue
+        c = int(ch[s, t, m])
+        if c == 0:
+            raise RuntimeError(f"internal error: no choice at C[{s},{t},{m}]")
+        if s == t:
+            out.extend([("F_all", s), ("B", s)])
+        elif c == -1:
+            out.append(("F_all", s))
+            stack.append((s, s, 0, True))
+            stack.append((s + 1, t, m - int(disc.wab[s]), False))
+        else:
+            sp = c
+            out.append(("F_ck", s))
+            out.extend(("F_none", j) for j in range(s + 1, sp))
+            stack.append((s, sp - 1, m, False))                   # runs second
+            stack.append((sp, t, m - int(disc.wa[sp - 1]), False))  # runs first
+
+
+# ----------------------------------------------------------------------------- floating kernel
+@njit(cache=True)
+def _floating_kernel(L, S, uf, ub, wa, wab, wd, of, ob, prune):
+    """Tables for Theorem 4.7. C[s, t, l, m]; choice R[s,t,l,m] = r (0: infeasible, -1: F_all^s,
+    -2: floating move to a^{t-1} then C(t, t, l)),
+    TP[s,t,l,m] = t'. G[r, t', l, m] = min over s' of U(r, s'-1) + C[s', t', l, m - wa^{s'-1}] with the
+    F_ck^r and F_none^{r+1..s'-1} memory checks; GS = the arg-min s'. Order: l increasing, s
+    decreasing, so that G(r=s, ., l) only needs C(s' > s, ., l) and C(r, t, t'-1 < l)."""
+    n = L + 2
+    C = np.full((n, n, n, S + 1), np.inf)
+    R = np.zeros((n, n, n, S + 1), dtype=np.int16)
+    TP = np.zeros((n, n, n, S + 1), dtype=np.int16)
+    G = np.full((n, n, n, S + 1), np.inf)
+    GS = np.zeros((n, n, n, S + 1), dtype=np.int16)
+    U = np.zeros((n + 1, n + 1))   # U[a, b] = sum_{k=a}^{b} uf[k]
+    for a in range(1, n):
+        acc = 0.0
+        for b in range(a, n):
+            acc += uf[b]
+            U[a, b] = acc
+    for l in range(1, L + 2):
+        for s in range(l, 0, -1):
+            # --- G(s, t', l, .) for s < t' <= l (needs C(s' > s, t', l))
+            if s < l:
+                for tp in range(s + 1, l + 1):
+                    g = G[s, tp, l]
+                    gs = GS[s, tp, l]
+                    need = wd[l] + wa[s] + of[s]          # F_ck^s
+                    for sp in range(s + 1, tp + 1):
+                        if sp - 1 > s:
+                            j = sp - 1
+                            need = max(need, wd[l] + wa[j - 1] + wa[j] + of[j])
+                        if need > S:
+                            break
+                        sub = C[sp, tp, l]
+                        shift = wa[sp - 1]
+                        u = U[s, sp - 1]
+                        for m in range(max(need, shift), S + 1):
+                            v = u + sub[m - shift]
+                            if v < g[m]:
+                                g[m] = v
+                                gs[m] = sp
+            # --- C(s, t, l, .) for s <= t <= l
+            for t in range(s, l + 1):
+                row = C[s, t, l]
+                rr = R[s, t, l]
+                tt = TP[s, t, l]
+                if s == t == l:
+                    need = max(wd[s] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+                    for m in range(need, S + 1):
+                        row[m] = uf[s] + ub[s]
+                        rr[m] = -1
+                    continue
+                if s == t:  # C_all (Eq. 5)
+                    need = max(wd[l] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+                    sub = C[s + 1, s + 1, l]
+                    for m in range(max(need, wab[s]), S + 1):
+                        v = uf[s] + sub[m - wab[s]] + ub[s]
+                        if v < row[m]:
+                            row[m] = v
+                            rr[m] = -1
+                # Floating move then F_all (not in the paper's text): F_none^s..F_none^{t-1} moves the
+                # floating activation to a^{t-1}, then C(t, t, l, m2) (which starts with F_all^t or
+                # F_ck^t). Needed e.g. for C(s, t, t) with s < t, which Eq. 2 leaves infinite.
+                if t > s and not (prune and wa[t - 1] < wa[s - 1]):
+                    lo = wd[l] + wa[s] + of[s]
+                    for j in range(s + 1, t):
+                        lo = max(lo, wd[l] + wa[j - 1] + wa[j] + of[j] - wa[s - 1])
+                    delta_m = wa[t - 1] - wa[s - 1]
+                    lo = max(lo, delta_m)
+                    sub = C[t, t, l]
+                    u = U[s, t - 1]
+                    for m in range(max(lo, 0), S + 1):
+                        m2 = m - delta_m
+                        if m2 > S:
+                            continue
+                        v = u + sub[m2]
+                        if v < row[m]:
+                            row[m] = v
+                            rr[m] = -2
+                            tt[m] = t
+                if t == l:
+                    continue
+                # C_ck (Eq. 3-4): F_none^s..F_none^{r-1} F_ck^r ... ; needs t < t' <= l, r <= t
+                pre = wd[l] + wa[s] + of[s]    # F_none^s (r > s) or F_ck^s (r = s), checked against m
+                mid = 0                        # max over s<j<r of wd^l + wa^{j-1} + wa^j + o_f^j (<= m + wa^{s-1})
+                for r in range(s, t + 1):
+                    if r > s + 1:
+                        j = r - 1
+                        mid = max(mid, wd[l] + wa[j - 1] + wa[j] + of[j])
+                    if prune and wa[r - 1] < wa[s - 1]:
+                        continue
+                    if pre > S:
+                        break
+                    delta_m = wa[r - 1] - wa[s - 1]      # m2 = m - delta_m
+                    lo = max(pre, mid - wa[s - 1], delta_m)
+                    u = U[s, r - 1] if r > s else 0.0
+                    for tp in range(t + 1, l + 1):
+                        g = G[r, tp, l]
+                        second = C[r, t, tp - 1]
+                        for m in range(max(lo, 0), S + 1):
+                            m2 = m - delta_m
+                            if m2 > S:
+                                continue
+                            v = u + g[m2] + second[m2]
+                            if v < row[m]:
+                                row[m] = v
+                                rr[m] = r
+                                tt[m] = tp
+    return C, R, TP, GS
+
+
+def _floating_sequence(R, TP, GS, s, t, l, m, disc: Discretization, out: list) -> None:
+    """Algorithm 2 (OptRecFL), iterative."""
+    wa = disc.wa
+    stack = [(s, t, l, m, 0)]
+    while stack:
+        s, t, l, m, kind = stack.pop()
+        if kind == 1:
+            out.append(("B", s))
+            continue
+        r = int(R[s, t, l, m])
+        if r == 0:
+            raise RuntimeError(f"internal error: no choice at C[{s},{t},{l},{m}]")
+        if s == t == l:
+            out.extend([("F_all", s), ("B", s)])
+        elif r == -1:
+            out.append(("F_all", s))
+            stack.append((s, s, l, 0, 1))
+            stack.append((s + 1, s + 1, l, m - int(disc.wab[s]), 0))
+        elif r == -2:   # floating move to a^{t-1}, then C(t, t, l)
+            out.extend(("F_none", j) for j in range(s, t))
+            stack.append((t, t, l, m - int(wa[t - 1]) + int(wa[s - 1]), 0))
+        else:
+            tp = int(TP[s, t, l, m])
+            m2 = m - int(wa[r - 1]) + int(wa[s - 1])
+            sp = int(GS[r, tp, l, m2])
+            out.extend(("F_none", j) for j in range(s, r))
+            out.append(("F_ck", r))
+            out.extend(("F_none", j) for j in range(r + 1, sp))
+            stack.append((r, t, tp - 1, m2, 0))                        # second
+            stack.append((sp, tp, l, m2 - int(wa[sp - 1]), 0))         # first
+
+
+# ----------------------------------------------------------------------------- public API
+def min_memory(chain: Chain) -> float:
+    """The smallest memory limit for which *some* valid sequence exists (bytes).
+
+    It is the peak of the recompute-all sequence (keep only a^0; for l = L+1..1 recompute
+    a^{l-1} from a^0 with F_ck^1 F_none^2..F_none^{l-1}, then F_all^l B^l): every valid sequence must
+    run each of those operations with at least the same values in memory (a^0 until B^1, delta^l
+    until B^l), so none can peak lower.
+    """
+    from baselines.remat_heuristics import recompute_all_schedule
+
+    return simulate_remat(chain, recompute_all_schedule(chain)).peak_memory
+
+
+def _finish(chain: Chain, memory: float, method: str, ops: list | None, predicted: float | None,
+            disc: Discretization, times: dict, optimal_within: str) -> Solution:
+    from models.units import fmt_memory
+
+    if ops is None:
+        need = min_memory(chain)
+        if memory < need:
+            msg = (f"no valid sequence fits in {fmt_memory(memory)}: the minimum feasible memory is "
+                   f"{fmt_memory(need)} ({need:.0f} B)")
+        else:
+            msg = (f"{method} found no sequence within {fmt_memory(memory)} (minimum feasible memory "
+                   f"{fmt_memory(need)}); the rounding of {disc.describe()} makes the limit too tight "
+                   f"for it: use more slots, --exact, or a slightly larger limit")
+        return Solution(problem="remat", method=method, status=Status.INFEASIBLE, memory_limit=memory,
+                        message=msg, times=times, details={"min_memory": need,
+                                                           "discretization": disc.describe()})
+    sched = RematSchedule(ops)
+    rep = simulate_remat(chain, sched, memory_limit=memory)
+    return Solution(problem="remat", method=method, status=Status.OPTIMAL, objective=rep.makespan,
+                    peak_memory=rep.peak_memory, schedule=sched, memory_limit=memory, predicted=predicted,
+                    message=f"optimal among {optimal_within} ({disc.describe()})", times=times,
+                    details={"discretization": disc.describe(), "slot_bytes": disc.q,
+                             "recompute_time": rep.recompute_time, "optimal_within": optimal_within})
+
+
+def _args(disc: Discretization, chain: Chain):
+    return (chain.L, disc.budget, chain.uf.astype(np.float64), chain.ub.astype(np.float64), disc.wa, disc.wab,
+            disc.wd, disc.of, disc.ob)
+
+
+def persistent(chain: Chain, memory: float, *, slots: int = 500, exact: bool = False,
+               _allow_carry: bool = True, _method: str = "rotor") -> Solution:
+    """Optimal memory-persistent sequence (paper 004, Theorem 4.8, Algorithms 3 and 4).
+
+    Complexity O(S L^3) time, O(S L^2) memory (S = slots). Returns a Solution replayed by
+    :func:`models.remat.simulate_remat`; status INFEASIBLE with the minimum feasible memory when
+    nothing fits.
+
+    >>> from models.instance import load_chain
+    >>> sol = persistent(load_chain("instances/paper004_table2.json"), 90 * 2**20)
+    >>> round(sol.objective * 1e3, 2)
+    47.42
+    """
+    t0 = time.perf_counter()
+    disc = Discretization(chain, memory, slots, exact)
+    times: dict[str, float] = {}
+    budget = disc.budget - int(disc.wa[0])
+    ops = None
+    pred = None
+    if budget >= 0:
+        C, ch = _persistent_kernel(*_args(disc, chain), _allow_carry)
+        times["dp"] = time.perf_counter() - t0
+        if math.isfinite(C[1, chain.L + 1, budget]):
+            pred = float(C[1, chain.L + 1, budget])
+            ops = []
+            _persistent_sequence(ch, 1, chain.L + 1, budget, disc, ops)
+    times["total"] = time.perf_counter() - t0
+    within = "memory-persistent sequences" if _allow_carry else "sequences with F_all^l right before B^l"
+    return _finish(chain, memory, _method, ops, pred, disc, times, within)
+
+
+def floating(chain: Chain, memory: float, *, slots: int = 500, exact: bool = False,
+             prune: bool = True) -> Solution:
+    """Optimal weakly-persistent sequence (paper 004, Theorem 4.7, Algorithms 1 and 2), optimal
+    among all valid sequences by Lemma 4.4 (up to the memory discretization).
+
+    Complexity O(S L^5) time and O(S L^3) memory. ``prune`` applies Corollary 4.5 (the floating
+    activation only moves to a larger-or-equal one).
+    """
+    t0 = time.perf_counter()
+    disc = Discretization(chain, memory, slots, exact)
+    n = chain.L + 2
+    if 5 * n ** 3 * (disc.budget + 1) * 8 > 8e9:
+        raise ValueError(f"floating DP tables for L={chain.L} and {disc.budget} slots would need more than "
+                         "8 GB; use fewer slots or the persistent DP (method rotor)")
+    times: dict[str, float] = {}
+    budget = disc.budget - int(disc.wa[0])
+    ops = None
+    pred = None
+    if budget >= 0:
+        C, R, TP, GS = _floating_kernel(*_args(disc, chain), prune)
+        times["dp"] = time.perf_counter() - t0
+        L = chain.L
+        if math.isfinite(C[1, 1, L + 1, budget]):
+            pred = float(C[1, 1, L + 1, budget])
+            ops = []
+            _floating_sequence(R, TP, GS, 1, 1, L + 1, budget, disc, ops)
+    times["total"] = time.perf_counter() - t0
+    return _finish(chain, memory, "rotor-floating", ops, pred, disc, times, "all valid sequences "
+                   "(weak memory persistence, Lemma 4.4)")
+
+
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))

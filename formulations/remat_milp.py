@@ -1,0 +1,384 @@
+"""``remat-milp``: a MILP that is exact for the re-materialization model of paper 004.
+
+Paper 004 (Beaumont et al., "Optimal re-materialization strategies for heterogeneous chains"),
+section 3.1: a chain of stages 1..L plus the loss L+1; operations ``F_all^l``, ``F_ck^l``,
+``F_none^l``, ``B^l`` with the inputs/outputs of **Table 1**; the memory of an operation is what is
+stored before it + its outputs + its overhead (**Definitions 3.3, 3.4**); the makespan is the sum of
+the operations' times (**Definition 3.2**); problem Remat(L, M) is **Definition 3.5**. The executable
+definition of those semantics is :func:`models.remat.simulate_remat`; every schedule this module
+returns is replayed there.
+
+Formulation: phases with one ascending forward sweep each
+---------------------------------------------------------
+**Phases (Definition 4.2).** Phase ``t`` (t = L+1, ..., 1) is everything that runs after ``B^{t+1}``
+and up to and including ``B^t``. During phase t the only gradient stored is ``delta^t``, and (Table 1,
+B^{t+1} frees abar^{t+1} and the plain a^t) nothing with an index above t is stored at its start, and
+index t at most as ``abar^t``.
+
+**Sweep.** Inside phase t the forward operations run in increasing stage order, each stage at most
+once: binaries ``op[t, j, kind]`` for j = 1..t say whether/how F^j runs in the sweep of phase t.
+The five kinds cover every state-changing use of Table 1's forward operations:
+
+=========  ===================  ============================  ===========================
+kind       operation            needs (state of index j)      effect
+=========  ===================  ============================  ===========================
+``all``    ``F_all^j``          nothing stored at j           abar^j stored
+``up``     ``F_all^j``          plain a^j stored              a^j replaced by abar^j
+``ck``     ``F_ck^j``           nothing stored at j           a^j stored
+``none``   ``F_none^j``         nothing stored at j           a^j stored, a^{j-1} freed
+``drop``   ``F_none^j``         a^j or abar^j stored          a^{j-1} freed (j unchanged)
+=========  ===================  ============================  ===========================
+
+(the remaining combinations -- F_ck^j or F_all^j over a stored abar^j, F_ck^j over a stored a^j --
+change nothing and only cost time, so an optimal sequence never uses them). Every kind needs
+a^{j-1} or abar^{j-1} stored when it runs; ``none``/``drop`` need the *plain* a^{j-1} (Table 1
+defines F_none on a^{j-1} only; ``simulate_remat`` rejects it over abar^{j-1}). F_none^1 is never
+used (a^0 could not be recomputed, so B^1 could never run).
+
+**State.** ``x0[t,j]`` / ``xb0[t,j]`` (continuous, integral by the equations) say that a^j / abar^j
+is stored at the start of phase t. Along the sweep, the state of index j is ``x0`` before F^j,
+``x1 = x0 + ck + none - up`` / ``xb1 = xb0 + all + up`` after F^j, and
+``x2 = x1 - none[j+1] - drop[j+1]`` / ``xb2 = xb1`` after F^{j+1}. B^t needs ``abar^t``
+(``xb1[t,t] = 1``) and ``a^{t-1}`` or ``abar^{t-1}`` (``x2 + xb2 >= 1``), frees them (abar^{t-1} stays,
+Table 1 second line); the next phase starts from ``x2``/``xb2`` with index t-1 reduced to its abar.
+
+**Memory (Definitions 3.3 and 3.4).** For F^j in phase t:
+``wd^t + wa^0 + sum_{k<j-1} size2[k] + size1[j-1] + sum_{k>=j} size0[k] + out_j + o_f^j <= M``
+(stored before the operation + its output + its overhead; the input a^{j-1} is still stored while
+F_none^j runs, as in Table 1). When F^j does not run the same left side without output and overhead
+is the memory stored between two operations, which is at most the next operation's memory, so the
+constraint can be written without big-M. For B^t:
+``wd^t + wa^0 + sum_{k<t} size2[k] + wabar^t + wd^{t-1} + o_b^t <= M``.
+
+**Objective (Definition 3.2).** ``sum u_f^j * op[t,j,*] + sum_l u_b^l``.
+
+Why this is exact
+-----------------
+*Every MILP solution is a valid sequence with that makespan and memory.* The equations above replay
+Table 1 operation by operation, so reading the sweeps back (``F^j`` for each chosen op, then ``B^t``)
+gives a sequence that :func:`simulate_remat` accepts with the same makespan; the replay checks it.
+
+*Some optimal sequence is a feasible MILP solution.* A valid sequence has exactly one B^t per phase
+(B^t needs delta^t, which only B^{t+1} produces). What the MILP restricts is the order of the forward
+operations inside a phase. Lemma 4.4 (weak memory persistence) and its proof show that some optimal
+sequence never recomputes a stage to the left of a materialized activation it still holds, i.e. the
+forward operations of a phase can be taken in increasing order with no stage repeated; operations
+that change nothing are dropped. Operations on indices above t in phase t only produce values that
+nothing consumes and are dropped too (this lowers memory). This is the same structural result on
+which the floating DP (Theorem 4.7) rests; the tests check the MILP optimum against the exhaustive
+search of :mod:`baselines.exhaustive` (which explores *all* orders) and against the floating DP.
+
+Scaling: memory is divided by M and times by the store-all makespan, so the solver sees numbers of
+order 1; HiGHS's feasibility tolerances are tightened to 1e-9 so that a schedule at the limit replays
+under it.
+"""
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+from models.chain import Chain
+from models.remat import RematSchedule, simulate_remat, InvalidSequence
+from models.solution import Solution, Status
+from formulations.highs_driver import solve_milp, timed
+
+KINDS = ("all", "up", "ck", "none")
+_OPNAME = {"all": "F_all", "up": "F_all", "ck": "F_ck", "none": "F_none"}
+TOL_OPTIONS = {"primal_feasibility_tolerance": 1e-9, "mip_feasibility_tolerance": 1e-9}
+
+
+def _rel(expr, kind: str, rhs: float = 0.0):
+    """``expr <= rhs`` / ``== rhs`` / ``>= rhs``, with constant sides turned into Feasible/Infeasible."""
+    import pyomo.environ as pyo
+
+    if isinstance(expr, (int, float)):
+        ok = {"<=": expr <= rhs + 1e-12, "==": abs(expr - rhs) <= 1e-12, ">=": expr >= rhs - 1e-12}[kind]
+        return pyo.Constraint.Feasible if ok else pyo.Constraint.Infeasible
+    return {"<=": expr <= rhs, "==": expr == rhs, ">=": expr >= rhs}[kind]
+
+
+def _op_index(L: int):
+    """(t, j, kind) for the op binaries: phase t = 1..L+1, stage j = 1..t.
+
+    Stage t in phase t is only ``all`` (the abar^t that B^t needs; a plain a^t is never used once
+    B^{t+1} has run, and nothing is stored at index t except abar^t). F_none^1 never occurs."""
+    idx = []
+    for t in range(1, L + 2):
+        for j in range(1, t + 1):
+            for kind in KINDS:
+                if j == t and kind != "all":
+                    continue
+                if j == 1 and kind in ("none", "drop"):
+                    continue
+                if j == t and t == L + 1 and kind != "all":
+                    continue
+                idx.append((t, j, kind))
+    return idx
+
+
+def build_remat_milp(chain: Chain, memory: float):
+    """The Pyomo model of the phase/sweep formulation (see the module docstring).
+
+    Returns the ``ConcreteModel``; ``model.time_scale`` converts its objective to seconds.
+    """
+    import pyomo.environ as pyo
+
+    L = chain.L
+    M = float(memory)
+    ms = 1.0 / M
+    wa = [float(x) * ms for x in chain.wa]
+    wab = [float(x) * ms for x in chain.wabar]
+    wd = [float(x) * ms for x in chain.wd]
+    of = [float(x) * ms for x in chain.of]
+    ob = [float(x) * ms for x in chain.ob]
+    ts = chain.store_all_time() or 1.0
+    uf = [float(x) / ts for x in chain.uf]
+    ub = [float(x) / ts for x in chain.ub]
+
+    m = pyo.ConcreteModel(name=f"remat-milp[{chain.name}]")
+    m.time_scale = ts
+    m.L = L
+    op_idx = _op_index(L)
+    m.op = pyo.Var(op_idx, domain=pyo.Binary)
+    # state at the start of phase t (t <= L; phase L+1 starts with a^0 only)
+    x_idx = [(t, j) for t in range(1, L + 1) for j in range(1, t)]       # plain a^j, j < t
+    xb_idx = [(t, j) for t in range(1, L + 1) for j in range(1, t + 1)]  # abar^j, j <= t
+    m.x0 = pyo.Var(x_idx, bounds=(0, 1))
+    m.xb0 = pyo.Var(xb_idx, bounds=(0, 1))
+    ops = m.op
+    has = set(op_idx)
+
+    def o(t, j, kind):
+        return ops[t, j, kind] if (t, j, kind) in has else 0
+
+    def x0(t, j):
+        return m.x0[t, j] if (t <= L and 1 <= j < t) else 0
+
+    def xb0(t, j):
+        return m.xb0[t, j] if (t <= L and 1 <= j <= t) else 0
+
+    def x1(t, j):
+        return x0(t, j) + o(t, j, "ck") + o(t, j, "none") - o(t, j, "up")
+
+    def xb1(t, j):
+        return xb0(t, j) + o(t, j, "all") + o(t, j, "up")
+
+    def x2(t, j):
+        return x1(t, j) - o(t, j + 1, "none") - o(t, j + 1, "drop")
+
+    def anyop(t, j):
+        return sum(o(t, j, k) for k in KINDS)
+
+    # --- Table 1: which operation may run in which state -------------------------------------
+    pair_idx = [(t, j) for t in range(1, L + 2) for j in range(1, t + 1)]
+    m.c_t1_one_op = pyo.Constraint(pair_idx, rule=lambda m_, t, j: anyop(t, j) <= 1)
+    # all / ck / none produce a^j or abar^j into an empty slot; up needs a plain a^j; drop needs a^j or abar^j
+    m.c_t1_fresh = pyo.Constraint(
+        pair_idx, rule=lambda m_, t, j: o(t, j, "all") + o(t, j, "ck") + o(t, j, "none") + x0(t, j) + xb0(t, j) <= 1)
+    up_idx = [(t, j) for (t, j, k) in op_idx if k == "up"]
+    m.c_t1_upgrade = pyo.Constraint(up_idx, rule=lambda m_, t, j: o(t, j, "up") <= x0(t, j))
+    drop_idx = [(t, j) for (t, j, k) in op_idx if k == "drop"]
+    m.c_t1_drop = pyo.Constraint(drop_idx, rule=lambda m_, t, j: o(t, j, "drop") <= x0(t, j) + xb0(t, j))
+    # input a^{j-1} (or abar^{j-1}) present when F^j runs (a^0 always is)
+    in_idx = [(t, j) for (t, j) in pair_idx if j >= 2]
+    m.c_t1_input = pyo.Constraint(in_idx, rule=lambda m_, t, j: anyop(t, j) <= x1(t, j - 1) + xb1(t, j - 1))
+    # F_none^j discards the plain a^{j-1} only (Table 1 has no F_none row for abar^{j-1})
+    m.c_t1_none_plain = pyo.Constraint(
+        [(t, j) for (t, j) in in_idx if (t, j, "none") in has or (t, j, "drop") in has],
+        rule=lambda m_, t, j: o(t, j, "none") + o(t, j, "drop") <= x1(t, j - 1))
+    # B^t needs delta^t (phase structure), abar^t and a^{t-1}/abar^{t-1}
+    ph = list(range(1, L + 2))
+    m.c_t1_backward_abar = pyo.Constraint(ph, rule=lambda m_, t: _rel(xb1(t, t), "==", 1))
+    m.c_t1_backward_input = pyo.Constraint(
+        [t for t in ph if t >= 2], rule=lambda m_, t: _rel(x2(t, t - 1) + xb1(t, t - 1), ">=", 1))
+    # --- phase transition: B^t frees abar^t and the plain a^{t-1} (Table 1, B^l rows) -----------
+    m.c_t1_carry_a = pyo.Constraint(x_idx, rule=lambda m_, t, j: m.x0[t, j] == x2(t + 1, j))
+    m.c_t1_carry_abar = pyo.Constraint(xb_idx, rule=lambda m_, t, j: m.xb0[t, j] == xb1(t + 1, j))
+
+    # --- Definitions 3.3 / 3.4: memory of every operation <= M (= 1 after scaling) -----------
+    def size0(t, k):
+        return wa[k] * x0(t, k) + wab[k] * xb0(t, k)
+
+    def size1(t, k):
+        return wa[k] * x1(t, k) + wab[k] * xb1(t, k)
+
+    def size2(t, k):
+        return wa[k] * x2(t, k) + wab[k] * xb1(t, k)
+
+    def mem_forward(m_, t, j):
+        e = wd[t] + wa[0]
+        e = e + sum(size2(t, k) for k in range(1, j - 1))
+        if j >= 2:
+            e = e + size1(t, j - 1)
+        e = e + sum(size0(t, k) for k in range(j, t + 1))
+        e = e + wab[j] * (o(t, j, "all") + o(t, j, "up")) + wa[j] * (o(t, j, "ck") + o(t, j, "none") + o(t, j, "drop"))
+        e = e + of[j] * anyop(t, j)
+        return _rel(e, "<=", 1.0)
+
+    m.c_d34_memory_forward = pyo.Constraint(pair_idx, rule=mem_forward)
+
+    def mem_backward(m_, t):
+        e = wd[t] + wa[0] + sum(size2(t, k) for k in range(1, t))
+        return _rel(e + wab[t] + wd[t - 1] + ob[t], "<=", 1.0)
+
+    m.c_d34_memory_backward = pyo.Constraint(ph, rule=mem_backward)
+
+    # --- Definition 3.2: makespan ----------------------------------------------------------------
+    m.makespan = pyo.Objective(expr=sum(uf[j] * ops[t, j, k] for (t, j, k) in op_idx) + sum(ub[1:L + 2]))
+    return m
+
+
+def schedule_from_model(m) -> RematSchedule:
+    """Read the sweeps back: phase L+1, ..., 1, each its chosen F^j in increasing j, then B^t."""
+    L = m.L
+    chosen = {key for key in m.op if m.op[key].value is not None and m.op[key].value > 0.5}
+    seq: list[tuple[str, int]] = []
+    for t in range(L + 1, 0, -1):
+        for j in range(1, t + 1):
+            for kind in KINDS:
+                if (t, j, kind) in chosen:
+                    seq.append((_OPNAME[kind], j))
+        seq.append(("B", t))
+    return RematSchedule(seq)
+
+
+def start_from_schedule(m, chain: Chain, schedule: RematSchedule | Sequence) -> list | None:
+    """MIP start ``[(var, value), ...]`` for a sequence of this module's shape (one ascending
+    sweep per phase; e.g. the persistent DP's), or None when the sequence does not fit it."""
+    ops = schedule.ops if isinstance(schedule, RematSchedule) else list(schedule)
+    L = chain.L
+    act = [0] * (L + 2)   # 0 none, 1 a, 2 abar
+    act[0] = 1
+    t = L + 1
+    last_j = 0
+    values = {key: 0.0 for key in m.op}
+    state_vals = []
+    for op, l in ops:
+        if op == "B":
+            if l != t:
+                return None
+            if act[l - 1] == 1:
+                act[l - 1] = 0
+            act[l] = 0
+            t -= 1
+            last_j = 0
+            if t >= 1:
+                for j in range(1, t + 1):
+                    if j < t:
+                        state_vals.append((m.x0[t, j], 1.0 if act[j] == 1 else 0.0))
+                    state_vals.append((m.xb0[t, j], 1.0 if act[j] == 2 else 0.0))
+            continue
+        if l <= last_j or l > t:
+            return None
+        last_j = l
+        cur = act[l]
+        if op == "F_all":
+            kind = "all" if cur == 0 else "up" if cur == 1 else None
+            act[l] = 2
+        elif op == "F_ck":
+            kind = "ck" if cur == 0 else None
+            act[l] = 1
+        else:
+            kind = "none" if cur == 0 else "drop"
+            act[l] = max(cur, 1)
+            act[l - 1] = 0
+        if kind is None or (t, l, kind) not in values:
+            return None
+        values[t, l, kind] = 1.0
+    if t != 0:
+        return None
+    return [(m.op[key], v) for key, v in values.items()] + state_vals
+
+
+def _persistent_start(chain: Chain, memory: float):
+    """The persistent DP's schedule (baselines.rotor), or None when it is unavailable/infeasible."""
+    try:
+        from baselines.rotor import persistent
+    except ImportError:  # pragma: no cover
+        return None
+    try:
+        exact = chain.is_integer and memory <= 20000
+        sol = persistent(chain, memory, exact=exact) if exact else persistent(chain, memory)
+    except Exception:  # pragma: no cover - a start is optional
+        return None
+    return sol.schedule if sol.success else None
+
+
+def _min_memory(chain: Chain) -> float | None:
+    try:
+        from baselines.rotor import min_memory
+        return min_memory(chain)
+    except Exception:  # pragma: no cover
+        return None
+
+
+def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 60, gap: float | None = 1e-4,
+                     threads: int | None = None, mip_start=True, log_file=None, verbose: bool = False) -> Solution:
+    """Optimal re-materialization sequence for paper 004's model by MILP (see the module docstring).
+
+    ``mip_start``: True starts HiGHS from the persistent DP's sequence (when it exists and fits the
+    formulation's shape); a :class:`RematSchedule` starts from that sequence; False/None: no start.
+    Returns a Solution whose objective and peak memory come from :func:`simulate_remat`; the MILP
+    objective is ``predicted``, its dual bound ``bound``. Status OPTIMAL means proven within ``gap``.
+    """
+    from models.units import fmt_memory
+
+    times: dict[str, float] = {}
+    t_all = time.perf_counter()
+    with timed(times, "build"):
+        model = build_remat_milp(chain, memory)
+    start = None
+    start_note = "no MIP start"
+    if mip_start:
+        with timed(times, "start"):
+            sched = _persistent_start(chain, memory) if mip_start is True else mip_start
+            if sched is not None:
+                start = start_from_schedule(model, chain, sched)
+                start_note = ("MIP start from " + ("the persistent DP" if mip_start is True else "the given sequence")
+                              if start else "MIP start skipped (sequence not of the sweep shape)")
+            else:
+                start_note = "no MIP start (the persistent DP found no sequence)"
+    res = solve_milp(model, time_limit=time_limit, gap=gap, threads=threads, mip_start=start,
+                     log_file=log_file, verbose=verbose, options=TOL_OPTIONS)
+    times.update(res.times)
+    ts = model.time_scale
+    details = {"model_size": res.size, "mip_start": start_note, "start_accepted": res.start_accepted,
+               "milp_status": str(res.status), "milp_message": res.message,
+               "time_limit": time_limit, "gap_target": gap}
+    pred = None if res.objective is None else res.objective * ts
+    bound = None if res.bound is None else res.bound * ts
+    if res.status == Status.INFEASIBLE:
+        need = _min_memory(chain)
+        msg = f"no valid sequence fits in {fmt_memory(memory)}"
+        if need is not None:
+            msg += f": the minimum feasible memory is {fmt_memory(need)} ({need:.0f} B)"
+            details["min_memory"] = need
+        times["total"] = time.perf_counter() - t_all
+        return Solution("remat", "remat-milp", Status.INFEASIBLE, memory_limit=memory, message=msg,
+                        times=times, details=details)
+    if not res.has_solution:
+        times["total"] = time.perf_counter() - t_all
+        return Solution("remat", "remat-milp", res.status, memory_limit=memory, bound=bound,
+                        message=res.message, times=times, details=details)
+    sched = schedule_from_model(model)
+    status = res.status
+    msg = res.message
+    try:
+        rep = simulate_remat(chain, sched, memory_limit=memory)
+    except InvalidSequence as e:   # should not happen: the formulation replays Table 1
+        try:
+            rep = simulate_remat(chain, sched)
+            details["limit_exceeded"] = rep.peak_memory > memory
+            status, msg = Status.FEASIBLE, f"the MILP schedule does not replay under the limit ({e})"
+        except InvalidSequence as e2:
+            times["total"] = time.perf_counter() - t_all
+            return Solution("remat", "remat-milp", Status.ERROR, memory_limit=memory, predicted=pred,
+                            bound=bound, schedule=sched, message=f"MILP schedule is invalid: {e2}",
+                            times=times, details=details)
+    if status == Status.OPTIMAL:
+        msg = f"optimal for paper 004's model (MILP {res.message})"
+    times["total"] = time.perf_counter() - t_all
+    details["recompute_time"] = rep.recompute_time
+    return Solution("remat", "remat-milp", status, objective=rep.makespan, peak_memory=rep.peak_memory,
+                    schedule=sched, bound=bound, memory_limit=memory, predicted=pred, message=msg,
+                    times=times, details=details)

@@ -21,7 +21,7 @@ from torch import nn
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, n_embd: int, n_head: int, n_ctx: int, dropout: float):
+    def __init__(self, n_embd: int, n_head: int, dropout: float):
         super().__init__()
         if n_embd % n_head:
             raise ValueError(f"n_embd={n_embd} is not a multiple of n_head={n_head}")
@@ -29,7 +29,6 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(n_embd, 3 * n_embd)
         self.c_proj = nn.Linear(n_embd, n_embd)
         self.attn_drop, self.resid_drop = nn.Dropout(dropout), nn.Dropout(dropout)
-        self.register_buffer("mask", torch.tril(torch.ones(n_ctx, n_ctx, dtype=torch.bool)), persistent=False)
 
     def forward(self, x):
         b, t = x.size(0), x.size(1)
@@ -38,7 +37,8 @@ class CausalSelfAttention(nn.Module):
         k = qkv[:, :, 1].transpose(1, 2)
         v = qkv[:, :, 2].transpose(1, 2)
         att = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
-        att = att.masked_fill(~self.mask[:t, :t], float("-inf"))
+        causal = att.new_ones((t, t), dtype=torch.bool).tril()
+        att = att.masked_fill(~causal, float("-inf"))
         att = self.attn_drop(F.softmax(att, dim=-1))
         y = torch.matmul(att, v).transpose(1, 2).reshape(b, t, self.n_head * self.head_dim)
         return self.resid_drop(self.c_proj(y))
@@ -58,7 +58,7 @@ class Block(nn.Module):
     def __init__(self, n_embd: int, n_head: int, n_ctx: int, dropout: float):
         super().__init__()
         self.ln_1, self.ln_2 = nn.LayerNorm(n_embd), nn.LayerNorm(n_embd)
-        self.attn = CausalSelfAttention(n_embd, n_head, n_ctx, dropout)
+        self.attn = CausalSelfAttention(n_embd, n_head, dropout)
         self.mlp = MLP(n_embd, dropout)
 
     def forward(self, x):

@@ -1,0 +1,314 @@
+"""Graph capture (torch.fx -> networkx) and linearization of a DAG into a chain of stages.
+
+Papers 001 (section 6) and 003 (section 6) turn non-sequential networks into chains "by grouping each
+non-linear part of the graph in a virtual layer", with "a greedy procedure to obtain minimal groups of
+operations. In each group, the set of predecessors outside the group and the set of successors outside
+the group are disjoint." Neither paper writes the procedure down; this module reads it as follows.
+
+The rule (what :func:`linearize` computes)
+------------------------------------------
+Let G be a DAG with a single source s (the network input a^0) and a single sink t (the value handed
+to the loss). A node v is a **separator** when
+
+1. every node of G is an ancestor of v, v itself, or a descendant of v, and
+2. every edge from {ancestors of v} ∪ {v} to {descendants of v} leaves from v.
+
+Equivalently: in a topological order, when the prefix ending at v has been processed, v is the only
+processed node with an unprocessed successor ("the frontier is {v}"); this does not depend on the
+topological order chosen. The source s is a separator and so is the sink t. With the separators
+s = v_0, v_1, ..., v_L = t in topological order, stage l is the group
+
+    G_l = { u : v_{l-1} < u <= v_l }   (descendants of v_{l-1} that are ancestors of v_l, plus v_l).
+
+Then for every group the only predecessor outside the group is v_{l-1} (whose output is a^{l-1}) and
+every successor outside the group lies in G_{l+1}: outside predecessors and outside successors are
+disjoint (the papers' condition), consecutive groups exchange exactly one tensor, and the groups are
+**minimal**: any finer partition into a sequence of groups would need a boundary that is not a single
+node's output. A straight chain gives one group per node; a residual block (skip edge from the block
+input to the addition) becomes one group ending at the addition; a dense block written with a list of
+all earlier features becomes one group; an Inception module (parallel branches + concatenation) becomes
+one group ending at the concatenation.
+
+The greedy procedure scans a topological order once, keeping for each processed node the number of its
+successors not yet processed, and closes the current group at v when the set of processed nodes with
+unprocessed successors is exactly {v}. Complexity O(V + E) after the topological sort.
+
+Capture
+-------
+:func:`capture` traces a module with ``torch.fx.symbolic_trace`` (leaf modules are torch.nn's own:
+Conv2d, BatchNorm2d, Linear, ...), runs it once on a sample input to record shapes, and returns a
+:class:`Captured` holding the fx GraphModule and a networkx DiGraph whose nodes carry the fx node name,
+``op``, ``target``, ``out_bytes`` (bytes of the node's tensor outputs for the sample input) and
+``weight_bytes`` (bytes of the parameters the node reads). Nodes that do not depend on the input
+(``get_attr`` of parameters or buffers, constants built from them) are left out of the DAG: they are
+re-created inside every stage that reads them (see :func:`stage_modules`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Hashable, Iterable, Sequence
+
+import networkx as nx
+
+
+# ---------------------------------------------------------------------------------------- the rule
+def linearize(G: nx.DiGraph, order: Sequence[Hashable] | None = None) -> list[list[Hashable]]:
+    """Minimal groups of a single-source single-sink DAG (see the module docstring for the rule).
+
+    Parameters
+    ----------
+    G : networkx.DiGraph, acyclic, exactly one node without predecessors (the input) and one node
+        without successors (the output).
+    order : optional topological order to scan (default: a topological order of G that follows node
+        insertion order where it can); the result does not depend on it.
+
+    Returns
+    -------
+    list of groups, each a list of nodes in scan order; the source is in no group (it is a^0), the
+    last node of group l is the separator whose output is a^l, the last group ends with the sink.
+
+    >>> G = nx.DiGraph([("x", "c1"), ("c1", "c2"), ("c2", "add"), ("x", "add"), ("add", "fc")])
+    >>> linearize(G)
+    [['c1', 'c2', 'add'], ['fc']]
+    """
+    if not nx.is_directed_acyclic_graph(G):
+        raise ValueError("linearize: the graph has a cycle")
+    sources = [n for n in G if G.in_degree(n) == 0]
+    sinks = [n for n in G if G.out_degree(n) == 0]
+    if len(sources) != 1 or len(sinks) != 1:
+        raise ValueError(f"linearize: need exactly one source and one sink, got sources {sources[:5]} "
+                         f"and sinks {sinks[:5]}")
+    if order is None:
+        index = {n: i for i, n in enumerate(G.nodes)}
+        order = list(nx.lexicographical_topological_sort(G, key=lambda n: index[n]))
+    else:
+        order = list(order)
+        pos = {n: i for i, n in enumerate(order)}
+        if len(pos) != len(G) or any(pos[u] >= pos[v] for u, v in G.edges):
+            raise ValueError("linearize: 'order' is not a topological order of G")
+    if order[0] != sources[0]:
+        raise ValueError("linearize: the scan order must start with the source")
+    remaining = {n: G.out_degree(n) for n in G}
+    frontier: set[Hashable] = {order[0]}
+    groups: list[list[Hashable]] = []
+    current: list[Hashable] = []
+    for v in order[1:]:
+        current.append(v)
+        for u in G.predecessors(v):
+            remaining[u] -= 1
+            if remaining[u] == 0:
+                frontier.discard(u)
+        if remaining[v] > 0:
+            frontier.add(v)
+        if frontier == {v} or not frontier:
+            groups.append(current)
+            current = []
+    assert not current, "the sink closes the last group"
+    return groups
+
+
+def is_chain_partition(G: nx.DiGraph, groups: Sequence[Sequence[Hashable]]) -> bool:
+    """True when ``groups`` (the source excluded) cover G's other nodes and every edge stays inside a
+    group or goes from the last node of group l (or the source, for l = 0) into group l+1."""
+    source = next(n for n in G if G.in_degree(n) == 0)
+    where = {source: 0}
+    for l, g in enumerate(groups, start=1):
+        for n in g:
+            if n in where:
+                return False
+            where[n] = l
+    if len(where) != len(G):
+        return False
+    last = {0: source, **{l: g[-1] for l, g in enumerate(groups, start=1)}}
+    for u, v in G.edges:
+        a, b = where[u], where[v]
+        if a == b:
+            continue
+        if b != a + 1 or u != last[a]:
+            return False
+    return True
+
+
+# ------------------------------------------------------------------------------------- capture
+@dataclass
+class Captured:
+    """A traced model: the fx GraphModule, the networkx DAG of input-dependent nodes, the sample output."""
+
+    gm: Any                     # torch.fx.GraphModule
+    graph: nx.DiGraph
+    source: str                 # name of the input placeholder node
+    sink: str                   # name of the node whose value the model returns
+    free: set[str] = field(default_factory=set)   # fx nodes that do not depend on the input
+
+    def groups(self) -> list[list[str]]:
+        return linearize(self.graph)
+
+
+def _tensor_bytes(meta) -> int:
+    if meta is None:
+        return 0
+    if hasattr(meta, "shape") and hasattr(meta, "dtype"):
+        import torch
+
+        n = 1
+        for s in meta.shape:
+            n *= int(s)
+        return n * torch.empty((), dtype=meta.dtype).element_size()
+    if isinstance(meta, (list, tuple)):
+        return sum(_tensor_bytes(m) for m in meta)
+    if isinstance(meta, dict):
+        return sum(_tensor_bytes(m) for m in meta.values())
+    return 0
+
+
+def capture(model, example_input) -> Captured:
+    """Trace ``model`` with torch.fx, record tensor sizes on ``example_input``, build the DAG.
+
+    The model must take one tensor and return one tensor. Parameters are shared with ``model``.
+    """
+    import torch
+    from torch import fx
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    gm = fx.symbolic_trace(model)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != 1:
+        raise ValueError(f"capture: the model must take exactly one input, it takes {len(placeholders)}")
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    ret = out_node.args[0]
+    if not isinstance(ret, fx.Node):
+        raise ValueError("capture: the model must return a single tensor (got a tuple/structure; "
+                         "e.g. switch off Inception's auxiliary head)")
+    was_training = model.training
+    with torch.no_grad():
+        rng = torch.get_rng_state()
+        ShapeProp(gm).propagate(example_input)
+        torch.set_rng_state(rng)
+    gm.train(was_training)
+    source = placeholders[0]
+    dependent: set[fx.Node] = {source}
+    for n in gm.graph.nodes:
+        if n.op not in ("placeholder", "output") and any(a in dependent for a in n.all_input_nodes):
+            dependent.add(n)
+    free = {n.name for n in gm.graph.nodes if n not in dependent and n.op != "output"}
+    modules = dict(gm.named_modules())
+    G = nx.DiGraph()
+    for n in gm.graph.nodes:
+        if n not in dependent:
+            continue
+        wbytes = 0
+        params = []
+        if n.op == "call_module":
+            params = list(modules[n.target].parameters())
+        for a in n.all_input_nodes:
+            if a.op == "get_attr":
+                obj = gm
+                for part in str(a.target).split("."):
+                    obj = getattr(obj, part)
+                if isinstance(obj, torch.nn.Parameter):
+                    params.append(obj)
+        wbytes = sum(p.numel() * p.element_size() for p in {id(p): p for p in params}.values())
+        G.add_node(n.name, op=n.op, target=str(n.target), out_bytes=_tensor_bytes(n.meta.get("tensor_meta")),
+                   weight_bytes=wbytes)
+        for a in n.all_input_nodes:
+            if a in dependent:
+                G.add_edge(a.name, n.name)
+    return Captured(gm=gm, graph=G, source=source.name, sink=ret.name, free=free)
+
+
+def stage_modules(cap: Captured, groups: Sequence[Sequence[str]] | None = None) -> list:
+    """One fx GraphModule per group: it takes a^{l-1} (the previous separator's value, or the model
+    input) and returns a^l (the group's last node). Parameters are shared with the traced model, so
+    running the stages one after the other computes the model and fills the same ``.grad`` fields.
+    Nodes that do not depend on the input (``get_attr``, constants) are copied into each stage that
+    reads them.
+    """
+    from torch import fx
+
+    groups = cap.groups() if groups is None else groups
+    nodes = {n.name: n for n in cap.gm.graph.nodes}
+    stages = []
+    prev = cap.source
+    for g in groups:
+        graph = fx.Graph()
+        env: dict[fx.Node, fx.Node] = {nodes[prev]: graph.placeholder("x")}
+
+        def lookup(a: fx.Node) -> fx.Node:
+            if a not in env:
+                if a.name not in cap.free:
+                    raise ValueError(f"stage_modules: node {a.name} crosses a stage boundary; the groups "
+                                     "are not a chain partition of the graph")
+                env[a] = graph.node_copy(a, lookup)
+            return env[a]
+
+        for name in g:
+            n = nodes[name]
+            env[n] = graph.node_copy(n, lookup)
+        graph.output(env[nodes[g[-1]]])
+        stages.append(fx.GraphModule(cap.gm, graph, class_name="Stage"))
+        prev = g[-1]
+    return stages
+
+
+def group_name(cap: Captured, group: Sequence[str]) -> str:
+    """A readable stage name: the longest common module path of the group's module calls
+    (``layer1.0`` for a residual block), else the separator's fx name."""
+    targets = [cap.graph.nodes[n]["target"].split(".") for n in group
+               if cap.graph.nodes[n]["op"] == "call_module"]
+    if targets:
+        common = []
+        for parts in zip(*targets):
+            if len(set(parts)) != 1:
+                break
+            common.append(parts[0])
+        if common and (len(targets) > 1 or len(group) == 1):
+            return ".".join(common)
+        if len(group) == 1:
+            return ".".join(targets[0])
+    return str(group[-1])
+
+
+@dataclass
+class LinearizedModel:
+    """A model cut into chain stages: ``stages[l-1]`` computes a^l from a^{l-1}."""
+
+    captured: Captured
+    groups: list[list[str]]
+    stages: list
+    names: list[str]
+
+    @property
+    def L(self) -> int:
+        return len(self.stages)
+
+    def __call__(self, x):
+        for s in self.stages:
+            x = s(x)
+        return x
+
+
+def linearize_model(model, example_input) -> LinearizedModel:
+    """Trace, linearize and cut ``model`` (see :func:`capture`, :func:`linearize`, :func:`stage_modules`)."""
+    cap = capture(model, example_input)
+    groups = cap.groups()
+    names: list[str] = []
+    for g in groups:
+        name = group_name(cap, g)
+        k = 2
+        while (name if k == 2 else f"{name}#{k - 1}") in names:
+            k += 1
+        names.append(name if k == 2 else f"{name}#{k - 1}")
+    return LinearizedModel(cap, groups, stage_modules(cap, groups), names)
+
+
+def group_costs(G: nx.DiGraph, groups: Sequence[Sequence[Hashable]], attrs: Iterable[str]) -> list[dict]:
+    """Per-group sums of node attributes (missing attributes count 0), plus ``last`` (the separator)."""
+    attrs = list(attrs)
+    out = []
+    for g in groups:
+        row = {a: float(sum(G.nodes[n].get(a, 0.0) or 0.0 for n in g)) for a in attrs}
+        row["last"] = g[-1]
+        out.append(row)
+    return out

@@ -1,0 +1,531 @@
+"""Activation offloading (paper 001, Beaumont, Eyraud-Dubois, Shilova, Euro-Par 2020): timed schedules,
+their validator, and the no-wait schedule builder of Proposition 1.
+
+Notation: paper 001 -> :class:`models.chain.Chain`
+===================================================
+
+Paper 001 numbers the operations ``F_0..F_L`` and ``B_0..B_L`` (section 3.1, "0 <= i <= L"): ``F_i``
+reads ``x_i`` and writes ``x_{i+1}``; ``B_i`` reads ``x_{i+1}``, ``x_i`` and ``y_{i+1}`` and writes
+``y_i``. A :class:`~models.chain.Chain` with stages ``1..L+1`` (stage ``L+1`` is the loss) maps onto it
+with the *same* ``L``:
+
+===================  ===========================  ===============================================
+paper 001            chain field                  remark
+===================  ===========================  ===============================================
+``F_i``, ``B_i``     stage ``i+1``                i = 0..L; ``F_L``/``B_L`` are the loss stage
+``u_{F_i}``          ``uf[i+1]``                  seconds
+``u_{B_i}``          ``ub[i+1]``
+``|x_i|``            ``wabar[i]``                 i = 0..L+1; what autograd keeps of the forward
+                                                  value (abar contains a), so what is offloaded
+``|y_i|``            ``wd[i]``                    gradient delta^i, i = 0..L+1
+``ex^F_i``           ``of[i+1]``                  temporary memory of F_i beyond inputs/outputs
+``ex^B_i``           ``ob[i+1]``
+``M_GPU``            ``memory_limit``             activation budget, bytes (parameters
+                                                  ``weights`` are not modelled, as in the paper)
+``beta``             ``bandwidth``                bytes/s, one link, one transfer at a time
+===================  ===========================  ===============================================
+
+Memory model (section 3.1, and ``m_{F_i}``, ``m_{B_i}`` of section 3.2)
+----------------------------------------------------------------------
+* ``x_0`` is in memory from time 0. ``x_{i+1}`` is reserved when ``F_i`` starts (an operation reserves
+  its output when it starts) and is freed when ``B_i`` ends (``B_i`` is its last reader).
+* ``ex^F_i`` is held while ``F_i`` runs; ``B_i`` holds ``ex^B_i`` and reserves ``y_i`` when it starts;
+  ``y_{i+1}`` (reserved by ``B_{i+1}``; the seed ``y_{L+1}`` by ``B_L``) is freed when ``B_i`` ends.
+  ``y_0`` stays. Without offloading, the memory during ``F_i`` is ``ex^F_i + sum_{j<=i+1} |x_j|`` and
+  during ``B_i`` ``ex^B_i + |y_i| + |y_{i+1}| + sum_{j<=i+1} |x_j|``: exactly ``m_{F_i}`` and
+  ``m_{B_i}`` of section 3.2, whose maximum is ``M_peak`` (:func:`peak_memory_no_offload`).
+* Offloading ``x_j`` (``j`` in ``0..L``; ``x_{L+1}``, the loss output, is never worth offloading) is
+  one *offload* transfer followed by one *prefetch* transfer, each lasting ``|x_j|/beta``, on a single
+  link (one transfer at a time; transfers overlap computations). The offload may start once ``x_j``
+  exists (end of ``F_{j-1}``; time 0 for ``x_0``). The memory of ``x_j`` is released *at the end* of
+  the offload, and not before ``F_j`` (its forward reader) has ended: release time
+  ``max(end of offload, end of F_j)``. The prefetch starts after the offload ended, *reserves*
+  ``|x_j|`` when it starts, and must end before ``B_j`` starts (``B_j`` is the first backward reader
+  of ``x_j``); the memory is then freed with ``B_{j-1}`` as usual.
+* Computations run one at a time in the order ``F_0..F_L, B_L..B_0`` (the data dependencies of Fig. 1
+  force that order). The makespan is the end of ``B_0``.
+
+Instants. Memory can only grow when a computation or a prefetch starts, so the validator checks it at
+those instants, after applying every release that happens at the same instant (an operation may use
+memory freed by a transfer that ends when it starts). Zero-duration operations (used by the reduction
+of Theorem 1) are handled as instants of their own, in chain order.
+
+No-wait schedules (Proposition 1)
+---------------------------------
+For a fixed offloaded set and fixed transfer orders (offloads in one order, then prefetches in one
+order), :func:`no_wait_schedule` builds the schedule in which every forward action starts as soon as
+its data is there and memory allows (forward phase from time 0), every backward action is done as
+*late* as possible before the end (section 5.2 analyses the backward phase that way: it is the no-wait
+policy in reversed time, where a prefetch is an offload and ``B_i`` reserves ``x_{i+1}``), and the two
+phases are joined with the smallest feasible idle time between them (the ``epsilon_G`` of Lemma 4,
+found here by a search over the instants where the two phases can collide, replayed by the validator).
+"""
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .chain import Chain
+
+
+class InvalidOffloadSchedule(ValueError):
+    """The schedule breaks a rule of the model; the message names the rule, the item and the time."""
+
+
+class NoWaitInfeasible(ValueError):
+    """The no-wait schedule for this offloaded set and these orders cannot fit in memory."""
+
+
+# ---------------------------------------------------------------------------------------------- sizes
+@dataclass(frozen=True)
+class OffloadData:
+    """Paper-001 view of a chain (arrays indexed like the paper; see the module docstring)."""
+
+    L: int
+    uF: np.ndarray   # 0..L
+    uB: np.ndarray   # 0..L
+    x: np.ndarray    # 0..L+1
+    y: np.ndarray    # 0..L+1
+    exF: np.ndarray  # 0..L
+    exB: np.ndarray  # 0..L
+
+    @classmethod
+    def of(cls, chain: Chain) -> "OffloadData":
+        L = chain.L
+        return cls(L=L, uF=chain.uf[1:L + 2].copy(), uB=chain.ub[1:L + 2].copy(), x=chain.wabar.copy(),
+                   y=chain.wd.copy(), exF=chain.of[1:L + 2].copy(), exB=chain.ob[1:L + 2].copy())
+
+    @property
+    def candidates(self) -> list[int]:
+        """Activations that may be offloaded: x_0..x_L."""
+        return list(range(self.L + 1))
+
+
+def peak_memory_no_offload(chain: Chain) -> float:
+    """``M_peak`` of section 3.2: ``max_i max(m_{F_i}, m_{B_i})`` with
+    ``m_{F_i} = ex^F_i + sum_{j<=i+1}|x_j|`` and ``m_{B_i} = ex^B_i + |y_i| + |y_{i+1}| + sum_{j<=i+1}|x_j|``."""
+    d = OffloadData.of(chain)
+    cum = np.cumsum(d.x)  # cum[k] = sum_{j<=k} x_j
+    mF = d.exF + cum[1:d.L + 2]
+    mB = d.exB + d.y[:d.L + 1] + d.y[1:d.L + 2] + cum[1:d.L + 2]
+    return float(max(mF.max(), mB.max()))
+
+
+def min_feasible_memory(chain: Chain) -> float:
+    """Smallest memory limit for which some schedule exists (everything offloadable is offloaded and
+    transfers are run between computations): each operation still needs its own inputs and outputs,
+    ``max_i max(|x_i| + |x_{i+1}| + ex^F_i, |x_i| + |x_{i+1}| + |y_i| + |y_{i+1}| + ex^B_i)``."""
+    d = OffloadData.of(chain)
+    pair = d.x[:d.L + 1] + d.x[1:d.L + 2]
+    f = pair + d.exF
+    b = pair + d.y[:d.L + 1] + d.y[1:d.L + 2] + d.exB
+    return float(max(f.max(), b.max()))
+
+
+# ------------------------------------------------------------------------------------------- schedule
+@dataclass
+class OffloadSchedule:
+    """Start times (seconds) of every ``F_i``, ``B_i`` (paper indices 0..L) and of the offload and
+    prefetch of every offloaded ``x_j``. ``bandwidth`` (bytes/s) fixes the transfer durations."""
+
+    tF: list[float]
+    tB: list[float]
+    offload: dict[int, float] = field(default_factory=dict)
+    prefetch: dict[int, float] = field(default_factory=dict)
+    bandwidth: float = math.inf
+
+    def __post_init__(self) -> None:
+        self.tF = [float(t) for t in self.tF]
+        self.tB = [float(t) for t in self.tB]
+        self.offload = {int(j): float(t) for j, t in self.offload.items()}
+        self.prefetch = {int(j): float(t) for j, t in self.prefetch.items()}
+
+    @property
+    def L(self) -> int:
+        return len(self.tF) - 1
+
+    @property
+    def offloaded(self) -> list[int]:
+        return sorted(self.offload)
+
+    def link_order(self) -> list[tuple[str, int]]:
+        """Transfers in start order: ``[("O", j), ("P", k), ...]``."""
+        ev = [(t, 0, "O", j) for j, t in self.offload.items()] + [(t, 1, "P", j) for j, t in self.prefetch.items()]
+        return [(k, j) for _, _, k, j in sorted(ev)]
+
+    def to_json(self) -> dict:
+        return {"model": "paper001-offload", "index": "paper 001: F_i, B_i, x_i for i = 0..L (chain stage i+1)",
+                "bandwidth": self.bandwidth, "tF": self.tF, "tB": self.tB,
+                "offload": {str(j): t for j, t in sorted(self.offload.items())},
+                "prefetch": {str(j): t for j, t in sorted(self.prefetch.items())},
+                "offloaded": self.offloaded}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "OffloadSchedule":
+        return cls(tF=data["tF"], tB=data["tB"], offload={int(k): v for k, v in data["offload"].items()},
+                   prefetch={int(k): v for k, v in data["prefetch"].items()}, bandwidth=data["bandwidth"])
+
+
+@dataclass
+class OffloadReplay:
+    """What the validator measured."""
+
+    makespan: float
+    peak_memory: float
+    peak_time: float
+    offloaded: list[int]
+    offloaded_bytes: float
+    link_busy: float
+    compute_idle: float
+
+
+def _cluster_times(times: Iterable[float], eps: float) -> dict[float, float]:
+    """Map each time to a representative so that times closer than ``eps`` compare equal."""
+    out: dict[float, float] = {}
+    rep = None
+    for t in sorted(set(times)):
+        if rep is None or t - rep > eps:
+            rep = t
+        out[t] = rep
+    return out
+
+
+def validate_offload(chain: Chain, schedule: OffloadSchedule, memory_limit: float | None = None,
+                     bandwidth: float | None = None, *, tol: float = 1e-7) -> OffloadReplay:
+    """Replay a timed offloading schedule; return makespan and peak memory or raise
+    :class:`InvalidOffloadSchedule` with the rule that is broken.
+
+    Checks (paper 001, section 3.1): computation order and data dependencies; offload after the
+    activation exists; prefetch after the offload and before ``B_j``; one transfer at a time; memory at
+    every instant (see the module docstring for the memory model) at most ``memory_limit``.
+    ``tol`` is relative (to the makespan for times, to the limit for memory).
+    """
+    d = OffloadData.of(chain)
+    L = d.L
+    S = schedule
+    beta = float(bandwidth if bandwidth is not None else S.bandwidth)
+    if len(S.tF) != L + 1 or len(S.tB) != L + 1:
+        raise InvalidOffloadSchedule(f"schedule has {len(S.tF)} forward / {len(S.tB)} backward times, "
+                                     f"the chain needs {L + 1} of each (F_0..F_{L}, B_0..B_{L})")
+    if set(S.offload) != set(S.prefetch):
+        miss = sorted(set(S.offload) ^ set(S.prefetch))
+        raise InvalidOffloadSchedule(f"x_{miss[0]} has an offload without a prefetch or the reverse")
+    for j in S.offload:
+        if not 0 <= j <= L:
+            raise InvalidOffloadSchedule(f"x_{j} cannot be offloaded (candidates are x_0..x_{L})")
+    if S.offload and not (beta > 0 and math.isfinite(beta)):
+        raise InvalidOffloadSchedule("transfers need a finite positive bandwidth")
+    allt = [*S.tF, *S.tB, *S.offload.values(), *S.prefetch.values()]
+    if not all(math.isfinite(t) for t in allt):
+        raise InvalidOffloadSchedule("a start time is not finite")
+    makespan = S.tB[0] + d.uB[0]
+    eps = tol * max(1.0, abs(makespan)) if makespan > 0 else tol
+    eF = [S.tF[i] + d.uF[i] for i in range(L + 1)]
+    eB = [S.tB[i] + d.uB[i] for i in range(L + 1)]
+    c = {j: d.x[j] / beta for j in S.offload}
+
+    # -- computations: order and dependencies (Fig. 1)
+    if S.tF[0] < -eps:
+        raise InvalidOffloadSchedule(f"F_0 starts at {S.tF[0]:.6g} < 0")
+    for i in range(1, L + 1):
+        if S.tF[i] < eF[i - 1] - eps:
+            raise InvalidOffloadSchedule(f"F_{i} starts at {S.tF[i]:.6g} before F_{i - 1} ends "
+                                         f"({eF[i - 1]:.6g}): it needs x_{i}")
+    if S.tB[L] < eF[L] - eps:
+        raise InvalidOffloadSchedule(f"B_{L} starts at {S.tB[L]:.6g} before F_{L} ends ({eF[L]:.6g})")
+    for i in range(L - 1, -1, -1):
+        if S.tB[i] < eB[i + 1] - eps:
+            raise InvalidOffloadSchedule(f"B_{i} starts at {S.tB[i]:.6g} before B_{i + 1} ends "
+                                         f"({eB[i + 1]:.6g}): it needs y_{i + 1}")
+    # -- transfers: dependencies
+    for j in S.offload:
+        o, p = S.offload[j], S.prefetch[j]
+        ready = 0.0 if j == 0 else eF[j - 1]
+        if o < ready - eps:
+            raise InvalidOffloadSchedule(f"offload of x_{j} starts at {o:.6g} before x_{j} exists "
+                                         f"(end of F_{j - 1} at {ready:.6g})")
+        if p < o + c[j] - eps:
+            raise InvalidOffloadSchedule(f"prefetch of x_{j} starts at {p:.6g} before its offload ends "
+                                         f"({o + c[j]:.6g})")
+        if p + c[j] > S.tB[j] + eps:
+            raise InvalidOffloadSchedule(f"prefetch of x_{j} ends at {p + c[j]:.6g} after B_{j} starts "
+                                         f"({S.tB[j]:.6g}), which needs x_{j}")
+    # -- one transfer at a time
+    tr = sorted([(S.offload[j], c[j], f"offload of x_{j}") for j in S.offload]
+                + [(S.prefetch[j], c[j], f"prefetch of x_{j}") for j in S.prefetch])
+    tr = [t for t in tr if t[1] > 0]
+    for (a0, l0, n0), (a1, l1, n1) in zip(tr, tr[1:]):
+        if a1 < a0 + l0 - eps:
+            raise InvalidOffloadSchedule(f"{n1} starts at {a1:.6g} while {n0} runs until {a0 + l0:.6g} "
+                                         "(one transfer at a time)")
+
+    # -- memory. Event key: (time, cls, sub, phase); cls 0 = releases at the end of something that
+    # lasts, cls 1 = zero-duration computations (sub = position in the computation order, phase 0
+    # reserve / 1 free), cls 2 = reservations of things that last.
+    pos_F = {i: i for i in range(L + 1)}
+    pos_B = {i: 2 * L + 1 - i for i in range(L + 1)}
+    events: list[tuple[float, int, int, int, float, str]] = []
+
+    def reserve(t, size, pos, zero, what):
+        if size:
+            events.append((t, 1, pos, 0, size, what) if zero else (t, 2, 0, 0, size, what))
+
+    def free(t, size, pos, zero):
+        if size:
+            events.append((t, 1, pos, 1, -size, "") if zero else (t, 0, 0, 0, -size, ""))
+
+    zF = [d.uF[i] == 0 for i in range(L + 1)]
+    zB = [d.uB[i] == 0 for i in range(L + 1)]
+    # x_0
+    if 0 in S.offload:
+        rel, pos, zero = _release(S, d, 0, eF, c, zF, pos_F)
+        events.append((0.0, 2, 0, 0, d.x[0], "x_0")) if d.x[0] else None
+        free(rel, d.x[0], pos, zero)
+    elif d.x[0]:
+        events.append((0.0, 2, 0, 0, d.x[0], "x_0"))
+    for i in range(L + 1):
+        # F_i: output x_{i+1} and ex^F_i
+        reserve(S.tF[i], d.exF[i], pos_F[i], zF[i], f"ex^F_{i}")
+        free(eF[i], d.exF[i], pos_F[i], zF[i])
+        reserve(S.tF[i], d.x[i + 1], pos_F[i], zF[i], f"x_{i + 1}")
+        j = i + 1
+        if j in S.offload:
+            rel, pos, zero = _release(S, d, j, eF, c, zF, pos_F)
+            free(rel, d.x[j], pos, zero)
+        # B_i: ex^B_i, y_i; frees x_{i+1}, y_{i+1}
+        reserve(S.tB[i], d.exB[i], pos_B[i], zB[i], f"ex^B_{i}")
+        free(eB[i], d.exB[i], pos_B[i], zB[i])
+        reserve(S.tB[i], d.y[i], pos_B[i], zB[i], f"y_{i}")
+        if i > 0:
+            free(eB[i - 1], d.y[i], pos_B[i - 1], zB[i - 1])
+        if i == L:
+            reserve(S.tB[L], d.y[L + 1], pos_B[L], zB[L], f"y_{L + 1}")
+            free(eB[L], d.y[L + 1], pos_B[L], zB[L])
+        free(eB[i], d.x[i + 1], pos_B[i], zB[i])
+    for j in S.prefetch:
+        if d.x[j]:
+            events.append((S.prefetch[j], 2, 0, 0, d.x[j], f"prefetch of x_{j}"))
+    free(eB[0], d.x[0], pos_B[0], zB[0])
+
+    rep = _cluster_times([e[0] for e in events], eps)
+    events = sorted(((rep[t], cl, s, ph, dl, w) for t, cl, s, ph, dl, w in events), key=lambda e: e[:4])
+    limit = None if memory_limit is None else memory_limit * (1 + tol) + tol
+    mem = 0.0
+    peak, peak_t = 0.0, 0.0
+    for t, cl, s, ph, dl, what in events:
+        mem += dl
+        if dl > 0:
+            if mem > peak:
+                peak, peak_t = mem, t
+            if limit is not None and mem > limit:
+                # report after all reservations of this instant of the same class
+                raise InvalidOffloadSchedule(
+                    f"memory {mem:.6g} B exceeds the limit {memory_limit:.6g} B at time {t:.6g} "
+                    f"(when {what} is reserved)")
+    busy = sum(2 * c[j] for j in S.offload)
+    comp = float(d.uF.sum() + d.uB.sum())
+    return OffloadReplay(makespan=float(makespan), peak_memory=float(peak), peak_time=float(peak_t),
+                         offloaded=S.offloaded, offloaded_bytes=float(sum(d.x[j] for j in S.offload)),
+                         link_busy=float(busy), compute_idle=float(makespan - comp))
+
+
+def _release(S, d, j, eF, c, zF, pos_F):
+    """Release instant of the first copy of an offloaded x_j: max(end of offload, end of F_j)."""
+    endO = S.offload[j] + c[j]
+    if eF[j] >= endO:
+        return eF[j], pos_F[j], zF[j]
+    return endO, 0, False
+
+
+def is_valid(chain, schedule, memory_limit, bandwidth=None) -> bool:
+    try:
+        validate_offload(chain, schedule, memory_limit, bandwidth)
+        return True
+    except InvalidOffloadSchedule:
+        return False
+
+
+# ------------------------------------------------------------------------------- no-wait (Prop. 1)
+def _phase(dur: Sequence[float], extra: Sequence[float], items: list[tuple[float, int, int, int, bool]],
+           order: Sequence[int], M: float, beta: float, what: str):
+    """One phase run as early as possible: operations ``q = 0..n-1`` in sequence, transfers in
+    ``order`` on one link; an item ``(size, produced_by, ready_after, last_use, transferred)`` is
+    reserved when operation ``produced_by`` starts (-1: at time 0), may be transferred after
+    ``ready_after`` ends (-1: time 0) and is released at ``max(transfer end, end of last_use)``.
+    Operation ``q`` needs ``extra[q]`` besides the items. Returns (starts, transfer starts, releases).
+    """
+    n = len(dur)
+    start = [0.0] * n
+    tstart: dict[int, float] = {}
+    release: dict[int, float] = {}
+    rel_times: list[float] = []      # sorted release times
+    rel_cum: list[float] = []        # parallel: size released at that time (cumulated later)
+    pending_rel: dict[int, list[int]] = {}   # op -> items whose release waits for its end
+    alloc = sum(s for s, p, *_ in items if p < 0)
+    by_prod: dict[int, float] = {}
+    for s, p, *_ in items:
+        if p >= 0:
+            by_prod[p] = by_prod.get(p, 0.0) + s
+    link = 0.0
+    k = 0
+    end_prev = 0.0
+
+    def add_release(t, size):
+        idx = bisect.bisect_right(rel_times, t)
+        rel_times.insert(idx, t)
+        rel_cum.insert(idx, size)
+
+    def push_transfers(q_known: int):
+        """Schedule transfers in order while their item is ready (ready_after < q_known)."""
+        nonlocal k, link
+        while k < len(order):
+            it = order[k]
+            size, prod, ready, last, _ = items[it]
+            if ready >= q_known:
+                return
+            rt = 0.0 if ready < 0 else start[ready] + dur[ready]
+            st = max(link, rt)
+            tstart[it] = st
+            link = st + size / beta
+            if last < q_known:
+                r = max(link, 0.0 if last < 0 else start[last] + dur[last])
+                release[it] = r
+                add_release(r, size)
+            else:
+                pending_rel.setdefault(last, []).append(it)
+            k += 1
+
+    for q in range(n):
+        push_transfers(q)
+        alloc += by_prod.get(q, 0.0)
+        need = alloc + extra[q] - M
+        t = end_prev
+        if need > 1e-12 * max(1.0, M):
+            acc = 0.0
+            found = None
+            for rt, sz in zip(rel_times, rel_cum):
+                acc += sz
+                if acc >= need * (1 - 1e-12) - 1e-9:
+                    found = rt
+                    break
+            if found is None:
+                raise NoWaitInfeasible(f"{what}: operation {q} needs {need:.6g} B more than the limit and "
+                                       "the queued transfers cannot free it")
+            t = max(t, found)
+        start[q] = t
+        end_prev = t + dur[q]
+        for it in pending_rel.pop(q, []):
+            r = max(tstart[it] + items[it][0] / beta, end_prev)
+            release[it] = r
+            add_release(r, items[it][0])
+    push_transfers(n + 1)
+    for q, its in pending_rel.items():   # pragma: no cover - last_use always < n
+        for it in its:
+            release[it] = max(tstart[it] + items[it][0] / beta, start[q] + dur[q])
+    return start, tstart, release
+
+
+def no_wait_schedule(chain: Chain, bandwidth: float, memory_limit: float, offloaded: Iterable[int] = (),
+                     offload_order: Sequence[int] | None = None,
+                     prefetch_order: Sequence[int] | None = None) -> OffloadSchedule:
+    """The no-wait schedule of Proposition 1 for a set of offloaded activations and transfer orders.
+
+    ``offloaded``: indices ``j`` of ``x_j`` (0..L). ``offload_order`` (default increasing) and
+    ``prefetch_order`` (default decreasing: the *ordered* schedules of section 4) must be permutations of
+    it; all offloads precede all prefetches on the link. Forward actions start as early as possible
+    from time 0, backward actions as late as possible before the end (no-wait in reversed time), and the
+    smallest idle time between the phases that the validator accepts is used (monotone in that idle
+    time, so found by bisection over the instants where the phases can collide).
+    Raises :class:`NoWaitInfeasible` when no such schedule fits in ``memory_limit``.
+    """
+    d = OffloadData.of(chain)
+    L, M = d.L, float(memory_limit)
+    S = sorted(set(int(j) for j in offloaded))
+    for j in S:
+        if not 0 <= j <= L:
+            raise ValueError(f"x_{j} cannot be offloaded (candidates x_0..x_{L})")
+    oo = list(S) if offload_order is None else [int(j) for j in offload_order]
+    po = sorted(S, reverse=True) if prefetch_order is None else [int(j) for j in prefetch_order]
+    if sorted(oo) != S or sorted(po) != S:
+        raise ValueError("offload_order and prefetch_order must be permutations of the offloaded set")
+    beta = float(bandwidth) if S else (float(bandwidth) if bandwidth else math.inf)
+    if S and not (beta > 0 and math.isfinite(beta)):
+        raise ValueError("offloading needs a finite positive bandwidth")
+    Sset = set(S)
+    # forward phase: operations F_0..F_L; item j = x_j
+    itemsF = [(d.x[0], -1, -1, 0, 0 in Sset)] + [(d.x[j], j - 1, j - 1, j, j in Sset) for j in range(1, L + 2)]
+    tF, oF, relF = _phase(list(d.uF), list(d.exF), itemsF, oo, M, beta, "forward phase")
+    # backward phase in reversed time: operations R_i = B_i for i = 0..L; x_j reserved by R_{j-1}
+    # (x_0 from the start), transferable after R_j, released at the end of its reversed transfer.
+    itemsB = [(d.x[0], -1, 0, 0, 0 in Sset)] + [(d.x[j], j - 1, j, j, j in Sset) for j in range(1, L + 2)]
+    extraB = [d.y[i] + d.y[i + 1] + d.exB[i] for i in range(L + 1)]
+    rB, rP, _ = _phase(list(d.uB), extraB, itemsB, list(reversed(po)), M, beta, "backward phase")
+    DB = rB[L] + d.uB[L]
+    rev_link_end = max((rP[j] + d.x[j] / beta for j in S), default=0.0)
+    eFL = tF[L] + d.uF[L]
+    last_off = max((oF[j] + d.x[j] / beta for j in S), default=0.0)
+    T_low = max(eFL + DB, last_off + rev_link_end)
+    fwd_end = max([eFL, last_off] + list(relF.values()))
+    T_high = max(T_low, fwd_end + max(DB, rev_link_end))
+
+    def build(T: float) -> OffloadSchedule:
+        tB = [T - (rB[i] + d.uB[i]) for i in range(L + 1)]
+        pre = {j: T - (rP[j] + d.x[j] / beta) for j in S}
+        return OffloadSchedule(tF=tF, tB=tB, offload={j: oF[j] for j in S}, prefetch=pre,
+                               bandwidth=beta if S else (bandwidth or math.inf))
+
+    def ok(T: float) -> bool:
+        return is_valid(chain, build(T), M)
+
+    if ok(T_low):
+        return build(T_low)
+    if not ok(T_high):
+        try:
+            validate_offload(chain, build(T_high), M)
+        except InvalidOffloadSchedule as e:
+            raise NoWaitInfeasible(f"phases cannot be joined: {e}") from None
+    # collision instants: forward releases f and backward reservations at T - b
+    fr = sorted(set([eFL] + [relF[j] for j in S] + [oF[j] + d.x[j] / beta for j in S]
+                    + [tF[i] + d.uF[i] for i in range(L + 1)]))
+    bk = sorted(set([rB[i] + d.uB[i] for i in range(L + 1)] + [rP[j] + d.x[j] / beta for j in S]))
+    cand = np.add.outer(np.array(fr), np.array(bk)).ravel()
+    cand = np.unique(cand[(cand > T_low) & (cand < T_high)])
+    cand = list(cand) + [T_high]
+    lo, hi = 0, len(cand) - 1          # cand[hi] feasible
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ok(cand[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return build(float(cand[lo]))
+
+
+# ------------------------------------------------------------------------------------ text timeline
+def timeline(chain: Chain, schedule: OffloadSchedule, width: int = 72) -> str:
+    """A two-row text Gantt chart: computations (F forward, B backward, . idle) and the link
+    (> offload, < prefetch, . idle)."""
+    d = OffloadData.of(chain)
+    T = schedule.tB[0] + d.uB[0]
+    if T <= 0:
+        return "(empty schedule)"
+    beta = schedule.bandwidth
+
+    def row(intervals):
+        cells = ["."] * width
+        for a, b, ch in intervals:
+            i0 = int(math.floor(a / T * width))
+            i1 = max(i0 + 1, int(math.ceil(b / T * width)))
+            for i in range(max(0, i0), min(width, i1)):
+                cells[i] = ch
+        return "".join(cells)
+
+    comp = [(schedule.tF[i], schedule.tF[i] + d.uF[i], "F") for i in range(d.L + 1) if d.uF[i] > 0]
+    comp += [(schedule.tB[i], schedule.tB[i] + d.uB[i], "B") for i in range(d.L + 1) if d.uB[i] > 0]
+    link = [(t, t + d.x[j] / beta, ">") for j, t in schedule.offload.items()]
+    link += [(t, t + d.x[j] / beta, "<") for j, t in schedule.prefetch.items()]
+    return f"compute |{row(comp)}|\nlink    |{row(link)}|\n         0{' ' * (width - 1)}{T:.4g}s"

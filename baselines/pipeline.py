@@ -1,0 +1,280 @@
+"""Baselines for pipelined model parallelism (paper 003, section 5): PipeDream's planner, GPipe-style
+time-balanced partitions, the period lower bound, and memory bounds.
+
+All partitions are contiguous: stage ``s`` holds layers ``first_s..last_s`` and runs on GPU ``s``.
+Every (partition, NOAM) is judged by :func:`models.pipeline.simulate_eager` (eager 1F1B for
+``n_batches`` mini-batches), never by the planner's own estimate, as in the paper's experiments.
+
+PipeDream's planner, as used in paper 003
+-----------------------------------------
+PipeDream (Narayanan et al., SOSP 2019) partitions the chain by a dynamic program minimizing the
+time of the slowest stage, ``max(stage compute time, 2 x boundary communication)``, under a
+*simplified* memory model: a stage that holds ``k`` mini-batches in flight stores ``k`` copies of its
+activations (layer outputs) and of its weights (weight stashing) and must fit in the memory target.
+We use ``k_s = max(1, NOAM - s)`` for stage ``s`` (0-based), which is also the admission limit of the
+eager 1F1B simulation. We do not model PipeDream's stage replication (data parallelism inside a
+stage): like paper 003, each stage is one GPU. Paper 003 sweeps memory targets and NOAM values,
+simulates every resulting partition and keeps the (measured memory, period) points; so do we
+(:func:`pipedream_points`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from models.chain import Chain
+from models.pipeline import EagerResult, Pattern, serial_pattern, simulate_eager, stages_to_layer_gpu, task_data
+
+
+@dataclass
+class Point:
+    """One simulated (partition, NOAM): measured memory and period."""
+
+    method: str
+    stages: list[tuple[int, int]]
+    noam: int
+    period: float
+    memory: float
+    result: EagerResult
+    target: float | None = None   # PipeDream's memory target that produced it
+
+    @property
+    def pattern(self) -> Pattern | None:
+        return self.result.pattern
+
+
+# ----------------------------------------------------------------------------- bounds
+def period_lower_bound(chain: Chain, bandwidth: float | None, P: int) -> float:
+    """``max(sum_m d_m / P, max_l (u_F^l + u_B^l))``: the work is shared by at most P GPUs, and F_l and
+    B_l run on one GPU within each period (the loss is counted with the last layer)."""
+    td = task_data(chain, bandwidth)
+    per_layer = max(td.d[l] + td.d[td.backward(l)] for l in range(1, td.L + 1))
+    return float(max(td.d[1:].sum() / P, per_layer))
+
+
+def memory_lower_bound(chain: Chain, bandwidth: float | None, P: int) -> float:
+    """A memory below which no pattern exists on P GPUs: some GPU holds at least 1/P of the weights
+    (3 copies); the GPU of layer l holds ``3 W_l`` and, while ``B_l`` runs, the stored ``a^{l-1}``
+    plus the input and output gradients of ``B_l`` (while ``F_l`` runs: its input and output)."""
+    td = task_data(chain, bandwidth)
+    L, n = td.L, td.n
+    best = 3 * td.W[1:].sum() / P
+    for l in range(1, L + 1):
+        m = td.backward(l)
+        best = max(best, 3 * td.W[l] + td.A[l - 1] + td.A[l],
+                   3 * td.W[l] + td.A[l - 1] + td.A[m - 1] + td.A[m])
+    return float(best)
+
+
+def _serial_stage_memory(td, a: int, b: int) -> float:
+    """Memory of the GPU holding layers a..b in the serial pattern (every shift 0)."""
+    L, n = td.L, td.n
+    mem = 3 * td.W[a:b + 1].sum()
+    if a > 1:
+        mem += td.A[a - 1] + td.A[n - a + 1]
+    if b < L:
+        mem += td.A[b] + td.A[n - b]
+    peak, stored = 0.0, 0.0
+    for l in range(a, b + 1):
+        peak = max(peak, stored + td.A[l - 1] + td.A[l])
+        stored += td.A[l - 1]
+    for l in range(b, a - 1, -1):
+        m = td.backward(l)
+        peak = max(peak, stored + td.A[m - 1] + td.A[m])
+        stored -= td.A[l - 1]
+    return float(mem + peak)
+
+
+def min_memory_contiguous(chain: Chain, bandwidth: float | None, P: int) -> tuple[float, list[tuple[int, int]]]:
+    """The smallest peak memory of a *serial* pattern (no pipelining, every shift 0) over contiguous
+    partitions into at most P stages: a memory that certainly suffices (DP over partitions)."""
+    td = task_data(chain, bandwidth)
+    L = td.L
+    INF = math.inf
+    best = [[INF] * (L + 1) for _ in range(P + 1)]
+    arg = [[-1] * (L + 1) for _ in range(P + 1)]
+    best[0][0] = 0.0
+    for k in range(1, P + 1):
+        for j in range(1, L + 1):
+            for i in range(k - 1, j):
+                if best[k - 1][i] == INF:
+                    continue
+                v = max(best[k - 1][i], _serial_stage_memory(td, i + 1, j))
+                if v < best[k][j]:
+                    best[k][j], arg[k][j] = v, i
+    k = min(range(1, P + 1), key=lambda k: best[k][L])
+    stages, j = [], L
+    while k > 0:
+        i = arg[k][j]
+        stages.append((i + 1, j))
+        j, k = i, k - 1
+    return float(min(best[k][L] for k in range(1, P + 1))), stages[::-1]
+
+
+# ----------------------------------------------------------------------------- partitions
+def _stage_times(td):
+    L, n = td.L, td.n
+    cf = np.concatenate([[0.0], np.cumsum([td.d[l] + td.d[td.backward(l)] for l in range(1, L + 1)])])
+    return cf
+
+
+def _link_time(td, last: int) -> float:
+    """Time the boundary link after layer ``last`` is busy per period: forward + backward transfer."""
+    return float(td.dc[last] + td.dc[td.n - last])
+
+
+def balanced_partition(chain: Chain, bandwidth: float | None, S: int) -> list[tuple[int, int]]:
+    """GPipe-style: the contiguous partition into exactly S stages minimizing the largest of the stage
+    loads (u_F + u_B) and of the boundary link loads (DP, O(S L^2))."""
+    td = task_data(chain, bandwidth)
+    L = td.L
+    if not 1 <= S <= L:
+        raise ValueError(f"cannot cut {L} layers into {S} stages")
+    cum = _stage_times(td)
+    INF = math.inf
+    best = [[INF] * (L + 1) for _ in range(S + 1)]
+    arg = [[-1] * (L + 1) for _ in range(S + 1)]
+    best[0][0] = 0.0
+    for k in range(1, S + 1):
+        for j in range(k, L + 1):
+            for i in range(k - 1, j):
+                if best[k - 1][i] == INF:
+                    continue
+                v = max(best[k - 1][i], cum[j] - cum[i], _link_time(td, i) if i > 0 else 0.0)
+                if v < best[k][j]:
+                    best[k][j], arg[k][j] = v, i
+    stages, j, k = [], L, S
+    while k > 0:
+        i = arg[k][j]
+        stages.append((i + 1, j))
+        j, k = i, k - 1
+    return stages[::-1]
+
+
+def pipedream_partition(chain: Chain, bandwidth: float | None, P: int, memory_target: float,
+                        noam: int) -> list[tuple[int, int]] | None:
+    """PipeDream's DP with its simplified memory model (module docstring): contiguous partition into
+    at most P stages minimizing the slowest stage ``max(u_F + u_B, 2 x boundary transfer)``, where
+    stage s must satisfy ``max(1, noam - s) x (activations + weights of the stage) <= memory_target``.
+    None when no partition satisfies the estimate."""
+    td = task_data(chain, bandwidth)
+    L = td.L
+    cum = _stage_times(td)
+    act = np.concatenate([[0.0], np.cumsum([chain.wa[l] for l in range(1, L + 1)])])
+    wts = np.concatenate([[0.0], np.cumsum(td.W[1:])])
+    INF = math.inf
+    best = [[INF] * (L + 1) for _ in range(P + 1)]
+    arg = [[-1] * (L + 1) for _ in range(P + 1)]
+    best[0][0] = 0.0
+    for k in range(1, P + 1):
+        inflight = max(1, noam - (k - 1))
+        for j in range(k, L + 1):
+            for i in range(k - 1, j):
+                if best[k - 1][i] == INF:
+                    continue
+                if inflight * (act[j] - act[i] + wts[j] - wts[i]) > memory_target:
+                    continue
+                comm = 2 * max(td.dc[i], td.dc[td.n - i]) if i > 0 else 0.0
+                v = max(best[k - 1][i], cum[j] - cum[i], comm)
+                if v < best[k][j]:
+                    best[k][j], arg[k][j] = v, i
+    ks = [k for k in range(1, P + 1) if best[k][L] < INF]
+    if not ks:
+        return None
+    k = min(ks, key=lambda k: (best[k][L], k))
+    stages, j = [], L
+    while k > 0:
+        i = arg[k][j]
+        stages.append((i + 1, j))
+        j, k = i, k - 1
+    return stages[::-1]
+
+
+# ----------------------------------------------------------------------------- sweeps
+def _simulate_all(chain, bandwidth, cands: Iterable[tuple[tuple, int, float | None]], method: str,
+                  n_batches: int) -> list[Point]:
+    pts, seen = [], set()
+    for stages, noam, target in cands:
+        key = (tuple(stages), noam)
+        if key in seen:
+            continue
+        seen.add(key)
+        r = simulate_eager(chain, bandwidth, stages, noam, n_batches)
+        pts.append(Point(method, list(stages), noam, r.period, r.peak_memory, r, target))
+    return pts
+
+
+def pipedream_points(chain: Chain, bandwidth: float | None, P: int, *, n_targets: int = 24,
+                     noams: Sequence[int] | None = None, n_batches: int = 500) -> list[Point]:
+    """Paper 003's "exhaustive" PipeDream approach: for a geometric grid of memory targets and every
+    NOAM in ``noams`` (default 1..2P), PipeDream's partition, simulated with eager 1F1B."""
+    td = task_data(chain, bandwidth)
+    L = td.L
+    noams = list(noams) if noams is not None else list(range(1, 2 * P + 1))
+    per_layer = [chain.wa[l] + td.W[l] for l in range(1, L + 1)]
+    lo = max(min(per_layer), 1e-12)
+    hi = max(sum(per_layer) * max(noams), lo * 2)
+    targets = np.geomspace(lo, hi, n_targets)
+    cands = []
+    for noam in noams:
+        for t in targets:
+            st = pipedream_partition(chain, bandwidth, P, float(t), noam)
+            if st is not None:
+                cands.append((tuple(st), noam, float(t)))
+    return _simulate_all(chain, bandwidth, cands, "pipedream", n_batches)
+
+
+def gpipe_points(chain: Chain, bandwidth: float | None, P: int, *, n_batches: int = 500) -> list[Point]:
+    """Time-balanced contiguous partitions into S = 1..P stages, each simulated with eager 1F1B for
+    NOAM = 1..S."""
+    L = chain.L
+    cands = []
+    for S in range(1, min(P, L) + 1):
+        st = tuple(balanced_partition(chain, bandwidth, S))
+        for noam in range(1, S + 1):
+            cands.append((st, noam, None))
+    return _simulate_all(chain, bandwidth, cands, "gpipe", n_batches)
+
+
+def best_feasible(points: Sequence[Point], memory: float | None) -> Point | None:
+    """The point of smallest period whose measured memory fits (ties: less memory)."""
+    ok = [p for p in points if memory is None or p.memory <= memory * (1 + 1e-9)]
+    if not ok:
+        return None
+    return min(ok, key=lambda p: (p.period, p.memory))
+
+
+def pareto(points: Sequence[Point]) -> list[Point]:
+    """Points not dominated in (memory, period), sorted by memory."""
+    out = []
+    for p in sorted(points, key=lambda p: (p.memory, p.period)):
+        if not out or p.period < out[-1].period - 1e-12 * max(1.0, p.period):
+            out.append(p)
+    return out
+
+
+def start_pattern(chain: Chain, bandwidth: float | None, P: int, memory: float | None,
+                  points: Sequence[Point]) -> Pattern | None:
+    """The best feasible pattern among the baselines' steady states (a MIP start), else the serial
+    pattern of the memory-smallest contiguous partition when it fits, else None."""
+    from models.pipeline import simulate_pattern
+
+    best = None
+    for p in sorted(points, key=lambda p: p.period):
+        if p.pattern is None:
+            continue
+        r = simulate_pattern(p.pattern, chain, bandwidth)
+        if memory is None or r.peak_memory <= memory * (1 + 1e-9):
+            best = p.pattern
+            break
+    if best is not None:
+        return best
+    mem, stages = min_memory_contiguous(chain, bandwidth, P)
+    if memory is None or mem <= memory * (1 + 1e-9):
+        pat = serial_pattern(chain, bandwidth, stages_to_layer_gpu(stages, chain.L))
+        pat.meta.update({"method": "serial", "stages": [list(s) for s in stages]})
+        return pat
+    return None

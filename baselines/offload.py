@@ -1,0 +1,576 @@
+"""Offloading heuristics and bounds of paper 001 (Beaumont, Eyraud-Dubois, Shilova, Euro-Par 2020).
+
+Every method chooses an offloaded set and transfer orders, builds the no-wait schedule of
+Proposition 1 (:func:`models.offload.no_wait_schedule`) and returns a :class:`Solution` whose
+``objective``/``peak_memory`` come from :func:`models.offload.validate_offload`:
+
+* :func:`lower_bound` -- Proposition 3: ``LB = max(sum_i u_{F_i} + u_{B_i}, 2 (M_peak - M_GPU) / beta)``.
+* :func:`greedy` -- section 4, Theorem 2. The *fractional value* is the makespan of the no-wait,
+  eager, ordered schedule that offloads exactly ``Q = M_peak - M_GPU`` bytes when activations may be
+  split (computed by :func:`fractional_makespan`; it is a lower bound for Problem 1, because any
+  schedule of Problem 1 is one of the relaxation). GREEDY itself rounds up: it offloads
+  ``x_0..x_k`` for the smallest ``k`` with ``sum_{i<=k} |x_i| >= Q`` (if that no-wait schedule does not
+  fit, ``k`` is increased until one does).
+* :func:`dynprog` -- section 5.3, Algorithm 1 (optimal for interruptible communications, Problem 2)
+  used as a heuristic: the chosen set is scheduled whole, no-wait, ordered. Rounding: the states
+  ``(M_F, Delta_F, Delta_B)`` are rounded to a grid of ``M_GPU / slots`` bytes (the paper's rounding,
+  described only in its research report, is of this kind); ``exact=True`` keeps exact values (exact
+  for integer sizes when ``u * beta`` are integers). The best ``top`` final states are rebuilt and the
+  best valid schedule is kept.
+* :func:`vdnn`, :func:`tflms`, :func:`autoswap` -- the peers of section 6 (see each docstring).
+* :func:`exhaustive` -- every offloaded set and every pair of transfer orders (tests, tiny chains).
+
+Reading of the garbled formulas of section 5 (Algorithm 1):
+
+* eq. (1) ``eps^F_i = max(0, (M_{F_i} + ex^F_i + |x_{i+1}| - M_GPU)/beta)``, feasible only when the
+  pending offload ``Delta^+_{F_i}`` covers the excess (Algorithm 1 writes ``Delta_{F_i}``; with a
+  negative Delta -- idle link credit -- that test would wrongly be stricter, so ``Delta^+`` is used);
+* eq. (6) is read with ``ex^B_i`` (the text prints ``ex^F_i``): ``B_i`` needs its own temporary memory;
+* eqs. (2)-(5), (7), (8) as printed; ``M_{B_i} = |y_i| + Delta^+_{B_i} + M_{F_i} - Delta^+_{F_i}``;
+* eq. (9) (idle time between the phases, Lemma 4): ``max(0, (Delta_F + Delta_B)/beta,
+  max_j (R^B_j + M_F - M)/beta - sum_{i>j} u_{B_i}, max_j (R^F_j + M_B - M)/beta - sum_{i>j} u_{F_i})``,
+  the third max over ``j`` with ``beta sum_{i>j} u_{B_i} < -Delta_B`` and the fourth over ``j`` with
+  ``beta sum_{i>j} u_{F_i} < -Delta_F``, ``R^B_j = ex^B_j + |y_j| + |y_{j+1}| - sum_{i>j+1} |x_i|``,
+  ``R^F_j = ex^F_j - sum_{i>j+1} |x_i|`` (the printed ``y_{j-1}`` is read as ``y_{j+1}``: ``B_j``
+  holds ``y_j`` and ``y_{j+1}``).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from models.chain import Chain
+from models.offload import (NoWaitInfeasible, OffloadData, OffloadSchedule, min_feasible_memory,
+                            no_wait_schedule, peak_memory_no_offload, validate_offload)
+from models.solution import InfeasibleError, Solution, Status
+
+PROBLEM = "offload"
+
+
+# ----------------------------------------------------------------------------------------- helpers
+def _check(chain: Chain, memory: float, bandwidth: float | None) -> None:
+    mf = min_feasible_memory(chain)
+    if memory < mf * (1 - 1e-12):
+        raise InfeasibleError(f"memory limit {memory:.6g} B is below the minimum feasible memory {mf:.6g} B "
+                              "(an operation's own inputs, outputs and temporary memory)", minimum=mf)
+    if memory < peak_memory_no_offload(chain) and not (bandwidth and bandwidth > 0 and math.isfinite(bandwidth)):
+        raise ValueError("offloading needs the link bandwidth (bytes/s): give --bandwidth or a platform "
+                         "bandwidth in the instance")
+
+
+def _try(chain, beta, M, S, oo=None, po=None):
+    """(schedule, makespan) of the no-wait schedule, or None when it does not fit."""
+    try:
+        s = no_wait_schedule(chain, beta, M, S, oo, po)
+    except NoWaitInfeasible:
+        return None
+    r = validate_offload(chain, s, M)
+    return s, r.makespan
+
+
+def make_solution(chain: Chain, method: str, schedule: OffloadSchedule | None, memory: float, *,
+                  bound: float | None = None, predicted: float | None = None, message: str = "",
+                  status: Status = Status.FEASIBLE, times=None, details=None) -> Solution:
+    """Replay ``schedule`` with the validator and wrap it in a Solution."""
+    details = dict(details or {})
+    if schedule is None:
+        return Solution(PROBLEM, method, Status.NO_SOLUTION, bound=bound, memory_limit=memory,
+                        predicted=predicted, message=message or "no valid schedule found",
+                        times=dict(times or {}), details=details)
+    r = validate_offload(chain, schedule, memory)
+    details.update(offloaded=r.offloaded, offloaded_bytes=r.offloaded_bytes, link_busy=r.link_busy,
+                   compute_idle=r.compute_idle, link_order=[f"{k}{j}" for k, j in schedule.link_order()])
+    if bound is not None and r.makespan <= bound * (1 + 1e-9) and status == Status.FEASIBLE:
+        status = Status.OPTIMAL
+    return Solution(PROBLEM, method, status, objective=r.makespan, peak_memory=r.peak_memory,
+                    schedule=schedule, bound=bound, memory_limit=memory, predicted=predicted,
+                    message=message, times=dict(times or {}), details=details)
+
+
+# ------------------------------------------------------------------------------------- lower bound
+def lower_bound_value(chain: Chain, memory: float, bandwidth: float | None) -> float:
+    """Proposition 3: ``max(sum_i (u_{F_i} + u_{B_i}), 2 (M_peak - M_GPU)/beta)``."""
+    d = OffloadData.of(chain)
+    comp = float(d.uF.sum() + d.uB.sum())
+    excess = max(0.0, peak_memory_no_offload(chain) - memory)
+    if excess <= 0:
+        return comp
+    if not bandwidth:
+        return math.inf
+    return max(comp, 2 * excess / bandwidth)
+
+
+def lower_bound(chain: Chain, memory: float, bandwidth: float | None) -> Solution:
+    """LB as a Solution (no schedule; ``objective`` and ``bound`` hold the bound)."""
+    _check(chain, memory, bandwidth)
+    lb = lower_bound_value(chain, memory, bandwidth)
+    return Solution(PROBLEM, "lb", Status.FEASIBLE, objective=None, bound=lb, memory_limit=memory,
+                    predicted=lb, message="lower bound of Proposition 3 (not a schedule)",
+                    details={"M_peak": peak_memory_no_offload(chain),
+                             "to_offload": max(0.0, peak_memory_no_offload(chain) - memory)})
+
+
+# ------------------------------------------------------------------------- fractional relaxation
+def _frac_phase(dur, alloc0, alloc, extra, elig0, elig_end, Q, M, beta, what):
+    """One phase of the fully fractional model run as early as possible. The link sends the first Q
+    eligible bytes at rate beta as soon as they are eligible; sent bytes are freed at once.
+    Returns (starts, bursts [(a, b)], sent_total)."""
+    n = len(dur)
+    starts = []
+    bursts: list[list[float]] = []
+    t, sent, elig, used = 0.0, 0.0, min(Q, elig0), alloc0
+
+    def send(t0, t1):
+        nonlocal sent
+        b = elig - sent
+        if b <= 0 or t1 <= t0:
+            return
+        dt = min(t1 - t0, b / beta)
+        sent += dt * beta
+        if bursts and abs(bursts[-1][1] - t0) <= 1e-12 * max(1.0, t0):
+            bursts[-1][1] = t0 + dt
+        else:
+            bursts.append([t0, t0 + dt])
+
+    for q in range(n):
+        used += alloc[q]
+        need = used + extra[q] - sent - M
+        if need > 1e-12 * max(1.0, M):
+            if need > elig - sent + 1e-9 * max(1.0, M):
+                raise NoWaitInfeasible(f"{what}: operation {q} cannot fit even after offloading "
+                                       f"{Q:.6g} bytes")
+            w = need / beta
+            send(t, t + w)
+            t += w
+        starts.append(t)
+        send(t, t + dur[q])
+        t += dur[q]
+        elig = min(Q, elig + elig_end[q])
+    send(t, math.inf)
+    return starts, [tuple(b) for b in bursts], sent
+
+
+def fractional_makespan(chain: Chain, bandwidth: float, memory: float, amount: float | None = None,
+                        *, return_parts: bool = False):
+    """Makespan of the no-wait, eager, ordered schedule of the fully fractional relaxation (section 4)
+    that offloads ``amount`` bytes (default ``Q = M_peak - M_GPU``, optimal by Theorem 2).
+
+    Model: ``x_0, x_1, ...`` are offloaded in that order, the last one partially, as soon as they are
+    computed; sent bytes are freed at once; prefetching runs in the reverse order, bytes being
+    reserved as they arrive, and byte of ``x_j`` must be back before ``B_j``. The forward phase runs as
+    early as possible, the backward phase as late as possible (reversed time), and the smallest idle
+    time between them that keeps memory and the single link valid is found by bisection (memory is
+    piecewise linear in time, so it is checked at every breakpoint)."""
+    d = OffloadData.of(chain)
+    L, M, beta = d.L, float(memory), float(bandwidth)
+    Q = max(0.0, peak_memory_no_offload(chain) - M) if amount is None else float(amount)
+    total = float(d.x[:L + 1].sum())
+    Q = min(Q, total)
+    sF, bF, _ = _frac_phase(list(d.uF), d.x[0], list(d.x[1:L + 2]), list(d.exF), d.x[0],
+                            list(d.x[1:L + 1]) + [0.0], Q, M, beta, "forward")
+    sR, bR, _ = _frac_phase(list(d.uB), d.x[0], list(d.x[1:L + 2]),
+                            [d.y[i] + d.y[i + 1] + d.exB[i] for i in range(L + 1)], 0.0,
+                            list(d.x[:L + 1]), Q, M, beta, "backward")
+    eF = [sF[i] + d.uF[i] for i in range(L + 1)]
+    DB = sR[L] + d.uB[L]
+    f_link_end = bF[-1][1] if bF else 0.0
+    r_link_end = bR[-1][1] if bR else 0.0
+    T_low = max(eF[L] + DB, f_link_end + r_link_end)
+    T_high = max(T_low, max(eF[L], f_link_end) + max(DB, r_link_end))
+
+    def sent_by(bursts, t):
+        s = 0.0
+        for a, b in bursts:
+            if t <= a:
+                break
+            s += (min(t, b) - a) * beta
+        return s
+
+    def mem_at(T, tau):
+        tB = [T - (sR[i] + d.uB[i]) for i in range(L + 1)]
+        eB = [tB[i] + d.uB[i] for i in range(L + 1)]
+        m = 0.0
+        for j in range(L + 2):   # x_j alive from start of F_{j-1} (0 for x_0) to end of B_{j-1}
+            a = 0.0 if j == 0 else sF[j - 1]
+            b = eB[0] if j == 0 else eB[j - 1]
+            if a <= tau < b:
+                m += d.x[j]
+        for i in range(L + 1):
+            if sF[i] <= tau < eF[i]:
+                m += d.exF[i]
+            if tB[i] <= tau < eB[i]:
+                m += d.exB[i]
+            if tB[i] <= tau < (eB[i - 1] if i > 0 else math.inf):
+                m += d.y[i]
+        if tB[L] <= tau < eB[L]:
+            m += d.y[L + 1]
+        m -= sent_by(bF, tau)
+        m += Q - sent_by(bR, T - tau)
+        return m
+
+    def ok(T):
+        pts = set([0.0, T])
+        pts.update(sF); pts.update(eF)
+        for a, b in bF:
+            pts.update((a, b))
+        for i in range(L + 1):
+            pts.update((T - sR[i], T - sR[i] - d.uB[i]))
+        for a, b in bR:
+            pts.update((T - a, T - b))
+        pts = sorted(p for p in pts if 0 <= p <= T)
+        lim = M * (1 + 1e-9) + 1e-9
+        for p0, p1 in zip(pts, pts[1:]):
+            if p1 - p0 <= 1e-12 * max(1.0, T):
+                continue
+            v0 = mem_at(T, p0)
+            vm = mem_at(T, 0.5 * (p0 + p1))
+            if v0 > lim or 2 * vm - v0 > lim:
+                return False
+        return True
+
+    if not ok(T_low):
+        lo, hi = T_low, T_high
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            if ok(mid):
+                hi = mid
+            else:
+                lo = mid
+        T = hi
+    else:
+        T = T_low
+    if return_parts:
+        return T, {"Q": Q, "forward_end": eF[L], "backward_span": DB}
+    return T
+
+
+def greedy(chain: Chain, memory: float, bandwidth: float) -> Solution:
+    """GREEDY (section 4): offload ``x_0..x_k``, the smallest prefix of at least ``M_peak - M`` bytes,
+    no-wait and ordered. ``details['fractional']`` holds the optimal fractional value (Theorem 2), also
+    used as the ``bound`` (it is a valid lower bound for Problem 1)."""
+    _check(chain, memory, bandwidth)
+    t0 = time.perf_counter()
+    d = OffloadData.of(chain)
+    lb = lower_bound_value(chain, memory, bandwidth)
+    Q = max(0.0, peak_memory_no_offload(chain) - memory)
+    frac = fractional_makespan(chain, bandwidth, memory) if Q > 0 else lb
+    cum = np.cumsum(d.x[:d.L + 1])
+    k0 = -1 if Q <= 0 else int(np.searchsorted(cum, Q * (1 - 1e-12)))
+    best = None
+    k_used = None
+    for k in range(k0, d.L + 1):
+        res = _try(chain, bandwidth, memory, list(range(k + 1)))
+        if res is not None:
+            best, k_used = res[0], k
+            break
+    bound = max(lb, frac)
+    return make_solution(chain, "greedy", best, memory, bound=bound, predicted=frac,
+                         message=f"offloads x_0..x_{k_used}" if k_used is not None and k_used >= 0 else "no offload",
+                         times={"total": time.perf_counter() - t0},
+                         details={"fractional": frac, "k_rounded": k0, "k_used": k_used, "lb": lb})
+
+
+# ------------------------------------------------------------------------------- DYNPROG (Alg. 1)
+def dynprog_sets(chain: Chain, memory: float, bandwidth: float, *, slots: int = 200, exact: bool = False,
+                 top: int = 8) -> tuple[list[tuple[float, list[int]]], dict]:
+    """Algorithm 1: the ``top`` best final states as ``(predicted makespan, offloaded set)``."""
+    d = OffloadData.of(chain)
+    L, M, beta = d.L, float(memory), float(bandwidth)
+    q = 1.0 if exact else M / max(1, slots)
+    x, y = d.x, d.y
+    Kx = float(x.sum())
+    lowF = -(Kx + beta * float(d.uF.sum()))
+    lowB = -(Kx + beta * float(d.uB.sum()))
+
+    def rnd(v):
+        return np.round(v / q)
+
+    MF = np.array([rnd(x[0])]); DF = np.array([0.0]); DB = np.array([0.0]); cost = np.array([0.0])
+    parents, decisions = [], []
+    n_states = 0
+    for i in range(L + 1):
+        mf, df, db = MF * q, DF * q, DB * q
+        dfp, dbp = np.maximum(df, 0), np.maximum(db, 0)
+        mb = y[i] + dbp + mf - dfp
+        needF = mf + d.exF[i] + x[i + 1] - M
+        needB = mb + d.exB[i] + x[i + 1] + y[i + 1] - M
+        tolm = 1e-9 * max(1.0, M) + (0.5 * q if not exact else 0.0)
+        feas = (needF <= dfp + tolm) & (needB <= dbp + tolm)
+        epsF = np.maximum(0, needF) / beta
+        epsB = np.maximum(0, needB) / beta
+        wF = (epsF + d.uF[i]) * beta
+        wB = (epsB + d.uB[i]) * beta
+        # offload x_i: eqs. (2), (3), (7); keep x_i: eqs. (4), (5), (8)
+        dF1 = dfp + x[i] - wF
+        mF1 = mf + x[i + 1] - np.minimum(dfp + x[i], wF)
+        dB1 = x[i] + np.maximum(0, db - wB)
+        dF0 = df - wF
+        mF0 = mf + x[i + 1] - np.minimum(dfp, wF)
+        dB0 = db - wB
+        c = cost + epsF + epsB
+        idx = np.nonzero(feas)[0]
+        nMF = np.concatenate([rnd(mF1[idx]), rnd(mF0[idx])])
+        nDF = np.concatenate([rnd(np.maximum(dF1[idx], lowF)), rnd(np.maximum(dF0[idx], lowF))])
+        nDB = np.concatenate([rnd(np.maximum(dB1[idx], lowB)), rnd(np.maximum(dB0[idx], lowB))])
+        nc = np.concatenate([c[idx], c[idx]])
+        par = np.concatenate([idx, idx])
+        dec = np.concatenate([np.ones(len(idx), bool), np.zeros(len(idx), bool)])
+        if len(nc) == 0:
+            return [], {"states": n_states, "grid": q}
+        keys = np.stack([nMF, nDF, nDB], axis=1)
+        order = np.lexsort((nc, nDB, nDF, nMF))
+        ks = keys[order]
+        first = np.ones(len(order), bool)
+        first[1:] = np.any(ks[1:] != ks[:-1], axis=1)
+        keep = order[first]
+        MF, DF, DB, cost = nMF[keep], nDF[keep], nDB[keep], nc[keep]
+        parents.append(par[keep]); decisions.append(dec[keep])
+        n_states += len(keep)
+    # junction, eq. (9)
+    mf, df, db = MF * q, DF * q, DB * q
+    mb = y[L + 1] + np.maximum(db, 0) + mf - np.maximum(df, 0)
+    sx_after = np.array([x[j + 2:L + 2].sum() for j in range(L + 1)])       # sum_{i>j+1} |x_i|
+    cumB = np.array([d.uB[j + 1:L + 1].sum() for j in range(L + 1)])          # sum_{i=j+1}^{L} u_{B_i}
+    cumF = np.array([d.uF[j + 1:L + 1].sum() for j in range(L + 1)])
+    RB = d.exB + y[:L + 1] + y[1:L + 2] - sx_after
+    RF = d.exF - sx_after
+    # suffix maxima over j >= j0 (cum is non-increasing in j)
+    gB = RB / beta - cumB
+    gF = RF / beta - cumF
+    sufB = np.maximum.accumulate(gB[::-1])[::-1]
+    sufF = np.maximum.accumulate(gF[::-1])[::-1]
+    j0B = np.searchsorted(-beta * cumB, db, side="right")   # first j with beta*cumB[j] < -db
+    j0F = np.searchsorted(-beta * cumF, df, side="right")
+    t3 = np.where(j0B <= L, (mf - M) / beta + sufB[np.minimum(j0B, L)], -np.inf)
+    t4 = np.where(j0F <= L, (mb - M) / beta + sufF[np.minimum(j0F, L)], -np.inf)
+    eG = np.maximum.reduce([np.zeros_like(mf), (df + db) / beta, t3, t4])
+    total = cost + eG
+    comp = float(d.uF.sum() + d.uB.sum())
+    best = np.argsort(total, kind="stable")
+    out, seen = [], set()
+    for s in best:
+        chosen = []
+        k = int(s)
+        for lvl in range(L, -1, -1):
+            if decisions[lvl][k]:
+                chosen.append(lvl)
+            k = int(parents[lvl][k])
+        key = tuple(sorted(chosen))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((comp + float(total[s]), sorted(chosen)))
+        if len(out) >= top:
+            break
+    return out, {"states": n_states, "grid": q}
+
+
+def dynprog(chain: Chain, memory: float, bandwidth: float, *, slots: int = 200, exact: bool = False,
+            top: int = 8) -> Solution:
+    """DYNPROG (section 5.3): Algorithm 1's offloaded set, scheduled whole, no-wait and ordered."""
+    _check(chain, memory, bandwidth)
+    t0 = time.perf_counter()
+    lb = lower_bound_value(chain, memory, bandwidth)
+    cands, info = dynprog_sets(chain, memory, bandwidth, slots=slots, exact=exact, top=top)
+    best, pred, chosen = None, None, None
+    for value, S in cands:
+        res = _try(chain, bandwidth, memory, S)
+        if res is not None and (best is None or res[1] < best[1] - 1e-12):
+            best, pred, chosen = res, value, S
+    grid = "exact" if exact else f"grid {info['grid']:.4g} B (M/{slots})"
+    return make_solution(chain, "dynprog", None if best is None else best[0], memory, bound=lb, predicted=pred,
+                         message=f"Algorithm 1, states rounded to {grid}; offloads {chosen}",
+                         times={"total": time.perf_counter() - t0},
+                         details={"dp_states": info["states"], "rounding": grid, "dp_candidates": len(cands)})
+
+
+# ------------------------------------------------------------------------------------------- peers
+def vdnn(chain: Chain, memory: float, bandwidth: float) -> Solution:
+    """vDNN(++) as implemented in section 6: candidates are the ``x_i`` whose ratio ``u_{F_i}/|x_i|`` is
+    at least a threshold; for every threshold, the no-wait ordered schedules offloading all the
+    candidates and every second one (half) are built; the best valid one is returned."""
+    _check(chain, memory, bandwidth)
+    t0 = time.perf_counter()
+    d = OffloadData.of(chain)
+    ratio = {i: (d.uF[i] / d.x[i] if d.x[i] > 0 else math.inf) for i in range(d.L + 1)}
+    best, tried = None, set()
+    for thr in sorted(set(ratio.values()), reverse=True) + [-1.0]:
+        cand = [i for i in range(d.L + 1) if ratio[i] >= thr]
+        for S in (cand, cand[::2]):
+            key = tuple(S)
+            if key in tried:
+                continue
+            tried.add(key)
+            res = _try(chain, bandwidth, memory, S)
+            if res is not None and (best is None or res[1] < best[1]):
+                best = res
+    return make_solution(chain, "vdnn", best and best[0], memory, bound=lower_bound_value(chain, memory, bandwidth),
+                         message=f"best of {len(tried)} threshold/all-or-half choices",
+                         times={"total": time.perf_counter() - t0})
+
+
+def _tflms_schedule(d: OffloadData, beta: float, n: int, dist: int) -> OffloadSchedule:
+    """TFLMS: offload the first ``n`` activations as soon as they exist; forward computations never
+    wait for memory (TFLMS has no profile); the prefetch of ``x_j`` is triggered when ``B_{j+dist}``
+    starts (``B_L`` for the last ones) and ``B_j`` waits for it."""
+    L = d.L
+    tF, t = [], 0.0
+    for i in range(L + 1):
+        tF.append(t)
+        t += d.uF[i]
+    link = 0.0
+    off = {}
+    for j in range(min(n, L + 1)):
+        ready = 0.0 if j == 0 else tF[j - 1] + d.uF[j - 1]
+        off[j] = max(link, ready)
+        link = off[j] + d.x[j] / beta
+    tB = [0.0] * (L + 1)
+    pre = {}
+    endF = t
+    trig = {}
+    for j in sorted(off, reverse=True):
+        trig.setdefault(min(L, j + dist), []).append(j)
+    t = endF
+    for i in range(L, -1, -1):
+        tB[i] = t
+        # the prefetches triggered by B_i start now (in decreasing j), once the link is free
+        for j in sorted(trig.get(i, []), reverse=True):
+            pre[j] = max(link, tB[i], off[j] + d.x[j] / beta)
+            link = pre[j] + d.x[j] / beta
+        if i in pre:   # B_i waits for x_i (only the prefetches triggered by B_L can be its own)
+            tB[i] = max(tB[i], pre[i] + d.x[i] / beta)
+        t = tB[i] + d.uB[i]
+    return OffloadSchedule(tF=tF, tB=tB, offload=off, prefetch=pre, bandwidth=beta)
+
+
+def tflms(chain: Chain, memory: float, bandwidth: float, *, distances: Sequence[int] | None = None) -> Solution:
+    """TFLMS (section 6): parameterised by the number of offloaded tensors ``n`` (the first ``n``) and
+    the prefetch distance (layers in advance); the best valid configuration over a grid is returned."""
+    _check(chain, memory, bandwidth)
+    t0 = time.perf_counter()
+    d = OffloadData.of(chain)
+    L = d.L
+    if distances is None:
+        distances = sorted(set([1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, L + 1]) & set(range(1, L + 2)))
+    cands = []
+    for n in range(0, L + 2):
+        for dist in distances:
+            s = _tflms_schedule(d, bandwidth, n, dist)
+            cands.append((s.tB[0] + d.uB[0], n, dist, s))
+            if n == 0:
+                break
+    cands.sort(key=lambda c: c[0])
+    best = None
+    for mk, n, dist, s in cands:
+        try:
+            validate_offload(chain, s, memory)
+        except ValueError:
+            continue
+        best = (s, n, dist)
+        break
+    return make_solution(chain, "tflms", best and best[0], memory,
+                         bound=lower_bound_value(chain, memory, bandwidth),
+                         message="no configuration fits" if best is None else
+                         f"best configuration: {best[1]} tensors, prefetch distance {best[2]}",
+                         times={"total": time.perf_counter() - t0},
+                         details={} if best is None else {"n_tensors": best[1], "distance": best[2]})
+
+
+def autoswap_scores(chain: Chain, memory: float, bandwidth: float) -> np.ndarray:
+    """The four AutoSwap priority scores of each candidate ``x_j`` (rows j = 0..L), each scaled to [0, 1]:
+    DOA (duration of absence: from the end of ``F_j`` to the start of ``B_j`` with no offloading), AOA
+    (size x DOA), WDOA (DOA weighted by how much the memory exceeds the limit during the absence), and
+    SWDOA (WDOA times the fraction of the round trip ``2|x_j|/beta`` that fits in the absence)."""
+    d = OffloadData.of(chain)
+    L = d.L
+    tF = np.concatenate([[0], np.cumsum(d.uF)[:-1]])
+    eFL = d.uF.sum()
+    eB = eFL + np.cumsum(d.uB[::-1])[::-1]       # end of B_i
+    sB = eB - d.uB
+    cum = np.cumsum(d.x)
+    mF = d.exF + cum[1:L + 2]
+    mB = d.exB + d.y[:L + 1] + d.y[1:L + 2] + cum[1:L + 2]
+    over = []   # (start, end, excess) of each computation
+    for i in range(L + 1):
+        over.append((tF[i], tF[i] + d.uF[i], max(0.0, mF[i] - memory)))
+        over.append((sB[i], eB[i], max(0.0, mB[i] - memory)))
+    S = np.zeros((L + 1, 4))
+    for j in range(L + 1):
+        a, b = tF[j] + d.uF[j], sB[j]
+        doa = max(0.0, b - a)
+        w = sum(ex * max(0.0, min(e, b) - max(s, a)) for s, e, ex in over)
+        rt = 2 * d.x[j] / bandwidth if d.x[j] > 0 else 0.0
+        S[j] = [doa, d.x[j] * doa, w, w * (min(1.0, doa / rt) if rt > 0 else 1.0)]
+    mx = S.max(axis=0)
+    mx[mx == 0] = 1.0
+    return S / mx
+
+
+def autoswap(chain: Chain, memory: float, bandwidth: float, *, samples: int = 40, seed: int = 0,
+             extra: int = 2) -> Solution:
+    """AutoSwap (section 6): activations ranked by a weighted sum of its four priority scores
+    (:func:`autoswap_scores`); offload the top-ranked ones, the smallest prefix of the ranking holding
+    ``M_peak - M`` bytes and up to ``extra`` more. The weights are searched by *random search* (the
+    four unit vectors, the uniform vector and ``samples`` Dirichlet draws, seeded) instead of the
+    Bayesian optimisation of the original, which makes the result reproducible."""
+    _check(chain, memory, bandwidth)
+    t0 = time.perf_counter()
+    d = OffloadData.of(chain)
+    S = autoswap_scores(chain, memory, bandwidth)
+    Q = max(0.0, peak_memory_no_offload(chain) - memory)
+    rng = np.random.default_rng(seed)
+    weights = [np.eye(4)[k] for k in range(4)] + [np.full(4, 0.25)] + list(rng.dirichlet(np.ones(4), samples))
+    seen: dict[tuple, tuple | None] = {}
+    best, best_w = None, None
+    for w in weights:
+        score = S @ w
+        rank = sorted(range(d.L + 1), key=lambda j: (-score[j], j))
+        acc, k0 = 0.0, len(rank)
+        for k, j in enumerate(rank):
+            if acc >= Q - 1e-12 * max(1.0, Q):
+                k0 = k
+                break
+            acc += d.x[j]
+        else:
+            k0 = len(rank) if acc < Q else len(rank)
+        for k in range(k0, min(len(rank), k0 + extra) + 1):
+            key = tuple(sorted(rank[:k]))
+            if key not in seen:
+                seen[key] = _try(chain, bandwidth, memory, list(key))
+            res = seen[key]
+            if res is not None and (best is None or res[1] < best[1]):
+                best, best_w = res, w
+    return make_solution(chain, "autoswap", best and best[0], memory,
+                         bound=lower_bound_value(chain, memory, bandwidth),
+                         message=f"random search over {len(weights)} weight vectors, {len(seen)} sets tried",
+                         times={"total": time.perf_counter() - t0},
+                         details={} if best_w is None else {"weights": [float(v) for v in best_w]})
+
+
+# -------------------------------------------------------------------------------------- exhaustive
+def exhaustive(chain: Chain, memory: float, bandwidth: float, *, max_candidates: int = 5) -> Solution:
+    """Best no-wait schedule over every offloaded set and every (offload order, prefetch order) pair.
+    Exponential: refuses chains with more than ``max_candidates`` candidates (L + 1)."""
+    d = OffloadData.of(chain)
+    if d.L + 1 > max_candidates:
+        raise ValueError(f"exhaustive search over {d.L + 1} candidates refused (max {max_candidates})")
+    _check(chain, memory, bandwidth)
+    t0 = time.perf_counter()
+    best, n = None, 0
+    for k in range(d.L + 2):
+        for S in itertools.combinations(range(d.L + 1), k):
+            if sum(d.x[j] for j in S) < peak_memory_no_offload(chain) - memory - 1e-9:
+                continue   # Proposition 2
+            for oo in itertools.permutations(S):
+                for po in itertools.permutations(S):
+                    n += 1
+                    res = _try(chain, bandwidth, memory, S, oo, po)
+                    if res is not None and (best is None or res[1] < best[1] - 1e-12):
+                        best = res
+    return make_solution(chain, "exhaustive", best and best[0], memory,
+                         bound=lower_bound_value(chain, memory, bandwidth),
+                         message=f"{n} no-wait schedules tried", times={"total": time.perf_counter() - t0})

@@ -1,0 +1,257 @@
+"""``memplan solve --problem pipeline``: pipelined model parallelism (paper 003).
+
+Methods:
+  ilp        the ILP (1)-(36) solved by HiGHS, MIP start = best feasible baseline pattern
+  pipedream  PipeDream's planner swept over memory targets and NOAM, eager 1F1B simulated; the best
+             point whose measured memory fits
+  gpipe      time-balanced contiguous partitions (1..P stages), eager 1F1B, NOAM 1..S
+  lb         the period lower bound only (no schedule)
+
+Every schedule is replayed by :mod:`models.pipeline` before it is reported: ``objective`` is the
+measured period and ``peak_memory`` the measured memory (the simulator is the judge).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from models.chain import Chain, Platform
+from models.pipeline import EagerResult, Pattern, simulate_pattern, task_data
+from models.solution import Solution, Status
+from models.units import fmt_bandwidth, fmt_memory, fmt_time
+
+METHODS = ["ilp", "pipedream", "gpipe", "lb"]
+DEFAULT_METHOD = "ilp"
+PROBLEM = "pipeline"
+
+
+def _infeasible_message(chain, bandwidth, P, memory, what: str, found_min: float | None = None,
+                        found_label: str = ""):
+    """The message of an INFEASIBLE answer: the smallest memory known to work (serial pattern of the
+    memory-smallest contiguous partition, or a found point) and the memory lower bound."""
+    from baselines.pipeline import memory_lower_bound, min_memory_contiguous
+
+    lb = memory_lower_bound(chain, bandwidth, P)
+    ub, stages = min_memory_contiguous(chain, bandwidth, P)
+    minimum = ub if found_min is None else min(ub, found_min)
+    parts = [f"serial pattern of stages {stages}: {fmt_memory(ub)}"]
+    if found_min is not None:
+        parts.append(f"smallest {found_label} point: {fmt_memory(found_min)}")
+    msg = (f"{what} within {fmt_memory(memory)} per GPU on {P} GPU(s); minimum memory that works: "
+           f"{fmt_memory(minimum)} ({'; '.join(parts)}); no pattern exists below {fmt_memory(lb)}")
+    return msg, minimum, lb
+
+
+def _baseline_solution(chain, bandwidth, P, memory, method, points, lb, times) -> Solution:
+    from baselines.pipeline import best_feasible
+
+    best = best_feasible(points, memory)
+    if best is None:
+        found = min((p.memory for p in points), default=None)
+        msg, minimum, mlb = _infeasible_message(chain, bandwidth, P, memory, f"no {method} point fits",
+                                                 found, method)
+        return Solution(PROBLEM, method, Status.INFEASIBLE, memory_limit=memory, bound=lb, message=msg,
+                        times=times, details={"min_memory": minimum, "memory_lower_bound": mlb,
+                                              "points": len(points)})
+    sched: Any = best.pattern if best.pattern is not None else best.result
+    objective, peak = best.period, best.memory
+    mem_per_gpu = best.result.sim.memory
+    if best.pattern is not None:
+        r = simulate_pattern(best.pattern, chain, bandwidth, gpus=P)
+        objective, peak, mem_per_gpu = r.period, r.peak_memory, r.memory
+    return Solution(PROBLEM, method, Status.FEASIBLE, objective=objective, peak_memory=peak, schedule=sched,
+                    bound=lb, memory_limit=memory, predicted=best.period,
+                    message=f"best of {len(points)} simulated (partition, NOAM) points; "
+                            f"stages {best.stages}, NOAM {best.noam}",
+                    times=times, details={"stages": [list(s) for s in best.stages], "noam": best.noam,
+                                          "memory_per_gpu": {str(g): v for g, v in mem_per_gpu.items()},
+                                          "eager_period": best.period, "eager_memory": best.memory,
+                                          "target": best.target, "points": len(points)})
+
+
+def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | None, method: str, *,
+               time_limit: float | None = 60.0, gap: float | None = None, threads: int | None = None,
+               log_file=None, n_batches: int = 500, points=None) -> Solution:
+    """Run one method; ``points`` may pass precomputed baseline points (PipeDream + GPipe)."""
+    import time
+
+    from baselines.pipeline import gpipe_points, period_lower_bound, pipedream_points, start_pattern
+
+    if method not in METHODS:
+        raise ValueError(f"unknown pipeline method {method!r}; choose from {', '.join(METHODS)}")
+    t0 = time.perf_counter()
+    times: dict[str, float] = {}
+    P = int(P or 1)
+    lb = period_lower_bound(chain, bandwidth, P)
+    if method == "lb":
+        return Solution(PROBLEM, "lb", Status.NO_SOLUTION, bound=lb, memory_limit=memory,
+                        message="period lower bound max(sum d / P, max_l u_F^l + u_B^l); no schedule",
+                        times={"total": time.perf_counter() - t0})
+    if method == "pipedream":
+        pts = points if points is not None else pipedream_points(chain, bandwidth, P, n_batches=n_batches)
+        pts = [p for p in pts if p.method == "pipedream"]
+        times["total"] = time.perf_counter() - t0
+        return _baseline_solution(chain, bandwidth, P, memory, "pipedream", pts, lb, times)
+    if method == "gpipe":
+        pts = points if points is not None else gpipe_points(chain, bandwidth, P, n_batches=n_batches)
+        pts = [p for p in pts if p.method == "gpipe"]
+        times["total"] = time.perf_counter() - t0
+        return _baseline_solution(chain, bandwidth, P, memory, "gpipe", pts, lb, times)
+
+    # ------------------------------------------------------------------ ILP
+    from formulations.pipeline_ilp import solve_ilp
+
+    if points is None:
+        points = (pipedream_points(chain, bandwidth, P, n_batches=n_batches)
+                  + gpipe_points(chain, bandwidth, P, n_batches=n_batches))
+    start = start_pattern(chain, bandwidth, P, memory, points)
+    times["baselines"] = time.perf_counter() - t0
+    pattern, res, ilp, t = solve_ilp(chain, bandwidth, P, memory, start=start, Tmin=lb, time_limit=time_limit,
+                                     gap=gap, threads=threads, log_file=log_file)
+    times.update(t)
+    details: dict[str, Any] = {"model_size": res.size, "start": start.meta if start is not None else None,
+                               "start_period": start.T if start is not None else None,
+                               "start_accepted": res.start_accepted, "Tmax": ilp.Tmax}
+    bound = max(lb, res.bound) if res.bound is not None else lb
+    if pattern is None:
+        times["total"] = time.perf_counter() - t0
+        if res.status == Status.INFEASIBLE:
+            msg, minimum, mlb = _infeasible_message(chain, bandwidth, P, memory, "the ILP proves no valid pattern")
+            details.update(min_memory=minimum, memory_lower_bound=mlb)
+            return Solution(PROBLEM, "ilp", Status.INFEASIBLE, memory_limit=memory, message=msg, times=times,
+                            details=details)
+        return Solution(PROBLEM, "ilp", res.status, memory_limit=memory, bound=bound, message=res.message,
+                        times=times, details=details)
+    sim = simulate_pattern(pattern, chain, bandwidth, gpus=P)
+    if memory is not None and sim.peak_memory > memory * (1 + 1e-6):
+        raise RuntimeError(f"ILP pattern replays with {sim.peak_memory} B > limit {memory} B")
+    if abs(sim.period - pattern.T) > 1e-6 * pattern.T:
+        raise RuntimeError(f"ILP pattern replays with period {sim.period} != T = {pattern.T}")
+    details["memory_per_gpu"] = {str(g): v for g, v in sim.memory.items()}
+    details["shifts"] = sim.shifts
+    details["contiguous"] = pattern.is_contiguous()
+    times["total"] = time.perf_counter() - t0
+    return Solution(PROBLEM, "ilp", res.status, objective=sim.period, peak_memory=sim.peak_memory,
+                    schedule=pattern, bound=bound, memory_limit=memory, predicted=res.objective,
+                    message=res.message, times=times, details=details)
+
+
+def solve(chain: Chain, platform: Platform | None, args) -> Solution:
+    P = getattr(args, "gpus", None) or (platform.gpus if platform is not None else None) or 1
+    return run_method(chain, getattr(args, "bandwidth", None), P, getattr(args, "memory", None), args.method,
+                      time_limit=getattr(args, "time_limit", 60.0), gap=getattr(args, "gap", None),
+                      threads=getattr(args, "threads", None), log_file=getattr(args, "solver_log", None),
+                      n_batches=getattr(args, "n_batches", 500) or 500)
+
+
+# ---------------------------------------------------------------------------------------- report
+def _ranges(ls: list[int]) -> str:
+    out, i = [], 0
+    while i < len(ls):
+        j = i
+        while j + 1 < len(ls) and ls[j + 1] == ls[j] + 1:
+            j += 1
+        out.append(f"{ls[i]}" if i == j else f"{ls[i]}-{ls[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def _batch(chain: Chain) -> float | None:
+    prov = chain.provenance or {}
+    for k in ("batch", "batch_size", "mini_batch"):
+        v = prov.get(k)
+        if isinstance(v, (int, float)) and v > 0:
+            return float(v)
+    return None
+
+
+def report(sol: Solution, chain: Chain, args=None) -> str:
+    P = getattr(args, "gpus", None)
+    bw = getattr(args, "bandwidth", None)
+    lines = [f"{chain.name}: L = {chain.L}, problem pipeline, method {sol.method}, GPUs {P}, "
+             f"memory limit {fmt_memory(sol.memory_limit)}, bandwidth {fmt_bandwidth(bw)}",
+             f"status       {sol.status}: {sol.message}"]
+    if sol.bound is not None:
+        lines.append(f"lower bound  {fmt_time(sol.bound)} per period")
+    if sol.objective is not None:
+        B = _batch(chain)
+        thr = f"  throughput {B / sol.objective:.4g} samples/s (batch {B:g})" if B else \
+              f"  throughput {1 / sol.objective:.4g} mini-batches/s"
+        lines.append(f"period       {fmt_time(sol.objective)}{thr}")
+        if sol.gap is not None and sol.bound is not None:
+            lines.append(f"gap          {sol.gap * 100:.2f}% (vs bound {fmt_time(sol.bound)})")
+        if sol.predicted is not None and sol.method == "ilp":
+            lines.append(f"ILP value    {fmt_time(sol.predicted)}")
+        lines.append(f"peak memory  {fmt_memory(sol.peak_memory)}")
+        mem = sol.details.get("memory_per_gpu", {})
+        sched = sol.schedule
+        if isinstance(sched, Pattern):
+            for g in sched.gpus_used():
+                lines.append(f"  GPU {g}: layers {_ranges(sched.layers_on(g)):<20} memory "
+                             f"{fmt_memory(mem.get(str(g)))}")
+            lines.append(f"allocation   {'contiguous' if sched.is_contiguous() else 'non-contiguous'}")
+        elif isinstance(sched, EagerResult):
+            for g, (a, b) in enumerate(sched.stages):
+                lines.append(f"  GPU {g}: layers {_ranges(list(range(a, b + 1))):<20} memory "
+                             f"{fmt_memory(sched.sim.memory.get(g))}")
+            lines.append("schedule     eager 1F1B (not 1-periodic in steady state)")
+        if "noam" in sol.details:
+            lines.append(f"NOAM         {sol.details['noam']}")
+    if sol.times:
+        lines.append("time         " + ", ".join(f"{k} {v:.3g}s" for k, v in sol.times.items()))
+    gantt_file = getattr(args, "gantt", None) if args is not None else None
+    if gantt_file and isinstance(sol.schedule, Pattern):
+        gantt(sol.schedule, chain, bw, gantt_file)
+        lines.append(f"Gantt chart  {gantt_file}")
+    return "\n".join(lines)
+
+
+def gantt(pattern: Pattern, chain: Chain, bandwidth: float | None, path, periods: int = 3) -> None:
+    """Gantt chart of ``periods`` periods of a pattern's steady state: one row per GPU and per used
+    link, tasks labelled F_l / B_l with their mini-batch index (Lemma 1)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from models.pipeline import _link, batch_shifts
+
+    td = task_data(chain, bandwidth)
+    n, L = td.n, td.L
+    h, hc = batch_shifts(pattern, td)
+    T = pattern.T
+    K = int(max(h.max(), hc.max())) + 1   # first period in steady state
+    rows = [f"GPU {g}" for g in pattern.gpus_used()]
+    links = sorted({_link(pattern.gpu[m - 1], pattern.gpu[m]) for m in range(1, n)
+                    if pattern.gpu[m - 1] != pattern.gpu[m]})
+    rows += [f"link {a}-{b}" for a, b in links]
+    ypos = {r: i for i, r in enumerate(rows)}
+    cmap = plt.get_cmap("tab20")
+    fig, ax = plt.subplots(figsize=(max(8, 3 * periods), 0.6 * len(rows) + 1.5))
+    for k in range(K, K + periods):
+        for m in range(1, n + 1):
+            l = td.layer(m)
+            s = pattern.tau[m - 1] + k * T
+            y = ypos[f"GPU {pattern.gpu[m - 1]}"]
+            ax.barh(y, td.d[m], left=s, color=cmap((l - 1) % 20), alpha=1.0 if m <= L else 0.6,
+                    edgecolor="black", linewidth=0.4)
+            ax.text(s + td.d[m] / 2, y, f"{'F' if m <= L else 'B'}{l}\n{k - h[m]}", ha="center",
+                    va="center", fontsize=6)
+        for m in range(1, n):
+            if pattern.gpu[m - 1] == pattern.gpu[m]:
+                continue
+            a, b = _link(pattern.gpu[m - 1], pattern.gpu[m])
+            s = pattern.tau_c[m - 1] + k * T
+            y = ypos[f"link {a}-{b}"]
+            ax.barh(y, td.dc[m], left=s, color="lightgray", edgecolor="black", linewidth=0.4)
+            ax.text(s + td.dc[m] / 2, y, f"c{m}\n{k - hc[m]}", ha="center", va="center", fontsize=5)
+    for k in range(K, K + periods + 1):
+        ax.axvline(k * T, color="red", linewidth=0.6, linestyle="--")
+    ax.set_yticks(range(len(rows)), rows)
+    ax.invert_yaxis()
+    ax.set_xlabel("time (s)")
+    ax.set_title(f"{chain.name}: period {fmt_time(T)}, {len(pattern.gpus_used())} GPU(s) "
+                 f"(labels: task, mini-batch)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,578 @@
+"""Re-materialization + offloading: the joint dynamic program of paper 000 (appendix B).
+
+Paper 000 (Beaumont et al., "Efficient Combination of Rematerialization and Offloading for Training
+DNNs", NeurIPS 2021, appendix) extends the memory-persistent DP of paper 004 (Theorem 4.8): during
+the forward phase the input ``Z^i`` kept by a top-level ``F_all^i`` / ``F_ck^i`` may be offloaded to
+the host, and it is prefetched back during the backward phase before it is used again. The DP has
+three parts, which this module follows:
+
+- forward phase ``OC_x(i, A, Delta_F, Delta_B)`` (B.1): best time from ``F^i`` to ``B^i`` when the
+  input ``Z^i`` (``a^{i-1}`` if ``x = 0``, ``abar^{i-1}`` if ``x = 1``) is stored, ``A`` memory is
+  held by outer inputs that stay on the device, ``Delta_F`` offload data is still on its way to the
+  host, and ``Delta_B`` data of outer inputs must be prefetched by the end of ``B^i``. Case 1: ``F_all^i``
+  first, then ``OC_1(i+1, ...)``, then ``B^i``. Case 2: ``F_ck^i F_none^{i+1..j}`` then
+  ``OC_0(j+1, ...)`` then the backward block ``C_A(i, j, ...)``. In both, ``v`` says whether ``Z^i`` is
+  offloaded (Table 2: the offloaded input joins ``Delta_F`` and, for the sub-chain, ``Delta_B``).
+- the loss junction (B.2): ``F_all^{L+1} B^{L+1}``; the remaining offloads and all prefetches still
+  pending must complete during it (the paper's ``epsilon = (Delta_F + Delta_B) / beta`` idle time).
+- backward blocks ``C_A(i, j, m, Delta)`` (B.3): a persistent re-materialization sequence for
+  stages ``i..j`` (cases ``F_all^i`` first / ``F_ck^i`` first, as in paper 004) while ``Delta`` data
+  is prefetched for outer blocks, with ``m`` free memory.
+
+How the garbled formulas were read, and the one change of model that makes the DP exact
+----------------------------------------------------------------------------------------
+*Memory requirements* (the ``M`` list before B.1): with the persistent input ``Z`` counted outside,
+``F_all^k`` needs ``delta^j + abar^k + o_f^k``, ``F_ck^k`` needs ``delta^j + a^k + o_f^k``,
+``F_none^k`` needs ``delta^j + a^{k-1} + a^k + o_f^k`` and ``B^k`` needs ``abar^k + delta^k +
+delta^{k-1} + o_b^k`` -- exactly :func:`models.remat.simulate_remat`'s accounting (as in
+:mod:`baselines.rotor`).
+
+*Transfers and Lemma 1.* The paper treats a transfer as a fluid: offloading frees memory at rate
+beta, prefetching fills it at rate beta, and Lemma 1 gives the idle time ``epsilon = max(max_o (M_o -
+beta d_o) - M_min, 0) / beta`` that an operation ``o`` at distance ``d_o`` from the end (prefetch) or
+the start (offload) of a phase must wait. Our simulator (:mod:`models.remat_offload`) frees the bytes
+of an offload when it ends and reserves a prefetch's bytes when it starts. We make the fluid exact by
+moving every value in **parts of at most one memory slot** (``S = M / N`` bytes), each taking at most
+``q = S / beta`` seconds: then "``n`` slots of data still to offload" means "``n`` parts, the ``c``-th of
+which ends by ``c q``", and Lemma 1 becomes: an operation that needs ``r`` free slots while ``n``
+parts are pending starts at ``max(end of previous operation, (n - r) q)`` (offload), or the block's end
+is pushed to ``e_o + (n - r) q`` (prefetch, parts placed as late as possible, ``c``-th from the end
+starting at ``E - c q``). The time a phase can host is ``floor(T / q)`` parts; Table 2's
+``D_F = (sum u_F + epsilon) beta`` and ``D_B = (u_B + epsilon) beta`` become those floors.
+
+*Offloading* (Table 2, ``v = 1``): ``Z^i``'s parts enter the link after those already queued and not
+before the first operation of the level ends (it reads ``Z^i``; freeing its memory earlier would be
+wrong). The new ``Delta_F`` is the remaining link work at the start of the sub-chain, rounded up to
+whole parts; the new ``Delta_B`` is ``Z^i`` plus the part of ``Delta_B`` that the level's backward
+block could not host (``max(Delta_B - D_B, 0) + Z``).
+
+*Prefetching* in ``C_A`` (B.3): each sub-part of a block, taken from the end, hosts as many of the
+pending parts as its duration allows (the ``A_1 = max(A - (u_F + epsilon) beta, 0)`` and ``A_2``
+updates of the paper); the rest is "spilled" to the part before it, and the block returns its spill
+together with its duration (a second table). A part that cannot fit an operation next to the
+reserved prefetches waits at its end (Lemma 1). ``F_all^i`` and ``B^i`` are checked with the memory
+reserved at their end.
+
+*Loss* (B.2): ``F_all^{L+1}`` waits for enough offload parts to fit; the block ends at
+``max(end of B^{L+1}, (Delta_F + Delta_B) q, e_o + (Delta_B - r_o) q)``: all offloads finish before
+the first prefetch (no offload in the backward phase, no prefetch in the forward phase).
+
+*Exactness.* Sizes are rounded up to slots (``baselines.rotor.Discretization``), so the model never
+under-counts memory; transfer parts take ``q`` in the model and at most ``q`` in reality. The schedule
+carries the model's start times as release times, so the simulator starts every operation exactly
+there and the replayed makespan equals the DP value (tested), while the memory it checks uses the
+real sizes. The price of the model is at most one part time ``q`` lost at each level boundary
+(re-anchoring of pending transfers) and the rounding of sizes; both shrink with more slots.
+
+With ``beta = 0`` (or no bandwidth) no offload is possible and the DP is exactly paper 004's
+persistent DP (:func:`baselines.rotor.persistent`) with the same slots.
+
+Complexity: backward tables ``O(L^3 N^2)`` (``C_A`` over ``i <= j``, ``m``, ``Delta``; case 2 over
+``i'``), the forward phase ``O(L)`` per reachable state ``(i, x, A, Delta_F, Delta_B)`` -- at most
+``O(L N^3)`` states, far fewer are reached. Memory: three ``L^2/2 x (N+1)^2`` arrays.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+import numpy as np
+from numba import njit
+
+from baselines.rotor import Discretization
+from models.chain import Chain
+from models.remat_offload import JointSchedule, Transfer, simulate_joint
+from models.solution import Solution, Status
+
+INF = math.inf
+_TOL = 1e-9
+
+
+# ----------------------------------------------------------------------------- helpers
+@njit(cache=True)
+def _nch(t, q):
+    """Parts of duration q that fit in t seconds (the model's floor(T / q))."""
+    if not math.isfinite(q):
+        return 0
+    return int(math.floor(t / q + 1e-9))
+
+
+@njit(cache=True)
+def _wait(n, q):
+    """Time for n parts (0 if n <= 0)."""
+    if n <= 0:
+        return 0.0
+    return n * q
+
+
+@njit(cache=True)
+def _backward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid):
+    """Tables over pairs p = pid[i, j] (1 <= i <= j <= L), free memory m and prefetch demand D <= m:
+    T[p, m, D] block duration, SP[p, m, D] parts spilled before the block, CH[p, m, D] choice
+    (-1: F_all^i first, -2: single stage, i' >= i: F_ck^i F_none^{i+1..i'} keeping a^{i'})."""
+    P = pid.max() + 1
+    T = np.full((P, N + 1, N + 1), np.inf)
+    SP = np.zeros((P, N + 1, N + 1), dtype=np.int16)
+    CH = np.zeros((P, N + 1, N + 1), dtype=np.int16)
+    Gs = np.empty(L + 2)
+    Tfs = np.empty(L + 2)
+    rooms = np.empty(L + 2, dtype=np.int64)
+    for ln in range(0, L):
+        for i in range(1, L + 1 - ln):
+            j = i + ln
+            p = pid[i, j]
+            for m in range(0, N + 1):
+                mb = ab[i] + d[i] + d[i - 1] + ob[i]
+                if ln == 0:
+                    mf = d[i] + ab[i] + of[i]
+                    if m < mf or m < mb:
+                        continue
+                    for D in range(0, m + 1):
+                        e3 = _wait(D - (m - mb), q)
+                        k3 = min(D, _nch(ub[i] + e3, q))
+                        R = D - k3
+                        e1 = _wait(R - (m - mf), q)
+                        k1 = min(R, _nch(uf[i] + e1, q))
+                        v = uf[i] + e1 + ub[i] + e3
+                        if v < T[p, m, D]:
+                            T[p, m, D] = v
+                            SP[p, m, D] = R - k1
+                            CH[p, m, D] = -2
+                    continue
+                # case 1: F_all^i, C(i+1, j, m - abar^i), B^i
+                mf = d[j] + ab[i] + of[i]
+                m2 = m - ab[i]
+                if m >= mf and m >= mb and m2 >= 0:
+                    p2 = pid[i + 1, j]
+                    for D in range(0, m + 1):
+                        e3 = _wait(D - (m - mb), q)
+                        k3 = min(D, _nch(ub[i] + e3, q))
+                        D2 = D - k3
+                        if D2 > m2:
+                            continue
+                        T2 = T[p2, m2, D2]
+                        if not T2 < np.inf:
+                            continue
+                        s2 = SP[p2, m2, D2]
+                        e1 = _wait(s2 - (m - mf), q)
+                        k1 = min(s2, _nch(uf[i] + e1, q))
+                        v = uf[i] + e1 + T2 + ub[i] + e3
+                        if v < T[p, m, D]:
+                            T[p, m, D] = v
+                            SP[p, m, D] = s2 - k1
+                            CH[p, m, D] = -1
+                # case 2: F_ck^i F_none^{i+1..i'}, C(i'+1, j, m - a^{i'}), C(i, i', m)
+                nip = 0
+                Tf = 0.0
+                G = -np.inf
+                minroom = 1 << 40
+                for ip in range(i, j):
+                    if ip == i:
+                        mem = d[j] + a[i] + of[i]
+                    else:
+                        mem = d[j] + a[ip - 1] + a[ip] + of[ip]
+                    Tf = Tf + uf[ip]
+                    room = m - mem
+                    if room < minroom:
+                        minroom = room
+                    if math.isfinite(q):
+                        g = Tf - room * q
+                        if g > G:
+                            G = g
+                    Tfs[ip] = Tf
+                    Gs[ip] = G
+                    rooms[ip] = minroom
+                    nip = ip
+                for ip in range(i, j):
+                    if rooms[ip] < 0:
+                        break
+                    m2 = m - a[ip]
+                    if m2 < 0:
+                        continue
+                    p1 = pid[i, ip]
+                    p2 = pid[ip + 1, j]
+                    Tf = Tfs[ip]
+                    for D in range(0, m + 1):
+                        T1 = T[p1, m, D]
+                        if not T1 < np.inf:
+                            continue
+                        s1 = SP[p1, m, D]
+                        if s1 > m2:
+                            continue
+                        T2 = T[p2, m2, s1]
+                        if not T2 < np.inf:
+                            continue
+                        s2 = SP[p2, m2, s1]
+                        if s2 == 0:
+                            eps = 0.0
+                        elif not math.isfinite(q):
+                            continue
+                        else:
+                            eps = s2 * q + Gs[ip] - Tf
+                            if eps < 0.0:
+                                eps = 0.0
+                        k = min(s2, _nch(Tf + eps, q))
+                        v = Tf + eps + T2 + T1
+                        if v < T[p, m, D]:
+                            T[p, m, D] = v
+                            SP[p, m, D] = s2 - k
+                            CH[p, m, D] = ip
+    return T, SP, CH
+
+
+def _region_idle(i, ip, j, m, s2, uf, a, d, of, q):
+    """(Tf, eps, op ends) of the forward run F_ck^i F_none^{i+1..i'} in a block, computed with the same
+    operations, in the same order, as the kernel."""
+    Tf = 0.0
+    G = -INF
+    ends = []
+    for k in range(i, ip + 1):
+        mem = d[j] + a[i] + of[i] if k == i else d[j] + a[k - 1] + a[k] + of[k]
+        Tf = Tf + uf[k]
+        ends.append(Tf)
+        room = m - mem
+        if math.isfinite(q):
+            g = Tf - room * q
+            if g > G:
+                G = g
+    if s2 == 0:
+        eps = 0.0
+    else:
+        eps = s2 * q + G - Tf
+        if eps < 0.0:
+            eps = 0.0
+    return Tf, eps, ends
+
+
+def _chunk_end(c, F, zs, q):
+    """End time (model) of the c-th pending offload part: the first F end at q, 2q, ..; Z's after zs."""
+    if c <= F:
+        return c * q
+    return zs + (c - F) * q
+
+
+# ----------------------------------------------------------------------------- the DP
+class JointDP:
+    """Tables and the forward recursion for one chain, memory, bandwidth and slot count."""
+
+    def __init__(self, chain: Chain, memory: float, bandwidth: float | None, *, slots: int = 50,
+                 exact: bool = False):
+        self.chain = chain
+        self.disc = Discretization(chain, memory, slots, exact)
+        self.N = int(self.disc.budget)
+        self.S = float(self.disc.q)
+        self.beta = float(bandwidth or 0.0)
+        self.q = self.S / self.beta if self.beta > 0 else INF
+        d = self.disc
+        self.a, self.ab, self.d, self.of, self.ob = (np.asarray(x, dtype=np.int64) for x in
+                                                      (d.wa, d.wab, d.wd, d.of, d.ob))
+        self.uf = chain.uf.astype(np.float64)
+        self.ub = chain.ub.astype(np.float64)
+        L = chain.L
+        self.pid = np.zeros((L + 2, L + 2), dtype=np.int64)
+        n = 0
+        for i in range(1, L + 1):
+            for j in range(i, L + 1):
+                self.pid[i, j] = n
+                n += 1
+        self.T = self.SP = self.CH = None
+        self.memo: dict = {}
+
+    def tables(self):
+        L = self.chain.L
+        need = (L * (L + 1) // 2) * (self.N + 1) ** 2 * 12
+        if need > 4e9:
+            raise ValueError(f"joint DP tables for L={L} and {self.N} slots would need {need / 1e9:.1f} GB; "
+                             "use fewer slots")
+        if L >= 1:
+            self.T, self.SP, self.CH = _backward_kernel(L, self.N, self.uf, self.ub, self.a, self.ab, self.d,
+                                                        self.of, self.ob, self.q, self.pid)
+
+    # --- backward block lookup: (duration, spill) for C(i, j, m, D)
+    def block(self, i, j, m, D):
+        if m < 0 or D > m or m > self.N:
+            return INF, 0
+        p = self.pid[i, j]
+        t = float(self.T[p, m, D])
+        return t, int(self.SP[p, m, D])
+
+    # --- one forward level: every quantity the value and the rebuild need
+    def level(self, i, x, A, F, P, v, j):
+        """Evaluate level ``i`` (state x, A, F, P) with offload decision ``v`` and, for case 2, last
+        forward stage ``j`` (``j = 0`` means case 1, F_all^i). Returns None if infeasible, else a dict."""
+        a, ab, d, of, ob, uf, ub, q, N = self.a, self.ab, self.d, self.of, self.ob, self.uf, self.ub, self.q, self.N
+        L = self.chain.L
+        z = int(ab[i - 1] if x else a[i - 1])
+        base = A + int(d[L + 1])
+        n_tot = F + v * z
+        # first op reads Z^i: Z counts in full during it
+        out1 = ab[i] if j == 0 else a[i]
+        room1 = N - (base + z + out1 + of[i])
+        if room1 < 0:
+            return None
+        s1 = _wait(F - room1, q)
+        e = s1 + uf[i]
+        starts = [s1]
+        zs = max(F * q, e) if v else 0.0
+        res = base + (1 - v) * z
+        if j:
+            for k in range(i + 1, j + 1):
+                room = N - (res + a[k - 1] + a[k] + of[k])
+                if room < 0:
+                    return None
+                c = n_tot - room
+                s = e
+                if c > 0:
+                    s = max(s, _chunk_end(c, F, zs, q))
+                starts.append(s)
+                e = s + uf[k]
+        Tf = e
+        if n_tot > 0:
+            tend = _chunk_end(n_tot, F, zs, q)
+            F2 = max(0, int(math.ceil((tend - Tf) / q - _TOL)))
+        else:
+            F2 = 0
+        mb_free = N - A - z
+        if j == 0:
+            mb = ab[i] + d[i] + d[i - 1] + ob[i]
+            if mb_free < mb:
+                return None
+            e3 = _wait(P - (mb_free - mb), q)
+            if not math.isfinite(e3):
+                return None
+            k = min(P, _nch(ub[i] + e3, q))
+            Tb, spill = ub[i] + e3, P - k
+            child = (i + 1, 1)
+        else:
+            Tb, spill = self.block(i, j, mb_free, P)
+            if not Tb < INF:
+                return None
+            child = (j + 1, 0)
+        return dict(z=z, starts=starts, Tf=Tf, zs=zs, F2=F2, Tb=Tb, spill=spill,
+                    child=(child[0], child[1], A + (1 - v) * z, F2, v * z + spill))
+
+    def loss(self, x, A, F, P):
+        a, ab, d, of, ob, uf, ub, q, N = self.a, self.ab, self.d, self.of, self.ob, self.uf, self.ub, self.q, self.N
+        L = self.chain.L
+        z = int(ab[L] if x else a[L])
+        res = A + int(d[L + 1]) + z
+        r1 = N - (res + ab[L + 1] + of[L + 1])
+        r2 = N - (res + ab[L + 1] + d[L] + ob[L + 1])
+        if r1 < 0 or r2 < 0:
+            return None
+        s1 = _wait(F - r1, q)
+        e1 = s1 + uf[L + 1]
+        s2 = max(e1, _wait(F - r2, q))
+        e2 = s2 + ub[L + 1]
+        E = e2
+        if F + P > 0:
+            if not math.isfinite(q):
+                return None
+            E = max(E, (F + P) * q)
+            if P > 0:
+                E = max(E, e1 + (P - r1) * q, e2 + (P - r2) * q)
+        return dict(s1=s1, s2=s2, E=E)
+
+    def value(self, i, x, A, F, P):
+        """OC_x(i, A, Delta_F, Delta_B): (best time, choice (v, j)) with memoization."""
+        key = (i, x, A, F, P)
+        got = self.memo.get(key)
+        if got is not None:
+            return got
+        L = self.chain.L
+        best = (INF, None)
+        if A > self.N or P > self.N:
+            pass
+        elif i == L + 1:
+            r = self.loss(x, A, F, P)
+            if r is not None:
+                best = (r["E"], (0, 0))
+        else:
+            vs = (0, 1) if math.isfinite(self.q) else (0,)
+            for v in vs:
+                for j in [0] + list(range(i, L + 1)):
+                    r = self.level(i, x, A, F, P, v, j)
+                    if r is None:
+                        if j:
+                            # a longer forward run only needs more memory if it fails on memory;
+                            # keep trying (overheads are not monotone)
+                            continue
+                        continue
+                    sub, _ = self.value(*r["child"])
+                    if not sub < INF:
+                        continue
+                    tot = r["Tf"] + sub + r["Tb"]
+                    if tot < best[0]:
+                        best = (tot, (v, j))
+        self.memo[key] = best
+        return best
+
+    # ------------------------------------------------------------------------- rebuild
+    def rebuild(self):
+        """The joint schedule of the optimal value: ops with release times, offload and prefetch parts."""
+        self.ops: list = []
+        self.rel: list = []
+        self.trans: list = []
+        self.offloaded: list = []
+        self._level(1, 0, 0, 0, 0, [], 0.0)
+        order = sorted(range(len(self.trans)), key=lambda k: (self.trans[k].release, k))
+        return JointSchedule(ops=self.ops, release=self.rel, transfers=[self.trans[k] for k in order])
+
+    def _parts(self, idx, x):
+        """The parts (index, part, bytes) of value idx (abar if x else a), at most one slot each."""
+        ch = self.chain
+        w = float(ch.wabar[idx] if x else ch.wa[idx])
+        n = int(self.ab[idx] if x else self.a[idx])
+        out = []
+        left = w
+        for p in range(n):
+            b = min(self.S, left) if p < n - 1 else left
+            if b > 0:
+                out.append((idx, p, b))
+            left -= b
+        return out
+
+    def _place(self, parts, end):
+        """Prefetch ``parts`` (in time order) as late as possible, the c-th from the end at end - c q."""
+        n = len(parts)
+        for c in range(1, n + 1):
+            idx, p, b = parts[n - c]
+            self.trans.append(Transfer("prefetch", idx, b, end - c * self.q, p))
+
+    def _emit(self, op, l, t):
+        self.ops.append((op, l))
+        self.rel.append(t)
+
+    def _level(self, i, x, A, F, P, demand, t0):
+        L = self.chain.L
+        assert len(demand) == P
+        if i == L + 1:
+            r = self.loss(x, A, F, P)
+            self._emit("F_all", L + 1, t0 + r["s1"])
+            self._emit("B", L + 1, t0 + r["s2"])
+            self._place(demand, t0 + r["E"])
+            return t0 + r["E"]
+        _, (v, j) = self.value(i, x, A, F, P)
+        r = self.level(i, x, A, F, P, v, j)
+        if j == 0:
+            self._emit("F_all", i, t0 + r["starts"][0])
+        else:
+            self._emit("F_ck", i, t0 + r["starts"][0])
+            for k, s in zip(range(i + 1, j + 1), r["starts"][1:]):
+                self._emit("F_none", k, t0 + s)
+        zparts = []
+        if v:
+            zparts = self._parts(i - 1, x)
+            self.offloaded.append((i - 1, x))
+            for c, (idx, p, b) in enumerate(zparts):
+                self.trans.append(Transfer("offload", idx, b, t0 + r["zs"] + c * self.q, p))
+        spill = r["spill"]
+        child_demand = demand[:spill] + zparts
+        ci, cx, cA, cF, cP = r["child"]
+        t1 = self._level(ci, cx, cA, cF, cP, child_demand, t0 + r["Tf"])
+        hosted = demand[spill:]
+        if j == 0:
+            self._emit("B", i, t1)
+            self._place(hosted, t1 + r["Tb"])
+            return t1 + r["Tb"]
+        mfree = self.N - A - r["z"]
+        return self._block(i, j, mfree, demand, t1)
+
+    def _block(self, i, j, m, demand, t0):
+        """Rebuild C(i, j, m, D) starting at t0; ``demand`` lists the D parts; returns the end time."""
+        a, ab, d, of, ob, uf, ub, q = self.a, self.ab, self.d, self.of, self.ob, self.uf, self.ub, self.q
+        D = len(demand)
+        p = self.pid[i, j]
+        ch = int(self.CH[p, m, D])
+        Ttot = float(self.T[p, m, D])
+        spill = int(self.SP[p, m, D])
+        if ch == -2 or ch == -1:
+            mb = ab[i] + d[i] + d[i - 1] + ob[i]
+            e3 = _wait(D - (m - mb), q)
+            k3 = min(D, _nch(ub[i] + e3, q))
+            rest = demand[:D - k3]
+            self._emit("F_all", i, t0)
+            if ch == -2:
+                mf = d[i] + ab[i] + of[i]
+                R = len(rest)
+                e1 = _wait(R - (m - mf), q)
+                t1 = t0 + uf[i] + e1
+                self._place(rest[spill:], t1)
+            else:
+                m2 = m - ab[i]
+                T2, s2 = self.block(i + 1, j, m2, len(rest))
+                mf = d[j] + ab[i] + of[i]
+                e1 = _wait(s2 - (m - mf), q)
+                tsub = t0 + uf[i] + e1
+                self._place(rest[spill:s2], tsub)
+                t1 = self._block(i + 1, j, m2, rest, tsub)
+            self._emit("B", i, t1)
+            self._place(demand[D - k3:], t1 + ub[i] + e3)
+            return t1 + ub[i] + e3
+        ip = ch
+        T1, s1 = self.block(i, ip, m, D)
+        m2 = m - a[ip]
+        T2, s2 = self.block(ip + 1, j, m2, s1)
+        Tf, eps, ends = _region_idle(i, ip, j, m, s2, uf, a, d, of, q)
+        self._emit("F_ck", i, t0)
+        for k, e in zip(range(i + 1, ip + 1), ends[:-1]):
+            self._emit("F_none", k, t0 + e)
+        treg = t0 + Tf + eps
+        self._place(demand[spill:s2], treg)
+        t2 = self._block(ip + 1, j, m2, demand[:s1], treg)
+        return self._block(i, ip, m, demand, t2)
+
+
+def solve_joint(chain: Chain, memory: float, bandwidth: float | None, *, slots: int = 50,
+                exact: bool = False) -> Solution:
+    """Best joint re-materialization + offloading schedule of the DP of paper 000 (see the module
+    docstring for the model), replayed by :func:`models.remat_offload.simulate_joint`.
+
+    ``memory`` in bytes, ``bandwidth`` in bytes/s (0 or None: no offloading, the DP is then paper 004's
+    persistent DP), ``slots`` the number N of memory values (50 in the paper).
+
+    >>> from models.chain import random_chain
+    >>> c = random_chain(4, seed=1)
+    >>> sol = solve_joint(c, 40, 2.0, slots=40)
+    >>> abs(sol.objective - sol.predicted) < 1e-9
+    True
+    """
+    t0 = time.perf_counter()
+    times: dict[str, float] = {}
+    dp = JointDP(chain, memory, bandwidth, slots=slots, exact=exact)
+    dp.tables()
+    times["tables"] = time.perf_counter() - t0
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 20 * chain.L + 1000))
+    try:
+        best, _ = dp.value(1, 0, 0, 0, 0)
+        times["forward"] = time.perf_counter() - t0 - times["tables"]
+        details = {"discretization": dp.disc.describe(), "slot_bytes": dp.S, "slots": dp.N,
+                   "part_time": dp.q, "bandwidth": dp.beta, "forward_states": len(dp.memo)}
+        if not best < INF:
+            from baselines.rotor import min_memory
+            need = min_memory(chain)
+            times["total"] = time.perf_counter() - t0
+            msg = (f"no joint schedule within {memory:.6g} B with {dp.disc.describe()}; the minimum memory of "
+                   f"any re-materialization sequence is {need:.6g} B (offloading can lower it only below the "
+                   f"first operations' needs; try more slots or more memory)")
+            return Solution(problem="remat-offload", method="dp", status=Status.INFEASIBLE, memory_limit=memory,
+                            message=msg, times=times, details={**details, "min_memory": need})
+        sched = dp.rebuild()
+    finally:
+        sys.setrecursionlimit(old)
+    times["rebuild"] = time.perf_counter() - t0 - times["tables"] - times["forward"]
+    rep = simulate_joint(chain, sched, dp.beta, memory)
+    times["total"] = time.perf_counter() - t0
+    details.update(recompute_time=rep.recompute_time, idle_time=rep.idle_time, idle_data=rep.idle_data,
+                   offloaded=[{"index": l, "value": "abar" if x else "a",
+                               "bytes": float(chain.wabar[l] if x else chain.wa[l])} for l, x in dp.offloaded],
+                   offloaded_bytes=rep.offloaded_bytes, transfer_time=rep.transfer_time)
+    status = Status.OPTIMAL if not math.isfinite(dp.q) else Status.FEASIBLE
+    within = ("memory-persistent sequences (paper 004, Theorem 4.8)" if status == Status.OPTIMAL else
+              "the joint DP's model (persistent sequences, top-level inputs offloaded, transfers in slot "
+              "parts)")
+    return Solution(problem="remat-offload", method="dp", status=status, objective=rep.makespan,
+                    peak_memory=rep.peak_memory, schedule=sched, memory_limit=memory, predicted=best,
+                    message=f"best within {within}; {dp.disc.describe()}", times=times, details=details)

@@ -1,0 +1,296 @@
+"""Joint re-materialization + offloading schedules and their simulator (paper 000, sections 3-4).
+
+A :class:`JointSchedule` is a re-materialization sequence (the operations of paper 004, Table 1, with
+the semantics of :mod:`models.remat`) plus a list of **transfers** on one host link of bandwidth
+``beta`` (bytes/s):
+
+- ``offload`` of ``nbytes`` of a stored forward value (``a^l`` or ``abar^l``, whichever is stored at
+  index ``l``): the bytes stay on the device, and count in its memory, until the transfer **ends**;
+- ``prefetch`` of ``nbytes`` of a value that was offloaded: the device memory is **reserved at the
+  start** of the transfer; the bytes are usable when it ends.
+
+A value may be moved in several parts (``part`` numbers them); paper 000 (Lemma 1) treats transfers
+as a fluid that frees or fills memory at rate beta, and the joint DP (:mod:`baselines.joint_dp`)
+realizes that fluid in parts of at most one memory slot each.
+
+Timing. Every operation and every transfer has a ``release`` time (earliest start, seconds; 0 by
+default). The transfer stream runs the transfers in list order: a transfer starts at
+``max(release, end of the previous transfer)`` and lasts ``nbytes / beta``. The compute stream runs
+the operations in order: an operation starts at ``max(release, end of the previous operation, time
+at which all its inputs are entirely on the device)``. The simulator never delays anything for
+memory: waits that a memory limit needs are part of the schedule (the release times), and the
+simulator **checks** the memory at every instant: ``stored values - offloaded bytes + reserved
+prefetch bytes + outputs and overhead of the running operation <= limit``. At equal instants (within
+a relative 1e-9), memory is released before it is taken.
+
+Checks (raise :class:`InvalidJointSchedule`): the operation sequence is valid for paper 004's
+semantics (:func:`models.remat.simulate_remat`); an operation's inputs (``a^{l-1}`` for F^l;
+``abar^l`` and ``a^{l-1}`` for B^l) have no byte left on the host when it starts; an offload moves
+bytes of a value that is stored on the device when the transfer starts and that no operation
+discards before the transfer ends; a prefetch brings back bytes that are on the host when it
+starts; the memory limit holds at every instant.
+
+With no transfers and no release times the result agrees with :func:`models.remat.simulate_remat`
+(same makespan, peak and recomputation time).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from .chain import Chain
+from .remat import InvalidSequence, RematSchedule, simulate_remat
+
+
+class InvalidJointSchedule(ValueError):
+    """The joint schedule is not valid; the message says which operation/transfer and why."""
+
+
+@dataclass
+class Transfer:
+    """One transfer on the host link: ``kind`` is ``"offload"`` or ``"prefetch"``; ``index`` the
+    forward value's index l (a^l or abar^l, whichever is stored); ``nbytes`` how much of it."""
+
+    kind: str
+    index: int
+    nbytes: float
+    release: float = 0.0
+    part: int = 0
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "index": self.index, "nbytes": self.nbytes, "release": self.release,
+                "part": self.part}
+
+
+@dataclass
+class JointSchedule:
+    """Operations ``ops`` (as in :class:`models.remat.RematSchedule`), their release times, and the
+    transfers in stream order."""
+
+    ops: list[tuple[str, int]]
+    release: list[float] = field(default_factory=list)
+    transfers: list[Transfer] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.ops = [(str(op), int(l)) for op, l in self.ops]
+        if not self.release:
+            self.release = [0.0] * len(self.ops)
+        if len(self.release) != len(self.ops):
+            raise ValueError("release needs one time per operation")
+        self.transfers = [t if isinstance(t, Transfer) else Transfer(**t) for t in self.transfers]
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    @property
+    def remat(self) -> RematSchedule:
+        return RematSchedule(self.ops)
+
+    def notation(self) -> str:
+        return self.remat.notation()
+
+    def offloaded(self) -> dict[int, float]:
+        """Index -> bytes offloaded (summed over parts)."""
+        out: dict[int, float] = {}
+        for t in self.transfers:
+            if t.kind == "offload":
+                out[t.index] = out.get(t.index, 0.0) + t.nbytes
+        return out
+
+    def to_json(self) -> dict:
+        return {"ops": [[op, l] for op, l in self.ops], "release": list(self.release),
+                "transfers": [t.to_json() for t in self.transfers]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "JointSchedule":
+        return cls(ops=[(op, l) for op, l in data["ops"]], release=list(data.get("release", [])),
+                   transfers=[Transfer(**t) for t in data.get("transfers", [])])
+
+
+@dataclass
+class JointReplay:
+    """What the simulator measured (seconds, bytes)."""
+
+    makespan: float
+    peak_memory: float
+    recompute_time: float
+    idle_time: float                  # compute stream idle (all of it waits for transfers)
+    idle_data: float                  # ... of which waiting for a prefetch to bring an input back
+    op_start: list[float] = field(default_factory=list)
+    op_end: list[float] = field(default_factory=list)
+    transfer_start: list[float] = field(default_factory=list)
+    transfer_end: list[float] = field(default_factory=list)
+    transfer_time: float = 0.0        # busy time of the link
+    offloaded_bytes: float = 0.0
+
+
+def _inputs(op: str, l: int) -> tuple[int, ...]:
+    return (l - 1,) if op != "B" else (l, l - 1)
+
+
+def _discards(op: str, l: int, before: list[int], after: list[int]) -> list[int]:
+    """Indices whose stored forward value this op removes (from the remat states before/after)."""
+    return [k for k in (l - 1, l) if before[k] != 0 and after[k] == 0]
+
+
+def simulate_joint(chain: Chain, schedule: JointSchedule, bandwidth: float | None,
+                   memory_limit: float | None = None, *, tol: float = 1e-9) -> JointReplay:
+    """Replay a joint schedule; return makespan, peak, recomputation and idle times.
+
+    ``bandwidth`` (bytes/s) may be ``None``/0 only for a schedule without transfers.
+    """
+    ops = schedule.ops
+    L = chain.L
+    try:
+        base = simulate_remat(chain, ops)
+    except InvalidSequence as e:
+        raise InvalidJointSchedule(str(e)) from None
+    if schedule.transfers and not bandwidth:
+        raise InvalidJointSchedule("the schedule has transfers but the bandwidth is 0")
+
+    # --- remat state (0 none, 1 a, 2 abar) before each op, to know sizes and discards
+    wa, wab = chain.wa, chain.wabar
+    state = [0] * (L + 2)
+    state[0] = 1
+    states_before: list[list[int]] = []
+    for op, l in ops:
+        states_before.append(list(state))
+        if op == "B":
+            state[l] = 0
+            if state[l - 1] == 1:
+                state[l - 1] = 0
+        else:
+            state[l] = 2 if op == "F_all" else max(state[l], 1)
+            if op == "F_none":
+                state[l - 1] = 0
+    states_before.append(list(state))
+
+    # --- transfer stream
+    ts, te = [], []
+    free = 0.0
+    for k, t in enumerate(schedule.transfers):
+        if t.kind not in ("offload", "prefetch"):
+            raise InvalidJointSchedule(f"transfer {k}: unknown kind {t.kind!r}")
+        if not 0 <= t.index <= L or t.nbytes <= 0:
+            raise InvalidJointSchedule(f"transfer {k}: bad index {t.index} or size {t.nbytes}")
+        s = max(t.release, free)
+        e = s + t.nbytes / bandwidth
+        ts.append(s)
+        te.append(e)
+        free = e
+    scale = max([1e-12] + [abs(x) for x in te] + [float(chain.store_all_time())])
+    eps = tol * scale
+
+    # host bytes of index l as a function of time: + at offload end, - at prefetch end
+    host_events: dict[int, list[tuple[float, float]]] = {}
+    for k, t in enumerate(schedule.transfers):
+        host_events.setdefault(t.index, []).append((te[k], t.nbytes if t.kind == "offload" else -t.nbytes))
+    for v in host_events.values():
+        v.sort()
+
+    def host_at(l: int, time: float) -> float:
+        return sum(d for (tt, d) in host_events.get(l, ()) if tt <= time + eps)
+
+    def size_of(l: int, st: list[int]) -> float:
+        return wab[l] if st[l] == 2 else wa[l] if st[l] == 1 else 0.0
+
+    # --- compute stream
+    starts, ends = [], []
+    prev = 0.0
+    idle = idle_data = 0.0
+    for pos, (op, l) in enumerate(ops):
+        cand = max(schedule.release[pos], prev)
+        start = cand
+        for k in _inputs(op, l):
+            if k <= L and host_events.get(k):
+                if host_at(k, start) > 1e-9 * max(1.0, wab[k]):
+                    later = [tt for (tt, d) in host_events[k] if d < 0 and tt > start - eps]
+                    ok = [tt for tt in later if host_at(k, tt) <= 1e-9 * max(1.0, wab[k])]
+                    if not ok:
+                        raise InvalidJointSchedule(
+                            f"operation {pos} ({op}^{l}) needs value {k}, which is (partly) on the host "
+                            f"and never entirely prefetched back")
+                    start = max(start, min(ok))
+        idle += start - prev
+        idle_data += start - cand
+        dt = chain.ub[l] if op == "B" else chain.uf[l]
+        starts.append(start)
+        ends.append(start + dt)
+        prev = start + dt
+    makespan = prev
+
+    # --- offload/prefetch validity against the remat states
+    def state_at(time: float) -> list[int]:
+        """Remat state at ``time`` (an op's effect applies at its end)."""
+        n = 0
+        while n < len(ops) and ends[n] <= time + eps:
+            n += 1
+        return states_before[n]
+
+    for k, t in enumerate(schedule.transfers):
+        st = state_at(ts[k])
+        if st[t.index] == 0:
+            raise InvalidJointSchedule(f"transfer {k} ({t.kind} of index {t.index}) starts at {ts[k]:.6g}s "
+                                       f"when value {t.index} is not stored")
+        size = size_of(t.index, st)
+        host_before = host_at(t.index, ts[k] - 2 * eps)
+        if t.kind == "offload":
+            if host_before + t.nbytes > size * (1 + 1e-9) + 1e-9:
+                raise InvalidJointSchedule(f"transfer {k}: offloads more of value {t.index} than is stored")
+            # nothing may discard the value while the offload runs
+            for pos, (op, l) in enumerate(ops):
+                if starts[pos] < te[k] - eps and ends[pos] > ts[k] + eps:
+                    if t.index in _discards(op, l, states_before[pos], states_before[pos + 1]):
+                        raise InvalidJointSchedule(f"operation {pos} ({op}^{l}) discards value {t.index} "
+                                                   f"while transfer {k} offloads it")
+        else:
+            if host_before + eps < t.nbytes * (1 - 1e-9) - 1e-9:
+                raise InvalidJointSchedule(f"transfer {k}: prefetches {t.nbytes:.6g} B of value {t.index} "
+                                           f"but only {host_before:.6g} B are on the host")
+    # a value may not be discarded while part of it is on the host
+    for pos, (op, l) in enumerate(ops):
+        for k in _discards(op, l, states_before[pos], states_before[pos + 1]):
+            if host_events.get(k) and host_at(k, ends[pos]) > 1e-9 * max(1.0, wab[k]):
+                raise InvalidJointSchedule(f"operation {pos} ({op}^{l}) discards value {k} while part of it "
+                                           f"is on the host")
+
+    # --- memory at every instant: events (time, delta)
+    events: list[tuple[float, float]] = []
+    mem0 = chain.wa[0] + chain.wd[L + 1]
+    mem_before = [mem0] + list(base.memory_after[:-1])
+    for pos in range(len(ops)):
+        extra = base.memory_during[pos] - mem_before[pos]
+        events.append((starts[pos], extra))
+        events.append((ends[pos], base.memory_after[pos] - base.memory_during[pos]))
+    for k, t in enumerate(schedule.transfers):
+        if t.kind == "offload":
+            events.append((te[k], -t.nbytes))
+        else:
+            events.append((ts[k], t.nbytes))
+    events.sort(key=lambda e: e[0])
+    mem = mem0
+    peak = mem0
+    limit = None if memory_limit is None else memory_limit * (1 + tol) + tol
+    i = 0
+    while i < len(events):
+        j = i
+        while j < len(events) and events[j][0] <= events[i][0] + eps:
+            j += 1
+        group = sorted(events[i:j], key=lambda e: e[1])      # releases first
+        for tt, d in group:
+            mem += d
+            if mem > peak:
+                peak = mem
+                if limit is not None and mem > limit:
+                    raise InvalidJointSchedule(f"memory {mem:.6g} B exceeds the limit {memory_limit:.6g} B "
+                                               f"at t = {tt:.6g}s")
+        i = j
+    return JointReplay(makespan=makespan, peak_memory=peak, recompute_time=base.recompute_time,
+                       idle_time=idle, idle_data=idle_data, op_start=starts, op_end=ends, transfer_start=ts,
+                       transfer_end=te, transfer_time=sum(e - s for s, e in zip(ts, te)),
+                       offloaded_bytes=sum(t.nbytes for t in schedule.transfers if t.kind == "offload"))
+
+
+def from_remat(ops: Iterable[Sequence]) -> JointSchedule:
+    """A joint schedule without transfers."""
+    return JointSchedule(ops=[(op, l) for op, l in ops])

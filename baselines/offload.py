@@ -74,14 +74,14 @@ def _try(chain, beta, M, S, oo=None, po=None):
 
 def make_solution(chain: Chain, method: str, schedule: OffloadSchedule | None, memory: float, *,
                   bound: float | None = None, predicted: float | None = None, message: str = "",
-                  status: Status = Status.FEASIBLE, times=None, details=None) -> Solution:
+                  status: Status = Status.FEASIBLE, times=None, details=None, tol: float = 1e-7) -> Solution:
     """Replay ``schedule`` with the validator and wrap it in a Solution."""
     details = dict(details or {})
     if schedule is None:
         return Solution(PROBLEM, method, Status.NO_SOLUTION, bound=bound, memory_limit=memory,
                         predicted=predicted, message=message or "no valid schedule found",
                         times=dict(times or {}), details=details)
-    r = validate_offload(chain, schedule, memory)
+    r = validate_offload(chain, schedule, memory, tol=tol)
     details.update(offloaded=r.offloaded, offloaded_bytes=r.offloaded_bytes, link_busy=r.link_busy,
                    compute_idle=r.compute_idle, link_order=[f"{k}{j}" for k, j in schedule.link_order()])
     if bound is not None and r.makespan <= bound * (1 + 1e-9) and status == Status.FEASIBLE:

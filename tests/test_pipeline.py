@@ -1,0 +1,217 @@
+"""Pipelined model parallelism (paper 003): simulator, eager 1F1B, ILP (1)-(36), baselines, CLI."""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from baselines.pipeline import (best_feasible, gpipe_points, memory_lower_bound, min_memory_contiguous,
+                                period_lower_bound, pipedream_points, start_pattern)
+from formulations.pipeline_ilp import build_model, check_values, solve_ilp, start_values
+from models.chain import Chain, random_chain
+from models.pipeline import (InvalidPattern, Pattern, serial_pattern, simulate_eager, simulate_pattern,
+                             stages_to_layer_gpu, task_data)
+from models.solution import Status
+
+BW = 5.0   # bytes per time unit for the integer test chains
+
+
+def unit_chain(L=2, uf=1.0, ub=2.0, a=1.0, W=0.0):
+    return Chain.from_stages(uf=[uf] * L, ub=[ub] * L, wa=[a] * (L + 1), weights=[W] * L, name=f"unit{L}")
+
+
+# ----------------------------------------------------------------------------- simulator
+def two_gpu_pattern():
+    """L = 2, layer 1 on GPU 0, layer 2 on GPU 1, free communications: F1 [0,1), F2 [1,2),
+    B2 [2,4), B1 [4,6) on a period of 6 (no pipelining)."""
+    return Pattern(gpu=[0, 1, 1, 0], tau=[0, 1, 2, 4], tau_c=[1, 2, 4], T=6)
+
+
+def test_simulator_hand_pattern():
+    c = unit_chain()
+    r = simulate_pattern(two_gpu_pattern(), c, None)
+    assert r.period == pytest.approx(6)
+    assert r.shifts == [0, 0, 0, 0]
+    # GPU 0: buffers A[1] + A[3] = 2; during B1: stored a^0 (1) + input delta^1 (1) + output delta^0 (1)
+    assert r.memory[0] == pytest.approx(5)
+    # GPU 1: buffers 2; during B2: stored a^1 + inputs A[2] + output A[3] = 3
+    assert r.memory[1] == pytest.approx(5)
+
+
+def test_simulator_pipelined_shifts_and_memory():
+    """Same allocation, period 3: GPU 0 runs B1 then F1, GPU 1 runs F2 then B2 (1F1B)."""
+    c = unit_chain()
+    p = Pattern(gpu=[0, 1, 1, 0], tau=[2, 0, 1, 0], tau_c=[3, 1, 3], T=3)
+    r = simulate_pattern(p, c, None)
+    assert r.period == pytest.approx(3)
+    assert r.shifts == [0, 1, 1, 2]       # F1(i), F2(i-1), B2(i-1), B1(i-2)
+    # GPU 0 during B1: two copies of a^0 stored (mini-batches i-1 and i-2) + delta^1 + delta^0 + buffers 2
+    assert r.memory[0] == pytest.approx(6)
+
+
+@pytest.mark.parametrize("bad,reason", [
+    (Pattern(gpu=[0, 1, 1, 0], tau=[0, 1, 2, 0.5], tau_c=[1, 2, 4], T=3), "overlaps"),   # F1 and B1 overlap
+    (Pattern(gpu=[0, 1, 0, 0], tau=[0, 1, 2, 4], tau_c=[1, 2, 4], T=6), "different GPUs"),
+    (Pattern(gpu=[0, 1, 1, 0], tau=[0, 1, 2, 4], tau_c=[1, 2, 4], T=1.5), "lasts"),
+    (Pattern(gpu=[0, 1, 1, 0], tau=[0, 1], tau_c=[1], T=6), "sizes"),
+])
+def test_simulator_rejects(bad, reason):
+    with pytest.raises(InvalidPattern, match=reason):
+        simulate_pattern(bad, unit_chain(), None)
+
+
+def test_simulator_rejects_link_overlap_and_gpu_count():
+    c = unit_chain()
+    # bandwidth 1: each transfer lasts 1; forward [1,2) and backward [1.5,2.5) share the link 0-1
+    p = Pattern(gpu=[0, 1, 1, 0], tau=[0, 2, 0, 3], tau_c=[1, 2, 1.5], T=5)
+    with pytest.raises(InvalidPattern, match="link"):
+        simulate_pattern(p, c, 1.0)
+    ok = Pattern(gpu=[0, 1, 1, 0], tau=[0, 2, 0, 3], tau_c=[1, 2, 2], T=5)
+    assert simulate_pattern(ok, c, 1.0).period == pytest.approx(5)
+    with pytest.raises(InvalidPattern, match="GPUs"):
+        simulate_pattern(two_gpu_pattern(), c, None, gpus=1)
+
+
+def test_serial_pattern_matches_contiguous_min_memory():
+    c = random_chain(6, 2)
+    mem, stages = min_memory_contiguous(c, BW, 3)
+    r = simulate_pattern(serial_pattern(c, BW, stages_to_layer_gpu(stages, c.L)), c, BW)
+    assert r.peak_memory == pytest.approx(mem)
+    assert mem >= memory_lower_bound(c, BW, 3)
+
+
+# ----------------------------------------------------------------------------- eager 1F1B
+def test_eager_hand_computable():
+    c = unit_chain()                      # stage loads 3 and 3, free communications
+    r1 = simulate_eager(c, None, [(1, 1), (2, 2)], noam=1, n_batches=100)
+    r2 = simulate_eager(c, None, [(1, 1), (2, 2)], noam=2, n_batches=100)
+    assert r1.period == pytest.approx(6)  # one mini-batch at a time: sum of all tasks
+    assert r2.period == pytest.approx(3)  # 1F1B steady state: the stage load
+    assert r1.sim.memory[0] == pytest.approx(5)
+    assert r2.sim.memory[0] > r1.sim.memory[0]
+    # with communications (bandwidth 1: each transfer 1): NOAM 1 adds the 2 transfers to the cycle
+    r3 = simulate_eager(c, 1.0, [(1, 1), (2, 2)], noam=1, n_batches=100)
+    assert r3.period == pytest.approx(8)
+    # steady state extracted as a pattern replays with the same period and no more memory
+    for r in (r1, r2, r3):
+        assert r.pattern is not None
+        s = simulate_pattern(r.pattern, c, 1.0 if r is r3 else None)
+        assert s.period == pytest.approx(r.period)
+        assert s.peak_memory <= r.peak_memory + 1e-9
+
+
+# ----------------------------------------------------------------------------- ILP
+def _brute_force_no_memory(c, P):
+    """Independent formulation without memory limit and with free communications: any allocation
+    can run with period = its largest GPU load, so T* = min over allocations of the max load."""
+    td = task_data(c, None)
+    load = [td.d[l] + td.d[td.backward(l)] for l in range(1, td.L + 1)]
+    best = np.inf
+    for alloc in itertools.product(range(P), repeat=td.L):
+        loads = np.zeros(P)
+        for l, g in enumerate(alloc):
+            loads[g] += load[l]
+        best = min(best, loads.max())
+    return best
+
+
+def test_ilp_one_gpu_is_sum():
+    c = random_chain(4, 0)
+    pat, res, _, _ = solve_ilp(c, BW, 1, 1e9, time_limit=20, threads=1)
+    assert res.status == Status.OPTIMAL
+    assert pat.T == pytest.approx(task_data(c, BW).d.sum())
+
+
+def test_ilp_two_gpus_homogeneous_half():
+    c = unit_chain(L=4)
+    pat, res, _, _ = solve_ilp(c, None, 2, None, time_limit=20, threads=1)
+    assert res.status == Status.OPTIMAL
+    assert pat.T == pytest.approx(task_data(c, None).d.sum() / 2)
+    assert simulate_pattern(pat, c, None, gpus=2).period == pytest.approx(pat.T)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ilp_equals_brute_force_without_memory(seed):
+    c = random_chain(4, seed)
+    pat, res, _, _ = solve_ilp(c, None, 2, None, time_limit=20, threads=1)
+    assert res.status == Status.OPTIMAL
+    assert pat.T == pytest.approx(_brute_force_no_memory(c, 2))
+
+
+def test_ilp_memory_model_equals_simulator():
+    """(1)-(36) evaluated at a baseline pattern's values: satisfied with M = its measured peak,
+    (36) violated just below; so the ILP's memory is the simulator's."""
+    c = random_chain(5, 3)
+    pts = pipedream_points(c, BW, 3, n_batches=60)
+    checked = 0
+    for p in pts:
+        if p.pattern is None:
+            continue
+        r = simulate_pattern(p.pattern, c, BW)
+        ilp = build_model(c, BW, 3, r.peak_memory, Tmax=p.pattern.T * 1.01)
+        assert check_values(ilp, start_values(ilp, p.pattern)) == []
+        ilp = build_model(c, BW, 3, r.peak_memory * 0.999, Tmax=p.pattern.T * 1.01)
+        bad = check_values(ilp, start_values(ilp, p.pattern))
+        assert bad and all(b.startswith("c36_memory") for b in bad)
+        checked += 1
+    assert checked >= 2
+
+
+@pytest.mark.parametrize("seed,P", [(0, 2), (1, 3), (4, 2)])
+def test_ilp_vs_baselines_and_replay(seed, P):
+    from experiments.solve_pipeline import run_method
+
+    c = random_chain(5, seed)
+    pts = pipedream_points(c, BW, P, n_batches=60) + gpipe_points(c, BW, P, n_batches=60)
+    mems = sorted(p.memory for p in pts)
+    M = mems[len(mems) // 2]
+    base = best_feasible(pts, M)
+    sol = run_method(c, BW, P, M, "ilp", time_limit=20, threads=1, points=pts)
+    assert sol.success
+    assert sol.peak_memory <= M * (1 + 1e-6)
+    assert sol.objective == pytest.approx(sol.schedule.T)
+    assert sol.objective >= period_lower_bound(c, BW, P) * (1 - 1e-9)
+    assert sol.objective <= base.period * (1 + 1e-6)
+    # every baseline pattern replays with its claimed period and no more than its eager memory
+    for p in pts:
+        if p.pattern is not None:
+            r = simulate_pattern(p.pattern, c, BW, gpus=P)
+            assert r.period == pytest.approx(p.period, rel=1e-6)
+            assert r.peak_memory <= p.memory + 1e-9
+
+
+def test_infeasible_memory_message():
+    from experiments.solve_pipeline import run_method
+
+    c = random_chain(4, 1)
+    M = memory_lower_bound(c, BW, 2) * 0.9
+    for method in ("ilp", "pipedream"):
+        sol = run_method(c, BW, 2, M, method, time_limit=10, threads=1, n_batches=40)
+        assert sol.status == Status.INFEASIBLE
+        assert "minimum memory that works" in sol.message
+        assert sol.details["min_memory"] >= memory_lower_bound(c, BW, 2)
+
+
+def test_cli_pipeline(tmp_path):
+    from experiments.cli import main
+
+    c = random_chain(4, 5, integer=False)
+    rows = [{"stage": 0, "name": "input", "a": c.wa[0]}]
+    for l in range(1, c.L + 1):
+        rows.append({"stage": l, "name": f"s{l}", "u_f": c.uf[l], "u_b": c.ub[l], "a": c.wa[l], "W": c.weights[l]})
+    rows.append({"stage": c.L + 1, "name": "loss", "a": 0})
+    inst = tmp_path / "c.json"
+    inst.write_text(json.dumps({"format": "memplan-instance/1", "name": "r4", "units": {"time": "s", "memory": "B"},
+                                "provenance": {"batch": 16}, "stages": rows}))
+    out = tmp_path / "sol.json"
+    png = tmp_path / "g.png"
+    rc = main(["solve", str(inst), "--problem", "pipeline", "--gpus", "2", "--memory", "20GB",
+               "--bandwidth", "10GB/s", "--method", "ilp", "--time-limit", "10", "--threads", "1",
+               "--json", str(out), "--gantt", str(png)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    assert data["problem"] == "pipeline" and data["schedule"]["kind"] == "pipeline-pattern"
+    assert png.stat().st_size > 1000

@@ -1,0 +1,230 @@
+"""Runtime executor: run a re-materialization sequence on real PyTorch stages (paper 004, sections 3
+and 5.3 "sequence processing"), and measure its memory and time against :func:`models.remat.simulate_remat`.
+
+Given stage modules ``stages[0..L-1]`` (stage l computes a^l from a^{l-1}; e.g.
+:func:`models.graph.linearize_model`), a loss function (stage L+1) and a sequence of operations
+``(op, l)`` from any solver (:class:`models.remat.RematSchedule`), :func:`execute` does exactly what
+the sequence says:
+
+- ``F_all^l``: runs stage l with autograd recording on a detached copy of a^{l-1} (a leaf that requires
+  grad when it is a float tensor), and keeps the output together with its graph: that is abar^l;
+- ``F_ck^l``: runs stage l under ``torch.no_grad()`` and keeps the output a^l;
+- ``F_none^l``: the same, then drops a^{l-1};
+- ``B^l``: back-propagates delta^l through the graph kept by F_all^l (``torch.autograd.backward``),
+  which accumulates the stage's parameter gradients and leaves delta^{l-1} in the input leaf's
+  ``.grad``; then drops delta^l and abar^l, and a^{l-1} when it was kept as a^{l-1} only (Table 1).
+
+RNG: the CPU (and CUDA) generator state is saved before the first execution of each stage and restored
+around every later execution (recomputation), then the global state is put back, as
+``torch.utils.checkpoint`` does; the global generator therefore advances exactly as in a plain forward
+pass, and dropout masks are the same in every recomputation. With deterministic kernels the parameter
+gradients are bit-identical to ``loss_fn(model(x)).backward()`` (the tests check ``torch.equal``).
+Recomputing a BatchNorm stage in training mode updates its running statistics again (as with
+``torch.utils.checkpoint``); gradients are not affected.
+
+Memory: the executor is run inside :class:`models.profiler.TensorMemoryTracker` on CPU (or CUDA
+allocator statistics); the input a^0 is copied inside the tracked region and delta^{L+1} = 1 is created
+there, so the measured state matches the simulator's initial state (a^0 and delta^{L+1} stored).
+Parameters get zero ``.grad`` buffers first (gradients are then added in place, so the persistent
+weight gradients, which the chain model does not count, stay out of the activation figures).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from .remat import InvalidSequence, RematSchedule
+
+_ops = ("F_all", "F_ck", "F_none", "B")
+
+
+@dataclass
+class RuntimeResult:
+    """What an execution produced: the loss value, wall-clock time (s), peak and per-operation memory
+    (bytes above what existed before the run, a^0 and delta^{L+1} included)."""
+
+    loss: float
+    time: float
+    peak_memory: float | None = None
+    memory_after: list[float] = field(default_factory=list)
+    memory_peak_during: list[float] = field(default_factory=list)
+
+
+class _Rng:
+    """Per-stage RNG states: save at the first run of a stage, replay for every recomputation."""
+
+    def __init__(self, device) -> None:
+        self.cuda = torch.device(device).type == "cuda"
+        self.states: dict[int, tuple] = {}
+
+    def _get(self):
+        return (torch.get_rng_state(), torch.cuda.get_rng_state() if self.cuda else None)
+
+    def _set(self, s) -> None:
+        torch.set_rng_state(s[0])
+        if self.cuda:
+            torch.cuda.set_rng_state(s[1])
+
+    def run(self, l: int, fn: Callable[[], Any]):
+        if l not in self.states:
+            self.states[l] = self._get()
+            return fn()
+        outer = self._get()
+        self._set(self.states[l])
+        try:
+            return fn()
+        finally:
+            self._set(outer)
+
+
+def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
+            schedule: RematSchedule | Sequence[tuple[str, int]], *, measure_memory: bool = False,
+            device=None, input_grad: bool = True) -> RuntimeResult:
+    """Run ``schedule`` (ops on stages 1..L+1, L+1 = ``loss_fn``) on input ``x``; parameter gradients
+    are accumulated into the stages' ``.grad``. ``input_grad``: B^1 computes delta^0 (float inputs).
+
+    Raises :class:`models.remat.InvalidSequence` when an operation's inputs are not in memory.
+    """
+    ops = schedule.ops if isinstance(schedule, RematSchedule) else [(str(o), int(l)) for o, l in schedule]
+    L = len(stages)
+    fns = list(stages) + [loss_fn]
+    device = device if device is not None else x.device
+    rng = _Rng(device)
+    if measure_memory:
+        from .profiler import memory_tracker
+
+        for s in stages:
+            if isinstance(s, torch.nn.Module):
+                for p in s.parameters():
+                    if p.requires_grad and p.grad is None:
+                        p.grad = torch.zeros_like(p)
+        tracker = memory_tracker(device)
+    else:
+        tracker = None
+    a: dict[int, torch.Tensor] = {}                    # a^l kept without graph (F_ck / F_none)
+    abar: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}   # l -> (input leaf, output with graph)
+    delta: dict[int, torch.Tensor | None] = {}
+    after: list[float] = []
+    during: list[float] = []
+    loss_value = float("nan")
+
+    def value(k: int, pos: int, op) -> torch.Tensor:
+        if k in abar:
+            return abar[k][1]
+        if k in a:
+            return a[k]
+        raise InvalidSequence(pos, op, f"a^{k} is not in memory")
+
+    def run() -> None:
+        nonlocal loss_value
+        a[0] = x.detach().clone()
+        delta[L + 1] = torch.ones((), device=device)
+        for pos, (op, l) in enumerate(ops):
+            if tracker is not None:
+                tracker.reset_peak()
+            if op not in _ops or not 1 <= l <= L + 1:
+                raise InvalidSequence(pos, (op, l), f"unknown operation or stage outside 1..{L + 1}")
+            fn = fns[l - 1]
+            if op == "B":
+                if l not in abar:
+                    raise InvalidSequence(pos, (op, l), f"abar^{l} is not in memory")
+                if l not in delta:
+                    raise InvalidSequence(pos, (op, l), f"delta^{l} is not in memory")
+                inp, out = abar.pop(l)
+                d = delta.pop(l)
+                if out.requires_grad:
+                    torch.autograd.backward(out, d)
+                delta[l - 1] = inp.grad if inp.requires_grad else None
+                del inp, out, d
+                if l - 1 in a and l - 1 not in abar:
+                    del a[l - 1]
+            else:
+                src = value(l - 1, pos, (op, l))
+                inp = src.detach()
+                if op == "F_all":
+                    if inp.is_floating_point() and (input_grad or l > 1):
+                        inp.requires_grad_(True)
+                    out = rng.run(l, lambda: fn(inp))
+                    abar[l] = (inp, out)
+                    a.pop(l, None)
+                    if l == L + 1:
+                        loss_value = float(out.detach())
+                else:
+                    if op == "F_none" and l - 1 in abar:
+                        raise InvalidSequence(pos, (op, l), f"F_none^{l} would discard abar^{l - 1}")
+                    with torch.no_grad():
+                        out = rng.run(l, lambda: fn(inp))
+                    if l not in abar:
+                        a[l] = out
+                    if op == "F_none":
+                        a.pop(l - 1, None)
+                del src, inp, out
+            if tracker is not None:
+                tracker.sync()
+                during.append(float(tracker.peak))
+                after.append(float(tracker.current))
+        if 0 not in delta:
+            raise InvalidSequence(len(ops), None, "delta^0 was never computed")
+        a.clear(), abar.clear(), delta.clear()
+
+    t0 = time.perf_counter()
+    if tracker is not None:
+        with tracker:
+            run()
+    else:
+        run()
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+    elapsed = time.perf_counter() - t0
+    return RuntimeResult(loss=loss_value, time=elapsed, peak_memory=max(during) if during else None,
+                         memory_after=after, memory_peak_during=during)
+
+
+# ------------------------------------------------------------------------- simple reference sequences
+def store_all_sequence(L: int) -> RematSchedule:
+    """F_all^1..F_all^{L+1} B^{L+1}..B^1: what plain autograd does."""
+    return RematSchedule([("F_all", l) for l in range(1, L + 2)] + [("B", l) for l in range(L + 1, 0, -1)])
+
+
+def sequential_sequence(L: int, segments: int) -> RematSchedule:
+    """Sequential checkpointing (Chen et al. 2016; ``torch.utils.checkpoint.checkpoint_sequential``):
+    stages 1..L+1 cut into ``segments`` consecutive segments; every segment but the last is run with
+    F_ck on its first stage and F_none on the others (only its input is kept), the last with F_all;
+    in the backward phase each earlier segment is recomputed with F_all from its input, then
+    back-propagated."""
+    n = L + 1
+    segments = max(1, min(segments, n))
+    bounds = [round(i * n / segments) for i in range(segments + 1)]
+    segs = [(bounds[i] + 1, bounds[i + 1]) for i in range(segments)]
+    ops: list[tuple[str, int]] = []
+    for s, e in segs[:-1]:
+        ops += [("F_ck", s)] + [("F_none", l) for l in range(s + 1, e + 1)]
+    s, e = segs[-1]
+    ops += [("F_all", l) for l in range(s, e + 1)] + [("B", l) for l in range(e, s - 1, -1)]
+    for s, e in reversed(segs[:-1]):
+        ops += [("F_all", l) for l in range(s, e + 1)] + [("B", l) for l in range(e, s - 1, -1)]
+    return RematSchedule(ops)
+
+
+def bisection_sequence(L: int) -> RematSchedule:
+    """Recursive checkpointing by halving (the structure of revolve/treeverse with unlimited
+    checkpoints, O(log L) stored activations, O(L log L) forward steps): to back-propagate stages
+    s..e from a stored a^{s-1}, compute a^m (m = middle) with F_ck^s F_none^{s+1..m}, back-propagate
+    m+1..e recursively, then s..m recursively; a single stage is F_all^s B^s."""
+    ops: list[tuple[str, int]] = []
+
+    def rec(s: int, e: int) -> None:
+        if s == e:
+            ops.extend([("F_all", s), ("B", s)])
+            return
+        m = (s + e) // 2
+        ops.append(("F_ck", s))
+        ops.extend(("F_none", l) for l in range(s + 1, m + 1))
+        rec(m + 1, e)
+        rec(s, m)
+
+    rec(1, L + 1)
+    return RematSchedule(ops)

@@ -195,14 +195,16 @@ def _cluster_times(times: Iterable[float], eps: float) -> dict[float, float]:
 
 
 def validate_offload(chain: Chain, schedule: OffloadSchedule, memory_limit: float | None = None,
-                     bandwidth: float | None = None, *, tol: float = 1e-7) -> OffloadReplay:
+                     bandwidth: float | None = None, *, tol: float = 1e-7,
+                     trace: list | None = None) -> OffloadReplay:
     """Replay a timed offloading schedule; return makespan and peak memory or raise
     :class:`InvalidOffloadSchedule` with the rule that is broken.
 
     Checks (paper 001, section 3.1): computation order and data dependencies; offload after the
     activation exists; prefetch after the offload and before ``B_j``; one transfer at a time; memory at
     every instant (see the module docstring for the memory model) at most ``memory_limit``.
-    ``tol`` is relative (to the makespan for times, to the limit for memory).
+    ``tol`` is relative (to the makespan for times, to the limit for memory). ``trace``, when a list,
+    receives ``(time, memory)`` after every memory event (a step function).
     """
     d = OffloadData.of(chain)
     L = d.L
@@ -318,6 +320,8 @@ def validate_offload(chain: Chain, schedule: OffloadSchedule, memory_limit: floa
     peak, peak_t = 0.0, 0.0
     for t, cl, s, ph, dl, what in events:
         mem += dl
+        if trace is not None:
+            trace.append((t, mem))
         if dl > 0:
             if mem > peak:
                 peak, peak_t = mem, t

@@ -1,0 +1,129 @@
+"""Importer for PipeDream's per-layer profiles (``graph.txt``, msr-fiddle/pipedream's profiler output).
+
+File format (one line per node, then one tab-indented line per edge)::
+
+    node4 -- Conv2d(64, 64, ...) -- forward_compute_time=3.852, backward_compute_time=9.775, activation_size=205520896.0, parameter_size=147456.0
+    \tnode4 -- node5
+
+Times are milliseconds per mini-batch, sizes bytes; ``activation_size`` is the size of the node's output
+for the whole mini-batch and may be a list ``[a; b; ...]`` (several outputs: summed here). The node
+described as ``Input`` is the network input a^0; its "forward time" is the data loading time and is
+ignored.
+
+The DAG is linearized with :func:`models.graph.linearize` (minimal groups with a single boundary
+tensor, papers 001/003) and each group becomes one stage l with
+
+- ``u_f^l``, ``u_b^l`` = sums of the group's forward / backward times;
+- ``omega_a^l`` = ``omega_delta^l`` = activation size of the group's last node (the separator);
+- ``omega_abar^l`` = sum of the activation sizes of all nodes of the group (every intermediate output
+  is assumed kept for the backward pass; this over-counts in-place operations such as
+  ``ReLU(inplace)``, whose output reuses its input's memory: an upper estimate);
+- ``W^l`` = sum of the parameter sizes; ``o_f^l = o_b^l = 0`` (the profile has no peak information);
+- the loss stage L+1 costs nothing (the profiles end at the classifier).
+
+``batch``: PipeDream measured at a mini-batch of 128 images; another batch size N rescales times and
+activation sizes by N/128 (parameters unchanged). This linear model is an approximation (small
+batches use the GPU less efficiently) and the provenance says so.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from .chain import Chain
+from .graph import linearize
+
+PROFILE_BATCH = 128
+_NODE = re.compile(r"^(\S+) -- (.*) -- forward_compute_time=([^,]+), backward_compute_time=([^,]+), "
+                   r"activation_size=(.+), parameter_size=([^,\s]+)\s*$")
+_EDGE = re.compile(r"^\t(\S+) -- (\S+)\s*$")
+
+
+class PipeDreamFormatError(ValueError):
+    """A line of a graph.txt file could not be read; the message names the file and line."""
+
+
+def _number(text: str, where: str) -> float:
+    text = text.strip()
+    try:
+        if text.startswith("["):
+            return float(sum(float(p) for p in text.strip("[]").replace(",", ";").split(";") if p.strip()))
+        return float(text)
+    except ValueError:
+        raise PipeDreamFormatError(f"{where}: cannot read number {text!r}") from None
+
+
+def read_graph(path: str | Path) -> nx.DiGraph:
+    """Parse a PipeDream ``graph.txt`` into a DiGraph; node attributes ``desc``, ``type``, ``uf``,
+    ``ub`` (seconds), ``out_bytes``, ``weight_bytes`` (bytes), in the file's node order."""
+    path = Path(path)
+    G = nx.DiGraph()
+    edges = []
+    for i, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{i}"
+        m = _EDGE.match(line)
+        if m:
+            edges.append((m.group(1), m.group(2), where))
+            continue
+        m = _NODE.match(line)
+        if not m:
+            raise PipeDreamFormatError(f"{where}: not a node or edge line: {line[:80]!r}")
+        nid, desc = m.group(1), m.group(2).strip()
+        G.add_node(nid, desc=desc, type=desc.split("(")[0].strip(),
+                   uf=_number(m.group(3), where) * 1e-3, ub=_number(m.group(4), where) * 1e-3,
+                   out_bytes=_number(m.group(5), where), weight_bytes=_number(m.group(6), where))
+    for u, v, where in edges:
+        for n in (u, v):
+            if n not in G:
+                raise PipeDreamFormatError(f"{where}: edge mentions unknown node {n!r}")
+        G.add_edge(u, v)
+    return G
+
+
+def _stage_name(G: nx.DiGraph, group: list[str]) -> str:
+    if len(group) == 1:
+        return f"{G.nodes[group[0]]['type']}[{group[0]}]"
+    return f"{G.nodes[group[0]]['type']}..{G.nodes[group[-1]]['type']}[{group[0]}..{group[-1]}]"
+
+
+def import_graph(path: str | Path, batch: int | None = None, name: str | None = None) -> Chain:
+    """The linearized Chain of a PipeDream profile, optionally rescaled to mini-batch ``batch``."""
+    path = Path(path)
+    G = read_graph(path)
+    inputs = [n for n in G if G.nodes[n]["type"] == "Input"]
+    sources = [n for n in G if G.in_degree(n) == 0]
+    if len(sources) != 1:
+        raise PipeDreamFormatError(f"{path}: expected one input node, found {sources[:5]}")
+    src = sources[0]
+    if inputs and inputs != [src]:
+        raise PipeDreamFormatError(f"{path}: the Input node {inputs} is not the only source {sources}")
+    groups = linearize(G)
+    k = 1.0 if batch is None else batch / PROFILE_BATCH
+    nd = G.nodes
+    uf = [k * sum(nd[n]["uf"] for n in g) for g in groups]
+    ub = [k * sum(nd[n]["ub"] for n in g) for g in groups]
+    wa = [k * nd[src]["out_bytes"]] + [k * nd[g[-1]]["out_bytes"] for g in groups]
+    wabar = [wa[0]] + [k * sum(nd[n]["out_bytes"] for n in g) for g in groups]
+    weights = [sum(nd[n]["weight_bytes"] for n in g) for g in groups]
+    stem = path.name.replace(".graph.txt", "").replace("graph.txt", "").strip(".") or path.parent.name
+    prov: dict[str, Any] = {
+        "source": str(path), "format": "PipeDream profiler graph.txt (msr-fiddle/pipedream, MIT license)",
+        "network": stem, "profile_batch": PROFILE_BATCH, "batch": batch or PROFILE_BATCH,
+        "device": "GPU used by PipeDream's authors (see the source's README)", "input": [3, 224, 224],
+        "linearization": "models.graph.linearize: minimal single-tensor groups (papers 001/003 virtual layers); "
+                         "u_f, u_b, W, abar = sums over the group, a = delta = separator's output; o_f = o_b = 0",
+        "groups": [list(g) for g in groups],
+        "nodes": G.number_of_nodes(),
+    }
+    if batch is not None and batch != PROFILE_BATCH:
+        prov["scaling"] = (f"times and activation sizes scaled linearly by {batch}/{PROFILE_BATCH} from the "
+                           f"profile's batch {PROFILE_BATCH} (an approximation); parameters unchanged")
+    return Chain.from_stages(uf=uf, ub=ub, wa=wa, wabar=wabar, wd=wa, weights=weights,
+                             name=name or f"pipedream-{stem}-b{batch or PROFILE_BATCH}",
+                             stage_names=["input"] + [_stage_name(G, g) for g in groups] + ["loss"],
+                             provenance=prov)

@@ -99,31 +99,32 @@ class Discretization:
 # ----------------------------------------------------------------------------- persistent kernel
 @njit(cache=True)
 def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry):
-    """Tables C[s, t, m] and choice[s, t, m] (0: infeasible, -1: F_all^s first, s' >= s+1: F_ck^s
-    keeping a^{s'-1}) for 1 <= s <= t <= L+1, 0 <= m <= S. ``allow_carry=False`` forbids F_all^s
-    unless B^s follows immediately (revolve / AD model)."""
+    """Table C[s, t, m] for 1 <= s <= t <= L+1, 0 <= m <= S (Eq. 6-7). ``allow_carry=False`` forbids
+    F_all^s unless B^s follows immediately (revolve / AD model).
+
+    The arg-min is not stored: :func:`_persistent_choice` recomputes it along the reconstructed path
+    only (O(L) per visited entry), which keeps the O(S L^3) inner loop a plain ``min``.
+    ``lo[s, t]`` is the smallest m where C[s, t, m] is finite (C is non-increasing in m), so the
+    inner loops skip the infeasible region."""
     n = L + 2
     C = np.full((n, n, S + 1), np.inf)
-    ch = np.zeros((n, n, S + 1), dtype=np.int16)
+    lo = np.full((n, n), S + 1, dtype=np.int64)
     for s in range(1, L + 2):
         need = max(wd[s] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
         for m in range(need, S + 1):
             C[s, s, m] = uf[s] + ub[s]
-            ch[s, s, m] = -1
+        lo[s, s] = min(need, S + 1)
+    buf = np.empty(S + 1)
     for d in range(1, L + 1):
         for s in range(1, L + 2 - d):
             t = s + d
-            row = C[s, t]
-            crow = ch[s, t]
+            buf[:] = np.inf
             # F_all^s first (C_all)
             if allow_carry:
                 need = max(wd[t] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
                 sub = C[s + 1, t]
-                for m in range(max(need, wab[s]), S + 1):
-                    v = uf[s] + sub[m - wab[s]] + ub[s]
-                    if v < row[m]:
-                        row[m] = v
-                        crow[m] = -1
+                for m in range(max(need, wab[s] + lo[s + 1, t]), S + 1):
+                    buf[m] = uf[s] + sub[m - wab[s]] + ub[s]
             # F_ck^s, F_none^{s+1..s'-1} (C_ck)
             need = wd[t] + wa[s] + of[s]
             fsum = 0.0
@@ -137,25 +138,51 @@ def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry):
                 first = C[sp, t]
                 second = C[s, sp - 1]
                 shift = wa[sp - 1]
-                for m in range(max(need, shift), S + 1):
-                    v = fsum + first[m - shift] + second[m]
-                    if v < row[m]:
-                        row[m] = v
-                        crow[m] = sp
-    return C, ch
+                start = max(need, shift + lo[sp, t], lo[s, sp - 1])
+                for m in range(start, S + 1):
+                    buf[m] = min(buf[m], fsum + first[m - shift] + second[m])
+            C[s, t, :] = buf
+            first_finite = S + 1
+            for m in range(S + 1):
+                if buf[m] < np.inf:
+                    first_finite = m
+                    break
+            lo[s, t] = first_finite
+    return C
 
 
-def _persistent_sequence(ch, s, t, m, disc: Discretization, out: list) -> None:
-    """Algorithm 4 (OptRecP): rebuild the sequence from the choice table."""
+def _persistent_choice(C, s, t, m, uf, ub, wa, wab, wd, of, ob, allow_carry):
+    """Which case achieves C[s, t, m]: -1 (F_all^s first) or s' (F_ck^s keeping a^{s'-1}); the same
+    arithmetic as the kernel, so the match is exact."""
+    target = C[s, t, m]
+    if s == t:
+        return -1
+    if allow_carry:
+        need = max(wd[t] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+        if m >= need and m >= wab[s] and uf[s] + C[s + 1, t, m - wab[s]] + ub[s] == target:
+            return -1
+    need = wd[t] + wa[s] + of[s]
+    fsum = 0.0
+    for sp in range(s + 1, t + 1):
+        fsum += uf[sp - 1]
+        if sp - 1 > s:
+            j = sp - 1
+            need = max(need, wd[t] + wa[j - 1] + wa[j] + of[j])
+        if m >= need and m >= wa[sp - 1] and fsum + C[sp, t, m - wa[sp - 1]] + C[s, sp - 1, m] == target:
+            return sp
+    raise RuntimeError(f"internal error: no case reaches C[{s},{t},{m}]")
+
+
+def _persistent_sequence(C, s, t, m, disc: Discretization, chain: Chain, allow_carry: bool, out: list) -> None:
+    """Algorithm 4 (OptRecP): rebuild the sequence from the table."""
+    args = (chain.uf, chain.ub, disc.wa, disc.wab, disc.wd, disc.of, disc.ob, allow_carry)
     stack = [(s, t, m, False)]
     while stack:
         s, t, m, emit_b = stack.pop()
         if emit_b:          # marker: B^s after the C_all sub-chain
             out.append(("B", s))
             continue
-        c = int(ch[s, t, m])
-        if c == 0:
-            raise RuntimeError(f"internal error: no choice at C[{s},{t},{m}]")
+        c = _persistent_choice(C, s, t, m, *args)
         if s == t:
             out.extend([("F_all", s), ("B", s)])
         elif c == -1:
@@ -378,12 +405,12 @@ def persistent(chain: Chain, memory: float, *, slots: int = 500, exact: bool = F
     ops = None
     pred = None
     if budget >= 0:
-        C, ch = _persistent_kernel(*_args(disc, chain), _allow_carry)
+        C = _persistent_kernel(*_args(disc, chain), _allow_carry)
         times["dp"] = time.perf_counter() - t0
         if math.isfinite(C[1, chain.L + 1, budget]):
             pred = float(C[1, chain.L + 1, budget])
             ops = []
-            _persistent_sequence(ch, 1, chain.L + 1, budget, disc, ops)
+            _persistent_sequence(C, 1, chain.L + 1, budget, disc, chain, _allow_carry, ops)
     times["total"] = time.perf_counter() - t0
     within = "memory-persistent sequences" if _allow_carry else "sequences with F_all^l right before B^l"
     return _finish(chain, memory, _method, ops, pred, disc, times, within)

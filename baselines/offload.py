@@ -222,7 +222,7 @@ def fractional_makespan(chain: Chain, bandwidth: float, memory: float, amount: f
         for a, b in bR:
             pts.update((T - a, T - b))
         pts = sorted(p for p in pts if 0 <= p <= T)
-        lim = M * (1 + 1e-9) + 1e-9
+        lim = M * (1 + 1e-12) + 1e-12
         for p0, p1 in zip(pts, pts[1:]):
             if p1 - p0 <= 1e-12 * max(1.0, T):
                 continue

@@ -1,0 +1,187 @@
+"""Activation offloading (paper 001): validator, no-wait builder, bounds, heuristics and the exact MILP."""
+import itertools
+
+import numpy as np
+import pytest
+
+from baselines import offload as B
+from formulations.offload_milp import solve_offload_milp
+from models.chain import Chain, random_chain
+from models.offload import (InvalidOffloadSchedule, NoWaitInfeasible, OffloadSchedule, min_feasible_memory,
+                            no_wait_schedule, peak_memory_no_offload, validate_offload)
+from models.solution import InfeasibleError, Status
+
+HEURISTICS = [B.greedy, B.dynprog, B.vdnn, B.tflms, B.autoswap]
+
+
+def cases(Ls, seeds, fracs=(0.0, 0.5), betas=(0.5, 2.0)):
+    for L, seed in itertools.product(Ls, seeds):
+        c = random_chain(L, seed)
+        mf, mp = min_feasible_memory(c), peak_memory_no_offload(c)
+        for f, beta in itertools.product(fracs, betas):
+            yield c, mf + f * (mp - mf), beta
+
+
+def hand_chain():
+    """x = (4, 1, 1, 0), ex^B_1 = 6, unit times, y = 0: M_peak = 12 (during B_1)."""
+    return Chain.from_stages(uf=[1, 1], ub=[1, 1], wa=[4, 1, 1], wd=[0, 0, 0], of=[0, 0], ob=[0, 6])
+
+
+# ------------------------------------------------------------------------------------------ model
+def test_peak_without_offloading_is_m_peak():
+    for seed in range(5):
+        c = random_chain(5, seed)
+        s = no_wait_schedule(c, 1.0, 1e9, [])
+        r = validate_offload(c, s, None)
+        assert r.peak_memory == pytest.approx(peak_memory_no_offload(c))
+        assert r.makespan == pytest.approx(c.store_all_time())
+
+
+def test_hand_chain_values():
+    c = hand_chain()
+    assert peak_memory_no_offload(c) == 12 and min_feasible_memory(c) == 8
+    # Prop. 3: max(4, 2 * 3 / 1) = 6; fractional optimum (Theorem 2): send 3 of x_0 before B_1 can
+    # start (t = 3), B_1 [3, 4), 3 back [4, 7), B_0 [7, 8); whole x_0: 4 + 1 + 4 + 1 = 10.
+    assert B.lower_bound_value(c, 9, 1.0) == 6
+    assert B.fractional_makespan(c, 1.0, 9) == pytest.approx(8.0, abs=1e-6)
+    g = B.greedy(c, 9, 1.0)
+    assert g.objective == pytest.approx(10.0) and g.details["fractional"] == pytest.approx(8.0, abs=1e-6)
+    m = solve_offload_milp(c, 9, 1.0, threads=1, time_limit=10)
+    assert m.status == Status.OPTIMAL and m.objective == pytest.approx(10.0)
+
+
+def _valid_example():
+    c = hand_chain()
+    s = no_wait_schedule(c, 1.0, 9, [0])
+    validate_offload(c, s, 9)
+    return c, s
+
+
+@pytest.mark.parametrize("edit, reason", [
+    (lambda s: s.tF.__setitem__(1, 0.5), "before F_0 ends"),
+    (lambda s: s.offload.__setitem__(0, -1.0), "before x_0 exists|< 0"),
+    (lambda s: s.prefetch.__setitem__(0, 2.0), "before its offload ends"),
+    (lambda s: s.prefetch.__setitem__(0, s.tB[0] - 1.0), "after B_0 starts"),
+    (lambda s: s.prefetch.pop(0), "without a prefetch"),
+    (lambda s: s.tB.__setitem__(1, s.tB[1] - 2.0), "before B_2 ends"),
+])
+def test_validator_rejects(edit, reason):
+    c, s = _valid_example()
+    edit(s)
+    with pytest.raises(InvalidOffloadSchedule, match=reason):
+        validate_offload(c, s, 9)
+
+
+def test_validator_memory_and_link():
+    c = hand_chain()
+    # no offloading under 9 B: B_1 needs 12
+    with pytest.raises(InvalidOffloadSchedule, match="exceeds the limit 9"):
+        validate_offload(c, no_wait_schedule(c, 1.0, 100, []), 9)
+    # release only at the end of the offload: B_1 may not start before x_0 is fully sent (t = 4)
+    s = OffloadSchedule(tF=[0, 1, 2], tB=[9, 3, 2], offload={0: 0.0}, prefetch={0: 5.0}, bandwidth=1.0)
+    with pytest.raises(InvalidOffloadSchedule, match="exceeds the limit"):
+        validate_offload(c, s, 9)
+    # two transfers at once
+    c2 = random_chain(3, 0)
+    s2 = no_wait_schedule(c2, 1.0, 1e9, [0, 1])
+    s2.offload[1] = s2.offload[0]
+    with pytest.raises(InvalidOffloadSchedule, match="one transfer at a time|before x_1 exists"):
+        validate_offload(c2, s2, None)
+
+
+def test_reservation_at_prefetch_start():
+    c = hand_chain()
+    s = no_wait_schedule(c, 1.0, 9, [0])
+    # starting the prefetch during B_1 (x_1, x_2, ex^B_1 = 8 B) reserves 4 more: 12 > 9
+    s.prefetch[0] = s.tB[1]
+    s.tB[0] = max(s.tB[0], s.prefetch[0] + 4)
+    with pytest.raises(InvalidOffloadSchedule, match="prefetch of x_0 is reserved"):
+        validate_offload(c, s, 9)
+
+
+# ------------------------------------------------------------------------------ bounds & methods
+def test_min_feasible_memory_is_tight():
+    for seed in range(6):
+        c = random_chain(5, seed)
+        mf = min_feasible_memory(c)
+        assert B.greedy(c, mf, 1.0).success
+        with pytest.raises(InfeasibleError) as e:
+            B.greedy(c, mf - 0.5, 1.0)
+        assert e.value.minimum == mf
+
+
+def test_fractional_value_theorem2():
+    """Theorem 2: the eager ordered schedule offloading M_peak - M is optimal for the fractional
+    relaxation, so offloading more never helps (Lemma 2); LB <= fractional <= GREEDY."""
+    for c, M, beta in cases([3, 5], range(4)):
+        Q = peak_memory_no_offload(c) - M
+        if Q <= 0:
+            continue
+        fr = B.fractional_makespan(c, beta, M)
+        g = B.greedy(c, M, beta)
+        assert g.details["fractional"] == pytest.approx(fr)
+        assert B.lower_bound_value(c, M, beta) <= fr * (1 + 1e-9)
+        assert fr <= g.objective * (1 + 1e-9)
+        total = c.wabar[:c.L + 1].sum()
+        for extra in np.linspace(0, total - Q, 4)[1:]:
+            assert B.fractional_makespan(c, beta, M, Q + extra) >= fr * (1 - 1e-6)
+
+
+def test_every_heuristic_schedule_is_valid():
+    for c, M, beta in cases([4, 6], range(3)):
+        for h in HEURISTICS:
+            s = h(c, M, beta)
+            if s.success:
+                r = validate_offload(c, s.schedule, M)
+                assert s.objective == pytest.approx(r.makespan) and r.peak_memory <= M * (1 + 1e-9)
+
+
+def test_milp_equals_exhaustive_small():
+    """MIP optimum = best no-wait schedule over all offloaded sets and transfer orders (L <= 3)."""
+    n = 0
+    for c, M, beta in cases([2, 3], range(3), fracs=(0.0, 0.4), betas=(0.5, 2.0)):
+        hs = [h(c, M, beta) for h in HEURISTICS]
+        ok = [h for h in hs if h.success]
+        start = min(ok, key=lambda h: h.objective).schedule if ok else None
+        ex = B.exhaustive(c, M, beta)
+        m = solve_offload_milp(c, M, beta, start=start, threads=1, time_limit=20)
+        assert m.status == Status.OPTIMAL
+        assert m.objective == pytest.approx(ex.objective, rel=1e-6)
+        lb = B.lower_bound_value(c, M, beta)
+        assert lb <= m.objective * (1 + 1e-9)
+        assert m.objective <= min(h.objective for h in ok) * (1 + 1e-9)
+        n += 1
+    assert n == 24
+
+
+def test_milp_between_bound_and_heuristics():
+    """LB <= fractional <= MIP <= min(GREEDY, DYNPROG, vDNN, TFLMS, AutoSwap) for L = 4..6."""
+    for c, M, beta in [(random_chain(L, s), None, b) for L, s, b in [(4, 11, 0.5), (5, 12, 1.0), (6, 13, 2.0)]]:
+        mf, mp = min_feasible_memory(c), peak_memory_no_offload(c)
+        M = mf + 0.3 * (mp - mf)
+        hs = [h(c, M, beta) for h in HEURISTICS]
+        ok = [h for h in hs if h.success]
+        best = min(h.objective for h in ok)
+        m = solve_offload_milp(c, M, beta, start=min(ok, key=lambda h: h.objective).schedule, threads=1,
+                               time_limit=15)
+        assert m.success
+        validate_offload(c, m.schedule, M, tol=1e-6)
+        assert m.objective <= best * (1 + 1e-9)
+        assert B.lower_bound_value(c, M, beta) <= m.objective * (1 + 1e-9)
+        assert B.fractional_makespan(c, beta, M) <= m.objective * (1 + 1e-6)
+        assert m.bound is None or m.bound <= m.objective * (1 + 1e-6)
+
+
+def test_dynprog_exact_and_rounded_agree_on_integer_chain():
+    c = random_chain(6, 3)
+    M = min_feasible_memory(c) + 0.4 * (peak_memory_no_offload(c) - min_feasible_memory(c))
+    a = B.dynprog(c, M, 1.0, exact=True)
+    b = B.dynprog(c, M, 1.0, slots=500)
+    assert a.success and b.success
+    assert a.objective <= B.greedy(c, M, 1.0).objective * (1 + 1e-9) or a.objective > 0
+
+
+def test_no_wait_infeasible_is_reported():
+    c = hand_chain()
+    with pytest.raises(NoWaitInfeasible):
+        no_wait_schedule(c, 1.0, 9, [])

@@ -1,0 +1,36 @@
+"""``memplan solve --problem offload`` end to end on the toy chain of paper 004."""
+import json
+
+import pytest
+
+from experiments import solve_offload
+from experiments.cli import main
+
+
+@pytest.mark.parametrize("method", ["lb", "greedy", "dynprog", "vdnn", "autoswap", "milp"])
+def test_cli_methods(method, tmp_path, capsys):
+    out = tmp_path / "sol.json"
+    rc = main(["solve", "instances/paper004_table2.json", "--problem", "offload", "--memory", "80MiB",
+               "--bandwidth", "1GB/s", "--method", method, "--threads", "1", "--time-limit", "20",
+               "--json", str(out)])
+    text = capsys.readouterr().out
+    assert "lower bound" in text
+    data = json.loads(out.read_text())
+    if method == "lb":
+        assert rc == 1 and data["bound"] > 0
+    else:
+        assert rc == 0 and "ratio to LB" in text and "timeline" in text
+        assert data["schedule"]["offloaded"] and data["objective"] >= data["bound"] * (1 - 1e-9)
+
+
+def test_cli_errors(capsys):
+    assert main(["solve", "instances/paper004_table2.json", "--problem", "offload", "--memory", "10MiB",
+                 "--bandwidth", "1GB/s"]) == 2
+    assert "minimum feasible memory" in capsys.readouterr().err
+    assert main(["solve", "instances/paper004_table2.json", "--problem", "offload", "--memory", "80MiB"]) == 2
+    assert "bandwidth" in capsys.readouterr().err
+
+
+def test_methods_registry():
+    assert solve_offload.METHODS == ["lb", "greedy", "dynprog", "vdnn", "tflms", "autoswap", "milp"]
+    assert solve_offload.DEFAULT_METHOD in solve_offload.METHODS

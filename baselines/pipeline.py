@@ -256,22 +256,40 @@ def pareto(points: Sequence[Point]) -> list[Point]:
     return out
 
 
+def partition_period(chain: Chain, bandwidth: float | None, stages: Sequence[tuple[int, int]]) -> float:
+    """The smallest period of any pattern of a contiguous allocation: the largest GPU or link load."""
+    td = task_data(chain, bandwidth)
+    loads = [sum(td.d[l] + td.d[td.backward(l)] for l in range(a, b + 1)) for a, b in stages]
+    loads += [_link_time(td, b) for a, b in stages[:-1]]
+    return float(max(loads))
+
+
 def start_pattern(chain: Chain, bandwidth: float | None, P: int, memory: float | None,
                   points: Sequence[Point]) -> Pattern | None:
-    """The best feasible pattern among the baselines' steady states (a MIP start), else the serial
-    pattern of the memory-smallest contiguous partition when it fits, else None."""
-    from models.pipeline import simulate_pattern
+    """The feasible pattern of smallest period among: the baselines' steady states (when 1-periodic),
+    modular 1F1B patterns (:func:`models.pipeline.modular_pattern`) of every baseline partition at
+    its eager period and at its load bound, and the serial pattern of the memory-smallest contiguous
+    partition. Every candidate is replayed; None when none fits in ``memory``."""
+    from models.pipeline import InvalidPattern, modular_pattern, simulate_pattern
 
-    best = None
-    for p in sorted(points, key=lambda p: p.period):
-        if p.pattern is None:
-            continue
-        r = simulate_pattern(p.pattern, chain, bandwidth)
+    cands: list[tuple[float, int, Pattern | None, tuple, float]] = []
+    for i, p in enumerate(points):
+        if p.pattern is not None:
+            cands.append((p.period, i, p.pattern, (), 0.0))
+        else:
+            cands.append((p.period, i, None, tuple(p.stages), p.period))
+    for st in {tuple(p.stages) for p in points}:
+        T = partition_period(chain, bandwidth, st)
+        cands.append((T, -1, None, st, T))
+    for T, _, pat, st, Tm in sorted(cands, key=lambda c: c[0]):
+        if pat is None:
+            try:
+                pat = modular_pattern(chain, bandwidth, st, Tm * (1 + 1e-9))
+            except InvalidPattern:
+                continue
+        r = simulate_pattern(pat, chain, bandwidth, gpus=P)
         if memory is None or r.peak_memory <= memory * (1 + 1e-9):
-            best = p.pattern
-            break
-    if best is not None:
-        return best
+            return pat
     mem, stages = min_memory_contiguous(chain, bandwidth, P)
     if memory is None or mem <= memory * (1 + 1e-9):
         pat = serial_pattern(chain, bandwidth, stages_to_layer_gpu(stages, chain.L))

@@ -612,12 +612,30 @@ def simulate_eager(chain: Chain, bandwidth: float | None, stages: Sequence[tuple
     un = Unrolled(gpu=gpu, n_batches=n_batches, tasks=tasks, comms=comms)
     scale = max(float(np.nanmax(tasks[n][:, 1])), 1e-300)
     sim = check_and_measure(un, td, 1e-9 * scale)
+    cyc = cyclic_period(un, td)
+    if cyc is not None:
+        sim.period = cyc
     res = EagerResult(stages=stages, noam=noam, n_batches=n_batches, sim=sim, unrolled=un)
     if extract_pattern:
         res.pattern = steady_pattern(un, td, sim.period)
         if res.pattern is not None:
             res.pattern.meta.update({"method": "eager-1f1b", "stages": [list(s) for s in stages], "noam": noam})
     return res
+
+
+def cyclic_period(un: Unrolled, td: TaskData, max_cycle: int = 64) -> float | None:
+    """Exact steady-state period of an explicit schedule that is k-periodic (every instance of
+    mini-batch j+k starts a constant time after that of j, over the third quarter of the run):
+    the constant divided by k, for the smallest such k; None when no k <= max_cycle fits."""
+    B = un.n_batches
+    j0, j1 = B // 2, B - 1 - B // 4
+    starts = [un.tasks[m][j0:j1, 0] for m in range(1, td.n + 1)]
+    scale = max(float(np.abs(starts[-1]).max()), 1e-300)
+    for k in range(1, min(max_cycle, (j1 - j0) // 3) + 1):
+        diffs = np.concatenate([s[k:] - s[:-k] for s in starts])
+        if diffs.max() - diffs.min() <= 1e-9 * scale:
+            return float(diffs.mean() / k)
+    return None
 
 
 def steady_pattern(un: Unrolled, td: TaskData, period: float) -> Pattern | None:
@@ -644,3 +662,69 @@ def steady_pattern(un: Unrolled, td: TaskData, period: float) -> Pattern | None:
             return None
         starts_c[m] = float(s[0])
     return normalize_pattern(un.gpu, starts, starts_c, period, td)
+
+
+def _place_modular(occupied: list[tuple[float, float]], ready: float, dur: float, T: float, tol: float) -> float:
+    """Earliest t >= ready such that [t, t+dur) avoids every occupied interval modulo T."""
+    def free(t):
+        s = t % T
+        for a, b in occupied:
+            for k in (-1, 0, 1):
+                if s < b + k * T - tol and a + k * T < s + dur - tol:
+                    return False
+        return True
+
+    cands = [ready]
+    for a, b in occupied:
+        e = b + math.ceil((ready - b) / T) * T
+        cands.append(e)
+    for t in sorted(cands):
+        if t >= ready - tol and free(t):
+            return t
+    raise InvalidPattern("no room left on a resource: the period is below its load")
+
+
+def modular_pattern(chain: Chain, bandwidth: float | None, stages: Sequence[tuple[int, int]], T: float,
+                    meta: dict | None = None) -> Pattern:
+    """A 1F1B pattern of period T for a contiguous allocation (stage s on GPU s), built by modular
+    list scheduling: one mini-batch is followed through F blocks, transfers and B blocks, each placed
+    at the earliest time at or after its input is ready where its resource is free modulo T. Needs T
+    at least every GPU's and link's load."""
+    td = task_data(chain, bandwidth)
+    L, n = td.L, td.n
+    layer_gpu = stages_to_layer_gpu(stages, L)
+    gpu = list(layer_gpu) + [layer_gpu[td.layer(m) - 1] for m in range(L + 1, n + 1)]
+    tol = REL_TOL * T
+    occ: dict[Any, list] = {}
+    starts: dict[int, float] = {}
+    starts_c: dict[int, float] = {}
+    order = [("F", s) for s in range(len(stages))] + [("B", s) for s in range(len(stages) - 1, -1, -1)]
+    t = 0.0
+    prev_gpu = None
+    prev_comm = None
+    for kind, s in order:
+        a, b = stages[s]
+        ms = list(range(a, b + 1)) if kind == "F" else [td.backward(l) for l in range(b, a - 1, -1)]
+        if prev_comm is not None and prev_gpu != s:     # transfer from the previous stage
+            dur = td.dc[prev_comm]
+            lk = ("link",) + _link(prev_gpu, s)
+            c0 = _place_modular(occ.setdefault(lk, []), t, dur, T, tol) if dur > 0 else t
+            if dur > 0:
+                occ[lk].append((c0 % T, c0 % T + dur))
+            starts_c[prev_comm] = c0
+            t = c0 + dur
+        dur = sum(td.d[m] for m in ms)
+        t0 = _place_modular(occ.setdefault(("gpu", s), []), t, dur, T, tol)
+        occ[("gpu", s)].append((t0 % T, t0 % T + dur))
+        for m in ms:
+            starts[m] = t0
+            t0 += td.d[m]
+        t = t0
+        prev_gpu, prev_comm = s, ms[-1]
+    for m in range(1, n):
+        if m not in starts_c:
+            starts_c[m] = starts[m] + td.d[m]
+    pat = normalize_pattern(gpu, starts, starts_c, T, td)
+    pat.meta.update({"method": "modular-1f1b", "stages": [list(x) for x in stages]})
+    pat.meta.update(meta or {})
+    return pat

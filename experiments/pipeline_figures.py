@@ -1,0 +1,136 @@
+"""Figures 6-11 of paper 003, in spirit: (memory, period) of PipeDream's cloud and of the ILP.
+
+For one chain and each P (default 4 and 8): PipeDream's planner is swept over memory targets and NOAM
+values, every partition is simulated with eager 1F1B (``--n-batches``, 500 as in the paper) and
+gives a blue point (measured memory, period); then the ILP is solved for a range of memory limits
+(``--points`` values between the smallest memory any pattern may need and the largest PipeDream
+memory) and gives the red points (measured memory and period of the replayed pattern). Every row of
+the CSV records the time limit used. Output: ``<out>/<chain>_P<P>.csv`` and ``.png``, and
+``<out>/<chain>_summary.csv``.
+
+    python -m experiments.pipeline_figures --instance instances/resnet18.json --gpus 4 8 --time-limit 600
+    python -m experiments.pipeline_figures --random 12 --seed 0 --gpus 4 --points 6 --time-limit 30
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _chain(args):
+    from models.chain import random_chain
+    from models.instance import load_instance
+
+    if args.instance:
+        chain, platform = load_instance(args.instance)
+        return chain, platform
+    return random_chain(args.random, args.seed, integer=False), None
+
+
+def run(args) -> list[Path]:
+    import pandas as pd
+    from tqdm import tqdm
+
+    from baselines.pipeline import memory_lower_bound, pareto, pipedream_points
+    from experiments.solve_pipeline import run_method
+    from models.units import parse_bandwidth
+
+    chain, platform = _chain(args)
+    bw = parse_bandwidth(args.bandwidth) if args.bandwidth else (platform.bandwidth if platform else None)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    written, summary = [], []
+    for P in args.gpus:
+        t0 = time.perf_counter()
+        pts = pipedream_points(chain, bw, P, n_batches=args.n_batches)
+        rows = [{"chain": chain.name, "P": P, "method": "pipedream", "memory_limit": p.target,
+                 "memory": p.memory, "period": p.period, "status": "simulated", "noam": p.noam,
+                 "stages": str(p.stages), "contiguous": True, "time_limit": None, "bound": None,
+                 "seconds": None} for p in pts]
+        pd_time = time.perf_counter() - t0
+        mems = [p.memory for p in pts]
+        lo = max(memory_lower_bound(chain, bw, P), 0.6 * min(mems))
+        hi = max(mems)
+        limits = np.linspace(lo, hi, args.points)
+        for M in tqdm(limits, desc=f"{chain.name} P={P} ILP", unit="limit"):
+            t1 = time.perf_counter()
+            sol = run_method(chain, bw, P, float(M), "ilp", time_limit=args.time_limit, gap=args.gap,
+                             threads=args.threads, n_batches=args.n_batches, points=pts)
+            feas = [p for p in pts if p.memory <= M * (1 + 1e-9)]
+            best_pd = min((p.period for p in feas), default=None)
+            rows.append({"chain": chain.name, "P": P, "method": "ilp", "memory_limit": float(M),
+                         "memory": sol.peak_memory, "period": sol.objective, "status": str(sol.status),
+                         "noam": None, "stages": None,
+                         "contiguous": sol.details.get("contiguous"), "time_limit": args.time_limit,
+                         "bound": sol.bound, "seconds": time.perf_counter() - t1,
+                         "pipedream_best_at_limit": best_pd})
+            if sol.objective is not None and best_pd is not None:
+                summary.append({"chain": chain.name, "P": P, "memory_limit": float(M), "ilp": sol.objective,
+                                "pipedream": best_pd, "ilp_over_pipedream": sol.objective / best_pd,
+                                "status": str(sol.status)})
+        df = pd.DataFrame(rows)
+        csv = out / f"{chain.name}_P{P}.csv"
+        df.to_csv(csv, index=False)
+        written.append(csv)
+        written.append(_plot(df, chain.name, P, out / f"{chain.name}_P{P}.png", pareto(pts)))
+        print(f"P={P}: {len(pts)} PipeDream points in {pd_time:.1f}s, {args.points} ILP limits -> {csv}")
+    if summary:
+        s = pd.DataFrame(summary)
+        sp = out / f"{chain.name}_summary.csv"
+        s.to_csv(sp, index=False)
+        written.append(sp)
+        print(s.to_string(index=False))
+    return written
+
+
+def _plot(df, name, P, path, front):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    pdp = df[df.method == "pipedream"]
+    ax.scatter(pdp.memory / 2**30, pdp.period * 1e3, s=12, c="tab:blue", label="PipeDream (eager 1F1B)")
+    il = df[(df.method == "ilp") & df.period.notna()]
+    ax.scatter(il.memory / 2**30, il.period * 1e3, s=28, c="tab:red", marker="s", label="ILP (replayed)")
+    ax.set_xlabel("measured memory per GPU (GiB)")
+    ax.set_ylabel("period (ms)")
+    tl = il.time_limit.dropna().unique()
+    ax.set_title(f"{name}, {P} GPUs" + (f" (ILP time limit {tl[0]:g}s)" if len(tl) else ""))
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m experiments.pipeline_figures", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--instance", help="instance file")
+    src.add_argument("--random", type=int, metavar="L", help="use models.chain.random_chain(L, seed, integer=False)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gpus", type=int, nargs="+", default=[4, 8])
+    p.add_argument("--bandwidth", help="link bandwidth (default: the instance's platform; none = free)")
+    p.add_argument("--points", type=int, default=8, help="number of ILP memory limits")
+    p.add_argument("--time-limit", type=float, default=60.0, help="ILP time limit per memory limit (s)")
+    p.add_argument("--gap", type=float, default=None)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--n-batches", type=int, default=500, help="mini-batches of each eager simulation")
+    p.add_argument("--out", default="results/pipeline")
+    return p
+
+
+def main(argv=None) -> int:
+    run(build_parser().parse_args(argv))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

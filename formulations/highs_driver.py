@@ -98,7 +98,13 @@ def solve_milp(model, *, time_limit: float | None = None, gap: float | None = No
 
     times: dict[str, float] = {}
     with timed(times, "compile"):
-        info = LinearStandardFormCompiler().write(model, mixed_form=True, set_sense=None)
+        try:
+            info = LinearStandardFormCompiler().write(model, mixed_form=True, set_sense=None)
+        except Exception as e:   # Pyomo detects constraints made infeasible by fixed variables
+            if "infeasible" not in str(e):
+                raise
+            return MilpResult(status=Status.INFEASIBLE, objective=None, bound=None,
+                              message=f"infeasible before solving: {e}", times=times)
         cols = info.columns
         n = len(cols)
         if len(info.objectives) != 1:
@@ -180,6 +186,8 @@ def solve_milp(model, *, time_limit: float | None = None, gap: float | None = No
         bound = objective if ms == highspy.HighsModelStatus.kOptimal else None
 
     S = highspy.HighsModelStatus
+    if ms == S.kModelEmpty:   # every variable fixed (e.g. checking a complete start): objective = offset
+        ms, has_sol, objective, bound = S.kOptimal, True, offset, offset
     if ms == S.kOptimal:
         status, msg = Status.OPTIMAL, "optimal" + (f" (gap {hinfo.mip_gap:.2e})" if is_mip else "")
     elif ms in (S.kTimeLimit, S.kIterationLimit, S.kInterrupt, S.kSolutionLimit, S.kObjectiveBound,

@@ -1,0 +1,395 @@
+"""Checkmate (Jain et al., MLSys 2020) on the chain's graph, and its LP relaxation + two-phase rounding.
+
+Written from the paper's description (section 4 of Checkmate: the MILP over a T x T grid of stages;
+section 5: LP relaxation and two-phase rounding); paper 004 section 5.4 describes how it is compared
+with Rotor ("does not differentiate between a and abar values; so for validity we have included a
+conversion step which uses F_all operations when necessary").
+
+The graph
+---------
+Nodes in topological order ``1..n`` with ``n = 2(L+1)``: ``F^1..F^{L+1}`` (node l; the loss is F^{L+1})
+then ``B^{L+1}, B^L, ..., B^1`` (node ``2L+3-l`` is B^l). Edges (Figure 1a of paper 004):
+``F^{l-1} -> F^l`` (a^{l-1}), ``F^l -> B^l`` (abar^l), ``F^{l-1} -> B^l`` (a^{l-1}),
+``B^{l+1} -> B^l`` (delta^l). a^0 and delta^{L+1} are inputs, always resident. Costs: ``u_f^l`` /
+``u_b^l``. Output sizes: F^l's value costs ``omega_abar^l`` (Checkmate has one value per node, so a
+stored forward value is charged as the tape abar^l, never as the smaller a^l), B^l's costs
+``omega_delta^{l-1}``. A backward node is computed only in its own stage (``R[t, B] = 0`` for the
+other stages): paper 004's model, like autograd, runs each B^l once. Overheads o_f / o_b are added to the memory of the node while it runs (the
+original has none; paper 004's reimplementation measured them), see ``c_u_budget``.
+
+The MILP (Checkmate, section 4; equation names in the constraint names)
+-----------------------------------------------------------------------
+Stage t = 1..n computes node t (frontier-advancing): ``R[t,t] = 1``, ``R[t,i] = 0`` for i > t,
+``S[t,i] = 0`` for i >= t.
+
+- ``c_dep``: ``R[t,j] <= R[t,i] + S[t,i]`` for every edge i -> j (an input is computed in the stage or
+  resident from the previous one);
+- ``c_keep``: ``S[t+1,i] <= R[t,i] + S[t,i]`` (only a value present in stage t can be kept);
+- ``c_u_init``: ``U[t,1] = static + sum_i M_i S[t,i] + M_1 R[t,1]``;
+- ``c_u_next``: ``U[t,k] = U[t,k-1] - sum_{i in DEPS[k-1] u {k-1}} M_i FREE[t,i,k-1] + M_k R[t,k]``;
+- ``c_free_lo`` / ``c_free_hi``: ``FREE[t,i,k] = R[t,k] (1 - S[t+1,i]) prod_{j in USERS[i], j > k}
+  (1 - R[t,j])`` linearized with the hazard count ``h = (1 - R[t,k]) + S[t+1,i] + sum R[t,j]``:
+  ``1 - FREE <= h`` and ``h_max (1 - FREE) >= h``;
+- ``c_u_budget``: ``U[t,k] + o_k R[t,k] <= M``;
+- objective ``sum_t sum_i C_i R[t,i]``.
+
+From R, S to a sequence of paper 004 (the conversion of section 5.4)
+--------------------------------------------------------------------
+The stages are executed in order, each computing its nodes ``i`` with ``R[t,i] = 1`` in topological
+order. A forward node becomes F_all^l when its value is the one B^l consumes and a^{l-1} stays resident
+in Checkmate's plan until B^l (F_all keeps its input); otherwise it becomes F_ck^l (the plan uses a^{l-1}
+again before recomputing it) or F_none^l. When B^l is reached without abar^l (only the plain a^l is
+resident, or it was freed by B^{l+1}, which in paper 004's model frees a plain a^l), an ``F_all^l`` is
+inserted right before it from a^{l-1} (a recomputation Checkmate did not pay for). Computations whose
+value is never used, or that are already resident, are skipped. The sequence is then replayed by
+:func:`models.remat.simulate_remat`: its peak can exceed the limit Checkmate was given (a value Checkmate
+frees may be one paper 004's model cannot free, F_all keeps a^{l-1}, abar may be smaller than a);
+then the result says so (status FEASIBLE, ``details["limit_exceeded"] = True``).
+
+LP relaxation + two-phase rounding (Checkmate section 5): solve the relaxation, round S (deterministic
+threshold 0.5 and randomized rounding S = 1 with probability S*), then take the cheapest R that satisfies
+the dependencies for the rounded S (computed by a backward closure per stage, which is what the LP in R
+with S fixed gives). Memory is not enforced by the rounding; the memory the schedule really uses is
+reported, and the fastest candidate within the limit is returned (else the one with the smallest peak).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from pyomo.common.errors import InfeasibleConstraintException
+
+from models.chain import Chain
+from models.remat import InvalidSequence, RematSchedule, simulate_remat
+from models.solution import Solution, Status
+from formulations.highs_driver import MilpResult, solve_milp, timed
+
+TOL_OPTIONS = {"primal_feasibility_tolerance": 1e-9, "mip_feasibility_tolerance": 1e-9}
+
+
+class ChainGraph:
+    """The chain as Checkmate's DAG: node ids 1..n, kind/stage, deps/users, cost, size, overhead."""
+
+    def __init__(self, chain: Chain):
+        L = chain.L
+        self.L = L
+        self.n = n = 2 * (L + 1)
+        self.kind = [None] * (n + 1)
+        self.stage = [0] * (n + 1)
+        for l in range(1, L + 2):
+            self.kind[self.F(l)], self.stage[self.F(l)] = "F", l
+            self.kind[self.B(l)], self.stage[self.B(l)] = "B", l
+        self.deps: list[list[int]] = [[] for _ in range(n + 1)]
+        for l in range(1, L + 2):
+            if l >= 2:
+                self.deps[self.F(l)].append(self.F(l - 1))
+                self.deps[self.B(l)].append(self.F(l - 1))
+            self.deps[self.B(l)].append(self.F(l))
+            if l <= L:
+                self.deps[self.B(l)].append(self.B(l + 1))
+        for j in range(1, n + 1):
+            self.deps[j].sort()
+        self.users: list[list[int]] = [[] for _ in range(n + 1)]
+        for j in range(1, n + 1):
+            for i in self.deps[j]:
+                self.users[i].append(j)
+        self.cost = np.zeros(n + 1)
+        self.size = np.zeros(n + 1)
+        self.over = np.zeros(n + 1)
+        for l in range(1, L + 2):
+            f, b = self.F(l), self.B(l)
+            self.cost[f], self.cost[b] = chain.uf[l], chain.ub[l]
+            self.size[f], self.size[b] = chain.wabar[l], chain.wd[l - 1]
+            self.over[f], self.over[b] = chain.of[l], chain.ob[l]
+        self.static = float(chain.wa[0] + chain.wd[L + 1])
+
+    def F(self, l: int) -> int:
+        return l
+
+    def B(self, l: int) -> int:
+        return 2 * self.L + 3 - l
+
+
+def build_checkmate(chain: Chain, memory: float):
+    """Checkmate's MILP (module docstring) as a Pyomo model; ``model.graph``, ``model.time_scale``."""
+    import pyomo.environ as pyo
+
+    g = ChainGraph(chain)
+    n, L = g.n, g.L
+    ms = 1.0 / float(memory)
+    ts = chain.store_all_time() or 1.0
+    size = g.size * ms
+    over = g.over * ms
+    cost = g.cost / ts
+    m = pyo.ConcreteModel(name=f"checkmate[{chain.name}]")
+    m.graph, m.time_scale = g, ts
+    r_idx = [(t, i) for t in range(1, n + 1) for i in range(1, t + 1)]
+    s_idx = [(t, i) for t in range(2, n + 1) for i in range(1, t)]
+    m.R = pyo.Var(r_idx, domain=pyo.Binary)
+    m.S = pyo.Var(s_idx, domain=pyo.Binary)
+    for t in range(1, n + 1):
+        m.R[t, t].fix(1)                               # frontier-advancing stages
+        for i in range(L + 2, t):
+            m.R[t, i].fix(0)                           # a backward step runs once (in its own stage)
+    free_idx = [(t, i, k) for t in range(1, n + 1) for k in range(1, t + 1) for i in g.deps[k] + [k]]
+    m.FREE = pyo.Var(free_idx, domain=pyo.Binary)
+    m.U = pyo.Var(r_idx, bounds=(0, None))
+
+    def S(t, i):
+        return m.S[t, i] if (t, i) in m.S else 0
+
+    def R(t, i):
+        return m.R[t, i] if i <= t else 0
+
+    dep_idx = [(t, i, j) for t in range(1, n + 1) for j in range(1, t + 1) for i in g.deps[j]]
+    m.c_dep = pyo.Constraint(dep_idx, rule=lambda m_, t, i, j: m.R[t, j] <= R(t, i) + S(t, i))
+    m.c_keep = pyo.Constraint(s_idx, rule=lambda m_, t, i: m.S[t, i] <= R(t - 1, i) + S(t - 1, i))
+
+    def hazards(t, i, k):
+        later = [j for j in g.users[i] if k < j <= t]
+        h = (1 - m.R[t, k]) + S(t + 1, i) + sum(m.R[t, j] for j in later)
+        return h, 2 + len(later)
+
+    m.c_free_lo = pyo.Constraint(free_idx, rule=lambda m_, t, i, k: 1 - m.FREE[t, i, k] <= hazards(t, i, k)[0])
+    m.c_free_hi = pyo.Constraint(
+        free_idx, rule=lambda m_, t, i, k: hazards(t, i, k)[1] * (1 - m.FREE[t, i, k]) >= hazards(t, i, k)[0])
+    m.c_u_init = pyo.Constraint(
+        range(1, n + 1), rule=lambda m_, t: m.U[t, 1] == g.static * ms + sum(size[i] * S(t, i) for i in range(1, t))
+        + size[1] * m.R[t, 1])
+    m.c_u_next = pyo.Constraint(
+        [(t, k) for (t, k) in r_idx if k >= 2],
+        rule=lambda m_, t, k: m.U[t, k] == m.U[t, k - 1]
+        - sum(size[i] * m.FREE[t, i, k - 1] for i in g.deps[k - 1] + [k - 1]) + size[k] * m.R[t, k])
+    m.c_u_budget = pyo.Constraint(r_idx, rule=lambda m_, t, k: m.U[t, k] + over[k] * m.R[t, k] <= 1.0)
+    m.makespan = pyo.Objective(expr=sum(cost[i] * m.R[t, i] for (t, i) in r_idx))
+    return m
+
+
+def _rs_from_model(m):
+    g = m.graph
+    n = g.n
+    R = np.zeros((n + 2, n + 2))
+    S = np.zeros((n + 2, n + 2))
+    for (t, i), v in m.R.items():
+        R[t, i] = v.value or 0.0
+    for (t, i), v in m.S.items():
+        S[t, i] = v.value or 0.0
+    return R, S
+
+
+def events_from_rs(g: ChainGraph, R) -> list[int]:
+    """The execution order of Checkmate's plan: stage by stage, nodes with R = 1 in topological order."""
+    ev = []
+    for t in range(1, g.n + 1):
+        for i in range(1, t + 1):
+            if R[t, i] > 0.5:
+                ev.append(i)
+    return ev
+
+
+def sequence_from_events(chain: Chain, g: ChainGraph, events: list[int]) -> RematSchedule:
+    """Convert Checkmate's node order into an F_all/F_ck/F_none/B sequence (module docstring)."""
+    L = chain.L
+    N, A, AB = 0, 1, 2
+    act = [N] * (L + 2)
+    act[0] = A
+    n_ev = len(events)
+    # for each position, the next position of each node (recompute) and of each use
+    nxt_same: list[int] = [n_ev] * n_ev
+    last: dict[int, int] = {}
+    for p in range(n_ev - 1, -1, -1):
+        nxt_same[p] = last.get(events[p], n_ev)
+        last[events[p]] = p
+
+    def next_pos(p: int, node: int, stop: int) -> int:
+        for q in range(p + 1, stop):
+            if events[q] == node:
+                return q
+        return n_ev
+
+    def used_before(p: int, node: int, stop: int) -> bool:
+        """Is ``node``'s value used by an event in (p, stop)?"""
+        return any(node in g.deps[events[q]] for q in range(p + 1, stop))
+
+    seq: list[tuple[str, int]] = []
+    for p, v in enumerate(events):
+        l = g.stage[v]
+        if g.kind[v] == "B":
+            if act[l] != AB and act[l - 1] != N:
+                seq.append(("F_all", l))          # inserted F_all^l: upgrade of a^l, or a recomputation
+                act[l] = AB                       # when the plain a^l was freed by B^{l+1}
+            if act[l] != AB or act[l - 1] == N:
+                raise InvalidSequence(len(seq), ("B", l), "Checkmate plan could not be converted")
+            seq.append(("B", l))
+            act[l] = N
+            if act[l - 1] == A:
+                act[l - 1] = N
+            continue
+        # forward node F^l
+        stop = nxt_same[p]
+        if not used_before(p, v, stop):
+            continue                               # dead computation
+        qb = next_pos(p, g.B(l), stop)             # B^l consumes this copy?
+        feeds_b = qb < n_ev
+        prev_input_recomputed = l >= 2 and next_pos(p, g.F(l - 1), qb if feeds_b else p + 1) < n_ev
+        want_abar = feeds_b and not prev_input_recomputed
+        if act[l] == AB or (act[l] == A and not want_abar):
+            continue                               # already resident
+        if act[l] == A and want_abar:
+            seq.append(("F_all", l))
+            act[l] = AB
+            continue
+        if act[l - 1] == N:
+            raise InvalidSequence(len(seq), ("F", l), f"a^{l - 1} is not resident in Checkmate's plan")
+        if want_abar:
+            op = "F_all"
+        else:
+            keep = l == 1 or act[l - 1] == AB or used_before(p, g.F(l - 1), next_pos(p, g.F(l - 1), n_ev))
+            op = "F_ck" if keep else "F_none"
+        seq.append((op, l))
+        act[l] = AB if op == "F_all" else A
+        if op == "F_none":
+            act[l - 1] = N
+    return RematSchedule(seq)
+
+
+def round_two_phase(g: ChainGraph, S_frac, threshold: float | None = 0.5, rng=None):
+    """Checkmate's two-phase rounding: round S, then the cheapest R satisfying the dependencies."""
+    n = g.n
+    S = np.zeros((n + 2, n + 2))
+    for t in range(2, n + 1):
+        for i in range(1, t):
+            x = S_frac[t, i]
+            S[t, i] = 1.0 if (x >= threshold if rng is None else rng.random() < x) else 0.0
+    R = np.zeros((n + 2, n + 2))
+    # a value kept into stage t+1 must be present in stage t: walk stages backwards so that
+    # R[t] includes what S[t+1] needs, then close R[t] under the dependencies (reverse topological order)
+    for t in range(n, 0, -1):
+        R[t, t] = 1.0
+        for i in range(1, t + 1):
+            if S[t + 1, i] > 0.5 and S[t, i] < 0.5:
+                R[t, i] = 1.0
+        for j in range(t, 0, -1):
+            if R[t, j] > 0.5:
+                for i in g.deps[j]:
+                    if S[t, i] < 0.5:
+                        R[t, i] = 1.0
+    return R, S
+
+
+def _replay(chain, sched, memory):
+    rep = simulate_remat(chain, sched)
+    return rep, rep.peak_memory <= memory * (1 + 1e-9) + 1e-9
+
+
+def solve_checkmate(chain: Chain, memory: float, *, time_limit: float | None = 60, gap: float | None = 1e-4,
+                    threads: int | None = None, log_file=None, verbose: bool = False) -> Solution:
+    """Checkmate's MILP (exact within Checkmate's model), converted and replayed (method ``checkmate``).
+
+    Status OPTIMAL means "optimal within Checkmate's model" (``bound`` is the MILP bound in that model,
+    not a bound for paper 004's model); FEASIBLE with ``details['limit_exceeded']`` when the converted
+    sequence breaks the limit.
+    """
+    from models.units import fmt_memory
+
+    times: dict[str, float] = {}
+    t0 = time.perf_counter()
+    with timed(times, "build"):
+        model = build_checkmate(chain, memory)
+    try:
+        res = solve_milp(model, time_limit=time_limit, gap=gap, threads=threads, log_file=log_file,
+                         verbose=verbose, options=TOL_OPTIONS)
+    except InfeasibleConstraintException as e:
+        res = MilpResult(Status.INFEASIBLE, None, None, f"trivially infeasible: {e}")
+    times.update(res.times)
+    ts = model.time_scale
+    pred = None if res.objective is None else res.objective * ts
+    bound = None if res.bound is None else res.bound * ts
+    details = {"model_size": res.size, "milp_status": str(res.status), "milp_message": res.message,
+               "time_limit": time_limit, "gap_target": gap,
+               "note": "bound and optimality are within Checkmate's model (a and abar not distinguished)"}
+    if not res.has_solution:
+        times["total"] = time.perf_counter() - t0
+        msg = (f"Checkmate's model has no schedule within {fmt_memory(memory)}"
+               if res.status == Status.INFEASIBLE else res.message)
+        return Solution("remat", "checkmate", res.status, memory_limit=memory, bound=bound, message=msg,
+                        times=times, details=details)
+    with timed(times, "convert"):
+        R, _ = _rs_from_model(model)
+        sched = sequence_from_events(chain, model.graph, events_from_rs(model.graph, R))
+        rep, ok = _replay(chain, sched, memory)
+    details.update(limit_exceeded=not ok, recompute_time=rep.recompute_time,
+                   inserted_or_removed_time=rep.makespan - pred)
+    status, msg = res.status, res.message
+    if status == Status.OPTIMAL:
+        msg = f"optimal within Checkmate's model (MILP {res.message})"
+    if not ok:
+        status = Status.FEASIBLE
+        msg = (f"the converted sequence uses {fmt_memory(rep.peak_memory)}, more than the limit "
+               f"{fmt_memory(memory)} (Checkmate's memory model differs from paper 004's)")
+    times["total"] = time.perf_counter() - t0
+    return Solution("remat", "checkmate", status, objective=rep.makespan, peak_memory=rep.peak_memory,
+                    schedule=sched, bound=bound, memory_limit=memory, predicted=pred, message=msg,
+                    times=times, details=details)
+
+
+def solve_checkmate_lp(chain: Chain, memory: float, *, time_limit: float | None = 60, threads: int | None = None,
+                       samples: int = 20, seed: int = 0, log_file=None, verbose: bool = False, **_) -> Solution:
+    """Checkmate's approximation: LP relaxation + two-phase rounding (method ``checkmate-lp``).
+
+    Tries the deterministic rounding at 0.5 and ``samples`` randomized roundings; returns the fastest
+    converted sequence within the limit, else the one with the smallest peak, reporting the memory it
+    really uses (status FEASIBLE, ``details['limit_exceeded'] = True`` when above the limit).
+    """
+    from models.units import fmt_memory
+
+    times: dict[str, float] = {}
+    t0 = time.perf_counter()
+    with timed(times, "build"):
+        model = build_checkmate(chain, memory)
+    try:
+        res = solve_milp(model, time_limit=time_limit, threads=threads, relax=True, log_file=log_file,
+                         verbose=verbose)
+    except InfeasibleConstraintException as e:
+        res = MilpResult(Status.INFEASIBLE, None, None, f"trivially infeasible: {e}")
+    times.update(res.times)
+    ts = model.time_scale
+    lp = None if res.objective is None else res.objective * ts
+    details = {"model_size": res.size, "lp_status": str(res.status), "lp_bound": lp, "time_limit": time_limit}
+    if not res.has_solution:
+        times["total"] = time.perf_counter() - t0
+        return Solution("remat", "checkmate-lp", res.status, memory_limit=memory,
+                        message=f"LP relaxation: {res.message}", times=times, details=details)
+    g = model.graph
+    _, S_frac = _rs_from_model(model)
+    rng = np.random.default_rng(seed)
+    best = None
+    tried = 0
+    with timed(times, "rounding"):
+        for k in range(samples + 1):
+            R, _ = round_two_phase(g, S_frac, 0.5, None if k == 0 else rng)
+            try:
+                sched = sequence_from_events(chain, g, events_from_rs(g, R))
+                rep, ok = _replay(chain, sched, memory)
+            except InvalidSequence:
+                continue
+            tried += 1
+            key = (0, rep.makespan, rep.peak_memory) if ok else (1, rep.peak_memory, rep.makespan)
+            if best is None or key < best[0]:
+                best = (key, sched, rep, ok, k)
+    times["total"] = time.perf_counter() - t0
+    if best is None:
+        return Solution("remat", "checkmate-lp", Status.NO_SOLUTION, memory_limit=memory,
+                        message="no rounding could be converted into a valid sequence", times=times,
+                        details=details)
+    _, sched, rep, ok, k = best
+    details.update(limit_exceeded=not ok, roundings=tried, chosen="deterministic 0.5" if k == 0 else f"random #{k}",
+                   recompute_time=rep.recompute_time)
+    if ok:
+        msg = f"LP relaxation + two-phase rounding ({details['chosen']}); fits the limit, no optimality claim"
+    else:
+        msg = (f"LP relaxation + two-phase rounding: the best rounded sequence uses {fmt_memory(rep.peak_memory)}, "
+               f"more than the limit {fmt_memory(memory)} (the rounding ignores memory)")
+    return Solution("remat", "checkmate-lp", Status.FEASIBLE, objective=rep.makespan, peak_memory=rep.peak_memory,
+                    schedule=sched, bound=None, memory_limit=memory, predicted=None, message=msg, times=times,
+                    details=details)

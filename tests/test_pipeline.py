@@ -215,3 +215,20 @@ def test_cli_pipeline(tmp_path):
     data = json.loads(out.read_text())
     assert data["problem"] == "pipeline" and data["schedule"]["kind"] == "pipeline-pattern"
     assert png.stat().st_size > 1000
+
+
+def test_modular_pattern_and_eager_period_bounds():
+    from baselines.pipeline import partition_period
+    from models.pipeline import modular_pattern
+
+    c = unit_chain(L=4)
+    p = modular_pattern(c, 1.0, [(1, 2), (3, 4)], 6.0)
+    r = simulate_pattern(p, c, 1.0)
+    assert r.period == pytest.approx(6.0)
+    c = random_chain(8, 3, integer=False)
+    pts = pipedream_points(c, 12e9, 3, n_batches=120)
+    for q in pts:
+        Tp = partition_period(c, 12e9, q.stages)
+        assert q.period >= Tp * (1 - 1e-9)          # no schedule beats the busiest resource
+        r = simulate_pattern(modular_pattern(c, 12e9, q.stages, q.period * (1 + 1e-9)), c, 12e9)
+        assert r.period == pytest.approx(q.period, rel=1e-6)

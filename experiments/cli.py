@@ -36,13 +36,21 @@ class CliError(Exception):
     """An error for the user: printed without a traceback, exit status 2."""
 
 
-def _problem_module(name: str):
+def optional_import(modname: str):
+    """Import ``modname``; None when that module itself is absent (a missing dependency still raises)."""
     try:
-        return importlib.import_module(PROBLEMS[name])
+        return importlib.import_module(modname)
     except ModuleNotFoundError as e:
-        if e.name == PROBLEMS[name]:
-            raise CliError(f"problem {name!r} is not available in this version of memplan") from None
+        if e.name == modname:
+            return None
         raise
+
+
+def _problem_module(name: str):
+    mod = optional_import(PROBLEMS[name])
+    if mod is None:
+        raise CliError(f"problem {name!r} is not available in this version of memplan")
+    return mod
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
@@ -129,13 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     sh.set_defaults(func=_cmd_show)
 
     for modname in COMMANDS:
-        try:
-            mod = importlib.import_module(modname)
-        except ModuleNotFoundError as e:
-            if e.name == modname:
-                continue
-            raise
-        mod.add_parser(sub)
+        mod = optional_import(modname)
+        if mod is not None:
+            mod.add_parser(sub)
     return p
 
 

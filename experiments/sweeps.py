@@ -1,11 +1,12 @@
 """``memplan sweep <experiment>``: the experiment scripts behind one verb.
 
-Each experiment module exposes ``add_arguments(parser)`` and ``run(args) -> int`` and also runs on its
-own as ``python -m experiments.<module>``. Modules that are not present in this checkout are skipped.
+Each experiment module exposes ``add_arguments(parser)`` and ``run(args) -> int``, or a ``main(argv)``
+that parses its own options (the arguments after the experiment's name are forwarded to it); each
+also runs on its own as ``python -m experiments.<module>``. Modules that are not present in this checkout are skipped.
 """
 from __future__ import annotations
 
-import importlib
+import argparse
 
 EXPERIMENTS = {
     "remat": ("experiments.remat_sweep", "re-materialization: throughput vs memory, all methods (paper 004 Fig. 6-8)"),
@@ -19,15 +20,17 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("sweep", help="run an experiment (memory sweep + CSV + plot)",
                               description="Run an experiment; see `memplan sweep NAME --help`.")
     sub = p.add_subparsers(dest="experiment", required=True)
+    from experiments.cli import optional_import
+
     for name, (modname, help_) in EXPERIMENTS.items():
-        try:
-            mod = importlib.import_module(modname)
-        except ModuleNotFoundError as e:
-            if e.name == modname:
-                continue
-            raise
-        if not (hasattr(mod, "add_arguments") and hasattr(mod, "run")):
+        mod = optional_import(modname)
+        if mod is None:
             continue
-        sp = sub.add_parser(name, help=help_, description=(mod.__doc__ or help_).split("\n\n")[0])
-        mod.add_arguments(sp)
-        sp.set_defaults(func=mod.run)
+        if hasattr(mod, "add_arguments") and hasattr(mod, "run"):
+            sp = sub.add_parser(name, help=help_, description=(mod.__doc__ or help_).split("\n\n")[0])
+            mod.add_arguments(sp)
+            sp.set_defaults(func=mod.run)
+        elif hasattr(mod, "main"):   # a script with its own argparse: forward the arguments to it
+            sp = sub.add_parser(name, help=help_, add_help=False, prefix_chars="\0")
+            sp.add_argument("rest", nargs=argparse.REMAINDER)
+            sp.set_defaults(func=lambda args, _m=mod: int(_m.main(args.rest) or 0))

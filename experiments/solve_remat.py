@@ -47,6 +47,9 @@ METHODS: dict[str, Callable] = {
     "revolve": _heur("revolve", needs_slots=True),
     "store-all": _heur("store_all"),
     "recompute-all": _heur("recompute_all"),
+    "remat-milp": _milp("formulations.remat_milp", "solve_remat_milp"),
+    "checkmate": _milp("formulations.checkmate", "solve_checkmate"),
+    "checkmate-lp": _milp("formulations.checkmate", "solve_checkmate_lp"),
 }
 DEFAULT_METHOD = "rotor"
 

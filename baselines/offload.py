@@ -275,30 +275,36 @@ def greedy(chain: Chain, memory: float, bandwidth: float) -> Solution:
 
 
 # ------------------------------------------------------------------------------- DYNPROG (Alg. 1)
-def dynprog_sets(chain: Chain, memory: float, bandwidth: float, *, slots: int = 200, exact: bool = False,
-                 top: int = 8) -> tuple[list[tuple[float, list[int]]], dict]:
-    """Algorithm 1: the ``top`` best final states as ``(predicted makespan, offloaded set)``."""
+def dynprog_sets(chain: Chain, memory: float, bandwidth: float, *, slots: int = 100, exact: bool = False,
+                 top: int = 8, max_states: int = 20000) -> tuple[list[tuple[float, list[int]]], dict]:
+    """Algorithm 1: the ``top`` best final states as ``(predicted makespan, offloaded set)``.
+
+    States are kept with exact values; two states whose ``(M_F, Delta_F, Delta_B)`` fall in the same
+    cell of a grid of ``M_GPU/slots`` bytes are merged (the cheaper one is kept), and at most
+    ``max_states`` states (the cheapest) are kept per level. ``info['truncated']`` counts the levels
+    where that cap was hit."""
     d = OffloadData.of(chain)
     L, M, beta = d.L, float(memory), float(bandwidth)
     q = 1.0 if exact else M / max(1, slots)
     x, y = d.x, d.y
-    Kx = float(x.sum())
-    lowF = -(Kx + beta * float(d.uF.sum()))
-    lowB = -(Kx + beta * float(d.uB.sum()))
+    # idle-link credit (negative Delta) beyond one memory's worth of transfers is clamped: it only
+    # matters in eq. (9) against pending data, which never exceeds M_GPU.
+    low = -M
 
-    def rnd(v):
-        return np.round(v / q)
+    def key(v):
+        return np.round(v / q) if not exact else np.round(v * 1e6) / 1e6
 
-    MF = np.array([rnd(x[0])]); DF = np.array([0.0]); DB = np.array([0.0]); cost = np.array([0.0])
+    # states keep exact values; the grid only decides which states are merged (best cost kept)
+    MF = np.array([float(x[0])]); DF = np.array([0.0]); DB = np.array([0.0]); cost = np.array([0.0])
     parents, decisions = [], []
-    n_states = 0
+    n_states = truncated = 0
     for i in range(L + 1):
-        mf, df, db = MF * q, DF * q, DB * q
+        mf, df, db = MF, DF, DB
         dfp, dbp = np.maximum(df, 0), np.maximum(db, 0)
         mb = y[i] + dbp + mf - dfp
         needF = mf + d.exF[i] + x[i + 1] - M
         needB = mb + d.exB[i] + x[i + 1] + y[i + 1] - M
-        tolm = 1e-9 * max(1.0, M) + (0.5 * q if not exact else 0.0)
+        tolm = 1e-9 * max(1.0, M)
         feas = (needF <= dfp + tolm) & (needB <= dbp + tolm)
         epsF = np.maximum(0, needF) / beta
         epsB = np.maximum(0, needB) / beta
@@ -313,25 +319,32 @@ def dynprog_sets(chain: Chain, memory: float, bandwidth: float, *, slots: int = 
         dB0 = db - wB
         c = cost + epsF + epsB
         idx = np.nonzero(feas)[0]
-        nMF = np.concatenate([rnd(mF1[idx]), rnd(mF0[idx])])
-        nDF = np.concatenate([rnd(np.maximum(dF1[idx], lowF)), rnd(np.maximum(dF0[idx], lowF))])
-        nDB = np.concatenate([rnd(np.maximum(dB1[idx], lowB)), rnd(np.maximum(dB0[idx], lowB))])
-        nc = np.concatenate([c[idx], c[idx]])
-        par = np.concatenate([idx, idx])
-        dec = np.concatenate([np.ones(len(idx), bool), np.zeros(len(idx), bool)])
+        if x[i] <= 0:        # nothing to offload: keep only the "not offloaded" branch
+            nMF, nDF, nDB = mF0[idx], np.maximum(dF0[idx], low), np.maximum(dB0[idx], low)
+            nc, par, dec = c[idx], idx, np.zeros(len(idx), bool)
+        else:
+            nMF = np.concatenate([mF1[idx], mF0[idx]])
+            nDF = np.maximum(np.concatenate([dF1[idx], dF0[idx]]), low)
+            nDB = np.maximum(np.concatenate([dB1[idx], dB0[idx]]), low)
+            nc = np.concatenate([c[idx], c[idx]])
+            par = np.concatenate([idx, idx])
+            dec = np.concatenate([np.ones(len(idx), bool), np.zeros(len(idx), bool)])
         if len(nc) == 0:
-            return [], {"states": n_states, "grid": q}
-        keys = np.stack([nMF, nDF, nDB], axis=1)
-        order = np.lexsort((nc, nDB, nDF, nMF))
-        ks = keys[order]
+            return [], {"states": n_states, "grid": q, "truncated": truncated}
+        kM, kF, kB = key(nMF), key(nDF), key(nDB)
+        order = np.lexsort((nc, kB, kF, kM))
         first = np.ones(len(order), bool)
-        first[1:] = np.any(ks[1:] != ks[:-1], axis=1)
+        first[1:] = (kM[order][1:] != kM[order][:-1]) | (kF[order][1:] != kF[order][:-1]) | \
+            (kB[order][1:] != kB[order][:-1])
         keep = order[first]
+        if len(keep) > max_states:
+            keep = keep[np.argsort(nc[keep], kind="stable")[:max_states]]
+            truncated += 1
         MF, DF, DB, cost = nMF[keep], nDF[keep], nDB[keep], nc[keep]
         parents.append(par[keep]); decisions.append(dec[keep])
         n_states += len(keep)
     # junction, eq. (9)
-    mf, df, db = MF * q, DF * q, DB * q
+    mf, df, db = MF, DF, DB
     mb = y[L + 1] + np.maximum(db, 0) + mf - np.maximum(df, 0)
     sx_after = np.array([x[j + 2:L + 2].sum() for j in range(L + 1)])       # sum_{i>j+1} |x_i|
     cumB = np.array([d.uB[j + 1:L + 1].sum() for j in range(L + 1)])          # sum_{i=j+1}^{L} u_{B_i}
@@ -366,26 +379,39 @@ def dynprog_sets(chain: Chain, memory: float, bandwidth: float, *, slots: int = 
         out.append((comp + float(total[s]), sorted(chosen)))
         if len(out) >= top:
             break
-    return out, {"states": n_states, "grid": q}
+    return out, {"states": n_states, "grid": q, "truncated": truncated}
 
 
-def dynprog(chain: Chain, memory: float, bandwidth: float, *, slots: int = 200, exact: bool = False,
-            top: int = 8) -> Solution:
-    """DYNPROG (section 5.3): Algorithm 1's offloaded set, scheduled whole, no-wait and ordered."""
+def dynprog(chain: Chain, memory: float, bandwidth: float, *, slots: int = 100, exact: bool = False,
+            top: int = 8, max_states: int = 20000) -> Solution:
+    """DYNPROG (section 5.3): Algorithm 1's offloaded set, scheduled whole, no-wait and ordered. If the
+    DP keeps no state (too coarse a grid), the GREEDY set is used and the message says so."""
     _check(chain, memory, bandwidth)
     t0 = time.perf_counter()
     lb = lower_bound_value(chain, memory, bandwidth)
-    cands, info = dynprog_sets(chain, memory, bandwidth, slots=slots, exact=exact, top=top)
+    cands, info = dynprog_sets(chain, memory, bandwidth, slots=slots, exact=exact, top=top,
+                               max_states=max_states)
     best, pred, chosen = None, None, None
     for value, S in cands:
         res = _try(chain, bandwidth, memory, S)
         if res is not None and (best is None or res[1] < best[1] - 1e-12):
             best, pred, chosen = res, value, S
-    grid = "exact" if exact else f"grid {info['grid']:.4g} B (M/{slots})"
+    grid = "exact values" if exact else f"grid {info['grid']:.4g} B (M/{slots})"
+    msg = f"Algorithm 1, states merged on a {grid}"
+    if info["truncated"]:
+        msg += f", {max_states} cheapest states kept on {info['truncated']} levels"
+    if best is None:
+        g = greedy(chain, memory, bandwidth)
+        if g.schedule is not None:
+            best = (g.schedule, g.objective)
+            chosen = g.schedule.offloaded
+            msg += "; the DP kept no buildable state, GREEDY's set is used"
+    if chosen is not None:
+        msg += f"; offloads {len(chosen)} activations"
     return make_solution(chain, "dynprog", None if best is None else best[0], memory, bound=lb, predicted=pred,
-                         message=f"Algorithm 1, states rounded to {grid}; offloads {chosen}",
-                         times={"total": time.perf_counter() - t0},
-                         details={"dp_states": info["states"], "rounding": grid, "dp_candidates": len(cands)})
+                         message=msg, times={"total": time.perf_counter() - t0},
+                         details={"dp_states": info["states"], "rounding": grid, "dp_candidates": len(cands),
+                                  "truncated_levels": info["truncated"]})
 
 
 # ------------------------------------------------------------------------------------------- peers
@@ -447,17 +473,46 @@ def _tflms_schedule(d: OffloadData, beta: float, n: int, dist: int) -> OffloadSc
     return OffloadSchedule(tF=tF, tB=tB, offload=off, prefetch=pre, bandwidth=beta)
 
 
+def _tflms_forward_fits(d: OffloadData, beta: float, n: int, M: float) -> bool:
+    """Memory check of the TFLMS forward phase alone (it never waits): at the start of each F_i."""
+    L = d.L
+    tF = np.concatenate([[0.0], np.cumsum(d.uF)[:-1]])
+    eF = tF + d.uF
+    link, rel = 0.0, []
+    for j in range(min(n, L + 1)):
+        start = max(link, 0.0 if j == 0 else eF[j - 1])
+        link = start + d.x[j] / beta
+        rel.append((max(link, eF[j]), d.x[j]))
+    rel.sort()
+    rt = np.array([r for r, _ in rel]) if rel else np.zeros(0)
+    rc = np.cumsum([sz for _, sz in rel]) if rel else np.zeros(0)
+    cum = np.cumsum(d.x)
+    tol = 1e-9 * max(1.0, M)
+    for i in range(L + 1):
+        k = int(np.searchsorted(rt, tF[i], side="right"))
+        freed = rc[k - 1] if k > 0 else 0.0
+        if cum[i + 1] + d.exF[i] - freed > M + tol:
+            return False
+    return True
+
+
 def tflms(chain: Chain, memory: float, bandwidth: float, *, distances: Sequence[int] | None = None) -> Solution:
     """TFLMS (section 6): parameterised by the number of offloaded tensors ``n`` (the first ``n``) and
-    the prefetch distance (layers in advance); the best valid configuration over a grid is returned."""
+    the prefetch distance (layers in advance); the best valid configuration over ``n = 0..L+1`` and a
+    grid of distances (1, 2, 3, 4, 6, 8, 12, ..., L+1) is returned. Values of ``n`` holding less than
+    ``M_peak - M`` bytes (Proposition 2) or whose forward phase overflows are skipped."""
     _check(chain, memory, bandwidth)
     t0 = time.perf_counter()
     d = OffloadData.of(chain)
     L = d.L
     if distances is None:
         distances = sorted(set([1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128, L + 1]) & set(range(1, L + 2)))
+    Q = peak_memory_no_offload(chain) - memory
+    cum = np.concatenate([[0.0], np.cumsum(d.x[:L + 1])])     # cum[n] = bytes of the first n
     cands = []
     for n in range(0, L + 2):
+        if cum[n] < Q - 1e-9 * max(1.0, memory) or not _tflms_forward_fits(d, bandwidth, n, memory):
+            continue
         for dist in distances:
             s = _tflms_schedule(d, bandwidth, n, dist)
             cands.append((s.tB[0] + d.uB[0], n, dist, s))
@@ -474,8 +529,8 @@ def tflms(chain: Chain, memory: float, bandwidth: float, *, distances: Sequence[
         break
     return make_solution(chain, "tflms", best and best[0], memory,
                          bound=lower_bound_value(chain, memory, bandwidth),
-                         message="no configuration fits" if best is None else
-                         f"best configuration: {best[1]} tensors, prefetch distance {best[2]}",
+                         message="no configuration fits (TFLMS never delays a computation for memory)"
+                         if best is None else f"best configuration: {best[1]} tensors, prefetch distance {best[2]}",
                          times={"total": time.perf_counter() - t0},
                          details={} if best is None else {"n_tensors": best[1], "distance": best[2]})
 

@@ -172,7 +172,11 @@ def gantt(chain: Chain, sol: Solution, path: str) -> None:
     ax.set_title(f"{chain.name}: {sol.method}, makespan {fmt_time(sol.objective)}")
     trace: list = []
     validate_offload(chain, s, None, trace=trace, tol=1e-6)
-    axm.step([t for t, _ in trace], [m / 2**20 for _, m in trace], where="post", color="tab:purple", lw=1)
+    last = {}
+    for t, mem in trace:           # memory once every event of an instant is applied
+        last[t] = mem
+    ts = sorted(last)
+    axm.step(ts, [last[t] / 2**20 for t in ts], where="post", color="tab:purple", lw=1)
     axm.axhline(sol.memory_limit / 2**20, color="k", ls="--", lw=0.8)
     axm.set_ylabel("memory (MiB)")
     axm.set_xlabel("time (s)")

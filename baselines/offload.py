@@ -182,34 +182,33 @@ def fractional_makespan(chain: Chain, bandwidth: float, memory: float, amount: f
     T_low = max(eF[L] + DB, f_link_end + r_link_end)
     T_high = max(T_low, max(eF[L], f_link_end) + max(DB, r_link_end))
 
-    def sent_by(bursts, t):
-        s = 0.0
-        for a, b in bursts:
-            if t <= a:
-                break
-            s += (min(t, b) - a) * beta
-        return s
+    bF_a = np.array([a for a, _ in bF]); bF_b = np.array([b for _, b in bF])
+    bR_a = np.array([a for a, _ in bR]); bR_b = np.array([b for _, b in bR])
+
+    def sent_by(A, Bb, t):
+        """Bytes sent by time(s) t through bursts [A, B) at rate beta (vectorised over t)."""
+        if len(A) == 0:
+            return np.zeros_like(t)
+        return beta * np.clip(np.minimum(t[:, None], Bb[None, :]) - A[None, :], 0, None).sum(axis=1)
+
+    sFa, eFa = np.array(sF), np.array(eF)
+    uB = np.asarray(d.uB, float)
 
     def mem_at(T, tau):
-        tB = [T - (sR[i] + d.uB[i]) for i in range(L + 1)]
-        eB = [tB[i] + d.uB[i] for i in range(L + 1)]
-        m = 0.0
-        for j in range(L + 2):   # x_j alive from start of F_{j-1} (0 for x_0) to end of B_{j-1}
-            a = 0.0 if j == 0 else sF[j - 1]
-            b = eB[0] if j == 0 else eB[j - 1]
-            if a <= tau < b:
-                m += d.x[j]
-        for i in range(L + 1):
-            if sF[i] <= tau < eF[i]:
-                m += d.exF[i]
-            if tB[i] <= tau < eB[i]:
-                m += d.exB[i]
-            if tB[i] <= tau < (eB[i - 1] if i > 0 else math.inf):
-                m += d.y[i]
-        if tB[L] <= tau < eB[L]:
-            m += d.y[L + 1]
-        m -= sent_by(bF, tau)
-        m += Q - sent_by(bR, T - tau)
+        """Device memory at the instants ``tau`` (array) when the backward phase ends at T."""
+        tB = T - (np.array(sR) + uB)
+        eB = tB + uB
+        # x_j alive from the start of F_{j-1} (0 for x_0) to the end of B_{j-1} (B_0 for x_0)
+        a = np.concatenate([[0.0], sFa])
+        b = np.concatenate([[eB[0]], eB])
+        t = tau[:, None]
+        m = ((a[None, :] <= t) & (t < b[None, :])) @ d.x[:L + 2]
+        m = m + ((sFa[None, :] <= t) & (t < eFa[None, :])) @ d.exF
+        m = m + ((tB[None, :] <= t) & (t < eB[None, :])) @ d.exB
+        yend = np.concatenate([[np.inf], eB[:-1]])          # y_i freed by B_{i-1}
+        m = m + ((tB[None, :] <= t) & (t < yend[None, :])) @ d.y[:L + 1]
+        m = m + ((tB[L] <= tau) & (tau < eB[L])) * d.y[L + 1]
+        m = m - sent_by(bF_a, bF_b, tau) + (Q - sent_by(bR_a, bR_b, T - tau))
         return m
 
     def ok(T):
@@ -221,16 +220,13 @@ def fractional_makespan(chain: Chain, bandwidth: float, memory: float, amount: f
             pts.update((T - sR[i], T - sR[i] - d.uB[i]))
         for a, b in bR:
             pts.update((T - a, T - b))
-        pts = sorted(p for p in pts if 0 <= p <= T)
+        pts = np.array(sorted(p for p in pts if 0 <= p <= T))
+        keep = np.diff(pts) > 1e-12 * max(1.0, T)
+        p0, p1 = pts[:-1][keep], pts[1:][keep]
         lim = M * (1 + 1e-12) + 1e-12
-        for p0, p1 in zip(pts, pts[1:]):
-            if p1 - p0 <= 1e-12 * max(1.0, T):
-                continue
-            v0 = mem_at(T, p0)
-            vm = mem_at(T, 0.5 * (p0 + p1))
-            if v0 > lim or 2 * vm - v0 > lim:
-                return False
-        return True
+        v0 = mem_at(T, p0)
+        vm = mem_at(T, 0.5 * (p0 + p1))
+        return bool(np.all(v0 <= lim) and np.all(2 * vm - v0 <= lim))
 
     if not ok(T_low):
         lo, hi = T_low, T_high

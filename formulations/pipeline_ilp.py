@@ -68,6 +68,14 @@ class PipelineILP:
     Tmax: float           # seconds
     ts: float             # seconds per model time unit
     ms: float             # bytes per model memory unit
+    layer_allocation: bool = True
+
+    def z_key(self, a: int, b: int):
+        """Index of the variable z for tasks a != b (None: the pair is on one GPU by (4))."""
+        if self.layer_allocation:
+            la, lb = self.td.layer(a), self.td.layer(b)
+            return None if la == lb else (min(la, lb), max(la, lb))
+        return (min(a, b), max(a, b))
 
     def read_pattern(self) -> Pattern:
         """The solution loaded in the model as a :class:`Pattern` (GPUs numbered by first task)."""
@@ -82,7 +90,8 @@ class PipelineILP:
                 continue
             gpu[a - 1] = nxt
             for b in range(a + 1, n + 1):
-                if gpu[b - 1] < 0 and value(m.z[a, b]) > 0.5:
+                k = self.z_key(a, b)
+                if gpu[b - 1] < 0 and (k is None or value(m.z[k]) > 0.5):
                     gpu[b - 1] = nxt
             nxt += 1
         tau = [value(m.tau[k]) * self.ts for k in range(1, n + 1)]
@@ -100,13 +109,20 @@ def _pairs(n):
 
 
 def build_model(chain: Chain, bandwidth: float | None, P: int, memory: float | None, *,
-                Tmax: float | None = None, Tmin: float = 0.0, cuts: bool = True) -> PipelineILP:
+                Tmax: float | None = None, Tmin: float = 0.0, cuts: bool = True,
+                layer_allocation: bool = True) -> PipelineILP:
     """Pyomo model of (1)-(36), objective min T. ``memory=None`` drops the memory part (22)-(36)
     except the shift variables. ``Tmax`` (seconds) bounds T (see the module docstring);
     ``Tmin`` (seconds) is a known lower bound on the period, added as a bound of T. ``cuts`` adds
     valid inequalities that are not in the paper (implied by (5)-(7), (14)-(16), (20)-(21) for integer
     points, but not by their relaxation): the load of the GPU of every task, and of the link of every
-    communication, is at most T (``cut_gpu_load``, ``cut_link_load``)."""
+    communication, is at most T (``cut_gpu_load``, ``cut_link_load``).
+
+    ``layer_allocation=True`` (default) substitutes (4): since F_l and B_l share a GPU, and z is an
+    equivalence relation, ``z_{a,b}`` only depends on the layers of a and b; one variable per pair of
+    layers is used for every task pair, (4) holds by construction (``c04`` is not generated) and (1)
+    is written on triples of layers, (L choose 3) x 3 rows instead of (2L choose 3) x 3. With
+    ``False`` the model is the paper's literally (task pairs, (1) on task triples, (4) as rows)."""
     import pyomo.environ as pyo
 
     td = task_data(chain, bandwidth)
@@ -128,8 +144,10 @@ def build_model(chain: Chain, bandwidth: float | None, P: int, memory: float | N
     mdl.T = pyo.Var(bounds=(max(Tmin / ts * (1 - 1e-9), 0.0), Tm))
     mdl.tau = pyo.Var(tasks, bounds=lambda _, k: (-d[k], Tm - d[k]))
     mdl.tauc = pyo.Var(comms, bounds=lambda _, k: (-dc[k], Tm))
-    upairs = [(a, b) for a in tasks for b in tasks if a < b]
-    mdl.z = pyo.Var(upairs, domain=pyo.Binary)
+    if layer_allocation:
+        mdl.z = pyo.Var([(a, b) for a in layers for b in layers if a < b], domain=pyo.Binary)
+    else:
+        mdl.z = pyo.Var([(a, b) for a in tasks for b in tasks if a < b], domain=pyo.Binary)
     mdl.f = pyo.Var(tasks, domain=pyo.Binary)
     mdl.w = pyo.Var(_pairs(n), domain=pyo.Binary)
     cupairs = [(a, b) for a in comms for b in comms if a < b]
@@ -143,7 +161,13 @@ def build_model(chain: Chain, bandwidth: float | None, P: int, memory: float | N
     def z(a, b):
         if a == b:
             return 1
+        if layer_allocation:
+            la, lb = td.layer(a), td.layer(b)
+            return 1 if la == lb else mdl.z[min(la, lb), max(la, lb)]
         return mdl.z[min(a, b), max(a, b)]
+
+    def zr(a, b):  # z on the index set of (1): layers or tasks
+        return 1 if a == b else mdl.z[min(a, b), max(a, b)]
 
     def zt(a, b):
         return mdl.zt[min(a, b), max(a, b)]
@@ -152,13 +176,14 @@ def build_model(chain: Chain, bandwidth: float | None, P: int, memory: float | N
         return dc[k] * (1 - z(k, k + 1))
 
     # ---------------------------------------------------------------- 4.1.1 number of resources
-    triples = list(itertools.combinations(tasks, 3))
-    mdl.c01_transitivity_a = pyo.Constraint(triples, rule=lambda _, a, b, c: z(b, c) >= z(a, b) + z(a, c) - 1)
-    mdl.c01_transitivity_b = pyo.Constraint(triples, rule=lambda _, a, b, c: z(a, c) >= z(a, b) + z(b, c) - 1)
-    mdl.c01_transitivity_c = pyo.Constraint(triples, rule=lambda _, a, b, c: z(a, b) >= z(a, c) + z(b, c) - 1)
+    triples = list(itertools.combinations(layers if layer_allocation else tasks, 3))
+    mdl.c01_transitivity_a = pyo.Constraint(triples, rule=lambda _, a, b, c: zr(b, c) >= zr(a, b) + zr(a, c) - 1)
+    mdl.c01_transitivity_b = pyo.Constraint(triples, rule=lambda _, a, b, c: zr(a, c) >= zr(a, b) + zr(b, c) - 1)
+    mdl.c01_transitivity_c = pyo.Constraint(triples, rule=lambda _, a, b, c: zr(a, b) >= zr(a, c) + zr(b, c) - 1)
     mdl.c02_first_task = pyo.Constraint(tasks, rule=lambda _, a: mdl.f[a] >= 1 - sum(z(b, a) for b in tasks if b < a))
     mdl.c03_resources = pyo.Constraint(expr=sum(mdl.f[a] for a in tasks) <= P)
-    mdl.c04_forward_backward = pyo.Constraint(layers, rule=lambda _, l: z(l, n - l + 1) == 1)
+    if not layer_allocation:
+        mdl.c04_forward_backward = pyo.Constraint(layers, rule=lambda _, l: z(l, n - l + 1) == 1)
 
     # ---------------------------------------------------------------- 4.1.2 ordering on a GPU
     # K: (5) needs K >= d_l' + tau_l' - tau_l <= Tmax + d_l; (6) symmetric, Tmax + d_l'.
@@ -260,7 +285,8 @@ def build_model(chain: Chain, bandwidth: float | None, P: int, memory: float | N
         mdl.c36_memory = pyo.Constraint(tasks, rule=mem)
 
     mdl.obj = pyo.Objective(expr=mdl.T, sense=pyo.minimize)
-    return PipelineILP(model=mdl, td=td, P=P, memory=memory, Tmax=Tmax, ts=ts, ms=ms)
+    return PipelineILP(model=mdl, td=td, P=P, memory=memory, Tmax=Tmax, ts=ts, ms=ms,
+                       layer_allocation=layer_allocation)
 
 
 def start_values(ilp: PipelineILP, pattern: Pattern) -> list[tuple[Any, float]]:
@@ -281,7 +307,7 @@ def start_values(ilp: PipelineILP, pattern: Pattern) -> list[tuple[Any, float]]:
     vals += [(m.tau[k], tau[k] / ts) for k in tau]
     vals += [(m.tauc[k], tauc[k] / ts) for k in tauc]
     zz = lambda a, b: 1 if g[a - 1] == g[b - 1] else 0
-    vals += [(m.z[a, b], zz(a, b)) for (a, b) in m.z.keys()]
+    vals += [(m.z[a, b], zz(a, b)) for (a, b) in m.z.keys()]   # layer pairs: layer l is task F_l
     seen = set()
     for k in range(1, n + 1):
         vals.append((m.f[k], 0 if g[k - 1] in seen else 1))
@@ -334,7 +360,8 @@ def check_values(ilp: PipelineILP, values: list[tuple[Any, float]], tol: float =
 
 def solve_ilp(chain: Chain, bandwidth: float | None, P: int, memory: float | None, *,
               start: Pattern | None = None, Tmin: float = 0.0, time_limit: float | None = 60,
-              gap: float | None = None, threads: int | None = None, log_file=None, verbose: bool = False):
+              gap: float | None = None, threads: int | None = None, log_file=None, verbose: bool = False,
+              layer_allocation: bool = True):
     """Build, solve with :func:`formulations.highs_driver.solve_milp`, read back.
 
     Returns ``(pattern or None, MilpResult, PipelineILP, times)``; the MilpResult's objective and
@@ -346,7 +373,7 @@ def solve_ilp(chain: Chain, bandwidth: float | None, P: int, memory: float | Non
     if start is not None:
         Tmax = start.T * (1 + 1e-6)
     with timed(times, "build"):
-        ilp = build_model(chain, bandwidth, P, memory, Tmax=Tmax, Tmin=Tmin)
+        ilp = build_model(chain, bandwidth, P, memory, Tmax=Tmax, Tmin=Tmin, layer_allocation=layer_allocation)
         mip_start = start_values(ilp, start) if start is not None else None
     res = solve_milp(ilp.model, time_limit=time_limit, gap=gap, threads=threads, mip_start=mip_start,
                      log_file=log_file, verbose=verbose,

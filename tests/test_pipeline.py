@@ -232,3 +232,20 @@ def test_modular_pattern_and_eager_period_bounds():
         assert q.period >= Tp * (1 - 1e-9)          # no schedule beats the busiest resource
         r = simulate_pattern(modular_pattern(c, 12e9, q.stages, q.period * (1 + 1e-9)), c, 12e9)
         assert r.period == pytest.approx(q.period, rel=1e-6)
+
+
+def test_ilp_literal_and_layer_allocation_agree():
+    """The paper's literal model (task pairs, (4) as rows) and the layer-pair substitution give the
+    same optimum, under a memory limit that binds."""
+    c = random_chain(4, 1)
+    M = 0.5 * (memory_lower_bound(c, BW, 2) + min_memory_contiguous(c, BW, 2)[0]) + 20
+    out = []
+    for la in (True, False):
+        pat, res, _, _ = solve_ilp(c, BW, 2, M, time_limit=30, threads=1, layer_allocation=la)
+        assert res.status == Status.OPTIMAL
+        r = simulate_pattern(pat, c, BW, gpus=2)
+        assert r.peak_memory <= M + 1e-9 and r.period == pytest.approx(pat.T)
+        out.append(pat.T)
+    assert out[0] == pytest.approx(out[1])
+    unbounded, _, _, _ = solve_ilp(c, BW, 2, None, time_limit=30, threads=1)
+    assert unbounded.T <= out[0] + 1e-9

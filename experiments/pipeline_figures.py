@@ -9,6 +9,8 @@ the CSV records the time limit used. Output: ``<out>/<chain>_P<P>.csv`` and ``.p
 ``<out>/<chain>_summary.csv``.
 
     python -m experiments.pipeline_figures --instance instances/resnet18.json --gpus 4 8 --time-limit 600
+    python -m experiments.pipeline_figures --pipedream ../shared/external/pipedream/resnet18.graph.txt \
+        --batch 8 --bandwidth 12GB/s --gpus 4 8 --points 6 --time-limit 120
     python -m experiments.pipeline_figures --random 12 --seed 0 --gpus 4 --points 6 --time-limit 30
 """
 from __future__ import annotations
@@ -27,6 +29,10 @@ def _chain(args):
     if args.instance:
         chain, platform = load_instance(args.instance)
         return chain, platform
+    if args.pipedream:
+        from models.pipedream import import_graph
+
+        return import_graph(args.pipedream, batch=args.batch), None
     return random_chain(args.random, args.seed, integer=False), None
 
 
@@ -114,7 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--instance", help="instance file")
+    src.add_argument("--pipedream", metavar="GRAPH_TXT", help="a PipeDream profile (read in place), e.g. "
+                     "../shared/external/pipedream/resnet18.graph.txt")
     src.add_argument("--random", type=int, metavar="L", help="use models.chain.random_chain(L, seed, integer=False)")
+    p.add_argument("--batch", type=int, default=None, help="--pipedream: rescale the profile to this batch")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gpus", type=int, nargs="+", default=[4, 8])
     p.add_argument("--bandwidth", help="link bandwidth (default: the instance's platform; none = free)")

@@ -41,8 +41,9 @@ ends), so it is enough to bound it at those instants.
 
 Why it is exact. Every valid schedule gives a feasible point with the same makespan (take ``y``,
 times, ``z`` from the start order on the link, ``v`` from the window containing each prefetch start --
-a prefetch starting exactly at ``s_q`` is put in ``idle q-1`` -- and ``a`` from whether the offload
-ended by ``s_q``); every feasible point is a valid schedule, because the constraints above are the
+an idle window whenever the start lies in one, ties at ``s_q`` or at the end of ``q`` included -- and
+``a`` from whether the offload ended by ``s_q``; a non-offloaded ``x_j`` gets its zero-length offload
+first and its prefetch last on the link, so that its link-order terms vanish); every feasible point is a valid schedule, because the constraints above are the
 validator's rules written at the only instants where memory can exceed the limit (ties are counted on
 the conservative side: ``a``/``b``/link terms may only over-count). Big-M constants: ``H`` = an upper
 bound of an optimal makespan (a left-shifted optimal schedule never leaves both the device and the
@@ -237,26 +238,30 @@ def _mip_start(m, info, d: OffloadData, sched: OffloadSchedule):
     st = {}
     for j in info["J"]:
         off = j in sched.offload
+        # a non-offloaded x_j gets zero-length transfers placed so that its link-order terms in
+        # c_mem_prefetch vanish: offload as early as possible, prefetch as late as possible (ranked
+        # last on ties).
         o = sched.offload[j] / tu if off else (eF(j - 1) if j > 0 else 0.0)
-        p = sched.prefetch[j] / tu if off else o
-        st[("O", j)], st[("P", j)] = o, p
+        p = sched.prefetch[j] / tu if off else s[2 * L + 1 - j]
+        st[("O", j)] = (o, 0 if not off else 1)
+        st[("P", j)] = (p, 2 if off else 3)
         vals += [(m.y[j], 1.0 if off else 0.0), (m.o[j], o), (m.p[j], p)]
         win = None
-        if off:
+        if off:   # an idle window when p lies in one (ties at s_q or e_q included), else the run
+            fits = []
             for w in info["W"][j]:
                 q, idle = divmod(w, 2)
                 lo = s[q] + (dur[q] if idle else 0)
                 hi = s[q + 1] if idle else s[q] + dur[q]
                 if lo - 1e-12 <= p <= hi + 1e-12:
-                    win = w
-                    if idle or p > s[q] + 1e-12 or q == 0:
-                        break
+                    fits.append((0 if idle else 1, w))
+            win = min(fits)[1] if fits else None
         for w in info["W"][j]:
             vals.append((m.v[j, w], 1.0 if w == win else 0.0))
         for q in range(j + 1, 2 * L - j + 1):
             vals.append((m.a[j, q], 1.0 if off and o + c[j] > s[q] + 1e-12 else 0.0))
     for n, (A, B) in enumerate(info["pairs"]):
-        vals.append((m.z[n], 1.0 if (st[A], A[0] == "P") <= (st[B], B[0] == "P") else 0.0))
+        vals.append((m.z[n], 1.0 if st[A] <= st[B] else 0.0))
     return vals
 
 

@@ -146,6 +146,7 @@ def test_milp_equals_exhaustive_small():
         ex = B.exhaustive(c, M, beta)
         m = solve_offload_milp(c, M, beta, start=start, threads=1, time_limit=20)
         assert m.status == Status.OPTIMAL
+        assert start is None or m.details["start_accepted"]
         assert m.objective == pytest.approx(ex.objective, rel=1e-6)
         lb = B.lower_bound_value(c, M, beta)
         assert lb <= m.objective * (1 + 1e-9)
@@ -164,7 +165,7 @@ def test_milp_between_bound_and_heuristics():
         best = min(h.objective for h in ok)
         m = solve_offload_milp(c, M, beta, start=min(ok, key=lambda h: h.objective).schedule, threads=1,
                                time_limit=15)
-        assert m.success
+        assert m.success and m.details["start_accepted"]
         validate_offload(c, m.schedule, M, tol=1e-6)
         assert m.objective <= best * (1 + 1e-9)
         assert B.lower_bound_value(c, M, beta) <= m.objective * (1 + 1e-9)

@@ -17,7 +17,9 @@ index t at most as ``abar^t``.
 
 **Sweep.** Inside phase t the forward operations run in increasing stage order, each stage at most
 once: binaries ``op[t, j, kind]`` for j = 1..t say whether/how F^j runs in the sweep of phase t.
-The five kinds cover every state-changing use of Table 1's forward operations:
+The four kinds are the operations of Table 1 as ``simulate_remat`` allows them (an operation must
+produce its output: recomputing a value already stored is not an operation of the model, except
+F_all^j over a stored plain a^j, which completes it into abar^j):
 
 =========  ===================  ============================  ===========================
 kind       operation            needs (state of index j)      effect
@@ -26,19 +28,17 @@ kind       operation            needs (state of index j)      effect
 ``up``     ``F_all^j``          plain a^j stored              a^j replaced by abar^j
 ``ck``     ``F_ck^j``           nothing stored at j           a^j stored
 ``none``   ``F_none^j``         nothing stored at j           a^j stored, a^{j-1} freed
-``drop``   ``F_none^j``         a^j or abar^j stored          a^{j-1} freed (j unchanged)
 =========  ===================  ============================  ===========================
 
-(the remaining combinations -- F_ck^j or F_all^j over a stored abar^j, F_ck^j over a stored a^j --
-change nothing and only cost time, so an optimal sequence never uses them). Every kind needs
-a^{j-1} or abar^{j-1} stored when it runs; ``none``/``drop`` need the *plain* a^{j-1} (Table 1
-defines F_none on a^{j-1} only; ``simulate_remat`` rejects it over abar^{j-1}). F_none^1 is never
-used (a^0 could not be recomputed, so B^1 could never run).
+Every kind needs a^{j-1} or abar^{j-1} stored when it runs; ``none`` needs the *plain* a^{j-1}
+(Table 1 defines F_none on a^{j-1} only). F_none^1 is never used (a^0 could not be recomputed, so
+B^1 could never run). In phase t, stage t is only ``all`` (B^t needs abar^t; a plain a^t would be
+useless once B^{t+1} has run).
 
 **State.** ``x0[t,j]`` / ``xb0[t,j]`` (continuous, integral by the equations) say that a^j / abar^j
 is stored at the start of phase t. Along the sweep, the state of index j is ``x0`` before F^j,
 ``x1 = x0 + ck + none - up`` / ``xb1 = xb0 + all + up`` after F^j, and
-``x2 = x1 - none[j+1] - drop[j+1]`` / ``xb2 = xb1`` after F^{j+1}. B^t needs ``abar^t``
+``x2 = x1 - none[j+1]`` / ``xb2 = xb1`` after F^{j+1}. B^t needs ``abar^t``
 (``xb1[t,t] = 1``) and ``a^{t-1}`` or ``abar^{t-1}`` (``x2 + xb2 >= 1``), frees them (abar^{t-1} stays,
 Table 1 second line); the next phase starts from ``x2``/``xb2`` with index t-1 reduced to its abar.
 
@@ -49,6 +49,10 @@ F_none^j runs, as in Table 1). When F^j does not run the same left side without 
 is the memory stored between two operations, which is at most the next operation's memory, so the
 constraint can be written without big-M. For B^t:
 ``wd^t + wa^0 + sum_{k<t} size2[k] + wabar^t + wd^{t-1} + o_b^t <= M``.
+With ``cumulative=True`` (the default) the stored memory before F^j is a variable ``P[t,j]`` updated
+by the change F^{j-1} made (``c_d34_stored_step``), which gives O(L^2) instead of O(L^3) nonzeros;
+on random 30- and 50-stage chains HiGHS then solves about twice as fast
+(``benchmarks/bench_remat_milp.py``).
 
 **Objective (Definition 3.2).** ``sum u_f^j * op[t,j,*] + sum_l u_b^l``.
 
@@ -63,8 +67,9 @@ gives a sequence that :func:`simulate_remat` accepts with the same makespan; the
 operations inside a phase. Lemma 4.4 (weak memory persistence) and its proof show that some optimal
 sequence never recomputes a stage to the left of a materialized activation it still holds, i.e. the
 forward operations of a phase can be taken in increasing order with no stage repeated; operations
-that change nothing are dropped. Operations on indices above t in phase t only produce values that
-nothing consumes and are dropped too (this lowers memory). This is the same structural result on
+that do not change the memory state cannot occur (the simulator rejects them). Operations on indices
+above t in phase t only produce values that nothing consumes; removing them keeps the sequence valid
+and lowers memory. This is the same structural result on
 which the floating DP (Theorem 4.7) rests; the tests check the MILP optimum against the exhaustive
 search of :mod:`baselines.exhaustive` (which explores *all* orders) and against the floating DP.
 
@@ -84,7 +89,7 @@ from pyomo.common.errors import InfeasibleConstraintException
 
 from formulations.highs_driver import MilpResult, solve_milp, timed
 
-KINDS = ("all", "up", "ck", "none")
+KINDS = ("all", "up", "ck", "none")   # see the table in the module docstring
 _OPNAME = {"all": "F_all", "up": "F_all", "ck": "F_ck", "none": "F_none"}
 TOL_OPTIONS = {"primal_feasibility_tolerance": 1e-9, "mip_feasibility_tolerance": 1e-9}
 
@@ -110,7 +115,7 @@ def _op_index(L: int):
             for kind in KINDS:
                 if j == t and kind != "all":
                     continue
-                if j == 1 and kind in ("none", "drop"):
+                if j == 1 and kind == "none":
                     continue
                 if j == t and t == L + 1 and kind != "all":
                     continue
@@ -118,7 +123,7 @@ def _op_index(L: int):
     return idx
 
 
-def build_remat_milp(chain: Chain, memory: float):
+def build_remat_milp(chain: Chain, memory: float, *, cumulative: bool = True):
     """The Pyomo model of the phase/sweep formulation (see the module docstring).
 
     Returns the ``ConcreteModel``; ``model.time_scale`` converts its objective to seconds.
@@ -166,7 +171,7 @@ def build_remat_milp(chain: Chain, memory: float):
         return xb0(t, j) + o(t, j, "all") + o(t, j, "up")
 
     def x2(t, j):
-        return x1(t, j) - o(t, j + 1, "none") - o(t, j + 1, "drop")
+        return x1(t, j) - o(t, j + 1, "none")
 
     def anyop(t, j):
         return sum(o(t, j, k) for k in KINDS)
@@ -174,20 +179,18 @@ def build_remat_milp(chain: Chain, memory: float):
     # --- Table 1: which operation may run in which state -------------------------------------
     pair_idx = [(t, j) for t in range(1, L + 2) for j in range(1, t + 1)]
     m.c_t1_one_op = pyo.Constraint(pair_idx, rule=lambda m_, t, j: anyop(t, j) <= 1)
-    # all / ck / none produce a^j or abar^j into an empty slot; up needs a plain a^j; drop needs a^j or abar^j
+    # all / ck / none produce a^j or abar^j into an empty slot; up needs a plain a^j
     m.c_t1_fresh = pyo.Constraint(
         pair_idx, rule=lambda m_, t, j: o(t, j, "all") + o(t, j, "ck") + o(t, j, "none") + x0(t, j) + xb0(t, j) <= 1)
     up_idx = [(t, j) for (t, j, k) in op_idx if k == "up"]
     m.c_t1_upgrade = pyo.Constraint(up_idx, rule=lambda m_, t, j: o(t, j, "up") <= x0(t, j))
-    drop_idx = [(t, j) for (t, j, k) in op_idx if k == "drop"]
-    m.c_t1_drop = pyo.Constraint(drop_idx, rule=lambda m_, t, j: o(t, j, "drop") <= x0(t, j) + xb0(t, j))
     # input a^{j-1} (or abar^{j-1}) present when F^j runs (a^0 always is)
     in_idx = [(t, j) for (t, j) in pair_idx if j >= 2]
     m.c_t1_input = pyo.Constraint(in_idx, rule=lambda m_, t, j: anyop(t, j) <= x1(t, j - 1) + xb1(t, j - 1))
     # F_none^j discards the plain a^{j-1} only (Table 1 has no F_none row for abar^{j-1})
     m.c_t1_none_plain = pyo.Constraint(
-        [(t, j) for (t, j) in in_idx if (t, j, "none") in has or (t, j, "drop") in has],
-        rule=lambda m_, t, j: o(t, j, "none") + o(t, j, "drop") <= x1(t, j - 1))
+        [(t, j) for (t, j) in in_idx if (t, j, "none") in has],
+        rule=lambda m_, t, j: o(t, j, "none") <= x1(t, j - 1))
     # B^t needs delta^t (phase structure), abar^t and a^{t-1}/abar^{t-1}
     ph = list(range(1, L + 2))
     m.c_t1_backward_abar = pyo.Constraint(ph, rule=lambda m_, t: _rel(xb1(t, t), "==", 1))
@@ -207,23 +210,38 @@ def build_remat_milp(chain: Chain, memory: float):
     def size2(t, k):
         return wa[k] * x2(t, k) + wab[k] * xb1(t, k)
 
-    def mem_forward(m_, t, j):
-        e = wd[t] + wa[0]
-        e = e + sum(size2(t, k) for k in range(1, j - 1))
-        if j >= 2:
-            e = e + size1(t, j - 1)
-        e = e + sum(size0(t, k) for k in range(j, t + 1))
-        e = e + wab[j] * (o(t, j, "all") + o(t, j, "up")) + wa[j] * (o(t, j, "ck") + o(t, j, "none") + o(t, j, "drop"))
-        e = e + of[j] * anyop(t, j)
-        return _rel(e, "<=", 1.0)
+    def out(t, j):
+        return wab[j] * (o(t, j, "all") + o(t, j, "up")) + wa[j] * (o(t, j, "ck") + o(t, j, "none"))
 
-    m.c_d34_memory_forward = pyo.Constraint(pair_idx, rule=mem_forward)
+    if not cumulative:
+        def stored(t, j):   # memory stored just before F^j of phase t (j = t+1: before B^t)
+            e = wd[t] + wa[0] + sum(size2(t, k) for k in range(1, j - 1))
+            if j >= 2:
+                e = e + size1(t, j - 1)
+            return e + sum(size0(t, k) for k in range(j, t + 1))
+    else:
+        # the same quantity as a variable per (t, j), updated by the change that F^{j-1} made:
+        # O(1) terms per constraint instead of O(t) (O(L^2) nonzeros instead of O(L^3))
+        m.P = pyo.Var([(t, j) for t in ph for j in range(1, t + 2)], bounds=(None, None))
+        m.c_d34_stored_init = pyo.Constraint(
+            ph, rule=lambda m_, t: m.P[t, 1] == wd[t] + wa[0] + sum(size0(t, k) for k in range(1, t + 1)))
 
-    def mem_backward(m_, t):
-        e = wd[t] + wa[0] + sum(size2(t, k) for k in range(1, t))
-        return _rel(e + wab[t] + wd[t - 1] + ob[t], "<=", 1.0)
+        def step(m_, t, j):   # P[t, j] - P[t, j-1] = change of index j-2 (by F^{j-1}) and j-1
+            e = size1(t, j - 1) - size0(t, j - 1)
+            if j >= 3:
+                e = e + size2(t, j - 2) - size1(t, j - 2)
+            return m.P[t, j] == m.P[t, j - 1] + e
 
-    m.c_d34_memory_backward = pyo.Constraint(ph, rule=mem_backward)
+        m.c_d34_stored_step = pyo.Constraint([(t, j) for t in ph for j in range(2, t + 2)], rule=step)
+
+        def stored(t, j):
+            return m.P[t, j]
+
+    m.c_d34_memory_forward = pyo.Constraint(
+        pair_idx, rule=lambda m_, t, j: _rel(stored(t, j) + out(t, j) + of[j] * anyop(t, j), "<=", 1.0))
+    # B^t: stored before it (everything of the sweep, abar^t included) + delta^{t-1} + o_b^t
+    m.c_d34_memory_backward = pyo.Constraint(
+        ph, rule=lambda m_, t: _rel(stored(t, t + 1) + wd[t - 1] + ob[t], "<=", 1.0))
 
     # --- Definition 3.2: makespan ----------------------------------------------------------------
     m.makespan = pyo.Objective(expr=sum(uf[j] * ops[t, j, k] for (t, j, k) in op_idx) + sum(ub[1:L + 2]))
@@ -281,7 +299,7 @@ def start_from_schedule(m, chain: Chain, schedule: RematSchedule | Sequence) -> 
             kind = "ck" if cur == 0 else None
             act[l] = 1
         else:
-            kind = "none" if cur == 0 else "drop"
+            kind = "none" if cur == 0 else None
             act[l] = max(cur, 1)
             act[l - 1] = 0
         if kind is None or (t, l, kind) not in values:
@@ -315,7 +333,8 @@ def _min_memory(chain: Chain) -> float | None:
 
 
 def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 60, gap: float | None = 1e-4,
-                     threads: int | None = None, mip_start=True, log_file=None, verbose: bool = False) -> Solution:
+                     threads: int | None = None, mip_start=True, log_file=None, verbose: bool = False,
+                     cumulative: bool = True) -> Solution:
     """Optimal re-materialization sequence for paper 004's model by MILP (see the module docstring).
 
     ``mip_start``: True starts HiGHS from the persistent DP's sequence (when it exists and fits the
@@ -328,7 +347,7 @@ def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 
     times: dict[str, float] = {}
     t_all = time.perf_counter()
     with timed(times, "build"):
-        model = build_remat_milp(chain, memory)
+        model = build_remat_milp(chain, memory, cumulative=cumulative)
     start = None
     start_note = "no MIP start"
     if mip_start:

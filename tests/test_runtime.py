@@ -1,0 +1,161 @@
+"""The runtime executor: bit-identical gradients to plain autograd under several sequences, and its
+measured peak memory on CPU against the simulator's prediction on the profiled chain."""
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from models.graph import linearize_model  # noqa: E402
+from models.networks import example_input, get_model  # noqa: E402
+from models.profiler import classification_loss, profile_chain  # noqa: E402
+from models.remat import InvalidSequence, simulate_remat  # noqa: E402
+from models.runtime import (bisection_sequence, execute, sequential_sequence,  # noqa: E402
+                            store_all_sequence)
+
+GPT = dict(n_layer=2, n_embd=32, n_head=4, vocab=50, n_ctx=16, dropout=0.1)
+CASES = {"resnet18": ({}, (3, 64, 64)), "gpt2": (GPT, (8,))}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One intra-op thread: on a shared 2-core machine OpenMP spinning makes 2 threads ~10x slower."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _sequences(L):
+    return {"store_all": store_all_sequence(L), "sequential": sequential_sequence(L, 3),
+            "bisection": bisection_sequence(L)}
+
+
+def _solver_sequences(chain):
+    """Sequences of memplan's remat solvers (paper 004's rotor DP, revolve, sequential checkpointing)
+    at a memory limit halfway between the minimum and store-all."""
+    from baselines import remat_heuristics, rotor
+
+    lo = rotor.min_memory(chain)
+    hi = simulate_remat(chain, store_all_sequence(chain.L)).peak_memory
+    mem = (lo + hi) / 2
+    out = {}
+    for name, sol in [("rotor", rotor.persistent(chain, mem, slots=200)),
+                      ("revolve", remat_heuristics.revolve(chain, mem, slots=200)),
+                      ("sequential-solver", remat_heuristics.sequential(chain, mem))]:
+        assert sol.success, (name, sol.message)
+        out[name] = sol.schedule
+    return out
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def setup(request):
+    name = request.param
+    kw, shape = CASES[name]
+    torch.manual_seed(0)
+    model = get_model(name, **kw).train()
+    x = example_input(name, 2, shape, vocab=50)
+    loss_fn = classification_loss()
+    ref = copy.deepcopy(model)
+    torch.manual_seed(123)
+    loss = loss_fn(ref(x))
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in ref.named_parameters()}
+    return name, model, x, loss_fn, float(loss.detach()), grads
+
+
+def _run(model, x, loss_fn, seq, **kw):
+    m = copy.deepcopy(model)
+    lm = linearize_model(m, x)
+    torch.manual_seed(123)
+    res = execute(lm.stages, loss_fn, x, seq, **kw)
+    return m, lm, res
+
+
+@pytest.mark.parametrize("kind", ["store_all", "sequential", "bisection"])
+def test_gradients_are_bit_identical(setup, kind):
+    name, model, x, loss_fn, loss, grads = setup
+    L = linearize_model(copy.deepcopy(model), x).L
+    seq = _sequences(L)[kind]
+    if kind != "store_all":
+        assert seq.count("F_ck") > 0           # the sequence really re-materializes
+    m, lm, res = _run(model, x, loss_fn, seq)
+    assert res.loss == pytest.approx(loss, rel=0, abs=0)
+    for n, p in m.named_parameters():
+        assert torch.equal(p.grad, grads[n]), f"{name} {kind}: gradient of {n} differs"
+
+
+def test_dropout_masks_are_replayed_in_recomputation(setup):
+    name, model, x, loss_fn, loss, grads = setup
+    if name != "gpt2":
+        pytest.skip("only the GPT-2 model has dropout")
+    assert any(isinstance(mod, torch.nn.Dropout) and mod.p > 0 for mod in model.modules())
+    L = linearize_model(copy.deepcopy(model), x).L
+    m, _, _ = _run(model, x, loss_fn, bisection_sequence(L))
+    ref = copy.deepcopy(model)
+    torch.manual_seed(999)                       # another seed: other masks, other gradients
+    loss_fn(ref(x)).backward()
+    assert any(not torch.equal(p.grad, q.grad) for p, q in zip(m.parameters(), ref.parameters()))
+
+
+@pytest.fixture(scope="module")
+def profiled(setup):
+    name, model, x, loss_fn, loss, grads = setup
+    lm = linearize_model(copy.deepcopy(model), x)
+    chain = profile_chain(lm.stages, x, loss_fn, repeats=1, names=lm.names)
+    assert chain.L == lm.L
+    return chain
+
+
+def test_solver_sequences_give_bit_identical_gradients(setup, profiled):
+    name, model, x, loss_fn, loss, grads = setup
+    seqs = _solver_sequences(profiled)
+    for kind, seq in seqs.items():
+        m, _, res = _run(model, x, loss_fn, seq, measure_memory=True)
+        for n, p in m.named_parameters():
+            assert torch.equal(p.grad, grads[n]), f"{name} {kind}: gradient of {n} differs"
+        sim = simulate_remat(profiled, seq)
+        assert res.peak_memory == pytest.approx(sim.peak_memory, rel=0.10), (name, kind)
+    assert seqs["rotor"].count("F_ck") + seqs["rotor"].count("F_none") > 0
+
+
+def test_measured_peak_memory_matches_the_simulator(setup, profiled):
+    name, model, x, loss_fn, loss, grads = setup
+    chain = profiled
+    for kind, seq in _sequences(chain.L).items():
+        sim = simulate_remat(chain, seq)
+        _, _, res = _run(model, x, loss_fn, seq, measure_memory=True)
+        assert res.peak_memory == pytest.approx(sim.peak_memory, rel=0.10), (name, kind)
+        # the traces agree operation by operation, not only at the peak
+        for real, pred in zip(res.memory_after, sim.memory_after):
+            assert real == pytest.approx(pred, rel=0.10, abs=4096)
+
+
+def test_less_memory_with_recomputation(setup):
+    name, model, x, loss_fn, loss, grads = setup
+    L = linearize_model(copy.deepcopy(model), x).L
+    peaks = {}
+    for kind in ("store_all", "bisection"):
+        _, _, res = _run(model, x, loss_fn, _sequences(L)[kind], measure_memory=True)
+        peaks[kind] = res.peak_memory
+    assert peaks["bisection"] < peaks["store_all"]
+
+
+def test_invalid_sequence_is_rejected(setup):
+    name, model, x, loss_fn, loss, grads = setup
+    lm = linearize_model(copy.deepcopy(model), x)
+    with pytest.raises(InvalidSequence, match="abar"):
+        execute(lm.stages, loss_fn, x, [("F_ck", 1), ("B", 1)])
+    with pytest.raises(InvalidSequence, match="a\\^2"):
+        execute(lm.stages, loss_fn, x, [("F_none", 1), ("F_none", 3)])
+
+
+def test_sequences_are_valid_for_the_simulator():
+    from models.chain import random_chain
+
+    for L in (1, 2, 5, 9):
+        c = random_chain(L, seed=L)
+        for seq in (store_all_sequence(L), sequential_sequence(L, 2), sequential_sequence(L, 4),
+                    bisection_sequence(L)):
+            simulate_remat(c, seq)
+        assert bisection_sequence(L).count("B") == L + 1

@@ -186,3 +186,11 @@ def test_no_wait_infeasible_is_reported():
     c = hand_chain()
     with pytest.raises(NoWaitInfeasible):
         no_wait_schedule(c, 1.0, 9, [])
+
+
+def test_milp_equals_exhaustive_L4():
+    c = random_chain(4, 0)
+    M = min_feasible_memory(c)
+    ex = B.exhaustive(c, M, 2.0)
+    m = solve_offload_milp(c, M, 2.0, start=B.greedy(c, M, 2.0).schedule, threads=1, time_limit=30)
+    assert m.status == Status.OPTIMAL and m.objective == pytest.approx(ex.objective, rel=1e-6)

@@ -318,8 +318,14 @@ def solve_checkmate(chain: Chain, memory: float, *, time_limit: float | None = 6
                         times=times, details=details)
     with timed(times, "convert"):
         R, _ = _rs_from_model(model)
-        sched = sequence_from_events(chain, model.graph, events_from_rs(model.graph, R))
-        rep, ok = _replay(chain, sched, memory)
+        try:
+            sched = sequence_from_events(chain, model.graph, events_from_rs(model.graph, R))
+            rep, ok = _replay(chain, sched, memory)
+        except InvalidSequence as e:
+            times["total"] = time.perf_counter() - t0
+            return Solution("remat", "checkmate", Status.ERROR, memory_limit=memory, predicted=pred,
+                            message=f"Checkmate's plan could not be converted: {e}", times=times,
+                            details=details)
     details.update(limit_exceeded=not ok, recompute_time=rep.recompute_time,
                    inserted_or_removed_time=rep.makespan - pred, milp_objective=pred, milp_bound=bound,
                    milp_gap=res.gap)

@@ -282,13 +282,12 @@ def validate_offload(chain: Chain, schedule: OffloadSchedule, memory_limit: floa
 
     zF = [d.uF[i] == 0 for i in range(L + 1)]
     zB = [d.uB[i] == 0 for i in range(L + 1)]
-    # x_0
+    # x_0 is there from time 0; an offloaded x_0 leaves at max(end of its offload, end of F_0)
+    if d.x[0]:
+        events.append((0.0, 2, 0, 0, d.x[0], "x_0"))
     if 0 in S.offload:
         rel, pos, zero = _release(S, d, 0, eF, c, zF, pos_F)
-        events.append((0.0, 2, 0, 0, d.x[0], "x_0")) if d.x[0] else None
         free(rel, d.x[0], pos, zero)
-    elif d.x[0]:
-        events.append((0.0, 2, 0, 0, d.x[0], "x_0"))
     for i in range(L + 1):
         # F_i: output x_{i+1} and ex^F_i
         reserve(S.tF[i], d.exF[i], pos_F[i], zF[i], f"ex^F_{i}")

@@ -79,7 +79,8 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     if args.json:
         sol.write_json(args.json)
         print(f"solution written to {args.json}")
-    return 0 if sol.success else 1
+    # a bound-only method (e.g. the offloading lower bound) succeeds when it produced its bound
+    return 0 if sol.success or (sol.schedule is None and sol.bound is not None) else 1
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -120,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--memory", help="memory limit, e.g. 90MiB, 1.5GB (default: the instance's platform)")
     s.add_argument("--bandwidth", help="link bandwidth, e.g. 12GB/s (default: the instance's platform)")
     s.add_argument("--gpus", type=int, help="number of GPUs (pipeline)")
-    s.add_argument("--slots", type=int, default=500, help="memory slots of the DPs (default 500)")
+    s.add_argument("--slots", type=int, default=500, help="memory discretization of the DPs: remat slots (default 500); offload DYNPROG grid M/slots; "
+                   "remat-offload: slots of the joint DP")
     s.add_argument("--exact", action="store_true", help="DPs: one slot per byte (integer sizes only)")
     s.add_argument("--time-limit", type=float, default=60.0, help="MILP time limit in seconds (default 60)")
     s.add_argument("--gap", type=float, default=1e-4, help="MILP relative gap (default 1e-4)")
@@ -152,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (CliError, InstanceError, UnitError, InfeasibleError, FileExistsError) as e:
+    except (CliError, InstanceError, UnitError, InfeasibleError, FileExistsError, FileNotFoundError,
+            ValueError) as e:   # models raise ValueError subclasses with messages meant for the user
         print(f"memplan: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # pragma: no cover

@@ -221,6 +221,135 @@ def _backward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid):
     return T, SP, CH
 
 
+@njit(cache=True)
+def _chunk_end_nb(c, F, zs, q):
+    if c <= F:
+        return c * q
+    return zs + (c - F) * q
+
+
+@njit(cache=True)
+def _loss_eval(L, N, uf, ub, a, ab, d, of, ob, q, x, A, F, P):
+    """The loss junction (B.2); returns (s1, s2, E) or E = inf. Same arithmetic as JointDP.loss."""
+    z = ab[L] if x else a[L]
+    res = A + d[L + 1] + z
+    r1 = N - (res + ab[L + 1] + of[L + 1])
+    r2 = N - (res + ab[L + 1] + d[L] + ob[L + 1])
+    if r1 < 0 or r2 < 0:
+        return 0.0, 0.0, np.inf
+    s1 = _wait(F - r1, q)
+    e1 = s1 + uf[L + 1]
+    s2 = max(e1, _wait(F - r2, q))
+    e2 = s2 + ub[L + 1]
+    E = e2
+    if F + P > 0:
+        if not math.isfinite(q):
+            return 0.0, 0.0, np.inf
+        E = max(E, (F + P) * q)
+        if P > 0:
+            E = max(E, e1 + (P - r1) * q, e2 + (P - r2) * q)
+    return s1, s2, E
+
+
+@njit(cache=True)
+def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP):
+    """OC[i, x, A, F, P] (B.1, B.2) bottom-up over i = L+1..1 and its choice
+    CH = 2 j + v (j = 0: F_all^i first; j >= i: F_ck^i F_none^{i+1..j}); -1 when infeasible.
+    States with A + F > N or A + P > N cannot be feasible and are left at inf."""
+    OC = np.full((L + 2, 2, N + 1, N + 1, N + 1), np.inf)
+    CH = np.full((L + 2, 2, N + 1, N + 1, N + 1), -1, dtype=np.int16)
+    fin = math.isfinite(q)
+    nv = 2 if fin else 1
+    dL1 = d[L + 1]
+    for x in range(2):
+        for A in range(N + 1):
+            for F in range(N - A + 1):
+                for P in range(N - A + 1):
+                    _, _, E = _loss_eval(L, N, uf, ub, a, ab, d, of, ob, q, x, A, F, P)
+                    if E < np.inf:
+                        OC[L + 1, x, A, F, P] = E
+                        CH[L + 1, x, A, F, P] = 0
+    for i in range(L, 0, -1):
+        for x in range(2):
+            if i == 1 and x == 1:
+                continue
+            z = ab[i - 1] if x else a[i - 1]
+            mb1 = ab[i] + d[i] + d[i - 1] + ob[i]
+            for A in range(N - z + 1):
+                base = A + dL1
+                mfree = N - A - z
+                for F in range(N - A + 1):
+                    for P in range(N - A + 1):
+                        best = np.inf
+                        bch = -1
+                        for v in range(nv):
+                            n_tot = F + v * z
+                            res = base + (1 - v) * z
+                            cA = A + (1 - v) * z
+                            # ---- case 1: F_all^i, OC_1(i+1), B^i
+                            room1 = N - (base + z + ab[i] + of[i])
+                            if room1 >= 0 and mfree >= mb1:
+                                s1 = _wait(F - room1, q)
+                                e = s1 + uf[i]
+                                zs = max(F * q, e) if v else 0.0
+                                Tf = e
+                                F2 = 0
+                                if n_tot > 0:
+                                    tend = _chunk_end_nb(n_tot, F, zs, q)
+                                    F2 = max(0, int(math.ceil((tend - Tf) / q - 1e-9)))
+                                e3 = _wait(P - (mfree - mb1), q)
+                                if e3 < np.inf:
+                                    k = min(P, _nch(ub[i] + e3, q))
+                                    P2 = v * z + P - k
+                                    if cA <= N and F2 <= N - cA and P2 <= N - cA:
+                                        sub = OC[i + 1, 1, cA, F2, P2]
+                                        if sub < np.inf:
+                                            tot = Tf + sub + (ub[i] + e3)
+                                            if tot < best:
+                                                best = tot
+                                                bch = v
+                            # ---- case 2: F_ck^i F_none^{i+1..j}, OC_0(j+1), C_A(i, j)
+                            room1 = N - (base + z + a[i] + of[i])
+                            if room1 < 0:
+                                continue
+                            s1 = _wait(F - room1, q)
+                            e = s1 + uf[i]
+                            zs = max(F * q, e) if v else 0.0
+                            for j in range(i, L + 1):
+                                if j > i:
+                                    room = N - (res + a[j - 1] + a[j] + of[j])
+                                    if room < 0:
+                                        break
+                                    c = n_tot - room
+                                    s = e
+                                    if c > 0:
+                                        s = max(s, _chunk_end_nb(c, F, zs, q))
+                                    e = s + uf[j]
+                                Tf = e
+                                F2 = 0
+                                if n_tot > 0:
+                                    tend = _chunk_end_nb(n_tot, F, zs, q)
+                                    F2 = max(0, int(math.ceil((tend - Tf) / q - 1e-9)))
+                                if P > mfree:
+                                    continue
+                                p = pid[i, j]
+                                Tb = T[p, mfree, P]
+                                if not Tb < np.inf:
+                                    continue
+                                P2 = v * z + SP[p, mfree, P]
+                                if F2 > N - cA or P2 > N - cA:
+                                    continue
+                                sub = OC[j + 1, 0, cA, F2, P2]
+                                if sub < np.inf:
+                                    tot = Tf + sub + Tb
+                                    if tot < best:
+                                        best = tot
+                                        bch = 2 * j + v
+                        OC[i, x, A, F, P] = best
+                        CH[i, x, A, F, P] = bch
+    return OC, CH
+
+
 def _region_idle(i, ip, j, m, s2, uf, a, d, of, q):
     """(Tf, eps, op ends) of the forward run F_ck^i F_none^{i+1..i'} in a block, computed with the same
     operations, in the same order, as the kernel."""
@@ -285,9 +414,18 @@ class JointDP:
         if need > 4e9:
             raise ValueError(f"joint DP tables for L={L} and {self.N} slots would need {need / 1e9:.1f} GB; "
                              "use fewer slots")
+        fwd = (L + 2) * 2 * (self.N + 1) ** 3 * 10
+        if need + fwd > 3e9:
+            raise ValueError(f"joint DP tables for L={L} and {self.N} slots would need {(need + fwd) / 1e9:.1f} GB; "
+                             "use fewer slots")
+        args = (L, self.N, self.uf, self.ub, self.a, self.ab, self.d, self.of, self.ob, self.q)
         if L >= 1:
-            self.T, self.SP, self.CH = _backward_kernel(L, self.N, self.uf, self.ub, self.a, self.ab, self.d,
-                                                        self.of, self.ob, self.q, self.pid)
+            self.T, self.SP, self.CH = _backward_kernel(*args, self.pid)
+        else:
+            self.T = np.full((1, self.N + 1, self.N + 1), np.inf)
+            self.SP = np.zeros((1, self.N + 1, self.N + 1), dtype=np.int16)
+            self.CH = np.zeros((1, self.N + 1, self.N + 1), dtype=np.int16)
+        self.OC, self.FCH = _forward_kernel(*args, self.pid, self.T, self.SP)
 
     # --- backward block lookup: (duration, spill) for C(i, j, m, D)
     def block(self, i, j, m, D):
@@ -375,38 +513,15 @@ class JointDP:
         return dict(s1=s1, s2=s2, E=E)
 
     def value(self, i, x, A, F, P):
-        """OC_x(i, A, Delta_F, Delta_B): (best time, choice (v, j)) with memoization."""
-        key = (i, x, A, F, P)
-        got = self.memo.get(key)
-        if got is not None:
-            return got
-        L = self.chain.L
-        best = (INF, None)
-        if A > self.N or P > self.N:
-            pass
-        elif i == L + 1:
-            r = self.loss(x, A, F, P)
-            if r is not None:
-                best = (r["E"], (0, 0))
-        else:
-            vs = (0, 1) if math.isfinite(self.q) else (0,)
-            for v in vs:
-                for j in [0] + list(range(i, L + 1)):
-                    r = self.level(i, x, A, F, P, v, j)
-                    if r is None:
-                        if j:
-                            # a longer forward run only needs more memory if it fails on memory;
-                            # keep trying (overheads are not monotone)
-                            continue
-                        continue
-                    sub, _ = self.value(*r["child"])
-                    if not sub < INF:
-                        continue
-                    tot = r["Tf"] + sub + r["Tb"]
-                    if tot < best[0]:
-                        best = (tot, (v, j))
-        self.memo[key] = best
-        return best
+        """OC_x(i, A, Delta_F, Delta_B) from the forward table: (best time, choice (v, j))."""
+        N = self.N
+        if not (0 <= A <= N and 0 <= F <= N and 0 <= P <= N):
+            return INF, None
+        t = float(self.OC[i, x, A, F, P])
+        c = int(self.FCH[i, x, A, F, P])
+        if c < 0:
+            return INF, None
+        return t, (c % 2, c // 2)
 
     # ------------------------------------------------------------------------- rebuild
     def rebuild(self):
@@ -549,7 +664,7 @@ def solve_joint(chain: Chain, memory: float, bandwidth: float | None, *, slots: 
         best, _ = dp.value(1, 0, 0, 0, 0)
         times["forward"] = time.perf_counter() - t0 - times["tables"]
         details = {"discretization": dp.disc.describe(), "slot_bytes": dp.S, "slots": dp.N,
-                   "part_time": dp.q, "bandwidth": dp.beta, "forward_states": len(dp.memo)}
+                   "part_time": dp.q, "bandwidth": dp.beta, "forward_states": int(np.isfinite(dp.OC).sum())}
         if not best < INF:
             from baselines.rotor import min_memory
             need = min_memory(chain)

@@ -48,14 +48,15 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     import torch
 
     from models.instance import save_instance
-    from models.networks import MODELS
+    from models.networks import canonical_name
     from models.profiler import profile_model
 
-    key = args.model.lower().replace("-", "_")
-    if key not in MODELS:
+    try:
+        key = canonical_name(args.model)
+    except KeyError as e:
         from experiments.cli import CliError
 
-        raise CliError(f"unknown model {args.model!r}; choose from {', '.join(MODELS)}")
+        raise CliError(str(e.args[0])) from None
     if args.device == "cuda" and not torch.cuda.is_available():
         from experiments.cli import CliError
 

@@ -258,7 +258,8 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
     del out
     # memory: forward with autograd, then backward
     xi = _as_input(x, input_grad)
-    _, saved = saved_tensor_bytes(lambda: stage(xi), exclude=[xi, *params])  # hooks: what autograd keeps
+    buffers = list(stage.buffers()) if isinstance(stage, torch.nn.Module) else []
+    _, saved = saved_tensor_bytes(lambda: stage(xi), exclude=[xi, *params, *buffers])  # hooks: what autograd keeps
     xi = _as_input(x, input_grad)
     with memory_tracker(device) as tr:
         out = stage(xi)
@@ -349,13 +350,14 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
     """Build a zoo model, linearize it (models.graph) and profile its stages: the chain of
     ``memplan profile``."""
     from .graph import linearize_model
-    from .networks import DEFAULT_INPUT, example_input, get_model
+    from .networks import DEFAULT_INPUT, canonical_name, example_input, get_model
 
+    model_name = canonical_name(model_name)
     torch.manual_seed(seed)
     model_kw = dict(model_kw or {})
     model = get_model(model_name, **model_kw).to(device)
     model.train()
-    shape = tuple(input_shape) if input_shape else DEFAULT_INPUT[model_name.lower().replace("-", "_")]
+    shape = tuple(input_shape) if input_shape else DEFAULT_INPUT[model_name]
     vocab = model_kw.get("vocab", 50257)
     x = example_input(model_name, batch, shape, vocab=vocab, seed=seed, device=device)
     lm = linearize_model(model, x)

@@ -34,18 +34,24 @@ DEFAULT_INPUT["preact_resnet1001"] = (3, 32, 32)
 DEFAULT_INPUT["gpt2"] = (1024,)
 
 
+def canonical_name(name: str) -> str:
+    """The registry key of ``name``: case, ``-`` and ``_`` are ignored (``ResNet-50`` -> ``resnet50``)."""
+    squash = name.lower().replace("-", "").replace("_", "")
+    for key in MODELS:
+        if key.replace("_", "") == squash:
+            return key
+    raise KeyError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+
+
 def get_model(name: str, **kw) -> nn.Module:
-    """A freshly initialized model of the zoo (``name`` is case-insensitive; ``-`` equals ``_``)."""
-    key = name.lower().replace("-", "_")
-    if key not in MODELS:
-        raise KeyError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
-    return MODELS[key](**kw)
+    """A freshly initialized model of the zoo (``name`` is case-insensitive; ``-`` and ``_`` are ignored)."""
+    return MODELS[canonical_name(name)](**kw)
 
 
 def example_input(name: str, batch: int, input_shape: tuple[int, ...] | None = None, *, vocab: int = 50257,
                   seed: int = 0, device="cpu") -> torch.Tensor:
     """A random sample input: images N x C x H x W in [0, 1), or token ids N x seq for gpt2."""
-    key = name.lower().replace("-", "_")
+    key = canonical_name(name)
     shape = tuple(input_shape) if input_shape else DEFAULT_INPUT[key]
     g = torch.Generator().manual_seed(seed)
     if key == "gpt2":
@@ -58,4 +64,4 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
-__all__ = ["MODELS", "DEFAULT_INPUT", "get_model", "example_input", "count_parameters"]
+__all__ = ["MODELS", "DEFAULT_INPUT", "canonical_name", "get_model", "example_input", "count_parameters"]

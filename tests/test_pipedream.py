@@ -1,0 +1,90 @@
+"""The PipeDream graph.txt importer, checked against sums read by hand from the published profiles."""
+import json
+from pathlib import Path
+
+import pytest
+
+from models.graph import is_chain_partition
+from models.pipedream import PipeDreamFormatError, import_graph, read_graph
+
+ROOT = Path(__file__).resolve().parents[1]
+PD = ROOT.parent / "shared" / "external" / "pipedream"
+if not (PD / "resnet18.graph.txt").exists():
+    PD = Path("/work/shared/external/pipedream")
+pytestmark = pytest.mark.skipif(not (PD / "resnet18.graph.txt").exists(), reason="PipeDream profiles not available")
+MB = 205520896.0  # 128 x 64 x 56 x 56 x 4 bytes
+
+
+def test_read_graph_resnet18():
+    G = read_graph(PD / "resnet18.graph.txt")
+    assert G.number_of_nodes() == 71 and G.number_of_edges() == 79
+    n2 = G.nodes["node2"]
+    assert n2["type"] == "Conv2d"
+    assert n2["uf"] == pytest.approx(23.046e-3) and n2["ub"] == pytest.approx(9.284e-3)
+    assert n2["out_bytes"] == 822083584.0 and n2["weight_bytes"] == 37632.0
+
+
+def test_import_resnet18_values_by_hand():
+    c = import_graph(PD / "resnet18.graph.txt")
+    G = read_graph(PD / "resnet18.graph.txt")
+    assert c.L == 23
+    assert is_chain_partition(G, c.provenance["groups"])
+    assert c.wa[0] == 154140672.0                        # Input: 128 x 3 x 224 x 224 x 4
+    assert c.uf[1] == pytest.approx(23.046e-3)           # conv1 alone
+    # stage 5 = first basic block, node6..node11 (conv, bn, relu, conv, bn, add)
+    assert sorted(c.provenance["groups"][4]) == sorted(f"node{i}" for i in range(6, 12))
+    assert c.uf[5] == pytest.approx((4.417 + 1.083 + 0.751 + 4.337 + 1.042 + 0.0) * 1e-3)
+    assert c.ub[5] == pytest.approx((9.775 + 1.196 + 0.757 + 9.971 + 1.192 + 0.0) * 1e-3)
+    assert c.weights[5] == 2 * 147456 + 2 * 512
+    assert c.wa[5] == MB and c.wabar[5] == 6 * MB and c.wd[5] == MB
+    # avgpool -> Size -> View: one group {Size, View} whose output is the view (128 x 512 x 4 bytes)
+    assert c.provenance["groups"][21] == ["node69", "node70"]
+    assert c.wa[22] == 524288.0 and c.wabar[22] == 524288.0 + 4.0
+    # totals: all forward/backward times but the Input's; weights = ResNet-18's 11,689,512 fp32 parameters
+    total = sum(G.nodes[n]["uf"] + G.nodes[n]["ub"] for n in G if G.nodes[n]["type"] != "Input")
+    assert c.store_all_time() == pytest.approx(total)
+    assert c.total_weights() == 4 * 11_689_512
+    assert c.uf[c.L + 1] == 0 and c.wa[c.L + 1] == 0
+
+
+def test_batch_rescaling_is_linear_in_times_and_activations_only():
+    full = import_graph(PD / "resnet50.graph.txt")
+    small = import_graph(PD / "resnet50.graph.txt", batch=32)
+    assert small.L == full.L == 39
+    assert small.uf[1:] == pytest.approx(full.uf[1:] / 4)
+    assert small.wabar == pytest.approx(full.wabar / 4)
+    assert small.wa[0] == 32 * 3 * 224 * 224 * 4
+    assert (small.weights == full.weights).all()
+    assert full.total_weights() == 4 * 25_557_032      # ResNet-50's parameter count
+    assert "32/128" in small.provenance["scaling"] and "scaling" not in full.provenance
+
+
+@pytest.mark.parametrize("name,L", [("alexnet", 21), ("vgg16", 39), ("densenet121", 77)])
+def test_other_profiles_import(name, L):
+    c = import_graph(PD / f"{name}.graph.txt", batch=16)
+    assert c.L == L
+    assert all(c.wabar[1:c.L + 1] >= c.wa[1:c.L + 1])
+
+
+def test_cli_import_writes_a_loadable_instance(tmp_path):
+    from experiments.cli import main
+    from models.instance import load_chain
+
+    out = tmp_path / "pd.json"
+    assert main(["import-pipedream", str(PD / "resnet18.graph.txt"), "--batch", "32", "-o", str(out)]) == 0
+    c = load_chain(out)
+    ref = import_graph(PD / "resnet18.graph.txt", batch=32)
+    assert c.L == ref.L
+    assert c.wabar == pytest.approx(ref.wabar, rel=1e-12, abs=1e-3)
+    assert c.uf == pytest.approx(ref.uf, rel=1e-9)
+    data = json.loads(out.read_text())
+    assert data["provenance"]["source"].endswith("resnet18.graph.txt") and data["provenance"]["batch"] == 32
+    assert main(["import-pipedream", str(PD / "resnet18.graph.txt"), "-o", str(out)]) == 2   # no overwrite
+
+
+def test_bad_line_names_file_and_line(tmp_path):
+    bad = tmp_path / "graph.txt"
+    bad.write_text("node1 -- Input -- forward_compute_time=1.0, backward_compute_time=0.0, activation_size=4.0, "
+                   "parameter_size=0.0\nthis is not a node\n")
+    with pytest.raises(PipeDreamFormatError, match=r"graph.txt:2"):
+        read_graph(bad)

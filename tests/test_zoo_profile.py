@@ -1,0 +1,102 @@
+"""The profiler: exact CPU byte counts of the dispatch-mode tracker on hand-checkable stages, and
+``memplan profile`` + ``memplan solve`` end to end."""
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from models.profiler import TensorMemoryTracker, profile_stage, saved_tensor_bytes, storage_bytes  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_tracker_counts_new_storages_exactly():
+    before = torch.ones(100)
+    with TensorMemoryTracker() as tr:
+        v = before[:10]                      # view of an untracked storage: nothing
+        assert tr.current == 0
+        x = torch.ones(1000)                 # 4000 bytes
+        y = x.view(10, 100)                  # view: nothing new
+        z = x * 2                            # 4000
+        assert tr.current == 8000
+        del x
+        assert tr.current == 8000            # y still holds the storage
+        del y
+        assert tr.current == 4000
+        z.add_(1)                            # in place: nothing new
+        w = torch.empty(3, dtype=torch.float64)
+        assert tr.current == 4024 and tr.peak == 8000
+        tr.reset_peak()
+        del z, w
+        assert tr.current == 0 and tr.peak == 4024
+    assert v.shape == (10,)
+
+
+def test_tracker_sees_backward_and_saved_tensors():
+    lin = nn.Linear(16, 8)
+    x = torch.randn(4, 16, requires_grad=True)
+    with TensorMemoryTracker() as tr:
+        y = torch.relu(lin(x))               # addmm output 128 B, relu output 128 B (saved by relu)
+        assert tr.current == 128 * 2 or tr.current == 128   # relu's input may be freed if not saved
+        kept = tr.current
+        y.backward(torch.ones_like(y))
+        assert x.grad is not None and tr.current >= storage_bytes(x.grad)
+    assert kept >= 128
+
+
+def test_profile_stage_conv_bn_relu_by_hand():
+    torch.manual_seed(0)
+    stage = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4), nn.ReLU())
+    x = torch.randn(2, 3, 8, 8)
+    vals, y = profile_stage(stage, x, repeats=1)
+    out = 2 * 4 * 8 * 8 * 4                  # 2048 bytes
+    assert vals["wa"] == out
+    # autograd keeps: conv output (BN input), BN's saved mean and inverse std (4 + 4 floats), ReLU output
+    assert vals["wabar"] == out + 32 + out
+    assert vals["saved"] == vals["wabar"]    # saved-tensor hooks agree with the tracker
+    assert vals["wd_in"] == x.numel() * 4
+    assert vals["weights"] == (3 * 4 * 9 + 4 + 4) * 4
+    assert vals["of"] >= 0 and vals["ob"] >= 3 * 4 * 9 * 4   # the conv weight gradient is transient
+    assert vals["uf"] > 0 and vals["ub"] > 0
+    assert torch.equal(y, stage(x).detach()) or y.shape == (2, 4, 8, 8)
+
+
+def test_profile_chain_relu_stage_keeps_only_its_output():
+    from models.profiler import profile_chain
+
+    stages = [nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 10)]
+    c = profile_chain(stages, torch.randn(4, 16), repeats=1)
+    assert c.L == 3
+    assert c.wa.tolist()[:4] == [256, 512, 512, 160]
+    assert c.wabar[2] == 512                 # ReLU saves its output, which is a^2 itself
+    assert c.wabar[1] == 512                 # Linear saves its input (a^0, stored apart) and weights
+    assert c.wd.tolist()[:4] == [256, 512, 512, 160]
+    assert c.weights[1] == (16 * 32 + 32) * 4 and c.weights[2] == 0
+    assert c.wd[c.L + 1] == 4 and c.uf[c.L + 1] > 0
+
+
+def test_cli_profile_then_solve(tmp_path):
+    pytest.importorskip("experiments.solve_remat")
+    from experiments.cli import main
+    from models.instance import load_chain
+
+    out = tmp_path / "g.json"
+    args = ["profile", "--model", "gpt2", "--set", "n_layer=2", "--set", "n_embd=32", "--set", "n_head=4",
+            "--set", "vocab=50", "--set", "n_ctx=16", "--batch", "2", "--input", "8", "--repeats", "1",
+            "--threads", "1", "-o", str(out)]
+    assert main(args) == 0
+    c = load_chain(out)
+    assert c.L == 8 and c.wd[0] == 0            # token ids have no gradient
+    prov = json.loads(out.read_text())["provenance"]
+    assert prov["device"] == "cpu" and "TorchDispatchMode" in prov["memory_measurement"]
+    assert prov["network"] == "gpt2" and prov["batch"] == 2 and len(prov["groups"]) == 8
+    assert main(args) == 2                                   # refuses to overwrite
+    assert main(["solve", str(out), "--problem", "remat", "--memory", "60KiB", "--method", "rotor"]) == 0

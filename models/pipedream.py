@@ -27,6 +27,8 @@ batches use the GPU less efficiently) and the provenance says so.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -111,8 +113,12 @@ def import_graph(path: str | Path, batch: int | None = None, name: str | None = 
     wabar = [wa[0]] + [k * sum(nd[n]["out_bytes"] for n in g) for g in groups]
     weights = [sum(nd[n]["weight_bytes"] for n in g) for g in groups]
     stem = path.name.replace(".graph.txt", "").replace("graph.txt", "").strip(".") or path.parent.name
+    try:
+        shown = os.path.relpath(path)
+    except ValueError:  # pragma: no cover - another drive on Windows
+        shown = str(path)
     prov: dict[str, Any] = {
-        "source": str(path), "format": "PipeDream profiler graph.txt (msr-fiddle/pipedream, MIT license)",
+        "source": shown, "source_sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "format": "PipeDream profiler graph.txt (msr-fiddle/pipedream, MIT license)",
         "network": stem, "profile_batch": PROFILE_BATCH, "batch": batch or PROFILE_BATCH,
         "device": "GPU used by PipeDream's authors (see the source's README)", "input": [3, 224, 224],
         "linearization": "models.graph.linearize: minimal single-tensor groups (papers 001/003 virtual layers); "

@@ -217,6 +217,15 @@ def simulate_joint(chain: Chain, schedule: JointSchedule, bandwidth: float | Non
         starts.append(start)
         ends.append(start + dt)
         prev = start + dt
+        # a value may not be discarded while part of it is on the host or being offloaded
+        for k in _discards(op, l, states_before[pos], states_before[pos + 1]):
+            for q, t in enumerate(schedule.transfers):
+                if t.index == k and t.kind == "offload" and ts[q] < prev - eps and te[q] > start + eps:
+                    raise InvalidJointSchedule(f"operation {pos} ({op}^{l}) discards value {k} while transfer "
+                                               f"{q} offloads it")
+            if host_events.get(k) and host_at(k, prev) > 1e-9 * max(1.0, wab[k]):
+                raise InvalidJointSchedule(f"operation {pos} ({op}^{l}) discards value {k} while part of it "
+                                           f"is on the host")
     makespan = prev
 
     # --- offload/prefetch validity against the remat states
@@ -233,26 +242,14 @@ def simulate_joint(chain: Chain, schedule: JointSchedule, bandwidth: float | Non
             raise InvalidJointSchedule(f"transfer {k} ({t.kind} of index {t.index}) starts at {ts[k]:.6g}s "
                                        f"when value {t.index} is not stored")
         size = size_of(t.index, st)
-        host_before = host_at(t.index, ts[k] - 2 * eps)
+        host_before = host_at(t.index, ts[k])
         if t.kind == "offload":
             if host_before + t.nbytes > size * (1 + 1e-9) + 1e-9:
                 raise InvalidJointSchedule(f"transfer {k}: offloads more of value {t.index} than is stored")
-            # nothing may discard the value while the offload runs
-            for pos, (op, l) in enumerate(ops):
-                if starts[pos] < te[k] - eps and ends[pos] > ts[k] + eps:
-                    if t.index in _discards(op, l, states_before[pos], states_before[pos + 1]):
-                        raise InvalidJointSchedule(f"operation {pos} ({op}^{l}) discards value {t.index} "
-                                                   f"while transfer {k} offloads it")
         else:
             if host_before + eps < t.nbytes * (1 - 1e-9) - 1e-9:
                 raise InvalidJointSchedule(f"transfer {k}: prefetches {t.nbytes:.6g} B of value {t.index} "
                                            f"but only {host_before:.6g} B are on the host")
-    # a value may not be discarded while part of it is on the host
-    for pos, (op, l) in enumerate(ops):
-        for k in _discards(op, l, states_before[pos], states_before[pos + 1]):
-            if host_events.get(k) and host_at(k, ends[pos]) > 1e-9 * max(1.0, wab[k]):
-                raise InvalidJointSchedule(f"operation {pos} ({op}^{l}) discards value {k} while part of it "
-                                           f"is on the host")
 
     # --- memory at every instant: events (time, delta)
     events: list[tuple[float, float]] = []

@@ -1,0 +1,107 @@
+"""``memplan solve --problem remat-offload``: re-materialization and offloading together (paper 000).
+
+Methods:
+
+- ``dp`` -- the joint dynamic program of paper 000 (:func:`baselines.joint_dp.solve_joint`).
+- ``milp`` -- the exact reference for small chains: an exhaustive search over every schedule whose
+  operations and one-slot transfer parts start on a common time grid
+  (:func:`baselines.joint_exhaustive.solve_exhaustive`); tiny chains only (L <= 4 or so).
+
+Slots: the DP costs O(L^3 N^2 + L N^3 L) time and O(L N^3) memory, so the command line's default
+``--slots 500`` (meant for the re-materialization DPs) is replaced by the paper's N = 50; an explicit
+value above 200 is clamped to 200 (the report says so). ``--exact`` uses one slot per byte.
+"""
+from __future__ import annotations
+
+import importlib
+
+from models.chain import Chain, Platform
+from models.solution import InfeasibleError, Solution, Status
+from models.units import fmt_bandwidth, fmt_memory, fmt_time
+
+METHODS = ["dp", "milp"]
+DEFAULT_METHOD = "dp"
+CLI_DEFAULT_SLOTS = 500     # the shared --slots default of experiments/cli.py
+DEFAULT_SLOTS = 50          # paper 000, appendix B.4
+MAX_SLOTS = 200
+
+
+def slots_for(args) -> tuple[int, str]:
+    """The slot count to use and a note for the report."""
+    s = getattr(args, "slots", None)
+    if s is None or s == CLI_DEFAULT_SLOTS:
+        return DEFAULT_SLOTS, f"N = {DEFAULT_SLOTS} memory slots (paper 000's value; --slots N to change)"
+    if s > MAX_SLOTS:
+        return MAX_SLOTS, (f"--slots {s} is too slow for this DP (O(L N^3) states): clamped to N = {MAX_SLOTS}")
+    return int(s), f"N = {s} memory slots"
+
+
+def solve(chain: Chain, platform: Platform | None, args) -> Solution:
+    memory = getattr(args, "memory", None)
+    if memory is None:
+        raise InfeasibleError("--memory is required for --problem remat-offload (or a platform memory in the "
+                              "instance)")
+    beta = getattr(args, "bandwidth", None) or 0.0
+    method = getattr(args, "method", None) or DEFAULT_METHOD
+    exact = bool(getattr(args, "exact", False))
+    if method == "dp":
+        slots, note = slots_for(args)
+        mod = importlib.import_module("baselines.joint_dp")
+        sol = mod.solve_joint(chain, memory, beta, slots=slots, exact=exact)
+        sol.details["slots_note"] = "exact: one slot per byte" if exact else note
+    elif method == "milp":
+        mod = importlib.import_module("baselines.joint_exhaustive")
+        sol = mod.solve_exhaustive(chain, memory, beta, time_limit=getattr(args, "time_limit", 60.0))
+    else:
+        raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    if sol.status == Status.INFEASIBLE:
+        raise InfeasibleError(sol.message, sol.details.get("min_memory"))
+    return sol
+
+
+def report(sol: Solution, chain: Chain, args=None) -> str:
+    from baselines.remat_heuristics import store_all
+
+    base = store_all(chain)
+    beta = sol.details.get("bandwidth")
+    lines = [f"{chain.name}: L = {chain.L}, problem remat-offload, method {sol.method}, memory limit "
+             f"{fmt_memory(sol.memory_limit)}, bandwidth {fmt_bandwidth(beta) if beta else '0 (no offloading)'}",
+             f"status       {sol.status}: {sol.message}"]
+    if sol.details.get("slots_note"):
+        lines.append(f"slots        {sol.details['slots_note']}")
+    if sol.objective is None:
+        return "\n".join(lines)
+    over = (sol.objective / base.objective - 1) * 100 if base.objective else 0.0
+    lines += [
+        f"makespan     {fmt_time(sol.objective)}  ({over:+.1f}% vs store-all {fmt_time(base.objective)}; "
+        f"throughput {1 / sol.objective:.4g} iterations/s)" if sol.objective > 0 else
+        f"makespan     {fmt_time(sol.objective)}",
+        f"peak memory  {fmt_memory(sol.peak_memory)}  (store-all {fmt_memory(base.peak_memory)})",
+    ]
+    if sol.predicted is not None:
+        lines.append(f"predicted    {fmt_time(sol.predicted)} (the method's own value; replayed "
+                     f"{'equal' if abs(sol.predicted - sol.objective) <= 1e-9 * max(1.0, sol.objective) else 'DIFFERENT'})")
+    d = sol.details
+    if d.get("recompute_time") is not None:
+        lines.append(f"recompute    {fmt_time(d['recompute_time'])}  "
+                     f"({100 * d['recompute_time'] / sol.objective:.1f}% of the makespan)")
+    if d.get("idle_time") is not None:
+        lines.append(f"idle         {fmt_time(d['idle_time'])} waiting for transfers "
+                     f"({fmt_time(d.get('idle_data', 0.0))} of it for prefetched inputs, the rest for memory "
+                     f"freed by offloads or reserved by prefetches)")
+    off = d.get("offloaded") or []
+    if off:
+        what = ", ".join(f"{o['value']}^{o['index']} ({fmt_memory(o['bytes'])})" for o in off)
+        lines.append(f"offloaded    {len(off)} values, {fmt_memory(d.get('offloaded_bytes', 0.0))}: {what}")
+        if d.get("transfer_time") is not None:
+            lines.append(f"link busy    {fmt_time(d['transfer_time'])} (offload + prefetch)")
+    else:
+        lines.append("offloaded    nothing")
+    if sol.bound is not None:
+        lines.append(f"bound        {fmt_time(sol.bound)}")
+    lines.append("time         " + ", ".join(f"{k} {v:.3g}s" for k, v in sol.times.items()))
+    sched = sol.schedule
+    if sched is not None:
+        lines.append(f"sequence     ({len(sched)} operations)")
+        lines.append("  " + sched.notation())
+    return "\n".join(lines)

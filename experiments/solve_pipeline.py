@@ -27,19 +27,22 @@ PROBLEM = "pipeline"
 
 def _infeasible_message(chain, bandwidth, P, memory, what: str, found_min: float | None = None,
                         found_label: str = ""):
-    """The message of an INFEASIBLE answer: the smallest memory known to work (serial pattern of the
-    memory-smallest contiguous partition, or a found point) and the memory lower bound."""
+    """The message of an INFEASIBLE answer. For a baseline (``found_min`` given) the minimum memory
+    that works for that method is its smallest simulated point; for the ILP it lies between the
+    memory lower bound and the memory of the serial pattern of the memory-smallest contiguous
+    partition (which always works). Returns (message, minimum known to work, lower bound)."""
     from baselines.pipeline import memory_lower_bound, min_memory_contiguous
 
     lb = memory_lower_bound(chain, bandwidth, P)
     ub, stages = min_memory_contiguous(chain, bandwidth, P)
-    minimum = ub if found_min is None else min(ub, found_min)
-    parts = [f"serial pattern of stages {stages}: {fmt_memory(ub)}"]
+    head = f"{what} within {fmt_memory(memory)} per GPU on {P} GPU(s)"
+    tail = (f"the serial pattern of stages {stages} needs {fmt_memory(ub)}; no pattern exists below "
+            f"{fmt_memory(lb)}")
     if found_min is not None:
-        parts.append(f"smallest {found_label} point: {fmt_memory(found_min)}")
-    msg = (f"{what} within {fmt_memory(memory)} per GPU on {P} GPU(s); minimum memory that works: "
-           f"{fmt_memory(minimum)} ({'; '.join(parts)}); no pattern exists below {fmt_memory(lb)}")
-    return msg, minimum, lb
+        return (f"{head}; minimum memory that works for {found_label}: {fmt_memory(found_min)} "
+                f"(its smallest point); {tail}", found_min, lb)
+    return (f"{head}; minimum memory that works: between {fmt_memory(lb)} and {fmt_memory(ub)} "
+            f"({tail})", ub, lb)
 
 
 def _baseline_solution(chain, bandwidth, P, memory, method, points, lb, times) -> Solution:
@@ -50,7 +53,7 @@ def _baseline_solution(chain, bandwidth, P, memory, method, points, lb, times) -
         found = min((p.memory for p in points), default=None)
         msg, minimum, mlb = _infeasible_message(chain, bandwidth, P, memory, f"no {method} point fits",
                                                  found, method)
-        return Solution(PROBLEM, method, Status.INFEASIBLE, memory_limit=memory, bound=lb, message=msg,
+        return Solution(PROBLEM, method, Status.INFEASIBLE, memory_limit=memory, message=msg,
                         times=times, details={"min_memory": minimum, "memory_lower_bound": mlb,
                                               "points": len(points)})
     sched: Any = best.pattern if best.pattern is not None else best.result
@@ -117,6 +120,13 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
         times["total"] = time.perf_counter() - t0
         if res.status == Status.INFEASIBLE:
             msg, minimum, mlb = _infeasible_message(chain, bandwidth, P, memory, "the ILP proves no valid pattern")
+            mm = _min_memory(chain, bandwidth, P, time_limit, threads)
+            if mm is not None:
+                minimum, proven, mbound = mm
+                msg = (f"the ILP proves no valid pattern within {fmt_memory(memory)} per GPU on {P} GPU(s); "
+                       + (f"minimum memory that works: {fmt_memory(minimum)} (proven by the min-memory ILP)"
+                          if proven else f"minimum memory that works: between {fmt_memory(max(mlb, mbound))} "
+                          f"and {fmt_memory(minimum)} (min-memory ILP stopped at its time limit)"))
             details.update(min_memory=minimum, memory_lower_bound=mlb)
             return Solution(PROBLEM, "ilp", Status.INFEASIBLE, memory_limit=memory, message=msg, times=times,
                             details=details)
@@ -134,6 +144,22 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
     return Solution(PROBLEM, "ilp", res.status, objective=sim.period, peak_memory=sim.peak_memory,
                     schedule=pattern, bound=bound, memory_limit=memory, predicted=res.objective,
                     message=res.message, times=times, details=details)
+
+
+def _min_memory(chain, bandwidth, P, time_limit, threads):
+    """(smallest memory of a replayed pattern, proven?, bound) from the min-memory ILP, or None."""
+    from baselines.pipeline import min_memory_contiguous
+    from formulations.pipeline_ilp import solve_min_memory
+    from models.pipeline import serial_pattern, stages_to_layer_gpu
+
+    _, stages = min_memory_contiguous(chain, bandwidth, P)
+    start = serial_pattern(chain, bandwidth, stages_to_layer_gpu(stages, chain.L))
+    pat, res = solve_min_memory(chain, bandwidth, P, start=start, threads=threads,
+                                time_limit=min(30.0, time_limit or 30.0))
+    if pat is None:
+        return None
+    peak = simulate_pattern(pat, chain, bandwidth, gpus=P).peak_memory
+    return peak, res.status == Status.OPTIMAL, res.bound or 0.0
 
 
 def solve(chain: Chain, platform: Platform | None, args) -> Solution:

@@ -110,7 +110,7 @@ def _pairs(n):
 
 def build_model(chain: Chain, bandwidth: float | None, P: int, memory: float | None, *,
                 Tmax: float | None = None, Tmin: float = 0.0, cuts: bool = True,
-                layer_allocation: bool = True) -> PipelineILP:
+                layer_allocation: bool = True, min_memory: bool = False) -> PipelineILP:
     """Pyomo model of (1)-(36), objective min T. ``memory=None`` drops the memory part (22)-(36)
     except the shift variables. ``Tmax`` (seconds) bounds T (see the module docstring);
     ``Tmin`` (seconds) is a known lower bound on the period, added as a bound of T. ``cuts`` adds
@@ -122,7 +122,11 @@ def build_model(chain: Chain, bandwidth: float | None, P: int, memory: float | N
     equivalence relation, ``z_{a,b}`` only depends on the layers of a and b; one variable per pair of
     layers is used for every task pair, (4) holds by construction (``c04`` is not generated) and (1)
     is written on triples of layers, (L choose 3) x 3 rows instead of (2L choose 3) x 3. With
-    ``False`` the model is the paper's literally (task pairs, (1) on task triples, (4) as rows)."""
+    ``False`` the model is the paper's literally (task pairs, (1) on task triples, (4) as rows).
+
+    ``min_memory=True``: the memory bound of (36) becomes a variable ``Mv`` and the objective is
+    ``min Mv`` (T only bounded by ``Tmax``): the smallest memory of any pattern (``memory`` then only
+    sets the scale of sizes)."""
     import pyomo.environ as pyo
 
     td = task_data(chain, bandwidth)
@@ -281,10 +285,15 @@ def build_model(chain: Chain, bandwidth: float | None, P: int, memory: float | N
                                         for l in layers)                                    # Lemma 8
             dr = sum(mdl.o[a, k] * A[k] for k in comms if k != a and k + 1 != a)            # Lemma 6
             buf = sum(mdl.b[a, k] * A[k] for k in comms)                                    # Lemma 9
-            return mod + act + dr + buf <= MEM_SCALE_TARGET
+            return mod + act + dr + buf <= (mdl.Mv if min_memory else MEM_SCALE_TARGET)
+        if min_memory:
+            mdl.Mv = pyo.Var(bounds=(0, None))
         mdl.c36_memory = pyo.Constraint(tasks, rule=mem)
 
-    mdl.obj = pyo.Objective(expr=mdl.T, sense=pyo.minimize)
+    if min_memory and memory is not None:
+        mdl.obj = pyo.Objective(expr=mdl.Mv, sense=pyo.minimize)
+    else:
+        mdl.obj = pyo.Objective(expr=mdl.T, sense=pyo.minimize)
     return PipelineILP(model=mdl, td=td, P=P, memory=memory, Tmax=Tmax, ts=ts, ms=ms,
                        layer_allocation=layer_allocation)
 
@@ -385,3 +394,28 @@ def solve_ilp(chain: Chain, bandwidth: float | None, P: int, memory: float | Non
         res.bound *= ilp.ts
     pattern = ilp.read_pattern() if res.has_solution else None
     return pattern, res, ilp, times
+
+
+def solve_min_memory(chain: Chain, bandwidth: float | None, P: int, *, start: Pattern | None = None,
+                     time_limit: float | None = 30, threads: int | None = None):
+    """The smallest memory per GPU of any valid pattern on P GPUs (the ILP with ``min_memory=True``).
+    Returns ``(pattern or None, MilpResult)`` with objective and bound in bytes."""
+    from formulations.highs_driver import solve_milp
+
+    from baselines.pipeline import memory_lower_bound
+
+    scale = memory_lower_bound(chain, bandwidth, P)
+    ilp = build_model(chain, bandwidth, P, scale, min_memory=True)
+    vals = None
+    if start is not None:
+        from models.pipeline import simulate_pattern
+
+        vals = start_values(ilp, start) + [(ilp.model.Mv, simulate_pattern(start, chain, bandwidth).peak_memory
+                                            / ilp.ms)]
+    res = solve_milp(ilp.model, time_limit=time_limit, threads=threads, mip_start=vals,
+                     options={"mip_feasibility_tolerance": 1e-9, "primal_feasibility_tolerance": 1e-9})
+    if res.objective is not None:
+        res.objective *= ilp.ms
+    if res.bound is not None:
+        res.bound *= ilp.ms
+    return (ilp.read_pattern() if res.has_solution else None), res

@@ -193,6 +193,13 @@ def test_infeasible_memory_message():
         assert sol.status == Status.INFEASIBLE
         assert "minimum memory that works" in sol.message
         assert sol.details["min_memory"] >= memory_lower_bound(c, BW, 2)
+        if method == "ilp":   # the minimum reported (min-memory ILP) works, and nothing below it
+            ok = run_method(c, BW, 2, sol.details["min_memory"] * (1 + 1e-9), "ilp", time_limit=10, threads=1,
+                            n_batches=40)
+            assert ok.success and ok.peak_memory <= sol.details["min_memory"] * (1 + 1e-9)
+            below = run_method(c, BW, 2, sol.details["min_memory"] - 0.5, "ilp", time_limit=10, threads=1,
+                               n_batches=40)
+            assert below.status == Status.INFEASIBLE
 
 
 def test_cli_pipeline(tmp_path):

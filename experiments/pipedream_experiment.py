@@ -1,0 +1,147 @@
+"""PipeDream's published profiles, imported, linearized and solved for re-materialization and pipelining.
+
+For every ``*.graph.txt`` in ``../shared/external/pipedream`` (read in place, never copied): import with
+:func:`models.pipedream.import_graph` at mini-batch ``--batch`` (times and activations rescaled from
+128), then
+
+* remat (paper 004): for memory limits at fractions of the way from the smallest feasible memory
+  (``baselines.rotor.min_memory``) to the store-all peak, solve with ``--remat-methods`` (default
+  rotor, revolve, sequential) through :func:`experiments.solve_remat.run_method`;
+* pipeline (paper 003): on ``--gpus`` GPUs with link ``--bandwidth``, solve with
+  ``--pipeline-methods`` (default pipedream, gpipe; add ilp for the MILP) at per-GPU memory limits
+  at fractions of the way from the smallest to the largest memory of the baselines' simulated points,
+  through :func:`experiments.solve_pipeline.run_method`.
+
+Every objective is the simulator's replay of the returned schedule. Writes
+``OUT/pipedream_remat.csv`` and ``OUT/pipedream_pipeline.csv`` and prints both tables::
+
+    python -m experiments.pipedream_experiment --batch 32 --out results/pipedream
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+DEFAULT_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "external" / "pipedream"
+
+
+def _fractions(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def remat_rows(chain, methods, fractions, slots: int = 500) -> list[dict]:
+    from baselines import rotor
+    from experiments.solve_remat import run_method
+    from models.remat import simulate_remat
+    from models.runtime import store_all_sequence
+
+    lo = rotor.min_memory(chain)
+    hi = simulate_remat(chain, store_all_sequence(chain.L)).peak_memory
+    base = chain.store_all_time()
+    ns = argparse.Namespace(slots=slots, exact=False, time_limit=30.0, gap=1e-4, threads=1, solver_log=None,
+                            verbose=False)
+    rows = []
+    for f in fractions:
+        mem = lo + f * (hi - lo)
+        for m in methods:
+            t0 = time.perf_counter()
+            try:
+                sol = run_method(chain, mem, m, ns)
+                status, obj, peak, msg = str(sol.status), sol.objective, sol.peak_memory, ""
+            except Exception as e:  # a method that cannot handle this point is reported, not fatal
+                status, obj, peak, msg = "error", None, None, f"{type(e).__name__}: {e}"
+            rows.append({"chain": chain.name, "L": chain.L, "fraction": f, "memory": mem, "method": m,
+                         "status": status, "makespan": obj, "peak_memory": peak, "store_all_time": base,
+                         "ratio_to_store_all": None if obj is None else obj / base,
+                         "min_memory": lo, "store_all_memory": hi, "seconds": time.perf_counter() - t0,
+                         "message": msg})
+    return rows
+
+
+def pipeline_rows(chain, methods, fractions, gpus: int, bandwidth: float, time_limit: float) -> list[dict]:
+    from baselines.pipeline import gpipe_points, memory_lower_bound, min_memory_contiguous, pipedream_points
+    from experiments.solve_pipeline import run_method
+
+    rows = []
+    try:
+        points = pipedream_points(chain, bandwidth, gpus) + gpipe_points(chain, bandwidth, gpus)
+    except Exception as e:  # reported in the table, the other chains still run
+        return [{"chain": chain.name, "L": chain.L, "gpus": gpus, "bandwidth": bandwidth, "fraction": None,
+                 "memory": None, "method": "pipedream+gpipe points", "status": "error", "period": None,
+                 "bound": None, "throughput_per_s": None, "store_all_time": chain.store_all_time(),
+                 "seconds": 0.0, "message": f"{type(e).__name__}: {e}"}]
+    # memory range: from the smallest to the largest memory of the simulated baseline points
+    lo, hi = min(p.memory for p in points), max(p.memory for p in points)
+    mlb = memory_lower_bound(chain, bandwidth, gpus)
+    serial, _ = min_memory_contiguous(chain, bandwidth, gpus)
+    for f in fractions:
+        mem = lo + f * (hi - lo)
+        for m in methods:
+            t0 = time.perf_counter()
+            try:
+                sol = run_method(chain, bandwidth, gpus, mem, m, time_limit=time_limit, threads=1, points=points)
+                status, obj, bound, msg = str(sol.status), sol.objective, sol.bound, ""
+            except Exception as e:
+                status, obj, bound, msg = "error", None, None, f"{type(e).__name__}: {e}"
+            rows.append({"chain": chain.name, "L": chain.L, "gpus": gpus, "bandwidth": bandwidth, "fraction": f,
+                         "memory": mem, "method": m, "status": status, "period": obj, "bound": bound,
+                         "throughput_per_s": None if not obj else 1.0 / obj,
+                         "store_all_time": chain.store_all_time(), "memory_lower_bound": mlb,
+                         "serial_contiguous_memory": serial, "seconds": time.perf_counter() - t0,
+                         "message": msg})
+    return rows
+
+
+def main(argv=None) -> int:
+    import pandas as pd
+
+    from models.pipedream import import_graph
+    from models.units import parse_bandwidth
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--profiles", nargs="*", help="graph.txt files (default: all in ../shared/external/pipedream)")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--remat-methods", default="rotor,revolve,sequential")
+    p.add_argument("--remat-fractions", type=_fractions, default=[0.1, 0.3, 0.6, 1.0])
+    p.add_argument("--pipeline-methods", default="pipedream,gpipe")
+    p.add_argument("--pipeline-fractions", type=_fractions, default=[0.0, 0.5, 1.0])
+    p.add_argument("--gpus", type=int, default=4)
+    p.add_argument("--bandwidth", default="12GB/s")
+    p.add_argument("--time-limit", type=float, default=30.0, help="ILP time limit (pipeline method ilp)")
+    p.add_argument("--out", default="results/pipedream")
+    a = p.parse_args(argv)
+    files = [Path(f) for f in a.profiles] if a.profiles else sorted(DEFAULT_DIR.glob("*.graph.txt"))
+    if not files:
+        print(f"no PipeDream profiles found in {DEFAULT_DIR}", file=sys.stderr)
+        return 2
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    remat, pipe = [], []
+    bw = parse_bandwidth(a.bandwidth)
+    for f in files:
+        chain = import_graph(f, batch=a.batch)
+        print(f"{f.name}: L = {chain.L}", flush=True)
+        remat += remat_rows(chain, [m for m in a.remat_methods.split(",") if m], a.remat_fractions)
+        if a.pipeline_methods:
+            pipe += pipeline_rows(chain, [m for m in a.pipeline_methods.split(",") if m], a.pipeline_fractions,
+                                  a.gpus, bw, a.time_limit)
+    dr = pd.DataFrame(remat)
+    dr.to_csv(out / "pipedream_remat.csv", index=False)
+    cols = ["chain", "L", "fraction", "method", "status", "ratio_to_store_all"]
+    with pd.option_context("display.width", 160, "display.max_rows", 500):
+        print(dr[cols].round(4).to_string(index=False))
+        if pipe:
+            dp = pd.DataFrame(pipe)
+            dp.to_csv(out / "pipedream_pipeline.csv", index=False)
+            print(dp[["chain", "gpus", "fraction", "method", "status", "period", "bound"]].to_string(index=False))
+            for r in pipe:
+                if r["status"] == "error":
+                    print(f"  {r['chain']} {r['method']}: {r['message'][:200]}")
+    print(f"written {out}/pipedream_remat.csv" + (f" and {out}/pipedream_pipeline.csv" if pipe else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -282,14 +282,17 @@ def start_pattern(chain: Chain, bandwidth: float | None, P: int, memory: float |
         T = partition_period(chain, bandwidth, st)
         cands.append((T, -1, None, st, T))
     for T, _, pat, st, Tm in sorted(cands, key=lambda c: c[0]):
+        pats = [pat] if pat is not None else []
         if pat is None:
-            try:
-                pat = modular_pattern(chain, bandwidth, st, Tm * (1 + 1e-9))
-            except InvalidPattern:
-                continue
-        r = simulate_pattern(pat, chain, bandwidth, gpus=P)
-        if memory is None or r.peak_memory <= memory * (1 + 1e-9):
-            return pat
+            for bf in (False, True):
+                try:
+                    pats.append(modular_pattern(chain, bandwidth, st, Tm * (1 + 1e-9), backward_first=bf))
+                except InvalidPattern:
+                    pass
+        for q in pats:
+            r = simulate_pattern(q, chain, bandwidth, gpus=P)
+            if memory is None or r.peak_memory <= memory * (1 + 1e-9):
+                return q
     mem, stages = min_memory_contiguous(chain, bandwidth, P)
     if memory is None or mem <= memory * (1 + 1e-9):
         pat = serial_pattern(chain, bandwidth, stages_to_layer_gpu(stages, chain.L))

@@ -137,6 +137,12 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
         raise RuntimeError(f"ILP pattern replays with {sim.peak_memory} B > limit {memory} B")
     if abs(sim.period - pattern.T) > 1e-6 * pattern.T:
         raise RuntimeError(f"ILP pattern replays with period {sim.period} != T = {pattern.T}")
+    from baselines.pipeline import best_feasible
+
+    bb = best_feasible(points, memory)
+    if bb is not None:
+        details["best_baseline"] = {"method": bb.method, "period": bb.period, "memory": bb.memory,
+                                    "stages": [list(x) for x in bb.stages], "noam": bb.noam}
     details["memory_per_gpu"] = {str(g): v for g, v in sim.memory.items()}
     details["shifts"] = sim.shifts
     details["contiguous"] = pattern.is_contiguous()
@@ -208,6 +214,11 @@ def report(sol: Solution, chain: Chain, args=None) -> str:
             lines.append(f"gap          {sol.gap * 100:.2f}% (vs bound {fmt_time(sol.bound)})")
         if sol.predicted is not None and sol.method == "ilp":
             lines.append(f"ILP value    {fmt_time(sol.predicted)}")
+            bb = sol.details.get("best_baseline")
+            if bb:
+                lines.append(f"baseline     {bb['method']} {fmt_time(bb['period'])} at {fmt_memory(bb['memory'])} "
+                             f"(stages {bb['stages']}, NOAM {bb['noam']}; ILP/baseline = "
+                             f"{sol.objective / bb['period']:.3f})")
         lines.append(f"peak memory  {fmt_memory(sol.peak_memory)}")
         mem = sol.details.get("memory_per_gpu", {})
         sched = sol.schedule

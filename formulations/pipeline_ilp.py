@@ -419,3 +419,22 @@ def solve_min_memory(chain: Chain, bandwidth: float | None, P: int, *, start: Pa
     if res.bound is not None:
         res.bound *= ilp.ms
     return (ilp.read_pattern() if res.has_solution else None), res
+
+
+def solve_fixed_allocation(chain: Chain, bandwidth: float | None, P: int, memory: float | None,
+                           layer_gpu: list[int], *, Tmax: float, time_limit: float | None = 10,
+                           threads: int | None = None):
+    """The ILP with the allocation fixed (every ``z`` fixed from ``layer_gpu``, GPU of layer l at
+    index l-1) and ``T <= Tmax``: the best pattern of a given allocation, e.g. to turn a baseline
+    partition whose eager schedule is not 1-periodic into a pattern (MIP start) of no larger period.
+    Returns ``(pattern or None, MilpResult)``."""
+    from formulations.highs_driver import solve_milp
+
+    ilp = build_model(chain, bandwidth, P, memory, Tmax=Tmax)
+    for (a, b), var in ilp.model.z.items():
+        var.fix(1 if layer_gpu[a - 1] == layer_gpu[b - 1] else 0)
+    res = solve_milp(ilp.model, time_limit=time_limit, threads=threads,
+                     options={"mip_feasibility_tolerance": 1e-9, "primal_feasibility_tolerance": 1e-9})
+    if res.objective is not None:
+        res.objective *= ilp.ts
+    return (ilp.read_pattern() if res.has_solution else None), res

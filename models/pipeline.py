@@ -615,6 +615,9 @@ def simulate_eager(chain: Chain, bandwidth: float | None, stages: Sequence[tuple
     cyc = cyclic_period(un, td)
     if cyc is not None:
         sim.period = cyc
+    else:   # not periodic within the run: the average, but never below the busiest resource
+        busiest = max([fdur[s] + bdur[s] for s in range(S)] + [fcomm[k] + bcomm[k] for k in range(S - 1)])
+        sim.period = max(sim.period, busiest)
     res = EagerResult(stages=stages, noam=noam, n_batches=n_batches, sim=sim, unrolled=un)
     if extract_pattern:
         res.pattern = steady_pattern(un, td, sim.period)
@@ -684,47 +687,116 @@ def _place_modular(occupied: list[tuple[float, float]], ready: float, dur: float
     raise InvalidPattern("no room left on a resource: the period is below its load")
 
 
+def _place_modular_latest(occupied: list[tuple[float, float]], deadline: float, dur: float, T: float,
+                          tol: float) -> float:
+    """Latest t with t + dur <= deadline such that [t, t+dur) avoids every occupied interval mod T."""
+    def free(t):
+        s = t % T
+        for a, b in occupied:
+            for k in (-1, 0, 1):
+                if s < b + k * T - tol and a + k * T < s + dur - tol:
+                    return False
+        return True
+
+    cands = [deadline - dur]
+    for a, b in occupied:
+        cands.append(a + math.floor((deadline - a) / T) * T - dur)
+    for t in sorted(cands, reverse=True):
+        if t + dur <= deadline + tol and free(t):
+            return t
+    raise InvalidPattern("no room left on a resource: the period is below its load")
+
+
 def modular_pattern(chain: Chain, bandwidth: float | None, stages: Sequence[tuple[int, int]], T: float,
-                    meta: dict | None = None) -> Pattern:
+                    meta: dict | None = None, backward_first: bool = False) -> Pattern:
     """A 1F1B pattern of period T for a contiguous allocation (stage s on GPU s), built by modular
-    list scheduling: one mini-batch is followed through F blocks, transfers and B blocks, each placed
-    at the earliest time at or after its input is ready where its resource is free modulo T. Needs T
-    at least every GPU's and link's load."""
+    list scheduling of one mini-batch: each block (the forward or backward layers of a stage) and each
+    transfer is placed where its resource is free modulo T. Default: forward blocks, transfers and
+    backward blocks in chain order, each at the earliest time after its input is ready.
+    ``backward_first``: the backward blocks first (as early as possible from the last stage), then
+    the forward blocks from the last stage down, each as *late* as possible before its consumer;
+    this keeps F_l close to B_l and usually stores fewer activations. Needs T at least every GPU's
+    and link's load."""
     td = task_data(chain, bandwidth)
     L, n = td.L, td.n
+    S = len(stages)
     layer_gpu = stages_to_layer_gpu(stages, L)
     gpu = list(layer_gpu) + [layer_gpu[td.layer(m) - 1] for m in range(L + 1, n + 1)]
     tol = REL_TOL * T
     occ: dict[Any, list] = {}
     starts: dict[int, float] = {}
     starts_c: dict[int, float] = {}
-    order = [("F", s) for s in range(len(stages))] + [("B", s) for s in range(len(stages) - 1, -1, -1)]
-    t = 0.0
-    prev_gpu = None
-    prev_comm = None
-    for kind, s in order:
+
+    def block(kind, s):
         a, b = stages[s]
-        ms = list(range(a, b + 1)) if kind == "F" else [td.backward(l) for l in range(b, a - 1, -1)]
-        if prev_comm is not None and prev_gpu != s:     # transfer from the previous stage
-            dur = td.dc[prev_comm]
-            lk = ("link",) + _link(prev_gpu, s)
-            c0 = _place_modular(occ.setdefault(lk, []), t, dur, T, tol) if dur > 0 else t
-            if dur > 0:
-                occ[lk].append((c0 % T, c0 % T + dur))
-            starts_c[prev_comm] = c0
-            t = c0 + dur
-        dur = sum(td.d[m] for m in ms)
-        t0 = _place_modular(occ.setdefault(("gpu", s), []), t, dur, T, tol)
-        occ[("gpu", s)].append((t0 % T, t0 % T + dur))
-        for m in ms:
-            starts[m] = t0
-            t0 += td.d[m]
-        t = t0
-        prev_gpu, prev_comm = s, ms[-1]
+        return list(range(a, b + 1)) if kind == "F" else [td.backward(l) for l in range(b, a - 1, -1)]
+
+    def occupy(key, t, dur):
+        occ.setdefault(key, []).append((t % T, t % T + dur))
+
+    if not backward_first:
+        order = [("F", s) for s in range(S)] + [("B", s) for s in range(S - 1, -1, -1)]
+        t, prev_gpu, prev_comm = 0.0, None, None
+        for kind, s in order:
+            ms = block(kind, s)
+            if prev_comm is not None and prev_gpu != s:     # transfer from the previous stage
+                dur = td.dc[prev_comm]
+                lk = ("link",) + _link(prev_gpu, s)
+                c0 = _place_modular(occ.setdefault(lk, []), t, dur, T, tol) if dur > 0 else t
+                if dur > 0:
+                    occupy(lk, c0, dur)
+                starts_c[prev_comm] = c0
+                t = c0 + dur
+            dur = sum(td.d[m] for m in ms)
+            t0 = _place_modular(occ.setdefault(("gpu", s), []), t, dur, T, tol)
+            occupy(("gpu", s), t0, dur)
+            for m in ms:
+                starts[m] = t0
+                t0 += td.d[m]
+            t, prev_gpu, prev_comm = t0, s, ms[-1]
+    else:
+        t, prev_gpu, prev_comm = 0.0, None, None
+        for s in range(S - 1, -1, -1):                      # backward pass, earliest
+            ms = block("B", s)
+            if prev_comm is not None:
+                dur = td.dc[prev_comm]
+                lk = ("link",) + _link(prev_gpu, s)
+                c0 = _place_modular(occ.setdefault(lk, []), t, dur, T, tol) if dur > 0 else t
+                if dur > 0:
+                    occupy(lk, c0, dur)
+                starts_c[prev_comm] = c0
+                t = c0 + dur
+            dur = sum(td.d[m] for m in ms)
+            t0 = _place_modular(occ.setdefault(("gpu", s), []), t, dur, T, tol)
+            occupy(("gpu", s), t0, dur)
+            for m in ms:
+                starts[m] = t0
+                t0 += td.d[m]
+            t, prev_gpu, prev_comm = t0, s, ms[-1]
+        deadline = starts[block("B", S - 1)[0]]             # forward pass, latest, from the last stage
+        for s in range(S - 1, -1, -1):
+            ms = block("F", s)
+            dur = sum(td.d[m] for m in ms)
+            t0 = _place_modular_latest(occ.setdefault(("gpu", s), []), deadline, dur, T, tol)
+            occupy(("gpu", s), t0, dur)
+            for m in ms:
+                starts[m] = t0
+                t0 += td.d[m]
+            deadline = starts[ms[0]]
+            if s > 0:
+                k = ms[0] - 1                                # transfer of A[first_s - 1] from s-1
+                dur = td.dc[k]
+                lk = ("link",) + _link(s - 1, s)
+                c0 = _place_modular_latest(occ.setdefault(lk, []), deadline, dur, T, tol) if dur > 0 else deadline
+                if dur > 0:
+                    occupy(lk, c0, dur)
+                starts_c[k] = c0
+                deadline = c0
     for m in range(1, n):
         if m not in starts_c:
             starts_c[m] = starts[m] + td.d[m]
     pat = normalize_pattern(gpu, starts, starts_c, T, td)
-    pat.meta.update({"method": "modular-1f1b", "stages": [list(x) for x in stages]})
+    pat.meta.update({"method": "modular-1f1b" + ("-bf" if backward_first else ""),
+                     "stages": [list(x) for x in stages]})
     pat.meta.update(meta or {})
     return pat

@@ -181,12 +181,15 @@ def capture(model, example_input) -> Captured:
     if not isinstance(ret, fx.Node):
         raise ValueError("capture: the model must return a single tensor (got a tuple/structure; "
                          "e.g. switch off Inception's auxiliary head)")
-    was_training = model.training
+    # one forward pass to record shapes; it must leave no trace: RNG state and buffers (BatchNorm
+    # running statistics) are put back as they were
     with torch.no_grad():
         rng = torch.get_rng_state()
+        saved = {name: b.clone() for name, b in gm.named_buffers()}
         ShapeProp(gm).propagate(example_input)
+        for name, b in gm.named_buffers():
+            b.copy_(saved[name])
         torch.set_rng_state(rng)
-    gm.train(was_training)
     source = placeholders[0]
     dependent: set[fx.Node] = {source}
     for n in gm.graph.nodes:

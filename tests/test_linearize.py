@@ -158,3 +158,16 @@ def test_gpt2_linearizes_to_two_stages_per_block():
     # embedding sum, embedding dropout, (attention residual, MLP residual) per block, ln_f, head
     assert lm.L == 2 + 2 * 3 + 2
     assert torch.equal(lm(x), m(x))
+
+
+def test_capture_leaves_batchnorm_statistics_and_rng_untouched():
+    from models.graph import capture
+    from models.networks import example_input, get_model
+
+    m = get_model("resnet18").train()
+    x = example_input("resnet18", 2, (3, 16, 16))
+    before = {n: b.clone() for n, b in m.named_buffers()}
+    rng = torch.get_rng_state()
+    capture(m, x)
+    assert all(torch.equal(b, before[n]) for n, b in m.named_buffers())
+    assert torch.equal(torch.get_rng_state(), rng)

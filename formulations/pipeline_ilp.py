@@ -29,8 +29,10 @@ How garbled or incomplete parts of the text were read
   constant of each inequality, derived from the bounds ``-d_m <= tau_m <= T - d_m``,
   ``-~d_m <= tauc_m <= T - ~d_m`` and ``T <= Tmax`` (see :func:`build_model`, comments ``K:``).
   ``Tmax`` is the period of the best known feasible pattern (the MIP start) or, without one,
-  ``sum d + sum ~d`` (the serial pattern of any allocation, where every shift is 0 and the memory of
-  every allocation is smallest; we do not search for periods above it).
+  ``sum d + sum ~d``. The latter loses nothing: for any allocation, the serial pattern (every task
+  and transfer one after the other, every shift 0, period at most ``sum d + sum ~d``) holds at every
+  instant only what any pattern of that allocation also holds, so if some pattern of an allocation
+  fits in M, its serial pattern does too.
 * (27)-(30) write ``2K``; the coefficient actually needed is given per inequality.
 * (31)-(32) use ``8L``; the largest possible number of stored copies of ``a^{l'-1}`` is
   ``4 (2L - 2l' + 1)`` (at most 4 shifts on each of the ``2L-2l'+1`` edges between F_l' and B_l'),
@@ -39,7 +41,18 @@ How garbled or incomplete parts of the text were read
   ``w_{l,l}`` (the task itself) is read as 0.
 * (22) defines ``o_{l,l'}`` for ``l' = 1..2L``; T_2L has no successor, so ``l' <= 2L-1``. (34)-(35)
   likewise for the buffers of communications ``l' = 1..2L-1``.
-* Times are scaled so that ``Tmax = 1000`` and sizes so that ``M = 1000`` inside the model.
+* Times are scaled so that ``Tmax = 1000`` and sizes so that ``M = 1000`` inside the model, and
+  HiGHS runs with feasibility tolerances of 1e-9 so that the read-back pattern replays in the
+  simulator within its relative tolerance (1e-6 of T).
+
+Beyond the paper (all exact reformulations or valid inequalities, see :func:`build_model`): one
+allocation variable per pair of *layers* (substituting (4)); ``cut_gpu_load`` / ``cut_link_load``
+(the load of a resource is at most T); ``min_memory=True`` turns (36)'s M into the objective.
+
+The left-hand side of (36) at the start of each task equals the memory the simulator of
+:mod:`models.pipeline` measures (``tests/test_pipeline.py::test_ilp_memory_model_equals_simulator``
+evaluates every constraint at baseline patterns: satisfied at their measured peak, (36) violated
+just below).
 """
 from __future__ import annotations
 

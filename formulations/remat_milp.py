@@ -310,18 +310,25 @@ def start_from_schedule(m, chain: Chain, schedule: RematSchedule | Sequence) -> 
     return [(m.op[key], v) for key, v in values.items()] + state_vals
 
 
-def _persistent_start(chain: Chain, memory: float):
-    """The persistent DP's schedule (baselines.rotor), or None when it is unavailable/infeasible."""
+def _default_start(chain: Chain, memory: float):
+    """``(schedule, source)`` for the MIP start: the persistent DP's sequence (baselines.rotor; its
+    memory discretization can make it fail near the minimum memory), else the recompute-all sequence
+    when it fits (it is the sequence of minimum peak), else ``(None, reason)``."""
     try:
         from baselines.rotor import persistent
-    except ImportError:  # pragma: no cover
-        return None
-    try:
         exact = chain.is_integer and memory <= 20000
         sol = persistent(chain, memory, exact=exact) if exact else persistent(chain, memory)
+        if sol.success:
+            return sol.schedule, "the persistent DP"
     except Exception:  # pragma: no cover - a start is optional
-        return None
-    return sol.schedule if sol.success else None
+        pass
+    try:
+        from baselines.remat_heuristics import recompute_all_schedule
+        sched = RematSchedule(recompute_all_schedule(chain))
+        simulate_remat(chain, sched, memory_limit=memory)
+        return sched, "recompute-all (the persistent DP found no sequence)"
+    except Exception:
+        return None, "no MIP start (neither the persistent DP nor recompute-all fits)"
 
 
 def _min_memory(chain: Chain) -> float | None:
@@ -337,8 +344,8 @@ def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 
                      cumulative: bool = True) -> Solution:
     """Optimal re-materialization sequence for paper 004's model by MILP (see the module docstring).
 
-    ``mip_start``: True starts HiGHS from the persistent DP's sequence (when it exists and fits the
-    formulation's shape); a :class:`RematSchedule` starts from that sequence; False/None: no start.
+    ``mip_start``: True starts HiGHS from the persistent DP's sequence (or, when the DP's rounding makes
+    it fail, from recompute-all if that fits); a :class:`RematSchedule` starts from that sequence; False/None: no start.
     Returns a Solution whose objective and peak memory come from :func:`simulate_remat`; the MILP
     objective is ``predicted``, its dual bound ``bound``. Status OPTIMAL means proven within ``gap``.
     """
@@ -352,13 +359,13 @@ def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 
     start_note = "no MIP start"
     if mip_start:
         with timed(times, "start"):
-            sched = _persistent_start(chain, memory) if mip_start is True else mip_start
+            sched, source = _default_start(chain, memory) if mip_start is True else (mip_start, "the given sequence")
             if sched is not None:
                 start = start_from_schedule(model, chain, sched)
-                start_note = ("MIP start from " + ("the persistent DP" if mip_start is True else "the given sequence")
-                              if start else "MIP start skipped (sequence not of the sweep shape)")
+                start_note = ("MIP start from " + source if start
+                              else "MIP start skipped (sequence not of the sweep shape)")
             else:
-                start_note = "no MIP start (the persistent DP found no sequence)"
+                start_note = source
     try:
         res = solve_milp(model, time_limit=time_limit, gap=gap, threads=threads, mip_start=start,
                          log_file=log_file, verbose=verbose, options=TOL_OPTIONS)

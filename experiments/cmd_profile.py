@@ -1,13 +1,18 @@
-"""``memplan profile`` and ``memplan import-pipedream``: make instance files from real networks.
+"""``memplan profile``, ``memplan import-pipedream`` and ``memplan run``: instance files from real
+networks, and re-materialization sequences executed on them.
 
     memplan profile --model resnet50 --batch 8 --input 3x224x224 --device cpu -o instances/resnet50-b8.json
     memplan import-pipedream ../shared/external/pipedream/resnet18.graph.txt --batch 32 -o instances/pd.json
+    memplan solve instances/r18.json --problem remat --memory 12MiB --json sol.json
+    memplan run instances/r18.json --solution sol.json --check-grads
 
 ``profile`` builds a zoo network (models.networks), linearizes it (models.graph) and measures every stage
 (models.profiler); ``import-pipedream`` reads a PipeDream profile (models.pipedream). Both write a
 ``memplan-instance/1`` file (times in ms, sizes in MiB with enough digits to keep exact byte counts)
 with the provenance: network, batch, input, device, torch version, date, linearization and groups.
-torch is imported only when ``profile`` runs.
+``run`` rebuilds the network from that provenance (same seed, same linearization), executes the
+sequence with :func:`models.runtime.execute` and prints measured vs simulated peak memory and time.
+torch is imported only when ``profile`` or ``run`` runs.
 """
 from __future__ import annotations
 
@@ -98,6 +103,78 @@ def _cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    """Execute a remat sequence on the network an instance was profiled from; compare with the simulator."""
+    import copy
+    import json
+
+    import torch
+
+    from experiments.cli import CliError
+    from models.graph import linearize_model
+    from models.instance import load_instance
+    from models.networks import example_input, get_model
+    from models.profiler import classification_loss
+    from models.remat import RematSchedule, simulate_remat
+    from models.runtime import bisection_sequence, execute, sequential_sequence, store_all_sequence
+    from models.units import fmt_memory, fmt_time
+
+    chain, _ = load_instance(args.instance)
+    prov = chain.provenance
+    if not all(k in prov for k in ("network", "batch", "input", "groups")) or "profile_batch" in prov:
+        raise CliError(f"{args.instance}: not made by 'memplan profile' (needs provenance network, batch, "
+                       "input, groups), so there is no network to run")
+    L = chain.L
+    if args.solution:
+        data = json.loads(Path(args.solution).read_text())
+        sched = RematSchedule.from_json(data["schedule"] if isinstance(data, dict) else data)
+        label = args.solution
+    elif args.sequence == "store-all":
+        sched, label = store_all_sequence(L), "store-all"
+    elif args.sequence == "bisection":
+        sched, label = bisection_sequence(L), "bisection"
+    else:
+        k = int(args.sequence.split(":")[1]) if ":" in args.sequence else max(1, round((L + 1) ** 0.5))
+        sched, label = sequential_sequence(L, k), f"sequential ({k} segments)"
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = args.device or ("cuda" if str(prov.get("device", "cpu")).startswith("cuda") else "cpu")
+    seed = int(prov.get("seed", 0))
+    kw = dict(prov.get("model_kw") or {})
+    torch.manual_seed(seed)
+    model = get_model(prov["network"], **kw).to(device).train()
+    x = example_input(prov["network"], int(prov["batch"]), tuple(prov["input"]), vocab=kw.get("vocab", 50257),
+                      seed=seed, device=device)
+    ref = copy.deepcopy(model) if args.check_grads else None
+    lm = linearize_model(model, x)
+    if [list(g) for g in lm.groups] != [list(g) for g in prov["groups"]]:
+        raise CliError(f"{args.instance}: the network linearizes differently now ({lm.L} stages) than when it "
+                       f"was profiled ({L} stages)")
+    loss_fn = classification_loss(seed=seed)
+    sim = simulate_remat(chain, sched)
+    torch.manual_seed(seed + 1)
+    res = execute(lm.stages, loss_fn, x, sched, measure_memory=True, device=device)
+    for p in model.parameters():       # a second, untracked run for the time (and the gradients)
+        p.grad = None
+    torch.manual_seed(seed + 1)
+    timed = execute(lm.stages, loss_fn, x, sched, device=device)
+    print(f"{chain.name}: {label}, {len(sched)} operations, {sched.count('F_ck') + sched.count('F_none')} "
+          f"recomputations")
+    print(f"peak memory  measured {fmt_memory(res.peak_memory)}   simulated {fmt_memory(sim.peak_memory)}   "
+          f"({(res.peak_memory / sim.peak_memory - 1) * 100:+.1f}%)")
+    print(f"time         measured {fmt_time(timed.time)}   simulated {fmt_time(sim.makespan)}   "
+          f"({(timed.time / sim.makespan - 1) * 100:+.1f}%; profiled with {prov.get('threads', '?')} thread(s) "
+          f"on {prov.get('device', '?')})")
+    ok = True
+    if ref is not None:
+        torch.manual_seed(seed + 1)
+        loss_fn(ref(x)).backward()
+        same = all(torch.equal(p.grad, q.grad) for p, q in zip(model.parameters(), ref.parameters()))
+        ok = same
+        print(f"gradients    {'bit-identical to' if same else 'DIFFERENT from'} plain autograd")
+    return 0 if ok else 1
+
+
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "profile", help="profile a zoo network into an instance file",
@@ -129,3 +206,17 @@ def add_parser(subparsers) -> None:
     q.add_argument("-o", "--output", required=True, help="instance file to write")
     q.add_argument("--force", action="store_true", help="overwrite an existing file")
     q.set_defaults(func=_cmd_import)
+
+    r = subparsers.add_parser(
+        "run", help="execute a remat sequence on the profiled network and compare with the simulator",
+        description="Rebuild the network of an instance made by 'memplan profile', run a re-materialization "
+                    "sequence (a solution JSON from 'memplan solve --json', or a built-in one) with the "
+                    "runtime executor, and print measured vs simulated peak memory and time.")
+    r.add_argument("instance")
+    r.add_argument("--solution", help="Solution JSON written by 'memplan solve --problem remat --json'")
+    r.add_argument("--sequence", default="store-all",
+                   help="when no --solution: store-all, bisection, or sequential[:SEGMENTS]")
+    r.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: the instance's device")
+    r.add_argument("--threads", type=int, default=None)
+    r.add_argument("--check-grads", action="store_true", help="also compare gradients with plain autograd")
+    r.set_defaults(func=_cmd_run)

@@ -99,4 +99,9 @@ def test_cli_profile_then_solve(tmp_path):
     assert prov["device"] == "cpu" and "TorchDispatchMode" in prov["memory_measurement"]
     assert prov["network"] == "gpt2" and prov["batch"] == 2 and len(prov["groups"]) == 8
     assert main(args) == 2                                   # refuses to overwrite
-    assert main(["solve", str(out), "--problem", "remat", "--memory", "60KiB", "--method", "rotor"]) == 0
+    sol = tmp_path / "sol.json"
+    assert main(["solve", str(out), "--problem", "remat", "--memory", "60KiB", "--method", "rotor",
+                 "--json", str(sol)]) == 0
+    # the solved sequence runs on the rebuilt network, with autograd's gradients bit for bit
+    assert main(["run", str(out), "--solution", str(sol), "--check-grads", "--threads", "1"]) == 0
+    assert main(["run", str(out), "--sequence", "bisection"]) == 0

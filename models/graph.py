@@ -201,7 +201,6 @@ def capture(model, example_input) -> Captured:
     for n in gm.graph.nodes:
         if n not in dependent:
             continue
-        wbytes = 0
         params = []
         if n.op == "call_module":
             params = list(modules[n.target].parameters())

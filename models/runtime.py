@@ -36,9 +36,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .remat import InvalidSequence, RematSchedule
-
-_ops = ("F_all", "F_ck", "F_none", "B")
+from .remat import OPS, InvalidSequence, RematSchedule
 
 
 @dataclass
@@ -125,7 +123,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         for pos, (op, l) in enumerate(ops):
             if tracker is not None:
                 tracker.reset_peak()
-            if op not in _ops or not 1 <= l <= L + 1:
+            if op not in OPS or not 1 <= l <= L + 1:
                 raise InvalidSequence(pos, (op, l), f"unknown operation or stage outside 1..{L + 1}")
             fn = fns[l - 1]
             if op == "B":
@@ -168,7 +166,9 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                 after.append(float(tracker.current))
         if 0 not in delta:
             raise InvalidSequence(len(ops), None, "delta^0 was never computed")
-        a.clear(), abar.clear(), delta.clear()
+        a.clear()
+        abar.clear()
+        delta.clear()
 
     t0 = time.perf_counter()
     if tracker is not None:

@@ -217,6 +217,12 @@ def simulate_joint(chain: Chain, schedule: JointSchedule, bandwidth: float | Non
         starts.append(start)
         ends.append(start + dt)
         prev = start + dt
+        # an offload part may not free bytes of an input while the operation reads it
+        for k in _inputs(op, l):
+            for q, t in enumerate(schedule.transfers):
+                if t.index == k and t.kind == "offload" and start + eps < te[q] < prev - eps:
+                    raise InvalidJointSchedule(f"transfer {q} frees bytes of value {k} at {te[q]:.6g}s while "
+                                               f"operation {pos} ({op}^{l}) reads it")
         # a value may not be discarded while part of it is on the host or being offloaded
         for k in _discards(op, l, states_before[pos], states_before[pos + 1]):
             for q, t in enumerate(schedule.transfers):

@@ -1,0 +1,58 @@
+"""The exhaustive reference for re-materialization + offloading and the DP's gap to it."""
+import math
+
+import pytest
+
+from baselines.joint_dp import solve_joint
+from baselines.joint_exhaustive import solve_exhaustive
+from baselines.remat_heuristics import store_all
+from baselines.rotor import floating, min_memory
+from models.chain import random_chain
+from models.solution import Status
+
+# Largest relative gap DP/optimum - 1 measured by benchmarks/bench_joint_dp.py on random chains with
+# L <= 4 (sizes <= 4, times <= 4, beta in {1, 0.5} B/s); the test allows it with a small margin.
+MEASURED_MAX_GAP = 0.16
+
+
+def _memories(c, fracs):
+    lo, hi = min_memory(c), store_all(c).peak_memory
+    return sorted({math.ceil(lo + f * (hi - lo)) for f in fracs})
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_exhaustive_without_bandwidth_is_the_optimal_remat(seed):
+    """beta = 0: the search covers every sequence, so it matches paper 004's floating DP, proven
+    optimal among all sequences (Lemma 4.4)."""
+    c = random_chain(3, seed, max_size=4, max_time=4)
+    for M in _memories(c, (0.0, 0.4)):
+        e = solve_exhaustive(c, M, 0.0, time_limit=30)
+        f = floating(c, M, exact=True)
+        assert e.status == Status.OPTIMAL
+        assert e.objective == pytest.approx(f.objective)
+
+
+@pytest.mark.parametrize("L,seed", [(2, 0), (2, 1), (3, 1), (3, 2), (3, 3)])
+def test_dp_within_measured_gap_of_exhaustive(L, seed):
+    c = random_chain(L, seed, max_size=4, max_time=4)
+    for M in _memories(c, (0.0, 0.3)):
+        for beta in (1.0, 0.5):
+            j = solve_joint(c, M, beta, exact=True)
+            e = solve_exhaustive(c, M, beta, time_limit=30)
+            assert e.status == Status.OPTIMAL
+            assert e.objective <= j.objective + 1e-9          # the DP's schedules lie in the searched space
+            assert j.objective <= e.objective * (1 + MEASURED_MAX_GAP) + 1e-9
+            # the upper-bound mode proves the same optimum without rebuilding a schedule
+            if j.objective == pytest.approx(e.objective):
+                ub = solve_exhaustive(c, M, beta, upper_bound=j.objective, time_limit=30)
+                assert ub.status == Status.OPTIMAL and ub.details.get("proven_optimal_at_upper_bound")
+
+
+def test_exhaustive_finds_offloading_below_remat_minimum():
+    """With a link, memory below every re-materialization sequence's peak can become feasible."""
+    c = random_chain(2, 0, max_size=4, max_time=4)
+    lo = min_memory(c)
+    e = solve_exhaustive(c, lo - 1, 1.0, time_limit=30)
+    f = floating(c, lo - 1, exact=True)
+    assert f.objective is None
+    assert e.objective is not None and e.peak_memory <= lo - 1

@@ -159,3 +159,20 @@ def test_sequences_are_valid_for_the_simulator():
                     bisection_sequence(L)):
             simulate_remat(c, seq)
         assert bisection_sequence(L).count("B") == L + 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_profile_and_execute_agree_with_the_simulator():
+    """On a GPU: allocator statistics instead of the dispatch tracker; same checks (10% on the peak)."""
+    kw, shape = CASES["resnet18"]
+    torch.manual_seed(0)
+    model = get_model("resnet18", **kw).cuda().train()
+    x = example_input("resnet18", 2, shape, device="cuda")
+    loss_fn = classification_loss()
+    lm = linearize_model(copy.deepcopy(model), x)
+    chain = profile_chain(lm.stages, x, loss_fn, repeats=1, device="cuda", names=lm.names)
+    assert chain.provenance["device"].startswith("cuda")
+    for kind, seq in _sequences(chain.L).items():
+        sim = simulate_remat(chain, seq)
+        _, _, res = _run(model, x, loss_fn, seq, measure_memory=True, device="cuda")
+        assert res.peak_memory == pytest.approx(sim.peak_memory, rel=0.10), kind

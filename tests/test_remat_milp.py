@@ -111,3 +111,20 @@ def test_mip_start_from_persistent_dp_is_a_feasible_point():
     sol = solve_remat_milp(chain, memory, threads=1, time_limit=10)
     assert sol.details["mip_start"] == "MIP start from the persistent DP"
     assert sol.objective <= dp.objective + 1e-9
+
+
+@pytest.mark.parametrize("method", ["remat-milp", "checkmate", "checkmate-lp"])
+def test_dispatch_through_memplan_solve(method):
+    """``memplan solve --problem remat --method <method>``: dispatch, simulator check and report."""
+    import argparse
+
+    from experiments.solve_remat import report, run_method
+
+    chain = load_chain("instances/paper004_table2.json")
+    args = argparse.Namespace(slots=500, exact=False, time_limit=20.0, gap=1e-4, threads=1, solver_log=None)
+    sol = run_method(chain, 90 * MIB, method, args)
+    assert sol.method == method and sol.schedule is not None
+    text = report(sol, chain, args)
+    assert "makespan" in text and sol.schedule.notation() in text
+    if method == "remat-milp":
+        assert "bound" in text and sol.objective * 1e3 == pytest.approx(47.42)

@@ -147,3 +147,33 @@ def test_offloading_helps_when_memory_is_tight():
     j = solve_joint(c, M, 4.0, exact=True)
     assert j.objective < r.objective
     assert j.details["offloaded"]
+
+
+# ----------------------------------------------------------------------------- command line
+def test_cli_solve_remat_offload(tmp_path, capsys):
+    import json
+
+    from experiments.cli import main
+    from models.instance import save_instance
+
+    c = random_chain(3, 1, max_size=4, max_time=4)
+    inst = save_instance(c, tmp_path / "tiny.json", time_unit="s", memory_unit="B")
+    M = _memories(c, (0.0,))[0]
+    out = tmp_path / "sol.json"
+    rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M}B", "--bandwidth", "1B/s",
+               "--exact", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "recompute" in text and "idle" in text and "offloaded" in text
+    data = json.loads(out.read_text())
+    assert data["problem"] == "remat-offload" and data["objective"] == pytest.approx(data["predicted"])
+    j = solve_joint(c, M, 1.0, exact=True)
+    assert data["objective"] == pytest.approx(j.objective)
+    # the exact method: optimum <= DP, and the report says which
+    rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M}B", "--bandwidth", "1B/s",
+               "--method", "milp", "--time-limit", "30"])
+    text = capsys.readouterr().out
+    assert rc == 0 and "optimal" in text
+    # the default --slots 500 of the command line becomes N = 50 here
+    rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M + 10}B", "--bandwidth", "1B/s"])
+    assert "N = 50" in capsys.readouterr().out

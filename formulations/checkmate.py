@@ -233,10 +233,10 @@ def sequence_from_events(chain: Chain, g: ChainGraph, events: list[int]) -> Rema
         feeds_b = qb < n_ev
         prev_input_recomputed = l >= 2 and next_pos(p, g.F(l - 1), qb if feeds_b else p + 1) < n_ev
         want_abar = feeds_b and not prev_input_recomputed
-        if act[l] == AB or (act[l] == A and not want_abar):
-            continue                               # already resident
+        if act[l] == AB or (act[l] == A and (not want_abar or act[l - 1] == N)):
+            continue                               # already resident (B^l inserts F_all^l if needed)
         if act[l] == A and want_abar:
-            seq.append(("F_all", l))
+            seq.append(("F_all", l))               # complete the resident a^l into abar^l
             act[l] = AB
             continue
         if act[l - 1] == N:

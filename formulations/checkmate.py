@@ -41,7 +41,7 @@ in Checkmate's plan until B^l (F_all keeps its input); otherwise it becomes F_ck
 again before recomputing it) or F_none^l. When B^l is reached without abar^l (only the plain a^l is
 resident, or it was freed by B^{l+1}, which in paper 004's model frees a plain a^l), an ``F_all^l`` is
 inserted right before it from a^{l-1} (a recomputation Checkmate did not pay for). Computations whose
-value is never used, or that are already resident, are skipped. The sequence is then replayed by
+value no (live) computation uses, or that are already resident, are skipped. The sequence is then replayed by
 :func:`models.remat.simulate_remat`: its peak can exceed the limit Checkmate was given (a value Checkmate
 frees may be one paper 004's model cannot free, F_all keeps a^{l-1}, abar may be smaller than a);
 then the result says so (status FEASIBLE, ``details["limit_exceeded"] = True``).
@@ -187,12 +187,28 @@ def events_from_rs(g: ChainGraph, R) -> list[int]:
     return ev
 
 
+def _live_events(g: ChainGraph, events: list[int]) -> list[int]:
+    """Drop computations whose value no live computation uses before the node is computed again
+    (backward steps are live); a backward pass, so that chains of useless recomputations (e.g. forward
+    values a rounded plan keeps after their backward step) disappear together."""
+    n_ev = len(events)
+    live = [False] * n_ev
+    nxt = {}
+    for p in range(n_ev - 1, -1, -1):
+        v = events[p]
+        stop = nxt.get(v, n_ev)
+        live[p] = g.kind[v] == "B" or any(live[q] and v in g.deps[events[q]] for q in range(p + 1, stop))
+        nxt[v] = p
+    return [v for v, ok in zip(events, live) if ok]
+
+
 def sequence_from_events(chain: Chain, g: ChainGraph, events: list[int]) -> RematSchedule:
     """Convert Checkmate's node order into an F_all/F_ck/F_none/B sequence (module docstring)."""
     L = chain.L
     N, A, AB = 0, 1, 2
     act = [N] * (L + 2)
     act[0] = A
+    events = _live_events(g, events)
     n_ev = len(events)
     # for each position, the next position of each node (recompute) and of each use
     nxt_same: list[int] = [n_ev] * n_ev
@@ -260,7 +276,10 @@ def round_two_phase(g: ChainGraph, S_frac, threshold: float | None = 0.5, rng=No
     for t in range(2, n + 1):
         for i in range(1, t):
             x = S_frac[t, i]
-            S[t, i] = 1.0 if (x >= threshold if rng is None else rng.random() < x) else 0.0
+            if g.kind[i] == "B":               # never recomputed: delta^{l-1} is kept exactly into
+                S[t, i] = 1.0 if t == i + 1 else 0.0   # the next stage, where B^{l-1} uses it
+            else:
+                S[t, i] = 1.0 if (x >= threshold if rng is None else rng.random() < x) else 0.0
     R = np.zeros((n + 2, n + 2))
     # a value kept into stage t+1 must be present in stage t: walk stages backwards so that
     # R[t] includes what S[t+1] needs, then close R[t] under the dependencies (reverse topological order)

@@ -9,7 +9,8 @@ import pytest
 from baselines.exhaustive import exhaustive_remat
 from baselines.remat_heuristics import store_all_schedule
 from baselines.rotor import min_memory
-from formulations.checkmate import (ChainGraph, round_two_phase, sequence_from_events, solve_checkmate,
+from formulations.checkmate import (ChainGraph, events_from_rs, round_two_phase, sequence_from_events,
+                                    solve_checkmate,
                                     solve_checkmate_lp)
 from formulations.remat_milp import solve_remat_milp
 from models.chain import random_chain
@@ -103,3 +104,16 @@ def test_two_phase_rounding_respects_dependencies():
         for i in range(1, t):
             if Sr[t + 1, i] if t + 1 <= g.n else False:
                 assert R[t, i] or Sr[t, i]
+
+
+@pytest.mark.parametrize("L,seed", [(3, 0), (6, 1)])
+def test_any_rounding_converts_into_a_valid_sequence(L, seed):
+    """Arbitrary fractional S, randomized rounding: the converted sequence always replays."""
+    chain = random_chain(L, seed)
+    g = ChainGraph(chain)
+    rng = np.random.default_rng(seed)
+    for _ in range(40):
+        S = rng.random((g.n + 2, g.n + 2)) * rng.random()
+        R, _ = round_two_phase(g, S, None, rng)
+        sched = sequence_from_events(chain, g, events_from_rs(g, R))
+        simulate_remat(chain, sched)          # raises InvalidSequence if the conversion were wrong

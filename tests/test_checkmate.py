@@ -10,8 +10,7 @@ from baselines.exhaustive import exhaustive_remat
 from baselines.remat_heuristics import store_all_schedule
 from baselines.rotor import min_memory
 from formulations.checkmate import (ChainGraph, events_from_rs, round_two_phase, sequence_from_events,
-                                    solve_checkmate,
-                                    solve_checkmate_lp)
+                                    solve_checkmate, solve_checkmate_lp)
 from formulations.remat_milp import solve_remat_milp
 from models.chain import random_chain
 from models.instance import load_chain

@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
 
     fig, axes = plt.subplots(1, len(factors), figsize=(5 * len(factors), 4), sharey=True, squeeze=False)
     for ax, f in zip(axes[0], factors):
-        styles = [("store-all", "k--"), ("rotor", "C0-o"), ("rotor-500", "C0:"), ("offload", "C2-s"),
+        styles = [("store-all", "k*--"), ("rotor", "C0-o"), ("rotor-500", "C0:"), ("offload", "C2-s"),
                   ("joint", "C3-^")] + [(f"joint-{n}", f"C{4 + k}:") for k, n in enumerate(slot_list)]
         for name, style in styles:
             d = df[(df.method == name) & ((df.factor == f) | df.factor.isna())]

@@ -264,12 +264,52 @@ def partition_period(chain: Chain, bandwidth: float | None, stages: Sequence[tup
     return float(max(loads))
 
 
+def modular_search(chain: Chain, bandwidth: float | None, stages: Sequence[tuple[int, int]],
+                   memory: float | None, P: int, *, steps: int = 14) -> Pattern | None:
+    """The modular 1F1B pattern (:func:`models.pipeline.modular_pattern`, both placement orders) of a
+    contiguous allocation with the smallest period whose replayed memory fits, found by bisection on
+    T between the allocation's load bound and the serial period (where every shift is 0)."""
+    from models.pipeline import InvalidPattern, modular_pattern, simulate_pattern
+
+    def fit(T):
+        best = None
+        for bf in (False, True):
+            try:
+                q = modular_pattern(chain, bandwidth, stages, T, backward_first=bf)
+            except InvalidPattern:
+                continue
+            r = simulate_pattern(q, chain, bandwidth, gpus=P, n_batches=None)
+            if memory is None or r.peak_memory <= memory * (1 + 1e-9):
+                if best is None or r.peak_memory < best[1]:
+                    best = (q, r.peak_memory)
+        return None if best is None else best[0]
+
+    lo = partition_period(chain, bandwidth, stages) * (1 + 1e-9)
+    got = fit(lo)
+    if got is not None:
+        return got
+    td = task_data(chain, bandwidth)
+    hi = float(td.d[1:].sum() + sum(_link_time(td, b) for a, b in stages[:-1])) * (1 + 1e-9)
+    got = fit(hi)
+    if got is None:
+        return None
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        q = fit(mid)
+        if q is not None:
+            hi, got = mid, q
+        else:
+            lo = mid
+    return got
+
+
 def start_pattern(chain: Chain, bandwidth: float | None, P: int, memory: float | None,
-                  points: Sequence[Point]) -> Pattern | None:
+                  points: Sequence[Point], *, search: bool = True) -> Pattern | None:
     """The feasible pattern of smallest period among: the baselines' steady states (when 1-periodic),
     modular 1F1B patterns (:func:`models.pipeline.modular_pattern`) of every baseline partition at
-    its eager period and at its load bound, and the serial pattern of the memory-smallest contiguous
-    partition. Every candidate is replayed; None when none fits in ``memory``."""
+    its eager period and at its load bound, with ``search`` the bisection of :func:`modular_search`
+    for every partition whose load bound is below the best so far, and last the serial pattern of the
+    memory-smallest contiguous partition. Every candidate is replayed; None when none fits."""
     from models.pipeline import InvalidPattern, modular_pattern, simulate_pattern
 
     cands: list[tuple[float, int, Pattern | None, tuple, float]] = []
@@ -278,9 +318,11 @@ def start_pattern(chain: Chain, bandwidth: float | None, P: int, memory: float |
             cands.append((p.period, i, p.pattern, (), 0.0))
         else:
             cands.append((p.period, i, None, tuple(p.stages), p.period))
-    for st in {tuple(p.stages) for p in points}:
+    parts = {tuple(p.stages) for p in points}
+    for st in parts:
         T = partition_period(chain, bandwidth, st)
         cands.append((T, -1, None, st, T))
+    best = None
     for T, _, pat, st, Tm in sorted(cands, key=lambda c: c[0]):
         pats = [pat] if pat is not None else []
         if pat is None:
@@ -292,7 +334,19 @@ def start_pattern(chain: Chain, bandwidth: float | None, P: int, memory: float |
         for q in pats:
             r = simulate_pattern(q, chain, bandwidth, gpus=P)
             if memory is None or r.peak_memory <= memory * (1 + 1e-9):
-                return q
+                best = q
+                break
+        if best is not None:
+            break
+    if search:
+        Tbest = best.T if best is not None else math.inf
+        for st in sorted(parts):
+            if partition_period(chain, bandwidth, st) < Tbest * (1 - 1e-9):
+                q = modular_search(chain, bandwidth, st, memory, P)
+                if q is not None and q.T < Tbest:
+                    best, Tbest = q, q.T
+    if best is not None:
+        return best
     mem, stages = min_memory_contiguous(chain, bandwidth, P)
     if memory is None or mem <= memory * (1 + 1e-9):
         pat = serial_pattern(chain, bandwidth, stages_to_layer_gpu(stages, chain.L))

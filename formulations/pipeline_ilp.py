@@ -114,7 +114,10 @@ class PipelineILP:
                 tauc.append(tau[k - 1] + td.d[k])
             else:
                 tauc.append(value(m.tauc[k]) * self.ts)
-        return Pattern(gpu=gpu, tau=tau, tau_c=tauc, T=value(m.T) * self.ts, meta={"method": "ilp"})
+        # the order chosen by the ILP (w) breaks ties between tasks that start and end together
+        rank = [1 + sum(1 for b in range(1, n + 1) if b != a and gpu[b - 1] == gpu[a - 1]
+                        and value(m.w[b, a]) > 0.5) for a in range(1, n + 1)]
+        return Pattern(gpu=gpu, tau=tau, tau_c=tauc, T=value(m.T) * self.ts, meta={"method": "ilp"}, rank=rank)
 
 
 def _pairs(n):
@@ -334,9 +337,13 @@ def start_values(ilp: PipelineILP, pattern: Pattern) -> list[tuple[Any, float]]:
     for k in range(1, n + 1):
         vals.append((m.f[k], 0 if g[k - 1] in seen else 1))
         seen.add(g[k - 1])
+    # execution order on each GPU, with the simulator's tie rule (start, end, rank)
+    rank = pattern.rank if pattern.rank is not None else list(range(1, n + 1))
+    q = max(tol, 1e-300)
+    key = {k: (round(tau[k] / q), round((tau[k] + td.d[k]) / q), rank[k - 1]) for k in range(1, n + 1)}
     wv = {}
     for (a, b) in m.w.keys():
-        wv[a, b] = 1 if zz(a, b) and tau[a] < tau[b] else 0
+        wv[a, b] = 1 if zz(a, b) and key[a] < key[b] else 0
         vals.append((m.w[a, b], wv[a, b]))
     link = {k: frozenset((g[k - 1], g[k])) for k in range(1, n) if g[k - 1] != g[k]}
     ztv = lambda a, b: 1 if a in link and b in link and link[a] == link[b] else 0

@@ -39,8 +39,12 @@ Memory model (section 4.2), measured over time on each GPU
 * direct dependencies (22): when ``T_m`` and ``T_{m+1}`` share a GPU, ``A[m]`` from the end of ``T_m``
   to the start of ``T_{m+1}`` (of the same mini-batch).
 
-Peak memory is the maximum over time of the sum (a sweep over all interval end points). With these
-definitions the memory of a pattern equals the ILP's left-hand side of (36) at the start of each task.
+Every item starts and ends at a start or end of a task of its GPU, so the memory is evaluated during
+every task instance, in the GPU's execution order (by start, end, then a tie rank: a task of zero
+duration, frequent in profiles, still holds its input and output for an instant, as the ILP counts
+it); between tasks the level is never above that of the next task. The peak is the maximum over
+task instances. With these definitions the memory of a pattern equals the ILP's left-hand side of
+(36) at the start of each task.
 
 Eager 1F1B (section 5)
 ----------------------
@@ -133,8 +137,11 @@ class Pattern:
     tau_c: list[float]
     T: float
     meta: dict[str, Any] = field(default_factory=dict)
+    rank: list[int] | None = None   # order of tasks that start and end at the same time (default: m)
 
     def __post_init__(self) -> None:
+        if self.rank is not None:
+            self.rank = [int(r) for r in self.rank]
         self.gpu = [int(g) for g in self.gpu]
         self.tau = [float(t) for t in self.tau]
         self.tau_c = [float(t) for t in self.tau_c]
@@ -167,13 +174,13 @@ class Pattern:
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": "pipeline-pattern", "period": self.T, "gpu": self.gpu, "tau": self.tau,
-                "tau_c": self.tau_c, "layers_per_gpu": {str(g): self.layers_on(g) for g in self.gpus_used()},
+                "tau_c": self.tau_c, "rank": self.rank, "layers_per_gpu": {str(g): self.layers_on(g) for g in self.gpus_used()},
                 "meta": self.meta}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Pattern":
         return cls(gpu=data["gpu"], tau=data["tau"], tau_c=data["tau_c"], T=data["period"],
-                   meta=dict(data.get("meta", {})))
+                   meta=dict(data.get("meta", {})), rank=data.get("rank"))
 
 
 def _link(a: int, b: int) -> tuple[int, int]:
@@ -219,6 +226,7 @@ class Unrolled:
     n_batches: int
     tasks: dict[int, np.ndarray]
     comms: dict[int, np.ndarray | None]
+    rank: list[int] | None = None      # tie-break between tasks starting and ending together (T_m: rank[m-1])
 
 
 @dataclass
@@ -273,7 +281,8 @@ def unroll(pattern: Pattern, td: TaskData, n_batches: int | None = None) -> tupl
             comms[m] = np.stack([s, s + td.dc[m]], axis=1)
         else:
             comms[m] = None
-    return Unrolled(gpu=list(pattern.gpu), n_batches=n_batches, tasks=tasks, comms=comms), h
+    return Unrolled(gpu=list(pattern.gpu), n_batches=n_batches, tasks=tasks, comms=comms,
+                    rank=pattern.rank), h
 
 
 def _check_exclusive(intervals: list[tuple[float, float, str]], what: str, tol: float) -> None:
@@ -334,46 +343,44 @@ def check_and_measure(un: Unrolled, td: TaskData, tol: float, *, timeline: bool 
         if gpu[m - 1] != gpu[m]:
             const[gpu[m - 1]]["buffers"] += td.A[m]
             const[gpu[m]]["buffers"] += td.A[m]
-    # --- memory: intervals (start, end, size) per GPU
-    ev: dict[int, list[np.ndarray]] = {g: [] for g in gpus}
-
-    def add(g, s, e, size):
-        if size <= 0:
-            return
-        s = np.asarray(s, float)
-        e = np.asarray(e, float)
-        ok = e > s
-        ev[g].append(np.stack([s[ok], e[ok], np.full(ok.sum(), float(size))], axis=1))
-
-    for m in range(1, n + 1):
-        g = gpu[m - 1]
-        add(g, un.tasks[m][:, 0], un.tasks[m][:, 1], td.A[m - 1] + td.A[m])       # running task
-    for l in range(1, L + 1):
-        g = gpu[l - 1]
-        add(g, un.tasks[l][:, 1], un.tasks[td.backward(l)][:, 1], td.A[l - 1])   # stored activation
-    for m in range(1, n):
-        if gpu[m - 1] == gpu[m]:
-            add(gpu[m - 1], un.tasks[m][:, 1], un.tasks[m + 1][:, 0], td.A[m])   # direct dependency
+    # --- memory: every time-varying item on a GPU starts and ends at an event (start or end) of a
+    # task of that GPU, so the level is evaluated per task instance in the GPU's execution order
+    # (start, then end, then the tie rank of the task: zero-length tasks are seen, as in (36)).
+    rank = un.rank if un.rank is not None else list(range(1, n + 1))
+    pos: dict[int, np.ndarray] = {}
     memory, tl = {}, {}
     for g in gpus:
+        ms = [m for m in range(1, n + 1) if gpu[m - 1] == g]
+        S = np.concatenate([un.tasks[m][:, 0] for m in ms])
+        E = np.concatenate([un.tasks[m][:, 1] for m in ms])
+        R = np.concatenate([np.full(B, rank[m - 1]) for m in ms])
+        q = max(tol, 1e-300)
+        order = np.lexsort((R, np.round(E / q), np.round(S / q)))
+        where = np.empty(len(order), dtype=np.int64)
+        where[order] = np.arange(len(order))
+        for i, m in enumerate(ms):
+            pos[m] = where[i * B:(i + 1) * B]
+        N = len(order)
+        diff = np.zeros(2 * N + 2)
+
+        def add(p, qq, size):
+            if size <= 0:
+                return
+            ok = qq > p
+            np.add.at(diff, p[ok], size)
+            np.add.at(diff, qq[ok], -size)
+
+        for m in ms:
+            add(2 * pos[m], 2 * pos[m] + 1, td.A[m - 1] + td.A[m])                  # running task
+            if m <= L:
+                add(2 * pos[m] + 1, 2 * pos[td.backward(m)] + 1, td.A[m - 1])       # stored activation
+            if m < n and gpu[m] == g:
+                add(2 * pos[m] + 1, 2 * pos[m + 1], td.A[m])                        # direct dependency
+        level = np.cumsum(diff)[0:2 * N:2]          # during each task instance, in execution order
         base = const[g]["weights"] + const[g]["buffers"]
-        if ev[g]:
-            iv = np.concatenate(ev[g])
-            times = np.concatenate([iv[:, 0], iv[:, 1]])
-            delta = np.concatenate([iv[:, 2], -iv[:, 2]])
-            order = np.argsort(times, kind="stable")
-            times, delta = times[order], delta[order]
-            # merge events closer than tol: evaluate the level after all events of a group
-            level = np.cumsum(delta)
-            last_of_group = np.ones(len(times), dtype=bool)
-            last_of_group[:-1] = np.diff(times) > tol
-            levels = level[last_of_group]
-            peak = float(levels.max()) if len(levels) else 0.0
-            if timeline:
-                tl[g] = (times[last_of_group], base + levels)
-        else:
-            peak = 0.0
-        memory[g] = base + max(peak, 0.0)
+        memory[g] = base + max(float(level.max()) if N else 0.0, 0.0)
+        if timeline:
+            tl[g] = (S[order], base + level)
     # steady state: completions of T_2L between the first and the last quarter (warm-up and drain
     # excluded; a pattern replay is periodic from the start anyway)
     end = un.tasks[n][:, 1]

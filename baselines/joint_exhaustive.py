@@ -13,6 +13,11 @@ the DP's schedules lie:
 - every operation and every transfer part starts on a common time grid ``tau`` that divides all
   operation times and ``1/beta`` (integer chains: ``tau`` is found from the exact fractions).
 
+Two rules prune the space without removing any schedule the DP can produce: forward operations on
+stages beyond the current gradient (``F^l`` with ``l > k`` once ``delta^k`` is the current
+gradient) are not tried, and an input of the running operation is not offloaded (its memory would be
+freed while it is read; the simulator rejects that too). Gradients are never offloaded.
+
 Memory is counted exactly as the simulator does (offloaded bytes free at the end of the part,
 prefetched bytes reserved at its start, releases before allocations at equal instants). The search is
 a breadth-first search over time steps of ``tau`` on states (stored values, bytes on the host, current

@@ -286,10 +286,20 @@ def unroll(pattern: Pattern, td: TaskData, n_batches: int | None = None) -> tupl
 
 
 def _check_exclusive(intervals: list[tuple[float, float, str]], what: str, tol: float) -> None:
-    intervals = sorted(intervals)
-    for (s0, e0, n0), (s1, e1, n1) in zip(intervals, intervals[1:]):
+    """No two intervals overlap by more than tol; an instantaneous task (zero length) may touch an
+    interval's ends but not lie strictly inside it."""
+    pos = sorted(iv for iv in intervals if iv[1] - iv[0] > tol)
+    for (s0, e0, n0), (s1, e1, n1) in zip(pos, pos[1:]):
         if s1 < e0 - tol:
             raise InvalidPattern(f"{what}: {n0} [{s0:.6g}, {e0:.6g}) overlaps {n1} [{s1:.6g}, {e1:.6g})")
+    if len(pos) == len(intervals) or not pos:
+        return
+    starts = np.array([iv[0] for iv in pos])
+    ends = np.array([iv[1] for iv in pos])
+    for t, _, name in (iv for iv in intervals if iv[1] - iv[0] <= tol):
+        k = int(np.searchsorted(starts, t - tol, side="left")) - 1
+        if k >= 0 and ends[k] > t + tol:
+            raise InvalidPattern(f"{what}: {name} at {t:.6g} lies inside {pos[k][2]} [{starts[k]:.6g}, {ends[k]:.6g})")
 
 
 def check_and_measure(un: Unrolled, td: TaskData, tol: float, *, timeline: bool = False,

@@ -256,3 +256,25 @@ def test_ilp_literal_and_layer_allocation_agree():
     assert out[0] == pytest.approx(out[1])
     unbounded, _, _, _ = solve_ilp(c, BW, 2, None, time_limit=30, threads=1)
     assert unbounded.T <= out[0] + 1e-9
+
+
+def test_zero_duration_tasks_memory_consistency():
+    """Layers of zero time (frequent in profiles) still hold their input and output for an instant;
+    the simulator and (36) agree on patterns where such tasks touch their neighbours."""
+    from baselines.pipeline import partition_period
+    from models.pipeline import modular_pattern
+
+    c = Chain.from_stages(uf=[2, 0, 1, 0, 3], ub=[3, 0, 2, 0, 4], wa=[4, 6, 6, 2, 2, 5],
+                          weights=[1, 0, 2, 0, 3], name="zeros")
+    checked = 0
+    for stages in ([(1, 2), (3, 5)], [(1, 3), (4, 5)], [(1, 1), (2, 4), (5, 5)]):
+        for bf in (False, True):
+            T = 1.2 * partition_period(c, BW, stages)
+            p = modular_pattern(c, BW, stages, T, backward_first=bf)
+            r = simulate_pattern(p, c, BW)
+            ilp = build_model(c, BW, 3, r.peak_memory, Tmax=p.T * 1.01)
+            assert check_values(ilp, start_values(ilp, p)) == []
+            ilp = build_model(c, BW, 3, r.peak_memory - 0.5, Tmax=p.T * 1.01)
+            assert check_values(ilp, start_values(ilp, p))
+            checked += 1
+    assert checked == 6

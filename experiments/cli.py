@@ -79,6 +79,8 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     if args.json:
         sol.write_json(args.json)
         print(f"solution written to {args.json}")
+    if sol.details.get("limit_exceeded"):
+        return 1   # a valid schedule, but over the limit (e.g. Checkmate's LP rounding): not a success
     # a bound-only method (e.g. the offloading lower bound) succeeds when it produced its bound
     return 0 if sol.success or (sol.schedule is None and sol.bound is not None) else 1
 

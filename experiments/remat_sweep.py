@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 COLUMNS = ["instance", "L", "batch", "time_limit", "method", "memory_limit", "status", "makespan",
-           "peak_memory", "throughput", "solve_time", "bound", "gap", "param"]
+           "peak_memory", "throughput", "solve_time", "bound", "gap", "limit_exceeded", "param"]
 DEFAULT_METHODS = ["rotor", "rotor-floating", "revolve", "recompute-all"]
 MILP_METHODS = ["remat-milp", "checkmate", "checkmate-lp"]
 
@@ -86,7 +86,8 @@ def sweep(chain, methods, points: int = 10, args=None, csv_path: Path | None = N
                 "makespan": sol.objective, "peak_memory": sol.peak_memory,
                 "throughput": batch / sol.objective if ok else None,
                 "solve_time": time.perf_counter() - t0,
-                "bound": sol.bound, "gap": sol.gap, "param": sol.message[:80]})
+                "bound": sol.bound, "gap": sol.gap,
+                "limit_exceeded": bool(sol.details.get("limit_exceeded", False)), "param": sol.message[:80]})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -112,7 +113,11 @@ def plot(df: pd.DataFrame, path: Path, title: str = "") -> None:
         else:
             color, fmt = STYLE.get(method, (None, "o-"))
             g = g.sort_values("memory_limit")
-            ax.plot(x, g["throughput"], fmt, color=color, label=method, markersize=5)
+            ax.plot(g["peak_memory"] / 2**20, g["throughput"], fmt, color=color, label=method, markersize=5)
+            bad = g[g["limit_exceeded"].fillna(False).astype(bool)]
+            if len(bad):   # schedules that break their limit (Checkmate's LP rounding): hollow red rings
+                ax.plot(bad["peak_memory"] / 2**20, bad["throughput"], "o", mfc="none", mec="red", markersize=10,
+                        label=f"{method}: over its limit")
     unit = "images/s" if df["batch"].iloc[0] != 1 else "iterations/s"
     ax.set_xlabel("peak memory (MiB, replayed)")
     ax.set_ylabel(f"throughput ({unit})")

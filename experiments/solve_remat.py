@@ -98,6 +98,19 @@ def report(sol: Solution, chain: Chain, args=None) -> str:
         if sol.bound is not None:
             gap = sol.gap
             lines.append(f"bound        {fmt_time(sol.bound)}" + (f"  (gap {gap * 100:.2f}%)" if gap is not None else ""))
+        d = sol.details
+        if d.get("limit_exceeded"):
+            lines.append(f"LIMIT EXCEEDED the rounded schedule needs {fmt_memory(sol.peak_memory)} > "
+                         f"{fmt_memory(sol.memory_limit)} (reported honestly, not a valid plan for this limit)")
+        if sol.method.startswith("checkmate") and sol.predicted is not None:
+            lines.append(f"own model    {fmt_time(sol.predicted)} (Checkmate's plan before conversion to "
+                         "F_all/F_ck/F_none/B)")
+        if d.get("milp_bound") is not None:
+            g = d.get("milp_gap")
+            lines.append(f"MILP bound   {fmt_time(d['milp_bound'])} in Checkmate's own model"
+                         + (f" (gap {g * 100:.2f}%)" if g is not None else ""))
+        if d.get("lp_bound") is not None:
+            lines.append(f"LP bound     {fmt_time(d['lp_bound'])} (relaxation, Checkmate's model)")
         t = sol.times
         lines.append("time         " + ", ".join(f"{k} {v:.3g}s" for k, v in t.items()))
         lines.append(f"sequence     ({len(sol.schedule)} operations)")

@@ -10,9 +10,11 @@ from baselines.rotor import floating, min_memory
 from models.chain import random_chain
 from models.solution import Status
 
-# Largest relative gap DP/optimum - 1 measured by benchmarks/bench_joint_dp.py on random chains with
-# L <= 4 (sizes <= 4, times <= 4, beta in {1, 0.5} B/s); the test allows it with a small margin.
-MEASURED_MAX_GAP = 0.16
+# Largest relative gap DP/optimum - 1 measured by ``python -m benchmarks.bench_joint_dp --part gap
+# --maxL 5 --seeds 4`` on random integer chains with L <= 5 (sizes <= 4, times <= 4, beta in {1, 0.5}
+# B/s, memory at rotor's minimum and 30% above it): 50 cases, DP optimal in 39, mean gap 1.64%,
+# largest 13.04% (L = 4, seed 3). The cases below are among those 50.
+MEASURED_MAX_GAP = 0.1305
 
 
 def _memories(c, fracs):
@@ -32,20 +34,21 @@ def test_exhaustive_without_bandwidth_is_the_optimal_remat(seed):
         assert e.objective == pytest.approx(f.objective)
 
 
-@pytest.mark.parametrize("L,seed", [(2, 0), (2, 1), (3, 1), (3, 2), (3, 3)])
+@pytest.mark.parametrize("L,seed", [(2, 0), (3, 1), (3, 2), (4, 1), (4, 3), (5, 0)])
 def test_dp_within_measured_gap_of_exhaustive(L, seed):
     c = random_chain(L, seed, max_size=4, max_time=4)
     for M in _memories(c, (0.0, 0.3)):
         for beta in (1.0, 0.5):
             j = solve_joint(c, M, beta, exact=True)
-            e = solve_exhaustive(c, M, beta, time_limit=30)
+            # searching below the DP's makespan either proves it optimal or finds the optimum
+            e = solve_exhaustive(c, M, beta, upper_bound=j.objective, time_limit=30)
             assert e.status == Status.OPTIMAL
-            assert e.objective <= j.objective + 1e-9          # the DP's schedules lie in the searched space
-            assert j.objective <= e.objective * (1 + MEASURED_MAX_GAP) + 1e-9
-            # the upper-bound mode proves the same optimum without rebuilding a schedule
-            if j.objective == pytest.approx(e.objective):
-                ub = solve_exhaustive(c, M, beta, upper_bound=j.objective, time_limit=30)
-                assert ub.status == Status.OPTIMAL and ub.details.get("proven_optimal_at_upper_bound")
+            opt = j.objective if e.details.get("proven_optimal_at_upper_bound") else e.objective
+            assert opt <= j.objective + 1e-9
+            assert j.objective <= opt * (1 + MEASURED_MAX_GAP) + 1e-9
+            if L <= 3:   # without the bound, the search finds the same optimum by itself
+                free = solve_exhaustive(c, M, beta, time_limit=30)
+                assert free.objective == pytest.approx(opt)
 
 
 def test_exhaustive_finds_offloading_below_remat_minimum():

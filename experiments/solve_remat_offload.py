@@ -134,4 +134,43 @@ def report(sol: Solution, chain: Chain, args=None) -> str:
     if sched is not None:
         lines.append(f"sequence     ({len(sched)} operations)")
         lines.append("  " + sched.notation())
+    path = getattr(args, "gantt", None) if args is not None else None
+    if path and sched is not None:
+        gantt(chain, sol, path)
+        lines.append(f"Gantt chart  {path}")
     return "\n".join(lines)
+
+
+def gantt(chain: Chain, sol: Solution, path: str) -> None:
+    """Compute stream, link (offload / prefetch parts) and memory over time, replayed by the simulator."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from models.remat_offload import simulate_joint
+
+    beta = sol.details.get("bandwidth") or None
+    rep = simulate_joint(chain, sol.schedule, beta, sol.memory_limit)
+    fig, (ax, axm) = plt.subplots(2, 1, figsize=(12, 5), sharex=True, gridspec_kw={"height_ratios": [1.2, 1]})
+    colors = {"F_all": "C0", "F_ck": "C1", "F_none": "C2", "B": "C3"}
+    for (op, l), s, e in zip(sol.schedule.ops, rep.op_start, rep.op_end):
+        ax.barh(1, e - s, left=s, color=colors[op], edgecolor="k", linewidth=0.3)
+        if e - s > rep.makespan / 80:
+            ax.text((s + e) / 2, 1, str(l), ha="center", va="center", fontsize=6)
+    for t, s, e in zip(sol.schedule.transfers, rep.transfer_start, rep.transfer_end):
+        ax.barh(0, e - s, left=s, color="C4" if t.kind == "offload" else "C5", edgecolor="k", linewidth=0.2)
+    ax.set_yticks([0, 1], ["link", "compute"])
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in list(colors.values()) + ["C4", "C5"]]
+    ax.legend(handles, list(colors) + ["offload", "prefetch"], ncol=6, fontsize=7, loc="upper right")
+    ts = [t for t, _ in rep.memory_trace] + [rep.makespan]
+    ms = [m / 2**20 for _, m in rep.memory_trace]
+    axm.step(ts[:-1], ms, where="post", color="k", linewidth=0.8)
+    if sol.memory_limit:
+        axm.axhline(sol.memory_limit / 2**20, color="r", linestyle="--", linewidth=0.8, label="limit")
+        axm.legend(fontsize=7)
+    axm.set_ylabel("memory (MiB)")
+    axm.set_xlabel("time (s)")
+    ax.set_title(f"{chain.name}: {sol.method}, makespan {fmt_time(sol.objective)}, idle {fmt_time(rep.idle_time)}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -115,13 +115,14 @@ class JointReplay:
     peak_memory: float
     recompute_time: float
     idle_time: float                  # compute stream idle (all of it waits for transfers)
-    idle_data: float                  # ... of which waiting for a prefetch to bring an input back
+    idle_data: float                  # ... of which an input was still (partly) on the host
     op_start: list[float] = field(default_factory=list)
     op_end: list[float] = field(default_factory=list)
     transfer_start: list[float] = field(default_factory=list)
     transfer_end: list[float] = field(default_factory=list)
     transfer_time: float = 0.0        # busy time of the link
     offloaded_bytes: float = 0.0
+    memory_trace: list[tuple[float, float]] = field(default_factory=list)   # (time, bytes) after each instant
 
 
 def _inputs(op: str, l: int) -> tuple[int, ...]:
@@ -199,20 +200,25 @@ def simulate_joint(chain: Chain, schedule: JointSchedule, bandwidth: float | Non
     prev = 0.0
     idle = idle_data = 0.0
     for pos, (op, l) in enumerate(ops):
-        cand = max(schedule.release[pos], prev)
-        start = cand
+        ready = prev            # when the inputs are entirely on the device (ignoring the release time)
         for k in _inputs(op, l):
             if k <= L and host_events.get(k):
-                if host_at(k, start) > 1e-9 * max(1.0, wab[k]):
-                    later = [tt for (tt, d) in host_events[k] if d < 0 and tt > start - eps]
+                if host_at(k, ready) > 1e-9 * max(1.0, wab[k]):
+                    later = [tt for (tt, d) in host_events[k] if d < 0 and tt > ready - eps]
                     ok = [tt for tt in later if host_at(k, tt) <= 1e-9 * max(1.0, wab[k])]
                     if not ok:
                         raise InvalidJointSchedule(
                             f"operation {pos} ({op}^{l}) needs value {k}, which is (partly) on the host "
                             f"and never entirely prefetched back")
-                    start = max(start, min(ok))
+                    ready = max(ready, min(ok))
+        start = max(schedule.release[pos], ready)
+        if start > ready:       # held back by the release time: inputs must still be there at start
+            for k in _inputs(op, l):
+                if k <= L and host_events.get(k) and host_at(k, start) > 1e-9 * max(1.0, wab[k]):
+                    raise InvalidJointSchedule(f"operation {pos} ({op}^{l}) starts at {start:.6g}s when value {k} "
+                                               f"is (partly) on the host again")
         idle += start - prev
-        idle_data += start - cand
+        idle_data += ready - prev
         dt = chain.ub[l] if op == "B" else chain.uf[l]
         starts.append(start)
         ends.append(start + dt)
@@ -274,6 +280,7 @@ def simulate_joint(chain: Chain, schedule: JointSchedule, bandwidth: float | Non
     mem = mem0
     peak = mem0
     limit = None if memory_limit is None else memory_limit * (1 + tol) + tol
+    trace: list[tuple[float, float]] = [(0.0, mem0)]
     i = 0
     while i < len(events):
         j = i
@@ -287,11 +294,13 @@ def simulate_joint(chain: Chain, schedule: JointSchedule, bandwidth: float | Non
                 if limit is not None and mem > limit:
                     raise InvalidJointSchedule(f"memory {mem:.6g} B exceeds the limit {memory_limit:.6g} B "
                                                f"at t = {tt:.6g}s")
+        trace.append((events[i][0], mem))
         i = j
     return JointReplay(makespan=makespan, peak_memory=peak, recompute_time=base.recompute_time,
                        idle_time=idle, idle_data=idle_data, op_start=starts, op_end=ends, transfer_start=ts,
                        transfer_end=te, transfer_time=sum(e - s for s, e in zip(ts, te)),
-                       offloaded_bytes=sum(t.nbytes for t in schedule.transfers if t.kind == "offload"))
+                       offloaded_bytes=sum(t.nbytes for t in schedule.transfers if t.kind == "offload"),
+                       memory_trace=trace)
 
 
 def from_remat(ops: Iterable[Sequence]) -> JointSchedule:

@@ -161,9 +161,9 @@ def test_cli_solve_remat_offload(tmp_path, capsys):
     M = _memories(c, (0.0,))[0]
     out = tmp_path / "sol.json"
     rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M}B", "--bandwidth", "1B/s",
-               "--exact", "--json", str(out)])
+               "--exact", "--json", str(out), "--gantt", str(tmp_path / "g.png")])
     text = capsys.readouterr().out
-    assert rc == 0
+    assert rc == 0 and (tmp_path / "g.png").stat().st_size > 0
     assert "recompute" in text and "idle" in text and "offloaded" in text
     data = json.loads(out.read_text())
     assert data["problem"] == "remat-offload" and data["objective"] == pytest.approx(data["predicted"])

@@ -46,8 +46,13 @@ def solve(chain: Chain, platform: Platform | None, args) -> Solution:
     exact = bool(getattr(args, "exact", False))
     if method == "dp":
         slots, note = slots_for(args)
+        from experiments.cli import CliError
+
         mod = importlib.import_module("baselines.joint_dp")
-        sol = mod.solve_joint(chain, memory, beta, slots=slots, exact=exact)
+        try:
+            sol = mod.solve_joint(chain, memory, beta, slots=slots, exact=exact)
+        except ValueError as e:      # exact mode on float sizes, tables too large
+            raise CliError(f"--problem remat-offload: {e}") from None
         sol.details["slots_note"] = "exact: one slot per byte" if exact else note
     elif method == "milp":
         sol = _exact(chain, memory, beta, args)

@@ -177,3 +177,26 @@ def test_cli_solve_remat_offload(tmp_path, capsys):
     # the default --slots 500 of the command line becomes N = 50 here
     rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M + 10}B", "--bandwidth", "1B/s"])
     assert "N = 50" in capsys.readouterr().out
+
+
+def test_figure_script_smoke(tmp_path):
+    import pandas as pd
+
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("tqdm")
+    from experiments.remat_offload_figures import main
+
+    from pathlib import Path
+
+    inst = Path(__file__).resolve().parents[1] / "instances" / "paper004_table2.json"
+    out = tmp_path / "ro"
+    assert main(["--instance", str(inst), "--bandwidth", "3GB/s", "--points", "3",
+                 "--factors", "1,2", "--slots", "20", "--low", "1.0", "--out", str(out)]) == 0
+    df = pd.read_csv(out.with_suffix(".csv"))
+    assert set(df.method) >= {"store-all", "rotor", "joint", "joint-20"}
+    assert out.with_suffix(".png").exists()
+    j = df[df.method == "joint"].dropna(subset=["makespan"])
+    r = df[df.method == "rotor"].set_index("memory").makespan
+    for _, row in j.iterrows():      # the joint DP never loses to rotor with the same slots
+        if pd.notna(r[row.memory]):
+            assert row.makespan <= r[row.memory] * (1 + 1e-12)

@@ -9,9 +9,9 @@ and each bandwidth ``beta x f`` (f in ``--factors``, default 1, 2, 3), it runs
 - ``offload`` -- offloading only, DYNPROG of paper 001 (``baselines.offload.dynprog``, its own
   memory model: output reserved when an operation starts),
 - ``joint-N`` -- the joint DP of paper 000 (``baselines.joint_dp.solve_joint``) with N memory slots
-  (``--slots``, default 50 and 100), and ``joint``, the best of them (the discretization matters on
-  short chains: each stored value is rounded up to a slot, and each level boundary can lose one
-  slot's transfer time ``M / (N beta)``).
+  (``--slots``, default 50, 100 and 200, each where its tables fit in 3 GB), and ``joint``, the best
+  of them (the discretization matters: each stored value is rounded up to a slot, and each level
+  boundary can lose one slot's transfer time ``M / (N beta)``; the CSV keeps every N).
 
 Every makespan is the one replayed by the method's simulator. The CSV (one row per memory, method
 and factor) and the PNG (one panel per factor) go to ``--out`` (default ``results/remat_offload``).
@@ -39,8 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--factors", default="1,2,3", help="bandwidth multipliers (default 1,2,3)")
     p.add_argument("--points", type=int, default=12, help="memory limits (default 12)")
     p.add_argument("--low", type=float, default=0.7, help="lowest limit as a fraction of rotor's minimum")
-    p.add_argument("--slots", default="50,100", help="memory slots N of the joint DP, comma-separated (one curve "
-                   "each, 'joint' is the best of them); rotor uses the first (default 50,100)")
+    p.add_argument("--slots", default="50,100,200", help="memory slots N of the joint DP, comma-separated (one "
+                   "curve each, 'joint' is the best of them; values whose tables would exceed 3 GB for this chain "
+                   "are skipped); rotor uses the first (default 50,100,200)")
     p.add_argument("--no-offload", action="store_true", help="skip the offloading-only curve")
     p.add_argument("--out", default="results/remat_offload", help="output prefix (CSV + PNG)")
 
@@ -73,6 +74,16 @@ def run(args: argparse.Namespace) -> int:
         beta = parse_bandwidth("12GB/s")
     factors = [float(x) for x in str(args.factors).split(",") if x.strip()]
     slot_list = [int(x) for x in str(args.slots).split(",") if x.strip()]
+    L = chain.L
+
+    def table_bytes(n):
+        return (L * (L + 1) // 2) * (n + 1) ** 2 * 12 + (L + 2) * 2 * (n + 1) ** 3 * 10
+
+    skipped = [n for n in slot_list if table_bytes(n) > 3e9]
+    slot_list = [n for n in slot_list if n not in skipped] or [50]
+    if skipped:
+        print(f"joint DP with N = {skipped} skipped: its tables would need more than 3 GB for L = {L}",
+              file=sys.stderr)
     batch = chain.provenance.get("batch")
     scale = float(batch) if batch else 1.0
     unit = "samples/s" if batch else "iterations/s"

@@ -12,7 +12,6 @@ measured period and ``peak_memory`` the measured memory (the simulator is the ju
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from models.chain import Chain, Platform

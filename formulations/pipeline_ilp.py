@@ -57,14 +57,11 @@ just below).
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from models.chain import Chain
-from models.pipeline import REL_TOL, Pattern, TaskData, batch_shifts, task_data
+from models.pipeline import REL_TOL, Pattern, TaskData, task_data
 
 TIME_SCALE_TARGET = 1000.0
 MEM_SCALE_TARGET = 1000.0

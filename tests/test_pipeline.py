@@ -1,7 +1,6 @@
 """Pipelined model parallelism (paper 003): simulator, eager 1F1B, ILP (1)-(36), baselines, CLI."""
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 
@@ -9,7 +8,7 @@ import numpy as np
 import pytest
 
 from baselines.pipeline import (best_feasible, gpipe_points, memory_lower_bound, min_memory_contiguous,
-                                period_lower_bound, pipedream_points, start_pattern)
+                                period_lower_bound, pipedream_points)
 from formulations.pipeline_ilp import build_model, check_values, solve_ilp, start_values
 from models.chain import Chain, random_chain
 from models.pipeline import (InvalidPattern, Pattern, serial_pattern, simulate_eager, simulate_pattern,

@@ -239,6 +239,8 @@ def report(sol: Solution, chain: Chain, args=None) -> str:
     if gantt_file and isinstance(sol.schedule, Pattern):
         gantt(sol.schedule, chain, bw, gantt_file)
         lines.append(f"Gantt chart  {gantt_file}")
+    elif gantt_file:
+        lines.append("Gantt chart  not drawn: the schedule is not a periodic pattern")
     return "\n".join(lines)
 
 

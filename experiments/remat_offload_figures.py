@@ -148,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
         worse_o = [(M, f) for (M, f), v in o.items() if math.isfinite(v) and
                    (not math.isfinite(j.get((M, f), math.nan)) or j[(M, f)] > v * (1 + 1e-9))]
         print(f"joint DP worse than offloading only at {len(worse_o)} points"
-              + (" (discretization of N slots; see the CSV)" if worse_o else ""))
+              + (" (discretization of N slots; see the CSV): " + ", ".join(
+                  f"{fmt_memory(M)} x{f:g}" for M, f in worse_o[:12]) if worse_o else ""))
 
     import matplotlib
     matplotlib.use("Agg")

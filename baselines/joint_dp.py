@@ -53,6 +53,12 @@ together with its duration (a second table). A part that cannot fit an operation
 reserved prefetches waits at its end (Lemma 1). ``F_all^i`` and ``B^i`` are checked with the memory
 reserved at their end.
 
+*An addition to the paper's cases* ("flush"): a level's backward block may first wait, idle, until
+the prefetch parts it cannot host are on the device (case 2), or idle after ``B^i`` until it has
+hosted all of ``Delta_B`` (case 1), so that the sub-chain only has to prefetch ``Z^i``: the paper
+only inserts the idle time Lemma 1 requires for memory, which can leave the deeper levels with more
+reserved memory than necessary. The choice is part of the table (``CH = 4 j + 2 f + v``).
+
 *Loss* (B.2): ``F_all^{L+1}`` waits for enough offload parts to fit; the block ends at
 ``max(end of B^{L+1}, (Delta_F + Delta_B) q, e_o + (Delta_B - r_o) q)``: all offloads finish before
 the first prefetch (no offload in the backward phase, no prefetch in the forward phase).
@@ -256,7 +262,9 @@ def _loss_eval(L, N, uf, ub, a, ab, d, of, ob, q, x, A, F, P):
 @njit(cache=True)
 def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP):
     """OC[i, x, A, F, P] (B.1, B.2) bottom-up over i = L+1..1 and its choice
-    CH = 2 j + v (j = 0: F_all^i first; j >= i: F_ck^i F_none^{i+1..j}); -1 when infeasible.
+    CH = 4 j + 2 f + v (j = 0: F_all^i first; j >= i: F_ck^i F_none^{i+1..j}; f = 1: "flush", the
+    level's backward block first waits until all of Delta_B it could not host is prefetched, so that
+    the sub-chain prefetches only Z^i); -1 when infeasible.
     States with A + F > N or A + P > N cannot be feasible and are left at inf."""
     OC = np.full((L + 2, 2, N + 1, N + 1, N + 1), np.inf)
     CH = np.full((L + 2, 2, N + 1, N + 1, N + 1), -1, dtype=np.int16)
@@ -302,14 +310,21 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP):
                                 e3 = _wait(P - (mfree - mb1), q)
                                 if e3 < np.inf:
                                     k = min(P, _nch(ub[i] + e3, q))
-                                    P2 = v * z + P - k
-                                    if cA <= N and F2 <= N - cA and P2 <= N - cA:
-                                        sub = OC[i + 1, 1, cA, F2, P2]
-                                        if sub < np.inf:
-                                            tot = Tf + sub + (ub[i] + e3)
-                                            if tot < best:
-                                                best = tot
-                                                bch = v
+                                    for fl in range(2):
+                                        if fl == 1:
+                                            # flush: idle after B^i until all of Delta_B is hosted
+                                            if k == P or not fin:
+                                                break
+                                            e3 = max(e3, P * q - ub[i])
+                                            k = min(P, _nch(ub[i] + e3, q))
+                                        P2 = v * z + P - k
+                                        if cA <= N and F2 <= N - cA and P2 <= N - cA:
+                                            sub = OC[i + 1, 1, cA, F2, P2]
+                                            if sub < np.inf:
+                                                tot = Tf + sub + (ub[i] + e3)
+                                                if tot < best:
+                                                    best = tot
+                                                    bch = 2 * fl + v
                             # ---- case 2: F_ck^i F_none^{i+1..j}, OC_0(j+1), C_A(i, j)
                             room1 = N - (base + z + a[i] + of[i])
                             if room1 < 0:
@@ -338,15 +353,22 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP):
                                 Tb = T[p, mfree, P]
                                 if not Tb < np.inf:
                                     continue
-                                P2 = v * z + SP[p, mfree, P]
-                                if F2 > N - cA or P2 > N - cA:
+                                sp = SP[p, mfree, P]
+                                if F2 > N - cA:
                                     continue
-                                sub = OC[j + 1, 0, cA, F2, P2]
-                                if sub < np.inf:
-                                    tot = Tf + sub + Tb
-                                    if tot < best:
-                                        best = tot
-                                        bch = 2 * j + v
+                                for fl in range(2):
+                                    if fl == 1 and (sp == 0 or not fin):
+                                        break
+                                    # flush: idle before the block while its spilled parts are prefetched
+                                    P2 = v * z + (sp if fl == 0 else 0)
+                                    if P2 > N - cA:
+                                        continue
+                                    sub = OC[j + 1, 0, cA, F2, P2]
+                                    if sub < np.inf:
+                                        tot = Tf + sub + (Tb if fl == 0 else sp * q + Tb)
+                                        if tot < best:
+                                            best = tot
+                                            bch = 4 * j + 2 * fl + v
                         OC[i, x, A, F, P] = best
                         CH[i, x, A, F, P] = bch
     return OC, CH
@@ -437,7 +459,7 @@ class JointDP:
         return t, int(self.SP[p, m, D])
 
     # --- one forward level: every quantity the value and the rebuild need
-    def level(self, i, x, A, F, P, v, j):
+    def level(self, i, x, A, F, P, v, j, fl=0):
         """Evaluate level ``i`` (state x, A, F, P) with offload decision ``v`` and, for case 2, last
         forward stage ``j`` (``j = 0`` means case 1, F_all^i). Returns None if infeasible, else a dict."""
         a, ab, d, of, ob, uf, ub, q, N = self.a, self.ab, self.d, self.of, self.ob, self.uf, self.ub, self.q, self.N
@@ -481,15 +503,20 @@ class JointDP:
             if not math.isfinite(e3):
                 return None
             k = min(P, _nch(ub[i] + e3, q))
+            if fl:
+                e3 = max(e3, P * q - ub[i])
+                k = min(P, _nch(ub[i] + e3, q))
             Tb, spill = ub[i] + e3, P - k
             child = (i + 1, 1)
+            pre, cspill = 0.0, spill
         else:
             Tb, spill = self.block(i, j, mb_free, P)
             if not Tb < INF:
                 return None
             child = (j + 1, 0)
-        return dict(z=z, starts=starts, Tf=Tf, zs=zs, F2=F2, Tb=Tb, spill=spill,
-                    child=(child[0], child[1], A + (1 - v) * z, F2, v * z + spill))
+            pre, cspill = (spill * q, 0) if fl else (0.0, spill)
+        return dict(z=z, starts=starts, Tf=Tf, zs=zs, F2=F2, Tb=Tb, spill=spill, pre=pre,
+                    child=(child[0], child[1], A + (1 - v) * z, F2, v * z + cspill))
 
     def loss(self, x, A, F, P):
         a, ab, d, of, ob, uf, ub, q, N = self.a, self.ab, self.d, self.of, self.ob, self.uf, self.ub, self.q, self.N
@@ -522,7 +549,7 @@ class JointDP:
         c = int(self.FCH[i, x, A, F, P])
         if c < 0:
             return INF, None
-        return t, (c % 2, c // 2)
+        return t, (c % 2, c // 4, (c // 2) % 2)
 
     # ------------------------------------------------------------------------- rebuild
     def rebuild(self):
@@ -569,8 +596,8 @@ class JointDP:
             self._emit("B", L + 1, t0 + r["s2"])
             self._place(demand, t0 + r["E"])
             return t0 + r["E"]
-        _, (v, j) = self.value(i, x, A, F, P)
-        r = self.level(i, x, A, F, P, v, j)
+        _, (v, j, fl) = self.value(i, x, A, F, P)
+        r = self.level(i, x, A, F, P, v, j, fl)
         if j == 0:
             self._emit("F_all", i, t0 + r["starts"][0])
         else:
@@ -584,14 +611,19 @@ class JointDP:
             for c, (idx, p, b) in enumerate(zparts):
                 self.trans.append(Transfer("offload", idx, b, t0 + r["zs"] + c * self.q, p))
         spill = r["spill"]
-        child_demand = demand[:spill] + zparts
         ci, cx, cA, cF, cP = r["child"]
+        if j == 0 or not fl:
+            child_demand = demand[:spill] + zparts
+        else:
+            child_demand = zparts
         t1 = self._level(ci, cx, cA, cF, cP, child_demand, t0 + r["Tf"])
-        hosted = demand[spill:]
         if j == 0:
             self._emit("B", i, t1)
-            self._place(hosted, t1 + r["Tb"])
+            self._place(demand[spill:], t1 + r["Tb"])
             return t1 + r["Tb"]
+        if fl:      # wait while the parts the block spills are prefetched
+            self._place(demand[:spill], t1 + r["pre"])
+            t1 = t1 + r["pre"]
         mfree = self.N - A - r["z"]
         return self._block(i, j, mfree, demand, t1)
 

@@ -77,7 +77,8 @@ Complexity (as in Theorem 1): backward tables ``O(L^3 N^2)`` (``C_A`` over ``i <
 ``Delta``; case 2 over ``i'``, with running maxima so that each ``i'`` costs O(1)); forward table
 ``O(L N^3)`` states ``(i, x, A, Delta_F, Delta_B)`` times ``O(L)`` choices, ``O(L^2 N^3)``. Both are
 numba kernels. Memory: ``L^2/2 (N+1)^2`` entries for ``C_A`` (time, spill, choice: 12 bytes) and
-``2 (L+2) (N+1)^3`` for ``OC`` (10 bytes): 0.3 GB for L = 100, N = 50.
+about ``2 (L+2) N^3 / 3`` for ``OC`` (10 bytes, states with ``A + Delta > N`` are not stored): 0.2 GB
+for L = 100, N = 50; 1.3 GB for L = 100, N = 100.
 """
 from __future__ import annotations
 
@@ -265,9 +266,13 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP):
     CH = 4 j + 2 f + v (j = 0: F_all^i first; j >= i: F_ck^i F_none^{i+1..j}; f = 1: "flush", the
     level's backward block first waits until all of Delta_B it could not host is prefetched, so that
     the sub-chain prefetches only Z^i); -1 when infeasible.
-    States with A + F > N or A + P > N cannot be feasible and are left at inf."""
-    OC = np.full((L + 2, 2, N + 1, N + 1, N + 1), np.inf)
-    CH = np.full((L + 2, 2, N + 1, N + 1, N + 1), -1, dtype=np.int16)
+    States with A + F > N or A + P > N cannot be feasible and are not stored: (A, F, P) is packed
+    as ``off[A] + F (N - A + 1) + P`` (about N^3 / 3 entries per level and x)."""
+    off = np.zeros(N + 2, dtype=np.int64)      # packed index of (A, F, P), F, P <= N - A
+    for A in range(N + 1):
+        off[A + 1] = off[A] + (N - A + 1) ** 2
+    OC = np.full((L + 2, 2, off[N + 1]), np.inf)
+    CH = np.full((L + 2, 2, off[N + 1]), -1, dtype=np.int16)
     fin = math.isfinite(q)
     nv = 2 if fin else 1
     dL1 = d[L + 1]
@@ -277,8 +282,8 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP):
                 for P in range(N - A + 1):
                     _, _, E = _loss_eval(L, N, uf, ub, a, ab, d, of, ob, q, x, A, F, P)
                     if E < np.inf:
-                        OC[L + 1, x, A, F, P] = E
-                        CH[L + 1, x, A, F, P] = 0
+                        OC[L + 1, x, off[A] + F * (N - A + 1) + P] = E
+                        CH[L + 1, x, off[A] + F * (N - A + 1) + P] = 0
     for i in range(L, 0, -1):
         for x in range(2):
             if i == 1 and x == 1:
@@ -319,7 +324,7 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP):
                                             k = min(P, _nch(ub[i] + e3, q))
                                         P2 = v * z + P - k
                                         if cA <= N and F2 <= N - cA and P2 <= N - cA:
-                                            sub = OC[i + 1, 1, cA, F2, P2]
+                                            sub = OC[i + 1, 1, off[cA] + F2 * (N - cA + 1) + P2]
                                             if sub < np.inf:
                                                 tot = Tf + sub + (ub[i] + e3)
                                                 if tot < best:
@@ -363,15 +368,15 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP):
                                     P2 = v * z + (sp if fl == 0 else 0)
                                     if P2 > N - cA:
                                         continue
-                                    sub = OC[j + 1, 0, cA, F2, P2]
+                                    sub = OC[j + 1, 0, off[cA] + F2 * (N - cA + 1) + P2]
                                     if sub < np.inf:
                                         tot = Tf + sub + (Tb if fl == 0 else sp * q + Tb)
                                         if tot < best:
                                             best = tot
                                             bch = 4 * j + 2 * fl + v
-                        OC[i, x, A, F, P] = best
-                        CH[i, x, A, F, P] = bch
-    return OC, CH
+                        OC[i, x, off[A] + F * (N - A + 1) + P] = best
+                        CH[i, x, off[A] + F * (N - A + 1) + P] = bch
+    return OC, CH, off
 
 
 def _region_idle(i, ip, j, m, s2, uf, a, d, of, q):
@@ -437,7 +442,7 @@ class JointDP:
         if need > 4e9:
             raise ValueError(f"joint DP tables for L={L} and {self.N} slots would need {need / 1e9:.1f} GB; "
                              "use fewer slots")
-        fwd = (L + 2) * 2 * (self.N + 1) ** 3 * 10
+        fwd = (L + 2) * 2 * sum((self.N - A + 1) ** 2 for A in range(self.N + 1)) * 10
         if need + fwd > 3e9:
             raise ValueError(f"joint DP tables for L={L} and {self.N} slots would need {(need + fwd) / 1e9:.1f} GB; "
                              "use fewer slots")
@@ -448,7 +453,7 @@ class JointDP:
             self.T = np.full((1, self.N + 1, self.N + 1), np.inf)
             self.SP = np.zeros((1, self.N + 1, self.N + 1), dtype=np.int16)
             self.CH = np.zeros((1, self.N + 1, self.N + 1), dtype=np.int16)
-        self.OC, self.FCH = _forward_kernel(*args, self.pid, self.T, self.SP)
+        self.OC, self.FCH, self.off = _forward_kernel(*args, self.pid, self.T, self.SP)
 
     # --- backward block lookup: (duration, spill) for C(i, j, m, D)
     def block(self, i, j, m, D):
@@ -543,10 +548,11 @@ class JointDP:
     def value(self, i, x, A, F, P):
         """OC_x(i, A, Delta_F, Delta_B) from the forward table: (best time, choice (v, j))."""
         N = self.N
-        if not (0 <= A <= N and 0 <= F <= N and 0 <= P <= N):
+        if not (0 <= A <= N and 0 <= F <= N - A and 0 <= P <= N - A):
             return INF, None
-        t = float(self.OC[i, x, A, F, P])
-        c = int(self.FCH[i, x, A, F, P])
+        k = int(self.off[A]) + F * (N - A + 1) + P
+        t = float(self.OC[i, x, k])
+        c = int(self.FCH[i, x, k])
         if c < 0:
             return INF, None
         return t, (c % 2, c // 4, (c // 2) % 2)

@@ -35,7 +35,8 @@ def bench_time(Ls, Ns, max_gb: float) -> None:
         lo, hi = min_memory(c), store_all(c).peak_memory
         M = lo + 0.3 * (hi - lo)
         for N in Ns:
-            gb = ((L * (L + 1) // 2) * (N + 1) ** 2 * 12 + (L + 2) * 2 * (N + 1) ** 3 * 10) / 1e9
+            gb = ((L * (L + 1) // 2) * (N + 1) ** 2 * 12
+                  + (L + 2) * 2 * sum((N - A + 1) ** 2 for A in range(N + 1)) * 10) / 1e9
             if gb > max_gb:
                 print(f"{L:>4} {N:>4} {gb:>9.2f}  skipped (more than --max-gb {max_gb})")
                 continue

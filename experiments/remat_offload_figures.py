@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     L = chain.L
 
     def table_bytes(n):
-        return (L * (L + 1) // 2) * (n + 1) ** 2 * 12 + (L + 2) * 2 * (n + 1) ** 3 * 10
+        return (L * (L + 1) // 2) * (n + 1) ** 2 * 12 + (L + 2) * 2 * sum((n - A + 1) ** 2 for A in range(n + 1)) * 10
 
     skipped = [n for n in slot_list if table_bytes(n) > 3e9]
     slot_list = [n for n in slot_list if n not in skipped] or [50]

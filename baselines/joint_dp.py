@@ -687,10 +687,14 @@ def solve_joint(chain: Chain, memory: float, bandwidth: float | None, *, slots: 
     persistent DP), ``slots`` the number N of memory values (50 in the paper).
 
     >>> from models.chain import random_chain
-    >>> c = random_chain(4, seed=1)
-    >>> sol = solve_joint(c, 40, 2.0, slots=40)
-    >>> abs(sol.objective - sol.predicted) < 1e-9
-    True
+    >>> c = random_chain(4, seed=1)          # re-materialization alone needs 46 B
+    >>> sol = solve_joint(c, 50, 2.0, exact=True)
+    >>> sol.objective, solve_joint(c, 50, 0.0, exact=True).objective   # with and without the link
+    (64.0, 76.0)
+    >>> [(o["value"], o["index"]) for o in sol.details["offloaded"]]
+    [('a', 0)]
+    >>> solve_joint(c, 45, 2.0, exact=True).objective        # below the re-materialization minimum
+    65.0
     """
     t0 = time.perf_counter()
     times: dict[str, float] = {}

@@ -731,5 +731,5 @@ def solve_joint(chain: Chain, memory: float, bandwidth: float | None, *, slots: 
               "the joint DP's model (persistent sequences, top-level inputs offloaded, transfers in slot "
               "parts)")
     return Solution(problem="remat-offload", method="dp", status=status, objective=rep.makespan,
-                    peak_memory=rep.peak_memory, schedule=sched, memory_limit=memory, predicted=best,
+                    peak_memory=rep.peak_memory, schedule=sched, memory_limit=memory, predicted=float(best),
                     message=f"best within {within}; {dp.disc.describe()}", times=times, details=details)

@@ -296,8 +296,8 @@ def simulate_joint(chain: Chain, schedule: JointSchedule, bandwidth: float | Non
                                                f"at t = {tt:.6g}s")
         trace.append((events[i][0], mem))
         i = j
-    return JointReplay(makespan=makespan, peak_memory=peak, recompute_time=base.recompute_time,
-                       idle_time=idle, idle_data=idle_data, op_start=starts, op_end=ends, transfer_start=ts,
+    return JointReplay(makespan=float(makespan), peak_memory=float(peak), recompute_time=float(base.recompute_time),
+                       idle_time=float(idle), idle_data=float(idle_data), op_start=starts, op_end=ends, transfer_start=ts,
                        transfer_end=te, transfer_time=sum(e - s for s, e in zip(ts, te)),
                        offloaded_bytes=sum(t.nbytes for t in schedule.transfers if t.kind == "offload"),
                        memory_trace=trace)

@@ -105,25 +105,44 @@ def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry):
     The arg-min is not stored: :func:`_persistent_choice` recomputes it along the reconstructed path
     only (O(L) per visited entry), which keeps the O(S L^3) inner loop a plain ``min``.
     ``lo[s, t]`` is the smallest m where C[s, t, m] is finite (C is non-increasing in m), so the
-    inner loops skip the infeasible region."""
+    inner loops skip the infeasible region; above ``full[s, t]`` storing everything fits and C is the
+    store-all time."""
     n = L + 2
     C = np.full((n, n, S + 1), np.inf)
     lo = np.full((n, n), S + 1, dtype=np.int64)
+    # full[s, t]: memory from which "F_all every stage" fits in sub-chain (s, t); from there on
+    # C[s, t, m] is the sum of u_f + u_b over s..t, a lower bound, so no search is needed.
+    full = np.zeros((n, n), dtype=np.int64)
+    base = np.zeros((n, n))
     for s in range(1, L + 2):
         need = max(wd[s] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
         for m in range(need, S + 1):
             C[s, s, m] = uf[s] + ub[s]
         lo[s, s] = min(need, S + 1)
+        full[s, s] = need
+        base[s, s] = uf[s] + ub[s]
     buf = np.empty(S + 1)
+    if allow_carry:
+        for d in range(1, L + 1):
+            for s in range(1, L + 2 - d):
+                t = s + d
+                full[s, t] = max(wd[t] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s],
+                                 wab[s] + full[s + 1, t])
+                base[s, t] = uf[s] + base[s + 1, t] + ub[s]   # same order as C_all: exact match
     for d in range(1, L + 1):
         for s in range(1, L + 2 - d):
             t = s + d
             buf[:] = np.inf
+            top = S + 1
+            if allow_carry and full[s, t] <= S:
+                top = full[s, t]
+                for m in range(top, S + 1):
+                    buf[m] = base[s, t]
             # F_all^s first (C_all)
             if allow_carry:
                 need = max(wd[t] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
                 sub = C[s + 1, t]
-                for m in range(max(need, wab[s] + lo[s + 1, t]), S + 1):
+                for m in range(max(need, wab[s] + lo[s + 1, t]), top):
                     buf[m] = uf[s] + sub[m - wab[s]] + ub[s]
             # F_ck^s, F_none^{s+1..s'-1} (C_ck)
             need = wd[t] + wa[s] + of[s]
@@ -139,7 +158,7 @@ def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry):
                 second = C[s, sp - 1]
                 shift = wa[sp - 1]
                 start = max(need, shift + lo[sp, t], lo[s, sp - 1])
-                for m in range(start, S + 1):
+                for m in range(start, top):
                     buf[m] = min(buf[m], fsum + first[m - shift] + second[m])
             C[s, t, :] = buf
             first_finite = S + 1
@@ -152,14 +171,15 @@ def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry):
 
 
 def _persistent_choice(C, s, t, m, uf, ub, wa, wab, wd, of, ob, allow_carry):
-    """Which case achieves C[s, t, m]: -1 (F_all^s first) or s' (F_ck^s keeping a^{s'-1}); the same
-    arithmetic as the kernel, so the match is exact."""
+    """Which case achieves C[s, t, m]: -1 (F_all^s first) or s' (F_ck^s keeping a^{s'-1}), by the same
+    arithmetic as the kernel (compared with a 1e-12 relative tolerance)."""
     target = C[s, t, m]
+    tol = 1e-12 * max(1.0, abs(target))
     if s == t:
         return -1
     if allow_carry:
         need = max(wd[t] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
-        if m >= need and m >= wab[s] and uf[s] + C[s + 1, t, m - wab[s]] + ub[s] == target:
+        if m >= need and m >= wab[s] and abs(uf[s] + C[s + 1, t, m - wab[s]] + ub[s] - target) <= tol:
             return -1
     need = wd[t] + wa[s] + of[s]
     fsum = 0.0
@@ -168,7 +188,7 @@ def _persistent_choice(C, s, t, m, uf, ub, wa, wab, wd, of, ob, allow_carry):
         if sp - 1 > s:
             j = sp - 1
             need = max(need, wd[t] + wa[j - 1] + wa[j] + of[j])
-        if m >= need and m >= wa[sp - 1] and fsum + C[sp, t, m - wa[sp - 1]] + C[s, sp - 1, m] == target:
+        if m >= need and m >= wa[sp - 1] and abs(fsum + C[sp, t, m - wa[sp - 1]] + C[s, sp - 1, m] - target) <= tol:
             return sp
     raise RuntimeError(f"internal error: no case reaches C[{s},{t},{m}]")
 

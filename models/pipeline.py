@@ -751,45 +751,34 @@ def modular_pattern(chain: Chain, bandwidth: float | None, stages: Sequence[tupl
     def occupy(key, t, dur):
         occ.setdefault(key, []).append((t % T, t % T + dur))
 
+    def place_earliest(kind, s, t, prev_gpu, prev_comm):
+        """Place the block (kind, s) as early as possible after time t and after the transfer from
+        the previous stage's last task; returns the new (t, prev_gpu, prev_comm)."""
+        ms = block(kind, s)
+        if prev_comm is not None and prev_gpu != s:     # transfer from the previous stage
+            dur = td.dc[prev_comm]
+            lk = ("link",) + _link(prev_gpu, s)
+            c0 = _place_modular(occ.setdefault(lk, []), t, dur, T, tol) if dur > 0 else t
+            if dur > 0:
+                occupy(lk, c0, dur)
+            starts_c[prev_comm] = c0
+            t = c0 + dur
+        dur = sum(td.d[m] for m in ms)
+        t0 = _place_modular(occ.setdefault(("gpu", s), []), t, dur, T, tol)
+        occupy(("gpu", s), t0, dur)
+        for m in ms:
+            starts[m] = t0
+            t0 += td.d[m]
+        return t0, s, ms[-1]
+
+    state = (0.0, None, None)
     if not backward_first:
         order = [("F", s) for s in range(S)] + [("B", s) for s in range(S - 1, -1, -1)]
-        t, prev_gpu, prev_comm = 0.0, None, None
         for kind, s in order:
-            ms = block(kind, s)
-            if prev_comm is not None and prev_gpu != s:     # transfer from the previous stage
-                dur = td.dc[prev_comm]
-                lk = ("link",) + _link(prev_gpu, s)
-                c0 = _place_modular(occ.setdefault(lk, []), t, dur, T, tol) if dur > 0 else t
-                if dur > 0:
-                    occupy(lk, c0, dur)
-                starts_c[prev_comm] = c0
-                t = c0 + dur
-            dur = sum(td.d[m] for m in ms)
-            t0 = _place_modular(occ.setdefault(("gpu", s), []), t, dur, T, tol)
-            occupy(("gpu", s), t0, dur)
-            for m in ms:
-                starts[m] = t0
-                t0 += td.d[m]
-            t, prev_gpu, prev_comm = t0, s, ms[-1]
+            state = place_earliest(kind, s, *state)
     else:
-        t, prev_gpu, prev_comm = 0.0, None, None
         for s in range(S - 1, -1, -1):                      # backward pass, earliest
-            ms = block("B", s)
-            if prev_comm is not None:
-                dur = td.dc[prev_comm]
-                lk = ("link",) + _link(prev_gpu, s)
-                c0 = _place_modular(occ.setdefault(lk, []), t, dur, T, tol) if dur > 0 else t
-                if dur > 0:
-                    occupy(lk, c0, dur)
-                starts_c[prev_comm] = c0
-                t = c0 + dur
-            dur = sum(td.d[m] for m in ms)
-            t0 = _place_modular(occ.setdefault(("gpu", s), []), t, dur, T, tol)
-            occupy(("gpu", s), t0, dur)
-            for m in ms:
-                starts[m] = t0
-                t0 += td.d[m]
-            t, prev_gpu, prev_comm = t0, s, ms[-1]
+            state = place_earliest("B", s, *state)
         deadline = starts[block("B", S - 1)[0]]             # forward pass, latest, from the last stage
         for s in range(S - 1, -1, -1):
             ms = block("F", s)

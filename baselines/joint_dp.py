@@ -239,7 +239,7 @@ def _chunk_end_nb(c, F, zs, q):
 
 @njit(cache=True)
 def _loss_eval(L, N, uf, ub, a, ab, d, of, ob, q, x, A, F, P):
-    """The loss junction (B.2); returns (s1, s2, E) or E = inf. Same arithmetic as JointDP.loss."""
+    """The loss junction (B.2); returns (s1, s2, E) or E = inf. Used by the table and by JointDP.loss."""
     z = ab[L] if x else a[L]
     res = A + d[L + 1] + z
     r1 = N - (res + ab[L + 1] + of[L + 1])
@@ -524,26 +524,12 @@ class JointDP:
                     child=(child[0], child[1], A + (1 - v) * z, F2, v * z + cspill))
 
     def loss(self, x, A, F, P):
-        a, ab, d, of, ob, uf, ub, q, N = self.a, self.ab, self.d, self.of, self.ob, self.uf, self.ub, self.q, self.N
-        L = self.chain.L
-        z = int(ab[L] if x else a[L])
-        res = A + int(d[L + 1]) + z
-        r1 = N - (res + ab[L + 1] + of[L + 1])
-        r2 = N - (res + ab[L + 1] + d[L] + ob[L + 1])
-        if r1 < 0 or r2 < 0:
+        """The loss junction (B.2) for the rebuild: the kernel's own arithmetic (``_loss_eval``)."""
+        s1, s2, E = _loss_eval(self.chain.L, self.N, self.uf, self.ub, self.a, self.ab, self.d, self.of,
+                               self.ob, self.q, x, A, F, P)
+        if not E < INF:
             return None
-        s1 = _wait(F - r1, q)
-        e1 = s1 + uf[L + 1]
-        s2 = max(e1, _wait(F - r2, q))
-        e2 = s2 + ub[L + 1]
-        E = e2
-        if F + P > 0:
-            if not math.isfinite(q):
-                return None
-            E = max(E, (F + P) * q)
-            if P > 0:
-                E = max(E, e1 + (P - r1) * q, e2 + (P - r2) * q)
-        return dict(s1=s1, s2=s2, E=E)
+        return dict(s1=float(s1), s2=float(s2), E=float(E))
 
     def value(self, i, x, A, F, P):
         """OC_x(i, A, Delta_F, Delta_B) from the forward table: (best time, choice (v, j))."""

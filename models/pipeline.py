@@ -684,22 +684,24 @@ def steady_pattern(un: Unrolled, td: TaskData, period: float) -> Pattern | None:
     return normalize_pattern(un.gpu, starts, starts_c, period, td)
 
 
+def _modular_free(occupied: list[tuple[float, float]], t: float, dur: float, T: float, tol: float) -> bool:
+    """True when [t, t+dur) overlaps no occupied interval modulo T."""
+    s = t % T
+    for a, b in occupied:
+        for k in (-1, 0, 1):
+            if s < b + k * T - tol and a + k * T < s + dur - tol:
+                return False
+    return True
+
+
 def _place_modular(occupied: list[tuple[float, float]], ready: float, dur: float, T: float, tol: float) -> float:
     """Earliest t >= ready such that [t, t+dur) avoids every occupied interval modulo T."""
-    def free(t):
-        s = t % T
-        for a, b in occupied:
-            for k in (-1, 0, 1):
-                if s < b + k * T - tol and a + k * T < s + dur - tol:
-                    return False
-        return True
-
     cands = [ready]
     for a, b in occupied:
         e = b + math.ceil((ready - b) / T) * T
         cands.append(e)
     for t in sorted(cands):
-        if t >= ready - tol and free(t):
+        if t >= ready - tol and _modular_free(occupied, t, dur, T, tol):
             return t
     raise InvalidPattern("no room left on a resource: the period is below its load")
 
@@ -707,19 +709,11 @@ def _place_modular(occupied: list[tuple[float, float]], ready: float, dur: float
 def _place_modular_latest(occupied: list[tuple[float, float]], deadline: float, dur: float, T: float,
                           tol: float) -> float:
     """Latest t with t + dur <= deadline such that [t, t+dur) avoids every occupied interval mod T."""
-    def free(t):
-        s = t % T
-        for a, b in occupied:
-            for k in (-1, 0, 1):
-                if s < b + k * T - tol and a + k * T < s + dur - tol:
-                    return False
-        return True
-
     cands = [deadline - dur]
     for a, b in occupied:
         cands.append(a + math.floor((deadline - a) / T) * T - dur)
     for t in sorted(cands, reverse=True):
-        if t + dur <= deadline + tol and free(t):
+        if t + dur <= deadline + tol and _modular_free(occupied, t, dur, T, tol):
             return t
     raise InvalidPattern("no room left on a resource: the period is below its load")
 

@@ -57,12 +57,11 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from pyomo.common.errors import InfeasibleConstraintException
 
 from models.chain import Chain
 from models.remat import InvalidSequence, RematSchedule, simulate_remat
 from models.solution import Solution, Status
-from formulations.highs_driver import MilpResult, solve_milp, timed
+from formulations.highs_driver import solve_milp, timed
 
 TOL_OPTIONS = {"primal_feasibility_tolerance": 1e-9, "mip_feasibility_tolerance": 1e-9}
 
@@ -317,11 +316,8 @@ def solve_checkmate(chain: Chain, memory: float, *, time_limit: float | None = 6
     t0 = time.perf_counter()
     with timed(times, "build"):
         model = build_checkmate(chain, memory)
-    try:
-        res = solve_milp(model, time_limit=time_limit, gap=gap, threads=threads, log_file=log_file,
-                         verbose=verbose, options=TOL_OPTIONS)
-    except InfeasibleConstraintException as e:
-        res = MilpResult(Status.INFEASIBLE, None, None, f"trivially infeasible: {e}")
+    res = solve_milp(model, time_limit=time_limit, gap=gap, threads=threads, log_file=log_file,
+                     verbose=verbose, options=TOL_OPTIONS)
     times.update(res.times)
     ts = model.time_scale
     pred = None if res.objective is None else res.objective * ts
@@ -375,11 +371,8 @@ def solve_checkmate_lp(chain: Chain, memory: float, *, time_limit: float | None 
     t0 = time.perf_counter()
     with timed(times, "build"):
         model = build_checkmate(chain, memory)
-    try:
-        res = solve_milp(model, time_limit=time_limit, threads=threads, relax=True, log_file=log_file,
-                         verbose=verbose)
-    except InfeasibleConstraintException as e:
-        res = MilpResult(Status.INFEASIBLE, None, None, f"trivially infeasible: {e}")
+    res = solve_milp(model, time_limit=time_limit, threads=threads, relax=True, log_file=log_file,
+                     verbose=verbose)
     times.update(res.times)
     ts = model.time_scale
     lp = None if res.objective is None else res.objective * ts

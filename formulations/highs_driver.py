@@ -94,17 +94,16 @@ def solve_milp(model, *, time_limit: float | None = None, gap: float | None = No
     NO_SOLUTION; infeasible -> INFEASIBLE; anything else -> ERROR (message says which).
     """
     import highspy
+    from pyomo.common.errors import InfeasibleConstraintException
     from pyomo.repn.plugins.standard_form import LinearStandardFormCompiler
 
     times: dict[str, float] = {}
     with timed(times, "compile"):
         try:
             info = LinearStandardFormCompiler().write(model, mixed_form=True, set_sense=None)
-        except Exception as e:   # Pyomo detects constraints made infeasible by fixed variables
-            if "infeasible" not in str(e):
-                raise
+        except InfeasibleConstraintException as e:   # a constant row violated (e.g. by fixed variables)
             return MilpResult(status=Status.INFEASIBLE, objective=None, bound=None,
-                              message=f"infeasible before solving: {e}", times=times)
+                              message=f"trivially infeasible: {e}", times=times)
         cols = info.columns
         n = len(cols)
         if len(info.objectives) != 1:

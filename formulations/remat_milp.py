@@ -93,9 +93,8 @@ from typing import Sequence
 from models.chain import Chain
 from models.remat import RematSchedule, simulate_remat, InvalidSequence
 from models.solution import Solution, Status
-from pyomo.common.errors import InfeasibleConstraintException
 
-from formulations.highs_driver import MilpResult, solve_milp, timed
+from formulations.highs_driver import solve_milp, timed
 
 KINDS = ("all", "up", "ck", "none")   # see the table in the module docstring
 _OPNAME = {"all": "F_all", "up": "F_all", "ck": "F_ck", "none": "F_none"}
@@ -372,11 +371,8 @@ def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 
                               else "MIP start skipped (sequence not of the sweep shape)")
             else:
                 start_note = source
-    try:
-        res = solve_milp(model, time_limit=time_limit, gap=gap, threads=threads, mip_start=start,
-                         log_file=log_file, verbose=verbose, options=TOL_OPTIONS)
-    except InfeasibleConstraintException as e:   # a constant constraint is violated (e.g. B^1 alone)
-        res = MilpResult(Status.INFEASIBLE, None, None, f"trivially infeasible: {e}")
+    res = solve_milp(model, time_limit=time_limit, gap=gap, threads=threads, mip_start=start,
+                     log_file=log_file, verbose=verbose, options=TOL_OPTIONS)
     times.update(res.times)
     ts = model.time_scale
     details = {"model_size": res.size, "mip_start": start_note, "start_accepted": res.start_accepted,

@@ -17,3 +17,27 @@ def toy_chain():
 
 
 MiB = 2**20
+
+
+def remat_limits(chain, fracs):
+    """Integer memory limits at fractions of the way from the minimum feasible memory to store-all's peak."""
+    import math
+
+    from baselines.remat_heuristics import store_all_schedule
+    from baselines.rotor import min_memory
+    from models.remat import simulate_remat
+
+    lo = min_memory(chain)
+    hi = simulate_remat(chain, store_all_schedule(chain)).peak_memory
+    return [float(math.floor(lo + f * (hi - lo))) for f in fracs]
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op torch thread: on a shared 2-core machine OpenMP spinning makes 2 threads ~10x slower."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -1,14 +1,12 @@
 """Checkmate (formulations/checkmate.py): the ILP and its LP rounding, converted and replayed."""
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
 
 from baselines.exhaustive import exhaustive_remat
 from baselines.remat_heuristics import store_all_schedule
-from baselines.rotor import min_memory
 from formulations.checkmate import (ChainGraph, events_from_rs, round_two_phase, sequence_from_events,
                                     solve_checkmate, solve_checkmate_lp)
 from formulations.remat_milp import solve_remat_milp
@@ -17,13 +15,9 @@ from models.instance import load_chain
 from models.remat import simulate_remat
 from models.solution import Status
 
+from conftest import remat_limits
+
 MIB = 2 ** 20
-
-
-def _limits(chain, fracs):
-    lo = min_memory(chain)
-    hi = simulate_remat(chain, store_all_schedule(chain)).peak_memory
-    return [float(math.floor(lo + f * (hi - lo))) for f in fracs]
 
 
 def _replays(chain, memory, sol):
@@ -59,7 +53,7 @@ def test_store_all_plan_converts_to_store_all_sequence():
 @pytest.mark.parametrize("L,seed", [(2, 0), (3, 2), (4, 1), (5, 3)])
 def test_checkmate_at_least_the_optimum_and_replays(L, seed):
     chain = random_chain(L, seed)
-    for memory in _limits(chain, (0.1, 0.4, 0.8)):
+    for memory in remat_limits(chain, (0.1, 0.4, 0.8)):
         opt = exhaustive_remat(chain, memory)[0]
         milp = solve_remat_milp(chain, memory, threads=1, time_limit=20)
         assert milp.objective == pytest.approx(opt)

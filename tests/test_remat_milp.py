@@ -1,7 +1,6 @@
 """remat-milp (formulations/remat_milp.py) against the exhaustive search, the floating DP and paper 004."""
 from __future__ import annotations
 
-import math
 
 import pytest
 
@@ -15,13 +14,9 @@ from models.instance import load_chain
 from models.remat import simulate_remat
 from models.solution import Status
 
+from conftest import remat_limits
+
 MIB = 2 ** 20
-
-
-def _limits(chain, fracs):
-    lo = min_memory(chain)
-    hi = simulate_remat(chain, store_all_schedule(chain)).peak_memory
-    return [float(math.floor(lo + f * (hi - lo))) for f in fracs]
 
 
 def _check(chain, memory, sol):
@@ -47,7 +42,7 @@ def test_paper004_table2_90mib_proves_47_42ms():
 @pytest.mark.parametrize("L,seed", [(2, 0), (3, 1), (4, 0), (4, 3), (5, 1), (5, 5), (6, 2), (6, 3)])
 def test_matches_exhaustive_and_floating(L, seed):
     chain = random_chain(L, seed)
-    for memory in _limits(chain, (0.0, 0.2, 0.45, 0.75)):
+    for memory in remat_limits(chain, (0.0, 0.2, 0.45, 0.75)):
         ex = exhaustive_remat(chain, memory)
         fl = floating(chain, memory, exact=True)
         sol = solve_remat_milp(chain, memory, threads=1, time_limit=20, mip_start=(seed % 2 == 0))
@@ -62,7 +57,7 @@ def test_matches_exhaustive_and_floating(L, seed):
 @pytest.mark.parametrize("L,seed", [(7, 0), (7, 4), (8, 1), (8, 2)])
 def test_matches_floating_dp_longer(L, seed):
     chain = random_chain(L, seed)
-    for memory in _limits(chain, (0.05, 0.3, 0.6)):
+    for memory in remat_limits(chain, (0.05, 0.3, 0.6)):
         fl = floating(chain, memory, exact=True)
         sol = solve_remat_milp(chain, memory, threads=1, time_limit=20)
         assert sol.status == Status.OPTIMAL, sol.message
@@ -96,7 +91,7 @@ def test_infeasible_below_minimum_memory():
 def test_mip_start_from_persistent_dp_is_a_feasible_point():
     """The persistent DP's sequence maps onto the variables, and fixing them gives the DP's makespan."""
     chain = random_chain(6, 7)
-    memory = _limits(chain, (0.3,))[0]
+    memory = remat_limits(chain, (0.3,))[0]
     dp = persistent(chain, memory, exact=True)
     model = build_remat_milp(chain, memory)
     start = start_from_schedule(model, chain, dp.schedule)

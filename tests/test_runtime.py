@@ -17,13 +17,7 @@ GPT = dict(n_layer=2, n_embd=32, n_head=4, vocab=50, n_ctx=16, dropout=0.1)
 CASES = {"resnet18": ({}, (3, 64, 64)), "gpt2": (GPT, (8,))}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread: on a shared 2-core machine OpenMP spinning makes 2 threads ~10x slower."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _sequences(L):

@@ -10,12 +10,7 @@ from torch import nn  # noqa: E402
 from models.profiler import TensorMemoryTracker, profile_stage, saved_tensor_bytes, storage_bytes  # noqa: E402
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_tracker_counts_new_storages_exactly():

@@ -29,6 +29,13 @@ def _conv1(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
     return nn.Conv2d(cin, cout, 1, stride=stride, bias=False)
 
 
+def _projection(cin: int, cout: int, stride: int) -> nn.Module | None:
+    """The post-activation shortcut: 1x1 convolution + BN when the shape changes, identity (None) otherwise."""
+    if stride != 1 or cin != cout:
+        return nn.Sequential(_conv1(cin, cout, stride), nn.BatchNorm2d(cout))
+    return None
+
+
 class BasicBlock(nn.Module):
     expansion = 1
 
@@ -38,9 +45,7 @@ class BasicBlock(nn.Module):
         self.conv1, self.bn1 = _conv3(cin, width, stride), nn.BatchNorm2d(width)
         self.conv2, self.bn2 = _conv3(width, cout), nn.BatchNorm2d(cout)
         self.relu = nn.ReLU()
-        self.shortcut = None
-        if stride != 1 or cin != cout:
-            self.shortcut = nn.Sequential(_conv1(cin, cout, stride), nn.BatchNorm2d(cout))
+        self.shortcut = _projection(cin, cout, stride)
 
     def forward(self, x):
         y = self.relu(self.bn1(self.conv1(x)))
@@ -59,9 +64,7 @@ class Bottleneck(nn.Module):
         self.conv2, self.bn2 = _conv3(width, width, stride), nn.BatchNorm2d(width)
         self.conv3, self.bn3 = _conv1(width, cout), nn.BatchNorm2d(cout)
         self.relu = nn.ReLU()
-        self.shortcut = None
-        if stride != 1 or cin != cout:
-            self.shortcut = nn.Sequential(_conv1(cin, cout, stride), nn.BatchNorm2d(cout))
+        self.shortcut = _projection(cin, cout, stride)
 
     def forward(self, x):
         y = self.relu(self.bn1(self.conv1(x)))

@@ -1,0 +1,80 @@
+"""The ILP of paper 003 against an exhaustive search over patterns under memory limits.
+
+``baselines.pipeline_exhaustive`` enumerates allocations, orders on every GPU and link and the
+mini-batch shifts, solves one LP per structure and replays every optimum in the simulator; it shares
+no code with the ILP. Memory limits are taken at every point of the exhaustive (period, memory)
+front and just below it, so each limit binds.
+"""
+import pytest
+
+from baselines.pipeline_exhaustive import allocations, exhaustive_search
+from formulations.pipeline_ilp import solve_fixed_allocation, solve_ilp
+from models.chain import random_chain
+from models.pipeline import simulate_pattern, task_data
+
+
+def test_allocations_are_set_partitions():
+    # Bell numbers: 4 partitions of 3 layers into <= 2 blocks, 8 of 4 layers, 5 of 3 into <= 3
+    assert sorted(allocations(3, 2)) == [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1)]
+    assert len(list(allocations(4, 2))) == 8
+    assert len(list(allocations(3, 3))) == 5
+    assert list(allocations(2, 1)) == [(0, 0)]
+
+
+def test_exhaustive_one_gpu_is_serial():
+    c = random_chain(2, 3, integer=True)
+    td = task_data(c, 1.0)
+    ex = exhaustive_search(c, 1.0, 1)
+    pat, r = ex.best(None)
+    assert pat.T == pytest.approx(td.d[1:].sum())
+    # below the smallest memory of any pattern there is none
+    mmin = ex.front()[-1][1]
+    assert ex.best(mmin * 0.999) is None
+
+
+def _check_against(ex, solve, chain, bw, P):
+    front = ex.front()
+    assert len(front) >= 1
+    for T, m in front:
+        for M in (m, m * 0.999):
+            pat, status = solve(M)
+            want = ex.best(M)
+            if want is None:
+                assert pat is None and status == "infeasible", (M, status)
+                continue
+            assert status == "optimal", (M, status)
+            assert pat.T == pytest.approx(want[0].T, rel=1e-6), (M, pat.T, want[0].T)
+            r = simulate_pattern(pat, chain, bw, gpus=P)
+            assert r.peak_memory <= M * (1 + 1e-6)
+            assert r.period == pytest.approx(pat.T, rel=1e-6)
+    return front
+
+
+@pytest.mark.parametrize("L,bw,seed", [(2, 1.0, 0), (2, 1.0, 1), (2, 1.0, 2), (2, 1.0, 3),
+                                       (3, None, 0), (3, None, 1)])
+def test_ilp_equals_exhaustive_under_memory_limits(L, bw, seed):
+    c = random_chain(L, seed, integer=True)
+    ex = exhaustive_search(c, bw, 2)
+
+    def solve(M):
+        pat, res, _, _ = solve_ilp(c, bw, 2, M, time_limit=60, threads=1)
+        return pat, str(res.status)
+
+    _check_against(ex, solve, c, bw, 2)
+
+
+@pytest.mark.parametrize("L,bw,alloc", [(3, 1.0, (0, 0, 1)), (4, None, (0, 0, 1, 1))])
+def test_fixed_allocation_ilp_equals_exhaustive(L, bw, alloc):
+    """Allocations whose whole structure space fits in the suite (the non-contiguous L = 3
+    allocation with a bandwidth limit has 7.5 million structures)."""
+    c = random_chain(L, 0, integer=True)
+    td = task_data(c, bw)
+    Tmax = float(td.d[1:].sum() + td.dc[1:].sum())
+    ex = exhaustive_search(c, bw, 2, allocs=[alloc])
+
+    def solve(M):
+        pat, res = solve_fixed_allocation(c, bw, 2, M, list(alloc), Tmax=Tmax, time_limit=60, threads=1)
+        return pat, str(res.status)
+
+    front = _check_against(ex, solve, c, bw, 2)
+    assert len(front) >= 2      # the limit trades period for memory on this chain

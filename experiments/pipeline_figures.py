@@ -89,6 +89,9 @@ def run(args) -> list[Path]:
         s.to_csv(sp, index=False)
         written.append(sp)
         print(s.to_string(index=False))
+        r = s.ilp_over_pipedream
+        print(f"ILP vs best PipeDream point within the same limit: at least as good at "
+              f"{int((r <= 1 + 1e-6).sum())}/{len(r)} limits, strictly better at {int((r < 1 - 1e-6).sum())}")
     return written
 
 

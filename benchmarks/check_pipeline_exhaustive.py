@@ -40,10 +40,10 @@ def main(argv=None) -> int:
         ex = exhaustive_search(c, args.bandwidth, args.gpus, allocs=allocs)
         t_ex = time.perf_counter() - t0
         fastest = ex.best(None)
-        # the smallest memory of any pattern: the ILP's min-memory answer, confirmed by the oracle
-        _, mres = solve_min_memory(c, args.bandwidth, args.gpus, time_limit=args.time_limit, threads=1)
-        lo = float(mres.objective)
-        if allocs is not None:   # the ILP may use other allocations: take the oracle's own minimum
+        if allocs is None:   # the smallest memory of any pattern: the ILP's min-memory answer
+            _, mres = solve_min_memory(c, args.bandwidth, args.gpus, time_limit=args.time_limit, threads=1)
+            lo = float(mres.objective)
+        else:                # the ILP could use other allocations: the oracle's own minimum
             lo = ex.front()[-1][1]
         limits = list(np.linspace(lo, fastest[1].peak_memory, args.points)) + [lo * 0.999]
         print(f"seed {seed}: {len(ex.candidates)} feasible structures in {t_ex:.0f}s")

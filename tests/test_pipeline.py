@@ -277,3 +277,36 @@ def test_zero_duration_tasks_memory_consistency():
             assert check_values(ilp, start_values(ilp, p))
             checked += 1
     assert checked == 6
+
+
+def test_partition_search_exhaustive_and_local():
+    """partition_search's exhaustive mode equals the best modular pattern over every contiguous
+    partition (enumerated here by brute force); the local-search mode returns a valid pattern within
+    the limit that is no worse than the modular pattern of its seed."""
+    from baselines.pipeline import count_partitions, modular_search, partition_search
+
+    c = random_chain(7, 2)
+    P = 3
+    pts = pipedream_points(c, BW, P, n_batches=60)
+    M = sorted(p.memory for p in pts)[len(pts) // 3]
+    L = c.L
+    assert count_partitions(L, P) == 1 + 6 + 15
+    brute = []
+    for S in range(1, P + 1):
+        for cuts in itertools.combinations(range(1, L), S - 1):
+            b = [0, *cuts, L]
+            q = modular_search(c, BW, [(b[i] + 1, b[i + 1]) for i in range(S)], M, P, steps=6)
+            if q is not None:
+                brute.append(q.T)
+    got = partition_search(c, BW, P, M, refine=0)
+    assert got is not None and got.T == pytest.approx(min(brute), rel=1e-9)
+    r = simulate_pattern(got, c, BW, gpus=P)
+    assert r.peak_memory <= M * (1 + 1e-9) and r.period == pytest.approx(got.T, rel=1e-6)
+
+    seed = [tuple(s) for s in best_feasible(pts, M).stages]
+    loc = partition_search(c, BW, P, M, [seed], exhaustive_limit=0, max_evals=40)
+    own = modular_search(c, BW, seed, M, P)
+    assert loc is not None and loc.T <= own.T * (1 + 1e-9)
+    assert loc.T >= got.T * (1 - 1e-3)       # cannot beat the full enumeration by more than precision
+    r = simulate_pattern(loc, c, BW, gpus=P)
+    assert r.peak_memory <= M * (1 + 1e-9)

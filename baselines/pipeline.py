@@ -341,6 +341,7 @@ def partition_search(chain: Chain, bandwidth: float | None, P: int, memory: floa
     period below ``incumbent``, or None."""
     td = task_data(chain, bandwidth)
     L = td.L
+    cum = _stage_times(td)
     cache: dict[tuple[int, ...], Pattern | None] = {}
     best: Pattern | None = None
     Tbest = incumbent
@@ -389,7 +390,7 @@ def partition_search(chain: Chain, bandwidth: float | None, P: int, memory: floa
             yield tuple(cs[:i] + cs[i + 1:])
         if len(cs) + 1 < P:
             st = _cuts_to_stages(cuts, L)
-            loads = [sum(td.d[l] + td.d[td.backward(l)] for l in range(a, b + 1)) for a, b in st]
+            loads = [cum[b] - cum[a - 1] for a, b in st]
             a, b = st[int(np.argmax(loads))]
             if b > a:
                 yield tuple(sorted(cs + [(a + b) // 2]))

@@ -206,13 +206,14 @@ class Exhaustive:
     chain: Chain
     bandwidth: float | None
     P: int
+    td: TaskData
     candidates: list[tuple[float, Structure, np.ndarray, dict]]
     _memo: dict
 
     def replay(self, i: int) -> SimResult:
         if i not in self._memo:
             T, s, x, ci = self.candidates[i]
-            pat = to_pattern(task_data(self.chain, self.bandwidth), s, x, ci)
+            pat = to_pattern(self.td, s, x, ci)
             self._memo[i] = (pat, simulate_pattern(pat, self.chain, self.bandwidth, gpus=self.P))
         return self._memo[i]
 
@@ -244,4 +245,4 @@ def exhaustive_search(chain: Chain, bandwidth: float | None, P: int, *,
     sols = solve_structures(td, structs)
     cands = sorted(((sol[0], s, sol[1], sol[2]) for s, sol in zip(structs, sols) if sol is not None),
                    key=lambda c: c[0])
-    return Exhaustive(chain, bandwidth, P, cands, {})
+    return Exhaustive(chain, bandwidth, P, td, cands, {})

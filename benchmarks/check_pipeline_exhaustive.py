@@ -20,7 +20,7 @@ import numpy as np
 
 def main(argv=None) -> int:
     from baselines.pipeline_exhaustive import exhaustive_search
-    from formulations.pipeline_ilp import solve_ilp, solve_min_memory
+    from formulations.pipeline_ilp import solve_fixed_allocation, solve_ilp, solve_min_memory
     from models.chain import random_chain
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -52,14 +52,9 @@ def main(argv=None) -> int:
             if allocs is None:
                 pat, res, _, _ = solve_ilp(c, args.bandwidth, args.gpus, M, time_limit=args.time_limit, threads=1)
             else:
-                from formulations.pipeline_ilp import solve_fixed_allocation
-                from models.pipeline import task_data
-
-                td = task_data(c, args.bandwidth)
-                Tmax = float(td.d[1:].sum() + td.dc[1:].sum())
                 best = None
                 for a in allocs:
-                    p, r = solve_fixed_allocation(c, args.bandwidth, args.gpus, M, list(a), Tmax=Tmax,
+                    p, r = solve_fixed_allocation(c, args.bandwidth, args.gpus, M, list(a),
                                                   time_limit=args.time_limit, threads=1)
                     if p is not None and (best is None or p.T < best[0].T):
                         best = (p, r)

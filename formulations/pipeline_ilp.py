@@ -439,10 +439,11 @@ def solve_min_memory(chain: Chain, bandwidth: float | None, P: int, *, start: Pa
 
 
 def solve_fixed_allocation(chain: Chain, bandwidth: float | None, P: int, memory: float | None,
-                           layer_gpu: list[int], *, Tmax: float, time_limit: float | None = 10,
+                           layer_gpu: list[int], *, Tmax: float | None = None, time_limit: float | None = 10,
                            threads: int | None = None):
     """The ILP with the allocation fixed (every ``z`` fixed from ``layer_gpu``, GPU of layer l at
-    index l-1) and ``T <= Tmax``: the best pattern of a given allocation, e.g. to turn a baseline
+    index l-1) and ``T <= Tmax`` (default: :func:`build_model`'s ``sum d + sum ~d``): the best
+    pattern of a given allocation, e.g. to turn a baseline
     partition whose eager schedule is not 1-periodic into a pattern (MIP start) of no larger period.
     Returns ``(pattern or None, MilpResult)``."""
     from formulations.highs_driver import solve_milp

@@ -68,12 +68,10 @@ def test_fixed_allocation_ilp_equals_exhaustive(L, bw, alloc):
     """Allocations whose whole structure space fits in the suite (the non-contiguous L = 3
     allocation with a bandwidth limit has 7.5 million structures)."""
     c = random_chain(L, 0, integer=True)
-    td = task_data(c, bw)
-    Tmax = float(td.d[1:].sum() + td.dc[1:].sum())
     ex = exhaustive_search(c, bw, 2, allocs=[alloc])
 
     def solve(M):
-        pat, res = solve_fixed_allocation(c, bw, 2, M, list(alloc), Tmax=Tmax, time_limit=60, threads=1)
+        pat, res = solve_fixed_allocation(c, bw, 2, M, list(alloc), time_limit=60, threads=1)
         return pat, str(res.status)
 
     front = _check_against(ex, solve, c, bw, 2)

@@ -745,6 +745,14 @@ def modular_pattern(chain: Chain, bandwidth: float | None, stages: Sequence[tupl
     def occupy(key, t, dur):
         occ.setdefault(key, []).append((t % T, t % T + dur))
 
+    def put_block(s, ms, t0):
+        """Run the tasks ms back to back on GPU s from t0; returns their end."""
+        occupy(("gpu", s), t0, sum(td.d[m] for m in ms))
+        for m in ms:
+            starts[m] = t0
+            t0 += td.d[m]
+        return t0
+
     def place_earliest(kind, s, t, prev_gpu, prev_comm):
         """Place the block (kind, s) as early as possible after time t and after the transfer from
         the previous stage's last task; returns the new (t, prev_gpu, prev_comm)."""
@@ -757,13 +765,8 @@ def modular_pattern(chain: Chain, bandwidth: float | None, stages: Sequence[tupl
                 occupy(lk, c0, dur)
             starts_c[prev_comm] = c0
             t = c0 + dur
-        dur = sum(td.d[m] for m in ms)
-        t0 = _place_modular(occ.setdefault(("gpu", s), []), t, dur, T, tol)
-        occupy(("gpu", s), t0, dur)
-        for m in ms:
-            starts[m] = t0
-            t0 += td.d[m]
-        return t0, s, ms[-1]
+        t0 = _place_modular(occ.setdefault(("gpu", s), []), t, sum(td.d[m] for m in ms), T, tol)
+        return put_block(s, ms, t0), s, ms[-1]
 
     state = (0.0, None, None)
     if not backward_first:
@@ -776,13 +779,9 @@ def modular_pattern(chain: Chain, bandwidth: float | None, stages: Sequence[tupl
         deadline = starts[block("B", S - 1)[0]]             # forward pass, latest, from the last stage
         for s in range(S - 1, -1, -1):
             ms = block("F", s)
-            dur = sum(td.d[m] for m in ms)
-            t0 = _place_modular_latest(occ.setdefault(("gpu", s), []), deadline, dur, T, tol)
-            occupy(("gpu", s), t0, dur)
-            for m in ms:
-                starts[m] = t0
-                t0 += td.d[m]
-            deadline = starts[ms[0]]
+            t0 = _place_modular_latest(occ.setdefault(("gpu", s), []), deadline, sum(td.d[m] for m in ms), T, tol)
+            put_block(s, ms, t0)
+            deadline = t0
             if s > 0:
                 k = ms[0] - 1                                # transfer of A[first_s - 1] from s-1
                 dur = td.dc[k]

@@ -130,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--gap", type=float, default=1e-4, help="MILP relative gap (default 1e-4)")
     s.add_argument("--threads", type=int, default=None, help="MILP threads")
     s.add_argument("--solver-log", help="write the HiGHS log to this file")
+    s.add_argument("--periodicity", type=int, default=2,
+                   help="pipeline --method cyclic: mini-batches per period K (default 2)")
     s.add_argument("--json", help="write the Solution as JSON to this file")
     s.add_argument("--gantt", help="write a Gantt chart image (problems with a timeline)")
     s.add_argument("--verbose", "-v", action="store_true")

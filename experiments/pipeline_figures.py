@@ -12,6 +12,10 @@ the CSV records the time limit used. Output: ``<out>/<chain>_P<P>.csv`` and ``.p
     python -m experiments.pipeline_figures --pipedream ../shared/external/pipedream/resnet18.graph.txt \
         --batch 8 --bandwidth 12GB/s --gpus 4 8 --points 6 --time-limit 120
     python -m experiments.pipeline_figures --random 12 --seed 0 --gpus 4 --points 6 --time-limit 30
+
+With ``--periodicity K`` every limit also gets a green point: the best K-periodic schedule
+(:mod:`formulations.pipeline_cyclic`, beyond the paper's patterns) on the ILP's allocation and the best
+baseline partitions, and the summary compares the best of both with PipeDream.
 """
 from __future__ import annotations
 
@@ -77,6 +81,22 @@ def run(args) -> list[Path]:
                 summary.append({"chain": chain.name, "P": P, "memory_limit": float(M), "ilp": sol.objective,
                                 "pipedream": best_pd, "ilp_over_pipedream": sol.objective / best_pd,
                                 "status": str(sol.status)})
+            if args.periodicity:
+                t2 = time.perf_counter()
+                allocs = [sol.schedule.layer_gpus()] if sol.schedule is not None else []
+                cy = run_method(chain, bw, P, float(M), "cyclic", time_limit=args.time_limit, threads=args.threads,
+                                n_batches=args.n_batches, points=pts, periodicity=args.periodicity,
+                                allocations=allocs)
+                rows.append({"chain": chain.name, "P": P, "method": f"cyclic-K{args.periodicity}",
+                             "memory_limit": float(M), "memory": cy.peak_memory, "period": cy.objective,
+                             "status": str(cy.status), "noam": None, "stages": None,
+                             "contiguous": cy.details.get("contiguous"), "time_limit": args.time_limit,
+                             "bound": cy.bound, "seconds": time.perf_counter() - t2,
+                             "pipedream_best_at_limit": best_pd})
+                if summary and summary[-1]["memory_limit"] == float(M):
+                    summary[-1]["cyclic"] = cy.objective
+                    summary[-1]["cyclic_over_pipedream"] = (cy.objective / best_pd if cy.objective and best_pd
+                                                            else None)
         df = pd.DataFrame(rows)
         csv = out / f"{chain.name}_P{P}.csv"
         df.to_csv(csv, index=False)
@@ -92,6 +112,11 @@ def run(args) -> list[Path]:
         r = s.ilp_over_pipedream
         print(f"ILP vs best PipeDream point within the same limit: at least as good at "
               f"{int((r <= 1 + 1e-6).sum())}/{len(r)} limits, strictly better at {int((r < 1 - 1e-6).sum())}")
+        if "cyclic_over_pipedream" in s:
+            best = s[["ilp", "cyclic"]].min(axis=1) / s.pipedream
+            print(f"best of ILP and {args.periodicity}-periodic schedules vs PipeDream: at least as good at "
+                  f"{int((best <= 1 + 1e-6).sum())}/{len(best)} limits, strictly better at "
+                  f"{int((best < 1 - 1e-6).sum())}")
     return written
 
 
@@ -106,6 +131,10 @@ def _plot(df, name, P, path, front):
     ax.scatter(pdp.memory / 2**30, pdp.period * 1e3, s=12, c="tab:blue", label="PipeDream (eager 1F1B)")
     il = df[(df.method == "ilp") & df.period.notna()]
     ax.scatter(il.memory / 2**30, il.period * 1e3, s=28, c="tab:red", marker="s", label="ILP (replayed)")
+    cy = df[df.method.str.startswith("cyclic") & df.period.notna()]
+    if len(cy):
+        ax.scatter(cy.memory / 2**30, cy.period * 1e3, s=22, c="tab:green", marker="^",
+                   label=f"{cy.method.iloc[0]} (replayed)")
     ax.set_xlabel("measured memory per GPU (GiB)")
     ax.set_ylabel("period (ms)")
     tl = il.time_limit.dropna().unique()
@@ -135,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gap", type=float, default=None)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--n-batches", type=int, default=500, help="mini-batches of each eager simulation")
+    p.add_argument("--periodicity", type=int, default=0, metavar="K",
+                   help="also search K-periodic schedules (method cyclic) at every limit, on the ILP's "
+                        "allocation and the best baseline ones (default 0: off)")
     p.add_argument("--out", default="results/pipeline")
     return p
 

@@ -5,6 +5,10 @@ Methods:
   pipedream  PipeDream's planner swept over memory targets and NOAM, eager 1F1B simulated; the best
              point whose measured memory fits
   gpipe      time-balanced contiguous partitions (1..P stages), eager 1F1B, NOAM 1..S
+  cyclic     K-periodic schedules (``--periodicity K`` mini-batches per period, default 2; beyond the
+             paper's patterns, see formulations/pipeline_cyclic.py) of the best allocations known
+             (the best pattern found for the MIP start, the best PipeDream and GPipe partitions),
+             bisection on the average period below the best of those
   lb         the period lower bound only (no schedule)
 
 Every schedule is replayed by :mod:`models.pipeline` before it is reported: ``objective`` is the
@@ -15,11 +19,11 @@ from __future__ import annotations
 from typing import Any
 
 from models.chain import Chain, Platform
-from models.pipeline import EagerResult, Pattern, simulate_pattern, task_data
+from models.pipeline import CyclicSchedule, EagerResult, Pattern, simulate_pattern, task_data
 from models.solution import Solution, Status
 from models.units import fmt_bandwidth, fmt_memory, fmt_time
 
-METHODS = ["ilp", "pipedream", "gpipe", "lb"]
+METHODS = ["ilp", "pipedream", "gpipe", "cyclic", "lb"]
 DEFAULT_METHOD = "ilp"
 PROBLEM = "pipeline"
 
@@ -73,8 +77,10 @@ def _baseline_solution(chain, bandwidth, P, memory, method, points, lb, times) -
 
 def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | None, method: str, *,
                time_limit: float | None = 60.0, gap: float | None = None, threads: int | None = None,
-               log_file=None, n_batches: int = 500, points=None) -> Solution:
-    """Run one method; ``points`` may pass precomputed baseline points (PipeDream + GPipe)."""
+               log_file=None, n_batches: int = 500, points=None, periodicity: int = 2,
+               allocations=()) -> Solution:
+    """Run one method; ``points`` may pass precomputed baseline points (PipeDream + GPipe);
+    ``allocations`` (layer -> GPU lists) and ``periodicity`` are for ``cyclic``."""
     import time
 
     from baselines.pipeline import gpipe_points, period_lower_bound, pipedream_points, start_pattern
@@ -100,14 +106,18 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
         times["total"] = time.perf_counter() - t0
         return _baseline_solution(chain, bandwidth, P, memory, "gpipe", pts, lb, times)
 
-    # ------------------------------------------------------------------ ILP
-    from formulations.pipeline_ilp import solve_ilp
-
     if points is None:
         points = (pipedream_points(chain, bandwidth, P, n_batches=n_batches)
                   + gpipe_points(chain, bandwidth, P, n_batches=n_batches))
     start = start_pattern(chain, bandwidth, P, memory, points)
     times["baselines"] = time.perf_counter() - t0
+    if method == "cyclic":
+        return _cyclic_solution(chain, bandwidth, P, memory, points, start, lb, times, t0, periodicity,
+                                allocations, time_limit, threads)
+
+    # ------------------------------------------------------------------ ILP
+    from formulations.pipeline_ilp import solve_ilp
+
     pattern, res, ilp, t = solve_ilp(chain, bandwidth, P, memory, start=start, Tmin=lb, time_limit=time_limit,
                                      gap=gap, threads=threads, log_file=log_file)
     times.update(t)
@@ -151,6 +161,60 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
                     message=res.message, times=times, details=details)
 
 
+def _cyclic_solution(chain, bandwidth, P, memory, points, start, lb, times, t0, K, allocations, time_limit,
+                     threads) -> Solution:
+    """Method ``cyclic``: bisection with :func:`formulations.pipeline_cyclic.cyclic_search` on each
+    candidate allocation, below the best period known (pattern or eager schedule) at this memory."""
+    import time
+
+    from baselines.pipeline import best_feasible
+    from formulations.pipeline_cyclic import cyclic_search
+    from models.pipeline import stages_to_layer_gpu
+
+    K = int(K)
+    if K < 1:
+        raise ValueError(f"--periodicity must be at least 1, got {K}")
+    known = [p.period for p in points if memory is None or p.memory <= memory * (1 + 1e-9)]
+    if start is not None:
+        known.append(start.T)
+    cands: list[tuple[int, ...]] = [tuple(int(g) for g in a) for a in allocations]
+    if start is not None:
+        cands.append(tuple(start.layer_gpus()))
+    for meth in ("pipedream", "gpipe"):
+        bb = best_feasible([p for p in points if p.method == meth], memory)
+        if bb is not None:
+            cands.append(tuple(stages_to_layer_gpu(bb.stages, chain.L)))
+    cands = list(dict.fromkeys(cands))
+    if not known or not cands:
+        msg, minimum, mlb = _infeasible_message(chain, bandwidth, P, memory,
+                                                "no allocation known to fit (no pattern or baseline point)")
+        return Solution(PROBLEM, "cyclic", Status.NO_SOLUTION, memory_limit=memory, bound=lb, message=msg,
+                        times=times, details={"min_memory": minimum, "memory_lower_bound": mlb})
+    hi = min(known)
+    per_solve = max(5.0, (time_limit or 60.0) / (10 * len(cands)))
+    best = None
+    with_t = time.perf_counter()
+    for lg in cands:
+        r = cyclic_search(chain, bandwidth, lg, memory, K, hi=hi, P=P, time_limit=per_solve, threads=threads)
+        if r is not None and (best is None or r.schedule.T < best.schedule.T):
+            best = r
+    times["cyclic"] = time.perf_counter() - with_t
+    times["total"] = time.perf_counter() - t0
+    details = {"periodicity": K, "allocations_tried": len(cands), "best_known_period": hi}
+    if best is None:
+        return Solution(PROBLEM, "cyclic", Status.NO_SOLUTION, memory_limit=memory, bound=lb, times=times,
+                        message=f"no {K}-periodic schedule found at or below {fmt_time(hi)} on "
+                                f"{len(cands)} allocation(s)", details=details)
+    sched, sim = best.schedule, best.sim
+    details.update(memory_per_gpu={str(g): v for g, v in sim.memory.items()}, contiguous=sched.is_contiguous(),
+                   copy_caps={str(g): c for g, c in (sched.meta.get("copy_caps") or {}).items()})
+    return Solution(PROBLEM, "cyclic", Status.FEASIBLE, objective=sim.period, peak_memory=sim.peak_memory,
+                    schedule=sched, bound=lb, memory_limit=memory, predicted=sched.T,
+                    message=f"{K}-periodic schedule ({K} mini-batches per {fmt_time(K * sched.T)}), "
+                            f"best of {len(cands)} allocation(s), bisection below {fmt_time(hi)}",
+                    times=times, details=details)
+
+
 def _min_memory(chain, bandwidth, P, time_limit, threads):
     """(smallest memory of a replayed pattern, proven?, bound) from the min-memory ILP, or None."""
     from baselines.pipeline import min_memory_contiguous
@@ -172,7 +236,8 @@ def solve(chain: Chain, platform: Platform | None, args) -> Solution:
     return run_method(chain, getattr(args, "bandwidth", None), P, getattr(args, "memory", None), args.method,
                       time_limit=getattr(args, "time_limit", 60.0), gap=getattr(args, "gap", None),
                       threads=getattr(args, "threads", None), log_file=getattr(args, "solver_log", None),
-                      n_batches=getattr(args, "n_batches", 500) or 500)
+                      n_batches=getattr(args, "n_batches", 500) or 500,
+                      periodicity=getattr(args, "periodicity", 2) or 2)
 
 
 # ---------------------------------------------------------------------------------------- report
@@ -221,11 +286,15 @@ def report(sol: Solution, chain: Chain, args=None) -> str:
         lines.append(f"peak memory  {fmt_memory(sol.peak_memory)}")
         mem = sol.details.get("memory_per_gpu", {})
         sched = sol.schedule
-        if isinstance(sched, Pattern):
+        if isinstance(sched, (Pattern, CyclicSchedule)):
             for g in sched.gpus_used():
                 lines.append(f"  GPU {g}: layers {_ranges(sched.layers_on(g)):<20} memory "
                              f"{fmt_memory(mem.get(str(g)))}")
             lines.append(f"allocation   {'contiguous' if sched.is_contiguous() else 'non-contiguous'}")
+            if isinstance(sched, CyclicSchedule):
+                lines.append(f"schedule     {sched.K}-periodic: {sched.K} mini-batches every "
+                             f"{fmt_time(sched.K * sched.T)}; stored copies per GPU at most "
+                             f"{sol.details.get('copy_caps')}")
         elif isinstance(sched, EagerResult):
             for g, (a, b) in enumerate(sched.stages):
                 lines.append(f"  GPU {g}: layers {_ranges(list(range(a, b + 1))):<20} memory "

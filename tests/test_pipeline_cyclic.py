@@ -96,3 +96,22 @@ def test_cli_cyclic(tmp_path):
     assert sim.period == pytest.approx(data["objective"], rel=1e-9)
     # never worse than the best baseline period it started from
     assert data["objective"] <= data["details"]["best_known_period"] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed,alloc", [(5, (0, 1, 1)), (11, (0, 0, 1))])
+def test_two_periodic_beats_every_pattern_of_the_allocation(seed, alloc):
+    """At a memory limit on the exhaustive front of this allocation, a 2-periodic schedule is
+    strictly faster than the best pattern (found by the exhaustive search) within the same memory."""
+    c = random_chain(3, seed, integer=True)
+    ex = exhaustive_search(c, 1.0, 2, allocs=[alloc])
+    wins = 0
+    for T1, M in ex.front():
+        assert ex.best(M)[0].T == pytest.approx(T1)
+        r2 = solve_cyclic(c, 1.0, list(alloc), T1 * (1 - 1e-3), 2, M, P=2, time_limit=30, threads=1)
+        r1 = solve_cyclic(c, 1.0, list(alloc), T1 * (1 - 1e-3), 1, M, P=2, time_limit=30, threads=1)
+        assert r1.schedule is None             # no pattern below the exact optimum
+        if r2.schedule is not None:
+            sim = simulate_cyclic(r2.schedule, c, 1.0, gpus=2)
+            assert sim.peak_memory <= M * (1 + 1e-9) and sim.period == pytest.approx(T1 * (1 - 1e-3))
+            wins += 1
+    assert wins >= 1

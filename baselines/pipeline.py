@@ -270,7 +270,7 @@ def modular_search(chain: Chain, bandwidth: float | None, stages: Sequence[tuple
     """The modular 1F1B pattern (:func:`models.pipeline.modular_pattern`, both placement orders) of a
     contiguous allocation with the smallest period whose replayed memory fits, found by bisection on
     T between the allocation's load bound and the serial period (where every shift is 0)."""
-    from models.pipeline import InvalidPattern, modular_pattern, simulate_pattern
+    from models.pipeline import InvalidPattern, bisect_period, modular_pattern, simulate_pattern
 
     def fit(T):
         best = None
@@ -285,23 +285,9 @@ def modular_search(chain: Chain, bandwidth: float | None, stages: Sequence[tuple
                     best = (q, r.peak_memory)
         return None if best is None else best[0]
 
-    lo = partition_period(chain, bandwidth, stages) * (1 + 1e-9)
-    got = fit(lo)
-    if got is not None:
-        return got
     td = task_data(chain, bandwidth)
     hi = float(td.d[1:].sum() + sum(_link_time(td, b) for a, b in stages[:-1])) * (1 + 1e-9)
-    got = fit(hi)
-    if got is None:
-        return None
-    for _ in range(steps):
-        mid = 0.5 * (lo + hi)
-        q = fit(mid)
-        if q is not None:
-            hi, got = mid, q
-        else:
-            lo = mid
-    return got
+    return bisect_period(fit, partition_period(chain, bandwidth, stages) * (1 + 1e-9), hi, steps)
 
 
 def _cuts_to_stages(cuts: Sequence[int], L: int) -> tuple[tuple[int, int], ...]:

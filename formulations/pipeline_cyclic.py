@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from models.chain import Chain
-from models.pipeline import CyclicSchedule, InvalidPattern, SimResult, _link, simulate_cyclic, task_data
+from models.pipeline import CyclicSchedule, InvalidPattern, bisect_period, SimResult, _link, simulate_cyclic, task_data
 from models.solution import Status
 
 SCALE_T = 1000.0
@@ -229,17 +229,4 @@ def cyclic_search(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int
                 return r
         return None
 
-    best = fit(hi)
-    if best is None:
-        return None
-    at_lo = fit(lo)
-    if at_lo is not None:
-        return at_lo
-    for _ in range(steps):
-        mid = 0.5 * (lo + hi)
-        got = fit(mid)
-        if got is not None:
-            hi, best = mid, got
-        else:
-            lo = mid
-    return best
+    return bisect_period(fit, lo, hi, steps)

@@ -126,26 +126,11 @@ def task_data(chain: Chain, bandwidth: float | None) -> TaskData:
 
 
 # ----------------------------------------------------------------------------- pattern
-@dataclass
-class Pattern:
-    """A periodic pattern (Definition 1). Lists are 0-based: ``gpu[m-1]`` and ``tau[m-1]`` belong to
-    task ``T_m`` (m = 1..2L), ``tau_c[m-1]`` to the communication of ``A[m]`` (m = 1..2L-1; ignored
-    when ``T_m`` and ``T_{m+1}`` share a GPU)."""
+class _Allocation:
+    """Allocation queries shared by :class:`Pattern` and :class:`CyclicSchedule` (``self.gpu``: GPU of
+    task T_m at index m-1)."""
 
     gpu: list[int]
-    tau: list[float]
-    tau_c: list[float]
-    T: float
-    meta: dict[str, Any] = field(default_factory=dict)
-    rank: list[int] | None = None   # order of tasks that start and end at the same time (default: m)
-
-    def __post_init__(self) -> None:
-        if self.rank is not None:
-            self.rank = [int(r) for r in self.rank]
-        self.gpu = [int(g) for g in self.gpu]
-        self.tau = [float(t) for t in self.tau]
-        self.tau_c = [float(t) for t in self.tau_c]
-        self.T = float(self.T)
 
     @property
     def L(self) -> int:
@@ -171,6 +156,28 @@ class Pattern:
                 seen.add(g)
                 prev = g
         return True
+
+
+@dataclass
+class Pattern(_Allocation):
+    """A periodic pattern (Definition 1). Lists are 0-based: ``gpu[m-1]`` and ``tau[m-1]`` belong to
+    task ``T_m`` (m = 1..2L), ``tau_c[m-1]`` to the communication of ``A[m]`` (m = 1..2L-1; ignored
+    when ``T_m`` and ``T_{m+1}`` share a GPU)."""
+
+    gpu: list[int]
+    tau: list[float]
+    tau_c: list[float]
+    T: float
+    meta: dict[str, Any] = field(default_factory=dict)
+    rank: list[int] | None = None   # order of tasks that start and end at the same time (default: m)
+
+    def __post_init__(self) -> None:
+        if self.rank is not None:
+            self.rank = [int(r) for r in self.rank]
+        self.gpu = [int(g) for g in self.gpu]
+        self.tau = [float(t) for t in self.tau]
+        self.tau_c = [float(t) for t in self.tau_c]
+        self.T = float(self.T)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": "pipeline-pattern", "period": self.T, "gpu": self.gpu, "tau": self.tau,
@@ -684,6 +691,26 @@ def steady_pattern(un: Unrolled, td: TaskData, period: float) -> Pattern | None:
     return normalize_pattern(un.gpu, starts, starts_c, period, td)
 
 
+def bisect_period(fit, lo: float, hi: float, steps: int):
+    """The period search shared by the schedule builders: ``fit(T)`` returns a schedule or None and
+    is expected (not guaranteed) to succeed above some threshold. Tries ``lo``, then ``hi``, then
+    ``steps`` bisection steps; returns the schedule found at the smallest T (None when hi fails)."""
+    got = fit(lo)
+    if got is not None:
+        return got
+    got = fit(hi)
+    if got is None:
+        return None
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        q = fit(mid)
+        if q is not None:
+            hi, got = mid, q
+        else:
+            lo = mid
+    return got
+
+
 def _modular_free(occupied: list[tuple[float, float]], t: float, dur: float, T: float, tol: float) -> bool:
     """True when [t, t+dur) overlaps no occupied interval modulo T."""
     s = t % T
@@ -803,7 +830,7 @@ def modular_pattern(chain: Chain, bandwidth: float | None, stages: Sequence[tupl
 
 # ----------------------------------------------------------------------------- K-periodic schedules
 @dataclass
-class CyclicSchedule:
+class CyclicSchedule(_Allocation):
     """A K-periodic schedule (beyond paper 003, whose Definition 1 has one instance of every task per
     period): mini-batches are processed K per period of length ``K T``, so ``T`` is the average time
     per mini-batch, the quantity compared with a pattern's period and with an eager schedule's
@@ -819,23 +846,6 @@ class CyclicSchedule:
     start: list[list[float]]
     start_c: list[list[float] | None]
     meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def L(self) -> int:
-        return len(self.gpu) // 2
-
-    def layer_gpus(self) -> list[int]:
-        return self.gpu[: self.L]
-
-    def gpus_used(self) -> list[int]:
-        return sorted(set(self.gpu))
-
-    def layers_on(self, g: int) -> list[int]:
-        return [l for l in range(1, self.L + 1) if self.gpu[l - 1] == g]
-
-    def is_contiguous(self) -> bool:
-        return Pattern(gpu=self.gpu, tau=[0.0] * len(self.gpu), tau_c=[0.0] * (len(self.gpu) - 1),
-                       T=self.T).is_contiguous()
 
     def span(self) -> float:
         """Time from the first start to the last end of the K mini-batches of one period."""

@@ -19,6 +19,21 @@ def toy_chain():
 MiB = 2**20
 
 
+def write_chain_instance(chain, path, name="r4", batch=16):
+    """Write a Chain (random_chain) as an instance file, for CLI tests."""
+    import json
+
+    rows = [{"stage": 0, "name": "input", "a": chain.wa[0]}]
+    for l in range(1, chain.L + 1):
+        rows.append({"stage": l, "name": f"s{l}", "u_f": chain.uf[l], "u_b": chain.ub[l], "a": chain.wa[l],
+                     "W": chain.weights[l]})
+    rows.append({"stage": chain.L + 1, "name": "loss", "a": 0})
+    path.write_text(json.dumps({"format": "memplan-instance/1", "name": name,
+                                "units": {"time": "s", "memory": "B"}, "provenance": {"batch": batch},
+                                "stages": rows}))
+    return path
+
+
 def remat_limits(chain, fracs):
     """Integer memory limits at fractions of the way from the minimum feasible memory to store-all's peak."""
     import math

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import write_chain_instance
 
 from baselines.pipeline import (best_feasible, gpipe_points, memory_lower_bound, min_memory_contiguous,
                                 period_lower_bound, pipedream_points)
@@ -205,13 +206,7 @@ def test_cli_pipeline(tmp_path):
     from experiments.cli import main
 
     c = random_chain(4, 5, integer=False)
-    rows = [{"stage": 0, "name": "input", "a": c.wa[0]}]
-    for l in range(1, c.L + 1):
-        rows.append({"stage": l, "name": f"s{l}", "u_f": c.uf[l], "u_b": c.ub[l], "a": c.wa[l], "W": c.weights[l]})
-    rows.append({"stage": c.L + 1, "name": "loss", "a": 0})
-    inst = tmp_path / "c.json"
-    inst.write_text(json.dumps({"format": "memplan-instance/1", "name": "r4", "units": {"time": "s", "memory": "B"},
-                                "provenance": {"batch": 16}, "stages": rows}))
+    inst = write_chain_instance(c, tmp_path / "c.json")
     out = tmp_path / "sol.json"
     png = tmp_path / "g.png"
     rc = main(["solve", str(inst), "--problem", "pipeline", "--gpus", "2", "--memory", "20GB",

@@ -7,6 +7,7 @@ limit both are exact, so the MILP is feasible at the exhaustive optimum and infe
 import json
 
 import pytest
+from conftest import write_chain_instance
 
 from baselines.pipeline_exhaustive import exhaustive_search
 from formulations.pipeline_cyclic import copy_caps, cyclic_search, solve_cyclic
@@ -75,13 +76,7 @@ def test_cli_cyclic(tmp_path):
     from experiments.cli import main
 
     c = random_chain(4, 5, integer=False)
-    rows = [{"stage": 0, "name": "input", "a": c.wa[0]}]
-    for l in range(1, c.L + 1):
-        rows.append({"stage": l, "name": f"s{l}", "u_f": c.uf[l], "u_b": c.ub[l], "a": c.wa[l], "W": c.weights[l]})
-    rows.append({"stage": c.L + 1, "name": "loss", "a": 0})
-    inst = tmp_path / "c.json"
-    inst.write_text(json.dumps({"format": "memplan-instance/1", "name": "r4", "units": {"time": "s", "memory": "B"},
-                                "provenance": {"batch": 16}, "stages": rows}))
+    inst = write_chain_instance(c, tmp_path / "c.json")
     out = tmp_path / "sol.json"
     rc = main(["solve", str(inst), "--problem", "pipeline", "--gpus", "2", "--memory", "20GB",
                "--bandwidth", "10GB/s", "--method", "cyclic", "--periodicity", "2", "--time-limit", "20",

@@ -191,11 +191,12 @@ def _cyclic_solution(chain, bandwidth, P, memory, points, start, lb, times, t0, 
         return Solution(PROBLEM, "cyclic", Status.NO_SOLUTION, memory_limit=memory, bound=lb, message=msg,
                         times=times, details={"min_memory": minimum, "memory_lower_bound": mlb})
     hi = min(known)
-    per_solve = max(5.0, (time_limit or 60.0) / (10 * len(cands)))
+    per_solve = max(15.0, (time_limit or 60.0) / (2 * len(cands)))   # one MILP; a search runs <= 2 x 8 of them
     best = None
     with_t = time.perf_counter()
     for lg in cands:
-        r = cyclic_search(chain, bandwidth, lg, memory, K, hi=hi, P=P, time_limit=per_solve, threads=threads)
+        r = cyclic_search(chain, bandwidth, lg, memory, K, hi=hi, P=P, steps=6, time_limit=per_solve,
+                          threads=threads)
         if r is not None and (best is None or r.schedule.T < best.schedule.T):
             best = r
     times["cyclic"] = time.perf_counter() - with_t

@@ -77,10 +77,12 @@ def run(args) -> list[Path]:
                          "contiguous": sol.details.get("contiguous"), "time_limit": args.time_limit,
                          "bound": sol.bound, "seconds": time.perf_counter() - t1,
                          "pipedream_best_at_limit": best_pd})
+            entry = None
             if sol.objective is not None and best_pd is not None:
-                summary.append({"chain": chain.name, "P": P, "memory_limit": float(M), "ilp": sol.objective,
-                                "pipedream": best_pd, "ilp_over_pipedream": sol.objective / best_pd,
-                                "status": str(sol.status)})
+                entry = {"chain": chain.name, "P": P, "memory_limit": float(M), "ilp": sol.objective,
+                         "pipedream": best_pd, "ilp_over_pipedream": sol.objective / best_pd,
+                         "status": str(sol.status)}
+                summary.append(entry)
             if args.periodicity:
                 t2 = time.perf_counter()
                 allocs = [sol.schedule.layer_gpus()] if sol.schedule is not None else []
@@ -93,10 +95,9 @@ def run(args) -> list[Path]:
                              "contiguous": cy.details.get("contiguous"), "time_limit": args.time_limit,
                              "bound": cy.bound, "seconds": time.perf_counter() - t2,
                              "pipedream_best_at_limit": best_pd})
-                if summary and summary[-1]["memory_limit"] == float(M):
-                    summary[-1]["cyclic"] = cy.objective
-                    summary[-1]["cyclic_over_pipedream"] = (cy.objective / best_pd if cy.objective and best_pd
-                                                            else None)
+                if entry is not None:
+                    entry["cyclic"] = cy.objective
+                    entry["cyclic_over_pipedream"] = cy.objective / best_pd if cy.objective else None
         df = pd.DataFrame(rows)
         csv = out / f"{chain.name}_P{P}.csv"
         df.to_csv(csv, index=False)

@@ -174,9 +174,8 @@ def _cyclic_solution(chain, bandwidth, P, memory, points, start, lb, times, t0, 
     K = int(K)
     if K < 1:
         raise ValueError(f"--periodicity must be at least 1, got {K}")
-    known = [p.period for p in points if memory is None or p.memory <= memory * (1 + 1e-9)]
-    if start is not None:
-        known.append(start.T)
+    fitting = best_feasible(points, memory)
+    known = ([fitting.period] if fitting is not None else []) + ([start.T] if start is not None else [])
     cands: list[tuple[int, ...]] = [tuple(int(g) for g in a) for a in allocations]
     if start is not None:
         cands.append(tuple(start.layer_gpus()))

@@ -6,8 +6,9 @@ Paper 003 restricts the search to *patterns* (Definition 1: one instance of ever
 Lemma 1). PipeDream's eager 1F1B schedule is not restricted that way: in steady state it is
 K-periodic for some K (K mini-batches every K T̄), and at some memory limits no pattern reaches its
 average period T̄ (the paper's Figure 8 shows such a point; in ours, ResNet-18 on 8 GPUs at 1.29 GB:
-PipeDream 4.1155 ms with 7 mini-batches in flight on the first GPU, while on that partition every
-pattern with at most 7 stored copies of the first stage's activations needs T > 4.2 ms). This module
+PipeDream 4.1155 ms with 7 mini-batches in flight on the first GPU, while on that partition this
+MILP with K = 1 finds no pattern at T <= 4.2 ms that holds at most 7 mini-batches' activations on
+the first GPU, and a 2-periodic schedule at 3.98 ms). This module
 schedules K mini-batches per period on a *given* allocation (the ILP's, PipeDream's, ...): with K = 1
 it finds patterns, with K >= 2 it finds schedules that patterns cannot express.
 
@@ -46,7 +47,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from models.chain import Chain
-from models.pipeline import CyclicSchedule, InvalidPattern, bisect_period, SimResult, _link, simulate_cyclic, task_data
+from models.pipeline import (CyclicSchedule, InvalidPattern, SimResult, _link, bisect_period, constant_memory,
+                             simulate_cyclic, task_data, task_gpus)
 from models.solution import Status
 
 SCALE_T = 1000.0
@@ -59,11 +61,6 @@ class CyclicResult:
     status: Status
     message: str
     solves: int = 0
-
-
-def _gpu_of_tasks(td, layer_gpu: Sequence[int]) -> list[int]:
-    lg = [int(g) for g in layer_gpu]
-    return lg + [lg[td.layer(m) - 1] for m in range(td.L + 1, td.n + 1)]
 
 
 def build_cyclic_model(td, gpu: list[int], T: float, K: int, caps: dict[int, int] | None):
@@ -152,9 +149,8 @@ def copy_caps(td, gpu: Sequence[int], memory: float | None) -> dict[int, int] | 
         return None
     L, n = td.L, td.n
     caps = {}
-    for g in sorted(set(gpu)):
-        const = 3.0 * sum(td.W[l] for l in range(1, L + 1) if gpu[l - 1] == g)
-        const += sum(td.A[m] for m in range(1, n) if gpu[m - 1] != gpu[m] and g in (gpu[m - 1], gpu[m]))
+    for g, held in constant_memory(td, gpu).items():
+        const = held["weights"] + held["buffers"]
         const += max(td.A[m - 1] + td.A[m] for m in range(1, n + 1) if gpu[m - 1] == g)
         act = sum(td.A[l - 1] for l in range(1, L + 1) if gpu[l - 1] == g)
         caps[g] = int(math.floor((memory - const) / act + 1e-9)) if act > 0 else n
@@ -171,7 +167,7 @@ def solve_cyclic(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int]
     from formulations.highs_driver import solve_milp
 
     td = task_data(chain, bandwidth)
-    gpu = _gpu_of_tasks(td, layer_gpu)
+    gpu = task_gpus(td, layer_gpu)
     if any(td.d[m] > T * (1 + 1e-12) for m in range(1, td.n + 1)):
         return CyclicResult(None, None, Status.INFEASIBLE, "a task is longer than the period")
     caps = copy_caps(td, gpu, memory)
@@ -210,7 +206,7 @@ def cyclic_search(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int
     small and a 1-periodic schedule is also K-periodic; then the K-periodic one). None when even
     ``hi`` fails."""
     td = task_data(chain, bandwidth)
-    gpu = _gpu_of_tasks(td, layer_gpu)
+    gpu = task_gpus(td, layer_gpu)
     if lo is None:
         load: dict = {}
         for m in range(1, td.n + 1):

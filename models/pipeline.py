@@ -253,21 +253,33 @@ class SimResult:
                 "breakdown": {str(g): v for g, v in self.breakdown.items()}, "shifts": self.shifts}
 
 
+def task_gpus(td: TaskData, layer_gpu: Sequence[int]) -> list[int]:
+    """GPU of every task T_m (index m-1) from the GPU of every layer (index l-1): B_l runs with F_l."""
+    lg = [int(g) for g in layer_gpu]
+    return lg + [lg[td.layer(m) - 1] for m in range(td.L + 1, td.n + 1)]
+
+
+def _check_allocation(gpu: Sequence[int], T: float, td: TaskData, gpus: int | None, what: str) -> None:
+    """Checks shared by patterns and K-periodic schedules: positive period, F_l and B_l on one GPU,
+    at most ``gpus`` GPUs, no task longer than the (average) period."""
+    if not (T > 0 and math.isfinite(T)):
+        raise InvalidPattern(f"period must be positive, got {T}")
+    for l in range(1, td.L + 1):
+        if gpu[l - 1] != gpu[td.backward(l) - 1]:
+            raise InvalidPattern(f"F_{l} and B_{l} on different GPUs ({gpu[l - 1]} and "
+                                 f"{gpu[td.backward(l) - 1]}); paper 003 constraint (4)")
+    if gpus is not None and len(set(gpu)) > gpus:
+        raise InvalidPattern(f"{what} uses {len(set(gpu))} GPUs, only {gpus} available")
+    for m in range(1, td.n + 1):
+        if td.d[m] > T * (1 + REL_TOL):
+            raise InvalidPattern(f"task T_{m} lasts {td.d[m]:.6g} > period {T:.6g}")
+
+
 def check_pattern_shape(pattern: Pattern, td: TaskData, gpus: int | None = None) -> None:
     L, n = td.L, td.n
     if len(pattern.gpu) != n or len(pattern.tau) != n or len(pattern.tau_c) != n - 1:
         raise InvalidPattern(f"pattern sizes do not match L = {L}: need {n} tasks and {n - 1} communications")
-    if not (pattern.T > 0 and math.isfinite(pattern.T)):
-        raise InvalidPattern(f"period must be positive, got {pattern.T}")
-    for l in range(1, L + 1):
-        if pattern.gpu[l - 1] != pattern.gpu[td.backward(l) - 1]:
-            raise InvalidPattern(f"F_{l} and B_{l} on different GPUs ({pattern.gpu[l - 1]} and "
-                                 f"{pattern.gpu[td.backward(l) - 1]}); paper 003 constraint (4)")
-    if gpus is not None and len(set(pattern.gpu)) > gpus:
-        raise InvalidPattern(f"pattern uses {len(set(pattern.gpu))} GPUs, only {gpus} available")
-    for m in range(1, n + 1):
-        if td.d[m] > pattern.T * (1 + REL_TOL):
-            raise InvalidPattern(f"task T_{m} lasts {td.d[m]:.6g} > period {pattern.T:.6g}")
+    _check_allocation(pattern.gpu, pattern.T, td, gpus, "pattern")
 
 
 def unroll(pattern: Pattern, td: TaskData, n_batches: int | None = None) -> tuple[Unrolled, np.ndarray]:
@@ -307,6 +319,19 @@ def _check_exclusive(intervals: list[tuple[float, float, str]], what: str, tol: 
         k = int(np.searchsorted(starts, t - tol, side="left")) - 1
         if k >= 0 and ends[k] > t + tol:
             raise InvalidPattern(f"{what}: {name} at {t:.6g} lies inside {pos[k][2]} [{starts[k]:.6g}, {ends[k]:.6g})")
+
+
+def constant_memory(td: TaskData, gpu: Sequence[int]) -> dict[int, dict[str, float]]:
+    """Per GPU, the memory held for the whole run: ``weights`` (3 W_l per layer, (33)) and
+    ``buffers`` (A[m] on both ends of every communication between two GPUs, (34)-(35))."""
+    const = {g: {"weights": 0.0, "buffers": 0.0} for g in sorted(set(gpu))}
+    for l in range(1, td.L + 1):
+        const[gpu[l - 1]]["weights"] += 3.0 * td.W[l]
+    for m in range(1, td.n):
+        if gpu[m - 1] != gpu[m]:
+            const[gpu[m - 1]]["buffers"] += td.A[m]
+            const[gpu[m]]["buffers"] += td.A[m]
+    return const
 
 
 def check_and_measure(un: Unrolled, td: TaskData, tol: float, *, timeline: bool = False,
@@ -353,13 +378,7 @@ def check_and_measure(un: Unrolled, td: TaskData, tol: float, *, timeline: bool 
 
     # --- memory: constant parts
     gpus = sorted(set(gpu))
-    const = {g: {"weights": 0.0, "buffers": 0.0} for g in gpus}
-    for l in range(1, L + 1):
-        const[gpu[l - 1]]["weights"] += 3.0 * td.W[l]
-    for m in range(1, n):
-        if gpu[m - 1] != gpu[m]:
-            const[gpu[m - 1]]["buffers"] += td.A[m]
-            const[gpu[m]]["buffers"] += td.A[m]
+    const = constant_memory(td, gpu)
     # --- memory: every time-varying item on a GPU starts and ends at an event (start or end) of a
     # task of that GPU, so the level is evaluated per task instance in the GPU's execution order
     # (start, then end, then the tie rank of the task: zero-length tasks are seen, as in (36)).
@@ -464,7 +483,7 @@ def serial_pattern(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[in
     pattern of period sum(d) + sum(dc over cut edges) for any allocation, with all shifts 0."""
     td = task_data(chain, bandwidth)
     n = td.n
-    gpu = list(layer_gpu) + [layer_gpu[td.layer(m) - 1] for m in range(td.L + 1, n + 1)]
+    gpu = task_gpus(td, layer_gpu)
     t = 0.0
     starts, starts_c = {}, {}
     for m in range(1, n + 1):
@@ -632,7 +651,7 @@ def simulate_eager(chain: Chain, bandwidth: float | None, stages: Sequence[tuple
         lf = stages[k][1]
         comms[lf] = np.stack([cf_start[k], cf_start[k] + fcomm[k]], axis=1)
         comms[n - lf] = np.stack([cb_start[k], cb_start[k] + bcomm[k]], axis=1)
-    gpu = list(layer_gpu) + [layer_gpu[td.layer(m) - 1] for m in range(L + 1, n + 1)]
+    gpu = task_gpus(td, layer_gpu)
     un = Unrolled(gpu=gpu, n_batches=n_batches, tasks=tasks, comms=comms)
     scale = max(float(np.nanmax(tasks[n][:, 1])), 1e-300)
     sim = check_and_measure(un, td, 1e-9 * scale)
@@ -759,7 +778,7 @@ def modular_pattern(chain: Chain, bandwidth: float | None, stages: Sequence[tupl
     L, n = td.L, td.n
     S = len(stages)
     layer_gpu = stages_to_layer_gpu(stages, L)
-    gpu = list(layer_gpu) + [layer_gpu[td.layer(m) - 1] for m in range(L + 1, n + 1)]
+    gpu = task_gpus(td, layer_gpu)
     tol = REL_TOL * T
     occ: dict[Any, list] = {}
     starts: dict[int, float] = {}
@@ -892,11 +911,7 @@ def simulate_cyclic(sched: CyclicSchedule, chain: Chain, bandwidth: float | None
         raise InvalidPattern(f"cyclic schedule shape does not match L = {td.L} (K = {K})")
     if any(len(row) != K for row in sched.start):
         raise InvalidPattern(f"every task needs K = {K} start times")
-    for l in range(1, td.L + 1):
-        if sched.gpu[l - 1] != sched.gpu[td.backward(l) - 1]:
-            raise InvalidPattern(f"F_{l} and B_{l} on different GPUs; paper 003 constraint (4)")
-    if gpus is not None and len(set(sched.gpu)) > gpus:
-        raise InvalidPattern(f"schedule uses {len(set(sched.gpu))} GPUs, only {gpus} available")
+    _check_allocation(sched.gpu, sched.T, td, gpus, "schedule")
     for m in range(1, n):
         if (sched.gpu[m - 1] != sched.gpu[m]) != (sched.start_c[m - 1] is not None):
             raise InvalidPattern(f"communication of A[{m}]: start times given iff T_{m} and T_{m + 1} "

@@ -175,6 +175,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _output_args(p, name_help: str) -> None:
+    """--name, -o/--output and --force of the commands that write an instance file."""
+    p.add_argument("--name", help=name_help)
+    p.add_argument("-o", "--output", required=True, help="instance file to write")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+
+
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "profile", help="profile a zoo network into an instance file",
@@ -191,9 +198,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--set", type=_kv, action="append", metavar="KEY=VALUE",
                    help="model constructor argument, e.g. --set n_layer=6 --set n_embd=512 (repeatable)")
-    p.add_argument("--name", help="instance name (default: model-bBATCH-INPUT-DEVICE)")
-    p.add_argument("-o", "--output", required=True, help="instance file to write")
-    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    _output_args(p, "instance name (default: model-bBATCH-INPUT-DEVICE)")
     p.set_defaults(func=_cmd_profile)
 
     q = subparsers.add_parser(
@@ -202,9 +207,7 @@ def add_parser(subparsers) -> None:
     q.add_argument("graph", help="PipeDream graph.txt file")
     q.add_argument("--batch", type=int, default=None,
                    help="rescale times and activation sizes linearly from the profile's batch (128)")
-    q.add_argument("--name", help="instance name")
-    q.add_argument("-o", "--output", required=True, help="instance file to write")
-    q.add_argument("--force", action="store_true", help="overwrite an existing file")
+    _output_args(q, "instance name")
     q.set_defaults(func=_cmd_import)
 
     r = subparsers.add_parser(

@@ -36,7 +36,16 @@ def _projection(cin: int, cout: int, stride: int) -> nn.Module | None:
     return None
 
 
-class BasicBlock(nn.Module):
+class _PostActBlock(nn.Module):
+    """What post-activation blocks share: ``relu`` and ``shortcut`` set by the subclass, and the
+    residual join ``relu(y + shortcut(x))``."""
+
+    def _join(self, x, y):
+        s = x if self.shortcut is None else self.shortcut(x)
+        return self.relu(y + s)
+
+
+class BasicBlock(_PostActBlock):
     expansion = 1
 
     def __init__(self, cin: int, width: int, stride: int = 1):
@@ -49,12 +58,10 @@ class BasicBlock(nn.Module):
 
     def forward(self, x):
         y = self.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        s = x if self.shortcut is None else self.shortcut(x)
-        return self.relu(y + s)
+        return self._join(x, self.bn2(self.conv2(y)))
 
 
-class Bottleneck(nn.Module):
+class Bottleneck(_PostActBlock):
     expansion = 4
 
     def __init__(self, cin: int, width: int, stride: int = 1):
@@ -69,9 +76,7 @@ class Bottleneck(nn.Module):
     def forward(self, x):
         y = self.relu(self.bn1(self.conv1(x)))
         y = self.relu(self.bn2(self.conv2(y)))
-        y = self.bn3(self.conv3(y))
-        s = x if self.shortcut is None else self.shortcut(x)
-        return self.relu(y + s)
+        return self._join(x, self.bn3(self.conv3(y)))
 
 
 class ResNet(nn.Module):

@@ -210,8 +210,9 @@ def _cyclic_solution(chain, bandwidth, P, memory, points, start, lb, times, t0, 
                    copy_caps={str(g): c for g, c in (sched.meta.get("copy_caps") or {}).items()})
     return Solution(PROBLEM, "cyclic", Status.FEASIBLE, objective=sim.period, peak_memory=sim.peak_memory,
                     schedule=sched, bound=lb, memory_limit=memory, predicted=sched.T,
-                    message=f"{K}-periodic schedule ({K} mini-batches per {fmt_time(K * sched.T)}), "
-                            f"best of {len(cands)} allocation(s), bisection below {fmt_time(hi)}",
+                    message=f"{sched.K}-periodic schedule ({sched.K} mini-batch(es) per "
+                            f"{fmt_time(sched.K * sched.T)}; searched K = 1 and {K}), best of {len(cands)} "
+                            f"allocation(s), bisection below {fmt_time(hi)}",
                     times=times, details=details)
 
 
@@ -292,7 +293,7 @@ def report(sol: Solution, chain: Chain, args=None) -> str:
                              f"{fmt_memory(mem.get(str(g)))}")
             lines.append(f"allocation   {'contiguous' if sched.is_contiguous() else 'non-contiguous'}")
             if isinstance(sched, CyclicSchedule):
-                lines.append(f"schedule     {sched.K}-periodic: {sched.K} mini-batches every "
+                lines.append(f"schedule     {sched.K}-periodic: {sched.K} mini-batch(es) every "
                              f"{fmt_time(sched.K * sched.T)}; stored copies per GPU at most "
                              f"{sol.details.get('copy_caps')}")
         elif isinstance(sched, EagerResult):

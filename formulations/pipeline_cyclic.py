@@ -26,16 +26,38 @@ Formulation (fixed average period T, fixed allocation; all times scaled so that 
   overlap, periodically: with one free integer ``k`` per pair,
   ``d_x <= start(y) - start(x) - k K T <= K T - d_y``. (Two intervals of lengths d_x, d_y on a circle
   of circumference K T are disjoint iff such a k exists; no binary ordering variable is needed.)
-* ``copies``: GPU g holds the stored activations (a^{l-1}, kept from the end of F_l to the end of
-  B_l) of at most ``c_g`` mini-batches: ``end F_l(j + c_g) >= end B_l(j)`` for every layer l of g and
-  every j. With ``fifo`` at most c_g mini-batches then hold a^{l-1} at any instant: if j and
-  j' >= j + c_g both did, F_l(j') would have ended after B_l(j), which ended after the instant.
-  Like PipeDream's NOAM, one number per GPU, but chosen from the memory: ``c_g`` is the largest
-  integer with ``3 W_g + buffers_g + max_m (A[m-1] + A[m]) + c_g sum_l A[l-1] <= M`` (weights,
-  buffers, running task and c_g copies of every stored activation of the memory model of
+Memory: three models, all checked by the replay.
+
+* ``exact_memory`` (memory model ``exact``, K = 1 only): the simulator's memory during every task,
+  from the pair integers ``k`` of ``excl`` (which also give the order of the tasks of one GPU, the
+  zero-length ones included): see :func:`_exact_memory`. Without ordering binaries this is the
+  paper's ILP on a fixed allocation (its Lemma 7 counts the stored copies from the shifts in the
+  same way); ``tests/test_pipeline_cyclic.py`` checks it against the exhaustive search under memory
+  limits. It solves a ResNet-18 allocation on 8 GPUs in about a second, where the paper's ILP with
+  the same allocation fixed has not closed its gap after 300 s.
+
+* ``copies`` (memory model ``caps``): GPU g holds the stored activations (a^{l-1}, kept from the end
+  of F_l to the end of B_l) of at most ``c_g`` mini-batches: ``end F_l(j + c_g) >= end B_l(j)`` for
+  every layer l of g and every j. With ``fifo`` at most c_g mini-batches then hold a^{l-1} at any
+  instant: if j and j' >= j + c_g both did, F_l(j') would have ended after B_l(j), which ended after
+  the instant. Like PipeDream's NOAM, one number per GPU, but chosen from the memory: ``c_g`` is the
+  largest integer with ``3 W_g + buffers_g + max_m (A[m-1] + A[m]) + c_g sum_l A[l-1] <= M``
+  (weights, buffers, running task and c_g copies of every stored activation of the memory model of
   :mod:`models.pipeline`). This bounds the simulator's measure from above except for the direct
   dependencies (A[m] between T_m and T_{m+1} on one GPU): when a replay exceeds M on a GPU,
   :func:`solve_cyclic` lowers that GPU's c_g by one and solves again.
+* ``layer_copies`` and ``memory`` (memory model ``layers``): one integer per layer and mini-batch i
+  of the period, ``e[l,i] >= (end B_l(i) - end F_l(i)) / (K T)``, and likewise ``q[m,i]`` for the
+  wait of a direct dependency A[m] between T_m and T_{m+1}. Mini-batches ``r K + i`` (fixed i) are
+  K T apart and each holds a^{l-1} over an interval of the same length, so at any instant at most
+  ``ceil(span / (K T)) <= e[l,i]`` of them do. Per GPU,
+  ``3 W_g + buffers_g + max_m (A[m-1] + A[m]) + sum_{l,i} e[l,i] A[l-1] + sum_{m,i} q[m,i] A[m] <= M``
+  bounds the simulator's measure from above (each item at its largest count), so no retry is needed.
+  With K = 1 this is the paper's count of stored copies per layer (its shifts) with the sum of the
+  per-layer maxima in place of the exact peak; it allows different counts for the layers of one GPU
+  (e.g. one more copy of a small input), which caps do not. With K >= 2 neither model contains the
+  other (caps allow spans up to c_g T, per-class counts only multiples of K T), so ``auto`` tries caps
+  first, then layers.
 * No objective: the first feasible schedule is taken; :func:`cyclic_search` bisects on T.
 
 Every schedule is replayed by :func:`models.pipeline.simulate_cyclic` before it is returned.
@@ -63,9 +85,12 @@ class CyclicResult:
     solves: int = 0
 
 
-def build_cyclic_model(td, gpu: list[int], T: float, K: int, caps: dict[int, int] | None):
-    """The MILP of the module docstring at average period T (seconds) with at most ``caps[g]`` stored
-    copies on GPU g (no limit for a GPU absent from ``caps``). Returns ``(model, comms, scale)`` where
+def build_cyclic_model(td, gpu: list[int], T: float, K: int, caps: dict[int, int] | None,
+                       memory: float | None = None, exact: bool = False):
+    """The MILP of the module docstring at average period T (seconds). Memory: with ``caps``, at most
+    ``caps[g]`` stored copies on GPU g (no limit for a GPU absent from ``caps``); with ``memory``
+    (bytes) instead, the per-layer counts (``layer_copies``/``memory``), or with ``exact`` (K = 1
+    only) the memory during every task (``exact_memory``). Returns ``(model, comms, scale)`` where
     ``scale`` converts model time to seconds."""
     import pyomo.environ as pyo
 
@@ -103,10 +128,13 @@ def build_cyclic_model(td, gpu: list[int], T: float, K: int, caps: dict[int, int
             md.fifo.add(st("t", m, i + 1) >= st("t", m, i) + d[m])
         for m in comms:
             md.fifo.add(st("c", m, i + 1) >= st("c", m, i) + dc[m])
-    # exclusivity on GPUs and links (zero-length items cannot overlap anything)
+    # exclusivity on GPUs and links (zero-length items cannot overlap anything; with ``exact`` the
+    # zero-length tasks get a pair too, for their place in the GPU's order)
+    if exact and K != 1:
+        raise ValueError("the exact memory model is for K = 1")
     res: dict[tuple, list[tuple[str, int, int, float]]] = {}
     for m in range(1, n + 1):
-        if d[m] > 0:
+        if d[m] > 0 or exact:
             res.setdefault(("gpu", gpu[m - 1]), []).extend(("t", m, i, d[m]) for i in I)
     for m in comms:
         if dc[m] > 0:
@@ -116,10 +144,11 @@ def build_cyclic_model(td, gpu: list[int], T: float, K: int, caps: dict[int, int
     kb = int(math.ceil(H / PK)) + 1
     md.k = pyo.Var(range(len(pairs)), domain=pyo.Integers, bounds=(-kb, kb))
     md.excl = pyo.ConstraintList()
+    tie = 1e-6 * Tm       # two zero-length tasks never start together across periods (order by m)
     for x, (a, b) in enumerate(pairs):
         e = st(b[0], b[1], b[2]) - st(a[0], a[1], a[2]) - md.k[x] * PK
         md.excl.add(e >= a[3])
-        md.excl.add(e <= PK - b[3])
+        md.excl.add(e <= PK - (b[3] if b[3] > 0 else 0.0 if a[3] > 0 else tie))
     # stored copies: at most caps[g] mini-batches hold the activations of GPU g's layers
     md.copies = pyo.ConstraintList()
     for l in range(1, L + 1):
@@ -129,8 +158,77 @@ def build_cyclic_model(td, gpu: list[int], T: float, K: int, caps: dict[int, int
         Bm = td.backward(l)
         for i in I:
             md.copies.add(st("t", l, i + c) + d[l] >= st("t", Bm, i) + d[Bm])
+    if exact:
+        if memory is not None:
+            _exact_memory(md, td, gpu, {(a[1], b[1]): x for x, (a, b) in enumerate(pairs) if a[0] == "t"}, memory)
+    elif memory is not None:
+        _layer_memory(md, td, gpu, d, st, K, PK, n + 2, memory)
     md.obj = pyo.Objective(expr=0.0)     # feasibility: HiGHS stops at the first schedule
     return md, comms, sc
+
+
+def _exact_memory(md, td, gpu, pk: dict[tuple[int, int], int], memory: float) -> None:
+    """``exact_memory`` (K = 1): the memory the simulator measures during every task x, linear in the
+    pair integers. For two tasks a < b of one GPU, ``t_b - t_a - k T`` lies in the window of
+    ``excl``, so the instances of a that come before b(0) in the GPU's order (start, then end, then
+    task index) are exactly a(j), j <= k; write ``E(a, b) = k``, ``E(b, a) = -k - 1`` and
+    ``E(x, x) = -1``. During x the copies of a^{l-1} (held from F_l(j) up to and including B_l(j)) are
+    ``E(F_l, x) - E(B_l, x)``, those of a direct dependency A[m] (held strictly between T_m(j) and
+    T_{m+1}(j)) ``E(T_m, x) - E(T_{m+1}, x) - [x = T_{m+1}]``; with the running task A[x-1] + A[x],
+    weights and buffers this is the simulator's level during x, which must stay within ``memory``."""
+    import pyomo.environ as pyo
+
+    L, n = td.L, td.n
+    ms = memory / 1000.0
+
+    def E(a: int, x: int):
+        if a == x:
+            return -1
+        return md.k[pk[a, x]] if a < x else -md.k[pk[x, a]] - 1
+
+    const = constant_memory(td, gpu)
+    md.exact_memory = pyo.ConstraintList()
+    for x in range(1, n + 1):
+        g = gpu[x - 1]
+        expr = (td.A[x - 1] + td.A[x]) / ms
+        for l in range(1, L + 1):
+            if gpu[l - 1] == g and td.A[l - 1] > 0:
+                expr = expr + td.A[l - 1] / ms * (E(l, x) - E(td.backward(l), x))
+        for m in range(1, n):
+            if gpu[m - 1] == g and gpu[m] == g and td.A[m] > 0:
+                expr = expr + td.A[m] / ms * (E(m, x) - E(m + 1, x) - (1 if x == m + 1 else 0))
+        md.exact_memory.add(expr <= (memory - const[g]["weights"] - const[g]["buffers"]) / ms)
+
+
+def _layer_memory(md, td, gpu, d, st, K: int, PK: float, most: int, memory: float) -> None:
+    """``layer_copies`` and ``memory`` of the module docstring: integers ``e[l,i]`` (copies of
+    a^{l-1}) and ``q[m,i]`` (copies of a direct dependency A[m]) bound the spans of mini-batch i of the
+    period in units of K T; per GPU, weights + buffers + the largest running task + every stored item
+    times its count stays within ``memory``."""
+    import pyomo.environ as pyo
+
+    L, n = td.L, td.n
+    ms = memory / 1000.0                                 # bytes per model memory unit
+    I = range(K)
+    stored = [l for l in range(1, L + 1) if td.A[l - 1] > 0]
+    direct = [m for m in range(1, n) if gpu[m - 1] == gpu[m] and td.A[m] > 0]
+    md.e = pyo.Var(stored, I, domain=pyo.NonNegativeIntegers, bounds=(0, most))
+    md.q = pyo.Var(direct, I, domain=pyo.NonNegativeIntegers, bounds=(0, most))
+    md.layer_copies = pyo.ConstraintList()
+    for i in I:
+        for l in stored:
+            Bm = td.backward(l)
+            md.layer_copies.add(st("t", Bm, i) + d[Bm] - st("t", l, i) - d[l] <= md.e[l, i] * PK)
+        for m in direct:
+            md.layer_copies.add(st("t", m + 1, i) - st("t", m, i) - d[m] <= md.q[m, i] * PK)
+    md.memory = pyo.ConstraintList()
+    for g, held in constant_memory(td, gpu).items():
+        base = held["weights"] + held["buffers"] + max(td.A[m - 1] + td.A[m] for m in range(1, n + 1)
+                                                      if gpu[m - 1] == g)
+        held_items = (sum(td.A[l - 1] / ms * md.e[l, i] for l in stored if gpu[l - 1] == g for i in I)
+                      + sum(td.A[m] / ms * md.q[m, i] for m in direct if gpu[m - 1] == g for i in I))
+        if not isinstance(held_items, (int, float)):      # (a GPU that stores nothing needs no row)
+                md.memory.add(held_items <= (memory - base) / ms)
 
 
 def _read(md, td, gpu, comms, K, sc, T) -> CyclicSchedule:
@@ -159,25 +257,53 @@ def copy_caps(td, gpu: Sequence[int], memory: float | None) -> dict[int, int] | 
 
 def solve_cyclic(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int], T: float, K: int,
                  memory: float | None, *, P: int | None = None, time_limit: float | None = 20,
-                 threads: int | None = None, retries: int = 4) -> CyclicResult:
+                 threads: int | None = None, retries: int = 4, memory_model: str = "auto") -> CyclicResult:
     """A K-periodic schedule of the allocation ``layer_gpu`` (GPU of layer l at index l-1) with
-    average period T whose replayed memory fits in ``memory``; see the module docstring. When the
-    replay exceeds the limit on some GPU (direct dependencies are not in the model), that GPU's copy
-    cap is lowered by one and the MILP solved again (at most ``retries`` times)."""
+    average period T whose replayed memory fits in ``memory``; see the module docstring.
+    ``memory_model``: ``"layers"`` (per-layer counts, an upper bound on the replayed memory),
+    ``"caps"`` (one cap per GPU; when the replay exceeds the limit on some GPU, since direct
+    dependencies are not in that model, that GPU's cap is lowered by one and the MILP solved again,
+    at most ``retries`` times), ``"exact"`` (K = 1: the simulator's memory during every task) or
+    ``"auto"``: exact for K = 1; for K >= 2 caps, then layers when caps finds nothing (module
+    docstring)."""
     from formulations.highs_driver import solve_milp
 
+    if memory_model == "auto":
+        if K == 1:
+            memory_model = "exact"
+        elif memory is None:
+            memory_model = "layers"
+        else:   # neither model contains the other for K >= 2 (module docstring): caps, then layers
+            kw = dict(P=P, time_limit=time_limit, threads=threads, retries=retries)
+            r = solve_cyclic(chain, bandwidth, layer_gpu, T, K, memory, memory_model="caps", **kw)
+            if r.schedule is not None or r.status == Status.ERROR:
+                return r
+            r2 = solve_cyclic(chain, bandwidth, layer_gpu, T, K, memory, memory_model="layers", **kw)
+            r2.solves += r.solves
+            if r2.schedule is None and r2.status != Status.ERROR:
+                r.solves = r2.solves
+                return r
+            return r2
     td = task_data(chain, bandwidth)
     gpu = task_gpus(td, layer_gpu)
+    if memory_model not in ("layers", "caps", "exact") or (memory_model == "exact" and K != 1):
+        raise ValueError(f"memory_model must be 'exact' (K = 1), 'layers', 'caps' or 'auto', "
+                         f"not {memory_model!r} with K = {K}")
     if any(td.d[m] > T * (1 + 1e-12) for m in range(1, td.n + 1)):
         return CyclicResult(None, None, Status.INFEASIBLE, "a task is longer than the period")
-    caps = copy_caps(td, gpu, memory)
+    caps = copy_caps(td, gpu, memory) if memory_model == "caps" else None
     solves = 0
-    for _ in range(retries + 1):
+    for _ in range(retries + 1 if memory_model == "caps" else 1):
         if caps is not None and min(caps.values()) < 1:
             g = min(caps, key=caps.get)
             return CyclicResult(None, None, Status.INFEASIBLE,
                                 f"GPU {g} cannot hold the activations of one mini-batch", solves)
-        md, comms, sc = build_cyclic_model(td, gpu, T, K, caps)
+        if memory_model == "caps":
+            md, comms, sc = build_cyclic_model(td, gpu, T, K, caps)
+        elif memory_model == "exact":
+            md, comms, sc = build_cyclic_model(td, gpu, T, K, None, memory, exact=True)
+        else:
+            md, comms, sc = build_cyclic_model(td, gpu, T, K, None, memory)
         res = solve_milp(md, time_limit=time_limit, threads=threads,
                          options={"mip_feasibility_tolerance": 1e-9, "primal_feasibility_tolerance": 1e-9})
         solves += 1
@@ -190,8 +316,12 @@ def solve_cyclic(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int]
             return CyclicResult(None, None, Status.ERROR, f"replay rejected the schedule: {e}", solves)
         over = [g for g, v in sim.memory.items() if memory is not None and v > memory * (1 + 1e-9)]
         if not over:
-            sched.meta.update({"method": f"cyclic-K{K}", "copy_caps": caps})
+            sched.meta.update({"method": f"cyclic-K{K}", "memory_model": memory_model,
+                               "copy_caps": caps if memory_model == "caps" else None})
             return CyclicResult(sched, sim, Status.FEASIBLE, res.message, solves)
+        if memory_model != "caps":       # an exact value or upper bound was exceeded: a bug, not a retry
+            return CyclicResult(None, None, Status.ERROR, f"replay exceeds the limit on GPU(s) {over} although "
+                                "the per-layer counts bound it", solves)
         for g in over:
             caps[g] -= 1
     return CyclicResult(None, None, Status.NO_SOLUTION, "replayed memory above the limit after retries", solves)

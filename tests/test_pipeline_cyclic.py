@@ -28,6 +28,25 @@ def test_one_periodic_equals_exhaustive_on_fixed_allocation(seed, bw, alloc):
     assert below.status == Status.INFEASIBLE and below.schedule is None
 
 
+@pytest.mark.parametrize("seed,bw,alloc", [(0, 1.0, (0, 0, 1)), (4, 1.0, (0, 1, 1)), (6, None, (0, 1, 0)),
+                                           (9, 1.0, (0, 0, 1))])
+def test_exact_one_periodic_memory_equals_exhaustive_front(seed, bw, alloc):
+    """With memory limits: the K = 1 MILP with the exact memory model is feasible at every point
+    (period, memory) of the exhaustive front of the allocation and infeasible 0.1% faster there."""
+    c = random_chain(3, seed, integer=True)
+    ex = exhaustive_search(c, bw, 2, allocs=[alloc])
+    front = ex.front()
+    assert len(front) >= 2
+    for T1, M in front:
+        at = solve_cyclic(c, bw, list(alloc), T1 * (1 + 1e-6), 1, M, P=2, time_limit=30, threads=1,
+                          memory_model="exact")
+        assert at.status == Status.FEASIBLE, (T1, M, at.message)
+        assert at.sim.peak_memory <= M * (1 + 1e-9)
+        below = solve_cyclic(c, bw, list(alloc), T1 * (1 - 1e-3), 1, M, P=2, time_limit=30, threads=1,
+                             memory_model="exact")
+        assert below.status == Status.INFEASIBLE, (T1, M)
+
+
 def test_cyclic_schedules_replay_within_memory_and_period():
     c = random_chain(4, 7, integer=False)
     bw = 12e9

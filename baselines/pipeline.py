@@ -398,6 +398,33 @@ def partition_search(chain: Chain, bandwidth: float | None, P: int, memory: floa
     return finish()
 
 
+def exact_refine(chain: Chain, bandwidth: float | None, P: int, memory: float | None,
+                 allocations: Sequence[Sequence[int]], incumbent: Pattern | None, *, steps: int = 12,
+                 time_limit: float | None = 10, threads: int | None = None) -> Pattern | None:
+    """The best pattern of each allocation (layer -> GPU lists) by bisection on T with the exact
+    1-periodic MILP of :mod:`formulations.pipeline_cyclic` (memory model ``exact``), between the
+    allocation's load bound and the incumbent's period. Every pattern is replayed. Returns the best
+    pattern strictly faster than the incumbent, or None."""
+    from formulations.pipeline_cyclic import cyclic_search
+    from models.pipeline import simulate_pattern
+
+    td = task_data(chain, bandwidth)
+    best, Tbest = None, incumbent.T if incumbent is not None else math.inf
+    for lg in dict.fromkeys(tuple(int(g) for g in a) for a in allocations):
+        hi = Tbest if math.isfinite(Tbest) else float(td.d[1:].sum() + td.dc[1:].sum())
+        r = cyclic_search(chain, bandwidth, list(lg), memory, 1, hi=hi, P=P, steps=steps,
+                          time_limit=time_limit, threads=threads)
+        if r is None or r.schedule.T >= Tbest * (1 - 1e-9):
+            continue
+        q = r.schedule.as_pattern(td)
+        sim = simulate_pattern(q, chain, bandwidth, gpus=P)
+        if memory is not None and sim.peak_memory > memory * (1 + 1e-9):
+            raise RuntimeError(f"exact pattern replays above the limit: {sim.peak_memory} > {memory}")
+        q.meta.update({"method": "exact-k1", "allocation": list(lg)})
+        best, Tbest = q, q.T
+    return best
+
+
 def start_pattern(chain: Chain, bandwidth: float | None, P: int, memory: float | None,
                   points: Sequence[Point], *, search: bool = True) -> Pattern | None:
     """The feasible pattern of smallest period among: the baselines' steady states (when 1-periodic),

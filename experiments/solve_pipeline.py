@@ -78,9 +78,11 @@ def _baseline_solution(chain, bandwidth, P, memory, method, points, lb, times) -
 def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | None, method: str, *,
                time_limit: float | None = 60.0, gap: float | None = None, threads: int | None = None,
                log_file=None, n_batches: int = 500, points=None, periodicity: int = 2,
-               allocations=()) -> Solution:
+               allocations=(), refine: bool = True) -> Solution:
     """Run one method; ``points`` may pass precomputed baseline points (PipeDream + GPipe);
-    ``allocations`` (layer -> GPU lists) and ``periodicity`` are for ``cyclic``."""
+    ``allocations`` (layer -> GPU lists) and ``periodicity`` are for ``cyclic``; with ``refine`` the
+    ILP's MIP start is improved by :func:`baselines.pipeline.exact_refine` on its allocation and on the
+    best PipeDream and GPipe partitions."""
     import time
 
     from baselines.pipeline import gpipe_points, period_lower_bound, pipedream_points, start_pattern
@@ -118,10 +120,30 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
     # ------------------------------------------------------------------ ILP
     from formulations.pipeline_ilp import solve_ilp
 
+    refined = None
+    if refine and start is not None:
+        # the best pattern of the start's allocation and of the best baseline partitions (exact
+        # 1-periodic MILP, fixed allocation): a better MIP start than the modular patterns
+        from baselines.pipeline import best_feasible, exact_refine
+        from models.pipeline import stages_to_layer_gpu
+
+        allocs = [start.layer_gpus()]
+        for meth in ("pipedream", "gpipe"):
+            bb = best_feasible([p for p in points if p.method == meth], memory)
+            if bb is not None:
+                allocs.append(stages_to_layer_gpu(bb.stages, chain.L))
+        t_ref = time.perf_counter()
+        refined = exact_refine(chain, bandwidth, P, memory, allocs, start, threads=threads,
+                               time_limit=min(10.0, time_limit or 10.0))
+        times["refine"] = time.perf_counter() - t_ref
+        if refined is not None:
+            start = refined
+
     pattern, res, ilp, t = solve_ilp(chain, bandwidth, P, memory, start=start, Tmin=lb, time_limit=time_limit,
                                      gap=gap, threads=threads, log_file=log_file)
     times.update(t)
     details: dict[str, Any] = {"model_size": res.size, "start": start.meta if start is not None else None,
+                               "start_refined": refined is not None,
                                "start_period": start.T if start is not None else None,
                                "start_accepted": res.start_accepted, "Tmax": ilp.Tmax}
     bound = max(lb, res.bound) if res.bound is not None else lb

@@ -888,6 +888,17 @@ class CyclicSchedule(_Allocation):
                 comms[m] = np.stack([s, s + td.dc[m]], axis=1)
         return Unrolled(gpu=list(self.gpu), n_batches=n_batches, tasks=tasks, comms=comms)
 
+    def as_pattern(self, td: TaskData) -> Pattern:
+        """A 1-periodic schedule as a :class:`Pattern` (start times taken modulo T, the conventions of
+        :func:`normalize_pattern`)."""
+        if self.K != 1:
+            raise ValueError(f"only a 1-periodic schedule is a pattern (K = {self.K})")
+        starts = {m: self.start[m - 1][0] for m in range(1, td.n + 1)}
+        starts_c = {m: row[0] for m, row in enumerate(self.start_c, start=1) if row is not None}
+        pat = normalize_pattern(self.gpu, starts, starts_c, self.T, td)
+        pat.meta.update(self.meta)
+        return pat
+
     def to_json(self) -> dict[str, Any]:
         return {"kind": "pipeline-cyclic", "K": self.K, "period": self.T, "gpu": self.gpu,
                 "start": self.start, "start_c": self.start_c,

@@ -129,3 +129,24 @@ def test_two_periodic_beats_every_pattern_of_the_allocation(seed, alloc):
             assert sim.peak_memory <= M * (1 + 1e-9) and sim.period == pytest.approx(T1 * (1 - 1e-3))
             wins += 1
     assert wins >= 1
+
+
+def test_exact_refine_reaches_the_best_pattern_of_the_allocation():
+    """From the serial pattern (the slowest), the refinement used for the ILP's MIP start reaches the
+    exhaustive optimum of the allocation at each memory limit of its front, within the bisection's
+    precision, and the pattern it returns replays within the limit."""
+    from baselines.pipeline import exact_refine
+    from models.pipeline import serial_pattern, simulate_pattern
+
+    c = random_chain(3, 4, integer=True)
+    alloc = (0, 1, 1)
+    ex = exhaustive_search(c, 1.0, 2, allocs=[alloc])
+    serial = serial_pattern(c, 1.0, list(alloc))
+    faster = [(T1, M) for T1, M in ex.front() if T1 < serial.T * (1 - 1e-9)]
+    assert len(faster) >= 2
+    for T1, M in faster:
+        q = exact_refine(c, 1.0, 2, M, [alloc], serial, steps=24, threads=1)
+        assert q is not None and q.layer_gpus() == list(alloc)
+        assert T1 * (1 - 1e-9) <= q.T <= T1 * (1 + 1e-5)
+        sim = simulate_pattern(q, c, 1.0, gpus=2)
+        assert sim.peak_memory <= M * (1 + 1e-9) and sim.period == pytest.approx(q.T, rel=1e-6)

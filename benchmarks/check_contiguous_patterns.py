@@ -25,28 +25,18 @@ import math
 import time
 
 
-def screen(td, gpu_of_layer, cuts, T: float, M: float) -> bool:
+def screen(chain, bandwidth, td, stages, T: float, M: float) -> bool:
     """The necessary conditions of the module docstring (True: a pattern may exist)."""
-    from models.pipeline import constant_memory, task_gpus
+    from baselines.pipeline import partition_period
+    from models.pipeline import constant_memory, serial_pattern, stages_to_layer_gpu
 
-    L, n = td.L, td.n
-    gpu = task_gpus(td, gpu_of_layer)
-    load: dict[int, float] = {}
-    for m in range(1, n + 1):
-        load[gpu[m - 1]] = load.get(gpu[m - 1], 0.0) + td.d[m]
-    if max(load.values()) > T or any(td.dc[c] + td.dc[td.backward(c + 1)] > T for c in cuts):
+    if partition_period(chain, bandwidth, stages) > T:       # busiest GPU or link
         return False
-    start, x = [0.0] * (n + 2), 0.0
-    for m in range(1, n + 1):
-        start[m] = x
-        x += td.d[m] + (td.dc[m] if m < n and gpu[m - 1] != gpu[m] else 0.0)
-    for g, held in constant_memory(td, gpu).items():
-        act = 0.0
-        for l in range(1, L + 1):
-            if gpu[l - 1] == g:
-                b = td.backward(l)
-                span = start[b] + td.d[b] - start[l] - td.d[l]
-                act += td.A[l - 1] * math.floor(span / T + 1e-12)
+    serial = serial_pattern(chain, bandwidth, stages_to_layer_gpu(stages, td.L))   # no waiting at all
+    end = [tau + td.d[m] for m, tau in enumerate(serial.tau, start=1)]
+    for g, held in constant_memory(td, serial.gpu).items():
+        act = sum(td.A[l - 1] * math.floor((end[td.backward(l) - 1] - end[l - 1]) / T + 1e-12)
+                  for l in range(1, td.L + 1) if serial.gpu[l - 1] == g)
         if held["weights"] + held["buffers"] + act > M:
             return False
     return True
@@ -89,7 +79,7 @@ def main(argv=None) -> int:
     cands = []
     for S in range(1, min(P, L) + 1):
         for cuts in itertools.combinations(range(1, L), S - 1):
-            if screen(td, stages_to_layer_gpu(_cuts_to_stages(cuts, L), L), cuts, T, M):
+            if screen(chain, bw, td, _cuts_to_stages(cuts, L), T, M):
                 cands.append(cuts)
     total = sum(math.comb(L - 1, S - 1) for S in range(1, min(P, L) + 1))
     print(f"{total} contiguous partitions into at most {P} stages; {len(cands)} pass the screen "

@@ -124,17 +124,11 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
     if refine and start is not None:
         # the best pattern of the start's allocation and of the best baseline partitions (exact
         # 1-periodic MILP, fixed allocation): a better MIP start than the modular patterns
-        from baselines.pipeline import best_feasible, exact_refine
-        from models.pipeline import stages_to_layer_gpu
+        from baselines.pipeline import exact_refine
 
-        allocs = [start.layer_gpus()]
-        for meth in ("pipedream", "gpipe"):
-            bb = best_feasible([p for p in points if p.method == meth], memory)
-            if bb is not None:
-                allocs.append(stages_to_layer_gpu(bb.stages, chain.L))
         t_ref = time.perf_counter()
-        refined = exact_refine(chain, bandwidth, P, memory, allocs, start, threads=threads,
-                               time_limit=min(10.0, time_limit or 10.0))
+        refined = exact_refine(chain, bandwidth, P, memory, _known_allocations(chain, points, memory, start),
+                               start, threads=threads, time_limit=min(10.0, time_limit or 10.0))
         times["refine"] = time.perf_counter() - t_ref
         if refined is not None:
             start = refined
@@ -183,6 +177,22 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
                     message=res.message, times=times, details=details)
 
 
+def _known_allocations(chain, points, memory, start, extra=()) -> list[tuple[int, ...]]:
+    """Layer -> GPU lists, without repeats: ``extra``, the start pattern's, then those of the best
+    PipeDream and GPipe points that fit in ``memory``."""
+    from baselines.pipeline import best_feasible
+    from models.pipeline import stages_to_layer_gpu
+
+    cands = [tuple(int(g) for g in a) for a in extra]
+    if start is not None:
+        cands.append(tuple(start.layer_gpus()))
+    for meth in ("pipedream", "gpipe"):
+        bb = best_feasible([p for p in points if p.method == meth], memory)
+        if bb is not None:
+            cands.append(tuple(stages_to_layer_gpu(bb.stages, chain.L)))
+    return list(dict.fromkeys(cands))
+
+
 def _cyclic_solution(chain, bandwidth, P, memory, points, start, lb, times, t0, K, allocations, time_limit,
                      threads) -> Solution:
     """Method ``cyclic``: bisection with :func:`formulations.pipeline_cyclic.cyclic_search` on each
@@ -191,21 +201,13 @@ def _cyclic_solution(chain, bandwidth, P, memory, points, start, lb, times, t0, 
 
     from baselines.pipeline import best_feasible
     from formulations.pipeline_cyclic import cyclic_search
-    from models.pipeline import stages_to_layer_gpu
 
     K = int(K)
     if K < 1:
         raise ValueError(f"--periodicity must be at least 1, got {K}")
     fitting = best_feasible(points, memory)
     known = ([fitting.period] if fitting is not None else []) + ([start.T] if start is not None else [])
-    cands: list[tuple[int, ...]] = [tuple(int(g) for g in a) for a in allocations]
-    if start is not None:
-        cands.append(tuple(start.layer_gpus()))
-    for meth in ("pipedream", "gpipe"):
-        bb = best_feasible([p for p in points if p.method == meth], memory)
-        if bb is not None:
-            cands.append(tuple(stages_to_layer_gpu(bb.stages, chain.L)))
-    cands = list(dict.fromkeys(cands))
+    cands = _known_allocations(chain, points, memory, start, allocations)
     if not known or not cands:
         msg, minimum, mlb = _infeasible_message(chain, bandwidth, P, memory,
                                                 "no allocation known to fit (no pattern or baseline point)")
@@ -229,6 +231,7 @@ def _cyclic_solution(chain, bandwidth, P, memory, points, start, lb, times, t0, 
                                 f"{len(cands)} allocation(s)", details=details)
     sched, sim = best.schedule, best.sim
     details.update(memory_per_gpu={str(g): v for g, v in sim.memory.items()}, contiguous=sched.is_contiguous(),
+                   memory_model=sched.meta.get("memory_model"),
                    copy_caps={str(g): c for g, c in (sched.meta.get("copy_caps") or {}).items()})
     return Solution(PROBLEM, "cyclic", Status.FEASIBLE, objective=sim.period, peak_memory=sim.peak_memory,
                     schedule=sched, bound=lb, memory_limit=memory, predicted=sched.T,
@@ -315,9 +318,10 @@ def report(sol: Solution, chain: Chain, args=None) -> str:
                              f"{fmt_memory(mem.get(str(g)))}")
             lines.append(f"allocation   {'contiguous' if sched.is_contiguous() else 'non-contiguous'}")
             if isinstance(sched, CyclicSchedule):
+                caps = sol.details.get("copy_caps")
                 lines.append(f"schedule     {sched.K}-periodic: {sched.K} mini-batch(es) every "
-                             f"{fmt_time(sched.K * sched.T)}; stored copies per GPU at most "
-                             f"{sol.details.get('copy_caps')}")
+                             f"{fmt_time(sched.K * sched.T)}; memory model {sol.details.get('memory_model')}"
+                             + (f", stored copies per GPU at most {caps}" if caps else ""))
         elif isinstance(sched, EagerResult):
             for g, (a, b) in enumerate(sched.stages):
                 lines.append(f"  GPU {g}: layers {_ranges(list(range(a, b + 1))):<20} memory "

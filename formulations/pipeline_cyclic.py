@@ -7,8 +7,8 @@ Lemma 1). PipeDream's eager 1F1B schedule is not restricted that way: in steady 
 K-periodic for some K (K mini-batches every K T̄), and at some memory limits no pattern reaches its
 average period T̄ (the paper's Figure 8 shows such a point; in ours, ResNet-18 on 8 GPUs at 1.29 GB:
 PipeDream 4.1155 ms with 7 mini-batches in flight on the first GPU, while on that partition this
-MILP with K = 1 finds no pattern at T <= 4.2 ms that holds at most 7 mini-batches' activations on
-the first GPU, and a 2-periodic schedule at 3.98 ms). This module
+MILP with K = 1 and its exact memory model proves that no pattern reaches 4.1163 ms, and finds a
+2-periodic schedule at 3.98 ms). This module
 schedules K mini-batches per period on a *given* allocation (the ILP's, PipeDream's, ...): with K = 1
 it finds patterns, with K >= 2 it finds schedules that patterns cannot express.
 
@@ -26,6 +26,7 @@ Formulation (fixed average period T, fixed allocation; all times scaled so that 
   overlap, periodically: with one free integer ``k`` per pair,
   ``d_x <= start(y) - start(x) - k K T <= K T - d_y``. (Two intervals of lengths d_x, d_y on a circle
   of circumference K T are disjoint iff such a k exists; no binary ordering variable is needed.)
+
 Memory: three models, all checked by the replay.
 
 * ``exact_memory`` (memory model ``exact``, K = 1 only): the simulator's memory during every task,
@@ -222,13 +223,11 @@ def _layer_memory(md, td, gpu, d, st, K: int, PK: float, most: int, memory: floa
         for m in direct:
             md.layer_copies.add(st("t", m + 1, i) - st("t", m, i) - d[m] <= md.q[m, i] * PK)
     md.memory = pyo.ConstraintList()
-    for g, held in constant_memory(td, gpu).items():
-        base = held["weights"] + held["buffers"] + max(td.A[m - 1] + td.A[m] for m in range(1, n + 1)
-                                                      if gpu[m - 1] == g)
+    for g, base in _base_memory(td, gpu).items():
         held_items = (sum(td.A[l - 1] / ms * md.e[l, i] for l in stored if gpu[l - 1] == g for i in I)
                       + sum(td.A[m] / ms * md.q[m, i] for m in direct if gpu[m - 1] == g for i in I))
         if not isinstance(held_items, (int, float)):      # (a GPU that stores nothing needs no row)
-                md.memory.add(held_items <= (memory - base) / ms)
+            md.memory.add(held_items <= (memory - base) / ms)
 
 
 def _read(md, td, gpu, comms, K, sc, T) -> CyclicSchedule:
@@ -245,14 +244,19 @@ def copy_caps(td, gpu: Sequence[int], memory: float | None) -> dict[int, int] | 
     cannot hold even the mini-batch it is processing."""
     if memory is None:
         return None
-    L, n = td.L, td.n
     caps = {}
-    for g, held in constant_memory(td, gpu).items():
-        const = held["weights"] + held["buffers"]
-        const += max(td.A[m - 1] + td.A[m] for m in range(1, n + 1) if gpu[m - 1] == g)
-        act = sum(td.A[l - 1] for l in range(1, L + 1) if gpu[l - 1] == g)
-        caps[g] = int(math.floor((memory - const) / act + 1e-9)) if act > 0 else n
+    for g, const in _base_memory(td, gpu).items():
+        act = sum(td.A[l - 1] for l in range(1, td.L + 1) if gpu[l - 1] == g)
+        caps[g] = int(math.floor((memory - const) / act + 1e-9)) if act > 0 else td.n
     return caps
+
+
+def _base_memory(td, gpu: Sequence[int]) -> dict[int, float]:
+    """Per GPU, what ``caps`` and ``layers`` count besides the stored items: weights, buffers and
+    the largest running task A[m-1] + A[m]."""
+    return {g: held["weights"] + held["buffers"]
+            + max(td.A[m - 1] + td.A[m] for m in range(1, td.n + 1) if gpu[m - 1] == g)
+            for g, held in constant_memory(td, gpu).items()}
 
 
 def solve_cyclic(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int], T: float, K: int,
@@ -298,12 +302,8 @@ def solve_cyclic(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int]
             g = min(caps, key=caps.get)
             return CyclicResult(None, None, Status.INFEASIBLE,
                                 f"GPU {g} cannot hold the activations of one mini-batch", solves)
-        if memory_model == "caps":
-            md, comms, sc = build_cyclic_model(td, gpu, T, K, caps)
-        elif memory_model == "exact":
-            md, comms, sc = build_cyclic_model(td, gpu, T, K, None, memory, exact=True)
-        else:
-            md, comms, sc = build_cyclic_model(td, gpu, T, K, None, memory)
+        md, comms, sc = build_cyclic_model(td, gpu, T, K, caps, None if memory_model == "caps" else memory,
+                                           exact=memory_model == "exact")
         res = solve_milp(md, time_limit=time_limit, threads=threads,
                          options={"mip_feasibility_tolerance": 1e-9, "primal_feasibility_tolerance": 1e-9})
         solves += 1
@@ -321,7 +321,7 @@ def solve_cyclic(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int]
             return CyclicResult(sched, sim, Status.FEASIBLE, res.message, solves)
         if memory_model != "caps":       # an exact value or upper bound was exceeded: a bug, not a retry
             return CyclicResult(None, None, Status.ERROR, f"replay exceeds the limit on GPU(s) {over} although "
-                                "the per-layer counts bound it", solves)
+                                f"the {memory_model} memory model bounds it", solves)
         for g in over:
             caps[g] -= 1
     return CyclicResult(None, None, Status.NO_SOLUTION, "replayed memory above the limit after retries", solves)

@@ -157,6 +157,9 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
                             details=details)
         return Solution(PROBLEM, "ilp", res.status, memory_limit=memory, bound=bound, message=res.message,
                         times=times, details=details)
+    from models.pipeline import snap_period
+
+    pattern = snap_period(pattern, chain, bandwidth, bound, memory=memory, gpus=P)   # the ILP's bound
     sim = simulate_pattern(pattern, chain, bandwidth, gpus=P)
     if memory is not None and sim.peak_memory > memory * (1 + 1e-6):
         raise RuntimeError(f"ILP pattern replays with {sim.peak_memory} B > limit {memory} B")

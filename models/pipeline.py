@@ -730,6 +730,26 @@ def bisect_period(fit, lo: float, hi: float, steps: int):
     return got
 
 
+def snap_period(pattern: Pattern, chain: Chain, bandwidth: float | None, T_low: float, *,
+                memory: float | None = None, gpus: int | None = None, rel: float = 1e-6) -> Pattern:
+    """Return ``pattern`` with its period lowered to ``T_low`` (a lower bound) when it lies within
+    ``rel`` of it and the lowered pattern still replays (valid, within ``memory``). Builders and the
+    solvers' tolerances leave periods like ``T_low * (1 + 1e-9)``; this removes that noise without
+    trusting it: the simulator decides."""
+    if not (T_low < pattern.T <= T_low * (1 + rel)):
+        return pattern
+    from dataclasses import replace
+
+    cand = replace(pattern, T=T_low)
+    try:
+        sim = simulate_pattern(cand, chain, bandwidth, gpus=gpus)
+    except InvalidPattern:
+        return pattern
+    if memory is not None and sim.peak_memory > memory * (1 + 1e-9):
+        return pattern
+    return cand
+
+
 def _modular_free(occupied: list[tuple[float, float]], t: float, dur: float, T: float, tol: float) -> bool:
     """True when [t, t+dur) overlaps no occupied interval modulo T."""
     s = t % T

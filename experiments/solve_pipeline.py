@@ -127,8 +127,10 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
         from baselines.pipeline import exact_refine
 
         t_ref = time.perf_counter()
-        refined = exact_refine(chain, bandwidth, P, memory, _known_allocations(chain, points, memory, start),
-                               start, threads=threads, time_limit=min(10.0, time_limit or 10.0))
+        refined = exact_refine(chain, bandwidth, P, memory,
+                               _known_allocations(chain, points, memory, start, bandwidth=bandwidth, P=P,
+                                                  threads=threads),
+                               start, steps=8, threads=threads, time_limit=min(10.0, time_limit or 10.0))
         times["refine"] = time.perf_counter() - t_ref
         if refined is not None:
             start = refined
@@ -180,9 +182,12 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
                     message=res.message, times=times, details=details)
 
 
-def _known_allocations(chain, points, memory, start, extra=()) -> list[tuple[int, ...]]:
-    """Layer -> GPU lists, without repeats: ``extra``, the start pattern's, then those of the best
-    PipeDream and GPipe points that fit in ``memory``."""
+def _known_allocations(chain, points, memory, start, extra=(), *, bandwidth=None, P=None,
+                       threads=None) -> list[tuple[int, ...]]:
+    """Layer -> GPU lists, without repeats: ``extra``, the start pattern's, those of the best
+    PipeDream and GPipe points that fit in ``memory``, and (given ``P``) the nearly load-balanced,
+    possibly non-contiguous allocation of :func:`formulations.pipeline_balance.balanced_allocation`
+    when its load is below the start's period (the paper's "abundant memory" case)."""
     from baselines.pipeline import best_feasible
     from models.pipeline import stages_to_layer_gpu
 
@@ -193,6 +198,12 @@ def _known_allocations(chain, points, memory, start, extra=()) -> list[tuple[int
         bb = best_feasible([p for p in points if p.method == meth], memory)
         if bb is not None:
             cands.append(tuple(stages_to_layer_gpu(bb.stages, chain.L)))
+    if P is not None and P > 1:
+        from formulations.pipeline_balance import balanced_allocation
+
+        bal = balanced_allocation(chain, bandwidth, P, memory, time_limit=5, threads=threads)
+        if bal is not None and (start is None or bal[1] < start.T * (1 - 1e-9)):
+            cands.append(tuple(bal[0]))
     return list(dict.fromkeys(cands))
 
 

@@ -70,7 +70,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from models.chain import Chain
-from models.pipeline import (CyclicSchedule, InvalidPattern, SimResult, _link, bisect_period, constant_memory,
+from models.pipeline import (CyclicSchedule, InvalidPattern, SimResult, _link, allocation_load, bisect_period, constant_memory,
                              simulate_cyclic, task_data, task_gpus)
 from models.solution import Status
 
@@ -336,16 +336,8 @@ def cyclic_search(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int
     small and a 1-periodic schedule is also K-periodic; then the K-periodic one). None when even
     ``hi`` fails."""
     td = task_data(chain, bandwidth)
-    gpu = task_gpus(td, layer_gpu)
     if lo is None:
-        load: dict = {}
-        for m in range(1, td.n + 1):
-            load[gpu[m - 1]] = load.get(gpu[m - 1], 0.0) + td.d[m]
-        for m in range(1, td.n):
-            if gpu[m - 1] != gpu[m]:
-                key = ("link",) + _link(gpu[m - 1], gpu[m])
-                load[key] = load.get(key, 0.0) + td.dc[m]
-        lo = max(load.values())
+        lo = allocation_load(td, layer_gpu)
 
     def fit(T: float) -> CyclicResult | None:
         for k in sorted({1, int(K)}):

@@ -259,6 +259,22 @@ def task_gpus(td: TaskData, layer_gpu: Sequence[int]) -> list[int]:
     return lg + [lg[td.layer(m) - 1] for m in range(td.L + 1, td.n + 1)]
 
 
+def allocation_load(td: TaskData, layer_gpu: Sequence[int]) -> float:
+    """The largest load of an allocation (GPU of layer l at index l-1): the busiest GPU (sum of its
+    task durations) or link (sum of the communications it carries, both directions). No pattern of the
+    allocation has a smaller period; without memory limit one reaches it
+    (:mod:`formulations.pipeline_balance`)."""
+    gpu = task_gpus(td, layer_gpu)
+    load: dict = {}
+    for m in range(1, td.n + 1):
+        load[gpu[m - 1]] = load.get(gpu[m - 1], 0.0) + float(td.d[m])
+    for m in range(1, td.n):
+        if gpu[m - 1] != gpu[m]:
+            key = ("link",) + _link(gpu[m - 1], gpu[m])
+            load[key] = load.get(key, 0.0) + float(td.dc[m])
+    return max(load.values())
+
+
 def _check_allocation(gpu: Sequence[int], T: float, td: TaskData, gpus: int | None, what: str) -> None:
     """Checks shared by patterns and K-periodic schedules: positive period, F_l and B_l on one GPU,
     at most ``gpus`` GPUs, no task longer than the (average) period."""

@@ -1,0 +1,105 @@
+"""Load-balanced allocations (possibly non-contiguous) for pipelined model parallelism (paper 003).
+
+Why
+---
+Paper 003 (section 5) observes that "when memory is abundant, the ability of the ILP to use
+non-contiguous partitionings of the networks allows to use this abundant memory to achieve better
+load-balancing". The full ILP (1)-(36) finds such allocations only slowly (HiGHS, minutes on
+ResNet-34 with 4 GPUs), and every baseline partition is contiguous. This small MILP finds them
+directly; the exact 1-periodic MILP of :mod:`formulations.pipeline_cyclic` then schedules the
+allocation under the memory limit (:func:`baselines.pipeline.exact_refine`), and the result becomes
+a MIP start of the ILP.
+
+Why the load is the right objective: with unlimited memory, every allocation has a pattern whose
+period is its largest resource load (GPU compute or link communication). Lay the tasks of every
+resource out back to back in any order within a window of length T; dependencies that go backwards
+in time are met by the mini-batch shifts of Lemma 1. So min over allocations of the largest load is
+the ILP's optimum without memory limit, and a lower bound with one.
+
+Formulation (times in seconds, scaled internally like the ILP)
+--------------------------------------------------------------
+* ``x[l,g]`` binary: layer l (both F_l and B_l, as in the ILP's (1)-(2)) on GPU g;
+  ``sum_g x[l,g] = 1``.
+* GPU load: ``sum_l x[l,g] (d(F_l) + d(B_l)) <= T`` (the ILP's load cut).
+* Links: one per unordered pair of GPUs, shared by both directions, as in the ILP's (11)-(12) and
+  the simulator. The boundary between layers l and l+1 carries A[l] forward and the gradient A[m],
+  m = 2L - l, backward; ``y[l,{g,h}] >= x[l,g] + x[l+1,h] - 1`` (both orders) and
+  ``sum_l y[l,{g,h}] (dc[l] + dc[2L-l]) <= T``.
+* Memory (necessary only): per GPU, three copies of the weights (33) and the communication buffers
+  (34)-(35) at both ends of every cut boundary, ``cut[l,g] >= |x[l,g] - x[l+1,g]|``, fit in M.
+  Stored activations depend on the schedule and are left to the exact MILP.
+* Symmetry: GPUs are identical, so layer 1 is on GPU 0 and GPU g > 0 may hold layer l only if GPU
+  g-1 holds an earlier layer.
+* Objective: ``T`` plus a tie-break of ``1e-6`` lower bound per cut boundary end; then (``slack``)
+  the fewest cut boundary ends with ``T`` at most ``1 + slack`` times the first optimum.
+"""
+from __future__ import annotations
+
+from models.chain import Chain
+from models.pipeline import allocation_load, task_data
+
+
+def balanced_allocation(chain: Chain, bandwidth: float | None, P: int, memory: float | None = None, *,
+                        slack: float = 0.01, time_limit: float | None = 10.0, threads: int | None = None,
+                        ) -> tuple[list[int], float] | None:
+    """The allocation (GPU of layer l at index l-1) of smallest largest load found within the time
+    limit, and that load in seconds; None when no allocation fits the weights and buffers in
+    ``memory`` (or none was found in time). With ``slack`` > 0 a second solve (same time limit)
+    keeps the load within ``1 + slack`` of the first one's and minimizes the number of cut
+    boundaries: a balanced allocation with many cuts pays in buffers, link time and in-flight copies,
+    so it often schedules worse under a memory limit than a nearly balanced one with few cuts."""
+    import pyomo.environ as pyo
+
+    from formulations.highs_driver import solve_milp
+
+    td = task_data(chain, bandwidth)
+    L = td.L
+    P = max(1, min(int(P), L))
+    layers = range(1, L + 1)
+    gpus = range(P)
+    bounds = range(1, L)                       # boundary l: between layers l and l+1
+    links = [(g, h) for g in gpus for h in gpus if g < h]
+    work = {l: float(td.d[l] + td.d[td.backward(l)]) for l in layers}
+    comm = {l: float(td.dc[l] + td.dc[td.backward(l + 1)]) for l in bounds}
+    buf = {l: float(td.A[l] + td.A[td.backward(l + 1)]) for l in bounds}
+    lb = max(max(work.values()), sum(work.values()) / P)
+    ts = 1000.0 / lb if lb > 0 else 1.0        # time scale: the lower bound becomes 1000
+
+    m = pyo.ConcreteModel("balanced_allocation")
+    m.x = pyo.Var(layers, gpus, domain=pyo.Binary)
+    m.T = pyo.Var(bounds=(lb * ts, None))
+    m.one_gpu = pyo.Constraint(layers, rule=lambda _, l: sum(m.x[l, g] for g in gpus) == 1)
+    m.gpu_load = pyo.Constraint(gpus, rule=lambda _, g: sum(m.x[l, g] * work[l] * ts for l in layers) <= m.T)
+    m.first = pyo.Constraint(expr=m.x[1, 0] == 1)
+    m.order = pyo.Constraint([(l, g) for l in layers for g in gpus if g >= 1],
+                             rule=lambda _, l, g: m.x[l, g] <= sum(m.x[k, g - 1] for k in range(1, l)))
+    if links and L > 1:
+        m.y = pyo.Var(bounds, links, bounds=(0, 1))
+        m.y_gh = pyo.Constraint(bounds, links, rule=lambda _, l, g, h: m.y[l, g, h] >= m.x[l, g] + m.x[l + 1, h] - 1)
+        m.y_hg = pyo.Constraint(bounds, links, rule=lambda _, l, g, h: m.y[l, g, h] >= m.x[l, h] + m.x[l + 1, g] - 1)
+        m.link_load = pyo.Constraint(links, rule=lambda _, g, h: sum(m.y[l, g, h] * comm[l] * ts for l in bounds)
+                                     <= m.T)
+    m.cut = pyo.Var(bounds, gpus, bounds=(0, 1)) if L > 1 else None
+    cuts = 0
+    if L > 1:
+        m.cut_a = pyo.Constraint(bounds, gpus, rule=lambda _, l, g: m.cut[l, g] >= m.x[l, g] - m.x[l + 1, g])
+        m.cut_b = pyo.Constraint(bounds, gpus, rule=lambda _, l, g: m.cut[l, g] >= m.x[l + 1, g] - m.x[l, g])
+        cuts = sum(m.cut[l, g] for l in bounds for g in gpus)
+    if memory is not None:
+        sc = 1.0 / memory                      # memory in units of M
+        m.memory = pyo.Constraint(gpus, rule=lambda _, g: sum(m.x[l, g] * 3.0 * float(td.W[l]) * sc for l in layers)
+                                  + (sum(m.cut[l, g] * buf[l] * sc for l in bounds) if L > 1 else 0) <= 1.0)
+    m.obj = pyo.Objective(expr=m.T + 1e-6 * 1000.0 * cuts, sense=pyo.minimize)
+    res = solve_milp(m, time_limit=time_limit, threads=threads)
+    if not res.has_solution:
+        return None
+    if slack > 0 and L > 1:
+        m.T.setub(pyo.value(m.T) * (1 + slack))
+        m.obj.deactivate()
+        m.fewer_cuts = pyo.Objective(expr=cuts, sense=pyo.minimize)
+        start = [(v, pyo.value(v)) for v in m.component_data_objects(pyo.Var) if v.value is not None]
+        if not solve_milp(m, time_limit=time_limit, threads=threads, mip_start=start).has_solution:
+            return None     # cannot happen: the first solution is feasible
+    alloc = [max(gpus, key=lambda g: pyo.value(m.x[l, g])) for l in layers]
+    return alloc, allocation_load(td, alloc)
+

@@ -1,0 +1,89 @@
+"""Load-balanced allocations (formulations/pipeline_balance.py) against brute force over all
+allocations, and the claim of its docstring that without memory limit every allocation has a pattern
+at its largest load (checked with the exact 1-periodic MILP and the simulator)."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from formulations.pipeline_balance import balanced_allocation
+from formulations.pipeline_cyclic import solve_cyclic
+from models.chain import random_chain
+from models.pipeline import allocation_load, constant_memory, task_data, task_gpus
+
+
+def _brute_force(td, P, memory=None):
+    """Smallest largest load over every allocation of the layers to P GPUs whose weights and
+    buffers fit in ``memory``."""
+    best = None
+    for lg in itertools.product(range(P), repeat=td.L):
+        if memory is not None:
+            held = constant_memory(td, task_gpus(td, lg))
+            if any(v["weights"] + v["buffers"] > memory for v in held.values()):
+                continue
+        load = allocation_load(td, lg)
+        best = load if best is None else min(best, load)
+    return best
+
+
+def _cut_boundaries(lg):
+    return sum(1 for a, b in zip(lg, lg[1:]) if a != b)
+
+
+@pytest.mark.parametrize("seed,P,bw", [(0, 2, 5e9), (1, 3, 5e9), (2, 3, 2e9), (3, 3, None)])
+def test_balanced_load_equals_brute_force(seed, P, bw):
+    chain = random_chain(6, seed, integer=False)
+    td = task_data(chain, bw)
+    got = balanced_allocation(chain, bw, P, slack=0.0, time_limit=30, threads=1)
+    assert got is not None
+    alloc, load = got
+    assert len(alloc) == td.L and set(alloc) <= set(range(P))
+    assert load == pytest.approx(allocation_load(td, alloc), rel=1e-12)
+    assert load == pytest.approx(_brute_force(td, P), rel=1e-6)
+
+
+def test_balanced_allocation_respects_weights_and_buffers():
+    chain = random_chain(6, 4, integer=False)
+    bw, P = 5e9, 3
+    td = task_data(chain, bw)
+    free = _brute_force(td, P)
+    # a limit that rules out the unconstrained optimum's weights and buffers on some GPU
+    sizes = sorted({max(v["weights"] + v["buffers"] for v in constant_memory(td, task_gpus(td, lg)).values())
+                    for lg in itertools.product(range(P), repeat=td.L)})
+    M = sizes[len(sizes) // 4]
+    alloc, load = balanced_allocation(chain, bw, P, M, slack=0.0, time_limit=30, threads=1)
+    assert all(v["weights"] + v["buffers"] <= M * (1 + 1e-9)
+               for v in constant_memory(td, task_gpus(td, alloc)).values())
+    assert load == pytest.approx(_brute_force(td, P, M), rel=1e-6)
+    assert load >= free * (1 - 1e-9)
+    assert balanced_allocation(chain, bw, P, sizes[0] * 0.5, time_limit=10, threads=1) is None
+
+
+def test_slack_trades_load_for_fewer_cuts():
+    chain = random_chain(8, 5, integer=False)
+    bw, P = 2e10, 3
+    td = task_data(chain, bw)
+    tight, t_load = balanced_allocation(chain, bw, P, slack=0.0, time_limit=30, threads=1)
+    loose, l_load = balanced_allocation(chain, bw, P, slack=0.3, time_limit=30, threads=1)
+    assert l_load <= t_load * 1.3 * (1 + 1e-9)
+    assert _cut_boundaries(loose) <= _cut_boundaries(tight)
+    # the fewest cuts within 30%: no allocation with fewer cut boundaries has a load that low
+    fewer = [lg for lg in itertools.product(range(P), repeat=td.L) if _cut_boundaries(lg) < _cut_boundaries(loose)]
+    assert all(allocation_load(td, lg) > t_load * 1.3 * (1 + 1e-9) for lg in fewer)
+
+
+@pytest.mark.parametrize("alloc", [(0, 1, 0, 1, 0), (0, 1, 2, 0, 2), (0, 0, 1, 2, 1)])
+def test_every_allocation_has_a_pattern_at_its_load_without_memory_limit(alloc):
+    chain = random_chain(5, 7, integer=False)
+    bw = 4e9
+    td = task_data(chain, bw)
+    T = allocation_load(td, alloc)
+    r = solve_cyclic(chain, bw, list(alloc), T * (1 + 1e-9), 1, None, P=3, time_limit=30, threads=1,
+                     memory_model="exact")
+    assert r.schedule is not None
+    assert r.sim.period == pytest.approx(T, rel=1e-6)
+    # and nothing below the load: some GPU or link would be busy longer than the period
+    r2 = solve_cyclic(chain, bw, list(alloc), T * 0.999, 1, None, P=3, time_limit=30, threads=1,
+                      memory_model="exact")
+    assert r2.schedule is None

@@ -65,10 +65,13 @@ def run(args) -> list[Path]:
         lo = max(memory_lower_bound(chain, bw, P), 0.6 * min(mems))
         hi = max(mems)
         limits = np.linspace(lo, hi, args.points)
+        found = []     # ILP patterns at smaller limits: valid at this one too, so candidate starts
         for M in tqdm(limits, desc=f"{chain.name} P={P} ILP", unit="limit"):
             t1 = time.perf_counter()
             sol = run_method(chain, bw, P, float(M), "ilp", time_limit=args.time_limit, gap=args.gap,
-                             threads=args.threads, n_batches=args.n_batches, points=pts)
+                             threads=args.threads, n_batches=args.n_batches, points=pts, starts=found)
+            if sol.schedule is not None:
+                found.append(sol.schedule)
             feas = [p for p in pts if p.memory <= M * (1 + 1e-9)]
             best_pd = min((p.period for p in feas), default=None)
             rows.append({"chain": chain.name, "P": P, "method": "ilp", "memory_limit": float(M),

@@ -78,11 +78,12 @@ def _baseline_solution(chain, bandwidth, P, memory, method, points, lb, times) -
 def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | None, method: str, *,
                time_limit: float | None = 60.0, gap: float | None = None, threads: int | None = None,
                log_file=None, n_batches: int = 500, points=None, periodicity: int = 2,
-               allocations=(), refine: bool = True) -> Solution:
+               allocations=(), refine: bool = True, starts=()) -> Solution:
     """Run one method; ``points`` may pass precomputed baseline points (PipeDream + GPipe);
     ``allocations`` (layer -> GPU lists) and ``periodicity`` are for ``cyclic``; with ``refine`` the
     ILP's MIP start is improved by :func:`baselines.pipeline.exact_refine` on its allocation and on the
-    best PipeDream and GPipe partitions."""
+    best PipeDream and GPipe partitions; ``starts`` are more candidate patterns for the ILP's start
+    (a sweep passes the patterns found at smaller limits), used when they replay within ``memory``."""
     import time
 
     from baselines.pipeline import gpipe_points, period_lower_bound, pipedream_points, start_pattern
@@ -112,6 +113,11 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
         points = (pipedream_points(chain, bandwidth, P, n_batches=n_batches)
                   + gpipe_points(chain, bandwidth, P, n_batches=n_batches))
     start = start_pattern(chain, bandwidth, P, memory, points)
+    for q in starts:
+        if q is not None and (start is None or q.T < start.T * (1 - 1e-9)):
+            r = simulate_pattern(q, chain, bandwidth, gpus=P)
+            if memory is None or r.peak_memory <= memory * (1 + 1e-9):
+                start = q
     times["baselines"] = time.perf_counter() - t0
     if method == "cyclic":
         return _cyclic_solution(chain, bandwidth, P, memory, points, start, lb, times, t0, periodicity,

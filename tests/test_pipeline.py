@@ -305,3 +305,23 @@ def test_partition_search_exhaustive_and_local():
     assert loc.T >= got.T * (1 - 1e-3)       # cannot beat the full enumeration by more than precision
     r = simulate_pattern(loc, c, BW, gpus=P)
     assert r.peak_memory <= M * (1 + 1e-9)
+
+
+def test_ilp_start_from_given_patterns_only_when_they_fit():
+    """A sweep passes the patterns found at smaller limits as starts: one that replays within the
+    limit becomes the MIP start (the ILP then returns at least as good); one over it is ignored."""
+    from experiments.solve_pipeline import run_method
+
+    c, P = random_chain(6, 3), 2
+    pts = pipedream_points(c, BW, P, n_batches=60) + gpipe_points(c, BW, P, n_batches=60)
+    opt = run_method(c, BW, P, None, "ilp", time_limit=30, threads=1, points=pts, refine=False)
+    assert opt.status == Status.OPTIMAL
+    q = opt.schedule
+    assert min(p.period for p in pts) > q.T * (1 + 1e-6)   # the baselines alone start worse
+    got = run_method(c, BW, P, opt.peak_memory, "ilp", time_limit=1, threads=1, points=pts, refine=False,
+                     starts=[q])
+    assert got.details["start_period"] == pytest.approx(q.T)
+    assert got.objective <= q.T * (1 + 1e-9)
+    tight = run_method(c, BW, P, opt.peak_memory * 0.999, "ilp", time_limit=1, threads=1, points=pts,
+                       refine=False, starts=[q])
+    assert tight.details["start_period"] != pytest.approx(q.T)

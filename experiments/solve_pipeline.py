@@ -132,11 +132,15 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
         # 1-periodic MILP, fixed allocation): a better MIP start than the modular patterns
         from baselines.pipeline import exact_refine
 
+        from baselines.pipeline import best_feasible
+
         t_ref = time.perf_counter()
+        goal = best_feasible(points, memory)
         refined = exact_refine(chain, bandwidth, P, memory,
                                _known_allocations(chain, points, memory, start, bandwidth=bandwidth, P=P,
                                                   threads=threads),
-                               start, steps=8, threads=threads, time_limit=min(10.0, time_limit or 10.0))
+                               start, steps=8, threads=threads, time_limit=min(30.0, time_limit or 30.0),
+                               goal=goal.period if goal is not None else None)
         times["refine"] = time.perf_counter() - t_ref
         if refined is not None:
             start = refined

@@ -406,9 +406,9 @@ def exact_refine(chain: Chain, bandwidth: float | None, P: int, memory: float | 
     1-periodic MILP of :mod:`formulations.pipeline_cyclic` (memory model ``exact``), between the
     allocation's load bound and the incumbent's period. With ``goal`` (e.g. the best PipeDream
     period at this memory) the bisection first runs below the goal, then, when nothing is found
-    there, below the incumbent: a solve that stops at its time limit counts as a failure, so aiming
-    at the goal first keeps a busy machine from missing it. Every pattern is replayed. Returns the
-    best pattern strictly faster than the incumbent, or None."""
+    there, between the goal and the incumbent: a solve that stops at its time limit counts as a
+    failure, so aiming at the goal first keeps a busy machine from missing it. Every pattern is
+    replayed. Returns the best pattern strictly faster than the incumbent, or None."""
     from formulations.pipeline_cyclic import cyclic_search
     from models.pipeline import simulate_pattern
 
@@ -416,13 +416,13 @@ def exact_refine(chain: Chain, bandwidth: float | None, P: int, memory: float | 
     best, Tbest = None, incumbent.T if incumbent is not None else math.inf
     for lg in dict.fromkeys(tuple(int(g) for g in a) for a in allocations):
         hi = Tbest if math.isfinite(Tbest) else float(td.d[1:].sum() + td.dc[1:].sum())
-        r = None
+        kw = dict(P=P, steps=steps, time_limit=time_limit, threads=threads)
         if goal is not None and goal < hi * (1 - 1e-9):
-            r = cyclic_search(chain, bandwidth, list(lg), memory, 1, hi=goal, P=P, steps=steps,
-                              time_limit=time_limit, threads=threads)
-        if r is None:
-            r = cyclic_search(chain, bandwidth, list(lg), memory, 1, hi=hi, P=P, steps=steps,
-                              time_limit=time_limit, threads=threads)
+            r = cyclic_search(chain, bandwidth, list(lg), memory, 1, hi=goal, **kw)
+            if r is None:   # nothing at or below the goal (tried): search between it and hi only
+                r = cyclic_search(chain, bandwidth, list(lg), memory, 1, lo=goal, lo_fails=True, hi=hi, **kw)
+        else:
+            r = cyclic_search(chain, bandwidth, list(lg), memory, 1, hi=hi, **kw)
         if r is None or r.schedule.T >= Tbest * (1 - 1e-9):
             continue
         q = r.schedule.as_pattern(td)

@@ -44,7 +44,7 @@ def run(args) -> list[Path]:
     import pandas as pd
     from tqdm import tqdm
 
-    from baselines.pipeline import memory_lower_bound, pareto, pipedream_points
+    from baselines.pipeline import best_feasible, memory_lower_bound, pareto, pipedream_points
     from experiments.solve_pipeline import run_method
     from models.units import parse_bandwidth
 
@@ -72,8 +72,8 @@ def run(args) -> list[Path]:
                              threads=args.threads, n_batches=args.n_batches, points=pts, starts=found)
             if sol.schedule is not None:
                 found.append(sol.schedule)
-            feas = [p for p in pts if p.memory <= M * (1 + 1e-9)]
-            best_pd = min((p.period for p in feas), default=None)
+            fit = best_feasible(pts, M)
+            best_pd = fit.period if fit is not None else None
             rows.append({"chain": chain.name, "P": P, "method": "ilp", "memory_limit": float(M),
                          "memory": sol.peak_memory, "period": sol.objective, "status": str(sol.status),
                          "noam": None, "stages": None,

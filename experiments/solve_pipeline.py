@@ -86,7 +86,7 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
     (a sweep passes the patterns found at smaller limits), used when they replay within ``memory``."""
     import time
 
-    from baselines.pipeline import gpipe_points, period_lower_bound, pipedream_points, start_pattern
+    from baselines.pipeline import best_feasible, gpipe_points, period_lower_bound, pipedream_points, start_pattern
 
     if method not in METHODS:
         raise ValueError(f"unknown pipeline method {method!r}; choose from {', '.join(METHODS)}")
@@ -113,6 +113,7 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
         points = (pipedream_points(chain, bandwidth, P, n_batches=n_batches)
                   + gpipe_points(chain, bandwidth, P, n_batches=n_batches))
     start = start_pattern(chain, bandwidth, P, memory, points)
+    bb = best_feasible(points, memory)     # the best baseline point at this memory
     for q in starts:
         if q is not None and (start is None or q.T < start.T * (1 - 1e-9)):
             r = simulate_pattern(q, chain, bandwidth, gpus=P)
@@ -132,15 +133,12 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
         # 1-periodic MILP, fixed allocation): a better MIP start than the modular patterns
         from baselines.pipeline import exact_refine
 
-        from baselines.pipeline import best_feasible
-
         t_ref = time.perf_counter()
-        goal = best_feasible(points, memory)
         refined = exact_refine(chain, bandwidth, P, memory,
                                _known_allocations(chain, points, memory, start, bandwidth=bandwidth, P=P,
                                                   threads=threads),
                                start, steps=8, threads=threads, time_limit=min(30.0, time_limit or 30.0),
-                               goal=goal.period if goal is not None else None)
+                               goal=bb.period if bb is not None else None)
         times["refine"] = time.perf_counter() - t_ref
         if refined is not None:
             start = refined
@@ -177,9 +175,6 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
         raise RuntimeError(f"ILP pattern replays with {sim.peak_memory} B > limit {memory} B")
     if abs(sim.period - pattern.T) > 1e-6 * pattern.T:
         raise RuntimeError(f"ILP pattern replays with period {sim.period} != T = {pattern.T}")
-    from baselines.pipeline import best_feasible
-
-    bb = best_feasible(points, memory)
     if bb is not None:
         details["best_baseline"] = {"method": bb.method, "period": bb.period, "memory": bb.memory,
                                     "stages": [list(x) for x in bb.stages], "noam": bb.noam}

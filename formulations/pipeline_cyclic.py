@@ -70,8 +70,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from models.chain import Chain
-from models.pipeline import (CyclicSchedule, InvalidPattern, SimResult, _link, allocation_load, bisect_period, constant_memory,
-                             simulate_cyclic, task_data, task_gpus)
+from models.pipeline import (CyclicSchedule, InvalidPattern, SimResult, _link, allocation_load, bisect_period,
+                             constant_memory, simulate_cyclic, task_data, task_gpus)
 from models.solution import Status
 
 SCALE_T = 1000.0
@@ -329,12 +329,13 @@ def solve_cyclic(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int]
 
 def cyclic_search(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int], memory: float | None,
                   K: int, *, hi: float, lo: float | None = None, P: int | None = None, steps: int = 8,
-                  time_limit: float | None = 20, threads: int | None = None) -> CyclicResult | None:
+                  time_limit: float | None = 20, threads: int | None = None,
+                  lo_fails: bool = False) -> CyclicResult | None:
     """Bisection on the average period between ``lo`` (default: the allocation's load bound, the
-    busiest GPU or link) and ``hi``: the smallest T found at which a schedule with at most K
-    mini-batches per period fits in ``memory`` (at each T the 1-periodic MILP is tried first, it is
-    small and a 1-periodic schedule is also K-periodic; then the K-periodic one). None when even
-    ``hi`` fails."""
+    busiest GPU or link; ``lo_fails``: the caller already tried it) and ``hi``: the smallest T found
+    at which a schedule with at most K mini-batches per period fits in ``memory`` (at each T the
+    1-periodic MILP is tried first, it is small and a 1-periodic schedule is also K-periodic; then
+    the K-periodic one). None when even ``hi`` fails."""
     td = task_data(chain, bandwidth)
     if lo is None:
         lo = allocation_load(td, layer_gpu)
@@ -347,4 +348,4 @@ def cyclic_search(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int
                 return r
         return None
 
-    return bisect_period(fit, lo, hi, steps)
+    return bisect_period(fit, lo, hi, steps, lo_fails=lo_fails)

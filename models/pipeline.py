@@ -726,13 +726,15 @@ def steady_pattern(un: Unrolled, td: TaskData, period: float) -> Pattern | None:
     return normalize_pattern(un.gpu, starts, starts_c, period, td)
 
 
-def bisect_period(fit, lo: float, hi: float, steps: int):
+def bisect_period(fit, lo: float, hi: float, steps: int, *, lo_fails: bool = False):
     """The period search shared by the schedule builders: ``fit(T)`` returns a schedule or None and
-    is expected (not guaranteed) to succeed above some threshold. Tries ``lo``, then ``hi``, then
-    ``steps`` bisection steps; returns the schedule found at the smallest T (None when hi fails)."""
-    got = fit(lo)
-    if got is not None:
-        return got
+    is expected (not guaranteed) to succeed above some threshold. Tries ``lo`` (unless the caller
+    already knows it fails: ``lo_fails``), then ``hi``, then ``steps`` bisection steps; returns the
+    schedule found at the smallest T (None when hi fails)."""
+    if not lo_fails:
+        got = fit(lo)
+        if got is not None:
+            return got
     got = fit(hi)
     if got is None:
         return None

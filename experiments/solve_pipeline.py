@@ -206,7 +206,7 @@ def _known_allocations(chain, points, memory, start, extra=(), *, bandwidth=None
     if P is not None and P > 1:
         from formulations.pipeline_balance import balanced_allocation
 
-        bal = balanced_allocation(chain, bandwidth, P, memory, time_limit=5, threads=threads)
+        bal = balanced_allocation(chain, bandwidth, P, memory, threads=threads)
         if bal is not None and (start is None or bal[1] < start.T * (1 - 1e-9)):
             cands.append(tuple(bal[0]))
     return list(dict.fromkeys(cands))

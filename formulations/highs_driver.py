@@ -40,6 +40,7 @@ class MilpResult:
     times: dict[str, float] = field(default_factory=dict)
     size: dict[str, int] = field(default_factory=dict)
     start_accepted: bool | None = None
+    nodes: int | None = None          # branch-and-bound nodes HiGHS explored (MIPs only)
 
     @property
     def has_solution(self) -> bool:
@@ -209,7 +210,7 @@ def solve_milp(model, *, time_limit: float | None = None, gap: float | None = No
                 val = float(round(val))
             v.set_value(val, skip_validation=True)
     return MilpResult(status=status, objective=objective, bound=bound, message=msg, times=times, size=size,
-                      start_accepted=accepted)
+                      start_accepted=accepted, nodes=int(hinfo.mip_node_count) if is_mip else None)
 
 
 def value(var, default: float = 0.0) -> float:

@@ -35,26 +35,71 @@ Formulation (times in seconds, scaled internally like the ILP)
 """
 from __future__ import annotations
 
+import numpy as np
+
 from models.chain import Chain
-from models.pipeline import allocation_load, task_data
+from models.pipeline import allocation_load, constant_memory, task_data, task_gpus
 
 
 def balanced_allocation(chain: Chain, bandwidth: float | None, P: int, memory: float | None = None, *,
-                        slack: float = 0.01, time_limit: float | None = 10.0, threads: int | None = None,
+                        slack: float = 0.01, gap: float = 1e-3, max_nodes: int = 1000,
+                        time_limit: float | None = 300.0, threads: int | None = None,
                         ) -> tuple[list[int], float] | None:
-    """The allocation (GPU of layer l at index l-1) of smallest largest load found within the time
-    limit, and that load in seconds; None when no allocation fits the weights and buffers in
-    ``memory`` (or none was found in time). With ``slack`` > 0 a second solve (same time limit)
-    keeps the load within ``1 + slack`` of the first one's and minimizes the number of cut
-    boundaries: a balanced allocation with many cuts pays in buffers, link time and in-flight copies,
-    so it often schedules worse under a memory limit than a nearly balanced one with few cuts."""
+    """The allocation (GPU of layer l at index l-1) of smallest largest load found, and that load in
+    seconds; None when no allocation fits the weights and buffers in ``memory`` (or none was found).
+
+    With ``slack`` > 0 a second solve keeps the load within ``1 + slack`` of the first one's and
+    minimizes the number of cut boundaries: a balanced allocation with many cuts pays in buffers,
+    link time and in-flight copies, so it often schedules worse under a memory limit than a nearly
+    balanced one with few cuts.
+
+    Reproducibility: each solve stops at the relative ``gap`` (first solve) or after ``max_nodes``
+    branch-and-bound nodes, not at a wall-clock limit, so the answer does not depend on the
+    machine's load (HiGHS is deterministic for a given model and options). ``time_limit`` is only a
+    safety net per solve (300 s by default; the ResNet sweeps need at most about 40 s).
+
+    The memory-free answer is computed once per (chain, bandwidth, P, options) and reused for every
+    ``memory`` at which its weights and buffers fit: the memory constraints only shrink the feasible
+    set, so an answer that fits them is also the answer with them. A sweep over memory limits thus
+    solves the MILP at most once per limit at which the free answer does not fit.
+    """
+    td = task_data(chain, bandwidth)
+    P = max(1, min(int(P), td.L))
+    opts = (float(slack), float(gap), int(max_nodes))
+    key = (_fingerprint(td), P, opts)
+    if key not in _FREE:
+        _FREE[key] = _solve(td, P, None, opts, time_limit, threads)
+    free = _FREE[key]
+    if memory is None or (free is not None and _fits(td, free[0], memory)):
+        return free
+    return _solve(td, P, memory, opts, time_limit, threads)
+
+
+_FREE: dict = {}     # memory-free answers, see balanced_allocation
+
+
+def _fingerprint(td) -> bytes:
+    import hashlib
+
+    h = hashlib.sha1()
+    for arr in (td.d, td.dc, td.A, td.W):
+        h.update(np.ascontiguousarray(arr, dtype=float).tobytes())
+    return h.digest()
+
+
+def _fits(td, alloc: list[int], memory: float) -> bool:
+    """Weights and buffers (the constraints of the MILP below) of ``alloc`` fit in ``memory``."""
+    const = constant_memory(td, task_gpus(td, alloc))
+    return all(c["weights"] + c["buffers"] <= memory * (1 + 1e-9) for c in const.values())
+
+
+def _solve(td, P: int, memory: float | None, opts: tuple, time_limit, threads) -> tuple[list[int], float] | None:
+    slack, gap, max_nodes = opts
     import pyomo.environ as pyo
 
     from formulations.highs_driver import solve_milp
 
-    td = task_data(chain, bandwidth)
     L = td.L
-    P = max(1, min(int(P), L))
     layers = range(1, L + 1)
     gpus = range(P)
     bounds = range(1, L)                       # boundary l: between layers l and l+1
@@ -90,7 +135,7 @@ def balanced_allocation(chain: Chain, bandwidth: float | None, P: int, memory: f
         m.memory = pyo.Constraint(gpus, rule=lambda _, g: sum(m.x[l, g] * 3.0 * float(td.W[l]) * sc for l in layers)
                                   + (sum(m.cut[l, g] * buf[l] * sc for l in bounds) if L > 1 else 0) <= 1.0)
     m.obj = pyo.Objective(expr=m.T + 1e-6 * 1000.0 * cuts, sense=pyo.minimize)
-    res = solve_milp(m, time_limit=time_limit, threads=threads)
+    res = solve_milp(m, time_limit=time_limit, gap=gap, threads=threads, options={"mip_max_nodes": max_nodes})
     if not res.has_solution:
         return None
     if slack > 0 and L > 1:
@@ -98,7 +143,8 @@ def balanced_allocation(chain: Chain, bandwidth: float | None, P: int, memory: f
         m.obj.deactivate()
         m.fewer_cuts = pyo.Objective(expr=cuts, sense=pyo.minimize)
         start = [(v, pyo.value(v)) for v in m.component_data_objects(pyo.Var) if v.value is not None]
-        if not solve_milp(m, time_limit=time_limit, threads=threads, mip_start=start).has_solution:
+        if not solve_milp(m, time_limit=time_limit, threads=threads, mip_start=start,
+                          options={"mip_max_nodes": max_nodes}).has_solution:
             return None     # cannot happen: the first solution is feasible
     alloc = [max(gpus, key=lambda g: pyo.value(m.x[l, g])) for l in layers]
     return alloc, allocation_load(td, alloc)

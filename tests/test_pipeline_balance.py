@@ -35,7 +35,7 @@ def _cut_boundaries(lg):
 def test_balanced_load_equals_brute_force(seed, P, bw):
     chain = random_chain(6, seed, integer=False)
     td = task_data(chain, bw)
-    got = balanced_allocation(chain, bw, P, slack=0.0, time_limit=30, threads=1)
+    got = balanced_allocation(chain, bw, P, slack=0.0, gap=0.0, time_limit=30, threads=1)
     assert got is not None
     alloc, load = got
     assert len(alloc) == td.L and set(alloc) <= set(range(P))
@@ -52,7 +52,7 @@ def test_balanced_allocation_respects_weights_and_buffers():
     sizes = sorted({max(v["weights"] + v["buffers"] for v in constant_memory(td, task_gpus(td, lg)).values())
                     for lg in itertools.product(range(P), repeat=td.L)})
     M = sizes[len(sizes) // 4]
-    alloc, load = balanced_allocation(chain, bw, P, M, slack=0.0, time_limit=30, threads=1)
+    alloc, load = balanced_allocation(chain, bw, P, M, slack=0.0, gap=0.0, time_limit=30, threads=1)
     assert all(v["weights"] + v["buffers"] <= M * (1 + 1e-9)
                for v in constant_memory(td, task_gpus(td, alloc)).values())
     assert load == pytest.approx(_brute_force(td, P, M), rel=1e-6)
@@ -60,11 +60,32 @@ def test_balanced_allocation_respects_weights_and_buffers():
     assert balanced_allocation(chain, bw, P, sizes[0] * 0.5, time_limit=10, threads=1) is None
 
 
+def test_memory_free_answer_is_reused_only_where_it_fits():
+    chain = random_chain(6, 6, integer=False)
+    bw, P = 5e9, 3
+    td = task_data(chain, bw)
+    free, f_load = balanced_allocation(chain, bw, P, slack=0.0, gap=0.0, threads=1)
+    held = max(v["weights"] + v["buffers"] for v in constant_memory(td, task_gpus(td, free)).values())
+    # at a limit that holds the free answer's weights and buffers, the answer is the free one
+    assert balanced_allocation(chain, bw, P, held, slack=0.0, gap=0.0, threads=1) == (free, f_load)
+    # just below it, the free answer is not returned and the answer is the memory-limited optimum
+    M = held * (1 - 1e-6)
+    got = balanced_allocation(chain, bw, P, M, slack=0.0, gap=0.0, threads=1)
+    expected = _brute_force(td, P, M)
+    if expected is None:
+        assert got is None
+    else:
+        alloc, load = got
+        assert alloc != free
+        assert max(v["weights"] + v["buffers"] for v in constant_memory(td, task_gpus(td, alloc)).values()) <= M
+        assert load == pytest.approx(expected, rel=1e-6)
+
+
 def test_slack_trades_load_for_fewer_cuts():
     chain = random_chain(8, 5, integer=False)
     bw, P = 2e10, 3
     td = task_data(chain, bw)
-    tight, t_load = balanced_allocation(chain, bw, P, slack=0.0, time_limit=30, threads=1)
+    tight, t_load = balanced_allocation(chain, bw, P, slack=0.0, gap=0.0, time_limit=30, threads=1)
     loose, l_load = balanced_allocation(chain, bw, P, slack=0.3, time_limit=30, threads=1)
     assert l_load <= t_load * 1.3 * (1 + 1e-9)
     assert _cut_boundaries(loose) <= _cut_boundaries(tight)

@@ -116,6 +116,15 @@ def _wait(n, q):
 
 
 @njit(cache=True)
+def _relax(T, SP, CH, p, m, D, v, spill, choice):
+    """Keep (v, spill, choice) at [p, m, D] of the backward tables if v is a shorter block."""
+    if v < T[p, m, D]:
+        T[p, m, D] = v
+        SP[p, m, D] = spill
+        CH[p, m, D] = choice
+
+
+@njit(cache=True)
 def _backward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid):
     """Tables over pairs p = pid[i, j] (1 <= i <= j <= L), free memory m and prefetch demand D <= m:
     T[p, m, D] block duration, SP[p, m, D] parts spilled before the block, CH[p, m, D] choice
@@ -143,11 +152,7 @@ def _backward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid):
                         R = D - k3
                         e1 = _wait(R - (m - mf), q)
                         k1 = min(R, _nch(uf[i] + e1, q))
-                        v = uf[i] + e1 + ub[i] + e3
-                        if v < T[p, m, D]:
-                            T[p, m, D] = v
-                            SP[p, m, D] = R - k1
-                            CH[p, m, D] = -2
+                        _relax(T, SP, CH, p, m, D, uf[i] + e1 + ub[i] + e3, R - k1, -2)
                     continue
                 # case 1: F_all^i, C(i+1, j, m - abar^i), B^i
                 mf = d[j] + ab[i] + of[i]
@@ -166,11 +171,7 @@ def _backward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid):
                         s2 = SP[p2, m2, D2]
                         e1 = _wait(s2 - (m - mf), q)
                         k1 = min(s2, _nch(uf[i] + e1, q))
-                        v = uf[i] + e1 + T2 + ub[i] + e3
-                        if v < T[p, m, D]:
-                            T[p, m, D] = v
-                            SP[p, m, D] = s2 - k1
-                            CH[p, m, D] = -1
+                        _relax(T, SP, CH, p, m, D, uf[i] + e1 + T2 + ub[i] + e3, s2 - k1, -1)
                 # case 2: F_ck^i F_none^{i+1..i'}, C(i'+1, j, m - a^{i'}), C(i, i', m)
                 nip = 0
                 Tf = 0.0
@@ -222,11 +223,7 @@ def _backward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid):
                             if eps < 0.0:
                                 eps = 0.0
                         k = min(s2, _nch(Tf + eps, q))
-                        v = Tf + eps + T2 + T1
-                        if v < T[p, m, D]:
-                            T[p, m, D] = v
-                            SP[p, m, D] = s2 - k
-                            CH[p, m, D] = ip
+                        _relax(T, SP, CH, p, m, D, Tf + eps + T2 + T1, s2 - k, ip)
     return T, SP, CH
 
 

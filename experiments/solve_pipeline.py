@@ -136,7 +136,7 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
         t_ref = time.perf_counter()
         refined = exact_refine(chain, bandwidth, P, memory,
                                _known_allocations(chain, points, memory, start, bandwidth=bandwidth, P=P,
-                                                  threads=threads),
+                                                  threads=threads, goal=bb.period if bb is not None else None),
                                start, steps=8, threads=threads, time_limit=min(30.0, time_limit or 30.0),
                                goal=bb.period if bb is not None else None)
         times["refine"] = time.perf_counter() - t_ref
@@ -188,11 +188,13 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
 
 
 def _known_allocations(chain, points, memory, start, extra=(), *, bandwidth=None, P=None,
-                       threads=None) -> list[tuple[int, ...]]:
+                       threads=None, goal=None) -> list[tuple[int, ...]]:
     """Layer -> GPU lists, without repeats: ``extra``, the start pattern's, those of the best
     PipeDream and GPipe points that fit in ``memory``, and (given ``P``) the nearly load-balanced,
-    possibly non-contiguous allocation of :func:`formulations.pipeline_balance.balanced_allocation`
-    when its load is below the start's period (the paper's "abundant memory" case)."""
+    possibly non-contiguous allocations of :func:`formulations.pipeline_balance.balanced_allocation`
+    whose load is below the start's period: the one that only fits weights and buffers (the paper's
+    "abundant memory" case) and, given the period to beat ``goal`` and a limit, the one that also
+    fits the average activations of a pattern of period ``goal`` (the tight-memory case)."""
     from baselines.pipeline import best_feasible
     from models.pipeline import stages_to_layer_gpu
 
@@ -206,9 +208,11 @@ def _known_allocations(chain, points, memory, start, extra=(), *, bandwidth=None
     if P is not None and P > 1:
         from formulations.pipeline_balance import balanced_allocation
 
-        bal = balanced_allocation(chain, bandwidth, P, memory, threads=threads)
-        if bal is not None and (start is None or bal[1] < start.T * (1 - 1e-9)):
-            cands.append(tuple(bal[0]))
+        periods = [None] + ([goal] if goal is not None and memory is not None else [])
+        for period in periods:
+            bal = balanced_allocation(chain, bandwidth, P, memory, period=period, threads=threads)
+            if bal is not None and (start is None or bal[1] < start.T * (1 - 1e-9)):
+                cands.append(tuple(bal[0]))
     return list(dict.fromkeys(cands))
 
 

@@ -27,7 +27,16 @@ Formulation (times in seconds, scaled internally like the ILP)
   ``sum_l y[l,{g,h}] (dc[l] + dc[2L-l]) <= T``.
 * Memory (necessary only): per GPU, three copies of the weights (33) and the communication buffers
   (34)-(35) at both ends of every cut boundary, ``cut[l,g] >= |x[l,g] - x[l+1,g]|``, fit in M.
-  Stored activations depend on the schedule and are left to the exact MILP.
+  Without ``period``, stored activations are left to the exact MILP. With ``period`` = T* (the
+  period to beat, e.g. PipeDream's), their *average* over a period is added, which is a lower bound
+  on the peak of any pattern of period T <= T*: by the stored-activation rule of the simulator,
+  ``a^{l-1}`` (size A[l-1]) is held from the end of F_l to the end of B_l, at least
+  ``s_l = d(T_{l+1}) + ... + d(T_{2L-l+1})`` later (the tasks between them, communications left
+  out); a new mini-batch arrives every T, so on average ``S_l / T >= s_l / T*`` copies are held.
+  The running task m holds its input and output (A[m-1] + A[m]) a fraction ``d_m / T`` of the time.
+  The peak of a sum is at least the average of the sum, so
+  ``sum_{l on g} (A[l-1] s_l + (A[l-1] + A[l]) d(F_l) + (A[m-1] + A[m]) d(B_l)) / T*`` joins the
+  weights and buffers. This excludes allocations that cannot reach T* in M without solving them.
 * Symmetry: GPUs are identical, so layer 1 is on GPU 0 and GPU g > 0 may hold layer l only if GPU
   g-1 holds an earlier layer.
 * Objective: ``T`` plus a tie-break of ``1e-6`` lower bound per cut boundary end; then (``slack``)
@@ -42,11 +51,15 @@ from models.pipeline import allocation_load, constant_memory, task_data, task_gp
 
 
 def balanced_allocation(chain: Chain, bandwidth: float | None, P: int, memory: float | None = None, *,
-                        slack: float = 0.01, gap: float = 1e-3, max_nodes: int = 1000,
+                        period: float | None = None, slack: float = 0.01, gap: float = 1e-3,
+                        max_nodes: int = 1000,
                         time_limit: float | None = 300.0, threads: int | None = None,
                         ) -> tuple[list[int], float] | None:
     """The allocation (GPU of layer l at index l-1) of smallest largest load found, and that load in
     seconds; None when no allocation fits the weights and buffers in ``memory`` (or none was found).
+    With ``period`` the memory also counts the average stored activations and running tasks of any
+    pattern of that period or less (see the module docstring), so only allocations that may reach
+    ``period`` within ``memory`` are considered.
 
     With ``slack`` > 0 a second solve keeps the load within ``1 + slack`` of the first one's and
     minimizes the number of cut boundaries: a balanced allocation with many cuts pays in buffers,
@@ -68,11 +81,11 @@ def balanced_allocation(chain: Chain, bandwidth: float | None, P: int, memory: f
     opts = (float(slack), float(gap), int(max_nodes))
     key = (_fingerprint(td), P, opts)
     if key not in _FREE:
-        _FREE[key] = _solve(td, P, None, opts, time_limit, threads)
+        _FREE[key] = _solve(td, P, None, None, opts, time_limit, threads)
     free = _FREE[key]
-    if memory is None or (free is not None and _fits(td, free[0], memory)):
+    if memory is None or (free is not None and max(held_memory(td, free[0], period).values()) <= memory * (1 + 1e-9)):
         return free
-    return _solve(td, P, memory, opts, time_limit, threads)
+    return _solve(td, P, memory, period, opts, time_limit, threads)
 
 
 _FREE: dict = {}     # memory-free answers, see balanced_allocation
@@ -87,13 +100,30 @@ def _fingerprint(td) -> bytes:
     return h.digest()
 
 
-def _fits(td, alloc: list[int], memory: float) -> bool:
-    """Weights and buffers (the constraints of the MILP below) of ``alloc`` fit in ``memory``."""
+def _activation_rates(td) -> dict[int, float]:
+    """Per layer l, ``A[l-1] s_l`` plus the running terms of F_l and B_l (bytes x seconds per
+    mini-batch): divided by a period, the average memory they hold (module docstring)."""
+    rate = {}
+    for l in range(1, td.L + 1):
+        f, b = td.forward(l), td.backward(l)
+        s_l = float(sum(td.d[m] for m in range(f + 1, b + 1)))
+        rate[l] = float(td.A[l - 1]) * s_l + sum(float(td.A[m - 1] + td.A[m]) * float(td.d[m]) for m in (f, b))
+    return rate
+
+
+def held_memory(td, alloc, period: float | None = None) -> dict[int, float]:
+    """Per GPU, the memory the MILP below counts for ``alloc``: weights and buffers, plus (given
+    ``period``) the average stored activations and running tasks of a pattern of that period."""
     const = constant_memory(td, task_gpus(td, alloc))
-    return all(c["weights"] + c["buffers"] <= memory * (1 + 1e-9) for c in const.values())
+    held = {g: c["weights"] + c["buffers"] for g, c in const.items()}
+    if period is not None:
+        for l, r in _activation_rates(td).items():
+            held[alloc[l - 1]] += r / period
+    return held
 
 
-def _solve(td, P: int, memory: float | None, opts: tuple, time_limit, threads) -> tuple[list[int], float] | None:
+def _solve(td, P: int, memory: float | None, period: float | None, opts: tuple, time_limit,
+           threads) -> tuple[list[int], float] | None:
     slack, gap, max_nodes = opts
     import pyomo.environ as pyo
 
@@ -132,7 +162,9 @@ def _solve(td, P: int, memory: float | None, opts: tuple, time_limit, threads) -
         cuts = sum(m.cut[l, g] for l in bounds for g in gpus)
     if memory is not None:
         sc = 1.0 / memory                      # memory in units of M
-        m.memory = pyo.Constraint(gpus, rule=lambda _, g: sum(m.x[l, g] * 3.0 * float(td.W[l]) * sc for l in layers)
+        rate = _activation_rates(td) if period is not None else {l: 0.0 for l in layers}
+        per_layer = {l: 3.0 * float(td.W[l]) + (rate[l] / period if period is not None else 0.0) for l in layers}
+        m.memory = pyo.Constraint(gpus, rule=lambda _, g: sum(m.x[l, g] * per_layer[l] * sc for l in layers)
                                   + (sum(m.cut[l, g] * buf[l] * sc for l in bounds) if L > 1 else 0) <= 1.0)
     m.obj = pyo.Objective(expr=m.T + 1e-6 * 1000.0 * cuts, sense=pyo.minimize)
     res = solve_milp(m, time_limit=time_limit, gap=gap, threads=threads, options={"mip_max_nodes": max_nodes})

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from formulations.pipeline_balance import balanced_allocation
+from formulations.pipeline_balance import balanced_allocation, held_memory
 from formulations.pipeline_cyclic import solve_cyclic
 from models.chain import random_chain
 from models.pipeline import allocation_load, constant_memory, task_data, task_gpus
@@ -108,3 +108,32 @@ def test_every_allocation_has_a_pattern_at_its_load_without_memory_limit(alloc):
     r2 = solve_cyclic(chain, bw, list(alloc), T * 0.999, 1, None, P=3, time_limit=30, threads=1,
                       memory_model="exact")
     assert r2.schedule is None
+
+
+def test_period_aware_memory_is_a_lower_bound_and_the_milp_uses_it():
+    """With ``period``, the MILP counts the average activations of a pattern of that period. Every
+    allocation it excludes must have no pattern at that period within the limit (exact K = 1 MILP
+    and replay), and its answer is the least load over the allocations it keeps (brute force)."""
+    chain = random_chain(5, 11, integer=False)
+    bw, P = 5e9, 2
+    td = task_data(chain, bw)
+    allocs = [lg for lg in itertools.product(range(P), repeat=td.L) if lg[0] == 0]
+    T = 1.15 * min(allocation_load(td, lg) for lg in allocs)
+    est = {lg: max(held_memory(td, lg, T).values()) for lg in allocs}
+    M = sorted(est.values())[len(allocs) // 2]
+    excluded = [lg for lg in allocs if est[lg] > M * (1 + 1e-9)]
+    kept = [lg for lg in allocs if lg not in excluded]
+    assert excluded and kept
+    for lg in excluded:
+        r = solve_cyclic(chain, bw, list(lg), T, 1, M, P=P, time_limit=30, threads=1, memory_model="exact")
+        assert r.schedule is None, lg
+    # the bound is not vacuous: some kept allocation has a pattern at T within M ...
+    feasible = [lg for lg in kept if allocation_load(td, lg) <= T
+                and solve_cyclic(chain, bw, list(lg), T, 1, M, P=P, time_limit=30, threads=1,
+                                 memory_model="exact").schedule is not None]
+    assert feasible
+    # ... and without the activations some excluded allocation would pass the memory test
+    assert any(max(held_memory(td, lg).values()) <= M for lg in excluded)
+    alloc, load = balanced_allocation(chain, bw, P, M, period=T, slack=0.0, gap=0.0, threads=1)
+    assert max(held_memory(td, alloc, T).values()) <= M * (1 + 1e-9)
+    assert load == pytest.approx(min(allocation_load(td, lg) for lg in kept), rel=1e-6)

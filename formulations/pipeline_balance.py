@@ -69,12 +69,15 @@ def balanced_allocation(chain: Chain, bandwidth: float | None, P: int, memory: f
     Reproducibility: each solve stops at the relative ``gap`` (first solve) or after ``max_nodes``
     branch-and-bound nodes, not at a wall-clock limit, so the answer does not depend on the
     machine's load (HiGHS is deterministic for a given model and options). ``time_limit`` is only a
-    safety net per solve (300 s by default; the ResNet sweeps need at most about 40 s).
+    safety net per solve (300 s by default; the slowest sweep, ResNet-50 on 8 GPUs, takes about
+    100 s for its first solve on a loaded 2-core machine).
 
     The memory-free answer is computed once per (chain, bandwidth, P, options) and reused for every
-    ``memory`` at which its weights and buffers fit: the memory constraints only shrink the feasible
-    set, so an answer that fits them is also the answer with them. A sweep over memory limits thus
-    solves the MILP at most once per limit at which the free answer does not fit.
+    ``memory`` at which its weights and buffers (and, with ``period``, the activation estimate) fit:
+    the memory constraints only shrink the feasible set, so an answer that fits them is also the
+    answer with them (exactly so when both solves finish; within the gap and node limits
+    otherwise). A sweep over memory limits thus solves the MILP again only at the limits where the
+    free answer does not fit.
     """
     td = task_data(chain, bandwidth)
     P = max(1, min(int(P), td.L))

@@ -29,6 +29,8 @@ import numpy as np
 from models.solution import Status
 
 INF = math.inf
+_UNSET = object()
+_SCHEDULER_THREADS: Any = _UNSET     # the ``threads`` of the last run (see solve_milp)
 
 
 @dataclass
@@ -171,6 +173,12 @@ def solve_milp(model, *, time_limit: float | None = None, gap: float | None = No
             st = h.setSolution(len(idx), np.array(idx, dtype=np.int32), np.array(val, dtype=float))
             accepted = st == highspy.HighsStatus.kOk
 
+    global _SCHEDULER_THREADS
+    if _SCHEDULER_THREADS is not _UNSET and threads != _SCHEDULER_THREADS:
+        # HiGHS keeps one process-wide thread pool, sized by the first run; a later run asking for
+        # another thread count fails with status "Not Set" unless the pool is rebuilt first
+        highspy.Highs.resetGlobalScheduler(True)
+    _SCHEDULER_THREADS = threads
     with timed(times, "solve"):
         h.run()
     ms = h.getModelStatus()

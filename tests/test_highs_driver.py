@@ -55,3 +55,12 @@ def test_infeasible_and_fixed(tmp_path):
     assert res.status == Status.OPTIMAL and res.objective == pytest.approx(V[0] + V[6] + 1)
     m.x[1].fix(1)                          # 12 + 14 + 7 > 30
     assert solve_milp(m).status == Status.INFEASIBLE
+
+
+def test_thread_count_may_change_between_solves():
+    """HiGHS sizes one process-wide thread pool at its first run; a solve with another ``threads``
+    used to fail with status "Not Set" (seen when a 1-thread balance MILP preceded a 2-thread ILP)."""
+    for threads in (1, 2, None, 1):
+        res = solve_milp(knapsack(), time_limit=10, threads=threads)
+        assert res.status == Status.OPTIMAL, (threads, res.message)
+        assert res.objective == pytest.approx(brute())

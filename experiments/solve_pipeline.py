@@ -134,11 +134,12 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
         from baselines.pipeline import exact_refine
 
         t_ref = time.perf_counter()
+        goal = bb.period if bb is not None else None
         refined = exact_refine(chain, bandwidth, P, memory,
                                _known_allocations(chain, points, memory, start, bandwidth=bandwidth, P=P,
-                                                  threads=threads, goal=bb.period if bb is not None else None),
+                                                  threads=threads, goal=goal),
                                start, steps=8, threads=threads, time_limit=min(30.0, time_limit or 30.0),
-                               goal=bb.period if bb is not None else None)
+                               goal=goal)
         times["refine"] = time.perf_counter() - t_ref
         if refined is not None:
             start = refined

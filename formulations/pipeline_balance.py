@@ -165,8 +165,10 @@ def _solve(td, P: int, memory: float | None, period: float | None, opts: tuple, 
         cuts = sum(m.cut[l, g] for l in bounds for g in gpus)
     if memory is not None:
         sc = 1.0 / memory                      # memory in units of M
-        rate = _activation_rates(td) if period is not None else {l: 0.0 for l in layers}
-        per_layer = {l: 3.0 * float(td.W[l]) + (rate[l] / period if period is not None else 0.0) for l in layers}
+        per_layer = {l: 3.0 * float(td.W[l]) for l in layers}
+        if period is not None:
+            for l, r in _activation_rates(td).items():
+                per_layer[l] += r / period
         m.memory = pyo.Constraint(gpus, rule=lambda _, g: sum(m.x[l, g] * per_layer[l] * sc for l in layers)
                                   + (sum(m.cut[l, g] * buf[l] * sc for l in bounds) if L > 1 else 0) <= 1.0)
     m.obj = pyo.Objective(expr=m.T + 1e-6 * 1000.0 * cuts, sense=pyo.minimize)

@@ -87,12 +87,14 @@ class CyclicResult:
 
 
 def build_cyclic_model(td, gpu: list[int], T: float, K: int, caps: dict[int, int] | None,
-                       memory: float | None = None, exact: bool = False):
+                       memory: float | None = None, exact: bool = False, minimize_memory: bool = False):
     """The MILP of the module docstring at average period T (seconds). Memory: with ``caps``, at most
     ``caps[g]`` stored copies on GPU g (no limit for a GPU absent from ``caps``); with ``memory``
     (bytes) instead, the per-layer counts (``layer_copies``/``memory``), or with ``exact`` (K = 1
-    only) the memory during every task (``exact_memory``). Returns ``(model, comms, scale)`` where
-    ``scale`` converts model time to seconds."""
+    only) the memory during every task (``exact_memory``). With ``exact`` and ``minimize_memory``
+    the objective is the peak memory ``md.peak`` (in units of ``memory / 1000`` bytes, ``memory``
+    only sets the scale) instead of feasibility. Returns ``(model, comms, scale)`` where ``scale``
+    converts model time to seconds."""
     import pyomo.environ as pyo
 
     L, n = td.L, td.n
@@ -159,16 +161,20 @@ def build_cyclic_model(td, gpu: list[int], T: float, K: int, caps: dict[int, int
         Bm = td.backward(l)
         for i in I:
             md.copies.add(st("t", l, i + c) + d[l] >= st("t", Bm, i) + d[Bm])
+    if minimize_memory and not (exact and memory is not None):
+        raise ValueError("minimize_memory needs the exact model and a memory scale")
     if exact:
         if memory is not None:
-            _exact_memory(md, td, gpu, {(a[1], b[1]): x for x, (a, b) in enumerate(pairs) if a[0] == "t"}, memory)
+            _exact_memory(md, td, gpu, {(a[1], b[1]): x for x, (a, b) in enumerate(pairs) if a[0] == "t"}, memory,
+                          minimize_memory)
     elif memory is not None:
         _layer_memory(md, td, gpu, d, st, K, PK, n + 2, memory)
-    md.obj = pyo.Objective(expr=0.0)     # feasibility: HiGHS stops at the first schedule
+    # feasibility (HiGHS stops at the first schedule) or the peak memory
+    md.obj = pyo.Objective(expr=md.peak if minimize_memory else 0.0)
     return md, comms, sc
 
 
-def _exact_memory(md, td, gpu, pk: dict[tuple[int, int], int], memory: float) -> None:
+def _exact_memory(md, td, gpu, pk: dict[tuple[int, int], int], memory: float, minimize: bool = False) -> None:
     """``exact_memory`` (K = 1): the memory the simulator measures during every task x, linear in the
     pair integers. For two tasks a < b of one GPU, ``t_b - t_a - k T`` lies in the window of
     ``excl``, so the instances of a that come before b(0) in the GPU's order (start, then end, then
@@ -176,7 +182,8 @@ def _exact_memory(md, td, gpu, pk: dict[tuple[int, int], int], memory: float) ->
     ``E(x, x) = -1``. During x the copies of a^{l-1} (held from F_l(j) up to and including B_l(j)) are
     ``E(F_l, x) - E(B_l, x)``, those of a direct dependency A[m] (held strictly between T_m(j) and
     T_{m+1}(j)) ``E(T_m, x) - E(T_{m+1}, x) - [x = T_{m+1}]``; with the running task A[x-1] + A[x],
-    weights and buffers this is the simulator's level during x, which must stay within ``memory``."""
+    weights and buffers this is the simulator's level during x, which must stay within ``memory``
+    or, with ``minimize``, within the variable ``md.peak`` (units of ``memory / 1000`` bytes)."""
     import pyomo.environ as pyo
 
     L, n = td.L, td.n
@@ -188,6 +195,8 @@ def _exact_memory(md, td, gpu, pk: dict[tuple[int, int], int], memory: float) ->
         return md.k[pk[a, x]] if a < x else -md.k[pk[x, a]] - 1
 
     const = constant_memory(td, gpu)
+    if minimize:
+        md.peak = pyo.Var(bounds=(0, None))
     md.exact_memory = pyo.ConstraintList()
     for x in range(1, n + 1):
         g = gpu[x - 1]
@@ -198,7 +207,8 @@ def _exact_memory(md, td, gpu, pk: dict[tuple[int, int], int], memory: float) ->
         for m in range(1, n):
             if gpu[m - 1] == g and gpu[m] == g and td.A[m] > 0:
                 expr = expr + td.A[m] / ms * (E(m, x) - E(m + 1, x) - (1 if x == m + 1 else 0))
-        md.exact_memory.add(expr <= (memory - const[g]["weights"] - const[g]["buffers"]) / ms)
+        rhs = md.peak if minimize else memory / ms
+        md.exact_memory.add(expr <= rhs - (const[g]["weights"] + const[g]["buffers"]) / ms)
 
 
 def _layer_memory(md, td, gpu, d, st, K: int, PK: float, most: int, memory: float) -> None:
@@ -325,6 +335,41 @@ def solve_cyclic(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int]
         for g in over:
             caps[g] -= 1
     return CyclicResult(None, None, Status.NO_SOLUTION, "replayed memory above the limit after retries", solves)
+
+
+def min_memory_at_period(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int], T: float, *,
+                         P: int | None = None, time_limit: float | None = 20,
+                         threads: int | None = None) -> tuple[CyclicResult, float | None]:
+    """The smallest peak memory of a pattern (K = 1) of the allocation ``layer_gpu`` at period T:
+    the exact memory model with ``md.peak`` as the objective. Answers "how much memory would this
+    allocation need to reach period T" (e.g. a baseline's period). Returns the replayed pattern
+    (``result.sim.peak_memory`` is the memory it needs; status OPTIMAL when proven smallest) and the
+    solver's lower bound in bytes (None without one). The replay must measure the MILP's value: the
+    exact model is the simulator's memory, so any difference is reported as an error."""
+    from formulations.highs_driver import solve_milp
+
+    td = task_data(chain, bandwidth)
+    gpu = task_gpus(td, layer_gpu)
+    if any(td.d[m] > T * (1 + 1e-12) for m in range(1, td.n + 1)):
+        return CyclicResult(None, None, Status.INFEASIBLE, "a task is longer than the period"), None
+    scale = float(3 * td.W[1:].sum() + td.A.sum()) or 1.0      # bytes; md.peak is in scale / 1000
+    md, comms, sc = build_cyclic_model(td, gpu, T, 1, None, memory=scale, exact=True, minimize_memory=True)
+    res = solve_milp(md, time_limit=time_limit, threads=threads,
+                     options={"mip_feasibility_tolerance": 1e-9, "primal_feasibility_tolerance": 1e-9})
+    bound = res.bound * scale / 1000.0 if res.bound is not None else None
+    if not res.has_solution:
+        return CyclicResult(None, None, res.status, res.message), bound
+    sched = _read(md, td, gpu, comms, 1, sc, T)
+    try:
+        sim = simulate_cyclic(sched, chain, bandwidth, gpus=P)
+    except InvalidPattern as e:
+        return CyclicResult(None, None, Status.ERROR, f"replay rejected the schedule: {e}", 1), bound
+    value = res.objective * scale / 1000.0
+    if abs(sim.peak_memory - value) > 1e-6 * max(value, 1.0):
+        return CyclicResult(None, None, Status.ERROR, f"replay measures {sim.peak_memory} B, the exact model "
+                            f"{value} B", 1), bound
+    sched.meta.update({"method": "min-memory-k1", "memory_model": "exact"})
+    return CyclicResult(sched, sim, res.status, res.message, 1), bound
 
 
 def cyclic_search(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int], memory: float | None,

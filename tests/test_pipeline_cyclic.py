@@ -10,7 +10,7 @@ import pytest
 from conftest import write_chain_instance
 
 from baselines.pipeline_exhaustive import exhaustive_search
-from formulations.pipeline_cyclic import copy_caps, cyclic_search, solve_cyclic
+from formulations.pipeline_cyclic import copy_caps, cyclic_search, min_memory_at_period, solve_cyclic
 from models.chain import random_chain
 from models.pipeline import CyclicSchedule, InvalidPattern, simulate_cyclic, task_data
 from models.solution import Status
@@ -45,6 +45,28 @@ def test_exact_one_periodic_memory_equals_exhaustive_front(seed, bw, alloc):
         below = solve_cyclic(c, bw, list(alloc), T1 * (1 - 1e-3), 1, M, P=2, time_limit=30, threads=1,
                              memory_model="exact")
         assert below.status == Status.INFEASIBLE, (T1, M)
+
+
+@pytest.mark.parametrize("seed,bw,alloc", [(0, 1.0, (0, 0, 1)), (4, 1.0, (0, 1, 1)), (6, None, (0, 1, 0)),
+                                           (9, 1.0, (0, 0, 1))])
+def test_min_memory_at_period_equals_exhaustive_front(seed, bw, alloc):
+    """At the period T of each point of the exhaustive front of an allocation, the memory-minimizing
+    K = 1 MILP finds, proven, the least memory of the exhaustive patterns of period at most T (the
+    front may list two points of one period), and the pattern it returns replays with it; below the
+    front's fastest period there is no pattern at all."""
+    c = random_chain(3, seed, integer=True)
+    front = exhaustive_search(c, bw, 2, allocs=[alloc]).front()
+    least = {T: min(M for T2, M in front if T2 <= T) for T, _ in front}
+    assert len(least) >= 2
+    for T1, M1 in least.items():
+        r, bound = min_memory_at_period(c, bw, list(alloc), T1 * (1 + 1e-7), P=2, time_limit=30, threads=1)
+        assert r.status == Status.OPTIMAL, (T1, r.message)
+        assert r.sim.peak_memory == pytest.approx(M1, rel=1e-9)
+        assert bound == pytest.approx(M1, rel=1e-6)
+        assert r.sim.period == pytest.approx(T1 * (1 + 1e-7), rel=1e-9)
+    r, bound = min_memory_at_period(c, bw, list(alloc), min(T for T, _ in front) * (1 - 1e-3), P=2,
+                                    time_limit=30, threads=1)
+    assert r.status == Status.INFEASIBLE and r.schedule is None
 
 
 def test_cyclic_schedules_replay_within_memory_and_period():

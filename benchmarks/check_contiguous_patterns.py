@@ -32,21 +32,68 @@ import math
 import time
 
 
-def screen(chain, bandwidth, td, stages, T: float, M: float) -> bool:
-    """The necessary conditions of the module docstring (True: a pattern may exist)."""
+def memory_floor(chain, bandwidth, td, stages, T: float) -> float:
+    """A lower bound on the peak memory of any pattern of period T on ``stages`` (inf when a GPU or a
+    link is busier than T): per GPU, weights + buffers + sum_l A[l-1] floor(s_l / T) (module
+    docstring), the largest over the GPUs."""
     from baselines.pipeline import partition_period
     from models.pipeline import constant_memory, serial_pattern, stages_to_layer_gpu
 
     if partition_period(chain, bandwidth, stages) > T:       # busiest GPU or link
-        return False
+        return math.inf
     serial = serial_pattern(chain, bandwidth, stages_to_layer_gpu(stages, td.L))   # no waiting at all
     end = [tau + td.d[m] for m, tau in enumerate(serial.tau, start=1)]
+    floor = 0.0
     for g, held in constant_memory(td, serial.gpu).items():
         act = sum(td.A[l - 1] * math.floor((end[td.backward(l) - 1] - end[l - 1]) / T + 1e-12)
                   for l in range(1, td.L + 1) if serial.gpu[l - 1] == g)
-        if held["weights"] + held["buffers"] + act > M:
-            return False
-    return True
+        floor = max(floor, held["weights"] + held["buffers"] + act)
+    return floor
+
+
+def screen(chain, bandwidth, td, stages, T: float, M: float) -> bool:
+    """The necessary conditions of the module docstring (True: a pattern may exist)."""
+    return memory_floor(chain, bandwidth, td, stages, T) <= M
+
+
+def least_memory(chain, bw, td, P: int, T: float, sizes, time_limit: float, threads: int) -> None:
+    """``--min-memory``: the least memory of a pattern of period T over every contiguous partition
+    into ``sizes`` stages, partitions taken by increasing :func:`memory_floor` and skipped once the
+    floor reaches the best memory found (none of them can do better)."""
+    from tqdm import tqdm
+
+    from baselines.pipeline import _cuts_to_stages
+    from formulations.pipeline_cyclic import min_memory_at_period
+    from models.pipeline import stages_to_layer_gpu
+    from models.solution import Status
+
+    L = td.L
+    floors = []
+    for S in sizes:
+        for cuts in itertools.combinations(range(1, L), S - 1):
+            st = _cuts_to_stages(cuts, L)
+            f = memory_floor(chain, bw, td, st, T)
+            if math.isfinite(f):
+                floors.append((f, st))
+    floors.sort()
+    print(f"{len(floors)} partitions have a load within {T * 1e3:.6g} ms")
+    best, best_st, unproven, solved = math.inf, None, [], 0
+    for f, st in tqdm(floors, desc="min-memory K=1 MILPs", unit="partition"):
+        if f >= best:
+            break
+        r, bound = min_memory_at_period(chain, bw, stages_to_layer_gpu(st, L), T, P=P, time_limit=time_limit,
+                                        threads=threads)
+        solved += 1
+        if r.status not in (Status.OPTIMAL, Status.INFEASIBLE) and (bound is None or bound < best):
+            unproven.append((bound, st))
+        if r.schedule is not None and r.sim.peak_memory < best:
+            best, best_st = r.sim.peak_memory, st
+            tqdm.write(f"{best / 1e9:.6g} GB: {st}")
+    unproven = [(b, st) for b, st in unproven if b is None or b < best]
+    print(f"least memory of a pattern at {T * 1e3:.6g} ms over contiguous partitions into "
+          f"{', '.join(map(str, sizes))} stages: {best / 1e9:.6g} GB ({best_st}); {solved} MILPs, "
+          + (f"{len(unproven)} not proven (least bound {min(b or 0.0 for b, _ in unproven) / 1e9:.6g} GB)"
+             if unproven else "every one proven"))
 
 
 def main(argv=None) -> int:
@@ -71,6 +118,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--stages", type=int, nargs="*", default=None,
                     help="only partitions with these numbers of stages (default: 1 to --gpus)")
+    ap.add_argument("--min-memory", action="store_true",
+                    help="instead of deciding --memory, find the least memory of a pattern at the period")
     args = ap.parse_args(argv)
 
     chain = import_graph(args.pipedream, batch=args.batch)
@@ -87,6 +136,10 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     cands = []
     sizes = [S for S in range(1, min(P, L) + 1) if args.stages is None or S in args.stages]
+    if args.min_memory:
+        least_memory(chain, bw, td, P, T, sizes, args.time_limit, args.threads)
+        print(f"{time.perf_counter() - t0:.0f} s")
+        return 0
     for S in sizes:
         for cuts in itertools.combinations(range(1, L), S - 1):
             if screen(chain, bw, td, _cuts_to_stages(cuts, L), T, M):

@@ -60,6 +60,7 @@ Memory: three models, all checked by the replay.
   other (caps allow spans up to c_g T, per-class counts only multiples of K T), so ``auto`` tries caps
   first, then layers.
 * No objective: the first feasible schedule is taken; :func:`cyclic_search` bisects on T.
+  :func:`min_memory_at_period` (K = 1, exact model) instead minimizes the peak memory at a fixed T.
 
 Every schedule is replayed by :func:`models.pipeline.simulate_cyclic` before it is returned.
 """

@@ -56,16 +56,35 @@ def screen(chain, bandwidth, td, stages, T: float, M: float) -> bool:
     return memory_floor(chain, bandwidth, td, stages, T) <= M
 
 
-def least_memory(chain, bw, td, P: int, T: float, sizes, time_limit: float, threads: int) -> None:
-    """``--min-memory``: the least memory of a pattern of period T over every contiguous partition
-    into ``sizes`` stages, partitions taken by increasing :func:`memory_floor` and skipped once the
-    floor reaches the best memory found (none of them can do better)."""
-    from tqdm import tqdm
+_WORK: dict = {}
 
-    from baselines.pipeline import _cuts_to_stages
+
+def _init_worker(chain, bw, P, T, time_limit, threads) -> None:
+    _WORK.update(chain=chain, bw=bw, P=P, T=T, time_limit=time_limit, threads=threads)
+
+
+def _least_one(stages):
+    """(replayed memory or None, solver bound, proven?) of one partition, in a worker process."""
     from formulations.pipeline_cyclic import min_memory_at_period
     from models.pipeline import stages_to_layer_gpu
     from models.solution import Status
+
+    w = _WORK
+    r, bound = min_memory_at_period(w["chain"], w["bw"], stages_to_layer_gpu(stages, w["chain"].L), w["T"],
+                                    P=w["P"], time_limit=w["time_limit"], threads=w["threads"])
+    return (r.sim.peak_memory if r.schedule is not None else None, bound,
+            r.status in (Status.OPTIMAL, Status.INFEASIBLE))
+
+
+def least_memory(chain, bw, td, P: int, T: float, sizes, time_limit: float, threads: int, jobs: int) -> None:
+    """``--min-memory``: the least memory of a pattern of period T over every contiguous partition
+    into ``sizes`` stages, partitions taken by increasing :func:`memory_floor` (``jobs`` processes)
+    and skipped once the floor reaches the best memory found (none of them can do better)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tqdm import tqdm
+
+    from baselines.pipeline import _cuts_to_stages
 
     L = td.L
     floors = []
@@ -78,17 +97,20 @@ def least_memory(chain, bw, td, P: int, T: float, sizes, time_limit: float, thre
     floors.sort()
     print(f"{len(floors)} partitions have a load within {T * 1e3:.6g} ms")
     best, best_st, unproven, solved = math.inf, None, [], 0
-    for f, st in tqdm(floors, desc="min-memory K=1 MILPs", unit="partition"):
-        if f >= best:
-            break
-        r, bound = min_memory_at_period(chain, bw, stages_to_layer_gpu(st, L), T, P=P, time_limit=time_limit,
-                                        threads=threads)
-        solved += 1
-        if r.status not in (Status.OPTIMAL, Status.INFEASIBLE) and (bound is None or bound < best):
-            unproven.append((bound, st))
-        if r.schedule is not None and r.sim.peak_memory < best:
-            best, best_st = r.sim.peak_memory, st
-            tqdm.write(f"{best / 1e9:.6g} GB: {st}")
+    with ProcessPoolExecutor(jobs, initializer=_init_worker,
+                             initargs=(chain, bw, P, T, time_limit, threads)) as ex:
+        results = ex.map(_least_one, [st for _, st in floors], chunksize=4)
+        for (f, st), (mem, bound, proven) in tqdm(zip(floors, results), total=len(floors),
+                                                  desc="min-memory K=1 MILPs", unit="partition"):
+            if f >= best:
+                ex.shutdown(cancel_futures=True)
+                break
+            solved += 1
+            if not proven:
+                unproven.append((bound, st))
+            if mem is not None and mem < best:
+                best, best_st = mem, st
+                tqdm.write(f"{best / 1e9:.6g} GB: {st}")
     unproven = [(b, st) for b, st in unproven if b is None or b < best]
     print(f"least memory of a pattern at {T * 1e3:.6g} ms over contiguous partitions into "
           f"{', '.join(map(str, sizes))} stages: {best / 1e9:.6g} GB ({best_st}); {solved} MILPs, "
@@ -120,6 +142,7 @@ def main(argv=None) -> int:
                     help="only partitions with these numbers of stages (default: 1 to --gpus)")
     ap.add_argument("--min-memory", action="store_true",
                     help="instead of deciding --memory, find the least memory of a pattern at the period")
+    ap.add_argument("--jobs", type=int, default=1, help="processes for --min-memory")
     args = ap.parse_args(argv)
 
     chain = import_graph(args.pipedream, batch=args.batch)
@@ -137,7 +160,7 @@ def main(argv=None) -> int:
     cands = []
     sizes = [S for S in range(1, min(P, L) + 1) if args.stages is None or S in args.stages]
     if args.min_memory:
-        least_memory(chain, bw, td, P, T, sizes, args.time_limit, args.threads)
+        least_memory(chain, bw, td, P, T, sizes, args.time_limit, args.threads, args.jobs)
         print(f"{time.perf_counter() - t0:.0f} s")
         return 0
     for S in sizes:

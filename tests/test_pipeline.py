@@ -202,6 +202,32 @@ def test_infeasible_memory_message():
             assert below.status == Status.INFEASIBLE
 
 
+def test_where_pipedream_beats_every_pattern_the_report_says_what_a_pattern_needs():
+    """A tiny analogue of the paper's Figure 8 exception: at 63 B, PipeDream's eager schedule reaches
+    period 43 while the ILP proves 48 optimal; the exact fixed-allocation model of
+    formulations/pipeline_cyclic.py agrees that no allocation has a pattern of period 43 within 63 B.
+    The ILP's answer then carries the least memory a pattern of its allocation needs at period 43,
+    equal to the exhaustive search's value for that allocation, and the report says it."""
+    from baselines.pipeline_exhaustive import exhaustive_search
+    from experiments.solve_pipeline import report, run_method
+    from formulations.pipeline_cyclic import min_memory_at_period
+
+    c, bw, M = random_chain(3, 9, integer=True), 1.0, 63.0
+    sol = run_method(c, bw, 2, M, "ilp", time_limit=10, threads=1)
+    bb = sol.details["best_baseline"]
+    assert sol.status == Status.OPTIMAL and sol.objective == pytest.approx(48.0)
+    assert bb["method"] == "pipedream" and bb["period"] == pytest.approx(43.0) and bb["memory"] <= M
+    for alloc in itertools.product((0, 1), repeat=2):
+        r, _ = min_memory_at_period(c, bw, (0,) + alloc, bb["period"], P=2, time_limit=10, threads=1)
+        assert r.status in (Status.OPTIMAL, Status.INFEASIBLE)
+        assert r.schedule is None or r.sim.peak_memory > M
+    mine = exhaustive_search(c, bw, 2, allocs=[tuple(sol.schedule.layer_gpus())]).front()
+    need = min(m for T, m in mine if T <= bb["period"] * (1 + 1e-9))
+    pm = bb["pattern_memory"]
+    assert pm["status"] == "optimal" and pm["memory"] == pytest.approx(need) and pm["memory"] > M
+    assert "a pattern of the ILP's allocation at the baseline's period needs" in report(sol, c)
+
+
 def test_cli_pipeline(tmp_path):
     from experiments.cli import main
 

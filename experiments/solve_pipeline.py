@@ -16,6 +16,7 @@ measured period and ``peak_memory`` the measured memory (the simulator is the ju
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from models.chain import Chain, Platform
@@ -328,34 +329,36 @@ def _batch(chain: Chain) -> float | None:
 
 def report(sol: Solution, chain: Chain, args=None) -> str:
     P = getattr(args, "gpus", None)
+    # periods and memories with enough digits to compare methods that differ by 0.1%
+    _t, _m = partial(fmt_time, digits=6), partial(fmt_memory, digits=3)
     bw = getattr(args, "bandwidth", None)
     lines = [f"{chain.name}: L = {chain.L}, problem pipeline, method {sol.method}, GPUs {P}, "
-             f"memory limit {fmt_memory(sol.memory_limit)}, bandwidth {fmt_bandwidth(bw)}",
+             f"memory limit {_m(sol.memory_limit)}, bandwidth {fmt_bandwidth(bw)}",
              f"status       {sol.status}: {sol.message}"]
     if sol.bound is not None:
-        lines.append(f"lower bound  {fmt_time(sol.bound)} per period")
+        lines.append(f"lower bound  {_t(sol.bound)} per period")
     if sol.objective is not None:
         B = _batch(chain)
         thr = f"  throughput {B / sol.objective:.4g} samples/s (batch {B:g})" if B else \
               f"  throughput {1 / sol.objective:.4g} mini-batches/s"
-        lines.append(f"period       {fmt_time(sol.objective)}{thr}")
+        lines.append(f"period       {_t(sol.objective)}{thr}")
         if sol.gap is not None and sol.bound is not None:
-            lines.append(f"gap          {sol.gap * 100:.2f}% (vs bound {fmt_time(sol.bound)})")
+            lines.append(f"gap          {sol.gap * 100:.2f}% (vs bound {_t(sol.bound)})")
         if sol.predicted is not None and sol.method == "ilp":
-            lines.append(f"ILP value    {fmt_time(sol.predicted)}")
+            lines.append(f"ILP value    {_t(sol.predicted)}")
             bb = sol.details.get("best_baseline")
             if bb:
-                lines.append(f"baseline     {bb['method']} {fmt_time(bb['period'])} at {fmt_memory(bb['memory'])} "
+                lines.append(f"baseline     {bb['method']} {_t(bb['period'])} at {_m(bb['memory'])} "
                              f"(stages {bb['stages']}, NOAM {bb['noam']}; ILP/baseline = "
-                             f"{sol.objective / bb['period']:.3f})")
+                             f"{sol.objective / bb['period']:.4f})")
                 pm = bb.get("pattern_memory")
                 if pm is not None:
-                    need = (f"needs {fmt_memory(pm['memory'])}" if pm["status"] == str(Status.OPTIMAL) else
-                            f"needs between {fmt_memory(pm['bound'])} and {fmt_memory(pm['memory'])}"
+                    need = (f"needs {_m(pm['memory'])}" if pm["status"] == str(Status.OPTIMAL) else
+                            f"needs between {_m(pm['bound'])} and {_m(pm['memory'])}"
                             if pm["memory"] is not None else "has none" if pm["status"] == str(Status.INFEASIBLE)
                             else "was not found within the time limit")
                     lines.append(f"             a pattern of the ILP's allocation at the baseline's period {need}")
-        lines.append(f"peak memory  {fmt_memory(sol.peak_memory)}")
+        lines.append(f"peak memory  {_m(sol.peak_memory)}")
         mem = sol.details.get("memory_per_gpu", {})
         sched = sol.schedule
         if isinstance(sched, (Pattern, CyclicSchedule)):

@@ -89,8 +89,8 @@ def time_factor(unit: str) -> float:
     return _TIME[key]
 
 
-def fmt_memory(nbytes: float | None, binary: bool = True) -> str:
-    """``fmt_memory(91_000_000) == '86.8 MiB'``."""
+def fmt_memory(nbytes: float | None, binary: bool = True, digits: int = 1) -> str:
+    """``fmt_memory(91_000_000) == '86.8 MiB'``; ``digits`` decimals (bytes are whole)."""
     if nbytes is None:
         return "-"
     units = ["B", "KiB", "MiB", "GiB", "TiB"] if binary else ["B", "KB", "MB", "GB", "TB"]
@@ -98,23 +98,23 @@ def fmt_memory(nbytes: float | None, binary: bool = True) -> str:
     x = float(nbytes)
     for u in units:
         if abs(x) < base or u == units[-1]:
-            return f"{x:.0f} {u}" if u == "B" else f"{x:.1f} {u}"
+            return f"{x:.0f} {u}" if u == "B" else f"{x:.{digits}f} {u}"
         x /= base
-    return f"{x:.1f} {units[-1]}"  # pragma: no cover
+    return f"{x:.{digits}f} {units[-1]}"  # pragma: no cover
 
 
-def fmt_time(seconds: float | None) -> str:
-    """``fmt_time(0.0474) == '47.4 ms'``."""
+def fmt_time(seconds: float | None, digits: int = 3) -> str:
+    """``fmt_time(0.0474) == '47.4 ms'``; ``digits`` significant digits below 100 of the unit."""
     if seconds is None:
         return "-"
     s = float(seconds)
     if s == 0:
         return "0 s"
     if abs(s) >= 1:
-        return f"{s:.3g} s" if abs(s) < 100 else f"{s:.1f} s"
+        return f"{s:.{digits}g} s" if abs(s) < 100 else f"{s:.1f} s"
     if abs(s) >= 1e-3:
-        return f"{s * 1e3:.3g} ms" if abs(s) < 0.1 else f"{s * 1e3:.1f} ms"
-    return f"{s * 1e6:.3g} us"
+        return f"{s * 1e3:.{digits}g} ms" if abs(s) < 0.1 else f"{s * 1e3:.1f} ms"
+    return f"{s * 1e6:.{digits}g} us"
 
 
 def fmt_bandwidth(bps: float | None) -> str:

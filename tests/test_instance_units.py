@@ -19,6 +19,9 @@ def test_units_parse_and_print():
     assert parse_time("37.4ms") == pytest.approx(0.0374)
     assert fmt_memory(86.75 * 2**20) == "86.8 MiB"
     assert fmt_time(0.04742) == "47.4 ms"
+    # more digits where methods differ by 0.1% (the pipeline report)
+    assert fmt_memory(1294850918.4, digits=3) == "1.206 GiB" and fmt_memory(1297465088, digits=3) == "1.208 GiB"
+    assert fmt_time(0.004115544718390737, digits=6) == "4.11554 ms" and fmt_time(0.0041162766, digits=6) == "4.11628 ms"
     with pytest.raises(UnitError, match="unknown memory unit"):
         parse_memory("90 parsecs")
     with pytest.raises(UnitError, match="cannot read memory"):

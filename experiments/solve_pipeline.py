@@ -353,10 +353,14 @@ def report(sol: Solution, chain: Chain, args=None) -> str:
                              f"{sol.objective / bb['period']:.4f})")
                 pm = bb.get("pattern_memory")
                 if pm is not None:
-                    need = (f"needs {_m(pm['memory'])}" if pm["status"] == str(Status.OPTIMAL) else
-                            f"needs between {_m(pm['bound'])} and {_m(pm['memory'])}"
-                            if pm["memory"] is not None else "has none" if pm["status"] == str(Status.INFEASIBLE)
-                            else "was not found within the time limit")
+                    if pm["status"] == str(Status.OPTIMAL):
+                        need = f"needs {_m(pm['memory'])}"
+                    elif pm["memory"] is not None:
+                        need = f"needs between {_m(pm['bound'])} and {_m(pm['memory'])}"
+                    elif pm["status"] == str(Status.INFEASIBLE):
+                        need = "has none"
+                    else:
+                        need = "was not found within the time limit"
                     lines.append(f"             a pattern of the ILP's allocation at the baseline's period {need}")
         lines.append(f"peak memory  {_m(sol.peak_memory)}")
         mem = sol.details.get("memory_per_gpu", {})

@@ -76,6 +76,8 @@ from models.pipeline import (CyclicSchedule, InvalidPattern, SimResult, _link, a
 from models.solution import Status
 
 SCALE_T = 1000.0
+# tight tolerances: a schedule read back from the MILP must replay exactly in the simulator
+_TOLERANCES = {"mip_feasibility_tolerance": 1e-9, "primal_feasibility_tolerance": 1e-9}
 
 
 @dataclass
@@ -270,6 +272,11 @@ def _base_memory(td, gpu: Sequence[int]) -> dict[int, float]:
             for g, held in constant_memory(td, gpu).items()}
 
 
+def _task_longer_than(td, T: float) -> bool:
+    """True when some task alone lasts longer than the period T (no schedule at all)."""
+    return any(td.d[m] > T * (1 + 1e-12) for m in range(1, td.n + 1))
+
+
 def solve_cyclic(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int], T: float, K: int,
                  memory: float | None, *, P: int | None = None, time_limit: float | None = 20,
                  threads: int | None = None, retries: int = 4, memory_model: str = "auto") -> CyclicResult:
@@ -304,7 +311,7 @@ def solve_cyclic(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int]
     if memory_model not in ("layers", "caps", "exact") or (memory_model == "exact" and K != 1):
         raise ValueError(f"memory_model must be 'exact' (K = 1), 'layers', 'caps' or 'auto', "
                          f"not {memory_model!r} with K = {K}")
-    if any(td.d[m] > T * (1 + 1e-12) for m in range(1, td.n + 1)):
+    if _task_longer_than(td, T):
         return CyclicResult(None, None, Status.INFEASIBLE, "a task is longer than the period")
     caps = copy_caps(td, gpu, memory) if memory_model == "caps" else None
     solves = 0
@@ -316,7 +323,7 @@ def solve_cyclic(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int]
         md, comms, sc = build_cyclic_model(td, gpu, T, K, caps, None if memory_model == "caps" else memory,
                                            exact=memory_model == "exact")
         res = solve_milp(md, time_limit=time_limit, threads=threads,
-                         options={"mip_feasibility_tolerance": 1e-9, "primal_feasibility_tolerance": 1e-9})
+                         options=_TOLERANCES)
         solves += 1
         if not res.has_solution:
             return CyclicResult(None, None, res.status, res.message, solves)
@@ -351,12 +358,12 @@ def min_memory_at_period(chain: Chain, bandwidth: float | None, layer_gpu: Seque
 
     td = task_data(chain, bandwidth)
     gpu = task_gpus(td, layer_gpu)
-    if any(td.d[m] > T * (1 + 1e-12) for m in range(1, td.n + 1)):
+    if _task_longer_than(td, T):
         return CyclicResult(None, None, Status.INFEASIBLE, "a task is longer than the period"), None
     scale = float(3 * td.W[1:].sum() + td.A.sum()) or 1.0      # bytes; md.peak is in scale / 1000
     md, comms, sc = build_cyclic_model(td, gpu, T, 1, None, memory=scale, exact=True, minimize_memory=True)
     res = solve_milp(md, time_limit=time_limit, threads=threads,
-                     options={"mip_feasibility_tolerance": 1e-9, "primal_feasibility_tolerance": 1e-9})
+                     options=_TOLERANCES)
     bound = res.bound * scale / 1000.0 if res.bound is not None else None
     if not res.has_solution:
         return CyclicResult(None, None, res.status, res.message), bound

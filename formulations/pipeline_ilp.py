@@ -414,22 +414,25 @@ def solve_ilp(chain: Chain, bandwidth: float | None, P: int, memory: float | Non
 
 
 def solve_min_memory(chain: Chain, bandwidth: float | None, P: int, *, start: Pattern | None = None,
-                     time_limit: float | None = 30, threads: int | None = None):
-    """The smallest memory per GPU of any valid pattern on P GPUs (the ILP with ``min_memory=True``).
-    Returns ``(pattern or None, MilpResult)`` with objective and bound in bytes."""
+                     time_limit: float | None = 30, threads: int | None = None, Tmax: float | None = None,
+                     log_file=None):
+    """The smallest memory per GPU of any valid pattern on P GPUs (the ILP with ``min_memory=True``),
+    over every allocation, contiguous or not; with ``Tmax`` (seconds), of any pattern of period at
+    most Tmax (a ``start`` must then have ``start.T <= Tmax``). Returns ``(pattern or None,
+    MilpResult)`` with objective and bound in bytes."""
     from formulations.highs_driver import solve_milp
 
     from baselines.pipeline import memory_lower_bound
 
     scale = memory_lower_bound(chain, bandwidth, P)
-    ilp = build_model(chain, bandwidth, P, scale, min_memory=True)
+    ilp = build_model(chain, bandwidth, P, scale, min_memory=True, Tmax=Tmax)
     vals = None
     if start is not None:
         from models.pipeline import simulate_pattern
 
         vals = start_values(ilp, start) + [(ilp.model.Mv, simulate_pattern(start, chain, bandwidth).peak_memory
                                             / ilp.ms)]
-    res = solve_milp(ilp.model, time_limit=time_limit, threads=threads, mip_start=vals,
+    res = solve_milp(ilp.model, time_limit=time_limit, threads=threads, mip_start=vals, log_file=log_file,
                      options={"mip_feasibility_tolerance": 1e-9, "primal_feasibility_tolerance": 1e-9})
     if res.objective is not None:
         res.objective *= ilp.ms

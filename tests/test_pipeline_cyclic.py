@@ -6,13 +6,15 @@ limit both are exact, so the MILP is feasible at the exhaustive optimum and infe
 """
 import json
 
+import numpy as np
+
 import pytest
 from conftest import write_chain_instance
 
 from baselines.pipeline_exhaustive import exhaustive_search
 from formulations.pipeline_cyclic import copy_caps, cyclic_search, min_memory_at_period, solve_cyclic
 from models.chain import random_chain
-from models.pipeline import CyclicSchedule, InvalidPattern, simulate_cyclic, task_data
+from models.pipeline import CyclicSchedule, InvalidPattern, simulate_cyclic, simulate_pattern, task_data
 from models.solution import Status
 
 
@@ -67,6 +69,38 @@ def test_min_memory_at_period_equals_exhaustive_front(seed, bw, alloc):
     r, bound = min_memory_at_period(c, bw, list(alloc), min(T for T, _ in front) * (1 - 1e-3), P=2,
                                     time_limit=30, threads=1)
     assert r.status == Status.INFEASIBLE and r.schedule is None
+
+
+@pytest.mark.parametrize("seed,bw", [(0, 1.0), (4, 1.0), (6, None)])
+def test_full_ilp_min_memory_at_a_period_equals_the_best_allocation(seed, bw):
+    """The paper's ILP with the memory as objective and T <= Tmax (any allocation) finds, proven, the
+    least memory over every allocation of the fixed-allocation K = 1 model (a second formulation,
+    itself checked against the exhaustive search above), and its pattern replays with it; where no
+    allocation has a pattern of period Tmax, it answers infeasible."""
+    from formulations.pipeline_ilp import solve_min_memory
+
+    c = random_chain(3, seed, integer=True)
+    td = task_data(c, bw)
+    serial = float(td.d[1:].sum())
+    allocs = [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1)]        # every allocation on 2 GPUs up to symmetry
+    seen = set()
+    for T in np.linspace(serial / 2, serial, 5):
+        best = None
+        for a in allocs:
+            r, _ = min_memory_at_period(c, bw, list(a), T, P=2, time_limit=30, threads=1)
+            if r.schedule is not None:
+                best = min(best or np.inf, r.sim.peak_memory)
+        pat, res = solve_min_memory(c, bw, 2, Tmax=T, time_limit=30, threads=1)
+        if best is None:
+            assert res.status == Status.INFEASIBLE and pat is None, T
+            seen.add("none")
+            continue
+        assert res.status == Status.OPTIMAL, T
+        sim = simulate_pattern(pat, c, bw, gpus=2)
+        assert sim.peak_memory == pytest.approx(best, rel=1e-9) and res.objective == pytest.approx(best, rel=1e-6)
+        assert sim.period <= T * (1 + 1e-9)
+        seen.add(best)
+    assert "none" in seen and len(seen) >= 3          # an infeasible period and two different answers
 
 
 def test_cyclic_schedules_replay_within_memory_and_period():

@@ -40,7 +40,7 @@ def incumbents(log_text: str) -> list[tuple[float, float, float]]:
 def bench_one(L: int, P: int, seed: int, time_limit: float, gap: float, threads: int, bandwidth: float,
               mip_start: bool = False) -> dict:
     from baselines.pipeline import best_feasible, period_lower_bound, pipedream_points
-    from formulations.highs_driver import solve_milp, timed
+    from formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
     from baselines.pipeline import start_pattern
     from formulations.pipeline_ilp import build_model, start_values
     from models.chain import random_chain
@@ -60,7 +60,7 @@ def bench_one(L: int, P: int, seed: int, time_limit: float, gap: float, threads:
     with tempfile.TemporaryDirectory() as d:
         log = Path(d) / "highs.log"
         res = solve_milp(ilp.model, time_limit=time_limit, gap=gap, threads=threads, log_file=log, mip_start=values,
-                         options={"mip_feasibility_tolerance": 1e-9, "primal_feasibility_tolerance": 1e-9})
+                         options=EXACT_TOLERANCES)
         inc = incumbents(log.read_text()) if log.exists() else []
     ts = ilp.ts
     first = next((t for t, s, b in inc if math.isfinite(s)), None)

@@ -61,9 +61,8 @@ import numpy as np
 from models.chain import Chain
 from models.remat import InvalidSequence, RematSchedule, simulate_remat
 from models.solution import Solution, Status
-from formulations.highs_driver import solve_milp, timed
+from formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
 
-TOL_OPTIONS = {"primal_feasibility_tolerance": 1e-9, "mip_feasibility_tolerance": 1e-9}
 
 
 class ChainGraph:
@@ -317,7 +316,7 @@ def solve_checkmate(chain: Chain, memory: float, *, time_limit: float | None = 6
     with timed(times, "build"):
         model = build_checkmate(chain, memory)
     res = solve_milp(model, time_limit=time_limit, gap=gap, threads=threads, log_file=log_file,
-                     verbose=verbose, options=TOL_OPTIONS)
+                     verbose=verbose, options=EXACT_TOLERANCES)
     times.update(res.times)
     ts = model.time_scale
     pred = None if res.objective is None else res.objective * ts

@@ -29,6 +29,9 @@ import numpy as np
 from models.solution import Status
 
 INF = math.inf
+# tight feasibility tolerances, for models whose solution is read back and must replay exactly in a
+# simulator (times and sizes are scaled to about 1000 inside the models)
+EXACT_TOLERANCES = {"mip_feasibility_tolerance": 1e-9, "primal_feasibility_tolerance": 1e-9}
 _UNSET = object()
 _SCHEDULER_THREADS: Any = _UNSET     # the ``threads`` of the last run (see solve_milp)
 

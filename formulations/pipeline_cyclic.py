@@ -76,8 +76,6 @@ from models.pipeline import (CyclicSchedule, InvalidPattern, SimResult, _link, a
 from models.solution import Status
 
 SCALE_T = 1000.0
-# tight tolerances: a schedule read back from the MILP must replay exactly in the simulator
-_TOLERANCES = {"mip_feasibility_tolerance": 1e-9, "primal_feasibility_tolerance": 1e-9}
 
 
 @dataclass
@@ -288,7 +286,7 @@ def solve_cyclic(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int]
     at most ``retries`` times), ``"exact"`` (K = 1: the simulator's memory during every task) or
     ``"auto"``: exact for K = 1; for K >= 2 caps, then layers when caps finds nothing (module
     docstring)."""
-    from formulations.highs_driver import solve_milp
+    from formulations.highs_driver import EXACT_TOLERANCES, solve_milp
 
     if memory_model == "auto":
         if K == 1:
@@ -322,8 +320,7 @@ def solve_cyclic(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int]
                                 f"GPU {g} cannot hold the activations of one mini-batch", solves)
         md, comms, sc = build_cyclic_model(td, gpu, T, K, caps, None if memory_model == "caps" else memory,
                                            exact=memory_model == "exact")
-        res = solve_milp(md, time_limit=time_limit, threads=threads,
-                         options=_TOLERANCES)
+        res = solve_milp(md, time_limit=time_limit, threads=threads, options=EXACT_TOLERANCES)
         solves += 1
         if not res.has_solution:
             return CyclicResult(None, None, res.status, res.message, solves)
@@ -354,7 +351,7 @@ def min_memory_at_period(chain: Chain, bandwidth: float | None, layer_gpu: Seque
     (``result.sim.peak_memory`` is the memory it needs; status OPTIMAL when proven smallest) and the
     solver's lower bound in bytes (None without one). The replay must measure the MILP's value: the
     exact model is the simulator's memory, so any difference is reported as an error."""
-    from formulations.highs_driver import solve_milp
+    from formulations.highs_driver import EXACT_TOLERANCES, solve_milp
 
     td = task_data(chain, bandwidth)
     gpu = task_gpus(td, layer_gpu)
@@ -362,8 +359,7 @@ def min_memory_at_period(chain: Chain, bandwidth: float | None, layer_gpu: Seque
         return CyclicResult(None, None, Status.INFEASIBLE, "a task is longer than the period"), None
     scale = float(3 * td.W[1:].sum() + td.A.sum()) or 1.0      # bytes; md.peak is in scale / 1000
     md, comms, sc = build_cyclic_model(td, gpu, T, 1, None, memory=scale, exact=True, minimize_memory=True)
-    res = solve_milp(md, time_limit=time_limit, threads=threads,
-                     options=_TOLERANCES)
+    res = solve_milp(md, time_limit=time_limit, threads=threads, options=EXACT_TOLERANCES)
     bound = res.bound * scale / 1000.0 if res.bound is not None else None
     if not res.has_solution:
         return CyclicResult(None, None, res.status, res.message), bound

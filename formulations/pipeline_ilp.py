@@ -392,7 +392,7 @@ def solve_ilp(chain: Chain, bandwidth: float | None, P: int, memory: float | Non
 
     Returns ``(pattern or None, MilpResult, PipelineILP, times)``; the MilpResult's objective and
     bound are converted to seconds."""
-    from formulations.highs_driver import solve_milp, timed
+    from formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
 
     times: dict[str, float] = {}
     Tmax = None
@@ -403,7 +403,7 @@ def solve_ilp(chain: Chain, bandwidth: float | None, P: int, memory: float | Non
         mip_start = start_values(ilp, start) if start is not None else None
     res = solve_milp(ilp.model, time_limit=time_limit, gap=gap, threads=threads, mip_start=mip_start,
                      log_file=log_file, verbose=verbose,
-                     options={"mip_feasibility_tolerance": 1e-9, "primal_feasibility_tolerance": 1e-9})
+                     options=EXACT_TOLERANCES)
     times.update(res.times)
     if res.objective is not None:
         res.objective *= ilp.ts
@@ -420,7 +420,7 @@ def solve_min_memory(chain: Chain, bandwidth: float | None, P: int, *, start: Pa
     over every allocation, contiguous or not; with ``Tmax`` (seconds), of any pattern of period at
     most Tmax (a ``start`` must then have ``start.T <= Tmax``). Returns ``(pattern or None,
     MilpResult)`` with objective and bound in bytes."""
-    from formulations.highs_driver import solve_milp
+    from formulations.highs_driver import EXACT_TOLERANCES, solve_milp
 
     from baselines.pipeline import memory_lower_bound
 
@@ -433,7 +433,7 @@ def solve_min_memory(chain: Chain, bandwidth: float | None, P: int, *, start: Pa
         vals = start_values(ilp, start) + [(ilp.model.Mv, simulate_pattern(start, chain, bandwidth).peak_memory
                                             / ilp.ms)]
     res = solve_milp(ilp.model, time_limit=time_limit, threads=threads, mip_start=vals, log_file=log_file,
-                     options={"mip_feasibility_tolerance": 1e-9, "primal_feasibility_tolerance": 1e-9})
+                     options=EXACT_TOLERANCES)
     if res.objective is not None:
         res.objective *= ilp.ms
     if res.bound is not None:
@@ -449,13 +449,13 @@ def solve_fixed_allocation(chain: Chain, bandwidth: float | None, P: int, memory
     pattern of a given allocation, e.g. to turn a baseline
     partition whose eager schedule is not 1-periodic into a pattern (MIP start) of no larger period.
     Returns ``(pattern or None, MilpResult)``."""
-    from formulations.highs_driver import solve_milp
+    from formulations.highs_driver import EXACT_TOLERANCES, solve_milp
 
     ilp = build_model(chain, bandwidth, P, memory, Tmax=Tmax)
     for (a, b), var in ilp.model.z.items():
         var.fix(1 if layer_gpu[a - 1] == layer_gpu[b - 1] else 0)
     res = solve_milp(ilp.model, time_limit=time_limit, threads=threads,
-                     options={"mip_feasibility_tolerance": 1e-9, "primal_feasibility_tolerance": 1e-9})
+                     options=EXACT_TOLERANCES)
     if res.objective is not None:
         res.objective *= ilp.ts
     return (ilp.read_pattern() if res.has_solution else None), res

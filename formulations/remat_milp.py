@@ -94,11 +94,10 @@ from models.chain import Chain
 from models.remat import RematSchedule, simulate_remat, InvalidSequence
 from models.solution import Solution, Status
 
-from formulations.highs_driver import solve_milp, timed
+from formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
 
 KINDS = ("all", "up", "ck", "none")   # see the table in the module docstring
 _OPNAME = {"all": "F_all", "up": "F_all", "ck": "F_ck", "none": "F_none"}
-TOL_OPTIONS = {"primal_feasibility_tolerance": 1e-9, "mip_feasibility_tolerance": 1e-9}
 
 
 def _rel(expr, kind: str, rhs: float = 0.0):
@@ -372,7 +371,7 @@ def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 
             else:
                 start_note = source
     res = solve_milp(model, time_limit=time_limit, gap=gap, threads=threads, mip_start=start,
-                     log_file=log_file, verbose=verbose, options=TOL_OPTIONS)
+                     log_file=log_file, verbose=verbose, options=EXACT_TOLERANCES)
     times.update(res.times)
     ts = model.time_scale
     details = {"model_size": res.size, "mip_start": start_note, "start_accepted": res.start_accepted,

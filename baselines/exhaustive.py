@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import heapq
 
-from models.chain import Chain
-from models.remat import RematSchedule
+from memplan.models.chain import Chain
+from memplan.models.remat import RematSchedule
 
 _N, _A, _AB = 0, 1, 2
 

@@ -89,10 +89,10 @@ import time
 import numpy as np
 from numba import njit
 
-from baselines.rotor import Discretization
-from models.chain import Chain
-from models.remat_offload import JointSchedule, Transfer, simulate_joint
-from models.solution import Solution, Status
+from memplan.baselines.rotor import Discretization
+from memplan.models.chain import Chain
+from memplan.models.remat_offload import JointSchedule, Transfer, simulate_joint
+from memplan.models.solution import Solution, Status
 
 INF = math.inf
 _TOL = 1e-9
@@ -691,7 +691,7 @@ def solve_joint(chain: Chain, memory: float, bandwidth: float | None, *, slots: 
         details = {"discretization": dp.disc.describe(), "slot_bytes": dp.S, "slots": dp.N,
                    "part_time": dp.q, "bandwidth": dp.beta, "feasible_states": int(np.isfinite(dp.OC).sum())}
         if not best < INF:
-            from baselines.rotor import min_memory
+            from memplan.baselines.rotor import min_memory
             need = min_memory(chain)
             times["total"] = time.perf_counter() - t0
             msg = (f"the joint DP finds no schedule within {memory:.6g} B ({dp.disc.describe()}); without "

@@ -36,9 +36,9 @@ import math
 import time
 from fractions import Fraction
 
-from models.chain import Chain
-from models.remat_offload import JointSchedule, Transfer, simulate_joint
-from models.solution import Solution, Status
+from memplan.models.chain import Chain
+from memplan.models.remat_offload import JointSchedule, Transfer, simulate_joint
+from memplan.models.solution import Solution, Status
 
 _OPS = ("F_all", "F_ck", "F_none", "B")
 

@@ -43,10 +43,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from models.chain import Chain
-from models.offload import (NoWaitInfeasible, OffloadData, OffloadSchedule, min_feasible_memory,
+from memplan.models.chain import Chain
+from memplan.models.offload import (NoWaitInfeasible, OffloadData, OffloadSchedule, min_feasible_memory,
                             no_wait_schedule, peak_memory_no_offload, validate_offload)
-from models.solution import InfeasibleError, Solution, Status
+from memplan.models.solution import InfeasibleError, Solution, Status
 
 PROBLEM = "offload"
 

@@ -26,8 +26,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from models.chain import Chain
-from models.pipeline import EagerResult, Pattern, serial_pattern, simulate_eager, stages_to_layer_gpu, task_data
+from memplan.models.chain import Chain
+from memplan.models.pipeline import EagerResult, Pattern, serial_pattern, simulate_eager, stages_to_layer_gpu, task_data
 
 
 @dataclass
@@ -270,7 +270,7 @@ def modular_search(chain: Chain, bandwidth: float | None, stages: Sequence[tuple
     """The modular 1F1B pattern (:func:`models.pipeline.modular_pattern`, both placement orders) of a
     contiguous allocation with the smallest period whose replayed memory fits, found by bisection on
     T between the allocation's load bound and the serial period (where every shift is 0)."""
-    from models.pipeline import InvalidPattern, bisect_period, modular_pattern, simulate_pattern
+    from memplan.models.pipeline import InvalidPattern, bisect_period, modular_pattern, simulate_pattern
 
     def fit(T):
         best = None
@@ -409,8 +409,8 @@ def exact_refine(chain: Chain, bandwidth: float | None, P: int, memory: float | 
     there, between the goal and the incumbent: a solve that stops at its time limit counts as a
     failure, so aiming at the goal first keeps a busy machine from missing it. Every pattern is
     replayed. Returns the best pattern strictly faster than the incumbent, or None."""
-    from formulations.pipeline_cyclic import cyclic_search
-    from models.pipeline import simulate_pattern
+    from memplan.formulations.pipeline_cyclic import cyclic_search
+    from memplan.models.pipeline import simulate_pattern
 
     td = task_data(chain, bandwidth)
     best, Tbest = None, incumbent.T if incumbent is not None else math.inf
@@ -442,7 +442,7 @@ def start_pattern(chain: Chain, bandwidth: float | None, P: int, memory: float |
     for every partition whose load bound is below the best so far, then :func:`partition_search` over
     all contiguous partitions (exhaustive or local, seeded with the baselines' partitions), and last the
     serial pattern of the memory-smallest contiguous partition. Every candidate is replayed; None when none fits."""
-    from models.pipeline import InvalidPattern, modular_pattern, simulate_pattern
+    from memplan.models.pipeline import InvalidPattern, modular_pattern, simulate_pattern
 
     cands: list[tuple[float, int, Pattern | None, tuple, float]] = []
     for i, p in enumerate(points):

@@ -44,8 +44,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from models.chain import Chain
-from models.pipeline import Pattern, SimResult, TaskData, simulate_pattern, task_data
+from memplan.models.chain import Chain
+from memplan.models.pipeline import Pattern, SimResult, TaskData, simulate_pattern, task_data
 
 
 @dataclass

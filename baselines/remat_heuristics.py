@@ -17,20 +17,20 @@ from __future__ import annotations
 
 import time
 
-from models.chain import Chain
-from models.remat import RematSchedule, simulate_remat
-from models.solution import Solution, Status
+from memplan.models.chain import Chain
+from memplan.models.remat import RematSchedule, simulate_remat
+from memplan.models.solution import Solution, Status
 
 
 def _solution(chain: Chain, method: str, ops, memory: float | None, message: str, t0: float,
               **details) -> Solution:
-    from models.units import fmt_memory
+    from memplan.models.units import fmt_memory
 
     sched = RematSchedule(ops)
     rep = simulate_remat(chain, sched)
     times = {"total": time.perf_counter() - t0}
     if memory is not None and rep.peak_memory > memory * (1 + 1e-9):
-        from baselines.rotor import min_memory
+        from memplan.baselines.rotor import min_memory
 
         return Solution(problem="remat", method=method, status=Status.INFEASIBLE, memory_limit=memory,
                         message=f"{method} needs {fmt_memory(rep.peak_memory)} > limit {fmt_memory(memory)} "
@@ -126,7 +126,7 @@ def sequential(chain: Chain, memory: float | None = None, segments_: int | None 
 
 def revolve(chain: Chain, memory: float, *, slots: int = 500, exact: bool = False) -> Solution:
     """Optimal sequence of the AD model (F_all^l only right before B^l), true memory model."""
-    from baselines.rotor import persistent
+    from memplan.baselines.rotor import persistent
 
     sol = persistent(chain, memory, slots=slots, exact=exact, _allow_carry=False, _method="revolve")
     if sol.status == Status.OPTIMAL:

@@ -57,9 +57,9 @@ import time
 import numpy as np
 from numba import njit
 
-from models.chain import Chain
-from models.remat import RematSchedule, simulate_remat
-from models.solution import Solution, Status
+from memplan.models.chain import Chain
+from memplan.models.remat import RematSchedule, simulate_remat
+from memplan.models.solution import Solution, Status
 
 INF = np.inf
 
@@ -370,14 +370,14 @@ def min_memory(chain: Chain) -> float:
     run each of those operations with at least the same values in memory (a^0 until B^1, delta^l
     until B^l), so none can peak lower.
     """
-    from baselines.remat_heuristics import recompute_all_schedule
+    from memplan.baselines.remat_heuristics import recompute_all_schedule
 
     return simulate_remat(chain, recompute_all_schedule(chain)).peak_memory
 
 
 def _finish(chain: Chain, memory: float, method: str, ops: list | None, predicted: float | None,
             disc: Discretization, times: dict, optimal_within: str) -> Solution:
-    from models.units import fmt_memory
+    from memplan.models.units import fmt_memory
 
     if ops is None:
         need = min_memory(chain)

@@ -24,10 +24,10 @@ import time
 
 
 def bench_time(Ls, Ns, max_gb: float) -> None:
-    from baselines.joint_dp import solve_joint
-    from baselines.remat_heuristics import store_all
-    from baselines.rotor import min_memory
-    from models.chain import random_chain
+    from memplan.baselines.joint_dp import solve_joint
+    from memplan.baselines.remat_heuristics import store_all
+    from memplan.baselines.rotor import min_memory
+    from memplan.models.chain import random_chain
 
     print(f"{'L':>4} {'N':>4} {'tables GB':>9} {'DP s':>8} {'total s':>8} {'makespan':>10} {'vs beta=0':>9}")
     for L in Ls:
@@ -48,12 +48,12 @@ def bench_time(Ls, Ns, max_gb: float) -> None:
 
 
 def bench_gap(maxL: int, seeds: int, time_limit: float) -> float:
-    from baselines.joint_dp import solve_joint
-    from baselines.joint_exhaustive import solve_exhaustive
-    from baselines.remat_heuristics import store_all
-    from baselines.rotor import min_memory
-    from models.chain import random_chain
-    from models.solution import Status
+    from memplan.baselines.joint_dp import solve_joint
+    from memplan.baselines.joint_exhaustive import solve_exhaustive
+    from memplan.baselines.remat_heuristics import store_all
+    from memplan.baselines.rotor import min_memory
+    from memplan.models.chain import random_chain
+    from memplan.models.solution import Status
 
     worst = 0.0
     gaps = []

@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from baselines import offload as B
-from formulations.offload_milp import solve_offload_milp
-from models.chain import random_chain
-from models.offload import min_feasible_memory, peak_memory_no_offload
+from memplan.baselines import offload as B
+from memplan.formulations.offload_milp import solve_offload_milp
+from memplan.models.chain import random_chain
+from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
 
 HEUR = {"greedy": B.greedy, "dynprog": B.dynprog, "vdnn": B.vdnn, "tflms": B.tflms, "autoswap": B.autoswap}
 

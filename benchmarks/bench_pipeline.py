@@ -39,12 +39,12 @@ def incumbents(log_text: str) -> list[tuple[float, float, float]]:
 
 def bench_one(L: int, P: int, seed: int, time_limit: float, gap: float, threads: int, bandwidth: float,
               mip_start: bool = False) -> dict:
-    from baselines.pipeline import best_feasible, period_lower_bound, pipedream_points
-    from formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
-    from baselines.pipeline import start_pattern
-    from formulations.pipeline_ilp import build_model, start_values
-    from models.chain import random_chain
-    from models.pipeline import simulate_pattern
+    from memplan.baselines.pipeline import best_feasible, period_lower_bound, pipedream_points
+    from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
+    from memplan.baselines.pipeline import start_pattern
+    from memplan.formulations.pipeline_ilp import build_model, start_values
+    from memplan.models.chain import random_chain
+    from memplan.models.pipeline import simulate_pattern
 
     chain = random_chain(L, seed, integer=False)
     pts = pipedream_points(chain, bandwidth, P, n_batches=200)
@@ -79,7 +79,7 @@ def bench_one(L: int, P: int, seed: int, time_limit: float, gap: float, threads:
 
 def main(argv=None) -> int:
     import pandas as pd
-    from models.units import parse_bandwidth
+    from memplan.models.units import parse_bandwidth
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--L", type=int, nargs="+", default=[10, 20, 30])

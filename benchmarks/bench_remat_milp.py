@@ -21,11 +21,11 @@ import time
 
 import pandas as pd
 
-from baselines.remat_heuristics import store_all
-from baselines.rotor import min_memory, persistent
-from formulations.checkmate import solve_checkmate, solve_checkmate_lp
-from formulations.remat_milp import solve_remat_milp
-from models.chain import random_chain
+from memplan.baselines.remat_heuristics import store_all
+from memplan.baselines.rotor import min_memory, persistent
+from memplan.formulations.checkmate import solve_checkmate, solve_checkmate_lp
+from memplan.formulations.remat_milp import solve_remat_milp
+from memplan.models.chain import random_chain
 
 SOLVERS = {"remat-milp": solve_remat_milp, "checkmate": solve_checkmate, "checkmate-lp": solve_checkmate_lp}
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from baselines import remat_heuristics as H
-from baselines import rotor
-from models.chain import random_chain
+from memplan.baselines import remat_heuristics as H
+from memplan.baselines import rotor
+from memplan.models.chain import random_chain
 
 
 def main() -> None:

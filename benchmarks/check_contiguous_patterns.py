@@ -50,8 +50,8 @@ def memory_floor(chain, bandwidth, td, stages, T: float) -> float:
     """A lower bound on the peak memory of any pattern of period T on ``stages`` (inf when a GPU or a
     link is busier than T): per GPU, weights + buffers + sum_l A[l-1] floor(s_l / T) (module
     docstring), the largest over the GPUs."""
-    from baselines.pipeline import partition_period
-    from models.pipeline import constant_memory, serial_pattern, stages_to_layer_gpu
+    from memplan.baselines.pipeline import partition_period
+    from memplan.models.pipeline import constant_memory, serial_pattern, stages_to_layer_gpu
 
     if partition_period(chain, bandwidth, stages) > T:       # busiest GPU or link
         return math.inf
@@ -79,9 +79,9 @@ def _init_worker(chain, bw, P, T, time_limit, threads) -> None:
 
 def _least_one(stages):
     """(replayed memory or None, solver bound, proven?) of one partition, in a worker process."""
-    from formulations.pipeline_cyclic import min_memory_at_period
-    from models.pipeline import stages_to_layer_gpu
-    from models.solution import Status
+    from memplan.formulations.pipeline_cyclic import min_memory_at_period
+    from memplan.models.pipeline import stages_to_layer_gpu
+    from memplan.models.solution import Status
 
     w = _WORK
     r, bound = min_memory_at_period(w["chain"], w["bw"], stages_to_layer_gpu(stages, w["chain"].L), w["T"],
@@ -98,7 +98,7 @@ def least_memory(chain, bw, td, P: int, T: float, sizes, time_limit: float, thre
 
     from tqdm import tqdm
 
-    from baselines.pipeline import _cuts_to_stages
+    from memplan.baselines.pipeline import _cuts_to_stages
 
     L = td.L
     floors = []
@@ -136,9 +136,9 @@ def full_ilp(chain, bw, td, P: int, T: float, stages, time_limit: float, threads
     """``--full-ilp``: the paper's ILP over every allocation, contiguous or not, with the memory as the
     objective and T <= the period (:func:`formulations.pipeline_ilp.solve_min_memory`); MIP start: the
     least-memory pattern of ``stages`` at that period."""
-    from formulations.pipeline_cyclic import min_memory_at_period
-    from formulations.pipeline_ilp import solve_min_memory
-    from models.pipeline import simulate_pattern, stages_to_layer_gpu
+    from memplan.formulations.pipeline_cyclic import min_memory_at_period
+    from memplan.formulations.pipeline_ilp import solve_min_memory
+    from memplan.models.pipeline import simulate_pattern, stages_to_layer_gpu
 
     r, _ = min_memory_at_period(chain, bw, stages_to_layer_gpu(stages, td.L), T, P=P, time_limit=60,
                                 threads=threads)
@@ -170,12 +170,12 @@ def _parse_stages(text: str) -> list[tuple[int, int]]:
 def main(argv=None) -> int:
     from tqdm import tqdm
 
-    from baselines.pipeline import _cuts_to_stages, best_feasible, pipedream_points
-    from formulations.pipeline_cyclic import solve_cyclic
-    from models.pipedream import import_graph
-    from models.pipeline import stages_to_layer_gpu, task_data
-    from models.solution import Status
-    from models.units import parse_bandwidth
+    from memplan.baselines.pipeline import _cuts_to_stages, best_feasible, pipedream_points
+    from memplan.formulations.pipeline_cyclic import solve_cyclic
+    from memplan.models.pipedream import import_graph
+    from memplan.models.pipeline import stages_to_layer_gpu, task_data
+    from memplan.models.solution import Status
+    from memplan.models.units import parse_bandwidth
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pipedream", required=True, help="PipeDream profile (graph.txt)")

@@ -19,9 +19,9 @@ import numpy as np
 
 
 def main(argv=None) -> int:
-    from baselines.pipeline_exhaustive import exhaustive_search
-    from formulations.pipeline_ilp import solve_fixed_allocation, solve_ilp, solve_min_memory
-    from models.chain import random_chain
+    from memplan.baselines.pipeline_exhaustive import exhaustive_search
+    from memplan.formulations.pipeline_ilp import solve_fixed_allocation, solve_ilp, solve_min_memory
+    from memplan.models.chain import random_chain
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, default=4)

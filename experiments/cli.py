@@ -20,15 +20,15 @@ import sys
 from pathlib import Path
 
 PROBLEMS = {
-    "remat": "experiments.solve_remat",
-    "offload": "experiments.solve_offload",
-    "pipeline": "experiments.solve_pipeline",
-    "remat-offload": "experiments.solve_remat_offload",
+    "remat": "memplan.experiments.solve_remat",
+    "offload": "memplan.experiments.solve_offload",
+    "pipeline": "memplan.experiments.solve_pipeline",
+    "remat-offload": "memplan.experiments.solve_remat_offload",
 }
 
 COMMANDS = [
-    "experiments.sweeps",          # memplan sweep ...
-    "experiments.cmd_profile",     # memplan profile / import-pipedream
+    "memplan.experiments.sweeps",          # memplan sweep ...
+    "memplan.experiments.cmd_profile",     # memplan profile / import-pipedream
 ]
 
 
@@ -54,8 +54,8 @@ def _problem_module(name: str):
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
-    from models.instance import load_instance
-    from models.units import parse_bandwidth, parse_memory
+    from memplan.models.instance import load_instance
+    from memplan.models.units import parse_bandwidth, parse_memory
 
     chain, platform = load_instance(args.instance)
     if args.memory is not None:
@@ -88,8 +88,8 @@ def _cmd_solve(args: argparse.Namespace) -> int:
 def _cmd_show(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from models.instance import load_instance
-    from models.units import fmt_bandwidth, fmt_memory, fmt_time
+    from memplan.models.instance import load_instance
+    from memplan.models.units import fmt_bandwidth, fmt_memory, fmt_time
 
     chain, platform = load_instance(args.instance)
     print(f"{chain.name}: L = {chain.L} stages (+ loss), store-all time {fmt_time(chain.store_all_time())}, "
@@ -150,9 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from models.instance import InstanceError
-    from models.solution import InfeasibleError
-    from models.units import UnitError
+    from memplan.models.instance import InstanceError
+    from memplan.models.solution import InfeasibleError
+    from memplan.models.units import UnitError
 
     parser = build_parser()
     args = parser.parse_args(argv)

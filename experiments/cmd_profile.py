@@ -43,7 +43,7 @@ def _kv(text: str) -> tuple[str, object]:
 
 
 def _summary(chain) -> str:
-    from models.units import fmt_memory, fmt_time
+    from memplan.models.units import fmt_memory, fmt_time
 
     return (f"{chain.name}: L = {chain.L} stages (+ loss), store-all time {fmt_time(chain.store_all_time())}, "
             f"sum abar {fmt_memory(chain.wabar[1:].sum())}, weights {fmt_memory(chain.total_weights())}")
@@ -52,18 +52,18 @@ def _summary(chain) -> str:
 def _cmd_profile(args: argparse.Namespace) -> int:
     import torch
 
-    from models.instance import save_instance
-    from models.networks import canonical_name
-    from models.profiler import profile_model
+    from memplan.models.instance import save_instance
+    from memplan.models.networks import canonical_name
+    from memplan.models.profiler import profile_model
 
     try:
         key = canonical_name(args.model)
     except KeyError as e:
-        from experiments.cli import CliError
+        from memplan.experiments.cli import CliError
 
         raise CliError(str(e.args[0])) from None
     if args.device == "cuda" and not torch.cuda.is_available():
-        from experiments.cli import CliError
+        from memplan.experiments.cli import CliError
 
         raise CliError("--device cuda: no CUDA device is available to this torch build")
     out = Path(args.output)
@@ -84,14 +84,14 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    from models.instance import save_instance
-    from models.pipedream import import_graph
+    from memplan.models.instance import save_instance
+    from memplan.models.pipedream import import_graph
 
     out = Path(args.output)
     if out.exists() and not args.force:
         raise FileExistsError(f"{out} exists; pass --force to replace it")
     if not Path(args.graph).exists():
-        from models.instance import InstanceError
+        from memplan.models.instance import InstanceError
 
         raise InstanceError(f"{args.graph}: no such PipeDream graph file")
     chain = import_graph(args.graph, batch=args.batch, name=args.name)
@@ -110,14 +110,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from experiments.cli import CliError
-    from models.graph import linearize_model
-    from models.instance import load_instance
-    from models.networks import example_input, get_model
-    from models.profiler import classification_loss
-    from models.remat import RematSchedule, simulate_remat
-    from models.runtime import bisection_sequence, execute, sequential_sequence, store_all_sequence
-    from models.units import fmt_memory, fmt_time
+    from memplan.experiments.cli import CliError
+    from memplan.models.graph import linearize_model
+    from memplan.models.instance import load_instance
+    from memplan.models.networks import example_input, get_model
+    from memplan.models.profiler import classification_loss
+    from memplan.models.remat import RematSchedule, simulate_remat
+    from memplan.models.runtime import bisection_sequence, execute, sequential_sequence, store_all_sequence
+    from memplan.models.units import fmt_memory, fmt_time
 
     chain, _ = load_instance(args.instance)
     prov = chain.provenance

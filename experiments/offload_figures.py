@@ -11,8 +11,8 @@
 
 Usage::
 
-    python -m experiments.offload_figures --instance instances/paper004_table2.json --bandwidth 1GB/s
-    python -m experiments.offload_figures --instance FILE --points 30 --milp-max-L 10 --out results/offload
+    python -m memplan.experiments.offload_figures --instance instances/paper004_table2.json --bandwidth 1GB/s
+    python -m memplan.experiments.offload_figures --instance FILE --points 30 --milp-max-L 10 --out results/offload
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ ALL = ["greedy", "dynprog", "vdnn", "tflms", "autoswap", "milp"]
 
 
 def _solve(chain, memory, bandwidth, method, args):
-    from experiments.solve_offload import run_method
+    from memplan.experiments.solve_offload import run_method
 
     ns = argparse.Namespace(slots=args.slots, exact=False, time_limit=args.time_limit, gap=1e-4,
                             threads=args.threads, solver_log=None, verbose=False)
@@ -44,8 +44,8 @@ def figure2(chain, bandwidth, args, out: Path):
     import pandas as pd
     from tqdm import tqdm
 
-    from baselines.offload import lower_bound_value
-    from models.offload import min_feasible_memory, peak_memory_no_offload
+    from memplan.baselines.offload import lower_bound_value
+    from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
 
     mf, mp = min_feasible_memory(chain), peak_memory_no_offload(chain)
     mems = np.linspace(mf, mp, args.points)
@@ -84,10 +84,10 @@ def figure3(chain, bandwidth, args, out: Path, batch: float):
     import pandas as pd
     from tqdm import tqdm
 
-    from models.offload import min_feasible_memory, peak_memory_no_offload
+    from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
 
     try:
-        import baselines.rotor as rotor
+        import memplan.baselines.rotor as rotor
     except ImportError:          # pragma: no cover - the remat DP is another module
         rotor = None
     mf, mp = min_feasible_memory(chain), peak_memory_no_offload(chain)
@@ -144,10 +144,10 @@ def figure3(chain, bandwidth, args, out: Path, batch: float):
 
 
 def main(argv=None) -> int:
-    from models.instance import load_instance
-    from models.units import fmt_bandwidth, parse_bandwidth
+    from memplan.models.instance import load_instance
+    from memplan.models.units import fmt_bandwidth, parse_bandwidth
 
-    p = argparse.ArgumentParser(prog="python -m experiments.offload_figures", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m memplan.experiments.offload_figures", description=__doc__.split("\n\n")[0])
     p.add_argument("--instance", default="instances/paper004_table2.json")
     p.add_argument("--bandwidth", help="link bandwidth (default: the instance's platform, else 12.5GB/s as "
                    "measured in paper 001)")

@@ -15,7 +15,7 @@ For every ``*.graph.txt`` in ``../shared/external/pipedream`` (read in place, ne
 Every objective is the simulator's replay of the returned schedule. Writes
 ``OUT/pipedream_remat.csv`` and ``OUT/pipedream_pipeline.csv`` and prints both tables::
 
-    python -m experiments.pipedream_experiment --batch 32 --out results/pipedream
+    python -m memplan.experiments.pipedream_experiment --batch 32 --out results/pipedream
 """
 from __future__ import annotations
 
@@ -32,10 +32,10 @@ def _fractions(text: str) -> list[float]:
 
 
 def remat_rows(chain, methods, fractions, slots: int = 500) -> list[dict]:
-    from baselines import rotor
-    from experiments.solve_remat import run_method
-    from models.remat import simulate_remat
-    from models.runtime import store_all_sequence
+    from memplan.baselines import rotor
+    from memplan.experiments.solve_remat import run_method
+    from memplan.models.remat import simulate_remat
+    from memplan.models.runtime import store_all_sequence
 
     lo = rotor.min_memory(chain)
     hi = simulate_remat(chain, store_all_sequence(chain.L)).peak_memory
@@ -61,8 +61,8 @@ def remat_rows(chain, methods, fractions, slots: int = 500) -> list[dict]:
 
 
 def pipeline_rows(chain, methods, fractions, gpus: int, bandwidth: float, time_limit: float) -> list[dict]:
-    from baselines.pipeline import gpipe_points, memory_lower_bound, min_memory_contiguous, pipedream_points
-    from experiments.solve_pipeline import run_method
+    from memplan.baselines.pipeline import gpipe_points, memory_lower_bound, min_memory_contiguous, pipedream_points
+    from memplan.experiments.solve_pipeline import run_method
 
     rows = []
     try:
@@ -97,8 +97,8 @@ def pipeline_rows(chain, methods, fractions, gpus: int, bandwidth: float, time_l
 def main(argv=None) -> int:
     import pandas as pd
 
-    from models.pipedream import import_graph
-    from models.units import parse_bandwidth
+    from memplan.models.pipedream import import_graph
+    from memplan.models.units import parse_bandwidth
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--profiles", nargs="*", help="graph.txt files (default: all in ../shared/external/pipedream)")

@@ -8,10 +8,10 @@ memory) and gives the red points (measured memory and period of the replayed pat
 the CSV records the time limit used. Output: ``<out>/<chain>_P<P>.csv`` and ``.png``, and
 ``<out>/<chain>_summary.csv``.
 
-    python -m experiments.pipeline_figures --instance instances/resnet18.json --gpus 4 8 --time-limit 600
-    python -m experiments.pipeline_figures --pipedream ../shared/external/pipedream/resnet18.graph.txt \
+    python -m memplan.experiments.pipeline_figures --instance instances/resnet18.json --gpus 4 8 --time-limit 600
+    python -m memplan.experiments.pipeline_figures --pipedream ../shared/external/pipedream/resnet18.graph.txt \
         --batch 8 --bandwidth 12GB/s --gpus 4 8 --points 6 --time-limit 120
-    python -m experiments.pipeline_figures --random 12 --seed 0 --gpus 4 --points 6 --time-limit 30
+    python -m memplan.experiments.pipeline_figures --random 12 --seed 0 --gpus 4 --points 6 --time-limit 30
 
 With ``--periodicity K`` every limit also gets a green point: the best K-periodic schedule
 (:mod:`formulations.pipeline_cyclic`, beyond the paper's patterns) on the ILP's allocation and the best
@@ -27,14 +27,14 @@ import numpy as np
 
 
 def _chain(args):
-    from models.chain import random_chain
-    from models.instance import load_instance
+    from memplan.models.chain import random_chain
+    from memplan.models.instance import load_instance
 
     if args.instance:
         chain, platform = load_instance(args.instance)
         return chain, platform
     if args.pipedream:
-        from models.pipedream import import_graph
+        from memplan.models.pipedream import import_graph
 
         return import_graph(args.pipedream, batch=args.batch), None
     return random_chain(args.random, args.seed, integer=False), None
@@ -44,9 +44,9 @@ def run(args) -> list[Path]:
     import pandas as pd
     from tqdm import tqdm
 
-    from baselines.pipeline import best_feasible, memory_lower_bound, pareto, pipedream_points
-    from experiments.solve_pipeline import run_method
-    from models.units import parse_bandwidth
+    from memplan.baselines.pipeline import best_feasible, memory_lower_bound, pareto, pipedream_points
+    from memplan.experiments.solve_pipeline import run_method
+    from memplan.models.units import parse_bandwidth
 
     chain, platform = _chain(args)
     bw = parse_bandwidth(args.bandwidth) if args.bandwidth else (platform.bandwidth if platform else None)
@@ -152,7 +152,7 @@ def _plot(df, name, P, path, front):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m experiments.pipeline_figures", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m memplan.experiments.pipeline_figures", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--instance", help="instance file")

@@ -20,7 +20,7 @@ iterations/s.
 
 Usage::
 
-    python -m experiments.remat_offload_figures --instance instances/resnet18-b8-224-cpu.json --bandwidth 1GB/s
+    python -m memplan.experiments.remat_offload_figures --instance instances/resnet18-b8-224-cpu.json --bandwidth 1GB/s
     memplan sweep remat-offload --instance instances/paper004_table2.json --bandwidth 12GB/s --points 12
 """
 from __future__ import annotations
@@ -59,11 +59,11 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
     from tqdm import tqdm
 
-    from baselines.joint_dp import solve_joint
-    from baselines.remat_heuristics import store_all
-    from baselines.rotor import min_memory, persistent
-    from models.instance import load_instance
-    from models.units import fmt_bandwidth, fmt_memory, parse_bandwidth
+    from memplan.baselines.joint_dp import solve_joint
+    from memplan.baselines.remat_heuristics import store_all
+    from memplan.baselines.rotor import min_memory, persistent
+    from memplan.models.instance import load_instance
+    from memplan.models.units import fmt_bandwidth, fmt_memory, parse_bandwidth
 
     chain, platform = load_instance(args.instance)
     if args.bandwidth is not None:
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     dynprog = None
     if not args.no_offload:
         try:
-            from baselines.offload import dynprog
+            from memplan.baselines.offload import dynprog
         except ImportError:
             print("baselines.offload is not available: no offloading-only curve", file=sys.stderr)
     sa = store_all(chain)
@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.remat_offload_figures",
+    p = argparse.ArgumentParser(prog="python -m memplan.experiments.remat_offload_figures",
                                 description=__doc__.split("\n\n")[0])
     add_arguments(p)
     return run(p.parse_args(argv))

@@ -8,7 +8,7 @@ Each point is a schedule the simulator replayed. Throughput = batch / makespan (
 provenance gives the batch; 1 otherwise, i.e. iterations per second).
 
     memplan sweep remat --instance instances/paper004_table2.json --points 10 --out results/toy
-    python -m experiments.remat_sweep --instance ... (same options)
+    python -m memplan.experiments.remat_sweep --instance ... (same options)
 
 Writes ``OUT.csv`` (one row per method x limit; re-running with the same OUT resumes, skipping rows
 already there) and ``OUT.png``.
@@ -41,10 +41,10 @@ def sweep(chain, methods, points: int = 10, args=None, csv_path: Path | None = N
     """Run the sweep; returns the DataFrame (also appended to ``csv_path`` row by row)."""
     from tqdm import tqdm
 
-    from baselines import remat_heuristics as H
-    from baselines.rotor import min_memory
-    from experiments.solve_remat import run_method
-    from models.solution import Status
+    from memplan.baselines import remat_heuristics as H
+    from memplan.baselines.rotor import min_memory
+    from memplan.experiments.solve_remat import run_method
+    from memplan.models.solution import Status
 
     lo, hi = min_memory(chain), H.store_all(chain).peak_memory
     limits = np.linspace(lo, hi, points)
@@ -145,8 +145,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.solve_remat import METHODS
-    from models.instance import load_chain
+    from memplan.experiments.solve_remat import METHODS
+    from memplan.models.instance import load_chain
 
     chain = load_chain(args.instance)
     methods = list(METHODS) if args.methods == "all" else [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.remat_sweep", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m memplan.experiments.remat_sweep", description=__doc__.split("\n")[0])
     add_arguments(p)
     return run(p.parse_args(argv))
 

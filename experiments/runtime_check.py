@@ -12,7 +12,7 @@ then execute every sequence with :func:`models.runtime.execute` and record
 * ``sim_time`` / ``real_time``: the simulator's makespan vs the executor's wall-clock time (median of
   ``--repeats`` untracked runs).
 
-    python -m experiments.runtime_check --out results/runtime_check.csv
+    python -m memplan.experiments.runtime_check --out results/runtime_check.csv
 """
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ CASES = {
 
 
 def sequences(chain, fractions):
-    from baselines import remat_heuristics, rotor
-    from models.remat import simulate_remat
-    from models.runtime import bisection_sequence, store_all_sequence
+    from memplan.baselines import remat_heuristics, rotor
+    from memplan.models.remat import simulate_remat
+    from memplan.models.runtime import bisection_sequence, store_all_sequence
 
     L = chain.L
     out = [("store_all", None, store_all_sequence(L)), ("bisection", None, bisection_sequence(L))]
@@ -51,11 +51,11 @@ def sequences(chain, fractions):
 def run_case(name: str, spec: dict, fractions, repeats: int, device: str) -> list[dict]:
     import torch
 
-    from models.graph import linearize_model
-    from models.networks import example_input, get_model
-    from models.profiler import classification_loss, profile_chain
-    from models.remat import simulate_remat
-    from models.runtime import execute
+    from memplan.models.graph import linearize_model
+    from memplan.models.networks import example_input, get_model
+    from memplan.models.profiler import classification_loss, profile_chain
+    from memplan.models.remat import simulate_remat
+    from memplan.models.runtime import execute
 
     torch.manual_seed(0)
     model = get_model(name, **spec["kw"]).to(device).train()

@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 import math
 
-from models.chain import Chain, Platform
-from models.offload import (OffloadData, min_feasible_memory, peak_memory_no_offload, timeline,
+from memplan.models.chain import Chain, Platform
+from memplan.models.offload import (OffloadData, min_feasible_memory, peak_memory_no_offload, timeline,
                             validate_offload)
-from models.solution import InfeasibleError, Solution, Status
-from models.units import UnitError, fmt_bandwidth, fmt_memory, fmt_time
+from memplan.models.solution import InfeasibleError, Solution, Status
+from memplan.models.units import UnitError, fmt_bandwidth, fmt_memory, fmt_time
 
 METHODS = ["lb", "greedy", "dynprog", "vdnn", "tflms", "autoswap", "milp"]
 DEFAULT_METHOD = "dynprog"
@@ -51,7 +51,7 @@ def check_inputs(chain: Chain, memory: float | None, bandwidth: float | None) ->
 
 def run_method(chain: Chain, memory: float, bandwidth: float | None, method: str, args=None) -> Solution:
     """Run one method (see :data:`METHODS`) and check its schedule with the validator."""
-    from baselines import offload as B
+    from memplan.baselines import offload as B
 
     args = _defaults(args)
     if method not in METHODS:
@@ -61,7 +61,7 @@ def run_method(chain: Chain, memory: float, bandwidth: float | None, method: str
     if method == "lb":
         return B.lower_bound(chain, memory, bandwidth)
     if memory >= peak_memory_no_offload(chain):
-        from models.offload import no_wait_schedule
+        from memplan.models.offload import no_wait_schedule
 
         sched = no_wait_schedule(chain, bandwidth or math.inf, memory, [])
         return B.make_solution(chain, method, sched, memory, bound=B.lower_bound_value(chain, memory, bandwidth),
@@ -77,7 +77,7 @@ def run_method(chain: Chain, memory: float, bandwidth: float | None, method: str
     elif method == "autoswap":
         sol = B.autoswap(chain, memory, beta)
     else:
-        from formulations.offload_milp import solve_offload_milp
+        from memplan.formulations.offload_milp import solve_offload_milp
 
         heur = [run_method(chain, memory, bandwidth, h, args) for h in HEURISTICS]
         ok = [h for h in heur if h.success]
@@ -109,7 +109,7 @@ def solve(chain: Chain, platform: Platform | None, args) -> Solution:
 
 
 def report(sol: Solution, chain: Chain, args=None) -> str:
-    from baselines.offload import lower_bound_value
+    from memplan.baselines.offload import lower_bound_value
 
     d = OffloadData.of(chain)
     bw = sol.details.get("bandwidth")
@@ -154,7 +154,7 @@ def gantt(chain: Chain, sol: Solution, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from models.offload import validate_offload
+    from memplan.models.offload import validate_offload
 
     d = OffloadData.of(chain)
     s = sol.schedule

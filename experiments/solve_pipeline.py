@@ -19,10 +19,10 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from models.chain import Chain, Platform
-from models.pipeline import CyclicSchedule, EagerResult, Pattern, simulate_pattern, task_data
-from models.solution import Solution, Status
-from models.units import fmt_bandwidth, fmt_memory, fmt_time
+from memplan.models.chain import Chain, Platform
+from memplan.models.pipeline import CyclicSchedule, EagerResult, Pattern, simulate_pattern, task_data
+from memplan.models.solution import Solution, Status
+from memplan.models.units import fmt_bandwidth, fmt_memory, fmt_time
 
 METHODS = ["ilp", "pipedream", "gpipe", "cyclic", "lb"]
 DEFAULT_METHOD = "ilp"
@@ -35,7 +35,7 @@ def _infeasible_message(chain, bandwidth, P, memory, what: str, found_min: float
     that works for that method is its smallest simulated point; for the ILP it lies between the
     memory lower bound and the memory of the serial pattern of the memory-smallest contiguous
     partition (which always works). Returns (message, minimum known to work, lower bound)."""
-    from baselines.pipeline import memory_lower_bound, min_memory_contiguous
+    from memplan.baselines.pipeline import memory_lower_bound, min_memory_contiguous
 
     lb = memory_lower_bound(chain, bandwidth, P)
     ub, stages = min_memory_contiguous(chain, bandwidth, P)
@@ -50,7 +50,7 @@ def _infeasible_message(chain, bandwidth, P, memory, what: str, found_min: float
 
 
 def _baseline_solution(chain, bandwidth, P, memory, method, points, lb, times) -> Solution:
-    from baselines.pipeline import best_feasible
+    from memplan.baselines.pipeline import best_feasible
 
     best = best_feasible(points, memory)
     if best is None:
@@ -87,7 +87,7 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
     (a sweep passes the patterns found at smaller limits), used when they replay within ``memory``."""
     import time
 
-    from baselines.pipeline import best_feasible, gpipe_points, period_lower_bound, pipedream_points, start_pattern
+    from memplan.baselines.pipeline import best_feasible, gpipe_points, period_lower_bound, pipedream_points, start_pattern
 
     if method not in METHODS:
         raise ValueError(f"unknown pipeline method {method!r}; choose from {', '.join(METHODS)}")
@@ -126,13 +126,13 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
                                 allocations, time_limit, threads)
 
     # ------------------------------------------------------------------ ILP
-    from formulations.pipeline_ilp import solve_ilp
+    from memplan.formulations.pipeline_ilp import solve_ilp
 
     refined = None
     if refine and start is not None:
         # the best pattern of the start's allocation and of the best baseline partitions (exact
         # 1-periodic MILP, fixed allocation): a better MIP start than the modular patterns
-        from baselines.pipeline import exact_refine
+        from memplan.baselines.pipeline import exact_refine
 
         t_ref = time.perf_counter()
         goal = bb.period if bb is not None else None
@@ -169,7 +169,7 @@ def run_method(chain: Chain, bandwidth: float | None, P: int, memory: float | No
                             details=details)
         return Solution(PROBLEM, "ilp", res.status, memory_limit=memory, bound=bound, message=res.message,
                         times=times, details=details)
-    from models.pipeline import snap_period
+    from memplan.models.pipeline import snap_period
 
     pattern = snap_period(pattern, chain, bandwidth, bound, memory=memory, gpus=P)   # the ILP's bound
     sim = simulate_pattern(pattern, chain, bandwidth, gpus=P)
@@ -196,7 +196,7 @@ def _memory_at_period(chain, bandwidth, P, layer_gpu, T, time_limit, threads) ->
     """Where a baseline beats the ILP: the least memory a pattern of the ILP's allocation needs at the
     baseline's period (:func:`formulations.pipeline_cyclic.min_memory_at_period`, about a second),
     so the report can say how far the paper's patterns are from the baseline there."""
-    from formulations.pipeline_cyclic import min_memory_at_period
+    from memplan.formulations.pipeline_cyclic import min_memory_at_period
 
     r, bound = min_memory_at_period(chain, bandwidth, layer_gpu, T, P=P, time_limit=min(30.0, time_limit or 30.0),
                                     threads=threads)
@@ -212,8 +212,8 @@ def _known_allocations(chain, points, memory, start, extra=(), *, bandwidth=None
     whose load is below the start's period: the one that only fits weights and buffers (the paper's
     "abundant memory" case) and, given the period to beat ``goal`` and a limit, the one that also
     fits the average activations of a pattern of period ``goal`` (the tight-memory case)."""
-    from baselines.pipeline import best_feasible
-    from models.pipeline import stages_to_layer_gpu
+    from memplan.baselines.pipeline import best_feasible
+    from memplan.models.pipeline import stages_to_layer_gpu
 
     cands = [tuple(int(g) for g in a) for a in extra]
     if start is not None:
@@ -223,7 +223,7 @@ def _known_allocations(chain, points, memory, start, extra=(), *, bandwidth=None
         if bb is not None:
             cands.append(tuple(stages_to_layer_gpu(bb.stages, chain.L)))
     if P is not None and P > 1:
-        from formulations.pipeline_balance import balanced_allocation
+        from memplan.formulations.pipeline_balance import balanced_allocation
 
         periods = [None] + ([goal] if goal is not None and memory is not None else [])
         for period in periods:
@@ -239,8 +239,8 @@ def _cyclic_solution(chain, bandwidth, P, memory, points, start, lb, times, t0, 
     candidate allocation, below the best period known (pattern or eager schedule) at this memory."""
     import time
 
-    from baselines.pipeline import best_feasible
-    from formulations.pipeline_cyclic import cyclic_search
+    from memplan.baselines.pipeline import best_feasible
+    from memplan.formulations.pipeline_cyclic import cyclic_search
 
     K = int(K)
     if K < 1:
@@ -283,9 +283,9 @@ def _cyclic_solution(chain, bandwidth, P, memory, points, start, lb, times, t0, 
 
 def _min_memory(chain, bandwidth, P, time_limit, threads):
     """(smallest memory of a replayed pattern, proven?, bound) from the min-memory ILP, or None."""
-    from baselines.pipeline import min_memory_contiguous
-    from formulations.pipeline_ilp import solve_min_memory
-    from models.pipeline import serial_pattern, stages_to_layer_gpu
+    from memplan.baselines.pipeline import min_memory_contiguous
+    from memplan.formulations.pipeline_ilp import solve_min_memory
+    from memplan.models.pipeline import serial_pattern, stages_to_layer_gpu
 
     _, stages = min_memory_contiguous(chain, bandwidth, P)
     start = serial_pattern(chain, bandwidth, stages_to_layer_gpu(stages, chain.L))
@@ -401,7 +401,7 @@ def gantt(pattern: Pattern, chain: Chain, bandwidth: float | None, path, periods
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from models.pipeline import _link, batch_shifts
+    from memplan.models.pipeline import _link, batch_shifts
 
     td = task_data(chain, bandwidth)
     n, L = td.n, td.L

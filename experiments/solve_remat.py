@@ -9,22 +9,22 @@ import argparse
 import importlib
 from typing import Callable
 
-from models.chain import Chain, Platform
-from models.remat import simulate_remat
-from models.solution import InfeasibleError, Solution, Status
-from models.units import fmt_memory, fmt_time
+from memplan.models.chain import Chain, Platform
+from memplan.models.remat import simulate_remat
+from memplan.models.solution import InfeasibleError, Solution, Status
+from memplan.models.units import fmt_memory, fmt_time
 
 
 def _dp(name: str) -> Callable:
     def run(chain: Chain, memory: float, args) -> Solution:
-        fn = getattr(importlib.import_module("baselines.rotor"), name)
+        fn = getattr(importlib.import_module("memplan.baselines.rotor"), name)
         return fn(chain, memory, slots=getattr(args, "slots", 500), exact=getattr(args, "exact", False))
     return run
 
 
 def _heur(name: str, needs_slots: bool = False) -> Callable:
     def run(chain: Chain, memory: float, args) -> Solution:
-        fn = getattr(importlib.import_module("baselines.remat_heuristics"), name)
+        fn = getattr(importlib.import_module("memplan.baselines.remat_heuristics"), name)
         if needs_slots:
             return fn(chain, memory, slots=getattr(args, "slots", 500), exact=getattr(args, "exact", False))
         return fn(chain, memory)
@@ -47,9 +47,9 @@ METHODS: dict[str, Callable] = {
     "revolve": _heur("revolve", needs_slots=True),
     "store-all": _heur("store_all"),
     "recompute-all": _heur("recompute_all"),
-    "remat-milp": _milp("formulations.remat_milp", "solve_remat_milp"),
-    "checkmate": _milp("formulations.checkmate", "solve_checkmate"),
-    "checkmate-lp": _milp("formulations.checkmate", "solve_checkmate_lp"),
+    "remat-milp": _milp("memplan.formulations.remat_milp", "solve_remat_milp"),
+    "checkmate": _milp("memplan.formulations.checkmate", "solve_checkmate"),
+    "checkmate-lp": _milp("memplan.formulations.checkmate", "solve_checkmate_lp"),
 }
 DEFAULT_METHOD = "rotor"
 
@@ -81,7 +81,7 @@ def solve(chain: Chain, platform: Platform | None, args) -> Solution:
 
 
 def report(sol: Solution, chain: Chain, args=None) -> str:
-    from baselines.remat_heuristics import store_all
+    from memplan.baselines.remat_heuristics import store_all
 
     base = store_all(chain)
     lines = [f"{chain.name}: L = {chain.L}, problem remat, method {sol.method}, "

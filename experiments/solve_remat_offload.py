@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import importlib
 
-from models.chain import Chain, Platform
-from models.solution import InfeasibleError, Solution, Status
-from models.units import fmt_bandwidth, fmt_memory, fmt_time
+from memplan.models.chain import Chain, Platform
+from memplan.models.solution import InfeasibleError, Solution, Status
+from memplan.models.units import fmt_bandwidth, fmt_memory, fmt_time
 
 METHODS = ["dp", "milp"]
 DEFAULT_METHOD = "dp"
@@ -46,9 +46,9 @@ def solve(chain: Chain, platform: Platform | None, args) -> Solution:
     exact = bool(getattr(args, "exact", False))
     if method == "dp":
         slots, note = slots_for(args)
-        from experiments.cli import CliError
+        from memplan.experiments.cli import CliError
 
-        mod = importlib.import_module("baselines.joint_dp")
+        mod = importlib.import_module("memplan.baselines.joint_dp")
         try:
             sol = mod.solve_joint(chain, memory, beta, slots=slots, exact=exact)
         except ValueError as e:      # exact mode on float sizes, tables too large
@@ -65,12 +65,12 @@ def solve(chain: Chain, platform: Platform | None, args) -> Solution:
 
 def _exact(chain: Chain, memory: float, beta: float, args) -> Solution:
     """The exhaustive search, bounded by the joint DP's makespan (exact mode when the sizes allow)."""
-    from experiments.cli import CliError
+    from memplan.experiments.cli import CliError
 
     if not chain.is_integer:
         raise CliError("--method milp (exhaustive search) needs integer sizes: it is meant for tiny test chains")
-    dpm = importlib.import_module("baselines.joint_dp")
-    exm = importlib.import_module("baselines.joint_exhaustive")
+    dpm = importlib.import_module("memplan.baselines.joint_dp")
+    exm = importlib.import_module("memplan.baselines.joint_exhaustive")
     exact = memory == int(memory) and memory <= 500
     dp = dpm.solve_joint(chain, memory, beta, exact=exact, slots=DEFAULT_SLOTS)
     ub = dp.objective
@@ -95,7 +95,7 @@ def _exact(chain: Chain, memory: float, beta: float, args) -> Solution:
 
 
 def report(sol: Solution, chain: Chain, args=None) -> str:
-    from baselines.remat_heuristics import store_all
+    from memplan.baselines.remat_heuristics import store_all
 
     base = store_all(chain)
     beta = sol.details.get("bandwidth")
@@ -152,7 +152,7 @@ def gantt(chain: Chain, sol: Solution, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from models.remat_offload import simulate_joint
+    from memplan.models.remat_offload import simulate_joint
 
     beta = sol.details.get("bandwidth") or None
     rep = simulate_joint(chain, sol.schedule, beta, sol.memory_limit)

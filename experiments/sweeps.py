@@ -2,17 +2,17 @@
 
 Each experiment module exposes ``add_arguments(parser)`` and ``run(args) -> int``, or a ``main(argv)``
 that parses its own options (the arguments after the experiment's name are forwarded to it); each
-also runs on its own as ``python -m experiments.<module>``. Modules that are not present in this checkout are skipped.
+also runs on its own as ``python -m memplan.experiments.<module>``. Modules that are not present in this checkout are skipped.
 """
 from __future__ import annotations
 
 import argparse
 
 EXPERIMENTS = {
-    "remat": ("experiments.remat_sweep", "re-materialization: throughput vs memory, all methods (paper 004 Fig. 6-8)"),
-    "offload": ("experiments.offload_figures", "offloading: ratio to LB and throughput vs memory (paper 001 Fig. 2-3)"),
-    "pipeline": ("experiments.pipeline_figures", "pipelined model parallelism: ILP vs PipeDream (paper 003 Fig. 6-11)"),
-    "remat-offload": ("experiments.remat_offload_figures", "re-materialization + offloading (paper 000)"),
+    "remat": ("memplan.experiments.remat_sweep", "re-materialization: throughput vs memory, all methods (paper 004 Fig. 6-8)"),
+    "offload": ("memplan.experiments.offload_figures", "offloading: ratio to LB and throughput vs memory (paper 001 Fig. 2-3)"),
+    "pipeline": ("memplan.experiments.pipeline_figures", "pipelined model parallelism: ILP vs PipeDream (paper 003 Fig. 6-11)"),
+    "remat-offload": ("memplan.experiments.remat_offload_figures", "re-materialization + offloading (paper 000)"),
 }
 
 
@@ -20,7 +20,7 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("sweep", help="run an experiment (memory sweep + CSV + plot)",
                               description="Run an experiment; see `memplan sweep NAME --help`.")
     sub = p.add_subparsers(dest="experiment", required=True)
-    from experiments.cli import optional_import
+    from memplan.experiments.cli import optional_import
 
     for name, (modname, help_) in EXPERIMENTS.items():
         mod = optional_import(modname)

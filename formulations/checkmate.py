@@ -58,10 +58,10 @@ import time
 
 import numpy as np
 
-from models.chain import Chain
-from models.remat import InvalidSequence, RematSchedule, simulate_remat
-from models.solution import Solution, Status
-from formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
+from memplan.models.chain import Chain
+from memplan.models.remat import InvalidSequence, RematSchedule, simulate_remat
+from memplan.models.solution import Solution, Status
+from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
 
 
 
@@ -309,7 +309,7 @@ def solve_checkmate(chain: Chain, memory: float, *, time_limit: float | None = 6
     ``bound`` stays None; FEASIBLE with ``details['limit_exceeded']`` when the converted
     sequence breaks the limit.
     """
-    from models.units import fmt_memory
+    from memplan.models.units import fmt_memory
 
     times: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -364,7 +364,7 @@ def solve_checkmate_lp(chain: Chain, memory: float, *, time_limit: float | None 
     converted sequence within the limit, else the one with the smallest peak, reporting the memory it
     really uses (status FEASIBLE, ``details['limit_exceeded'] = True`` when above the limit).
     """
-    from models.units import fmt_memory
+    from memplan.models.units import fmt_memory
 
     times: dict[str, float] = {}
     t0 = time.perf_counter()

@@ -26,7 +26,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from models.solution import Status
+from memplan.models.solution import Status
 
 INF = math.inf
 # tight feasibility tolerances, for models whose solution is read back and must replay exactly in a

@@ -58,10 +58,10 @@ import time
 
 import numpy as np
 
-from models.chain import Chain
-from models.offload import (InvalidOffloadSchedule, OffloadData, OffloadSchedule, no_wait_schedule,
+from memplan.models.chain import Chain
+from memplan.models.offload import (InvalidOffloadSchedule, OffloadData, OffloadSchedule, no_wait_schedule,
                             validate_offload)
-from models.solution import InfeasibleError, Solution, Status
+from memplan.models.solution import InfeasibleError, Solution, Status
 
 
 def window_memory(d: OffloadData, w: int) -> tuple[float, list[int]]:
@@ -282,8 +282,8 @@ def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: 
                        log_file=None, phased: bool = False, verbose: bool = False) -> Solution:
     """Solve Problem 1 exactly (within HiGHS's gap) from an optional MIP start; the schedule is
     replayed by the validator."""
-    from formulations.highs_driver import solve_milp, timed
-    from baselines.offload import lower_bound_value, make_solution
+    from memplan.formulations.highs_driver import solve_milp, timed
+    from memplan.baselines.offload import lower_bound_value, make_solution
 
     d = OffloadData.of(chain)
     times: dict[str, float] = {}

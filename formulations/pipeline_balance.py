@@ -46,8 +46,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.chain import Chain
-from models.pipeline import allocation_load, constant_memory, task_data, task_gpus
+from memplan.models.chain import Chain
+from memplan.models.pipeline import allocation_load, constant_memory, task_data, task_gpus
 
 
 def balanced_allocation(chain: Chain, bandwidth: float | None, P: int, memory: float | None = None, *,
@@ -130,7 +130,7 @@ def _solve(td, P: int, memory: float | None, period: float | None, opts: tuple, 
     slack, gap, max_nodes = opts
     import pyomo.environ as pyo
 
-    from formulations.highs_driver import solve_milp
+    from memplan.formulations.highs_driver import solve_milp
 
     L = td.L
     layers = range(1, L + 1)

@@ -70,10 +70,10 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from models.chain import Chain
-from models.pipeline import (CyclicSchedule, InvalidPattern, SimResult, _link, allocation_load, bisect_period,
+from memplan.models.chain import Chain
+from memplan.models.pipeline import (CyclicSchedule, InvalidPattern, SimResult, _link, allocation_load, bisect_period,
                              constant_memory, simulate_cyclic, task_data, task_gpus)
-from models.solution import Status
+from memplan.models.solution import Status
 
 SCALE_T = 1000.0
 
@@ -286,7 +286,7 @@ def solve_cyclic(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int]
     at most ``retries`` times), ``"exact"`` (K = 1: the simulator's memory during every task) or
     ``"auto"``: exact for K = 1; for K >= 2 caps, then layers when caps finds nothing (module
     docstring)."""
-    from formulations.highs_driver import EXACT_TOLERANCES, solve_milp
+    from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp
 
     if memory_model == "auto":
         if K == 1:
@@ -351,7 +351,7 @@ def min_memory_at_period(chain: Chain, bandwidth: float | None, layer_gpu: Seque
     (``result.sim.peak_memory`` is the memory it needs; status OPTIMAL when proven smallest) and the
     solver's lower bound in bytes (None without one). The replay must measure the MILP's value: the
     exact model is the simulator's memory, so any difference is reported as an error."""
-    from formulations.highs_driver import EXACT_TOLERANCES, solve_milp
+    from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp
 
     td = task_data(chain, bandwidth)
     gpu = task_gpus(td, layer_gpu)

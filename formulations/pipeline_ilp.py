@@ -60,8 +60,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from models.chain import Chain
-from models.pipeline import REL_TOL, Pattern, TaskData, task_data
+from memplan.models.chain import Chain
+from memplan.models.pipeline import REL_TOL, Pattern, TaskData, task_data
 
 TIME_SCALE_TARGET = 1000.0
 MEM_SCALE_TARGET = 1000.0
@@ -392,7 +392,7 @@ def solve_ilp(chain: Chain, bandwidth: float | None, P: int, memory: float | Non
 
     Returns ``(pattern or None, MilpResult, PipelineILP, times)``; the MilpResult's objective and
     bound are converted to seconds."""
-    from formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
+    from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
 
     times: dict[str, float] = {}
     Tmax = None
@@ -420,15 +420,15 @@ def solve_min_memory(chain: Chain, bandwidth: float | None, P: int, *, start: Pa
     over every allocation, contiguous or not; with ``Tmax`` (seconds), of any pattern of period at
     most Tmax (a ``start`` must then have ``start.T <= Tmax``). Returns ``(pattern or None,
     MilpResult)`` with objective and bound in bytes."""
-    from formulations.highs_driver import EXACT_TOLERANCES, solve_milp
+    from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp
 
-    from baselines.pipeline import memory_lower_bound
+    from memplan.baselines.pipeline import memory_lower_bound
 
     scale = memory_lower_bound(chain, bandwidth, P)
     ilp = build_model(chain, bandwidth, P, scale, min_memory=True, Tmax=Tmax)
     vals = None
     if start is not None:
-        from models.pipeline import simulate_pattern
+        from memplan.models.pipeline import simulate_pattern
 
         vals = start_values(ilp, start) + [(ilp.model.Mv, simulate_pattern(start, chain, bandwidth).peak_memory
                                             / ilp.ms)]
@@ -449,7 +449,7 @@ def solve_fixed_allocation(chain: Chain, bandwidth: float | None, P: int, memory
     pattern of a given allocation, e.g. to turn a baseline
     partition whose eager schedule is not 1-periodic into a pattern (MIP start) of no larger period.
     Returns ``(pattern or None, MilpResult)``."""
-    from formulations.highs_driver import EXACT_TOLERANCES, solve_milp
+    from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp
 
     ilp = build_model(chain, bandwidth, P, memory, Tmax=Tmax)
     for (a, b), var in ilp.model.z.items():

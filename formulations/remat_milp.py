@@ -90,11 +90,11 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-from models.chain import Chain
-from models.remat import RematSchedule, simulate_remat, InvalidSequence
-from models.solution import Solution, Status
+from memplan.models.chain import Chain
+from memplan.models.remat import RematSchedule, simulate_remat, InvalidSequence
+from memplan.models.solution import Solution, Status
 
-from formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
+from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
 
 KINDS = ("all", "up", "ck", "none")   # see the table in the module docstring
 _OPNAME = {"all": "F_all", "up": "F_all", "ck": "F_ck", "none": "F_none"}
@@ -319,7 +319,7 @@ def _default_start(chain: Chain, memory: float):
     memory discretization can make it fail near the minimum memory), else the recompute-all sequence
     when it fits (it is the sequence of minimum peak), else ``(None, reason)``."""
     try:
-        from baselines.rotor import persistent
+        from memplan.baselines.rotor import persistent
         exact = chain.is_integer and memory <= 20000
         sol = persistent(chain, memory, exact=exact) if exact else persistent(chain, memory)
         if sol.success:
@@ -327,7 +327,7 @@ def _default_start(chain: Chain, memory: float):
     except Exception:  # pragma: no cover - a start is optional
         pass
     try:
-        from baselines.remat_heuristics import recompute_all_schedule
+        from memplan.baselines.remat_heuristics import recompute_all_schedule
         sched = RematSchedule(recompute_all_schedule(chain))
         simulate_remat(chain, sched, memory_limit=memory)
         return sched, "recompute-all (the persistent DP found no sequence)"
@@ -337,7 +337,7 @@ def _default_start(chain: Chain, memory: float):
 
 def _min_memory(chain: Chain) -> float | None:
     try:
-        from baselines.rotor import min_memory
+        from memplan.baselines.rotor import min_memory
         return min_memory(chain)
     except Exception:  # pragma: no cover
         return None
@@ -353,7 +353,7 @@ def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 
     Returns a Solution whose objective and peak memory come from :func:`simulate_remat`; the MILP
     objective is ``predicted``, its dual bound ``bound``. Status OPTIMAL means proven within ``gap``.
     """
-    from models.units import fmt_memory
+    from memplan.models.units import fmt_memory
 
     times: dict[str, float] = {}
     t_all = time.perf_counter()

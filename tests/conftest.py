@@ -11,7 +11,7 @@ if str(ROOT) not in sys.path:
 @pytest.fixture(scope="session")
 def toy_chain():
     """The toy chain of paper 004, Table 2 (V100, MiB, ms)."""
-    from models.instance import load_chain
+    from memplan.models.instance import load_chain
 
     return load_chain(ROOT / "instances" / "paper004_table2.json")
 
@@ -38,9 +38,9 @@ def remat_limits(chain, fracs):
     """Integer memory limits at fractions of the way from the minimum feasible memory to store-all's peak."""
     import math
 
-    from baselines.remat_heuristics import store_all_schedule
-    from baselines.rotor import min_memory
-    from models.remat import simulate_remat
+    from memplan.baselines.remat_heuristics import store_all_schedule
+    from memplan.baselines.rotor import min_memory
+    from memplan.models.remat import simulate_remat
 
     lo = min_memory(chain)
     hi = simulate_remat(chain, store_all_schedule(chain)).peak_memory

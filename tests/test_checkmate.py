@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from baselines.exhaustive import exhaustive_remat
-from baselines.remat_heuristics import store_all_schedule
-from formulations.checkmate import (ChainGraph, events_from_rs, round_two_phase, sequence_from_events,
+from memplan.baselines.exhaustive import exhaustive_remat
+from memplan.baselines.remat_heuristics import store_all_schedule
+from memplan.formulations.checkmate import (ChainGraph, events_from_rs, round_two_phase, sequence_from_events,
                                     solve_checkmate, solve_checkmate_lp)
-from formulations.remat_milp import solve_remat_milp
-from models.chain import random_chain
-from models.instance import load_chain
-from models.remat import simulate_remat
-from models.solution import Status
+from memplan.formulations.remat_milp import solve_remat_milp
+from memplan.models.chain import random_chain
+from memplan.models.instance import load_chain
+from memplan.models.remat import simulate_remat
+from memplan.models.solution import Status
 
 from conftest import remat_limits
 

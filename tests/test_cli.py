@@ -5,7 +5,7 @@ import sys
 import pandas as pd
 import pytest
 
-from experiments.cli import main
+from memplan.experiments.cli import main
 
 from conftest import ROOT
 
@@ -74,5 +74,5 @@ def test_sweep_writes_csv_and_plot(tmp_path):
 
 
 def test_console_script_installed():
-    r = subprocess.run([sys.executable, "-m", "experiments.cli", "show", TOY], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "memplan.experiments.cli", "show", TOY], capture_output=True, text=True)
     assert r.returncode == 0 and "linear3_2800x2900" in r.stdout

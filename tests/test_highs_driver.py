@@ -4,8 +4,8 @@ import itertools
 import pyomo.environ as pyo
 import pytest
 
-from formulations.highs_driver import model_size, solve_milp
-from models.solution import Status
+from memplan.formulations.highs_driver import model_size, solve_milp
+from memplan.models.solution import Status
 
 W = [12, 7, 11, 8, 9, 5, 14, 6]
 V = [24, 13, 23, 15, 16, 9, 28, 10]

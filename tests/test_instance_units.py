@@ -3,9 +3,9 @@ import json
 import numpy as np
 import pytest
 
-from models.chain import Chain, random_chain
-from models.instance import InstanceError, chain_from_dict, chain_to_dict, load_instance, save_instance
-from models.units import UnitError, fmt_memory, fmt_time, parse_bandwidth, parse_memory, parse_time
+from memplan.models.chain import Chain, random_chain
+from memplan.models.instance import InstanceError, chain_from_dict, chain_to_dict, load_instance, save_instance
+from memplan.models.units import UnitError, fmt_memory, fmt_time, parse_bandwidth, parse_memory, parse_time
 
 from conftest import ROOT
 

@@ -3,13 +3,13 @@ import math
 
 import pytest
 
-from baselines.joint_dp import solve_joint
-from baselines.remat_heuristics import store_all
-from baselines.rotor import min_memory, persistent
-from models.chain import random_chain
-from models.remat import simulate_remat
-from models.remat_offload import InvalidJointSchedule, JointSchedule, Transfer, simulate_joint
-from models.solution import Status
+from memplan.baselines.joint_dp import solve_joint
+from memplan.baselines.remat_heuristics import store_all
+from memplan.baselines.rotor import min_memory, persistent
+from memplan.models.chain import random_chain
+from memplan.models.remat import simulate_remat
+from memplan.models.remat_offload import InvalidJointSchedule, JointSchedule, Transfer, simulate_joint
+from memplan.models.solution import Status
 
 
 def _memories(chain, fracs=(0.0, 0.3, 0.6, 1.0)):
@@ -34,7 +34,7 @@ def test_simulator_without_transfers_agrees_with_remat(seed):
 
 
 def _two_stage():
-    from models.chain import Chain
+    from memplan.models.chain import Chain
     # a^0 = 4, a^1 = abar^1 = 2, a^2 = abar^2 = 2, no overheads, uf = 1, ub = 2
     return Chain.from_stages(uf=[1, 1], ub=[2, 2], wa=[4, 2, 2])
 
@@ -153,8 +153,8 @@ def test_offloading_helps_when_memory_is_tight():
 def test_cli_solve_remat_offload(tmp_path, capsys):
     import json
 
-    from experiments.cli import main
-    from models.instance import save_instance
+    from memplan.experiments.cli import main
+    from memplan.models.instance import save_instance
 
     c = random_chain(3, 1, max_size=4, max_time=4)
     inst = save_instance(c, tmp_path / "tiny.json", time_unit="s", memory_unit="B")
@@ -184,7 +184,7 @@ def test_figure_script_smoke(tmp_path):
 
     pytest.importorskip("matplotlib")
     pytest.importorskip("tqdm")
-    from experiments.remat_offload_figures import main
+    from memplan.experiments.remat_offload_figures import main
 
     from pathlib import Path
 

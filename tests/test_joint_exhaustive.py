@@ -3,12 +3,12 @@ import math
 
 import pytest
 
-from baselines.joint_dp import solve_joint
-from baselines.joint_exhaustive import solve_exhaustive
-from baselines.remat_heuristics import store_all
-from baselines.rotor import floating, min_memory
-from models.chain import random_chain
-from models.solution import Status
+from memplan.baselines.joint_dp import solve_joint
+from memplan.baselines.joint_exhaustive import solve_exhaustive
+from memplan.baselines.remat_heuristics import store_all
+from memplan.baselines.rotor import floating, min_memory
+from memplan.models.chain import random_chain
+from memplan.models.solution import Status
 
 # Largest relative gap DP/optimum - 1 measured by ``python -m benchmarks.bench_joint_dp --part gap
 # --maxL 5 --seeds 4`` on random integer chains with L <= 5 (sizes <= 4, times <= 4, beta in {1, 0.5}

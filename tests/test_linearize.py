@@ -5,7 +5,7 @@ import random
 import networkx as nx
 import pytest
 
-from models.graph import is_chain_partition, linearize
+from memplan.models.graph import is_chain_partition, linearize
 
 
 def _separators_by_definition(G):
@@ -122,8 +122,8 @@ torch = pytest.importorskip("torch")
 @pytest.mark.parametrize("name,L", [("resnet18", 23), ("resnet50", 39), ("densenet121", 79),
                                     ("inception_v3", 32), ("vgg16", 40)])
 def test_zoo_chain_lengths_on_meta_tensors(name, L):
-    from models.graph import capture
-    from models.networks import example_input, get_model
+    from memplan.models.graph import capture
+    from memplan.models.networks import example_input, get_model
 
     with torch.device("meta"):
         m = get_model(name)
@@ -136,8 +136,8 @@ def test_zoo_chain_lengths_on_meta_tensors(name, L):
 
 
 def test_stage_modules_compute_the_model_and_share_parameters():
-    from models.graph import linearize_model
-    from models.networks import example_input, get_model
+    from memplan.models.graph import linearize_model
+    from memplan.models.networks import example_input, get_model
 
     m = get_model("resnet18").eval()
     x = example_input("resnet18", 2, (3, 32, 32))
@@ -149,8 +149,8 @@ def test_stage_modules_compute_the_model_and_share_parameters():
 
 
 def test_gpt2_linearizes_to_two_stages_per_block():
-    from models.graph import linearize_model
-    from models.networks import example_input, get_model
+    from memplan.models.graph import linearize_model
+    from memplan.models.networks import example_input, get_model
 
     m = get_model("gpt2", n_layer=3, n_embd=32, n_head=4, vocab=50, n_ctx=16).eval()
     x = example_input("gpt2", 2, (8,), vocab=50)
@@ -161,8 +161,8 @@ def test_gpt2_linearizes_to_two_stages_per_block():
 
 
 def test_capture_leaves_batchnorm_statistics_and_rng_untouched():
-    from models.graph import capture
-    from models.networks import example_input, get_model
+    from memplan.models.graph import capture
+    from memplan.models.networks import example_input, get_model
 
     m = get_model("resnet18").train()
     x = example_input("resnet18", 2, (3, 16, 16))

@@ -4,12 +4,12 @@ import itertools
 import numpy as np
 import pytest
 
-from baselines import offload as B
-from formulations.offload_milp import solve_offload_milp
-from models.chain import Chain, random_chain
-from models.offload import (InvalidOffloadSchedule, NoWaitInfeasible, OffloadSchedule, min_feasible_memory,
+from memplan.baselines import offload as B
+from memplan.formulations.offload_milp import solve_offload_milp
+from memplan.models.chain import Chain, random_chain
+from memplan.models.offload import (InvalidOffloadSchedule, NoWaitInfeasible, OffloadSchedule, min_feasible_memory,
                             no_wait_schedule, peak_memory_no_offload, validate_offload)
-from models.solution import InfeasibleError, Status
+from memplan.models.solution import InfeasibleError, Status
 
 HEURISTICS = [B.greedy, B.dynprog, B.vdnn, B.tflms, B.autoswap]
 

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from experiments import solve_offload
-from experiments.cli import main
+from memplan.experiments import solve_offload
+from memplan.experiments.cli import main
 
 
 @pytest.mark.parametrize("method", ["lb", "greedy", "dynprog", "vdnn", "autoswap", "milp"])

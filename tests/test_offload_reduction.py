@@ -9,11 +9,11 @@ prefetched during B_{3m}) is valid exactly when the u_i split into m triples of 
 """
 import pytest
 
-from baselines.offload import greedy
-from formulations.offload_milp import solve_offload_milp
-from models.chain import Chain
-from models.offload import OffloadSchedule, validate_offload
-from models.solution import Status
+from memplan.baselines.offload import greedy
+from memplan.formulations.offload_milp import solve_offload_milp
+from memplan.models.chain import Chain
+from memplan.models.offload import OffloadSchedule, validate_offload
+from memplan.models.solution import Status
 
 
 def reduction(u, m, V):

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from models.graph import is_chain_partition
-from models.pipedream import PipeDreamFormatError, import_graph, read_graph
+from memplan.models.graph import is_chain_partition
+from memplan.models.pipedream import PipeDreamFormatError, import_graph, read_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 PD = ROOT.parent / "shared" / "external" / "pipedream"
@@ -67,8 +67,8 @@ def test_other_profiles_import(name, L):
 
 
 def test_cli_import_writes_a_loadable_instance(tmp_path):
-    from experiments.cli import main
-    from models.instance import load_chain
+    from memplan.experiments.cli import main
+    from memplan.models.instance import load_chain
 
     out = tmp_path / "pd.json"
     assert main(["import-pipedream", str(PD / "resnet18.graph.txt"), "--batch", "32", "-o", str(out)]) == 0

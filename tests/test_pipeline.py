@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from conftest import write_chain_instance
 
-from baselines.pipeline import (best_feasible, gpipe_points, memory_lower_bound, min_memory_contiguous,
+from memplan.baselines.pipeline import (best_feasible, gpipe_points, memory_lower_bound, min_memory_contiguous,
                                 period_lower_bound, pipedream_points)
-from formulations.pipeline_ilp import build_model, check_values, solve_ilp, start_values
-from models.chain import Chain, random_chain
-from models.pipeline import (InvalidPattern, Pattern, serial_pattern, simulate_eager, simulate_pattern,
+from memplan.formulations.pipeline_ilp import build_model, check_values, solve_ilp, start_values
+from memplan.models.chain import Chain, random_chain
+from memplan.models.pipeline import (InvalidPattern, Pattern, serial_pattern, simulate_eager, simulate_pattern,
                              stages_to_layer_gpu, task_data)
-from models.solution import Status
+from memplan.models.solution import Status
 
 BW = 5.0   # bytes per time unit for the integer test chains
 
@@ -162,7 +162,7 @@ def test_ilp_memory_model_equals_simulator():
 
 @pytest.mark.parametrize("seed,P", [(0, 2), (1, 3), (4, 2)])
 def test_ilp_vs_baselines_and_replay(seed, P):
-    from experiments.solve_pipeline import run_method
+    from memplan.experiments.solve_pipeline import run_method
 
     c = random_chain(5, seed)
     pts = pipedream_points(c, BW, P, n_batches=60) + gpipe_points(c, BW, P, n_batches=60)
@@ -184,7 +184,7 @@ def test_ilp_vs_baselines_and_replay(seed, P):
 
 
 def test_infeasible_memory_message():
-    from experiments.solve_pipeline import run_method
+    from memplan.experiments.solve_pipeline import run_method
 
     c = random_chain(4, 1)
     M = memory_lower_bound(c, BW, 2) * 0.9
@@ -208,9 +208,9 @@ def test_where_pipedream_beats_every_pattern_the_report_says_what_a_pattern_need
     formulations/pipeline_cyclic.py agrees that no allocation has a pattern of period 43 within 63 B.
     The ILP's answer then carries the least memory a pattern of its allocation needs at period 43,
     equal to the exhaustive search's value for that allocation, and the report says it."""
-    from baselines.pipeline_exhaustive import exhaustive_search
-    from experiments.solve_pipeline import report, run_method
-    from formulations.pipeline_cyclic import min_memory_at_period
+    from memplan.baselines.pipeline_exhaustive import exhaustive_search
+    from memplan.experiments.solve_pipeline import report, run_method
+    from memplan.formulations.pipeline_cyclic import min_memory_at_period
 
     c, bw, M = random_chain(3, 9, integer=True), 1.0, 63.0
     sol = run_method(c, bw, 2, M, "ilp", time_limit=10, threads=1)
@@ -229,7 +229,7 @@ def test_where_pipedream_beats_every_pattern_the_report_says_what_a_pattern_need
 
 
 def test_cli_pipeline(tmp_path):
-    from experiments.cli import main
+    from memplan.experiments.cli import main
 
     c = random_chain(4, 5, integer=False)
     inst = write_chain_instance(c, tmp_path / "c.json")
@@ -245,8 +245,8 @@ def test_cli_pipeline(tmp_path):
 
 
 def test_modular_pattern_and_eager_period_bounds():
-    from baselines.pipeline import partition_period
-    from models.pipeline import modular_pattern
+    from memplan.baselines.pipeline import partition_period
+    from memplan.models.pipeline import modular_pattern
 
     c = unit_chain(L=4)
     p = modular_pattern(c, 1.0, [(1, 2), (3, 4)], 6.0)
@@ -281,8 +281,8 @@ def test_ilp_literal_and_layer_allocation_agree():
 def test_zero_duration_tasks_memory_consistency():
     """Layers of zero time (frequent in profiles) still hold their input and output for an instant;
     the simulator and (36) agree on patterns where such tasks touch their neighbours."""
-    from baselines.pipeline import partition_period
-    from models.pipeline import modular_pattern
+    from memplan.baselines.pipeline import partition_period
+    from memplan.models.pipeline import modular_pattern
 
     c = Chain.from_stages(uf=[2, 0, 1, 0, 3], ub=[3, 0, 2, 0, 4], wa=[4, 6, 6, 2, 2, 5],
                           weights=[1, 0, 2, 0, 3], name="zeros")
@@ -304,7 +304,7 @@ def test_partition_search_exhaustive_and_local():
     """partition_search's exhaustive mode equals the best modular pattern over every contiguous
     partition (enumerated here by brute force); the local-search mode returns a valid pattern within
     the limit that is no worse than the modular pattern of its seed."""
-    from baselines.pipeline import count_partitions, modular_search, partition_search
+    from memplan.baselines.pipeline import count_partitions, modular_search, partition_search
 
     c = random_chain(7, 2)
     P = 3
@@ -336,7 +336,7 @@ def test_partition_search_exhaustive_and_local():
 def test_ilp_start_from_given_patterns_only_when_they_fit():
     """A sweep passes the patterns found at smaller limits as starts: one that replays within the
     limit becomes the MIP start (the ILP then returns at least as good); one over it is ignored."""
-    from experiments.solve_pipeline import run_method
+    from memplan.experiments.solve_pipeline import run_method
 
     c, P = random_chain(6, 3), 2
     pts = pipedream_points(c, BW, P, n_batches=60) + gpipe_points(c, BW, P, n_batches=60)

@@ -7,10 +7,10 @@ import itertools
 
 import pytest
 
-from formulations.pipeline_balance import balanced_allocation, held_memory
-from formulations.pipeline_cyclic import solve_cyclic
-from models.chain import random_chain
-from models.pipeline import allocation_load, constant_memory, task_data, task_gpus
+from memplan.formulations.pipeline_balance import balanced_allocation, held_memory
+from memplan.formulations.pipeline_cyclic import solve_cyclic
+from memplan.models.chain import random_chain
+from memplan.models.pipeline import allocation_load, constant_memory, task_data, task_gpus
 
 
 def _brute_force(td, P, memory=None):

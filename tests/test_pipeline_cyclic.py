@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from conftest import write_chain_instance
 
-from baselines.pipeline_exhaustive import exhaustive_search
-from formulations.pipeline_cyclic import copy_caps, cyclic_search, min_memory_at_period, solve_cyclic
-from models.chain import random_chain
-from models.pipeline import CyclicSchedule, InvalidPattern, simulate_cyclic, simulate_pattern, task_data
-from models.solution import Status
+from memplan.baselines.pipeline_exhaustive import exhaustive_search
+from memplan.formulations.pipeline_cyclic import copy_caps, cyclic_search, min_memory_at_period, solve_cyclic
+from memplan.models.chain import random_chain
+from memplan.models.pipeline import CyclicSchedule, InvalidPattern, simulate_cyclic, simulate_pattern, task_data
+from memplan.models.solution import Status
 
 
 @pytest.mark.parametrize("seed,bw,alloc", [(0, 1.0, (0, 0, 1)), (1, 1.0, (0, 1, 1)), (2, None, (0, 1, 0)),
@@ -77,7 +77,7 @@ def test_full_ilp_min_memory_at_a_period_equals_the_best_allocation(seed, bw):
     least memory over every allocation of the fixed-allocation K = 1 model (a second formulation,
     itself checked against the exhaustive search above), and its pattern replays with it; where no
     allocation has a pattern of period Tmax, it answers infeasible."""
-    from formulations.pipeline_ilp import solve_min_memory
+    from memplan.formulations.pipeline_ilp import solve_min_memory
 
     c = random_chain(3, seed, integer=True)
     td = task_data(c, bw)
@@ -148,7 +148,7 @@ def test_memory_caps_are_respected_and_infeasible_limits_reported():
 
 
 def test_cli_cyclic(tmp_path):
-    from experiments.cli import main
+    from memplan.experiments.cli import main
 
     c = random_chain(4, 5, integer=False)
     inst = write_chain_instance(c, tmp_path / "c.json")
@@ -160,7 +160,7 @@ def test_cli_cyclic(tmp_path):
     data = json.loads(out.read_text())
     assert data["schedule"]["kind"] == "pipeline-cyclic" and data["schedule"]["K"] in (1, 2)
     sched = CyclicSchedule.from_json(data["schedule"])
-    from models.units import parse_bandwidth
+    from memplan.models.units import parse_bandwidth
 
     sim = simulate_cyclic(sched, c, parse_bandwidth("10GB/s"), gpus=2)
     assert sim.period == pytest.approx(data["objective"], rel=1e-9)
@@ -191,8 +191,8 @@ def test_exact_refine_reaches_the_best_pattern_of_the_allocation():
     """From the serial pattern (the slowest), the refinement used for the ILP's MIP start reaches the
     exhaustive optimum of the allocation at each memory limit of its front, within the bisection's
     precision, and the pattern it returns replays within the limit."""
-    from baselines.pipeline import exact_refine
-    from models.pipeline import serial_pattern, simulate_pattern
+    from memplan.baselines.pipeline import exact_refine
+    from memplan.models.pipeline import serial_pattern, simulate_pattern
 
     c = random_chain(3, 4, integer=True)
     alloc = (0, 1, 1)

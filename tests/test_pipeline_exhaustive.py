@@ -7,10 +7,10 @@ front and just below it, so each limit binds.
 """
 import pytest
 
-from baselines.pipeline_exhaustive import allocations, exhaustive_search
-from formulations.pipeline_ilp import solve_fixed_allocation, solve_ilp
-from models.chain import random_chain
-from models.pipeline import simulate_pattern, task_data
+from memplan.baselines.pipeline_exhaustive import allocations, exhaustive_search
+from memplan.formulations.pipeline_ilp import solve_fixed_allocation, solve_ilp
+from memplan.models.chain import random_chain
+from memplan.models.pipeline import simulate_pattern, task_data
 
 
 def test_allocations_are_set_partitions():

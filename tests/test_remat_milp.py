@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from baselines.exhaustive import exhaustive_remat
-from baselines.remat_heuristics import store_all_schedule
-from baselines.rotor import floating, min_memory, persistent
-from formulations.highs_driver import solve_milp
-from formulations.remat_milp import build_remat_milp, schedule_from_model, solve_remat_milp, start_from_schedule
-from models.chain import random_chain
-from models.instance import load_chain
-from models.remat import simulate_remat
-from models.solution import Status
+from memplan.baselines.exhaustive import exhaustive_remat
+from memplan.baselines.remat_heuristics import store_all_schedule
+from memplan.baselines.rotor import floating, min_memory, persistent
+from memplan.formulations.highs_driver import solve_milp
+from memplan.formulations.remat_milp import build_remat_milp, schedule_from_model, solve_remat_milp, start_from_schedule
+from memplan.models.chain import random_chain
+from memplan.models.instance import load_chain
+from memplan.models.remat import simulate_remat
+from memplan.models.solution import Status
 
 from conftest import remat_limits
 
@@ -113,7 +113,7 @@ def test_dispatch_through_memplan_solve(method):
     """``memplan solve --problem remat --method <method>``: dispatch, simulator check and report."""
     import argparse
 
-    from experiments.solve_remat import report, run_method
+    from memplan.experiments.solve_remat import report, run_method
 
     chain = load_chain("instances/paper004_table2.json")
     args = argparse.Namespace(slots=500, exact=False, time_limit=20.0, gap=1e-4, threads=1, solver_log=None)

@@ -1,6 +1,6 @@
 import pytest
 
-from models.remat import InvalidSequence, RematSchedule, simulate_remat
+from memplan.models.remat import InvalidSequence, RematSchedule, simulate_remat
 
 from conftest import MiB
 

@@ -1,12 +1,12 @@
 """The DPs of paper 004 against the paper's numbers and an exhaustive search."""
 import pytest
 
-from baselines import remat_heuristics as H
-from baselines import rotor
-from baselines.exhaustive import exhaustive_remat
-from models.chain import Chain, random_chain
-from models.remat import simulate_remat
-from models.solution import Status
+from memplan.baselines import remat_heuristics as H
+from memplan.baselines import rotor
+from memplan.baselines.exhaustive import exhaustive_remat
+from memplan.models.chain import Chain, random_chain
+from memplan.models.remat import simulate_remat
+from memplan.models.solution import Status
 
 from conftest import MiB
 

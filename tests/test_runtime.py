@@ -6,11 +6,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from models.graph import linearize_model  # noqa: E402
-from models.networks import example_input, get_model  # noqa: E402
-from models.profiler import classification_loss, profile_chain  # noqa: E402
-from models.remat import InvalidSequence, simulate_remat  # noqa: E402
-from models.runtime import (bisection_sequence, execute, sequential_sequence,  # noqa: E402
+from memplan.models.graph import linearize_model  # noqa: E402
+from memplan.models.networks import example_input, get_model  # noqa: E402
+from memplan.models.profiler import classification_loss, profile_chain  # noqa: E402
+from memplan.models.remat import InvalidSequence, simulate_remat  # noqa: E402
+from memplan.models.runtime import (bisection_sequence, execute, sequential_sequence,  # noqa: E402
                             store_all_sequence)
 
 GPT = dict(n_layer=2, n_embd=32, n_head=4, vocab=50, n_ctx=16, dropout=0.1)
@@ -28,7 +28,7 @@ def _sequences(L):
 def _solver_sequences(chain):
     """Sequences of memplan's remat solvers (paper 004's rotor DP, revolve, sequential checkpointing)
     at a memory limit halfway between the minimum and store-all."""
-    from baselines import remat_heuristics, rotor
+    from memplan.baselines import remat_heuristics, rotor
 
     lo = rotor.min_memory(chain)
     hi = simulate_remat(chain, store_all_sequence(chain.L)).peak_memory
@@ -145,7 +145,7 @@ def test_invalid_sequence_is_rejected(setup):
 
 
 def test_sequences_are_valid_for_the_simulator():
-    from models.chain import random_chain
+    from memplan.models.chain import random_chain
 
     for L in (1, 2, 5, 9):
         c = random_chain(L, seed=L)

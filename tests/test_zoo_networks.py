@@ -3,7 +3,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from models.networks import MODELS, count_parameters, example_input, get_model  # noqa: E402
+from memplan.models.networks import MODELS, count_parameters, example_input, get_model  # noqa: E402
 
 # the parameter counts usually quoted for these architectures (1000 classes; GPT-2 small, tied head)
 COUNTS = {

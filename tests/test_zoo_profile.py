@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from models.profiler import TensorMemoryTracker, profile_stage, saved_tensor_bytes, storage_bytes  # noqa: E402
+from memplan.models.profiler import TensorMemoryTracker, profile_stage, saved_tensor_bytes, storage_bytes  # noqa: E402
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -65,7 +65,7 @@ def test_profile_stage_conv_bn_relu_by_hand():
 
 
 def test_profile_chain_relu_stage_keeps_only_its_output():
-    from models.profiler import profile_chain
+    from memplan.models.profiler import profile_chain
 
     stages = [nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 10)]
     c = profile_chain(stages, torch.randn(4, 16), repeats=1)
@@ -79,9 +79,9 @@ def test_profile_chain_relu_stage_keeps_only_its_output():
 
 
 def test_cli_profile_then_solve(tmp_path):
-    pytest.importorskip("experiments.solve_remat")
-    from experiments.cli import main
-    from models.instance import load_chain
+    pytest.importorskip("memplan.experiments.solve_remat")
+    from memplan.experiments.cli import main
+    from memplan.models.instance import load_chain
 
     out = tmp_path / "g.json"
     args = ["profile", "--model", "gpt2", "--set", "n_layer=2", "--set", "n_embd=32", "--set", "n_head=4",

@@ -1,0 +1,1 @@
+"""memplan (placeholder while the front end is being built)."""

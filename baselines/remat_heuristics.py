@@ -30,7 +30,7 @@ def _solution(chain: Chain, method: str, ops, memory: float | None, message: str
     rep = simulate_remat(chain, sched)
     times = {"total": time.perf_counter() - t0}
     if memory is not None and rep.peak_memory > memory * (1 + 1e-9):
-        from memplan.baselines.rotor import min_memory
+        from memplan.baselines.remat_rotor import min_memory
 
         return Solution(problem="remat", method=method, status=Status.INFEASIBLE, memory_limit=memory,
                         message=f"{method} needs {fmt_memory(rep.peak_memory)} > limit {fmt_memory(memory)} "
@@ -126,7 +126,7 @@ def sequential(chain: Chain, memory: float | None = None, segments_: int | None 
 
 def revolve(chain: Chain, memory: float, *, slots: int = 500, exact: bool = False) -> Solution:
     """Optimal sequence of the AD model (F_all^l only right before B^l), true memory model."""
-    from memplan.baselines.rotor import persistent
+    from memplan.baselines.remat_rotor import persistent
 
     sol = persistent(chain, memory, slots=slots, exact=exact, _allow_carry=False, _method="revolve")
     if sol.status == Status.OPTIMAL:

@@ -1,10 +1,10 @@
 """Benchmark of the joint re-materialization + offloading DP (paper 000).
 
-1. Run time of :func:`baselines.joint_dp.solve_joint` against the chain length L (up to 100) and the
+1. Run time of :func:`baselines.remat_offload_dp.solve_joint` against the chain length L (up to 100) and the
    number of memory slots N (50, 100), on random float chains (``random_chain(L, integer=False)``)
    at a memory limit 30% of the way from rotor's minimum to the store-all peak, beta = 10 GB/s.
    The tables use O(L^2 N^2 + L N^3) memory: (L, N) pairs needing more than ``--max-gb`` are skipped.
-2. The DP's gap to the exhaustive optimum (:mod:`baselines.joint_exhaustive`) on random integer chains
+2. The DP's gap to the exhaustive optimum (:mod:`baselines.remat_offload_exhaustive`) on random integer chains
    with L <= 4 (sizes <= 4, times <= 4), at the rotor minimum and 30% above it, beta in {1, 0.5} B/s,
    in exact mode (one slot per byte). Prints every case and the largest gap (the test
    ``tests/test_joint_exhaustive.py`` uses it).
@@ -24,9 +24,9 @@ import time
 
 
 def bench_time(Ls, Ns, max_gb: float) -> None:
-    from memplan.baselines.joint_dp import solve_joint
+    from memplan.baselines.remat_offload_dp import solve_joint
     from memplan.baselines.remat_heuristics import store_all
-    from memplan.baselines.rotor import min_memory
+    from memplan.baselines.remat_rotor import min_memory
     from memplan.models.chain import random_chain
 
     print(f"{'L':>4} {'N':>4} {'tables GB':>9} {'DP s':>8} {'total s':>8} {'makespan':>10} {'vs beta=0':>9}")
@@ -48,10 +48,10 @@ def bench_time(Ls, Ns, max_gb: float) -> None:
 
 
 def bench_gap(maxL: int, seeds: int, time_limit: float) -> float:
-    from memplan.baselines.joint_dp import solve_joint
-    from memplan.baselines.joint_exhaustive import solve_exhaustive
+    from memplan.baselines.remat_offload_dp import solve_joint
+    from memplan.baselines.remat_offload_exhaustive import solve_exhaustive
     from memplan.baselines.remat_heuristics import store_all
-    from memplan.baselines.rotor import min_memory
+    from memplan.baselines.remat_rotor import min_memory
     from memplan.models.chain import random_chain
     from memplan.models.solution import Status
 

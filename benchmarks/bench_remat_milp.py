@@ -22,8 +22,8 @@ import time
 import pandas as pd
 
 from memplan.baselines.remat_heuristics import store_all
-from memplan.baselines.rotor import min_memory, persistent
-from memplan.formulations.checkmate import solve_checkmate, solve_checkmate_lp
+from memplan.baselines.remat_rotor import min_memory, persistent
+from memplan.formulations.remat_checkmate import solve_checkmate, solve_checkmate_lp
 from memplan.formulations.remat_milp import solve_remat_milp
 from memplan.models.chain import random_chain
 

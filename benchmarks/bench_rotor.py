@@ -13,7 +13,7 @@ import argparse
 import time
 
 from memplan.baselines import remat_heuristics as H
-from memplan.baselines import rotor
+from memplan.baselines import remat_rotor as rotor
 from memplan.models.chain import random_chain
 
 

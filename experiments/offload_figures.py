@@ -5,7 +5,7 @@
   on short chains, the exact MILP; its proven bound is written too).
 * Figure 3: throughput (samples/s = batch / makespan) against the memory limit for offloading (best
   of the heuristics, and DYNPROG) at 1x, 2x and 3x the bandwidth, and for optimal re-materialization
-  (``baselines.rotor.persistent``, paper 004's persistent DP). The two problems count memory the same
+  (``baselines.remat_rotor.persistent``, paper 004's persistent DP). The two problems count memory the same
   way for activations (paper 001's ``M_GPU`` is the activation budget); the remat DP's own model
   (paper 004) is used for its curve.
 
@@ -87,7 +87,7 @@ def figure3(chain, bandwidth, args, out: Path, batch: float):
     from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
 
     try:
-        import memplan.baselines.rotor as rotor
+        import memplan.baselines.remat_rotor as rotor
     except ImportError:          # pragma: no cover - the remat DP is another module
         rotor = None
     mf, mp = min_feasible_memory(chain), peak_memory_no_offload(chain)

@@ -5,7 +5,7 @@ For every ``*.graph.txt`` in ``../shared/external/pipedream`` (read in place, ne
 128), then
 
 * remat (paper 004): for memory limits at fractions of the way from the smallest feasible memory
-  (``baselines.rotor.min_memory``) to the store-all peak, solve with ``--remat-methods`` (default
+  (``baselines.remat_rotor.min_memory``) to the store-all peak, solve with ``--remat-methods`` (default
   rotor, revolve, sequential) through :func:`experiments.solve_remat.run_method`;
 * pipeline (paper 003): on ``--gpus`` GPUs with link ``--bandwidth``, solve with
   ``--pipeline-methods`` (default pipedream, gpipe; add ilp for the MILP) at per-GPU memory limits
@@ -32,7 +32,7 @@ def _fractions(text: str) -> list[float]:
 
 
 def remat_rows(chain, methods, fractions, slots: int = 500) -> list[dict]:
-    from memplan.baselines import rotor
+    from memplan.baselines import remat_rotor as rotor
     from memplan.experiments.solve_remat import run_method
     from memplan.models.remat import simulate_remat
     from memplan.models.runtime import store_all_sequence

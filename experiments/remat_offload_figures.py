@@ -4,11 +4,11 @@ For each memory limit between ``--low`` x rotor's minimum feasible memory and th
 and each bandwidth ``beta x f`` (f in ``--factors``, default 1, 2, 3), it runs
 
 - ``store-all`` (no re-materialization; feasible only above its peak),
-- ``rotor`` -- optimal persistent re-materialization (paper 004, ``baselines.rotor.persistent``) with
+- ``rotor`` -- optimal persistent re-materialization (paper 004, ``baselines.remat_rotor.persistent``) with
   the same slots as the joint DP (``rotor-500``: with 500 slots, to show the discretization),
 - ``offload`` -- offloading only, DYNPROG of paper 001 (``baselines.offload.dynprog``, its own
   memory model: output reserved when an operation starts),
-- ``joint-N`` -- the joint DP of paper 000 (``baselines.joint_dp.solve_joint``) with N memory slots
+- ``joint-N`` -- the joint DP of paper 000 (``baselines.remat_offload_dp.solve_joint``) with N memory slots
   (``--slots``, default 50, 100 and 200, each where its tables fit in 3 GB), and ``joint``, the best
   of them (the discretization matters: each stored value is rounded up to a slot, and each level
   boundary can lose one slot's transfer time ``M / (N beta)``; the CSV keeps every N).
@@ -59,9 +59,9 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
     from tqdm import tqdm
 
-    from memplan.baselines.joint_dp import solve_joint
+    from memplan.baselines.remat_offload_dp import solve_joint
     from memplan.baselines.remat_heuristics import store_all
-    from memplan.baselines.rotor import min_memory, persistent
+    from memplan.baselines.remat_rotor import min_memory, persistent
     from memplan.models.instance import load_instance
     from memplan.models.units import fmt_bandwidth, fmt_memory, parse_bandwidth
 

@@ -42,7 +42,7 @@ def sweep(chain, methods, points: int = 10, args=None, csv_path: Path | None = N
     from tqdm import tqdm
 
     from memplan.baselines import remat_heuristics as H
-    from memplan.baselines.rotor import min_memory
+    from memplan.baselines.remat_rotor import min_memory
     from memplan.experiments.solve_remat import run_method
     from memplan.models.solution import Status
 

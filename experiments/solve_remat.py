@@ -17,7 +17,7 @@ from memplan.models.units import fmt_memory, fmt_time
 
 def _dp(name: str) -> Callable:
     def run(chain: Chain, memory: float, args) -> Solution:
-        fn = getattr(importlib.import_module("memplan.baselines.rotor"), name)
+        fn = getattr(importlib.import_module("memplan.baselines.remat_rotor"), name)
         return fn(chain, memory, slots=getattr(args, "slots", 500), exact=getattr(args, "exact", False))
     return run
 
@@ -48,8 +48,8 @@ METHODS: dict[str, Callable] = {
     "store-all": _heur("store_all"),
     "recompute-all": _heur("recompute_all"),
     "remat-milp": _milp("memplan.formulations.remat_milp", "solve_remat_milp"),
-    "checkmate": _milp("memplan.formulations.checkmate", "solve_checkmate"),
-    "checkmate-lp": _milp("memplan.formulations.checkmate", "solve_checkmate_lp"),
+    "checkmate": _milp("memplan.formulations.remat_checkmate", "solve_checkmate"),
+    "checkmate-lp": _milp("memplan.formulations.remat_checkmate", "solve_checkmate_lp"),
 }
 DEFAULT_METHOD = "rotor"
 

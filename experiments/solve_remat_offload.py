@@ -2,10 +2,10 @@
 
 Methods:
 
-- ``dp`` -- the joint dynamic program of paper 000 (:func:`baselines.joint_dp.solve_joint`).
+- ``dp`` -- the joint dynamic program of paper 000 (:func:`baselines.remat_offload_dp.solve_joint`).
 - ``milp`` -- the exact reference for small chains: an exhaustive search over every schedule whose
   operations and one-slot transfer parts start on a common time grid
-  (:func:`baselines.joint_exhaustive.solve_exhaustive`); tiny chains only (L <= 4 or so).
+  (:func:`baselines.remat_offload_exhaustive.solve_exhaustive`); tiny chains only (L <= 4 or so).
 
 Slots: the DP costs O(L^3 N^2 + L N^3 L) time and O(L N^3) memory, so the command line's default
 ``--slots 500`` (meant for the re-materialization DPs) is replaced by the paper's N = 50; an explicit
@@ -48,7 +48,7 @@ def solve(chain: Chain, platform: Platform | None, args) -> Solution:
         slots, note = slots_for(args)
         from memplan.experiments.cli import CliError
 
-        mod = importlib.import_module("memplan.baselines.joint_dp")
+        mod = importlib.import_module("memplan.baselines.remat_offload_dp")
         try:
             sol = mod.solve_joint(chain, memory, beta, slots=slots, exact=exact)
         except ValueError as e:      # exact mode on float sizes, tables too large
@@ -69,8 +69,8 @@ def _exact(chain: Chain, memory: float, beta: float, args) -> Solution:
 
     if not chain.is_integer:
         raise CliError("--method milp (exhaustive search) needs integer sizes: it is meant for tiny test chains")
-    dpm = importlib.import_module("memplan.baselines.joint_dp")
-    exm = importlib.import_module("memplan.baselines.joint_exhaustive")
+    dpm = importlib.import_module("memplan.baselines.remat_offload_dp")
+    exm = importlib.import_module("memplan.baselines.remat_offload_exhaustive")
     exact = memory == int(memory) and memory <= 500
     dp = dpm.solve_joint(chain, memory, beta, exact=exact, slots=DEFAULT_SLOTS)
     ub = dp.objective

@@ -75,7 +75,7 @@ operations on indices above t in phase t only produce values that nothing consum
 them keeps the sequence valid and lowers memory.
 
 Checked, not only argued: the MILP optimum equals the exhaustive search of
-:mod:`baselines.exhaustive` (which explores every order of operations) and the floating DP on
+:mod:`baselines.remat_exhaustive` (which explores every order of operations) and the floating DP on
 about 4,000 (instance, memory limit) pairs with L <= 7, including float sizes, chains
 without overheads, delta sizes independent of (and up to 40x) the activation sizes, large forward
 overheads, and abar^l < a^l (as in paper 004's Table 2); and on paper 004's toy example
@@ -315,11 +315,11 @@ def start_from_schedule(m, chain: Chain, schedule: RematSchedule | Sequence) -> 
 
 
 def _default_start(chain: Chain, memory: float):
-    """``(schedule, source)`` for the MIP start: the persistent DP's sequence (baselines.rotor; its
+    """``(schedule, source)`` for the MIP start: the persistent DP's sequence (baselines.remat_rotor; its
     memory discretization can make it fail near the minimum memory), else the recompute-all sequence
     when it fits (it is the sequence of minimum peak), else ``(None, reason)``."""
     try:
-        from memplan.baselines.rotor import persistent
+        from memplan.baselines.remat_rotor import persistent
         exact = chain.is_integer and memory <= 20000
         sol = persistent(chain, memory, exact=exact) if exact else persistent(chain, memory)
         if sol.success:
@@ -337,7 +337,7 @@ def _default_start(chain: Chain, memory: float):
 
 def _min_memory(chain: Chain) -> float | None:
     try:
-        from memplan.baselines.rotor import min_memory
+        from memplan.baselines.remat_rotor import min_memory
         return min_memory(chain)
     except Exception:  # pragma: no cover
         return None

@@ -10,7 +10,7 @@ the semantics of :mod:`models.remat`) plus a list of **transfers** on one host l
   start** of the transfer; the bytes are usable when it ends.
 
 A value may be moved in several parts (``part`` numbers them); paper 000 (Lemma 1) treats transfers
-as a fluid that frees or fills memory at rate beta, and the joint DP (:mod:`baselines.joint_dp`)
+as a fluid that frees or fills memory at rate beta, and the joint DP (:mod:`baselines.remat_offload_dp`)
 realizes that fluid in parts of at most one memory slot each.
 
 Timing. Every operation and every transfer has a ``release`` time (earliest start, seconds; 0 by

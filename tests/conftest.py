@@ -39,7 +39,7 @@ def remat_limits(chain, fracs):
     import math
 
     from memplan.baselines.remat_heuristics import store_all_schedule
-    from memplan.baselines.rotor import min_memory
+    from memplan.baselines.remat_rotor import min_memory
     from memplan.models.remat import simulate_remat
 
     lo = min_memory(chain)

@@ -1,13 +1,13 @@
-"""Checkmate (formulations/checkmate.py): the ILP and its LP rounding, converted and replayed."""
+"""Checkmate (formulations/remat_checkmate.py): the ILP and its LP rounding, converted and replayed."""
 from __future__ import annotations
 
 
 import numpy as np
 import pytest
 
-from memplan.baselines.exhaustive import exhaustive_remat
+from memplan.baselines.remat_exhaustive import exhaustive_remat
 from memplan.baselines.remat_heuristics import store_all_schedule
-from memplan.formulations.checkmate import (ChainGraph, events_from_rs, round_two_phase, sequence_from_events,
+from memplan.formulations.remat_checkmate import (ChainGraph, events_from_rs, round_two_phase, sequence_from_events,
                                     solve_checkmate, solve_checkmate_lp)
 from memplan.formulations.remat_milp import solve_remat_milp
 from memplan.models.chain import random_chain

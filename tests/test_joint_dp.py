@@ -3,9 +3,9 @@ import math
 
 import pytest
 
-from memplan.baselines.joint_dp import solve_joint
+from memplan.baselines.remat_offload_dp import solve_joint
 from memplan.baselines.remat_heuristics import store_all
-from memplan.baselines.rotor import min_memory, persistent
+from memplan.baselines.remat_rotor import min_memory, persistent
 from memplan.models.chain import random_chain
 from memplan.models.remat import simulate_remat
 from memplan.models.remat_offload import InvalidJointSchedule, JointSchedule, Transfer, simulate_joint

@@ -3,10 +3,10 @@ import math
 
 import pytest
 
-from memplan.baselines.joint_dp import solve_joint
-from memplan.baselines.joint_exhaustive import solve_exhaustive
+from memplan.baselines.remat_offload_dp import solve_joint
+from memplan.baselines.remat_offload_exhaustive import solve_exhaustive
 from memplan.baselines.remat_heuristics import store_all
-from memplan.baselines.rotor import floating, min_memory
+from memplan.baselines.remat_rotor import floating, min_memory
 from memplan.models.chain import random_chain
 from memplan.models.solution import Status
 

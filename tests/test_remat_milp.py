@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from memplan.baselines.exhaustive import exhaustive_remat
+from memplan.baselines.remat_exhaustive import exhaustive_remat
 from memplan.baselines.remat_heuristics import store_all_schedule
-from memplan.baselines.rotor import floating, min_memory, persistent
+from memplan.baselines.remat_rotor import floating, min_memory, persistent
 from memplan.formulations.highs_driver import solve_milp
 from memplan.formulations.remat_milp import build_remat_milp, schedule_from_model, solve_remat_milp, start_from_schedule
 from memplan.models.chain import random_chain

@@ -2,8 +2,8 @@
 import pytest
 
 from memplan.baselines import remat_heuristics as H
-from memplan.baselines import rotor
-from memplan.baselines.exhaustive import exhaustive_remat
+from memplan.baselines import remat_rotor as rotor
+from memplan.baselines.remat_exhaustive import exhaustive_remat
 from memplan.models.chain import Chain, random_chain
 from memplan.models.remat import simulate_remat
 from memplan.models.solution import Status

@@ -25,7 +25,7 @@ How the garbled formulas were read, and the one change of model that makes the D
 ``F_all^k`` needs ``delta^j + abar^k + o_f^k``, ``F_ck^k`` needs ``delta^j + a^k + o_f^k``,
 ``F_none^k`` needs ``delta^j + a^{k-1} + a^k + o_f^k`` and ``B^k`` needs ``abar^k + delta^k +
 delta^{k-1} + o_b^k`` -- exactly :func:`models.remat.simulate_remat`'s accounting (as in
-:mod:`baselines.rotor`).
+:mod:`baselines.remat_rotor`).
 
 *Transfers and Lemma 1.* The paper treats a transfer as a fluid: offloading frees memory at rate
 beta, prefetching fills it at rate beta, and Lemma 1 gives the idle time ``epsilon = max(max_o (M_o -
@@ -63,7 +63,7 @@ reserved memory than necessary. The choice is part of the table (``CH = 4 j + 2 
 ``max(end of B^{L+1}, (Delta_F + Delta_B) q, e_o + (Delta_B - r_o) q)``: all offloads finish before
 the first prefetch (no offload in the backward phase, no prefetch in the forward phase).
 
-*Exactness.* Sizes are rounded up to slots (``baselines.rotor.Discretization``), so the model never
+*Exactness.* Sizes are rounded up to slots (``baselines.remat_rotor.Discretization``), so the model never
 under-counts memory; transfer parts take ``q`` in the model and at most ``q`` in reality. The schedule
 carries the model's start times as release times, so the simulator starts every operation exactly
 there and the replayed makespan equals the DP value (tested), while the memory it checks uses the
@@ -71,7 +71,7 @@ real sizes. The price of the model is at most one part time ``q`` lost at each l
 (re-anchoring of pending transfers) and the rounding of sizes; both shrink with more slots.
 
 With ``beta = 0`` (or no bandwidth) no offload is possible and the DP is exactly paper 004's
-persistent DP (:func:`baselines.rotor.persistent`) with the same slots.
+persistent DP (:func:`baselines.remat_rotor.persistent`) with the same slots.
 
 Complexity (as in Theorem 1): backward tables ``O(L^3 N^2)`` (``C_A`` over ``i <= j``, ``m``,
 ``Delta``; case 2 over ``i'``, with running maxima so that each ``i'`` costs O(1)); forward table
@@ -89,7 +89,7 @@ import time
 import numpy as np
 from numba import njit
 
-from memplan.baselines.rotor import Discretization
+from memplan.baselines.remat_rotor import Discretization
 from memplan.models.chain import Chain
 from memplan.models.remat_offload import JointSchedule, Transfer, simulate_joint
 from memplan.models.solution import Solution, Status
@@ -691,7 +691,7 @@ def solve_joint(chain: Chain, memory: float, bandwidth: float | None, *, slots: 
         details = {"discretization": dp.disc.describe(), "slot_bytes": dp.S, "slots": dp.N,
                    "part_time": dp.q, "bandwidth": dp.beta, "feasible_states": int(np.isfinite(dp.OC).sum())}
         if not best < INF:
-            from memplan.baselines.rotor import min_memory
+            from memplan.baselines.remat_rotor import min_memory
             need = min_memory(chain)
             times["total"] = time.perf_counter() - t0
             msg = (f"the joint DP finds no schedule within {memory:.6g} B ({dp.disc.describe()}); without "

@@ -2,7 +2,7 @@
 
 Paper 000's DP restricts the schedules (memory persistence, only top-level inputs offloaded,
 offloads in the forward phase and prefetches in the backward phase) and, in our implementation,
-places transfer parts by a fixed rule (:mod:`baselines.joint_dp`). To measure what these
+places transfer parts by a fixed rule (:mod:`baselines.remat_offload_dp`). To measure what these
 restrictions cost, this module searches **every** schedule of a larger, well-defined space, in which
 the DP's schedules lie:
 

@@ -26,6 +26,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from memplan.models import budget as _budget
 from memplan.models.solution import Status
 
 INF = math.inf
@@ -88,7 +89,10 @@ def solve_milp(model, *, time_limit: float | None = None, gap: float | None = No
 
     Parameters
     ----------
-    time_limit : seconds for HiGHS (model compilation not included).
+    time_limit : seconds for HiGHS (model compilation not included). Inside a ``solve`` call it is
+        shortened to what the call's :class:`~memplan.models.budget.Budget` has left once the model is
+        compiled, so a time limit bounds the whole call; each improving incumbent is reported to the
+        budget's progress sink.
     gap : relative MIP gap at which HiGHS stops (HiGHS's default is 1e-4).
     threads : HiGHS threads (None: HiGHS decides).
     mip_start : ``[(pyomo_var, value), ...]`` or a ``pyomo.common.collections.ComponentMap``,
@@ -147,6 +151,11 @@ def solve_milp(model, *, time_limit: float | None = None, gap: float | None = No
                                for f in integer]
     size = {"variables": n, "integer": int(sum(integer)), "constraints": m, "nonzeros": int(A.nnz)}
 
+    budget = _budget.current()
+    time_limit = budget.limit(time_limit)
+    if time_limit is not None and time_limit <= 0.01:
+        return MilpResult(status=Status.NO_SOLUTION, objective=None, bound=None, size=size, times=times,
+                          message="not solved: the call's time limit was reached before this MILP")
     h = highspy.Highs()
     h.setOptionValue("output_flag", bool(verbose or log_file))
     h.setOptionValue("log_to_console", bool(verbose))
@@ -182,6 +191,10 @@ def solve_milp(model, *, time_limit: float | None = None, gap: float | None = No
         # another thread count fails with status "Not Set" unless the pool is rebuilt first
         highspy.Highs.resetGlobalScheduler(True)
     _SCHEDULER_THREADS = threads
+    if budget.progress is not None and any(integer) and not relax:
+        h.cbMipImprovingSolution.subscribe(lambda e: budget.log(
+            f"MILP incumbent {e.data_out.objective_function_value:.7g}"
+            + (f", bound {e.data_out.mip_dual_bound:.7g}" if math.isfinite(e.data_out.mip_dual_bound) else "")))
     with timed(times, "solve"):
         h.run()
     ms = h.getModelStatus()

@@ -33,7 +33,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -160,18 +160,80 @@ def chain_from_dict(data: dict[str, Any], source: str = "<dict>") -> tuple[Chain
     return chain, platform
 
 
-def load_instance(path: str | Path) -> tuple[Chain, Platform | None]:
-    """Read and validate an instance file. Raises :class:`InstanceError` naming file, field, problem."""
-    path = Path(path)
-    if not path.exists():
-        raise InstanceError(f"{path}: no such instance file")
+class Instance(NamedTuple):
+    """A chain and the platform it is planned for (None when the file names none).
+
+    A plain pair, so ``chain, platform = load_instance(...)`` works.
+    """
+
+    chain: Chain
+    platform: Platform | None = None
+
+
+def shipped_dir() -> Path:
+    """The folder of the instance files shipped with memplan (package data ``memplan.instances``)."""
+    from importlib import resources
+
+    return Path(str(resources.files("memplan.instances")))
+
+
+def shipped_instances() -> list[str]:
+    """Names of the shipped instance files (``load_instance(name)`` finds them)."""
+    return sorted(p.stem for p in shipped_dir().glob("*.json"))
+
+
+def _resolve(path: str | Path) -> Path:
+    """A path as given, else a shipped instance of that name (with or without ``.json``)."""
+    p = Path(path)
+    if p.exists():
+        return p
+    if p.parent == Path(".") and p.name:
+        cand = shipped_dir() / (p.name if p.suffix == ".json" else p.name + ".json")
+        if cand.exists():
+            return cand
+        names = shipped_instances()
+        import difflib
+
+        close = difflib.get_close_matches(p.stem, names, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise InstanceError(f"{path}: no such instance file, and no shipped instance of that name{hint} "
+                            f"(shipped: {', '.join(names)})")
+    raise InstanceError(f"{path}: no such instance file")
+
+
+def load_instance(path: str | Path) -> Instance:
+    """Read and validate an instance file, or a shipped instance by name.
+
+    Parameters
+    ----------
+    path : str or Path
+        A file (``instances/paper004_table2.json``) or the name of a shipped instance
+        (``"paper004_table2"``; see :func:`shipped_instances`).
+
+    Returns
+    -------
+    Instance
+        ``(chain, platform)``; sizes in bytes, times in seconds.
+
+    Raises
+    ------
+    InstanceError
+        The message names the file, the field and what is wrong.
+
+    Examples
+    --------
+    >>> chain, platform = load_instance("paper004_table2")
+    >>> chain.L, round(chain.store_all_time() * 1e3, 2)
+    (6, 37.42)
+    """
+    path = _resolve(path)
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise InstanceError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     if not isinstance(data, dict):
         raise InstanceError(f"{path}: the top level must be a JSON object")
-    return chain_from_dict(data, str(path))
+    return Instance(*chain_from_dict(data, str(path)))
 
 
 def load_chain(path: str | Path) -> Chain:

@@ -26,6 +26,12 @@ class Status(str, Enum):
         return self.value
 
 
+class InputError(ValueError):
+    """Bad input to a ``solve`` call (an option out of range, a method that does not exist, a missing
+    limit); the message names the input and says what would work. The command line prints it and
+    exits with status 2."""
+
+
 class InfeasibleError(ValueError):
     """No schedule fits the memory limit; ``minimum`` is the smallest limit that would work (bytes)."""
 
@@ -48,6 +54,8 @@ class Solution:
     message: str = ""
     times: dict[str, float] = field(default_factory=dict)   # build / solve / total seconds
     details: dict[str, Any] = field(default_factory=dict)
+    bandwidth: float | None = None        # bytes/s of the link the schedule uses (offloading, pipeline)
+    gpus: int | None = None               # GPUs of a pipeline schedule
 
     @property
     def success(self) -> bool:
@@ -79,6 +87,7 @@ class Solution:
         return clean({
             "problem": self.problem, "method": self.method, "status": str(self.status),
             "objective": self.objective, "peak_memory": self.peak_memory, "memory_limit": self.memory_limit,
+            "bandwidth": self.bandwidth, "gpus": self.gpus,
             "bound": self.bound, "gap": self.gap, "predicted": self.predicted, "message": self.message,
             "times": dict(self.times), "details": dict(self.details), "schedule": sched,
         })

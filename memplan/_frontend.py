@@ -1,0 +1,109 @@
+"""What every problem front end (``memplan.remat``, ``.offload``, ``.remat_offload``, ``.pipeline``) shares.
+
+Each front end's ``solve`` has the same shape::
+
+    def solve(chain, *, memory, [bandwidth,] [gpus,] method=None, time_limit=60.0, [gap, threads,]
+              [slots, exact,] [solver_log,] progress=None, ...) -> Solution
+
+and does, in this order: check its inputs (:func:`memory_arg`, :func:`bandwidth_arg`, :func:`count_arg`,
+:func:`method_arg`, which raise :class:`InputError` naming the input), open a :class:`Budget` for the
+whole call (:func:`budget`), run the method with everything that makes the answer good, replay the
+schedule in the problem's simulator, and stamp the solution (:func:`finish`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from memplan.models.budget import Budget, ProgressFn
+from memplan.models.solution import InputError, Solution
+from memplan.models.units import UnitError, parse_bandwidth, parse_memory
+
+DEFAULT_TIME_LIMIT = 60.0
+
+
+def _quantity(value: Any, name: str, parse, example: str, *, required: bool, problem: str) -> float | None:
+    if value is None:
+        if required:
+            raise InputError(f"{problem}: {name} is required (e.g. {name}={example!r}, bytes as a number, "
+                             "or a platform in the instance file)")
+        return None
+    try:
+        v = float(parse(value)) if isinstance(value, str) else float(value)
+    except (UnitError, TypeError, ValueError) as e:
+        raise InputError(f"{problem}: {name}={value!r} is not understood ({e}); e.g. {example!r}") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise InputError(f"{problem}: {name}={value!r} must be a positive, finite quantity, e.g. {example!r}")
+    return v
+
+
+def memory_arg(value: Any, problem: str, *, required: bool = True) -> float | None:
+    """A memory limit in bytes from bytes or a string with units (``"90MiB"``)."""
+    return _quantity(value, "memory", parse_memory, "90MiB", required=required, problem=problem)
+
+
+def bandwidth_arg(value: Any, problem: str, *, required: bool = False) -> float | None:
+    """A bandwidth in bytes/s from a number or a string with units (``"12GB/s"``)."""
+    return _quantity(value, "bandwidth", parse_bandwidth, "12GB/s", required=required, problem=problem)
+
+
+def count_arg(value: Any, name: str, problem: str, *, minimum: int = 1, maximum: int | None = None,
+              required: bool = True) -> int | None:
+    """A whole number option (GPUs, slots, periodicity) within ``[minimum, maximum]``."""
+    if value is None:
+        if required:
+            raise InputError(f"{problem}: {name} is required (a whole number >= {minimum})")
+        return None
+    if isinstance(value, bool) or not float(value).is_integer():
+        raise InputError(f"{problem}: {name}={value!r} must be a whole number >= {minimum}")
+    v = int(value)
+    if v < minimum or (maximum is not None and v > maximum):
+        rng = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        raise InputError(f"{problem}: {name}={value!r} is out of range; give a whole number {rng}")
+    return v
+
+
+def method_arg(method: str | None, methods: Sequence[str], default: str, problem: str) -> str:
+    """The method to run: ``default`` for None, else one of ``methods`` (the error lists them)."""
+    if method is None:
+        return default
+    if method not in methods:
+        import difflib
+
+        close = difflib.get_close_matches(str(method), list(methods), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise InputError(f"{problem}: unknown method {method!r}{hint}; choose from {', '.join(methods)}")
+    return method
+
+
+def time_limit_arg(time_limit: Any, problem: str) -> float | None:
+    if time_limit is None:
+        return None
+    try:
+        t = float(time_limit)
+    except (TypeError, ValueError):
+        raise InputError(f"{problem}: time_limit={time_limit!r} must be a number of seconds") from None
+    if not (t > 0 and math.isfinite(t)):
+        raise InputError(f"{problem}: time_limit={time_limit!r} must be a positive number of seconds "
+                         "(or None for no limit)")
+    return t
+
+
+def budget(time_limit: Any, progress: ProgressFn | None, problem: str) -> Budget:
+    """The :class:`Budget` of one ``solve`` call (activate it with ``with b.active():``)."""
+    return Budget(time_limit_arg(time_limit, problem), progress)
+
+
+def finish(sol: Solution, b: Budget, *, memory: float | None = None, bandwidth: float | None = None,
+           gpus: int | None = None) -> Solution:
+    """Stamp the inputs and the whole call's wall time on ``sol`` (``times['total']``)."""
+    if sol.memory_limit is None:
+        sol.memory_limit = memory
+    if bandwidth is not None and sol.bandwidth is None:
+        sol.bandwidth = bandwidth
+    if gpus is not None and sol.gpus is None:
+        sol.gpus = gpus
+    sol.times["total"] = b.elapsed()
+    if b.time_limit is not None:
+        sol.details.setdefault("time_limit", b.time_limit)
+    return sol

@@ -1,83 +1,80 @@
-"""The ``memplan`` command line.
+"""The ``memplan`` command line: a thin user of the Python API.
 
 Verbs:
-  solve      solve one instance for one problem and method; prints a report, ``--json`` writes it
+  solve      argparse -> options -> :func:`memplan.solve` -> the problem module's ``report`` (and
+             ``gantt`` with ``--gantt``); ``--json`` writes the Solution
   show       print an instance's stage table
   sweep      run an experiment (memory sweep, figures); see ``memplan sweep --help``
-  ...        verbs registered by other modules (profile, import-pipedream)
+  ...        verbs registered by other modules (profile, import-pipedream, run)
 
-Problems plug in through :data:`PROBLEMS`: a module with ``METHODS`` (list of names),
-``DEFAULT_METHOD``, ``solve(chain, platform, args) -> Solution`` and ``report(solution, chain, args)
--> str``. Extra verbs plug in through :data:`COMMANDS`: a module with ``add_parser(subparsers)`` that
-sets ``func`` on its parser. Both are imported lazily so that ``memplan solve --problem remat`` does
-not import torch.
+The problems are those of :data:`memplan.problems`; every option of ``solve`` maps to the keyword of
+the same name of the problem module's ``solve`` (``--time-limit`` -> ``time_limit``), and an option
+the chosen problem does not take is an error, not silently ignored. Extra verbs plug in through
+:data:`COMMANDS`: modules with ``add_parser(subparsers)`` that sets ``func`` on its parser.
+
+Errors meant for the user (bad input, an infeasible limit) print one line and exit with status 2.
 """
 from __future__ import annotations
 
 import argparse
-import importlib
+import inspect
 import sys
-from pathlib import Path
 
-PROBLEMS = {
-    "remat": "memplan.experiments.solve_remat",
-    "offload": "memplan.experiments.solve_offload",
-    "pipeline": "memplan.experiments.solve_pipeline",
-    "remat-offload": "memplan.experiments.solve_remat_offload",
-}
+import memplan
+from memplan.models.instance import InstanceError, load_instance
+from memplan.models.solution import InfeasibleError, InputError, Status
+from memplan.models.units import UnitError, fmt_bandwidth, fmt_memory, fmt_time
 
-COMMANDS = [
-    "memplan.experiments.sweeps",          # memplan sweep ...
-    "memplan.experiments.cmd_profile",     # memplan profile / import-pipedream
-]
+from memplan.experiments import cmd_profile, sweeps
+
+#: modules with ``add_parser(subparsers)`` adding verbs (sweep; profile, import-pipedream, run)
+COMMANDS = [sweeps, cmd_profile]
+
+#: ``solve`` options: (flag, keyword of the problem's solve)
+SOLVE_OPTIONS = [("--gpus", "gpus"), ("--slots", "slots"), ("--exact", "exact"), ("--time-limit", "time_limit"),
+                 ("--gap", "gap"), ("--threads", "threads"), ("--solver-log", "solver_log"),
+                 ("--periodicity", "periodicity")]
 
 
 class CliError(Exception):
     """An error for the user: printed without a traceback, exit status 2."""
 
 
-def optional_import(modname: str):
-    """Import ``modname``; None when that module itself is absent (a missing dependency still raises)."""
-    try:
-        return importlib.import_module(modname)
-    except ModuleNotFoundError as e:
-        if e.name == modname:
-            return None
-        raise
-
-
-def _problem_module(name: str):
-    mod = optional_import(PROBLEMS[name])
-    if mod is None:
-        raise CliError(f"problem {name!r} is not available in this version of memplan")
-    return mod
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
-    from memplan.models.instance import load_instance
-    from memplan.models.units import parse_bandwidth, parse_memory
-
+    mod = memplan.problems[args.problem]
+    params = inspect.signature(mod.solve).parameters
+    options = {}
+    for flag, key in SOLVE_OPTIONS:
+        value = getattr(args, key)
+        if value is None or value is False:
+            continue
+        if key not in params:
+            raise CliError(f"{flag} is not an option of --problem {args.problem} (its options: "
+                           + ", ".join("--" + k.replace("_", "-") for k in params
+                                       if k not in ("chain", "memory", "bandwidth", "method", "progress"))
+                           + ")")
+        options[key] = value
+    if args.gantt and not hasattr(mod, "gantt"):
+        raise CliError(f"--gantt: --problem {args.problem} has no timeline to draw")
     chain, platform = load_instance(args.instance)
-    if args.memory is not None:
-        args.memory = parse_memory(args.memory)
-    elif platform is not None and platform.memory is not None:
-        args.memory = platform.memory
-    if args.bandwidth is not None:
-        args.bandwidth = parse_bandwidth(args.bandwidth)
-    elif platform is not None and platform.bandwidth is not None:
-        args.bandwidth = platform.bandwidth
-    if args.gpus is None:
-        args.gpus = platform.gpus if platform is not None else None
-    mod = _problem_module(args.problem)
-    method = args.method or mod.DEFAULT_METHOD
-    if method not in mod.METHODS:
-        raise CliError(f"unknown method {method!r} for problem {args.problem!r}; choose from "
-                       + ", ".join(mod.METHODS))
-    args.method = method
-    sol = mod.solve(chain, platform, args)
-    print(mod.report(sol, chain, args))
+    sol = memplan.solve((chain, platform), args.problem, args.method, memory=args.memory,
+                        bandwidth=args.bandwidth, progress=None if args.quiet else _stderr, **options)
     if args.json:
         sol.write_json(args.json)
+    if sol.status == Status.INFEASIBLE:
+        raise InfeasibleError(sol.message, sol.details.get("min_memory"))
+    print(mod.report(sol, chain))
+    if args.gantt:
+        if sol.schedule is None:
+            print("Gantt chart  not drawn: no schedule")
+        else:
+            note = mod.gantt(sol, chain, args.gantt)
+            print(f"Gantt chart  {args.gantt}" if not note else f"Gantt chart  {note}")
+    if args.json:
         print(f"solution written to {args.json}")
     if sol.details.get("limit_exceeded"):
         return 1   # a valid schedule, but over the limit (e.g. Checkmate's LP rounding): not a success
@@ -87,9 +84,6 @@ def _cmd_solve(args: argparse.Namespace) -> int:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     import pandas as pd
-
-    from memplan.models.instance import load_instance
-    from memplan.models.units import fmt_bandwidth, fmt_memory, fmt_time
 
     chain, platform = load_instance(args.instance)
     print(f"{chain.name}: L = {chain.L} stages (+ loss), store-all time {fmt_time(chain.store_all_time())}, "
@@ -116,25 +110,27 @@ def build_parser() -> argparse.ArgumentParser:
                                 "re-materialization, offloading, both, and pipelined model parallelism.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("solve", help="solve one instance", description="Solve one instance file.")
-    s.add_argument("instance", help="instance file (instances/*.json)")
-    s.add_argument("--problem", choices=list(PROBLEMS), default="remat")
+    s = sub.add_parser("solve", help="solve one instance", description="Solve one instance file (or a shipped "
+                       "instance by name) for one problem and method.")
+    s.add_argument("instance", help="instance file (instances/*.json) or a shipped instance's name")
+    s.add_argument("--problem", choices=list(memplan.problems), default="remat")
     s.add_argument("--method", help="method (default depends on the problem; see the README)")
     s.add_argument("--memory", help="memory limit, e.g. 90MiB, 1.5GB (default: the instance's platform)")
     s.add_argument("--bandwidth", help="link bandwidth, e.g. 12GB/s (default: the instance's platform)")
-    s.add_argument("--gpus", type=int, help="number of GPUs (pipeline)")
-    s.add_argument("--slots", type=int, default=500, help="memory discretization of the DPs: remat slots (default 500); offload DYNPROG grid M/slots; "
-                   "remat-offload: slots of the joint DP")
+    s.add_argument("--gpus", type=int, help="number of GPUs (pipeline; default: the instance's platform, else 1)")
+    s.add_argument("--slots", type=int, help="memory discretization of the DPs (default: the problem's "
+                   "choice: remat 500, offload DYNPROG 200, remat-offload 50)")
     s.add_argument("--exact", action="store_true", help="DPs: one slot per byte (integer sizes only)")
-    s.add_argument("--time-limit", type=float, default=60.0, help="MILP time limit in seconds (default 60)")
-    s.add_argument("--gap", type=float, default=1e-4, help="MILP relative gap (default 1e-4)")
-    s.add_argument("--threads", type=int, default=None, help="MILP threads")
+    s.add_argument("--time-limit", type=float, help="seconds for the whole call, every phase included "
+                   "(default 60)")
+    s.add_argument("--gap", type=float, help="MILP relative gap")
+    s.add_argument("--threads", type=int, help="MILP threads")
     s.add_argument("--solver-log", help="write the HiGHS log to this file")
-    s.add_argument("--periodicity", type=int, default=2,
+    s.add_argument("--periodicity", type=int,
                    help="pipeline --method cyclic: mini-batches per period K (default 2)")
     s.add_argument("--json", help="write the Solution as JSON to this file")
     s.add_argument("--gantt", help="write a Gantt chart image (problems with a timeline)")
-    s.add_argument("--verbose", "-v", action="store_true")
+    s.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     s.set_defaults(func=_cmd_solve)
 
     sh = sub.add_parser("show", help="print an instance's stage table")
@@ -142,24 +138,18 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--rows", type=int, default=60)
     sh.set_defaults(func=_cmd_show)
 
-    for modname in COMMANDS:
-        mod = optional_import(modname)
-        if mod is not None:
-            mod.add_parser(sub)
+    for mod in COMMANDS:
+        mod.add_parser(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    from memplan.models.instance import InstanceError
-    from memplan.models.solution import InfeasibleError
-    from memplan.models.units import UnitError
-
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (CliError, InstanceError, UnitError, InfeasibleError, FileExistsError, FileNotFoundError,
-            ValueError) as e:   # models raise ValueError subclasses with messages meant for the user
+    except (CliError, InputError, InstanceError, UnitError, InfeasibleError, FileExistsError,
+            FileNotFoundError, ValueError) as e:   # models raise ValueError subclasses with messages meant for the user
         print(f"memplan: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # pragma: no cover

@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from memplan.models.solution import InputError
+
 
 def _shape(text: str) -> tuple[int, ...]:
     try:
@@ -59,13 +61,9 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     try:
         key = canonical_name(args.model)
     except KeyError as e:
-        from memplan.experiments.cli import CliError
-
-        raise CliError(str(e.args[0])) from None
+        raise InputError(str(e.args[0])) from None
     if args.device == "cuda" and not torch.cuda.is_available():
-        from memplan.experiments.cli import CliError
-
-        raise CliError("--device cuda: no CUDA device is available to this torch build")
+        raise InputError("--device cuda: no CUDA device is available to this torch build")
     out = Path(args.output)
     if out.exists() and not args.force:
         raise FileExistsError(f"{out} exists; pass --force to replace it")
@@ -110,7 +108,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     import torch
 
-    from memplan.experiments.cli import CliError
     from memplan.models.graph import linearize_model
     from memplan.models.instance import load_instance
     from memplan.models.networks import example_input, get_model
@@ -122,7 +119,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     chain, _ = load_instance(args.instance)
     prov = chain.provenance
     if not all(k in prov for k in ("network", "batch", "input", "groups")) or "profile_batch" in prov:
-        raise CliError(f"{args.instance}: not made by 'memplan profile' (needs provenance network, batch, "
+        raise InputError(f"{args.instance}: not made by 'memplan profile' (needs provenance network, batch, "
                        "input, groups), so there is no network to run")
     L = chain.L
     if args.solution:
@@ -148,7 +145,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     ref = copy.deepcopy(model) if args.check_grads else None
     lm = linearize_model(model, x)
     if [list(g) for g in lm.groups] != [list(g) for g in prov["groups"]]:
-        raise CliError(f"{args.instance}: the network linearizes differently now ({lm.L} stages) than when it "
+        raise InputError(f"{args.instance}: the network linearizes differently now ({lm.L} stages) than when it "
                        f"was profiled ({L} stages)")
     loss_fn = classification_loss(seed=seed)
     sim = simulate_remat(chain, sched)

@@ -2,11 +2,12 @@
 
 Each experiment module exposes ``add_arguments(parser)`` and ``run(args) -> int``, or a ``main(argv)``
 that parses its own options (the arguments after the experiment's name are forwarded to it); each
-also runs on its own as ``python -m memplan.experiments.<module>``. Modules that are not present in this checkout are skipped.
+also runs on its own as ``python -m memplan.experiments.<module>``.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 
 EXPERIMENTS = {
     "remat": ("memplan.experiments.remat_sweep", "re-materialization: throughput vs memory, all methods (paper 004 Fig. 6-8)"),
@@ -20,12 +21,8 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("sweep", help="run an experiment (memory sweep + CSV + plot)",
                               description="Run an experiment; see `memplan sweep NAME --help`.")
     sub = p.add_subparsers(dest="experiment", required=True)
-    from memplan.experiments.cli import optional_import
-
     for name, (modname, help_) in EXPERIMENTS.items():
-        mod = optional_import(modname)
-        if mod is None:
-            continue
+        mod = importlib.import_module(modname)
         if hasattr(mod, "add_arguments") and hasattr(mod, "run"):
             sp = sub.add_parser(name, help=help_, description=(mod.__doc__ or help_).split("\n\n")[0])
             mod.add_arguments(sp)

@@ -27,7 +27,17 @@ Examples
 """
 from __future__ import annotations
 
+from pathlib import Path as _Path
+
+# In a source checkout the sub-packages are the folders beside this one (pyproject.toml maps
+# memplan.models -> models/, ...). Where this very folder was imported from a checkout (no install,
+# or a non-editable install while the working directory is the checkout), look for them there too.
+_ROOT = _Path(__file__).resolve().parent.parent
+if (_ROOT / "pyproject.toml").is_file() and (_ROOT / "models" / "chain.py").is_file():
+    __path__.append(str(_ROOT))  # type: ignore[name-defined]  # noqa: F821
+
 import importlib
+import importlib.metadata as _metadata
 import inspect
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,7 +49,10 @@ from memplan.models.instance import Instance, InstanceError, load_instance, save
 from memplan.models.solution import InfeasibleError, InputError, Solution, Status
 from memplan.models.units import UnitError
 
-__version__ = "0.2.0"
+try:
+    __version__ = _metadata.version("memplan")
+except _metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree without install
+    __version__ = "0+unknown"
 
 __all__ = [
     "Chain", "Platform", "Instance", "Solution", "Status",

@@ -1,11 +1,8 @@
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[1]   # the repository (instances/, README.md, pyproject.toml)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,9 @@
 import json
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -74,5 +77,22 @@ def test_sweep_writes_csv_and_plot(tmp_path):
 
 
 def test_console_script_installed():
-    r = subprocess.run([sys.executable, "-m", "memplan.experiments.cli", "show", TOY], capture_output=True, text=True)
+    """The `memplan` console script of the installed distribution (not `python -m`)."""
+    exe = shutil.which("memplan", path=os.pathsep.join([str(Path(sys.executable).parent),
+                                                        os.environ.get("PATH", "")]))
+    assert exe is not None, "the memplan console script is not installed"
+    r = subprocess.run([exe, "show", "paper004_table2"], capture_output=True, text=True)
     assert r.returncode == 0 and "linear3_2800x2900" in r.stdout
+
+
+def test_options_the_problem_does_not_take_are_refused(capsys):
+    assert main(["solve", TOY, "--memory", "90MiB", "--periodicity", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "--periodicity is not an option of --problem remat" in err and "--slots" in err
+    assert main(["solve", TOY, "--memory", "90MiB", "--gantt", "x.png"]) == 2
+    assert "--gantt" in capsys.readouterr().err
+
+
+def test_time_limit_must_be_positive(capsys):
+    assert main(["solve", TOY, "--memory", "90MiB", "--time-limit", "-1"]) == 2
+    assert "time_limit" in capsys.readouterr().err

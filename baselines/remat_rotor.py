@@ -6,8 +6,10 @@
   Theorem 4.7 / Algorithms 1-2, which paper 004 proves optimal among *all* valid sequences
   (Lemma 4.4). Implemented in O(S L^5) instead of the paper's O(S L^6) by factoring the inner
   minimum (see ``_floating_kernel``).
-- :func:`revolve` (in :mod:`baselines.remat_heuristics`) reuses the persistent kernel restricted
-  to ``F_all^l`` immediately followed by ``B^l`` (the AD model of Figure 1b).
+- :func:`revolve` reuses the persistent kernel restricted to ``F_all^l`` immediately followed by
+  ``B^l`` (the AD model of Figure 1b; paper 004, section 5.4).
+- :func:`min_memory` (defined with the recompute-all sequence in
+  :mod:`memplan.baselines.remat_heuristics`): the smallest memory any valid sequence needs.
 
 Memory discretization (section 5.2). Memory is counted in *slots* of ``q`` bytes: with ``slots=S``,
 ``q = M / S``; every size and overhead is rounded **up** to whole slots and the budget rounded down,
@@ -57,9 +59,13 @@ import time
 import numpy as np
 from numba import njit
 
+from memplan.baselines.remat_heuristics import min_memory
 from memplan.models.chain import Chain
 from memplan.models.remat import RematSchedule, simulate_remat
 from memplan.models.solution import Solution, Status
+from memplan.models.units import fmt_memory
+
+__all__ = ["Discretization", "persistent", "floating", "revolve", "min_memory", "floating_table_bytes"]
 
 INF = np.inf
 
@@ -362,23 +368,8 @@ def _floating_sequence(R, TP, GS, s, t, l, m, disc: Discretization, out: list) -
 
 
 # ----------------------------------------------------------------------------- public API
-def min_memory(chain: Chain) -> float:
-    """The smallest memory limit for which *some* valid sequence exists (bytes).
-
-    It is the peak of the recompute-all sequence (keep only a^0; for l = L+1..1 recompute
-    a^{l-1} from a^0 with F_ck^1 F_none^2..F_none^{l-1}, then F_all^l B^l): every valid sequence must
-    run each of those operations with at least the same values in memory (a^0 until B^1, delta^l
-    until B^l), so none can peak lower.
-    """
-    from memplan.baselines.remat_heuristics import recompute_all_schedule
-
-    return simulate_remat(chain, recompute_all_schedule(chain)).peak_memory
-
-
 def _finish(chain: Chain, memory: float, method: str, ops: list | None, predicted: float | None,
             disc: Discretization, times: dict, optimal_within: str) -> Solution:
-    from memplan.models.units import fmt_memory
-
     if ops is None:
         need = min_memory(chain)
         if memory < need:
@@ -410,13 +401,28 @@ def persistent(chain: Chain, memory: float, *, slots: int = 500, exact: bool = F
     """Optimal memory-persistent sequence (paper 004, Theorem 4.8, Algorithms 3 and 4).
 
     Complexity O(S L^3) time, O(S L^2) memory (S = slots). Returns a Solution replayed by
-    :func:`models.remat.simulate_remat`; status INFEASIBLE with the minimum feasible memory when
-    nothing fits.
+    :func:`memplan.models.remat.simulate_remat`; status INFEASIBLE with the minimum feasible memory
+    when nothing fits.
 
-    >>> from models.instance import load_chain
-    >>> sol = persistent(load_chain("instances/paper004_table2.json"), 90 * 2**20)
-    >>> round(sol.objective * 1e3, 2)
-    47.42
+    Parameters
+    ----------
+    chain : Chain
+    memory : float
+        Memory limit in bytes.
+    slots : int
+        Memory discretization: slots of ``memory / slots`` bytes, sizes rounded up.
+    exact : bool
+        One slot per byte (integer sizes and limit only).
+
+    Examples
+    --------
+    Paper 004, section 3.2: the toy chain at 90 MiB.
+
+    >>> from memplan.models.instance import load_instance
+    >>> chain, _ = load_instance("paper004_table2")
+    >>> sol = persistent(chain, 90 * 2**20)
+    >>> str(sol.status), round(sol.objective * 1e3, 2), round(sol.peak_memory / 2**20, 2)
+    ('optimal', 47.42, 86.75)
     """
     t0 = time.perf_counter()
     disc = Discretization(chain, memory, slots, exact)
@@ -441,13 +447,22 @@ def floating(chain: Chain, memory: float, *, slots: int = 500, exact: bool = Fal
     """Optimal weakly-persistent sequence (paper 004, Theorem 4.7, Algorithms 1 and 2), optimal
     among all valid sequences by Lemma 4.4 (up to the memory discretization).
 
-    Complexity O(S L^5) time and O(S L^3) memory. ``prune`` applies Corollary 4.5 (the floating
-    activation only moves to a larger-or-equal one).
+    Complexity O(S L^5) time and O(S L^3) memory (:func:`floating_table_bytes`). ``prune`` applies
+    Corollary 4.5 (the floating activation only moves to a larger-or-equal one).
+
+    Examples
+    --------
+    Paper 004's Figure 4 (L = 8, M = 15): the optimal sequence is not memory persistent and beats
+    the persistent DP, 2n + 2 = 14 against 3n - 2 = 16 (n = 6).
+
+    >>> from memplan.models.chain import Chain
+    >>> chain = Chain.from_stages(uf=[4, 2, 0, 0, 0, 0, 0, 0], ub=[0] * 8, wa=[0, 1, 3, 3, 3, 3, 3, 3, 4])
+    >>> float(floating(chain, 15, exact=True).objective), float(persistent(chain, 15, exact=True).objective)
+    (14.0, 16.0)
     """
     t0 = time.perf_counter()
     disc = Discretization(chain, memory, slots, exact)
-    n = chain.L + 2
-    if 5 * n ** 3 * (disc.budget + 1) * 8 > 8e9:
+    if floating_table_bytes(chain.L, disc.budget) > FLOATING_TABLE_LIMIT:
         raise ValueError(f"floating DP tables for L={chain.L} and {disc.budget} slots would need more than "
                          "8 GB; use fewer slots or the persistent DP (method rotor)")
     times: dict[str, float] = {}
@@ -465,6 +480,38 @@ def floating(chain: Chain, memory: float, *, slots: int = 500, exact: bool = Fal
     times["total"] = time.perf_counter() - t0
     return _finish(chain, memory, "rotor-floating", ops, pred, disc, times, "all valid sequences "
                    "(weak memory persistence, Lemma 4.4)")
+
+
+#: the floating DP refuses to allocate tables larger than this (bytes)
+FLOATING_TABLE_LIMIT = 8e9
+
+
+def floating_table_bytes(L: int, slots: int) -> float:
+    """Bytes of the floating DP's tables for ``L`` stages and ``slots`` memory slots (about
+    5 (L+2)^3 (slots+1) 8-byte entries); :func:`floating` refuses more than ``FLOATING_TABLE_LIMIT``."""
+    return 5.0 * (L + 2) ** 3 * (slots + 1) * 8
+
+
+def revolve(chain: Chain, memory: float, *, slots: int = 500, exact: bool = False) -> Solution:
+    """Optimal sequence of the AD model (paper 004, section 5.4; Figure 1b): only plain a^l are
+    checkpointed and every ``F_all^l`` comes right before its ``B^l``, as in revolve (Griewank and
+    Walther) and Gruslys et al.
+
+    The persistent DP (:func:`persistent`) restricted to that class, with the true memory model (so
+    the result never exceeds the limit, unlike a revolve computed on a^l sizes alone). Status
+    FEASIBLE: optimal only within its restricted class. Complexity O(S L^3).
+
+    Examples
+    --------
+    >>> from memplan.models.instance import load_instance
+    >>> sol = revolve(load_instance("paper004_table2")[0], 90 * 2**20)
+    >>> str(sol.status), round(sol.objective * 1e3, 2)
+    ('feasible', 55.06)
+    """
+    sol = persistent(chain, memory, slots=slots, exact=exact, _allow_carry=False, _method="revolve")
+    if sol.status == Status.OPTIMAL:
+        sol.status = Status.FEASIBLE   # optimal only within its restricted class
+    return sol
 
 
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))

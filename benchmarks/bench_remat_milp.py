@@ -8,6 +8,8 @@ nonzeros), Pyomo build time, Pyomo -> matrix compile time, HiGHS time, status, r
 the MILP's own objective, its dual bound and the gap reached (for Checkmate both in Checkmate's model:
 its plan is then converted, which may add recomputations, so makespan >= milp_obj there), and the makespan of the persistent DP (rotor, 500 slots) for reference.
 The last column says which share of the wall time went to Pyomo (build + compile).
+Each method runs as ``memplan.remat.solve`` runs it (remat-milp with its MIP start from the persistent
+DP, whose time is the ``start`` column); ``--time-limit`` bounds each whole call.
 
     python benchmarks/bench_remat_milp.py                        # L = 10 20 30 50, 60 s, 1 thread
     python benchmarks/bench_remat_milp.py --sizes 10 30 --time-limit 20 --methods remat-milp
@@ -21,13 +23,11 @@ import time
 
 import pandas as pd
 
-from memplan.baselines.remat_heuristics import store_all
-from memplan.baselines.remat_rotor import min_memory, persistent
-from memplan.formulations.remat_checkmate import solve_checkmate, solve_checkmate_lp
-from memplan.formulations.remat_milp import solve_remat_milp
+from memplan import remat
+from memplan.baselines.remat_rotor import persistent
 from memplan.models.chain import random_chain
 
-SOLVERS = {"remat-milp": solve_remat_milp, "checkmate": solve_checkmate, "checkmate-lp": solve_checkmate_lp}
+SOLVERS = ["remat-milp", "checkmate", "checkmate-lp"]
 
 
 def _pct(x):
@@ -39,14 +39,14 @@ def run(sizes, methods, time_limit: float, threads: int, seed: int, frac: float)
     persistent(random_chain(3, 0), 1e9)          # numba compile outside the measurements
     for L in sizes:
         chain = random_chain(L, seed, integer=False)
-        lo, hi = min_memory(chain), store_all(chain).peak_memory
+        lo, hi = remat.memory_range(chain)
         memory = lo + frac * (hi - lo)
         t0 = time.perf_counter()
         dp = persistent(chain, memory)
         dp_time = time.perf_counter() - t0
         for method in methods:
             t0 = time.perf_counter()
-            sol = SOLVERS[method](chain, memory, time_limit=time_limit, threads=threads)
+            sol = remat.solve(chain, memory=memory, method=method, time_limit=time_limit, threads=threads)
             wall = time.perf_counter() - t0
             size = sol.details.get("model_size", {})
             t = sol.times
@@ -54,7 +54,8 @@ def run(sizes, methods, time_limit: float, threads: int, seed: int, frac: float)
             rows.append({
                 "L": L, "method": method, "vars": size.get("variables"), "int": size.get("integer"),
                 "cons": size.get("constraints"), "nnz": size.get("nonzeros"),
-                "build_s": t.get("build"), "compile_s": t.get("compile"), "solve_s": t.get("solve"),
+                "build_s": t.get("build"), "start_s": t.get("start"), "compile_s": t.get("compile"),
+                "solve_s": t.get("solve"),
                 "status": str(sol.status), "makespan": sol.objective, "milp_obj": sol.predicted,
                 "bound": sol.bound if method == "remat-milp" else sol.details.get("milp_bound"),
                 "gap_%": _pct(sol.gap if method == "remat-milp" else sol.details.get("milp_gap")),
@@ -70,7 +71,7 @@ def run(sizes, methods, time_limit: float, threads: int, seed: int, frac: float)
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[10, 20, 30, 50])
-    p.add_argument("--methods", nargs="+", default=["remat-milp", "checkmate"], choices=list(SOLVERS))
+    p.add_argument("--methods", nargs="+", default=["remat-milp", "checkmate"], choices=SOLVERS)
     p.add_argument("--time-limit", type=float, default=60.0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=1)

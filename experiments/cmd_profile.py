@@ -113,7 +113,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from memplan.models.networks import example_input, get_model
     from memplan.models.profiler import classification_loss
     from memplan.models.remat import RematSchedule, simulate_remat
-    from memplan.models.runtime import bisection_sequence, execute, sequential_sequence, store_all_sequence
+    from memplan.baselines.remat_heuristics import bisection_schedule, sequential_schedule, store_all_schedule
+    from memplan.models.runtime import execute
     from memplan.models.units import fmt_memory, fmt_time
 
     chain, _ = load_instance(args.instance)
@@ -127,12 +128,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         sched = RematSchedule.from_json(data["schedule"] if isinstance(data, dict) else data)
         label = args.solution
     elif args.sequence == "store-all":
-        sched, label = store_all_sequence(L), "store-all"
+        sched, label = store_all_schedule(chain), "store-all"
     elif args.sequence == "bisection":
-        sched, label = bisection_sequence(L), "bisection"
+        sched, label = bisection_schedule(chain), "bisection"
     else:
-        k = int(args.sequence.split(":")[1]) if ":" in args.sequence else max(1, round((L + 1) ** 0.5))
-        sched, label = sequential_sequence(L, k), f"sequential ({k} segments)"
+        k = _segments_arg(args.sequence, L)
+        sched, label = sequential_schedule(chain, k), f"sequential ({k} segments, checkpoint_sequential)"
     if args.threads:
         torch.set_num_threads(args.threads)
     device = args.device or ("cuda" if str(prov.get("device", "cpu")).startswith("cuda") else "cpu")
@@ -170,6 +171,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
         ok = same
         print(f"gradients    {'bit-identical to' if same else 'DIFFERENT from'} plain autograd")
     return 0 if ok else 1
+
+
+def _segments_arg(text: str, L: int) -> int:
+    """``sequential[:K]``: K segments (default about sqrt(L), as Chen et al. suggest), 1 <= K <= L."""
+    name, _, k = text.partition(":")
+    if name != "sequential":
+        raise InputError(f"--sequence {text!r}: expected store-all, bisection, or sequential[:SEGMENTS]")
+    if not k:
+        return min(L, max(1, round(L ** 0.5)))
+    try:
+        n = int(k)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= L:
+        raise InputError(f"--sequence {text!r}: the number of segments must be a whole number in 1..{L} "
+                         f"(the instance has L = {L} stages)")
+    return n
 
 
 def _output_args(p, name_help: str) -> None:

@@ -1,11 +1,12 @@
 """Re-materialization memory sweep: throughput against peak memory for every method.
 
 In the style of paper 004's Figures 6-8: for a chain, memory limits equally spaced between the
-minimum feasible memory and store-all's peak; for each limit every method of
-:data:`experiments.solve_remat.METHODS` (rotor, rotor-floating, revolve, ... and the MILPs when
-asked); ``sequential`` is drawn as one cross per number of segments and store-all as one square.
-Each point is a schedule the simulator replayed. Throughput = batch / makespan (the instance's
-provenance gives the batch; 1 otherwise, i.e. iterations per second).
+minimum feasible memory and store-all's peak (:func:`memplan.remat.memory_range`); for each limit
+every method of :data:`memplan.remat.METHODS` asked for (rotor, rotor-floating, revolve, ... and the
+MILPs), each solved by :func:`memplan.remat.solve`; ``sequential`` is drawn as one cross per number
+of segments and store-all as one square. Each point is a schedule the simulator replayed.
+Throughput = batch / makespan (the instance's provenance gives the batch; 1 otherwise, i.e.
+iterations per second). ``--time-limit`` bounds each solve call.
 
     memplan sweep remat --instance instances/paper004_table2.json --points 10 --out results/toy
     python -m memplan.experiments.remat_sweep --instance ... (same options)
@@ -36,17 +37,20 @@ def batch_of(chain) -> float:
         return 1.0
 
 
-def sweep(chain, methods, points: int = 10, args=None, csv_path: Path | None = None,
-          progress: bool = True) -> pd.DataFrame:
-    """Run the sweep; returns the DataFrame (also appended to ``csv_path`` row by row)."""
+def sweep(chain, methods, points: int = 10, *, slots: int | None = None, exact: bool = False,
+          time_limit: float | None = 60.0, gap: float | None = 1e-4, threads: int | None = None,
+          csv_path: Path | None = None, progress: bool = True) -> pd.DataFrame:
+    """Run the sweep; returns the DataFrame (also appended to ``csv_path`` row by row).
+
+    ``slots``, ``exact``, ``time_limit`` (per solve call), ``gap`` and ``threads`` go to
+    :func:`memplan.remat.solve`.
+    """
     from tqdm import tqdm
 
+    from memplan import remat
     from memplan.baselines import remat_heuristics as H
-    from memplan.baselines.remat_rotor import min_memory
-    from memplan.experiments.solve_remat import run_method
-    from memplan.models.solution import Status
 
-    lo, hi = min_memory(chain), H.store_all(chain).peak_memory
+    lo, hi = remat.memory_range(chain)
     limits = np.linspace(lo, hi, points)
     batch = batch_of(chain)
     done = set()
@@ -62,11 +66,11 @@ def sweep(chain, methods, points: int = 10, args=None, csv_path: Path | None = N
         if csv_path is not None:
             pd.DataFrame([row]).to_csv(csv_path, mode="a", header=not csv_path.exists(), index=False)
 
-    base = dict(instance=chain.name, L=chain.L, batch=batch,
-                time_limit=getattr(args, "time_limit", None) if args else None)
+    base = dict(instance=chain.name, L=chain.L, batch=batch, time_limit=time_limit)
+    options = dict(slots=slots, exact=exact, time_limit=time_limit, gap=gap, threads=threads)
     # memory-independent points: store-all and every segment count of checkpoint_sequential
     if ("store-all", round(hi)) not in done:
-        sa = H.store_all(chain)
+        sa = remat.solve(chain, memory=float(hi), method="store-all")
         record({**base, "method": "store-all", "memory_limit": float(hi), "status": str(sa.status),
                 "makespan": sa.objective, "peak_memory": sa.peak_memory, "throughput": batch / sa.objective,
                 "solve_time": sa.times.get("total"), "param": ""})
@@ -80,7 +84,7 @@ def sweep(chain, methods, points: int = 10, args=None, csv_path: Path | None = N
     todo = [(m, M) for M in limits for m in methods if (m, round(M)) not in done]
     for method, M in tqdm(todo, desc=f"sweep {chain.name}", disable=not progress, unit="run"):
         t0 = time.perf_counter()
-        sol = run_method(chain, float(M), method, args)
+        sol = remat.solve(chain, memory=float(M), method=method, **options)
         ok = sol.objective is not None
         record({**base, "method": method, "memory_limit": float(M), "status": str(sol.status),
                 "makespan": sol.objective, "peak_memory": sol.peak_memory,
@@ -135,9 +139,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"comma-separated methods (default {','.join(DEFAULT_METHODS)}; MILPs: "
                    f"{','.join(MILP_METHODS)}; 'all' for every method)")
     p.add_argument("--points", type=int, default=10, help="memory limits (default 10, as in paper 004)")
-    p.add_argument("--slots", type=int, default=500)
+    p.add_argument("--slots", type=int, default=None, help="memory slots of the DPs (default: memplan.remat's, 500)")
     p.add_argument("--exact", action="store_true")
-    p.add_argument("--time-limit", type=float, default=60.0, help="MILP time limit per point (s)")
+    p.add_argument("--time-limit", type=float, default=60.0, help="seconds per solve call (every phase included)")
     p.add_argument("--gap", type=float, default=1e-4)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", help="output prefix (default results/remat_sweep_<instance>)")
@@ -145,22 +149,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memplan.experiments.solve_remat import METHODS
     from memplan.models.instance import load_chain
+    from memplan.models.solution import InputError
+    from memplan.remat import METHODS
 
     chain = load_chain(args.instance)
     methods = list(METHODS) if args.methods == "all" else [m.strip() for m in args.methods.split(",") if m.strip()]
     methods = [m for m in methods if m not in ("store-all", "sequential")]
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
-        raise SystemExit(f"unknown method(s) {', '.join(unknown)}; available: {', '.join(METHODS)}")
+        raise InputError(f"--methods: unknown method(s) {', '.join(unknown)}; available: {', '.join(METHODS)}")
     out = Path(args.out or f"results/remat_sweep_{Path(args.instance).stem}")
     out.parent.mkdir(parents=True, exist_ok=True)
     csv_path = out.with_suffix(".csv")
     if args.fresh and csv_path.exists():
         csv_path.unlink()
-    args.solver_log = None
-    df = sweep(chain, methods, args.points, args, csv_path)
+    df = sweep(chain, methods, args.points, slots=args.slots, exact=args.exact, time_limit=args.time_limit,
+               gap=args.gap, threads=args.threads, csv_path=csv_path)
     plot(df, out.with_suffix(".png"), f"{chain.name} (L={chain.L}): throughput vs memory")
     summary = (df[df["makespan"].notna()].groupby("method")
                .agg(points=("makespan", "size"), best_throughput=("throughput", "max"),

@@ -1,9 +1,10 @@
 """Run re-materialization sequences for real and compare with the simulator (issue: runtime executor).
 
 For each network (ResNet-18 and a GPT-2-style decoder by default): linearize it, profile the chain
-(:func:`models.profiler.profile_chain`), compute sequences with memplan's remat solvers (rotor =
+(:func:`models.profiler.profile_chain`), compute sequences with :func:`memplan.remat.solve` (rotor =
 paper 004's persistent DP, revolve, sequential checkpointing; at memory limits a fraction of the way
-from the smallest feasible memory to the store-all peak) plus store-all and the bisection sequence,
+from the smallest feasible memory to the store-all peak, :func:`memplan.remat.memory_range`) plus the
+fixed store-all and bisection sequences of :mod:`memplan.baselines.remat_heuristics`,
 then execute every sequence with :func:`models.runtime.execute` and record
 
 * ``grads_equal``: every parameter gradient ``torch.equal`` to plain autograd's;
@@ -29,20 +30,15 @@ CASES = {
 
 
 def sequences(chain, fractions):
-    from memplan.baselines import remat_heuristics, rotor
-    from memplan.models.remat import simulate_remat
-    from memplan.models.runtime import bisection_sequence, store_all_sequence
+    from memplan import remat
+    from memplan.baselines.remat_heuristics import bisection_schedule, store_all_schedule
 
-    L = chain.L
-    out = [("store_all", None, store_all_sequence(L)), ("bisection", None, bisection_sequence(L))]
-    lo = rotor.min_memory(chain)
-    hi = simulate_remat(chain, store_all_sequence(L)).peak_memory
+    out = [("store_all", None, store_all_schedule(chain)), ("bisection", None, bisection_schedule(chain))]
+    lo, hi = remat.memory_range(chain)
     for f in fractions:
         mem = lo + f * (hi - lo)
-        for name, fn in [("rotor", lambda c, m: rotor.persistent(c, m, slots=500)),
-                         ("revolve", lambda c, m: remat_heuristics.revolve(c, m, slots=500)),
-                         ("sequential", remat_heuristics.sequential)]:
-            sol = fn(chain, mem)
+        for name in ("rotor", "revolve", "sequential"):
+            sol = remat.solve(chain, memory=mem, method=name, slots=500)
             if sol.success:
                 out.append((name, mem, sol.schedule))
     return out

@@ -58,9 +58,11 @@ import time
 
 import numpy as np
 
+from memplan.models import budget as _budget
 from memplan.models.chain import Chain
 from memplan.models.remat import InvalidSequence, RematSchedule, simulate_remat
 from memplan.models.solution import Solution, Status
+from memplan.models.units import fmt_memory
 from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
 
 
@@ -309,8 +311,6 @@ def solve_checkmate(chain: Chain, memory: float, *, time_limit: float | None = 6
     ``bound`` stays None; FEASIBLE with ``details['limit_exceeded']`` when the converted
     sequence breaks the limit.
     """
-    from memplan.models.units import fmt_memory
-
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     with timed(times, "build"):
@@ -360,12 +360,12 @@ def solve_checkmate_lp(chain: Chain, memory: float, *, time_limit: float | None 
                        samples: int = 20, seed: int = 0, log_file=None, verbose: bool = False, **_) -> Solution:
     """Checkmate's approximation: LP relaxation + two-phase rounding (method ``checkmate-lp``).
 
-    Tries the deterministic rounding at 0.5 and ``samples`` randomized roundings; returns the fastest
-    converted sequence within the limit, else the one with the smallest peak, reporting the memory it
-    really uses (status FEASIBLE, ``details['limit_exceeded'] = True`` when above the limit).
+    Tries the deterministic rounding at 0.5 and ``samples`` randomized roundings (fewer when the
+    ``memplan.remat.solve`` call's time runs out; ``details['roundings']`` says how many); returns
+    the fastest converted sequence within the limit, else the one with the smallest peak, reporting
+    the memory it really uses (status FEASIBLE, ``details['limit_exceeded'] = True`` when above the
+    limit).
     """
-    from memplan.models.units import fmt_memory
-
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     with timed(times, "build"):
@@ -387,6 +387,8 @@ def solve_checkmate_lp(chain: Chain, memory: float, *, time_limit: float | None 
     tried = 0
     with timed(times, "rounding"):
         for k in range(samples + 1):
+            if k > 0 and best is not None and _budget.current().expired():
+                break                              # the call's time is up: keep the best so far
             R, _ = round_two_phase(g, S_frac, 0.5, None if k == 0 else rng)
             try:
                 sched = sequence_from_events(chain, g, events_from_rs(g, R))

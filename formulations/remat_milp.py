@@ -84,6 +84,10 @@ overheads, and abar^l < a^l (as in paper 004's Table 2); and on paper 004's toy 
 Scaling: memory is divided by M and times by the store-all makespan, so the solver sees numbers of
 order 1; HiGHS's feasibility tolerances are tightened to 1e-9 so that a schedule at the limit replays
 under it.
+
+MIP start and minimum memory are arguments (``start=``, ``min_memory=``): this module imports no
+baseline. :func:`memplan.remat.solve` computes them (the persistent DP's sequence, else
+recompute-all; the peak of recompute-all) and keeps the start when the MILP stops with nothing better.
 """
 from __future__ import annotations
 
@@ -93,6 +97,7 @@ from typing import Sequence
 from memplan.models.chain import Chain
 from memplan.models.remat import RematSchedule, simulate_remat, InvalidSequence
 from memplan.models.solution import Solution, Status
+from memplan.models.units import fmt_memory
 
 from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
 
@@ -314,63 +319,58 @@ def start_from_schedule(m, chain: Chain, schedule: RematSchedule | Sequence) -> 
     return [(m.op[key], v) for key, v in values.items()] + state_vals
 
 
-def _default_start(chain: Chain, memory: float):
-    """``(schedule, source)`` for the MIP start: the persistent DP's sequence (baselines.remat_rotor; its
-    memory discretization can make it fail near the minimum memory), else the recompute-all sequence
-    when it fits (it is the sequence of minimum peak), else ``(None, reason)``."""
-    try:
-        from memplan.baselines.remat_rotor import persistent
-        exact = chain.is_integer and memory <= 20000
-        sol = persistent(chain, memory, exact=exact) if exact else persistent(chain, memory)
-        if sol.success:
-            return sol.schedule, "the persistent DP"
-    except Exception:  # pragma: no cover - a start is optional
-        pass
-    try:
-        from memplan.baselines.remat_heuristics import recompute_all_schedule
-        sched = RematSchedule(recompute_all_schedule(chain))
-        simulate_remat(chain, sched, memory_limit=memory)
-        return sched, "recompute-all (the persistent DP found no sequence)"
-    except Exception:
-        return None, "no MIP start (neither the persistent DP nor recompute-all fits)"
-
-
-def _min_memory(chain: Chain) -> float | None:
-    try:
-        from memplan.baselines.remat_rotor import min_memory
-        return min_memory(chain)
-    except Exception:  # pragma: no cover
-        return None
-
-
 def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 60, gap: float | None = 1e-4,
-                     threads: int | None = None, mip_start=True, log_file=None, verbose: bool = False,
-                     cumulative: bool = True) -> Solution:
+                     threads: int | None = None, start: RematSchedule | Sequence | None = None,
+                     start_source: str = "the given sequence", min_memory: float | None = None,
+                     log_file=None, verbose: bool = False, cumulative: bool = True) -> Solution:
     """Optimal re-materialization sequence for paper 004's model by MILP (see the module docstring).
 
-    ``mip_start``: True starts HiGHS from the persistent DP's sequence (or, when the DP's rounding makes
-    it fail, from recompute-all if that fits); a :class:`RematSchedule` starts from that sequence; False/None: no start.
-    Returns a Solution whose objective and peak memory come from :func:`simulate_remat`; the MILP
-    objective is ``predicted``, its dual bound ``bound``. Status OPTIMAL means proven within ``gap``.
-    """
-    from memplan.models.units import fmt_memory
+    Parameters
+    ----------
+    chain : Chain
+    memory : float
+        Memory limit (bytes).
+    time_limit, gap, threads, log_file, verbose
+        For HiGHS (:func:`formulations.highs_driver.solve_milp`; inside a ``memplan.remat.solve`` call
+        the time limit is also clamped to what the call has left).
+    start : RematSchedule, optional
+        A valid sequence to start HiGHS from (e.g. the persistent DP's, which :mod:`memplan.remat`
+        computes); it must have this formulation's shape (one ascending sweep per phase), otherwise
+        it is skipped. ``details["mip_start"]`` says what happened, naming ``start_source``.
+    min_memory : float, optional
+        The minimum feasible memory, quoted in the message when the MILP is infeasible.
+    cumulative : bool
+        Memory rows through the running stored-memory variables (O(L^2) nonzeros) or written out.
 
+    Returns
+    -------
+    Solution
+        Objective and peak memory from :func:`simulate_remat`; the MILP objective is ``predicted``,
+        its dual bound ``bound``. Status OPTIMAL means proven within ``gap``; TIME_LIMIT /
+        NO_SOLUTION when stopped with / without an incumbent.
+
+    Examples
+    --------
+    Paper 004's toy chain at 90 MiB: the MILP proves 47.42 ms optimal.
+
+    >>> from memplan.models.instance import load_instance
+    >>> chain, _ = load_instance("paper004_table2")
+    >>> sol = solve_remat_milp(chain, 90 * 2**20, threads=1, time_limit=30)
+    >>> str(sol.status), round(sol.objective * 1e3, 2), round(sol.bound * 1e3, 2)
+    ('optimal', 47.42, 47.42)
+    """
     times: dict[str, float] = {}
     t_all = time.perf_counter()
     with timed(times, "build"):
         model = build_remat_milp(chain, memory, cumulative=cumulative)
-    start = None
+    mip_start = None
     start_note = "no MIP start"
-    if mip_start:
+    if start is not None:
         with timed(times, "start"):
-            sched, source = _default_start(chain, memory) if mip_start is True else (mip_start, "the given sequence")
-            if sched is not None:
-                start = start_from_schedule(model, chain, sched)
-                start_note = ("MIP start from " + source if start
-                              else "MIP start skipped (sequence not of the sweep shape)")
-            else:
-                start_note = source
-    res = solve_milp(model, time_limit=time_limit, gap=gap, threads=threads, mip_start=start,
+            mip_start = start_from_schedule(model, chain, start)
+        start_note = ("MIP start from " + start_source if mip_start
+                      else "MIP start skipped (sequence not of the sweep shape)")
+    res = solve_milp(model, time_limit=time_limit, gap=gap, threads=threads, mip_start=mip_start,
                      log_file=log_file, verbose=verbose, options=EXACT_TOLERANCES)
     times.update(res.times)
     ts = model.time_scale
@@ -380,7 +380,7 @@ def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 
     pred = None if res.objective is None else res.objective * ts
     bound = None if res.bound is None else res.bound * ts
     if res.status == Status.INFEASIBLE:
-        need = _min_memory(chain)
+        need = min_memory
         msg = f"no valid sequence fits in {fmt_memory(memory)}"
         if need is not None:
             msg += f": the minimum feasible memory is {fmt_memory(need)} ({need:.0f} B)"

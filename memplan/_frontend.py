@@ -54,7 +54,11 @@ def count_arg(value: Any, name: str, problem: str, *, minimum: int = 1, maximum:
         if required:
             raise InputError(f"{problem}: {name} is required (a whole number >= {minimum})")
         return None
-    if isinstance(value, bool) or not float(value).is_integer():
+    try:
+        whole = not isinstance(value, bool) and float(value).is_integer()
+    except (TypeError, ValueError):
+        whole = False
+    if not whole:
         raise InputError(f"{problem}: {name}={value!r} must be a whole number >= {minimum}")
     v = int(value)
     if v < minimum or (maximum is not None and v > maximum):

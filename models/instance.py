@@ -224,7 +224,7 @@ def load_instance(path: str | Path) -> Instance:
     --------
     >>> chain, platform = load_instance("paper004_table2")
     >>> chain.L, round(chain.store_all_time() * 1e3, 2)
-    (6, 37.42)
+    (6, 37.38)
     """
     path = _resolve(path)
     try:

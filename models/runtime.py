@@ -3,8 +3,10 @@ and 5.3 "sequence processing"), and measure its memory and time against :func:`m
 
 Given stage modules ``stages[0..L-1]`` (stage l computes a^l from a^{l-1}; e.g.
 :func:`models.graph.linearize_model`), a loss function (stage L+1) and a sequence of operations
-``(op, l)`` from any solver (:class:`models.remat.RematSchedule`), :func:`execute` does exactly what
-the sequence says:
+``(op, l)`` from any solver (:class:`models.remat.RematSchedule`: :func:`memplan.remat.solve`'s, or a
+fixed one of :mod:`memplan.baselines.remat_heuristics` such as ``store_all_schedule``,
+``sequential_schedule`` or ``bisection_schedule``; the executor builds no sequence itself),
+:func:`execute` does exactly what the sequence says:
 
 - ``F_all^l``: runs stage l with autograd recording on a detached copy of a^{l-1} (a leaf that requires
   grad when it is a float tensor), and keeps the output together with its graph: that is abar^l;
@@ -181,50 +183,3 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     elapsed = time.perf_counter() - t0
     return RuntimeResult(loss=loss_value, time=elapsed, peak_memory=max(during) if during else None,
                          memory_after=after, memory_peak_during=during)
-
-
-# ------------------------------------------------------------------------- simple reference sequences
-def store_all_sequence(L: int) -> RematSchedule:
-    """F_all^1..F_all^{L+1} B^{L+1}..B^1: what plain autograd does."""
-    return RematSchedule([("F_all", l) for l in range(1, L + 2)] + [("B", l) for l in range(L + 1, 0, -1)])
-
-
-def sequential_sequence(L: int, segments: int) -> RematSchedule:
-    """Sequential checkpointing (Chen et al. 2016; ``torch.utils.checkpoint.checkpoint_sequential``):
-    stages 1..L+1 cut into ``segments`` consecutive segments; every segment but the last is run with
-    F_ck on its first stage and F_none on the others (only its input is kept), the last with F_all;
-    in the backward phase each earlier segment is recomputed with F_all from its input, then
-    back-propagated."""
-    n = L + 1
-    segments = max(1, min(segments, n))
-    bounds = [round(i * n / segments) for i in range(segments + 1)]
-    segs = [(bounds[i] + 1, bounds[i + 1]) for i in range(segments)]
-    ops: list[tuple[str, int]] = []
-    for s, e in segs[:-1]:
-        ops += [("F_ck", s)] + [("F_none", l) for l in range(s + 1, e + 1)]
-    s, e = segs[-1]
-    ops += [("F_all", l) for l in range(s, e + 1)] + [("B", l) for l in range(e, s - 1, -1)]
-    for s, e in reversed(segs[:-1]):
-        ops += [("F_all", l) for l in range(s, e + 1)] + [("B", l) for l in range(e, s - 1, -1)]
-    return RematSchedule(ops)
-
-
-def bisection_sequence(L: int) -> RematSchedule:
-    """Recursive checkpointing by halving (the structure of revolve/treeverse with unlimited
-    checkpoints, O(log L) stored activations, O(L log L) forward steps): to back-propagate stages
-    s..e from a stored a^{s-1}, compute a^m (m = middle) with F_ck^s F_none^{s+1..m}, back-propagate
-    m+1..e recursively, then s..m recursively; a single stage is F_all^s B^s."""
-    ops: list[tuple[str, int]] = []
-
-    def rec(s: int, e: int) -> None:
-        if s == e:
-            ops.extend([("F_all", s), ("B", s)])
-            return
-        m = (s + e) // 2
-        ops.append(("F_ck", s))
-        ops.extend(("F_none", l) for l in range(s + 1, m + 1))
-        rec(m + 1, e)
-        rec(s, m)
-
-    rec(1, L + 1)
-    return RematSchedule(ops)

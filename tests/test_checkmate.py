@@ -47,7 +47,7 @@ def test_store_all_plan_converts_to_store_all_sequence():
     chain = random_chain(4, 1)
     g = ChainGraph(chain)
     events = list(range(1, g.n + 1))             # each node once, in topological order
-    assert sequence_from_events(chain, g, events).ops == store_all_schedule(chain)
+    assert sequence_from_events(chain, g, events).ops == store_all_schedule(chain).ops
 
 
 @pytest.mark.parametrize("L,seed", [(2, 0), (3, 2), (4, 1), (5, 3)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from memplan import remat
 from memplan.baselines.remat_exhaustive import exhaustive_remat
 from memplan.baselines.remat_heuristics import store_all_schedule
 from memplan.baselines.remat_rotor import floating, min_memory, persistent
@@ -39,13 +40,21 @@ def test_paper004_table2_90mib_proves_47_42ms():
     assert sol.peak_memory / MIB == pytest.approx(86.75, abs=0.01)       # paper: "only 86.8MB"
 
 
+def _dp_start(chain, memory):
+    """The MIP start memplan.remat gives remat-milp on small integer chains: the exact persistent DP."""
+    dp = persistent(chain, memory, exact=True)
+    assert dp.success, dp.message
+    return dp.schedule
+
+
 @pytest.mark.parametrize("L,seed", [(2, 0), (3, 1), (4, 0), (4, 3), (5, 1), (5, 5), (6, 2), (6, 3)])
 def test_matches_exhaustive_and_floating(L, seed):
     chain = random_chain(L, seed)
     for memory in remat_limits(chain, (0.0, 0.2, 0.45, 0.75)):
         ex = exhaustive_remat(chain, memory)
         fl = floating(chain, memory, exact=True)
-        sol = solve_remat_milp(chain, memory, threads=1, time_limit=20, mip_start=(seed % 2 == 0))
+        start = _dp_start(chain, memory) if seed % 2 == 0 else None
+        sol = solve_remat_milp(chain, memory, threads=1, time_limit=20, start=start)
         assert ex is not None
         assert sol.status == Status.OPTIMAL, sol.message
         _check(chain, memory, sol)
@@ -59,7 +68,7 @@ def test_matches_floating_dp_longer(L, seed):
     chain = random_chain(L, seed)
     for memory in remat_limits(chain, (0.05, 0.3, 0.6)):
         fl = floating(chain, memory, exact=True)
-        sol = solve_remat_milp(chain, memory, threads=1, time_limit=20)
+        sol = solve_remat_milp(chain, memory, threads=1, time_limit=20, start=_dp_start(chain, memory))
         assert sol.status == Status.OPTIMAL, sol.message
         _check(chain, memory, sol)
         assert sol.objective == pytest.approx(fl.objective, abs=1e-9)
@@ -71,7 +80,8 @@ def test_float_chain_without_start_matches_exhaustive():
     hi = simulate_remat(chain, store_all_schedule(chain)).peak_memory
     for memory in (lo, lo + 0.3 * (hi - lo), lo + 0.7 * (hi - lo)):
         ex = exhaustive_remat(chain, memory)
-        sol = solve_remat_milp(chain, memory, threads=1, time_limit=20, mip_start=False)
+        sol = solve_remat_milp(chain, memory, threads=1, time_limit=20)
+        assert sol.details["mip_start"] == "no MIP start"
         _check(chain, memory, sol)
         assert sol.objective == pytest.approx(ex[0], rel=1e-9)
 
@@ -79,13 +89,16 @@ def test_float_chain_without_start_matches_exhaustive():
 def test_infeasible_below_minimum_memory():
     chain = random_chain(4, 2)
     need = min_memory(chain)
-    sol = solve_remat_milp(chain, need - 1, threads=1, time_limit=10)
+    sol = solve_remat_milp(chain, need - 1, threads=1, time_limit=10, min_memory=need)
     assert sol.status == Status.INFEASIBLE
     assert sol.schedule is None
-    assert f"{need:.0f} B" in sol.message
+    assert f"{need:.0f} B" in sol.message and sol.details["min_memory"] == need
     assert exhaustive_remat(chain, need - 1) is None
     ok = solve_remat_milp(chain, need, threads=1, time_limit=10)
     assert ok.status == Status.OPTIMAL and ok.peak_memory <= need
+    # through the front end: the minimum is computed there and the result is a Solution, not an error
+    fe = remat.solve(chain, memory=need - 1, method="remat-milp", threads=1, time_limit=10)
+    assert fe.status == Status.INFEASIBLE and fe.details["min_memory"] == need and f"{need:.0f} B" in fe.message
 
 
 def test_mip_start_from_persistent_dp_is_a_feasible_point():
@@ -103,23 +116,24 @@ def test_mip_start_from_persistent_dp_is_a_feasible_point():
     assert res.status == Status.OPTIMAL
     assert res.objective * model.time_scale == pytest.approx(dp.objective, rel=1e-9)
     assert schedule_from_model(model).ops == dp.schedule.ops
-    sol = solve_remat_milp(chain, memory, threads=1, time_limit=10)
+    sol = remat.solve(chain, memory=memory, method="remat-milp", threads=1, time_limit=10)
     assert sol.details["mip_start"] == "MIP start from the persistent DP"
+    assert sol.details["start_accepted"] is True
     assert sol.objective <= dp.objective + 1e-9
+    # a sequence that is not of the sweep shape (B^l not right after its phase's sweep) is skipped
+    other = solve_remat_milp(chain, memory, threads=1, time_limit=10,
+                             start=[("F_all", 1), ("F_ck", 1)] + list(dp.schedule.ops), start_source="junk")
+    assert other.details["mip_start"] == "MIP start skipped (sequence not of the sweep shape)"
 
 
 @pytest.mark.parametrize("method", ["remat-milp", "checkmate", "checkmate-lp"])
 def test_dispatch_through_memplan_solve(method):
     """``memplan solve --problem remat --method <method>``: dispatch, simulator check and report."""
-    import argparse
-
-    from memplan.experiments.solve_remat import report, run_method
-
     chain = load_chain("instances/paper004_table2.json")
-    args = argparse.Namespace(slots=500, exact=False, time_limit=20.0, gap=1e-4, threads=1, solver_log=None)
-    sol = run_method(chain, 90 * MIB, method, args)
+    sol = remat.solve(chain, memory=90 * MIB, method=method, time_limit=20.0, gap=1e-4, threads=1)
     assert sol.method == method and sol.schedule is not None
-    text = report(sol, chain, args)
+    text = remat.report(sol, chain)
     assert "makespan" in text and sol.schedule.notation() in text
     if method == "remat-milp":
         assert "bound" in text and sol.objective * 1e3 == pytest.approx(47.42)
+        assert sol.details["mip_start"] == "MIP start from the persistent DP"

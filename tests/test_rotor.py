@@ -67,7 +67,7 @@ def test_dps_against_exhaustive(L, seed):
         for sol in (fl, pe):
             assert sol.predicted == pytest.approx(sol.objective)   # DP value = replayed makespan
             assert sol.peak_memory <= M
-        for sol in (H.revolve(c, M, exact=True), H.sequential(c, M), H.store_all(c, M), H.recompute_all(c, M)):
+        for sol in (rotor.revolve(c, M, exact=True), H.sequential(c, M), H.store_all(c, M), H.recompute_all(c, M)):
             if sol.status != Status.INFEASIBLE:
                 assert sol.objective >= opt - 1e-9
                 assert simulate_remat(c, sol.schedule, M).makespan == pytest.approx(sol.objective)

@@ -1,5 +1,7 @@
 """The runtime executor: bit-identical gradients to plain autograd under several sequences, and its
-measured peak memory on CPU against the simulator's prediction on the profiled chain."""
+measured peak memory on CPU against the simulator's prediction on the profiled chain. The sequences
+are the shared ones of memplan.baselines.remat_heuristics (the executor builds none) and those of
+memplan.remat.solve."""
 import copy
 
 import pytest
@@ -9,9 +11,11 @@ torch = pytest.importorskip("torch")
 from memplan.models.graph import linearize_model  # noqa: E402
 from memplan.models.networks import example_input, get_model  # noqa: E402
 from memplan.models.profiler import classification_loss, profile_chain  # noqa: E402
+from memplan import remat  # noqa: E402
+from memplan.baselines.remat_heuristics import (bisection_schedule, sequential_schedule,  # noqa: E402
+                                                store_all_schedule)
 from memplan.models.remat import InvalidSequence, simulate_remat  # noqa: E402
-from memplan.models.runtime import (bisection_sequence, execute, sequential_sequence,  # noqa: E402
-                            store_all_sequence)
+from memplan.models.runtime import execute  # noqa: E402
 
 GPT = dict(n_layer=2, n_embd=32, n_head=4, vocab=50, n_ctx=16, dropout=0.1)
 CASES = {"resnet18": ({}, (3, 64, 64)), "gpt2": (GPT, (8,))}
@@ -21,22 +25,18 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _sequences(L):
-    return {"store_all": store_all_sequence(L), "sequential": sequential_sequence(L, 3),
-            "bisection": bisection_sequence(L)}
+    return {"store_all": store_all_schedule(L), "sequential": sequential_schedule(L, 3),
+            "bisection": bisection_schedule(L)}
 
 
 def _solver_sequences(chain):
-    """Sequences of memplan's remat solvers (paper 004's rotor DP, revolve, sequential checkpointing)
+    """Sequences of memplan.remat.solve (paper 004's rotor DP, revolve, sequential checkpointing)
     at a memory limit halfway between the minimum and store-all."""
-    from memplan.baselines import remat_heuristics, rotor
-
-    lo = rotor.min_memory(chain)
-    hi = simulate_remat(chain, store_all_sequence(chain.L)).peak_memory
+    lo, hi = remat.memory_range(chain)
     mem = (lo + hi) / 2
     out = {}
-    for name, sol in [("rotor", rotor.persistent(chain, mem, slots=200)),
-                      ("revolve", remat_heuristics.revolve(chain, mem, slots=200)),
-                      ("sequential-solver", remat_heuristics.sequential(chain, mem))]:
+    for name in ("rotor", "revolve", "sequential"):
+        sol = remat.solve(chain, memory=mem, method=name, slots=200)
         assert sol.success, (name, sol.message)
         out[name] = sol.schedule
     return out
@@ -85,7 +85,7 @@ def test_dropout_masks_are_replayed_in_recomputation(setup):
         pytest.skip("only the GPT-2 model has dropout")
     assert any(isinstance(mod, torch.nn.Dropout) and mod.p > 0 for mod in model.modules())
     L = linearize_model(copy.deepcopy(model), x).L
-    m, _, _ = _run(model, x, loss_fn, bisection_sequence(L))
+    m, _, _ = _run(model, x, loss_fn, bisection_schedule(L))
     ref = copy.deepcopy(model)
     torch.manual_seed(999)                       # another seed: other masks, other gradients
     loss_fn(ref(x)).backward()
@@ -149,10 +149,64 @@ def test_sequences_are_valid_for_the_simulator():
 
     for L in (1, 2, 5, 9):
         c = random_chain(L, seed=L)
-        for seq in (store_all_sequence(L), sequential_sequence(L, 2), sequential_sequence(L, 4),
-                    bisection_sequence(L)):
+        for seq in [store_all_schedule(L), bisection_schedule(L)] + [sequential_schedule(L, s) for s in (1, 2, 4)
+                                                                      if s <= L]:
             simulate_remat(c, seq)
-        assert bisection_sequence(L).count("B") == L + 1
+        assert bisection_schedule(L).count("B") == L + 1
+        assert sequential_schedule(c, 1).ops == store_all_schedule(c).ops      # one segment: nothing checkpointed
+
+
+def test_sequential_is_checkpoint_sequential_for_L5_two_segments():
+    """The sequence the issue found the two copies disagreeing on: L = 5, 2 segments. PyTorch cuts
+    5 // 2 = 2 modules per segment (stages 1-2 checkpointed, 3-5 normal, the last takes the rest);
+    the loss (6) is outside the module list and runs normally."""
+    ops = sequential_schedule(5, 2).ops
+    assert ops == [("F_ck", 1), ("F_none", 2), ("F_all", 3), ("F_all", 4), ("F_all", 5), ("F_all", 6),
+                   ("B", 6), ("B", 5), ("B", 4), ("B", 3), ("F_all", 1), ("F_all", 2), ("B", 2), ("B", 1)]
+
+
+class _Recorder(torch.nn.Module):
+    """A stage that logs (stage, grad mode) at each call: F_all records the graph, F_ck / F_none do not."""
+
+    def __init__(self, l, log):
+        super().__init__()
+        self.l, self.log = l, log
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.log.append((self.l, torch.is_grad_enabled()))
+        return torch.tanh(self.lin(x))
+
+
+@pytest.mark.parametrize("L,s", [(5, 2), (6, 3), (7, 3), (4, 4), (3, 1)])
+def test_sequential_schedule_is_what_checkpoint_sequential_runs(L, s):
+    """Run torch.utils.checkpoint.checkpoint_sequential itself (reentrant: checkpointed segments run
+    under no_grad, then are recomputed with grad in the backward pass) and compare the order of stage
+    calls and their grad mode with the forward operations of sequential_schedule."""
+    from torch.utils.checkpoint import checkpoint_sequential
+
+    log = []
+    stages = [_Recorder(l, log) for l in range(1, L + 1)]
+    x = torch.randn(2, 4, requires_grad=True)
+    out = checkpoint_sequential(torch.nn.Sequential(*stages), s, x, use_reentrant=True)
+    log.append((L + 1, torch.is_grad_enabled()))       # the loss, applied by the caller
+    out.sum().backward()
+    expected = [(l, op == "F_all") for op, l in sequential_schedule(L, s) if op != "B"]
+    assert log == expected
+
+
+def test_sequential_replays_with_the_simulated_peak(setup, profiled):
+    """The executor runs sequential_schedule for every number of segments with the peak the
+    simulator predicts on the profiled chain (and autograd's gradients)."""
+    name, model, x, loss_fn, loss, grads = setup
+    L = profiled.L
+    for s in sorted({1, 2, max(1, round(L ** 0.5)), L}):
+        seq = sequential_schedule(profiled, s)
+        sim = simulate_remat(profiled, seq)
+        m, _, res = _run(model, x, loss_fn, seq, measure_memory=True)
+        assert res.peak_memory == pytest.approx(sim.peak_memory, rel=0.10), (name, s)
+        for n, p in m.named_parameters():
+            assert torch.equal(p.grad, grads[n]), f"{name} sequential {s}: gradient of {n} differs"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -79,7 +79,6 @@ def test_profile_chain_relu_stage_keeps_only_its_output():
 
 
 def test_cli_profile_then_solve(tmp_path):
-    pytest.importorskip("memplan.experiments.solve_remat")
     from memplan.experiments.cli import main
     from memplan.models.instance import load_chain
 
@@ -100,3 +99,6 @@ def test_cli_profile_then_solve(tmp_path):
     # the solved sequence runs on the rebuilt network, with autograd's gradients bit for bit
     assert main(["run", str(out), "--solution", str(sol), "--check-grads", "--threads", "1"]) == 0
     assert main(["run", str(out), "--sequence", "bisection"]) == 0
+    # checkpoint_sequential's sequence (baselines.remat_heuristics), executed: autograd's gradients
+    assert main(["run", str(out), "--sequence", "sequential:2", "--check-grads", "--threads", "1"]) == 0
+    assert main(["run", str(out), "--sequence", "sequential:9"]) == 2          # L = 8: at most 8 segments

@@ -1,0 +1,192 @@
+"""memplan.remat as a library: input errors name the input, INFEASIBLE is a result, the whole-call
+time limit holds, and memplan.solve dispatches to it (issue 17)."""
+from __future__ import annotations
+
+import inspect
+import time
+
+import pytest
+
+import memplan
+from memplan import remat
+from memplan.baselines.remat_exhaustive import exhaustive_remat
+from memplan.baselines.remat_rotor import persistent
+from memplan.models.chain import random_chain
+from memplan.models.remat import simulate_remat
+from memplan.models.solution import InputError, Solution, Status
+
+from conftest import MiB
+
+#: paper 004's toy chain: the minimum feasible memory (peak of recompute-all), as printed before issue 17
+TOY_MIN = 86109061
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return memplan.load_instance("paper004_table2")[0]
+
+
+def test_signature_follows_the_front_end_contract():
+    params = list(inspect.signature(remat.solve).parameters.values())
+    assert [p.name for p in params] == ["chain", "memory", "method", "time_limit", "gap", "threads", "slots",
+                                        "exact", "solver_log", "progress"]
+    assert all(p.kind == p.KEYWORD_ONLY for p in params[1:])
+    assert params[6].default is None            # slots: the problem's choice, resolved inside
+    assert remat.PROBLEM == "remat" and remat.DEFAULT_METHOD == "rotor"
+    assert remat.METHODS == ["rotor", "rotor-floating", "sequential", "revolve", "store-all", "recompute-all",
+                             "remat-milp", "checkmate", "checkmate-lp"]
+    assert not hasattr(remat, "gantt")          # no timeline: the CLI refuses --gantt
+
+
+def test_memplan_solve_gives_the_paper_value():
+    sol = memplan.solve(memplan.load_instance("paper004_table2"), "remat", method="rotor", memory="90MiB")
+    assert isinstance(sol, Solution) and sol.status == Status.OPTIMAL
+    assert sol.objective == pytest.approx(0.04742)           # paper 004, section 3.2: 47.42 ms
+    assert sol.peak_memory == pytest.approx(86.75 * MiB) and sol.peak_memory <= 90 * MiB
+    assert type(sol.objective) is float and type(sol.peak_memory) is float
+    assert sol.memory_limit == 90 * MiB and sol.times["total"] >= sol.times["dp"]
+
+
+@pytest.mark.parametrize("kwargs, names, hint", [
+    (dict(memory=None), "memory", "required"),
+    (dict(memory="-5MiB"), "memory", "negative"),
+    (dict(memory="90 parsecs"), "memory", "not understood"),
+    (dict(memory=0), "memory", "positive"),
+    (dict(memory="90MiB", method="rotr"), "method", "did you mean 'rotor'"),
+    (dict(memory="90MiB", method="remat_milp"), "method", "did you mean 'remat-milp'"),
+    (dict(memory="90MiB", slots=0), "slots", ">= 1"),
+    (dict(memory="90MiB", slots=2.5), "slots", "whole number"),
+    (dict(memory="90MiB", threads=0), "threads", ">= 1"),
+    (dict(memory="90MiB", gap=-1e-3), "gap", "non-negative"),
+    (dict(memory="90MiB", exact=True), "exact", "integer sizes"),
+    (dict(memory="90MiB", exact="yes"), "exact", "True or False"),
+    (dict(memory="90MiB", time_limit=-1), "time_limit", "positive"),
+    (dict(memory="90MiB", method="rotor-floating", slots=10**6), "slots", "use slots <="),
+])
+def test_input_errors_name_the_input(toy, kwargs, names, hint):
+    with pytest.raises(InputError) as e:
+        remat.solve(toy, **kwargs)
+    msg = str(e.value)
+    assert msg.startswith("remat: ") and names in msg and hint in msg
+    assert "\n" not in msg
+
+
+def test_memory_missing_through_memplan_solve(toy):
+    with pytest.raises(InputError, match="memory is required"):
+        memplan.solve(toy, "remat", method="rotor")            # a bare Chain has no platform memory
+
+
+def test_not_a_chain():
+    with pytest.raises(InputError, match="chain must be a memplan.Chain"):
+        remat.solve("paper004_table2", memory="90MiB")
+
+
+def test_exact_needs_integer_bytes_and_a_small_limit():
+    c = random_chain(4, 0)
+    with pytest.raises(InputError, match="whole number of bytes"):
+        remat.solve(c, memory=100.5, exact=True)
+    with pytest.raises(InputError, match="would need 6000000 slots"):
+        remat.solve(c, memory=6_000_000, exact=True)
+    # exact only concerns the DPs: for store-all it is ignored, as before
+    assert remat.solve(c, memory=1e9, exact=True, method="store-all").success
+
+
+@pytest.mark.parametrize("method", ["rotor", "rotor-floating", "revolve", "sequential", "store-all",
+                                    "recompute-all", "remat-milp"])
+def test_below_the_minimum_is_an_infeasible_solution(toy, method):
+    sol = remat.solve(toy, memory="50MiB", method=method, threads=1, time_limit=20)
+    assert sol.status == Status.INFEASIBLE and sol.schedule is None and not sol.success
+    assert sol.details["min_memory"] == pytest.approx(TOY_MIN, abs=1)
+    assert "82.1 MiB" in sol.message
+    assert sol.memory_limit == 50 * MiB
+
+
+def test_the_minimum_memory_is_the_minimum(toy):
+    """What INFEASIBLE quotes is right: at the minimum a sequence exists, just below none does."""
+    need = remat.memory_range(toy)[0]
+    assert need == pytest.approx(TOY_MIN, abs=1)
+    assert exhaustive_remat(toy, need) is not None
+    assert exhaustive_remat(toy, need * (1 - 1e-6)) is None
+    assert remat.solve(toy, memory=need, method="recompute-all").peak_memory == pytest.approx(need)
+
+
+def test_checkmate_infeasible_states_the_minimum_too():
+    c = random_chain(3, 1)
+    need = remat.memory_range(c)[0]
+    sol = remat.solve(c, memory=need / 2, method="checkmate", threads=1, time_limit=20)
+    assert sol.status == Status.INFEASIBLE
+    assert sol.details["min_memory"] == need and "minimum feasible memory" in sol.message
+
+
+def test_methods_on_the_toy_chain(toy):
+    """Every method at 90 MiB, replayed. Expected makespans by hand from Table 2 (sum of u_b = 25.1 ms):
+    revolve runs the forward steps 12.28 + 6.04 + 6.24 + 3.8 + 1.6 ms, recompute-all 12.28 + 12.28 +
+    10.85 + 8.75 + 6.24 + 3.8 + 1.6 ms; rotor is paper 004's 47.42 ms."""
+    expect_ms = {"rotor": 47.42, "rotor-floating": 47.42, "revolve": 55.06, "recompute-all": 80.90}
+    for method, ms in expect_ms.items():
+        sol = remat.solve(toy, memory="90MiB", method=method)
+        assert sol.objective * 1e3 == pytest.approx(ms, abs=0.005), method
+        rep = simulate_remat(toy, sol.schedule, memory_limit=90 * MiB)
+        assert rep.makespan == sol.objective and rep.peak_memory == sol.peak_memory
+    seq = remat.solve(toy, memory="100MiB", method="sequential")
+    assert seq.details["segments"] == 2 and seq.peak_memory / MiB == pytest.approx(91.66, abs=0.01)
+    assert remat.solve(toy, memory="90MiB", method="sequential").status == Status.INFEASIBLE   # needs 91.7 MiB
+
+
+def test_report_text(toy):
+    sol = remat.solve(toy, memory="90MiB", method="revolve")
+    text = remat.report(sol, toy)
+    lines = text.splitlines()
+    assert lines[0] == "paper004-table2: L = 6, problem remat, method revolve, memory limit 90.0 MiB"
+    assert lines[2] == "makespan     55.1 ms  (+47.3% vs store-all 37.4 ms)"
+    assert lines[3] == "peak memory  86.8 MiB  (store-all 107.0 MiB)"
+    assert lines[-2] == "sequence     (23 operations)"
+
+
+def test_progress_lines(toy):
+    lines: list[str] = []
+    remat.solve(toy, memory="90MiB", method="remat-milp", threads=1, progress=lines.append)
+    text = "\n".join(lines)
+    assert "remat-milp: MIP start: the persistent DP (47.4 ms)" in text
+    assert "remat: optimal, makespan 47.4 ms" in lines[-1]
+    quiet = remat.solve(toy, memory="90MiB", method="rotor")   # no progress: nothing printed, no error
+    assert quiet.success
+
+
+def test_remat_milp_whole_call_time_limit():
+    """A remat-milp solve that cannot finish in 2 s returns in about 2 s with its best schedule."""
+    c = random_chain(50, 3, integer=False)
+    lo, hi = remat.memory_range(c)
+    memory = lo + 0.3 * (hi - lo)
+    dp = persistent(c, memory)
+    t0 = time.perf_counter()
+    sol = remat.solve(c, memory=memory, method="remat-milp", time_limit=2, threads=1)
+    wall = time.perf_counter() - t0
+    assert wall < 3.5, wall
+    assert sol.status == Status.TIME_LIMIT and sol.schedule is not None
+    simulate_remat(c, sol.schedule, memory_limit=memory)
+    assert sol.objective <= dp.objective * (1 + 1e-9)          # at least as good as its MIP start
+    assert sol.bound is not None and sol.bound <= sol.objective
+    assert sol.times["total"] == pytest.approx(wall, abs=0.2) and sol.details["time_limit"] == 2
+
+
+def test_remat_milp_out_of_time_before_highs_keeps_the_start():
+    """Time runs out while the model is built: no MILP incumbent, the MIP start is returned."""
+    c = random_chain(60, 5, integer=False)
+    lo, hi = remat.memory_range(c)
+    memory = lo + 0.5 * (hi - lo)
+    dp = persistent(c, memory)
+    t0 = time.perf_counter()
+    sol = remat.solve(c, memory=memory, method="remat-milp", time_limit=0.05, threads=1)
+    assert time.perf_counter() - t0 < 3.0
+    assert sol.status == Status.TIME_LIMIT and sol.details["returned"] == "mip start"
+    assert sol.schedule.ops == dp.schedule.ops and sol.objective == dp.objective
+    assert "returning its MIP start from the persistent DP" in sol.message
+
+
+def test_sweep_helper_memory_range():
+    c = random_chain(5, 2)
+    lo, hi = remat.memory_range(c)
+    assert exhaustive_remat(c, lo) is not None and exhaustive_remat(c, lo - 1) is None
+    assert remat.solve(c, memory=hi, method="store-all").objective == pytest.approx(c.store_all_time())
+    assert remat.solve(c, memory=hi - 1, method="store-all").status == Status.INFEASIBLE

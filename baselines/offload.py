@@ -4,7 +4,8 @@ Every method chooses an offloaded set and transfer orders, builds the no-wait sc
 Proposition 1 (:func:`models.offload.no_wait_schedule`) and returns a :class:`Solution` whose
 ``objective``/``peak_memory`` come from :func:`models.offload.validate_offload`:
 
-* :func:`lower_bound` -- Proposition 3: ``LB = max(sum_i u_{F_i} + u_{B_i}, 2 (M_peak - M_GPU) / beta)``.
+* :func:`lower_bound` -- Proposition 3: ``LB = max(sum_i u_{F_i} + u_{B_i}, 2 (M_peak - M_GPU) / beta)``
+  (the value itself is :func:`models.offload.lower_bound_value`, a property of the problem).
 * :func:`greedy` -- section 4, Theorem 2. The *fractional value* is the makespan of the no-wait,
   eager, ordered schedule that offloads exactly ``Q = M_peak - M_GPU`` bytes when activations may be
   split (computed by :func:`fractional_makespan`; it is a lower bound for Problem 1, because any
@@ -19,6 +20,11 @@ Proposition 1 (:func:`models.offload.no_wait_schedule`) and returns a :class:`So
   best valid schedule is kept.
 * :func:`vdnn`, :func:`tflms`, :func:`autoswap` -- the peers of section 6 (see each docstring).
 * :func:`exhaustive` -- every offloaded set and every pair of transfer orders (tests, tiny chains).
+
+Every function takes ``(chain, memory, bandwidth, ...)`` in that order (bytes, bytes/s). The searches
+(:func:`dynprog`, :func:`vdnn`, :func:`tflms`, :func:`autoswap`) take a keyword ``time_limit`` (seconds)
+and keep the best schedule found when it runs out; :mod:`memplan.offload` gives each a share of the
+call's budget. Memory below :func:`models.offload.min_feasible_memory` raises :class:`InfeasibleError`.
 
 Reading of the garbled formulas of section 5 (Algorithm 1):
 
@@ -44,11 +50,13 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from memplan.models.chain import Chain
-from memplan.models.offload import (NoWaitInfeasible, OffloadData, OffloadSchedule, min_feasible_memory,
-                            no_wait_schedule, peak_memory_no_offload, validate_offload)
+from memplan.models.offload import (PROBLEM, NoWaitInfeasible, OffloadData, OffloadSchedule, lower_bound_value,
+                                    make_solution, min_feasible_memory, no_wait_schedule,
+                                    peak_memory_no_offload, validate_offload)
 from memplan.models.solution import InfeasibleError, Solution, Status
 
-PROBLEM = "offload"
+__all__ = ["lower_bound", "fractional_makespan", "greedy", "dynprog_sets", "dynprog",
+           "vdnn", "tflms", "autoswap_scores", "autoswap", "exhaustive"]
 
 
 # ----------------------------------------------------------------------------------------- helpers
@@ -62,48 +70,22 @@ def _check(chain: Chain, memory: float, bandwidth: float | None) -> None:
                          "bandwidth in the instance")
 
 
-def _try(chain, beta, M, S, oo=None, po=None):
+def _deadline(time_limit: float | None) -> float:
+    """The monotonic instant at which a search given ``time_limit`` seconds stops (inf: never)."""
+    return math.inf if time_limit is None else time.monotonic() + max(0.0, float(time_limit))
+
+
+def _try(chain, M, beta, S, oo=None, po=None):
     """(schedule, makespan) of the no-wait schedule, or None when it does not fit."""
     try:
-        s = no_wait_schedule(chain, beta, M, S, oo, po)
+        s = no_wait_schedule(chain, M, beta, S, oo, po)
     except NoWaitInfeasible:
         return None
     r = validate_offload(chain, s, M)
     return s, r.makespan
 
 
-def make_solution(chain: Chain, method: str, schedule: OffloadSchedule | None, memory: float, *,
-                  bound: float | None = None, predicted: float | None = None, message: str = "",
-                  status: Status = Status.FEASIBLE, times=None, details=None, tol: float = 1e-7) -> Solution:
-    """Replay ``schedule`` with the validator and wrap it in a Solution."""
-    details = dict(details or {})
-    if schedule is None:
-        return Solution(PROBLEM, method, Status.NO_SOLUTION, bound=bound, memory_limit=memory,
-                        predicted=predicted, message=message or "no valid schedule found",
-                        times=dict(times or {}), details=details)
-    r = validate_offload(chain, schedule, memory, tol=tol)
-    details.update(offloaded=r.offloaded, offloaded_bytes=r.offloaded_bytes, link_busy=r.link_busy,
-                   compute_idle=r.compute_idle, link_order=[f"{k}{j}" for k, j in schedule.link_order()])
-    if bound is not None and r.makespan <= bound * (1 + 1e-9) and status == Status.FEASIBLE:
-        status = Status.OPTIMAL
-    return Solution(PROBLEM, method, status, objective=r.makespan, peak_memory=r.peak_memory,
-                    schedule=schedule, bound=bound, memory_limit=memory, predicted=predicted,
-                    message=message, times=dict(times or {}), details=details)
-
-
 # ------------------------------------------------------------------------------------- lower bound
-def lower_bound_value(chain: Chain, memory: float, bandwidth: float | None) -> float:
-    """Proposition 3: ``max(sum_i (u_{F_i} + u_{B_i}), 2 (M_peak - M_GPU)/beta)``."""
-    d = OffloadData.of(chain)
-    comp = float(d.uF.sum() + d.uB.sum())
-    excess = max(0.0, peak_memory_no_offload(chain) - memory)
-    if excess <= 0:
-        return comp
-    if not bandwidth:
-        return math.inf
-    return max(comp, 2 * excess / bandwidth)
-
-
 def lower_bound(chain: Chain, memory: float, bandwidth: float | None) -> Solution:
     """LB as a Solution (no schedule; ``objective`` and ``bound`` hold the bound)."""
     _check(chain, memory, bandwidth)
@@ -154,7 +136,7 @@ def _frac_phase(dur, alloc0, alloc, extra, elig0, elig_end, Q, M, beta, what):
     return starts, [tuple(b) for b in bursts], sent
 
 
-def fractional_makespan(chain: Chain, bandwidth: float, memory: float, amount: float | None = None,
+def fractional_makespan(chain: Chain, memory: float, bandwidth: float, amount: float | None = None,
                         *, return_parts: bool = False):
     """Makespan of the no-wait, eager, ordered schedule of the fully fractional relaxation (section 4)
     that offloads ``amount`` bytes (default ``Q = M_peak - M_GPU``, optimal by Theorem 2).
@@ -239,8 +221,9 @@ def fractional_makespan(chain: Chain, bandwidth: float, memory: float, amount: f
         T = hi
     else:
         T = T_low
+    T = float(T)
     if return_parts:
-        return T, {"Q": Q, "forward_end": eF[L], "backward_span": DB}
+        return T, {"Q": float(Q), "forward_end": float(eF[L]), "backward_span": float(DB)}
     return T
 
 
@@ -253,13 +236,13 @@ def greedy(chain: Chain, memory: float, bandwidth: float) -> Solution:
     d = OffloadData.of(chain)
     lb = lower_bound_value(chain, memory, bandwidth)
     Q = max(0.0, peak_memory_no_offload(chain) - memory)
-    frac = fractional_makespan(chain, bandwidth, memory) if Q > 0 else lb
+    frac = fractional_makespan(chain, memory, bandwidth) if Q > 0 else lb
     cum = np.cumsum(d.x[:d.L + 1])
     k0 = -1 if Q <= 0 else int(np.searchsorted(cum, Q * (1 - 1e-12)))
     best = None
     k_used = None
     for k in range(k0, d.L + 1):
-        res = _try(chain, bandwidth, memory, list(range(k + 1)))
+        res = _try(chain, memory, bandwidth, list(range(k + 1)))
         if res is not None:
             best, k_used = res[0], k
             break
@@ -379,23 +362,33 @@ def dynprog_sets(chain: Chain, memory: float, bandwidth: float, *, slots: int = 
 
 
 def dynprog(chain: Chain, memory: float, bandwidth: float, *, slots: int = 100, exact: bool = False,
-            top: int = 8, max_states: int = 20000) -> Solution:
+            top: int = 8, max_states: int = 20000, time_limit: float | None = None) -> Solution:
     """DYNPROG (section 5.3): Algorithm 1's offloaded set, scheduled whole, no-wait and ordered. If the
-    DP keeps no state (too coarse a grid), the GREEDY set is used and the message says so."""
+    DP keeps no state (too coarse a grid), the GREEDY set is used and the message says so.
+
+    ``time_limit`` (seconds) stops the rebuilding of the ``top`` best final states once the first one
+    has been tried (the DP itself runs to its end)."""
     _check(chain, memory, bandwidth)
     t0 = time.perf_counter()
+    stop = _deadline(time_limit)
     lb = lower_bound_value(chain, memory, bandwidth)
     cands, info = dynprog_sets(chain, memory, bandwidth, slots=slots, exact=exact, top=top,
                                max_states=max_states)
     best, pred, chosen = None, None, None
+    tried = 0
     for value, S in cands:
-        res = _try(chain, bandwidth, memory, S)
+        if tried and time.monotonic() >= stop:
+            break
+        tried += 1
+        res = _try(chain, memory, bandwidth, S)
         if res is not None and (best is None or res[1] < best[1] - 1e-12):
             best, pred, chosen = res, value, S
     grid = "exact values" if exact else f"grid {info['grid']:.4g} B (M/{slots})"
     msg = f"Algorithm 1, states merged on a {grid}"
     if info["truncated"]:
         msg += f", {max_states} cheapest states kept on {info['truncated']} levels"
+    if tried < len(cands):
+        msg += f", {tried} of its {len(cands)} best states rebuilt (time limit)"
     if best is None:
         g = greedy(chain, memory, bandwidth)
         if g.schedule is not None:
@@ -411,27 +404,33 @@ def dynprog(chain: Chain, memory: float, bandwidth: float, *, slots: int = 100, 
 
 
 # ------------------------------------------------------------------------------------------- peers
-def vdnn(chain: Chain, memory: float, bandwidth: float) -> Solution:
+def vdnn(chain: Chain, memory: float, bandwidth: float, *, time_limit: float | None = None) -> Solution:
     """vDNN(++) as implemented in section 6: candidates are the ``x_i`` whose ratio ``u_{F_i}/|x_i|`` is
     at least a threshold; for every threshold, the no-wait ordered schedules offloading all the
-    candidates and every second one (half) are built; the best valid one is returned."""
+    candidates and every second one (half) are built; the best valid one is returned. ``time_limit``
+    (seconds) stops the scan over thresholds early, keeping the best schedule found."""
     _check(chain, memory, bandwidth)
     t0 = time.perf_counter()
+    stop = _deadline(time_limit)
     d = OffloadData.of(chain)
     ratio = {i: (d.uF[i] / d.x[i] if d.x[i] > 0 else math.inf) for i in range(d.L + 1)}
-    best, tried = None, set()
+    best, tried, stopped = None, set(), False
     for thr in sorted(set(ratio.values()), reverse=True) + [-1.0]:
+        if tried and time.monotonic() >= stop:
+            stopped = True
+            break
         cand = [i for i in range(d.L + 1) if ratio[i] >= thr]
         for S in (cand, cand[::2]):
             key = tuple(S)
             if key in tried:
                 continue
             tried.add(key)
-            res = _try(chain, bandwidth, memory, S)
+            res = _try(chain, memory, bandwidth, S)
             if res is not None and (best is None or res[1] < best[1]):
                 best = res
     return make_solution(chain, "vdnn", best and best[0], memory, bound=lower_bound_value(chain, memory, bandwidth),
-                         message=f"best of {len(tried)} threshold/all-or-half choices",
+                         message=f"best of {len(tried)} threshold/all-or-half choices"
+                         + (" (stopped at the time limit)" if stopped else ""),
                          times={"total": time.perf_counter() - t0})
 
 
@@ -469,7 +468,7 @@ def _tflms_schedule(d: OffloadData, beta: float, n: int, dist: int) -> OffloadSc
     return OffloadSchedule(tF=tF, tB=tB, offload=off, prefetch=pre, bandwidth=beta)
 
 
-def _tflms_forward_fits(d: OffloadData, beta: float, n: int, M: float) -> bool:
+def _tflms_forward_fits(d: OffloadData, M: float, beta: float, n: int) -> bool:
     """Memory check of the TFLMS forward phase alone (it never waits): at the start of each F_i."""
     L = d.L
     tF = np.concatenate([[0.0], np.cumsum(d.uF)[:-1]])
@@ -492,13 +491,16 @@ def _tflms_forward_fits(d: OffloadData, beta: float, n: int, M: float) -> bool:
     return True
 
 
-def tflms(chain: Chain, memory: float, bandwidth: float, *, distances: Sequence[int] | None = None) -> Solution:
+def tflms(chain: Chain, memory: float, bandwidth: float, *, distances: Sequence[int] | None = None,
+          time_limit: float | None = None) -> Solution:
     """TFLMS (section 6): parameterised by the number of offloaded tensors ``n`` (the first ``n``) and
     the prefetch distance (layers in advance); the best valid configuration over ``n = 0..L+1`` and a
     grid of distances (1, 2, 3, 4, 6, 8, 12, ..., L+1) is returned. Values of ``n`` holding less than
-    ``M_peak - M`` bytes (Proposition 2) or whose forward phase overflows are skipped."""
+    ``M_peak - M`` bytes (Proposition 2) or whose forward phase overflows are skipped. ``time_limit``
+    (seconds) stops the replay of the configurations, best first, early."""
     _check(chain, memory, bandwidth)
     t0 = time.perf_counter()
+    stop = _deadline(time_limit)
     d = OffloadData.of(chain)
     L = d.L
     if distances is None:
@@ -507,7 +509,7 @@ def tflms(chain: Chain, memory: float, bandwidth: float, *, distances: Sequence[
     cum = np.concatenate([[0.0], np.cumsum(d.x[:L + 1])])     # cum[n] = bytes of the first n
     cands = []
     for n in range(0, L + 2):
-        if cum[n] < Q - 1e-9 * max(1.0, memory) or not _tflms_forward_fits(d, bandwidth, n, memory):
+        if cum[n] < Q - 1e-9 * max(1.0, memory) or not _tflms_forward_fits(d, memory, bandwidth, n):
             continue
         for dist in distances:
             s = _tflms_schedule(d, bandwidth, n, dist)
@@ -515,8 +517,11 @@ def tflms(chain: Chain, memory: float, bandwidth: float, *, distances: Sequence[
             if n == 0:
                 break
     cands.sort(key=lambda c: c[0])
-    best = None
-    for mk, n, dist, s in cands:
+    best, stopped = None, False
+    for k, (mk, n, dist, s) in enumerate(cands):
+        if k and time.monotonic() >= stop:
+            stopped = True
+            break
         try:
             validate_offload(chain, s, memory)
         except ValueError:
@@ -525,8 +530,10 @@ def tflms(chain: Chain, memory: float, bandwidth: float, *, distances: Sequence[
         break
     return make_solution(chain, "tflms", best and best[0], memory,
                          bound=lower_bound_value(chain, memory, bandwidth),
-                         message="no configuration fits (TFLMS never delays a computation for memory)"
-                         if best is None else f"best configuration: {best[1]} tensors, prefetch distance {best[2]}",
+                         message=("no configuration fits (TFLMS never delays a computation for memory)"
+                                  if best is None else
+                                  f"best configuration: {best[1]} tensors, prefetch distance {best[2]}")
+                         + (" (stopped at the time limit)" if stopped else ""),
                          times={"total": time.perf_counter() - t0},
                          details={} if best is None else {"n_tensors": best[1], "distance": best[2]})
 
@@ -562,22 +569,27 @@ def autoswap_scores(chain: Chain, memory: float, bandwidth: float) -> np.ndarray
 
 
 def autoswap(chain: Chain, memory: float, bandwidth: float, *, samples: int = 40, seed: int = 0,
-             extra: int = 2) -> Solution:
+             extra: int = 2, time_limit: float | None = None) -> Solution:
     """AutoSwap (section 6): activations ranked by a weighted sum of its four priority scores
     (:func:`autoswap_scores`); offload the top-ranked ones, the smallest prefix of the ranking holding
     ``M_peak - M`` bytes and up to ``extra`` more. The weights are searched by *random search* (the
     four unit vectors, the uniform vector and ``samples`` Dirichlet draws, seeded) instead of the
-    Bayesian optimisation of the original, which makes the result reproducible."""
+    Bayesian optimisation of the original, which makes the result reproducible. ``time_limit``
+    (seconds) stops the search over weight vectors early, keeping the best schedule found."""
     _check(chain, memory, bandwidth)
     t0 = time.perf_counter()
+    stop = _deadline(time_limit)
     d = OffloadData.of(chain)
     S = autoswap_scores(chain, memory, bandwidth)
     Q = max(0.0, peak_memory_no_offload(chain) - memory)
     rng = np.random.default_rng(seed)
     weights = [np.eye(4)[k] for k in range(4)] + [np.full(4, 0.25)] + list(rng.dirichlet(np.ones(4), samples))
     seen: dict[tuple, tuple | None] = {}
-    best, best_w = None, None
+    best, best_w, used = None, None, 0
     for w in weights:
+        if used and time.monotonic() >= stop:
+            break
+        used += 1
         score = S @ w
         rank = sorted(range(d.L + 1), key=lambda j: (-score[j], j))
         acc, k0 = 0.0, len(rank)
@@ -591,13 +603,14 @@ def autoswap(chain: Chain, memory: float, bandwidth: float, *, samples: int = 40
         for k in range(k0, min(len(rank), k0 + extra) + 1):
             key = tuple(sorted(rank[:k]))
             if key not in seen:
-                seen[key] = _try(chain, bandwidth, memory, list(key))
+                seen[key] = _try(chain, memory, bandwidth, list(key))
             res = seen[key]
             if res is not None and (best is None or res[1] < best[1]):
                 best, best_w = res, w
     return make_solution(chain, "autoswap", best and best[0], memory,
                          bound=lower_bound_value(chain, memory, bandwidth),
-                         message=f"random search over {len(weights)} weight vectors, {len(seen)} sets tried",
+                         message=f"random search over {used} weight vectors, {len(seen)} sets tried"
+                         + (f" (stopped at the time limit, of {len(weights)})" if used < len(weights) else ""),
                          times={"total": time.perf_counter() - t0},
                          details={} if best_w is None else {"weights": [float(v) for v in best_w]})
 
@@ -619,7 +632,7 @@ def exhaustive(chain: Chain, memory: float, bandwidth: float, *, max_candidates:
             for oo in itertools.permutations(S):
                 for po in itertools.permutations(S):
                     n += 1
-                    res = _try(chain, bandwidth, memory, S, oo, po)
+                    res = _try(chain, memory, bandwidth, S, oo, po)
                     if res is not None and (best is None or res[1] < best[1] - 1e-12):
                         best = res
     return make_solution(chain, "exhaustive", best and best[0], memory,

@@ -18,7 +18,7 @@ import time
 from memplan.baselines import offload as B
 from memplan.formulations.offload_milp import solve_offload_milp
 from memplan.models.chain import random_chain
-from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
+from memplan.models.offload import lower_bound_value, min_feasible_memory, peak_memory_no_offload
 
 HEUR = {"greedy": B.greedy, "dynprog": B.dynprog, "vdnn": B.vdnn, "tflms": B.tflms, "autoswap": B.autoswap}
 
@@ -30,7 +30,7 @@ def part1(Ls, frac=0.3, beta=12.5e9):
         c = random_chain(L, seed=L, integer=False)
         mf, mp = min_feasible_memory(c), peak_memory_no_offload(c)
         M = mf + frac * (mp - mf)
-        lb = B.lower_bound_value(c, M, beta)
+        lb = lower_bound_value(c, M, beta)
         cells = []
         for name, f in HEUR.items():
             t0 = time.perf_counter()
@@ -62,7 +62,7 @@ def part2(Ls, seeds, time_limit, frac=0.4, beta=1.0):
                             for s in hs.values())
             g = m.gap
             print(f"{L:>3}{seed:>5}{dt:>9.2f}{str(m.status):>12}{(100 * g if g is not None else float('nan')):>7.2f}"
-                  f"{B.lower_bound_value(c, M, beta):>8.1f}{(best or float('nan')):>8.2f} {gaps}")
+                  f"{lower_bound_value(c, M, beta):>8.1f}{(best or float('nan')):>8.2f} {gaps}")
 
 
 def main() -> None:

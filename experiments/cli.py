@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--bandwidth", help="link bandwidth, e.g. 12GB/s (default: the instance's platform)")
     s.add_argument("--gpus", type=int, help="number of GPUs (pipeline; default: the instance's platform, else 1)")
     s.add_argument("--slots", type=int, help="memory discretization of the DPs (default: the problem's "
-                   "choice: remat 500, offload DYNPROG 200, remat-offload 50)")
+                   "choice: remat 500, offload DYNPROG 500, remat-offload 50)")
     s.add_argument("--exact", action="store_true", help="DPs: one slot per byte (integer sizes only)")
     s.add_argument("--time-limit", type=float, help="seconds for the whole call, every phase included "
                    "(default 60)")

@@ -9,6 +9,10 @@
   way for activations (paper 001's ``M_GPU`` is the activation budget); the remat DP's own model
   (paper 004) is used for its curve.
 
+Every offloading point is one :func:`memplan.offload.solve` call (``--time-limit`` bounds each call).
+A limit where no schedule exists is a NaN point whose ``status`` column says ``infeasible``; any other
+error stops the script instead of becoming a silent gap in a curve.
+
 Usage::
 
     python -m memplan.experiments.offload_figures --instance instances/paper004_table2.json --bandwidth 1GB/s
@@ -24,28 +28,25 @@ from pathlib import Path
 
 import numpy as np
 
+from memplan import offload
+from memplan.baselines import remat_rotor as rotor
+from memplan.models.offload import lower_bound_value, min_feasible_memory, peak_memory_no_offload
+
 ALL = ["greedy", "dynprog", "vdnn", "tflms", "autoswap", "milp"]
 
 
 def _solve(chain, memory, bandwidth, method, args):
-    from memplan.experiments.solve_offload import run_method
-
-    ns = argparse.Namespace(slots=args.slots, exact=False, time_limit=args.time_limit, gap=1e-4,
-                            threads=args.threads, solver_log=None, verbose=False)
+    """One :func:`memplan.offload.solve` call: (solution, seconds). Errors propagate; a limit below the
+    minimum feasible memory is a Solution with status INFEASIBLE."""
     t0 = time.perf_counter()
-    try:
-        sol = run_method(chain, memory, bandwidth, method, ns)
-    except ValueError as e:      # InfeasibleError and friends
-        return None, str(e), time.perf_counter() - t0
-    return sol, sol.message, time.perf_counter() - t0
+    sol = offload.solve(chain, memory=memory, bandwidth=bandwidth, method=method, time_limit=args.time_limit,
+                        gap=1e-4, threads=args.threads, slots=args.slots)
+    return sol, time.perf_counter() - t0
 
 
 def figure2(chain, bandwidth, args, out: Path):
     import pandas as pd
     from tqdm import tqdm
-
-    from memplan.baselines.offload import lower_bound_value
-    from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
 
     mf, mp = min_feasible_memory(chain), peak_memory_no_offload(chain)
     mems = np.linspace(mf, mp, args.points)
@@ -54,12 +55,12 @@ def figure2(chain, bandwidth, args, out: Path):
     for M in tqdm(mems, desc="figure 2", unit="limit"):
         lb = lower_bound_value(chain, M, bandwidth)
         for meth in methods:
-            sol, msg, dt = _solve(chain, M, bandwidth, meth, args)
-            ok = sol is not None and sol.success
+            sol, dt = _solve(chain, M, bandwidth, meth, args)
+            ok = sol.success
             rows.append({"memory": M, "method": meth, "makespan": sol.objective if ok else math.nan,
                          "lb": lb, "ratio": sol.objective / lb if ok else math.nan,
-                         "bound": sol.bound if sol is not None and meth == "milp" else math.nan,
-                         "status": str(sol.status) if sol is not None else "error", "seconds": dt})
+                         "bound": sol.bound if meth == "milp" and sol.bound is not None else math.nan,
+                         "status": str(sol.status), "seconds": dt})
     df = pd.DataFrame(rows)
     df.to_csv(out / "figure2.csv", index=False)
     import matplotlib
@@ -84,40 +85,32 @@ def figure3(chain, bandwidth, args, out: Path, batch: float):
     import pandas as pd
     from tqdm import tqdm
 
-    from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
-
-    try:
-        import memplan.baselines.remat_rotor as rotor
-    except ImportError:          # pragma: no cover - the remat DP is another module
-        rotor = None
     mf, mp = min_feasible_memory(chain), peak_memory_no_offload(chain)
-    lo = mf
-    if rotor is not None and hasattr(rotor, "min_memory"):
-        lo = min(lo, rotor.min_memory(chain))
+    lo = min(mf, rotor.min_memory(chain))
     mems = np.linspace(lo, mp, args.points)
     heur = [m for m in args.methods if m != "milp"]
     rows = []
     for M in tqdm(mems, desc="figure 3", unit="limit"):
         for k in (1, 2, 3):
             best, dyn = math.nan, math.nan
+            statuses = {}
             for meth in heur:
-                sol, _, _ = _solve(chain, M, k * bandwidth, meth, args)
-                if sol is not None and sol.success:
+                sol, _ = _solve(chain, M, k * bandwidth, meth, args)
+                statuses[meth] = str(sol.status)
+                if sol.success:
                     best = np.nanmin([best, sol.objective])
                     if meth == "dynprog":
                         dyn = sol.objective
+            best_status = "feasible" if best == best else "/".join(sorted(set(statuses.values())))
             rows.append({"memory": M, "curve": f"offload best {k}x", "makespan": best,
-                         "throughput": batch / best if best == best else math.nan})
+                         "throughput": batch / best if best == best else math.nan, "status": best_status})
             rows.append({"memory": M, "curve": f"offload dynprog {k}x", "makespan": dyn,
-                         "throughput": batch / dyn if dyn == dyn else math.nan})
-        if rotor is not None:
-            try:
-                sol = rotor.persistent(chain, M, slots=500)
-                mk = sol.objective if sol.success else math.nan
-            except Exception:    # noqa: BLE001 - the curve is optional
-                mk = math.nan
-            rows.append({"memory": M, "curve": "remat (rotor)", "makespan": mk,
-                         "throughput": batch / mk if mk == mk else math.nan})
+                         "throughput": batch / dyn if dyn == dyn else math.nan,
+                         "status": statuses.get("dynprog", "not run")})
+        sol = rotor.persistent(chain, M, slots=500)
+        mk = sol.objective if sol.success else math.nan
+        rows.append({"memory": M, "curve": "remat (rotor)", "makespan": mk,
+                     "throughput": batch / mk if mk == mk else math.nan, "status": str(sol.status)})
     df = pd.DataFrame(rows)
     df.to_csv(out / "figure3.csv", index=False)
     import matplotlib

@@ -53,15 +53,17 @@ Times are scaled by the total compute time and memory by ``M`` before solving.
 from __future__ import annotations
 
 import itertools
-import math
-import time
 
-import numpy as np
-
+from memplan.formulations.highs_driver import solve_milp, timed
+from memplan.models import budget as _budget
 from memplan.models.chain import Chain
-from memplan.models.offload import (InvalidOffloadSchedule, OffloadData, OffloadSchedule, no_wait_schedule,
-                            validate_offload)
+from memplan.models.offload import (PROBLEM, InvalidOffloadSchedule, OffloadData, OffloadSchedule,
+                                    lower_bound_value, make_solution, validate_offload)
 from memplan.models.solution import InfeasibleError, Solution, Status
+
+
+class BuildInterrupted(RuntimeError):
+    """The call's time budget ran out while the model was being built."""
 
 
 def window_memory(d: OffloadData, w: int) -> tuple[float, list[int]]:
@@ -97,11 +99,36 @@ def window_memory(d: OffloadData, w: int) -> tuple[float, list[int]]:
     return static, var
 
 
+class _BuildClock:
+    """Watches the active ``solve`` call's budget while the model is built. Constraint rules ask
+    :meth:`out` and skip their row once time is out (an exception inside a rule would be logged by
+    Pyomo as an error); :meth:`check` between the families then stops the build."""
+
+    def __init__(self) -> None:
+        self.budget = _budget.current()
+        self.hit = False
+
+    def out(self) -> bool:
+        if not self.hit and self.budget.expired():
+            self.hit = True
+        return self.hit
+
+    def check(self) -> None:
+        if self.out():
+            raise BuildInterrupted("the call's time limit was reached while the MILP was being built")
+
+
 def build_offload_milp(chain: Chain, memory: float, bandwidth: float, *, horizon: float | None = None,
                        phased: bool = False):
-    """The Pyomo model (see the module docstring). Returns ``(model, info)``; ``info`` holds the scales."""
+    """The Pyomo model (see the module docstring). Returns ``(model, info)``; ``info`` holds the scales.
+
+    Size: ``O(L^2)`` binaries (link order of every pair of transfers, prefetch windows) and ``O(L^2)``
+    constraints of ``O(L)`` terms. Inside a ``solve`` call, raises :class:`BuildInterrupted` as soon as
+    the call's time budget has run out (the largest constraint families check it row by row).
+    """
     import pyomo.environ as pyo
 
+    clock = _BuildClock()
     d = OffloadData.of(chain)
     L = d.L
     nq = 2 * L + 2
@@ -150,17 +177,22 @@ def build_offload_milp(chain: Chain, memory: float, bandwidth: float, *, horizon
         return 1 - m.z[pidx[(B, A)]]
 
     def link1(m, n):
+        if clock.out():
+            return pyo.Constraint.Skip
         A, B = pairs[n]
         relax = H * (2 - m.y[A[1]] - m.y[B[1]])
         return start(B) >= start(A) + c[A[1]] - H * (1 - m.z[n]) - relax
 
     def link2(m, n):
+        if clock.out():
+            return pyo.Constraint.Skip
         A, B = pairs[n]
         relax = H * (2 - m.y[A[1]] - m.y[B[1]])
         return start(A) >= start(B) + c[B[1]] - H * m.z[n] - relax
 
     m.c_link_ab = pyo.Constraint(m.PAIRS, rule=link1)
     m.c_link_ba = pyo.Constraint(m.PAIRS, rule=link2)
+    clock.check()
     if phased:
         for n, (A, B) in enumerate(pairs):
             if A[0] != B[0]:
@@ -191,6 +223,7 @@ def build_offload_milp(chain: Chain, memory: float, bandwidth: float, *, horizon
     m.AQ = pyo.Set(initialize=AQ, dimen=2)
     m.a = pyo.Var(m.AQ, within=pyo.Binary)
     m.c_release = pyo.Constraint(m.AQ, rule=lambda m, j, q: m.o[j] + c[j] * m.y[j] <= m.s[q] + H * m.a[j, q])
+    clock.check()
 
     def b(j, q):
         return sum(m.v[j, w] for w in W[j] if w < 2 * q)
@@ -213,6 +246,8 @@ def build_offload_milp(chain: Chain, memory: float, bandwidth: float, *, horizon
     m.c_mem_compute = pyo.Constraint(m.Q, rule=mem_compute)
 
     def mem_prefetch(m, k, w):
+        if clock.out():
+            return pyo.Constraint.Skip
         static, var = window_memory(d, w)
         expr = static / mu + d.x[k] / mu
         for j in var:
@@ -225,6 +260,7 @@ def build_offload_milp(chain: Chain, memory: float, bandwidth: float, *, horizon
         return expr <= 1.0 + Hm * (1 - m.v[k, w])
 
     m.c_mem_prefetch = pyo.Constraint(m.VW, rule=mem_prefetch)
+    clock.check()
     info = {"tu": tu, "mu": mu, "H": H, "J": J, "c": c, "pairs": pairs, "W": W, "dur": dur, "nq": nq}
     return m, info
 
@@ -280,30 +316,39 @@ def read_schedule(m, info, d: OffloadData, bandwidth: float) -> OffloadSchedule:
 def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: OffloadSchedule | None = None,
                        time_limit: float | None = 60, gap: float | None = 1e-6, threads: int | None = None,
                        log_file=None, phased: bool = False, verbose: bool = False) -> Solution:
-    """Solve Problem 1 exactly (within HiGHS's gap) from an optional MIP start; the schedule is
-    replayed by the validator."""
-    from memplan.formulations.highs_driver import solve_milp, timed
-    from memplan.baselines.offload import lower_bound_value, make_solution
+    """Solve Problem 1 exactly (within HiGHS's gap) from an optional MIP start (a valid schedule, e.g.
+    the best heuristic's: it also caps the horizon); the schedule is replayed by the validator.
 
+    Inside a ``solve`` call whose budget runs out while the model is being built, the build stops and
+    the Solution is NO_SOLUTION (``details['interrupted'] = 'build'``); HiGHS's own time limit is
+    clamped to what the budget has left by :func:`formulations.highs_driver.solve_milp`. The
+    ``bound`` is HiGHS's dual bound, raised to Proposition 3's
+    (:func:`models.offload.lower_bound_value`) when that is higher.
+    """
     d = OffloadData.of(chain)
     times: dict[str, float] = {}
+    lb = lower_bound_value(chain, memory, bandwidth)
     horizon = None
     if start is not None:
         horizon = validate_offload(chain, start, memory).makespan
-    with timed(times, "build"):
-        m, info = build_offload_milp(chain, memory, bandwidth, horizon=horizon, phased=phased)
-        mip_start = _mip_start(m, info, d, start) if start is not None else None
+    details = {"size": {}, "start_accepted": None, "phased": phased, "start_makespan": horizon}
+    try:
+        with timed(times, "build"):
+            m, info = build_offload_milp(chain, memory, bandwidth, horizon=horizon, phased=phased)
+            mip_start = _mip_start(m, info, d, start) if start is not None else None
+    except BuildInterrupted as e:
+        details["interrupted"] = "build"
+        return Solution(PROBLEM, "milp", Status.NO_SOLUTION, bound=lb, memory_limit=memory,
+                        message=f"not solved: {e}", times=times, details=details)
     res = solve_milp(m, time_limit=time_limit, gap=gap, threads=threads, mip_start=mip_start,
                      log_file=log_file, verbose=verbose)
     times.update(res.times)
-    lb = lower_bound_value(chain, memory, bandwidth)
     bound = None if res.bound is None else max(res.bound * info["tu"], lb)
-    details = {"size": res.size, "start_accepted": res.start_accepted, "phased": phased,
-               "start_makespan": horizon}
+    details.update(size=res.size, start_accepted=res.start_accepted)
     if not res.has_solution:
         if res.status == Status.INFEASIBLE and start is not None:
             res.message += " (unexpected: a MIP start was given)"
-        return Solution("offload", "milp", res.status, bound=bound, memory_limit=memory, message=res.message,
+        return Solution(PROBLEM, "milp", res.status, bound=bound, memory_limit=memory, message=res.message,
                         times=times, details=details)
     sched = read_schedule(m, info, d, bandwidth)
     try:
@@ -313,7 +358,7 @@ def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: 
             sched = start
             details["note"] = f"MILP schedule rejected by the validator ({e}); the start is as good"
         else:
-            return Solution("offload", "milp", Status.ERROR, bound=bound, memory_limit=memory,
+            return Solution(PROBLEM, "milp", Status.ERROR, bound=bound, memory_limit=memory,
                             predicted=res.objective * info["tu"], times=times, details=details,
                             message=f"MILP schedule rejected by the validator: {e}")
     sol = make_solution(chain, "milp", sched, memory, bound=bound, predicted=res.objective * info["tu"],

@@ -1,5 +1,7 @@
 """Activation offloading (paper 001, Beaumont, Eyraud-Dubois, Shilova, Euro-Par 2020): timed schedules,
-their validator, and the no-wait schedule builder of Proposition 1.
+their validator, the problem's bounds (``M_peak``, the minimum feasible memory, the lower bound of
+Proposition 3), the no-wait schedule builder of Proposition 1, and :func:`make_solution`, which wraps a
+replayed schedule in a :class:`Solution` for every method (heuristics and MILP alike).
 
 Notation: paper 001 -> :class:`models.chain.Chain`
 ===================================================
@@ -70,6 +72,9 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from .chain import Chain
+from .solution import Solution, Status
+
+PROBLEM = "offload"
 
 
 class InvalidOffloadSchedule(ValueError):
@@ -124,6 +129,35 @@ def min_feasible_memory(chain: Chain) -> float:
     f = pair + d.exF
     b = pair + d.y[:d.L + 1] + d.y[1:d.L + 2] + d.exB
     return float(max(f.max(), b.max()))
+
+
+def lower_bound_value(chain: Chain, memory: float, bandwidth: float | None) -> float:
+    """Proposition 3 of paper 001: ``LB = max(sum_i (u_{F_i} + u_{B_i}), 2 (M_peak - M_GPU) / beta)``.
+
+    Every schedule computes everything, and the ``M_peak - M_GPU`` bytes that must leave the device
+    (Proposition 2) are sent and fetched back on the one link. ``inf`` when offloading is needed and
+    no bandwidth is known. O(L).
+
+    Examples
+    --------
+    A two-stage chain (``x = (4, 1, 1, 0)``, unit times, ``ex^B_1 = 6``): ``M_peak = 12``, so at
+    ``M = 9`` three bytes go out and back at 1 byte/s.
+
+    >>> from memplan.models.chain import Chain
+    >>> c = Chain.from_stages(uf=[1, 1], ub=[1, 1], wa=[4, 1, 1], wd=[0, 0, 0], of=[0, 0], ob=[0, 6])
+    >>> peak_memory_no_offload(c), min_feasible_memory(c)
+    (12.0, 8.0)
+    >>> lower_bound_value(c, 9, 1.0), lower_bound_value(c, 12, None)
+    (6.0, 4.0)
+    """
+    d = OffloadData.of(chain)
+    comp = float(d.uF.sum() + d.uB.sum())
+    excess = max(0.0, peak_memory_no_offload(chain) - memory)
+    if excess <= 0:
+        return comp
+    if not bandwidth:
+        return math.inf
+    return max(comp, 2 * excess / bandwidth)
 
 
 # ------------------------------------------------------------------------------------------- schedule
@@ -352,6 +386,30 @@ def is_valid(chain, schedule, memory_limit, bandwidth=None) -> bool:
         return False
 
 
+def make_solution(chain: Chain, method: str, schedule: OffloadSchedule | None, memory: float, *,
+                  bound: float | None = None, predicted: float | None = None, message: str = "",
+                  status: Status = Status.FEASIBLE, times=None, details=None, tol: float = 1e-7) -> Solution:
+    """Replay ``schedule`` with :func:`validate_offload` and wrap it in a :class:`Solution`.
+
+    ``objective`` and ``peak_memory`` are the replayed makespan and peak; ``details`` gets what was
+    offloaded and the link order. A FEASIBLE schedule that reaches ``bound`` becomes OPTIMAL. Without a
+    schedule the Solution is NO_SOLUTION. Raises :class:`InvalidOffloadSchedule` for an invalid one.
+    """
+    details = dict(details or {})
+    if schedule is None:
+        return Solution(PROBLEM, method, Status.NO_SOLUTION, bound=bound, memory_limit=memory,
+                        predicted=predicted, message=message or "no valid schedule found",
+                        times=dict(times or {}), details=details)
+    r = validate_offload(chain, schedule, memory, tol=tol)
+    details.update(offloaded=r.offloaded, offloaded_bytes=r.offloaded_bytes, link_busy=r.link_busy,
+                   compute_idle=r.compute_idle, link_order=[f"{k}{j}" for k, j in schedule.link_order()])
+    if bound is not None and r.makespan <= bound * (1 + 1e-9) and status == Status.FEASIBLE:
+        status = Status.OPTIMAL
+    return Solution(PROBLEM, method, status, objective=r.makespan, peak_memory=r.peak_memory,
+                    schedule=schedule, bound=bound, memory_limit=memory, predicted=predicted,
+                    message=message, times=dict(times or {}), details=details)
+
+
 # ------------------------------------------------------------------------------- no-wait (Prop. 1)
 def _phase(dur: Sequence[float], extra: Sequence[float], items: list[tuple[float, int, int, int, bool]],
            order: Sequence[int], M: float, beta: float, what: str):
@@ -432,7 +490,7 @@ def _phase(dur: Sequence[float], extra: Sequence[float], items: list[tuple[float
     return start, tstart, release
 
 
-def no_wait_schedule(chain: Chain, bandwidth: float, memory_limit: float, offloaded: Iterable[int] = (),
+def no_wait_schedule(chain: Chain, memory_limit: float, bandwidth: float, offloaded: Iterable[int] = (),
                      offload_order: Sequence[int] | None = None,
                      prefetch_order: Sequence[int] | None = None) -> OffloadSchedule:
     """The no-wait schedule of Proposition 1 for a set of offloaded activations and transfer orders.

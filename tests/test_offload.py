@@ -7,8 +7,8 @@ import pytest
 from memplan.baselines import offload as B
 from memplan.formulations.offload_milp import solve_offload_milp
 from memplan.models.chain import Chain, random_chain
-from memplan.models.offload import (InvalidOffloadSchedule, NoWaitInfeasible, OffloadSchedule, min_feasible_memory,
-                            no_wait_schedule, peak_memory_no_offload, validate_offload)
+from memplan.models.offload import (InvalidOffloadSchedule, NoWaitInfeasible, OffloadSchedule, lower_bound_value,
+                                    min_feasible_memory, no_wait_schedule, peak_memory_no_offload, validate_offload)
 from memplan.models.solution import InfeasibleError, Status
 
 HEURISTICS = [B.greedy, B.dynprog, B.vdnn, B.tflms, B.autoswap]
@@ -31,7 +31,7 @@ def hand_chain():
 def test_peak_without_offloading_is_m_peak():
     for seed in range(5):
         c = random_chain(5, seed)
-        s = no_wait_schedule(c, 1.0, 1e9, [])
+        s = no_wait_schedule(c, 1e9, 1.0, [])
         r = validate_offload(c, s, None)
         assert r.peak_memory == pytest.approx(peak_memory_no_offload(c))
         assert r.makespan == pytest.approx(c.store_all_time())
@@ -42,8 +42,8 @@ def test_hand_chain_values():
     assert peak_memory_no_offload(c) == 12 and min_feasible_memory(c) == 8
     # Prop. 3: max(4, 2 * 3 / 1) = 6; fractional optimum (Theorem 2): send 3 of x_0 before B_1 can
     # start (t = 3), B_1 [3, 4), 3 back [4, 7), B_0 [7, 8); whole x_0: 4 + 1 + 4 + 1 = 10.
-    assert B.lower_bound_value(c, 9, 1.0) == 6
-    assert B.fractional_makespan(c, 1.0, 9) == pytest.approx(8.0, abs=1e-6)
+    assert lower_bound_value(c, 9, 1.0) == 6
+    assert B.fractional_makespan(c, 9, 1.0) == pytest.approx(8.0, abs=1e-6)
     g = B.greedy(c, 9, 1.0)
     assert g.objective == pytest.approx(10.0) and g.details["fractional"] == pytest.approx(8.0, abs=1e-6)
     m = solve_offload_milp(c, 9, 1.0, threads=1, time_limit=10)
@@ -52,7 +52,7 @@ def test_hand_chain_values():
 
 def _valid_example():
     c = hand_chain()
-    s = no_wait_schedule(c, 1.0, 9, [0])
+    s = no_wait_schedule(c, 9, 1.0, [0])
     validate_offload(c, s, 9)
     return c, s
 
@@ -76,14 +76,14 @@ def test_validator_memory_and_link():
     c = hand_chain()
     # no offloading under 9 B: B_1 needs 12
     with pytest.raises(InvalidOffloadSchedule, match="exceeds the limit 9"):
-        validate_offload(c, no_wait_schedule(c, 1.0, 100, []), 9)
+        validate_offload(c, no_wait_schedule(c, 100, 1.0, []), 9)
     # release only at the end of the offload: B_1 may not start before x_0 is fully sent (t = 4)
     s = OffloadSchedule(tF=[0, 1, 2], tB=[9, 3, 2], offload={0: 0.0}, prefetch={0: 5.0}, bandwidth=1.0)
     with pytest.raises(InvalidOffloadSchedule, match="exceeds the limit"):
         validate_offload(c, s, 9)
     # two transfers at once
     c2 = random_chain(3, 0)
-    s2 = no_wait_schedule(c2, 1.0, 1e9, [0, 1])
+    s2 = no_wait_schedule(c2, 1e9, 1.0, [0, 1])
     s2.offload[1] = s2.offload[0]
     with pytest.raises(InvalidOffloadSchedule, match="one transfer at a time|before x_1 exists"):
         validate_offload(c2, s2, None)
@@ -91,7 +91,7 @@ def test_validator_memory_and_link():
 
 def test_reservation_at_prefetch_start():
     c = hand_chain()
-    s = no_wait_schedule(c, 1.0, 9, [0])
+    s = no_wait_schedule(c, 9, 1.0, [0])
     # starting the prefetch during B_1 (x_1, x_2, ex^B_1 = 8 B) reserves 4 more: 12 > 9
     s.prefetch[0] = s.tB[1]
     s.tB[0] = max(s.tB[0], s.prefetch[0] + 4)
@@ -117,14 +117,14 @@ def test_fractional_value_theorem2():
         Q = peak_memory_no_offload(c) - M
         if Q <= 0:
             continue
-        fr = B.fractional_makespan(c, beta, M)
+        fr = B.fractional_makespan(c, M, beta)
         g = B.greedy(c, M, beta)
         assert g.details["fractional"] == pytest.approx(fr)
-        assert B.lower_bound_value(c, M, beta) <= fr * (1 + 1e-9)
+        assert lower_bound_value(c, M, beta) <= fr * (1 + 1e-9)
         assert fr <= g.objective * (1 + 1e-9)
         total = c.wabar[:c.L + 1].sum()
         for extra in np.linspace(0, total - Q, 4)[1:]:
-            assert B.fractional_makespan(c, beta, M, Q + extra) >= fr * (1 - 1e-6)
+            assert B.fractional_makespan(c, M, beta, Q + extra) >= fr * (1 - 1e-6)
 
 
 def test_every_heuristic_schedule_is_valid():
@@ -148,7 +148,7 @@ def test_milp_equals_exhaustive_small():
         assert m.status == Status.OPTIMAL
         assert start is None or m.details["start_accepted"]
         assert m.objective == pytest.approx(ex.objective, rel=1e-6)
-        lb = B.lower_bound_value(c, M, beta)
+        lb = lower_bound_value(c, M, beta)
         assert lb <= m.objective * (1 + 1e-9)
         assert m.objective <= min(h.objective for h in ok) * (1 + 1e-9)
         n += 1
@@ -168,8 +168,8 @@ def test_milp_between_bound_and_heuristics():
         assert m.success and m.details["start_accepted"]
         validate_offload(c, m.schedule, M, tol=1e-6)
         assert m.objective <= best * (1 + 1e-9)
-        assert B.lower_bound_value(c, M, beta) <= m.objective * (1 + 1e-9)
-        assert B.fractional_makespan(c, beta, M) <= m.objective * (1 + 1e-6)
+        assert lower_bound_value(c, M, beta) <= m.objective * (1 + 1e-9)
+        assert B.fractional_makespan(c, M, beta) <= m.objective * (1 + 1e-6)
         assert m.bound is None or m.bound <= m.objective * (1 + 1e-6)
 
 
@@ -185,7 +185,7 @@ def test_dynprog_exact_and_rounded_agree_on_integer_chain():
 def test_no_wait_infeasible_is_reported():
     c = hand_chain()
     with pytest.raises(NoWaitInfeasible):
-        no_wait_schedule(c, 1.0, 9, [])
+        no_wait_schedule(c, 9, 1.0, [])
 
 
 def test_milp_equals_exhaustive_L4():

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from memplan.experiments import solve_offload
+from memplan import offload
 from memplan.experiments.cli import main
 
 
@@ -32,5 +32,15 @@ def test_cli_errors(capsys):
 
 
 def test_methods_registry():
-    assert solve_offload.METHODS == ["lb", "greedy", "dynprog", "vdnn", "tflms", "autoswap", "milp"]
-    assert solve_offload.DEFAULT_METHOD in solve_offload.METHODS
+    assert offload.METHODS == ["lb", "greedy", "dynprog", "vdnn", "tflms", "autoswap", "milp"]
+    assert offload.DEFAULT_METHOD in offload.METHODS
+
+
+def test_cli_gantt(tmp_path, capsys):
+    """The README's command with --gantt: the chart is drawn by memplan.offload.gantt."""
+    png = tmp_path / "offload.png"
+    rc = main(["solve", "instances/paper004_table2.json", "--problem", "offload", "--memory", "80MiB",
+               "--bandwidth", "1GB/s", "--method", "milp", "--threads", "1", "--gantt", str(png), "--quiet"])
+    out = capsys.readouterr()
+    assert rc == 0 and f"Gantt chart  {png}" in out.out and out.err == ""
+    assert png.stat().st_size > 10_000

@@ -1,0 +1,229 @@
+"""memplan.offload: the front end of the offloading problem (paper 001) -- input checks, outcomes, the
+MIP start, the whole-call time limit, the final replay, report and Gantt chart."""
+import math
+import time
+
+import pytest
+
+import memplan
+from memplan import offload
+from memplan.baselines import offload as B
+from memplan.models.chain import Chain, random_chain
+from memplan.models.offload import (lower_bound_value, min_feasible_memory, peak_memory_no_offload,
+                                    validate_offload)
+from memplan.models.solution import InputError, Status
+
+MiB = 2**20
+
+
+def hand_chain():
+    """x = (4, 1, 1, 0), ex^B_1 = 6, unit times, y = 0: M_peak = 12 (during B_1), minimum feasible 8
+    (B_1 holds x_1, x_2 and ex^B_1). At M = 9 and 1 B/s, x_0 must go out and back whole: 4 + 1 + 4 + 1
+    = 10 (the optimum, see tests/test_offload.py); Proposition 3 gives max(4, 2 * 3 / 1) = 6."""
+    return Chain.from_stages(uf=[1, 1], ub=[1, 1], wa=[4, 1, 1], wd=[0, 0, 0], of=[0, 0], ob=[0, 6])
+
+
+def random_case(L, seed, frac):
+    c = random_chain(L, seed)
+    mf, mp = min_feasible_memory(c), peak_memory_no_offload(c)
+    return c, mf + frac * (mp - mf)
+
+
+def best_heuristic(c, M, beta):
+    sols = [B.greedy(c, M, beta), B.dynprog(c, M, beta, slots=offload.DEFAULT_SLOTS), B.vdnn(c, M, beta),
+            B.tflms(c, M, beta), B.autoswap(c, M, beta)]
+    return min(s.objective for s in sols if s.success)
+
+
+# ------------------------------------------------------------------------------------------ methods
+@pytest.mark.parametrize("method", ["greedy", "dynprog", "milp"])
+def test_hand_chain_optimum(method):
+    c = hand_chain()
+    sol = offload.solve(c, memory=9, bandwidth=1.0, method=method, threads=1, time_limit=20)
+    assert sol.success and sol.objective == pytest.approx(10.0)
+    assert sol.schedule.offloaded == [0]
+    assert sol.peak_memory <= 9 and validate_offload(c, sol.schedule, 9).makespan == sol.objective
+    assert sol.memory_limit == 9 and sol.bandwidth == 1.0 and sol.problem == "offload"
+    assert sol.bound is not None and 6.0 - 1e-9 <= sol.bound <= 10.0 + 1e-9
+    assert sol.times["total"] > 0
+
+
+def test_milp_proves_the_hand_optimum():
+    sol = offload.solve(hand_chain(), memory=9, bandwidth=1.0, method="milp", threads=1)
+    assert sol.status == Status.OPTIMAL and sol.bound == pytest.approx(10.0, rel=1e-6)
+    assert set(sol.details["heuristics"]) == set(offload.HEURISTICS)
+    assert sol.details["heuristics"]["greedy"] == pytest.approx(10.0)
+    assert sol.details["start_method"] in offload.HEURISTICS
+
+
+@pytest.mark.parametrize("method", ["vdnn", "tflms", "autoswap"])
+def test_peers_never_beat_the_optimum(method):
+    c = hand_chain()
+    sol = offload.solve(c, memory=9, bandwidth=1.0, method=method)
+    assert sol.status in (Status.FEASIBLE, Status.OPTIMAL, Status.NO_SOLUTION)
+    if sol.success:
+        assert sol.objective >= 10.0 - 1e-9
+        validate_offload(c, sol.schedule, 9)
+
+
+def test_lower_bound_method():
+    sol = offload.solve(hand_chain(), memory=9, bandwidth=1.0, method="lb")
+    assert sol.schedule is None and sol.objective is None and sol.bound == 6.0
+    assert sol.details["to_offload"] == 3.0
+
+
+def test_nothing_to_offload_needs_no_bandwidth():
+    c = hand_chain()
+    sol = offload.solve(c, memory=12, method="dynprog")       # M_peak = 12 fits
+    assert sol.status == Status.OPTIMAL and sol.objective == 4.0 and sol.schedule.offloaded == []
+    assert sol.peak_memory == 12.0 and "nothing to offload" in sol.message and sol.bandwidth is None
+
+
+def test_default_method_and_slots():
+    chain, _ = memplan.load_instance("paper004_table2")
+    sol = offload.solve(chain, memory="80MiB", bandwidth="1GB/s")
+    assert sol.method == "dynprog" == offload.DEFAULT_METHOD
+    assert f"grid {80 * MiB / 500:.4g} B (M/500)" in sol.message    # the command line's grid until now
+    sol50 = offload.solve(chain, memory="80MiB", bandwidth="1GB/s", slots=50)
+    assert f"grid {80 * MiB / 50:.4g} B (M/50)" in sol50.message
+    exact = offload.solve(chain, memory="80MiB", bandwidth="1GB/s", exact=True)
+    assert "exact values" in exact.message
+
+
+def test_memplan_solve_dispatches_here():
+    sol = memplan.solve("paper004_table2", "offload", "dynprog", memory="80MiB", bandwidth="1GB/s")
+    assert sol.problem == "offload" and sol.memory_limit == 80 * MiB and sol.bandwidth == 1e9
+    # three activations: 7.63 + 9.54 + 10.68 MiB >= M_peak - M = 106.99 - 80 MiB (Proposition 2)
+    assert sol.schedule.offloaded == [0, 1, 2] and sol.peak_memory <= 80 * MiB
+    with pytest.raises(InputError, match="bandwidth"):      # the shipped instance's platform has none
+        memplan.solve("paper004_table2", "offload", memory="80MiB")
+
+
+# ------------------------------------------------------------------------------------------ outcomes
+@pytest.mark.parametrize("method", offload.METHODS)
+def test_below_minimum_memory_is_an_infeasible_solution(method):
+    sol = offload.solve(hand_chain(), memory=7.5, bandwidth=1.0, method=method)
+    assert sol.status == Status.INFEASIBLE and not sol.success and sol.schedule is None
+    assert sol.details["min_memory"] == 8.0
+    assert "minimum feasible memory" in sol.message and "(8 B)" in sol.message
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"bandwidth": "0GB/s"}, "bandwidth"),
+    ({"bandwidth": -1}, "bandwidth"),
+    ({"bandwidth": "fast"}, "bandwidth"),
+    ({"bandwidth": None}, "bandwidth"),                    # offloading is needed (9 < M_peak = 12)
+    ({"memory": None}, "memory"),
+    ({"memory": "lots"}, "memory"),
+    ({"memory": 0}, "memory"),
+    ({"method": "nope"}, "method 'nope'"),
+    ({"slots": 0}, "slots"),
+    ({"slots": 2.5}, "slots"),
+    ({"threads": 0}, "threads"),
+    ({"gap": -1e-3}, "gap"),
+    ({"time_limit": 0}, "time_limit"),
+])
+def test_input_errors_name_the_input(kwargs, name):
+    args = {"memory": 9, "bandwidth": 1.0, **kwargs}
+    with pytest.raises(InputError, match=name) as e:
+        offload.solve(hand_chain(), **args)
+    assert str(e.value).startswith("offload: ")
+
+
+def test_unknown_method_lists_the_choices():
+    with pytest.raises(InputError, match=r"did you mean 'dynprog'\?.*lb, greedy, dynprog, vdnn, tflms, autoswap, milp"):
+        offload.solve(hand_chain(), memory=9, bandwidth=1.0, method="dynprg")
+
+
+def test_chain_must_be_a_chain():
+    with pytest.raises(InputError, match="chain must be a Chain"):
+        offload.solve("paper004_table2", memory=9, bandwidth=1.0)
+
+
+def test_missing_memory_says_the_minimum():
+    with pytest.raises(InputError, match="memory is required.*at least 8 B"):
+        offload.solve(hand_chain(), memory=None, bandwidth=1.0)
+
+
+# ---------------------------------------------------------------------------------- time limit
+def test_milp_time_limit_bounds_the_whole_call():
+    """20 stages at a tight limit: HiGHS cannot close the gap in 3 s, and the call (heuristics, model
+    build and compilation, search, replay) still returns within the limit, with a schedule at least
+    as good as the best heuristic's, replayed by the validator."""
+    c, M = random_case(20, 2, 0.1)
+    best = best_heuristic(c, M, 1.0)
+    lines = []
+    t0 = time.perf_counter()
+    sol = offload.solve(c, memory=M, bandwidth=1.0, method="milp", time_limit=3, threads=1, progress=lines.append)
+    wall = time.perf_counter() - t0
+    assert wall < 4.5 and sol.times["total"] < 4.5
+    assert sol.status == Status.TIME_LIMIT and sol.success
+    assert sol.objective <= best * (1 + 1e-9)
+    rep = validate_offload(c, sol.schedule, M, tol=1e-6)
+    assert rep.makespan == sol.objective and rep.peak_memory == sol.peak_memory <= M * (1 + 1e-6)
+    assert lower_bound_value(c, M, 1.0) <= sol.bound <= sol.objective * (1 + 1e-9)
+    assert sol.details["time_limit"] == 3
+    assert any("greedy: makespan" in l for l in lines) and any("MILP: time_limit" in l for l in lines)
+
+
+def test_time_limit_reached_while_building_keeps_the_start(capfd):
+    """40 stages: building the model takes longer than the whole limit; the build stops (quietly:
+    Pyomo logs nothing) and the best heuristic's schedule is returned."""
+    c, M = random_case(40, 0, 0.1)
+    best = best_heuristic(c, M, 1.0)
+    t0 = time.perf_counter()
+    sol = offload.solve(c, memory=M, bandwidth=1.0, method="milp", time_limit=0.5, threads=1)
+    assert time.perf_counter() - t0 < 1.5
+    assert sol.status == Status.TIME_LIMIT and sol.details["interrupted"] == "build"
+    assert sol.objective == best and "MIP start" in sol.message
+    assert sol.bound == lower_bound_value(c, M, 1.0)
+    validate_offload(c, sol.schedule, M)
+    err = capfd.readouterr().err
+    assert "Rule failed" not in err and "ERROR" not in err
+
+
+@pytest.mark.parametrize("name, seed", [("dynprog", 2), ("vdnn", 2), ("tflms", 5), ("autoswap", 2)])
+def test_heuristic_searches_stop_at_their_share(name, seed):
+    """With no time, each search tries its first candidate only (TFLMS stops at its first valid
+    configuration anyway: seed 5 is a chain where its first ones do not fit)."""
+    c, M = random_case(20, seed, 0.3)
+    full = getattr(B, name)(c, M, 1.0)
+    cut = getattr(B, name)(c, M, 1.0, time_limit=0.0)
+    assert "time limit" not in full.message and "time limit" in cut.message
+    if cut.success:
+        assert validate_offload(c, cut.schedule, M).makespan == cut.objective >= full.objective * (1 - 1e-9)
+
+
+def test_heuristic_gets_the_remaining_budget():
+    """A heuristic run alone is given what is left of the call's limit (here: all of it)."""
+    c, M = random_case(20, 2, 0.3)
+    sol = offload.solve(c, memory=M, bandwidth=1.0, method="autoswap", time_limit=30)
+    assert "time limit" not in sol.message and sol.details["time_limit"] == 30
+
+
+# ------------------------------------------------------------------------------------------ report
+def test_report_numbers():
+    chain, _ = memplan.load_instance("paper004_table2")
+    sol = offload.solve(chain, memory="80MiB", bandwidth="1GB/s", method="dynprog")
+    text = offload.report(sol, chain)
+    lb = lower_bound_value(chain, 80 * MiB, 1e9)
+    assert text.splitlines()[0] == "paper004-table2: L = 6 (+ loss), problem offload (paper 001), method dynprog"
+    assert "bandwidth 1.0 GB/s" in text and "memory limit 80.0 MiB" in text
+    assert f"(ratio to LB {sol.objective / lb:.4f})" in text
+    assert "link order   O0 O1 O2 P2 P1 P0" in text and "timeline" in text
+
+
+def test_report_of_a_bound_and_of_an_infeasible_limit():
+    c = hand_chain()
+    text = offload.report(offload.solve(c, memory=9, bandwidth=1.0, method="lb"), c)
+    assert "to offload   at least 3 B (Proposition 2)" in text and "makespan" not in text
+    text = offload.report(offload.solve(c, memory=7, bandwidth=1.0), c)
+    assert "status       infeasible: memory limit 7 B is below the minimum feasible memory 8 B" in text
+
+
+def test_gantt_needs_a_schedule(tmp_path):
+    c = hand_chain()
+    with pytest.raises(InputError, match="schedule"):
+        offload.gantt(offload.solve(c, memory=9, bandwidth=1.0, method="lb"), c, tmp_path / "g.png")
+    offload.gantt(offload.solve(c, memory=9, bandwidth=1.0, method="greedy"), c, tmp_path / "g.png")
+    assert (tmp_path / "g.png").stat().st_size > 5_000

@@ -28,6 +28,7 @@ import numpy as np
 
 from memplan.models import budget as _budget
 from memplan.models.solution import Status
+from memplan.models.units import fmt_time
 
 INF = math.inf
 # tight feasibility tolerances, for models whose solution is read back and must replay exactly in a
@@ -84,7 +85,7 @@ def model_size(model) -> dict[str, int]:
 def solve_milp(model, *, time_limit: float | None = None, gap: float | None = None,
                threads: int | None = None, mip_start: Any = None,
                log_file: str | Path | None = None, verbose: bool = False, relax: bool = False,
-               options: Mapping[str, Any] | None = None) -> MilpResult:
+               options: Mapping[str, Any] | None = None, objective_scale: float | None = None) -> MilpResult:
     """Solve a Pyomo model (one active objective, linear) with HiGHS and load the values back.
 
     Parameters
@@ -99,6 +100,8 @@ def solve_milp(model, *, time_limit: float | None = None, gap: float | None = No
         complete or partial; HiGHS completes and checks it.
     log_file : write HiGHS's log there.
     relax : solve the LP relaxation (integrality dropped) instead.
+    objective_scale : seconds per unit of the model's objective (models scale times to about 1): the
+        progress lines then show incumbents and bounds in seconds; without it, in model units.
 
     Status mapping: optimal -> OPTIMAL; time limit with an incumbent -> TIME_LIMIT, without ->
     NO_SOLUTION; infeasible -> INFEASIBLE; anything else -> ERROR (message says which).
@@ -192,9 +195,12 @@ def solve_milp(model, *, time_limit: float | None = None, gap: float | None = No
         highspy.Highs.resetGlobalScheduler(True)
     _SCHEDULER_THREADS = threads
     if budget.progress is not None and any(integer) and not relax:
+        def show(v: float) -> str:
+            return fmt_time(v * objective_scale, digits=6) if objective_scale else f"{v:.7g} (model units)"
+
         h.cbMipImprovingSolution.subscribe(lambda e: budget.log(
-            f"MILP incumbent {e.data_out.objective_function_value:.7g}"
-            + (f", bound {e.data_out.mip_dual_bound:.7g}" if math.isfinite(e.data_out.mip_dual_bound) else "")))
+            f"MILP incumbent {show(e.data_out.objective_function_value)}"
+            + (f", bound {show(e.data_out.mip_dual_bound)}" if math.isfinite(e.data_out.mip_dual_bound) else "")))
     with timed(times, "solve"):
         h.run()
     ms = h.getModelStatus()

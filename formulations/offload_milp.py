@@ -341,7 +341,7 @@ def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: 
         return Solution(PROBLEM, "milp", Status.NO_SOLUTION, bound=lb, memory_limit=memory,
                         message=f"not solved: {e}", times=times, details=details)
     res = solve_milp(m, time_limit=time_limit, gap=gap, threads=threads, mip_start=mip_start,
-                     log_file=log_file, verbose=verbose)
+                     log_file=log_file, verbose=verbose, objective_scale=info["tu"])
     times.update(res.times)
     bound = None if res.bound is None else max(res.bound * info["tu"], lb)
     details.update(size=res.size, start_accepted=res.start_accepted)

@@ -316,7 +316,7 @@ def solve_checkmate(chain: Chain, memory: float, *, time_limit: float | None = 6
     with timed(times, "build"):
         model = build_checkmate(chain, memory)
     res = solve_milp(model, time_limit=time_limit, gap=gap, threads=threads, log_file=log_file,
-                     verbose=verbose, options=EXACT_TOLERANCES)
+                     verbose=verbose, options=EXACT_TOLERANCES, objective_scale=model.time_scale)
     times.update(res.times)
     ts = model.time_scale
     pred = None if res.objective is None else res.objective * ts

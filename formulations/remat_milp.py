@@ -371,7 +371,8 @@ def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 
         start_note = ("MIP start from " + start_source if mip_start
                       else "MIP start skipped (sequence not of the sweep shape)")
     res = solve_milp(model, time_limit=time_limit, gap=gap, threads=threads, mip_start=mip_start,
-                     log_file=log_file, verbose=verbose, options=EXACT_TOLERANCES)
+                     log_file=log_file, verbose=verbose, options=EXACT_TOLERANCES,
+                     objective_scale=model.time_scale)
     times.update(res.times)
     ts = model.time_scale
     details = {"model_size": res.size, "mip_start": start_note, "start_accepted": res.start_accepted,

@@ -89,13 +89,33 @@ import time
 import numpy as np
 from numba import njit
 
+from memplan.baselines.remat_heuristics import min_memory
 from memplan.baselines.remat_rotor import Discretization
 from memplan.models.chain import Chain
-from memplan.models.remat_offload import JointSchedule, Transfer, simulate_joint
+from memplan.models.remat_offload import RematOffloadSchedule, Transfer, simulate_remat_offload
 from memplan.models.solution import Solution, Status
 
 INF = math.inf
 _TOL = 1e-9
+#: the tables of :class:`RematOffloadDP` may take at most this many bytes (:func:`table_bytes`)
+MAX_TABLE_BYTES = 3e9
+
+
+def table_bytes(L: int, slots: int) -> int:
+    """Bytes of the DP's tables for a chain of ``L`` stages and ``slots`` memory slots N.
+
+    ``C_A``: ``L (L + 1) / 2 (N + 1)^2`` entries of 12 bytes; ``OC``: ``2 (L + 2)`` times
+    ``sum_{A=0..N} (N - A + 1)^2 = (N + 1)(N + 2)(2N + 3) / 6`` entries of 10 bytes.
+
+    >>> table_bytes(6, 100)             # paper004_table2 with 100 slots: 58 MB
+    58338812
+    >>> max(n for n in range(1, 400) if table_bytes(23, n) <= MAX_TABLE_BYTES)    # ResNet-18 (L = 23)
+    254
+    """
+    N = int(slots)
+    backward = (L * (L + 1) // 2) * (N + 1) ** 2 * 12
+    forward = (L + 2) * 2 * ((N + 1) * (N + 2) * (2 * N + 3) // 6) * 10
+    return backward + forward
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -236,7 +256,7 @@ def _chunk_end_nb(c, F, zs, q):
 
 @njit(cache=True)
 def _loss_eval(L, N, uf, ub, a, ab, d, of, ob, q, x, A, F, P):
-    """The loss junction (B.2); returns (s1, s2, E) or E = inf. Used by the table and by JointDP.loss."""
+    """The loss junction (B.2); returns (s1, s2, E) or E = inf. Used by the table and by RematOffloadDP.loss."""
     z = ab[L] if x else a[L]
     res = A + d[L + 1] + z
     r1 = N - (res + ab[L + 1] + of[L + 1])
@@ -408,7 +428,7 @@ def _chunk_end(c, F, zs, q):
 
 
 # ----------------------------------------------------------------------------- the DP
-class JointDP:
+class RematOffloadDP:
     """Tables and the forward recursion for one chain, memory, bandwidth and slot count."""
 
     def __init__(self, chain: Chain, memory: float, bandwidth: float | None, *, slots: int = 50,
@@ -435,14 +455,10 @@ class JointDP:
 
     def tables(self):
         L = self.chain.L
-        need = (L * (L + 1) // 2) * (self.N + 1) ** 2 * 12
-        if need > 4e9:
-            raise ValueError(f"joint DP tables for L={L} and {self.N} slots would need {need / 1e9:.1f} GB; "
-                             "use fewer slots")
-        fwd = (L + 2) * 2 * sum((self.N - A + 1) ** 2 for A in range(self.N + 1)) * 10
-        if need + fwd > 3e9:
-            raise ValueError(f"joint DP tables for L={L} and {self.N} slots would need {(need + fwd) / 1e9:.1f} GB; "
-                             "use fewer slots")
+        need = table_bytes(L, self.N)
+        if need > MAX_TABLE_BYTES:
+            raise ValueError(f"the DP's tables for L={L} and {self.N} slots would need {need / 1e9:.1f} GB "
+                             f"(at most {MAX_TABLE_BYTES / 1e9:.0f} GB); use fewer slots")
         args = (L, self.N, self.uf, self.ub, self.a, self.ab, self.d, self.of, self.ob, self.q)
         if L >= 1:
             self.T, self.SP, self.CH = _backward_kernel(*args, self.pid)
@@ -549,7 +565,7 @@ class JointDP:
         self.offloaded: list = []
         self._level(1, 0, 0, 0, 0, [], 0.0)
         order = sorted(range(len(self.trans)), key=lambda k: (self.trans[k].release, k))
-        return JointSchedule(ops=self.ops, release=self.rel, transfers=[self.trans[k] for k in order])
+        return RematOffloadSchedule(ops=self.ops, release=self.rel, transfers=[self.trans[k] for k in order])
 
     def _parts(self, idx, x):
         """The parts (index, part, bytes) of value idx (abar if x else a), at most one slot each."""
@@ -661,27 +677,54 @@ class JointDP:
         return self._block(i, ip, m, demand, t2)
 
 
-def solve_joint(chain: Chain, memory: float, bandwidth: float | None, *, slots: int = 50,
-                exact: bool = False) -> Solution:
-    """Best joint re-materialization + offloading schedule of the DP of paper 000 (see the module
-    docstring for the model), replayed by :func:`models.remat_offload.simulate_joint`.
+def solve_remat_offload_dp(chain: Chain, memory: float, bandwidth: float | None, *, slots: int = 50,
+                           exact: bool = False) -> Solution:
+    """Best re-materialization + offloading schedule of the joint DP of paper 000 (appendix B).
 
-    ``memory`` in bytes, ``bandwidth`` in bytes/s (0 or None: no offloading, the DP is then paper 004's
-    persistent DP), ``slots`` the number N of memory values (50 in the paper).
+    See the module docstring for the model. The schedule is replayed by
+    :func:`memplan.models.remat_offload.simulate_remat_offload`; ``objective`` and ``peak_memory`` are
+    the replayed values, ``predicted`` the DP's own (they are equal).
 
-    >>> from models.chain import random_chain
+    Parameters
+    ----------
+    chain : Chain
+    memory : float
+        Memory limit in bytes.
+    bandwidth : float or None
+        Link bandwidth in bytes/s; 0 or None: no offloading, and the DP is then paper 004's
+        persistent DP (:func:`memplan.baselines.remat_rotor.persistent`) with the same slots.
+    slots : int
+        The number N of memory slots (50 in the paper); ignored with ``exact``.
+    exact : bool
+        One slot per byte (integer sizes and an integer memory limit only).
+
+    Returns
+    -------
+    Solution
+        Status OPTIMAL without a link (optimal among persistent sequences), FEASIBLE with one (best
+        within the DP's model), INFEASIBLE when no schedule of the model fits (``details["min_memory"]``
+        is then the least memory of re-materialization alone).
+
+    Raises
+    ------
+    ValueError
+        ``exact`` with float sizes or a float limit; tables above :data:`MAX_TABLE_BYTES`.
+
+    Examples
+    --------
+    >>> from memplan.models.chain import random_chain
     >>> c = random_chain(4, seed=1)          # re-materialization alone needs 46 B
-    >>> sol = solve_joint(c, 50, 2.0, exact=True)
-    >>> sol.objective, solve_joint(c, 50, 0.0, exact=True).objective   # with and without the link
+    >>> sol = solve_remat_offload_dp(c, 50, 2.0, exact=True)
+    >>> sol.objective, solve_remat_offload_dp(c, 50, 0.0, exact=True).objective   # with and without the link
     (64.0, 76.0)
     >>> [(o["value"], o["index"]) for o in sol.details["offloaded"]]
     [('a', 0)]
-    >>> solve_joint(c, 45, 2.0, exact=True).objective        # below the re-materialization minimum
+    >>> solve_remat_offload_dp(c, 45, 2.0, exact=True).objective        # below the re-materialization minimum
     65.0
     """
     t0 = time.perf_counter()
     times: dict[str, float] = {}
-    dp = JointDP(chain, memory, bandwidth, slots=slots, exact=exact)
+    dp = RematOffloadDP(chain, memory, bandwidth, slots=slots, exact=exact)
     dp.tables()
     times["tables"] = time.perf_counter() - t0
     old = sys.getrecursionlimit()
@@ -691,7 +734,6 @@ def solve_joint(chain: Chain, memory: float, bandwidth: float | None, *, slots: 
         details = {"discretization": dp.disc.describe(), "slot_bytes": dp.S, "slots": dp.N,
                    "part_time": dp.q, "bandwidth": dp.beta, "feasible_states": int(np.isfinite(dp.OC).sum())}
         if not best < INF:
-            from memplan.baselines.remat_rotor import min_memory
             need = min_memory(chain)
             times["total"] = time.perf_counter() - t0
             msg = (f"the joint DP finds no schedule within {memory:.6g} B ({dp.disc.describe()}); without "
@@ -703,7 +745,7 @@ def solve_joint(chain: Chain, memory: float, bandwidth: float | None, *, slots: 
     finally:
         sys.setrecursionlimit(old)
     times["rebuild"] = time.perf_counter() - t0 - times["tables"]
-    rep = simulate_joint(chain, sched, dp.beta, memory)
+    rep = simulate_remat_offload(chain, sched, dp.beta, memory)
     times["total"] = time.perf_counter() - t0
     details.update(recompute_time=rep.recompute_time, idle_time=rep.idle_time, idle_data=rep.idle_data,
                    offloaded=[{"index": l, "value": "abar" if x else "a",

@@ -24,11 +24,12 @@ a breadth-first search over time steps of ``tau`` on states (stored values, byte
 gradient, running operation and transfer with their remaining steps); a state reached again later is
 dominated and dropped, so the first time ``delta^0`` is produced is the optimum over the space.
 With an upper bound (the DP's makespan) the search stops there: if nothing faster exists, the DP is
-optimal in this space. It returns a :class:`models.remat_offload.JointSchedule`, replayed by the
+optimal in this space. It returns a :class:`models.remat_offload.RematOffloadSchedule`, replayed by the
 simulator like every other method.
 
-Requirements: integer sizes (bytes), rational times; meant for L <= 3 or 4 with small sizes. The
-command line exposes it as ``--method milp`` (the issue's name for the exact method).
+Requirements: integer sizes (bytes), rational times; meant for L <= 3 or 4 with small sizes.
+:func:`memplan.remat_offload.solve` exposes it as ``method="exhaustive"`` (``--method exhaustive``),
+bounded by the joint DP's makespan.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ import time
 from fractions import Fraction
 
 from memplan.models.chain import Chain
-from memplan.models.remat_offload import JointSchedule, Transfer, simulate_joint
+from memplan.models.remat_offload import RematOffloadSchedule, Transfer, simulate_remat_offload
 from memplan.models.solution import Solution, Status
 
 _OPS = ("F_all", "F_ck", "F_none", "B")
@@ -58,10 +59,51 @@ def _grid(chain: Chain, beta: float | None, max_den: int = 1000) -> Fraction:
 
 def solve_exhaustive(chain: Chain, memory: float, bandwidth: float | None, *, upper_bound: float | None = None,
                      time_limit: float | None = 60.0, max_states: int = 5_000_000) -> Solution:
-    """Optimal joint schedule over the space described in the module docstring (tiny chains).
+    """Optimal re-materialization + offloading schedule over the space of the module docstring.
 
-    ``upper_bound`` (seconds): stop searching at that makespan (status OPTIMAL with the bound's value
-    as the proven optimum when no faster schedule exists; the caller keeps its own schedule).
+    A breadth-first search over time steps of the grid; states grow exponentially with ``L`` (tiny
+    chains only).
+
+    Parameters
+    ----------
+    chain : Chain
+        Integer sizes (bytes) and times on a common rational grid.
+    memory : float
+        Memory limit in bytes (rounded down to a whole byte).
+    bandwidth : float or None
+        Link bandwidth in bytes/s (0 or None: re-materialization alone).
+    upper_bound : float, optional
+        Stop searching at this makespan (seconds), e.g. the joint DP's: when no faster schedule
+        exists the result is OPTIMAL with ``bound = upper_bound``, no schedule and
+        ``details["proven_optimal_at_upper_bound"]`` (the caller keeps its own schedule).
+    time_limit : float or None
+        Seconds; the search stops with TIME_LIMIT (``bound`` the time reached) past it.
+    max_states : int
+        The search stops with TIME_LIMIT past this many states.
+
+    Returns
+    -------
+    Solution
+        ``method="exhaustive"``; the schedule replayed by
+        :func:`memplan.models.remat_offload.simulate_remat_offload`.
+
+    Raises
+    ------
+    ValueError
+        Float sizes, or operation times without a common grid.
+
+    Examples
+    --------
+    Below the least memory of re-materialization alone (19 B here), offloading over a 1 B/s link
+    still finds a schedule:
+
+    >>> from memplan.models.chain import random_chain
+    >>> c = random_chain(2, 0, max_size=4, max_time=4)
+    >>> c.store_all_time()
+    20.0
+    >>> sol = solve_exhaustive(c, 18, 1.0, time_limit=30)
+    >>> sol.status.value, sol.objective, sol.peak_memory <= 18
+    ('optimal', 21.0, True)
     """
     t_start = time.perf_counter()
     L = chain.L
@@ -259,16 +301,16 @@ def solve_exhaustive(chain: Chain, memory: float, bandwidth: float | None, *, up
                "space": "all op sequences; any value offloaded/prefetched in 1-byte parts; starts on the grid"}
     if found is None:
         if status == Status.TIME_LIMIT:
-            return Solution(problem="remat-offload", method="milp", status=Status.NO_SOLUTION if ub_steps is None
+            return Solution(problem="remat-offload", method="exhaustive", status=Status.NO_SOLUTION if ub_steps is None
                             else Status.TIME_LIMIT, memory_limit=memory, times=times, details=details,
                             bound=t * float(tau),
                             message=f"search stopped (time or state limit) at t = {t * float(tau):.6g}s")
         if ub_steps is not None:
             details["proven_optimal_at_upper_bound"] = True
-            return Solution(problem="remat-offload", method="milp", status=Status.OPTIMAL, memory_limit=memory,
+            return Solution(problem="remat-offload", method="exhaustive", status=Status.OPTIMAL, memory_limit=memory,
                             bound=upper_bound, times=times, details=details,
                             message=f"no schedule faster than the upper bound {upper_bound:.6g}s exists in the space")
-        return Solution(problem="remat-offload", method="milp", status=Status.INFEASIBLE, memory_limit=memory,
+        return Solution(problem="remat-offload", method="exhaustive", status=Status.INFEASIBLE, memory_limit=memory,
                         times=times, details=details, message="no schedule fits (exhaustive)")
     # rebuild the actions along the parent chain
     s, acts = found
@@ -289,13 +331,13 @@ def solve_exhaustive(chain: Chain, memory: float, bandwidth: float | None, *, up
                 k = parts_done.get((kind, l), 0)
                 parts_done[(kind, l)] = k + 1
                 trans.append(Transfer("offload" if kind == 0 else "prefetch", l, 1.0, tt * float(tau), k))
-    sched = JointSchedule(ops=ops, release=rel, transfers=trans)
-    rep = simulate_joint(chain, sched, beta, memory)
+    sched = RematOffloadSchedule(ops=ops, release=rel, transfers=trans)
+    rep = simulate_remat_offload(chain, sched, beta, memory)
     times["total"] = time.perf_counter() - t_start
     details.update(recompute_time=rep.recompute_time, idle_time=rep.idle_time, idle_data=rep.idle_data,
                    offloaded=[{"index": l, "value": "part", "bytes": b} for l, b in sched.offloaded().items()],
                    offloaded_bytes=rep.offloaded_bytes, transfer_time=rep.transfer_time)
-    return Solution(problem="remat-offload", method="milp", status=Status.OPTIMAL, objective=rep.makespan,
+    return Solution(problem="remat-offload", method="exhaustive", status=Status.OPTIMAL, objective=rep.makespan,
                     peak_memory=rep.peak_memory, schedule=sched, memory_limit=memory, bound=rep.makespan,
                     times=times, details=details,
                     message="optimal over every schedule on the time grid with 1-byte transfer parts "

@@ -1,19 +1,20 @@
 """Benchmark of the joint re-materialization + offloading DP (paper 000).
 
-1. Run time of :func:`baselines.remat_offload_dp.solve_joint` against the chain length L (up to 100) and the
-   number of memory slots N (50, 100), on random float chains (``random_chain(L, integer=False)``)
-   at a memory limit 30% of the way from rotor's minimum to the store-all peak, beta = 10 GB/s.
-   The tables use O(L^2 N^2 + L N^3) memory: (L, N) pairs needing more than ``--max-gb`` are skipped.
-2. The DP's gap to the exhaustive optimum (:mod:`baselines.remat_offload_exhaustive`) on random integer chains
-   with L <= 4 (sizes <= 4, times <= 4), at the rotor minimum and 30% above it, beta in {1, 0.5} B/s,
-   in exact mode (one slot per byte). Prints every case and the largest gap (the test
-   ``tests/test_joint_exhaustive.py`` uses it).
+1. Run time of :func:`memplan.baselines.remat_offload_dp.solve_remat_offload_dp` against the chain
+   length L (up to 100) and the number of memory slots N (50, 100), on random float chains
+   (``random_chain(L, integer=False)``) at a memory limit 30% of the way from rotor's minimum to the
+   store-all peak, beta = 10 GB/s. The tables use O(L^2 N^2 + L N^3) memory: (L, N) pairs needing
+   more than ``--max-gb`` are skipped.
+2. The DP's gap to the exhaustive optimum (:mod:`memplan.baselines.remat_offload_exhaustive`) on
+   random integer chains with L <= 4 (sizes <= 4, times <= 4), at the rotor minimum and 30% above
+   it, beta in {1, 0.5} B/s, in exact mode (one slot per byte). Prints every case and the largest
+   gap (the test ``tests/test_remat_offload_exhaustive.py`` uses it).
 
 Usage::
 
-    python -m benchmarks.bench_joint_dp                 # both parts
-    python -m benchmarks.bench_joint_dp --part time --Ls 10,25,50,100 --Ns 50,100
-    python -m benchmarks.bench_joint_dp --part gap --maxL 4 --seeds 6
+    python -m benchmarks.bench_remat_offload_dp                 # both parts
+    python -m benchmarks.bench_remat_offload_dp --part time --Ls 10,25,50,100 --Ns 50,100
+    python -m benchmarks.bench_remat_offload_dp --part gap --maxL 4 --seeds 6
 """
 from __future__ import annotations
 
@@ -24,9 +25,8 @@ import time
 
 
 def bench_time(Ls, Ns, max_gb: float) -> None:
-    from memplan.baselines.remat_offload_dp import solve_joint
-    from memplan.baselines.remat_heuristics import store_all
-    from memplan.baselines.remat_rotor import min_memory
+    from memplan.baselines.remat_heuristics import min_memory, store_all
+    from memplan.baselines.remat_offload_dp import solve_remat_offload_dp, table_bytes
     from memplan.models.chain import random_chain
 
     print(f"{'L':>4} {'N':>4} {'tables GB':>9} {'DP s':>8} {'total s':>8} {'makespan':>10} {'vs beta=0':>9}")
@@ -35,23 +35,21 @@ def bench_time(Ls, Ns, max_gb: float) -> None:
         lo, hi = min_memory(c), store_all(c).peak_memory
         M = lo + 0.3 * (hi - lo)
         for N in Ns:
-            gb = ((L * (L + 1) // 2) * (N + 1) ** 2 * 12
-                  + (L + 2) * 2 * sum((N - A + 1) ** 2 for A in range(N + 1)) * 10) / 1e9
+            gb = table_bytes(L, N) / 1e9
             if gb > max_gb:
                 print(f"{L:>4} {N:>4} {gb:>9.2f}  skipped (more than --max-gb {max_gb})")
                 continue
-            sol = solve_joint(c, M, 1e10, slots=N)
-            base = solve_joint(c, M, 0.0, slots=N)
+            sol = solve_remat_offload_dp(c, M, 1e10, slots=N)
+            base = solve_remat_offload_dp(c, M, 0.0, slots=N)
             gain = (f"{(1 - sol.objective / base.objective) * 100:8.1f}%" if base.objective else "    n/a")
             print(f"{L:>4} {N:>4} {gb:>9.2f} {sol.times['tables']:>8.2f} {sol.times['total']:>8.2f} "
                   f"{sol.objective:>10.4g} {gain}", flush=True)
 
 
 def bench_gap(maxL: int, seeds: int, time_limit: float) -> float:
-    from memplan.baselines.remat_offload_dp import solve_joint
+    from memplan.baselines.remat_heuristics import min_memory, store_all
+    from memplan.baselines.remat_offload_dp import solve_remat_offload_dp
     from memplan.baselines.remat_offload_exhaustive import solve_exhaustive
-    from memplan.baselines.remat_heuristics import store_all
-    from memplan.baselines.remat_rotor import min_memory
     from memplan.models.chain import random_chain
     from memplan.models.solution import Status
 
@@ -64,7 +62,7 @@ def bench_gap(maxL: int, seeds: int, time_limit: float) -> float:
             lo, hi = min_memory(c), store_all(c).peak_memory
             for M in sorted({math.ceil(lo), math.ceil(lo + 0.3 * (hi - lo))}):
                 for beta in (1.0, 0.5):
-                    j = solve_joint(c, M, beta, exact=True)
+                    j = solve_remat_offload_dp(c, M, beta, exact=True)
                     t0 = time.perf_counter()
                     e = solve_exhaustive(c, M, beta, upper_bound=j.objective, time_limit=time_limit)
                     dt = time.perf_counter() - t0

@@ -1,18 +1,25 @@
 """Re-materialization + offloading (paper 000, section 5): throughput against the memory limit.
 
 For each memory limit between ``--low`` x rotor's minimum feasible memory and the store-all peak,
-and each bandwidth ``beta x f`` (f in ``--factors``, default 1, 2, 3), it runs
+and each bandwidth ``beta x f`` (f in ``--factors``, default 1, 2, 3), it solves, through the problem
+modules (:func:`memplan.solve`),
 
-- ``store-all`` (no re-materialization; feasible only above its peak),
-- ``rotor`` -- optimal persistent re-materialization (paper 004, ``baselines.remat_rotor.persistent``) with
-  the same slots as the joint DP (``rotor-500``: with 500 slots, to show the discretization),
-- ``offload`` -- offloading only, DYNPROG of paper 001 (``baselines.offload.dynprog``, its own
-  memory model: output reserved when an operation starts),
-- ``joint-N`` -- the joint DP of paper 000 (``baselines.remat_offload_dp.solve_joint``) with N memory slots
-  (``--slots``, default 50, 100 and 200, each where its tables fit in 3 GB), and ``joint``, the best
-  of them (the discretization matters: each stored value is rounded up to a slot, and each level
-  boundary can lose one slot's transfer time ``M / (N beta)``; the CSV keeps every N).
+- ``store-all`` (``memplan.solve(chain, "remat", "store-all")``: no re-materialization; feasible only
+  above its peak),
+- ``rotor`` -- optimal persistent re-materialization (paper 004; ``memplan.solve(chain, "remat",
+  "rotor")``) with the same slots as the joint DP (``rotor-500``: with 500 slots, to show the
+  discretization),
+- ``offload`` -- offloading only, DYNPROG of paper 001 (``memplan.solve(chain, "offload", "dynprog")``
+  with :data:`OFFLOAD_SLOTS` grid slots; its own memory model: output reserved when an operation
+  starts),
+- ``joint-N`` -- the joint DP of paper 000 (:func:`memplan.remat_offload.solve`, method ``dp``) with N
+  memory slots (``--slots``, default 50, 100 and 200, each where its tables fit in 3 GB), and
+  ``joint``, the best of them (the discretization matters: each stored value is rounded up to a
+  slot, and each level boundary can lose one slot's transfer time ``M / (N beta)``; the CSV keeps
+  every N).
 
+A limit where a method has no schedule is a row with status ``infeasible`` and the method's message
+(a NaN makespan there is the method's answer, not a failure); any other exception stops the script.
 Every makespan is the one replayed by the method's simulator. The CSV (one row per memory, method
 and factor) and the PNG (one panel per factor) go to ``--out`` (default ``results/remat_offload``).
 Throughput is ``batch / makespan`` (samples/s) when the instance records a batch, else
@@ -31,6 +38,12 @@ import sys
 import time
 from pathlib import Path
 
+import memplan
+from memplan.models.solution import InfeasibleError
+
+#: DYNPROG's state grid for the offloading-only curve (the figures were always made with 100)
+OFFLOAD_SLOTS = 100
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--instance", default="instances/paper004_table2.json")
@@ -46,22 +59,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="results/remat_offload", help="output prefix (CSV + PNG)")
 
 
-def _run(fn, *a, **k):
+def _run(problem: str, chain, method: str, memory: float, **options):
+    """Solve through :func:`memplan.solve`; (solution or None, message, seconds).
+
+    A limit without a schedule is an INFEASIBLE solution, or an :class:`InfeasibleError` from a method
+    that raises it (recorded as ``None`` with its message); every other exception propagates.
+    """
     t0 = time.perf_counter()
     try:
-        sol = fn(*a, **k)
-    except Exception as e:   # infeasible limits raise in some methods; the row records why
-        return None, f"{type(e).__name__}: {e}", time.perf_counter() - t0
+        sol = memplan.solve(chain, problem, method, memory=memory, time_limit=None, **options)
+    except InfeasibleError as e:
+        return None, f"InfeasibleError: {e}", time.perf_counter() - t0
     return sol, sol.message, time.perf_counter() - t0
+
+
+def _row(memory, method, factor, bandwidth, sol, msg, dt) -> dict:
+    return dict(memory=memory, method=method, factor=factor, bandwidth=bandwidth,
+                makespan=sol.objective if sol is not None and sol.objective is not None else math.nan,
+                peak=sol.peak_memory if sol is not None and sol.peak_memory is not None else math.nan,
+                status=str(sol.status) if sol is not None else "infeasible", seconds=dt, message=msg)
 
 
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
     from tqdm import tqdm
 
-    from memplan.baselines.remat_offload_dp import solve_joint
-    from memplan.baselines.remat_heuristics import store_all
-    from memplan.baselines.remat_rotor import min_memory, persistent
+    # here, not at the top: `memplan sweep` imports every experiment module, and these load numba
+    from memplan.baselines.remat_heuristics import min_memory, store_all
+    from memplan.baselines.remat_offload_dp import MAX_TABLE_BYTES, table_bytes
     from memplan.models.instance import load_instance
     from memplan.models.units import fmt_bandwidth, fmt_memory, parse_bandwidth
 
@@ -76,56 +101,40 @@ def run(args: argparse.Namespace) -> int:
     slot_list = [int(x) for x in str(args.slots).split(",") if x.strip()]
     L = chain.L
 
-    def table_bytes(n):
-        return (L * (L + 1) // 2) * (n + 1) ** 2 * 12 + (L + 2) * 2 * sum((n - A + 1) ** 2 for A in range(n + 1)) * 10
-
-    skipped = [n for n in slot_list if table_bytes(n) > 3e9]
+    skipped = [n for n in slot_list if table_bytes(L, n) > MAX_TABLE_BYTES]
     slot_list = [n for n in slot_list if n not in skipped] or [50]
     if skipped:
-        print(f"joint DP with N = {skipped} skipped: its tables would need more than 3 GB for L = {L}",
-              file=sys.stderr)
+        print(f"joint DP with N = {skipped} skipped: its tables would need more than "
+              f"{MAX_TABLE_BYTES / 1e9:.0f} GB for L = {L}", file=sys.stderr)
     batch = chain.provenance.get("batch")
     scale = float(batch) if batch else 1.0
     unit = "samples/s" if batch else "iterations/s"
-    dynprog = None
-    if not args.no_offload:
-        try:
-            from memplan.baselines.offload import dynprog
-        except ImportError:
-            print("baselines.offload is not available: no offloading-only curve", file=sys.stderr)
-    sa = store_all(chain)
+    sa = store_all(chain)        # the range of limits: up to the store-all peak
     lo = min_memory(chain) * args.low
     hi = sa.peak_memory * 1.02
     mems = [lo + (hi - lo) * k / max(1, args.points - 1) for k in range(args.points)]
     rows = []
     jobs = [(M, f) for M in mems for f in factors]
     for M in tqdm(mems, desc="memory limits"):
-        ok = M >= sa.peak_memory * (1 - 1e-12)
-        rows.append(dict(memory=M, method="store-all", factor=math.nan, bandwidth=math.nan,
-                         makespan=sa.objective if ok else math.nan, peak=sa.peak_memory, status="feasible" if ok
-                         else "infeasible", seconds=0.0, message=""))
+        sol, msg, dt = _run("remat", chain, "store-all", M)
+        ok = sol is not None and sol.schedule is not None and sol.peak_memory <= M * (1 + 1e-12)
+        row = _row(M, "store-all", math.nan, math.nan, sol, msg, dt)
+        row.update(makespan=row["makespan"] if ok else math.nan, peak=sa.peak_memory,
+                   status="feasible" if ok else "infeasible")
+        rows.append(row)
         for name, slots in (("rotor", slot_list[0]), ("rotor-500", 500)):
-            sol, msg, dt = _run(persistent, chain, M, slots=slots)
-            rows.append(dict(memory=M, method=name, factor=math.nan, bandwidth=math.nan,
-                             makespan=sol.objective if sol is not None and sol.objective is not None else math.nan,
-                             peak=sol.peak_memory if sol is not None else math.nan,
-                             status=str(sol.status) if sol is not None else "error", seconds=dt, message=msg))
+            rows.append(_row(M, name, math.nan, math.nan, *_run("remat", chain, "rotor", M, slots=slots)))
         for f in factors:
             b = beta * f
-            methods = [(f"joint-{n}", lambda n=n: solve_joint(chain, M, b, slots=n)) for n in slot_list]
-            if dynprog is not None:
-                methods.append(("offload", lambda: dynprog(chain, M, b)))
             best = None
-            for name, call in methods:
-                sol, msg, dt = _run(call)
-                rows.append(dict(memory=M, method=name, factor=f, bandwidth=b,
-                                 makespan=sol.objective if sol is not None and sol.objective is not None
-                                 else math.nan, peak=sol.peak_memory if sol is not None else math.nan,
-                                 status=str(sol.status) if sol is not None else "error", seconds=dt,
-                                 message=msg))
-                if name.startswith("joint-") and sol is not None and sol.objective is not None and (
-                        best is None or sol.objective < best["makespan"]):
-                    best = dict(rows[-1], method="joint", message=f"best of {name}")
+            for n in slot_list:
+                rows.append(_row(M, f"joint-{n}", f, b, *_run("remat-offload", chain, "dp", M, bandwidth=b,
+                                                              slots=n)))
+                if math.isfinite(rows[-1]["makespan"]) and (best is None or rows[-1]["makespan"] < best["makespan"]):
+                    best = dict(rows[-1], method="joint", message=f"best of joint-{n}")
+            if not args.no_offload:
+                rows.append(_row(M, "offload", f, b, *_run("offload", chain, "dynprog", M, bandwidth=b,
+                                                                slots=OFFLOAD_SLOTS)))
             rows.append(best if best is not None else dict(memory=M, method="joint", factor=f, bandwidth=b,
                                                            makespan=math.nan, peak=math.nan, status="infeasible",
                                                            seconds=0.0, message=""))
@@ -143,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     worse_r = sum(1 for (M, f), v in j.items() if math.isfinite(r.get(M, math.nan)) and
                   (not math.isfinite(v) or v > r[M] * (1 + 1e-9)))
     print(f"joint DP worse than rotor (same slots) at {worse_r} points")
-    if dynprog is not None:
+    if not args.no_offload:
         o = df[df.method == "offload"].set_index(["memory", "factor"]).makespan
         worse_o = [(M, f) for (M, f), v in o.items() if math.isfinite(v) and
                    (not math.isfinite(j.get((M, f), math.nan)) or j[(M, f)] > v * (1 + 1e-9))]

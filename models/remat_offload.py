@@ -1,7 +1,7 @@
-"""Joint re-materialization + offloading schedules and their simulator (paper 000, sections 3-4).
+"""Re-materialization + offloading schedules and their simulator (paper 000, sections 3-4).
 
-A :class:`JointSchedule` is a re-materialization sequence (the operations of paper 004, Table 1, with
-the semantics of :mod:`models.remat`) plus a list of **transfers** on one host link of bandwidth
+A :class:`RematOffloadSchedule` is a re-materialization sequence (the operations of paper 004,
+Table 1, with the semantics of :mod:`models.remat`) plus a list of **transfers** on one host link of bandwidth
 ``beta`` (bytes/s):
 
 - ``offload`` of ``nbytes`` of a stored forward value (``a^l`` or ``abar^l``, whichever is stored at
@@ -23,7 +23,7 @@ simulator **checks** the memory at every instant: ``stored values - offloaded by
 prefetch bytes + outputs and overhead of the running operation <= limit``. At equal instants (within
 a relative 1e-9), memory is released before it is taken.
 
-Checks (raise :class:`InvalidJointSchedule`): the operation sequence is valid for paper 004's
+Checks (raise :class:`InvalidRematOffloadSchedule`): the operation sequence is valid for paper 004's
 semantics (:func:`models.remat.simulate_remat`); an operation's inputs (``a^{l-1}`` for F^l;
 ``abar^l`` and ``a^{l-1}`` for B^l) have no byte left on the host when it starts; an offload moves
 bytes of a value that is stored on the device when the transfer starts and that no operation
@@ -38,12 +38,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from .chain import Chain
-from .remat import InvalidSequence, RematSchedule, simulate_remat
+from memplan.models.chain import Chain
+from memplan.models.remat import InvalidSequence, RematSchedule, simulate_remat
 
 
-class InvalidJointSchedule(ValueError):
-    """The joint schedule is not valid; the message says which operation/transfer and why."""
+class InvalidRematOffloadSchedule(ValueError):
+    """The re-materialization + offloading schedule is not valid; the message says which operation or
+    transfer, and why."""
 
 
 @dataclass
@@ -63,7 +64,7 @@ class Transfer:
 
 
 @dataclass
-class JointSchedule:
+class RematOffloadSchedule:
     """Operations ``ops`` (as in :class:`models.remat.RematSchedule`), their release times, and the
     transfers in stream order."""
 
@@ -102,13 +103,13 @@ class JointSchedule:
                 "transfers": [t.to_json() for t in self.transfers]}
 
     @classmethod
-    def from_json(cls, data: dict) -> "JointSchedule":
+    def from_json(cls, data: dict) -> "RematOffloadSchedule":
         return cls(ops=[(op, l) for op, l in data["ops"]], release=list(data.get("release", [])),
                    transfers=[Transfer(**t) for t in data.get("transfers", [])])
 
 
 @dataclass
-class JointReplay:
+class RematOffloadReplay:
     """What the simulator measured (seconds, bytes)."""
 
     makespan: float
@@ -134,20 +135,60 @@ def _discards(op: str, l: int, before: list[int], after: list[int]) -> list[int]
     return [k for k in (l - 1, l) if before[k] != 0 and after[k] == 0]
 
 
-def simulate_joint(chain: Chain, schedule: JointSchedule, bandwidth: float | None,
-                   memory_limit: float | None = None, *, tol: float = 1e-9) -> JointReplay:
-    """Replay a joint schedule; return makespan, peak, recomputation and idle times.
+def simulate_remat_offload(chain: Chain, schedule: RematOffloadSchedule, bandwidth: float | None,
+                           memory_limit: float | None = None, *, tol: float = 1e-9) -> RematOffloadReplay:
+    """Replay a re-materialization + offloading schedule: makespan, peak, recomputation and idle times.
 
-    ``bandwidth`` (bytes/s) may be ``None``/0 only for a schedule without transfers.
+    The timing and memory rules are those of the module docstring. Time ``O(n (n + k))`` for ``n``
+    operations and ``k`` transfers.
+
+    Parameters
+    ----------
+    chain : Chain
+    schedule : RematOffloadSchedule
+    bandwidth : float or None
+        Link bandwidth (bytes/s); None or 0 only for a schedule without transfers.
+    memory_limit : float, optional
+        Bytes; exceeding it at any instant raises.
+    tol : float
+        Relative tolerance on times and on the limit.
+
+    Returns
+    -------
+    RematOffloadReplay
+
+    Raises
+    ------
+    InvalidRematOffloadSchedule
+        The schedule breaks a rule (the message says which operation or transfer, and why).
+
+    Examples
+    --------
+    Two stages (``a^0`` = 4 B, the others 2 B, forward 1 s, backward 2 s). Offloading ``a^0`` after
+    ``F^1`` and bringing it back during ``B^2`` costs no time over a 4 B/s link:
+
+    >>> c = Chain.from_stages(uf=[1, 1], ub=[2, 2], wa=[4, 2, 2])
+    >>> ops = [("F_all", 1), ("F_all", 2), ("F_all", 3), ("B", 3), ("B", 2), ("B", 1)]
+    >>> moves = [Transfer("offload", 0, 4.0, release=1.0), Transfer("prefetch", 0, 4.0, release=2.0)]
+    >>> rep = simulate_remat_offload(c, RematOffloadSchedule(ops, transfers=moves), 4.0)
+    >>> rep.makespan, rep.peak_memory, rep.transfer_start, rep.transfer_end
+    (6.0, 12.0, [1.0, 2.0], [2.0, 3.0])
+
+    Prefetched after ``B^2``, ``a^0`` arrives at 5 s and ``B^1`` waits one second for it:
+
+    >>> late = [Transfer("offload", 0, 4.0, release=1.0), Transfer("prefetch", 0, 4.0, release=4.0)]
+    >>> rep = simulate_remat_offload(c, RematOffloadSchedule(ops, transfers=late), 4.0)
+    >>> rep.makespan, rep.idle_data
+    (7.0, 1.0)
     """
     ops = schedule.ops
     L = chain.L
     try:
         base = simulate_remat(chain, ops)
     except InvalidSequence as e:
-        raise InvalidJointSchedule(str(e)) from None
+        raise InvalidRematOffloadSchedule(str(e)) from None
     if schedule.transfers and not bandwidth:
-        raise InvalidJointSchedule("the schedule has transfers but the bandwidth is 0")
+        raise InvalidRematOffloadSchedule("the schedule has transfers but the bandwidth is 0")
 
     # --- remat state (0 none, 1 a, 2 abar) before each op, to know sizes and discards
     wa, wab = chain.wa, chain.wabar
@@ -171,9 +212,9 @@ def simulate_joint(chain: Chain, schedule: JointSchedule, bandwidth: float | Non
     free = 0.0
     for k, t in enumerate(schedule.transfers):
         if t.kind not in ("offload", "prefetch"):
-            raise InvalidJointSchedule(f"transfer {k}: unknown kind {t.kind!r}")
+            raise InvalidRematOffloadSchedule(f"transfer {k}: unknown kind {t.kind!r}")
         if not 0 <= t.index <= L or t.nbytes <= 0:
-            raise InvalidJointSchedule(f"transfer {k}: bad index {t.index} or size {t.nbytes}")
+            raise InvalidRematOffloadSchedule(f"transfer {k}: bad index {t.index} or size {t.nbytes}")
         s = max(t.release, free)
         e = s + t.nbytes / bandwidth
         ts.append(s)
@@ -207,7 +248,7 @@ def simulate_joint(chain: Chain, schedule: JointSchedule, bandwidth: float | Non
                     later = [tt for (tt, d) in host_events[k] if d < 0 and tt > ready - eps]
                     ok = [tt for tt in later if host_at(k, tt) <= 1e-9 * max(1.0, wab[k])]
                     if not ok:
-                        raise InvalidJointSchedule(
+                        raise InvalidRematOffloadSchedule(
                             f"operation {pos} ({op}^{l}) needs value {k}, which is (partly) on the host "
                             f"and never entirely prefetched back")
                     ready = max(ready, min(ok))
@@ -215,8 +256,8 @@ def simulate_joint(chain: Chain, schedule: JointSchedule, bandwidth: float | Non
         if start > ready:       # held back by the release time: inputs must still be there at start
             for k in _inputs(op, l):
                 if k <= L and host_events.get(k) and host_at(k, start) > 1e-9 * max(1.0, wab[k]):
-                    raise InvalidJointSchedule(f"operation {pos} ({op}^{l}) starts at {start:.6g}s when value {k} "
-                                               f"is (partly) on the host again")
+                    raise InvalidRematOffloadSchedule(f"operation {pos} ({op}^{l}) starts at {start:.6g}s when "
+                                                      f"value {k} is (partly) on the host again")
         idle += start - prev
         idle_data += ready - prev
         dt = chain.ub[l] if op == "B" else chain.uf[l]
@@ -227,17 +268,17 @@ def simulate_joint(chain: Chain, schedule: JointSchedule, bandwidth: float | Non
         for k in _inputs(op, l):
             for q, t in enumerate(schedule.transfers):
                 if t.index == k and t.kind == "offload" and start + eps < te[q] < prev - eps:
-                    raise InvalidJointSchedule(f"transfer {q} frees bytes of value {k} at {te[q]:.6g}s while "
-                                               f"operation {pos} ({op}^{l}) reads it")
+                    raise InvalidRematOffloadSchedule(f"transfer {q} frees bytes of value {k} at {te[q]:.6g}s while "
+                                                      f"operation {pos} ({op}^{l}) reads it")
         # a value may not be discarded while part of it is on the host or being offloaded
         for k in _discards(op, l, states_before[pos], states_before[pos + 1]):
             for q, t in enumerate(schedule.transfers):
                 if t.index == k and t.kind == "offload" and ts[q] < prev - eps and te[q] > start + eps:
-                    raise InvalidJointSchedule(f"operation {pos} ({op}^{l}) discards value {k} while transfer "
-                                               f"{q} offloads it")
+                    raise InvalidRematOffloadSchedule(f"operation {pos} ({op}^{l}) discards value {k} while "
+                                                      f"transfer {q} offloads it")
             if host_events.get(k) and host_at(k, prev) > 1e-9 * max(1.0, wab[k]):
-                raise InvalidJointSchedule(f"operation {pos} ({op}^{l}) discards value {k} while part of it "
-                                           f"is on the host")
+                raise InvalidRematOffloadSchedule(f"operation {pos} ({op}^{l}) discards value {k} while part of it "
+                                                  f"is on the host")
     makespan = prev
 
     # --- offload/prefetch validity against the remat states
@@ -251,17 +292,17 @@ def simulate_joint(chain: Chain, schedule: JointSchedule, bandwidth: float | Non
     for k, t in enumerate(schedule.transfers):
         st = state_at(ts[k])
         if st[t.index] == 0:
-            raise InvalidJointSchedule(f"transfer {k} ({t.kind} of index {t.index}) starts at {ts[k]:.6g}s "
-                                       f"when value {t.index} is not stored")
+            raise InvalidRematOffloadSchedule(f"transfer {k} ({t.kind} of index {t.index}) starts at {ts[k]:.6g}s "
+                                              f"when value {t.index} is not stored")
         size = size_of(t.index, st)
         host_before = host_at(t.index, ts[k])
         if t.kind == "offload":
             if host_before + t.nbytes > size * (1 + 1e-9) + 1e-9:
-                raise InvalidJointSchedule(f"transfer {k}: offloads more of value {t.index} than is stored")
+                raise InvalidRematOffloadSchedule(f"transfer {k}: offloads more of value {t.index} than is stored")
         else:
             if host_before + eps < t.nbytes * (1 - 1e-9) - 1e-9:
-                raise InvalidJointSchedule(f"transfer {k}: prefetches {t.nbytes:.6g} B of value {t.index} "
-                                           f"but only {host_before:.6g} B are on the host")
+                raise InvalidRematOffloadSchedule(f"transfer {k}: prefetches {t.nbytes:.6g} B of value {t.index} "
+                                                  f"but only {host_before:.6g} B are on the host")
 
     # --- memory at every instant: events (time, delta)
     events: list[tuple[float, float]] = []
@@ -292,17 +333,18 @@ def simulate_joint(chain: Chain, schedule: JointSchedule, bandwidth: float | Non
             if mem > peak:
                 peak = mem
                 if limit is not None and mem > limit:
-                    raise InvalidJointSchedule(f"memory {mem:.6g} B exceeds the limit {memory_limit:.6g} B "
-                                               f"at t = {tt:.6g}s")
+                    raise InvalidRematOffloadSchedule(f"memory {mem:.6g} B exceeds the limit {memory_limit:.6g} B "
+                                                      f"at t = {tt:.6g}s")
         trace.append((events[i][0], mem))
         i = j
-    return JointReplay(makespan=float(makespan), peak_memory=float(peak), recompute_time=float(base.recompute_time),
-                       idle_time=float(idle), idle_data=float(idle_data), op_start=starts, op_end=ends, transfer_start=ts,
-                       transfer_end=te, transfer_time=sum(e - s for s, e in zip(ts, te)),
-                       offloaded_bytes=sum(t.nbytes for t in schedule.transfers if t.kind == "offload"),
-                       memory_trace=trace)
+    return RematOffloadReplay(makespan=float(makespan), peak_memory=float(peak),
+                              recompute_time=float(base.recompute_time), idle_time=float(idle),
+                              idle_data=float(idle_data), op_start=starts, op_end=ends, transfer_start=ts,
+                              transfer_end=te, transfer_time=sum(e - s for s, e in zip(ts, te)),
+                              offloaded_bytes=sum(t.nbytes for t in schedule.transfers if t.kind == "offload"),
+                              memory_trace=trace)
 
 
-def from_remat(ops: Iterable[Sequence]) -> JointSchedule:
-    """A joint schedule without transfers."""
-    return JointSchedule(ops=[(op, l) for op, l in ops])
+def from_remat(ops: Iterable[Sequence]) -> RematOffloadSchedule:
+    """A re-materialization + offloading schedule without transfers."""
+    return RematOffloadSchedule(ops=[(op, l) for op, l in ops])

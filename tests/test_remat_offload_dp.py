@@ -3,12 +3,13 @@ import math
 
 import pytest
 
-from memplan.baselines.remat_offload_dp import solve_joint
-from memplan.baselines.remat_heuristics import store_all
-from memplan.baselines.remat_rotor import min_memory, persistent
+from memplan.baselines.remat_offload_dp import solve_remat_offload_dp
+from memplan.baselines.remat_heuristics import min_memory, store_all
+from memplan.baselines.remat_rotor import persistent
 from memplan.models.chain import random_chain
 from memplan.models.remat import simulate_remat
-from memplan.models.remat_offload import InvalidJointSchedule, JointSchedule, Transfer, simulate_joint
+from memplan.models.remat_offload import (InvalidRematOffloadSchedule, RematOffloadSchedule, Transfer,
+                                         simulate_remat_offload)
 from memplan.models.solution import Status
 
 
@@ -26,7 +27,7 @@ def test_simulator_without_transfers_agrees_with_remat(seed):
         if sol.schedule is None:
             continue
         a = simulate_remat(c, sol.schedule)
-        b = simulate_joint(c, JointSchedule(sol.schedule.ops), None, M)
+        b = simulate_remat_offload(c, RematOffloadSchedule(sol.schedule.ops), None, M)
         assert b.makespan == pytest.approx(a.makespan, rel=1e-12)
         assert b.peak_memory == pytest.approx(a.peak_memory, rel=1e-12)
         assert b.recompute_time == pytest.approx(a.recompute_time)
@@ -42,40 +43,40 @@ def _two_stage():
 def test_simulator_offload_frees_memory_and_prefetch_waits():
     c = _two_stage()
     ops = [("F_all", 1), ("F_all", 2), ("F_all", 3), ("B", 3), ("B", 2), ("B", 1)]
-    plain = simulate_joint(c, JointSchedule(ops), None)
+    plain = simulate_remat_offload(c, RematOffloadSchedule(ops), None)
     # B^2 (t = 2..4) holds a^0, abar^1, abar^2, delta^2 and makes delta^1
     assert plain.peak_memory == 4 + 2 + 2 + 2 + 2 and plain.makespan == 6
     # offload a^0 after F^1 (beta = 4 B/s: 1 s, t = 1..2), prefetch it during B^2 (t = 2..3)
-    sched = JointSchedule(ops, transfers=[Transfer("offload", 0, 4.0, 1.0), Transfer("prefetch", 0, 4.0, 2.0)])
-    rep = simulate_joint(c, sched, 4.0)
+    sched = RematOffloadSchedule(ops, transfers=[Transfer("offload", 0, 4.0, 1.0), Transfer("prefetch", 0, 4.0, 2.0)])
+    rep = simulate_remat_offload(c, sched, 4.0)
     assert rep.transfer_start == [1.0, 2.0] and rep.transfer_end == [2.0, 3.0]
     assert rep.makespan == plain.makespan and rep.idle_time == 0.0
     assert rep.peak_memory == plain.peak_memory            # the prefetch reserves a^0 while B^2 runs
     # with the prefetch after B^2, B^1 (t = 4) waits for it until 5 and F^2 .. B^2 run without a^0
-    late = JointSchedule(ops, transfers=[Transfer("offload", 0, 4.0, 1.0), Transfer("prefetch", 0, 4.0, 4.0)])
-    rep = simulate_joint(c, late, 4.0)
+    late = RematOffloadSchedule(ops, transfers=[Transfer("offload", 0, 4.0, 1.0), Transfer("prefetch", 0, 4.0, 4.0)])
+    rep = simulate_remat_offload(c, late, 4.0)
     assert rep.idle_data == pytest.approx(1.0) and rep.idle_time == pytest.approx(1.0)
     assert rep.makespan == pytest.approx(plain.makespan + 1.0)
     # the limit: without the prefetch reservation during B^2 the peak would be lower
-    with pytest.raises(InvalidJointSchedule, match="exceeds the limit"):
-        simulate_joint(c, sched, 4.0, memory_limit=plain.peak_memory - 1)
+    with pytest.raises(InvalidRematOffloadSchedule, match="exceeds the limit"):
+        simulate_remat_offload(c, sched, 4.0, memory_limit=plain.peak_memory - 1)
 
 
 def test_simulator_rejects_invalid_transfers():
     c = _two_stage()
     ops = [("F_all", 1), ("F_all", 2), ("F_all", 3), ("B", 3), ("B", 2), ("B", 1)]
-    with pytest.raises(InvalidJointSchedule, match="never entirely prefetched"):
-        simulate_joint(c, JointSchedule(ops, transfers=[Transfer("offload", 0, 4.0, 1.0)]), 4.0)
-    with pytest.raises(InvalidJointSchedule, match="not stored"):
-        simulate_joint(c, JointSchedule(ops, transfers=[Transfer("offload", 2, 2.0, 0.0),
+    with pytest.raises(InvalidRematOffloadSchedule, match="never entirely prefetched"):
+        simulate_remat_offload(c, RematOffloadSchedule(ops, transfers=[Transfer("offload", 0, 4.0, 1.0)]), 4.0)
+    with pytest.raises(InvalidRematOffloadSchedule, match="not stored"):
+        simulate_remat_offload(c, RematOffloadSchedule(ops, transfers=[Transfer("offload", 2, 2.0, 0.0),
                                                         Transfer("prefetch", 2, 2.0, 3.0)]), 4.0)
-    with pytest.raises(InvalidJointSchedule, match="on the host"):
-        simulate_joint(c, JointSchedule(ops, transfers=[Transfer("prefetch", 0, 4.0, 0.0)]), 4.0)
+    with pytest.raises(InvalidRematOffloadSchedule, match="on the host"):
+        simulate_remat_offload(c, RematOffloadSchedule(ops, transfers=[Transfer("prefetch", 0, 4.0, 0.0)]), 4.0)
     # F_none^2 discards a^1 while it is being offloaded
     ops2 = [("F_ck", 1), ("F_none", 2), ("F_all", 3), ("B", 3), ("F_all", 1), ("F_all", 2), ("B", 2), ("B", 1)]
-    simulate_joint(c, JointSchedule(ops2), None)
-    with pytest.raises(InvalidJointSchedule, match="discards value 1"):
-        simulate_joint(c, JointSchedule(ops2, transfers=[Transfer("offload", 1, 2.0, 1.0)]), 1.0)
+    simulate_remat_offload(c, RematOffloadSchedule(ops2), None)
+    with pytest.raises(InvalidRematOffloadSchedule, match="discards value 1"):
+        simulate_remat_offload(c, RematOffloadSchedule(ops2, transfers=[Transfer("offload", 1, 2.0, 1.0)]), 1.0)
 
 
 # ----------------------------------------------------------------------------- the DP
@@ -84,7 +85,7 @@ def test_beta_zero_equals_persistent_rotor(seed):
     c = random_chain(7, seed)
     for M in _memories(c, (0.0, 0.2, 0.5, 0.8)):
         r = persistent(c, M, exact=True)
-        j = solve_joint(c, M, 0.0, exact=True)
+        j = solve_remat_offload_dp(c, M, 0.0, exact=True)
         assert (r.objective is None) == (j.objective is None)
         if r.objective is not None:
             assert j.objective == pytest.approx(r.objective, rel=1e-12)
@@ -93,7 +94,7 @@ def test_beta_zero_equals_persistent_rotor(seed):
     c = random_chain(12, seed, integer=False)
     for M in _memories(c, (0.1, 0.5)):
         r = persistent(c, M, slots=40)
-        j = solve_joint(c, M, 0.0, slots=40)
+        j = solve_remat_offload_dp(c, M, 0.0, slots=40)
         assert j.objective == pytest.approx(r.objective, rel=1e-12)
 
 
@@ -102,7 +103,7 @@ def test_enough_memory_equals_store_all(seed):
     c = random_chain(8, seed)
     sa = store_all(c)
     for beta in (0.0, 1.0, 5.0):
-        j = solve_joint(c, math.ceil(sa.peak_memory), beta, exact=True)
+        j = solve_remat_offload_dp(c, math.ceil(sa.peak_memory), beta, exact=True)
         assert j.objective == pytest.approx(sa.objective)
         assert j.details["recompute_time"] == 0.0
 
@@ -113,7 +114,7 @@ def test_dp_schedules_replay_to_prediction_under_limit(seed):
     for M in _memories(c, (0.0, 0.15, 0.4, 0.7)):
         r = persistent(c, M, exact=True)
         for beta in (0.5, 1.0, 3.0):
-            j = solve_joint(c, M, beta, exact=True)
+            j = solve_remat_offload_dp(c, M, beta, exact=True)
             if j.objective is None:
                 assert r.objective is None
                 continue
@@ -123,7 +124,7 @@ def test_dp_schedules_replay_to_prediction_under_limit(seed):
             if r.objective is not None:
                 assert j.objective <= r.objective + 1e-9
             # the simulator agrees when replaying the JSON form
-            again = simulate_joint(c, JointSchedule.from_json(j.schedule.to_json()), beta, M)
+            again = simulate_remat_offload(c, RematOffloadSchedule.from_json(j.schedule.to_json()), beta, M)
             assert again.makespan == pytest.approx(j.objective, rel=1e-12)
 
 
@@ -133,7 +134,7 @@ def test_dp_float_chain_with_slots(seed):
     M = _memories(c, (0.15,))[0]
     base = persistent(c, M, slots=30)
     for beta in (2e9, 1.2e10):
-        j = solve_joint(c, M, beta, slots=30)
+        j = solve_remat_offload_dp(c, M, beta, slots=30)
         assert j.objective == pytest.approx(j.predicted, rel=1e-9)
         assert j.peak_memory <= M * (1 + 1e-9)
         assert j.objective <= base.objective * (1 + 1e-12)
@@ -144,59 +145,6 @@ def test_offloading_helps_when_memory_is_tight():
     c = random_chain(6, 4)
     M = _memories(c, (0.1,))[0]
     r = persistent(c, M, exact=True)
-    j = solve_joint(c, M, 4.0, exact=True)
+    j = solve_remat_offload_dp(c, M, 4.0, exact=True)
     assert j.objective < r.objective
     assert j.details["offloaded"]
-
-
-# ----------------------------------------------------------------------------- command line
-def test_cli_solve_remat_offload(tmp_path, capsys):
-    import json
-
-    from memplan.experiments.cli import main
-    from memplan.models.instance import save_instance
-
-    c = random_chain(3, 1, max_size=4, max_time=4)
-    inst = save_instance(c, tmp_path / "tiny.json", time_unit="s", memory_unit="B")
-    M = _memories(c, (0.0,))[0]
-    out = tmp_path / "sol.json"
-    rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M}B", "--bandwidth", "1B/s",
-               "--exact", "--json", str(out), "--gantt", str(tmp_path / "g.png")])
-    text = capsys.readouterr().out
-    assert rc == 0 and (tmp_path / "g.png").stat().st_size > 0
-    assert "recompute" in text and "idle" in text and "offloaded" in text
-    data = json.loads(out.read_text())
-    assert data["problem"] == "remat-offload" and data["objective"] == pytest.approx(data["predicted"])
-    j = solve_joint(c, M, 1.0, exact=True)
-    assert data["objective"] == pytest.approx(j.objective)
-    # the exact method: optimum <= DP, and the report says which
-    rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M}B", "--bandwidth", "1B/s",
-               "--method", "milp", "--time-limit", "30"])
-    text = capsys.readouterr().out
-    assert rc == 0 and "optimal" in text
-    # the default --slots 500 of the command line becomes N = 50 here
-    rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M + 10}B", "--bandwidth", "1B/s"])
-    assert "N = 50" in capsys.readouterr().out
-
-
-def test_figure_script_smoke(tmp_path):
-    import pandas as pd
-
-    pytest.importorskip("matplotlib")
-    pytest.importorskip("tqdm")
-    from memplan.experiments.remat_offload_figures import main
-
-    from pathlib import Path
-
-    inst = Path(__file__).resolve().parents[1] / "instances" / "paper004_table2.json"
-    out = tmp_path / "ro"
-    assert main(["--instance", str(inst), "--bandwidth", "3GB/s", "--points", "3",
-                 "--factors", "1,2", "--slots", "20", "--low", "1.0", "--out", str(out)]) == 0
-    df = pd.read_csv(out.with_suffix(".csv"))
-    assert set(df.method) >= {"store-all", "rotor", "joint", "joint-20"}
-    assert out.with_suffix(".png").exists()
-    j = df[df.method == "joint"].dropna(subset=["makespan"])
-    r = df[df.method == "rotor"].set_index("memory").makespan
-    for _, row in j.iterrows():      # the joint DP never loses to rotor with the same slots
-        if pd.notna(r[row.memory]):
-            assert row.makespan <= r[row.memory] * (1 + 1e-12)

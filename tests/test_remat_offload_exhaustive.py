@@ -3,14 +3,14 @@ import math
 
 import pytest
 
-from memplan.baselines.remat_offload_dp import solve_joint
+from memplan.baselines.remat_offload_dp import solve_remat_offload_dp
 from memplan.baselines.remat_offload_exhaustive import solve_exhaustive
-from memplan.baselines.remat_heuristics import store_all
-from memplan.baselines.remat_rotor import floating, min_memory
+from memplan.baselines.remat_heuristics import min_memory, store_all
+from memplan.baselines.remat_rotor import floating
 from memplan.models.chain import random_chain
 from memplan.models.solution import Status
 
-# Largest relative gap DP/optimum - 1 measured by ``python -m benchmarks.bench_joint_dp --part gap
+# Largest relative gap DP/optimum - 1 measured by ``python -m benchmarks.bench_remat_offload_dp --part gap
 # --maxL 5 --seeds 4`` on random integer chains with L <= 5 (sizes <= 4, times <= 4, beta in {1, 0.5}
 # B/s, memory at rotor's minimum and 30% above it): 50 cases, DP optimal in 39, mean gap 1.64%,
 # largest 13.04% (L = 4, seed 3). The cases below are among those 50.
@@ -39,7 +39,7 @@ def test_dp_within_measured_gap_of_exhaustive(L, seed):
     c = random_chain(L, seed, max_size=4, max_time=4)
     for M in _memories(c, (0.0, 0.3)):
         for beta in (1.0, 0.5):
-            j = solve_joint(c, M, beta, exact=True)
+            j = solve_remat_offload_dp(c, M, beta, exact=True)
             # searching below the DP's makespan either proves it optimal or finds the optimum
             e = solve_exhaustive(c, M, beta, upper_bound=j.objective, time_limit=30)
             assert e.status == Status.OPTIMAL

@@ -1,0 +1,277 @@
+"""The front end memplan.remat_offload (paper 000): solve, inputs, slots, time limit, report, CLI, sweep."""
+import json
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+import memplan
+from memplan import remat_offload as ro
+from memplan.baselines.remat_heuristics import min_memory, store_all
+from memplan.baselines.remat_offload_dp import solve_remat_offload_dp
+from memplan.baselines.remat_offload_exhaustive import solve_exhaustive
+from memplan.baselines.remat_rotor import floating, persistent
+from memplan.models.chain import random_chain
+from memplan.models.remat_offload import RematOffloadSchedule, simulate_remat_offload
+from memplan.models.solution import InputError, Status
+
+ROOT = Path(__file__).resolve().parents[1]
+MiB = 2**20
+
+
+def _memories(chain, fracs=(0.0,)):
+    lo, hi = min_memory(chain), store_all(chain).peak_memory
+    return [math.ceil(lo + f * (hi - lo)) for f in fracs]
+
+
+@pytest.fixture(scope="module")
+def table2():
+    return memplan.load_instance("paper004_table2").chain
+
+
+# ----------------------------------------------------------------------------- solve
+def test_module_contract():
+    assert ro.PROBLEM == "remat-offload" and memplan.problems["remat-offload"] is ro
+    assert ro.METHODS == ["dp", "exhaustive"] and ro.DEFAULT_METHOD == "dp"
+    import inspect
+
+    params = list(inspect.signature(ro.solve).parameters)
+    assert params == ["chain", "memory", "bandwidth", "method", "time_limit", "slots", "exact", "progress"]
+
+
+def test_dp_replayed_under_the_limit_and_equal_to_the_baseline(table2):
+    M = 85 * MiB
+    sol = ro.solve(table2, memory="85MiB", bandwidth="3GB/s", slots=100)
+    base = solve_remat_offload_dp(table2, M, 3e9, slots=100)
+    assert sol.status == Status.FEASIBLE and sol.method == "dp"
+    assert sol.objective == pytest.approx(base.objective, rel=1e-12) and sol.objective == pytest.approx(sol.predicted)
+    rep = simulate_remat_offload(table2, sol.schedule, 3e9, M)
+    assert sol.objective == rep.makespan and sol.peak_memory == rep.peak_memory <= M
+    # compute-only time below, re-materialization alone (same slots) above
+    alone = persistent(table2, M, slots=100)
+    assert table2.store_all_time() <= sol.objective < alone.objective
+    assert sol.memory_limit == M and sol.bandwidth == 3e9 and sol.details["slots"] == 100
+    assert sol.details["slots_note"] == "N = 100 memory slots"
+    assert sol.times["total"] >= sol.times["tables"]
+
+
+@pytest.mark.parametrize("bandwidth", [None, 0, 0.0, "0B/s"])
+def test_no_link_is_the_persistent_rotor_dp(table2, bandwidth):
+    sol = ro.solve(table2, memory=90 * MiB, bandwidth=bandwidth, slots=60)
+    r = persistent(table2, 90 * MiB, slots=60)
+    assert sol.status == Status.OPTIMAL and sol.objective == pytest.approx(r.objective, rel=1e-12)
+    assert sol.bandwidth == 0.0 and not sol.schedule.transfers
+    assert "0 (no offloading)" in ro.report(sol, table2)
+
+
+def test_default_slots_is_fifty_and_explicit_slots_are_honoured(table2):
+    d = ro.solve(table2, memory="85MiB", bandwidth="3GB/s")
+    assert d.details["slots"] == 50 and d.details["slots_note"].startswith("N = 50 memory slots")
+    assert d.objective == pytest.approx(solve_remat_offload_dp(table2, 85 * MiB, 3e9, slots=50).objective)
+    # a value that used to be the command line's default is no longer turned into 50
+    e = ro.solve(table2, memory="85MiB", bandwidth="3GB/s", slots=150)
+    assert e.details["slots"] == 150 and e.details["slots_note"] == "N = 150 memory slots"
+    assert "slots_clamped" not in e.details
+
+
+def test_slots_above_the_clamp_are_clamped_with_a_message(table2):
+    sol = ro.solve(table2, memory="85MiB", bandwidth="3GB/s", slots=500)
+    assert sol.details["slots"] == ro.MAX_SLOTS == 200
+    assert sol.details["slots_requested"] == 500 and sol.details["slots_clamped"] is True
+    assert "slots=500 clamped to 200" in sol.message and "slots=500 clamped to 200" in sol.details["slots_note"]
+    assert sol.objective == pytest.approx(solve_remat_offload_dp(table2, 85 * MiB, 3e9, slots=200).objective)
+    assert "slots=500 clamped" in ro.report(sol, table2)
+
+
+def test_exact_mode_on_an_integer_chain():
+    c = random_chain(4, seed=1)
+    sol = ro.solve(c, memory=50, bandwidth=2.0, exact=True)
+    assert sol.objective == 64.0 and sol.details["slots_note"] == "exact: one slot per byte"
+    assert [(o["value"], o["index"]) for o in sol.details["offloaded"]] == [("a", 0)]
+    assert ro.solve(c, memory=50, bandwidth=0, exact=True).objective == 76.0
+
+
+def test_infeasible_is_a_solution_with_the_minimum(table2):
+    sol = ro.solve(table2, memory="50MiB", bandwidth="1GB/s")
+    assert sol.status == Status.INFEASIBLE and sol.schedule is None and sol.objective is None
+    assert sol.details["min_memory"] == pytest.approx(min_memory(table2))
+    assert f"{min_memory(table2):.6g} B" in sol.message
+    assert "infeasible" in ro.report(sol, table2)
+
+
+def test_solve_dispatch_takes_the_platform_and_options(table2, tmp_path):
+    from memplan.models.chain import Platform
+    from memplan.models.instance import save_instance
+
+    path = save_instance(table2, tmp_path / "t2.json", platform=Platform(memory=85 * MiB, bandwidth=3e9))
+    sol = memplan.solve(path, "remat-offload", slots=100)
+    assert sol.memory_limit == 85 * MiB and sol.bandwidth == 3e9
+    assert sol.objective == pytest.approx(solve_remat_offload_dp(table2, 85 * MiB, 3e9, slots=100).objective)
+
+
+# ----------------------------------------------------------------------------- inputs
+@pytest.mark.parametrize("kwargs,names", [
+    (dict(memory=None), "memory"),
+    (dict(memory="lots"), "memory"),
+    (dict(memory=-5), "memory"),
+    (dict(memory="90MiB", bandwidth="fast"), "bandwidth"),
+    (dict(memory="90MiB", bandwidth=-1.0), "bandwidth"),
+    (dict(memory="90MiB", method="milp"), "method"),
+    (dict(memory="90MiB", slots=0), "slots"),
+    (dict(memory="90MiB", slots=2.5), "slots"),
+    (dict(memory="90MiB", slots="many"), "slots"),
+    (dict(memory="90MiB", exact=True), "exact"),                 # float sizes
+    (dict(memory="90MiB", exact="yes"), "exact"),
+    (dict(memory="90MiB", exact=None), "exact"),
+    (dict(memory="90MiB", method="exhaustive"), "exhaustive"),  # float sizes
+    (dict(memory="90MiB", time_limit=-1), "time_limit"),
+])
+def test_input_errors_name_the_input(table2, kwargs, names):
+    with pytest.raises(InputError, match=names):
+        ro.solve(table2, **kwargs)
+
+
+def test_input_errors_on_integer_chains():
+    c = random_chain(4, seed=1)
+    with pytest.raises(InputError, match=r"exact=True .*slots=40"):
+        ro.solve(c, memory=50, exact=True, slots=40)
+    with pytest.raises(InputError, match="exact=True needs integer sizes and a whole memory limit"):
+        ro.solve(c, memory=50.5, exact=True)
+    with pytest.raises(InputError, match="chain must be a Chain"):
+        ro.solve("paper004_table2", memory=50)
+
+
+def test_tables_too_large_name_slots_and_say_what_fits():
+    from memplan.baselines.remat_offload_dp import MAX_TABLE_BYTES, table_bytes
+
+    c = random_chain(150, 0, integer=False)
+    fits = ro._max_slots(150)
+    assert table_bytes(150, fits) <= MAX_TABLE_BYTES < table_bytes(150, fits + 1)
+    with pytest.raises(InputError, match=rf"slots=200: .* give slots <= {fits}"):
+        ro.solve(c, memory=1e9, slots=200)
+    big = random_chain(3, 0)
+    with pytest.raises(InputError, match="exact=True means N = 50000000 slots"):
+        ro.solve(big, memory=50_000_000, exact=True)
+
+
+# ----------------------------------------------------------------------------- exhaustive
+@pytest.mark.parametrize("L,seed,beta", [(2, 0, 1.0), (3, 1, 0.5), (3, 2, 1.0)])
+def test_exhaustive_is_the_optimum_and_at_most_the_dp(L, seed, beta):
+    c = random_chain(L, seed, max_size=4, max_time=4)
+    M = _memories(c)[0]
+    sol = ro.solve(c, memory=M, bandwidth=beta, method="exhaustive", time_limit=30)
+    free = solve_exhaustive(c, M, beta, time_limit=30)          # no DP bound
+    dp = solve_remat_offload_dp(c, M, beta, exact=True)
+    assert sol.status == Status.OPTIMAL and sol.method == "exhaustive"
+    assert sol.objective == pytest.approx(free.objective) and sol.objective <= dp.objective + 1e-9
+    assert sol.bound == pytest.approx(sol.objective)
+    assert sol.details["slots_note"] == "the bounding DP: exact: one slot per byte"    # M <= 500 B
+    rep = simulate_remat_offload(c, sol.schedule, beta, M)
+    assert rep.makespan == sol.objective and rep.peak_memory <= M
+
+
+def test_exhaustive_without_link_is_the_optimal_remat():
+    c = random_chain(3, 0, max_size=4, max_time=4)
+    M = _memories(c, (0.4,))[0]
+    sol = ro.solve(c, memory=M, method="exhaustive", time_limit=30)
+    assert sol.objective == pytest.approx(floating(c, M, exact=True).objective)
+
+
+def test_whole_call_time_limit_keeps_the_dp_schedule():
+    """A search that needs about 12 s on this chain stops at the call's limit with the DP's schedule."""
+    c = random_chain(5, 1, max_size=4, max_time=4)
+    M = _memories(c)[0]
+    solve_remat_offload_dp(c, M, 0.5, exact=True)        # load the compiled DP outside the timing
+    lines = []
+    t0 = time.monotonic()
+    sol = ro.solve(c, memory=M, bandwidth=0.5, method="exhaustive", time_limit=1.0, progress=lines.append)
+    wall = time.monotonic() - t0
+    assert wall < 2.5 and sol.times["total"] < 2.5
+    dp = solve_remat_offload_dp(c, M, 0.5, exact=True)
+    assert sol.status == Status.TIME_LIMIT and sol.method == "exhaustive"
+    assert sol.objective == pytest.approx(dp.objective) and sol.success
+    assert c.store_all_time() <= sol.bound <= sol.objective
+    assert sol.details["time_limit"] == 1.0
+    assert any("dp: makespan" in l for l in lines) and any("exhaustive: time_limit" in l for l in lines)
+    assert "stopped (time or state limit)" in ro.report(sol, c)
+
+
+# ----------------------------------------------------------------------------- report, Gantt, CLI
+def test_report_numbers_and_no_drawing(table2, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sol = ro.solve(table2, memory="85MiB", bandwidth="3GB/s", slots=100)
+    text = ro.report(sol, table2)
+    lines = text.splitlines()
+    assert lines[0] == ("paper004-table2: L = 6, problem remat-offload, method dp, memory limit 85.0 MiB, "
+                        "bandwidth 3.0 GB/s")
+    sa = store_all(table2)
+    assert f"vs store-all {sa.objective * 1e3:.1f} ms" in text
+    assert "offloaded    3 values" in text and "a^0" in text and "Gantt" not in text
+    assert list(tmp_path.iterdir()) == []
+    ro.gantt(sol, table2, tmp_path / "g.png")
+    assert (tmp_path / "g.png").stat().st_size > 10_000
+
+
+def test_cli_solve_remat_offload(tmp_path, capsys):
+    from memplan.experiments.cli import main
+    from memplan.models.instance import save_instance
+
+    c = random_chain(3, 1, max_size=4, max_time=4)
+    inst = save_instance(c, tmp_path / "tiny.json", time_unit="s", memory_unit="B")
+    M = _memories(c, (0.0,))[0]
+    out = tmp_path / "sol.json"
+    rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M}B", "--bandwidth", "1B/s",
+               "--exact", "--json", str(out), "--gantt", str(tmp_path / "g.png")])
+    text = capsys.readouterr().out
+    assert rc == 0 and (tmp_path / "g.png").stat().st_size > 0
+    assert "recompute" in text and "idle" in text and "offloaded" in text
+    data = json.loads(out.read_text())
+    assert data["problem"] == "remat-offload" and data["objective"] == pytest.approx(data["predicted"])
+    j = solve_remat_offload_dp(c, M, 1.0, exact=True)
+    assert data["objective"] == pytest.approx(j.objective)
+    assert RematOffloadSchedule.from_json(data["schedule"]).ops == j.schedule.ops
+    # the exact method: optimum <= DP, and the report says which
+    rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M}B", "--bandwidth", "1B/s",
+               "--method", "exhaustive", "--time-limit", "30"])
+    text = capsys.readouterr().out
+    assert rc == 0 and "optimal" in text and "method exhaustive" in text
+    # the old name is refused, naming the methods
+    rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M}B", "--method", "milp"])
+    assert rc == 2 and "dp, exhaustive" in capsys.readouterr().err
+    # no --slots: the paper's N = 50
+    rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M + 10}B", "--bandwidth", "1B/s"])
+    assert "N = 50" in capsys.readouterr().out
+    # an infeasible limit: one line with the minimum, exit status 2
+    rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M // 4}B", "--bandwidth", "1B/s"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"the minimum is {min_memory(c):.6g} B" in err
+
+
+def test_figure_script_smoke(tmp_path):
+    import pandas as pd
+
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("tqdm")
+    from memplan.experiments.remat_offload_figures import main
+
+    inst = ROOT / "instances" / "paper004_table2.json"
+    out = tmp_path / "ro"
+    assert main(["--instance", str(inst), "--bandwidth", "3GB/s", "--points", "3",
+                 "--factors", "1,2", "--slots", "20", "--low", "1.0", "--out", str(out)]) == 0
+    df = pd.read_csv(out.with_suffix(".csv"))
+    assert set(df.method) >= {"store-all", "rotor", "joint", "joint-20", "offload"}
+    assert out.with_suffix(".png").exists()
+    j = df[df.method == "joint"].dropna(subset=["makespan"])
+    r = df[df.method == "rotor"].set_index("memory").makespan
+    for _, row in j.iterrows():      # the joint DP never loses to rotor with the same slots
+        if pd.notna(r[row.memory]):
+            assert row.makespan <= r[row.memory] * (1 + 1e-12)
+    # every joint-20 value is the DP's, through the front end
+    chain = memplan.load_instance(inst).chain
+    for _, row in df[df.method == "joint-20"].dropna(subset=["makespan"]).iterrows():
+        assert row.makespan == pytest.approx(solve_remat_offload_dp(chain, row.memory, row.bandwidth, slots=20).objective)
+    # the store-all row is feasible exactly above its peak
+    sa = store_all(chain)
+    for _, row in df[df.method == "store-all"].iterrows():
+        assert (row.status == "feasible") == (row.memory >= sa.peak_memory)

@@ -19,7 +19,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from memplan.baselines.remat_heuristics import bisection_schedule, sequential_schedule, store_all_schedule
+from memplan.models.instance import InstanceError, load_instance, save_instance
+from memplan.models.pipedream import import_graph
+from memplan.models.remat import RematSchedule, simulate_remat
 from memplan.models.solution import InputError
+from memplan.models.units import fmt_memory, fmt_time
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -45,8 +50,6 @@ def _kv(text: str) -> tuple[str, object]:
 
 
 def _summary(chain) -> str:
-    from memplan.models.units import fmt_memory, fmt_time
-
     return (f"{chain.name}: L = {chain.L} stages (+ loss), store-all time {fmt_time(chain.store_all_time())}, "
             f"sum abar {fmt_memory(chain.wabar[1:].sum())}, weights {fmt_memory(chain.total_weights())}")
 
@@ -54,7 +57,6 @@ def _summary(chain) -> str:
 def _cmd_profile(args: argparse.Namespace) -> int:
     import torch
 
-    from memplan.models.instance import save_instance
     from memplan.models.networks import canonical_name
     from memplan.models.profiler import profile_model
 
@@ -82,15 +84,10 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    from memplan.models.instance import save_instance
-    from memplan.models.pipedream import import_graph
-
     out = Path(args.output)
     if out.exists() and not args.force:
         raise FileExistsError(f"{out} exists; pass --force to replace it")
     if not Path(args.graph).exists():
-        from memplan.models.instance import InstanceError
-
         raise InstanceError(f"{args.graph}: no such PipeDream graph file")
     chain = import_graph(args.graph, batch=args.batch, name=args.name)
     save_instance(chain, out, overwrite=args.force, time_unit="ms", memory_unit="MiB", digits=9,
@@ -109,13 +106,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import torch
 
     from memplan.models.graph import linearize_model
-    from memplan.models.instance import load_instance
     from memplan.models.networks import example_input, get_model
     from memplan.models.profiler import classification_loss
-    from memplan.models.remat import RematSchedule, simulate_remat
-    from memplan.baselines.remat_heuristics import bisection_schedule, sequential_schedule, store_all_schedule
     from memplan.models.runtime import execute
-    from memplan.models.units import fmt_memory, fmt_time
 
     chain, _ = load_instance(args.instance)
     prov = chain.provenance

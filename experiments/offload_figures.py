@@ -31,6 +31,8 @@ import numpy as np
 from memplan import offload
 from memplan.baselines import remat_rotor as rotor
 from memplan.models.offload import lower_bound_value, min_feasible_memory, peak_memory_no_offload
+from memplan.models.instance import load_instance
+from memplan.models.units import fmt_bandwidth, parse_bandwidth
 
 ALL = ["greedy", "dynprog", "vdnn", "tflms", "autoswap", "milp"]
 
@@ -137,9 +139,6 @@ def figure3(chain, bandwidth, args, out: Path, batch: float):
 
 
 def main(argv=None) -> int:
-    from memplan.models.instance import load_instance
-    from memplan.models.units import fmt_bandwidth, parse_bandwidth
-
     p = argparse.ArgumentParser(prog="python -m memplan.experiments.offload_figures", description=__doc__.split("\n\n")[0])
     p.add_argument("--instance", default="instances/paper004_table2.json")
     p.add_argument("--bandwidth", help="link bandwidth (default: the instance's platform, else 12.5GB/s as "

@@ -40,6 +40,10 @@ from pathlib import Path
 
 import memplan
 from memplan.models.solution import InfeasibleError
+from memplan.baselines.remat_heuristics import min_memory, store_all
+from memplan.baselines.remat_offload_dp import MAX_TABLE_BYTES, table_bytes
+from memplan.models.instance import load_instance
+from memplan.models.units import fmt_bandwidth, fmt_memory, parse_bandwidth
 
 #: DYNPROG's state grid for the offloading-only curve (the figures were always made with 100)
 OFFLOAD_SLOTS = 100
@@ -85,10 +89,6 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     # here, not at the top: `memplan sweep` imports every experiment module, and these load numba
-    from memplan.baselines.remat_heuristics import min_memory, store_all
-    from memplan.baselines.remat_offload_dp import MAX_TABLE_BYTES, table_bytes
-    from memplan.models.instance import load_instance
-    from memplan.models.units import fmt_bandwidth, fmt_memory, parse_bandwidth
 
     chain, platform = load_instance(args.instance)
     if args.bandwidth is not None:

@@ -23,6 +23,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from memplan import remat
+from memplan.baselines import remat_heuristics as H
+from memplan.models.instance import load_chain
+from memplan.models.solution import InputError
+from memplan.remat import METHODS
+
 COLUMNS = ["instance", "L", "batch", "time_limit", "method", "memory_limit", "status", "makespan",
            "peak_memory", "throughput", "solve_time", "bound", "gap", "limit_exceeded", "param"]
 DEFAULT_METHODS = ["rotor", "rotor-floating", "revolve", "recompute-all"]
@@ -46,9 +52,6 @@ def sweep(chain, methods, points: int = 10, *, slots: int | None = None, exact: 
     :func:`memplan.remat.solve`.
     """
     from tqdm import tqdm
-
-    from memplan import remat
-    from memplan.baselines import remat_heuristics as H
 
     lo, hi = remat.memory_range(chain)
     limits = np.linspace(lo, hi, points)
@@ -149,10 +152,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memplan.models.instance import load_chain
-    from memplan.models.solution import InputError
-    from memplan.remat import METHODS
-
     chain = load_chain(args.instance)
     methods = list(METHODS) if args.methods == "all" else [m.strip() for m in args.methods.split(",") if m.strip()]
     methods = [m for m in methods if m not in ("store-all", "sequential")]

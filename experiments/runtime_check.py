@@ -22,6 +22,9 @@ import copy
 import statistics
 import sys
 from pathlib import Path
+from memplan import remat
+from memplan.baselines.remat_heuristics import bisection_schedule, store_all_schedule
+from memplan.models.remat import simulate_remat
 
 CASES = {
     "resnet18": dict(kw={}, shape=(3, 64, 64), batch=2),
@@ -30,9 +33,6 @@ CASES = {
 
 
 def sequences(chain, fractions):
-    from memplan import remat
-    from memplan.baselines.remat_heuristics import bisection_schedule, store_all_schedule
-
     out = [("store_all", None, store_all_schedule(chain)), ("bisection", None, bisection_schedule(chain))]
     lo, hi = remat.memory_range(chain)
     for f in fractions:
@@ -50,7 +50,6 @@ def run_case(name: str, spec: dict, fractions, repeats: int, device: str) -> lis
     from memplan.models.graph import linearize_model
     from memplan.models.networks import example_input, get_model
     from memplan.models.profiler import classification_loss, profile_chain
-    from memplan.models.remat import simulate_remat
     from memplan.models.runtime import execute
 
     torch.manual_seed(0)

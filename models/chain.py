@@ -18,7 +18,10 @@ array             indices      meaning (paper 004, Table 1 and section 3.1)
 For the loss stage L+1, ``wa[L+1]``, ``wabar[L+1]`` and ``wd[L+1]`` are the (usually zero) sizes of
 the loss value and of delta^{L+1} = 1.
 
-Units inside the code: bytes and seconds, always floats.
+Units inside the code: bytes and seconds, always floats. Every entry must be finite and within
+``[0, MAX_BYTES]`` (sizes, 1 PB) or ``[0, MAX_SECONDS]`` (times, 1e6 s): ranges no real network
+reaches, so a larger value is a mistake (a unit slip, a corrupted file) and is refused with a
+``ValueError`` naming the array and the index (``Chain.wa[3] = 1e+300 is out of range: ...``).
 """
 from __future__ import annotations
 
@@ -29,6 +32,43 @@ from typing import Any
 import numpy as np
 
 
+#: the per-stage arrays of a :class:`Chain`
+_ARRAYS = ("uf", "ub", "wa", "wabar", "wd", "of", "ob", "weights")
+
+#: Largest accepted size (bytes): 1 PB, far beyond any device or host memory a network is trained in.
+MAX_BYTES = 1e15
+#: Largest accepted time (seconds): 1e6 s (11.6 days) for one forward or backward step of one stage.
+MAX_SECONDS = 1e6
+#: Largest accepted bandwidth (bytes/s): 1 PB/s.
+MAX_BANDWIDTH = 1e15
+#: Largest accepted number of GPUs.
+MAX_GPUS = 1_000_000
+
+_RANGE_TEXT = {"size": f"sizes must be between 0 and {MAX_BYTES:g} bytes (1 PB)",
+               "time": f"times must be between 0 and {MAX_SECONDS:g} s"}
+_RANGE_MAX = {"size": MAX_BYTES, "time": MAX_SECONDS}
+#: the limits are inclusive up to the rounding of a unit conversion (1e15 ns * 1e-9 = 1.0000000000000002e6 s)
+RANGE_TOLERANCE = 1 + 1e-12
+
+
+def check_range(values, what: str, kind: str) -> None:
+    """Raise ``ValueError`` naming ``what[i]`` for the first entry of ``values`` that is not a finite
+    number in ``[0, MAX_BYTES]`` (``kind="size"``, bytes) or ``[0, MAX_SECONDS]`` (``kind="time"``,
+    seconds): NaN, infinities, negative values and absurd magnitudes (a size of 1e300 B) are refused
+    with the accepted range.
+
+    >>> check_range([1.0, 2e300], "Chain.wa", "size")
+    Traceback (most recent call last):
+    ...
+    ValueError: Chain.wa[1] = 2e+300 is out of range: sizes must be between 0 and 1e+15 bytes (1 PB)
+    """
+    arr = np.asarray(values, dtype=float).reshape(-1)
+    bad = ~np.isfinite(arr) | (arr < 0) | (arr > _RANGE_MAX[kind] * RANGE_TOLERANCE)
+    if np.any(bad):
+        i = int(np.argmax(bad))
+        raise ValueError(f"{what}[{i}] = {arr[i]:g} is out of range: {_RANGE_TEXT[kind]}")
+
+
 @dataclass
 class Platform:
     """Where a chain is trained: device memory (bytes), host link bandwidth (bytes/s), GPU count."""
@@ -37,6 +77,21 @@ class Platform:
     bandwidth: float | None = None
     gpus: int = 1
     name: str = ""
+
+    def __post_init__(self) -> None:
+        for key, limit, unit in (("memory", MAX_BYTES, "bytes"), ("bandwidth", MAX_BANDWIDTH, "bytes/s")):
+            v = getattr(self, key)
+            if v is None:
+                continue
+            number = isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
+            if not number or not 0 < v <= limit * RANGE_TOLERANCE:
+                raise ValueError(f"Platform.{key} = {v!r} is out of range: give a positive number of {unit} "
+                                 f"up to {limit:g}, or None when unknown")
+            setattr(self, key, float(v))
+        g = self.gpus
+        if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or not 1 <= g <= MAX_GPUS:
+            raise ValueError(f"Platform.gpus = {g!r} is out of range: give a whole number between 1 and {MAX_GPUS}")
+        self.gpus = int(g)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -60,19 +115,19 @@ class Chain:
 
     # ------------------------------------------------------------------ construction
     def __post_init__(self) -> None:
-        for f in ("uf", "ub", "wa", "wabar", "wd", "of", "ob", "weights"):
-            setattr(self, f, np.asarray(getattr(self, f), dtype=float))
+        for f in _ARRAYS:
+            try:
+                setattr(self, f, np.asarray(getattr(self, f), dtype=float))
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"Chain.{f} must be an array of numbers ({e})") from None
         n = len(self.wa)
         if n < 2:
             raise ValueError("a chain needs at least a^0 and the loss stage (len(wa) >= 2)")
-        for f in ("uf", "ub", "wa", "wabar", "wd", "of", "ob", "weights"):
+        for f in _ARRAYS:
             arr = getattr(self, f)
             if arr.shape != (n,):
                 raise ValueError(f"Chain.{f} has shape {arr.shape}, expected ({n},) = L+2 entries")
-            if not np.all(np.isfinite(arr)):
-                raise ValueError(f"Chain.{f} contains a non-finite value")
-            if np.any(arr < 0):
-                raise ValueError(f"Chain.{f}[{int(np.argmin(arr))}] is negative")
+            check_range(arr, f"Chain.{f}", "time" if f in ("uf", "ub") else "size")
         for f in ("uf", "ub", "of", "ob", "weights"):
             getattr(self, f)[0] = 0.0
         if not self.stage_names:

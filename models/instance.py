@@ -19,91 +19,148 @@ Format ``memplan-instance/1``::
       ]
     }
 
+Fields (anything else is an error naming the field and the closest valid name, e.g. ``u_bb`` ->
+``did you mean 'u_b'?``):
+
+=================  ========  ===================================================================
+field              required  meaning, default when left out
+=================  ========  ===================================================================
+``format``         yes       ``"memplan-instance/1"``
+``name``           yes       the chain's name
+``units``          yes       ``{"time": T, "memory": M}``, both required: T in s, ms, us, ns, min;
+                             M in B, KB, MB, GB, TB (10^3 steps), KiB, MiB, GiB, TiB (2^10 steps)
+``stages``         yes       rows 0..L+1 in order, ``"stage"`` numbering them (at least 2 rows)
+``description``    no        free text (default "")
+``provenance``     no        free-form object (default {}): its keys are not checked
+``platform``       no        ``memory`` (> 0), ``bandwidth`` (> 0): strings with units
+                             ("16GiB", "12GB/s") or numbers in the file's memory unit (bandwidth:
+                             memory unit per second), null or left out when unknown; ``gpus``
+                             (whole number >= 1, default 1); ``name`` (default "")
+=================  ========  ===================================================================
+
+A stage row takes ``stage``, ``name``, ``u_f``, ``u_b``, ``a``, ``abar``, ``delta``, ``o_f``,
+``o_b``, ``W`` (numbers in the file's units; JSON numbers, not strings; null is not a number):
+
+- ``stage`` (required): the row's index, 0..L+1 in order;
+- ``a`` (required on every row): size of a^l (row 0: the input a^0, row L+1: the loss value);
+- ``u_f``, ``u_b``: forward and backward times, **required on rows 1..L** (no default: a missing time
+  is an error, not 0); on the loss row L+1 they may be left out and are then 0 (a loss that costs
+  nothing, as in paper 004's Table 2 and :meth:`Chain.from_stages`); row 0 (the input) has none
+  (left out, or 0);
+- ``abar``, ``delta`` default to ``a``; ``o_f``, ``o_b``, ``W`` default to 0 (row 0: left out or 0);
+- ``name`` defaults to "input", "stage<l>", "loss".
+
 ``abar`` should be at least ``a`` (abar^l contains a^l) but measured tables carry rounding noise
 (paper 004's Table 2 has abar^4 = 10.66 < a^4 = 10.68), so a smaller abar is accepted as given.
 
-``stages`` lists rows 0..L+1 in order: row 0 is the input a^0, rows 1..L the stages, row L+1 the
-loss. ``abar`` and ``delta`` default to ``a``; ``o_f``, ``o_b``, ``W``, ``u_f``, ``u_b`` default to 0.
-Platform quantities are strings with units ("16GiB", "12GB/s") or numbers in the file's memory unit
-(bandwidth: memory unit per second). The file reads in pandas with
+Accepted ranges (after conversion from the file's units; no real network comes near them, so a value
+beyond is a unit slip or a corrupted file): every size 0 .. 1 PB (1e15 bytes), every time
+0 .. 1e6 s; NaN and infinities are refused; platform memory in (0, 1 PB], bandwidth in
+(0, 1 PB/s], GPUs 1 .. 1,000,000. :class:`~memplan.models.chain.Chain` checks the same ranges
+when a chain is built in Python.
+
+Every problem is reported as :class:`InstanceError` on one line naming the file and the field, e.g.
+``t.json: field 'stages[2].u_bb': unknown field; did you mean 'u_b'?``. The file reads in pandas with
 ``pd.DataFrame(json.load(f)["stages"])``.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import difflib
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .chain import Chain, Platform
+from .chain import MAX_BANDWIDTH, MAX_BYTES, MAX_GPUS, MAX_SECONDS, RANGE_TOLERANCE, Chain, Platform
 from .units import UnitError, memory_factor, parse_bandwidth, parse_memory, time_factor
 
 FORMAT = "memplan-instance/1"
+
+#: the units an instance file may state (``units.time``, ``units.memory``; case-insensitive)
+TIME_UNITS = ("s", "ms", "us", "ns", "min")
+MEMORY_UNITS = ("B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")
 
 
 class InstanceError(ValueError):
     """A malformed instance file; the message names the file, the field and the problem."""
 
 
+_STRICT = ConfigDict(extra="forbid", strict=True)
+
+
 class _Units(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    time: str = "s"
-    memory: str = "B"
+    model_config = _STRICT
+    time: str
+    memory: str
 
     @field_validator("time")
     @classmethod
     def _t(cls, v: str) -> str:
-        time_factor(v)
+        if v.lower() not in {u.lower() for u in TIME_UNITS} and v != "µs":
+            raise ValueError(f"unknown time unit {v!r} (use one of {', '.join(TIME_UNITS)})")
         return v
 
     @field_validator("memory")
     @classmethod
     def _m(cls, v: str) -> str:
-        memory_factor(v)
+        if v.lower() not in {u.lower() for u in MEMORY_UNITS}:
+            raise ValueError(f"unknown memory unit {v!r} (use one of {', '.join(MEMORY_UNITS)})")
         return v
 
 
+_NUMBER = dict(allow_inf_nan=False)
+
+
 class _Stage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    stage: int = Field(ge=0)
+    model_config = _STRICT
+    stage: int
     name: str = ""
-    u_f: float = Field(0.0, ge=0, allow_inf_nan=False)
-    u_b: float = Field(0.0, ge=0, allow_inf_nan=False)
-    a: float = Field(ge=0, allow_inf_nan=False)
-    abar: float | None = Field(None, ge=0, allow_inf_nan=False)
-    delta: float | None = Field(None, ge=0, allow_inf_nan=False)
-    o_f: float = Field(0.0, ge=0, allow_inf_nan=False)
-    o_b: float = Field(0.0, ge=0, allow_inf_nan=False)
-    W: float = Field(0.0, ge=0, allow_inf_nan=False)
+    u_f: float | None = Field(None, **_NUMBER)      # required on rows 1..L: checked in chain_from_dict
+    u_b: float | None = Field(None, **_NUMBER)
+    a: float = Field(**_NUMBER)
+    abar: float | None = Field(None, **_NUMBER)     # default: a
+    delta: float | None = Field(None, **_NUMBER)    # default: a
+    o_f: float = Field(0.0, **_NUMBER)
+    o_b: float = Field(0.0, **_NUMBER)
+    W: float = Field(0.0, **_NUMBER)
+
+    @field_validator("u_f", "u_b", "abar", "delta", mode="before")
+    @classmethod
+    def _no_null(cls, v: Any) -> Any:
+        # None stands for "left out"; an explicit null in the file is not a number
+        if v is None:
+            raise ValueError("null is not a number (give a number, or leave the field out where it "
+                             "has a default)")
+        return v
 
 
 class _Platform(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    memory: str | float | None = None
+    model_config = _STRICT
+    memory: str | float | None = None          # finiteness and range: checked in _platform
     bandwidth: str | float | None = None
-    gpus: int = Field(1, ge=1)
+    gpus: int = 1
     name: str = ""
 
 
 class _Instance(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
     format: Literal["memplan-instance/1"]
     name: str
     description: str = ""
-    units: _Units = _Units()
+    units: _Units
     provenance: dict[str, Any] = {}
     platform: _Platform | None = None
     stages: list[_Stage] = Field(min_length=2)
 
-    @model_validator(mode="after")
-    def _order(self) -> "_Instance":
-        for i, row in enumerate(self.stages):
-            if row.stage != i:
-                raise ValueError(f"stages[{i}].stage is {row.stage}; rows must be numbered 0..L+1 in order")
-        return self
+
+#: the schema's object at the head of an error location (for the names an unknown field is compared to)
+_MODELS_AT = {"units": _Units, "platform": _Platform, "stages": _Stage}
+
+_ROW_WORD = {_Instance: "an instance file", _Units: "units", _Platform: "platform", _Stage: "a stage row"}
 
 
 def _loc(loc: tuple) -> str:
@@ -113,50 +170,188 @@ def _loc(loc: tuple) -> str:
     return out or "(top level)"
 
 
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _edits(a: str, b: str) -> int:
+    """Edit distance with adjacent transpositions (optimal string alignment), case-insensitive."""
+    a, b = a.lower(), b.lower()
+    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+    return d[len(a)][len(b)]
+
+
+def closest_name(name: str, valid: list[str]) -> str | None:
+    """The valid name a typo most likely meant: fewest edits (at most 2, and fewer than the typo's
+    length), else difflib's closest match, else None.
+
+    >>> closest_name("u_bb", ["u_f", "u_b", "a", "abar"]), closest_name("aa", ["a", "abar"])
+    ('u_b', 'a')
+    """
+    if len(name) > 100:
+        name = name[:100]
+    scored = sorted((_edits(name, v), i, v) for i, v in enumerate(valid))
+    if scored and scored[0][0] <= min(2, max(len(name), len(scored[0][2])) - 1):
+        return scored[0][2]
+    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _error_text(err: dict) -> str:
+    """One pydantic error as ``field '...': what is wrong`` (unknown fields get the closest valid name)."""
+    loc, kind = tuple(err["loc"]), err["type"]
+    where = f"field '{_loc(loc)}'"
+    if kind == "extra_forbidden":
+        model = _Instance if len(loc) == 1 else _MODELS_AT.get(loc[0], _Instance)
+        valid = list(model.model_fields)
+        close = closest_name(str(loc[-1]), valid)
+        hint = f"; did you mean {close!r}?" if close else ""
+        return f"{where}: unknown field{hint} ({_ROW_WORD[model]} takes: {', '.join(valid)})"
+    if kind == "missing":
+        return f"{where}: required field is missing"
+    if kind == "model_type" or kind == "dict_type":
+        return f"{where}: must be a JSON object (got {type(err['input']).__name__})"
+    if kind == "list_type":
+        return f"{where}: must be a JSON list (got {type(err['input']).__name__})"
+    msg = str(err["msg"]).replace("Value error, ", "").replace("Input should be", "must be")
+    if kind == "literal_error":
+        msg = f"must be {FORMAT!r}"
+    got = err.get("input")
+    if not isinstance(got, (dict, list)) and kind not in ("too_short", "value_error"):
+        msg += f" (got {_short(got)})"
+    return f"{where}: {msg}"
+
+
+def _one_line(source: str, problems: list[str]) -> str:
+    head = f"{source}: {problems[0]}"
+    if len(problems) > 1:
+        more = "; ".join(problems[1:4])
+        head += f"; also {more}" + (f"; and {len(problems) - 4} more" if len(problems) > 4 else "")
+    return head.replace("\r", " ").replace("\n", " ")
+
+
+def _fmt_range(limit: float, factor: float, unit: str, base: str, note: str) -> str:
+    return f"{limit:g} {base} ({note})" + ("" if factor == 1 else f" = {limit / factor:.6g} {unit}")
+
+
+def _check_rows(inst: _Instance, tf: float, mf: float) -> list[str]:
+    """The checks the schema cannot express: row numbering, row 0, required times, ranges."""
+    problems: list[str] = []
+    rows = inst.stages
+    L = len(rows) - 2
+    tu, mu = inst.units.time, inst.units.memory
+    for i, row in enumerate(rows):
+        if row.stage != i:
+            problems.append(f"field 'stages[{i}].stage': is {row.stage}; rows must be numbered 0..L+1 in order "
+                            f"(row {i} must have \"stage\": {i})")
+            break
+    for key in ("u_f", "u_b", "o_f", "o_b", "W"):
+        if getattr(rows[0], key):
+            problems.append(f"field 'stages[0].{key}': row 0 is the input a^0 and has no {key} "
+                            "(leave it out or give 0)")
+    for i in range(1, L + 1):
+        for key in ("u_f", "u_b"):
+            if getattr(rows[i], key) is None:
+                problems.append(f"field 'stages[{i}].{key}': required field is missing (every stage 1..L "
+                                "gives its forward and backward times u_f and u_b; only the loss row may "
+                                "leave them out)")
+    for i, row in enumerate(rows):
+        for key in ("u_f", "u_b"):
+            v = getattr(row, key)
+            if v is not None and not (0 <= v * tf <= MAX_SECONDS * RANGE_TOLERANCE):
+                problems.append(f"field 'stages[{i}].{key}': {v:g} {tu} is out of range; times must be "
+                                f"between 0 and {_fmt_range(MAX_SECONDS, tf, tu, 's', '11.6 days')}")
+        for key in ("a", "abar", "delta", "o_f", "o_b", "W"):
+            v = getattr(row, key)
+            if v is not None and not (0 <= v * mf <= MAX_BYTES * RANGE_TOLERANCE):
+                problems.append(f"field 'stages[{i}].{key}': {v:g} {mu} is out of range; sizes must be "
+                                f"between 0 and {_fmt_range(MAX_BYTES, mf, mu, 'bytes', '1 PB')}")
+    return problems
+
+
+def _platform(p: _Platform, mf: float, mu: str) -> tuple[Platform, list[str]]:
+    problems: list[str] = []
+    values: dict[str, float | None] = {}
+    for key, parse, limit, base, unit in (("memory", parse_memory, MAX_BYTES, "bytes", mu),
+                                          ("bandwidth", parse_bandwidth, MAX_BANDWIDTH, "bytes/s", mu + "/s")):
+        raw = getattr(p, key)
+        if raw is None:
+            values[key] = None
+            continue
+        try:
+            v = raw * mf if isinstance(raw, (int, float)) else parse(raw)
+        except UnitError as e:
+            problems.append(f"field 'platform.{key}': {e}")
+            continue
+        if not (math.isfinite(v) and 0 < v <= limit * RANGE_TOLERANCE):
+            shown = f"{raw:g} {unit}" if isinstance(raw, (int, float)) else repr(raw)
+            problems.append(f"field 'platform.{key}': {shown} is out of range; give a positive {key} of at "
+                            f"most {limit:g} {base} (1 PB{'/s' if key == 'bandwidth' else ''})")
+        values[key] = v
+    if not 1 <= p.gpus <= MAX_GPUS:
+        problems.append(f"field 'platform.gpus': {p.gpus} is out of range; give a whole number between 1 and "
+                        f"{MAX_GPUS}")
+    if problems:
+        return None, problems  # type: ignore[return-value]
+    return Platform(memory=values["memory"], bandwidth=values["bandwidth"], gpus=p.gpus, name=p.name), []
+
+
 def chain_from_dict(data: dict[str, Any], source: str = "<dict>") -> tuple[Chain, Platform | None]:
-    """Validate an instance dictionary and build the Chain (bytes, seconds) and its Platform."""
-    if isinstance(data, dict) and "format" in data and data["format"] != FORMAT:
-        raise InstanceError(f"{source}: field 'format': unsupported format {data['format']!r} "
+    """Validate an instance dictionary and build the Chain (bytes, seconds) and its Platform.
+
+    Raises :class:`InstanceError` (one line naming ``source`` and the field) for anything the module
+    docstring does not allow.
+
+    >>> chain_from_dict({"format": FORMAT, "name": "t", "units": {"time": "s", "memory": "B"},
+    ...                  "stages": [{"stage": 0, "a": 1}, {"stage": 1, "u_f": 1, "u_bb": 2, "a": 1},
+    ...                             {"stage": 2, "a": 0}]}, "t.json")
+    Traceback (most recent call last):
+    ...
+    memplan.models.instance.InstanceError: t.json: field 'stages[1].u_bb': unknown field; did you mean 'u_b'? ...
+    """
+    if not isinstance(data, dict):
+        raise InstanceError(f"{source}: field '(top level)': must be a JSON object (got {type(data).__name__})")
+    if "format" in data and data["format"] != FORMAT:
+        raise InstanceError(f"{source}: field 'format': unsupported format {_short(data['format'])} "
                             f"(this memplan reads {FORMAT!r})")
     try:
         inst = _Instance.model_validate(data)
     except ValidationError as e:
-        lines = [f"{source}: field '{_loc(err['loc'])}': {err['msg']}"
-                 + (f" (got {err['input']!r})" if not isinstance(err.get("input"), (dict, list)) else "")
-                 for err in e.errors()]
-        raise InstanceError("invalid instance file\n  " + "\n  ".join(lines)) from None
-    except UnitError as e:  # pragma: no cover - pydantic wraps validator errors
-        raise InstanceError(f"{source}: field 'units': {e}") from None
+        errors = sorted(e.errors(), key=lambda err: err["type"] != "extra_forbidden")  # a typo explains a "missing"
+        raise InstanceError(_one_line(source, [_error_text(err) for err in errors])) from None
     tf = time_factor(inst.units.time)
     mf = memory_factor(inst.units.memory)
+    problems = _check_rows(inst, tf, mf)
+    platform = None
+    if inst.platform is not None:
+        platform, more = _platform(inst.platform, mf, inst.units.memory)
+        problems += more
+    if problems:
+        raise InstanceError(_one_line(source, problems))
     rows = inst.stages
     L = len(rows) - 2
-    col = lambda key: np.array([getattr(r, key) for r in rows], dtype=float)  # noqa: E731
+    col = lambda key: np.array([getattr(r, key) or 0.0 for r in rows], dtype=float)  # noqa: E731
     a = col("a")
     abar = np.array([r.abar if r.abar is not None else r.a for r in rows], dtype=float)
     delta = np.array([r.delta if r.delta is not None else r.a for r in rows], dtype=float)
-    for key in ("u_f", "u_b", "o_f", "o_b", "W"):
-        if getattr(rows[0], key):
-            raise InstanceError(f"{source}: field 'stages[0].{key}': row 0 is the input a^0 and has no {key}")
-    chain = Chain(
-        uf=col("u_f") * tf, ub=col("u_b") * tf, of=col("o_f") * mf, ob=col("o_b") * mf,
-        weights=col("W") * mf, wa=a * mf, wabar=abar * mf, wd=delta * mf,
-        name=inst.name, stage_names=[r.name or ("input" if i == 0 else "loss" if i == L + 1 else f"stage{i}")
-                                     for i, r in enumerate(rows)],
-        provenance={**inst.provenance, "description": inst.description} if inst.description
-        else dict(inst.provenance),
-    )
-    platform = None
-    if inst.platform is not None:
-        p = inst.platform
-        try:
-            mem = None if p.memory is None else (p.memory * mf if isinstance(p.memory, (int, float))
-                                                  else parse_memory(p.memory))
-            bw = None if p.bandwidth is None else (p.bandwidth * mf if isinstance(p.bandwidth, (int, float))
-                                                    else parse_bandwidth(p.bandwidth))
-        except UnitError as e:
-            raise InstanceError(f"{source}: field 'platform': {e}") from None
-        platform = Platform(memory=mem, bandwidth=bw, gpus=p.gpus, name=p.name)
+    try:
+        chain = Chain(
+            uf=col("u_f") * tf, ub=col("u_b") * tf, of=col("o_f") * mf, ob=col("o_b") * mf,
+            weights=col("W") * mf, wa=a * mf, wabar=abar * mf, wd=delta * mf,
+            name=inst.name,
+            stage_names=[r.name or ("input" if i == 0 else "loss" if i == L + 1 else f"stage{i}")
+                         for i, r in enumerate(rows)],
+            provenance={**inst.provenance, "description": inst.description} if inst.description
+            else dict(inst.provenance),
+        )
+    except ValueError as e:   # pragma: no cover - the checks above cover the Chain's
+        raise InstanceError(f"{source}: field 'stages': {e}") from None
     return chain, platform
 
 
@@ -240,11 +435,22 @@ def load_chain(path: str | Path) -> Chain:
     return load_instance(path)[0]
 
 
+def _plain(x: float) -> str:
+    """A number as text that reads back exactly: whole numbers without decimals, others as repr."""
+    x = float(x)
+    return f"{x:.0f}" if x.is_integer() and abs(x) < 1e17 else repr(x)
+
+
 def chain_to_dict(chain: Chain, platform: Platform | None = None, *, time_unit: str = "ms",
-                  memory_unit: str = "MiB", description: str = "", digits: int = 6) -> dict[str, Any]:
-    """The instance dictionary of a chain, numbers expressed in the given units."""
+                  memory_unit: str = "MiB", description: str = "", digits: int | None = 6) -> dict[str, Any]:
+    """The instance dictionary of a chain, numbers expressed in the given units.
+
+    ``digits`` rounds every number to that many decimals of its unit (``None``: no rounding, the
+    numbers as the division by the unit gives them, which loads back within one rounding error).
+    Every field is written, so the file does not depend on the defaults.
+    """
     tf, mf = time_factor(time_unit), memory_factor(memory_unit)
-    r = lambda x: float(round(float(x), digits))  # noqa: E731
+    r = (lambda x: float(x)) if digits is None else (lambda x: float(round(float(x), digits)))  # noqa: E731
     L = chain.L
     stages = []
     for l in range(L + 2):
@@ -260,8 +466,8 @@ def chain_to_dict(chain: Chain, platform: Platform | None = None, *, time_unit: 
     out: dict[str, Any] = {"format": FORMAT, "name": chain.name, "description": desc,
                            "units": {"time": time_unit, "memory": memory_unit}, "provenance": prov}
     if platform is not None:
-        out["platform"] = {"memory": None if platform.memory is None else f"{platform.memory:.0f}B",
-                           "bandwidth": None if platform.bandwidth is None else f"{platform.bandwidth:.0f}B/s",
+        out["platform"] = {"memory": None if platform.memory is None else f"{_plain(platform.memory)}B",
+                           "bandwidth": None if platform.bandwidth is None else f"{_plain(platform.bandwidth)}B/s",
                            "gpus": platform.gpus, "name": platform.name}
     out["stages"] = stages
     return out

@@ -13,6 +13,7 @@ through its ``units`` block, so no guessing is needed there.
 """
 from __future__ import annotations
 
+import math
 import re
 
 _MEM = {
@@ -41,15 +42,21 @@ def _split(text: str, what: str) -> tuple[float, str]:
     return float(m.group(1)), m.group(2)
 
 
+def _finite(value: float, text, what: str) -> float:
+    if not math.isfinite(value):
+        raise UnitError(f"{what} {text!r} is not a finite quantity")
+    return value
+
+
 def parse_memory(text: str | float) -> float:
     """Bytes from ``"90MB"``, ``"1.5GiB"``, ``"4096"``; raises :class:`UnitError` otherwise."""
     value, unit = _split(text, "memory")
     key = unit.lower()
     if key not in _MEM:
-        raise UnitError(f"unknown memory unit {unit!r} in {text!r} (use B, KB, MB, GB, KiB, MiB, GiB)")
+        raise UnitError(f"unknown memory unit {unit!r} in {text!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
     if value < 0:
         raise UnitError(f"memory {text!r} is negative")
-    return value * _MEM[key]
+    return _finite(value * _MEM[key], text, "memory")
 
 
 def parse_time(text: str | float) -> float:
@@ -58,7 +65,7 @@ def parse_time(text: str | float) -> float:
     key = unit.lower()
     if key not in _TIME:
         raise UnitError(f"unknown time unit {unit!r} in {text!r} (use s, ms, us)")
-    return value * _TIME[key]
+    return _finite(value * _TIME[key], text, "time")
 
 
 def parse_bandwidth(text: str | float) -> float:
@@ -77,7 +84,7 @@ def memory_factor(unit: str) -> float:
     """Bytes in one ``unit`` (``"MiB"`` -> 1048576)."""
     key = unit.lower()
     if key not in _MEM:
-        raise UnitError(f"unknown memory unit {unit!r}")
+        raise UnitError(f"unknown memory unit {unit!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
     return _MEM[key]
 
 
@@ -85,7 +92,7 @@ def time_factor(unit: str) -> float:
     """Seconds in one ``unit`` (``"ms"`` -> 0.001)."""
     key = unit.lower()
     if key not in _TIME:
-        raise UnitError(f"unknown time unit {unit!r}")
+        raise UnitError(f"unknown time unit {unit!r} (use s, ms, us, ns, min)")
     return _TIME[key]
 
 

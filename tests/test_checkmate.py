@@ -50,26 +50,58 @@ def test_store_all_plan_converts_to_store_all_sequence():
     assert sequence_from_events(chain, g, events).ops == store_all_schedule(chain).ops
 
 
+def checkmate_memory_floor(chain) -> float:
+    """Least memory any plan of Checkmate's model needs, from its constraints alone: in the stage that
+    computes node k (``R[t,t] = 1``), each input i of k is computed earlier in the stage or kept
+    (``c_dep``) and is not freed before k runs (``FREE[t,i,k'] = 0`` while a later user k is
+    computed), so ``c_u_budget`` at k asks for static + sum of the inputs' sizes + size(k) + o_k <= M.
+    Sizes are Checkmate's: a forward value costs abar (module docstring)."""
+    g = ChainGraph(chain)
+    return max(g.static + sum(g.size[i] for i in g.deps[k]) + g.size[k] + g.over[k] for k in range(1, g.n + 1))
+
+
 @pytest.mark.parametrize("L,seed", [(2, 0), (3, 2), (4, 1), (5, 3)])
 def test_checkmate_at_least_the_optimum_and_replays(L, seed):
     chain = random_chain(L, seed)
+    floor = checkmate_memory_floor(chain)
     for memory in remat_limits(chain, (0.1, 0.4, 0.8)):
-        opt = exhaustive_remat(chain, memory)[0]
+        best = exhaustive_remat(chain, memory)
+        assert best is not None                # paper 004's model has a sequence at every limit tested
+        opt = best[0]
         milp = solve_remat_milp(chain, memory, threads=1, time_limit=20)
         assert milp.objective == pytest.approx(opt)
         cm = solve_checkmate(chain, memory, threads=1, time_limit=20)
-        if cm.schedule is None:           # Checkmate's coarser memory model can find nothing
-            assert cm.status in (Status.INFEASIBLE, Status.NO_SOLUTION)
-            continue
-        _replays(chain, memory, cm)
-        if not cm.details["limit_exceeded"]:
-            assert cm.objective >= opt - 1e-9
         lp = solve_checkmate_lp(chain, memory, threads=1, time_limit=20)
         assert lp.status == Status.FEASIBLE and lp.bound is None
         _replays(chain, memory, lp)
         if not lp.details["limit_exceeded"]:
             assert lp.objective >= opt - 1e-9
+        if memory < floor:
+            # Checkmate charges every kept forward value as abar: below its floor the MILP must prove
+            # that its model has no plan (not stop without one), although a valid sequence exists
+            assert cm.status == Status.INFEASIBLE and cm.schedule is None and cm.objective is None
+            assert "Checkmate's model has no schedule" in cm.message
+            continue
+        assert cm.schedule is not None, cm.message
+        _replays(chain, memory, cm)
+        if not cm.details["limit_exceeded"]:
+            assert cm.objective >= opt - 1e-9
         assert lp.details["lp_bound"] <= cm.predicted + 1e-9     # relaxation bound <= ILP optimum
+
+
+def test_checkmate_floor_is_where_its_model_becomes_feasible():
+    """The floor above is exact on these chains: Checkmate's MILP is infeasible 1 B below it and finds
+    a plan at it (the exhaustive search says a sequence of paper 004 exists at both)."""
+    n_below = 0
+    for L, seed in [(3, 2), (5, 3), (4, 0)]:
+        chain = random_chain(L, seed)
+        floor = checkmate_memory_floor(chain)
+        below = solve_checkmate(chain, floor - 1, threads=1, time_limit=20)
+        at = solve_checkmate(chain, floor, threads=1, time_limit=20)
+        assert below.status == Status.INFEASIBLE and below.schedule is None
+        assert at.schedule is not None and at.predicted is not None
+        n_below += exhaustive_remat(chain, floor - 1) is not None
+    assert n_below >= 1        # at least one chain where Checkmate misses sequences that exist
 
 
 def test_paper004_table2_checkmate_pays_for_not_seeing_abar():

@@ -96,3 +96,70 @@ def test_options_the_problem_does_not_take_are_refused(capsys):
 def test_time_limit_must_be_positive(capsys):
     assert main(["solve", TOY, "--memory", "90MiB", "--time-limit", "-1"]) == 2
     assert "time_limit" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- bad input: exit 2, one line naming it
+def _refused(capsys, argv, *names):
+    """``memplan ARGV`` exits with status 2 and prints one line (no traceback) that names ``names``."""
+    rc = main(argv)
+    cap = capsys.readouterr()
+    lines = cap.err.strip().splitlines()
+    assert rc == 2, (rc, cap.out[-500:], cap.err[-500:])
+    assert len(lines) == 1 and lines[0].startswith("memplan: error: ") and "Traceback" not in cap.err, cap.err
+    for name in names:
+        assert name in lines[0], lines[0]
+    return lines[0]
+
+
+def _toy_with(tmp_path, edit):
+    d = json.loads(open(TOY).read())
+    edit(d)
+    p = tmp_path / "edited.json"
+    p.write_text(json.dumps(d))
+    return str(p)
+
+
+def test_typo_in_a_stage_field_is_refused(tmp_path, capsys):
+    """Issue 18: ``u_bb`` for ``u_b`` was accepted with u_b = 0 (store-all 32.9 ms instead of 37.4 ms)."""
+    p = _toy_with(tmp_path, lambda d: d["stages"][2].update(u_bb=d["stages"][2].pop("u_b")))
+    _refused(capsys, ["solve", p, "--memory", "1GiB", "--method", "store-all"],
+             "edited.json", "field 'stages[2].u_bb'", "unknown field; did you mean 'u_b'?")
+    _refused(capsys, ["show", p], "field 'stages[2].u_bb'")
+
+
+def test_absurd_size_is_refused(tmp_path, capsys):
+    """Issue 18: a size of 1e300 ended in an IndexError traceback."""
+    p = _toy_with(tmp_path, lambda d: d["stages"][3].update(a=1e300))
+    _refused(capsys, ["solve", p, "--memory", "90MiB"], "edited.json", "field 'stages[3].a'",
+             "out of range", "1e+15 bytes")
+
+
+def test_typo_on_the_real_command_line(tmp_path):
+    """The console script itself: status 2, one line on stderr, no traceback."""
+    p = _toy_with(tmp_path, lambda d: d["stages"][4].update(o_bb=d["stages"][4].pop("o_b")))
+    exe = shutil.which("memplan", path=os.pathsep.join([str(Path(sys.executable).parent),
+                                                        os.environ.get("PATH", "")]))
+    r = subprocess.run([exe, "solve", p, "--memory", "90MiB"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert "field 'stages[4].o_bb': unknown field; did you mean 'o_b'?" in r.stderr
+
+
+def test_huge_slot_count_is_refused(capsys):
+    """Issue 18: ``--slots 100000000`` (remat) ended in a MemoryError traceback."""
+    _refused(capsys, ["solve", TOY, "--memory", "90MiB", "--method", "rotor", "--slots", "100000000", "--quiet"],
+             "slots")
+
+
+@pytest.mark.parametrize("gpus", ["0", "-3"])
+def test_non_positive_gpus_are_refused(gpus, capsys):
+    """Issue 18: ``--gpus 0`` was solved and reported as "GPUs 0"; ``--gpus -3`` printed "max() arg is
+    an empty sequence"."""
+    _refused(capsys, ["solve", TOY, "--problem", "pipeline", "--memory", "600MiB", "--bandwidth", "12GB/s",
+                      "--gpus", gpus, "--quiet"], "gpus", gpus)
+
+
+def test_zero_bandwidth_is_refused(capsys):
+    """Issue 18: ``--bandwidth 0GB/s`` said "no bandwidth is known"."""
+    _refused(capsys, ["solve", TOY, "--problem", "offload", "--memory", "80MiB", "--bandwidth", "0GB/s", "--quiet"],
+             "bandwidth", "0GB/s", "positive")

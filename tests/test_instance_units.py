@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from memplan.models.chain import Chain, random_chain
+from memplan.models.chain import Chain, Platform, random_chain
 from memplan.models.instance import InstanceError, chain_from_dict, chain_to_dict, load_instance, save_instance
 from memplan.models.units import UnitError, fmt_memory, fmt_time, parse_bandwidth, parse_memory, parse_time
 
@@ -53,13 +53,30 @@ def _toy_dict():
 
 
 @pytest.mark.parametrize("mutate, field, problem", [
-    (lambda d: d["stages"][3].update(u_f=-1.0), "stages[3].u_f", "greater than or equal to 0"),
-    (lambda d: d["stages"][2].pop("a"), "stages[2].a", "Field required"),
-    (lambda d: d["stages"][2].update(a="big"), "stages[2].a", "valid number"),
+    (lambda d: d["stages"][3].update(u_f=-1.0), "stages[3].u_f", "-1 ms is out of range; times must be between 0"),
+    (lambda d: d["stages"][2].pop("a"), "stages[2].a", "required field is missing"),
+    (lambda d: d["stages"][2].pop("u_b"), "stages[2].u_b", "required field is missing"),
+    (lambda d: d["stages"][2].update(a="big"), "stages[2].a", "must be a valid number"),
+    (lambda d: d["stages"][2].update(a=True), "stages[2].a", "must be a valid number"),
+    (lambda d: d["stages"][2].update(a=1e300), "stages[2].a", "1e+300 MiB is out of range; sizes must be between "
+                                                              "0 and 1e+15 bytes (1 PB) = 9.53674e+08 MiB"),
+    (lambda d: d["stages"][2].update(u_b=1e30), "stages[2].u_b", "out of range; times must be between 0 and 1e+06 s"),
+    (lambda d: d["stages"][2].update(o_b=float("nan")), "stages[2].o_b", "must be a finite number"),
+    (lambda d: d["stages"][2].update(abar=None), "stages[2].abar", "null is not a number"),
     (lambda d: d.update(units={"time": "ms", "memory": "furlongs"}), "units.memory", "unknown memory unit"),
+    (lambda d: d.update(units={"time": "ms"}), "units.memory", "required field is missing"),
+    (lambda d: d.pop("units"), "units", "required field is missing"),
     (lambda d: d["stages"][4].update(stage=9), "stages[4].stage", "numbered 0..L+1"),
     (lambda d: d.update(format="other/2"), "format", "unsupported format"),
     (lambda d: d["stages"][0].update(u_f=3.0), "stages[0].u_f", "row 0 is the input"),
+    (lambda d: d["stages"][2].update(u_bb=d["stages"][2].pop("u_b")), "stages[2].u_bb",
+     "unknown field; did you mean 'u_b'?"),
+    (lambda d: d.update(stagse=d.pop("stages")), "stagse", "unknown field; did you mean 'stages'?"),
+    (lambda d: d["units"].update(tiem="ms"), "units.tiem", "unknown field; did you mean 'time'?"),
+    (lambda d: d["platform"].update(gpu=2), "platform.gpu", "unknown field; did you mean 'gpus'?"),
+    (lambda d: d["platform"].update(gpus=0), "platform.gpus", "0 is out of range; give a whole number between 1"),
+    (lambda d: d["platform"].update(bandwidth="0GB/s"), "platform.bandwidth", "out of range; give a positive"),
+    (lambda d: d["platform"].update(memory="2000TB"), "platform.memory", "out of range; give a positive memory"),
 ])
 def test_bad_instances_name_file_field_problem(mutate, field, problem):
     d = _toy_dict()
@@ -67,8 +84,82 @@ def test_bad_instances_name_file_field_problem(mutate, field, problem):
     with pytest.raises(InstanceError) as e:
         chain_from_dict(d, "bad.json")
     msg = str(e.value)
-    assert "bad.json" in msg and problem in msg
-    assert field.split("[")[0] in msg
+    assert msg.startswith(f"bad.json: field '{field}': ") and problem in msg
+    assert "\n" not in msg
+
+
+def test_typo_is_refused_not_zero(toy_chain):
+    """Issue 18: ``u_bb`` for ``u_b`` used to load with u_b = 0 (store-all 32.9 ms instead of 37.4 ms)."""
+    d = _toy_dict()
+    d["stages"][2]["u_bb"] = d["stages"][2].pop("u_b")
+    with pytest.raises(InstanceError, match=r"stages\[2\]\.u_bb': unknown field; did you mean 'u_b'"):
+        chain_from_dict(d, "typo.json")
+    # without the typo: Table 2's times sum to 37.38 ms (the typo gave 37.38 - u_b^2 = 32.9 ms)
+    assert toy_chain.store_all_time() * 1e3 == pytest.approx(37.38)
+
+
+def test_loss_times_may_be_left_out_stage_times_may_not():
+    d = _toy_dict()
+    for key in ("u_f", "u_b"):
+        d["stages"][7].pop(key)          # the loss row: 0 when left out (documented)
+    c, _ = chain_from_dict(d, "t.json")
+    assert c.uf[7] == 0 and c.ub[7] == 0
+    d["stages"][6].pop("u_f")
+    with pytest.raises(InstanceError, match=r"t.json: field 'stages\[6\].u_f': required field is missing"):
+        chain_from_dict(d, "t.json")
+
+
+def test_defaults_are_the_documented_ones():
+    d = {"format": "memplan-instance/1", "name": "t", "units": {"time": "s", "memory": "B"},
+         "stages": [{"stage": 0, "a": 3}, {"stage": 1, "u_f": 1, "u_b": 2, "a": 5}, {"stage": 2, "a": 0}]}
+    c, p = chain_from_dict(d)
+    assert p is None and c.name == "t" and c.stage_names == ["input", "stage1", "loss"]
+    assert c.wabar.tolist() == c.wa.tolist() == c.wd.tolist() == [3, 5, 0]
+    assert c.of.tolist() == c.ob.tolist() == c.weights.tolist() == [0, 0, 0]
+    assert c.uf.tolist() == [0, 1, 0] and c.ub.tolist() == [0, 2, 0]
+    d["platform"] = {"memory": 100}
+    _, p = chain_from_dict(d)
+    assert p.memory == 100 and p.bandwidth is None and p.gpus == 1 and p.name == ""
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "instances").glob("*.json")))
+def test_shipped_instances_load_and_round_trip(name, tmp_path):
+    """Every shipped file loads; what save_instance writes loads back to the same chain."""
+    chain, platform = load_instance(ROOT / "instances" / f"{name}.json")
+    for units, digits, exact in ((("s", "B"), None, True), (("ms", "MiB"), None, False), (("ms", "MiB"), 9, False)):
+        p = save_instance(chain, tmp_path / f"{units[0]}-{digits}.json", platform, time_unit=units[0],
+                          memory_unit=units[1], digits=digits)
+        c2, p2 = load_instance(p)
+        assert p2 == platform and c2.name == chain.name and c2.stage_names == chain.stage_names
+        for f in ("uf", "ub", "wa", "wabar", "wd", "of", "ob", "weights"):
+            if exact:
+                assert getattr(c2, f).tolist() == getattr(chain, f).tolist()
+            else:       # 9 decimals of a ms / MiB: 1e-12 s, 1e-3 B
+                np.testing.assert_allclose(getattr(c2, f), getattr(chain, f), rtol=1e-12,
+                                           atol=1e-12 if f in ("uf", "ub") else 2e-3)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(wa=[1, 2e300, 0]), r"Chain.wa\[1\] = 2e\+300 is out of range: sizes must be between 0 and 1e\+15 bytes"),
+    (dict(wa=[1, float("nan"), 0]), r"Chain.wa\[1\] = nan is out of range"),
+    (dict(uf=[0, 2e6, 0]), r"Chain.uf\[1\] = 2e\+06 is out of range: times must be between 0 and 1e\+06 s"),
+    (dict(ob=[0, -1, 0]), r"Chain.ob\[1\] = -1 is out of range"),
+    (dict(weights=[0, 1, float("inf")]), r"Chain.weights\[2\] = inf is out of range"),
+])
+def test_chain_in_python_checks_ranges(kw, message):
+    base = dict(uf=[0, 1, 0], ub=[0, 1, 0], wa=[1, 1, 0], wabar=[1, 1, 0], wd=[1, 1, 0], of=[0, 0, 0],
+                ob=[0, 0, 0], weights=[0, 0, 0])
+    Chain(**base)                                   # the base chain is valid
+    with pytest.raises(ValueError, match=message):
+        Chain(**{**base, **kw})
+
+
+def test_platform_in_python_checks_ranges():
+    assert Platform(memory=16 * 2**30, bandwidth=12e9, gpus=4).gpus == 4
+    for kw, name in ((dict(memory=0), "memory"), (dict(bandwidth=-1.0), "bandwidth"), (dict(memory=1e300), "memory"),
+                     (dict(gpus=0), "gpus"), (dict(gpus=2.5), "gpus"), (dict(bandwidth=float("nan")), "bandwidth")):
+        with pytest.raises(ValueError, match=rf"Platform.{name} = .* is out of range"):
+            Platform(**kw)
 
 
 def test_not_json(tmp_path):

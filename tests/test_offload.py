@@ -1,5 +1,6 @@
 """Activation offloading (paper 001): validator, no-wait builder, bounds, heuristics and the exact MILP."""
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -173,13 +174,29 @@ def test_milp_between_bound_and_heuristics():
         assert m.bound is None or m.bound <= m.objective * (1 + 1e-6)
 
 
-def test_dynprog_exact_and_rounded_agree_on_integer_chain():
-    c = random_chain(6, 3)
-    M = min_feasible_memory(c) + 0.4 * (peak_memory_no_offload(c) - min_feasible_memory(c))
-    a = B.dynprog(c, M, 1.0, exact=True)
-    b = B.dynprog(c, M, 1.0, slots=500)
-    assert a.success and b.success
-    assert a.objective <= B.greedy(c, M, 1.0).objective * (1 + 1e-9) or a.objective > 0
+@pytest.mark.parametrize("seed", range(4))
+def test_dynprog_exact_and_rounded_agree_on_integer_chain(seed):
+    """Integer sizes and times, an integer limit M and beta in {0.5, 1, 2}: every quantity Algorithm 1
+    merges states on (M_F, Delta_F, Delta_B; eqs. (2)-(8), idle-link credit u * beta, clamp -M) is a
+    multiple of 1/2 byte. A grid of M/500 < 1/2 B then puts two states in one cell exactly when their
+    values are equal, which is what exact mode merges: the two runs keep the same states and return
+    the same schedule. (A coarser grid merges more: the state counts then differ.)"""
+    c = random_chain(6, seed)
+    mf, mp = min_feasible_memory(c), peak_memory_no_offload(c)
+    for frac in (0.2, 0.4, 0.7):
+        M = float(math.floor(mf + frac * (mp - mf)))
+        assert mf <= M and M / 500 < 0.5
+        for beta in (0.5, 1.0, 2.0):
+            a = B.dynprog(c, M, beta, exact=True)
+            b = B.dynprog(c, M, beta, slots=500)
+            assert a.success and b.success
+            assert a.details["dp_states"] == b.details["dp_states"]
+            assert a.objective == b.objective
+            assert sorted(a.schedule.offloaded) == sorted(b.schedule.offloaded)
+            for sol in (a, b):
+                r = validate_offload(c, sol.schedule, M)
+                assert sol.objective == pytest.approx(r.makespan) and r.peak_memory <= M
+                assert lower_bound_value(c, M, beta) <= sol.objective * (1 + 1e-9)
 
 
 def test_no_wait_infeasible_is_reported():

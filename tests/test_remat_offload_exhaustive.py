@@ -10,11 +10,16 @@ from memplan.baselines.remat_rotor import floating
 from memplan.models.chain import random_chain
 from memplan.models.solution import Status
 
-# Largest relative gap DP/optimum - 1 measured by ``python -m benchmarks.bench_remat_offload_dp --part gap
-# --maxL 5 --seeds 4`` on random integer chains with L <= 5 (sizes <= 4, times <= 4, beta in {1, 0.5}
-# B/s, memory at rotor's minimum and 30% above it): 50 cases, DP optimal in 39, mean gap 1.64%,
-# largest 13.04% (L = 4, seed 3). The cases below are among those 50.
+# The DP's gap to the optimum is measured on one set of chains and tested on another, so the test
+# checks that the measurement holds on chains it was not taken from. Calibration: ``python -m
+# benchmarks.bench_remat_offload_dp --part gap --maxL 5 --seeds 4`` (random integer chains
+# ``random_chain(L, seed, max_size=4, max_time=4)``, L = 2..5, seeds 0..3, memory at rotor's minimum and
+# 30% above it, beta in {1, 0.5} B/s, exact mode): 50 cases, DP optimal in 39, mean gap 1.64%, largest
+# 13.04% (L = 4, seed 3). The held-out chains below (seeds from 100, chosen before their gaps were
+# known) then gave at most 9.4% (L = 4, seed 104, beta = 0.5), 3 of their 22 cases above 0.
+CALIBRATION_SEEDS = range(4)
 MEASURED_MAX_GAP = 0.1305
+HELD_OUT = [(2, 100), (3, 101), (3, 102), (4, 103), (4, 104), (5, 105)]
 
 
 def _memories(c, fracs):
@@ -34,8 +39,10 @@ def test_exhaustive_without_bandwidth_is_the_optimal_remat(seed):
         assert e.objective == pytest.approx(f.objective)
 
 
-@pytest.mark.parametrize("L,seed", [(2, 0), (3, 1), (3, 2), (4, 1), (4, 3), (5, 0)])
+@pytest.mark.parametrize("L,seed", HELD_OUT)
 def test_dp_within_measured_gap_of_exhaustive(L, seed):
+    """On chains outside the calibration set, the DP is within the gap measured on that set."""
+    assert seed not in CALIBRATION_SEEDS
     c = random_chain(L, seed, max_size=4, max_time=4)
     for M in _memories(c, (0.0, 0.3)):
         for beta in (1.0, 0.5):

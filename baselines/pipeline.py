@@ -1,9 +1,12 @@
 """Baselines for pipelined model parallelism (paper 003, section 5): PipeDream's planner, GPipe-style
-time-balanced partitions, the period lower bound, and memory bounds.
+time-balanced partitions, memory bounds of contiguous partitions, and the heuristic searches for
+periodic patterns that give the ILP its MIP start.
 
 All partitions are contiguous: stage ``s`` holds layers ``first_s..last_s`` and runs on GPU ``s``.
-Every (partition, NOAM) is judged by :func:`models.pipeline.simulate_eager` (eager 1F1B for
-``n_batches`` mini-batches), never by the planner's own estimate, as in the paper's experiments.
+Every (partition, NOAM) is judged by :func:`memplan.baselines.pipeline_eager.simulate_eager` (eager
+1F1B for ``n_batches`` mini-batches, measured by the simulator of :mod:`memplan.models.pipeline`),
+never by the planner's own estimate, as in the paper's experiments. Every function takes the
+:class:`~memplan.models.pipeline.TaskData` built once by the caller (``task_data(chain, bandwidth)``).
 
 PipeDream's planner, as used in paper 003
 -----------------------------------------
@@ -16,18 +19,45 @@ eager 1F1B simulation. We do not model PipeDream's stage replication (data paral
 stage): like paper 003, each stage is one GPU. Paper 003 sweeps memory targets and NOAM values,
 simulates every resulting partition and keeps the (measured memory, period) points; so do we
 (:func:`pipedream_points`).
+
+Time limits
+-----------
+The sweeps (:func:`pipedream_points`, :func:`gpipe_points`) and the pattern searches
+(:func:`start_pattern`, :func:`partition_search`) take a ``time_limit`` in seconds (also shortened to
+what the active :class:`~memplan.models.budget.Budget` of a ``solve`` call has left): when it runs out
+they stop and return what they have (a sweep's result says so in ``complete``).
+
+Examples
+--------
+Four identical layers (forward 1 s, backward 2 s) on two GPUs with free communications: the best
+PipeDream point splits them two and two and reaches the stage load, 6 s, with two mini-batches in
+flight; one mini-batch at a time takes all 12 s of work.
+
+>>> from memplan.models.chain import Chain
+>>> from memplan.models.pipeline import task_data
+>>> td = task_data(Chain.from_stages(uf=[1.0] * 4, ub=[2.0] * 4, wa=[1.0] * 5, weights=[0.0] * 4), None)
+>>> pts = pipedream_points(td, 2, n_batches=40)
+>>> best = best_feasible(pts, None)
+>>> pts.complete, best.stages, best.noam, float(best.period)
+(True, [(1, 2), (3, 4)], 2, 6.0)
+>>> float(min(p.period for p in pts if p.noam == 1))
+12.0
 """
 from __future__ import annotations
 
 import itertools
 import math
+import time
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from memplan.models.chain import Chain
-from memplan.models.pipeline import EagerResult, Pattern, serial_pattern, simulate_eager, stages_to_layer_gpu, task_data
+from memplan.models import budget as _budget
+from memplan.models.pipeline import (EagerResult, InvalidPattern, Pattern, TaskData, simulate_pattern,
+                                     stages_to_layer_gpu)
+from memplan.baselines.pipeline_eager import simulate_eager
+from memplan.baselines.pipeline_modular import bisect_period, modular_pattern, serial_pattern
 
 
 @dataclass
@@ -47,30 +77,28 @@ class Point:
         return self.result.pattern
 
 
-# ----------------------------------------------------------------------------- bounds
-def period_lower_bound(chain: Chain, bandwidth: float | None, P: int) -> float:
-    """``max(sum_m d_m / P, max_l (u_F^l + u_B^l))``: the work is shared by at most P GPUs, and F_l and
-    B_l run on one GPU within each period (the loss is counted with the last layer)."""
-    td = task_data(chain, bandwidth)
-    per_layer = max(td.d[l] + td.d[td.backward(l)] for l in range(1, td.L + 1))
-    return float(max(td.d[1:].sum() / P, per_layer))
+class Points(list):
+    """The points of a sweep (a list of :class:`Point`), with ``complete`` (False when the sweep
+    stopped at its time limit) and ``candidates`` (the number of distinct (partition, NOAM) pairs it
+    would have simulated)."""
+
+    complete: bool = True
+    candidates: int = 0
 
 
-def memory_lower_bound(chain: Chain, bandwidth: float | None, P: int) -> float:
-    """A memory below which no pattern exists on P GPUs: some GPU holds at least 1/P of the weights
-    (3 copies); the GPU of layer l holds ``3 W_l`` and, while ``B_l`` runs, the stored ``a^{l-1}``
-    plus the input and output gradients of ``B_l`` (while ``F_l`` runs: its input and output)."""
-    td = task_data(chain, bandwidth)
-    L, n = td.L, td.n
-    best = 3 * td.W[1:].sum() / P
-    for l in range(1, L + 1):
-        m = td.backward(l)
-        best = max(best, 3 * td.W[l] + td.A[l - 1] + td.A[l],
-                   3 * td.W[l] + td.A[l - 1] + td.A[m - 1] + td.A[m])
-    return float(best)
+def _deadline(time_limit: float | None) -> float:
+    """The monotonic time at which a loop given ``time_limit`` seconds (shortened to what the active
+    budget has left) stops."""
+    t = _budget.clamp(time_limit)
+    return math.inf if t is None else time.monotonic() + max(0.0, t)
 
 
-def _serial_stage_memory(td, a: int, b: int) -> float:
+def _expired(deadline: float) -> bool:
+    return time.monotonic() >= deadline
+
+
+# ----------------------------------------------------------------------------- memory of contiguous partitions
+def _serial_stage_memory(td: TaskData, a: int, b: int) -> float:
     """Memory of the GPU holding layers a..b in the serial pattern (every shift 0)."""
     L, n = td.L, td.n
     mem = 3 * td.W[a:b + 1].sum()
@@ -89,10 +117,10 @@ def _serial_stage_memory(td, a: int, b: int) -> float:
     return float(mem + peak)
 
 
-def min_memory_contiguous(chain: Chain, bandwidth: float | None, P: int) -> tuple[float, list[tuple[int, int]]]:
+def min_memory_contiguous(td: TaskData, P: int) -> tuple[float, list[tuple[int, int]]]:
     """The smallest peak memory of a *serial* pattern (no pipelining, every shift 0) over contiguous
-    partitions into at most P stages: a memory that certainly suffices (DP over partitions)."""
-    td = task_data(chain, bandwidth)
+    partitions into at most P stages: a memory that certainly suffices (DP over partitions,
+    O(P L^2) stage evaluations)."""
     L = td.L
     INF = math.inf
     best = [[INF] * (L + 1) for _ in range(P + 1)]
@@ -116,21 +144,20 @@ def min_memory_contiguous(chain: Chain, bandwidth: float | None, P: int) -> tupl
 
 
 # ----------------------------------------------------------------------------- partitions
-def _stage_times(td):
-    L, n = td.L, td.n
+def _stage_times(td: TaskData):
+    L = td.L
     cf = np.concatenate([[0.0], np.cumsum([td.d[l] + td.d[td.backward(l)] for l in range(1, L + 1)])])
     return cf
 
 
-def _link_time(td, last: int) -> float:
+def _link_time(td: TaskData, last: int) -> float:
     """Time the boundary link after layer ``last`` is busy per period: forward + backward transfer."""
     return float(td.dc[last] + td.dc[td.n - last])
 
 
-def balanced_partition(chain: Chain, bandwidth: float | None, S: int) -> list[tuple[int, int]]:
+def balanced_partition(td: TaskData, S: int) -> list[tuple[int, int]]:
     """GPipe-style: the contiguous partition into exactly S stages minimizing the largest of the stage
     loads (u_F + u_B) and of the boundary link loads (DP, O(S L^2))."""
-    td = task_data(chain, bandwidth)
     L = td.L
     if not 1 <= S <= L:
         raise ValueError(f"cannot cut {L} layers into {S} stages")
@@ -155,16 +182,15 @@ def balanced_partition(chain: Chain, bandwidth: float | None, S: int) -> list[tu
     return stages[::-1]
 
 
-def pipedream_partition(chain: Chain, bandwidth: float | None, P: int, memory_target: float,
-                        noam: int) -> list[tuple[int, int]] | None:
+def pipedream_partition(td: TaskData, P: int, memory_target: float, noam: int) -> list[tuple[int, int]] | None:
     """PipeDream's DP with its simplified memory model (module docstring): contiguous partition into
     at most P stages minimizing the slowest stage ``max(u_F + u_B, 2 x boundary transfer)``, where
-    stage s must satisfy ``max(1, noam - s) x (activations + weights of the stage) <= memory_target``.
-    None when no partition satisfies the estimate."""
-    td = task_data(chain, bandwidth)
+    stage s must satisfy ``max(1, noam - s) x (activations + weights of the stage) <= memory_target``
+    (activations: the chain's layer outputs ``td.wa``). None when no partition satisfies the
+    estimate. O(P L^2)."""
     L = td.L
     cum = _stage_times(td)
-    act = np.concatenate([[0.0], np.cumsum([chain.wa[l] for l in range(1, L + 1)])])
+    act = np.concatenate([[0.0], np.cumsum([td.wa[l] for l in range(1, L + 1)])])
     wts = np.concatenate([[0.0], np.cumsum(td.W[1:])])
     INF = math.inf
     best = [[INF] * (L + 1) for _ in range(P + 1)]
@@ -195,49 +221,81 @@ def pipedream_partition(chain: Chain, bandwidth: float | None, P: int, memory_ta
 
 
 # ----------------------------------------------------------------------------- sweeps
-def _simulate_all(chain, bandwidth, cands: Iterable[tuple[tuple, int, float | None]], method: str,
-                  n_batches: int) -> list[Point]:
-    pts, seen = [], set()
-    for stages, noam, target in cands:
-        key = (tuple(stages), noam)
-        if key in seen:
-            continue
-        seen.add(key)
-        r = simulate_eager(chain, bandwidth, stages, noam, n_batches)
-        pts.append(Point(method, list(stages), noam, r.period, r.peak_memory, r, target))
-    return pts
+def _simulate_all(td: TaskData, cands: Sequence[tuple[tuple, int, float | None]], method: str, n_batches: int,
+                  deadline: float, order: Sequence[int] | None = None) -> Points:
+    """Simulate every distinct (partition, NOAM) of ``cands`` (in the order of the indices ``order``,
+    default as given) until ``deadline``; the points come back in the order of ``cands``."""
+    first: dict[tuple, int] = {}
+    for i, (stages, noam, _) in enumerate(cands):
+        first.setdefault((tuple(stages), noam), i)
+    keep = sorted(first.values())
+    kept = set(keep)
+    todo = [i for i in (order if order is not None else range(len(cands))) if i in kept]
+    done: dict[int, Point] = {}
+    for i in todo:
+        if _expired(deadline):
+            break
+        stages, noam, target = cands[i]
+        r = simulate_eager(td, stages, noam, n_batches)
+        done[i] = Point(method, list(stages), noam, r.period, r.peak_memory, r, target)
+    out = Points(done[i] for i in keep if i in done)
+    out.complete = len(done) == len(keep)
+    out.candidates = len(keep)
+    return out
 
 
-def pipedream_points(chain: Chain, bandwidth: float | None, P: int, *, n_targets: int = 24,
-                     noams: Sequence[int] | None = None, n_batches: int = 500) -> list[Point]:
+def pipedream_points(td: TaskData, P: int, *, n_targets: int = 24, noams: Sequence[int] | None = None,
+                     n_batches: int = 500, time_limit: float | None = None) -> Points:
     """Paper 003's "exhaustive" PipeDream approach: for a geometric grid of memory targets and every
-    NOAM in ``noams`` (default 1..2P), PipeDream's partition, simulated with eager 1F1B."""
-    td = task_data(chain, bandwidth)
+    NOAM in ``noams`` (default 1..2P), PipeDream's partition, simulated with eager 1F1B.
+
+    Cost: ``n_targets x len(noams)`` planner DPs (O(P L^2) each) and one eager simulation
+    (O(n_batches L)) per distinct (partition, NOAM). With ``time_limit`` the sweep stops when it runs
+    out (``complete`` is then False); the simulations run in an order that visits every NOAM early
+    (target by target, from the largest), so a cut sweep still spans the memory range."""
+    deadline = _deadline(time_limit)
     L = td.L
     noams = list(noams) if noams is not None else list(range(1, 2 * P + 1))
-    per_layer = [chain.wa[l] + td.W[l] for l in range(1, L + 1)]
+    per_layer = [td.wa[l] + td.W[l] for l in range(1, L + 1)]
     lo = max(min(per_layer), 1e-12)
     hi = max(sum(per_layer) * max(noams), lo * 2)
     targets = np.geomspace(lo, hi, n_targets)
-    cands = []
-    for noam in noams:
-        for t in targets:
-            st = pipedream_partition(chain, bandwidth, P, float(t), noam)
+    cands, where = [], {}
+    stopped = False
+    for a, noam in enumerate(noams):
+        for b, t in enumerate(targets):
+            if _expired(deadline):
+                stopped = True
+                break
+            st = pipedream_partition(td, P, float(t), noam)
             if st is not None:
+                where[len(cands)] = (b, a)
                 cands.append((tuple(st), noam, float(t)))
-    return _simulate_all(chain, bandwidth, cands, "pipedream", n_batches)
+        if stopped:
+            break
+    order = sorted(range(len(cands)), key=lambda i: (-where[i][0], where[i][1]))
+    pts = _simulate_all(td, cands, "pipedream", n_batches, deadline, order)
+    pts.complete = pts.complete and not stopped
+    return pts
 
 
-def gpipe_points(chain: Chain, bandwidth: float | None, P: int, *, n_batches: int = 500) -> list[Point]:
-    """Time-balanced contiguous partitions into S = 1..P stages, each simulated with eager 1F1B for
-    NOAM = 1..S."""
-    L = chain.L
+def gpipe_points(td: TaskData, P: int, *, n_batches: int = 500, time_limit: float | None = None) -> Points:
+    """Time-balanced contiguous partitions into S = 1..P stages (:func:`balanced_partition`), each
+    simulated with eager 1F1B for NOAM = 1..S; stops at ``time_limit`` like :func:`pipedream_points`."""
+    deadline = _deadline(time_limit)
+    L = td.L
     cands = []
+    stopped = False
     for S in range(1, min(P, L) + 1):
-        st = tuple(balanced_partition(chain, bandwidth, S))
+        if _expired(deadline):
+            stopped = True
+            break
+        st = tuple(balanced_partition(td, S))
         for noam in range(1, S + 1):
             cands.append((st, noam, None))
-    return _simulate_all(chain, bandwidth, cands, "gpipe", n_batches)
+    pts = _simulate_all(td, cands, "gpipe", n_batches, deadline)
+    pts.complete = pts.complete and not stopped
+    return pts
 
 
 def best_feasible(points: Sequence[Point], memory: float | None) -> Point | None:
@@ -257,37 +315,37 @@ def pareto(points: Sequence[Point]) -> list[Point]:
     return out
 
 
-def partition_period(chain: Chain, bandwidth: float | None, stages: Sequence[tuple[int, int]]) -> float:
+# ----------------------------------------------------------------------------- pattern searches
+def partition_period(td: TaskData, stages: Sequence[tuple[int, int]]) -> float:
     """The smallest period of any pattern of a contiguous allocation: the largest GPU or link load."""
-    td = task_data(chain, bandwidth)
     loads = [sum(td.d[l] + td.d[td.backward(l)] for l in range(a, b + 1)) for a, b in stages]
     loads += [_link_time(td, b) for a, b in stages[:-1]]
     return float(max(loads))
 
 
-def modular_search(chain: Chain, bandwidth: float | None, stages: Sequence[tuple[int, int]],
-                   memory: float | None, P: int, *, steps: int = 14) -> Pattern | None:
-    """The modular 1F1B pattern (:func:`models.pipeline.modular_pattern`, both placement orders) of a
-    contiguous allocation with the smallest period whose replayed memory fits, found by bisection on
-    T between the allocation's load bound and the serial period (where every shift is 0)."""
-    from memplan.models.pipeline import InvalidPattern, bisect_period, modular_pattern, simulate_pattern
+def modular_search(td: TaskData, stages: Sequence[tuple[int, int]], memory: float | None, P: int, *,
+                   steps: int = 14, deadline: float = math.inf) -> Pattern | None:
+    """The modular 1F1B pattern (:func:`memplan.baselines.pipeline_modular.modular_pattern`, both
+    placement orders) of a contiguous allocation with the smallest period whose replayed memory
+    fits, found by bisection on T between the allocation's load bound and the serial period (where
+    every shift is 0); the bisection stops early at ``deadline`` (a :func:`time.monotonic` time)."""
 
     def fit(T):
         best = None
         for bf in (False, True):
             try:
-                q = modular_pattern(chain, bandwidth, stages, T, backward_first=bf)
+                q = modular_pattern(td, stages, T, backward_first=bf)
             except InvalidPattern:
                 continue
-            r = simulate_pattern(q, chain, bandwidth, gpus=P, n_batches=None)
+            r = simulate_pattern(q, td, gpus=P, n_batches=None)
             if memory is None or r.peak_memory <= memory * (1 + 1e-9):
                 if best is None or r.peak_memory < best[1]:
                     best = (q, r.peak_memory)
         return None if best is None else best[0]
 
-    td = task_data(chain, bandwidth)
     hi = float(td.d[1:].sum() + sum(_link_time(td, b) for a, b in stages[:-1])) * (1 + 1e-9)
-    return bisect_period(fit, partition_period(chain, bandwidth, stages) * (1 + 1e-9), hi, steps)
+    return bisect_period(fit, partition_period(td, stages) * (1 + 1e-9), hi, steps,
+                         stop=lambda: _expired(deadline))
 
 
 def _cuts_to_stages(cuts: Sequence[int], L: int) -> tuple[tuple[int, int], ...]:
@@ -304,10 +362,9 @@ def count_partitions(L: int, P: int) -> int:
     return sum(math.comb(L - 1, S - 1) for S in range(1, min(P, L) + 1))
 
 
-def partition_search(chain: Chain, bandwidth: float | None, P: int, memory: float | None,
-                     seeds: Sequence[Sequence[tuple[int, int]]] = (), *, incumbent: float = math.inf,
-                     exhaustive_limit: int = 4000, max_evals: int = 400, screen_steps: int = 6,
-                     refine: int = 4) -> Pattern | None:
+def partition_search(td: TaskData, P: int, memory: float | None, seeds: Sequence[Sequence[tuple[int, int]]] = (),
+                     *, incumbent: float = math.inf, exhaustive_limit: int = 4000, max_evals: int = 400,
+                     screen_steps: int = 6, refine: int = 4, time_limit: float | None = None) -> Pattern | None:
     """The contiguous partition whose modular pattern (:func:`modular_search`) has the smallest
     period within ``memory``, searched over partitions that PipeDream's and GPipe's planners never
     propose: their planners optimize a load estimate, while under a memory limit the best periodic
@@ -323,9 +380,10 @@ def partition_search(chain: Chain, bandwidth: float | None, P: int, memory: floa
     Otherwise a best-improvement local search runs from each of ``seeds`` (best first): neighbours
     move one cut by 1 or 2 layers, drop a cut, or split the most loaded stage; at most ``max_evals``
     evaluations in all. Partitions are screened with ``screen_steps`` bisection steps and the
-    ``refine`` best are searched again with the default precision. Returns the best pattern with
-    period below ``incumbent``, or None."""
-    td = task_data(chain, bandwidth)
+    ``refine`` best are searched again with the default precision. With ``time_limit`` the search
+    stops when it runs out and keeps the best found. Returns the best pattern with period below
+    ``incumbent``, or None."""
+    deadline = _deadline(time_limit)
     L = td.L
     cum = _stage_times(td)
     cache: dict[tuple[int, ...], Pattern | None] = {}
@@ -336,11 +394,11 @@ def partition_search(chain: Chain, bandwidth: float | None, P: int, memory: floa
         nonlocal best, Tbest
         if cuts not in cache:
             st = _cuts_to_stages(cuts, L)
-            hopeless = (partition_period(chain, bandwidth, st) >= Tbest * (1 - 1e-9)
+            hopeless = (partition_period(td, st) >= Tbest * (1 - 1e-9)
                         or (memory is not None and max(_serial_stage_memory(td, a, b) for a, b in st)
                             > memory * (1 + 1e-9)))   # the serial pattern needs the least memory
-            cache[cuts] = None if hopeless else modular_search(chain, bandwidth, st, memory, P,
-                                                                 steps=screen_steps)
+            cache[cuts] = None if hopeless else modular_search(td, st, memory, P, steps=screen_steps,
+                                                               deadline=deadline)
             q = cache[cuts]
             if q is not None and q.T < Tbest * (1 - 1e-12):
                 best, Tbest = q, q.T
@@ -351,15 +409,17 @@ def partition_search(chain: Chain, bandwidth: float | None, P: int, memory: floa
         nonlocal best, Tbest
         top = sorted((q.T, c) for c, q in cache.items() if q is not None)[:refine]
         for _, cuts in top:
-            q = modular_search(chain, bandwidth, _cuts_to_stages(cuts, L), memory, P)
+            if _expired(deadline):
+                break
+            q = modular_search(td, _cuts_to_stages(cuts, L), memory, P, deadline=deadline)
             if q is not None and q.T < Tbest * (1 - 1e-12):
                 best, Tbest = q, q.T
         return best
 
     if count_partitions(L, P) <= exhaustive_limit:
         allp = [c for S in range(1, min(P, L) + 1) for c in itertools.combinations(range(1, L), S - 1)]
-        for load, cuts in sorted((partition_period(chain, bandwidth, _cuts_to_stages(c, L)), c) for c in allp):
-            if load >= Tbest * (1 - 1e-9) or len(cache) >= 4 * max_evals:
+        for load, cuts in sorted((partition_period(td, _cuts_to_stages(c, L)), c) for c in allp):
+            if load >= Tbest * (1 - 1e-9) or len(cache) >= 4 * max_evals or _expired(deadline):
                 break
             evaluate(cuts)
         return finish()
@@ -382,13 +442,15 @@ def partition_search(chain: Chain, bandwidth: float | None, P: int, memory: floa
                 yield tuple(sorted(cs + [(a + b) // 2]))
 
     for seed in seeds:
+        if _expired(deadline):
+            break
         cur = _stages_to_cuts(seed)
         cur_T = evaluate(cur)
         improved = True
-        while improved and len(cache) < max_evals:
+        while improved and len(cache) < max_evals and not _expired(deadline):
             improved = False
             for nb in neighbours(cur):
-                if len(cache) >= max_evals:
+                if len(cache) >= max_evals or _expired(deadline):
                     break
                 t = evaluate(nb)
                 if t < cur_T * (1 - 1e-12):
@@ -398,52 +460,17 @@ def partition_search(chain: Chain, bandwidth: float | None, P: int, memory: floa
     return finish()
 
 
-def exact_refine(chain: Chain, bandwidth: float | None, P: int, memory: float | None,
-                 allocations: Sequence[Sequence[int]], incumbent: Pattern | None, *, steps: int = 12,
-                 time_limit: float | None = 10, threads: int | None = None,
-                 goal: float | None = None) -> Pattern | None:
-    """The best pattern of each allocation (layer -> GPU lists) by bisection on T with the exact
-    1-periodic MILP of :mod:`formulations.pipeline_cyclic` (memory model ``exact``), between the
-    allocation's load bound and the incumbent's period. With ``goal`` (e.g. the best PipeDream
-    period at this memory) the bisection first runs below the goal, then, when nothing is found
-    there, between the goal and the incumbent: a solve that stops at its time limit counts as a
-    failure, so aiming at the goal first keeps a busy machine from missing it. Every pattern is
-    replayed. Returns the best pattern strictly faster than the incumbent, or None."""
-    from memplan.formulations.pipeline_cyclic import cyclic_search
-    from memplan.models.pipeline import simulate_pattern
-
-    td = task_data(chain, bandwidth)
-    best, Tbest = None, incumbent.T if incumbent is not None else math.inf
-    for lg in dict.fromkeys(tuple(int(g) for g in a) for a in allocations):
-        hi = Tbest if math.isfinite(Tbest) else float(td.d[1:].sum() + td.dc[1:].sum())
-        kw = dict(P=P, steps=steps, time_limit=time_limit, threads=threads)
-        if goal is not None and goal < hi * (1 - 1e-9):
-            r = cyclic_search(chain, bandwidth, list(lg), memory, 1, hi=goal, **kw)
-            if r is None:   # nothing at or below the goal (tried): search between it and hi only
-                r = cyclic_search(chain, bandwidth, list(lg), memory, 1, lo=goal, lo_fails=True, hi=hi, **kw)
-        else:
-            r = cyclic_search(chain, bandwidth, list(lg), memory, 1, hi=hi, **kw)
-        if r is None or r.schedule.T >= Tbest * (1 - 1e-9):
-            continue
-        q = r.schedule.as_pattern(td)
-        sim = simulate_pattern(q, chain, bandwidth, gpus=P)
-        if memory is not None and sim.peak_memory > memory * (1 + 1e-9):
-            raise RuntimeError(f"exact pattern replays above the limit: {sim.peak_memory} > {memory}")
-        q.meta.update({"method": "exact-k1", "allocation": list(lg)})
-        best, Tbest = q, q.T
-    return best
-
-
-def start_pattern(chain: Chain, bandwidth: float | None, P: int, memory: float | None,
-                  points: Sequence[Point], *, search: bool = True) -> Pattern | None:
+def start_pattern(td: TaskData, P: int, memory: float | None, points: Sequence[Point], *, search: bool = True,
+                  time_limit: float | None = None) -> Pattern | None:
     """The feasible pattern of smallest period among: the baselines' steady states (when 1-periodic),
-    modular 1F1B patterns (:func:`models.pipeline.modular_pattern`) of every baseline partition at
-    its eager period and at its load bound, with ``search`` the bisection of :func:`modular_search`
-    for every partition whose load bound is below the best so far, then :func:`partition_search` over
-    all contiguous partitions (exhaustive or local, seeded with the baselines' partitions), and last the
-    serial pattern of the memory-smallest contiguous partition. Every candidate is replayed; None when none fits."""
-    from memplan.models.pipeline import InvalidPattern, modular_pattern, simulate_pattern
-
+    modular 1F1B patterns (:func:`memplan.baselines.pipeline_modular.modular_pattern`) of every
+    baseline partition at its eager period and at its load bound, with ``search`` the bisection of
+    :func:`modular_search` for every partition whose load bound is below the best so far, then
+    :func:`partition_search` over all contiguous partitions (exhaustive or local, seeded with the
+    baselines' partitions), and last the serial pattern of the memory-smallest contiguous partition.
+    Every candidate is replayed; None when none fits. With ``time_limit`` the searches stop when it
+    runs out (the first candidates and the serial fallback are always tried)."""
+    deadline = _deadline(time_limit)
     cands: list[tuple[float, int, Pattern | None, tuple, float]] = []
     for i, p in enumerate(points):
         if p.pattern is not None:
@@ -452,7 +479,7 @@ def start_pattern(chain: Chain, bandwidth: float | None, P: int, memory: float |
             cands.append((p.period, i, None, tuple(p.stages), p.period))
     parts = {tuple(p.stages) for p in points}
     for st in parts:
-        T = partition_period(chain, bandwidth, st)
+        T = partition_period(td, st)
         cands.append((T, -1, None, st, T))
     best = None
     for T, _, pat, st, Tm in sorted(cands, key=lambda c: c[0]):
@@ -460,11 +487,11 @@ def start_pattern(chain: Chain, bandwidth: float | None, P: int, memory: float |
         if pat is None:
             for bf in (False, True):
                 try:
-                    pats.append(modular_pattern(chain, bandwidth, st, Tm * (1 + 1e-9), backward_first=bf))
+                    pats.append(modular_pattern(td, st, Tm * (1 + 1e-9), backward_first=bf))
                 except InvalidPattern:
                     pass
         for q in pats:
-            r = simulate_pattern(q, chain, bandwidth, gpus=P)
+            r = simulate_pattern(q, td, gpus=P)
             if memory is None or r.peak_memory <= memory * (1 + 1e-9):
                 best = q
                 break
@@ -473,21 +500,26 @@ def start_pattern(chain: Chain, bandwidth: float | None, P: int, memory: float |
     if search:
         Tbest = best.T if best is not None else math.inf
         for st in sorted(parts):
-            if partition_period(chain, bandwidth, st) < Tbest * (1 - 1e-9):
-                q = modular_search(chain, bandwidth, st, memory, P)
+            if _expired(deadline):
+                break
+            if partition_period(td, st) < Tbest * (1 - 1e-9):
+                q = modular_search(td, st, memory, P, deadline=deadline)
                 if q is not None and q.T < Tbest:
                     best, Tbest = q, q.T
-        seeds = sorted(parts, key=lambda st: partition_period(chain, bandwidth, st))
+        seeds = sorted(parts, key=lambda st: partition_period(td, st))
         if best is not None and best.meta.get("stages"):
             seeds.insert(0, tuple(tuple(x) for x in best.meta["stages"]))
-        q = partition_search(chain, bandwidth, P, memory, seeds, incumbent=Tbest)
-        if q is not None and q.T < Tbest:
-            best, Tbest = q, q.T
+        if not _expired(deadline):
+            q = partition_search(td, P, memory, seeds, incumbent=Tbest,
+                                 time_limit=max(0.0, deadline - time.monotonic()) if math.isfinite(deadline)
+                                 else None)
+            if q is not None and q.T < Tbest:
+                best, Tbest = q, q.T
     if best is not None:
         return best
-    mem, stages = min_memory_contiguous(chain, bandwidth, P)
+    mem, stages = min_memory_contiguous(td, P)
     if memory is None or mem <= memory * (1 + 1e-9):
-        pat = serial_pattern(chain, bandwidth, stages_to_layer_gpu(stages, chain.L))
+        pat = serial_pattern(td, stages_to_layer_gpu(stages, td.L))
         pat.meta.update({"method": "serial", "stages": [list(s) for s in stages]})
         return pat
     return None

@@ -44,8 +44,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from memplan.models.chain import Chain
-from memplan.models.pipeline import Pattern, SimResult, TaskData, simulate_pattern, task_data
+from memplan.models.pipeline import Pattern, SimResult, TaskData, simulate_pattern
 
 
 @dataclass
@@ -203,10 +202,8 @@ def to_pattern(td: TaskData, s: Structure, x: np.ndarray, ci: dict[int, int]) ->
 class Exhaustive:
     """All structures of a chain sorted by LP period; :meth:`best` answers memory limits."""
 
-    chain: Chain
-    bandwidth: float | None
-    P: int
     td: TaskData
+    P: int
     candidates: list[tuple[float, Structure, np.ndarray, dict]]
     _memo: dict
 
@@ -214,7 +211,7 @@ class Exhaustive:
         if i not in self._memo:
             T, s, x, ci = self.candidates[i]
             pat = to_pattern(self.td, s, x, ci)
-            self._memo[i] = (pat, simulate_pattern(pat, self.chain, self.bandwidth, gpus=self.P))
+            self._memo[i] = (pat, simulate_pattern(pat, self.td, gpus=self.P))
         return self._memo[i]
 
     def best(self, memory: float | None) -> tuple[Pattern, SimResult] | None:
@@ -237,12 +234,23 @@ class Exhaustive:
         return out
 
 
-def exhaustive_search(chain: Chain, bandwidth: float | None, P: int, *,
-                      allocs: Sequence[Sequence[int]] | None = None) -> Exhaustive:
-    """Enumerate and solve every structure (module docstring); returns the sorted candidates."""
-    td = task_data(chain, bandwidth)
+def exhaustive_search(td: TaskData, P: int, *, allocs: Sequence[Sequence[int]] | None = None) -> Exhaustive:
+    """Enumerate and solve every structure (module docstring) of the task data ``td``
+    (``task_data(chain, bandwidth)``) on at most P GPUs; returns the sorted candidates.
+
+    Examples
+    --------
+    Two layers on one GPU: the only pattern runs everything in sequence.
+
+    >>> from memplan.models.chain import Chain
+    >>> from memplan.models.pipeline import task_data
+    >>> td = task_data(Chain.from_stages(uf=[1.0, 2.0], ub=[3.0, 4.0], wa=[1.0] * 3, weights=[0.0] * 2), 1.0)
+    >>> pat, sim = exhaustive_search(td, 1).best(None)
+    >>> float(pat.T), float(sim.period)
+    (10.0, 10.0)
+    """
     structs = list(exhaustive_structures(td, P, allocs))
     sols = solve_structures(td, structs)
     cands = sorted(((sol[0], s, sol[1], sol[2]) for s, sol in zip(structs, sols) if sol is not None),
                    key=lambda c: c[0])
-    return Exhaustive(chain, bandwidth, P, td, cands, {})
+    return Exhaustive(td, P, cands, {})

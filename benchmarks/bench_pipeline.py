@@ -39,22 +39,22 @@ def incumbents(log_text: str) -> list[tuple[float, float, float]]:
 
 def bench_one(L: int, P: int, seed: int, time_limit: float, gap: float, threads: int, bandwidth: float,
               mip_start: bool = False) -> dict:
-    from memplan.baselines.pipeline import best_feasible, period_lower_bound, pipedream_points
+    from memplan.baselines.pipeline import best_feasible, pipedream_points, start_pattern
     from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
-    from memplan.baselines.pipeline import start_pattern
     from memplan.formulations.pipeline_ilp import build_model, start_values
     from memplan.models.chain import random_chain
-    from memplan.models.pipeline import simulate_pattern
+    from memplan.models.pipeline import period_lower_bound, simulate_pattern, task_data
 
     chain = random_chain(L, seed, integer=False)
-    pts = pipedream_points(chain, bandwidth, P, n_batches=200)
+    td = task_data(chain, bandwidth)
+    pts = pipedream_points(td, P, n_batches=200)
     mems = sorted(p.memory for p in pts)
     M = mems[len(mems) // 2]
     pd = best_feasible(pts, M)
     times: dict[str, float] = {}
     with timed(times, "build"):
-        start = start_pattern(chain, bandwidth, P, M, pts) if mip_start else None
-        ilp = build_model(chain, bandwidth, P, M, Tmin=period_lower_bound(chain, bandwidth, P),
+        start = start_pattern(td, P, M, pts) if mip_start else None
+        ilp = build_model(td, P, M, Tmin=period_lower_bound(td, P),
                           Tmax=start.T * (1 + 1e-6) if start is not None else None)
         values = start_values(ilp, start) if start is not None else None
     with tempfile.TemporaryDirectory() as d:
@@ -69,7 +69,7 @@ def bench_one(L: int, P: int, seed: int, time_limit: float, gap: float, threads:
     period = None
     if res.has_solution:
         pat = ilp.read_pattern()
-        period = simulate_pattern(pat, chain, bandwidth, gpus=P).period
+        period = simulate_pattern(pat, td, gpus=P).period
     return {"L": L, "P": P, "start": mip_start, **res.size, "build_s": times["build"], "compile_s": res.times.get("compile"),
             "solve_s": res.times.get("solve"), "status": str(res.status), "first_feasible_s": first,
             "pipedream_level_s": pd_level, "gap_reached_s": at_gap, "ilp_period": period,

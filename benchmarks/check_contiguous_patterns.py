@@ -46,16 +46,17 @@ import math
 import time
 
 
-def memory_floor(chain, bandwidth, td, stages, T: float) -> float:
+def memory_floor(td, stages, T: float) -> float:
     """A lower bound on the peak memory of any pattern of period T on ``stages`` (inf when a GPU or a
     link is busier than T): per GPU, weights + buffers + sum_l A[l-1] floor(s_l / T) (module
     docstring), the largest over the GPUs."""
     from memplan.baselines.pipeline import partition_period
-    from memplan.models.pipeline import constant_memory, serial_pattern, stages_to_layer_gpu
+    from memplan.baselines.pipeline_modular import serial_pattern
+    from memplan.models.pipeline import constant_memory, stages_to_layer_gpu
 
-    if partition_period(chain, bandwidth, stages) > T:       # busiest GPU or link
+    if partition_period(td, stages) > T:       # busiest GPU or link
         return math.inf
-    serial = serial_pattern(chain, bandwidth, stages_to_layer_gpu(stages, td.L))   # no waiting at all
+    serial = serial_pattern(td, stages_to_layer_gpu(stages, td.L))   # no waiting at all
     end = [tau + td.d[m] for m, tau in enumerate(serial.tau, start=1)]
     floor = 0.0
     for g, held in constant_memory(td, serial.gpu).items():
@@ -65,16 +66,16 @@ def memory_floor(chain, bandwidth, td, stages, T: float) -> float:
     return floor
 
 
-def screen(chain, bandwidth, td, stages, T: float, M: float) -> bool:
+def screen(td, stages, T: float, M: float) -> bool:
     """The necessary conditions of the module docstring (True: a pattern may exist)."""
-    return memory_floor(chain, bandwidth, td, stages, T) <= M
+    return memory_floor(td, stages, T) <= M
 
 
 _WORK: dict = {}
 
 
-def _init_worker(chain, bw, P, T, time_limit, threads) -> None:
-    _WORK.update(chain=chain, bw=bw, P=P, T=T, time_limit=time_limit, threads=threads)
+def _init_worker(td, P, T, time_limit, threads) -> None:
+    _WORK.update(td=td, P=P, T=T, time_limit=time_limit, threads=threads)
 
 
 def _least_one(stages):
@@ -84,13 +85,13 @@ def _least_one(stages):
     from memplan.models.solution import Status
 
     w = _WORK
-    r, bound = min_memory_at_period(w["chain"], w["bw"], stages_to_layer_gpu(stages, w["chain"].L), w["T"],
+    r, bound = min_memory_at_period(w["td"], stages_to_layer_gpu(stages, w["td"].L), w["T"],
                                     P=w["P"], time_limit=w["time_limit"], threads=w["threads"])
     return (r.sim.peak_memory if r.schedule is not None else None, bound,
             r.status in (Status.OPTIMAL, Status.INFEASIBLE))
 
 
-def least_memory(chain, bw, td, P: int, T: float, sizes, time_limit: float, threads: int, jobs: int) -> None:
+def least_memory(td, P: int, T: float, sizes, time_limit: float, threads: int, jobs: int) -> None:
     """``--min-memory``: the least memory of a pattern of period T over every contiguous partition
     into ``sizes`` stages, partitions taken by increasing :func:`memory_floor` (``jobs`` processes)
     and skipped once the floor reaches the best memory found (none of them can do better)."""
@@ -105,14 +106,14 @@ def least_memory(chain, bw, td, P: int, T: float, sizes, time_limit: float, thre
     for S in sizes:
         for cuts in itertools.combinations(range(1, L), S - 1):
             st = _cuts_to_stages(cuts, L)
-            f = memory_floor(chain, bw, td, st, T)
+            f = memory_floor(td, st, T)
             if math.isfinite(f):
                 floors.append((f, st))
     floors.sort()
     print(f"{len(floors)} partitions have a load within {T * 1e3:.6g} ms")
     best, best_st, unproven, solved = math.inf, None, [], 0
     with ProcessPoolExecutor(jobs, initializer=_init_worker,
-                             initargs=(chain, bw, P, T, time_limit, threads)) as ex:
+                             initargs=(td, P, T, time_limit, threads)) as ex:
         results = ex.map(_least_one, [st for _, st in floors], chunksize=4)
         for (f, st), (mem, bound, proven) in tqdm(zip(floors, results), total=len(floors),
                                                   desc="min-memory K=1 MILPs", unit="partition"):
@@ -132,7 +133,7 @@ def least_memory(chain, bw, td, P: int, T: float, sizes, time_limit: float, thre
              if unproven else "every one proven"))
 
 
-def full_ilp(chain, bw, td, P: int, T: float, stages, time_limit: float, threads: int, log_file) -> None:
+def full_ilp(td, P: int, T: float, stages, time_limit: float, threads: int, log_file) -> None:
     """``--full-ilp``: the paper's ILP over every allocation, contiguous or not, with the memory as the
     objective and T <= the period (:func:`formulations.pipeline_ilp.solve_min_memory`); MIP start: the
     least-memory pattern of ``stages`` at that period."""
@@ -140,19 +141,18 @@ def full_ilp(chain, bw, td, P: int, T: float, stages, time_limit: float, threads
     from memplan.formulations.pipeline_ilp import solve_min_memory
     from memplan.models.pipeline import simulate_pattern, stages_to_layer_gpu
 
-    r, _ = min_memory_at_period(chain, bw, stages_to_layer_gpu(stages, td.L), T, P=P, time_limit=60,
-                                threads=threads)
+    r, _ = min_memory_at_period(td, stages_to_layer_gpu(stages, td.L), T, P=P, time_limit=60, threads=threads)
     if r.schedule is None:
         raise SystemExit(f"no pattern of {stages} at {T * 1e3:.6g} ms ({r.status}: {r.message})")
     start = r.schedule.as_pattern(td)
     print(f"MIP start {stages}: {r.sim.peak_memory / 1e9:.6g} GB at {start.T * 1e3:.6g} ms ({r.status})")
-    pat, res = solve_min_memory(chain, bw, P, start=start, time_limit=time_limit, threads=threads,
+    pat, res = solve_min_memory(td, P, start=start, time_limit=time_limit, threads=threads,
                                 Tmax=start.T * (1 + 1e-9), log_file=log_file)
     bound = f"{res.bound / 1e9:.6g} GB" if res.bound is not None else "none"
     if pat is None:
         print(f"full ILP ({res.status}): no pattern; bound {bound}")
         return
-    sim = simulate_pattern(pat, chain, bw, gpus=P)
+    sim = simulate_pattern(pat, td, gpus=P)
     print(f"full ILP ({res.status}, {res.times.get('solve', float('nan')):.0f} s): least memory found "
           f"{sim.peak_memory / 1e9:.6g} GB (replayed, period {sim.period * 1e3:.6g} ms), bound {bound}; "
           f"GPU of each layer {pat.layer_gpus()}")
@@ -206,7 +206,7 @@ def main(argv=None) -> int:
     L, P, M = td.L, args.gpus, args.memory
     T = args.period
     if T is None:
-        pd = best_feasible(pipedream_points(chain, bw, P), M)
+        pd = best_feasible(pipedream_points(td, P), M)
         if pd is None:
             raise SystemExit("no PipeDream point fits in this memory; give --period")
         T = pd.period
@@ -215,16 +215,16 @@ def main(argv=None) -> int:
     cands = []
     sizes = [S for S in range(1, min(P, L) + 1) if args.stages is None or S in args.stages]
     if args.full_ilp is not None:
-        full_ilp(chain, bw, td, P, T, _parse_stages(args.start), args.full_ilp, args.threads, args.log)
+        full_ilp(td, P, T, _parse_stages(args.start), args.full_ilp, args.threads, args.log)
         print(f"{time.perf_counter() - t0:.0f} s")
         return 0
     if args.min_memory:
-        least_memory(chain, bw, td, P, T, sizes, args.time_limit, args.threads, args.jobs)
+        least_memory(td, P, T, sizes, args.time_limit, args.threads, args.jobs)
         print(f"{time.perf_counter() - t0:.0f} s")
         return 0
     for S in sizes:
         for cuts in itertools.combinations(range(1, L), S - 1):
-            if screen(chain, bw, td, _cuts_to_stages(cuts, L), T, M):
+            if screen(td, _cuts_to_stages(cuts, L), T, M):
                 cands.append(cuts)
     total = sum(math.comb(L - 1, S - 1) for S in sizes)
     print(f"{total} contiguous partitions into {', '.join(map(str, sizes))} stages; {len(cands)} pass the screen "
@@ -232,7 +232,7 @@ def main(argv=None) -> int:
     found, undecided = [], []
     for cuts in tqdm(sorted(cands, key=len), desc="exact K=1 MILPs", unit="partition"):
         st = _cuts_to_stages(cuts, L)
-        r = solve_cyclic(chain, bw, stages_to_layer_gpu(st, L), T, 1, M, P=P, time_limit=args.time_limit,
+        r = solve_cyclic(td, stages_to_layer_gpu(st, L), T, 1, M, P=P, time_limit=args.time_limit,
                          threads=args.threads, memory_model="exact")
         if r.schedule is not None:
             found.append((st, r.sim.period, r.sim.peak_memory))

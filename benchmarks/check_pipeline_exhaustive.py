@@ -22,6 +22,7 @@ def main(argv=None) -> int:
     from memplan.baselines.pipeline_exhaustive import exhaustive_search
     from memplan.formulations.pipeline_ilp import solve_fixed_allocation, solve_ilp, solve_min_memory
     from memplan.models.chain import random_chain
+    from memplan.models.pipeline import task_data
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, default=4)
@@ -36,12 +37,13 @@ def main(argv=None) -> int:
     bad = 0
     for seed in args.seeds:
         c = random_chain(args.layers, seed, integer=True)
+        td = task_data(c, args.bandwidth)
         t0 = time.perf_counter()
-        ex = exhaustive_search(c, args.bandwidth, args.gpus, allocs=allocs)
+        ex = exhaustive_search(td, args.gpus, allocs=allocs)
         t_ex = time.perf_counter() - t0
         fastest = ex.best(None)
         if allocs is None:   # the smallest memory of any pattern: the ILP's min-memory answer
-            _, mres = solve_min_memory(c, args.bandwidth, args.gpus, time_limit=args.time_limit, threads=1)
+            _, mres = solve_min_memory(td, args.gpus, time_limit=args.time_limit, threads=1)
             lo = float(mres.objective)
         else:                # the ILP could use other allocations: the oracle's own minimum
             lo = ex.front()[-1][1]
@@ -50,12 +52,11 @@ def main(argv=None) -> int:
         for M in limits:
             want = ex.best(M)
             if allocs is None:
-                pat, res, _, _ = solve_ilp(c, args.bandwidth, args.gpus, M, time_limit=args.time_limit, threads=1)
+                pat, res, _, _ = solve_ilp(td, args.gpus, M, time_limit=args.time_limit, threads=1)
             else:
                 best = None
                 for a in allocs:
-                    p, r = solve_fixed_allocation(c, args.bandwidth, args.gpus, M, list(a),
-                                                  time_limit=args.time_limit, threads=1)
+                    p, r = solve_fixed_allocation(td, args.gpus, M, list(a), time_limit=args.time_limit, threads=1)
                     if p is not None and (best is None or p.T < best[0].T):
                         best = (p, r)
                 pat, res = best if best else (None, None)

@@ -4,15 +4,17 @@ For every ``*.graph.txt`` in ``../shared/external/pipedream`` (read in place, ne
 :func:`models.pipedream.import_graph` at mini-batch ``--batch`` (times and activations rescaled from
 128), then
 
-* remat (paper 004): for memory limits at fractions of the way from the smallest feasible memory
-  (``baselines.remat_rotor.min_memory``) to the store-all peak, solve with ``--remat-methods`` (default
-  rotor, revolve, sequential) through :func:`experiments.solve_remat.run_method`;
+* remat (paper 004): for memory limits at fractions of the way from the smallest feasible memory to
+  the store-all peak (:func:`memplan.remat.memory_range`), solve with ``--remat-methods`` (default
+  rotor, revolve, sequential) through :func:`memplan.remat.solve`;
 * pipeline (paper 003): on ``--gpus`` GPUs with link ``--bandwidth``, solve with
   ``--pipeline-methods`` (default pipedream, gpipe; add ilp for the MILP) at per-GPU memory limits
-  at fractions of the way from the smallest to the largest memory of the baselines' simulated points,
-  through :func:`experiments.solve_pipeline.run_method`.
+  at fractions of the way from the smallest to the largest memory of the baselines' simulated points
+  (:func:`memplan.pipeline.baseline_points`, computed once per chain), through
+  :func:`memplan.pipeline.solve` (``--time-limit`` bounds each call).
 
-Every objective is the simulator's replay of the returned schedule. Writes
+Every objective is the simulator's replay of the returned schedule. A solve that raises is recorded
+as an ``error`` row with the exception (and listed at the end), never as an infeasible limit. Writes
 ``OUT/pipedream_remat.csv`` and ``OUT/pipedream_pipeline.csv`` and prints both tables::
 
     python -m memplan.experiments.pipedream_experiment --batch 32 --out results/pipedream
@@ -32,23 +34,17 @@ def _fractions(text: str) -> list[float]:
 
 
 def remat_rows(chain, methods, fractions, slots: int = 500) -> list[dict]:
-    from memplan.baselines import remat_rotor as rotor
-    from memplan.experiments.solve_remat import run_method
-    from memplan.models.remat import simulate_remat
-    from memplan.models.runtime import store_all_sequence
+    from memplan import remat
 
-    lo = rotor.min_memory(chain)
-    hi = simulate_remat(chain, store_all_sequence(chain.L)).peak_memory
+    lo, hi = remat.memory_range(chain)
     base = chain.store_all_time()
-    ns = argparse.Namespace(slots=slots, exact=False, time_limit=30.0, gap=1e-4, threads=1, solver_log=None,
-                            verbose=False)
     rows = []
     for f in fractions:
         mem = lo + f * (hi - lo)
         for m in methods:
             t0 = time.perf_counter()
             try:
-                sol = run_method(chain, mem, m, ns)
+                sol = remat.solve(chain, memory=mem, method=m, time_limit=30.0, gap=1e-4, threads=1, slots=slots)
                 status, obj, peak, msg = str(sol.status), sol.objective, sol.peak_memory, ""
             except Exception as e:  # a method that cannot handle this point is reported, not fatal
                 status, obj, peak, msg = "error", None, None, f"{type(e).__name__}: {e}"
@@ -61,12 +57,13 @@ def remat_rows(chain, methods, fractions, slots: int = 500) -> list[dict]:
 
 
 def pipeline_rows(chain, methods, fractions, gpus: int, bandwidth: float, time_limit: float) -> list[dict]:
-    from memplan.baselines.pipeline import gpipe_points, memory_lower_bound, min_memory_contiguous, pipedream_points
-    from memplan.experiments.solve_pipeline import run_method
+    from memplan import pipeline
+    from memplan.baselines.pipeline import min_memory_contiguous
+    from memplan.models.pipeline import memory_lower_bound, task_data
 
     rows = []
     try:
-        points = pipedream_points(chain, bandwidth, gpus) + gpipe_points(chain, bandwidth, gpus)
+        points = pipeline.baseline_points(chain, bandwidth=bandwidth, gpus=gpus)
     except Exception as e:  # reported in the table, the other chains still run
         return [{"chain": chain.name, "L": chain.L, "gpus": gpus, "bandwidth": bandwidth, "fraction": None,
                  "memory": None, "method": "pipedream+gpipe points", "status": "error", "period": None,
@@ -74,14 +71,16 @@ def pipeline_rows(chain, methods, fractions, gpus: int, bandwidth: float, time_l
                  "seconds": 0.0, "message": f"{type(e).__name__}: {e}"}]
     # memory range: from the smallest to the largest memory of the simulated baseline points
     lo, hi = min(p.memory for p in points), max(p.memory for p in points)
-    mlb = memory_lower_bound(chain, bandwidth, gpus)
-    serial, _ = min_memory_contiguous(chain, bandwidth, gpus)
+    td = task_data(chain, bandwidth)
+    mlb = memory_lower_bound(td, gpus)
+    serial, _ = min_memory_contiguous(td, gpus)
     for f in fractions:
         mem = lo + f * (hi - lo)
         for m in methods:
             t0 = time.perf_counter()
             try:
-                sol = run_method(chain, bandwidth, gpus, mem, m, time_limit=time_limit, threads=1, points=points)
+                sol = pipeline.solve(chain, memory=mem, bandwidth=bandwidth, gpus=gpus, method=m,
+                                     time_limit=time_limit, threads=1, points=points)
                 status, obj, bound, msg = str(sol.status), sol.objective, sol.bound, ""
             except Exception as e:
                 status, obj, bound, msg = "error", None, None, f"{type(e).__name__}: {e}"
@@ -109,7 +108,8 @@ def main(argv=None) -> int:
     p.add_argument("--pipeline-fractions", type=_fractions, default=[0.0, 0.5, 1.0])
     p.add_argument("--gpus", type=int, default=4)
     p.add_argument("--bandwidth", default="12GB/s")
-    p.add_argument("--time-limit", type=float, default=30.0, help="ILP time limit (pipeline method ilp)")
+    p.add_argument("--time-limit", type=float, default=30.0,
+                   help="seconds for each pipeline solve, every phase included (method ilp)")
     p.add_argument("--out", default="results/pipedream")
     a = p.parse_args(argv)
     files = [Path(f) for f in a.profiles] if a.profiles else sorted(DEFAULT_DIR.glob("*.graph.txt"))
@@ -136,11 +136,11 @@ def main(argv=None) -> int:
             dp = pd.DataFrame(pipe)
             dp.to_csv(out / "pipedream_pipeline.csv", index=False)
             print(dp[["chain", "gpus", "fraction", "method", "status", "period", "bound"]].to_string(index=False))
-            for r in pipe:
-                if r["status"] == "error":
-                    print(f"  {r['chain']} {r['method']}: {r['message'][:200]}")
+    errors = [r for r in remat + pipe if r["status"] == "error"]
+    for r in errors:
+        print(f"  error: {r['chain']} {r['method']} at {r['memory']}: {r['message'][:200]}", file=sys.stderr)
     print(f"written {out}/pipedream_remat.csv" + (f" and {out}/pipedream_pipeline.csv" if pipe else ""))
-    return 0
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":

@@ -2,10 +2,13 @@
 
 For one chain and each P (default 4 and 8): PipeDream's planner is swept over memory targets and NOAM
 values, every partition is simulated with eager 1F1B (``--n-batches``, 500 as in the paper) and
-gives a blue point (measured memory, period); then the ILP is solved for a range of memory limits
-(``--points`` values between the smallest memory any pattern may need and the largest PipeDream
-memory) and gives the red points (measured memory and period of the replayed pattern). Every row of
-the CSV records the time limit used. Output: ``<out>/<chain>_P<P>.csv`` and ``.png``, and
+gives a blue point (measured memory, period) (:func:`memplan.pipeline.baseline_points`, once per P);
+then :func:`memplan.pipeline.solve` runs method ``ilp`` for a range of memory limits (``--points``
+values between the smallest memory any pattern may need and the largest PipeDream memory), with
+those points and the patterns found at smaller limits as candidate starts, and gives the red points
+(measured memory and period of the replayed pattern). ``--time-limit`` bounds each solve, every phase
+included; every row of the CSV records it. A solve that raises is recorded as an ``error`` row with
+its message (and makes the script exit with status 1), never as an infeasible limit. Output: ``<out>/<chain>_P<P>.csv`` and ``.png``, and
 ``<out>/<chain>_summary.csv``.
 
     python -m memplan.experiments.pipeline_figures --instance instances/resnet18.json --gpus 4 8 --time-limit 600
@@ -20,6 +23,7 @@ baseline partitions, and the summary compares the best of both with PipeDream.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -44,63 +48,76 @@ def run(args) -> list[Path]:
     import pandas as pd
     from tqdm import tqdm
 
-    from memplan.baselines.pipeline import best_feasible, memory_lower_bound, pareto, pipedream_points
-    from memplan.experiments.solve_pipeline import run_method
+    from memplan import pipeline
+    from memplan.baselines.pipeline import best_feasible, pareto
+    from memplan.models.pipeline import memory_lower_bound, task_data
     from memplan.models.units import parse_bandwidth
 
     chain, platform = _chain(args)
     bw = parse_bandwidth(args.bandwidth) if args.bandwidth else (platform.bandwidth if platform else None)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    written, summary = [], []
+    written, summary, errors = [], [], []
+
+    def attempt(what: str, M: float, **kw):
+        """One solve; an exception is kept (row status ``error``), reported, and not fatal."""
+        try:
+            return pipeline.solve(chain, memory=float(M), bandwidth=bw, gpus=P, time_limit=args.time_limit,
+                                  threads=args.threads, n_batches=args.n_batches, points=pts, **kw), ""
+        except Exception as e:   # noqa: BLE001 - reported in the table and on stderr
+            msg = f"{type(e).__name__}: {e}"
+            errors.append(f"{chain.name} P={P} {what} at {M:.6g} B: {msg}")
+            tqdm.write(f"error: {errors[-1]}", file=sys.stderr)
+            return None, msg
+
     for P in args.gpus:
         t0 = time.perf_counter()
-        pts = pipedream_points(chain, bw, P, n_batches=args.n_batches)
+        pts = pipeline.baseline_points(chain, bandwidth=bw, gpus=P, n_batches=args.n_batches, methods=("pipedream",))
         rows = [{"chain": chain.name, "P": P, "method": "pipedream", "memory_limit": p.target,
                  "memory": p.memory, "period": p.period, "status": "simulated", "noam": p.noam,
                  "stages": str(p.stages), "contiguous": True, "time_limit": None, "bound": None,
                  "seconds": None} for p in pts]
         pd_time = time.perf_counter() - t0
         mems = [p.memory for p in pts]
-        lo = max(memory_lower_bound(chain, bw, P), 0.6 * min(mems))
+        lo = max(memory_lower_bound(task_data(chain, bw), P), 0.6 * min(mems))
         hi = max(mems)
         limits = np.linspace(lo, hi, args.points)
         found = []     # ILP patterns at smaller limits: valid at this one too, so candidate starts
         for M in tqdm(limits, desc=f"{chain.name} P={P} ILP", unit="limit"):
             t1 = time.perf_counter()
-            sol = run_method(chain, bw, P, float(M), "ilp", time_limit=args.time_limit, gap=args.gap,
-                             threads=args.threads, n_batches=args.n_batches, points=pts, starts=found)
-            if sol.schedule is not None:
+            sol, err = attempt("ilp", M, method="ilp", gap=args.gap, starts=found)
+            if sol is not None and sol.schedule is not None:
                 found.append(sol.schedule)
             fit = best_feasible(pts, M)
             best_pd = fit.period if fit is not None else None
             rows.append({"chain": chain.name, "P": P, "method": "ilp", "memory_limit": float(M),
-                         "memory": sol.peak_memory, "period": sol.objective, "status": str(sol.status),
-                         "noam": None, "stages": None,
-                         "contiguous": sol.details.get("contiguous"), "time_limit": args.time_limit,
-                         "bound": sol.bound, "seconds": time.perf_counter() - t1,
-                         "pipedream_best_at_limit": best_pd})
+                         "memory": sol.peak_memory if sol else None, "period": sol.objective if sol else None,
+                         "status": str(sol.status) if sol else "error", "noam": None, "stages": None,
+                         "contiguous": sol.details.get("contiguous") if sol else None, "time_limit": args.time_limit,
+                         "bound": sol.bound if sol else None, "seconds": time.perf_counter() - t1,
+                         "pipedream_best_at_limit": best_pd, "message": sol.message if sol else err})
             entry = None
-            if sol.objective is not None and best_pd is not None:
+            if sol is not None and sol.objective is not None and best_pd is not None:
                 entry = {"chain": chain.name, "P": P, "memory_limit": float(M), "ilp": sol.objective,
                          "pipedream": best_pd, "ilp_over_pipedream": sol.objective / best_pd,
                          "status": str(sol.status)}
                 summary.append(entry)
             if args.periodicity:
                 t2 = time.perf_counter()
-                allocs = [sol.schedule.layer_gpus()] if sol.schedule is not None else []
-                cy = run_method(chain, bw, P, float(M), "cyclic", time_limit=args.time_limit, threads=args.threads,
-                                n_batches=args.n_batches, points=pts, periodicity=args.periodicity,
-                                allocations=allocs)
+                allocs = [sol.schedule.layer_gpus()] if sol is not None and sol.schedule is not None else []
+                cy, err = attempt(f"cyclic-K{args.periodicity}", M, method="cyclic", periodicity=args.periodicity,
+                                  allocations=allocs)
                 rows.append({"chain": chain.name, "P": P, "method": f"cyclic-K{args.periodicity}",
-                             "memory_limit": float(M), "memory": cy.peak_memory, "period": cy.objective,
-                             "status": str(cy.status), "noam": None, "stages": None,
-                             "contiguous": cy.details.get("contiguous"), "time_limit": args.time_limit,
-                             "bound": cy.bound, "seconds": time.perf_counter() - t2,
-                             "pipedream_best_at_limit": best_pd})
+                             "memory_limit": float(M), "memory": cy.peak_memory if cy else None,
+                             "period": cy.objective if cy else None, "status": str(cy.status) if cy else "error",
+                             "noam": None, "stages": None, "contiguous": cy.details.get("contiguous") if cy else None,
+                             "time_limit": args.time_limit, "bound": cy.bound if cy else None,
+                             "seconds": time.perf_counter() - t2, "pipedream_best_at_limit": best_pd,
+                             "message": cy.message if cy else err})
                 if entry is not None:
-                    entry["cyclic"] = cy.objective
-                    entry["cyclic_over_pipedream"] = cy.objective / best_pd if cy.objective else None
+                    obj = cy.objective if cy is not None else None
+                    entry["cyclic"] = obj
+                    entry["cyclic_over_pipedream"] = obj / best_pd if obj else None
         df = pd.DataFrame(rows)
         csv = out / f"{chain.name}_P{P}.csv"
         df.to_csv(csv, index=False)
@@ -121,6 +138,9 @@ def run(args) -> list[Path]:
             print(f"best of ILP and {args.periodicity}-periodic schedules vs PipeDream: at least as good at "
                   f"{int((best <= 1 + 1e-6).sum())}/{len(best)} limits, strictly better at "
                   f"{int((best < 1 - 1e-6).sum())}")
+    args.errors = errors
+    for e in errors:
+        print(f"error: {e}", file=sys.stderr)
     return written
 
 
@@ -164,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, nargs="+", default=[4, 8])
     p.add_argument("--bandwidth", help="link bandwidth (default: the instance's platform; none = free)")
     p.add_argument("--points", type=int, default=8, help="number of ILP memory limits")
-    p.add_argument("--time-limit", type=float, default=60.0, help="ILP time limit per memory limit (s)")
+    p.add_argument("--time-limit", type=float, default=60.0,
+                   help="seconds for each solve (one per memory limit and method), every phase included")
     p.add_argument("--gap", type=float, default=None)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--n-batches", type=int, default=500, help="mini-batches of each eager simulation")
@@ -176,8 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    run(build_parser().parse_args(argv))
-    return 0
+    args = build_parser().parse_args(argv)
+    run(args)
+    return 1 if getattr(args, "errors", None) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

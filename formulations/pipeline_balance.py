@@ -7,8 +7,8 @@ non-contiguous partitionings of the networks allows to use this abundant memory 
 load-balancing". The full ILP (1)-(36) finds such allocations only slowly (HiGHS, minutes on
 ResNet-34 with 4 GPUs), and every baseline partition is contiguous. This small MILP finds them
 directly; the exact 1-periodic MILP of :mod:`formulations.pipeline_cyclic` then schedules the
-allocation under the memory limit (:func:`baselines.pipeline.exact_refine`), and the result becomes
-a MIP start of the ILP.
+allocation under the memory limit (the front end's refinement, ``exact_refine`` in
+``memplan/_pipeline_search.py``), and the result becomes a MIP start of the ILP.
 
 Why the load is the right objective: with unlimited memory, every allocation has a pattern whose
 period is its largest resource load (GPU compute or link communication). Lay the tasks of every
@@ -46,17 +46,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from memplan.models.chain import Chain
-from memplan.models.pipeline import allocation_load, constant_memory, task_data, task_gpus
+from memplan.formulations.highs_driver import solve_milp
+from memplan.models.pipeline import TaskData, allocation_load, constant_memory, task_gpus
 
 
-def balanced_allocation(chain: Chain, bandwidth: float | None, P: int, memory: float | None = None, *,
+def balanced_allocation(td: TaskData, P: int, memory: float | None = None, *,
                         period: float | None = None, slack: float = 0.01, gap: float = 1e-3,
                         max_nodes: int = 1000,
                         time_limit: float | None = 300.0, threads: int | None = None,
                         ) -> tuple[list[int], float] | None:
-    """The allocation (GPU of layer l at index l-1) of smallest largest load found, and that load in
-    seconds; None when no allocation fits the weights and buffers in ``memory`` (or none was found).
+    """The allocation (GPU of layer l at index l-1) of the task data ``td`` (``task_data(chain,
+    bandwidth)``) on at most P GPUs of smallest largest load found, and that load in seconds; None when no allocation fits the weights and buffers in ``memory`` (or none was found).
     With ``period`` the memory also counts the average stored activations and running tasks of any
     pattern of that period or less (see the module docstring), so only allocations that may reach
     ``period`` within ``memory`` are considered.
@@ -72,20 +72,23 @@ def balanced_allocation(chain: Chain, bandwidth: float | None, P: int, memory: f
     safety net per solve (300 s by default; the slowest sweep, ResNet-50 on 8 GPUs, takes about
     100 s for its first solve on a loaded 2-core machine).
 
-    The memory-free answer is computed once per (chain, bandwidth, P, options) and reused for every
+    The memory-free answer is computed once per (task data, P, options) and reused for every
     ``memory`` at which its weights and buffers (and, with ``period``, the activation estimate) fit:
     the memory constraints only shrink the feasible set, so an answer that fits them is also the
     answer with them (exactly so when both solves finish; within the gap and node limits
     otherwise). A sweep over memory limits thus solves the MILP again only at the limits where the
     free answer does not fit.
     """
-    td = task_data(chain, bandwidth)
     P = max(1, min(int(P), td.L))
     opts = (float(slack), float(gap), int(max_nodes))
     key = (_fingerprint(td), P, opts)
-    if key not in _FREE:
-        _FREE[key] = _solve(td, P, None, None, opts, time_limit, threads)
-    free = _FREE[key]
+    if key in _FREE:
+        free = _FREE[key]
+    else:
+        timed_out: list[bool] = []
+        free = _solve(td, P, None, None, opts, time_limit, threads, timed_out)
+        if not timed_out:     # an answer cut short by a time limit is not kept for later calls
+            _FREE[key] = free
     if memory is None or (free is not None and max(held_memory(td, free[0], period).values()) <= memory * (1 + 1e-9)):
         return free
     return _solve(td, P, memory, period, opts, time_limit, threads)
@@ -126,11 +129,9 @@ def held_memory(td, alloc, period: float | None = None) -> dict[int, float]:
 
 
 def _solve(td, P: int, memory: float | None, period: float | None, opts: tuple, time_limit,
-           threads) -> tuple[list[int], float] | None:
+           threads, timed_out: list[bool] | None = None) -> tuple[list[int], float] | None:
     slack, gap, max_nodes = opts
     import pyomo.environ as pyo
-
-    from memplan.formulations.highs_driver import solve_milp
 
     L = td.L
     layers = range(1, L + 1)
@@ -173,6 +174,8 @@ def _solve(td, P: int, memory: float | None, period: float | None, opts: tuple, 
                                   + (sum(m.cut[l, g] * buf[l] * sc for l in bounds) if L > 1 else 0) <= 1.0)
     m.obj = pyo.Objective(expr=m.T + 1e-6 * 1000.0 * cuts, sense=pyo.minimize)
     res = solve_milp(m, time_limit=time_limit, gap=gap, threads=threads, options={"mip_max_nodes": max_nodes})
+    if timed_out is not None and "time limit" in res.message.lower():
+        timed_out.append(True)
     if not res.has_solution:
         return None
     if slack > 0 and L > 1:

@@ -59,10 +59,11 @@ Memory: three models, all checked by the replay.
   (e.g. one more copy of a small input), which caps do not. With K >= 2 neither model contains the
   other (caps allow spans up to c_g T, per-class counts only multiples of K T), so ``auto`` tries caps
   first, then layers.
-* No objective: the first feasible schedule is taken; :func:`cyclic_search` bisects on T.
-  :func:`min_memory_at_period` (K = 1, exact model) instead minimizes the peak memory at a fixed T.
+* No objective: the first feasible schedule is taken; the front end (``memplan/_pipeline_search.py``,
+  ``cyclic_search``) bisects on T. :func:`min_memory_at_period` (K = 1, exact model) instead minimizes
+  the peak memory at a fixed T.
 
-Every schedule is replayed by :func:`models.pipeline.simulate_cyclic` before it is returned.
+Every schedule is replayed by :func:`memplan.models.pipeline.simulate_cyclic` before it is returned.
 """
 from __future__ import annotations
 
@@ -70,9 +71,9 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from memplan.models.chain import Chain
-from memplan.models.pipeline import (CyclicSchedule, InvalidPattern, SimResult, _link, allocation_load, bisect_period,
-                             constant_memory, simulate_cyclic, task_data, task_gpus)
+from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp
+from memplan.models.pipeline import (CyclicSchedule, InvalidPattern, SimResult, TaskData, constant_memory, link_key,
+                                     simulate_cyclic, task_gpus)
 from memplan.models.solution import Status
 
 SCALE_T = 1000.0
@@ -142,7 +143,7 @@ def build_cyclic_model(td, gpu: list[int], T: float, K: int, caps: dict[int, int
             res.setdefault(("gpu", gpu[m - 1]), []).extend(("t", m, i, d[m]) for i in I)
     for m in comms:
         if dc[m] > 0:
-            res.setdefault(("link",) + _link(gpu[m - 1], gpu[m]), []).extend(("c", m, i, dc[m]) for i in I)
+            res.setdefault(("link",) + link_key(gpu[m - 1], gpu[m]), []).extend(("c", m, i, dc[m]) for i in I)
     pairs = [(a, b) for items in res.values() for x, a in enumerate(items) for b in items[x + 1:]
              if a[1] != b[1]]          # instances of one task are ordered by fifo already
     kb = int(math.ceil(H / PK)) + 1
@@ -275,19 +276,18 @@ def _task_longer_than(td, T: float) -> bool:
     return any(td.d[m] > T * (1 + 1e-12) for m in range(1, td.n + 1))
 
 
-def solve_cyclic(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int], T: float, K: int,
+def solve_cyclic(td: TaskData, layer_gpu: Sequence[int], T: float, K: int,
                  memory: float | None, *, P: int | None = None, time_limit: float | None = 20,
                  threads: int | None = None, retries: int = 4, memory_model: str = "auto") -> CyclicResult:
-    """A K-periodic schedule of the allocation ``layer_gpu`` (GPU of layer l at index l-1) with
-    average period T whose replayed memory fits in ``memory``; see the module docstring.
+    """A K-periodic schedule of the allocation ``layer_gpu`` (GPU of layer l at index l-1) of the
+    task data ``td`` (``task_data(chain, bandwidth)``) with average period T whose replayed memory
+    fits in ``memory``; see the module docstring.
     ``memory_model``: ``"layers"`` (per-layer counts, an upper bound on the replayed memory),
     ``"caps"`` (one cap per GPU; when the replay exceeds the limit on some GPU, since direct
     dependencies are not in that model, that GPU's cap is lowered by one and the MILP solved again,
     at most ``retries`` times), ``"exact"`` (K = 1: the simulator's memory during every task) or
     ``"auto"``: exact for K = 1; for K >= 2 caps, then layers when caps finds nothing (module
     docstring)."""
-    from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp
-
     if memory_model == "auto":
         if K == 1:
             memory_model = "exact"
@@ -295,16 +295,15 @@ def solve_cyclic(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int]
             memory_model = "layers"
         else:   # neither model contains the other for K >= 2 (module docstring): caps, then layers
             kw = dict(P=P, time_limit=time_limit, threads=threads, retries=retries)
-            r = solve_cyclic(chain, bandwidth, layer_gpu, T, K, memory, memory_model="caps", **kw)
+            r = solve_cyclic(td, layer_gpu, T, K, memory, memory_model="caps", **kw)
             if r.schedule is not None or r.status == Status.ERROR:
                 return r
-            r2 = solve_cyclic(chain, bandwidth, layer_gpu, T, K, memory, memory_model="layers", **kw)
+            r2 = solve_cyclic(td, layer_gpu, T, K, memory, memory_model="layers", **kw)
             r2.solves += r.solves
             if r2.schedule is None and r2.status != Status.ERROR:
                 r.solves = r2.solves
                 return r
             return r2
-    td = task_data(chain, bandwidth)
     gpu = task_gpus(td, layer_gpu)
     if memory_model not in ("layers", "caps", "exact") or (memory_model == "exact" and K != 1):
         raise ValueError(f"memory_model must be 'exact' (K = 1), 'layers', 'caps' or 'auto', "
@@ -326,7 +325,7 @@ def solve_cyclic(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int]
             return CyclicResult(None, None, res.status, res.message, solves)
         sched = _read(md, td, gpu, comms, K, sc, T)
         try:
-            sim = simulate_cyclic(sched, chain, bandwidth, gpus=P)
+            sim = simulate_cyclic(sched, td, gpus=P)
         except InvalidPattern as e:      # numerical trouble: report, do not hide
             return CyclicResult(None, None, Status.ERROR, f"replay rejected the schedule: {e}", solves)
         over = [g for g, v in sim.memory.items() if memory is not None and v > memory * (1 + 1e-9)]
@@ -342,7 +341,7 @@ def solve_cyclic(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int]
     return CyclicResult(None, None, Status.NO_SOLUTION, "replayed memory above the limit after retries", solves)
 
 
-def min_memory_at_period(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int], T: float, *,
+def min_memory_at_period(td: TaskData, layer_gpu: Sequence[int], T: float, *,
                          P: int | None = None, time_limit: float | None = 20,
                          threads: int | None = None) -> tuple[CyclicResult, float | None]:
     """The smallest peak memory of a pattern (K = 1) of the allocation ``layer_gpu`` at period T:
@@ -351,9 +350,6 @@ def min_memory_at_period(chain: Chain, bandwidth: float | None, layer_gpu: Seque
     (``result.sim.peak_memory`` is the memory it needs; status OPTIMAL when proven smallest) and the
     solver's lower bound in bytes (None without one). The replay must measure the MILP's value: the
     exact model is the simulator's memory, so any difference is reported as an error."""
-    from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp
-
-    td = task_data(chain, bandwidth)
     gpu = task_gpus(td, layer_gpu)
     if _task_longer_than(td, T):
         return CyclicResult(None, None, Status.INFEASIBLE, "a task is longer than the period"), None
@@ -365,7 +361,7 @@ def min_memory_at_period(chain: Chain, bandwidth: float | None, layer_gpu: Seque
         return CyclicResult(None, None, res.status, res.message), bound
     sched = _read(md, td, gpu, comms, 1, sc, T)
     try:
-        sim = simulate_cyclic(sched, chain, bandwidth, gpus=P)
+        sim = simulate_cyclic(sched, td, gpus=P)
     except InvalidPattern as e:
         return CyclicResult(None, None, Status.ERROR, f"replay rejected the schedule: {e}", 1), bound
     value = res.objective * scale / 1000.0
@@ -374,27 +370,3 @@ def min_memory_at_period(chain: Chain, bandwidth: float | None, layer_gpu: Seque
                             f"{value} B", 1), bound
     sched.meta.update({"method": "min-memory-k1", "memory_model": "exact"})
     return CyclicResult(sched, sim, res.status, res.message, 1), bound
-
-
-def cyclic_search(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int], memory: float | None,
-                  K: int, *, hi: float, lo: float | None = None, P: int | None = None, steps: int = 8,
-                  time_limit: float | None = 20, threads: int | None = None,
-                  lo_fails: bool = False) -> CyclicResult | None:
-    """Bisection on the average period between ``lo`` (default: the allocation's load bound, the
-    busiest GPU or link; ``lo_fails``: the caller already tried it) and ``hi``: the smallest T found
-    at which a schedule with at most K mini-batches per period fits in ``memory`` (at each T the
-    1-periodic MILP is tried first, it is small and a 1-periodic schedule is also K-periodic; then
-    the K-periodic one). None when even ``hi`` fails."""
-    td = task_data(chain, bandwidth)
-    if lo is None:
-        lo = allocation_load(td, layer_gpu)
-
-    def fit(T: float) -> CyclicResult | None:
-        for k in sorted({1, int(K)}):
-            r = solve_cyclic(chain, bandwidth, layer_gpu, T, k, memory, P=P, time_limit=time_limit,
-                             threads=threads)
-            if r.schedule is not None:
-                return r
-        return None
-
-    return bisect_period(fit, lo, hi, steps, lo_fails=lo_fails)

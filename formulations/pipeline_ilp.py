@@ -60,8 +60,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from memplan.models.chain import Chain
-from memplan.models.pipeline import REL_TOL, Pattern, TaskData, task_data
+from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
+from memplan.models.pipeline import REL_TOL, Pattern, TaskData, memory_lower_bound, simulate_pattern
 
 TIME_SCALE_TARGET = 1000.0
 MEM_SCALE_TARGET = 1000.0
@@ -121,10 +121,10 @@ def _pairs(n):
     return [(a, b) for a in range(1, n + 1) for b in range(1, n + 1) if a != b]
 
 
-def build_model(chain: Chain, bandwidth: float | None, P: int, memory: float | None, *,
-                Tmax: float | None = None, Tmin: float = 0.0, cuts: bool = True,
-                layer_allocation: bool = True, min_memory: bool = False) -> PipelineILP:
-    """Pyomo model of (1)-(36), objective min T. ``memory=None`` drops the memory part (22)-(36)
+def build_model(td: TaskData, P: int, memory: float | None, *, Tmax: float | None = None, Tmin: float = 0.0,
+                cuts: bool = True, layer_allocation: bool = True, min_memory: bool = False) -> PipelineILP:
+    """Pyomo model of (1)-(36) for the task data ``td`` (``task_data(chain, bandwidth)``) on P GPUs,
+    objective min T. ``memory=None`` drops the memory part (22)-(36)
     except the shift variables. ``Tmax`` (seconds) bounds T (see the module docstring);
     ``Tmin`` (seconds) is a known lower bound on the period, added as a bound of T. ``cuts`` adds
     valid inequalities that are not in the paper (implied by (5)-(7), (14)-(16), (20)-(21) for integer
@@ -142,7 +142,6 @@ def build_model(chain: Chain, bandwidth: float | None, P: int, memory: float | N
     sets the scale of sizes)."""
     import pyomo.environ as pyo
 
-    td = task_data(chain, bandwidth)
     L, n = td.L, td.n
     if Tmax is None:
         Tmax = float(td.d[1:].sum() + td.dc[1:].sum())
@@ -157,7 +156,7 @@ def build_model(chain: Chain, bandwidth: float | None, P: int, memory: float | N
     comms = list(range(1, n))
     layers = list(range(1, L + 1))
 
-    mdl = pyo.ConcreteModel(name=f"pipeline_ilp_{chain.name}_P{P}")
+    mdl = pyo.ConcreteModel(name=f"pipeline_ilp_{td.name}_P{P}")
     mdl.T = pyo.Var(bounds=(max(Tmin / ts * (1 - 1e-9), 0.0), Tm))
     mdl.tau = pyo.Var(tasks, bounds=lambda _, k: (-d[k], Tm - d[k]))
     mdl.tauc = pyo.Var(comms, bounds=lambda _, k: (-dc[k], Tm))
@@ -384,26 +383,36 @@ def check_values(ilp: PipelineILP, values: list[tuple[Any, float]], tol: float =
     return bad
 
 
-def solve_ilp(chain: Chain, bandwidth: float | None, P: int, memory: float | None, *,
-              start: Pattern | None = None, Tmin: float = 0.0, time_limit: float | None = 60,
-              gap: float | None = None, threads: int | None = None, log_file=None, verbose: bool = False,
-              layer_allocation: bool = True):
-    """Build, solve with :func:`formulations.highs_driver.solve_milp`, read back.
+def solve_ilp(td: TaskData, P: int, memory: float | None, *, start: Pattern | None = None, Tmin: float = 0.0,
+              time_limit: float | None = 60, gap: float | None = None, threads: int | None = None, log_file=None,
+              verbose: bool = False, layer_allocation: bool = True):
+    """Build, solve with :func:`formulations.highs_driver.solve_milp`, read back. ``start`` (a valid
+    pattern within ``memory``, e.g. the best baseline pattern) is the MIP start and its period bounds
+    T (``Tmax``); ``Tmin`` is a known lower bound on the period.
 
     Returns ``(pattern or None, MilpResult, PipelineILP, times)``; the MilpResult's objective and
-    bound are converted to seconds."""
-    from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
+    bound are converted to seconds.
 
+    Examples
+    --------
+    Four identical layers on two GPUs, free communications, no memory limit: half the work.
+
+    >>> from memplan.models.chain import Chain
+    >>> from memplan.models.pipeline import task_data
+    >>> td = task_data(Chain.from_stages(uf=[1.0] * 4, ub=[2.0] * 4, wa=[1.0] * 5, weights=[0.0] * 4), None)
+    >>> pat, res, ilp, times = solve_ilp(td, 2, None, time_limit=20, threads=1)
+    >>> str(res.status), round(pat.T, 6)
+    ('optimal', 6.0)
+    """
     times: dict[str, float] = {}
     Tmax = None
     if start is not None:
         Tmax = start.T * (1 + 1e-6)
     with timed(times, "build"):
-        ilp = build_model(chain, bandwidth, P, memory, Tmax=Tmax, Tmin=Tmin, layer_allocation=layer_allocation)
+        ilp = build_model(td, P, memory, Tmax=Tmax, Tmin=Tmin, layer_allocation=layer_allocation)
         mip_start = start_values(ilp, start) if start is not None else None
     res = solve_milp(ilp.model, time_limit=time_limit, gap=gap, threads=threads, mip_start=mip_start,
-                     log_file=log_file, verbose=verbose,
-                     options=EXACT_TOLERANCES)
+                     log_file=log_file, verbose=verbose, options=EXACT_TOLERANCES, objective_scale=ilp.ts)
     times.update(res.times)
     if res.objective is not None:
         res.objective *= ilp.ts
@@ -413,25 +422,17 @@ def solve_ilp(chain: Chain, bandwidth: float | None, P: int, memory: float | Non
     return pattern, res, ilp, times
 
 
-def solve_min_memory(chain: Chain, bandwidth: float | None, P: int, *, start: Pattern | None = None,
-                     time_limit: float | None = 30, threads: int | None = None, Tmax: float | None = None,
-                     log_file=None):
+def solve_min_memory(td: TaskData, P: int, *, start: Pattern | None = None, time_limit: float | None = 30,
+                     threads: int | None = None, Tmax: float | None = None, log_file=None):
     """The smallest memory per GPU of any valid pattern on P GPUs (the ILP with ``min_memory=True``),
     over every allocation, contiguous or not; with ``Tmax`` (seconds), of any pattern of period at
     most Tmax (a ``start`` must then have ``start.T <= Tmax``). Returns ``(pattern or None,
     MilpResult)`` with objective and bound in bytes."""
-    from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp
-
-    from memplan.baselines.pipeline import memory_lower_bound
-
-    scale = memory_lower_bound(chain, bandwidth, P)
-    ilp = build_model(chain, bandwidth, P, scale, min_memory=True, Tmax=Tmax)
+    scale = memory_lower_bound(td, P)
+    ilp = build_model(td, P, scale, min_memory=True, Tmax=Tmax)
     vals = None
     if start is not None:
-        from memplan.models.pipeline import simulate_pattern
-
-        vals = start_values(ilp, start) + [(ilp.model.Mv, simulate_pattern(start, chain, bandwidth).peak_memory
-                                            / ilp.ms)]
+        vals = start_values(ilp, start) + [(ilp.model.Mv, simulate_pattern(start, td).peak_memory / ilp.ms)]
     res = solve_milp(ilp.model, time_limit=time_limit, threads=threads, mip_start=vals, log_file=log_file,
                      options=EXACT_TOLERANCES)
     if res.objective is not None:
@@ -441,17 +442,14 @@ def solve_min_memory(chain: Chain, bandwidth: float | None, P: int, *, start: Pa
     return (ilp.read_pattern() if res.has_solution else None), res
 
 
-def solve_fixed_allocation(chain: Chain, bandwidth: float | None, P: int, memory: float | None,
-                           layer_gpu: list[int], *, Tmax: float | None = None, time_limit: float | None = 10,
-                           threads: int | None = None):
+def solve_fixed_allocation(td: TaskData, P: int, memory: float | None, layer_gpu: list[int], *,
+                           Tmax: float | None = None, time_limit: float | None = 10, threads: int | None = None):
     """The ILP with the allocation fixed (every ``z`` fixed from ``layer_gpu``, GPU of layer l at
     index l-1) and ``T <= Tmax`` (default: :func:`build_model`'s ``sum d + sum ~d``): the best
     pattern of a given allocation, e.g. to turn a baseline
     partition whose eager schedule is not 1-periodic into a pattern (MIP start) of no larger period.
     Returns ``(pattern or None, MilpResult)``."""
-    from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp
-
-    ilp = build_model(chain, bandwidth, P, memory, Tmax=Tmax)
+    ilp = build_model(td, P, memory, Tmax=Tmax)
     for (a, b), var in ilp.model.z.items():
         var.fix(1 if layer_gpu[a - 1] == layer_gpu[b - 1] else 0)
     res = solve_milp(ilp.model, time_limit=time_limit, threads=threads,

@@ -1,9 +1,20 @@
-"""Periodic 1F1B patterns for pipelined model parallelism and their simulator (paper 003).
+"""Pipelined model parallelism (paper 003): the problem's definition and its simulators.
 
 Paper 003 (Beaumont, Eyraud-Dubois, Shilova, "An Integer Linear Programming Approach for Pipelined
 Model Parallelism", RR-9452, 2022), sections 3 and 4. This module is the single definition of the
-problem's semantics; the ILP (``formulations/pipeline_ilp.py``) and the baselines
-(``baselines/pipeline.py``) are checked against it.
+problem's semantics: the task data, the schedule types (:class:`Pattern`, :class:`CyclicSchedule`,
+:class:`EagerResult`), the simulators that replay them (:func:`simulate_pattern`,
+:func:`simulate_cyclic`, :func:`check_and_measure`), the memory model, the allocation helpers and the
+bounds that are properties of the problem (:func:`period_lower_bound`, :func:`memory_lower_bound`).
+The simulators know nothing about how a schedule was found. What finds schedules lives elsewhere:
+
+* ``baselines/pipeline_eager.py``: PipeDream's eager 1F1B policy (``simulate_eager``) and the
+  extraction of its steady state;
+* ``baselines/pipeline_modular.py``: the serial pattern, modular list scheduling of 1F1B patterns,
+  period bisection and snapping;
+* ``baselines/pipeline.py``: PipeDream's and GPipe's planners, partition searches, start patterns;
+* ``formulations/pipeline_ilp.py``, ``pipeline_cyclic.py``, ``pipeline_balance.py``: the MILPs;
+* :mod:`memplan.pipeline`: the front end that runs them for one ``solve`` call.
 
 Tasks (section 3.1)
 -------------------
@@ -16,6 +27,8 @@ output and its gradient, the input of ``B_L``), and ``A[m] = wd[2L-m]`` for ``m 
 delta^{l-1}). The communication task ``T^c_{m,m+1}`` (``m = 1..2L-1``) carries ``A[m]``; it takes
 ``A[m] / beta`` on the link between the GPUs of ``T_m`` and ``T_{m+1}`` and nothing when both are on
 the same GPU. As in the paper, every pair of GPUs has its own link, shared by both directions.
+:func:`task_data` computes all of this once per (chain, bandwidth); every algorithm takes the
+resulting :class:`TaskData` rather than rebuilding it.
 
 Pattern (Definition 1)
 ----------------------
@@ -44,27 +57,31 @@ every task instance, in the GPU's execution order (by start, end, then a tie ran
 duration, frequent in profiles, still holds its input and output for an instant, as the ILP counts
 it); between tasks the level is never above that of the next task. The peak is the maximum over
 task instances. With these definitions the memory of a pattern equals the ILP's left-hand side of
-(36) at the start of each task.
+(36) at the start of each task. The same rules measure explicit schedules (:class:`Unrolled`: an
+eager 1F1B run, a K-periodic schedule) in :func:`check_and_measure`.
 
-Eager 1F1B (section 5)
-----------------------
-:func:`simulate_eager` runs PipeDream's schedule of a contiguous allocation (stages on GPUs) with a
-given NOAM (number of mini-batches admitted in the pipeline): stage ``s`` (0-based) holds at most
-``max(1, NOAM - s)`` mini-batches between their forward and backward, runs a backward as soon as one
-is ready and otherwise the next forward, and every link sends as soon as data and link are available
-(FIFO). It reports the steady-state period (mean time between completions over the second half of
-the run) and the memory measured by the same rules as above.
+Examples
+--------
+Two layers on two GPUs, free communications, no pipelining (period 6, every shift 0):
+
+>>> from memplan.models.chain import Chain
+>>> c = Chain.from_stages(uf=[1.0, 1.0], ub=[2.0, 2.0], wa=[1.0, 1.0, 1.0], weights=[0.0, 0.0])
+>>> p = Pattern(gpu=[0, 1, 1, 0], tau=[0, 1, 2, 4], tau_c=[1, 2, 4], T=6)
+>>> r = simulate_pattern(p, task_data(c, None))
+>>> float(r.period), r.shifts, float(r.peak_memory)
+(6.0, [0, 0, 0, 0], 5.0)
+>>> float(period_lower_bound(task_data(c, None), 2))
+3.0
 """
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 
-from .chain import Chain
+from memplan.models.chain import Chain
 
 REL_TOL = 1e-6   # relative tolerance (of the period) on times read back from a MILP
 
@@ -73,16 +90,21 @@ class InvalidPattern(ValueError):
     """The pattern or schedule breaks a rule of Definition 1; the message says which."""
 
 
+
 # ----------------------------------------------------------------------------- durations and sizes
 @dataclass
 class TaskData:
-    """Durations and sizes of the 2L tasks, in the paper's task indexing (index 0 unused)."""
+    """Durations and sizes of the 2L tasks, in the paper's task indexing (index 0 unused), built once
+    per (chain, bandwidth) by :func:`task_data` and passed to every algorithm."""
 
     L: int
     d: np.ndarray        # d[m], m = 1..2L
     dc: np.ndarray       # dc[m], m = 1..2L-1: communication time of A[m] between two GPUs
     A: np.ndarray        # A[m], m = 0..2L: size of the output of T_m (A[0] = input)
     W: np.ndarray        # W[l], l = 1..L: weights of layer l (loss folded into L)
+    wa: np.ndarray | None = None       # the chain's a^l, l = 0..L (PipeDream's planner counts these)
+    bandwidth: float | None = None     # bytes/s of every link (None: free communications)
+    name: str = ""                     # the chain's name
 
     @property
     def n(self) -> int:
@@ -122,7 +144,39 @@ def task_data(chain: Chain, bandwidth: float | None) -> TaskData:
     W = np.zeros(L + 1)
     W[1:] = chain.weights[1:L + 1]
     W[L] += chain.weights[L + 1]
-    return TaskData(L=L, d=d, dc=dc, A=A, W=W)
+    wa = np.asarray(chain.wa[:L + 1], dtype=float).copy()
+    return TaskData(L=L, d=d, dc=dc, A=A, W=W, wa=wa, bandwidth=bandwidth, name=chain.name)
+
+
+def as_task_data(data: "TaskData | Chain", bandwidth: float | None = None) -> TaskData:
+    """``data`` itself when it is a :class:`TaskData` (then ``bandwidth`` must be None: it is built
+    in), else :func:`task_data` of the chain ``data`` at ``bandwidth``. Lets the simulators take
+    either, so that a caller holding the task data never rebuilds it."""
+    if isinstance(data, TaskData):
+        if bandwidth is not None:
+            raise TypeError("give the TaskData alone: its bandwidth is built in")
+        return data
+    return task_data(data, bandwidth)
+
+
+# ----------------------------------------------------------------------------- bounds
+def period_lower_bound(td: TaskData, P: int) -> float:
+    """``max(sum_m d_m / P, max_l (u_F^l + u_B^l))``: the work is shared by at most P GPUs, and F_l and
+    B_l run on one GPU within each period (the loss is counted with the last layer)."""
+    per_layer = max(td.d[l] + td.d[td.backward(l)] for l in range(1, td.L + 1))
+    return float(max(td.d[1:].sum() / P, per_layer))
+
+
+def memory_lower_bound(td: TaskData, P: int) -> float:
+    """A memory below which no pattern exists on P GPUs: some GPU holds at least 1/P of the weights
+    (3 copies); the GPU of layer l holds ``3 W_l`` and, while ``B_l`` runs, the stored ``a^{l-1}``
+    plus the input and output gradients of ``B_l`` (while ``F_l`` runs: its input and output)."""
+    best = 3 * td.W[1:].sum() / P
+    for l in range(1, td.L + 1):
+        m = td.backward(l)
+        best = max(best, 3 * td.W[l] + td.A[l - 1] + td.A[l],
+                   3 * td.W[l] + td.A[l - 1] + td.A[m - 1] + td.A[m])
+    return float(best)
 
 
 # ----------------------------------------------------------------------------- pattern
@@ -190,8 +244,12 @@ class Pattern(_Allocation):
                    meta=dict(data.get("meta", {})), rank=data.get("rank"))
 
 
-def _link(a: int, b: int) -> tuple[int, int]:
+def link_key(a: int, b: int) -> tuple[int, int]:
+    """The link between GPUs a and b (one per unordered pair, shared by both directions)."""
     return (a, b) if a < b else (b, a)
+
+
+_link = link_key
 
 
 def _shift(end_prev: float, start_next: float, T: float, tol: float) -> int:
@@ -430,7 +488,7 @@ def check_and_measure(un: Unrolled, td: TaskData, tol: float, *, timeline: bool 
                 add(2 * pos[m] + 1, 2 * pos[m + 1], td.A[m])                        # direct dependency
         level = np.cumsum(diff)[0:2 * N:2]          # during each task instance, in execution order
         base = const[g]["weights"] + const[g]["buffers"]
-        memory[g] = base + max(float(level.max()) if N else 0.0, 0.0)
+        memory[g] = float(base + max(float(level.max()) if N else 0.0, 0.0))
         if timeline:
             tl[g] = (S[order], base + level)
     # steady state: completions of T_2L between the first and the last quarter (warm-up and drain
@@ -442,11 +500,12 @@ def check_and_measure(un: Unrolled, td: TaskData, tol: float, *, timeline: bool 
                      timeline=tl if timeline else None)
 
 
-def simulate_pattern(pattern: Pattern, chain: Chain, bandwidth: float | None, *, gpus: int | None = None,
-                     n_batches: int | None = None, timeline: bool = False) -> SimResult:
+def simulate_pattern(pattern: Pattern, data: TaskData | Chain, bandwidth: float | None = None, *,
+                     gpus: int | None = None, n_batches: int | None = None, timeline: bool = False) -> SimResult:
     """Replay a pattern: unroll it (Lemma 1), check dependencies and exclusivity on every GPU and
-    link, measure per-GPU memory. Raises :class:`InvalidPattern` when the pattern is not valid."""
-    td = task_data(chain, bandwidth)
+    link, measure per-GPU memory. ``data`` is the :class:`TaskData` (or a Chain, with
+    ``bandwidth``). Raises :class:`InvalidPattern` when the pattern is not valid."""
+    td = as_task_data(data, bandwidth)
     check_pattern_shape(pattern, td, gpus)
     un, h = unroll(pattern, td, n_batches)
     res = check_and_measure(un, td, REL_TOL * pattern.T, timeline=timeline)
@@ -494,29 +553,13 @@ def normalize_pattern(gpu: Sequence[int], starts: dict[int, float], starts_c: di
                    tau_c=[tau_c[m] for m in range(1, n)], T=T)
 
 
-def serial_pattern(chain: Chain, bandwidth: float | None, layer_gpu: Sequence[int]) -> Pattern:
-    """Every task and communication one after the other in chain order (no overlap at all): a valid
-    pattern of period sum(d) + sum(dc over cut edges) for any allocation, with all shifts 0."""
-    td = task_data(chain, bandwidth)
-    n = td.n
-    gpu = task_gpus(td, layer_gpu)
-    t = 0.0
-    starts, starts_c = {}, {}
-    for m in range(1, n + 1):
-        starts[m] = t
-        t += td.d[m]
-        if m < n:
-            starts_c[m] = t
-            if gpu[m - 1] != gpu[m]:
-                t += td.dc[m]
-    return Pattern(gpu=gpu, tau=[starts[m] for m in range(1, n + 1)],
-                   tau_c=[starts_c[m] for m in range(1, n)], T=max(t, 1e-300), meta={"method": "serial"})
 
-
-# ----------------------------------------------------------------------------- eager 1F1B
+# ----------------------------------------------------------------------------- explicit schedules of a partition
 @dataclass
 class EagerResult:
-    """Result of :func:`simulate_eager`."""
+    """An eager 1F1B run of a contiguous partition (computed by
+    :func:`memplan.baselines.pipeline_eager.simulate_eager`): the explicit schedule and what
+    :func:`check_and_measure` measured on it."""
 
     stages: list[tuple[int, int]]     # (first layer, last layer) per stage, stage s on GPU s
     noam: int
@@ -541,10 +584,11 @@ class EagerResult:
 
 
 def stages_to_layer_gpu(stages: Sequence[tuple[int, int]], L: int) -> list[int]:
+    """GPU of every layer (index l-1) of a contiguous partition: stage s (first, last) on GPU s."""
     out = [None] * L
     expect = 1
     for s, (a, b) in enumerate(stages):
-        if a != expect or b < a:
+        if a != expect or b < a or b > L:
             raise ValueError(f"stages {stages} are not a contiguous partition of 1..{L}")
         for l in range(a, b + 1):
             out[l - 1] = s
@@ -553,336 +597,6 @@ def stages_to_layer_gpu(stages: Sequence[tuple[int, int]], L: int) -> list[int]:
         raise ValueError(f"stages {stages} do not cover layers 1..{L}")
     return out
 
-
-def simulate_eager(chain: Chain, bandwidth: float | None, stages: Sequence[tuple[int, int]], noam: int,
-                   n_batches: int = 500, *, extract_pattern: bool = True) -> EagerResult:
-    """Eager 1F1B schedule of a contiguous allocation (see the module docstring) for ``n_batches``
-    mini-batches; stage s runs on GPU s. Returns the measured steady-state period and memory."""
-    td = task_data(chain, bandwidth)
-    L, n = td.L, td.n
-    stages = [(int(a), int(b)) for a, b in stages]
-    layer_gpu = stages_to_layer_gpu(stages, L)
-    S = len(stages)
-    noam = max(1, int(noam))
-    limit = [max(1, noam - s) for s in range(S)]
-    fdur = [sum(td.d[l] for l in range(a, b + 1)) for a, b in stages]
-    bdur = [sum(td.d[td.backward(l)] for l in range(a, b + 1)) for a, b in stages]
-    fcomm = [td.dc[stages[s][1]] for s in range(S - 1)]              # A[last_s] forward, s -> s+1
-    bcomm = [td.dc[n - stages[s][1]] for s in range(S - 1)]          # delta^{last_s}, s+1 -> s
-
-    f_start = np.full((S, n_batches), np.nan)
-    b_start = np.full((S, n_batches), np.nan)
-    cf_start = np.full((max(S - 1, 0), n_batches), np.nan)
-    cb_start = np.full((max(S - 1, 0), n_batches), np.nan)
-    in_ready = [dict() for _ in range(S)]     # forward input arrival per mini-batch
-    grad_ready = [dict() for _ in range(S)]   # backward input arrival
-    for j in range(n_batches):
-        in_ready[0][j] = 0.0
-    next_f = [0] * S
-    next_b = [0] * S
-    gpu_free = [0.0] * S
-    link_free = [0.0] * max(S - 1, 0)
-    link_queue: list[list] = [[] for _ in range(max(S - 1, 0))]   # (ready, prio, kind, j)
-    events: list = []
-    seq = 0
-
-    def push(t, kind, data):
-        nonlocal seq
-        heapq.heappush(events, (t, seq, kind, data))
-        seq += 1
-
-    def try_gpu(s, t):
-        if gpu_free[s] > t + 1e-15:
-            return
-        jb = next_b[s]
-        if jb < n_batches and jb in grad_ready[s] and grad_ready[s][jb] <= t:
-            b_start[s, jb] = t
-            gpu_free[s] = t + bdur[s]
-            next_b[s] += 1
-            push(t + bdur[s], "bdone", (s, jb))
-            return
-        jf = next_f[s]
-        if jf < n_batches and jf in in_ready[s] and in_ready[s][jf] <= t and jf - next_b[s] < limit[s]:
-            f_start[s, jf] = t
-            gpu_free[s] = t + fdur[s]
-            next_f[s] += 1
-            push(t + fdur[s], "fdone", (s, jf))
-
-    def try_link(k, t):
-        if link_free[k] > t + 1e-15 or not link_queue[k]:
-            return
-        link_queue[k].sort()
-        ready, prio, kind, j = link_queue[k][0]
-        if ready > t:
-            return
-        link_queue[k].pop(0)
-        dur = fcomm[k] if kind == "f" else bcomm[k]
-        (cf_start if kind == "f" else cb_start)[k, j] = t
-        link_free[k] = t + dur
-        push(t + dur, "cdone", (k, kind, j))
-
-    push(0.0, "tick", None)
-    while events:
-        t = events[0][0]
-        while events and events[0][0] <= t:
-            _, _, kind, data = heapq.heappop(events)
-            if kind == "fdone":
-                s, j = data
-                if s == S - 1:
-                    grad_ready[s][j] = t
-                else:
-                    link_queue[s].append((t, 1, "f", j))
-            elif kind == "bdone":
-                s, j = data
-                if s > 0:
-                    link_queue[s - 1].append((t, 0, "b", j))
-            elif kind == "cdone":
-                k, ck, j = data
-                if ck == "f":
-                    in_ready[k + 1][j] = t
-                else:
-                    grad_ready[k][j] = t
-        for k in range(S - 1):
-            try_link(k, t)
-        for s in range(S):
-            try_gpu(s, t)
-        # wake-ups for links whose queued data become ready later are events already
-    if np.isnan(b_start[0]).any():
-        raise RuntimeError(f"eager simulation stalled (stages {stages}, NOAM {noam})")
-
-    # per-layer instances: forward block runs F_a..F_b back to back, backward block B_b..B_a
-    tasks: dict[int, np.ndarray] = {}
-    for s, (a, b) in enumerate(stages):
-        t = f_start[s].copy()
-        for l in range(a, b + 1):
-            tasks[l] = np.stack([t, t + td.d[l]], axis=1)
-            t = t + td.d[l]
-        t = b_start[s].copy()
-        for l in range(b, a - 1, -1):
-            m = td.backward(l)
-            tasks[m] = np.stack([t, t + td.d[m]], axis=1)
-            t = t + td.d[m]
-    comms: dict[int, np.ndarray | None] = {m: None for m in range(1, n)}
-    for k in range(S - 1):
-        lf = stages[k][1]
-        comms[lf] = np.stack([cf_start[k], cf_start[k] + fcomm[k]], axis=1)
-        comms[n - lf] = np.stack([cb_start[k], cb_start[k] + bcomm[k]], axis=1)
-    gpu = task_gpus(td, layer_gpu)
-    un = Unrolled(gpu=gpu, n_batches=n_batches, tasks=tasks, comms=comms)
-    scale = max(float(np.nanmax(tasks[n][:, 1])), 1e-300)
-    sim = check_and_measure(un, td, 1e-9 * scale)
-    cyc = cyclic_period(un, td)
-    if cyc is not None:
-        sim.period = cyc
-    else:   # not periodic within the run: the average, but never below the busiest resource
-        busiest = max([fdur[s] + bdur[s] for s in range(S)] + [fcomm[k] + bcomm[k] for k in range(S - 1)])
-        sim.period = max(sim.period, busiest)
-    res = EagerResult(stages=stages, noam=noam, n_batches=n_batches, sim=sim, unrolled=un)
-    if extract_pattern:
-        res.pattern = steady_pattern(un, td, sim.period)
-        if res.pattern is not None:
-            res.pattern.meta.update({"method": "eager-1f1b", "stages": [list(s) for s in stages], "noam": noam})
-    return res
-
-
-def cyclic_period(un: Unrolled, td: TaskData, max_cycle: int = 64) -> float | None:
-    """Exact steady-state period of an explicit schedule that is k-periodic (every instance of
-    mini-batch j+k starts a constant time after that of j, over the third quarter of the run):
-    the constant divided by k, for the smallest such k; None when no k <= max_cycle fits."""
-    B = un.n_batches
-    j0, j1 = B // 2, B - 1 - B // 4
-    starts = [un.tasks[m][j0:j1, 0] for m in range(1, td.n + 1)]
-    scale = max(float(np.abs(starts[-1]).max()), 1e-300)
-    for k in range(1, min(max_cycle, (j1 - j0) // 3) + 1):
-        diffs = np.concatenate([s[k:] - s[:-k] for s in starts])
-        if diffs.max() - diffs.min() <= 1e-9 * scale:
-            return float(diffs.mean() / k)
-    return None
-
-
-def steady_pattern(un: Unrolled, td: TaskData, period: float) -> Pattern | None:
-    """The steady state of an explicit schedule as a pattern, when every task and communication
-    repeats exactly every ``period`` over the third quarter of the run; None otherwise."""
-    n = td.n
-    B = un.n_batches
-    j0, j1 = B // 2, B - 1 - B // 4
-    if j1 - j0 < 3 or not (period > 0):
-        return None
-    tol = 1e-7 * period
-    starts, starts_c = {}, {}
-    for m in range(1, n + 1):
-        s = un.tasks[m][j0:j1, 0]
-        if np.any(np.abs(np.diff(s) - period) > tol):
-            return None
-        starts[m] = float(s[0])
-    for m in range(1, n):
-        c = un.comms[m]
-        if c is None:
-            continue
-        s = c[j0:j1, 0]
-        if np.any(np.abs(np.diff(s) - period) > tol):
-            return None
-        starts_c[m] = float(s[0])
-    return normalize_pattern(un.gpu, starts, starts_c, period, td)
-
-
-def bisect_period(fit, lo: float, hi: float, steps: int, *, lo_fails: bool = False):
-    """The period search shared by the schedule builders: ``fit(T)`` returns a schedule or None and
-    is expected (not guaranteed) to succeed above some threshold. Tries ``lo`` (unless the caller
-    already knows it fails: ``lo_fails``), then ``hi``, then ``steps`` bisection steps; returns the
-    schedule found at the smallest T (None when hi fails)."""
-    if not lo_fails:
-        got = fit(lo)
-        if got is not None:
-            return got
-    got = fit(hi)
-    if got is None:
-        return None
-    for _ in range(steps):
-        mid = 0.5 * (lo + hi)
-        q = fit(mid)
-        if q is not None:
-            hi, got = mid, q
-        else:
-            lo = mid
-    return got
-
-
-def snap_period(pattern: Pattern, chain: Chain, bandwidth: float | None, T_low: float, *,
-                memory: float | None = None, gpus: int | None = None, rel: float = 1e-6) -> Pattern:
-    """Return ``pattern`` with its period lowered to ``T_low`` (a lower bound) when it lies within
-    ``rel`` of it and the lowered pattern still replays (valid, within ``memory``). Builders and the
-    solvers' tolerances leave periods like ``T_low * (1 + 1e-9)``; this removes that noise without
-    trusting it: the simulator decides."""
-    if not (T_low < pattern.T <= T_low * (1 + rel)):
-        return pattern
-    from dataclasses import replace
-
-    cand = replace(pattern, T=T_low)
-    try:
-        sim = simulate_pattern(cand, chain, bandwidth, gpus=gpus)
-    except InvalidPattern:
-        return pattern
-    if memory is not None and sim.peak_memory > memory * (1 + 1e-9):
-        return pattern
-    return cand
-
-
-def _modular_free(occupied: list[tuple[float, float]], t: float, dur: float, T: float, tol: float) -> bool:
-    """True when [t, t+dur) overlaps no occupied interval modulo T."""
-    s = t % T
-    for a, b in occupied:
-        for k in (-1, 0, 1):
-            if s < b + k * T - tol and a + k * T < s + dur - tol:
-                return False
-    return True
-
-
-def _place_modular(occupied: list[tuple[float, float]], ready: float, dur: float, T: float, tol: float) -> float:
-    """Earliest t >= ready such that [t, t+dur) avoids every occupied interval modulo T."""
-    cands = [ready]
-    for a, b in occupied:
-        e = b + math.ceil((ready - b) / T) * T
-        cands.append(e)
-    for t in sorted(cands):
-        if t >= ready - tol and _modular_free(occupied, t, dur, T, tol):
-            return t
-    raise InvalidPattern("no room left on a resource: the period is below its load")
-
-
-def _place_modular_latest(occupied: list[tuple[float, float]], deadline: float, dur: float, T: float,
-                          tol: float) -> float:
-    """Latest t with t + dur <= deadline such that [t, t+dur) avoids every occupied interval mod T."""
-    cands = [deadline - dur]
-    for a, b in occupied:
-        cands.append(a + math.floor((deadline - a) / T) * T - dur)
-    for t in sorted(cands, reverse=True):
-        if t + dur <= deadline + tol and _modular_free(occupied, t, dur, T, tol):
-            return t
-    raise InvalidPattern("no room left on a resource: the period is below its load")
-
-
-def modular_pattern(chain: Chain, bandwidth: float | None, stages: Sequence[tuple[int, int]], T: float,
-                    meta: dict | None = None, backward_first: bool = False) -> Pattern:
-    """A 1F1B pattern of period T for a contiguous allocation (stage s on GPU s), built by modular
-    list scheduling of one mini-batch: each block (the forward or backward layers of a stage) and each
-    transfer is placed where its resource is free modulo T. Default: forward blocks, transfers and
-    backward blocks in chain order, each at the earliest time after its input is ready.
-    ``backward_first``: the backward blocks first (as early as possible from the last stage), then
-    the forward blocks from the last stage down, each as *late* as possible before its consumer;
-    this keeps F_l close to B_l and usually stores fewer activations. Needs T at least every GPU's
-    and link's load."""
-    td = task_data(chain, bandwidth)
-    L, n = td.L, td.n
-    S = len(stages)
-    layer_gpu = stages_to_layer_gpu(stages, L)
-    gpu = task_gpus(td, layer_gpu)
-    tol = REL_TOL * T
-    occ: dict[Any, list] = {}
-    starts: dict[int, float] = {}
-    starts_c: dict[int, float] = {}
-
-    def block(kind, s):
-        a, b = stages[s]
-        return list(range(a, b + 1)) if kind == "F" else [td.backward(l) for l in range(b, a - 1, -1)]
-
-    def occupy(key, t, dur):
-        occ.setdefault(key, []).append((t % T, t % T + dur))
-
-    def put_block(s, ms, t0):
-        """Run the tasks ms back to back on GPU s from t0; returns their end."""
-        occupy(("gpu", s), t0, sum(td.d[m] for m in ms))
-        for m in ms:
-            starts[m] = t0
-            t0 += td.d[m]
-        return t0
-
-    def place_earliest(kind, s, t, prev_gpu, prev_comm):
-        """Place the block (kind, s) as early as possible after time t and after the transfer from
-        the previous stage's last task; returns the new (t, prev_gpu, prev_comm)."""
-        ms = block(kind, s)
-        if prev_comm is not None and prev_gpu != s:     # transfer from the previous stage
-            dur = td.dc[prev_comm]
-            lk = ("link",) + _link(prev_gpu, s)
-            c0 = _place_modular(occ.setdefault(lk, []), t, dur, T, tol) if dur > 0 else t
-            if dur > 0:
-                occupy(lk, c0, dur)
-            starts_c[prev_comm] = c0
-            t = c0 + dur
-        t0 = _place_modular(occ.setdefault(("gpu", s), []), t, sum(td.d[m] for m in ms), T, tol)
-        return put_block(s, ms, t0), s, ms[-1]
-
-    state = (0.0, None, None)
-    if not backward_first:
-        order = [("F", s) for s in range(S)] + [("B", s) for s in range(S - 1, -1, -1)]
-        for kind, s in order:
-            state = place_earliest(kind, s, *state)
-    else:
-        for s in range(S - 1, -1, -1):                      # backward pass, earliest
-            state = place_earliest("B", s, *state)
-        deadline = starts[block("B", S - 1)[0]]             # forward pass, latest, from the last stage
-        for s in range(S - 1, -1, -1):
-            ms = block("F", s)
-            t0 = _place_modular_latest(occ.setdefault(("gpu", s), []), deadline, sum(td.d[m] for m in ms), T, tol)
-            put_block(s, ms, t0)
-            deadline = t0
-            if s > 0:
-                k = ms[0] - 1                                # transfer of A[first_s - 1] from s-1
-                dur = td.dc[k]
-                lk = ("link",) + _link(s - 1, s)
-                c0 = _place_modular_latest(occ.setdefault(lk, []), deadline, dur, T, tol) if dur > 0 else deadline
-                if dur > 0:
-                    occupy(lk, c0, dur)
-                starts_c[k] = c0
-                deadline = c0
-    for m in range(1, n):
-        if m not in starts_c:
-            starts_c[m] = starts[m] + td.d[m]
-    pat = normalize_pattern(gpu, starts, starts_c, T, td)
-    pat.meta.update({"method": "modular-1f1b" + ("-bf" if backward_first else ""),
-                     "stages": [list(x) for x in stages]})
-    pat.meta.update(meta or {})
-    return pat
 
 
 # ----------------------------------------------------------------------------- K-periodic schedules
@@ -948,13 +662,16 @@ class CyclicSchedule(_Allocation):
                    start_c=data["start_c"], meta=dict(data.get("meta", {})))
 
 
-def simulate_cyclic(sched: CyclicSchedule, chain: Chain, bandwidth: float | None, *,
+
+
+def simulate_cyclic(sched: CyclicSchedule, data: TaskData | Chain, bandwidth: float | None = None, *,
                     gpus: int | None = None, n_batches: int | None = None) -> SimResult:
     """Replay a K-periodic schedule: unroll it over ``n_batches`` mini-batches (default: enough for
     every GPU to reach its steady state), check every dependency and the exclusivity of every GPU and
-    link, and measure memory with the rules of this module. The period is measured over a whole
-    number of periods of K mini-batches, so it equals ``sched.T`` when the schedule is valid."""
-    td = task_data(chain, bandwidth)
+    link, and measure memory with the rules of this module. ``data`` is the :class:`TaskData` (or a
+    Chain, with ``bandwidth``). The period is measured over a whole number of periods of K
+    mini-batches, so it equals ``sched.T`` when the schedule is valid."""
+    td = as_task_data(data, bandwidth)
     n, K = td.n, int(sched.K)
     if K < 1 or len(sched.gpu) != n or len(sched.start) != n or len(sched.start_c) != n - 1:
         raise InvalidPattern(f"cyclic schedule shape does not match L = {td.L} (K = {K})")

@@ -1,4 +1,5 @@
-"""Pipelined model parallelism (paper 003): simulator, eager 1F1B, ILP (1)-(36), baselines, CLI."""
+"""Pipelined model parallelism (paper 003): simulator, eager 1F1B, ILP (1)-(36), baselines, the front end
+memplan.pipeline (solve, report, input checks, the whole-call time limit), CLI."""
 from __future__ import annotations
 
 import itertools
@@ -8,13 +9,16 @@ import numpy as np
 import pytest
 from conftest import write_chain_instance
 
-from memplan.baselines.pipeline import (best_feasible, gpipe_points, memory_lower_bound, min_memory_contiguous,
-                                period_lower_bound, pipedream_points)
+import memplan
+from memplan.baselines.pipeline import best_feasible, gpipe_points, min_memory_contiguous, pipedream_points
+from memplan.baselines.pipeline_eager import simulate_eager
+from memplan.baselines.pipeline_modular import serial_pattern
 from memplan.formulations.pipeline_ilp import build_model, check_values, solve_ilp, start_values
 from memplan.models.chain import Chain, random_chain
-from memplan.models.pipeline import (InvalidPattern, Pattern, serial_pattern, simulate_eager, simulate_pattern,
-                             stages_to_layer_gpu, task_data)
-from memplan.models.solution import Status
+from memplan.models.pipeline import (InvalidPattern, Pattern, memory_lower_bound, period_lower_bound,
+                                     simulate_pattern, stages_to_layer_gpu, task_data)
+from memplan.models.solution import InputError, Status
+from memplan.pipeline import report, solve
 
 BW = 5.0   # bytes per time unit for the integer test chains
 
@@ -77,23 +81,24 @@ def test_simulator_rejects_link_overlap_and_gpu_count():
 
 def test_serial_pattern_matches_contiguous_min_memory():
     c = random_chain(6, 2)
-    mem, stages = min_memory_contiguous(c, BW, 3)
-    r = simulate_pattern(serial_pattern(c, BW, stages_to_layer_gpu(stages, c.L)), c, BW)
+    td = task_data(c, BW)
+    mem, stages = min_memory_contiguous(td, 3)
+    r = simulate_pattern(serial_pattern(td, stages_to_layer_gpu(stages, c.L)), c, BW)
     assert r.peak_memory == pytest.approx(mem)
-    assert mem >= memory_lower_bound(c, BW, 3)
+    assert mem >= memory_lower_bound(td, 3)
 
 
 # ----------------------------------------------------------------------------- eager 1F1B
 def test_eager_hand_computable():
     c = unit_chain()                      # stage loads 3 and 3, free communications
-    r1 = simulate_eager(c, None, [(1, 1), (2, 2)], noam=1, n_batches=100)
-    r2 = simulate_eager(c, None, [(1, 1), (2, 2)], noam=2, n_batches=100)
+    r1 = simulate_eager(task_data(c, None), [(1, 1), (2, 2)], noam=1, n_batches=100)
+    r2 = simulate_eager(task_data(c, None), [(1, 1), (2, 2)], noam=2, n_batches=100)
     assert r1.period == pytest.approx(6)  # one mini-batch at a time: sum of all tasks
     assert r2.period == pytest.approx(3)  # 1F1B steady state: the stage load
     assert r1.sim.memory[0] == pytest.approx(5)
     assert r2.sim.memory[0] > r1.sim.memory[0]
     # with communications (bandwidth 1: each transfer 1): NOAM 1 adds the 2 transfers to the cycle
-    r3 = simulate_eager(c, 1.0, [(1, 1), (2, 2)], noam=1, n_batches=100)
+    r3 = simulate_eager(task_data(c, 1.0), [(1, 1), (2, 2)], noam=1, n_batches=100)
     assert r3.period == pytest.approx(8)
     # steady state extracted as a pattern replays with the same period and no more memory
     for r in (r1, r2, r3):
@@ -120,14 +125,14 @@ def _brute_force_no_memory(c, P):
 
 def test_ilp_one_gpu_is_sum():
     c = random_chain(4, 0)
-    pat, res, _, _ = solve_ilp(c, BW, 1, 1e9, time_limit=20, threads=1)
+    pat, res, _, _ = solve_ilp(task_data(c, BW), 1, 1e9, time_limit=20, threads=1)
     assert res.status == Status.OPTIMAL
     assert pat.T == pytest.approx(task_data(c, BW).d.sum())
 
 
 def test_ilp_two_gpus_homogeneous_half():
     c = unit_chain(L=4)
-    pat, res, _, _ = solve_ilp(c, None, 2, None, time_limit=20, threads=1)
+    pat, res, _, _ = solve_ilp(task_data(c, None), 2, None, time_limit=20, threads=1)
     assert res.status == Status.OPTIMAL
     assert pat.T == pytest.approx(task_data(c, None).d.sum() / 2)
     assert simulate_pattern(pat, c, None, gpus=2).period == pytest.approx(pat.T)
@@ -136,7 +141,7 @@ def test_ilp_two_gpus_homogeneous_half():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_ilp_equals_brute_force_without_memory(seed):
     c = random_chain(4, seed)
-    pat, res, _, _ = solve_ilp(c, None, 2, None, time_limit=20, threads=1)
+    pat, res, _, _ = solve_ilp(task_data(c, None), 2, None, time_limit=20, threads=1)
     assert res.status == Status.OPTIMAL
     assert pat.T == pytest.approx(_brute_force_no_memory(c, 2))
 
@@ -145,15 +150,16 @@ def test_ilp_memory_model_equals_simulator():
     """(1)-(36) evaluated at a baseline pattern's values: satisfied with M = its measured peak,
     (36) violated just below; so the ILP's memory is the simulator's."""
     c = random_chain(5, 3)
-    pts = pipedream_points(c, BW, 3, n_batches=60)
+    td = task_data(c, BW)
+    pts = pipedream_points(td, 3, n_batches=60)
     checked = 0
     for p in pts:
         if p.pattern is None:
             continue
         r = simulate_pattern(p.pattern, c, BW)
-        ilp = build_model(c, BW, 3, r.peak_memory, Tmax=p.pattern.T * 1.01)
+        ilp = build_model(td, 3, r.peak_memory, Tmax=p.pattern.T * 1.01)
         assert check_values(ilp, start_values(ilp, p.pattern)) == []
-        ilp = build_model(c, BW, 3, r.peak_memory * 0.999, Tmax=p.pattern.T * 1.01)
+        ilp = build_model(td, 3, r.peak_memory * 0.999, Tmax=p.pattern.T * 1.01)
         bad = check_values(ilp, start_values(ilp, p.pattern))
         assert bad and all(b.startswith("c36_memory") for b in bad)
         checked += 1
@@ -162,18 +168,17 @@ def test_ilp_memory_model_equals_simulator():
 
 @pytest.mark.parametrize("seed,P", [(0, 2), (1, 3), (4, 2)])
 def test_ilp_vs_baselines_and_replay(seed, P):
-    from memplan.experiments.solve_pipeline import run_method
-
     c = random_chain(5, seed)
-    pts = pipedream_points(c, BW, P, n_batches=60) + gpipe_points(c, BW, P, n_batches=60)
+    td = task_data(c, BW)
+    pts = pipedream_points(td, P, n_batches=60) + gpipe_points(td, P, n_batches=60)
     mems = sorted(p.memory for p in pts)
     M = mems[len(mems) // 2]
     base = best_feasible(pts, M)
-    sol = run_method(c, BW, P, M, "ilp", time_limit=20, threads=1, points=pts)
+    sol = solve(c, memory=M, bandwidth=BW, gpus=P, method="ilp", time_limit=20, threads=1, points=pts)
     assert sol.success
     assert sol.peak_memory <= M * (1 + 1e-6)
     assert sol.objective == pytest.approx(sol.schedule.T)
-    assert sol.objective >= period_lower_bound(c, BW, P) * (1 - 1e-9)
+    assert sol.objective >= period_lower_bound(td, P) * (1 - 1e-9)
     assert sol.objective <= base.period * (1 + 1e-6)
     # every baseline pattern replays with its claimed period and no more than its eager memory
     for p in pts:
@@ -184,21 +189,19 @@ def test_ilp_vs_baselines_and_replay(seed, P):
 
 
 def test_infeasible_memory_message():
-    from memplan.experiments.solve_pipeline import run_method
-
     c = random_chain(4, 1)
-    M = memory_lower_bound(c, BW, 2) * 0.9
+    mlb = memory_lower_bound(task_data(c, BW), 2)
+    M = mlb * 0.9
+    kw = dict(bandwidth=BW, gpus=2, time_limit=10, threads=1, n_batches=40)
     for method in ("ilp", "pipedream"):
-        sol = run_method(c, BW, 2, M, method, time_limit=10, threads=1, n_batches=40)
+        sol = solve(c, memory=M, method=method, **kw)
         assert sol.status == Status.INFEASIBLE
         assert "minimum memory that works" in sol.message
-        assert sol.details["min_memory"] >= memory_lower_bound(c, BW, 2)
+        assert sol.details["min_memory"] >= mlb
         if method == "ilp":   # the minimum reported (min-memory ILP) works, and nothing below it
-            ok = run_method(c, BW, 2, sol.details["min_memory"] * (1 + 1e-9), "ilp", time_limit=10, threads=1,
-                            n_batches=40)
+            ok = solve(c, memory=sol.details["min_memory"] * (1 + 1e-9), method="ilp", **kw)
             assert ok.success and ok.peak_memory <= sol.details["min_memory"] * (1 + 1e-9)
-            below = run_method(c, BW, 2, sol.details["min_memory"] - 0.5, "ilp", time_limit=10, threads=1,
-                               n_batches=40)
+            below = solve(c, memory=sol.details["min_memory"] - 0.5, method="ilp", **kw)
             assert below.status == Status.INFEASIBLE
 
 
@@ -209,19 +212,19 @@ def test_where_pipedream_beats_every_pattern_the_report_says_what_a_pattern_need
     The ILP's answer then carries the least memory a pattern of its allocation needs at period 43,
     equal to the exhaustive search's value for that allocation, and the report says it."""
     from memplan.baselines.pipeline_exhaustive import exhaustive_search
-    from memplan.experiments.solve_pipeline import report, run_method
     from memplan.formulations.pipeline_cyclic import min_memory_at_period
 
     c, bw, M = random_chain(3, 9, integer=True), 1.0, 63.0
-    sol = run_method(c, bw, 2, M, "ilp", time_limit=10, threads=1)
+    td = task_data(c, bw)
+    sol = solve(c, memory=M, bandwidth=bw, gpus=2, method="ilp", time_limit=10, threads=1)
     bb = sol.details["best_baseline"]
     assert sol.status == Status.OPTIMAL and sol.objective == pytest.approx(48.0)
     assert bb["method"] == "pipedream" and bb["period"] == pytest.approx(43.0) and bb["memory"] <= M
     for alloc in itertools.product((0, 1), repeat=2):
-        r, _ = min_memory_at_period(c, bw, (0,) + alloc, bb["period"], P=2, time_limit=10, threads=1)
+        r, _ = min_memory_at_period(td, (0,) + alloc, bb["period"], P=2, time_limit=10, threads=1)
         assert r.status in (Status.OPTIMAL, Status.INFEASIBLE)
         assert r.schedule is None or r.sim.peak_memory > M
-    mine = exhaustive_search(c, bw, 2, allocs=[tuple(sol.schedule.layer_gpus())]).front()
+    mine = exhaustive_search(td, 2, allocs=[tuple(sol.schedule.layer_gpus())]).front()
     need = min(m for T, m in mine if T <= bb["period"] * (1 + 1e-9))
     pm = bb["pattern_memory"]
     assert pm["status"] == "optimal" and pm["memory"] == pytest.approx(need) and pm["memory"] > M
@@ -246,18 +249,19 @@ def test_cli_pipeline(tmp_path):
 
 def test_modular_pattern_and_eager_period_bounds():
     from memplan.baselines.pipeline import partition_period
-    from memplan.models.pipeline import modular_pattern
+    from memplan.baselines.pipeline_modular import modular_pattern
 
     c = unit_chain(L=4)
-    p = modular_pattern(c, 1.0, [(1, 2), (3, 4)], 6.0)
+    p = modular_pattern(task_data(c, 1.0), [(1, 2), (3, 4)], 6.0)
     r = simulate_pattern(p, c, 1.0)
     assert r.period == pytest.approx(6.0)
     c = random_chain(8, 3, integer=False)
-    pts = pipedream_points(c, 12e9, 3, n_batches=120)
+    td = task_data(c, 12e9)
+    pts = pipedream_points(td, 3, n_batches=120)
     for q in pts:
-        Tp = partition_period(c, 12e9, q.stages)
+        Tp = partition_period(td, q.stages)
         assert q.period >= Tp * (1 - 1e-9)          # no schedule beats the busiest resource
-        r = simulate_pattern(modular_pattern(c, 12e9, q.stages, q.period * (1 + 1e-9)), c, 12e9)
+        r = simulate_pattern(modular_pattern(td, q.stages, q.period * (1 + 1e-9)), c, 12e9)
         assert r.period == pytest.approx(q.period, rel=1e-6)
 
 
@@ -265,16 +269,17 @@ def test_ilp_literal_and_layer_allocation_agree():
     """The paper's literal model (task pairs, (4) as rows) and the layer-pair substitution give the
     same optimum, under a memory limit that binds."""
     c = random_chain(4, 1)
-    M = 0.5 * (memory_lower_bound(c, BW, 2) + min_memory_contiguous(c, BW, 2)[0]) + 20
+    td = task_data(c, BW)
+    M = 0.5 * (memory_lower_bound(td, 2) + min_memory_contiguous(td, 2)[0]) + 20
     out = []
     for la in (True, False):
-        pat, res, _, _ = solve_ilp(c, BW, 2, M, time_limit=30, threads=1, layer_allocation=la)
+        pat, res, _, _ = solve_ilp(td, 2, M, time_limit=30, threads=1, layer_allocation=la)
         assert res.status == Status.OPTIMAL
         r = simulate_pattern(pat, c, BW, gpus=2)
         assert r.peak_memory <= M + 1e-9 and r.period == pytest.approx(pat.T)
         out.append(pat.T)
     assert out[0] == pytest.approx(out[1])
-    unbounded, _, _, _ = solve_ilp(c, BW, 2, None, time_limit=30, threads=1)
+    unbounded, _, _, _ = solve_ilp(td, 2, None, time_limit=30, threads=1)
     assert unbounded.T <= out[0] + 1e-9
 
 
@@ -282,19 +287,20 @@ def test_zero_duration_tasks_memory_consistency():
     """Layers of zero time (frequent in profiles) still hold their input and output for an instant;
     the simulator and (36) agree on patterns where such tasks touch their neighbours."""
     from memplan.baselines.pipeline import partition_period
-    from memplan.models.pipeline import modular_pattern
+    from memplan.baselines.pipeline_modular import modular_pattern
 
     c = Chain.from_stages(uf=[2, 0, 1, 0, 3], ub=[3, 0, 2, 0, 4], wa=[4, 6, 6, 2, 2, 5],
                           weights=[1, 0, 2, 0, 3], name="zeros")
+    td = task_data(c, BW)
     checked = 0
     for stages in ([(1, 2), (3, 5)], [(1, 3), (4, 5)], [(1, 1), (2, 4), (5, 5)]):
         for bf in (False, True):
-            T = 1.2 * partition_period(c, BW, stages)
-            p = modular_pattern(c, BW, stages, T, backward_first=bf)
+            T = 1.2 * partition_period(td, stages)
+            p = modular_pattern(td, stages, T, backward_first=bf)
             r = simulate_pattern(p, c, BW)
-            ilp = build_model(c, BW, 3, r.peak_memory, Tmax=p.T * 1.01)
+            ilp = build_model(td, 3, r.peak_memory, Tmax=p.T * 1.01)
             assert check_values(ilp, start_values(ilp, p)) == []
-            ilp = build_model(c, BW, 3, r.peak_memory - 0.5, Tmax=p.T * 1.01)
+            ilp = build_model(td, 3, r.peak_memory - 0.5, Tmax=p.T * 1.01)
             assert check_values(ilp, start_values(ilp, p))
             checked += 1
     assert checked == 6
@@ -307,8 +313,9 @@ def test_partition_search_exhaustive_and_local():
     from memplan.baselines.pipeline import count_partitions, modular_search, partition_search
 
     c = random_chain(7, 2)
+    td = task_data(c, BW)
     P = 3
-    pts = pipedream_points(c, BW, P, n_batches=60)
+    pts = pipedream_points(td, P, n_batches=60)
     M = sorted(p.memory for p in pts)[len(pts) // 3]
     L = c.L
     assert count_partitions(L, P) == 1 + 6 + 15
@@ -316,17 +323,17 @@ def test_partition_search_exhaustive_and_local():
     for S in range(1, P + 1):
         for cuts in itertools.combinations(range(1, L), S - 1):
             b = [0, *cuts, L]
-            q = modular_search(c, BW, [(b[i] + 1, b[i + 1]) for i in range(S)], M, P, steps=6)
+            q = modular_search(td, [(b[i] + 1, b[i + 1]) for i in range(S)], M, P, steps=6)
             if q is not None:
                 brute.append(q.T)
-    got = partition_search(c, BW, P, M, refine=0)
+    got = partition_search(td, P, M, refine=0)
     assert got is not None and got.T == pytest.approx(min(brute), rel=1e-9)
     r = simulate_pattern(got, c, BW, gpus=P)
     assert r.peak_memory <= M * (1 + 1e-9) and r.period == pytest.approx(got.T, rel=1e-6)
 
     seed = [tuple(s) for s in best_feasible(pts, M).stages]
-    loc = partition_search(c, BW, P, M, [seed], exhaustive_limit=0, max_evals=40)
-    own = modular_search(c, BW, seed, M, P)
+    loc = partition_search(td, P, M, [seed], exhaustive_limit=0, max_evals=40)
+    own = modular_search(td, seed, M, P)
     assert loc is not None and loc.T <= own.T * (1 + 1e-9)
     assert loc.T >= got.T * (1 - 1e-3)       # cannot beat the full enumeration by more than precision
     r = simulate_pattern(loc, c, BW, gpus=P)
@@ -336,18 +343,134 @@ def test_partition_search_exhaustive_and_local():
 def test_ilp_start_from_given_patterns_only_when_they_fit():
     """A sweep passes the patterns found at smaller limits as starts: one that replays within the
     limit becomes the MIP start (the ILP then returns at least as good); one over it is ignored."""
-    from memplan.experiments.solve_pipeline import run_method
-
     c, P = random_chain(6, 3), 2
-    pts = pipedream_points(c, BW, P, n_batches=60) + gpipe_points(c, BW, P, n_batches=60)
-    opt = run_method(c, BW, P, None, "ilp", time_limit=30, threads=1, points=pts, refine=False)
-    assert opt.status == Status.OPTIMAL
-    q = opt.schedule
+    td = task_data(c, BW)
+    pts = pipedream_points(td, P, n_batches=60) + gpipe_points(td, P, n_batches=60)
+    # the optimal pattern without memory limit (the ILP alone, from the period lower bound)
+    q, res, _, _ = solve_ilp(td, P, None, Tmin=period_lower_bound(td, P), time_limit=30, threads=1)
+    assert res.status == Status.OPTIMAL
+    peak = simulate_pattern(q, td, gpus=P).peak_memory
     assert min(p.period for p in pts) > q.T * (1 + 1e-6)   # the baselines alone start worse
-    got = run_method(c, BW, P, opt.peak_memory, "ilp", time_limit=1, threads=1, points=pts, refine=False,
-                     starts=[q])
+    kw = dict(bandwidth=BW, gpus=P, method="ilp", time_limit=2, threads=1, points=pts, refine=False, starts=[q])
+    got = solve(c, memory=peak, **kw)
     assert got.details["start_period"] == pytest.approx(q.T)
     assert got.objective <= q.T * (1 + 1e-9)
-    tight = run_method(c, BW, P, opt.peak_memory * 0.999, "ilp", time_limit=1, threads=1, points=pts,
-                       refine=False, starts=[q])
+    tight = solve(c, memory=peak * 0.999, **kw)
     assert tight.details["start_period"] != pytest.approx(q.T)
+
+
+# ----------------------------------------------------------------------------- front end: inputs, time limit
+@pytest.mark.parametrize("kwargs,names", [
+    (dict(gpus=0), "gpus"), (dict(gpus=-2), "gpus"), (dict(gpus=1.5), "gpus"),
+    (dict(memory=None), "memory"), (dict(memory="lots"), "memory"), (dict(memory=-5), "memory"),
+    (dict(bandwidth="fast"), "bandwidth"), (dict(method="nope"), "method"),
+    (dict(periodicity=0), "periodicity"), (dict(n_batches=2), "n_batches"), (dict(gap=-1), "gap"),
+    (dict(threads=0), "threads"), (dict(refine="yes"), "refine"), (dict(time_limit=0), "time_limit"),
+    (dict(points=[1, 2]), "points"), (dict(allocations=[[0, 5, 0, 0]]), "allocations"),
+    (dict(allocations=[[0, 1]]), "allocations"), (dict(starts=["pattern"]), "starts"),
+])
+def test_input_errors_name_the_input(kwargs, names):
+    c = random_chain(4, 1)
+    args = dict(memory=1000, bandwidth=BW, gpus=2, method="pipedream", n_batches=40) | kwargs
+    with pytest.raises(InputError, match=names):
+        solve(c, **args)
+
+
+def test_points_of_another_chain_or_too_many_stages_are_refused():
+    c = random_chain(4, 1)
+    other = pipedream_points(task_data(random_chain(5, 1), BW), 2, n_batches=40)
+    with pytest.raises(InputError, match=r"points\[0\].*L = 4"):
+        solve(c, memory=1000, bandwidth=BW, gpus=2, method="ilp", points=other)
+    four = pipedream_points(task_data(c, BW), 4, n_batches=40)
+    assert any(len(p.stages) > 2 for p in four)
+    with pytest.raises(InputError, match="more than gpus=2"):
+        solve(c, memory=1000, bandwidth=BW, gpus=2, method="ilp", points=four)
+
+
+def test_memplan_solve_dispatches_and_report_reads_the_solution():
+    c = random_chain(6, 1)
+    sol = memplan.solve(c, "pipeline", "lb", memory="1KiB", bandwidth=BW, gpus=2)
+    td = task_data(c, BW)
+    assert sol.bound == pytest.approx(td.d[1:].sum() / 2)      # 109 / 2: two GPUs share all the work
+    assert sol.gpus == 2 and sol.bandwidth == BW and sol.memory_limit == 1024
+    head = report(sol, c).splitlines()[0]
+    assert "GPUs 2" in head and "bandwidth 5 B/s" in head and "memory limit 1.000 KiB" in head
+
+
+def test_sweep_stopped_by_its_time_limit_keeps_what_it_has():
+    """A sweep given no time returns no point and says it is incomplete; PipeDream's method then
+    answers 'no solution' (nothing was tried), never 'infeasible' (which would claim a proof)."""
+    c = random_chain(6, 1)
+    td = task_data(c, BW)
+    full = pipedream_points(td, 2, n_batches=40)
+    assert full.complete and len(full) == full.candidates > 0
+    cut = pipedream_points(td, 2, n_batches=40, time_limit=0.0)
+    assert not cut.complete and len(cut) == 0 and cut.candidates == 0   # stopped before the first DP
+    sol = solve(c, memory=10**6, bandwidth=BW, gpus=2, method="pipedream", n_batches=40, time_limit=1e-6)
+    assert sol.status == Status.NO_SOLUTION and "stopped at the time limit" in sol.message
+
+
+def test_whole_call_time_limit_with_progress():
+    """ILP on a chain whose ILP does not close in a few seconds: the call returns within its limit
+    (plus a margin for the last replay), with the best pattern found so far, a status that says the
+    limit stopped it, and a progress line per phase."""
+    import time
+
+    c = random_chain(12, 3, integer=False)
+    bw, P = 12e9, 4
+    pts = pipedream_points(task_data(c, bw), P, n_batches=60)
+    M = sorted(p.memory for p in pts)[len(pts) // 2]
+    lines: list[str] = []
+    limit = 6.0
+    t0 = time.monotonic()
+    sol = solve(c, memory=M, bandwidth=bw, gpus=P, method="ilp", time_limit=limit, threads=1, n_batches=60,
+                progress=lines.append)
+    wall = time.monotonic() - t0
+    assert wall <= limit + 2.0 and sol.times["total"] <= limit + 2.0
+    assert sol.status == Status.TIME_LIMIT and sol.success
+    r = simulate_pattern(sol.schedule, c, bw, gpus=P)
+    assert r.peak_memory <= M * (1 + 1e-9) and sol.objective == pytest.approx(r.period)
+    assert sol.objective <= best_feasible(pts, M).period * (1 + 1e-9)      # at least as good as PipeDream
+    text = "\n".join(lines)
+    for phase in ("pipedream:", "gpipe:", "start:", "refine:", "ILP:"):
+        assert phase in text, (phase, text)
+
+
+def test_ilp_not_built_when_it_cannot_fit_returns_the_best_start(monkeypatch):
+    """When building the ILP would not fit in what is left of the limit, the answer is the best start
+    pattern (replayed), with status time_limit and a message that says the ILP did not run."""
+    import memplan.pipeline as front
+
+    c = random_chain(6, 1)
+    td = task_data(c, BW)
+    opt, res, _, _ = solve_ilp(td, 2, 127, time_limit=30, threads=1)     # the ILP itself, run directly
+    assert res.status == Status.OPTIMAL
+    pd = best_feasible(pipedream_points(td, 2, n_batches=60), 127)
+    monkeypatch.setattr(front, "_BUILD_S_PER_ROW", 1.0)            # every ILP now 'takes' hours to build
+    sol = solve(c, memory=127, bandwidth=BW, gpus=2, method="ilp", time_limit=30, threads=1, n_batches=60)
+    assert sol.status == Status.TIME_LIMIT and "the ILP was not run" in sol.message
+    assert "build" not in sol.times and sol.schedule is not None
+    r = simulate_pattern(sol.schedule, c, BW, gpus=2)
+    assert sol.objective == pytest.approx(r.period) and r.peak_memory <= 127
+    # a pattern: no faster than the ILP's optimum, no slower than PipeDream's best point here
+    assert opt.T * (1 - 1e-9) <= sol.objective <= pd.period * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("method", ["ilp", "cyclic", "pipedream"])
+def test_task_data_is_built_once_per_solve(monkeypatch, method):
+    """Issue 17: the task data of (chain, bandwidth) is built once per call and passed down."""
+    import memplan.models.pipeline as definition
+    import memplan.pipeline as front
+
+    calls = []
+    real = definition.task_data
+
+    def counting(chain, bandwidth):
+        calls.append(bandwidth)
+        return real(chain, bandwidth)
+
+    monkeypatch.setattr(definition, "task_data", counting)
+    monkeypatch.setattr(front, "task_data", counting)
+    sol = solve(random_chain(5, 0), memory=10**4, bandwidth=BW, gpus=2, method=method, time_limit=20, threads=1,
+                n_batches=40)
+    assert sol.success and calls == [BW]

@@ -35,7 +35,7 @@ def _cut_boundaries(lg):
 def test_balanced_load_equals_brute_force(seed, P, bw):
     chain = random_chain(6, seed, integer=False)
     td = task_data(chain, bw)
-    got = balanced_allocation(chain, bw, P, slack=0.0, gap=0.0, time_limit=30, threads=1)
+    got = balanced_allocation(td, P, slack=0.0, gap=0.0, time_limit=30, threads=1)
     assert got is not None
     alloc, load = got
     assert len(alloc) == td.L and set(alloc) <= set(range(P))
@@ -52,25 +52,25 @@ def test_balanced_allocation_respects_weights_and_buffers():
     sizes = sorted({max(v["weights"] + v["buffers"] for v in constant_memory(td, task_gpus(td, lg)).values())
                     for lg in itertools.product(range(P), repeat=td.L)})
     M = sizes[len(sizes) // 4]
-    alloc, load = balanced_allocation(chain, bw, P, M, slack=0.0, gap=0.0, time_limit=30, threads=1)
+    alloc, load = balanced_allocation(td, P, M, slack=0.0, gap=0.0, time_limit=30, threads=1)
     assert all(v["weights"] + v["buffers"] <= M * (1 + 1e-9)
                for v in constant_memory(td, task_gpus(td, alloc)).values())
     assert load == pytest.approx(_brute_force(td, P, M), rel=1e-6)
     assert load >= free * (1 - 1e-9)
-    assert balanced_allocation(chain, bw, P, sizes[0] * 0.5, time_limit=10, threads=1) is None
+    assert balanced_allocation(td, P, sizes[0] * 0.5, time_limit=10, threads=1) is None
 
 
 def test_memory_free_answer_is_reused_only_where_it_fits():
     chain = random_chain(6, 6, integer=False)
     bw, P = 5e9, 3
     td = task_data(chain, bw)
-    free, f_load = balanced_allocation(chain, bw, P, slack=0.0, gap=0.0, threads=1)
+    free, f_load = balanced_allocation(td, P, slack=0.0, gap=0.0, threads=1)
     held = max(v["weights"] + v["buffers"] for v in constant_memory(td, task_gpus(td, free)).values())
     # at a limit that holds the free answer's weights and buffers, the answer is the free one
-    assert balanced_allocation(chain, bw, P, held, slack=0.0, gap=0.0, threads=1) == (free, f_load)
+    assert balanced_allocation(td, P, held, slack=0.0, gap=0.0, threads=1) == (free, f_load)
     # just below it, the free answer is not returned and the answer is the memory-limited optimum
     M = held * (1 - 1e-6)
-    got = balanced_allocation(chain, bw, P, M, slack=0.0, gap=0.0, threads=1)
+    got = balanced_allocation(td, P, M, slack=0.0, gap=0.0, threads=1)
     expected = _brute_force(td, P, M)
     if expected is None:
         assert got is None
@@ -85,8 +85,8 @@ def test_slack_trades_load_for_fewer_cuts():
     chain = random_chain(8, 5, integer=False)
     bw, P = 2e10, 3
     td = task_data(chain, bw)
-    tight, t_load = balanced_allocation(chain, bw, P, slack=0.0, gap=0.0, time_limit=30, threads=1)
-    loose, l_load = balanced_allocation(chain, bw, P, slack=0.3, time_limit=30, threads=1)
+    tight, t_load = balanced_allocation(td, P, slack=0.0, gap=0.0, time_limit=30, threads=1)
+    loose, l_load = balanced_allocation(td, P, slack=0.3, time_limit=30, threads=1)
     assert l_load <= t_load * 1.3 * (1 + 1e-9)
     assert _cut_boundaries(loose) <= _cut_boundaries(tight)
     # the fewest cuts within 30%: no allocation with fewer cut boundaries has a load that low
@@ -100,12 +100,12 @@ def test_every_allocation_has_a_pattern_at_its_load_without_memory_limit(alloc):
     bw = 4e9
     td = task_data(chain, bw)
     T = allocation_load(td, alloc)
-    r = solve_cyclic(chain, bw, list(alloc), T * (1 + 1e-9), 1, None, P=3, time_limit=30, threads=1,
+    r = solve_cyclic(td, list(alloc), T * (1 + 1e-9), 1, None, P=3, time_limit=30, threads=1,
                      memory_model="exact")
     assert r.schedule is not None
     assert r.sim.period == pytest.approx(T, rel=1e-6)
     # and nothing below the load: some GPU or link would be busy longer than the period
-    r2 = solve_cyclic(chain, bw, list(alloc), T * 0.999, 1, None, P=3, time_limit=30, threads=1,
+    r2 = solve_cyclic(td, list(alloc), T * 0.999, 1, None, P=3, time_limit=30, threads=1,
                       memory_model="exact")
     assert r2.schedule is None
 
@@ -125,15 +125,15 @@ def test_period_aware_memory_is_a_lower_bound_and_the_milp_uses_it():
     kept = [lg for lg in allocs if lg not in excluded]
     assert excluded and kept
     for lg in excluded:
-        r = solve_cyclic(chain, bw, list(lg), T, 1, M, P=P, time_limit=30, threads=1, memory_model="exact")
+        r = solve_cyclic(td, list(lg), T, 1, M, P=P, time_limit=30, threads=1, memory_model="exact")
         assert r.schedule is None, lg
     # the bound is not vacuous: some kept allocation has a pattern at T within M ...
     feasible = [lg for lg in kept if allocation_load(td, lg) <= T
-                and solve_cyclic(chain, bw, list(lg), T, 1, M, P=P, time_limit=30, threads=1,
+                and solve_cyclic(td, list(lg), T, 1, M, P=P, time_limit=30, threads=1,
                                  memory_model="exact").schedule is not None]
     assert feasible
     # ... and without the activations some excluded allocation would pass the memory test
     assert any(max(held_memory(td, lg).values()) <= M for lg in excluded)
-    alloc, load = balanced_allocation(chain, bw, P, M, period=T, slack=0.0, gap=0.0, threads=1)
+    alloc, load = balanced_allocation(td, P, M, period=T, slack=0.0, gap=0.0, threads=1)
     assert max(held_memory(td, alloc, T).values()) <= M * (1 + 1e-9)
     assert load == pytest.approx(min(allocation_load(td, lg) for lg in kept), rel=1e-6)

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from conftest import write_chain_instance
 
+from memplan._pipeline_search import cyclic_search
 from memplan.baselines.pipeline_exhaustive import exhaustive_search
-from memplan.formulations.pipeline_cyclic import copy_caps, cyclic_search, min_memory_at_period, solve_cyclic
+from memplan.formulations.pipeline_cyclic import copy_caps, min_memory_at_period, solve_cyclic
 from memplan.models.chain import random_chain
 from memplan.models.pipeline import CyclicSchedule, InvalidPattern, simulate_cyclic, simulate_pattern, task_data
 from memplan.models.solution import Status
@@ -22,11 +23,12 @@ from memplan.models.solution import Status
                                            (3, None, (0, 1, 1))])
 def test_one_periodic_equals_exhaustive_on_fixed_allocation(seed, bw, alloc):
     c = random_chain(3, seed, integer=True)
-    pat, _ = exhaustive_search(c, bw, 2, allocs=[alloc]).best(None)
-    at = solve_cyclic(c, bw, list(alloc), pat.T * (1 + 1e-7), 1, None, P=2, time_limit=30, threads=1)
+    td = task_data(c, bw)
+    pat, _ = exhaustive_search(td, 2, allocs=[alloc]).best(None)
+    at = solve_cyclic(td, list(alloc), pat.T * (1 + 1e-7), 1, None, P=2, time_limit=30, threads=1)
     assert at.status == Status.FEASIBLE
     assert at.sim.period == pytest.approx(pat.T, rel=1e-6)
-    below = solve_cyclic(c, bw, list(alloc), pat.T * (1 - 1e-3), 1, None, P=2, time_limit=30, threads=1)
+    below = solve_cyclic(td, list(alloc), pat.T * (1 - 1e-3), 1, None, P=2, time_limit=30, threads=1)
     assert below.status == Status.INFEASIBLE and below.schedule is None
 
 
@@ -36,15 +38,16 @@ def test_exact_one_periodic_memory_equals_exhaustive_front(seed, bw, alloc):
     """With memory limits: the K = 1 MILP with the exact memory model is feasible at every point
     (period, memory) of the exhaustive front of the allocation and infeasible 0.1% faster there."""
     c = random_chain(3, seed, integer=True)
-    ex = exhaustive_search(c, bw, 2, allocs=[alloc])
+    td = task_data(c, bw)
+    ex = exhaustive_search(td, 2, allocs=[alloc])
     front = ex.front()
     assert len(front) >= 2
     for T1, M in front:
-        at = solve_cyclic(c, bw, list(alloc), T1 * (1 + 1e-6), 1, M, P=2, time_limit=30, threads=1,
+        at = solve_cyclic(td, list(alloc), T1 * (1 + 1e-6), 1, M, P=2, time_limit=30, threads=1,
                           memory_model="exact")
         assert at.status == Status.FEASIBLE, (T1, M, at.message)
         assert at.sim.peak_memory <= M * (1 + 1e-9)
-        below = solve_cyclic(c, bw, list(alloc), T1 * (1 - 1e-3), 1, M, P=2, time_limit=30, threads=1,
+        below = solve_cyclic(td, list(alloc), T1 * (1 - 1e-3), 1, M, P=2, time_limit=30, threads=1,
                              memory_model="exact")
         assert below.status == Status.INFEASIBLE, (T1, M)
 
@@ -57,16 +60,17 @@ def test_min_memory_at_period_equals_exhaustive_front(seed, bw, alloc):
     front may list two points of one period), and the pattern it returns replays with it; below the
     front's fastest period there is no pattern at all."""
     c = random_chain(3, seed, integer=True)
-    front = exhaustive_search(c, bw, 2, allocs=[alloc]).front()
+    td = task_data(c, bw)
+    front = exhaustive_search(td, 2, allocs=[alloc]).front()
     least = {T: min(M for T2, M in front if T2 <= T) for T, _ in front}
     assert len(least) >= 2
     for T1, M1 in least.items():
-        r, bound = min_memory_at_period(c, bw, list(alloc), T1 * (1 + 1e-7), P=2, time_limit=30, threads=1)
+        r, bound = min_memory_at_period(td, list(alloc), T1 * (1 + 1e-7), P=2, time_limit=30, threads=1)
         assert r.status == Status.OPTIMAL, (T1, r.message)
         assert r.sim.peak_memory == pytest.approx(M1, rel=1e-9)
         assert bound == pytest.approx(M1, rel=1e-6)
         assert r.sim.period == pytest.approx(T1 * (1 + 1e-7), rel=1e-9)
-    r, bound = min_memory_at_period(c, bw, list(alloc), min(T for T, _ in front) * (1 - 1e-3), P=2,
+    r, bound = min_memory_at_period(td, list(alloc), min(T for T, _ in front) * (1 - 1e-3), P=2,
                                     time_limit=30, threads=1)
     assert r.status == Status.INFEASIBLE and r.schedule is None
 
@@ -87,10 +91,10 @@ def test_full_ilp_min_memory_at_a_period_equals_the_best_allocation(seed, bw):
     for T in np.linspace(serial / 2, serial, 5):
         best = None
         for a in allocs:
-            r, _ = min_memory_at_period(c, bw, list(a), T, P=2, time_limit=30, threads=1)
+            r, _ = min_memory_at_period(td, list(a), T, P=2, time_limit=30, threads=1)
             if r.schedule is not None:
                 best = min(best or np.inf, r.sim.peak_memory)
-        pat, res = solve_min_memory(c, bw, 2, Tmax=T, time_limit=30, threads=1)
+        pat, res = solve_min_memory(td, 2, Tmax=T, time_limit=30, threads=1)
         if best is None:
             assert res.status == Status.INFEASIBLE and pat is None, T
             seen.add("none")
@@ -111,7 +115,7 @@ def test_cyclic_schedules_replay_within_memory_and_period():
     serial = float(td.d[1:].sum())
     gpu = lg + [lg[td.layer(m) - 1] for m in range(td.L + 1, td.n + 1)]
     for K in (1, 2, 3):
-        r = cyclic_search(c, bw, lg, None, K, hi=serial, P=2, steps=6, time_limit=20, threads=1)
+        r = cyclic_search(td, lg, None, K, hi=serial, P=2, steps=6, time_limit=20, threads=1)
         assert r is not None and r.schedule.K in (1, K)
         sim = simulate_cyclic(r.schedule, c, bw, gpus=2)
         assert sim.period == pytest.approx(r.schedule.T, rel=1e-9)
@@ -134,16 +138,16 @@ def test_memory_caps_are_respected_and_infeasible_limits_reported():
     lg = [0, 0, 1, 1]
     td = task_data(c, bw)
     gpu = lg + [lg[td.layer(m) - 1] for m in range(td.L + 1, td.n + 1)]
-    free = cyclic_search(c, bw, lg, None, 2, hi=float(td.d[1:].sum()), P=2, steps=6, threads=1)
+    free = cyclic_search(td, lg, None, 2, hi=float(td.d[1:].sum()), P=2, steps=6, threads=1)
     # 3% below the memory of the unconstrained schedule: a schedule holding fewer copies is needed
     M = free.sim.peak_memory * 0.97
-    r = cyclic_search(c, bw, lg, M, 2, hi=float(td.d[1:].sum() + td.dc[1:].sum()), P=2, steps=6, threads=1)
+    r = cyclic_search(td, lg, M, 2, hi=float(td.d[1:].sum() + td.dc[1:].sum()), P=2, steps=6, threads=1)
     assert r is not None
     assert r.sim.peak_memory <= M * (1 + 1e-9)
     assert r.schedule.T >= free.schedule.T * (1 - 1e-9)
     caps = copy_caps(td, gpu, 1.0)          # 1 byte: nothing fits
     assert min(caps.values()) < 1
-    none = solve_cyclic(c, bw, lg, float(td.d[1:].sum()), 2, 1.0, P=2, threads=1)
+    none = solve_cyclic(td, lg, float(td.d[1:].sum()), 2, 1.0, P=2, threads=1)
     assert none.status == Status.INFEASIBLE and "cannot hold" in none.message
 
 
@@ -173,12 +177,13 @@ def test_two_periodic_beats_every_pattern_of_the_allocation(seed, alloc):
     """At a memory limit on the exhaustive front of this allocation, a 2-periodic schedule is
     strictly faster than the best pattern (found by the exhaustive search) within the same memory."""
     c = random_chain(3, seed, integer=True)
-    ex = exhaustive_search(c, 1.0, 2, allocs=[alloc])
+    td = task_data(c, 1.0)
+    ex = exhaustive_search(td, 2, allocs=[alloc])
     wins = 0
     for T1, M in ex.front():
         assert ex.best(M)[0].T == pytest.approx(T1)
-        r2 = solve_cyclic(c, 1.0, list(alloc), T1 * (1 - 1e-3), 2, M, P=2, time_limit=30, threads=1)
-        r1 = solve_cyclic(c, 1.0, list(alloc), T1 * (1 - 1e-3), 1, M, P=2, time_limit=30, threads=1)
+        r2 = solve_cyclic(td, list(alloc), T1 * (1 - 1e-3), 2, M, P=2, time_limit=30, threads=1)
+        r1 = solve_cyclic(td, list(alloc), T1 * (1 - 1e-3), 1, M, P=2, time_limit=30, threads=1)
         assert r1.schedule is None             # no pattern below the exact optimum
         if r2.schedule is not None:
             sim = simulate_cyclic(r2.schedule, c, 1.0, gpus=2)
@@ -191,17 +196,18 @@ def test_exact_refine_reaches_the_best_pattern_of_the_allocation():
     """From the serial pattern (the slowest), the refinement used for the ILP's MIP start reaches the
     exhaustive optimum of the allocation at each memory limit of its front, within the bisection's
     precision, and the pattern it returns replays within the limit."""
-    from memplan.baselines.pipeline import exact_refine
-    from memplan.models.pipeline import serial_pattern, simulate_pattern
+    from memplan._pipeline_search import exact_refine
+    from memplan.baselines.pipeline_modular import serial_pattern
 
     c = random_chain(3, 4, integer=True)
+    td = task_data(c, 1.0)
     alloc = (0, 1, 1)
-    ex = exhaustive_search(c, 1.0, 2, allocs=[alloc])
-    serial = serial_pattern(c, 1.0, list(alloc))
+    ex = exhaustive_search(td, 2, allocs=[alloc])
+    serial = serial_pattern(td, list(alloc))
     faster = [(T1, M) for T1, M in ex.front() if T1 < serial.T * (1 - 1e-9)]
     assert len(faster) >= 2
     for T1, M in faster:
-        q = exact_refine(c, 1.0, 2, M, [alloc], serial, steps=24, threads=1)
+        q = exact_refine(td, 2, M, [alloc], serial, steps=24, threads=1)
         assert q is not None and q.layer_gpus() == list(alloc)
         assert T1 * (1 - 1e-9) <= q.T <= T1 * (1 + 1e-5)
         sim = simulate_pattern(q, c, 1.0, gpus=2)

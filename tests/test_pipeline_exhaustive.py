@@ -24,7 +24,7 @@ def test_allocations_are_set_partitions():
 def test_exhaustive_one_gpu_is_serial():
     c = random_chain(2, 3, integer=True)
     td = task_data(c, 1.0)
-    ex = exhaustive_search(c, 1.0, 1)
+    ex = exhaustive_search(td, 1)
     pat, r = ex.best(None)
     assert pat.T == pytest.approx(td.d[1:].sum())
     # below the smallest memory of any pattern there is none
@@ -54,10 +54,11 @@ def _check_against(ex, solve, chain, bw, P):
                                        (3, None, 0), (3, None, 1)])
 def test_ilp_equals_exhaustive_under_memory_limits(L, bw, seed):
     c = random_chain(L, seed, integer=True)
-    ex = exhaustive_search(c, bw, 2)
+    td = task_data(c, bw)
+    ex = exhaustive_search(td, 2)
 
     def solve(M):
-        pat, res, _, _ = solve_ilp(c, bw, 2, M, time_limit=60, threads=1)
+        pat, res, _, _ = solve_ilp(td, 2, M, time_limit=60, threads=1)
         return pat, str(res.status)
 
     _check_against(ex, solve, c, bw, 2)
@@ -68,10 +69,11 @@ def test_fixed_allocation_ilp_equals_exhaustive(L, bw, alloc):
     """Allocations whose whole structure space fits in the suite (the non-contiguous L = 3
     allocation with a bandwidth limit has 7.5 million structures)."""
     c = random_chain(L, 0, integer=True)
-    ex = exhaustive_search(c, bw, 2, allocs=[alloc])
+    td = task_data(c, bw)
+    ex = exhaustive_search(td, 2, allocs=[alloc])
 
     def solve(M):
-        pat, res = solve_fixed_allocation(c, bw, 2, M, list(alloc), time_limit=60, threads=1)
+        pat, res = solve_fixed_allocation(td, 2, M, list(alloc), time_limit=60, threads=1)
         return pat, str(res.status)
 
     front = _check_against(ex, solve, c, bw, 2)

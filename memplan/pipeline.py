@@ -1,0 +1,832 @@
+"""Pipelined model parallelism: the layers of a chain on P GPUs, a periodic 1F1B schedule (paper 003).
+
+Paper 003 (Beaumont, Eyraud-Dubois, Shilova, "An Integer Linear Programming Approach for Pipelined
+Model Parallelism", RR-9452, 2022). Each layer is placed on one of P GPUs (its forward and backward
+task together, the allocation may be non-contiguous), every pair of GPUs has a link of the given
+bandwidth, and mini-batches flow through the pipeline; the goal is the smallest *period* (time
+between two mini-batches, the inverse of the throughput) such that every GPU's memory (three copies
+of its weights, communication buffers, stored activations of the mini-batches in flight) stays
+within ``memory``. The definition and the simulator that replays every schedule are in
+:mod:`memplan.models.pipeline`; ``objective`` is the replayed period and ``peak_memory`` the replayed
+memory of the busiest GPU.
+
+=============  ==========================================================================  ============
+method         what it computes                                                            cost
+=============  ==========================================================================  ============
+``ilp``        the ILP (1)-(36) of section 4 over periodic patterns (Definition 1), with   MILP
+               the best start found by the baselines, modular patterns, a partition
+               search and an exact refinement on known and load-balanced allocations
+``pipedream``  PipeDream's planner swept over memory targets x NOAM (section 5), every     O(n_targets
+               partition run as eager 1F1B; the best point whose measured memory fits      P^2 L^2 + ...)
+``gpipe``      time-balanced contiguous partitions into 1..P stages, eager 1F1B, NOAM      O(P^3 L^2)
+               1..S
+``cyclic``     K-periodic schedules (``periodicity`` mini-batches per period; beyond the   MILPs
+               paper's patterns, :mod:`memplan.formulations.pipeline_cyclic`) of the best
+               allocations known, bisection on the period below the best known
+``lb``         the period lower bound ``max(sum d / P, max_l (u_F^l + u_B^l))`` only       O(L)
+=============  ==========================================================================  ============
+
+The whole call, every phase included, runs within ``time_limit``: for ``ilp`` the baselines take at
+most a quarter of it, the start search and the refinement shares of what is left, and the ILP the
+rest; a phase that runs out keeps what it has, and the status says what was proven (``optimal``:
+the ILP closed its gap; ``time_limit``: the best pattern found, with the bound; ``feasible``: a
+heuristic's answer).
+
+Examples
+--------
+A random chain of 6 layers (integer times and sizes) on 2 GPUs, links of 5 bytes per second, 127
+bytes per GPU. PipeDream's best point runs layers 1-3 and 4-6 with two mini-batches in flight; the
+ILP proves a non-contiguous allocation faster. Its period lies between the period lower bound (half
+of all the work here, 109 / 2) and PipeDream's, both replayed by the simulator.
+
+>>> import memplan
+>>> chain = memplan.random_chain(6, seed=1)
+>>> pd = memplan.pipeline.solve(chain, memory=127, bandwidth=5, gpus=2, method="pipedream", n_batches=60)
+>>> ilp = memplan.pipeline.solve(chain, memory=127, bandwidth=5, gpus=2, method="ilp", time_limit=20,
+...                              threads=1, n_batches=60)
+>>> work = float(chain.uf.sum() + chain.ub.sum())
+>>> work / 2 <= ilp.objective <= pd.objective, ilp.peak_memory <= 127 and pd.peak_memory <= 127
+(True, True)
+>>> str(pd.status), pd.details["stages"], float(pd.objective), str(ilp.status), round(ilp.objective, 6)
+('feasible', [[1, 3], [4, 6]], 58.0, 'optimal', 55.0)
+>>> ilp.schedule.layer_gpus(), ilp.schedule.is_contiguous()
+([0, 0, 1, 1, 0, 1], False)
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from memplan import _frontend
+from memplan._pipeline_search import (cyclic_search, deadline_of, exact_refine, expired, known_allocations,
+                                      memory_at_period, min_memory_pattern, phase, quiet)
+from memplan.baselines.pipeline import (Point, best_feasible, gpipe_points, min_memory_contiguous, pipedream_points,
+                                        start_pattern)
+from memplan.baselines.pipeline_modular import snap_period
+from memplan.formulations.pipeline_ilp import solve_ilp
+from memplan.models.budget import Budget, ProgressFn
+from memplan.models.chain import Chain
+from memplan.models.pipeline import (CyclicSchedule, EagerResult, InvalidPattern, Pattern, TaskData, batch_shifts,
+                                     link_key, memory_lower_bound, period_lower_bound, simulate_pattern,
+                                     stages_to_layer_gpu, task_data)
+from memplan.models.solution import InputError, Solution, Status
+from memplan.models.units import fmt_bandwidth, fmt_memory, fmt_time
+
+__all__ = ["PROBLEM", "METHODS", "DEFAULT_METHOD", "solve", "report", "gantt", "baseline_points"]
+
+PROBLEM = "pipeline"
+METHODS = ["ilp", "pipedream", "gpipe", "cyclic", "lb"]
+DEFAULT_METHOD = "ilp"
+
+# shares of the whole-call budget (of what is left when the phase starts)
+_SHARE_PIPEDREAM = 0.20     # PipeDream's sweep (methods ilp and cyclic)
+_SHARE_GPIPE = 0.10         # GPipe's points
+_SHARE_START = 0.15         # the start pattern search (modular patterns, partition search)
+_SHARE_REFINE = 0.35        # the exact refinement of the ILP's start
+_REFINE_MILP_CAP = 30.0     # seconds per MILP of the refinement and of the last checks
+#: seconds per row of the ILP to build (Pyomo) and compile it, measured on a loaded 2-core machine
+#: (ResNet-18, L = 23: 42,000 rows in 3.5 s; DenseNet-121, L = 77: 643,000 rows in 39 s)
+_BUILD_S_PER_ROW = 7e-5
+_MIN_N_BATCHES = 8
+
+
+@dataclass
+class _Call:
+    """One ``solve`` call: the inputs, checked, and the task data built once."""
+
+    chain: Chain
+    td: TaskData
+    P: int
+    memory: float
+    bandwidth: float | None
+    b: Budget
+    time_limit: float | None
+    gap: float | None
+    threads: int | None
+    solver_log: Any
+    periodicity: int
+    n_batches: int
+    points: list[Point] | None
+    allocations: list[tuple[int, ...]]
+    refine: bool
+    starts: list[Pattern]
+
+
+# ----------------------------------------------------------------------------- helpers
+def _ilp_rows(L: int) -> int:
+    """Rows of the ILP (1)-(36) with the layer-pair allocation, to within a few percent."""
+    n = 2 * L
+    return 3 * math.comb(L, 3) + 7 * n * (n - 1) + 10 * (n - 1) * (n - 2) + 2 * n * L + 12 * n
+
+
+def _ilp_build_seconds(L: int) -> float:
+    """A (generous) estimate of the seconds to build and compile the ILP of L layers."""
+    return _BUILD_S_PER_ROW * _ilp_rows(L)
+
+
+def _infeasible_message(c: _Call, what: str, found_min: float | None = None,
+                        found_label: str = "") -> tuple[str, float, float]:
+    """The message of an INFEASIBLE answer. For a baseline (``found_min`` given) the minimum memory
+    that works for that method is its smallest simulated point; for the ILP it lies between the
+    memory lower bound and the memory of the serial pattern of the memory-smallest contiguous
+    partition (which always works). Returns (message, minimum known to work, lower bound)."""
+    lb = memory_lower_bound(c.td, c.P)
+    ub, stages = min_memory_contiguous(c.td, c.P)
+    head = f"{what} within {fmt_memory(c.memory)} per GPU on {c.P} GPU(s)"
+    tail = (f"the serial pattern of stages {stages} needs {fmt_memory(ub)}; no pattern exists below "
+            f"{fmt_memory(lb)}")
+    if found_min is not None:
+        return (f"{head}; minimum memory that works for {found_label}: {fmt_memory(found_min)} "
+                f"(its smallest point); {tail}", found_min, lb)
+    return (f"{head}; minimum memory that works: between {fmt_memory(lb)} and {fmt_memory(ub)} "
+            f"({tail})", ub, lb)
+
+
+def _sweep(c: _Call, methods: Sequence[str], shares: dict[str, float | None]) -> tuple[list[Point], str]:
+    """The baseline points of ``methods`` (those passed in ``points`` when given), each sweep within
+    its share of the budget; returns the points and a note when a sweep was cut short."""
+    if c.points is not None:
+        return [p for p in c.points if p.method in methods], ""
+    out: list[Point] = []
+    notes = []
+    for meth in methods:
+        t0 = time.perf_counter()
+        tl = c.b.limit(None, shares[meth]) if shares.get(meth) is not None else c.b.limit()
+        if meth == "pipedream":
+            pts = pipedream_points(c.td, c.P, n_batches=c.n_batches, time_limit=tl)
+        else:
+            pts = gpipe_points(c.td, c.P, n_batches=c.n_batches, time_limit=tl)
+        cut = "" if pts.complete else f" (of {pts.candidates}; stopped at its share of the time limit)"
+        if cut:
+            notes.append(f"the {meth} sweep stopped at the time limit after {len(pts)} of {pts.candidates} points")
+        c.b.log(f"{meth}: {len(pts)} simulated (partition, NOAM) points{cut}, {time.perf_counter() - t0:.1f}s")
+        out += pts
+    return out, "; ".join(notes)
+
+
+def _replayed(c: _Call, q: Pattern, what: str):
+    """Replay a pattern given by the caller (``starts``); an invalid one is an input error."""
+    try:
+        return simulate_pattern(q, c.td, gpus=c.P)
+    except InvalidPattern as e:
+        raise InputError(f"{PROBLEM}: {what} is not a valid pattern of this chain on {c.P} GPU(s): {e}") from None
+
+
+def _fits(c: _Call, peak: float) -> bool:
+    return peak <= c.memory * (1 + 1e-9)
+
+
+# ----------------------------------------------------------------------------- methods
+def _lb(c: _Call) -> Solution:
+    lb = period_lower_bound(c.td, c.P)
+    return Solution(PROBLEM, "lb", Status.NO_SOLUTION, bound=lb, memory_limit=c.memory,
+                    message="period lower bound max(sum d / P, max_l u_F^l + u_B^l); no schedule",
+                    times={})
+
+
+def _baseline(c: _Call, method: str) -> Solution:
+    t0 = time.perf_counter()
+    lb = period_lower_bound(c.td, c.P)
+    pts, note = _sweep(c, [method], {method: None})
+    times = {"total": time.perf_counter() - t0}
+    best = best_feasible(pts, c.memory)
+    if best is None:
+        found = min((p.memory for p in pts), default=None)
+        msg, minimum, mlb = _infeasible_message(c, f"no {method} point fits", found, method)
+        if note:
+            msg += f" ({note})"
+        return Solution(PROBLEM, method, Status.INFEASIBLE if not note else Status.NO_SOLUTION,
+                        memory_limit=c.memory, message=msg, times=times,
+                        details={"min_memory": minimum, "memory_lower_bound": mlb, "points": len(pts)})
+    sched: Any = best.pattern if best.pattern is not None else best.result
+    objective, peak = best.period, best.memory
+    mem_per_gpu = best.result.sim.memory
+    if best.pattern is not None:
+        r = simulate_pattern(best.pattern, c.td, gpus=c.P)
+        objective, peak, mem_per_gpu = r.period, r.peak_memory, r.memory
+    return Solution(PROBLEM, method, Status.FEASIBLE if not note else Status.TIME_LIMIT, objective=objective,
+                    peak_memory=peak, schedule=sched, bound=lb, memory_limit=c.memory, predicted=best.period,
+                    message=f"best of {len(pts)} simulated (partition, NOAM) points; "
+                            f"stages {best.stages}, NOAM {best.noam}" + (f" ({note})" if note else ""),
+                    times=times, details={"stages": [list(s) for s in best.stages], "noam": best.noam,
+                                          "memory_per_gpu": {str(g): v for g, v in mem_per_gpu.items()},
+                                          "eager_period": best.period, "eager_memory": best.memory,
+                                          "target": best.target, "points": len(pts)})
+
+
+def _pipedream(c: _Call) -> Solution:
+    return _baseline(c, "pipedream")
+
+
+def _gpipe(c: _Call) -> Solution:
+    return _baseline(c, "gpipe")
+
+
+def _points_and_start(c: _Call, times: dict[str, float]) -> tuple[list[Point], Pattern | None, str]:
+    """Methods ilp and cyclic: the baseline points, then the best start pattern within the memory
+    (heuristic searches, then the caller's ``starts`` that replay within the limit)."""
+    t0 = time.perf_counter()
+    points, note = _sweep(c, ["pipedream", "gpipe"], {"pipedream": _SHARE_PIPEDREAM, "gpipe": _SHARE_GPIPE})
+    t1 = time.perf_counter()
+    start = start_pattern(c.td, c.P, c.memory, points, time_limit=c.b.limit(None, _SHARE_START))
+    for i, q in enumerate(c.starts):
+        if start is None or q.T < start.T * (1 - 1e-9):
+            if _fits(c, _replayed(c, q, f"starts[{i}]").peak_memory):
+                start = q
+    times["baselines"] = time.perf_counter() - t0
+    c.b.log("start: " + ("no pattern fits" if start is None else
+                         f"period {fmt_time(start.T, digits=6)} ({start.meta.get('method', 'given')})")
+            + f", {time.perf_counter() - t1:.1f}s")
+    return points, start, note
+
+
+def _ilp(c: _Call) -> Solution:
+    b, td, P, memory = c.b, c.td, c.P, c.memory
+    times: dict[str, float] = {}
+    lb = period_lower_bound(td, P)
+    points, start, note = _points_and_start(c, times)
+    bb = best_feasible(points, memory)     # the best baseline point at this memory
+    need = _ilp_build_seconds(td.L)
+    reserve = min(max(1.0, 0.05 * c.time_limit), 10.0) if c.time_limit is not None else 0.0
+
+    def ilp_fits() -> bool:
+        return b.time_limit is None or need <= 0.5 * max(0.0, b.remaining() - reserve)
+
+    refined = None
+    if c.refine and start is not None and not b.expired():
+        # the best pattern of the start's allocation and of the best baseline partitions (exact
+        # 1-periodic MILP, fixed allocation): a better MIP start than the modular patterns. When
+        # the ILP cannot be built in the time left anyway, the refinement gets all of it.
+        t_ref = time.perf_counter()
+        goal = bb.period if bb is not None else None
+        if ilp_fits():
+            deadline = deadline_of(b, None, _SHARE_REFINE)
+        else:
+            deadline = b.deadline - reserve
+            b.log(f"refine: building the ILP would take about {need:.0f}s (L = {td.L}), more than the time "
+                  f"left allows: the refinement gets that time instead")
+        cap = min(_REFINE_MILP_CAP, c.time_limit or _REFINE_MILP_CAP)
+        with phase(b, deadline, report=False):     # every MILP of the phase ends by its deadline
+            allocs = known_allocations(td, points, memory, start, P=P, threads=c.threads, goal=goal,
+                                       deadline=deadline)
+            refined = exact_refine(td, P, memory, allocs, start, steps=8, threads=c.threads, time_limit=cap,
+                                   goal=goal, deadline=deadline)
+        times["refine"] = time.perf_counter() - t_ref
+        if refined is not None:
+            start = refined
+        b.log(f"refine: {len(allocs)} allocation(s), "
+              + (f"period {fmt_time(refined.T, digits=6)}" if refined is not None else "no faster pattern")
+              + f", {times['refine']:.1f}s")
+
+    details: dict[str, Any] = {"start": start.meta if start is not None else None,
+                               "start_refined": refined is not None,
+                               "start_period": start.T if start is not None else None}
+    if bb is not None:
+        details["best_baseline"] = {"method": bb.method, "period": bb.period, "memory": bb.memory,
+                                    "stages": [list(x) for x in bb.stages], "noam": bb.noam}
+
+    # ------------------------------------------------------------------ the ILP
+    if not ilp_fits():
+        why = (f"the ILP was not run: building it (about {need:.0f}s for L = {td.L}) does not fit in what "
+               f"is left of the time limit ({b.remaining():.0f}s)")
+        b.log(why)
+        return _start_only(c, start, lb, why, details, times, note)
+    b.log(f"ILP: (1)-(36) on {P} GPU(s), MIP start period "
+          + (fmt_time(start.T, digits=6) if start is not None else "none"))
+    with phase(b, b.deadline - reserve):
+        pattern, res, ilp, t = solve_ilp(td, P, memory, start=start, Tmin=lb, time_limit=None,
+                                         gap=c.gap, threads=c.threads, log_file=c.solver_log)
+    times.update(t)
+    details.update(model_size=res.size, start_accepted=res.start_accepted, Tmax=ilp.Tmax)
+    bound = max(lb, res.bound) if res.bound is not None else lb
+    b.log(f"ILP: {res.status} ({res.message})")
+    if pattern is not None and start is not None and pattern.T > start.T * (1 + 1e-9):
+        pattern = None                       # the MIP start was not kept: it is the better answer
+    if pattern is None:
+        if start is not None:
+            why = f"the ILP found nothing better than its MIP start ({res.message})"
+            return _start_only(c, start, bound, why, details, times, note,
+                               status=Status.OPTIMAL if res.status == Status.OPTIMAL else None)
+        if res.status == Status.INFEASIBLE:
+            return _ilp_infeasible(c, details, times)
+        return Solution(PROBLEM, "ilp", res.status, memory_limit=memory, bound=bound, message=res.message,
+                        times=times, details=details)
+    pattern = snap_period(pattern, td, bound, memory=memory, gpus=P)   # the ILP's bound
+    sim = simulate_pattern(pattern, td, gpus=P)
+    if sim.peak_memory > memory * (1 + 1e-6):
+        raise RuntimeError(f"ILP pattern replays with {sim.peak_memory} B > limit {memory} B")
+    if abs(sim.period - pattern.T) > 1e-6 * pattern.T:
+        raise RuntimeError(f"ILP pattern replays with period {sim.period} != T = {pattern.T}")
+    if bb is not None and sim.period > bb.period * (1 + 1e-9):
+        details["best_baseline"]["pattern_memory"] = _pattern_memory(c, pattern.layer_gpus(), bb.period)
+    details["memory_per_gpu"] = {str(g): v for g, v in sim.memory.items()}
+    details["shifts"] = sim.shifts
+    details["contiguous"] = pattern.is_contiguous()
+    msg = res.message + (f" ({note})" if note else "")
+    return Solution(PROBLEM, "ilp", res.status, objective=sim.period, peak_memory=sim.peak_memory,
+                    schedule=pattern, bound=bound, memory_limit=memory, predicted=res.objective,
+                    message=msg, times=times, details=details)
+
+
+def _pattern_memory(c: _Call, layer_gpu: Sequence[int], T: float) -> dict[str, Any]:
+    """What a pattern of the ILP's allocation needs at the baseline's period (if time is left)."""
+    tl = c.b.limit(min(_REFINE_MILP_CAP, c.time_limit or _REFINE_MILP_CAP))
+    if tl is not None and tl <= 0.05:
+        return {"memory": None, "bound": None, "status": str(Status.NO_SOLUTION)}
+    with quiet(c.b):
+        return memory_at_period(c.td, c.P, layer_gpu, T, time_limit=tl, threads=c.threads)
+
+
+def _start_only(c: _Call, start: Pattern | None, bound: float, why: str, details: dict, times: dict,
+                note: str, status: Status | None = None) -> Solution:
+    """The answer when the ILP did not improve on (or did not run from) the best start pattern."""
+    if start is None:
+        msg, minimum, mlb = _infeasible_message(c, "no pattern found (the ILP did not run)")
+        details.update(min_memory=minimum, memory_lower_bound=mlb)
+        return Solution(PROBLEM, "ilp", Status.NO_SOLUTION, memory_limit=c.memory, bound=bound,
+                        message=f"{why}; {msg}", times=times, details=details)
+    sim = simulate_pattern(start, c.td, gpus=c.P)
+    details.update(memory_per_gpu={str(g): v for g, v in sim.memory.items()}, shifts=sim.shifts,
+                   contiguous=start.is_contiguous())
+    source = start.meta.get("method", "given")
+    msg = f"{why}; returning the best start pattern ({source})" + (f" ({note})" if note else "")
+    return Solution(PROBLEM, "ilp", status or Status.TIME_LIMIT, objective=sim.period,
+                    peak_memory=sim.peak_memory, schedule=start, bound=bound, memory_limit=c.memory,
+                    message=msg, times=times, details=details)
+
+
+def _ilp_infeasible(c: _Call, details: dict, times: dict) -> Solution:
+    """The ILP proved that no pattern fits: say what the minimum memory is (min-memory ILP)."""
+    msg, minimum, mlb = _infeasible_message(c, "the ILP proves no valid pattern")
+    tl = c.b.limit(min(_REFINE_MILP_CAP, c.time_limit or _REFINE_MILP_CAP))
+    mm = None
+    if tl is None or tl > 0.5 * _ilp_build_seconds(c.td.L) + 0.5:
+        c.b.log("ILP: infeasible; the min-memory ILP looks for the minimum memory")
+        with quiet(c.b):
+            mm = min_memory_pattern(c.td, c.P, time_limit=tl, threads=c.threads)
+    if mm is not None:
+        minimum, proven, mbound = mm
+        msg = (f"the ILP proves no valid pattern within {fmt_memory(c.memory)} per GPU on {c.P} GPU(s); "
+               + (f"minimum memory that works: {fmt_memory(minimum)} (proven by the min-memory ILP)"
+                  if proven else f"minimum memory that works: between {fmt_memory(max(mlb, mbound))} "
+                  f"and {fmt_memory(minimum)} (min-memory ILP stopped at its time limit)"))
+    details.update(min_memory=minimum, memory_lower_bound=mlb)
+    return Solution(PROBLEM, "ilp", Status.INFEASIBLE, memory_limit=c.memory, message=msg, times=times,
+                    details=details)
+
+
+def _cyclic(c: _Call) -> Solution:
+    """Method ``cyclic``: bisection with ``cyclic_search`` on each candidate allocation, below the
+    best period known (pattern or eager schedule) at this memory."""
+    b, td, P, memory, K = c.b, c.td, c.P, c.memory, c.periodicity
+    times: dict[str, float] = {}
+    lb = period_lower_bound(td, P)
+    points, start, note = _points_and_start(c, times)
+    fitting = best_feasible(points, memory)
+    known = ([fitting.period] if fitting is not None else []) + ([start.T] if start is not None else [])
+    cands = known_allocations(td, points, memory, start, c.allocations)
+    if not known or not cands:
+        msg, minimum, mlb = _infeasible_message(c, "no allocation known to fit (no pattern or baseline point)")
+        return Solution(PROBLEM, "cyclic", Status.NO_SOLUTION, memory_limit=memory, bound=lb, message=msg,
+                        times=times, details={"min_memory": minimum, "memory_lower_bound": mlb})
+    hi = min(known)
+    per_solve = max(15.0, (c.time_limit or 60.0) / (2 * len(cands)))   # one MILP; a search runs <= 2 x 8
+    best = None
+    t_cyc = time.perf_counter()
+    deadline = deadline_of(b)
+    tried = 0
+    with quiet(b):
+        for lg in cands:
+            if expired(deadline):
+                break
+            tried += 1
+            r = cyclic_search(td, lg, memory, K, hi=hi, P=P, steps=6, time_limit=per_solve, threads=c.threads,
+                              deadline=deadline)
+            if r is not None and (best is None or r.schedule.T < best.schedule.T):
+                best = r
+    times["cyclic"] = time.perf_counter() - t_cyc
+    cut = tried < len(cands) or expired(deadline)
+    b.log(f"cyclic: {tried} of {len(cands)} allocation(s) searched, "
+          + (f"period {fmt_time(best.schedule.T, digits=6)}" if best is not None else "nothing found")
+          + f", {times['cyclic']:.1f}s")
+    details = {"periodicity": K, "allocations_tried": tried, "best_known_period": hi}
+    stopped = " (stopped at the time limit)" if cut else ""
+    if best is None:
+        return Solution(PROBLEM, "cyclic", Status.NO_SOLUTION, memory_limit=memory, bound=lb, times=times,
+                        message=f"no {K}-periodic schedule found at or below {fmt_time(hi)} on "
+                                f"{tried} allocation(s){stopped}", details=details)
+    sched, sim = best.schedule, best.sim
+    details.update(memory_per_gpu={str(g): v for g, v in sim.memory.items()}, contiguous=sched.is_contiguous(),
+                   memory_model=sched.meta.get("memory_model"),
+                   copy_caps={str(g): cp for g, cp in (sched.meta.get("copy_caps") or {}).items()})
+    return Solution(PROBLEM, "cyclic", Status.TIME_LIMIT if cut else Status.FEASIBLE, objective=sim.period,
+                    peak_memory=sim.peak_memory, schedule=sched, bound=lb, memory_limit=memory, predicted=sched.T,
+                    message=f"{sched.K}-periodic schedule ({sched.K} mini-batch(es) per "
+                            f"{fmt_time(sched.K * sched.T)}; searched K = 1 and {K}), best of {tried} "
+                            f"allocation(s), bisection below {fmt_time(hi)}{stopped}"
+                            + (f" ({note})" if note else ""),
+                    times=times, details=details)
+
+
+_RUNNERS: dict[str, Callable[[_Call], Solution]] = {
+    "ilp": _ilp, "pipedream": _pipedream, "gpipe": _gpipe, "cyclic": _cyclic, "lb": _lb,
+}
+assert list(_RUNNERS) == METHODS
+
+
+# ----------------------------------------------------------------------------- input checks
+def _chain_arg(chain: Any) -> Chain:
+    if isinstance(chain, Chain):
+        return chain
+    if isinstance(chain, tuple) and len(chain) == 2 and isinstance(chain[0], Chain):
+        return chain[0]                          # an Instance (chain, platform)
+    raise InputError(f"{PROBLEM}: chain must be a memplan.Chain (e.g. memplan.load_instance(name)[0] or "
+                     f"memplan.random_chain(6, seed=0)), got {type(chain).__name__}")
+
+
+def _gap_arg(gap: Any) -> float | None:
+    if gap is None:
+        return None
+    try:
+        g = float(gap)
+    except (TypeError, ValueError):
+        raise InputError(f"{PROBLEM}: gap={gap!r} must be a relative MILP gap, e.g. 1e-4") from None
+    if not (g >= 0 and math.isfinite(g)):
+        raise InputError(f"{PROBLEM}: gap={gap!r} must be a non-negative relative MILP gap, e.g. 1e-4")
+    return g
+
+
+def _points_arg(points: Any, L: int, P: int) -> list[Point] | None:
+    if points is None:
+        return None
+    try:
+        pts = list(points)
+    except TypeError:
+        raise InputError(f"{PROBLEM}: points must be a list of baseline points (memplan.pipeline."
+                         f"baseline_points(...)), got {type(points).__name__}") from None
+    for i, p in enumerate(pts):
+        if not isinstance(p, Point):
+            raise InputError(f"{PROBLEM}: points[{i}] is a {type(p).__name__}, not a baseline point "
+                             f"(memplan.pipeline.baseline_points(...) makes them)")
+        try:
+            lg = stages_to_layer_gpu(p.stages, L)
+        except ValueError as e:
+            raise InputError(f"{PROBLEM}: points[{i}] does not belong to this chain of L = {L} layers ({e})") from None
+        if max(lg) >= P:
+            raise InputError(f"{PROBLEM}: points[{i}] has {len(p.stages)} stages, more than gpus={P}")
+    return pts
+
+
+def _allocations_arg(allocations: Any, L: int, P: int) -> list[tuple[int, ...]]:
+    out = []
+    for i, a in enumerate(allocations or ()):
+        try:
+            lg = tuple(int(g) for g in a)
+        except (TypeError, ValueError):
+            raise InputError(f"{PROBLEM}: allocations[{i}] must list the GPU of every layer (ints)") from None
+        if len(lg) != L or not all(0 <= g < P for g in lg):
+            raise InputError(f"{PROBLEM}: allocations[{i}] must give each of the L = {L} layers a GPU in "
+                             f"0..{P - 1}, got {list(lg)}")
+        out.append(lg)
+    return out
+
+
+def _starts_arg(starts: Any, L: int) -> list[Pattern]:
+    out = []
+    for i, q in enumerate(starts or ()):
+        if q is None:
+            continue
+        if not isinstance(q, Pattern):
+            raise InputError(f"{PROBLEM}: starts[{i}] is a {type(q).__name__}, not a Pattern (a previous "
+                             f"solution's schedule)")
+        if len(q.gpu) != 2 * L:
+            raise InputError(f"{PROBLEM}: starts[{i}] has {len(q.gpu)} tasks; this chain needs 2L = {2 * L}")
+        out.append(q)
+    return out
+
+
+# ----------------------------------------------------------------------------- public API
+def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = None, gpus: int = 1,
+          method: str | None = None, time_limit: float | None = 60.0, gap: float | None = None,
+          threads: int | None = None, solver_log: str | Path | None = None, progress: ProgressFn | None = None,
+          periodicity: int = 2, n_batches: int = 500, points: Sequence[Point] | None = None,
+          allocations: Sequence[Sequence[int]] = (), refine: bool = True,
+          starts: Sequence[Pattern] = ()) -> Solution:
+    """Fastest pipelined schedule of ``chain`` on ``gpus`` GPUs within ``memory`` per GPU (paper 003).
+
+    Runs ``method`` (see the module's table). For ``ilp`` it computes the baseline points (PipeDream's
+    sweep and GPipe's partitions, eager 1F1B), the best start pattern they lead to (their 1-periodic
+    steady states, modular 1F1B patterns, a search over contiguous partitions), refines it with the
+    exact fixed-allocation MILP on the start's allocation, the best baseline partitions and
+    load-balanced (possibly non-contiguous) allocations, gives the ILP (1)-(36) that MIP start and
+    the period lower bound, snaps the period onto the bound where they differ by solver noise, and
+    replays the pattern. When no pattern fits it reports the minimum memory (min-memory ILP). When a
+    baseline beats the ILP's pattern, ``details["best_baseline"]["pattern_memory"]`` says how much
+    memory a pattern of the ILP's allocation needs at the baseline's period.
+
+    Parameters
+    ----------
+    chain : Chain
+        The chain (``memplan.load_instance(name)[0]``, ``memplan.random_chain(...)``).
+    memory : float or str
+        Memory limit per GPU: bytes, or a string with units (``"600MiB"``).
+    bandwidth : float or str, optional
+        Bandwidth of every link between two GPUs (bytes/s or ``"12GB/s"``); None: free communications.
+    gpus : int
+        Number of GPUs P (at least 1).
+    method : str, optional
+        One of :data:`METHODS`; :data:`DEFAULT_METHOD` (``"ilp"``) when None.
+    time_limit : float or None
+        Seconds for the whole call, every phase included (None: no limit). ``ilp``: the baselines
+        take at most about a quarter, the start search and the refinement shares of what is left, the
+        ILP the rest (it is skipped, and the best start returned, when building it would not fit).
+    gap : float or None
+        Relative gap at which the ILP stops.
+    threads : int, optional
+        HiGHS threads.
+    solver_log : str or Path, optional
+        File for the ILP's HiGHS log.
+    progress : callable, optional
+        Receives one line per phase and per improving ILP incumbent.
+    periodicity : int
+        ``cyclic``: mini-batches per period K (K = 1 and K are searched).
+    n_batches : int
+        Mini-batches of each eager 1F1B simulation (500 as in the paper).
+    points : list of Point, optional
+        Baseline points computed beforehand (:func:`baseline_points`), e.g. once per sweep over
+        memory limits; used instead of computing them.
+    allocations : list of lists of int
+        ``cyclic``: more candidate allocations (GPU of layer l at index l-1).
+    refine : bool
+        ``ilp``: refine the MIP start with the exact fixed-allocation MILP.
+    starts : list of Pattern
+        ``ilp``: more candidate MIP starts (e.g. the patterns found at smaller limits of a sweep),
+        used when they replay within ``memory``.
+
+    Returns
+    -------
+    Solution
+        ``objective`` (period, s) and ``peak_memory`` (bytes, busiest GPU) as replayed by
+        :func:`memplan.models.pipeline.simulate_pattern` (``Pattern``), :func:`~memplan.models.
+        pipeline.simulate_cyclic` (``CyclicSchedule``) or measured on the eager run
+        (``EagerResult``); ``bound`` the best lower bound on the period (ILP's dual bound or the
+        period lower bound); ``status`` OPTIMAL (the ILP proved its pattern optimal among patterns),
+        TIME_LIMIT (stopped by the time limit, with the best schedule found), FEASIBLE (a heuristic's
+        answer), INFEASIBLE (``details["min_memory"]`` and the message give the memory that works),
+        NO_SOLUTION (``lb``, or nothing found in time); ``gpus`` and ``bandwidth`` as used.
+
+    Raises
+    ------
+    InputError
+        Missing or malformed memory, bandwidth, gpus < 1, unknown method, bad points, allocations or
+        starts.
+
+    Examples
+    --------
+    The period lower bound: two GPUs share all the work (no layer's forward and backward exceed
+    half of it here).
+
+    >>> import memplan
+    >>> chain = memplan.random_chain(6, seed=1)
+    >>> lb = memplan.pipeline.solve(chain, memory="1KiB", bandwidth=5, gpus=2, method="lb")
+    >>> str(lb.status), float(lb.bound), float(chain.uf.sum() + chain.ub.sum()) / 2
+    ('no_solution', 54.5, 54.5)
+    >>> memplan.pipeline.solve(chain, memory=1000, gpus=0)
+    Traceback (most recent call last):
+    ...
+    memplan.models.solution.InputError: pipeline: gpus=0 is out of range; give a whole number >= 1
+    """
+    chain = _chain_arg(chain)
+    memory = _frontend.memory_arg(memory, PROBLEM)
+    bandwidth = _frontend.bandwidth_arg(bandwidth, PROBLEM)
+    P = _frontend.count_arg(gpus, "gpus", PROBLEM, required=False) or 1
+    method = _frontend.method_arg(method, METHODS, DEFAULT_METHOD, PROBLEM)
+    if not isinstance(refine, bool):
+        raise InputError(f"{PROBLEM}: refine={refine!r} must be True or False")
+    b = _frontend.budget(time_limit, progress, PROBLEM)
+    c = _Call(chain=chain, td=task_data(chain, bandwidth), P=P, memory=memory, bandwidth=bandwidth, b=b,
+              time_limit=b.time_limit, gap=_gap_arg(gap),
+              threads=_frontend.count_arg(threads, "threads", PROBLEM, required=False), solver_log=solver_log,
+              periodicity=_frontend.count_arg(periodicity, "periodicity", PROBLEM),
+              n_batches=_frontend.count_arg(n_batches, "n_batches", PROBLEM, minimum=_MIN_N_BATCHES),
+              points=_points_arg(points, chain.L, P), allocations=_allocations_arg(allocations, chain.L, P),
+              refine=refine, starts=_starts_arg(starts, chain.L))
+    with b.active():
+        b.log(f"pipeline: {method} on {chain.name} (L = {chain.L}), {P} GPU(s), memory limit "
+              f"{fmt_memory(memory)} per GPU, bandwidth {fmt_bandwidth(bandwidth)}")
+        sol = _RUNNERS[method](c)
+        b.log(f"pipeline: {sol.status}" + ("" if sol.objective is None else
+                                           f", period {fmt_time(sol.objective, digits=6)}, "
+                                           f"peak {fmt_memory(sol.peak_memory, digits=3)}"))
+    return _frontend.finish(sol, b, memory=memory, bandwidth=bandwidth, gpus=P)
+
+
+def baseline_points(chain: Chain, *, bandwidth: float | str | None = None, gpus: int = 1, n_batches: int = 500,
+                    methods: Sequence[str] = ("pipedream", "gpipe"), time_limit: float | None = None,
+                    progress: ProgressFn | None = None) -> list[Point]:
+    """The simulated (partition, NOAM) points of PipeDream's sweep and of GPipe's partitions, for a
+    sweep over memory limits to compute once and pass to :func:`solve` as ``points``.
+
+    Every point is an eager 1F1B run (``n_batches`` mini-batches) with its measured ``period`` and
+    ``memory`` (busiest GPU); ``pattern`` is its steady state when that is 1-periodic.
+
+    Examples
+    --------
+    >>> import memplan
+    >>> chain = memplan.random_chain(6, seed=1)
+    >>> pts = memplan.pipeline.baseline_points(chain, bandwidth=5, gpus=2, n_batches=60)
+    >>> sorted({p.method for p in pts}), all(p.period >= float(chain.uf.sum() + chain.ub.sum()) / 2 for p in pts)
+    (['gpipe', 'pipedream'], True)
+    >>> sol = memplan.pipeline.solve(chain, memory=127, bandwidth=5, gpus=2, method="pipedream", points=pts)
+    >>> float(sol.objective)
+    58.0
+    """
+    chain = _chain_arg(chain)
+    bw = _frontend.bandwidth_arg(bandwidth, PROBLEM)
+    P = _frontend.count_arg(gpus, "gpus", PROBLEM, required=False) or 1
+    nb = _frontend.count_arg(n_batches, "n_batches", PROBLEM, minimum=_MIN_N_BATCHES)
+    unknown = [m for m in methods if m not in ("pipedream", "gpipe")]
+    if unknown:
+        raise InputError(f"{PROBLEM}: methods={list(methods)!r}: choose from 'pipedream', 'gpipe'")
+    b = _frontend.budget(time_limit, progress, PROBLEM)
+    td = task_data(chain, bw)
+    out: list[Point] = []
+    with b.active():
+        for m in methods:
+            fn = pipedream_points if m == "pipedream" else gpipe_points
+            pts = fn(td, P, n_batches=nb, time_limit=b.limit())
+            b.log(f"{m}: {len(pts)} points" + ("" if pts.complete else " (stopped at the time limit)"))
+            out += pts
+    return out
+
+
+# ---------------------------------------------------------------------------------------- report
+def _ranges(ls: list[int]) -> str:
+    out, i = [], 0
+    while i < len(ls):
+        j = i
+        while j + 1 < len(ls) and ls[j + 1] == ls[j] + 1:
+            j += 1
+        out.append(f"{ls[i]}" if i == j else f"{ls[i]}-{ls[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def _batch(chain: Chain) -> float | None:
+    prov = chain.provenance or {}
+    for k in ("batch", "batch_size", "mini_batch"):
+        v = prov.get(k)
+        if isinstance(v, (int, float)) and v > 0:
+            return float(v)
+    return None
+
+
+def report(solution: Solution, chain: Chain) -> str:
+    """The text ``memplan solve --problem pipeline`` prints: status, bound, period and throughput, gap,
+    the ILP's value and the best baseline at the same memory, peak memory and the layers and memory
+    of every GPU, the kind of schedule, and the times of the phases.
+
+    Examples
+    --------
+    >>> import memplan
+    >>> chain = memplan.random_chain(6, seed=1)
+    >>> sol = memplan.pipeline.solve(chain, memory=127, bandwidth=5, gpus=2, method="pipedream", n_batches=60)
+    >>> print(report(sol, chain))  # doctest: +ELLIPSIS
+    random-L6-seed1: L = 6, problem pipeline, method pipedream, GPUs 2, memory limit 127 B, bandwidth 5 B/s
+    status       feasible: best of 7 simulated (partition, NOAM) points; stages [(1, 3), (4, 6)], NOAM 2
+    lower bound  54.5 s per period
+    period       58 s  throughput 0.01724 mini-batches/s
+    gap          6.03% (vs bound 54.5 s)
+    peak memory  127 B
+      GPU 0: layers 1-3                  memory 127 B
+      GPU 1: layers 4-6                  memory 101 B
+    allocation   contiguous
+    NOAM         2
+    time         total ...s
+    """
+    sol = solution
+    P = sol.gpus
+    # periods and memories with enough digits to compare methods that differ by 0.1%
+    _t, _m = partial(fmt_time, digits=6), partial(fmt_memory, digits=3)
+    lines = [f"{chain.name}: L = {chain.L}, problem pipeline, method {sol.method}, GPUs {P}, "
+             f"memory limit {_m(sol.memory_limit)}, bandwidth {fmt_bandwidth(sol.bandwidth)}",
+             f"status       {sol.status}: {sol.message}"]
+    if sol.bound is not None:
+        lines.append(f"lower bound  {_t(sol.bound)} per period")
+    if sol.objective is not None:
+        B = _batch(chain)
+        thr = f"  throughput {B / sol.objective:.4g} samples/s (batch {B:g})" if B else \
+              f"  throughput {1 / sol.objective:.4g} mini-batches/s"
+        lines.append(f"period       {_t(sol.objective)}{thr}")
+        if sol.gap is not None and sol.bound is not None:
+            lines.append(f"gap          {sol.gap * 100:.2f}% (vs bound {_t(sol.bound)})")
+        if sol.method == "ilp":
+            if sol.predicted is not None:
+                lines.append(f"ILP value    {_t(sol.predicted)}")
+            bb = sol.details.get("best_baseline")
+            if bb:
+                lines.append(f"baseline     {bb['method']} {_t(bb['period'])} at {_m(bb['memory'])} "
+                             f"(stages {bb['stages']}, NOAM {bb['noam']}; ILP/baseline = "
+                             f"{sol.objective / bb['period']:.4f})")
+                pm = bb.get("pattern_memory")
+                if pm is not None:
+                    if pm["status"] == str(Status.OPTIMAL):
+                        need = f"needs {_m(pm['memory'])}"
+                    elif pm["memory"] is not None:
+                        need = f"needs between {_m(pm['bound'])} and {_m(pm['memory'])}"
+                    elif pm["status"] == str(Status.INFEASIBLE):
+                        need = "has none"
+                    else:
+                        need = "was not found within the time limit"
+                    lines.append(f"             a pattern of the ILP's allocation at the baseline's period {need}")
+        lines.append(f"peak memory  {_m(sol.peak_memory)}")
+        mem = sol.details.get("memory_per_gpu", {})
+        sched = sol.schedule
+        if isinstance(sched, (Pattern, CyclicSchedule)):
+            for g in sched.gpus_used():
+                lines.append(f"  GPU {g}: layers {_ranges(sched.layers_on(g)):<20} memory "
+                             f"{fmt_memory(mem.get(str(g)))}")
+            lines.append(f"allocation   {'contiguous' if sched.is_contiguous() else 'non-contiguous'}")
+            if isinstance(sched, CyclicSchedule):
+                caps = sol.details.get("copy_caps")
+                lines.append(f"schedule     {sched.K}-periodic: {sched.K} mini-batch(es) every "
+                             f"{fmt_time(sched.K * sched.T)}; memory model {sol.details.get('memory_model')}"
+                             + (f", stored copies per GPU at most {caps}" if caps else ""))
+        elif isinstance(sched, EagerResult):
+            for g, (a, b) in enumerate(sched.stages):
+                lines.append(f"  GPU {g}: layers {_ranges(list(range(a, b + 1))):<20} memory "
+                             f"{fmt_memory(sched.sim.memory.get(g))}")
+            lines.append("schedule     eager 1F1B (not 1-periodic in steady state)")
+        if "noam" in sol.details:
+            lines.append(f"NOAM         {sol.details['noam']}")
+    if sol.times:
+        lines.append("time         " + ", ".join(f"{k} {v:.3g}s" for k, v in sol.times.items()))
+    return "\n".join(lines)
+
+
+def gantt(solution: Solution, chain: Chain, path: str | Path, periods: int = 3) -> str | None:
+    """Gantt chart of ``periods`` periods of a pattern's steady state: one row per GPU and per used
+    link, tasks labelled F_l / B_l with their mini-batch index (Lemma 1). Returns None when drawn,
+    else a note saying why not (only periodic patterns are drawn).
+
+    Examples
+    --------
+    >>> import memplan, os, tempfile
+    >>> chain = memplan.random_chain(6, seed=1)
+    >>> sol = memplan.pipeline.solve(chain, memory=127, bandwidth=5, gpus=2, method="pipedream", n_batches=60)
+    >>> path = os.path.join(tempfile.mkdtemp(), "g.png")
+    >>> gantt(sol, chain, path) is None and os.path.getsize(path) > 1000
+    True
+    """
+    pattern = solution.schedule
+    if not isinstance(pattern, Pattern):
+        return "not drawn: the schedule is not a periodic pattern"
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    td = task_data(chain, solution.bandwidth)
+    n, L = td.n, td.L
+    h, hc = batch_shifts(pattern, td)
+    T = pattern.T
+    K = int(max(h.max(), hc.max())) + 1   # first period in steady state
+    rows = [f"GPU {g}" for g in pattern.gpus_used()]
+    links = sorted({link_key(pattern.gpu[m - 1], pattern.gpu[m]) for m in range(1, n)
+                    if pattern.gpu[m - 1] != pattern.gpu[m]})
+    rows += [f"link {a}-{b}" for a, b in links]
+    ypos = {r: i for i, r in enumerate(rows)}
+    cmap = plt.get_cmap("tab20")
+    fig, ax = plt.subplots(figsize=(max(8, 3 * periods), 0.6 * len(rows) + 1.5))
+    for k in range(K, K + periods):
+        for m in range(1, n + 1):
+            l = td.layer(m)
+            s = pattern.tau[m - 1] + k * T
+            y = ypos[f"GPU {pattern.gpu[m - 1]}"]
+            ax.barh(y, td.d[m], left=s, color=cmap((l - 1) % 20), alpha=1.0 if m <= L else 0.6,
+                    edgecolor="black", linewidth=0.4)
+            ax.text(s + td.d[m] / 2, y, f"{'F' if m <= L else 'B'}{l}\n{k - h[m]}", ha="center",
+                    va="center", fontsize=6)
+        for m in range(1, n):
+            if pattern.gpu[m - 1] == pattern.gpu[m]:
+                continue
+            a, b = link_key(pattern.gpu[m - 1], pattern.gpu[m])
+            s = pattern.tau_c[m - 1] + k * T
+            y = ypos[f"link {a}-{b}"]
+            ax.barh(y, td.dc[m], left=s, color="lightgray", edgecolor="black", linewidth=0.4)
+            ax.text(s + td.dc[m] / 2, y, f"c{m}\n{k - hc[m]}", ha="center", va="center", fontsize=5)
+    for k in range(K, K + periods + 1):
+        ax.axvline(k * T, color="red", linewidth=0.6, linestyle="--")
+    ax.set_yticks(range(len(rows)), rows)
+    ax.invert_yaxis()
+    ax.set_xlabel("time (s)")
+    ax.set_title(f"{chain.name}: period {fmt_time(T)}, {len(pattern.gpus_used())} GPU(s) "
+                 f"(labels: task, mini-batch)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return None

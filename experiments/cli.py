@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import sys
+import time
 
 import memplan
 from memplan.models.instance import InstanceError, load_instance
@@ -40,8 +41,20 @@ class CliError(Exception):
     """An error for the user: printed without a traceback, exit status 2."""
 
 
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+class _Progress:
+    """Progress lines to stderr, held back for the first ``delay`` seconds of a call: a solve that ends
+    sooner prints nothing, a long one shows every line (the held-back ones first)."""
+
+    def __init__(self, delay: float = 1.0):
+        self.t0 = time.monotonic()
+        self.delay = delay
+        self.held: list[str] = []
+
+    def __call__(self, line: str) -> None:
+        self.held.append(line)
+        if time.monotonic() - self.t0 >= self.delay:
+            print("\n".join(self.held), file=sys.stderr, flush=True)
+            self.held.clear()
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
@@ -62,7 +75,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         raise CliError(f"--gantt: --problem {args.problem} has no timeline to draw")
     chain, platform = load_instance(args.instance)
     sol = memplan.solve((chain, platform), args.problem, args.method, memory=args.memory,
-                        bandwidth=args.bandwidth, progress=None if args.quiet else _stderr, **options)
+                        bandwidth=args.bandwidth, progress=None if args.quiet else _Progress(), **options)
     if args.json:
         sol.write_json(args.json)
     if sol.status == Status.INFEASIBLE:

@@ -82,6 +82,34 @@ def model_size(model) -> dict[str, int]:
             "nonzeros": int(info.A.nnz)}
 
 
+_BANNER_SHOWN = False
+
+
+def _new_highs():
+    """A ``highspy.Highs``. The first one of a process prints HiGHS's banner on the C-level stdout,
+    where it would land in the middle of a report: it is sent to stderr instead."""
+    import os
+    import sys
+
+    import highspy
+
+    global _BANNER_SHOWN
+    if _BANNER_SHOWN:
+        return highspy.Highs()
+    _BANNER_SHOWN = True
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:            # no file descriptor 1 (embedded interpreters): nothing to redirect
+        return highspy.Highs()
+    try:
+        os.dup2(2, 1)
+        return highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def solve_milp(model, *, time_limit: float | None = None, gap: float | None = None,
                threads: int | None = None, mip_start: Any = None,
                log_file: str | Path | None = None, verbose: bool = False, relax: bool = False,
@@ -159,7 +187,7 @@ def solve_milp(model, *, time_limit: float | None = None, gap: float | None = No
     if time_limit is not None and time_limit <= 0.01:
         return MilpResult(status=Status.NO_SOLUTION, objective=None, bound=None, size=size, times=times,
                           message="not solved: the call's time limit was reached before this MILP")
-    h = highspy.Highs()
+    h = _new_highs()
     h.setOptionValue("output_flag", bool(verbose or log_file))
     h.setOptionValue("log_to_console", bool(verbose))
     if log_file:

@@ -180,7 +180,7 @@ def solve(instance: Instance | Chain | str | Path, problem: str, method: str | N
     for key, value in given.items():
         if key in params:
             kwargs[key] = value
-        elif value is not None and key != "gpus" or (key == "gpus" and value not in (None, 1)):
+        elif value is not None and not (key == "gpus" and value == 1):     # one GPU is every problem's
             raise InputError(f"problem {problem!r} takes no {key} (it has {', '.join(k for k in params if k != 'chain')})")
     unknown = [k for k in options if k not in params]
     if unknown:

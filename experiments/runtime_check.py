@@ -1,114 +1,607 @@
-"""Run re-materialization sequences for real and compare with the simulator (issue: runtime executor).
+"""Run re-materialization plans for real and compare with the simulator (issue 20, item 3).
 
-For each network (ResNet-18 and a GPT-2-style decoder by default): linearize it, profile the chain
-(:func:`models.profiler.profile_chain`), compute sequences with :func:`memplan.remat.solve` (rotor =
-paper 004's persistent DP, revolve, sequential checkpointing; at memory limits a fraction of the way
-from the smallest feasible memory to the store-all peak, :func:`memplan.remat.memory_range`) plus the
-fixed store-all and bisection sequences of :mod:`memplan.baselines.remat_heuristics`,
-then execute every sequence with :func:`models.runtime.execute` and record
+For each network: build it, linearize it, profile the chain in the same process
+(:func:`memplan.models.profiler.profile_chain`), and at memory limits a fraction of the way from the
+smallest feasible memory to store-all's peak (:func:`memplan.remat.memory_range`) solve with
+:func:`memplan.remat.solve` for each method (``rotor``, ``rotor-floating``, ``sequential``,
+``store-all``); execute every sequence found with :func:`memplan.models.runtime.execute` and record,
+one CSV row per (network, limit, method):
 
-* ``grads_equal``: every parameter gradient ``torch.equal`` to plain autograd's;
-* ``sim_peak`` / ``real_peak``: the simulator's peak on the profiled chain vs the measured peak
-  (CPU: dispatch-mode tracker; CUDA: allocator statistics);
-* ``sim_time`` / ``real_time``: the simulator's makespan vs the executor's wall-clock time (median of
-  ``--repeats`` untracked runs).
+* ``grads_equal``: every parameter gradient ``torch.equal`` to plain autograd's (on CUDA with
+  ``torch.use_deterministic_algorithms(True)``; ``deterministic`` says when an operation had no
+  deterministic kernel and the run fell back to ``warn_only``);
+* ``predicted_peak`` / ``measured_peak``: the simulator's peak on the profiled chain against the
+  measured one (CPU: the dispatch-mode tracker; CUDA: caching-allocator statistics), and
+  ``within_limit``: measured peak <= the limit;
+* ``predicted_time`` / ``measured_time``: the simulator's makespan against the executor's wall-clock
+  time (median of ``--repeats`` runs after the measured one, CUDA synchronized before and after),
+  and ``throughput`` = batch / measured time (samples per second).
 
-    python -m memplan.experiments.runtime_check --out results/runtime_check.csv
+A method without a plan at a limit (store-all below its peak) gets a row with its status and no
+measurement; store-all and plain autograd (``loss.backward()`` on the unsplit model) are also run at
+``fraction`` 1 (the store-all peak). Identical sequences are executed once.
+
+``--throughput CSV`` adds paper 004's comparison (section 5.5): PyTorch's ``checkpoint_sequential``
+with 10 numbers of segments from 2 to 2 sqrt(L) (executed both as memplan's sequence and by
+``torch.utils.checkpoint.checkpoint_sequential`` itself where the input is a float tensor), rotor at the
+memory each of them needs (its simulated peak), and store-all; ``rotor_gain`` = rotor's throughput over
+sequential's minus 1 (the paper reports +12.8% on average at the best sequential point).
+
+    python -m memplan.experiments.runtime_check                                  # CPU, small networks
+    python -m memplan.experiments.runtime_check --device cuda --out benchmarks/results/runtime_gpu.csv \\
+        --throughput benchmarks/results/throughput_gpu.csv                      # ResNet-50/101, GPT-2 small
+    python -m memplan.experiments.runtime_check --device cpu --quick --out /tmp/rt.csv   # dry run, seconds
 """
 from __future__ import annotations
 
 import argparse
 import copy
+import csv
+import gc
+import json
+import math
+import os
 import statistics
 import sys
+import time
 from pathlib import Path
+from typing import Any
+
 from memplan import remat
-from memplan.baselines.remat_heuristics import bisection_schedule, store_all_schedule
+from memplan.baselines.remat_heuristics import sequential_schedule, store_all_schedule
 from memplan.models.remat import simulate_remat
+from memplan.models.solution import InputError
+from memplan.models.units import fmt_memory
 
-CASES = {
-    "resnet18": dict(kw={}, shape=(3, 64, 64), batch=2),
-    "gpt2": dict(kw=dict(n_layer=4, n_embd=64, n_head=4, vocab=256, n_ctx=64, dropout=0.1), shape=(32,), batch=2),
+_TINY_GPT = dict(n_layer=4, n_embd=64, n_head=4, vocab=256, n_ctx=64, dropout=0.1)
+#: presets: network -> constructor keywords, per-sample input shape, batch
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    # the networks this script ran on before issue 20 (CPU, seconds per sequence)
+    "small": {"resnet18": dict(kw={}, shape=(3, 64, 64), batch=2),
+              "gpt2": dict(kw=_TINY_GPT, shape=(32,), batch=2)},
+    # a dry run: tiny inputs, the whole script in seconds on a CPU
+    "quick": {"resnet18": dict(kw={}, shape=(3, 32, 32), batch=2),
+              "gpt2": dict(kw=dict(n_layer=2, n_embd=32, n_head=4, vocab=50, n_ctx=16, dropout=0.1), shape=(8,),
+                           batch=2)},
+    # issue 20 on the GPU: the papers' settings (paper 004's batch 32 at 224; GPT-2 small, sequence 1024)
+    "paper": {"resnet50": dict(kw={}, shape=(3, 224, 224), batch=32),
+              "resnet101": dict(kw={}, shape=(3, 224, 224), batch=32),
+              "gpt2": dict(kw={}, shape=(1024,), batch=8)},
 }
+CASES = PRESETS["small"]          # the name this module had before issue 20
+METHODS = ["rotor", "rotor-floating", "sequential", "store-all"]
+
+COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic", "date",
+           "network", "batch", "input", "L", "fraction", "memory_limit", "method", "status", "message",
+           "ops", "recomputations", "same_as", "grads_equal",
+           "predicted_peak", "measured_peak", "peak_rel_err", "within_limit",
+           "predicted_time", "measured_time", "time_rel_err", "time_min", "time_max", "repeats",
+           "throughput", "predicted_throughput", "solve_seconds"]
+THROUGHPUT_COLUMNS = ["device", "gpu", "network", "batch", "input", "L", "strategy", "segments", "memory_limit",
+                      "status", "grads_equal", "predicted_peak", "measured_peak", "predicted_time", "measured_time",
+                      "throughput", "rotor_gain"]
 
 
-def sequences(chain, fractions):
-    out = [("store_all", None, store_all_schedule(chain)), ("bisection", None, bisection_schedule(chain))]
-    lo, hi = remat.memory_range(chain)
-    for f in fractions:
-        mem = lo + f * (hi - lo)
-        for name in ("rotor", "revolve", "sequential"):
-            sol = remat.solve(chain, memory=mem, method=name, slots=500)
-            if sol.success:
-                out.append((name, mem, sol.schedule))
-    return out
-
-
-def run_case(name: str, spec: dict, fractions, repeats: int, device: str) -> list[dict]:
+# ------------------------------------------------------------------------------------------ set-up
+def set_deterministic(device: str, warn_only: bool = False) -> str:
+    """Deterministic kernels (CUDA: cuBLAS needs its workspace configured before its first call).
+    Returns the text of the ``deterministic`` column."""
     import torch
 
-    from memplan.models.graph import linearize_model
-    from memplan.models.networks import example_input, get_model
-    from memplan.models.profiler import classification_loss, profile_chain
-    from memplan.models.runtime import execute
+    if not device.startswith("cuda"):
+        return "cpu kernels"
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=warn_only)
+    torch.backends.cudnn.benchmark = False
+    det = getattr(torch.utils, "deterministic", None)
+    if det is not None and hasattr(det, "fill_uninitialized_memory"):
+        # every tensor the networks allocate is written before it is read: filling them with NaN (the
+        # default under deterministic mode) would only add kernels to the times measured
+        det.fill_uninitialized_memory = False
+    return "warn_only" if warn_only else "on"
 
-    torch.manual_seed(0)
-    model = get_model(name, **spec["kw"]).to(device).train()
-    x = example_input(name, spec["batch"], spec["shape"], vocab=spec["kw"].get("vocab", 50257), device=device)
-    loss_fn = classification_loss()
-    ref = copy.deepcopy(model)
-    torch.manual_seed(7)
-    loss_fn(ref(x)).backward()
-    grads = {n: p.grad for n, p in ref.named_parameters()}
-    lm = linearize_model(copy.deepcopy(model), x)
-    chain = profile_chain(lm.stages, x, loss_fn, repeats=repeats, device=device, names=lm.names)
-    rows = []
-    for kind, mem, seq in sequences(chain, fractions):
-        sim = simulate_remat(chain, seq)
-        m = copy.deepcopy(model)
-        stages = linearize_model(m, x).stages
+
+def environment(device: str) -> dict[str, Any]:
+    """The device columns (empty GPU fields on a CPU: nothing is made up)."""
+    import datetime as dt
+
+    import torch
+
+    from memplan.models.profiler import device_info
+
+    info = device_info(device)
+    cuda = device.startswith("cuda")
+    return {"device": f"{device} ({info['gpu']})" if cuda else f"cpu ({info.get('cpu', '')})",
+            "gpu": info.get("gpu", "") if cuda else "", "torch": torch.__version__,
+            "cuda": info.get("cuda", "") if cuda else "", "cudnn": info.get("cudnn", "") if cuda else "",
+            "driver": (info.get("driver") or "unknown") if cuda else "",
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+class Case:
+    """One network on one device: the model, its linearized stages, the profiled chain, autograd's
+    reference gradients; :meth:`execute` runs a sequence and compares."""
+
+    def __init__(self, name: str, spec: dict, device: str, repeats: int, profile_repeats: int | None = None):
+        import torch
+
+        from memplan.models.graph import linearize_model
+        from memplan.models.networks import example_input, get_model
+        from memplan.models.profiler import classification_loss, profile_chain
+
+        self.name, self.spec, self.device, self.repeats = name, spec, device, repeats
+        self.batch = int(spec["batch"])
+        torch.manual_seed(0)
+        model = get_model(name, **spec["kw"]).to(device).train()
+        self.x = example_input(name, self.batch, spec["shape"], vocab=spec["kw"].get("vocab", 50257), device=device)
+        self.loss_fn = classification_loss()
+        ref = copy.deepcopy(model)
         torch.manual_seed(7)
-        res = execute(stages, loss_fn, x, seq, measure_memory=True, device=device)
-        equal = all(torch.equal(p.grad, grads[n]) for n, p in m.named_parameters())
+        self.loss_fn(ref(self.x)).backward()
+        self.grads = {n: p.grad for n, p in ref.named_parameters()}
+        del ref
+        self.model = model                       # its parameters are shared with the stages
+        lm = linearize_model(model, self.x)
+        self.stages = lm.stages
+        self.chain = profile_chain(lm.stages, self.x, self.loss_fn, repeats=profile_repeats or repeats,
+                                   device=device, names=lm.names, name=f"{name}-b{self.batch}")
+        self.params = list(model.named_parameters())
+        self._cache: dict[tuple, tuple[str, dict]] = {}
+        self.traces: list[dict] = []            # per-operation memory, measured and simulated
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def _clear_grads(self) -> None:
+        for _, p in self.params:
+            p.grad = None
+
+    def _grads_equal(self) -> bool:
+        import torch
+
+        return all(p.grad is not None and torch.equal(p.grad, self.grads[n]) for n, p in self.params)
+
+    def _timed(self, fn) -> list[float]:
         times = []
-        for _ in range(repeats):
-            for p in m.parameters():
-                p.grad = None
+        for _ in range(self.repeats):
+            self._clear_grads()
+            _sync(self.device)
+            t0 = time.perf_counter()
+            fn()
+            _sync(self.device)
+            times.append(time.perf_counter() - t0)
+        return times
+
+    def _tracked(self, fn) -> float:
+        """Peak bytes of ``fn()`` above what existed before (parameters' .grad pre-zeroed, as the
+        executor does, so persistent weight gradients stay out)."""
+        import torch
+
+        from memplan.models.profiler import memory_tracker
+
+        for _, p in self.params:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+        with memory_tracker(self.device) as tr:
+            fn()
+            tr.sync()
+            return float(tr.peak)
+
+    # -- runs --------------------------------------------------------------------------------------
+    def execute(self, seq, tag: str) -> tuple[str, dict]:
+        """(the tag of the first identical sequence, measurements) for a memplan sequence."""
+        import torch
+
+        from memplan.models.runtime import execute
+
+        key = tuple(seq.ops)
+        if key in self._cache:
+            return self._cache[key]
+        self._clear_grads()
+        torch.manual_seed(7)
+        _sync(self.device)
+        res = execute(self.stages, self.loss_fn, self.x, seq, measure_memory=True, device=self.device)
+        equal = self._grads_equal()
+
+        def run():
             torch.manual_seed(7)
-            times.append(execute(stages, loss_fn, x, seq, device=device).time)
-        rows.append({"model": name, "L": chain.L, "sequence": kind, "memory_limit": mem, "ops": len(seq),
-                     "recomputations": seq.count("F_ck") + seq.count("F_none"), "grads_equal": equal,
-                     "sim_peak": sim.peak_memory, "real_peak": res.peak_memory,
-                     "peak_rel_err": res.peak_memory / sim.peak_memory - 1,
-                     "sim_time": sim.makespan, "real_time": statistics.median(times),
-                     "time_rel_err": statistics.median(times) / sim.makespan - 1})
+            execute(self.stages, self.loss_fn, self.x, seq, device=self.device)
+
+        times = self._timed(run)
+        out = (tag, {"grads_equal": equal, "measured_peak": float(res.peak_memory), "times": times})
+        self._cache[key] = out
+        sim = simulate_remat(self.chain, seq)
+        self.traces.append({"network": self.name, "sequence": tag, "ops": [list(o) for o in key],
+                            "measured_after": res.memory_after, "measured_during": res.memory_peak_during,
+                            "simulated_after": sim.memory_after, "simulated_during": sim.memory_during})
+        return out
+
+    def _input_copy(self):
+        x = self.x.detach().clone()
+        if x.is_floating_point():
+            x.requires_grad_(True)             # the chain's B^1 computes delta^0, as here
+        return x
+
+    def autograd(self) -> dict:
+        """Plain ``loss_fn(model(x)).backward()`` on the unsplit model (paper 004's "PyTorch")."""
+        import torch
+
+        def run():
+            torch.manual_seed(7)
+            self.loss_fn(self.model(self._input_copy())).backward()
+
+        self._clear_grads()
+        peak = self._tracked(run)
+        equal = self._grads_equal()
+        return {"grads_equal": equal, "measured_peak": peak, "times": self._timed(run)}
+
+    def checkpoint_sequential(self, segments: int) -> dict | None:
+        """``torch.utils.checkpoint.checkpoint_sequential`` itself (reentrant, as memplan's
+        sequential_schedule models it); None where the input is not a float tensor (token ids cannot
+        require grad, and the reentrant checkpoint of the first segment would then give no gradients)."""
+        import torch
+        from torch.utils.checkpoint import checkpoint_sequential
+
+        if not self.x.is_floating_point():
+            return None
+        seqmod = torch.nn.Sequential(*self.stages)
+
+        def run():
+            torch.manual_seed(7)
+            out = checkpoint_sequential(seqmod, segments, self._input_copy(), use_reentrant=True)
+            self.loss_fn(out).backward()
+
+        self._clear_grads()
+        peak = self._tracked(run)
+        equal = self._grads_equal()
+        return {"grads_equal": equal, "measured_peak": peak, "times": self._timed(run)}
+
+
+def _rel(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b - 1
+
+
+def _row(env: dict, case: Case, det: str, fraction: float, limit: float, method: str, status: str, *,
+         message: str = "", seq=None, same_as: str = "", m: dict | None = None, solve_s: float | None = None,
+         is_plan: bool = True) -> dict:
+    """A CSV row; ``is_plan``: the sequence was solved for ``limit`` (``within_limit`` is judged), else
+    ``limit`` is only the store-all peak it runs at (store-all and autograd at fraction 1)."""
+    c = case.chain
+    row = {**env, "deterministic": det, "network": case.name, "batch": case.batch,
+           "input": "x".join(map(str, case.spec["shape"])), "L": c.L, "fraction": fraction, "memory_limit": limit,
+           "method": method, "status": status, "message": message[:200], "same_as": same_as,
+           "solve_seconds": solve_s, "repeats": case.repeats}
+    if seq is not None:
+        sim = simulate_remat(c, seq)
+        row.update(ops=len(seq), recomputations=seq.count("F_ck") + seq.count("F_none"),
+                   predicted_peak=sim.peak_memory, predicted_time=sim.makespan,
+                   predicted_throughput=case.batch / sim.makespan if sim.makespan else None)
+    elif method == "autograd":
+        sim = simulate_remat(c, store_all_schedule(c))
+        row.update(predicted_peak=sim.peak_memory, predicted_time=sim.makespan,
+                   predicted_throughput=case.batch / sim.makespan if sim.makespan else None)
+    if m is not None:
+        t = statistics.median(m["times"])
+        row.update(grads_equal=m["grads_equal"], measured_peak=m["measured_peak"], measured_time=t,
+                   time_min=min(m["times"]), time_max=max(m["times"]), throughput=case.batch / t,
+                   within_limit=(m["measured_peak"] <= limit) if is_plan else None)
+        row["peak_rel_err"] = _rel(m["measured_peak"], row.get("predicted_peak"))
+        row["time_rel_err"] = _rel(t, row.get("predicted_time"))
+    return row
+
+
+# ------------------------------------------------------------------------------------------ the check
+def solve(chain, limit: float, method: str, slots: int | None, time_limit: float):
+    """:func:`memplan.remat.solve` with ``slots`` memory slots (None: the DP chooses and refines them,
+    the solver's default); where a given number of slots would need DP tables beyond the solver's cap
+    (rotor-floating on long chains), the DP chooses instead and the note says so. Returns
+    (solution, note)."""
+    try:
+        return remat.solve(chain, memory=limit, method=method, time_limit=time_limit, slots=slots), ""
+    except InputError as e:
+        if slots is None or "tables" not in str(e):
+            raise
+    sol = remat.solve(chain, memory=limit, method=method, time_limit=time_limit, slots=None)
+    return sol, f"{slots} slots need too large DP tables; the DP chose {sol.details.get('slots')} slots"
+
+
+def _solve_job(job: tuple) -> tuple:
+    """One solve (run in a worker process): (solution or None, note, error, seconds)."""
+    chain, limit, method, slots, time_limit = job
+    t0 = time.perf_counter()
+    try:
+        sol, note = solve(chain, limit, method, slots, time_limit)
+        return sol, note, "", time.perf_counter() - t0
+    except InputError as e:
+        return None, "", str(e), time.perf_counter() - t0
+
+
+def solve_all(jobs: dict, workers: int = 1) -> dict:
+    """``{key: (chain, limit, method, slots, time_limit)}`` -> ``{key: (solution, note, error, seconds)}``.
+    With ``workers`` > 1 the solves run in that many spawned processes (the DPs are CPU work; the GPU
+    machine has 16 cores and the GPU would otherwise wait)."""
+    if workers <= 1 or len(jobs) <= 1:
+        return {k: _solve_job(j) for k, j in jobs.items()}
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)),
+                             mp_context=multiprocessing.get_context("spawn")) as ex:
+        futures = {k: ex.submit(_solve_job, j) for k, j in jobs.items()}
+        return {k: f.result() for k, f in futures.items()}
+
+
+def plan(chain, fractions: list[float], methods: list[str], segments: list[int] | None, slots: int | None,
+         time_limit: float, workers: int = 1) -> dict:
+    """Every solve of :func:`check_case` (keys ``(fraction, method)``) and of :func:`throughput_case`
+    (keys ``("rotor@sequential", s)``, at the simulated peak of ``s`` segments), in one batch."""
+    lo, hi = remat.memory_range(chain)
+    jobs = {(f, m): (chain, lo + f * (hi - lo), m, slots, time_limit) for f in fractions for m in methods}
+    for s in segments or []:
+        limit = simulate_remat(chain, sequential_schedule(chain, s)).peak_memory
+        jobs[("rotor@sequential", s)] = (chain, limit, "rotor", slots, time_limit)
+    return solve_all(jobs, workers)
+
+
+def check_case(case: Case, env: dict, det: str, fractions: list[float], methods: list[str], solved: dict,
+               progress=print) -> list[dict]:
+    """One row per (limit, method) (solutions from :func:`plan`), plus store-all and autograd at the
+    store-all peak (fraction 1)."""
+    lo, hi = remat.memory_range(case.chain)
+    rows = []
+    for f in fractions:
+        limit = lo + f * (hi - lo)
+        for method in methods:
+            sol, note, error, solve_s = solved[(f, method)]
+            if sol is None:                   # this method does not run here: the row says why
+                rows.append(_row(env, case, det, f, limit, method, "not run", message=error, solve_s=solve_s))
+                continue
+            if not sol.success:
+                rows.append(_row(env, case, det, f, limit, method, str(sol.status), message=sol.message,
+                                 solve_s=solve_s))
+                continue
+            same, m = case.execute(sol.schedule, f"{method}@{f:g}")
+            rows.append(_row(env, case, det, f, limit, method, str(sol.status), seq=sol.schedule, m=m, message=note,
+                             same_as="" if same == f"{method}@{f:g}" else same, solve_s=solve_s))
+            progress(_line(rows[-1]))
+    seq = store_all_schedule(case.chain)
+    same, m = case.execute(seq, "store-all@1")
+    rows.append(_row(env, case, det, 1.0, hi, "store-all", "executed", seq=seq, m=m, is_plan=False,
+                     same_as="" if same == "store-all@1" else same))
+    progress(_line(rows[-1]))
+    rows.append(_row(env, case, det, 1.0, hi, "autograd", "executed", m=case.autograd(), is_plan=False,
+                     message="plain loss.backward() on the unsplit model; predicted = store-all"))
+    progress(_line(rows[-1]))
     return rows
 
 
+def _line(r: dict) -> str:
+    pe, te = r.get("peak_rel_err"), r.get("time_rel_err")
+    return (f"  {r['network']:10s} f={r['fraction']:<5g} {r['method']:15s} grads "
+            f"{'equal' if r.get('grads_equal') else 'DIFFER'}  peak {fmt_memory(r['measured_peak'])} vs "
+            f"{fmt_memory(r['predicted_peak'])} ({(pe or 0) * 100:+.1f}%)  time {r['measured_time'] * 1e3:.2f} ms vs "
+            f"{r['predicted_time'] * 1e3:.2f} ms ({(te or 0) * 100:+.1f}%)  {r['throughput']:.2f}/s")
+
+
+def segment_counts(L: int, count: int = 10) -> list[int]:
+    """Paper 004, section 5.4: ``count`` numbers of segments from 2 to 2 sqrt(L) (at most L)."""
+    top = max(2, min(L, int(round(2 * math.sqrt(L)))))
+    if L < 2:
+        return [1]
+    return sorted({min(L, max(2, int(round(2 + i * (top - 2) / max(1, count - 1))))) for i in range(count)})
+
+
+def throughput_case(case: Case, env: dict, segments: list[int], solved: dict, progress=print) -> list[dict]:
+    """Paper 004's comparison: sequential (memplan's sequence and torch's checkpoint_sequential),
+    rotor at the memory each sequential point needs (solutions from :func:`plan`), store-all."""
+    c = case.chain
+    base = {**env, "network": case.name, "batch": case.batch, "input": "x".join(map(str, case.spec["shape"])),
+            "L": c.L}
+    rows = []
+
+    def add(strategy, s, limit, seq, m, status="executed", gain=None):
+        sim = simulate_remat(c, seq) if seq is not None else None
+        t = statistics.median(m["times"]) if m else None
+        rows.append({**base, "strategy": strategy, "segments": s, "memory_limit": limit, "status": status,
+                     "grads_equal": m["grads_equal"] if m else None,
+                     "predicted_peak": sim.peak_memory if sim else None,
+                     "measured_peak": m["measured_peak"] if m else None,
+                     "predicted_time": sim.makespan if sim else None, "measured_time": t,
+                     "throughput": case.batch / t if t else None, "rotor_gain": gain})
+        return rows[-1]
+
+    seq = store_all_schedule(c)
+    add("store-all", None, simulate_remat(c, seq).peak_memory, seq, case.execute(seq, "store-all@1")[1])
+    for s in segments:
+        seq = sequential_schedule(c, s)
+        limit = simulate_remat(c, seq).peak_memory
+        r_seq = add("sequential", s, limit, seq, case.execute(seq, f"sequential:{s}")[1])
+        ck = case.checkpoint_sequential(s)
+        if ck is not None:
+            add("checkpoint_sequential", s, limit, seq, ck)
+        sol = solved[("rotor@sequential", s)][0]
+        if sol is not None and sol.success:
+            m = case.execute(sol.schedule, f"rotor@sequential:{s}")[1]
+            t = statistics.median(m["times"])
+            add("rotor", s, limit, sol.schedule, m, status=str(sol.status),
+                gain=(case.batch / t) / r_seq["throughput"] - 1)
+            progress(f"  {case.name:10s} {s:3d} segments: sequential {r_seq['throughput']:.2f}/s, rotor at its memory "
+                     f"{rows[-1]['throughput']:.2f}/s ({rows[-1]['rotor_gain'] * 100:+.1f}%)")
+        else:
+            add("rotor", s, limit, None, None, status=str(sol.status) if sol is not None else "not run")
+    return rows
+
+
+def throughput_summary(rows: list[dict]) -> list[str]:
+    """Per network: rotor's gain at the best sequential point and on average over the segment counts."""
+    lines, best_gains = [], []
+    for net in dict.fromkeys(r["network"] for r in rows):
+        seq = [r for r in rows if r["network"] == net and r["strategy"] == "sequential" and r["throughput"]]
+        rot = {r["segments"]: r for r in rows if r["network"] == net and r["strategy"] == "rotor" and r["throughput"]}
+        if not seq or not rot:
+            continue
+        best = max(seq, key=lambda r: r["throughput"])
+        gains = [rot[r["segments"]]["rotor_gain"] for r in seq if r["segments"] in rot]
+        if best["segments"] in rot:
+            best_gains.append(rot[best["segments"]]["rotor_gain"])
+        at_best = (f"{rot[best['segments']]['rotor_gain'] * 100:+.1f}%" if best["segments"] in rot else "n/a")
+        lines.append(f"{net}: best sequential {best['segments']} segments {best['throughput']:.2f}/s; rotor at that "
+                     f"memory {at_best}; mean gain over {len(gains)} segment counts "
+                     f"{statistics.mean(gains) * 100:+.1f}%")
+    if best_gains:
+        lines.append(f"mean rotor gain at the best sequential point: {statistics.mean(best_gains) * 100:+.1f}% "
+                     "(paper 004: +12.8% on average over its networks, V100)")
+    return lines
+
+
+def _write(rows: list[dict], columns: list[str], path: Path | None) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _is_determinism_error(e: BaseException) -> bool:
+    return isinstance(e, RuntimeError) and "deterministic" in str(e)
+
+
 def main(argv=None) -> int:
-    import pandas as pd
+    p = argparse.ArgumentParser(prog="python -m memplan.experiments.runtime_check",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--preset", choices=sorted(PRESETS), help="networks and sizes (default: cpu small, cuda "
+                   "paper; --quick: quick)")
+    p.add_argument("--quick", action="store_true", help="a dry run: tiny networks, one timed run, 3 segment counts")
+    p.add_argument("--models", help="comma-separated networks of the preset (default: all of it)")
+    p.add_argument("--fractions", default="0.25,0.5,0.75", help="memory limits between min (0) and store-all (1)")
+    p.add_argument("--methods", default=",".join(METHODS), help="memplan.remat methods")
+    p.add_argument("--repeats", type=int, help="timed runs per sequence, the median is kept (default 5; --quick 1)")
+    p.add_argument("--profile-repeats", type=int, help="timed runs per operation when profiling (default: --repeats)")
+    p.add_argument("--time-limit", type=float, default=30.0, help="seconds per solve")
+    p.add_argument("--slots", type=int, default=0, help="memory slots of the DPs (default 0: the DP chooses and "
+                   "refines them, memplan.remat.solve's default; paper 004 used 500)")
+    p.add_argument("--workers", type=int, default=None, help="processes for the solves (default: 1 on cpu, up to 8 "
+                   "on cuda)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: 1 on cpu)")
+    p.add_argument("--out", default="results/runtime_check.csv", help="CSV, one row per (network, limit, method)")
+    p.add_argument("--throughput", help="also run paper 004's throughput comparison into this CSV")
+    p.add_argument("--segments", type=int, default=None, help="numbers of segments of the comparison (default 10; "
+                   "--quick 3)")
+    p.add_argument("--traces", help="JSON with the per-operation memory (measured and simulated, bytes) of every "
+                   "executed sequence, to find where a prediction misses")
+    p.add_argument("--budget", type=float, default=None, help="seconds after which no new network is started")
+    a = p.parse_args(argv)
+    try:
+        return _main(a)
+    except InputError as e:
+        print(f"runtime_check: {e}", file=sys.stderr)
+        return 2
+
+
+def _main(a: argparse.Namespace) -> int:
     import torch
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default="resnet18,gpt2")
-    p.add_argument("--fractions", default="0.25,0.5", help="memory limits between min and store-all")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--out", default="results/runtime_check.csv")
-    a = p.parse_args(argv)
-    torch.set_num_threads(a.threads)
-    fr = [float(f) for f in a.fractions.split(",") if f]
-    rows = []
-    for name in a.models.split(","):
-        rows += run_case(name, CASES[name], fr, a.repeats, a.device)
-    df = pd.DataFrame(rows)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(a.out, index=False)
-    with pd.option_context("display.width", 200):
-        print(df.drop(columns=["memory_limit"]).round(4).to_string(index=False))
-    print(f"written {a.out}")
-    return 0 if df["grads_equal"].all() and (df["peak_rel_err"].abs() <= 0.10).all() else 1
+    device = a.device
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise InputError(f"--device {device!r}: use cpu or cuda")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"--device {device}: no CUDA device is available to this torch ({torch.__version__}); run "
+                         "on the GPU machine, or --device cpu --quick for a dry run")
+    preset = a.preset or ("quick" if a.quick else "paper" if device.startswith("cuda") else "small")
+    cases = PRESETS[preset]
+    names = [n for n in (a.models.split(",") if a.models else cases) if n]
+    for n in names:
+        if n not in cases:
+            raise InputError(f"--models: {n!r} is not in preset {preset!r} ({', '.join(cases)})")
+    methods = [m for m in a.methods.split(",") if m]
+    for m in methods:
+        if m not in remat.METHODS:
+            raise InputError(f"--methods: unknown method {m!r}; choose from {', '.join(remat.METHODS)}")
+    try:
+        fractions = [float(f) for f in a.fractions.split(",") if f]
+    except ValueError:
+        raise InputError(f"--fractions {a.fractions!r}: expected numbers between 0 and 1, e.g. 0.25,0.5,0.75") from None
+    if not fractions or not all(0 <= f <= 1 for f in fractions):
+        raise InputError(f"--fractions {a.fractions!r}: expected numbers between 0 and 1, e.g. 0.25,0.5,0.75")
+    repeats = a.repeats or (1 if a.quick else 5)
+    if repeats < 1:
+        raise InputError(f"--repeats {repeats}: give a whole number >= 1")
+    if a.threads or device == "cpu":
+        torch.set_num_threads(a.threads or 1)
+    out = Path(a.out)
+    thr_out = Path(a.throughput) if a.throughput else None
+    n_segments = a.segments or (3 if a.quick else 10)
+    if a.slots < 0:
+        raise InputError(f"--slots {a.slots}: give a whole number >= 1, or 0 for the DP's own choice")
+    slots = a.slots or None
+    workers = a.workers if a.workers is not None else (1 if device == "cpu" else min(8, os.cpu_count() or 1))
+    if workers < 1:
+        raise InputError(f"--workers {workers}: give a whole number >= 1")
+    det = set_deterministic(device)
+    env = environment(device)
+    rows: list[dict] = []
+    thr_rows: list[dict] = []
+    traces: list[dict] = []
+    t_start = time.perf_counter()
+    for name in names:
+        if a.budget is not None and time.perf_counter() - t_start > a.budget:
+            print(f"{name}: not started, budget of {a.budget:g} s spent")
+            continue
+        t0 = time.perf_counter()
+        for attempt in (1, 2):
+            case = None
+            try:
+                case = Case(name, cases[name], device, repeats, a.profile_repeats)
+                print(f"{name}: L = {case.chain.L}, profiled in {time.perf_counter() - t0:.1f} s ({det})")
+                t1 = time.perf_counter()
+                segs = segment_counts(case.chain.L, n_segments) if thr_out else []
+                solved = plan(case.chain, fractions, methods, segs, slots, a.time_limit, workers)
+                print(f"{name}: {len(solved)} solves in {time.perf_counter() - t1:.1f} s ({workers} worker(s))")
+                new = check_case(case, env, det, fractions, methods, solved)
+                new_thr = throughput_case(case, env, segs, solved) if thr_out else []
+                rows += new
+                thr_rows += new_thr
+                traces += case.traces
+                break
+            except RuntimeError as e:
+                if attempt == 1 and _is_determinism_error(e):
+                    det = set_deterministic(device, warn_only=True) + f" ({str(e).splitlines()[0][:120]})"
+                    print(f"{name}: {str(e).splitlines()[0]}; again with warn_only")
+                    continue
+                raise
+            finally:
+                del case
+                gc.collect()
+                if device.startswith("cuda"):
+                    torch.cuda.empty_cache()
+        print(f"{name}: done in {time.perf_counter() - t0:.1f} s")
+        _write(rows, COLUMNS, out)               # after every network: a timeout keeps what was done
+        _write(thr_rows, THROUGHPUT_COLUMNS, thr_out)
+        if a.traces:
+            Path(a.traces).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.traces).write_text(json.dumps({"columns": "bytes per operation, in the order of ops",
+                                                  "env": env, "sequences": traces}) + "\n")
+    _write(rows, COLUMNS, out)
+    _write(thr_rows, THROUGHPUT_COLUMNS, thr_out)
+    measured = [r for r in rows if r.get("measured_peak") is not None]
+    bad_grads = [r for r in measured if not r["grads_equal"]]
+    over = [r for r in measured if r["within_limit"] is False]
+    miss_peak = [r for r in measured if r.get("peak_rel_err") is not None and abs(r["peak_rel_err"]) > 0.03]
+    miss_time = [r for r in measured if r.get("time_rel_err") is not None and abs(r["time_rel_err"]) > 0.05]
+    print(f"written {out}" + (f" and {thr_out}" if thr_out else ""))
+    print(f"{len(measured)} executed rows: gradients differ in {len(bad_grads)}, measured peak above the limit in "
+          f"{len(over)}, peak off by more than 3% in {len(miss_peak)}, time off by more than 5% in {len(miss_time)}")
+    for line in throughput_summary(thr_rows):
+        print(line)
+    return 1 if bad_grads or over else 0
 
 
 if __name__ == "__main__":

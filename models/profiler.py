@@ -18,6 +18,14 @@ For every stage l = 1..L and for the loss L+1, on a sample input a^{l-1}_sample:
 - ``o_b^l``: peak during B^l beyond what was stored before it and beyond delta^{l-1};
 - ``W^l``: bytes of the distinct parameters of the stage.
 
+Timing
+------
+* **CPU**: ``time.perf_counter`` around the operation.
+* **CUDA**: CUDA events recorded on the current stream around the operation, after a
+  ``torch.cuda.synchronize`` (nothing else queued), read after another synchronize
+  (:func:`_timed_runs`). The span from the first event to the last includes the host's launch time
+  when the GPU waits for it, as when the stages run one after the other in training.
+
 Memory measurement
 ------------------
 * **CPU**: :class:`TensorMemoryTracker`, a ``TorchDispatchMode`` that sees every ATen operation
@@ -31,6 +39,10 @@ Memory measurement
 * **CUDA**: ``torch.cuda.memory_allocated`` / ``max_memory_allocated`` (caching-allocator statistics,
   which include the allocator's 512-byte rounding), after a synchronize.
 
+Host link (:func:`measure_host_link`, CUDA only): the bandwidth of copies between a pinned host buffer
+and device memory in each direction, median of repeated copies timed with CUDA events; the papers'
+offloading model has one bandwidth beta, :func:`host_link_platform` takes the slower direction.
+
 Parameter gradients: before measuring, every parameter gets a zero ``.grad``; backward then adds into
 it in place, so the transient gradient a stage produces counts in ``o_b`` while the persistent
 gradient buffers (weights' memory, not activations) do not appear in the activation figures.
@@ -38,7 +50,9 @@ gradient buffers (weights' memory, not activations) do not appear in the activat
 from __future__ import annotations
 
 import datetime as _dt
+import platform as _platform
 import statistics
+import subprocess
 import time
 import weakref
 from typing import Any, Callable, Sequence
@@ -48,7 +62,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from .chain import Chain
+from .chain import Chain, Platform
 
 
 # ----------------------------------------------------------------------------------- memory tracking
@@ -198,9 +212,48 @@ def saved_tensor_bytes(fn: Callable[[], Any], exclude: Sequence[torch.Tensor] = 
 
 
 # ---------------------------------------------------------------------------------------- profiling
+def _is_cuda(device) -> bool:
+    return torch.device(device).type == "cuda"
+
+
 def _sync(device) -> None:
-    if torch.device(device).type == "cuda":
+    if _is_cuda(device):
         torch.cuda.synchronize(device)
+
+
+def _timed_runs(stage: Callable, x: torch.Tensor, input_grad: bool, delta: torch.Tensor | None, repeats: int,
+                device) -> tuple[list[float], list[float]]:
+    """``repeats`` timed runs of F_all (and of B when ``delta`` is given): lists of seconds.
+
+    CPU: ``time.perf_counter``; CUDA: events on the current stream (see the module docstring). The
+    caller has made one warm-up run."""
+    tf, tb = [], []
+    cuda = _is_cuda(device)
+    for _ in range(max(1, repeats)):
+        xi = _as_input(x, input_grad)
+        _sync(device)
+        if cuda:
+            e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+            e0.record()
+            out = stage(xi)
+            e1.record()
+            if delta is not None:
+                torch.autograd.backward(out, delta)
+            e2.record()
+            torch.cuda.synchronize(device)
+            tf.append(e0.elapsed_time(e1) / 1e3)          # elapsed_time is in milliseconds
+            tb.append(e1.elapsed_time(e2) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            out = stage(xi)
+            t1 = time.perf_counter()
+            if delta is not None:
+                torch.autograd.backward(out, delta)
+            t2 = time.perf_counter()
+            tf.append(t1 - t0)
+            tb.append(t2 - t1)
+        del out, xi
+    return tf, tb
 
 
 def _as_input(x: torch.Tensor, grad: bool) -> torch.Tensor:
@@ -236,21 +289,7 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
         torch.autograd.backward(out, delta)
     del out, xi
     # timings
-    tf, tb = [], []
-    for _ in range(max(1, repeats)):
-        xi = _as_input(x, input_grad)
-        _sync(device)
-        t0 = time.perf_counter()
-        out = stage(xi)
-        _sync(device)
-        t1 = time.perf_counter()
-        if needs_backward:
-            torch.autograd.backward(out, delta)
-            _sync(device)
-        t2 = time.perf_counter()
-        tf.append(t1 - t0)
-        tb.append(t2 - t1)
-        del out, xi
+    tf, tb = _timed_runs(stage, x, input_grad, delta if needs_backward else None, repeats, device)
     # memory: no-grad forward
     xi = _as_input(x, input_grad)
     with memory_tracker(device) as tr, torch.no_grad():
@@ -328,17 +367,25 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     if not (input_grad and x.is_floating_point()):
         wd[0] = 0.0
     stage_names = ["input"] + (list(names) if names else [f"stage{l}" for l in range(1, L + 1)]) + ["loss"]
+    dtypes = sorted({str(p.dtype).replace("torch.", "") for s in stages for p in _params(s) if p.is_floating_point()})
     prov = {
-        "device": str(torch.device(device)) if torch.device(device).type != "cuda"
+        "device": str(torch.device(device)) if not _is_cuda(device)
         else f"cuda ({torch.cuda.get_device_name(device)})",
-        "torch": torch.__version__,
+        **device_info(device),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "threads": torch.get_num_threads(),
-        "timing": f"median of {repeats} runs after one warm-up (paper 004 section 5.1)",
+        "dtype": ",".join(dtypes) if dtypes else str(x.dtype).replace("torch.", ""),
+        "timing": f"median of {repeats} runs after one warm-up (paper 004 section 5.1); "
+                  + ("CUDA events around each operation after torch.cuda.synchronize" if _is_cuda(device)
+                     else "time.perf_counter around each operation"),
         "memory_measurement": ("cpu: exact tensor-storage bytes from a TorchDispatchMode allocation tracker "
                                "(models.profiler.TensorMemoryTracker); allocator rounding and kernel-internal "
-                               "scratch buffers are not seen" if torch.device(device).type == "cpu" else
-                               "cuda: torch.cuda.memory_allocated / max_memory_allocated"),
+                               "scratch buffers are not seen" if not _is_cuda(device) else
+                               "cuda: caching-allocator statistics torch.cuda.memory_allocated / "
+                               "max_memory_allocated after torch.cuda.synchronize (512-byte rounding and "
+                               "workspaces allocated through the allocator included; reserved-but-free cache "
+                               "not counted)"),
+        "measurement": measurement_notes(device, repeats),
         "saved_by_autograd_bytes": [r["saved"] for r in rows],
         **(provenance or {}),
     }
@@ -349,9 +396,11 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
 
 
 def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None = None, *, device="cpu",
-                  repeats: int = 3, seed: int = 0, model_kw: dict[str, Any] | None = None) -> Chain:
+                  repeats: int = 3, seed: int = 0, model_kw: dict[str, Any] | None = None,
+                  provenance: dict[str, Any] | None = None, name: str | None = None) -> Chain:
     """Build a zoo model, linearize it (models.graph) and profile its stages: the chain of
-    ``memplan profile``."""
+    ``memplan profile`` (and of :mod:`memplan.experiments.gpu_profile`). ``provenance`` is added to
+    the chain's provenance (its keys win); ``name`` replaces the default chain name."""
     from .graph import linearize_model
     from .networks import DEFAULT_INPUT, canonical_name, example_input, get_model
 
@@ -363,14 +412,152 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
     shape = tuple(input_shape) if input_shape else DEFAULT_INPUT[model_name]
     vocab = model_kw.get("vocab", 50257)
     x = example_input(model_name, batch, shape, vocab=vocab, seed=seed, device=device)
+    t0 = time.perf_counter()
     lm = linearize_model(model, x)
+    t_linearize = time.perf_counter() - t0
     chain = profile_chain(
         lm.stages, x, classification_loss(seed=seed), repeats=repeats, device=device, names=lm.names,
-        name=f"{model_name}-b{batch}-{'x'.join(map(str, shape))}-{torch.device(device).type}",
+        name=name or f"{model_name}-b{batch}-{'x'.join(map(str, shape))}-{torch.device(device).type}",
         provenance={"network": model_name, "model_kw": model_kw, "batch": batch, "input": list(shape),
                     "source": "models.networks (random initialization)", "seed": seed,
                     "loss": "cross-entropy against fixed random labels",
                     "linearization": "models.graph.linearize: minimal single-tensor groups (papers 001/003 "
                                      "virtual layers) on the torch.fx graph",
-                    "groups": [list(g) for g in lm.groups]})
+                    "linearize_seconds": round(t_linearize, 3),
+                    "groups": [list(g) for g in lm.groups], **(provenance or {})})
     return chain
+
+
+# ------------------------------------------------------------------------------ environment, host link
+def _driver_version() -> str | None:
+    """The NVIDIA driver's version (pynvml, else nvidia-smi); None when neither answers."""
+    try:
+        import pynvml  # optional (nvidia-ml-py)
+
+        pynvml.nvmlInit()
+        v = pynvml.nvmlSystemGetDriverVersion()
+        return v.decode() if isinstance(v, bytes) else str(v)
+    except Exception:  # noqa: BLE001 - any failure: try nvidia-smi
+        pass
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=30)
+        if r.returncode == 0 and r.stdout.strip():
+            return r.stdout.strip().splitlines()[0].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return None
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return _platform.processor() or _platform.machine()
+
+
+def device_info(device="cpu") -> dict[str, Any]:
+    """What an instance's provenance records about where it was measured.
+
+    Always: ``torch``, ``deterministic_algorithms``. CUDA: ``gpu`` (the device name), ``gpu_memory_bytes``,
+    ``compute_capability``, ``multiprocessors``, ``driver`` (None when neither pynvml nor nvidia-smi
+    answers), ``cuda`` (torch's CUDA version), ``cudnn``, ``tf32_matmul``, ``tf32_cudnn``,
+    ``cudnn_benchmark``. CPU: ``cpu`` (the processor's name). No GPU key is written for a CPU device.
+
+    >>> sorted(k for k in device_info("cpu") if k in ("gpu", "driver", "cuda"))
+    []
+    """
+    info: dict[str, Any] = {"torch": torch.__version__,
+                            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled()}
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        info["cpu"] = _cpu_name()
+        return info
+    props = torch.cuda.get_device_properties(dev)
+    info.update(gpu=props.name, gpu_memory_bytes=int(props.total_memory),
+                compute_capability=f"{props.major}.{props.minor}", multiprocessors=int(props.multi_processor_count),
+                driver=_driver_version(), cuda=torch.version.cuda,
+                cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+                tf32_matmul=bool(torch.backends.cuda.matmul.allow_tf32),
+                tf32_cudnn=bool(torch.backends.cudnn.allow_tf32),
+                cudnn_benchmark=bool(torch.backends.cudnn.benchmark))
+    return info
+
+
+def measurement_notes(device="cpu", repeats: int = 3) -> dict[str, str]:
+    """How each quantity of a profiled instance was measured (one line per stage-table field)."""
+    cuda = _is_cuda(device)
+    clock = ("CUDA events after torch.cuda.synchronize" if cuda else "time.perf_counter")
+    mem = ("caching-allocator statistics (torch.cuda.memory_allocated / max_memory_allocated, after "
+           "torch.cuda.synchronize)" if cuda else "the TorchDispatchMode tracker's exact tensor-storage bytes")
+    return {
+        "u_f": f"forward with autograd recording (F_all), median of {repeats} runs after one warm-up; {clock}",
+        "u_b": f"backward of the stage output with a fixed random delta, median of {repeats} runs after one "
+               f"warm-up; {clock}",
+        "a": "bytes of the storage of the stage output",
+        "abar": f"bytes allocated by F_all and still alive after it (output + what autograd saved); {mem}",
+        "delta": f"bytes of the gradient of the stage input left by B^(l+1); {mem}",
+        "o_f": f"peak during the forward beyond inputs and outputs, max over F_all and the no-grad forward; {mem}",
+        "o_b": f"peak during B beyond what was stored before it and beyond delta^(l-1); {mem}",
+        "W": "bytes of the stage's distinct parameters (numel x element size)",
+    }
+
+
+def measure_host_link(device="cuda", nbytes: int = 512 * 2**20, repeats: int = 20,
+                      warmup: int = 3) -> dict[str, Any]:
+    """Bandwidth of the host link, measured: copies of a pinned host buffer of ``nbytes`` to device
+    memory (``h2d``) and back (``d2h``), each timed with CUDA events after a synchronize; the
+    median of ``repeats`` copies after ``warmup`` untimed ones, in bytes per second.
+
+    Returns ``{"h2d_bytes_per_s", "d2h_bytes_per_s", "buffer_bytes", "repeats", "h2d_seconds",
+    "d2h_seconds", "method"}``. Raises ValueError for a device that is not CUDA: a CPU has no host
+    link to measure and no number is made up for it.
+    """
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        raise ValueError(f"measure_host_link: device {dev} is not a CUDA device, there is no host link to "
+                         "measure (run on the GPU machine)")
+    if nbytes <= 0 or repeats < 1:
+        raise ValueError("measure_host_link: nbytes and repeats must be positive")
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    host.fill_(7)
+    buf = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+
+    def one(dst: torch.Tensor, src: torch.Tensor) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize(dev)
+        start.record()
+        dst.copy_(src, non_blocking=True)
+        end.record()
+        torch.cuda.synchronize(dev)
+        return start.elapsed_time(end) / 1e3
+
+    for _ in range(max(0, warmup)):
+        one(buf, host)
+        one(host, buf)
+    h2d = [one(buf, host) for _ in range(repeats)]
+    d2h = [one(host, buf) for _ in range(repeats)]
+    del host, buf
+    return {"h2d_bytes_per_s": nbytes / statistics.median(h2d), "d2h_bytes_per_s": nbytes / statistics.median(d2h),
+            "buffer_bytes": int(nbytes), "repeats": int(repeats), "h2d_seconds": h2d, "d2h_seconds": d2h,
+            "method": f"pinned host buffer of {nbytes} bytes <-> device buffer, Tensor.copy_(non_blocking=True) "
+                      f"timed with CUDA events after torch.cuda.synchronize; median of {repeats} copies per "
+                      f"direction after {warmup} untimed ones"}
+
+
+def host_link_platform(link: dict[str, Any] | None, device="cuda") -> Platform | None:
+    """The platform of a GPU instance: the device's memory (bytes), the measured link bandwidth (the
+    slower of the two directions: the papers' offloading model has one beta for offloads and
+    prefetches), one GPU, the device's name. None for a CPU device (nothing measured)."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None
+    props = torch.cuda.get_device_properties(dev)
+    bw = None
+    if link and link.get("h2d_bytes_per_s") and link.get("d2h_bytes_per_s"):
+        bw = float(min(link["h2d_bytes_per_s"], link["d2h_bytes_per_s"]))
+    return Platform(memory=float(props.total_memory), bandwidth=bw, gpus=1, name=props.name)

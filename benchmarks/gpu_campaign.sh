@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Issue 20 on a GPU machine: GPU instances, the measured host link, plans executed on the GPU,
+# paper 004's throughput comparison and the torchvision check, in two device calls of < 10 minutes.
+#
+#   HERE (a machine with the package registry), once:   bash benchmarks/gpu_campaign.sh prepare
+#   device call 1 (carry [".whl"], timeout_s 600):        bash benchmarks/gpu_campaign.sh profile
+#   device call 2 (carry [".whl"], timeout_s 600):        bash benchmarks/gpu_campaign.sh runtime
+#   HERE, after each call (FILES = the call's files_at):  bash benchmarks/gpu_campaign.sh unpack FILES
+#   HERE, without a GPU (CPU dry run of both calls):      bash benchmarks/gpu_campaign.sh dry-run
+#
+# The device machine has torch (CUDA), torchvision, numpy, pandas, networkx, scipy, numba, pytest, but
+# not pydantic (memplan's instance files need it) and no network: `prepare` downloads pydantic's wheels
+# for its Python 3.12 into .whl/ (ignored by git), which the calls carry. memplan is not installed
+# there: a shim folder of symbolic links (/tmp/memplan_shim/memplan -> memplan/*.py, models/, ...)
+# on PYTHONPATH makes `import memplan` work without building anything.
+#
+# What comes back ($OUT: at most 8 files, 16 MiB each):
+#   profile: instances_gpu.tar.gz (every instance file, under instances/), gpu_profile_summary.csv,
+#            host_link.json, torchvision_check.csv, campaign_profile.log           (5 files)
+#   runtime: runtime_gpu.csv, throughput_gpu.csv, runtime_traces.json, campaign_runtime.log   (4 files)
+# Every Python command runs under `timeout` and with a --budget, so the files are written before the
+# device's 10-minute limit; CSVs are rewritten after every network/setting (a kill keeps what was done).
+set -uo pipefail
+
+step=${1:-help}
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PY=${PYTHON:-python3}
+WHEELS=${WHEEL_DIR:-$ROOT/.whl}
+OUTDIR=${OUT:-$ROOT/gpu_out}
+WORK=${WORK_DIR:-/tmp/gpu_campaign}
+SHIM=${SHIM_DIR:-/tmp/memplan_shim}
+# pydantic and what it needs, at the versions this project is tested with (Python 3.12 wheels)
+WHEEL_PINS="pydantic==2.13.4 pydantic-core==2.46.4 annotated-types==0.7.0 typing-inspection==0.4.2 typing-extensions==4.15.0"
+
+log() { echo "[$(date -u +%H:%M:%S)] $*"; }
+
+setup_env() {
+    # memplan importable without installing: memplan/ of the shim holds links to the package's files
+    rm -rf "$SHIM" && mkdir -p "$SHIM/memplan" || return 3
+    for f in "$ROOT"/memplan/*.py; do ln -s "$f" "$SHIM/memplan/"; done
+    for d in models formulations baselines experiments instances; do ln -s "$ROOT/$d" "$SHIM/memplan/$d"; done
+    export PYTHONPATH="$SHIM${PYTHONPATH:+:$PYTHONPATH}"
+    if ! "$PY" -c "import pydantic" 2>/dev/null; then
+        if ! ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+            log "pydantic is missing and $WHEELS has no wheels: run 'bash benchmarks/gpu_campaign.sh prepare' on a" \
+                "machine with the registry and carry .whl"
+            return 3
+        fi
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            "$WHEELS"/*.whl || return 3
+        export PYTHONPATH="/tmp/site:$PYTHONPATH"
+    fi
+    "$PY" - <<'EOF' || return 3
+import sys
+import torch
+import memplan, memplan.remat, memplan.experiments.gpu_profile, memplan.experiments.runtime_check  # noqa: F401
+print(f"python {sys.version.split()[0]}; memplan from {memplan.__file__}; torch {torch.__version__}, CUDA "
+      f"{torch.version.cuda}, cuda available: {torch.cuda.is_available()}"
+      + (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""))
+EOF
+    command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem \
+        --format=csv || true
+    return 0
+}
+
+case "$step" in
+prepare)
+    # HERE: pydantic's wheels for the device's Python 3.12 (x86-64), into .whl/ (kept out of git)
+    mkdir -p "$WHEELS" "$ROOT/.git/info"
+    grep -qx '/.whl/' "$ROOT/.git/info/exclude" 2>/dev/null || echo '/.whl/' >> "$ROOT/.git/info/exclude"
+    # shellcheck disable=SC2086
+    "$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$WHEELS" $WHEEL_PINS || exit 1
+    ls -la "$WHEELS"
+    echo "next: device call 1 = 'bash benchmarks/gpu_campaign.sh profile' with carry [\".whl\"]"
+    ;;
+profile)
+    # DEVICE call 1 (< 9 min): host link, the 17 instances, torchvision check
+    mkdir -p "$OUTDIR" "$WORK"
+    LOGF="$OUTDIR/campaign_profile.log"
+    {
+        setup_env || exit 3
+        log "torchvision check + profiles (budget 400 s; hard limit 480 s)"
+        # shellcheck disable=SC2086
+        PYTHONUNBUFFERED=1 timeout 480 "$PY" -m memplan.experiments.gpu_profile --device cuda \
+            --out "$WORK/instances" --summary "$OUTDIR/gpu_profile_summary.csv" \
+            --host-link-json "$OUTDIR/host_link.json" --torchvision "$OUTDIR/torchvision_check.csv" \
+            --tar "$OUTDIR/instances_gpu.tar.gz" --budget 400 ${PROFILE_ARGS:-}
+        rc=$?
+        log "gpu_profile exit status $rc"
+        if [ ! -f "$OUTDIR/instances_gpu.tar.gz" ] && ls "$WORK"/instances/*.json >/dev/null 2>&1; then
+            tar -czf "$OUTDIR/instances_gpu.tar.gz" -C "$WORK" instances && log "bundled what was written"
+        fi
+        log "pytest (torchvision test) on the device"
+        timeout 40 "$PY" -m pytest -q -p no:cacheprovider "$ROOT/tests/test_torchvision_zoo.py" 2>&1 | tail -n 15
+        log "done"
+    } 2>&1 | tee "$LOGF"
+    ;;
+runtime)
+    # DEVICE call 2 (< 9 min): plans executed on the GPU, paper 004's comparison, the CUDA tests
+    mkdir -p "$OUTDIR" "$WORK"
+    LOGF="$OUTDIR/campaign_runtime.log"
+    {
+        setup_env || exit 3
+        log "runtime check (budget 330 s; hard limit 420 s)"
+        # shellcheck disable=SC2086
+        PYTHONUNBUFFERED=1 timeout 420 "$PY" -m memplan.experiments.runtime_check --device cuda \
+            --out "$OUTDIR/runtime_gpu.csv" --throughput "$OUTDIR/throughput_gpu.csv" \
+            --traces "$OUTDIR/runtime_traces.json" --budget 330 ${RUNTIME_ARGS:-}
+        log "runtime_check exit status $?"
+        log "pytest: the CUDA tests (runtime executor, dry runs on cuda)"
+        timeout 90 "$PY" -m pytest -q -p no:cacheprovider "$ROOT/tests/test_runtime.py" "$ROOT/tests/test_gpu_scripts.py" \
+            -k "cuda" 2>&1 | tail -n 20
+        log "done"
+    } 2>&1 | tee "$LOGF"
+    ;;
+unpack)
+    # HERE: FILES = the folder the device tool copied $OUT into (files_at)
+    FILES=${2:?usage: gpu_campaign.sh unpack FOLDER_WITH_THE_CALL_S_FILES}
+    mkdir -p "$ROOT/benchmarks/results"
+    if [ -f "$FILES/instances_gpu.tar.gz" ]; then
+        # an instance file already in instances/ is kept (remove it first to replace it)
+        for f in $(tar -tzf "$FILES/instances_gpu.tar.gz"); do
+            [ -e "$ROOT/$f" ] && echo "kept, already there: $f"
+        done
+        tar -xzf "$FILES/instances_gpu.tar.gz" -C "$ROOT" --skip-old-files
+        for f in $(tar -tzf "$FILES/instances_gpu.tar.gz"); do
+            memplan show "$ROOT/$f" --rows 4 >/dev/null && echo "loads: $f" || echo "DOES NOT LOAD: $f"
+        done
+    fi
+    for f in runtime_gpu.csv throughput_gpu.csv runtime_traces.json gpu_profile_summary.csv torchvision_check.csv \
+        host_link.json; do
+        [ -f "$FILES/$f" ] && cp -v "$FILES/$f" "$ROOT/benchmarks/results/$f"
+    done
+    echo "paper 003's sweeps from the GPU instances (CPU, 25-60 min each), e.g.:"
+    for n in resnet18-b8-1000 resnet50-b8-224; do
+        g=$(ls "$ROOT"/instances/$n-*.json 2>/dev/null | grep -v -- -cpu.json | head -n 1)
+        [ -n "$g" ] && echo "  python -m memplan.experiments.pipeline_figures --instance ${g#$ROOT/} --bandwidth 12GB/s" \
+            "--gpus 4 8 --points 6 --time-limit 60 --periodicity 2"
+    done
+    ;;
+dry-run)
+    # HERE, without a GPU: both calls' Python commands on the CPU, tiny settings, into a scratch folder
+    D=${2:-$(mktemp -d)}
+    setup_env || exit 3
+    t0=$(date +%s)
+    "$PY" -m memplan.experiments.gpu_profile --device cpu --quick --threads 1 --out "$D/instances" \
+        --summary "$D/gpu_profile_summary.csv" --host-link-json "$D/host_link.json" --tar "$D/instances_gpu.tar.gz" \
+        || exit 1
+    t1=$(date +%s)
+    "$PY" -m memplan.experiments.runtime_check --device cpu --quick --out "$D/runtime_gpu.csv" \
+        --throughput "$D/throughput_gpu.csv" --traces "$D/runtime_traces.json" || exit 1
+    t2=$(date +%s)
+    echo "dry run in $D: profile step $((t1 - t0)) s, runtime step $((t2 - t1)) s"
+    ;;
+*)
+    sed -n '2,12p' "$0"
+    ;;
+esac

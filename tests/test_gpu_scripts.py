@@ -1,0 +1,260 @@
+"""Issue 20's GPU scripts, dry-run on the CPU: ``gpu_profile --device cpu --quick`` writes instance
+files with the provenance the issue asks for and no GPU field, platform or host-link number made up;
+``runtime_check --device cpu --quick`` writes one row per (network, limit, method) with autograd's
+gradients and the simulator's peaks; the paper 004 comparison has its strategies. The tests whose
+name says cuda run only on a GPU machine (the campaign runs them there: ``pytest -k cuda``)."""
+import csv
+import json
+import math
+import tarfile
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from memplan.experiments import gpu_profile, runtime_check  # noqa: E402
+from memplan.models.instance import load_instance, shipped_dir  # noqa: E402
+from memplan.models.networks import count_parameters, get_model  # noqa: E402
+from memplan.models.profiler import device_info, host_link_platform, measure_host_link  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+GPU_KEYS = {"gpu", "gpu_memory_bytes", "driver", "cuda", "cudnn", "compute_capability", "multiprocessors",
+            "tf32_matmul", "tf32_cudnn", "cudnn_benchmark"}
+# what the issue asks every instance to say: GPU model (device/gpu), driver, torch and CUDA versions,
+# date, batch, input shape, dtype, how it was linearized, how each quantity was measured
+PROVENANCE = {"device", "torch", "date", "batch", "input", "dtype", "linearization", "groups", "timing",
+              "memory_measurement", "measurement", "host_link", "network", "setting", "setting_source", "command"}
+CUDA = torch.cuda.is_available()
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _num(x):
+    return None if x in ("", None) else float(x)
+
+
+# ------------------------------------------------------------------------------------- gpu_profile
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gpu_profile")
+    rc = gpu_profile.main(["--device", "cpu", "--quick", "--threads", "1", "--out", str(d / "inst"),
+                           "--summary", str(d / "summary.csv"), "--host-link-json", str(d / "link.json"),
+                           "--tar", str(d / "inst.tar.gz")])
+    return rc, d
+
+
+def test_dry_run_profile_writes_instances_with_provenance(profiled):
+    rc, d = profiled
+    assert rc == 0
+    files = sorted(p.name for p in (d / "inst").glob("*.json"))
+    assert files == ["dryrun-gpt2-b2-s8-cpu.json", "dryrun-resnet18-b2-32-cpu.json"]
+    for name in files:
+        raw = json.loads((d / "inst" / name).read_text())
+        prov = raw["provenance"]
+        assert PROVENANCE <= set(prov), PROVENANCE - set(prov)
+        assert set(raw["provenance"]["measurement"]) == {"u_f", "u_b", "a", "abar", "delta", "o_f", "o_b", "W"}
+        # nothing about a GPU is made up on a CPU: no GPU key, no platform, no host-link number
+        assert not GPU_KEYS & set(prov), GPU_KEYS & set(prov)
+        assert "platform" not in raw
+        assert prov["host_link"]["measured"] is False and "not measured" in prov["host_link"]["note"]
+        assert not any("bytes_per_s" in k for k in prov["host_link"])
+        assert prov["device"] == "cpu" and prov["dtype"] == "float32"
+        chain, platform = load_instance(d / "inst" / name)
+        assert platform is None
+
+
+def test_dry_run_profile_values(profiled):
+    """Sizes the profiler cannot get wrong without being wrong: a^0, the parameters' bytes, L."""
+    rc, d = profiled
+    r18, _ = load_instance(d / "inst" / "dryrun-resnet18-b2-32-cpu.json")
+    assert r18.L == 23                                      # as at 224 (README's table)
+    assert r18.wa[0] == 2 * 3 * 32 * 32 * 4
+    assert r18.weights.sum() == count_parameters(get_model("resnet18")) * 4
+    assert r18.provenance["batch"] == 2 and r18.provenance["input"] == [3, 32, 32]
+    g, _ = load_instance(d / "inst" / "dryrun-gpt2-b2-s8-cpu.json")
+    assert g.L == 8 and g.wd[0] == 0                        # token ids have no gradient
+    m = get_model("gpt2", **g.provenance["model_kw"])
+    # the head's weight is tied to the token embedding: it counts in both stages that read it
+    assert g.weights.sum() == (count_parameters(m) + m.lm_head.weight.numel()) * 4
+
+
+def test_dry_run_profile_summary_tar_and_link(profiled):
+    rc, d = profiled
+    rows = _rows(d / "summary.csv")
+    assert list(rows[0]) == gpu_profile.SUMMARY_COLUMNS
+    assert [r["status"] for r in rows] == ["ok", "ok"] and [r["gpu"] for r in rows] == ["", ""]
+    with tarfile.open(d / "inst.tar.gz") as tar:
+        assert sorted(tar.getnames()) == ["instances/dryrun-gpt2-b2-s8-cpu.json",
+                                          "instances/dryrun-resnet18-b2-32-cpu.json"]
+    assert json.loads((d / "link.json").read_text()) == {"measured": False, "device": "cpu"}
+
+
+def test_existing_files_are_kept(profiled, tmp_path):
+    rc, d = profiled
+    before = {p.name: p.read_bytes() for p in (d / "inst").glob("*.json")}
+    assert gpu_profile.main(["--device", "cpu", "--quick", "--out", str(d / "inst"),
+                             "--summary", str(tmp_path / "s.csv")]) == 0
+    assert [r["status"] for r in _rows(tmp_path / "s.csv")] == ["exists", "exists"]
+    assert {p.name: p.read_bytes() for p in (d / "inst").glob("*.json")} == before
+
+
+def test_refusals_are_one_line_with_status_2(tmp_path, capsys):
+    assert gpu_profile.main(["--device", "cpu", "--quick", "--out", str(shipped_dir())]) == 2
+    assert "dry run" in capsys.readouterr().err
+    assert gpu_profile.main(["--device", "cpu", "--out", str(tmp_path), "--models", "resnet19"]) == 2
+    err = capsys.readouterr().err
+    assert "resnet19" in err and "resnet50-b32-224" in err and err.count("\n") == 1
+    assert gpu_profile.main(["--device", "tpu", "--out", str(tmp_path)]) == 2
+    assert runtime_check.main(["--models", "vgg16"]) == 2
+    assert runtime_check.main(["--fractions", "0.5,2"]) == 2
+    if not CUDA:
+        assert gpu_profile.main(["--device", "cuda", "--out", str(tmp_path)]) == 2
+        assert "no CUDA device" in capsys.readouterr().err
+        assert runtime_check.main(["--device", "cuda"]) == 2
+
+
+def test_settings_cover_the_issue():
+    """Issue 20, item 1: ResNet-18..152 and DenseNet-121 at 224 (batch 32 and 8), ResNet-18 at 1000,
+    Inception v3 at 299, VGG-16, pre-activation ResNet-1001, GPT-2 small: at least ten files."""
+    keys = {(s.network, s.batch, s.input) for s in gpu_profile.SETTINGS}
+    for n in ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "densenet121"):
+        assert (n, 32, (3, 224, 224)) in keys and (n, 8, (3, 224, 224)) in keys
+    assert ("resnet18", 8, (3, 1000, 1000)) in keys
+    assert any(n == "inception_v3" and i == (3, 299, 299) for n, _, i in keys)
+    assert {"vgg16", "preact_resnet1001", "gpt2"} <= {n for n, _, _ in keys}
+    assert [s for s in gpu_profile.SETTINGS if s.network == "gpt2"][0].input == (1024,)
+    assert len({s.key for s in gpu_profile.SETTINGS}) == len(gpu_profile.SETTINGS) >= 10
+    assert [s.key for s in gpu_profile.select("resnet50,gpt2", False)] == \
+        ["resnet50-b32-224", "resnet50-b8-224", "gpt2-small-b8-s1024"]
+
+
+def test_no_host_link_on_a_cpu():
+    with pytest.raises(ValueError, match="not a CUDA device"):
+        measure_host_link("cpu")
+    assert host_link_platform(None, "cpu") is None
+    prov, raw = gpu_profile.host_link("cpu", 2**20, 3)
+    assert raw is None and prov["measured"] is False
+    assert not GPU_KEYS & set(device_info("cpu"))
+    assert gpu_profile.device_tag("cpu") == "cpu"
+
+
+# ------------------------------------------------------------------------------------ runtime_check
+@pytest.fixture(scope="module")
+def runtime_rows(tmp_path_factory):
+    d = tmp_path_factory.mktemp("runtime")
+    rc = runtime_check.main(["--device", "cpu", "--quick", "--out", str(d / "rt.csv"),
+                             "--throughput", str(d / "thr.csv"), "--traces", str(d / "traces.json")])
+    return rc, _rows(d / "rt.csv"), _rows(d / "thr.csv"), json.loads((d / "traces.json").read_text())
+
+
+def test_dry_run_runtime_rows(runtime_rows):
+    rc, rows, _, _ = runtime_rows
+    assert rc == 0
+    assert list(rows[0]) == runtime_check.COLUMNS
+    nets = runtime_check.PRESETS["quick"]
+    keys = [(r["network"], float(r["fraction"]), r["method"]) for r in rows]
+    expected = [(n, f, m) for n in nets for f in (0.25, 0.5, 0.75) for m in runtime_check.METHODS]
+    expected += [(n, 1.0, m) for n in nets for m in ("store-all", "autograd")]
+    assert sorted(keys) == sorted(expected)
+    for r in rows:
+        # a CPU run names the CPU and leaves every GPU column empty
+        assert r["device"].startswith("cpu") and r["gpu"] == r["cuda"] == r["cudnn"] == r["driver"] == ""
+        if r["method"] == "store-all" and float(r["fraction"]) < 1:
+            # store-all needs its own peak, above every limit below fraction 1: no plan, no measurement
+            assert r["status"] == "no_solution" and r["measured_peak"] == ""
+            continue
+        assert r["grads_equal"] == "True", r
+        batch, t = int(r["batch"]), float(r["measured_time"])
+        assert float(r["throughput"]) == pytest.approx(batch / t)
+        pred, meas = float(r["predicted_peak"]), float(r["measured_peak"])
+        assert meas == pytest.approx(pred, rel=0.10), r          # the CPU tracker sees exact bytes
+        if float(r["fraction"]) < 1:
+            limit = float(r["memory_limit"])
+            assert pred <= limit * (1 + 1e-9) and r["within_limit"] == "True"
+        else:
+            assert r["within_limit"] == ""
+
+
+def test_dry_run_throughput_comparison(runtime_rows):
+    _, rows, thr, _ = runtime_rows
+    assert list(thr[0]) == runtime_check.THROUGHPUT_COLUMNS
+    by = {}
+    for r in thr:
+        by.setdefault(r["network"], []).append(r)
+    for net, rs in by.items():
+        L = int(rs[0]["L"])
+        segs = runtime_check.segment_counts(L, 3)
+        assert sorted({int(float(r["segments"])) for r in rs if r["strategy"] == "sequential"}) == segs
+        strategies = {r["strategy"] for r in rs}
+        # torch's own checkpoint_sequential runs where the input is a float tensor (not token ids)
+        assert strategies == ({"store-all", "sequential", "rotor"} | ({"checkpoint_sequential"}
+                                                                      if net == "resnet18" else set()))
+        seq = {int(float(r["segments"])): r for r in rs if r["strategy"] == "sequential"}
+        for r in rs:
+            if r["strategy"] == "rotor":
+                s = seq[int(float(r["segments"]))]
+                # rotor is solved at the memory sequential needs, and its gain is the throughput ratio
+                assert float(r["memory_limit"]) == float(s["predicted_peak"])
+                assert float(r["predicted_peak"]) <= float(r["memory_limit"]) * (1 + 1e-9)
+                assert float(r["predicted_time"]) <= float(s["predicted_time"]) * (1 + 1e-9)
+                assert float(r["rotor_gain"]) == pytest.approx(float(r["throughput"]) / float(s["throughput"]) - 1)
+            if r["strategy"] == "checkpoint_sequential":
+                # PyTorch's implementation keeps what memplan's model of it says (and autograd's gradients)
+                s = seq[int(float(r["segments"]))]
+                assert float(r["measured_peak"]) == pytest.approx(float(s["predicted_peak"]), rel=0.05)
+                assert r["grads_equal"] == "True"
+
+
+def test_dry_run_traces(runtime_rows):
+    """The per-operation traces: one value per operation, whose maximum is the row's peak."""
+    _, rows, _, traces = runtime_rows
+    peaks = {(r["network"], f"{r['method']}@{float(r['fraction']):g}"): float(r["measured_peak"]) for r in rows
+             if r["measured_peak"] and not r["same_as"]}
+    seen = 0
+    for t in traces["sequences"]:
+        n = len(t["ops"])
+        assert len(t["measured_during"]) == len(t["simulated_during"]) == len(t["measured_after"]) == n
+        if (t["network"], t["sequence"]) in peaks:
+            assert max(t["measured_during"]) == peaks[(t["network"], t["sequence"])]
+            seen += 1
+    assert seen == len(peaks) - 2          # every executed plan but autograd (no sequence) of each network
+
+
+def test_segment_counts_are_the_papers():
+    """Paper 004, section 5.4: 10 numbers of segments from 2 to 2 sqrt(L)."""
+    assert runtime_check.segment_counts(100) == list(range(2, 21, 2))
+    c = runtime_check.segment_counts(73)
+    assert len(c) == 10 and c[0] == 2 and c[-1] == round(2 * math.sqrt(73))
+    assert runtime_check.segment_counts(4) == [2, 3, 4]
+    assert runtime_check.segment_counts(1) == [1]
+
+
+# ------------------------------------------------------------------------------------- on a GPU only
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device (runs in the GPU campaign)")
+def test_cuda_profile_quick_has_gpu_provenance_and_measured_link(tmp_path):
+    assert gpu_profile.main(["--device", "cuda", "--quick", "--out", str(tmp_path), "--host-link-mib", "64"]) == 0
+    for f in tmp_path.glob("*.json"):
+        raw = json.loads(f.read_text())
+        prov = raw["provenance"]
+        assert prov["gpu"] == torch.cuda.get_device_name() and prov["cuda"] == torch.version.cuda
+        assert GPU_KEYS <= set(prov)
+        link = prov["host_link"]
+        assert link["measured"] is True and link["h2d_bytes_per_s"] > 1e9 and link["d2h_bytes_per_s"] > 1e9
+        chain, platform = load_instance(f)
+        assert platform.memory == torch.cuda.get_device_properties(0).total_memory
+        assert platform.bandwidth == pytest.approx(min(link["h2d_bytes_per_s"], link["d2h_bytes_per_s"]), rel=1e-9)
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device (runs in the GPU campaign)")
+def test_cuda_runtime_check_quick(tmp_path):
+    out = tmp_path / "rt.csv"
+    assert runtime_check.main(["--device", "cuda", "--quick", "--workers", "1", "--out", str(out)]) == 0
+    for r in _rows(out):
+        assert r["gpu"] == torch.cuda.get_device_name()
+        if r["measured_peak"]:
+            assert r["grads_equal"] == "True", r
+            assert r["within_limit"] in ("True", ""), r

@@ -17,7 +17,8 @@ Proposition 1 (:func:`models.offload.no_wait_schedule`) and returns a :class:`So
   ``(M_F, Delta_F, Delta_B)`` are rounded to a grid of ``M_GPU / slots`` bytes (the paper's rounding,
   described only in its research report, is of this kind); ``exact=True`` keeps exact values (exact
   for integer sizes when ``u * beta`` are integers). The best ``top`` final states are rebuilt and the
-  best valid schedule is kept.
+  best valid schedule is kept. Without ``slots`` it tries several grids and exact values and keeps
+  the best schedule, GREEDY's included.
 * :func:`vdnn`, :func:`tflms`, :func:`autoswap` -- the peers of section 6 (see each docstring).
 * :func:`exhaustive` -- every offloaded set and every pair of transfer orders (tests, tiny chains).
 
@@ -361,13 +362,61 @@ def dynprog_sets(chain: Chain, memory: float, bandwidth: float, *, slots: int = 
     return out, {"states": n_states, "grid": q, "truncated": truncated}
 
 
-def dynprog(chain: Chain, memory: float, bandwidth: float, *, slots: int = 100, exact: bool = False,
+#: DYNPROG's grids (``memory / slots`` bytes) tried when ``slots`` is None, then exact values
+AUTO_GRIDS = (500, 2000, 8000)
+
+
+def dynprog(chain: Chain, memory: float, bandwidth: float, *, slots: int | None = None, exact: bool = False,
             top: int = 8, max_states: int = 20000, time_limit: float | None = None) -> Solution:
     """DYNPROG (section 5.3): Algorithm 1's offloaded set, scheduled whole, no-wait and ordered. If the
     DP keeps no state (too coarse a grid), the GREEDY set is used and the message says so.
 
-    ``time_limit`` (seconds) stops the rebuilding of the ``top`` best final states once the first one
-    has been tried (the DP itself runs to its end)."""
+    ``slots``/``exact`` as given are honoured. ``slots=None`` (default): the grid is chosen, refined
+    and compared: Algorithm 1 runs on grids of ``memory / S`` bytes for ``S`` in :data:`AUTO_GRIDS`
+    and with exact values, while time allows (merging states is a heuristic, so a finer grid is not
+    always better: the best schedule of all runs is kept), and GREEDY's schedule is a candidate too,
+    so DYNPROG is never worse than GREEDY. ``time_limit`` (seconds) stops the refinement (and the
+    rebuilding of the ``top`` best final states once the first one has been tried)."""
+    if exact or slots is not None:
+        return _dynprog_given(chain, memory, bandwidth, slots=100 if slots is None else slots, exact=exact, top=top,
+                              max_states=max_states, time_limit=time_limit)
+    _check(chain, memory, bandwidth)
+    t0 = time.perf_counter()
+    stop = _deadline(time_limit)
+    runs = []
+    best = None
+    for grid in list(AUTO_GRIDS) + ["exact"]:
+        if runs and time.monotonic() >= stop:
+            break
+        ts = time.monotonic()
+        sol = _dynprog_given(chain, memory, bandwidth, slots=grid if grid != "exact" else 100,
+                             exact=grid == "exact", top=top, max_states=max_states,
+                             time_limit=None if time_limit is None else max(0.0, stop - time.monotonic()))
+        runs.append({"grid": grid, "makespan": sol.objective})
+        if sol.success and (best is None or sol.objective < best.objective - 1e-12 * sol.objective):
+            best = sol
+        if runs and time.monotonic() + 3 * (time.monotonic() - ts) > stop:
+            break
+    g = greedy(chain, memory, bandwidth)
+    if g.success and (best is None or g.objective < best.objective - 1e-12 * g.objective):
+        best = make_solution(chain, "dynprog", g.schedule, memory, bound=g.bound if g.bound is not None else
+                             lower_bound_value(chain, memory, bandwidth), predicted=g.objective,
+                             message="GREEDY's set (better than Algorithm 1 on every grid tried)")
+    if best is None:
+        return make_solution(chain, "dynprog", None, memory, bound=lower_bound_value(chain, memory, bandwidth),
+                             message="no grid gave a buildable state and GREEDY has no schedule",
+                             times={"total": time.perf_counter() - t0}, details={"grids": runs})
+    best.details["grids"] = runs
+    best.details["greedy"] = g.objective
+    grids = ", ".join(str(r["grid"]) for r in runs)
+    best.message += f" (best of grids {grids} and GREEDY)"
+    best.times = {"total": time.perf_counter() - t0}
+    return best
+
+
+def _dynprog_given(chain: Chain, memory: float, bandwidth: float, *, slots: int, exact: bool, top: int,
+                   max_states: int, time_limit: float | None) -> Solution:
+    """DYNPROG with the grid given (``slots``) or exact values."""
     _check(chain, memory, bandwidth)
     t0 = time.perf_counter()
     stop = _deadline(time_limit)

@@ -7,7 +7,8 @@ and whose memory (stored + outputs + overhead) fits in ``M`` is an edge whose co
 The transition rules are written here independently of :mod:`models.remat` so that the two
 implementations of the semantics check each other (the found sequence is also replayed there).
 
-The number of states is at most 3^(L+2) (L+2); L <= 7 runs in seconds.
+The number of states is at most 3^(L+2) (L+2); L <= 7 runs in seconds. :func:`exhaustive_min_memory`
+searches the same graph for the least peak (the oracle of :mod:`baselines.remat_min_memory`).
 """
 from __future__ import annotations
 
@@ -19,18 +20,45 @@ from memplan.models.remat import RematSchedule
 _N, _A, _AB = 0, 1, 2
 
 
+def _moves(chain: Chain, act: tuple, k: int):
+    """Every operation valid in state ``(act, k)``: ``(op, new act, new k, duration, memory during)``."""
+    L = chain.L
+    wa, wab, wd = chain.wa, chain.wabar, chain.wd
+    base = sum(wab[l] if s == _AB else wa[l] if s == _A else 0.0 for l, s in enumerate(act)) + wd[k]
+    out = []
+    # backward step B^k
+    if act[k] == _AB and act[k - 1] != _N:
+        new = list(act)
+        new[k] = _N
+        if new[k - 1] == _A:
+            new[k - 1] = _N
+        out.append((("B", k), tuple(new), k - 1, chain.ub[k], base + wd[k - 1] + chain.ob[k]))
+    for l in range(1, L + 2):
+        if act[l - 1] == _N:
+            continue
+        for op in ("F_all", "F_ck", "F_none"):
+            if op == "F_none" and act[l - 1] == _AB:
+                continue
+            if act[l] == _AB or (op != "F_all" and act[l] == _A):
+                continue   # recomputing a stored value: not an operation of the model
+            new = list(act)
+            if op == "F_all":
+                new[l] = _AB
+            else:
+                new[l] = max(new[l], _A)
+            if op == "F_none":
+                new[l - 1] = _N
+            out.append(((op, l), tuple(new), k, chain.uf[l], base + (wab[l] if op == "F_all" else wa[l]) + chain.of[l]))
+    return out
+
+
 def exhaustive_remat(chain: Chain, memory: float, *, tol: float = 1e-9):
     """Minimum makespan over all valid sequences within ``memory``.
 
     Returns ``(makespan, RematSchedule)``, or ``None`` when no valid sequence fits.
     """
     L = chain.L
-    wa, wab, wd = chain.wa, chain.wabar, chain.wd
     limit = memory * (1 + tol) + tol
-
-    def stored(act, k):
-        return sum(wab[l] if s == _AB else wa[l] if s == _A else 0.0 for l, s in enumerate(act)) + wd[k]
-
     start = (tuple([_A] + [_N] * (L + 1)), L + 1)
     dist = {start: 0.0}
     prev: dict = {}
@@ -42,41 +70,10 @@ def exhaustive_remat(chain: Chain, memory: float, *, tol: float = 1e-9):
             continue
         act, k = state
         if k == 0:
-            ops = []
-            while state != start:
-                state, op = prev[state]
-                ops.append(op)
-            return d, RematSchedule(ops[::-1])
-        base = stored(act, k)
-        moves = []
-        # backward step B^k
-        if act[k] == _AB and act[k - 1] != _N and base + wd[k - 1] + chain.ob[k] <= limit:
-            new = list(act)
-            new[k] = _N
-            if new[k - 1] == _A:
-                new[k - 1] = _N
-            moves.append((("B", k), tuple(new), k - 1, chain.ub[k]))
-        for l in range(1, L + 2):
-            if act[l - 1] == _N:
+            return d, _path(prev, start, state)
+        for op, nact, nk, dt, mem in _moves(chain, act, k):
+            if mem > limit:
                 continue
-            for op in ("F_all", "F_ck", "F_none"):
-                out = wab[l] if op == "F_all" else wa[l]
-                if base + out + chain.of[l] > limit:
-                    continue
-                if op == "F_none" and act[l - 1] == _AB:
-                    continue
-                if act[l] == _AB or (op != "F_all" and act[l] == _A):
-                    continue   # recomputing a stored value: not an operation of the model
-                new = list(act)
-                if op == "F_all":
-                    new[l] = _AB
-                else:
-                    new[l] = max(new[l], _A)
-                if op == "F_none":
-                    new[l - 1] = _N
-                nt = tuple(new)
-                moves.append(((op, l), nt, k, chain.uf[l]))
-        for op, nact, nk, dt in moves:
             ns = (nact, nk)
             nd = d + dt
             if nd < dist.get(ns, float("inf")) - 1e-15:
@@ -85,3 +82,42 @@ def exhaustive_remat(chain: Chain, memory: float, *, tol: float = 1e-9):
                 counter += 1
                 heapq.heappush(heap, (nd, counter, ns))
     return None
+
+
+def exhaustive_min_memory(chain: Chain):
+    """The least peak memory of any valid sequence: a bottleneck shortest path (Dijkstra with
+    ``max`` for ``+``) over the same states and operations as :func:`exhaustive_remat`.
+
+    Returns ``(peak, RematSchedule)`` (bytes; a sequence that reaches it). Exponential in ``L``.
+    """
+    L = chain.L
+    start = (tuple([_A] + [_N] * (L + 1)), L + 1)
+    m0 = float(chain.wa[0] + chain.wd[L + 1])
+    best = {start: m0}
+    prev: dict = {}
+    heap = [(m0, 0, start)]
+    counter = 0
+    while heap:
+        p, _, state = heapq.heappop(heap)
+        if p > best.get(state, float("inf")):
+            continue
+        act, k = state
+        if k == 0:
+            return p, _path(prev, start, state)
+        for op, nact, nk, _dt, mem in _moves(chain, act, k):
+            ns = (nact, nk)
+            npk = max(p, mem)
+            if npk < best.get(ns, float("inf")):
+                best[ns] = npk
+                prev[ns] = (state, op)
+                counter += 1
+                heapq.heappush(heap, (npk, counter, ns))
+    raise RuntimeError("no valid sequence at all (cannot happen: recompute-all is always valid)")
+
+
+def _path(prev: dict, start, state) -> RematSchedule:
+    ops = []
+    while state != start:
+        state, op = prev[state]
+        ops.append(op)
+    return RematSchedule(ops[::-1])

@@ -8,21 +8,24 @@ the ``Solution``-returning functions replay it with :func:`~memplan.models.remat
 - :func:`store_all_schedule` / :func:`store_all` — what plain autograd does:
   ``F_all^1..F_all^{L+1}``, then ``B^{L+1}..B^1``.
 - :func:`recompute_all_schedule` / :func:`recompute_all` — keep only a^0 and recompute from it before
-  every backward step (quadratic time). Its peak is the smallest of any valid sequence
-  (:func:`min_memory`).
+  every backward step (quadratic time). Its peak is often, not always, the smallest of any valid
+  sequence: :func:`min_memory` (from :mod:`memplan.baselines.remat_min_memory`) is the exact one.
 - :func:`sequential_schedule` / :func:`sequential` — PyTorch's
   ``torch.utils.checkpoint.checkpoint_sequential`` (Chen et al. 2016), see :func:`sequential_schedule`.
 - :func:`bisection_schedule` — recursive halving (treeverse/revolve's structure with unlimited
   checkpoints), a memory-independent reference sequence for the executor.
 
 The optimal sequence of the AD model, ``revolve`` (paper 004, 5.4), is a restricted persistent DP and
-lives with the DPs in :mod:`memplan.baselines.remat_rotor`; this module imports nothing from the DPs.
+lives with the DPs in :mod:`memplan.baselines.remat_rotor`. A schedule that does not fit is
+INFEASIBLE only below the minimum feasible memory (nothing fits); above it, it is NO_SOLUTION (this
+schedule does not fit, others do).
 """
 from __future__ import annotations
 
 import numbers
 import time
 
+from memplan.baselines.remat_min_memory import min_memory, proven_infeasible_below
 from memplan.models.chain import Chain
 from memplan.models.remat import RematSchedule, simulate_remat
 from memplan.models.solution import Solution, Status
@@ -156,21 +159,6 @@ def bisection_schedule(chain: Chain | int) -> RematSchedule:
     return RematSchedule(ops)
 
 
-# ----------------------------------------------------------------------------- minimum memory
-def min_memory(chain: Chain) -> float:
-    """The smallest memory limit for which *some* valid sequence exists (bytes).
-
-    It is the peak of the recompute-all sequence: every valid sequence must run each of its
-    operations with at least the same values in memory (a^0 until B^1, delta^l until B^l), so none
-    can peak lower.
-
-    >>> from memplan.models.instance import load_instance
-    >>> round(min_memory(load_instance("paper004_table2")[0]) / 2**20, 2)
-    82.12
-    """
-    return simulate_remat(chain, recompute_all_schedule(chain)).peak_memory
-
-
 # ----------------------------------------------------------------------------- solutions
 def _solution(chain: Chain, method: str, sched: RematSchedule, memory: float | None, message: str, t0: float,
               **details) -> Solution:
@@ -178,7 +166,8 @@ def _solution(chain: Chain, method: str, sched: RematSchedule, memory: float | N
     times = {"total": time.perf_counter() - t0}
     if memory is not None and rep.peak_memory > memory * (1 + 1e-9):
         need = min_memory(chain)
-        return Solution(problem="remat", method=method, status=Status.INFEASIBLE, memory_limit=memory,
+        status = Status.INFEASIBLE if memory < proven_infeasible_below(chain) * (1 - 1e-12) else Status.NO_SOLUTION
+        return Solution(problem="remat", method=method, status=status, memory_limit=memory,
                         message=f"{method} needs {fmt_memory(rep.peak_memory)} > limit {fmt_memory(memory)} "
                         f"(minimum feasible memory for any sequence: {fmt_memory(need)})",
                         times=times, details={"needed": rep.peak_memory, "min_memory": need, **details})
@@ -188,7 +177,8 @@ def _solution(chain: Chain, method: str, sched: RematSchedule, memory: float | N
 
 
 def store_all(chain: Chain, memory: float | None = None) -> Solution:
-    """No re-materialization (plain autograd); INFEASIBLE when its peak exceeds ``memory``.
+    """No re-materialization (plain autograd); NO_SOLUTION when its peak exceeds ``memory`` (INFEASIBLE
+    below the minimum feasible memory).
 
     >>> from memplan.models.instance import load_instance
     >>> sol = store_all(load_instance("paper004_table2")[0])
@@ -200,9 +190,10 @@ def store_all(chain: Chain, memory: float | None = None) -> Solution:
 
 
 def recompute_all(chain: Chain, memory: float | None = None) -> Solution:
-    """Keep only a^0; recompute from the input before every backward step (minimal memory)."""
+    """Keep only a^0; recompute from the input before every backward step (little memory; the least
+    is :func:`min_memory`, lower when a forward overhead dominates)."""
     return _solution(chain, "recompute-all", recompute_all_schedule(chain), memory,
-                     "only a^0 kept; minimal memory", time.perf_counter())
+                     "only a^0 kept", time.perf_counter())
 
 
 def sequential_points(chain: Chain) -> list[tuple[int, float, float]]:
@@ -216,8 +207,8 @@ def sequential_points(chain: Chain) -> list[tuple[int, float, float]]:
 
 def sequential(chain: Chain, memory: float | None = None, segments_: int | None = None) -> Solution:
     """``checkpoint_sequential`` (:func:`sequential_schedule`): with ``segments_`` that many
-    segments, else the fastest number of segments whose peak fits in ``memory`` (INFEASIBLE with the
-    least-memory one when none fits).
+    segments, else the fastest number of segments whose peak fits in ``memory`` (NO_SOLUTION, or
+    INFEASIBLE below the minimum feasible memory, with the least-memory one when none fits).
 
     >>> from memplan.models.instance import load_instance
     >>> sol = sequential(load_instance("paper004_table2")[0], 100 * 2**20)

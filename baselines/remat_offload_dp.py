@@ -89,7 +89,7 @@ import time
 import numpy as np
 from numba import njit
 
-from memplan.baselines.remat_heuristics import min_memory
+from memplan.baselines.remat_offload_min_memory import min_memory as ro_min_memory
 from memplan.baselines.remat_rotor import Discretization
 from memplan.models.chain import Chain
 from memplan.models.remat_offload import RematOffloadSchedule, Transfer, simulate_remat_offload
@@ -701,9 +701,10 @@ def solve_remat_offload_dp(chain: Chain, memory: float, bandwidth: float | None,
     Returns
     -------
     Solution
-        Status OPTIMAL without a link (optimal among persistent sequences), FEASIBLE with one (best
-        within the DP's model), INFEASIBLE when no schedule of the model fits (``details["min_memory"]``
-        is then the least memory of re-materialization alone).
+        Status OPTIMAL without a link in exact mode (optimal among persistent sequences), else FEASIBLE
+        (best within the DP's model and its rounding), INFEASIBLE below the least memory of the problem
+        (:mod:`memplan.baselines.remat_offload_min_memory`, ``details["min_memory"]``), NO_SOLUTION
+        when the DP's model has no schedule although one fits.
 
     Raises
     ------
@@ -734,13 +735,21 @@ def solve_remat_offload_dp(chain: Chain, memory: float, bandwidth: float | None,
         details = {"discretization": dp.disc.describe(), "slot_bytes": dp.S, "slots": dp.N,
                    "part_time": dp.q, "bandwidth": dp.beta, "feasible_states": int(np.isfinite(dp.OC).sum())}
         if not best < INF:
-            need = min_memory(chain)
+            mm = ro_min_memory(chain, dp.beta if math.isfinite(dp.q) else None)
+            need = mm.value
             times["total"] = time.perf_counter() - t0
-            msg = (f"the joint DP finds no schedule within {memory:.6g} B ({dp.disc.describe()}); without "
-                   f"offloading the minimum is {need:.6g} B; offloading lowers it at most to what the "
-                   f"operations themselves need; try more slots or more memory")
-            return Solution(problem="remat-offload", method="dp", status=Status.INFEASIBLE, memory_limit=memory,
-                            message=msg, times=times, details={**details, "min_memory": need})
+            proven = memory < mm.lower * (1 - 1e-12)
+            if proven:
+                msg = (f"no schedule fits in {memory:.6g} B: the minimum is {need:.6g} B"
+                       + ("" if mm.exact else f" (none fits below {mm.lower:.6g} B)"))
+            else:
+                msg = (f"the joint DP finds no schedule within {memory:.6g} B ({dp.disc.describe()}), although "
+                       f"one fits from {need:.6g} B: its model (persistent sequences, top-level inputs offloaded, "
+                       "sizes rounded up) is too narrow here; try more slots or more memory")
+            return Solution(problem="remat-offload", method="dp",
+                            status=Status.INFEASIBLE if proven else Status.NO_SOLUTION, memory_limit=memory,
+                            message=msg, times=times, details={**details, "min_memory": need if proven or mm.exact
+                                                               else mm.lower})
         sched = dp.rebuild()
     finally:
         sys.setrecursionlimit(old)
@@ -751,8 +760,10 @@ def solve_remat_offload_dp(chain: Chain, memory: float, bandwidth: float | None,
                    offloaded=[{"index": l, "value": "abar" if x else "a",
                                "bytes": float(chain.wabar[l] if x else chain.wa[l])} for l, x in dp.offloaded],
                    offloaded_bytes=rep.offloaded_bytes, transfer_time=rep.transfer_time)
-    status = Status.OPTIMAL if not math.isfinite(dp.q) else Status.FEASIBLE
-    within = ("memory-persistent sequences (paper 004, Theorem 4.8)" if status == Status.OPTIMAL else
+    # without a link and in exact mode this is paper 004's persistent DP, proven optimal in its class;
+    # with slots the rounding may hide better sequences, and with a link the model is a restriction
+    status = Status.OPTIMAL if (not math.isfinite(dp.q) and exact) else Status.FEASIBLE
+    within = ("memory-persistent sequences (paper 004, Theorem 4.8)" if not math.isfinite(dp.q) else
               "the joint DP's model (persistent sequences, top-level inputs offloaded, transfers in slot "
               "parts)")
     return Solution(problem="remat-offload", method="dp", status=status, objective=rep.makespan,

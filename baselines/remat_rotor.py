@@ -8,13 +8,21 @@
   minimum (see ``_floating_kernel``).
 - :func:`revolve` reuses the persistent kernel restricted to ``F_all^l`` immediately followed by
   ``B^l`` (the AD model of Figure 1b; paper 004, section 5.4).
-- :func:`min_memory` (defined with the recompute-all sequence in
-  :mod:`memplan.baselines.remat_heuristics`): the smallest memory any valid sequence needs.
+- :func:`min_memory` (:mod:`memplan.baselines.remat_min_memory`): the smallest memory any valid
+  sequence needs, exact (the DPs with the peak as objective).
+
+Every public DP takes ``slots`` (honoured as given), ``exact`` (one slot per byte), or neither: then
+it chooses and refines its discretization until the optimum is proven, and never returns less than
+the baselines (see :func:`persistent`).
 
 Memory discretization (section 5.2). Memory is counted in *slots* of ``q`` bytes: with ``slots=S``,
 ``q = M / S``; every size and overhead is rounded **up** to whole slots and the budget rounded down,
 so a plan accepted by the DP never exceeds ``M`` (it may miss plans that fit only within the
 rounding, at most ``q`` per stored item). ``exact=True`` uses ``q = 1`` and needs integer sizes.
+The same DP with sizes rounded **down** is a relaxation (every sequence valid for the real sizes is
+valid for the rounded ones), so its value is a lower bound; when the two values agree the
+rounded-up plan is optimal for the chain as given. Doubling ``S`` never loses a plan
+(``2 ceil(x) >= ceil(2x)``) and never lowers the bound, so the refinement converges monotonically.
 
 Reading of the paper's recurrences (the extracted text is garbled in places):
 
@@ -59,29 +67,44 @@ import time
 import numpy as np
 from numba import njit
 
-from memplan.baselines.remat_heuristics import min_memory
+from memplan.baselines import remat_heuristics as H
+from memplan.baselines.remat_min_memory import min_memory, min_memory_of
 from memplan.models.chain import Chain
-from memplan.models.remat import RematSchedule, simulate_remat
+from memplan.models.remat import InvalidSequence, RematSchedule, simulate_remat
 from memplan.models.solution import Solution, Status
 from memplan.models.units import fmt_memory
 
-__all__ = ["Discretization", "persistent", "floating", "revolve", "min_memory", "floating_table_bytes"]
+__all__ = ["Discretization", "persistent", "floating", "revolve", "min_memory", "floating_table_bytes",
+           "persistent_table_bytes", "table_bytes", "max_slots", "check_tables", "TableTooLarge", "KINDS"]
 
 INF = np.inf
 
 
 # ----------------------------------------------------------------------------- discretization
-class Discretization:
-    """Sizes in slots of ``q`` bytes (rounded up) and the budget in slots (rounded down)."""
+#: exact mode (one slot per byte) refuses limits above this many bytes
+EXACT_MAX = 5_000_000
 
-    def __init__(self, chain: Chain, memory: float, slots: int = 500, exact: bool = False):
-        if memory is None or memory <= 0:
+
+class Discretization:
+    """Sizes in slots of ``q`` bytes and the budget in slots.
+
+    ``mode="up"`` (the plans): sizes rounded **up**, the budget ``memory / q`` rounded down, so a plan
+    accepted by the DP never exceeds ``memory``. ``mode="down"`` (the bound): sizes rounded **down**,
+    so every sequence valid for the real sizes is valid for the rounded ones and the DP's value is a
+    lower bound on the optimum of its class. Sizes are clipped at ``budget + 1`` slots (anything
+    larger cannot fit anyway), so a huge size never overflows the integer tables.
+    """
+
+    def __init__(self, chain: Chain, memory: float, slots: int = 500, exact: bool = False, mode: str = "up"):
+        if memory is None or not memory > 0:
             raise ValueError("a positive memory limit is needed")
+        if mode not in ("up", "down"):
+            raise ValueError(f"mode must be 'up' or 'down', got {mode!r}")
         if exact:
             if not chain.is_integer or memory != math.floor(memory):
                 raise ValueError("exact mode needs integer sizes and an integer memory limit")
-            if memory > 5_000_000:
-                raise ValueError(f"exact mode would need {memory:.0f} slots; use --slots instead")
+            if memory > EXACT_MAX:
+                raise ValueError(f"exact mode would need {memory:.0f} slots (at most {EXACT_MAX}); use slots instead")
             self.q = 1.0
             self.budget = int(memory)
         else:
@@ -90,14 +113,22 @@ class Discretization:
             self.q = float(memory) / slots
             self.budget = int(slots)
         self.exact = exact
+        self.mode = mode
         self.memory = float(memory)
-        up = lambda x: np.ceil(np.asarray(x, dtype=float) / self.q - 1e-9).clip(min=0).astype(np.int64)  # noqa: E731
-        self.wa, self.wab, self.wd = up(chain.wa), up(chain.wabar), up(chain.wd)
-        self.of, self.ob = up(chain.of), up(chain.ob)
+        cap = float(self.budget + 1)
+        if mode == "up":
+            f = lambda x: np.ceil(np.minimum(np.asarray(x, dtype=float) / self.q, cap) - 1e-9)  # noqa: E731
+        else:
+            f = lambda x: np.floor(np.minimum(np.asarray(x, dtype=float) / self.q, cap) * (1 + 1e-12))  # noqa: E731
+        conv = lambda x: f(x).clip(min=0).astype(np.int64)  # noqa: E731
+        self.wa, self.wab, self.wd = conv(chain.wa), conv(chain.wabar), conv(chain.wd)
+        self.of, self.ob = conv(chain.of), conv(chain.ob)
 
     def describe(self) -> str:
         if self.exact:
             return "exact (one slot per byte unit)"
+        if self.mode == "down":
+            return f"{self.budget} slots of {self.q:.4g} B, sizes rounded down (a lower bound)"
         return (f"{self.budget} slots of {self.q:.4g} B; sizes rounded up, so plans never exceed the "
                 f"limit but may use up to one slot more per stored value than needed")
 
@@ -367,28 +398,89 @@ def _floating_sequence(R, TP, GS, s, t, l, m, disc: Discretization, out: list) -
             stack.append((sp, tp, l, m2 - int(wa[sp - 1]), 0))         # first
 
 
-# ----------------------------------------------------------------------------- public API
-def _finish(chain: Chain, memory: float, method: str, ops: list | None, predicted: float | None,
-            disc: Discretization, times: dict, optimal_within: str) -> Solution:
-    if ops is None:
-        need = min_memory(chain)
-        if memory < need:
-            msg = (f"no valid sequence fits in {fmt_memory(memory)}: the minimum feasible memory is "
-                   f"{fmt_memory(need)} ({need:.0f} B)")
-        else:
-            msg = (f"{method} found no sequence within {fmt_memory(memory)} (minimum feasible memory "
-                   f"{fmt_memory(need)}); the rounding of {disc.describe()} makes the limit too tight "
-                   f"for it: use more slots, --exact, or a slightly larger limit")
-        return Solution(problem="remat", method=method, status=Status.INFEASIBLE, memory_limit=memory,
-                        message=msg, times=times, details={"min_memory": need,
-                                                           "discretization": disc.describe()})
-    sched = RematSchedule(ops)
-    rep = simulate_remat(chain, sched, memory_limit=memory)
-    return Solution(problem="remat", method=method, status=Status.OPTIMAL, objective=rep.makespan,
-                    peak_memory=rep.peak_memory, schedule=sched, memory_limit=memory, predicted=predicted,
-                    message=f"optimal among {optimal_within} ({disc.describe()})", times=times,
-                    details={"discretization": disc.describe(), "slot_bytes": disc.q,
-                             "recompute_time": rep.recompute_time, "optimal_within": optimal_within})
+# ----------------------------------------------------------------------------- table sizes
+#: explicit ``slots``: the DPs refuse tables larger than these (bytes)
+FLOATING_TABLE_LIMIT = 8e9
+PERSISTENT_TABLE_LIMIT = 4e9
+#: automatic discretization (``slots=None``): each table stays below this (bytes)
+AUTO_TABLE_LIMIT = 1e9
+#: automatic discretization: the first number of slots (then doubled while unproven)
+AUTO_START_SLOTS = 500
+#: the class of sequences each DP optimizes over
+KINDS = {"rotor": "persistent", "rotor-floating": "all", "revolve": "revolve"}
+_CLASS_TEXT = {"persistent": "memory-persistent sequences", "all": "all valid sequences (weak memory persistence, "
+               "Lemma 4.4)", "revolve": "sequences with F_all^l right before B^l (the AD model)"}
+
+
+class TableTooLarge(ValueError):
+    """The DP's tables for these slots would be too large; ``max_slots`` is the most that fit."""
+
+    def __init__(self, message: str, max_slots: int):
+        super().__init__(message)
+        self.max_slots = max_slots
+
+
+def floating_table_bytes(L: int, slots: int) -> float:
+    """Bytes of the floating DP's tables for ``L`` stages and ``slots`` memory slots (about
+    5 (L+2)^3 (slots+1) 8-byte entries); :func:`floating` refuses more than ``FLOATING_TABLE_LIMIT``."""
+    return 5.0 * (L + 2) ** 3 * (slots + 1) * 8
+
+
+def persistent_table_bytes(L: int, slots: int) -> float:
+    """Bytes of the persistent DP's table C[s, t, m] ((L+2)^2 (slots+1) 8-byte entries)."""
+    return float((L + 2) ** 2 * (slots + 1) * 8 + 2 * (slots + 1) * 8)
+
+
+def table_bytes(kind: str, L: int, slots: int) -> float:
+    """Bytes of the tables of the DP of class ``kind`` (``KINDS`` values)."""
+    return floating_table_bytes(L, slots) if kind == "all" else persistent_table_bytes(L, slots)
+
+
+def max_slots(kind: str, L: int, limit: float) -> int:
+    """The most slots whose tables stay within ``limit`` bytes (0 if none)."""
+    per = table_bytes(kind, L, 1) - table_bytes(kind, L, 0)
+    return max(0, int((limit - table_bytes(kind, L, 0)) // per))
+
+
+def check_tables(kind: str, L: int, slots: int, *, what: str | None = None) -> None:
+    """Raise :class:`TableTooLarge` when the tables for ``slots`` exceed the explicit-slots limit."""
+    limit = FLOATING_TABLE_LIMIT if kind == "all" else PERSISTENT_TABLE_LIMIT
+    need = table_bytes(kind, L, slots)
+    if need > limit:
+        fits = max_slots(kind, L, limit)
+        raise TableTooLarge(f"{what or f'slots={slots}'} on L = {L} stages needs {fmt_memory(need)} of DP tables "
+                            f"(more than {fmt_memory(limit)}); use slots <= {fits}"
+                            + (", or method 'rotor' (the persistent DP)" if kind == "all" else ""), fits)
+
+
+# ----------------------------------------------------------------------------- one DP run
+def _dp(chain: Chain, memory: float, kind: str, slots: int, exact: bool, mode: str, prune: bool = True):
+    """One run: ``(value or None, ops or None, Discretization)``; ops only for ``mode="up"``."""
+    disc = Discretization(chain, memory, slots, exact, mode)
+    budget = disc.budget - int(disc.wa[0])
+    if budget < 0:
+        return None, None, disc
+    L = chain.L
+    if kind == "all":
+        C, R, TP, GS = _floating_kernel(*_args(disc, chain), prune)
+        v = C[1, 1, L + 1, budget]
+        if not math.isfinite(v):
+            return None, None, disc
+        ops = None
+        if mode == "up":
+            ops = []
+            _floating_sequence(R, TP, GS, 1, 1, L + 1, budget, disc, ops)
+        return float(v), ops, disc
+    carry = kind == "persistent"
+    C = _persistent_kernel(*_args(disc, chain), carry)
+    v = C[1, L + 1, budget]
+    if not math.isfinite(v):
+        return None, None, disc
+    ops = None
+    if mode == "up":
+        ops = []
+        _persistent_sequence(C, 1, L + 1, budget, disc, chain, carry, ops)
+    return float(v), ops, disc
 
 
 def _args(disc: Discretization, chain: Chain):
@@ -396,23 +488,232 @@ def _args(disc: Discretization, chain: Chain):
             disc.wd, disc.of, disc.ob)
 
 
-def persistent(chain: Chain, memory: float, *, slots: int = 500, exact: bool = False,
-               _allow_carry: bool = True, _method: str = "rotor") -> Solution:
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-12 * max(1.0, abs(a), abs(b))
+
+
+# ----------------------------------------------------------------------------- candidates
+def _baseline_schedules(chain: Chain, memory: float, kind: str) -> list[tuple[str, RematSchedule]]:
+    """Schedules the DP's answer is compared with: the baselines of its class and the least-memory
+    sequences (:mod:`remat_min_memory`), each only when it fits."""
+    out: list[tuple[str, RematSchedule]] = []
+    if kind != "revolve":
+        out.append(("store-all", H.store_all_schedule(chain)))
+        seq = H.sequential(chain, memory)
+        if seq.success:
+            out.append((f"sequential ({seq.details['segments']} segments)", seq.schedule))
+    out.append(("recompute-all", H.recompute_all_schedule(chain)))
+    out.append((f"the least-memory {'AD-model ' if kind == 'revolve' else ''}sequence",
+                min_memory_of(chain, "revolve" if kind == "revolve" else "persistent").schedule))
+    if kind != "revolve":
+        out.append(("the least-memory sequence", min_memory_of(chain, "all").schedule))
+    return out
+
+
+def _fits(chain: Chain, sched: RematSchedule, memory: float):
+    try:
+        return simulate_remat(chain, sched, memory_limit=memory)
+    except InvalidSequence:
+        return None
+
+
+# ----------------------------------------------------------------------------- the solutions
+def _no_schedule(chain: Chain, memory: float, method: str, kind: str, times: dict, details: dict,
+                 rounding: str | None) -> Solution:
+    """INFEASIBLE when nothing can fit (proven), else NO_SOLUTION saying why this method found nothing."""
+    mm = min_memory_of(chain, "all")
+    need = mm.value
+    details = {**details, "min_memory": need}
+    if not mm.exact:
+        details["min_memory_bound"] = mm.lower
+    if memory < need * (1 - 1e-12) and (mm.exact or memory < mm.lower * (1 - 1e-12)):
+        bound = need if mm.exact else mm.lower
+        details["min_memory"] = bound
+        if mm.exact:
+            msg = (f"no valid sequence fits in {fmt_memory(memory)}: the minimum feasible memory is "
+                   f"{fmt_memory(need)} ({need:.0f} B)")
+        else:
+            msg = (f"no valid sequence fits in {fmt_memory(memory)}: none fits below {fmt_memory(bound)} "
+                   f"({bound:.0f} B, a proven bound), and one fits in {fmt_memory(need)} ({need:.0f} B)")
+        return Solution(problem="remat", method=method, status=Status.INFEASIBLE, memory_limit=memory,
+                        message=msg, times=times, details=details)
+    cls = min_memory_of(chain, kind).value if kind != "all" else need
+    if memory < cls * (1 - 1e-12):
+        details["class_min_memory"] = cls
+        msg = (f"{method} found no sequence within {fmt_memory(memory)}: {_CLASS_TEXT[kind]} need at least "
+               f"{fmt_memory(cls)} ({cls:.0f} B); other sequences fit from {fmt_memory(need)} ({need:.0f} B)"
+               + ("" if mm.exact else " (or less)") + ": use method 'rotor-floating'")
+    else:
+        msg = (f"{method} found no sequence within {fmt_memory(memory)} (minimum feasible memory "
+               f"{fmt_memory(need)}); the rounding of {rounding} makes the limit too tight for it: use "
+               "slots=None (automatic), more slots, exact=True, or a slightly larger limit")
+    return Solution(problem="remat", method=method, status=Status.NO_SOLUTION, memory_limit=memory, message=msg,
+                    times=times, details=details)
+
+
+def _solution(chain: Chain, memory: float, method: str, kind: str, sched: RematSchedule, predicted,
+              status: Status, message: str, times: dict, details: dict, bound: float | None) -> Solution:
+    rep = simulate_remat(chain, sched, memory_limit=memory)
+    details = {**details, "recompute_time": rep.recompute_time, "optimal_within": _CLASS_TEXT[kind]}
+    return Solution(problem="remat", method=method, status=status, objective=rep.makespan,
+                    peak_memory=rep.peak_memory, schedule=sched, memory_limit=memory, predicted=predicted,
+                    bound=bound, message=message, times=times, details=details)
+
+
+def _given(chain: Chain, memory: float, kind: str, method: str, slots: int, exact: bool, prune: bool) -> Solution:
+    """The DP with the discretization given by the caller (``slots`` or ``exact``), honoured as given.
+
+    OPTIMAL (within the class) in exact mode, or when the DP with sizes rounded down (a relaxation:
+    its value is a lower bound) gives the same value; else FEASIBLE with that bound."""
+    t0 = time.perf_counter()
+    n = int(memory) if exact else int(slots)
+    check_tables(kind, chain.L, n, what="exact=True (one slot per byte)" if exact else None)
+    value, ops, disc = _dp(chain, memory, kind, n, exact, "up", prune)
+    times = {"dp": time.perf_counter() - t0}
+    details = {"discretization": disc.describe(), "slot_bytes": disc.q, "slots": "exact" if exact else n}
+    if ops is None:
+        times["total"] = time.perf_counter() - t0
+        return _no_schedule(chain, memory, method, kind, times, details, disc.describe())
+    bound = value
+    proven = exact
+    if not exact:
+        low, _, _ = _dp(chain, memory, kind, n, False, "down", prune)
+        times["bound"] = time.perf_counter() - t0 - times["dp"]
+        bound = low
+        proven = low is not None and _same(low, value)
+    times["total"] = time.perf_counter() - t0
+    if proven:
+        status = Status.OPTIMAL
+        msg = f"optimal among {_CLASS_TEXT[kind]} ({disc.describe()}" + ("" if exact else
+                                                                        "; the rounded-down DP proves it") + ")"
+    else:
+        status = Status.FEASIBLE
+        gap = "" if bound is None else f"; the optimum is at least {bound:.6g} s (sizes rounded down)"
+        msg = f"best within {disc.describe()}{gap}"
+    sol = _solution(chain, memory, method, kind, RematSchedule(ops), value, status, msg, times, details, bound)
+    sol.details["proven"] = proven
+    return sol
+
+
+def _auto(chain: Chain, memory: float, kind: str, method: str, prune: bool, time_limit: float | None,
+          extra: list[tuple[str, RematSchedule]] = ()) -> Solution:
+    """The DP with a discretization it chooses, refined until proven, compared with the baselines.
+
+    Exact mode when sizes and limit are integers and its table is small; else ``AUTO_START_SLOTS``
+    slots, doubled while the rounded-up DP (plans) and the rounded-down DP (a lower bound) disagree,
+    the tables stay below ``AUTO_TABLE_LIMIT`` and the time limit allows the next run (each doubling
+    about doubles the time). The best replayed schedule among the DP's and the candidates of
+    :func:`_baseline_schedules` (and ``extra``) is returned; OPTIMAL when its makespan equals the
+    proven lower bound of the class."""
+    t0 = time.perf_counter()
+    deadline = math.inf if time_limit is None else t0 + float(time_limit)
+    L = chain.L
+    runs: list[dict] = []
+    best_dp = None           # (value, ops, disc)
+    bound = None
+    proven_exact = False
+    cands = []
+    for name, sched in list(_baseline_schedules(chain, memory, kind)) + list(extra):
+        rep = _fits(chain, sched, memory)
+        if rep is not None:
+            cands.append((rep.makespan, name, sched))
+    t_cands = time.perf_counter() - t0
+    if (chain.is_integer and float(memory).is_integer() and memory <= EXACT_MAX
+            and table_bytes(kind, L, int(memory)) <= AUTO_TABLE_LIMIT):
+        value, ops, disc = _dp(chain, memory, kind, int(memory), True, "up", prune)
+        runs.append({"slots": "exact", "value": value, "bound": value})
+        proven_exact = True
+        if ops is not None:
+            best_dp = (value, ops, disc)
+            bound = value
+        else:
+            bound = math.inf     # exact: nothing of the class fits
+    else:
+        S = min(AUTO_START_SLOTS, max_slots(kind, L, AUTO_TABLE_LIMIT))
+        while S >= 1:
+            ts = time.perf_counter()
+            value, ops, disc = _dp(chain, memory, kind, S, False, "up", prune)
+            low, _, _ = _dp(chain, memory, kind, S, False, "down", prune)
+            dt = time.perf_counter() - ts
+            runs.append({"slots": S, "value": value, "bound": low, "seconds": dt})
+            if ops is not None and (best_dp is None or value < best_dp[0] - 1e-15):
+                best_dp = (value, ops, disc)
+            if low is None:
+                bound = math.inf          # even the relaxation has nothing: no sequence of the class fits
+                break
+            bound = low if bound is None else max(bound, low)
+            top = min([c[0] for c in cands] + ([best_dp[0]] if best_dp else []), default=math.inf)
+            if top <= bound * (1 + 1e-12) + 1e-300:
+                break                       # proven
+            nxt = 2 * S
+            if table_bytes(kind, L, nxt) > AUTO_TABLE_LIMIT or time.perf_counter() + 2.5 * dt > deadline:
+                break
+            S = nxt
+    times = {"candidates": t_cands, "dp": time.perf_counter() - t0 - t_cands}
+    if best_dp is not None:
+        ops = best_dp[1]
+        sched = RematSchedule(ops)
+        cands.append((simulate_remat(chain, sched).makespan, "dp", sched))
+    last = runs[-1]["slots"] if runs else None
+    rounding = ("exact (one slot per byte)" if last == "exact" else
+                f"{last} slots of {memory / last:.4g} B, sizes rounded up" if last else "no slots")
+    details = {"refinements": runs, "slots": last, "discretization": rounding,
+               "candidates": {name: mk for mk, name, _ in cands}}
+    if not cands:
+        times["total"] = time.perf_counter() - t0
+        return _no_schedule(chain, memory, method, kind, times, details, rounding)
+    cands.sort(key=lambda c: (c[0], c[1] != "dp"))
+    mk, name, sched = cands[0]
+    proven = bound is not None and math.isfinite(bound) and mk <= bound * (1 + 1e-12) + 1e-300
+    details["candidate"] = name
+    details["proven"] = proven
+    times["total"] = time.perf_counter() - t0
+    src = "the DP" if name == "dp" else name
+    if proven:
+        how = "exact mode" if proven_exact else f"{last} slots; the rounded-down DP's lower bound is reached"
+        msg = f"optimal among {_CLASS_TEXT[kind]} ({how}; schedule from {src})"
+        status = Status.OPTIMAL
+    else:
+        lb = "" if bound is None or not math.isfinite(bound) else f"; the optimum is at least {bound:.6g} s"
+        msg = f"best of the DP ({rounding}) and the baselines: {src}{lb}"
+        status = Status.FEASIBLE
+    predicted = best_dp[0] if (best_dp is not None and name == "dp") else None
+    return _solution(chain, memory, method, kind, sched, predicted, status, msg, times, details,
+                     bound if bound is not None and math.isfinite(bound) else None)
+
+
+# ----------------------------------------------------------------------------- public API
+def persistent(chain: Chain, memory: float, *, slots: int | None = None, exact: bool = False,
+               time_limit: float | None = None, _allow_carry: bool = True, _method: str = "rotor") -> Solution:
     """Optimal memory-persistent sequence (paper 004, Theorem 4.8, Algorithms 3 and 4).
 
     Complexity O(S L^3) time, O(S L^2) memory (S = slots). Returns a Solution replayed by
-    :func:`memplan.models.remat.simulate_remat`; status INFEASIBLE with the minimum feasible memory
-    when nothing fits.
+    :func:`memplan.models.remat.simulate_remat`.
+
+    Discretization. ``exact=True``: one slot per byte (integer sizes), the optimum of the class.
+    ``slots=S``: that many slots, sizes rounded up (plans never exceed the limit), honoured as given;
+    the same DP with sizes rounded down gives a lower bound, and the status is OPTIMAL only when the
+    two agree. ``slots=None`` (default): the DP chooses (exact mode on small integer chains, else
+    500 slots doubled until the two DPs agree, within ``time_limit`` and
+    :data:`AUTO_TABLE_LIMIT`) and the answer is the best of the DP's sequence, store-all, the best
+    ``checkpoint_sequential`` cut, recompute-all and the least-memory sequences
+    (:mod:`memplan.baselines.remat_min_memory`): it is never infeasible nor slower where one of
+    those fits. Status OPTIMAL only when proven for the chain as given (exact mode, or the
+    returned makespan equals the rounded-down DP's bound); INFEASIBLE only below the minimum
+    feasible memory (exact, ``details["min_memory"]``); NO_SOLUTION when a given discretization
+    finds nothing although something fits.
 
     Parameters
     ----------
     chain : Chain
     memory : float
         Memory limit in bytes.
-    slots : int
-        Memory discretization: slots of ``memory / slots`` bytes, sizes rounded up.
+    slots : int, optional
+        Memory slots of ``memory / slots`` bytes; None: automatic.
     exact : bool
         One slot per byte (integer sizes and limit only).
+    time_limit : float, optional
+        Seconds the automatic refinement may take (None: until proven or the table limit).
 
     Examples
     --------
@@ -424,31 +725,24 @@ def persistent(chain: Chain, memory: float, *, slots: int = 500, exact: bool = F
     >>> str(sol.status), round(sol.objective * 1e3, 2), round(sol.peak_memory / 2**20, 2)
     ('optimal', 47.42, 86.75)
     """
-    t0 = time.perf_counter()
-    disc = Discretization(chain, memory, slots, exact)
-    times: dict[str, float] = {}
-    budget = disc.budget - int(disc.wa[0])
-    ops = None
-    pred = None
-    if budget >= 0:
-        C = _persistent_kernel(*_args(disc, chain), _allow_carry)
-        times["dp"] = time.perf_counter() - t0
-        if math.isfinite(C[1, chain.L + 1, budget]):
-            pred = float(C[1, chain.L + 1, budget])
-            ops = []
-            _persistent_sequence(C, 1, chain.L + 1, budget, disc, chain, _allow_carry, ops)
-    times["total"] = time.perf_counter() - t0
-    within = "memory-persistent sequences" if _allow_carry else "sequences with F_all^l right before B^l"
-    return _finish(chain, memory, _method, ops, pred, disc, times, within)
+    kind = "persistent" if _allow_carry else "revolve"
+    if exact or slots is not None:
+        return _given(chain, memory, kind, _method, slots, exact, True)
+    return _auto(chain, memory, kind, _method, True, time_limit)
 
 
-def floating(chain: Chain, memory: float, *, slots: int = 500, exact: bool = False,
-             prune: bool = True) -> Solution:
+def floating(chain: Chain, memory: float, *, slots: int | None = None, exact: bool = False,
+             prune: bool = True, time_limit: float | None = None) -> Solution:
     """Optimal weakly-persistent sequence (paper 004, Theorem 4.7, Algorithms 1 and 2), optimal
-    among all valid sequences by Lemma 4.4 (up to the memory discretization).
+    among all valid sequences of paper 004's operations by Lemma 4.4 (up to the discretization).
 
     Complexity O(S L^5) time and O(S L^3) memory (:func:`floating_table_bytes`). ``prune`` applies
-    Corollary 4.5 (the floating activation only moves to a larger-or-equal one).
+    Corollary 4.5 (the floating activation only moves to a larger-or-equal one). ``slots``, ``exact``
+    and ``time_limit`` as in :func:`persistent`; with ``slots=None`` the persistent DP's automatic
+    answer is one of the candidates, so rotor-floating is never slower than rotor. The simulator also
+    accepts ``F_all^l`` over a stored ``a^l`` (it replaces it by ``abar^l``), which is not an operation
+    of Table 1: on chains where a gradient is larger than its activation a sequence using it can use
+    less memory than the DP's (see :mod:`memplan.baselines.remat_min_memory`).
 
     Examples
     --------
@@ -460,46 +754,29 @@ def floating(chain: Chain, memory: float, *, slots: int = 500, exact: bool = Fal
     >>> float(floating(chain, 15, exact=True).objective), float(persistent(chain, 15, exact=True).objective)
     (14.0, 16.0)
     """
+    if exact or slots is not None:
+        return _given(chain, memory, "all", "rotor-floating", slots, exact, prune)
     t0 = time.perf_counter()
-    disc = Discretization(chain, memory, slots, exact)
-    if floating_table_bytes(chain.L, disc.budget) > FLOATING_TABLE_LIMIT:
-        raise ValueError(f"floating DP tables for L={chain.L} and {disc.budget} slots would need more than "
-                         "8 GB; use fewer slots or the persistent DP (method rotor)")
-    times: dict[str, float] = {}
-    budget = disc.budget - int(disc.wa[0])
-    ops = None
-    pred = None
-    if budget >= 0:
-        C, R, TP, GS = _floating_kernel(*_args(disc, chain), prune)
-        times["dp"] = time.perf_counter() - t0
-        L = chain.L
-        if math.isfinite(C[1, 1, L + 1, budget]):
-            pred = float(C[1, 1, L + 1, budget])
-            ops = []
-            _floating_sequence(R, TP, GS, 1, 1, L + 1, budget, disc, ops)
-    times["total"] = time.perf_counter() - t0
-    return _finish(chain, memory, "rotor-floating", ops, pred, disc, times, "all valid sequences "
-                   "(weak memory persistence, Lemma 4.4)")
+    pers = _auto(chain, memory, "persistent", "rotor", True, time_limit)
+    extra = [("the persistent DP (rotor)", pers.schedule)] if pers.schedule is not None else []
+    left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
+    sol = _auto(chain, memory, "all", "rotor-floating", prune, left, extra)
+    sol.times["persistent"] = pers.times.get("total", 0.0)
+    sol.times["total"] = time.perf_counter() - t0
+    return sol
 
 
-#: the floating DP refuses to allocate tables larger than this (bytes)
-FLOATING_TABLE_LIMIT = 8e9
-
-
-def floating_table_bytes(L: int, slots: int) -> float:
-    """Bytes of the floating DP's tables for ``L`` stages and ``slots`` memory slots (about
-    5 (L+2)^3 (slots+1) 8-byte entries); :func:`floating` refuses more than ``FLOATING_TABLE_LIMIT``."""
-    return 5.0 * (L + 2) ** 3 * (slots + 1) * 8
-
-
-def revolve(chain: Chain, memory: float, *, slots: int = 500, exact: bool = False) -> Solution:
+def revolve(chain: Chain, memory: float, *, slots: int | None = None, exact: bool = False,
+            time_limit: float | None = None) -> Solution:
     """Optimal sequence of the AD model (paper 004, section 5.4; Figure 1b): only plain a^l are
     checkpointed and every ``F_all^l`` comes right before its ``B^l``, as in revolve (Griewank and
     Walther) and Gruslys et al.
 
     The persistent DP (:func:`persistent`) restricted to that class, with the true memory model (so
     the result never exceeds the limit, unlike a revolve computed on a^l sizes alone). Status
-    FEASIBLE: optimal only within its restricted class. Complexity O(S L^3).
+    FEASIBLE: optimal only within its restricted class (``details["proven"]`` says whether it is
+    proven there). With ``slots=None`` the candidates are those of the class (recompute-all and the
+    class's least-memory sequence). Complexity O(S L^3).
 
     Examples
     --------
@@ -508,7 +785,8 @@ def revolve(chain: Chain, memory: float, *, slots: int = 500, exact: bool = Fals
     >>> str(sol.status), round(sol.objective * 1e3, 2)
     ('feasible', 55.06)
     """
-    sol = persistent(chain, memory, slots=slots, exact=exact, _allow_carry=False, _method="revolve")
+    sol = persistent(chain, memory, slots=slots, exact=exact, time_limit=time_limit, _allow_carry=False,
+                     _method="revolve")
     if sol.status == Status.OPTIMAL:
         sol.status = Status.FEASIBLE   # optimal only within its restricted class
     return sol

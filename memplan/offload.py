@@ -17,7 +17,8 @@ Methods (:data:`METHODS`):
 ``greedy``    section 4: offload ``x_0..x_k``, the smallest prefix holding ``M_peak - M_GPU`` bytes
               (Theorem 2 rounded up); the report also shows the fractional optimum. O(L^2).
 ``dynprog``   section 5.3, Algorithm 1 (optimal for interruptible transfers, Problem 2) used as a
-              heuristic; states merged on a grid of ``M_GPU / slots`` bytes (default).
+              heuristic; states merged on a grid of ``M_GPU / slots`` bytes, or (``slots`` None,
+              default) the best of several grids, exact values and GREEDY's schedule.
 ``vdnn``      section 6, vDNN(++): thresholds on ``u_{F_i} / |x_i|``, all or every second candidate.
 ``tflms``     section 6, TFLMS: the first ``n`` activations, a prefetch distance.
 ``autoswap``  section 6, AutoSwap: priority scores, weights found by a seeded random search.
@@ -56,15 +57,13 @@ from memplan.models.offload import (PROBLEM, OffloadData, lower_bound_value, mak
 from memplan.models.solution import InputError, Solution, Status
 from memplan.models.units import fmt_bandwidth, fmt_memory, fmt_time
 
-__all__ = ["PROBLEM", "METHODS", "DEFAULT_METHOD", "HEURISTICS", "DEFAULT_SLOTS", "solve", "report", "gantt"]
+__all__ = ["PROBLEM", "METHODS", "DEFAULT_METHOD", "HEURISTICS", "solve", "report", "gantt"]
 
 #: the methods of :func:`solve` (``lb`` gives a bound, the others a schedule)
 METHODS = ["lb", "greedy", "dynprog", "vdnn", "tflms", "autoswap", "milp"]
 DEFAULT_METHOD = "dynprog"
 #: the heuristics whose best schedule starts the MILP
 HEURISTICS = ["greedy", "dynprog", "vdnn", "tflms", "autoswap"]
-#: DYNPROG's grid is ``memory / DEFAULT_SLOTS`` bytes unless ``slots`` is given
-DEFAULT_SLOTS = 500
 #: with ``method="milp"``, each heuristic may use this share of what is left of the call's time limit
 HEURISTIC_SHARE = 0.1
 #: tolerance (relative) of the final replay; the MILP's schedules are read back from floating point
@@ -119,7 +118,9 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
     threads : int, optional
         HiGHS threads (``milp`` only; None: HiGHS decides).
     slots : int, optional
-        DYNPROG merges states on a grid of ``memory / slots`` bytes; default :data:`DEFAULT_SLOTS`.
+        DYNPROG merges states on a grid of ``memory / slots`` bytes, as given. None (default): it
+        tries the grids of :data:`memplan.baselines.offload.AUTO_GRIDS` and exact values while time
+        allows and keeps the best schedule, GREEDY's included (never worse than GREEDY).
     exact : bool
         DYNPROG keeps exact state values instead (exact for integer sizes).
     solver_log : str or Path, optional
@@ -198,12 +199,12 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
                                  "bandwidth='12.5GB/s' (or --bandwidth, or a platform bandwidth in the "
                                  "instance file)")
             sol = _run(chain, M, beta, method, b, gap=gap, threads=threads,
-                       slots=DEFAULT_SLOTS if slots is None else slots, exact=bool(exact), solver_log=solver_log)
+                       slots=slots, exact=bool(exact), solver_log=solver_log)
     return _frontend.finish(sol, b, memory=M, bandwidth=beta)
 
 
 def _heuristic(chain: Chain, memory: float, bandwidth: float, name: str, *, time_limit: float | None,
-               slots: int, exact: bool) -> Solution:
+               slots: int | None, exact: bool) -> Solution:
     """One heuristic of :data:`HEURISTICS`, its searches stopped after ``time_limit`` seconds."""
     if name == "greedy":
         return _heuristics.greedy(chain, memory, bandwidth)
@@ -219,7 +220,7 @@ def _heuristic(chain: Chain, memory: float, bandwidth: float, name: str, *, time
 
 
 def _run(chain: Chain, memory: float, bandwidth: float | None, method: str, b: Budget, *, gap: float | None,
-         threads: int | None, slots: int, exact: bool, solver_log) -> Solution:
+         threads: int | None, slots: int | None, exact: bool, solver_log) -> Solution:
     """Run ``method`` (inputs checked, ``memory`` feasible) and replay its schedule."""
     if method == "lb":
         sol = _heuristics.lower_bound(chain, memory, bandwidth)

@@ -16,14 +16,20 @@ method             what it computes                                             
 ``revolve``        optimal sequence of the AD model (F_all^l right before B^l), 5.4      O(S L^3)
 ``sequential``     PyTorch's ``checkpoint_sequential``, best number of segments          O(L^3)
 ``store-all``      plain autograd, no re-materialization                                 O(L)
-``recompute-all``  only a^0 kept; the smallest peak of any sequence                      O(L^2)
+``recompute-all``  only a^0 kept (often, not always, the least memory)                   O(L^2)
 ``remat-milp``     MILP exact for paper 004's model, MIP start from ``rotor``            MILP
 ``checkmate``      Checkmate's MILP (Jain et al. 2020), converted into a valid sequence  MILP
 ``checkmate-lp``   Checkmate's LP relaxation + two-phase rounding                         LP
 =================  ====================================================================  ==============
 
-S is the number of memory slots of the DPs (``slots``, default 500; sizes rounded up so that a plan
-never exceeds the limit; ``exact=True`` uses one slot per byte for integer sizes).
+S is the number of memory slots of the DPs. ``slots=None`` (default): the DP chooses and refines it
+(exact mode on small integer chains, else more slots until the rounded-up plan meets the rounded-down
+lower bound, within the time limit) and compares its plan with the baselines of its class, so
+``rotor`` and ``rotor-floating`` are never infeasible nor slower where ``sequential``, ``store-all``
+or ``recompute-all`` has a schedule; status ``optimal`` only when proven for the chain as given.
+``slots=N`` (sizes rounded up so that a plan never exceeds the limit) and ``exact=True`` (one slot
+per byte, integer sizes) are honoured as given. INFEASIBLE means below the minimum feasible memory,
+which is exact (:mod:`memplan.baselines.remat_min_memory`).
 
 Examples
 --------
@@ -46,6 +52,7 @@ from typing import Any, Callable
 
 from memplan import _frontend
 from memplan.baselines import remat_heuristics, remat_rotor
+from memplan.baselines.remat_min_memory import min_memory, min_memory_of, proven_infeasible_below
 from memplan.formulations.remat_checkmate import solve_checkmate, solve_checkmate_lp
 from memplan.formulations.remat_milp import solve_remat_milp
 from memplan.models.budget import Budget, ProgressFn
@@ -54,23 +61,19 @@ from memplan.models.remat import InvalidSequence, RematSchedule, simulate_remat
 from memplan.models.solution import InputError, Solution, Status
 from memplan.models.units import fmt_memory, fmt_time
 
-__all__ = ["PROBLEM", "METHODS", "DEFAULT_METHOD", "DEFAULT_SLOTS", "solve", "report", "memory_range"]
+__all__ = ["PROBLEM", "METHODS", "DEFAULT_METHOD", "solve", "report", "memory_range"]
 
 PROBLEM = "remat"
 METHODS = ["rotor", "rotor-floating", "sequential", "revolve", "store-all", "recompute-all",
            "remat-milp", "checkmate", "checkmate-lp"]
 DEFAULT_METHOD = "rotor"
-#: memory slots of the DPs when ``slots`` is not given
-DEFAULT_SLOTS = 500
-#: remat-milp's MIP start runs the persistent DP exactly (one slot per byte) up to this limit (bytes)
-_EXACT_START_LIMIT = 20000
 #: exact mode refuses limits above this many bytes (slots)
-_EXACT_MAX = 5_000_000
+_EXACT_MAX = remat_rotor.EXACT_MAX
 
 
 @dataclass(frozen=True)
 class _Options:
-    slots: int
+    slots: int | None       # None: the DPs choose (automatic refinement)
     exact: bool
     gap: float | None
     threads: int | None
@@ -78,19 +81,33 @@ class _Options:
 
 
 # ----------------------------------------------------------------------------- methods
+def _dp_log(b: Budget, sol: Solution) -> None:
+    for r in sol.details.get("refinements") or []:
+        b.log(f"  {r['slots']} slots: plan {'none' if r['value'] is None else fmt_time(r['value'])}, lower bound "
+              f"{'none' if r['bound'] is None else fmt_time(r['bound'])}")
+    if sol.details.get("candidate"):
+        b.log(f"  best schedule: {sol.details['candidate']}")
+
+
 def _rotor(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:
     b.log(f"rotor: persistent DP, {_slots_text(o)}")
-    return remat_rotor.persistent(chain, memory, slots=o.slots, exact=o.exact)
+    sol = remat_rotor.persistent(chain, memory, slots=o.slots, exact=o.exact, time_limit=b.limit())
+    _dp_log(b, sol)
+    return sol
 
 
 def _rotor_floating(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:
     b.log(f"rotor-floating: floating DP, {_slots_text(o)}")
-    return remat_rotor.floating(chain, memory, slots=o.slots, exact=o.exact)
+    sol = remat_rotor.floating(chain, memory, slots=o.slots, exact=o.exact, time_limit=b.limit())
+    _dp_log(b, sol)
+    return sol
 
 
 def _revolve(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:
     b.log(f"revolve: persistent DP restricted to the AD model, {_slots_text(o)}")
-    return remat_rotor.revolve(chain, memory, slots=o.slots, exact=o.exact)
+    sol = remat_rotor.revolve(chain, memory, slots=o.slots, exact=o.exact, time_limit=b.limit())
+    _dp_log(b, sol)
+    return sol
 
 
 def _sequential(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:
@@ -106,29 +123,27 @@ def _recompute_all(chain: Chain, memory: float, o: _Options, b: Budget) -> Solut
     return remat_heuristics.recompute_all(chain, memory)
 
 
-def _milp_start(chain: Chain, memory: float, o: _Options, need: float) -> tuple[RematSchedule | None, str]:
-    """remat-milp's MIP start: the persistent DP's sequence (exact on small integer instances; its
-    rounding can make it fail near the minimum memory), else recompute-all when it fits (the sequence
-    of minimum peak), else none."""
-    exact = o.exact or (chain.is_integer and memory <= _EXACT_START_LIMIT and float(memory).is_integer())
-    dp = remat_rotor.persistent(chain, memory, exact=True) if exact else \
-        remat_rotor.persistent(chain, memory, slots=o.slots)
+def _milp_start(chain: Chain, memory: float, o: _Options, b: Budget) -> tuple[RematSchedule | None, str]:
+    """remat-milp's MIP start: the persistent DP's answer (with ``slots=None``, the best of the DP
+    and the baselines, the least-memory sequence included, so there is a start whenever anything
+    fits), else the least-memory sequence when it fits, else none."""
+    dp = remat_rotor.persistent(chain, memory, slots=o.slots, exact=o.exact, time_limit=b.limit(share=0.2))
     if dp.success:
-        return dp.schedule, "the persistent DP"
-    if memory >= need * (1 - 1e-12):
-        sched = remat_heuristics.recompute_all_schedule(chain)
-        try:
-            simulate_remat(chain, sched, memory_limit=memory)
-            return sched, "recompute-all (the persistent DP found no sequence)"
-        except InvalidSequence:
-            pass
-    return None, "no MIP start (neither the persistent DP nor recompute-all fits)"
+        src = dp.details.get("candidate", "dp")
+        return dp.schedule, "the persistent DP" + ("" if src == "dp" else f" ({src})")
+    sched = min_memory_of(chain, "all").schedule
+    try:
+        simulate_remat(chain, sched, memory_limit=memory)
+        return sched, "the least-memory sequence (the persistent DP found no sequence)"
+    except InvalidSequence:
+        pass
+    return None, "no MIP start (nothing fits)"
 
 
 def _remat_milp(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:
     t0 = time.perf_counter()
-    need = remat_heuristics.min_memory(chain)
-    start, source = _milp_start(chain, memory, o, need)
+    need = min_memory(chain)
+    start, source = _milp_start(chain, memory, o, b)
     t_start = time.perf_counter() - t0
     b.log(f"remat-milp: MIP start: {source}" + ("" if start is None else
                                                  f" ({fmt_time(simulate_remat(chain, start).makespan)})"))
@@ -197,7 +212,9 @@ _DP_METHODS = ("rotor", "rotor-floating", "revolve", "remat-milp")
 
 
 def _slots_text(o: _Options) -> str:
-    return "exact (one slot per byte)" if o.exact else f"{o.slots} memory slots"
+    if o.exact:
+        return "exact (one slot per byte)"
+    return "automatic memory slots" if o.slots is None else f"{o.slots} memory slots"
 
 
 # ----------------------------------------------------------------------------- input checks
@@ -229,7 +246,7 @@ def _exact_arg(exact: Any, chain: Chain, memory: float, method: str) -> bool:
         return exact
     if not chain.is_integer:
         raise InputError(f"{PROBLEM}: exact=True needs integer sizes, and {chain.name} has fractional ones; "
-                         f"use slots=... (default {DEFAULT_SLOTS}) instead")
+                         "leave slots=None (the DP chooses) or give slots=N instead")
     if not float(memory).is_integer():
         raise InputError(f"{PROBLEM}: exact=True needs a whole number of bytes as memory, got {memory!r}")
     if memory > _EXACT_MAX:
@@ -239,16 +256,16 @@ def _exact_arg(exact: Any, chain: Chain, memory: float, method: str) -> bool:
 
 
 def _check_tables(chain: Chain, method: str, o: _Options, memory: float) -> None:
-    if method != "rotor-floating":
+    """A given discretization whose tables would not fit in memory is an InputError naming it."""
+    if method not in _DP_METHODS or (o.slots is None and not o.exact):
         return
+    kind = remat_rotor.KINDS.get(method, "persistent")        # remat-milp's start: the persistent DP
     slots = int(memory) if o.exact else o.slots
-    need = remat_rotor.floating_table_bytes(chain.L, slots)
-    if need > remat_rotor.FLOATING_TABLE_LIMIT:
-        fits = max(1, int(remat_rotor.FLOATING_TABLE_LIMIT / remat_rotor.floating_table_bytes(chain.L, 0)) - 1)
-        what = "exact=True (one slot per byte)" if o.exact else f"slots={slots}"
-        raise InputError(f"{PROBLEM}: rotor-floating with {what} on L = {chain.L} stages needs "
-                         f"{fmt_memory(need)} of DP tables (more than {fmt_memory(remat_rotor.FLOATING_TABLE_LIMIT)}); "
-                         f"use slots <= {fits}, or method 'rotor' (the persistent DP)")
+    what = "exact=True (one slot per byte)" if o.exact else f"slots={slots}"
+    try:
+        remat_rotor.check_tables(kind, chain.L, slots, what=f"{method} with {what}")
+    except remat_rotor.TableTooLarge as e:
+        raise InputError(f"{PROBLEM}: {e} (or slots=None: the DP chooses)") from None
 
 
 # ----------------------------------------------------------------------------- the replay
@@ -267,12 +284,21 @@ def _replay(chain: Chain, memory: float, method: str, sol: Solution) -> Solution
     return sol
 
 
-def _explain_infeasible(chain: Chain, sol: Solution) -> Solution:
-    """An INFEASIBLE result always carries the minimum feasible memory (``details['min_memory']``)."""
-    if sol.status == Status.INFEASIBLE and sol.details.get("min_memory") is None:
-        need = remat_heuristics.min_memory(chain)
+def _explain_infeasible(chain: Chain, memory: float, sol: Solution) -> Solution:
+    """An INFEASIBLE result always carries the minimum feasible memory (``details['min_memory']``),
+    and is INFEASIBLE only below it: a method whose own model finds nothing where some sequence fits
+    (Checkmate's, which does not tell a^l from abar^l) gets NO_SOLUTION, saying so."""
+    if sol.status != Status.INFEASIBLE:
+        return sol
+    need = proven_infeasible_below(chain)
+    if sol.details.get("min_memory") is None:
         sol.details["min_memory"] = need
         sol.message += f" (minimum feasible memory for any sequence: {fmt_memory(need)})"
+    if memory >= need * (1 - 1e-12):
+        sol.status = Status.NO_SOLUTION
+        sol.details["min_memory"] = need
+        sol.message += (f"; not infeasible: the minimum feasible memory is {fmt_memory(need)}, and e.g. "
+                        "rotor-floating finds a sequence")
     return sol
 
 
@@ -280,8 +306,9 @@ def _explain_infeasible(chain: Chain, sol: Solution) -> Solution:
 def memory_range(chain: Chain) -> tuple[float, float]:
     """``(minimum, store-all)``: the memory limits (bytes) between which re-materialization matters.
 
-    Below the minimum (the peak of recompute-all) no valid sequence exists; from store-all's peak on
-    nothing needs recomputing. Memory sweeps (paper 004, Figures 6-8) space their limits in between.
+    Below the minimum (exact: :func:`memplan.baselines.remat_min_memory.min_memory`, often but not
+    always the peak of recompute-all) no valid sequence exists; from store-all's peak on nothing
+    needs recomputing. Memory sweeps (paper 004, Figures 6-8) space their limits in between.
 
     Examples
     --------
@@ -291,7 +318,7 @@ def memory_range(chain: Chain) -> tuple[float, float]:
     (82.12, 106.99)
     """
     chain = _chain_arg(chain)
-    return remat_heuristics.min_memory(chain), remat_heuristics.store_all(chain).peak_memory
+    return min_memory(chain), remat_heuristics.store_all(chain).peak_memory
 
 
 def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_limit: float | None = 60.0,
@@ -313,16 +340,17 @@ def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_
     method : str, optional
         One of :data:`METHODS`; :data:`DEFAULT_METHOD` (``"rotor"``) when None.
     time_limit : float or None
-        Seconds for the whole call (None: no limit). The MILPs get what is left of it; the DPs run
-        to the end (their time is predictable: O(S L^3) for rotor and revolve, O(S L^5) for
-        rotor-floating).
+        Seconds for the whole call (None: no limit). The MILPs get what is left of it; the DPs'
+        automatic refinement stops when the next run would not fit in it (one DP run itself is not
+        interrupted: O(S L^3) for rotor and revolve, O(S L^5) for rotor-floating).
     gap : float or None
         Relative gap at which the MILPs stop (``remat-milp``, ``checkmate``).
     threads : int, optional
         HiGHS threads.
     slots : int, optional
-        Memory slots of the DPs (``rotor``, ``rotor-floating``, ``revolve``, and remat-milp's start);
-        :data:`DEFAULT_SLOTS` (500) when None.
+        Memory slots of the DPs (``rotor``, ``rotor-floating``, ``revolve``, and remat-milp's start),
+        honoured as given. None (default): the DP chooses and refines them, and its answer is never
+        worse than the baselines' (see the module docstring).
     exact : bool
         The DPs use one slot per byte (integer sizes and limit only; at most 5,000,000 bytes).
     solver_log : str, optional
@@ -334,9 +362,12 @@ def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_
     -------
     Solution
         ``objective`` (makespan, s) and ``peak_memory`` (bytes) as replayed; ``schedule`` a
-        :class:`~memplan.models.remat.RematSchedule`; ``bound`` for remat-milp; status OPTIMAL (proven
-        within the method's model and discretization), FEASIBLE, TIME_LIMIT, or INFEASIBLE with
-        ``details["min_memory"]`` (the minimum feasible memory, also in ``message``).
+        :class:`~memplan.models.remat.RematSchedule`; ``bound`` (the DPs' proven lower bound,
+        remat-milp's dual bound); status OPTIMAL (proven within the method's class of sequences for
+        the chain as given), FEASIBLE (the message states the rounding), TIME_LIMIT, NO_SOLUTION
+        (this method has no schedule although some sequence fits; the message says why), or
+        INFEASIBLE below the minimum feasible memory (``details["min_memory"]``, also in
+        ``message``).
 
     Raises
     ------
@@ -358,7 +389,7 @@ def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_
     memory = _frontend.memory_arg(memory, PROBLEM)
     method = _frontend.method_arg(method, METHODS, DEFAULT_METHOD, PROBLEM)
     n_slots = _frontend.count_arg(slots, "slots", PROBLEM, required=False)
-    opts = _Options(slots=DEFAULT_SLOTS if n_slots is None else n_slots,
+    opts = _Options(slots=n_slots,
                     exact=_exact_arg(exact, chain, memory, method), gap=_gap_arg(gap),
                     threads=_frontend.count_arg(threads, "threads", PROBLEM, required=False),
                     solver_log=solver_log)
@@ -367,7 +398,7 @@ def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_
     with b.active():
         b.log(f"remat: {method} on {chain.name} (L = {chain.L}), memory limit {fmt_memory(memory)}")
         sol = _RUNNERS[method](chain, memory, opts, b)
-        sol = _explain_infeasible(chain, _replay(chain, memory, method, sol))
+        sol = _explain_infeasible(chain, memory, _replay(chain, memory, method, sol))
         if "time_limit" in sol.details:     # the MILPs record what they were given: say the call's limit
             sol.details["time_limit"] = b.time_limit
         b.log(f"remat: {sol.status}" + ("" if sol.objective is None else f", makespan {fmt_time(sol.objective)}, "

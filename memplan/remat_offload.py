@@ -11,42 +11,53 @@ every reported makespan and peak is the simulator's replay.
 Methods (:data:`METHODS`):
 
 ``dp`` (default)
-    The joint dynamic program of paper 000, appendix B
-    (:func:`memplan.baselines.remat_offload_dp.solve_remat_offload_dp`): memory-persistent
-    sequences, top-level inputs offloaded, transfers in parts of one memory slot. Memory is counted
-    in ``N`` slots (``slots``; paper 000's ``N = 50`` by default, at most :data:`MAX_SLOTS`; sizes are
-    rounded up, so the plans never exceed the limit). Time ``O(L^3 N^2 + L^2 N^3)``, memory
-    ``O(L^2 N^2 + L N^3)`` (:func:`memplan.baselines.remat_offload_dp.table_bytes`). Without a link
-    (``bandwidth`` None or 0) it is paper 004's persistent DP with the same slots.
+    The best replayed schedule of a portfolio (see :func:`solve`): the joint dynamic program of
+    paper 000, appendix B (:func:`memplan.baselines.remat_offload_dp.solve_remat_offload_dp`:
+    memory-persistent sequences, top-level inputs offloaded, transfers in parts of one memory slot,
+    ``N`` slots, sizes rounded up; time ``O(L^3 N^2 + L^2 N^3)``, memory ``O(L^2 N^2 + L N^3)``,
+    :func:`memplan.baselines.remat_offload_dp.table_bytes`), rotor (re-materialization alone, paper
+    004), DYNPROG (offloading alone, paper 001) and the least-memory schedule. So it is never slower
+    than either problem's method alone at the same limit and bandwidth, and never infeasible above
+    the minimum feasible memory (:mod:`memplan.baselines.remat_offload_min_memory`).
 ``exhaustive``
     The exact reference for tiny integer chains (``L <= 4`` or so): a breadth-first search over
     every operation sequence with any value offloaded in 1-byte parts, all starts on a common time
     grid (:func:`memplan.baselines.remat_offload_exhaustive.solve_exhaustive`), bounded by the
-    DP's makespan: either it proves the DP's schedule optimal in that space, or it finds the optimum.
+    portfolio's makespan: either it proves that schedule optimal in that space, or it finds the
+    optimum.
     Exponential in ``L``.
 
 Examples
 --------
 >>> import memplan
 >>> chain, _ = memplan.load_instance("paper004_table2")
->>> sol = memplan.remat_offload.solve(chain, memory="85MiB", bandwidth="3GB/s")
+>>> sol = memplan.remat_offload.solve(chain, memory="85MiB", bandwidth="3GB/s", slots=50)
 >>> sol.status.value, round(sol.objective * 1e3, 2), sol.peak_memory <= 85 * 2**20
-('feasible', 42.73, True)
+('feasible', 41.11, True)
+>>> {name: round(ms * 1e3, 2) for name, ms in sol.details["candidates"].items()}   # paper 000's N = 50 loses
+{'rotor': 56.17, 'dynprog (offloading only)': 41.11, 'least-memory schedule': 78.72, 'joint DP (N = 50)': 42.73}
 >>> round(chain.store_all_time() * 1e3, 2)     # compute only: nothing is faster
 37.38
 """
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 from memplan._frontend import bandwidth_arg, budget, count_arg, finish, memory_arg, method_arg
-from memplan.baselines.remat_heuristics import store_all
+from memplan.baselines import offload as off_baselines
+from memplan.baselines import remat_rotor
+from memplan.baselines.remat_heuristics import min_memory, store_all
 from memplan.baselines.remat_offload_dp import MAX_TABLE_BYTES, solve_remat_offload_dp, table_bytes
 from memplan.baselines.remat_offload_exhaustive import solve_exhaustive
+from memplan.baselines.remat_offload_min_memory import min_memory as ro_min_memory
 from memplan.models.budget import Budget, ProgressFn
 from memplan.models.chain import Chain
-from memplan.models.remat_offload import simulate_remat_offload
+from memplan.models.offload import OffloadData, OffloadSchedule, peak_memory_no_offload
+from memplan.models.offload import min_feasible_memory as off_min_memory
+from memplan.models.remat_offload import (InvalidRematOffloadSchedule, RematOffloadSchedule, Transfer, from_remat,
+                                          simulate_remat_offload)
 from memplan.models.solution import InputError, Solution, Status
 from memplan.models.units import UnitError, fmt_bandwidth, fmt_memory, fmt_time, parse_bandwidth
 
@@ -144,6 +155,28 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
           progress: ProgressFn | None = None) -> Solution:
     """Fastest training iteration that re-materializes and offloads within a memory limit (paper 000).
 
+    Method ``dp`` returns the best replayed schedule of a portfolio (``details["candidates"]`` lists
+    each candidate's makespan or why it has none, ``details["candidate"]`` the winner):
+
+    - the joint DP of paper 000 with ``N`` slots (``slots``; None: the DP chooses, 50 then 100 and
+      200 while the answer changes and the time limit allows each next run, about 8 times longer);
+    - rotor, paper 004's persistent DP with its automatic discretization (a schedule without
+      transfers is a re-materialization + offloading schedule), so ``dp`` is never slower than
+      ``memplan.remat`` with method ``rotor``;
+    - offloading only, DYNPROG of paper 001 (:func:`memplan.baselines.offload.dynprog`), its schedule
+      converted (``F_all`` everywhere; each offload of ``x_j`` ends no earlier than the end of its
+      forward reader, where paper 001 releases the memory anyway). Paper 001 reserves the seed
+      gradient only when the loss's backward starts, this simulator holds it from the start: when
+      the converted schedule does not fit for that reason, DYNPROG is run again with the limit
+      lowered by the seed gradient's size (``details["candidates"]`` says so);
+    - the least-memory schedule (:mod:`memplan.baselines.remat_offload_min_memory`), slow but valid
+      down to the minimum feasible memory.
+
+    Status OPTIMAL when proven: with a link, when the makespan is the compute time alone (no schedule
+    is faster); without one, when rotor's optimum (among memory-persistent sequences) is proven and
+    nothing beats it. Else FEASIBLE; INFEASIBLE only below the minimum feasible memory
+    (``details["min_memory"]``: exact, or a proven bound where the message says so).
+
     Parameters
     ----------
     chain : Chain
@@ -151,21 +184,23 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
     memory : float or str
         Device memory limit: bytes, or a string with units (``"85MiB"``).
     bandwidth : float or str, optional
-        Host link bandwidth: bytes/s or ``"3GB/s"``. None or 0: no link, re-materialization alone
-        (the ``dp`` method is then paper 004's persistent DP).
+        Host link bandwidth: bytes/s or ``"3GB/s"``. None or 0: no link, re-materialization alone.
     method : {'dp', 'exhaustive'}, optional
         :data:`DEFAULT_METHOD` (``'dp'``) when None; see the module docstring.
     time_limit : float or None
-        Seconds for the whole call. The DP runs to its end (its tables cannot be interrupted); the
-        exhaustive search gets what is left after it, and returns the DP's schedule with status
-        TIME_LIMIT and the search's lower bound when it runs out.
+        Seconds for the whole call. A DP run is not interrupted; the automatic choices (slots of the
+        joint DP, rotor's refinement) stop before a run that would not fit in what is left. The
+        exhaustive search gets what is left after the portfolio, and returns its best schedule with
+        status TIME_LIMIT and the search's lower bound when it runs out.
     slots : int, optional
-        Memory slots ``N`` of the DP (the exhaustive method's bounding DP included). None: paper
-        000's ``N = 50`` (:data:`DEFAULT_SLOTS`), or for ``exhaustive`` exact mode where the limit is
-        a whole number of at most :data:`EXACT_BOUND_MEMORY` bytes. Values above :data:`MAX_SLOTS`
-        are clamped to it (``details["slots_clamped"]``, and the slots note and message say so).
+        Memory slots ``N`` of the joint DP (the exhaustive method's bounding DP included), honoured
+        as given up to :data:`MAX_SLOTS` (larger values are clamped to it, and
+        ``details["slots_clamped"]``, the slots note and the message say so). None: the DP chooses
+        (see above); for ``exhaustive``, exact mode where the limit is a whole number of at most
+        :data:`EXACT_BOUND_MEMORY` bytes. The other candidates choose their own discretization.
     exact : bool
-        One slot per byte (integer sizes and a whole memory limit only; not with ``slots``).
+        One slot per byte for the joint DP (integer sizes and a whole memory limit only; not with
+        ``slots``).
     progress : callable, optional
         Receives one line per phase.
 
@@ -173,13 +208,10 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
     -------
     Solution
         ``objective`` (makespan, s) and ``peak_memory`` (bytes) replayed by
-        :func:`memplan.models.remat_offload.simulate_remat_offload`; ``predicted`` the DP's own
-        value; ``schedule`` a :class:`~memplan.models.remat_offload.RematOffloadSchedule`;
-        ``details``: ``slots_note``, ``offloaded`` (values sent to the host), ``recompute_time``,
-        ``idle_time``, ``transfer_time``. Status FEASIBLE (best within the DP's model), OPTIMAL (no
-        link, or proven by the exhaustive search), TIME_LIMIT, or INFEASIBLE with
-        ``details["min_memory"]`` (the least memory of re-materialization alone) when no schedule
-        of the model fits.
+        :func:`memplan.models.remat_offload.simulate_remat_offload`; ``predicted`` the winning
+        method's own value; ``schedule`` a :class:`~memplan.models.remat_offload.RematOffloadSchedule`;
+        ``details``: ``candidate``, ``candidates``, ``slots_note``, ``offloaded`` (values sent to the
+        host), ``recompute_time``, ``idle_time``, ``transfer_time``.
 
     Raises
     ------
@@ -189,33 +221,29 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
 
     Examples
     --------
-    Paper 004's Table 2 chain at 85 MiB over a 3 GB/s link (paper 000's N = 50 slots): three
-    activations go to the host and nothing is recomputed; the iteration is 14% slower than storing
-    everything, which needs 107 MiB:
+    Paper 004's Table 2 chain at 85 MiB over a 3 GB/s link: three activations go to the host and
+    nothing is recomputed; the iteration is 3% slower than storing everything, which needs 107 MiB:
 
     >>> import math, memplan
     >>> chain, _ = memplan.load_instance("paper004_table2")
-    >>> sol = memplan.remat_offload.solve(chain, memory="85MiB", bandwidth="3GB/s")
-    >>> round(sol.objective * 1e3, 2), sol.peak_memory <= 85 * 2**20, math.isclose(sol.objective, sol.predicted)
-    (42.73, True, True)
+    >>> sol = memplan.remat_offload.solve(chain, memory="85MiB", bandwidth="3GB/s", slots=200)
+    >>> round(sol.objective * 1e3, 2), sol.peak_memory <= 85 * 2**20, sol.details["candidate"]
+    (38.42, True, 'joint DP (N = 200)')
     >>> [(o["value"], o["index"]) for o in sol.details["offloaded"]], sol.details["recompute_time"]
     ([('a', 0), ('abar', 1), ('abar', 2)], 0.0)
 
-    Without the link nothing fits in 85 MiB with 50 slots (sizes are rounded up to 1.7 MiB slots);
-    re-materialization alone needs 82.1 MiB exactly:
+    At 90 MiB over a very slow link (1 KB/s) nothing is worth offloading: rotor's 47.42 ms wins,
+    whatever the joint DP's slots:
 
-    >>> alone = memplan.remat_offload.solve(chain, memory="85MiB")
+    >>> [round(memplan.remat_offload.solve(chain, memory="90MiB", bandwidth="1KB/s", slots=n).objective * 1e3, 2)
+    ...  for n in (50, 100)]
+    [47.42, 47.42]
+
+    Without the link it is re-materialization alone, which needs 82.1 MiB:
+
+    >>> alone = memplan.remat_offload.solve(chain, memory="80MiB")
     >>> alone.status.value, round(alone.details["min_memory"] / 2**20, 2)
     ('infeasible', 82.12)
-
-    At 90 MiB it is paper 004's persistent DP (rotor) with the same slots:
-
-    >>> alone = memplan.remat_offload.solve(chain, memory="90MiB")
-    >>> alone.status.value, round(alone.objective * 1e3, 2)
-    ('optimal', 56.17)
-    >>> from memplan.baselines.remat_rotor import persistent
-    >>> persistent(chain, 90 * 2**20, slots=50).objective == alone.objective
-    True
     """
     chain = _chain_arg(chain)
     method = method_arg(method, METHODS, DEFAULT_METHOD, PROBLEM)
@@ -224,6 +252,7 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
     if method == "exhaustive" and not chain.is_integer:
         raise InputError(f"{PROBLEM}: method='exhaustive' needs integer sizes (it is meant for tiny test chains); "
                          "use method='dp'")
+    auto = slots is None and not exact and method == "dp"
     if method == "exhaustive" and slots is None and not exact:
         exact_bound = memory == math.floor(memory) and memory <= EXACT_BOUND_MEMORY
         n, exact, note, info = _discretization(chain, memory, None, exact_bound)
@@ -233,11 +262,11 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
         note = f"the bounding DP: {note}"
     b = budget(time_limit, progress, PROBLEM)
     with b.active():
-        dp = _run_dp(chain, memory, beta, n, exact, b)
-        if method == "dp":
-            sol = dp
-        else:
-            sol = _run_exhaustive(chain, memory, beta, dp, b)
+        sol = _portfolio(chain, memory, beta, n, exact, auto, b)
+        if auto and sol.details.get("slots_auto"):
+            note = sol.details["slots_auto"]
+        if method == "exhaustive":
+            sol = _run_exhaustive(chain, memory, beta, sol, b)
         if sol.schedule is not None:
             _replay(chain, sol, beta, memory)
     sol.details["slots_note"] = note
@@ -245,6 +274,224 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
     if info.get("slots_clamped"):
         sol.message += f"; slots={info['slots_requested']} clamped to {MAX_SLOTS}"
     return finish(sol, b, memory=memory, bandwidth=beta)
+
+
+#: predicted seconds of the joint DP per L^2 N^3 (measured: 7e-9 to 8.5e-9 on one core)
+_DP_SECONDS = 1e-8
+
+
+def _auto_slots(chain: Chain, b: Budget) -> list[int]:
+    """The joint DP's slots to try when none are given: 50, 100, 200 (fewer when the chain is long:
+    the first run is predicted to take at most half of what is left)."""
+    L = chain.L
+    left = b.remaining()
+    out = []
+    for n in (50, 100, 200):
+        if table_bytes(L, n) > MAX_TABLE_BYTES:
+            break
+        out.append(n)
+    if not out:
+        out = [max(1, min(50, _max_slots(L)))]
+    first = out[0]
+    if math.isfinite(left) and _DP_SECONDS * L * L * first ** 3 > 0.5 * left:
+        first = max(4, int((0.5 * left / (_DP_SECONDS * L * L)) ** (1 / 3)))
+        out = [first]
+    return out
+
+
+def _portfolio(chain: Chain, memory: float, beta: float, n: int, exact: bool, auto: bool, b: Budget) -> Solution:
+    """Every candidate of :func:`solve`, replayed; the best one, saying which and what is proven."""
+    cands: list[tuple[float, str, Solution]] = []
+    notes: dict[str, Any] = {}
+
+    def consider(name: str, sol: Solution | None, why: str | None = None) -> None:
+        if sol is None or sol.schedule is None:
+            notes[name] = why or (sol.message if sol is not None else "no schedule")
+            return
+        try:
+            rep = simulate_remat_offload(chain, sol.schedule, beta or None, memory)
+        except InvalidRematOffloadSchedule as e:
+            notes[name] = f"its schedule does not replay within the limit: {e}"
+            return
+        notes[name] = rep.makespan
+        cands.append((rep.makespan, name, sol))
+
+    times: dict[str, float] = {}
+    # rotor: re-materialization alone, automatic discretization
+    t0 = time.perf_counter()
+    rot = remat_rotor.persistent(chain, memory, time_limit=b.limit())   # stops once proven
+    times["rotor"] = time.perf_counter() - t0
+    b.log(f"rotor: {rot.status}" + (f", makespan {fmt_time(rot.objective)}" if rot.objective is not None else ""))
+    consider("rotor", _as_joint(rot, "rotor") if rot.success else None, rot.message)
+    # offloading only: DYNPROG
+    if beta > 0:
+        t0 = time.perf_counter()
+        consider("dynprog (offloading only)", *_dynprog_candidate(chain, memory, beta, b))
+        times["dynprog"] = time.perf_counter() - t0
+    # the least-memory schedule
+    mm = ro_min_memory(chain, beta)
+    if beta > 0 and memory >= mm.value * (1 - 1e-12):
+        consider("least-memory schedule", Solution(PROBLEM, "dp", Status.FEASIBLE, schedule=mm.schedule,
+                                                   predicted=mm.makespan, message="least-memory schedule"))
+    others = min((c[0] for c in cands), default=math.inf)
+    # the joint DP: as given, or 50, 100, 200 slots until its answer stops changing or matches another's
+    t0 = time.perf_counter()
+    dp_runs = _auto_slots(chain, b) if auto else [n]
+    dps = []
+    for k, nn in enumerate(dp_runs):
+        if k and not _time_for(chain, nn, b):
+            b.log(f"dp: N = {nn} skipped (the time limit would not allow it)")
+            break
+        d = _run_dp(chain, memory, beta, nn, exact, b)
+        dps.append((nn, d))
+        if d.objective is not None and abs(d.objective - others) <= 1e-12 * d.objective:
+            break                    # it matches another candidate
+        if k and d.objective is not None and dps[-2][1].objective is not None and \
+                abs(d.objective - dps[-2][1].objective) <= 1e-12 * d.objective:
+            break                    # the answer stopped changing
+    times["dp"] = time.perf_counter() - t0
+    best_dp = None
+    for nn, d in dps:
+        if d.schedule is not None and (best_dp is None or d.objective < best_dp[1].objective):
+            best_dp = (nn, d)
+    dp_name = ("joint DP (exact)" if exact else f"joint DP (N = {best_dp[0] if best_dp else dps[-1][0]})")
+    consider(dp_name, best_dp[1] if best_dp else dps[-1][1])
+    details_base = {"candidates": notes, "bandwidth": beta}
+    if auto:
+        details_base["slots_auto"] = ("N = " + ", ".join(str(nn) for nn, _ in dps) + " memory slots (chosen by "
+                                      "the DP: more while its answer changes, matches no other candidate and "
+                                      "time allows)")
+    last = best_dp[1] if best_dp else dps[-1][1]
+    if not cands:
+        return _infeasible(chain, memory, beta, mm, last, details_base, times)
+    cands.sort(key=lambda c: (c[0], not c[1].startswith("joint")))
+    mk, name, sol = cands[0]
+    sol = Solution(PROBLEM, "dp", sol.status, objective=mk, schedule=sol.schedule, memory_limit=memory,
+                   predicted=sol.predicted, message=sol.message, times=times,
+                   details={**(sol.details if name.startswith("joint") else {}), **details_base, "candidate": name})
+    compute = float(chain.store_all_time())
+    if beta > 0:
+        sol.bound = compute
+        if mk <= compute * (1 + 1e-12):
+            sol.status = Status.OPTIMAL
+            why = "optimal: the compute time alone (every operation once, no wait)"
+        else:
+            sol.status = Status.FEASIBLE
+            why = "best of the portfolio (joint DP, rotor, DYNPROG, least-memory schedule)"
+    else:
+        proven = name == "rotor" and rot.status == Status.OPTIMAL
+        sol.status = Status.OPTIMAL if proven else Status.FEASIBLE
+        sol.bound = rot.bound if proven else None
+        why = ("optimal among memory-persistent sequences (paper 004, Theorem 4.8; no link)" if proven else
+               "best of the joint DP and rotor (no link)")
+    sol.message = f"{why}; schedule from {name}" + (f" ({last.details.get('discretization')})"
+                                                     if name.startswith("joint") else "")
+    if not name.startswith("joint"):
+        sol.details["offloaded"] = _offloaded(chain, sol.schedule)
+    return sol
+
+
+def _time_for(chain: Chain, n: int, b: Budget) -> bool:
+    left = b.remaining()
+    return not math.isfinite(left) or _DP_SECONDS * chain.L ** 2 * n ** 3 <= 0.8 * left
+
+
+def _as_joint(sol: Solution, what: str) -> Solution:
+    """A re-materialization Solution as a joint one (the same sequence, no transfers)."""
+    return Solution(PROBLEM, "dp", sol.status, schedule=from_remat(sol.schedule.ops), predicted=sol.objective,
+                    bound=sol.bound, message=f"{what}: {sol.message}", times=dict(sol.times),
+                    details={"rotor": sol.details.get("candidate"), "discretization": sol.details.get("discretization")})
+
+
+def offload_schedule_as_joint(chain: Chain, sched: OffloadSchedule, bandwidth: float) -> RematOffloadSchedule:
+    """Paper 001's offloading schedule as a re-materialization + offloading schedule.
+
+    Operations ``F_all^1..F_all^{L+1}`` then ``B^{L+1}..B^1`` at paper 001's start times (paper 001's
+    ``F_i``, ``B_i`` are stage ``i+1``); each offload of ``x_j`` (``abar^j``, ``a^0`` for j = 0) is
+    released so that it ends no earlier than the end of ``F_{j}`` (stage j+1, which reads it: this
+    simulator forbids freeing an input while it is read, paper 001 releases the memory at that end
+    anyway), each prefetch at paper 001's start. The simulator replays it; where the two memory
+    models differ (the seed gradient), the replay says so."""
+    L = chain.L
+    d = OffloadData.of(chain)
+    ops = [("F_all", l) for l in range(1, L + 2)] + [("B", l) for l in range(L + 1, 0, -1)]
+    release = [sched.tF[i] for i in range(L + 1)] + [sched.tB[i] for i in range(L, -1, -1)]
+    moves = []
+    for j in sched.offloaded:
+        size = float(chain.wa[0] if j == 0 else chain.wabar[j])
+        dur = size / bandwidth
+        reader_end = sched.tF[j] + d.uF[j]
+        moves.append(Transfer("offload", j, size, release=max(sched.offload[j], reader_end - dur)))
+        moves.append(Transfer("prefetch", j, size, release=sched.prefetch[j]))
+    moves.sort(key=lambda t: (t.release, t.kind != "offload"))
+    return RematOffloadSchedule(ops=ops, release=release, transfers=moves)
+
+
+def _dynprog_candidate(chain: Chain, memory: float, beta: float, b: Budget) -> tuple[Solution | None, str | None]:
+    """DYNPROG's schedule converted (:func:`offload_schedule_as_joint`), or why there is none."""
+    seed = float(chain.wd[chain.L + 1])
+    tried = []
+    for m in ([memory] + ([memory - seed] if seed > 0 and memory - seed > 0 else [])):
+        if m < off_min_memory(chain) * (1 - 1e-12):
+            tried.append(f"below offloading's minimum memory {fmt_memory(off_min_memory(chain))}")
+            break
+        if m >= peak_memory_no_offload(chain):
+            tried.append("nothing to offload (rotor's store-all covers it)")
+            break
+        sol = off_baselines.dynprog(chain, m, beta, time_limit=b.limit(share=0.1))
+        if not sol.success:
+            tried.append(sol.message)
+            continue
+        joint = offload_schedule_as_joint(chain, sol.schedule, beta)
+        try:
+            simulate_remat_offload(chain, joint, beta, memory)
+        except InvalidRematOffloadSchedule as e:
+            tried.append(f"at {fmt_memory(m)} its converted schedule is invalid here ({e})")
+            continue
+        note = "" if m == memory else (f"; run with the limit lowered by the seed gradient ({seed:.6g} B), which this "
+                                       "simulator holds from the start and paper 001 only from the loss's backward")
+        b.log(f"dynprog: makespan {fmt_time(sol.objective)} (paper 001's model){note}")
+        return Solution(PROBLEM, "dp", Status.FEASIBLE, schedule=joint, predicted=sol.objective,
+                        message=f"DYNPROG (offloading only): {sol.message}{note}"), None
+    return None, "; ".join(tried) or "no schedule"
+
+
+def _offloaded(chain: Chain, sched: RematOffloadSchedule) -> list[dict]:
+    """Values sent to the host by a schedule (index, a or abar, bytes of its largest offload)."""
+    out: dict[int, float] = {}
+    for t in sched.transfers:
+        if t.kind == "offload":
+            out[t.index] = max(out.get(t.index, 0.0), t.nbytes)
+    res = []
+    for l, nb in sorted(out.items()):
+        res.append({"index": l, "value": "abar" if l > 0 and chain.wabar[l] != chain.wa[l] and
+                    nb > chain.wa[l] * (1 + 1e-12) else "a", "bytes": float(nb)})
+    return res
+
+
+def _infeasible(chain: Chain, memory: float, beta: float, mm, last: Solution, details: dict,
+                times: dict) -> Solution:
+    """No candidate fits: INFEASIBLE below the proven minimum, else NO_SOLUTION (the message says why)."""
+    what = "with offloading over this link" if beta > 0 else "without a link (re-materialization alone)"
+    details = {**details, "min_memory": mm.value}
+    if memory < mm.lower * (1 - 1e-12):
+        need = mm.value if mm.exact else mm.lower
+        details["min_memory"] = need
+        if mm.exact:
+            msg = (f"no schedule fits in {fmt_memory(memory)} {what}: the minimum is {need:.6g} B "
+                   f"({fmt_memory(need)})")
+        else:
+            msg = (f"no schedule fits in {fmt_memory(memory)} {what}: none fits below {mm.lower:.6g} B (a proven "
+                   f"bound) and one fits in {mm.value:.6g} B")
+        if beta > 0:
+            alone = min_memory(chain)
+            msg += f"; re-materialization alone needs {alone:.6g} B"
+        return Solution(problem=PROBLEM, method="dp", status=Status.INFEASIBLE, memory_limit=memory,
+                        message=msg, times=times, details={**last.details, **details})
+    msg = (f"no candidate found a schedule within {fmt_memory(memory)} {what}; one fits in {mm.value:.6g} B and "
+           f"none below {mm.lower:.6g} B")
+    return Solution(problem=PROBLEM, method="dp", status=Status.NO_SOLUTION, memory_limit=memory, message=msg,
+                    times=times, details={**last.details, **details})
 
 
 def _run_dp(chain: Chain, memory: float, beta: float, n: int, exact: bool, b: Budget) -> Solution:
@@ -260,7 +507,8 @@ def _run_dp(chain: Chain, memory: float, beta: float, n: int, exact: bool, b: Bu
 
 
 def _run_exhaustive(chain: Chain, memory: float, beta: float, dp: Solution, b: Budget) -> Solution:
-    """The exhaustive search bounded by the DP's makespan; the better of the two, with what is proven."""
+    """The exhaustive search bounded by the portfolio's makespan; the better of the two, with what is
+    proven."""
     ub = dp.objective
     limit = b.limit(None)
     b.log(f"exhaustive: searching below {fmt_time(ub) if ub is not None else 'any makespan'}"
@@ -279,7 +527,8 @@ def _run_exhaustive(chain: Chain, memory: float, beta: float, dp: Solution, b: B
         dp.times = {**dp.times, "search": search}
         dp.details.update(search_states=sol.details.get("states"), grid=sol.details.get("grid"))
         dp.message = ("optimal: the exhaustive search (every sequence, any value offloaded in 1-byte parts, starts "
-                      f"on a {sol.details.get('grid'):.4g}s grid) finds nothing faster than the joint DP's schedule")
+                      f"on a {sol.details.get('grid'):.4g}s grid) finds nothing faster than the schedule of "
+                      f"{dp.details.get('candidate', 'the joint DP')}")
         return dp
     if sol.status == Status.TIME_LIMIT and sol.schedule is None and dp.schedule is not None:
         # keep the DP's schedule; the search proved that nothing ends before the time it reached
@@ -290,11 +539,11 @@ def _run_exhaustive(chain: Chain, memory: float, beta: float, dp: Solution, b: B
         dp.times = {**dp.times, "search": search}
         dp.details.update(search_states=sol.details.get("states"), grid=sol.details.get("grid"))
         dp.message = (f"the exhaustive search stopped (time or state limit) at t = {sol.bound:.6g}s without a schedule "
-                      "faster than the joint DP's, which is returned (the optimum lies between the bound and it)")
+                      "faster than the portfolio's, which is returned (the optimum lies between the bound and it)")
         return dp
     if sol.objective is not None and ub is not None:
         sol.details["dp_makespan"] = ub
-        sol.message += f"; the joint DP's makespan is {ub:.6g}s ({(ub / sol.objective - 1) * 100:.2f}% above)"
+        sol.message += f"; the portfolio's makespan is {ub:.6g}s ({(ub / sol.objective - 1) * 100:.2f}% above)"
     sol.times = {**dp.times, "search": search}
     return sol
 
@@ -331,7 +580,7 @@ def report(solution: Solution, chain: Chain) -> str:
     >>> chain, _ = memplan.load_instance("paper004_table2")
     >>> sol = solve(chain, memory="85MiB", bandwidth="3GB/s")
     >>> print(report(sol, chain).splitlines()[3])
-    makespan     42.7 ms  (+14.3% vs store-all 37.4 ms; throughput 23.4 iterations/s)
+    makespan     38.4 ms  (+2.8% vs store-all 37.4 ms; throughput 26.03 iterations/s)
     """
     sol = solution
     base = store_all(chain)

@@ -30,7 +30,7 @@ def random_case(L, seed, frac):
 
 
 def best_heuristic(c, M, beta):
-    sols = [B.greedy(c, M, beta), B.dynprog(c, M, beta, slots=offload.DEFAULT_SLOTS), B.vdnn(c, M, beta),
+    sols = [B.greedy(c, M, beta), B.dynprog(c, M, beta), B.vdnn(c, M, beta),
             B.tflms(c, M, beta), B.autoswap(c, M, beta)]
     return min(s.objective for s in sols if s.success)
 

@@ -40,47 +40,69 @@ def test_module_contract():
     assert params == ["chain", "memory", "bandwidth", "method", "time_limit", "slots", "exact", "progress"]
 
 
-def test_dp_replayed_under_the_limit_and_equal_to_the_baseline(table2):
+def test_dp_replayed_under_the_limit_and_best_of_its_candidates(table2):
     M = 85 * MiB
     sol = ro.solve(table2, memory="85MiB", bandwidth="3GB/s", slots=100)
     base = solve_remat_offload_dp(table2, M, 3e9, slots=100)
     assert sol.status == Status.FEASIBLE and sol.method == "dp"
-    assert sol.objective == pytest.approx(base.objective, rel=1e-12) and sol.objective == pytest.approx(sol.predicted)
+    cands = sol.details["candidates"]
+    assert cands["joint DP (N = 100)"] == pytest.approx(base.objective, rel=1e-12)
+    numbers = [v for v in cands.values() if isinstance(v, float)]
+    assert sol.objective == pytest.approx(min(numbers), rel=1e-12) and len(numbers) >= 3
     rep = simulate_remat_offload(table2, sol.schedule, 3e9, M)
     assert sol.objective == rep.makespan and sol.peak_memory == rep.peak_memory <= M
-    # compute-only time below, re-materialization alone (same slots) above
-    alone = persistent(table2, M, slots=100)
+    # compute-only time below, re-materialization alone (rotor, automatic slots) above
+    alone = persistent(table2, M)
     assert table2.store_all_time() <= sol.objective < alone.objective
-    assert sol.memory_limit == M and sol.bandwidth == 3e9 and sol.details["slots"] == 100
+    assert cands["rotor"] == pytest.approx(alone.objective, rel=1e-12)
+    assert sol.memory_limit == M and sol.bandwidth == 3e9 and sol.bound == pytest.approx(table2.store_all_time())
     assert sol.details["slots_note"] == "N = 100 memory slots"
-    assert sol.times["total"] >= sol.times["tables"]
+    assert sol.times["total"] >= sol.times["dp"]
 
 
 @pytest.mark.parametrize("bandwidth", [None, 0, 0.0, "0B/s"])
-def test_no_link_is_the_persistent_rotor_dp(table2, bandwidth):
+def test_no_link_is_rotor_at_least(table2, bandwidth):
     sol = ro.solve(table2, memory=90 * MiB, bandwidth=bandwidth, slots=60)
-    r = persistent(table2, 90 * MiB, slots=60)
+    r = persistent(table2, 90 * MiB)                 # automatic: paper 004's 47.42 ms, proven
+    assert r.status == Status.OPTIMAL and r.objective == pytest.approx(0.04742)
     assert sol.status == Status.OPTIMAL and sol.objective == pytest.approx(r.objective, rel=1e-12)
+    assert sol.details["candidate"] == "rotor"
+    assert sol.details["candidates"]["joint DP (N = 60)"] == pytest.approx(persistent(table2, 90 * MiB, slots=60).objective)
     assert sol.bandwidth == 0.0 and not sol.schedule.transfers
     assert "0 (no offloading)" in ro.report(sol, table2)
 
 
-def test_default_slots_is_fifty_and_explicit_slots_are_honoured(table2):
+@pytest.mark.parametrize("slots", [50, 100, None])
+def test_toy_at_90mib_over_a_slow_link_is_rotors_optimum_whatever_the_slots(table2, slots):
+    """Issue 18: the joint DP's N = 50 cannot hold the 86.75 MiB sequence (56.17 ms); the portfolio
+    gives paper 004's 47.42 ms with any slots (50, 100, None here; 200, 300, 500 in
+    benchmarks/check_portfolio.py's neighbour, the acceptance run of the report)."""
+    sol = ro.solve(table2, memory="90MiB", bandwidth="1KB/s", slots=slots)
+    assert sol.objective == pytest.approx(0.04742, abs=5e-9) and sol.peak_memory <= 90 * MiB
+    if slots == 50:
+        assert sol.details["candidates"]["joint DP (N = 50)"] == pytest.approx(0.05617, abs=5e-9)
+        assert sol.details["candidate"] == "rotor"
+
+
+def test_auto_slots_refine_and_explicit_slots_are_honoured(table2):
     d = ro.solve(table2, memory="85MiB", bandwidth="3GB/s")
-    assert d.details["slots"] == 50 and d.details["slots_note"].startswith("N = 50 memory slots")
-    assert d.objective == pytest.approx(solve_remat_offload_dp(table2, 85 * MiB, 3e9, slots=50).objective)
+    assert d.details["slots_note"].startswith("N = 50, 100")     # refined while the answer changed
+    runs = [solve_remat_offload_dp(table2, 85 * MiB, 3e9, slots=n).objective for n in (50, 100)]
+    assert d.objective <= min(runs) * (1 + 1e-12)
     # a value that used to be the command line's default is no longer turned into 50
     e = ro.solve(table2, memory="85MiB", bandwidth="3GB/s", slots=150)
-    assert e.details["slots"] == 150 and e.details["slots_note"] == "N = 150 memory slots"
+    assert e.details["slots_note"] == "N = 150 memory slots"
+    assert e.details["candidates"]["joint DP (N = 150)"] == pytest.approx(
+        solve_remat_offload_dp(table2, 85 * MiB, 3e9, slots=150).objective)
     assert "slots_clamped" not in e.details
 
 
 def test_slots_above_the_clamp_are_clamped_with_a_message(table2):
     sol = ro.solve(table2, memory="85MiB", bandwidth="3GB/s", slots=500)
-    assert sol.details["slots"] == ro.MAX_SLOTS == 200
     assert sol.details["slots_requested"] == 500 and sol.details["slots_clamped"] is True
     assert "slots=500 clamped to 200" in sol.message and "slots=500 clamped to 200" in sol.details["slots_note"]
-    assert sol.objective == pytest.approx(solve_remat_offload_dp(table2, 85 * MiB, 3e9, slots=200).objective)
+    assert sol.details["candidates"]["joint DP (N = 200)"] == pytest.approx(
+        solve_remat_offload_dp(table2, 85 * MiB, 3e9, slots=200).objective)
     assert "slots=500 clamped" in ro.report(sol, table2)
 
 
@@ -88,16 +110,29 @@ def test_exact_mode_on_an_integer_chain():
     c = random_chain(4, seed=1)
     sol = ro.solve(c, memory=50, bandwidth=2.0, exact=True)
     assert sol.objective == 64.0 and sol.details["slots_note"] == "exact: one slot per byte"
+    assert sol.details["candidates"]["joint DP (exact)"] == 64.0
     assert [(o["value"], o["index"]) for o in sol.details["offloaded"]] == [("a", 0)]
-    assert ro.solve(c, memory=50, bandwidth=0, exact=True).objective == 76.0
+    alone = ro.solve(c, memory=50, bandwidth=0, exact=True)
+    assert alone.objective == 76.0 == persistent(c, 50, exact=True).objective
 
 
-def test_infeasible_is_a_solution_with_the_minimum(table2):
+def test_infeasible_is_a_solution_with_the_exact_minimum(table2):
+    """Below the least memory of re-materialization + offloading (74.49 MiB for the toy: B_2's own
+    a^1, abar^2, delta^2, delta^1 and o_b^2), INFEASIBLE; at it, the least-memory schedule fits."""
+    from memplan.baselines.remat_offload_min_memory import min_memory as ro_min
+
+    mm = ro_min(table2, 1e9)
+    assert mm.exact and mm.value / MiB == pytest.approx(74.49)
     sol = ro.solve(table2, memory="50MiB", bandwidth="1GB/s")
     assert sol.status == Status.INFEASIBLE and sol.schedule is None and sol.objective is None
-    assert sol.details["min_memory"] == pytest.approx(min_memory(table2))
-    assert f"{min_memory(table2):.6g} B" in sol.message
+    assert sol.details["min_memory"] == pytest.approx(mm.value)
+    assert f"{mm.value:.6g} B" in sol.message and f"{min_memory(table2):.6g} B" in sol.message
     assert "infeasible" in ro.report(sol, table2)
+    at = ro.solve(table2, memory=mm.value, bandwidth="1GB/s")
+    assert at.success and at.peak_memory <= mm.value * (1 + 1e-9)
+    # without a link the minimum is re-materialization's
+    alone = ro.solve(table2, memory="80MiB")
+    assert alone.status == Status.INFEASIBLE and alone.details["min_memory"] == pytest.approx(min_memory(table2))
 
 
 def test_solve_dispatch_takes_the_platform_and_options(table2, tmp_path):
@@ -107,7 +142,8 @@ def test_solve_dispatch_takes_the_platform_and_options(table2, tmp_path):
     path = save_instance(table2, tmp_path / "t2.json", platform=Platform(memory=85 * MiB, bandwidth=3e9))
     sol = memplan.solve(path, "remat-offload", slots=100)
     assert sol.memory_limit == 85 * MiB and sol.bandwidth == 3e9
-    assert sol.objective == pytest.approx(solve_remat_offload_dp(table2, 85 * MiB, 3e9, slots=100).objective)
+    assert sol.details["candidates"]["joint DP (N = 100)"] == pytest.approx(
+        solve_remat_offload_dp(table2, 85 * MiB, 3e9, slots=100).objective)
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -229,8 +265,10 @@ def test_cli_solve_remat_offload(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert data["problem"] == "remat-offload" and data["objective"] == pytest.approx(data["predicted"])
     j = solve_remat_offload_dp(c, M, 1.0, exact=True)
-    assert data["objective"] == pytest.approx(j.objective)
-    assert RematOffloadSchedule.from_json(data["schedule"]).ops == j.schedule.ops
+    assert data["details"]["candidates"]["joint DP (exact)"] == pytest.approx(j.objective)
+    assert data["objective"] <= j.objective + 1e-9
+    sched = RematOffloadSchedule.from_json(data["schedule"])
+    assert simulate_remat_offload(c, sched, 1.0, M).makespan == pytest.approx(data["objective"])
     # the exact method: optimum <= DP, and the report says which
     rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M}B", "--bandwidth", "1B/s",
                "--method", "exhaustive", "--time-limit", "30"])
@@ -239,13 +277,18 @@ def test_cli_solve_remat_offload(tmp_path, capsys):
     # the old name is refused, naming the methods
     rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M}B", "--method", "milp"])
     assert rc == 2 and "dp, exhaustive" in capsys.readouterr().err
-    # no --slots: the paper's N = 50
+    # no --slots: the DP chooses, starting from the paper's N = 50
     rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M + 10}B", "--bandwidth", "1B/s"])
     assert "N = 50" in capsys.readouterr().out
     # an infeasible limit: one line with the minimum, exit status 2
-    rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M // 4}B", "--bandwidth", "1B/s"])
+    from memplan.baselines.remat_offload_min_memory import min_memory as ro_min
+
+    need = ro_min(c, 1.0)
+    assert need.exact
+    rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{need.value - 1:.0f}B",
+               "--bandwidth", "1B/s"])
     err = capsys.readouterr().err
-    assert rc == 2 and f"the minimum is {min_memory(c):.6g} B" in err
+    assert rc == 2 and f"the minimum is {need.value:.6g} B" in err
 
 
 def test_figure_script_smoke(tmp_path):
@@ -267,10 +310,11 @@ def test_figure_script_smoke(tmp_path):
     for _, row in j.iterrows():      # the joint DP never loses to rotor with the same slots
         if pd.notna(r[row.memory]):
             assert row.makespan <= r[row.memory] * (1 + 1e-12)
-    # every joint-20 value is the DP's, through the front end
+    # every joint-20 value is the portfolio's, through the front end: never worse than the DP alone
     chain = memplan.load_instance(inst).chain
     for _, row in df[df.method == "joint-20"].dropna(subset=["makespan"]).iterrows():
-        assert row.makespan == pytest.approx(solve_remat_offload_dp(chain, row.memory, row.bandwidth, slots=20).objective)
+        dp = solve_remat_offload_dp(chain, row.memory, row.bandwidth, slots=20)
+        assert dp.objective is None or row.makespan <= dp.objective * (1 + 1e-12)
     # the store-all row is feasible exactly above its peak
     sa = store_all(chain)
     for _, row in df[df.method == "store-all"].iterrows():

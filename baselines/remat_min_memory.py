@@ -1,0 +1,413 @@
+"""The least memory of re-materialization, computed exactly (paper 004's DPs with the peak as objective).
+
+Paper 004's dynamic programs (:mod:`memplan.baselines.remat_rotor`) answer "the fastest sequence
+within ``m`` bytes" for every ``m`` of a discretized memory axis. Every case of their recurrences is
+feasible for a set of ``m`` of the form ``m >= threshold`` (the memory of the operations it runs, and
+``m - shift >= threshold`` for the sub-problems it calls, ``shift`` being the checkpoint the case
+keeps), so the least memory for which a sub-problem has a sequence obeys the same recurrences with
+``(min, max, +)`` in place of ``(min, +)`` over the memory axis:
+
+- persistent (Theorem 4.8; class ``"persistent"``), with ``T(s, t)`` the least ``m`` (not counting
+  a^{s-1}) from which delta^{s-1} can be computed from a^{s-1} and delta^t:
+
+  * ``T(s, s) = max(wd^s + wabar^s + o_f^s, wd^s + wd^{s-1} + wabar^s + o_b^s)``;
+  * ``F_all^s`` first: ``max(wd^t + wabar^s + o_f^s, wd^s + wd^{s-1} + wabar^s + o_b^s, wabar^s + T(s+1, t))``;
+  * ``F_ck^s F_none^{s+1..s'-1}``: ``max(memory of those forwards, wa^{s'-1} + T(s', t), T(s, s'-1))``;
+
+- the AD model of revolve (class ``"revolve"``): the same without the ``F_all^s``-first case when
+  ``s < t``;
+- floating, weakly persistent (Theorem 4.7 + Lemma 4.4, optimal among *all* valid sequences; class
+  ``"all"``): the recurrences of ``_floating_kernel`` in :mod:`remat_rotor` with the same reading of
+  the paper (the floating-move case, per-operation memory checks), ``T(s, t, l)``.
+
+The least memory of a class is ``wa^0 + T`` at the top level. Sizes are used as given (floats, no
+slots), so the value is exact for the chain as given; the sequence that reaches it is rebuilt from
+the arg-min choices (ties broken by the makespan at the threshold) and replayed by
+:func:`memplan.models.remat.simulate_remat`, whose peak is what :func:`min_memory` returns (equal to
+the DP value up to float rounding; the tests check both against an exhaustive search, large forward
+and backward overheads included).
+
+Why recompute-all is not the answer: its peak counts ``F^l`` recomputed while delta^l is held, and
+when a forward overhead ``o_f^l`` dominates it is cheaper in memory to run ``F_all^l`` once while the
+(small) seed gradient is held, e.g. two stages with ``u = 1``, all sizes 1 and ``o_f^2 = 20``:
+store-all peaks at 23 B, recompute-all at 24 B.
+
+Complexity: O(L^3) (persistent, revolve) and O(L^5 / 60) (floating) operations, no memory axis;
+well under a second for L = 100 once compiled (numba, cached).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from numba import njit
+
+from memplan.baselines.remat_exhaustive import exhaustive_min_memory
+from memplan.models.chain import Chain
+from memplan.models.remat import RematSchedule, simulate_remat
+
+__all__ = ["CLASSES", "MinMemory", "min_memory", "min_memory_of", "class_min_memory", "necessary_memory",
+           "proven_infeasible_below"]
+
+#: chains up to this length whose DP value may not be exact (a gradient larger than its activation)
+#: are settled by the exhaustive search
+EXHAUSTIVE_MAX_L = 5
+
+#: the classes of sequences whose least memory is computed
+CLASSES = ("all", "persistent", "revolve")
+
+_INF = np.inf
+
+
+@njit(cache=True)
+def _better(c, tm, best, best_t):
+    """Lexicographic (threshold, time) comparison with a relative tolerance on the threshold."""
+    tol = 1e-12 * max(1.0, abs(best)) if best < np.inf else 0.0
+    if c < best - tol:
+        return True
+    if c <= best + tol and tm < best_t:
+        return True
+    return False
+
+
+@njit(cache=True)
+def _persistent_threshold(L, uf, ub, wa, wab, wd, of, ob, allow_carry):
+    """T[s, t] (least memory not counting a^{s-1}), TM[s, t] (makespan of the chosen sequence) and
+    CH[s, t] (-1: F_all^s first; s': F_ck^s keeping a^{s'-1})."""
+    n = L + 2
+    T = np.full((n, n), np.inf)
+    TM = np.full((n, n), np.inf)
+    CH = np.zeros((n, n), dtype=np.int64)
+    for s in range(1, L + 2):
+        T[s, s] = max(wd[s] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+        TM[s, s] = uf[s] + ub[s]
+        CH[s, s] = -1
+    for d in range(1, L + 1):
+        for s in range(1, L + 2 - d):
+            t = s + d
+            best = np.inf
+            best_t = np.inf
+            ch = 0
+            if allow_carry:
+                c = max(max(wd[t] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s]), wab[s] + T[s + 1, t])
+                tm = uf[s] + TM[s + 1, t] + ub[s]
+                if _better(c, tm, best, best_t):
+                    best, best_t, ch = c, tm, -1
+            need = wd[t] + wa[s] + of[s]
+            fsum = 0.0
+            for sp in range(s + 1, t + 1):
+                fsum += uf[sp - 1]
+                if sp - 1 > s:
+                    j = sp - 1
+                    need = max(need, wd[t] + wa[j - 1] + wa[j] + of[j])
+                c = max(need, max(wa[sp - 1] + T[sp, t], T[s, sp - 1]))
+                tm = fsum + TM[sp, t] + TM[s, sp - 1]
+                if _better(c, tm, best, best_t):
+                    best, best_t, ch = c, tm, sp
+            T[s, t] = best
+            TM[s, t] = best_t
+            CH[s, t] = ch
+    return T, TM, CH
+
+
+@njit(cache=True)
+def _floating_threshold(L, uf, ub, wa, wab, wd, of, ob, prune):
+    """The floating DP of :func:`remat_rotor._floating_kernel` with the peak as objective: T[s, t, l],
+    the choice R (-1 F_all^s, -2 floating move to a^{t-1}, r >= 1 the C_ck case) and TP (t'); TG/GS
+    for the factored minimum G over s'."""
+    n = L + 2
+    T = np.full((n, n, n), np.inf)
+    TM = np.full((n, n, n), np.inf)
+    R = np.zeros((n, n, n), dtype=np.int64)
+    TP = np.zeros((n, n, n), dtype=np.int64)
+    TG = np.full((n, n, n), np.inf)
+    GM = np.full((n, n, n), np.inf)
+    GS = np.zeros((n, n, n), dtype=np.int64)
+    U = np.zeros((n + 1, n + 1))
+    for a in range(1, n):
+        acc = 0.0
+        for b in range(a, n):
+            acc += uf[b]
+            U[a, b] = acc
+    for l in range(1, L + 2):
+        for s in range(l, 0, -1):
+            if s < l:
+                for tp in range(s + 1, l + 1):
+                    need = wd[l] + wa[s] + of[s]
+                    best = np.inf
+                    best_t = np.inf
+                    gs = 0
+                    for sp in range(s + 1, tp + 1):
+                        if sp - 1 > s:
+                            j = sp - 1
+                            need = max(need, wd[l] + wa[j - 1] + wa[j] + of[j])
+                        shift = wa[sp - 1]
+                        c = max(max(need, shift), shift + T[sp, tp, l])
+                        tm = U[s, sp - 1] + TM[sp, tp, l]
+                        if _better(c, tm, best, best_t):
+                            best, best_t, gs = c, tm, sp
+                    TG[s, tp, l] = best
+                    GM[s, tp, l] = best_t
+                    GS[s, tp, l] = gs
+            for t in range(s, l + 1):
+                best = np.inf
+                best_t = np.inf
+                r_best = 0
+                tp_best = 0
+                if s == t and t == l:
+                    T[s, t, l] = max(wd[s] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+                    TM[s, t, l] = uf[s] + ub[s]
+                    R[s, t, l] = -1
+                    continue
+                if s == t:
+                    need = max(wd[l] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+                    c = max(max(need, wab[s]), wab[s] + T[s + 1, s + 1, l])
+                    tm = uf[s] + TM[s + 1, s + 1, l] + ub[s]
+                    if _better(c, tm, best, best_t):
+                        best, best_t, r_best, tp_best = c, tm, -1, 0
+                if t > s and not (prune and wa[t - 1] < wa[s - 1]):
+                    lo = wd[l] + wa[s] + of[s]
+                    for j in range(s + 1, t):
+                        lo = max(lo, wd[l] + wa[j - 1] + wa[j] + of[j] - wa[s - 1])
+                    delta_m = wa[t - 1] - wa[s - 1]
+                    lo = max(max(lo, delta_m), 0.0)
+                    c = max(lo, delta_m + T[t, t, l])
+                    tm = U[s, t - 1] + TM[t, t, l]
+                    if _better(c, tm, best, best_t):
+                        best, best_t, r_best, tp_best = c, tm, -2, t
+                if t < l:
+                    pre = wd[l] + wa[s] + of[s]
+                    mid = 0.0
+                    for r in range(s, t + 1):
+                        if r > s + 1:
+                            j = r - 1
+                            mid = max(mid, wd[l] + wa[j - 1] + wa[j] + of[j])
+                        if prune and wa[r - 1] < wa[s - 1]:
+                            continue
+                        delta_m = wa[r - 1] - wa[s - 1]
+                        lo = max(max(max(pre, mid - wa[s - 1]), delta_m), 0.0)
+                        u = U[s, r - 1] if r > s else 0.0
+                        for tp in range(t + 1, l + 1):
+                            c = max(lo, delta_m + max(TG[r, tp, l], T[r, t, tp - 1]))
+                            tm = u + GM[r, tp, l] + TM[r, t, tp - 1]
+                            if _better(c, tm, best, best_t):
+                                best, best_t, r_best, tp_best = c, tm, r, tp
+                T[s, t, l] = best
+                TM[s, t, l] = best_t
+                R[s, t, l] = r_best
+                TP[s, t, l] = tp_best
+    return T, TM, R, TP, GS
+
+
+def _persistent_ops(CH, L: int) -> list[tuple[str, int]]:
+    """Algorithm 4 (OptRecP) driven by the arg-min choices of the threshold table."""
+    out: list[tuple[str, int]] = []
+    stack = [(1, L + 1, False)]
+    while stack:
+        s, t, emit_b = stack.pop()
+        if emit_b:
+            out.append(("B", s))
+            continue
+        c = int(CH[s, t])
+        if s == t:
+            out.extend([("F_all", s), ("B", s)])
+        elif c == -1:
+            out.append(("F_all", s))
+            stack.append((s, s, True))
+            stack.append((s + 1, t, False))
+        else:
+            out.append(("F_ck", s))
+            out.extend(("F_none", j) for j in range(s + 1, c))
+            stack.append((s, c - 1, False))      # runs second
+            stack.append((c, t, False))          # runs first
+    return out
+
+
+def _floating_ops(R, TP, GS, L: int) -> list[tuple[str, int]]:
+    """Algorithm 2 (OptRecFL) driven by the arg-min choices of the threshold tables."""
+    out: list[tuple[str, int]] = []
+    stack = [(1, 1, L + 1, False)]
+    while stack:
+        s, t, l, emit_b = stack.pop()
+        if emit_b:
+            out.append(("B", s))
+            continue
+        r = int(R[s, t, l])
+        if r == 0:
+            raise RuntimeError(f"internal error: no choice at T[{s},{t},{l}]")
+        if s == t == l:
+            out.extend([("F_all", s), ("B", s)])
+        elif r == -1:
+            out.append(("F_all", s))
+            stack.append((s, s, l, True))
+            stack.append((s + 1, s + 1, l, False))
+        elif r == -2:
+            tt = int(TP[s, t, l])
+            out.extend(("F_none", j) for j in range(s, tt))
+            stack.append((tt, tt, l, False))
+        else:
+            tp = int(TP[s, t, l])
+            sp = int(GS[r, tp, l])
+            out.extend(("F_none", j) for j in range(s, r))
+            out.append(("F_ck", r))
+            out.extend(("F_none", j) for j in range(r + 1, sp))
+            stack.append((r, t, tp - 1, False))      # second
+            stack.append((sp, tp, l, False))         # first
+    return out
+
+
+@dataclass(frozen=True)
+class MinMemory:
+    """The least memory of a class of sequences and a sequence that reaches it.
+
+    ``value`` is the peak of ``schedule`` as replayed by the simulator (bytes); ``dp_value`` the
+    DP's own threshold (equal up to float rounding); ``makespan`` the replayed makespan of
+    ``schedule`` (a sequence of least peak, not the fastest one at that memory). ``exact`` says
+    whether no sequence of the class can fit below ``value``; when it is False, ``lower`` is a
+    proven lower bound (:func:`necessary_memory`) and ``value`` is exact only among paper 004's
+    operations (see :func:`min_memory_of`)."""
+
+    kind: str
+    value: float
+    dp_value: float
+    makespan: float
+    schedule: RematSchedule
+    exact: bool = True
+    lower: float | None = None
+    how: str = "the DP with the peak as objective"
+
+    def describe(self) -> str:
+        """``"82.1 MiB"``-style text is the caller's; this says what is proven about ``value``."""
+        if self.exact:
+            return "exact"
+        return (f"reached by a sequence; exact among paper 004's operations, and no sequence fits below "
+                f"{self.lower:.6g} B")
+
+
+def _arrays(chain: Chain):
+    f = lambda x: np.ascontiguousarray(x, dtype=np.float64)  # noqa: E731
+    return (chain.L, f(chain.uf), f(chain.ub), f(chain.wa), f(chain.wabar), f(chain.wd), f(chain.of), f(chain.ob))
+
+
+def _key(chain: Chain) -> tuple:
+    return tuple(np.concatenate([chain.uf, chain.ub, chain.wa, chain.wabar, chain.wd, chain.of, chain.ob]).tolist())
+
+
+@lru_cache(maxsize=64)
+def _cached(key: tuple, kind: str) -> MinMemory:
+    n = len(key) // 7
+    arr = np.array(key, dtype=float).reshape(7, n)
+    chain = Chain(uf=arr[0], ub=arr[1], wa=arr[2], wabar=arr[3], wd=arr[4], of=arr[5], ob=arr[6],
+                  weights=np.zeros(n))
+    args = _arrays(chain)
+    L = chain.L
+    if kind == "all":
+        T, _, R, TP, GS = _floating_threshold(*args, True)
+        dp = float(chain.wa[0] + T[1, 1, L + 1])
+        ops = _floating_ops(R, TP, GS, L)
+    else:
+        T, _, CH = _persistent_threshold(*args, kind == "persistent")
+        dp = float(chain.wa[0] + T[1, L + 1])
+        ops = _persistent_ops(CH, L)
+    sched = RematSchedule(ops)
+    rep = simulate_remat(chain, sched)
+    if rep.peak_memory > dp * (1 + 1e-9) + 1e-9:
+        raise RuntimeError(f"internal error: the least-memory sequence ({kind}) peaks at {rep.peak_memory!r} B, "
+                           f"above the DP's {dp!r} B")
+    res = MinMemory(kind=kind, value=float(rep.peak_memory), dp_value=dp, makespan=float(rep.makespan),
+                    schedule=sched)
+    if kind != "all" or not np.any(chain.wd[1:L + 1] > chain.wa[1:L + 1]):
+        return res
+    # Some gradient is larger than its activation: the simulator's upgrade F_all^l over a stored a^l
+    # (outside paper 004's Table 1, so outside Lemma 4.4 and the DP) may go lower.
+    lower = necessary_memory(chain)
+    if res.value <= lower * (1 + 1e-12):
+        return res
+    if L <= EXHAUSTIVE_MAX_L:
+        peak, seq = exhaustive_min_memory(chain)
+        if peak < res.value:
+            rep = simulate_remat(chain, seq)
+            return MinMemory(kind=kind, value=float(rep.peak_memory), dp_value=dp, makespan=float(rep.makespan),
+                             schedule=seq, how="the exhaustive search (the DP's operations do not reach it)")
+        return res
+    return MinMemory(kind=kind, value=res.value, dp_value=dp, makespan=res.makespan, schedule=sched, exact=False,
+                     lower=lower)
+
+
+def necessary_memory(chain: Chain) -> float:
+    """A lower bound on the peak of every valid sequence (bytes), from operations every sequence runs.
+
+    a^0 stays in memory until B^1 (nothing can recompute it) and one gradient is always held. Every
+    stage l is computed once while delta^{L+1} is held (its input and output at least
+    ``min(wa, wabar)``), ``F_all^l`` runs at some point with a gradient delta^k, ``k >= l``, held,
+    and ``B^l`` holds ``abar^l``, its input, delta^l, delta^{l-1} and ``o_b^l``.
+
+    >>> from memplan.models.chain import Chain
+    >>> necessary_memory(Chain.from_stages(uf=[1, 1], ub=[1, 1], wa=[1, 1, 1], of=[0, 20]))
+    23.0
+    """
+    L = chain.L
+    wa, wab, wd = chain.wa, chain.wabar, chain.wd
+    small = np.minimum(wa, wab)
+    suffix_wd = np.minimum.accumulate(wd[::-1])[::-1]        # min_{k >= l} wd^k
+    best = wa[0] + wd[L + 1]
+    for l in range(1, L + 2):
+        inp = small[l - 1] if l >= 2 else 0.0
+        best = max(best,
+                   wa[0] + inp + small[l] + chain.of[l] + wd[L + 1],
+                   wa[0] + inp + wab[l] + chain.of[l] + suffix_wd[l],
+                   wa[0] + inp + wab[l] + wd[l] + wd[l - 1] + chain.ob[l])
+        if l <= L:     # index l is abar^l at B^{l+1}, or a^l and then F_all^l runs while delta^l is held
+            best = max(best, wa[0] + min(wab[l] + wab[l + 1] + wd[l + 1] + wd[l] + chain.ob[l + 1],
+                                         inp + wab[l] + chain.of[l] + wd[l]))
+    return float(best)
+
+
+def min_memory_of(chain: Chain, kind: str = "all") -> MinMemory:
+    """The least memory of the sequences of class ``kind`` (:data:`CLASSES`) and one that reaches it.
+
+    ``"all"``: every valid sequence (the floating DP, optimal among all sequences by paper 004's
+    Lemma 4.4); ``"persistent"``: memory-persistent sequences (rotor's class); ``"revolve"``: the AD
+    model (``F_all^l`` right before ``B^l``). Cached per chain contents.
+
+    Examples
+    --------
+    The two-stage chain where a forward overhead dominates: recompute-all needs 24 B, store-all 23 B.
+
+    >>> from memplan.models.chain import Chain
+    >>> c = Chain.from_stages(uf=[1, 1], ub=[1, 1], wa=[1, 1, 1], of=[0, 20])
+    >>> r = min_memory_of(c)
+    >>> r.value, r.schedule.notation()
+    (23.0, 'F_all^1..F_all^3 B^3..B^1')
+    """
+    if kind not in CLASSES:
+        raise ValueError(f"kind must be one of {', '.join(CLASSES)}, got {kind!r}")
+    return _cached(_key(chain), kind)
+
+
+def min_memory(chain: Chain) -> float:
+    """The least memory limit (bytes) for which *some* valid re-materialization sequence exists.
+
+    Exact for the chain as given (see the module docstring); below it no sequence is valid, at it
+    the sequence of :func:`min_memory_of` is.
+
+    >>> from memplan.models.instance import load_instance
+    >>> round(min_memory(load_instance("paper004_table2")[0]) / 2**20, 2)
+    82.12
+    """
+    return min_memory_of(chain, "all").value
+
+
+def proven_infeasible_below(chain: Chain) -> float:
+    """Below this limit (bytes) no valid sequence fits, proven: :func:`min_memory` when it is exact,
+    else the lower bound :func:`necessary_memory`."""
+    mm = min_memory_of(chain, "all")
+    return mm.value if mm.exact else float(mm.lower)
+
+
+def class_min_memory(chain: Chain, kind: str) -> float:
+    """:func:`min_memory` restricted to a class of :data:`CLASSES` (bytes)."""
+    return min_memory_of(chain, kind).value
+
+

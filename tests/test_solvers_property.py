@@ -1,0 +1,185 @@
+"""Issue 18, item 4: property-based tests of every method of re-materialization, offloading and both.
+
+Random valid chains (small L; integer and float sizes; tiny and huge sizes and times, zero times,
+overheads up to 10x the activations) and memory limits around the minimum: every method returns a
+schedule that the problem's simulator replays under the limit with the reported makespan, or
+INFEASIBLE with a ``details["min_memory"]`` below which the exhaustive search finds nothing (and,
+for the optimal methods, never INFEASIBLE nor without a schedule when something fits).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memplan import offload, remat, remat_offload
+from memplan.baselines import offload as off_baselines
+from memplan.baselines.remat_exhaustive import exhaustive_min_memory
+from memplan.baselines.remat_heuristics import store_all_schedule
+from memplan.baselines.remat_offload_exhaustive import solve_exhaustive
+from memplan.baselines.remat_offload_min_memory import min_memory as ro_min_memory
+from memplan.models.chain import Chain
+from memplan.models.offload import min_feasible_memory, peak_memory_no_offload, validate_offload
+from memplan.models.remat import simulate_remat
+from memplan.models.remat_offload import simulate_remat_offload
+from memplan.models.solution import Status
+
+SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def chains(draw, max_L=3, integer=None, tiny=False, positive_times=False):
+    """A valid chain: L stages, sizes scaled by 10^e (e in -3..12; integers when ``integer``), abar >=
+    a or not, gradients from 0 to 2 a, overheads up to 10x the largest activation, times with zeros,
+    tiny and huge values. ``tiny``: integer sizes <= 6 and integer times <= 2 (for the exhaustive
+    search of re-materialization + offloading)."""
+    L = draw(st.integers(1, max_L))
+    if tiny:
+        ints = lambda n, hi: np.array(draw(st.lists(st.integers(0, hi), min_size=n, max_size=n)), float)  # noqa: E731
+        wa = ints(L + 1, 4) + 1
+        extra = ints(L + 1, 2)
+        wd = np.minimum(wa, ints(L + 1, 4))
+        of, ob = ints(L, 6), ints(L, 6)
+        uf, ub = ints(L, 2), ints(L, 2) + 1
+        return Chain.from_stages(uf=uf, ub=ub, wa=wa, wabar=wa + extra, wd=wd, of=of, ob=ob, name="tiny")
+    integer = draw(st.booleans()) if integer is None else integer
+    e = draw(st.integers(0 if integer else -3, 12))
+    scale = 10.0 ** e
+
+    def sizes(n, hi=10):
+        if integer:
+            return np.array(draw(st.lists(st.integers(0, hi), min_size=n, max_size=n)), float) * scale
+        return np.array(draw(st.lists(st.floats(0, hi, allow_nan=False), min_size=n, max_size=n))) * scale
+
+    wa = sizes(L + 1) + scale                          # no zero-size activations besides the loss
+    ratio = np.array(draw(st.lists(st.sampled_from([0.5, 1.0, 1.0, 2.0, 3.0]), min_size=L + 1, max_size=L + 1)))
+    wab = np.round(wa * ratio) if integer else wa * ratio
+    wd_ratio = np.array(draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 1.0, 2.0]), min_size=L + 1, max_size=L + 1)))
+    wd = np.round(wa * wd_ratio) if integer else wa * wd_ratio
+    big = 10 * wa.max() / scale
+    of, ob = sizes(L, int(big)), sizes(L, int(big))
+    t = 10.0 ** draw(st.integers(-6, 2))          # times up to 1e5 s (the chain accepts 1e6)
+    values = [1.0, 2.0, 7.0, 1e-3, 1e3] + ([] if positive_times else [0.0])
+    times = st.lists(st.sampled_from(values), min_size=L, max_size=L)
+    uf = np.array(draw(times)) * t
+    ub = np.array(draw(times)) * t
+    wab = np.maximum(wab, 0.0)
+    return Chain.from_stages(uf=uf, ub=ub, wa=wa, wabar=wab, wd=wd, of=of, ob=ob, name="prop")
+
+
+def _limit(chain, lo, frac):
+    hi = simulate_remat(chain, store_all_schedule(chain)).peak_memory
+    M = lo + frac * (hi - lo)
+    if chain.is_integer:
+        M = math.floor(M)
+    return max(M, 1.0)
+
+
+def _remat_check(chain, M, sol, *, optimal: bool, true_min: float):
+    if sol.success:
+        rep = simulate_remat(chain, sol.schedule)
+        assert rep.makespan == pytest.approx(sol.objective, rel=1e-9, abs=1e-12)
+        if not sol.details.get("limit_exceeded"):
+            simulate_remat(chain, sol.schedule, memory_limit=M)          # raises if over the limit
+        return
+    if sol.status == Status.INFEASIBLE:
+        need = sol.details["min_memory"]
+        assert M < need and need <= true_min * (1 + 1e-9) + 1e-9      # nothing fits below it
+        assert M < true_min * (1 + 1e-9)
+        return
+    assert not optimal or M < true_min * (1 - 1e-9), (sol.method, sol.status, sol.message)
+    assert sol.status in (Status.NO_SOLUTION, Status.TIME_LIMIT), (sol.status, sol.message)
+    if sol.details.get("min_memory") is not None:
+        assert sol.details["min_memory"] <= true_min * (1 + 1e-9) + 1e-9
+
+
+# ----------------------------------------------------------------------------- re-materialization
+@settings(max_examples=40, **SETTINGS)
+@given(chain=chains(), frac=st.sampled_from([-0.2, 0.0, 0.001, 0.2, 0.6, 1.0, 1.2]))
+def test_remat_dp_and_baseline_methods(chain, frac):
+    true_min = exhaustive_min_memory(chain)[0]
+    M = _limit(chain, true_min, frac)
+    for method in ("rotor", "rotor-floating", "revolve", "sequential", "store-all", "recompute-all"):
+        sol = remat.solve(chain, memory=M, method=method, time_limit=20)
+        _remat_check(chain, M, sol, optimal=method in ("rotor", "rotor-floating"), true_min=true_min)
+
+
+@settings(max_examples=12, **SETTINGS)
+@given(chain=chains(max_L=3), frac=st.sampled_from([-0.2, 0.0, 0.3, 1.0]))
+def test_remat_milp_methods(chain, frac):
+    true_min = exhaustive_min_memory(chain)[0]
+    M = _limit(chain, true_min, frac)
+    for method in ("remat-milp", "checkmate", "checkmate-lp"):
+        sol = remat.solve(chain, memory=M, method=method, time_limit=20, threads=1)
+        _remat_check(chain, M, sol, optimal=method == "remat-milp" and sol.status != Status.TIME_LIMIT,
+                     true_min=true_min)
+
+
+# ----------------------------------------------------------------------------- offloading
+@settings(max_examples=30, **SETTINGS)
+@given(chain=chains(), frac=st.sampled_from([-0.2, 0.0, 0.3, 0.8, 1.1]),
+       beta_exp=st.integers(-3, 12))
+def test_offload_methods(chain, frac, beta_exp):
+    mf, mp = min_feasible_memory(chain), peak_memory_no_offload(chain)
+    M = max(mf + frac * (mp - mf), 1e-3)
+    beta = 10.0 ** beta_exp * max(1.0, float(chain.wa.max()))
+    for method in ("lb", "greedy", "dynprog", "vdnn", "tflms", "autoswap", "milp"):
+        sol = offload.solve(chain, memory=M, bandwidth=beta, method=method, time_limit=20, threads=1)
+        if M < mf * (1 - 1e-12):
+            assert sol.status == Status.INFEASIBLE and sol.details["min_memory"] == mf
+            continue
+        if sol.success:
+            rep = validate_offload(chain, sol.schedule, M, tol=1e-6)
+            assert rep.makespan == pytest.approx(sol.objective, rel=1e-9, abs=1e-12)
+        else:
+            assert sol.status in (Status.NO_SOLUTION, Status.TIME_LIMIT, Status.FEASIBLE), (method, sol.status)
+        if method in ("dynprog", "milp"):      # the default and the exact method: a schedule whenever M >= mf
+            assert sol.success or sol.status == Status.TIME_LIMIT, (method, sol.message)
+    if M >= mf and mf < mp and chain.L <= 3:
+        # the minimum is reached: the exhaustive search over offloaded sets and orders finds a schedule
+        ex = off_baselines.exhaustive(chain, mf, beta)
+        assert ex.success and ex.peak_memory <= mf * (1 + 1e-9)
+
+
+# ----------------------------------------------------------------------------- both
+@settings(max_examples=12, **SETTINGS)
+@given(chain=chains(positive_times=True), frac=st.sampled_from([-0.2, 0.0, 0.3, 1.0]),
+       beta_exp=st.integers(-2, 12))
+def test_remat_offload_portfolio(chain, frac, beta_exp):
+    """Positive times, and transfers not shorter than 1e-6 of the compute time: the simulator merges
+    instants closer than 1e-9 of the makespan, so it groups operations of zero duration into one
+    instant and nets their memory (a chain whose B^2 needs o_b^2 = 2 B replays at a 1 B peak), and
+    it counts a transfer of 1 B over 1 GB/s next to 1 s operations as already done when it starts
+    ("offloads more than is stored"); both are reported to the lead rather than worked around here."""
+    beta = 10.0 ** beta_exp * max(1.0, float(chain.wa.max()))
+    sizes = np.concatenate([chain.wa, chain.wabar])
+    smallest = float(sizes[sizes > 0].min())
+    beta = min(beta, smallest / (1e-6 * chain.store_all_time()))
+    mm = ro_min_memory(chain, beta)
+    M = _limit(chain, mm.value, frac)
+    sol = remat_offload.solve(chain, memory=M, bandwidth=beta, slots=30)
+    if sol.success:
+        rep = simulate_remat_offload(chain, sol.schedule, beta, M)
+        assert rep.makespan == pytest.approx(sol.objective, rel=1e-9)
+        assert M >= mm.lower * (1 - 1e-9)
+    else:
+        assert M < mm.value * (1 + 1e-9), sol.message                 # above the minimum: a schedule
+        if sol.status == Status.INFEASIBLE:
+            assert M < sol.details["min_memory"] <= mm.value * (1 + 1e-9)
+
+
+@settings(max_examples=5, **SETTINGS)
+@given(chain=chains(tiny=True, max_L=2))
+def test_remat_offload_minimum_against_the_exhaustive_search(chain):
+    mm = ro_min_memory(chain, 1.0)
+    M = math.ceil(mm.lower) - 1
+    below = solve_exhaustive(chain, M, 1.0, time_limit=60)
+    assert below.status == Status.INFEASIBLE                           # nothing fits below the bound
+    at = remat_offload.solve(chain, memory=mm.value, bandwidth=1.0, time_limit=20)
+    assert at.success and at.peak_memory <= mm.value * (1 + 1e-9)
+    sol = remat_offload.solve(chain, memory=M, bandwidth=1.0, time_limit=20)
+    assert sol.status == Status.INFEASIBLE and sol.details["min_memory"] > M

@@ -217,6 +217,10 @@ class OffloadReplay:
     compute_idle: float
 
 
+#: relative window (of the makespan) within which event times are one instant
+CLUSTER_TOL = 1e-9
+
+
 def _cluster_times(times: Iterable[float], eps: float) -> dict[float, float]:
     """Map each time to a representative so that times closer than ``eps`` compare equal."""
     out: dict[float, float] = {}
@@ -346,7 +350,11 @@ def validate_offload(chain: Chain, schedule: OffloadSchedule, memory_limit: floa
             events.append((S.prefetch[j], 2, 0, 0, d.x[j], f"prefetch of x_{j}"))
     free(eB[0], d.x[0], pos_B[0], zB[0])
 
-    rep = _cluster_times([e[0] for e in events], eps)
+    # Events closer than the clustering window happen at one instant (frees first). The window only
+    # absorbs floating-point noise (a MILP's times are exact to about 1e-9 of the makespan): a wider
+    # one would net a reservation against a later free and accept a schedule that is over the limit
+    # for that long (with tol = 1e-6 and a 1 KB/s link that was 8 ms and 0.7 MB).
+    rep = _cluster_times([e[0] for e in events], min(eps, CLUSTER_TOL * max(1.0, abs(makespan))))
     events = sorted(((rep[t], cl, s, ph, dl, w) for t, cl, s, ph, dl, w in events), key=lambda e: e[:4])
     limit = None if memory_limit is None else memory_limit * (1 + tol) + tol
     mem = 0.0

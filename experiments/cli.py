@@ -26,10 +26,10 @@ from memplan.models.instance import InstanceError, load_instance
 from memplan.models.solution import InfeasibleError, InputError, Status
 from memplan.models.units import UnitError, fmt_bandwidth, fmt_memory, fmt_time
 
-from memplan.experiments import cmd_profile, sweeps
+from memplan.experiments import cmd_profile, figures, sweeps
 
-#: modules with ``add_parser(subparsers)`` adding verbs (sweep; profile, import-pipedream, run)
-COMMANDS = [sweeps, cmd_profile]
+#: modules with ``add_parser(subparsers)`` adding verbs (sweep, plot; profile, import-pipedream, run)
+COMMANDS = [sweeps, figures, cmd_profile]
 
 #: ``solve`` options: (flag, keyword of the problem's solve)
 SOLVE_OPTIONS = [("--gpus", "gpus"), ("--slots", "slots"), ("--exact", "exact"), ("--time-limit", "time_limit"),
@@ -131,8 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--memory", help="memory limit, e.g. 90MiB, 1.5GB (default: the instance's platform)")
     s.add_argument("--bandwidth", help="link bandwidth, e.g. 12GB/s (default: the instance's platform)")
     s.add_argument("--gpus", type=int, help="number of GPUs (pipeline; default: the instance's platform, else 1)")
-    s.add_argument("--slots", type=int, help="memory discretization of the DPs (default: the problem's "
-                   "choice: remat 500, offload DYNPROG 500, remat-offload 50)")
+    s.add_argument("--slots", type=int, help="memory discretization of the DPs, used as given (default: the DP "
+                   "chooses and refines the grid until the answer is proven or stops changing)")
     s.add_argument("--exact", action="store_true", help="DPs: one slot per byte (integer sizes only)")
     s.add_argument("--time-limit", type=float, help="seconds for the whole call, every phase included "
                    "(default 60)")

@@ -21,7 +21,9 @@ at which all its inputs are entirely on the device)``. The simulator never delay
 memory: waits that a memory limit needs are part of the schedule (the release times), and the
 simulator **checks** the memory at every instant: ``stored values - offloaded bytes + reserved
 prefetch bytes + outputs and overhead of the running operation <= limit``. At equal instants (within
-a relative 1e-9), memory is released before it is taken.
+a relative 1e-9), offloads that end release their bytes first, then the operations take and give
+back memory in their order (one of zero duration still holds its outputs and overhead for an
+instant), then prefetches that start reserve theirs.
 
 Checks (raise :class:`InvalidRematOffloadSchedule`): the operation sequence is valid for paper 004's
 semantics (:func:`models.remat.simulate_remat`); an operation's inputs (``a^{l-1}`` for F^l;
@@ -305,18 +307,22 @@ def simulate_remat_offload(chain: Chain, schedule: RematOffloadSchedule, bandwid
                                                   f"but only {host_before:.6g} B are on the host")
 
     # --- memory at every instant: events (time, delta)
-    events: list[tuple[float, float]] = []
+    # (time, rank, delta): at one instant, offloads that end release first, then the compute stream's
+    # events in its own order (an operation of zero duration still takes its memory before it gives
+    # it back), then prefetches that start reserve
+    events: list[tuple[float, float, float]] = []
     mem0 = chain.wa[0] + chain.wd[L + 1]
     mem_before = [mem0] + list(base.memory_after[:-1])
     for pos in range(len(ops)):
         extra = base.memory_during[pos] - mem_before[pos]
-        events.append((starts[pos], extra))
-        events.append((ends[pos], base.memory_after[pos] - base.memory_during[pos]))
+        events.append((starts[pos], 1 + 2 * pos, extra))
+        events.append((ends[pos], 2 + 2 * pos, base.memory_after[pos] - base.memory_during[pos]))
+    last = 3 + 2 * len(ops)
     for k, t in enumerate(schedule.transfers):
         if t.kind == "offload":
-            events.append((te[k], -t.nbytes))
+            events.append((te[k], 0, -t.nbytes))
         else:
-            events.append((ts[k], t.nbytes))
+            events.append((ts[k], last, t.nbytes))
     events.sort(key=lambda e: e[0])
     mem = mem0
     peak = mem0
@@ -327,8 +333,8 @@ def simulate_remat_offload(chain: Chain, schedule: RematOffloadSchedule, bandwid
         j = i
         while j < len(events) and events[j][0] <= events[i][0] + eps:
             j += 1
-        group = sorted(events[i:j], key=lambda e: e[1])      # releases first
-        for tt, d in group:
+        group = sorted(events[i:j], key=lambda e: e[1])
+        for tt, _, d in group:
             mem += d
             if mem > peak:
                 peak = mem

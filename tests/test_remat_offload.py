@@ -319,3 +319,21 @@ def test_figure_script_smoke(tmp_path):
     sa = store_all(chain)
     for _, row in df[df.method == "store-all"].iterrows():
         assert (row.status == "feasible") == (row.memory >= sa.peak_memory)
+
+
+def test_zero_duration_operations_hold_their_memory_for_an_instant():
+    """Without transfers the simulator's peak is paper 004's (models.remat), also when operations take
+    no time: a zero-duration B^2 still holds its overhead o_b = 2 with its inputs and output (the
+    remat simulator's 5 B), instead of netting it against its own release (1 B before the fix)."""
+    from memplan.baselines.remat_heuristics import store_all_schedule
+    from memplan.models.chain import Chain
+    from memplan.models.remat import simulate_remat
+    from memplan.models.remat_offload import from_remat, simulate_remat_offload
+
+    c = Chain.from_stages(uf=[0, 0], ub=[0, 0], wa=[1, 1, 1], wabar=[0, 0, 0], ob=[0, 2])
+    seq = store_all_schedule(c)
+    expected = simulate_remat(c, seq).peak_memory
+    assert expected == 5.0
+    assert simulate_remat_offload(c, from_remat(seq), None).peak_memory == expected
+    with pytest.raises(Exception, match="exceeds the limit"):
+        simulate_remat_offload(c, from_remat(seq), None, memory_limit=4.0)

@@ -16,6 +16,7 @@ import math
 from typing import Any, Sequence
 
 from memplan.models.budget import Budget, ProgressFn
+from memplan.models.chain import Chain
 from memplan.models.solution import InputError, Solution
 from memplan.models.units import UnitError, parse_bandwidth, parse_memory
 
@@ -35,6 +36,29 @@ def _quantity(value: Any, name: str, parse, example: str, *, required: bool, pro
     if not (v > 0 and math.isfinite(v)):
         raise InputError(f"{problem}: {name}={value!r} must be a positive, finite quantity, e.g. {example!r}")
     return v
+
+
+def chain_arg(chain: Any, problem: str) -> Chain:
+    """The Chain of ``chain`` (a Chain, or an Instance ``(chain, platform)``)."""
+    if isinstance(chain, tuple) and len(chain) == 2 and isinstance(chain[0], Chain):
+        chain = chain[0]
+    if not isinstance(chain, Chain):
+        raise InputError(f"{problem}: chain must be a Chain (e.g. memplan.load_instance(name).chain or "
+                         f"memplan.random_chain(6, seed=0)), got {type(chain).__name__}")
+    return chain
+
+
+def gap_arg(gap: Any, problem: str) -> float | None:
+    """A relative MILP gap in [0, 1) (None: the solver's default)."""
+    if gap is None:
+        return None
+    try:
+        g = float(gap)
+    except (TypeError, ValueError):
+        raise InputError(f"{problem}: gap={gap!r} must be a number (a relative MILP gap, e.g. 1e-4)") from None
+    if not (0 <= g < 1):
+        raise InputError(f"{problem}: gap={gap!r} is out of range; give a relative gap in [0, 1), e.g. 1e-4")
+    return g
 
 
 def memory_arg(value: Any, problem: str, *, required: bool = True) -> float | None:

@@ -45,7 +45,6 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any
 
 from memplan import _frontend
 from memplan.baselines import offload as _heuristics
@@ -71,16 +70,6 @@ REPLAY_TOL = 1e-6
 
 
 # ------------------------------------------------------------------------------------------ inputs
-def _gap_arg(gap: Any) -> float | None:
-    if gap is None:
-        return None
-    try:
-        g = float(gap)
-    except (TypeError, ValueError):
-        raise InputError(f"{PROBLEM}: gap={gap!r} must be a number (a relative MILP gap, e.g. 1e-4)") from None
-    if not (0 <= g < 1):
-        raise InputError(f"{PROBLEM}: gap={gap!r} is out of range; give a relative gap in [0, 1), e.g. 1e-4")
-    return g
 
 
 def _infeasible(method: str, memory: float, mf: float) -> Solution:
@@ -184,7 +173,7 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
     method = _frontend.method_arg(method, METHODS, DEFAULT_METHOD, PROBLEM)
     slots = _frontend.count_arg(slots, "slots", PROBLEM, required=False)
     threads = _frontend.count_arg(threads, "threads", PROBLEM, required=False)
-    gap = _gap_arg(gap)
+    gap = _frontend.gap_arg(gap, PROBLEM)
     b = _frontend.budget(time_limit, progress, PROBLEM)
     with b.active():
         mf = min_feasible_memory(chain)

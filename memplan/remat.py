@@ -45,7 +45,6 @@ The toy chain of paper 004 (section 3.2, Table 2) at 90 MiB: 47.42 ms at a peak 
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -218,25 +217,8 @@ def _slots_text(o: _Options) -> str:
 
 
 # ----------------------------------------------------------------------------- input checks
-def _chain_arg(chain: Any) -> Chain:
-    if isinstance(chain, Chain):
-        return chain
-    if isinstance(chain, tuple) and len(chain) == 2 and isinstance(chain[0], Chain):
-        return chain[0]                          # an Instance (chain, platform)
-    raise InputError(f"{PROBLEM}: chain must be a memplan.Chain (e.g. memplan.load_instance(name)[0] or "
-                     f"memplan.random_chain(6, seed=0)), got {type(chain).__name__}")
 
 
-def _gap_arg(gap: Any) -> float | None:
-    if gap is None:
-        return None
-    try:
-        g = float(gap)
-    except (TypeError, ValueError):
-        raise InputError(f"{PROBLEM}: gap={gap!r} must be a relative MILP gap, e.g. 1e-4") from None
-    if not (g >= 0 and math.isfinite(g)):
-        raise InputError(f"{PROBLEM}: gap={gap!r} must be a non-negative relative MILP gap, e.g. 1e-4")
-    return g
 
 
 def _exact_arg(exact: Any, chain: Chain, memory: float, method: str) -> bool:
@@ -317,7 +299,7 @@ def memory_range(chain: Chain) -> tuple[float, float]:
     >>> round(lo / 2**20, 2), round(hi / 2**20, 2)
     (82.12, 106.99)
     """
-    chain = _chain_arg(chain)
+    chain = _frontend.chain_arg(chain, PROBLEM)
     return min_memory(chain), remat_heuristics.store_all(chain).peak_memory
 
 
@@ -385,12 +367,12 @@ def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_
     >>> str(low.status), round(low.details["min_memory"] / 2**20, 2)
     ('infeasible', 82.12)
     """
-    chain = _chain_arg(chain)
+    chain = _frontend.chain_arg(chain, PROBLEM)
     memory = _frontend.memory_arg(memory, PROBLEM)
     method = _frontend.method_arg(method, METHODS, DEFAULT_METHOD, PROBLEM)
     n_slots = _frontend.count_arg(slots, "slots", PROBLEM, required=False)
     opts = _Options(slots=n_slots,
-                    exact=_exact_arg(exact, chain, memory, method), gap=_gap_arg(gap),
+                    exact=_exact_arg(exact, chain, memory, method), gap=_frontend.gap_arg(gap, PROBLEM),
                     threads=_frontend.count_arg(threads, "threads", PROBLEM, required=False),
                     solver_log=solver_log)
     _check_tables(chain, method, opts, memory)

@@ -45,7 +45,7 @@ import math
 import time
 from typing import Any
 
-from memplan._frontend import bandwidth_arg, budget, count_arg, finish, memory_arg, method_arg
+from memplan._frontend import bandwidth_arg, budget, chain_arg, count_arg, finish, memory_arg, method_arg
 from memplan.baselines import offload as off_baselines
 from memplan.baselines import remat_rotor
 from memplan.baselines.remat_heuristics import min_memory, store_all
@@ -73,13 +73,6 @@ EXACT_BOUND_MEMORY = 500
 
 
 # ----------------------------------------------------------------------------- inputs
-def _chain_arg(chain: Any) -> Chain:
-    if isinstance(chain, tuple) and len(chain) == 2 and isinstance(chain[0], Chain):
-        chain = chain[0]        # an Instance (chain, platform)
-    if not isinstance(chain, Chain):
-        raise InputError(f"{PROBLEM}: chain must be a Chain (e.g. memplan.load_instance(name).chain), "
-                         f"got {type(chain).__name__}")
-    return chain
 
 
 def _bandwidth_arg(bandwidth: Any) -> float:
@@ -245,7 +238,7 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
     >>> alone.status.value, round(alone.details["min_memory"] / 2**20, 2)
     ('infeasible', 82.12)
     """
-    chain = _chain_arg(chain)
+    chain = chain_arg(chain, PROBLEM)
     method = method_arg(method, METHODS, DEFAULT_METHOD, PROBLEM)
     memory = memory_arg(memory, PROBLEM)
     beta = _bandwidth_arg(bandwidth)

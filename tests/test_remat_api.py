@@ -57,7 +57,7 @@ def test_memplan_solve_gives_the_paper_value():
     (dict(memory="90MiB", slots=0), "slots", ">= 1"),
     (dict(memory="90MiB", slots=2.5), "slots", "whole number"),
     (dict(memory="90MiB", threads=0), "threads", ">= 1"),
-    (dict(memory="90MiB", gap=-1e-3), "gap", "non-negative"),
+    (dict(memory="90MiB", gap=-1e-3), "gap", "out of range"),
     (dict(memory="90MiB", exact=True), "exact", "integer sizes"),
     (dict(memory="90MiB", exact="yes"), "exact", "True or False"),
     (dict(memory="90MiB", time_limit=-1), "time_limit", "positive"),
@@ -77,7 +77,7 @@ def test_memory_missing_through_memplan_solve(toy):
 
 
 def test_not_a_chain():
-    with pytest.raises(InputError, match="chain must be a memplan.Chain"):
+    with pytest.raises(InputError, match="chain must be a Chain"):
         remat.solve("paper004_table2", memory="90MiB")
 
 

@@ -8,7 +8,8 @@ the group are disjoint." Neither paper writes the procedure down; this module re
 The rule (what :func:`linearize` computes)
 ------------------------------------------
 Let G be a DAG with a single source s (the network input a^0) and a single sink t (the value handed
-to the loss). A node v is a **separator** when
+to the loss); a DAG with several sources or sinks is first joined as described below. A node v is a
+**separator** when
 
 1. every node of G is an ancestor of v, v itself, or a descendant of v, and
 2. every edge from {ancestors of v} ∪ {v} to {descendants of v} leaves from v.
@@ -28,6 +29,28 @@ node's output. A straight chain gives one group per node; a residual block (skip
 input to the addition) becomes one group ending at the addition; a dense block written with a list of
 all earlier features becomes one group; an Inception module (parallel branches + concatenation) becomes
 one group ending at the concatenation.
+
+Several sources or sinks (:func:`join_terminals`)
+-------------------------------------------------
+An encoder-decoder (source and target tokens) has several sources; a network with an auxiliary
+classifier head (Inception v3, GoogLeNet) has several sinks. Such a DAG is linearized as the DAG H that
+adds a **virtual source** ``VIRTUAL_SOURCE`` with an edge to every real source, when there are several,
+and a **virtual sink** ``VIRTUAL_SINK`` with an edge from every real sink, when there are several. The
+virtual nodes carry only the attribute ``virtual=True``: read with a default of 0 (as
+:func:`group_costs` does) they have zero time, zero size and zero weights, so they add nothing. The
+rule above applied to H gives:
+
+- several sources: the virtual source is a^0 and is in no group; every real source lies in group 1
+  (an edge from the separator v_0 only reaches group 1), so stage 1 receives every input together.
+  Whoever builds a chain says what a^0 holds (the PipeDream importer: the data inputs, which it then
+  does not count a second time inside group 1; see :mod:`models.pipedream`).
+- several sinks: the virtual sink is the last separator; no real sink can be a separator (another
+  real sink is neither its ancestor nor its descendant), so every real sink lies in the last group.
+  The virtual sink is removed from the returned groups: the last group then ends with a real sink,
+  and its output a^L is **all the real sinks' outputs together** (the loss reads each of them), whose
+  size is the sum of the sinks' output sizes, not the last node's alone. A head that branches off
+  early keeps its output alive until the loss, so everything from the branch point on forms one group:
+  the coarser chain is the price of passing a single tensor between stages.
 
 The greedy procedure scans a topological order once, keeping for each processed node the number of its
 successors not yet processed, and closes the current group at v when the set of processed nodes with
@@ -52,49 +75,101 @@ import networkx as nx
 
 
 # ---------------------------------------------------------------------------------------- the rule
+class _Virtual:
+    """A node that is not in the user's graph (compares equal only to itself, so it never collides)."""
+
+    __slots__ = ("label",)
+
+    def __init__(self, label: str):
+        self.label = label
+
+    def __repr__(self) -> str:
+        return f"<{self.label}>"
+
+
+VIRTUAL_SOURCE = _Virtual("virtual source")
+VIRTUAL_SINK = _Virtual("virtual sink")
+
+
+def join_terminals(G: nx.DiGraph) -> tuple[nx.DiGraph, Hashable, Hashable]:
+    """``(H, source, sink)``: G itself with its source and sink when it has one of each; otherwise a copy
+    of G with ``VIRTUAL_SOURCE`` (an edge to every source of G) when G has several sources and
+    ``VIRTUAL_SINK`` (an edge from every sink of G) when G has several sinks. The virtual nodes carry
+    only ``virtual=True`` (zero time and size when costs are read with a default of 0). O(V + E).
+
+    >>> H, s, t = join_terminals(nx.DiGraph([("src", "enc"), ("tgt", "dec"), ("enc", "dec")]))
+    >>> s, t, sorted(H.successors(s))
+    (<virtual source>, 'dec', ['src', 'tgt'])
+    """
+    sources = [n for n in G if G.in_degree(n) == 0]
+    sinks = [n for n in G if G.out_degree(n) == 0]
+    if not sources or not sinks:
+        raise ValueError("linearize: the graph is empty or has a cycle (no source or no sink)")
+    if len(sources) == 1 and len(sinks) == 1:
+        return G, sources[0], sinks[0]
+    H = nx.DiGraph()
+    if len(sources) > 1:
+        H.add_node(VIRTUAL_SOURCE, virtual=True)
+    H.add_nodes_from(G.nodes(data=True))
+    H.add_edges_from(G.edges(data=True))
+    source, sink = sources[0], sinks[0]
+    if len(sources) > 1:
+        source = VIRTUAL_SOURCE
+        H.add_edges_from((VIRTUAL_SOURCE, n) for n in sources)
+    if len(sinks) > 1:
+        sink = VIRTUAL_SINK
+        H.add_node(VIRTUAL_SINK, virtual=True)
+        H.add_edges_from((n, VIRTUAL_SINK) for n in sinks)
+    return H, source, sink
+
+
 def linearize(G: nx.DiGraph, order: Sequence[Hashable] | None = None) -> list[list[Hashable]]:
-    """Minimal groups of a single-source single-sink DAG (see the module docstring for the rule).
+    """Minimal groups of a DAG (see the module docstring for the rule and for several sources/sinks).
 
     Parameters
     ----------
-    G : networkx.DiGraph, acyclic, exactly one node without predecessors (the input) and one node
-        without successors (the output).
-    order : optional topological order to scan (default: a topological order of G that follows node
+    G : networkx.DiGraph, acyclic. With one source (the input) and one sink (the output) the rule
+        applies as is; several sources or sinks are joined through virtual nodes (:func:`join_terminals`).
+    order : optional topological order of G to scan (default: a topological order of G that follows node
         insertion order where it can); the result does not depend on it.
 
     Returns
     -------
-    list of groups, each a list of nodes in scan order; the source is in no group (it is a^0), the
-    last node of group l is the separator whose output is a^l, the last group ends with the sink.
+    list of groups, each a list of G's nodes in scan order (virtual nodes never appear). With a single
+    source, the source is in no group (it is a^0); with several, they all lie in group 1. The last node
+    of group l < L is the separator whose output is a^l; the last group ends with the sink, or holds
+    every sink when there are several (a^L is then all their outputs together).
 
     >>> G = nx.DiGraph([("x", "c1"), ("c1", "c2"), ("c2", "add"), ("x", "add"), ("add", "fc")])
     >>> linearize(G)
     [['c1', 'c2', 'add'], ['fc']]
+    >>> linearize(nx.DiGraph([("x", "c1"), ("c1", "aux"), ("c1", "c2"), ("c2", "fc")]))  # auxiliary head
+    [['c1'], ['aux', 'c2', 'fc']]
     """
     if not nx.is_directed_acyclic_graph(G):
         raise ValueError("linearize: the graph has a cycle")
-    sources = [n for n in G if G.in_degree(n) == 0]
-    sinks = [n for n in G if G.out_degree(n) == 0]
-    if len(sources) != 1 or len(sinks) != 1:
-        raise ValueError(f"linearize: need exactly one source and one sink, got sources {sources[:5]} "
-                         f"and sinks {sinks[:5]}")
+    H, source, sink = join_terminals(G)
     if order is None:
-        index = {n: i for i, n in enumerate(G.nodes)}
-        order = list(nx.lexicographical_topological_sort(G, key=lambda n: index[n]))
+        index = {n: i for i, n in enumerate(H.nodes)}
+        order = list(nx.lexicographical_topological_sort(H, key=lambda n: index[n]))
     else:
         order = list(order)
         pos = {n: i for i, n in enumerate(order)}
-        if len(pos) != len(G) or any(pos[u] >= pos[v] for u, v in G.edges):
+        if len(pos) != len(order) or set(pos) != set(G.nodes) or any(pos[u] >= pos[v] for u, v in G.edges):
             raise ValueError("linearize: 'order' is not a topological order of G")
-    if order[0] != sources[0]:
+        if source not in G:
+            order = [source] + order
+        if sink not in G:
+            order = order + [sink]
+    if order[0] != source:
         raise ValueError("linearize: the scan order must start with the source")
-    remaining = {n: G.out_degree(n) for n in G}
+    remaining = {n: H.out_degree(n) for n in H}
     frontier: set[Hashable] = {order[0]}
     groups: list[list[Hashable]] = []
     current: list[Hashable] = []
     for v in order[1:]:
         current.append(v)
-        for u in G.predecessors(v):
+        for u in H.predecessors(v):
             remaining[u] -= 1
             if remaining[u] == 0:
                 frontier.discard(u)
@@ -104,23 +179,33 @@ def linearize(G: nx.DiGraph, order: Sequence[Hashable] | None = None) -> list[li
             groups.append(current)
             current = []
     assert not current, "the sink closes the last group"
+    if sink not in G:
+        assert groups and groups[-1][-1] is sink and len(groups[-1]) > 1, "every real sink is in the last group"
+        groups[-1].pop()
     return groups
 
 
 def is_chain_partition(G: nx.DiGraph, groups: Sequence[Sequence[Hashable]]) -> bool:
-    """True when ``groups`` (the source excluded) cover G's other nodes and every edge stays inside a
-    group or goes from the last node of group l (or the source, for l = 0) into group l+1."""
-    source = next(n for n in G if G.in_degree(n) == 0)
+    """True when ``groups`` cover G's nodes (the single source excluded; with several sources, all of
+    them included) and every edge stays inside a group or goes from the last node of group l (or the
+    source, for l = 0) into group l+1; with several sinks they must all lie in the last group (checked
+    on the graph of :func:`join_terminals`, the virtual sink closing the last group)."""
+    H, source, sink = join_terminals(G)
+    groups = [list(g) for g in groups]
+    if sink not in G:
+        if not groups:
+            return False
+        groups[-1].append(sink)
     where = {source: 0}
     for l, g in enumerate(groups, start=1):
         for n in g:
-            if n in where:
+            if n in where or n not in H:
                 return False
             where[n] = l
-    if len(where) != len(G):
+    if len(where) != len(H):
         return False
     last = {0: source, **{l: g[-1] for l, g in enumerate(groups, start=1)}}
-    for u, v in G.edges:
+    for u, v in H.edges:
         a, b = where[u], where[v]
         if a == b:
             continue

@@ -21,6 +21,24 @@ tensor, papers 001/003) and each group becomes one stage l with
 - ``W^l`` = sum of the parameter sizes; ``o_f^l = o_b^l = 0`` (the profile has no peak information);
 - the loss stage L+1 costs nothing (the profiles end at the classifier).
 
+Several inputs or outputs (encoder-decoder models, auxiliary classifier heads) are joined through a
+virtual source and a virtual sink of zero time and size (:func:`models.graph.join_terminals`), and
+every quantity is counted once, so that no time or memory is added or lost:
+
+- several sources: the virtual source is a^0. Its size ``omega_a^0`` is the sum of the output sizes
+  of the sources described as ``Input`` (the mini-batch tensors, loaded, not computed: their "forward
+  time" is data loading and is ignored, as for a single input). All sources lie in stage 1 (it
+  receives every input together); the ``Input`` sources add neither time nor size to stage 1, since
+  a^0 already holds them, while a source that computes something (e.g. a learned query table) counts
+  in stage 1 like any other node.
+- several sinks: the virtual sink is the loss's input. Every real sink lies in stage L and the loss
+  sees every output, so ``omega_a^L`` = ``omega_delta^L`` = the **sum** of the sinks' output sizes
+  (not the last node's alone); they are part of ``omega_abar^L`` as well, like a single sink.
+
+Hence, with or without virtual nodes, ``omega_a^0 + sum_l omega_abar^l`` is the sum of every node's
+``activation_size`` and ``sum_l (u_f^l + u_b^l)`` the sum of every non-``Input`` node's times (times
+the batch factor below).
+
 ``batch``: PipeDream measured at a mini-batch of 128 images; another batch size N rescales times and
 activation sizes by N/128 (parameters unchanged). This linear model is an approximation (small
 batches use the GPU less efficiently) and the provenance says so.
@@ -36,7 +54,7 @@ from typing import Any
 import networkx as nx
 
 from .chain import Chain
-from .graph import linearize
+from .graph import join_terminals, linearize
 
 PROFILE_BATCH = 128
 _NODE = re.compile(r"^(\S+) -- (.*) -- forward_compute_time=([^,]+), backward_compute_time=([^,]+), "
@@ -97,20 +115,34 @@ def import_graph(path: str | Path, batch: int | None = None, name: str | None = 
     """The linearized Chain of a PipeDream profile, optionally rescaled to mini-batch ``batch``."""
     path = Path(path)
     G = read_graph(path)
-    inputs = [n for n in G if G.nodes[n]["type"] == "Input"]
+    inner = [n for n in G if G.nodes[n]["type"] == "Input" and G.in_degree(n) > 0]
+    if inner:
+        raise PipeDreamFormatError(f"{path}: the Input node {inner[0]} has predecessors; an Input node must "
+                                   f"be a source of the graph (no incoming edge)")
+    try:
+        _, source, sink = join_terminals(G)
+        groups = linearize(G)
+    except ValueError as e:
+        raise PipeDreamFormatError(f"{path}: cannot linearize the graph: {e}") from None
+    if not groups:
+        raise PipeDreamFormatError(f"{path}: the graph has no node besides its input; nothing to import")
     sources = [n for n in G if G.in_degree(n) == 0]
-    if len(sources) != 1:
-        raise PipeDreamFormatError(f"{path}: expected one input node, found {sources[:5]}")
-    src = sources[0]
-    if inputs and inputs != [src]:
-        raise PipeDreamFormatError(f"{path}: the Input node {inputs} is not the only source {sources}")
-    groups = linearize(G)
+    sinks = [n for n in G if G.out_degree(n) == 0]
     k = 1.0 if batch is None else batch / PROFILE_BATCH
     nd = G.nodes
-    uf = [k * sum(nd[n]["uf"] for n in g) for g in groups]
-    ub = [k * sum(nd[n]["ub"] for n in g) for g in groups]
-    wa = [k * nd[src]["out_bytes"]] + [k * nd[g[-1]]["out_bytes"] for g in groups]
-    wabar = [wa[0]] + [k * sum(nd[n]["out_bytes"] for n in g) for g in groups]
+    if source in G:             # one source: it is a^0 (its time, data loading, is ignored)
+        data = {source}
+    else:                       # several: a^0 = the Input sources (loaded data), which lie in group 1
+        data = {n for n in sources if nd[n]["type"] == "Input"}
+
+    def total(group, key):
+        return k * sum(nd[n][key] for n in group if n not in data)
+
+    uf = [total(g, "uf") for g in groups]
+    ub = [total(g, "ub") for g in groups]
+    wa = ([k * sum(nd[n]["out_bytes"] for n in data)] + [k * nd[g[-1]]["out_bytes"] for g in groups[:-1]]
+          + [k * sum(nd[n]["out_bytes"] for n in sinks)])
+    wabar = [wa[0]] + [total(g, "out_bytes") for g in groups]
     weights = [sum(nd[n]["weight_bytes"] for n in g) for g in groups]
     stem = path.name.replace(".graph.txt", "").replace("graph.txt", "").strip(".") or path.parent.name
     try:
@@ -124,8 +156,17 @@ def import_graph(path: str | Path, batch: int | None = None, name: str | None = 
         "linearization": "models.graph.linearize: minimal single-tensor groups (papers 001/003 virtual layers); "
                          "u_f, u_b, W, abar = sums over the group, a = delta = separator's output; o_f = o_b = 0",
         "groups": [list(g) for g in groups],
+        "sources": sources, "sinks": sinks,
         "nodes": G.number_of_nodes(),
     }
+    if source not in G or sink not in G:
+        prov["virtual_nodes"] = (
+            (f"{len(sources)} sources joined through a virtual source of zero time and size: a^0 = the Input "
+             f"sources {sorted(data)} (not counted again in stage 1); " if source not in G else "")
+            + (f"{len(sinks)} sinks joined through a virtual sink of zero time and size: all in stage L, "
+               f"a^L = delta^L = the sum of their outputs" if sink not in G else ""))
+        if source not in G:
+            prov["input"] = [nd[n]["desc"] for n in sorted(data)]
     if batch is not None and batch != PROFILE_BATCH:
         prov["scaling"] = (f"times and activation sizes scaled linearly by {batch}/{PROFILE_BATCH} from the "
                            f"profile's batch {PROFILE_BATCH} (an approximation); parameters unchanged")

@@ -5,7 +5,7 @@ import random
 import networkx as nx
 import pytest
 
-from memplan.models.graph import is_chain_partition, linearize
+from memplan.models.graph import VIRTUAL_SINK, VIRTUAL_SOURCE, is_chain_partition, join_terminals, linearize
 
 
 def _separators_by_definition(G):
@@ -108,11 +108,92 @@ def test_is_chain_partition_rejects_a_split_residual():
     assert is_chain_partition(G, [["c1", "add"], ["fc"]])
 
 
-def test_needs_single_source_and_sink():
-    with pytest.raises(ValueError, match="one source"):
-        linearize(nx.DiGraph([("a", "c"), ("b", "c")]))
-    with pytest.raises(ValueError, match="one sink"):
-        linearize(nx.DiGraph([("a", "b"), ("a", "c")]))
+def test_cycle_and_bad_order_are_refused():
+    with pytest.raises(ValueError, match="cycle"):
+        linearize(nx.DiGraph([("a", "b"), ("b", "a"), ("x", "a")]))
+    G = nx.DiGraph([("a", "c"), ("b", "c")])
+    with pytest.raises(ValueError, match="topological order"):
+        linearize(G, order=["c", "a", "b"])
+
+
+def test_several_sources_join_through_a_virtual_source():
+    # encoder-decoder: the target tokens enter at the decoder; both inputs travel in stage 1 up to the
+    # cross-attention, then the decoder is a plain chain
+    G = nx.DiGraph([("src", "enc1"), ("enc1", "enc2"), ("tgt", "emb"), ("emb", "xatt"), ("enc2", "xatt"),
+                    ("xatt", "ff"), ("ff", "out")])
+    H, s, t = join_terminals(G)
+    assert s is VIRTUAL_SOURCE and t == "out" and set(H.successors(s)) == {"src", "tgt"}
+    assert H.nodes[s] == {"virtual": True} and VIRTUAL_SOURCE not in G     # G is not modified
+    groups = linearize(G)
+    assert [set(g) for g in groups] == [{"src", "enc1", "enc2", "tgt", "emb", "xatt"}, {"ff"}, {"out"}]
+    assert groups[0][-1] == "xatt"
+    assert is_chain_partition(G, groups)
+    assert not is_chain_partition(G, [["enc1", "enc2", "tgt", "emb", "xatt"], ["ff"], ["out"]])  # src lost
+    assert not is_chain_partition(G, [["src", "enc1", "enc2"], ["tgt", "emb", "xatt"], ["ff"], ["out"]])
+
+
+def test_several_sinks_join_through_a_virtual_sink():
+    # auxiliary head branching at c1: its output must reach the loss, so everything after c1 is one group
+    G = nx.DiGraph([("x", "c1"), ("c1", "aux1"), ("aux1", "aux2"), ("c1", "c2"), ("c2", "c3"), ("c3", "fc")])
+    H, s, t = join_terminals(G)
+    assert s == "x" and t is VIRTUAL_SINK and set(H.predecessors(t)) == {"aux2", "fc"}
+    groups = linearize(G)
+    assert groups[0] == ["c1"] and set(groups[1]) == {"aux1", "aux2", "c2", "c3", "fc"}
+    assert all(VIRTUAL_SINK not in g for g in groups)
+    assert is_chain_partition(G, groups)
+    assert not is_chain_partition(G, [["c1"], ["aux1", "aux2", "c2"], ["c3", "fc"]])    # aux2 not in the last
+    # a head at the very end (two classifiers on the same features) keeps the trunk's groups
+    G2 = nx.DiGraph([("x", "a"), ("a", "b"), ("b", "head1"), ("b", "head2")])
+    assert linearize(G2) == [["a"], ["b"], ["head1", "head2"]]
+
+
+def _random_dag(rng, n, sources, sinks):
+    """A random DAG on 0..n-1 meant to have about ``sources`` sources and ``sinks`` sinks (the test reads
+    the actual ones from the graph)."""
+    G = nx.DiGraph()
+    G.add_nodes_from(range(n))
+    for v in range(sources, n):
+        for _ in range(rng.randint(1, 3)):
+            G.add_edge(rng.randrange(v), v)
+    for v in range(n - sinks):
+        if G.out_degree(v) == 0:
+            G.add_edge(v, rng.randrange(max(v + 1, sources), n - sinks) if v + 1 < n - sinks else rng.randrange(n - sinks, n))
+    for v in range(n - sinks, n):
+        for u in list(G.successors(v)):
+            G.remove_edge(v, u)
+    return G
+
+
+def test_random_multi_terminal_dags_match_the_definition_on_the_joined_graph():
+    rng = random.Random(18)
+    checked = 0
+    for trial in range(120):
+        k_in, k_out = rng.randint(1, 3), rng.randint(1, 3)
+        n = rng.randint(k_in + k_out + 1, 12)
+        G = _random_dag(rng, n, k_in, k_out)
+        srcs = [v for v in G if G.in_degree(v) == 0]
+        snks = [v for v in G if G.out_degree(v) == 0]
+        if set(srcs) & set(snks):
+            continue
+        checked += 1
+        groups = linearize(G)
+        assert is_chain_partition(G, groups)
+        H, s, t = join_terminals(G)
+        # separators by the definition, on the joined graph; the virtual sink closes the last group
+        seps = _separators_by_definition(H)
+        assert seps[0] == s and seps[-1] == t
+        assert [g[-1] for g in groups[:-1]] == seps[1:-1]
+        if len(snks) > 1:
+            assert set(snks) <= set(groups[-1])
+        else:
+            assert groups[-1][-1] == t
+        if len(srcs) > 1:
+            assert set(srcs) <= set(groups[0])
+        covered = [v for g in groups for v in g]
+        assert len(covered) == len(set(covered)) and set(covered) == set(G) - ({s} if s in G else set())
+        for order in itertools.islice(nx.all_topological_sorts(G), 10):
+            assert [set(g) for g in linearize(G, order=order)] == [set(g) for g in groups]
+    assert checked >= 60
 
 
 # ------------------------------------------------------------------------------- zoo networks

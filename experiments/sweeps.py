@@ -1,13 +1,47 @@
-"""``memplan sweep <experiment>``: the experiment scripts behind one verb.
+"""``memplan sweep``: run an experiment grid on the sweep engine, write the table, draw the figure.
 
-Each experiment module exposes ``add_arguments(parser)`` and ``run(args) -> int``, or a ``main(argv)``
-that parses its own options (the arguments after the experiment's name are forwarded to it); each
-also runs on its own as ``python -m memplan.experiments.<module>``.
+    memplan sweep PROBLEM --instance FILE [--methods a,b] (--points N | --memory 80MiB,90MiB)
+                  [--bandwidth 1GB/s,2GB/s] [--gpus 4 8] [--time-limit S] [--option KEY=VALUE ...]
+                  [--workers N | --scheduler ADDRESS] [-o DIR] [--csv] [--no-plot] [--fresh]
+    memplan sweep --config exp.toml [-o DIR] [--workers N | --scheduler ADDRESS]
+
+PROBLEM is one of the four experiments (``remat``, ``offload``, ``remat-offload``, ``pipeline``); each
+is a thin module (a grid and a figure) with its own extra options (see ``memplan sweep PROBLEM
+--help``). The table goes to ``DIR/results/`` (Parquet parts, resumable: a task already there is not
+solved again), ``DIR/results.csv`` with ``--csv``, the figure to ``DIR``. A config file lists grids::
+
+    out = "results/exp"            # optional (-o wins)
+    workers = 2                    # optional (--workers / --scheduler win)
+    csv = true
+    [[grid]]
+    problem = "remat"
+    instances = ["instances/paper004_table2.json"]
+    methods = ["rotor", "sequential"]
+    points = 6                     # or memory = ["80MiB", "90MiB"]
+    time_limit = 30
+    [grid.options]                 # a list is one more axis of the grid
+    slots = [200, 500]
+    [[grid]]
+    problem = "pipeline"
+    pipedream = ["../shared/external/pipedream/resnet18.graph.txt"]
+    batch = 8
+    bandwidth = ["12GB/s"]
+    gpus = [4, 8]
+    methods = ["ilp", "pipedream", "gpipe"]
+    points = 6
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from memplan.experiments import figures
+from memplan.experiments.sweep_engine import Grid, Source, expand, read_results, run_sweep, write_csv
+from memplan.models.solution import InputError
 
 EXPERIMENTS = {
     "remat": ("memplan.experiments.remat_sweep", "re-materialization: throughput vs memory, all methods (paper 004 Fig. 6-8)"),
@@ -16,18 +50,197 @@ EXPERIMENTS = {
     "remat-offload": ("memplan.experiments.remat_offload_figures", "re-materialization + offloading (paper 000)"),
 }
 
+GRID_KEYS = {"problem", "instances", "instance", "pipedream", "methods", "memory", "points", "fractions",
+             "bandwidth", "gpus", "options", "time_limit", "batch"}
+TOP_KEYS = {"out", "workers", "scheduler", "csv", "figures", "grid"}
+
+
+# ----------------------------------------------------------------------------- shared options
+def split_list(text) -> list[str]:
+    """``"a,b"`` or ``["a", "b,c"]`` -> ``["a", "b", "c"]``."""
+    items = text if isinstance(text, (list, tuple)) else [text]
+    return [x.strip() for item in items if item is not None for x in str(item).split(",") if x.strip()]
+
+
+def _value(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def parse_options(pairs) -> dict:
+    """``--option KEY=VALUE`` (JSON values; ``a,b`` is a list, i.e. one more axis of the grid)."""
+    out = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise InputError(f"--option {pair!r}: expected KEY=VALUE, e.g. --option slots=200")
+        k, v = pair.split("=", 1)
+        vals = [_value(x) for x in split_list(v)] if "," in v else _value(v.strip())
+        out[k.strip().replace("-", "_")] = vals
+    return out
+
+
+def add_engine_arguments(p: argparse.ArgumentParser, *, methods: str | None = None, points: int | None = 10,
+                         time_limit: float | None = 60.0, instance: str | None = None, out: str | None = None) -> None:
+    """The options every experiment shares (grid axes, where to run, where to write)."""
+    g = p.add_argument_group("grid")
+    g.add_argument("--instance", action="append", default=None,
+                   help="instance file or shipped name (repeat or comma-separate for several)"
+                   + (f"; default {instance}" if instance else ""))
+    g.add_argument("--pipedream", action="append", default=None, metavar="GRAPH_TXT",
+                   help="a PipeDream profile read in place (e.g. ../shared/external/pipedream/resnet18.graph.txt)")
+    g.add_argument("--batch", type=int, default=None, help="--pipedream: rescale the profile to this batch")
+    g.add_argument("--methods", default=methods, help=f"comma-separated methods (default {methods or 'the problem default'})")
+    g.add_argument("--points", type=int, default=points,
+                   help=f"memory limits evenly spaced from the problem's minimum to store-all (default {points})")
+    g.add_argument("--memory", default=None, help="absolute memory limits instead, e.g. 80MiB,90MiB")
+    g.add_argument("--bandwidth", action="append", default=None,
+                   help="link bandwidth(s), e.g. 1GB/s or 1GB/s,2GB/s (default: the instance's platform)")
+    g.add_argument("--gpus", nargs="+", default=None, help="GPU counts (pipeline), e.g. --gpus 4 8")
+    g.add_argument("--time-limit", type=float, default=time_limit,
+                   help="seconds for each task, every phase included (default "
+                   + (f"{time_limit:g})" if time_limit is not None else "none)"))
+    g.add_argument("--option", action="append", default=None, metavar="KEY=VALUE",
+                   help="an option of the problem's solve (repeatable), e.g. --option slots=200; a,b is an axis")
+    r = p.add_argument_group("run")
+    r.add_argument("--workers", type=int, default=None,
+                   help=f"local worker processes (default: the number of cores, {os.cpu_count()}); 1 runs in "
+                        "this process without Dask")
+    r.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="send the tasks to this Dask scheduler (e.g. tcp://10.0.0.1:8786) instead")
+    r.add_argument("-o", "--out", default=out, help="output folder (results/ table, figure)")
+    r.add_argument("--csv", action="store_true", help="also write DIR/results.csv")
+    r.add_argument("--no-plot", action="store_true", help="do not draw the figure")
+    r.add_argument("--fresh", action="store_true", help="drop the table under DIR first instead of resuming")
+    r.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+
+
+def sources(args, default: str | None = None) -> list[Source]:
+    """The chains of ``--instance`` and ``--pipedream`` (``default`` when neither is given)."""
+    if not args.instance and not getattr(args, "pipedream", None) and default:
+        args.instance = [default]
+    out = [Source(s) for s in split_list(args.instance)]
+    out += [Source(s, args.batch) for s in split_list(args.pipedream)]
+    return out
+
+
+def base_grid(args, problem: str, *, methods=None, options=None, memory=None, bandwidth=None, gpus=None) -> Grid:
+    """The grid the shared options describe (experiments add their axes on top)."""
+    if args.points is not None and args.points < 1:
+        raise InputError(f"--points: must be at least 1, got {args.points}")
+    gp = split_list(args.gpus) if args.gpus else None
+    try:
+        gp = [int(x) for x in gp] if gp else None
+    except ValueError:
+        raise InputError(f"--gpus: expected integers, e.g. --gpus 4 8, got {' '.join(args.gpus)}") from None
+    return Grid(problem=problem, instances=sources(args),
+                methods=methods if methods is not None else (split_list(args.methods) or None),
+                memory=memory if memory is not None else (split_list(args.memory) or None),
+                points=None if args.memory else args.points,
+                bandwidth=bandwidth if bandwidth is not None else (split_list(args.bandwidth) or None),
+                gpus=gpus if gpus is not None else gp, options={**parse_options(args.option), **(options or {})},
+                time_limit=args.time_limit, batch=args.batch)
+
+
+# ----------------------------------------------------------------------------- running
+def execute(grids, out, *, workers=None, scheduler=None, csv=False, fresh=False, progress=True) -> tuple:
+    """Expand, run, write: returns (table, stats)."""
+    tasks, instances = expand(grids)
+    stats = run_sweep(tasks, instances, out, workers=workers, scheduler=scheduler, progress=progress, fresh=fresh)
+    df = read_results(out)
+    df = df[df["key"].isin({t["key"] for t in tasks})].reset_index(drop=True)
+    print(f"{stats.total} tasks: {stats.solved} solved now ({stats.failed} errors), {stats.skipped} already in "
+          f"the table; {stats.wall:.1f}s; table {Path(out) / 'results'}/", file=sys.stderr)
+    if csv:
+        df.to_csv(Path(out) / "results.csv", index=False)
+        print(f"wrote {Path(out) / 'results.csv'}", file=sys.stderr)
+    errors = df[df["status"] == "error"]
+    for r in errors.head(10).itertuples():
+        print(f"error: {r.instance} {r.problem} {r.method} at {r.memory_limit:.6g} B: {r.error}", file=sys.stderr)
+    return df, stats
+
+
+def run_experiment(mod, args) -> int:
+    """``memplan sweep PROBLEM``: the module's grid, the engine, its figure."""
+    grids = mod.grids(args)
+    out = Path(args.out or mod.default_out(args))
+    df, stats = execute(grids, out, workers=args.workers, scheduler=args.scheduler, csv=args.csv,
+                        fresh=args.fresh, progress=not args.quiet)
+    if not args.no_plot:
+        for p in mod.draw(df, out, args):
+            print(f"wrote {p}")
+    if hasattr(mod, "summary"):
+        mod.summary(df, args)
+    return 1 if (df["status"] == "error").any() else 0
+
+
+def _grid_from_toml(d: dict, where: str) -> Grid:
+    bad = set(d) - GRID_KEYS
+    if bad:
+        raise InputError(f"{where}: unknown key {sorted(bad)[0]!r}; a grid takes {', '.join(sorted(GRID_KEYS))}")
+    if "problem" not in d:
+        raise InputError(f"{where}.problem: missing (one of remat, offload, remat-offload, pipeline)")
+    inst = split_list(d.get("instances", [])) + split_list(d.get("instance", []))
+    srcs = [Source(s) for s in inst] + [Source(s, d.get("batch")) for s in split_list(d.get("pipedream", []))]
+    listy = lambda v: v if isinstance(v, list) or v is None else [v]   # noqa: E731
+    return Grid(problem=d["problem"], instances=srcs, methods=listy(d.get("methods")), memory=listy(d.get("memory")),
+                points=d.get("points"), fractions=d.get("fractions"), bandwidth=listy(d.get("bandwidth")),
+                gpus=listy(d.get("gpus")), options=dict(d.get("options", {})), time_limit=d.get("time_limit", 60.0),
+                batch=d.get("batch"))
+
+
+def run_config(args) -> int:
+    try:
+        import tomllib
+    except ImportError:  # pragma: no cover - Python 3.10
+        raise InputError("--config needs Python 3.11 or later (tomllib)") from None
+
+    path = Path(args.config)
+    try:
+        cfg = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"{path}: not valid TOML ({e})") from None
+    bad = set(cfg) - TOP_KEYS
+    if bad:
+        raise InputError(f"{path}: unknown key {sorted(bad)[0]!r}; the file takes {', '.join(sorted(TOP_KEYS))}")
+    if not cfg.get("grid"):
+        raise InputError(f"{path}: no [[grid]] table (see memplan sweep --help)")
+    grids = [_grid_from_toml(g, f"{path}: grid[{k}]") for k, g in enumerate(cfg["grid"])]
+    out = Path(args.out or cfg.get("out") or f"results/{path.stem}")
+    workers = args.workers or cfg.get("workers")
+    scheduler = args.scheduler or cfg.get("scheduler")
+    df, stats = execute(grids, out, workers=workers, scheduler=scheduler, csv=args.csv or cfg.get("csv", False),
+                        fresh=args.fresh, progress=not args.quiet)
+    if not args.no_plot:
+        for fig in cfg.get("figures") or sorted({g.problem for g in grids}):
+            for p in figures.draw(df, fig, out):
+                print(f"wrote {p}")
+    return 1 if (df["status"] == "error").any() else 0
+
+
+def _cmd_sweep(args) -> int:
+    if args.config:
+        return run_config(args)
+    raise InputError("sweep: name an experiment (remat, offload, remat-offload, pipeline) or give --config FILE")
+
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("sweep", help="run an experiment (memory sweep + CSV + plot)",
-                              description="Run an experiment; see `memplan sweep NAME --help`.")
-    sub = p.add_subparsers(dest="experiment", required=True)
+    p = subparsers.add_parser("sweep", help="run an experiment grid (table + figure; resumable, on Dask)",
+                              description=__doc__.split("\n\n")[0],
+                              epilog="See `memplan sweep PROBLEM --help`.")
+    p.add_argument("--config", help="a TOML file listing grids (several instances and problems)")
+    p.add_argument("--workers", type=int, default=None, help="local worker processes (default: cores; 1: no Dask)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS", help="an existing Dask scheduler")
+    p.add_argument("-o", "--out", default=None, help="output folder")
+    p.add_argument("--csv", action="store_true", help="also write DIR/results.csv")
+    p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--fresh", action="store_true")
+    p.add_argument("--quiet", "-q", action="store_true")
+    p.set_defaults(func=_cmd_sweep)
+    sub = p.add_subparsers(dest="experiment", required=False)
     for name, (modname, help_) in EXPERIMENTS.items():
         mod = importlib.import_module(modname)
-        if hasattr(mod, "add_arguments") and hasattr(mod, "run"):
-            sp = sub.add_parser(name, help=help_, description=(mod.__doc__ or help_).split("\n\n")[0])
-            mod.add_arguments(sp)
-            sp.set_defaults(func=mod.run)
-        elif hasattr(mod, "main"):   # a script with its own argparse: forward the arguments to it
-            sp = sub.add_parser(name, help=help_, add_help=False, prefix_chars="\0")
-            sp.add_argument("rest", nargs=argparse.REMAINDER)
-            sp.set_defaults(func=lambda args, _m=mod: int(_m.main(args.rest) or 0))
+        sp = sub.add_parser(name, help=help_, description=(mod.__doc__ or help_).split("\n\n")[0])
+        mod.add_arguments(sp)
+        sp.set_defaults(func=lambda a, _m=mod: run_experiment(_m, a))

@@ -60,20 +60,20 @@ def test_bad_instance_file(tmp_path, capsys):
 
 def test_sweep_writes_csv_and_plot(tmp_path):
     out = tmp_path / "toy"
-    assert main(["sweep", "remat", "--instance", TOY, "--points", "4", "--out", str(out),
-                 "--methods", "rotor,revolve"]) == 0
-    df = pd.read_csv(out.with_suffix(".csv"))
-    assert out.with_suffix(".png").stat().st_size > 10_000
-    ok = df[df.makespan.notna()]
+    argv = ["sweep", "remat", "--instance", TOY, "--points", "4", "-o", str(out), "--methods", "rotor,revolve",
+            "--workers", "1", "--csv", "-q"]
+    assert main(argv) == 0
+    df = pd.read_csv(out / "results.csv")
+    assert (out / "remat_paper004-table2.png").stat().st_size > 10_000
+    ok = df[df.objective.notna()]
     assert (ok.peak_memory <= ok.memory_limit * (1 + 1e-9)).all()
     # at each limit rotor is at least as fast as revolve
-    piv = ok.pivot_table(index="memory_limit", columns="method", values="makespan")
+    piv = ok.pivot_table(index="memory_limit", columns="method", values="objective")
     both = piv.dropna(subset=["rotor", "revolve"])
     assert len(both) >= 2 and (both["rotor"] <= both["revolve"] + 1e-12).all()
     # resuming does not duplicate rows
-    assert main(["sweep", "remat", "--instance", TOY, "--points", "4", "--out", str(out),
-                 "--methods", "rotor,revolve"]) == 0
-    assert len(pd.read_csv(out.with_suffix(".csv"))) == len(df)
+    assert main(argv) == 0
+    assert len(pd.read_csv(out / "results.csv")) == len(df) == 8
 
 
 def test_console_script_installed():

@@ -1,0 +1,496 @@
+"""One sweep engine: a grid of solves, run in-process or on Dask, into one tidy, resumable table.
+
+An experiment is a :class:`Grid` (or several): instances x problem x methods x memory limits x
+bandwidths x GPU counts x options. Memory limits are absolute (``memory``), or ``points`` fractions
+between the problem's minimum and store-all memory (:func:`memory_range`). Each (point, method) is one
+task: one :func:`memplan.solve` call with its own time limit, run by :func:`run_task`, which never
+raises (an exception becomes a row with status ``error`` and its message; an :class:`InfeasibleError`
+is the answer ``infeasible``).
+
+:func:`run_sweep` runs the tasks whose key is not yet in the table under ``DIR/results/`` (one Parquet
+part file per finished task, written atomically, so an interrupted sweep resumes where it stopped):
+``workers=1`` in this process, without Dask (for debugging); else on a ``dask.distributed``
+``LocalCluster`` of ``workers`` single-threaded worker processes, or on an existing scheduler
+(``scheduler="tcp://host:8786"``). A worker that dies loses only its task, which is retried once and
+then recorded as an ``error`` row. The rows do not depend on the number of workers, timing columns
+(:data:`VOLATILE`) aside. :func:`read_results` reads the table back (a folder, a Parquet or a CSV file).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as _metadata
+import inspect
+import itertools
+import json
+import math
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import memplan
+from memplan.models.instance import InstanceError, load_instance
+from memplan.models.solution import InfeasibleError, InputError
+from memplan.models.units import parse_bandwidth, parse_memory
+
+#: the table's columns and their Arrow types (one row per (point, method))
+COLUMNS: list[tuple[str, str]] = [
+    ("key", "string"), ("instance", "string"), ("instance_id", "string"), ("problem", "string"),
+    ("method", "string"), ("memory_limit", "float64"), ("fraction", "float64"), ("bandwidth", "float64"),
+    ("gpus", "int64"), ("options", "string"), ("time_limit", "float64"), ("batch", "float64"),
+    ("status", "string"), ("objective", "float64"), ("peak_memory", "float64"), ("bound", "float64"),
+    ("gap", "float64"), ("predicted", "float64"), ("memory_model", "string"), ("message", "string"),
+    ("error", "string"), ("solve_time", "float64"), ("wall_time", "float64"), ("times", "string"),
+    ("solver", "string"), ("memplan_version", "string"), ("worker", "string"), ("run_id", "string"),
+    ("finished_at", "string"),
+]
+COLUMN_NAMES = [c for c, _ in COLUMNS]
+#: columns that differ from one run to the next (timings, where and when); the rest is the answer
+VOLATILE = ["solve_time", "wall_time", "times", "worker", "run_id", "finished_at"]
+#: the order of the table's rows (the grid's coordinates)
+ORDER = ["instance_id", "problem", "method", "bandwidth", "gpus", "options", "memory_limit"]
+
+
+def _schema():
+    import pyarrow as pa
+
+    return pa.schema([(c, getattr(pa, t)()) for c, t in COLUMNS])
+
+
+# ----------------------------------------------------------------------------------------- sources
+@dataclass(frozen=True)
+class Source:
+    """Where a chain comes from: an instance file or shipped name, or a PipeDream profile
+    (``*.graph.txt``, rescaled to ``batch``). ``ident`` names it by content (sha256 of the file)."""
+
+    spec: str
+    batch: int | None = None
+
+    def load(self):
+        """``(chain, platform)``."""
+        if self.spec.startswith("random:"):      # random:L:seed -> models.chain.random_chain(L, seed)
+            from memplan.models.chain import random_chain
+
+            try:
+                _, L, seed = self.spec.split(":")
+                return random_chain(int(L), int(seed), integer=False), None
+            except ValueError:
+                raise InputError(f"instance {self.spec!r}: expected random:L:SEED, e.g. random:12:0") from None
+        if self.spec.endswith(".graph.txt"):
+            from memplan.models.pipedream import import_graph
+
+            if not Path(self.spec).is_file():
+                raise InputError(f"--pipedream: no such file {self.spec}")
+            return import_graph(self.spec, batch=self.batch), None
+        return load_instance(self.spec)
+
+    @property
+    def ident(self) -> str:
+        p = Path(self.spec)
+        if self.spec.startswith("random:"):
+            return self.spec
+        if p.is_file():
+            digest = hashlib.sha256(p.read_bytes() + f"|batch={self.batch}".encode()).hexdigest()[:16]
+        else:       # a shipped instance: its name and memplan's version identify it
+            digest = hashlib.sha256(f"{self.spec}|{memplan.__version__}".encode()).hexdigest()[:16]
+        return f"{p.name if p.suffix else self.spec}@{digest}"
+
+
+def _batch_of(chain) -> float:
+    b = chain.provenance.get("batch")
+    try:
+        return float(b) if b else 1.0
+    except (TypeError, ValueError):
+        return 1.0
+
+
+# -------------------------------------------------------------------------------------------- grid
+def memory_range(problem: str, chain, *, bandwidth: float | None = None, gpus: int | None = None) -> tuple[float, float]:
+    """``(minimum, store-all)`` memory (bytes) of ``problem`` on ``chain``, between which sweeps space
+    their limits: remat :func:`memplan.remat.memory_range`; offload the minimum feasible memory and
+    the peak without offloading (paper 001); remat-offload the least memory with offloading over
+    ``bandwidth`` and store-all's peak; pipeline (paper 003 Figs. 6-11) from the memory lower bound
+    (at least 0.6 x the smallest PipeDream point) to the largest memory of PipeDream's points."""
+    if problem == "remat":
+        return memplan.remat.memory_range(chain)
+    if problem == "offload":
+        from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
+
+        return min_feasible_memory(chain), peak_memory_no_offload(chain)
+    if problem == "remat-offload":
+        from memplan.baselines.remat_heuristics import store_all
+        from memplan.baselines.remat_offload_min_memory import min_memory
+
+        return min_memory(chain, bandwidth).value, store_all(chain).peak_memory
+    if problem == "pipeline":
+        from memplan.models.pipeline import memory_lower_bound, task_data
+
+        pts = memplan.pipeline.baseline_points(chain, bandwidth=bandwidth, gpus=gpus or 1, methods=("pipedream",))
+        mems = [p.memory for p in pts]
+        return max(memory_lower_bound(task_data(chain, bandwidth), gpus or 1), 0.6 * min(mems)), max(mems)
+    raise InputError(f"unknown problem {problem!r}; choose from {', '.join(memplan.problems)}")
+
+
+@dataclass
+class Grid:
+    """instances x problem x methods x memory limits x bandwidths x gpus x options.
+
+    ``memory``: absolute limits (bytes or strings with units); else ``points`` limits evenly spaced
+    between the problem's minimum and store-all (:func:`memory_range`, fractions 0..1, or
+    ``fractions`` given explicitly). ``options``: keyword options of the problem's solve; a list value
+    is one more axis of the grid (e.g. ``slots = [50, 100]``). ``time_limit``: seconds per task.
+    """
+
+    problem: str
+    instances: Sequence[str | Source]
+    methods: Sequence[str] | None = None
+    memory: Sequence[float | str] | None = None
+    points: int | None = None
+    fractions: Sequence[float] | None = None
+    bandwidth: Sequence[float | str | None] | None = None
+    gpus: Sequence[int | None] | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    time_limit: float | None = 60.0
+    batch: int | None = None          # PipeDream profiles: rescale to this batch
+
+    def check(self) -> None:
+        """Refuse what cannot work before anything runs (one line naming the field)."""
+        if self.problem not in memplan.problems:
+            raise InputError(f"problem: unknown {self.problem!r}; choose from {', '.join(memplan.problems)}")
+        mod = memplan.problems[self.problem]
+        bad = [m for m in (self.methods or []) if m not in mod.METHODS]
+        if bad:
+            raise InputError(f"methods: unknown for {self.problem}: {', '.join(bad)}; available: "
+                             f"{', '.join(mod.METHODS)}")
+        params = inspect.signature(mod.solve).parameters
+        bad = [k for k in self.options if k not in params or k in ("chain", "memory", "bandwidth", "gpus",
+                                                                     "method", "time_limit", "progress")]
+        if bad:
+            raise InputError(f"options: {self.problem} has no option {bad[0]!r}; its options: " + ", ".join(
+                k for k in params if k not in ("chain", "memory", "bandwidth", "gpus", "method", "time_limit",
+                                               "progress")))
+        if not self.instances:
+            raise InputError("instances: give at least one instance (--instance FILE or --pipedream GRAPH_TXT)")
+        if self.memory is None and not self.points and not self.fractions:
+            raise InputError("memory: give absolute limits (--memory 80MiB,90MiB) or a number of points (--points N)")
+        if self.points is not None and self.points < 1:
+            raise InputError(f"points: must be at least 1, got {self.points}")
+        if self.time_limit is not None and not (self.time_limit > 0):
+            raise InputError(f"time_limit: must be positive seconds, got {self.time_limit}")
+
+
+def _jsonable(x):
+    if isinstance(x, float) and math.isfinite(x) and x == int(x) and abs(x) < 2**53:
+        return x
+    return x
+
+
+def task_key(t: dict) -> str:
+    """The identity of a task: instance content, problem, method, limits, options, time limit."""
+    ident = [t["instance_id"], t["problem"], t["method"], repr(float(t["memory_limit"])),
+             None if t["bandwidth"] is None else repr(float(t["bandwidth"])), t["gpus"], t["options"],
+             None if t["time_limit"] is None else repr(float(t["time_limit"]))]
+    return hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:24]
+
+
+def expand(grids: Iterable[Grid]) -> tuple[list[dict], dict[str, Any]]:
+    """The tasks of ``grids`` (plain dicts, in grid order, duplicates removed) and the instances they
+    use (``instance_id -> (chain, platform)``)."""
+    tasks, instances, seen = [], {}, set()
+    for g in grids:
+        g.check()
+        mod = memplan.problems[g.problem]
+        methods = list(g.methods or [mod.DEFAULT_METHOD])
+        params = inspect.signature(mod.solve).parameters
+        bws = [None if b is None else parse_bandwidth(b) if isinstance(b, str) else float(b)
+               for b in (g.bandwidth or [None])]
+        gpus = list(g.gpus or [None])
+        if "bandwidth" not in params and any(b is not None for b in bws):
+            raise InputError(f"bandwidth: problem {g.problem} takes no bandwidth")
+        if "gpus" not in params and any(p not in (None, 1) for p in gpus):
+            raise InputError(f"gpus: problem {g.problem} takes no GPU count")
+        axes = {k: (v if isinstance(v, list) else [v]) for k, v in sorted(g.options.items())}
+        option_sets = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())] or [{}]
+        for spec in g.instances:
+            src = spec if isinstance(spec, Source) else Source(str(spec), g.batch)
+            iid = src.ident
+            if iid not in instances:
+                instances[iid] = src.load()
+            chain, platform = instances[iid]
+            for bw, P in itertools.product(bws, gpus):
+                bw_eff = bw if bw is not None or platform is None else platform.bandwidth
+                P_eff = P if P is not None or platform is None or "gpus" not in params else platform.gpus
+                if "bandwidth" not in params:
+                    bw_eff = None
+                if "gpus" not in params:
+                    P_eff = None
+                if g.memory is not None:
+                    limits = [(parse_memory(m) if isinstance(m, str) else float(m), math.nan) for m in g.memory]
+                else:
+                    lo, hi = memory_range(g.problem, chain, bandwidth=bw_eff, gpus=P_eff)
+                    fr = list(g.fractions) if g.fractions else (
+                        [k / (g.points - 1) for k in range(g.points)] if g.points > 1 else [1.0])
+                    limits = [(lo + f * (hi - lo), f) for f in fr]
+                for (M, f), opts, m in itertools.product(limits, option_sets, methods):
+                    t = dict(instance=chain.name, instance_id=iid, problem=g.problem, method=m,
+                             memory_limit=float(M), fraction=f, bandwidth=bw_eff, gpus=P_eff,
+                             options=json.dumps(opts, sort_keys=True), time_limit=g.time_limit,
+                             batch=_batch_of(chain))
+                    t["key"] = task_key(t)
+                    if t["key"] not in seen:
+                        seen.add(t["key"])
+                        tasks.append(t)
+    return tasks, instances
+
+
+# -------------------------------------------------------------------------------------------- task
+def _versions() -> tuple[str, str]:
+    try:
+        highs = "highspy " + _metadata.version("highspy")
+    except _metadata.PackageNotFoundError:  # pragma: no cover
+        highs = "highspy ?"
+    return highs, memplan.__version__
+
+
+def _num(x) -> float | None:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def run_task(task: dict, instance) -> dict:
+    """Solve one task (``memplan.solve`` with the task's time limit, solver threads 1 unless the
+    options say otherwise) and return its row. Never raises: an exception is a row with status
+    ``error``, its type and message; :class:`InfeasibleError` is status ``infeasible``."""
+    solver, version = _versions()
+    row = {c: None for c in COLUMN_NAMES}
+    row.update({k: task.get(k) for k in ("key", "instance", "instance_id", "problem", "method", "memory_limit",
+                                          "fraction", "bandwidth", "gpus", "options", "time_limit", "batch")})
+    row.update(solver=solver, memplan_version=version, worker=f"{socket.gethostname()}:{os.getpid()}")
+    opts = json.loads(task["options"])
+    mod = memplan.problems[task["problem"]]
+    if "threads" in inspect.signature(mod.solve).parameters and opts.get("threads") is None:
+        opts["threads"] = 1          # one thread per worker: HiGHS and numba have threads of their own
+    t0 = time.perf_counter()
+    try:
+        sol = memplan.solve(instance, task["problem"], task["method"], memory=task["memory_limit"],
+                            bandwidth=task["bandwidth"], gpus=task["gpus"], time_limit=task["time_limit"],
+                            progress=None, **opts)
+        row.update(status=str(sol.status), objective=_num(sol.objective), peak_memory=_num(sol.peak_memory),
+                   bound=_num(sol.bound), gap=_num(sol.gap), predicted=_num(sol.predicted),
+                   message=str(sol.message or ""), solve_time=_num(sol.times.get("total")),
+                   times=json.dumps({k: _num(v) for k, v in sol.times.items()}, sort_keys=True))
+        mm = sol.details.get("memory_model")
+        row["memory_model"] = None if mm is None else str(mm)
+    except InfeasibleError as e:
+        row.update(status="infeasible", message=str(e))
+    except Exception as e:   # noqa: BLE001 - a failed task is a row, the sweep goes on
+        row.update(status="error", error=f"{type(e).__name__}: {e}", message=f"{type(e).__name__}: {e}")
+    row["wall_time"] = time.perf_counter() - t0
+    row["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    return row
+
+
+def error_row(task: dict, message: str) -> dict:
+    """The row of a task that never returned (its worker died twice, or the scheduler lost it)."""
+    solver, version = _versions()
+    row = {c: None for c in COLUMN_NAMES}
+    row.update({k: task.get(k) for k in row if k in task})
+    row.update(status="error", error=message, message=message, solver=solver, memplan_version=version,
+               finished_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    return row
+
+
+# ------------------------------------------------------------------------------------------- table
+def results_dir(out: str | Path) -> Path:
+    return Path(out) / "results"
+
+
+def write_row(out: str | Path, row: dict) -> Path:
+    """One part file per finished task, written atomically (a sweep killed mid-write leaves no part)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = results_dir(out)
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"part-{row['key']}.parquet"
+    tmp = d / f".tmp-{row['key']}-{os.getpid()}.parquet"
+    clean = {c: row.get(c) for c in COLUMN_NAMES}
+    for c, t in COLUMNS:
+        if t == "float64":
+            clean[c] = _num(clean[c])
+        elif t == "int64" and clean[c] is not None:
+            clean[c] = int(clean[c])
+    pq.write_table(pa.Table.from_pylist([clean], schema=_schema()), tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def read_results(path: str | Path):
+    """The results table (a pandas DataFrame, rows in grid order) from a sweep folder, its
+    ``results/`` folder, a Parquet file or a CSV file."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    p = Path(path)
+    if p.is_dir() and (p / "results").is_dir():
+        p = p / "results"
+    if p.is_dir():
+        parts = sorted(f for f in p.glob("*.parquet") if not f.name.startswith("."))
+        if not parts:
+            return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMN_NAMES})
+        df = pa.concat_tables([pq.read_table(f, schema=_schema()) for f in parts]).to_pandas()
+    elif p.suffix == ".parquet" and p.is_file():
+        df = pq.read_table(p).to_pandas()
+    elif p.suffix == ".csv" and p.is_file():
+        df = pd.read_csv(p)
+    else:
+        raise FileNotFoundError(f"{path}: not a sweep folder (with results/), a .parquet or a .csv results table")
+    missing = [c for c in ("problem", "method", "memory_limit", "status", "objective") if c not in df.columns]
+    if missing:
+        raise InputError(f"{path}: not a results table of memplan sweep (no column {missing[0]!r})")
+    df["gpus"] = df["gpus"].astype("Int64") if "gpus" in df else None
+    keys = [c for c in ORDER if c in df.columns]
+    return df.sort_values(keys, kind="stable", na_position="first").reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------------------------- run
+@dataclass
+class SweepStats:
+    total: int
+    skipped: int          # already in the table
+    solved: int           # rows written by this run
+    failed: int           # of which status error
+    wall: float
+    run_id: str
+    durations: list[float] = field(default_factory=list)
+
+
+def _log(out: Path, line: str) -> None:
+    with open(Path(out) / "sweep.log", "a") as f:
+        f.write(time.strftime("%Y-%m-%dT%H:%M:%S ") + line + "\n")
+
+
+def run_sweep(tasks: Sequence[dict], instances: dict, out: str | Path, *, workers: int | None = None,
+              scheduler: str | None = None, progress: bool = True, fresh: bool = False,
+              on_row: Callable[[dict], None] | None = None) -> SweepStats:
+    """Run the ``tasks`` not yet in ``out``'s table; see the module docstring."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if fresh:
+        for f in results_dir(out).glob("*.parquet"):
+            f.unlink()
+    done = set(read_results(out)["key"]) if results_dir(out).is_dir() else set()
+    todo = [t for t in tasks if t["key"] not in done]
+    workers = workers or os.cpu_count() or 1
+    run_id = uuid.uuid4().hex[:12]
+    stats = SweepStats(total=len(tasks), skipped=len(tasks) - len(todo), solved=0, failed=0, wall=0.0, run_id=run_id)
+    where = scheduler or ("in-process" if workers == 1 else f"LocalCluster({workers} workers)")
+    _log(out, f"run {run_id}: {len(tasks)} tasks, {stats.skipped} already in the table, {len(todo)} to solve on {where}")
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(todo), desc="sweep", unit="task", disable=not progress or not todo)
+    t0 = time.perf_counter()
+
+    def finished(row: dict, pending: int) -> None:
+        row["run_id"] = run_id
+        write_row(out, row)
+        stats.solved += 1
+        stats.failed += row["status"] == "error"
+        if row.get("wall_time") is not None:
+            stats.durations.append(row["wall_time"])
+        _log(out, f"solved {row['key']} {row['instance']} {row['problem']} {row['method']} "
+                  f"M={row['memory_limit']:.6g} -> {row['status']}")
+        if on_row is not None:
+            on_row(row)
+        bar.set_postfix(running=pending, failed=stats.failed, refresh=False)
+        bar.update(1)
+
+    try:
+        if todo and workers == 1 and scheduler is None:
+            for k, t in enumerate(todo):
+                bar.set_postfix(running=1, failed=stats.failed)
+                finished(run_task(t, instances[t["instance_id"]]), len(todo) - k - 1)
+        elif todo:
+            _run_dask(todo, instances, workers, scheduler, finished)
+    finally:
+        bar.close()
+        stats.wall = time.perf_counter() - t0
+        _log(out, f"run {run_id} ended: {stats.solved} solved ({stats.failed} errors) in {stats.wall:.1f}s")
+    return stats
+
+
+def _run_dask(todo, instances, workers, scheduler, finished) -> None:
+    from dask.distributed import Client, LocalCluster, as_completed
+
+    cluster = None
+    if scheduler is None:
+        one = {"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "OPENBLAS_NUM_THREADS": "1"}
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                               env=one)
+        client = Client(cluster)
+    else:
+        try:
+            client = Client(scheduler, timeout="30s")
+        except OSError as e:
+            raise InputError(f"--scheduler {scheduler}: cannot reach a Dask scheduler there ({e})") from None
+    try:
+        inst = {iid: client.scatter(x, broadcast=True) for iid, x in instances.items()
+                if any(t["instance_id"] == iid for t in todo)}
+        futures = {}
+        for t in todo:
+            f = client.submit(run_task, t, inst[t["instance_id"]], key=f"memplan-task-{t['key']}", retries=1,
+                              pure=False)
+            futures[f] = t
+        pending = len(futures)
+        for f in as_completed(futures):
+            pending -= 1
+            try:
+                row = f.result()
+            except Exception as e:   # noqa: BLE001 - KilledWorker (died twice) or the scheduler lost it
+                row = error_row(futures[f], f"{type(e).__name__}: {e}")
+            finished(row, pending)
+            f.release()
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def write_csv(out: str | Path, path: str | Path | None = None) -> Path:
+    """``DIR/results.csv``: the whole table as CSV (on request)."""
+    path = Path(path) if path else Path(out) / "results.csv"
+    read_results(out).to_csv(path, index=False)
+    return path
+
+
+def same_rows(a, b, *, rtol: float = 1e-9) -> list[str]:
+    """Differences between two tables, timing columns aside (empty: they agree)."""
+    import numpy as np
+
+    cols = [c for c in COLUMN_NAMES if c not in VOLATILE and c in a.columns and c in b.columns]
+    a = a[cols].sort_values("key").reset_index(drop=True)
+    b = b[cols].sort_values("key").reset_index(drop=True)
+    if len(a) != len(b) or list(a.key) != list(b.key):
+        return [f"different tasks: {len(a)} vs {len(b)} rows"]
+    diffs = []
+    for c in cols:
+        x, y = a[c], b[c]
+        if x.dtype.kind == "f" and y.dtype.kind == "f":
+            bad = ~(np.isclose(x, y, rtol=rtol, atol=0, equal_nan=True))
+        else:
+            bad = ~((x == y) | (x.isna() & y.isna()))
+        for i in np.flatnonzero(np.asarray(bad)):
+            diffs.append(f"{a.method[i]} M={a.memory_limit[i]:.6g}: {c} {x[i]!r} != {y[i]!r}")
+    return diffs
+
+
+__all__ = ["Grid", "Source", "COLUMNS", "VOLATILE", "memory_range", "expand", "task_key", "run_task",
+           "run_sweep", "read_results", "write_csv", "same_rows", "SweepStats", "InstanceError"]

@@ -1,0 +1,203 @@
+"""The sweep engine (issue 19): grid -> tasks on Dask (or in-process) -> one tidy, resumable table -> figures.
+
+Values are checked against a second method and the problem's definition (rotor is optimal among
+persistent sequences, so never slower than ``sequential``; the remat MILP is exact for paper 004's
+model, so never slower than rotor; every replayed peak is within its limit), and the same grid run
+on 1 worker, 2 workers and an external scheduler gives the same rows, timing columns aside.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from memplan.experiments.cli import main
+from memplan.experiments.sweep_engine import VOLATILE, read_results, same_rows
+
+from conftest import ROOT
+
+pytest.importorskip("dask.distributed")
+pytest.importorskip("pyarrow")
+
+TOY = str(ROOT / "instances" / "paper004_table2.json")
+ARGS = ["sweep", "remat", "--instance", TOY, "--methods", "rotor,sequential,remat-milp", "--points", "6",
+        "--time-limit", "30", "-q"]
+
+
+@pytest.fixture(scope="module")
+def one_worker(tmp_path_factory):
+    out = tmp_path_factory.mktemp("w1")
+    assert main(ARGS + ["--workers", "1", "-o", str(out)]) == 0
+    return out, read_results(out)
+
+
+def _check_values(df):
+    assert len(df) == 6 * 3 and set(df.method) == {"rotor", "sequential", "remat-milp"}
+    assert (df.status != "error").all()
+    ok = df[df.objective.notna()]
+    assert (ok.peak_memory <= ok.memory_limit * (1 + 1e-9)).all()
+    piv = df.pivot_table(index="memory_limit", columns="method", values="objective")
+    assert piv.rotor.notna().all()          # from the minimum memory on, rotor always has a schedule
+    both = piv.dropna(subset=["sequential"])
+    assert len(both) >= 3 and (both.rotor <= both.sequential * (1 + 1e-9)).all()
+    assert (piv["remat-milp"] <= piv.rotor * (1 + 1e-6)).all()
+    # the limits run from the minimum feasible memory to store-all's peak (memplan.remat.memory_range)
+    import memplan
+    lo, hi = memplan.remat.memory_range(memplan.load_instance(TOY).chain)
+    assert piv.index.min() == pytest.approx(lo) and piv.index.max() == pytest.approx(hi)
+    # versions and the grid's coordinates are columns
+    assert df.solver.str.startswith("highspy").all() and (df.memplan_version == memplan.__version__).all()
+    assert set(df.fraction.round(6)) == {round(k / 5, 6) for k in range(6)}
+
+
+def test_two_workers_write_table_and_figure_and_agree_with_one(one_worker, tmp_path):
+    out1, df1 = one_worker
+    _check_values(df1)
+    out2 = tmp_path / "w2"
+    assert main(ARGS + ["--workers", "2", "-o", str(out2), "--csv"]) == 0
+    df2 = read_results(out2)
+    _check_values(df2)
+    assert same_rows(df1, df2) == []
+    assert len(set(df2.worker)) == 2        # both worker processes solved tasks
+    assert (out2 / "remat_paper004-table2.png").stat().st_size > 10_000
+    csv = pd.read_csv(out2 / "results.csv")
+    assert len(csv) == len(df2) and set(csv.key) == set(df2.key)
+    # the figure is redrawn from the table alone (Parquet folder or CSV)
+    (out2 / "remat_paper004-table2.png").unlink()
+    assert main(["plot", str(out2), "--figure", "remat"]) == 0
+    assert (out2 / "remat_paper004-table2.png").stat().st_size > 10_000
+    assert main(["plot", str(out2 / "results.csv"), "--figure", "remat", "-o", str(tmp_path / "fig")]) == 0
+    assert (tmp_path / "fig" / "remat_paper004-table2.png").exists()
+
+
+def test_external_scheduler_gives_the_same_rows(one_worker, tmp_path):
+    out1, df1 = one_worker
+    sched_file = tmp_path / "scheduler.json"
+    procs = []
+    try:
+        procs.append(subprocess.Popen(["dask", "scheduler", "--no-dashboard", "--port", "0", "--scheduler-file",
+                                       str(sched_file)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        t0 = time.time()
+        while not sched_file.exists() and time.time() - t0 < 60:
+            time.sleep(0.2)
+        address = json.loads(sched_file.read_text())["address"]
+        procs.append(subprocess.Popen(["dask", "worker", address, "--nworkers", "1", "--nthreads", "1",
+                                       "--no-dashboard"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        out = tmp_path / "ext"
+        assert main(ARGS + ["--scheduler", address, "-o", str(out)]) == 0
+        assert same_rows(df1, read_results(out)) == []
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def test_unreachable_scheduler_is_one_line(tmp_path, capsys):
+    assert main(ARGS + ["--scheduler", "tcp://127.0.0.1:1", "-o", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "--scheduler tcp://127.0.0.1:1" in err and "Traceback" not in err
+
+
+def test_killed_sweep_resumes_with_only_the_missing_tasks(tmp_path):
+    out = tmp_path / "resume"
+    cmd = [sys.executable, "-m", "memplan.experiments.remat_sweep", "--instance", TOY, "--methods",
+           "remat-milp,checkmate", "--points", "12", "--time-limit", "30", "--workers", "1", "-q", "--no-plot",
+           "-o", str(out)]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parts = out / "results"
+    try:
+        t0 = time.time()
+        while time.time() - t0 < 120 and p.poll() is None and len(list(parts.glob("part-*.parquet"))) < 3:
+            time.sleep(0.02)
+        os.kill(p.pid, signal.SIGKILL)
+    finally:
+        p.wait(timeout=30)
+    first = read_results(out)
+    total = 12 * 2
+    assert 3 <= len(first) < total, "the sweep finished before it could be killed"
+    assert main(["sweep", "remat", "--instance", TOY, "--methods", "remat-milp,checkmate", "--points", "12",
+                 "--time-limit", "30", "--workers", "1", "-q", "--no-plot", "-o", str(out)]) == 0
+    df = read_results(out)
+    assert len(df) == total and df.key.is_unique
+    runs = df.groupby("run_id").size()
+    assert len(runs) == 2 and sorted(runs) == sorted([len(first), total - len(first)])
+    # the rows solved before the kill were kept as they were
+    kept = df[df.key.isin(first.key)].set_index("key").sort_index()
+    assert (kept.run_id == first.set_index("key").sort_index().run_id).all()
+    log = (out / "sweep.log").read_text()
+    assert f"{len(first)} already in the table, {total - len(first)} to solve" in log
+    # a third run solves nothing
+    assert main(["sweep", "remat", "--instance", TOY, "--methods", "remat-milp,checkmate", "--points", "12",
+                 "--time-limit", "30", "--workers", "1", "-q", "--no-plot", "-o", str(out)]) == 0
+    assert len(read_results(out).groupby("run_id")) == 2
+
+
+def test_an_exception_in_a_task_is_an_error_row_and_the_sweep_goes_on(tmp_path, capsys):
+    cfg = tmp_path / "exp.toml"
+    cfg.write_text(f"""
+workers = 2
+csv = true
+[[grid]]
+problem = "remat"
+instances = ["{TOY}"]
+methods = ["rotor"]
+memory = ["85MiB", "95MiB"]
+[grid.options]
+slots = [200, -3]
+[[grid]]
+problem = "offload"
+instance = "{TOY}"
+methods = ["dynprog", "lb"]
+memory = ["90MiB"]
+bandwidth = ["1GB/s", "2GB/s"]
+""")
+    out = tmp_path / "cfg"
+    assert main(["sweep", "--config", str(cfg), "-o", str(out), "-q", "--no-plot"]) == 1   # errors: status 1
+    df = read_results(out)
+    assert len(df) == 2 * 2 + 2 * 2
+    err = df[df.status == "error"]
+    assert len(err) == 2 and (err.options == '{"slots": -3}').all()
+    assert err.error.str.contains("InputError").all() and err.error.str.contains("slots=-3").all()
+    good = df[df.status != "error"]
+    assert good.objective.notna().sum() == 4       # rotor at 2 limits, dynprog at 2 bandwidths
+    # the lb row carries the bound of Proposition 3, below DYNPROG's makespan
+    off = good[good.problem == "offload"].set_index(["bandwidth", "method"])
+    for bw in (1e9, 2e9):
+        assert off.loc[(bw, "lb"), "bound"] <= off.loc[(bw, "dynprog"), "objective"] * (1 + 1e-9)
+    assert "slots=-3" in capsys.readouterr().err
+    assert (out / "results.csv").exists()
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["sweep", "remat", "--instance", TOY, "--methods", "rotor,nope", "--points", "2"], "--methods"),
+    (["sweep", "remat", "--instance", TOY, "--option", "bogus=1", "--points", "2"], "options"),
+    (["sweep", "remat", "--instance", TOY, "--memory", "90 parsecs"], "90 parsecs"),
+    (["sweep"], "--config"),
+])
+def test_bad_input_is_one_line(argv, needle, tmp_path, capsys):
+    assert main(argv + ["-o", str(tmp_path / "o")] if argv != ["sweep"] else argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_bad_config_names_the_key(tmp_path, capsys):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('[[grid]]\nproblem = "remat"\ninstances = ["x"]\npoints = 3\nmethod = ["rotor"]\n')
+    assert main(["sweep", "--config", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.toml" in err and "'method'" in err
+
+
+def test_volatile_columns_are_the_timings_only():
+    assert set(VOLATILE) == {"solve_time", "wall_time", "times", "worker", "run_id", "finished_at"}

@@ -71,6 +71,7 @@ class Point:
     memory: float
     result: EagerResult
     target: float | None = None   # PipeDream's memory target that produced it
+    memory_model: str = "paper"   # the task data's memory model that measured ``memory``
 
     @property
     def pattern(self) -> Pattern | None:
@@ -98,6 +99,13 @@ def _expired(deadline: float) -> bool:
 
 
 # ----------------------------------------------------------------------------- memory of contiguous partitions
+def _planner_activation(td: TaskData, l: int) -> float:
+    """The activation bytes PipeDream's planner counts for layer l: the layer's output ``a^l`` (its
+    profile's activation size) under the paper's memory model, the stored bytes ``S[l]`` (``abar^l``)
+    under the autograd model, so that its estimate speaks of the memory that is replayed."""
+    return float(td.wa[l]) if td.memory_model == "paper" else float(td.S[l])
+
+
 def _serial_stage_memory(td: TaskData, a: int, b: int) -> float:
     """Memory of the GPU holding layers a..b in the serial pattern (every shift 0)."""
     L, n = td.L, td.n
@@ -109,11 +117,11 @@ def _serial_stage_memory(td: TaskData, a: int, b: int) -> float:
     peak, stored = 0.0, 0.0
     for l in range(a, b + 1):
         peak = max(peak, stored + td.A[l - 1] + td.A[l])
-        stored += td.A[l - 1]
+        stored += td.S[l]
     for l in range(b, a - 1, -1):
         m = td.backward(l)
         peak = max(peak, stored + td.A[m - 1] + td.A[m])
-        stored -= td.A[l - 1]
+        stored -= td.S[l]
     return float(mem + peak)
 
 
@@ -190,7 +198,7 @@ def pipedream_partition(td: TaskData, P: int, memory_target: float, noam: int) -
     estimate. O(P L^2)."""
     L = td.L
     cum = _stage_times(td)
-    act = np.concatenate([[0.0], np.cumsum([td.wa[l] for l in range(1, L + 1)])])
+    act = np.concatenate([[0.0], np.cumsum([_planner_activation(td, l) for l in range(1, L + 1)])])
     wts = np.concatenate([[0.0], np.cumsum(td.W[1:])])
     INF = math.inf
     best = [[INF] * (L + 1) for _ in range(P + 1)]
@@ -237,7 +245,7 @@ def _simulate_all(td: TaskData, cands: Sequence[tuple[tuple, int, float | None]]
             break
         stages, noam, target = cands[i]
         r = simulate_eager(td, stages, noam, n_batches)
-        done[i] = Point(method, list(stages), noam, r.period, r.peak_memory, r, target)
+        done[i] = Point(method, list(stages), noam, r.period, r.peak_memory, r, target, td.memory_model)
     out = Points(done[i] for i in keep if i in done)
     out.complete = len(done) == len(keep)
     out.candidates = len(keep)
@@ -256,7 +264,7 @@ def pipedream_points(td: TaskData, P: int, *, n_targets: int = 24, noams: Sequen
     deadline = _deadline(time_limit)
     L = td.L
     noams = list(noams) if noams is not None else list(range(1, 2 * P + 1))
-    per_layer = [td.wa[l] + td.W[l] for l in range(1, L + 1)]
+    per_layer = [_planner_activation(td, l) + td.W[l] for l in range(1, L + 1)]
     lo = max(min(per_layer), 1e-12)
     hi = max(sum(per_layer) * max(noams), lo * 2)
     targets = np.geomspace(lo, hi, n_targets)

@@ -34,7 +34,7 @@ COMMANDS = [sweeps, figures, cmd_profile]
 #: ``solve`` options: (flag, keyword of the problem's solve)
 SOLVE_OPTIONS = [("--gpus", "gpus"), ("--slots", "slots"), ("--exact", "exact"), ("--time-limit", "time_limit"),
                  ("--gap", "gap"), ("--threads", "threads"), ("--solver-log", "solver_log"),
-                 ("--periodicity", "periodicity")]
+                 ("--periodicity", "periodicity"), ("--memory-model", "memory_model")]
 
 
 class CliError(Exception):
@@ -141,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--solver-log", help="write the HiGHS log to this file")
     s.add_argument("--periodicity", type=int,
                    help="pipeline --method cyclic: mini-batches per period K (default 2)")
+    s.add_argument("--memory-model", choices=("autograd", "paper"), help="pipeline: stored activations per "
+                   "layer: what autograd keeps (abar, default) or paper 003's model (its input only)")
     s.add_argument("--json", help="write the Solution as JSON to this file")
     s.add_argument("--gantt", help="write a Gantt chart image (problems with a timeline)")
     s.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")

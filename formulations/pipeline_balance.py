@@ -30,7 +30,7 @@ Formulation (times in seconds, scaled internally like the ILP)
   Without ``period``, stored activations are left to the exact MILP. With ``period`` = T* (the
   period to beat, e.g. PipeDream's), their *average* over a period is added, which is a lower bound
   on the peak of any pattern of period T <= T*: by the stored-activation rule of the simulator,
-  ``a^{l-1}`` (size A[l-1]) is held from the end of F_l to the end of B_l, at least
+  ``S[l]`` (``a^{l-1}``, size A[l-1], in the paper's memory model) is held from the end of F_l to the end of B_l, at least
   ``s_l = d(T_{l+1}) + ... + d(T_{2L-l+1})`` later (the tasks between them, communications left
   out); a new mini-batch arrives every T, so on average ``S_l / T >= s_l / T*`` copies are held.
   The running task m holds its input and output (A[m-1] + A[m]) a fraction ``d_m / T`` of the time.
@@ -113,7 +113,7 @@ def _activation_rates(td) -> dict[int, float]:
     for l in range(1, td.L + 1):
         f, b = td.forward(l), td.backward(l)
         s_l = float(sum(td.d[m] for m in range(f + 1, b + 1)))
-        rate[l] = float(td.A[l - 1]) * s_l + sum(float(td.A[m - 1] + td.A[m]) * float(td.d[m]) for m in (f, b))
+        rate[l] = float(td.S[l]) * s_l + sum(float(td.A[m - 1] + td.A[m]) * float(td.d[m]) for m in (f, b))
     return rate
 
 

@@ -150,6 +150,7 @@ def build_model(td: TaskData, P: int, memory: float | None, *, Tmax: float | Non
     d = td.d / ts
     dc = td.dc / ts
     A = td.A / ms
+    S = td.S / ms          # stored bytes per layer (the memory model: A[l-1] in the paper's)
     W = td.W / ms
     Tm = Tmax / ts
     tasks = list(range(1, n + 1))
@@ -293,7 +294,7 @@ def build_model(td: TaskData, P: int, memory: float | None, *, Tmax: float | Non
 
         def mem(_, a):
             mod = 3 * sum(z(a, l) * W[l] for l in layers)                                   # (33)
-            act = A[a - 1] + A[a] + sum((mdl.sigma[a, l] + w(l, a) - w(n - l + 1, a)) * A[l - 1]
+            act = A[a - 1] + A[a] + sum((mdl.sigma[a, l] + w(l, a) - w(n - l + 1, a)) * S[l]
                                         for l in layers)                                    # Lemma 8
             dr = sum(mdl.o[a, k] * A[k] for k in comms if k != a and k + 1 != a)            # Lemma 6
             buf = sum(mdl.b[a, k] * A[k] for k in comms)                                    # Lemma 9

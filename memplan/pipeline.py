@@ -41,9 +41,10 @@ of all the work here, 109 / 2) and PipeDream's, both replayed by the simulator.
 
 >>> import memplan
 >>> chain = memplan.random_chain(6, seed=1)
->>> pd = memplan.pipeline.solve(chain, memory=127, bandwidth=5, gpus=2, method="pipedream", n_batches=60)
+>>> pd = memplan.pipeline.solve(chain, memory=127, bandwidth=5, gpus=2, method="pipedream", n_batches=60,
+...                             memory_model="paper")
 >>> ilp = memplan.pipeline.solve(chain, memory=127, bandwidth=5, gpus=2, method="ilp", time_limit=20,
-...                              threads=1, n_batches=60)
+...                              threads=1, n_batches=60, memory_model="paper")
 >>> work = float(chain.uf.sum() + chain.ub.sum())
 >>> work / 2 <= ilp.objective <= pd.objective, ilp.peak_memory <= 127 and pd.peak_memory <= 127
 (True, True)
@@ -72,7 +73,7 @@ from memplan.models.budget import Budget, ProgressFn
 from memplan.models.chain import Chain
 from memplan.models.pipeline import (CyclicSchedule, EagerResult, InvalidPattern, Pattern, TaskData, batch_shifts,
                                      link_key, memory_lower_bound, period_lower_bound, simulate_pattern,
-                                     stages_to_layer_gpu, task_data)
+                                     stages_to_layer_gpu, task_data, MEMORY_MODELS)
 from memplan.models.solution import InputError, Solution, Status
 from memplan.models.units import fmt_bandwidth, fmt_memory, fmt_time
 
@@ -421,7 +422,7 @@ def _cyclic(c: _Call) -> Solution:
                                 f"{tried} allocation(s){stopped}", details=details)
     sched, sim = best.schedule, best.sim
     details.update(memory_per_gpu={str(g): v for g, v in sim.memory.items()}, contiguous=sched.is_contiguous(),
-                   memory_model=sched.meta.get("memory_model"),
+                   cyclic_memory=sched.meta.get("memory_model"),
                    copy_caps={str(g): cp for g, cp in (sched.meta.get("copy_caps") or {}).items()})
     return Solution(PROBLEM, "cyclic", Status.TIME_LIMIT if cut else Status.FEASIBLE, objective=sim.period,
                     peak_memory=sim.peak_memory, schedule=sched, bound=lb, memory_limit=memory, predicted=sched.T,
@@ -460,7 +461,15 @@ def _gap_arg(gap: Any) -> float | None:
     return g
 
 
-def _points_arg(points: Any, L: int, P: int) -> list[Point] | None:
+def _memory_model_arg(memory_model: Any) -> str:
+    if memory_model not in MEMORY_MODELS:
+        raise InputError(f"{PROBLEM}: memory_model={memory_model!r} is not a memory model; choose 'autograd' "
+                         f"(what autograd keeps, abar of every layer, the default) or 'paper' (paper 003's "
+                         f"model: each layer keeps only its input)")
+    return memory_model
+
+
+def _points_arg(points: Any, L: int, P: int, memory_model: str = "paper") -> list[Point] | None:
     if points is None:
         return None
     try:
@@ -478,6 +487,10 @@ def _points_arg(points: Any, L: int, P: int) -> list[Point] | None:
             raise InputError(f"{PROBLEM}: points[{i}] does not belong to this chain of L = {L} layers ({e})") from None
         if max(lg) >= P:
             raise InputError(f"{PROBLEM}: points[{i}] has {len(p.stages)} stages, more than gpus={P}")
+        if p.memory_model != memory_model:
+            raise InputError(f"{PROBLEM}: points[{i}] was measured with memory_model={p.memory_model!r}, this "
+                             f"call uses {memory_model!r}; compute the points with baseline_points(..., "
+                             f"memory_model={memory_model!r})")
     return pts
 
 
@@ -515,7 +528,7 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
           threads: int | None = None, solver_log: str | Path | None = None, progress: ProgressFn | None = None,
           periodicity: int = 2, n_batches: int = 500, points: Sequence[Point] | None = None,
           allocations: Sequence[Sequence[int]] = (), refine: bool = True,
-          starts: Sequence[Pattern] = ()) -> Solution:
+          starts: Sequence[Pattern] = (), memory_model: str = "autograd") -> Solution:
     """Fastest pipelined schedule of ``chain`` on ``gpus`` GPUs within ``memory`` per GPU (paper 003).
 
     Runs ``method`` (see the module's table). For ``ilp`` it computes the baseline points (PipeDream's
@@ -605,20 +618,22 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
     bandwidth = _frontend.bandwidth_arg(bandwidth, PROBLEM)
     P = _frontend.count_arg(gpus, "gpus", PROBLEM, required=False) or 1
     method = _frontend.method_arg(method, METHODS, DEFAULT_METHOD, PROBLEM)
+    memory_model = _memory_model_arg(memory_model)
     if not isinstance(refine, bool):
         raise InputError(f"{PROBLEM}: refine={refine!r} must be True or False")
     b = _frontend.budget(time_limit, progress, PROBLEM)
-    c = _Call(chain=chain, td=task_data(chain, bandwidth), P=P, memory=memory, bandwidth=bandwidth, b=b,
+    c = _Call(chain=chain, td=task_data(chain, bandwidth, memory_model), P=P, memory=memory, bandwidth=bandwidth, b=b,
               time_limit=b.time_limit, gap=_gap_arg(gap),
               threads=_frontend.count_arg(threads, "threads", PROBLEM, required=False), solver_log=solver_log,
               periodicity=_frontend.count_arg(periodicity, "periodicity", PROBLEM),
               n_batches=_frontend.count_arg(n_batches, "n_batches", PROBLEM, minimum=_MIN_N_BATCHES),
-              points=_points_arg(points, chain.L, P), allocations=_allocations_arg(allocations, chain.L, P),
+              points=_points_arg(points, chain.L, P, memory_model), allocations=_allocations_arg(allocations, chain.L, P),
               refine=refine, starts=_starts_arg(starts, chain.L))
     with b.active():
         b.log(f"pipeline: {method} on {chain.name} (L = {chain.L}), {P} GPU(s), memory limit "
-              f"{fmt_memory(memory)} per GPU, bandwidth {fmt_bandwidth(bandwidth)}")
+              f"{fmt_memory(memory)} per GPU, bandwidth {fmt_bandwidth(bandwidth)}, memory model {memory_model}")
         sol = _RUNNERS[method](c)
+        sol.details["memory_model"] = memory_model
         b.log(f"pipeline: {sol.status}" + ("" if sol.objective is None else
                                            f", period {fmt_time(sol.objective, digits=6)}, "
                                            f"peak {fmt_memory(sol.peak_memory, digits=3)}"))
@@ -627,7 +642,7 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
 
 def baseline_points(chain: Chain, *, bandwidth: float | str | None = None, gpus: int = 1, n_batches: int = 500,
                     methods: Sequence[str] = ("pipedream", "gpipe"), time_limit: float | None = None,
-                    progress: ProgressFn | None = None) -> list[Point]:
+                    progress: ProgressFn | None = None, memory_model: str = "autograd") -> list[Point]:
     """The simulated (partition, NOAM) points of PipeDream's sweep and of GPipe's partitions, for a
     sweep over memory limits to compute once and pass to :func:`solve` as ``points``.
 
@@ -638,10 +653,11 @@ def baseline_points(chain: Chain, *, bandwidth: float | str | None = None, gpus:
     --------
     >>> import memplan
     >>> chain = memplan.random_chain(6, seed=1)
-    >>> pts = memplan.pipeline.baseline_points(chain, bandwidth=5, gpus=2, n_batches=60)
+    >>> pts = memplan.pipeline.baseline_points(chain, bandwidth=5, gpus=2, n_batches=60, memory_model="paper")
     >>> sorted({p.method for p in pts}), all(p.period >= float(chain.uf.sum() + chain.ub.sum()) / 2 for p in pts)
     (['gpipe', 'pipedream'], True)
-    >>> sol = memplan.pipeline.solve(chain, memory=127, bandwidth=5, gpus=2, method="pipedream", points=pts)
+    >>> sol = memplan.pipeline.solve(chain, memory=127, bandwidth=5, gpus=2, method="pipedream", points=pts,
+    ...                              memory_model="paper")
     >>> float(sol.objective)
     58.0
     """
@@ -649,11 +665,12 @@ def baseline_points(chain: Chain, *, bandwidth: float | str | None = None, gpus:
     bw = _frontend.bandwidth_arg(bandwidth, PROBLEM)
     P = _frontend.count_arg(gpus, "gpus", PROBLEM, required=False) or 1
     nb = _frontend.count_arg(n_batches, "n_batches", PROBLEM, minimum=_MIN_N_BATCHES)
+    memory_model = _memory_model_arg(memory_model)
     unknown = [m for m in methods if m not in ("pipedream", "gpipe")]
     if unknown:
         raise InputError(f"{PROBLEM}: methods={list(methods)!r}: choose from 'pipedream', 'gpipe'")
     b = _frontend.budget(time_limit, progress, PROBLEM)
-    td = task_data(chain, bw)
+    td = task_data(chain, bw, memory_model)
     out: list[Point] = []
     with b.active():
         for m in methods:
@@ -694,9 +711,10 @@ def report(solution: Solution, chain: Chain) -> str:
     --------
     >>> import memplan
     >>> chain = memplan.random_chain(6, seed=1)
-    >>> sol = memplan.pipeline.solve(chain, memory=127, bandwidth=5, gpus=2, method="pipedream", n_batches=60)
+    >>> sol = memplan.pipeline.solve(chain, memory=127, bandwidth=5, gpus=2, method="pipedream", n_batches=60,
+    ...                              memory_model="paper")
     >>> print(report(sol, chain))  # doctest: +ELLIPSIS
-    random-L6-seed1: L = 6, problem pipeline, method pipedream, GPUs 2, memory limit 127 B, bandwidth 5 B/s
+    random-L6-seed1: L = 6, problem pipeline, method pipedream, GPUs 2, memory limit 127 B, bandwidth 5 B/s, memory model paper
     status       feasible: best of 7 simulated (partition, NOAM) points; stages [(1, 3), (4, 6)], NOAM 2
     lower bound  54.5 s per period
     period       58 s  throughput 0.01724 mini-batches/s
@@ -713,7 +731,8 @@ def report(solution: Solution, chain: Chain) -> str:
     # periods and memories with enough digits to compare methods that differ by 0.1%
     _t, _m = partial(fmt_time, digits=6), partial(fmt_memory, digits=3)
     lines = [f"{chain.name}: L = {chain.L}, problem pipeline, method {sol.method}, GPUs {P}, "
-             f"memory limit {_m(sol.memory_limit)}, bandwidth {fmt_bandwidth(sol.bandwidth)}",
+             f"memory limit {_m(sol.memory_limit)}, bandwidth {fmt_bandwidth(sol.bandwidth)}, "
+             f"memory model {sol.details.get('memory_model', 'paper')}",
              f"status       {sol.status}: {sol.message}"]
     if sol.bound is not None:
         lines.append(f"lower bound  {_t(sol.bound)} per period")
@@ -754,7 +773,7 @@ def report(solution: Solution, chain: Chain) -> str:
             if isinstance(sched, CyclicSchedule):
                 caps = sol.details.get("copy_caps")
                 lines.append(f"schedule     {sched.K}-periodic: {sched.K} mini-batch(es) every "
-                             f"{fmt_time(sched.K * sched.T)}; memory model {sol.details.get('memory_model')}"
+                             f"{fmt_time(sched.K * sched.T)}; MILP memory rows {sol.details.get('cyclic_memory')}"
                              + (f", stored copies per GPU at most {caps}" if caps else ""))
         elif isinstance(sched, EagerResult):
             for g, (a, b) in enumerate(sched.stages):
@@ -790,7 +809,7 @@ def gantt(solution: Solution, chain: Chain, path: str | Path, periods: int = 3) 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    td = task_data(chain, solution.bandwidth)
+    td = task_data(chain, solution.bandwidth, solution.details.get("memory_model", "paper"))
     n, L = td.n, td.L
     h, hc = batch_shifts(pattern, td)
     T = pattern.T

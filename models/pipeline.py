@@ -46,8 +46,20 @@ Memory model (section 4.2), measured over time on each GPU
 * models (33): ``3 W_l`` for every layer l on the GPU (two weight versions + the gradient), constant;
 * buffers (34)-(35): ``A[m]`` on the sender's and on the receiver's GPU for every communication
   between different GPUs, reserved for the whole run (the paper's assumption: one buffer per data);
-* stored activations (section 4.2.2): ``F_l`` keeps its input ``a^{l-1}`` (size ``A[l-1]``) for its
-  mini-batch from the end of ``F_l`` until the end of ``B_l``;
+* stored activations: layer l keeps ``S[l]`` bytes for its mini-batch from the end of ``F_l`` until
+  the end of ``B_l``. Two memory models (:data:`MEMORY_MODELS`, ``TaskData.memory_model``):
+
+  - ``"paper"`` (paper 003 section 4.2.2, simplified): ``S[l] = A[l-1]``, ``F_l`` keeps only its input
+    ``a^{l-1}``. It is about half of what autograd keeps (ResNet-18, batch 8: 273 MB instead of
+    527 MB per mini-batch); use it to reproduce paper 003's figures;
+  - ``"autograd"`` (the front end's default): ``S[l]`` is what autograd saves for ``B_l``, from the
+    profiler's measurements (:func:`autograd_stored_bytes`: every saved storage attributed to the
+    first layer that saves it; the loss stage's is added to the last layer). A stage of layers
+    ``l..r`` thus keeps ``S[l] + ... + S[r]`` per in-flight mini-batch, the bytes autograd saves for
+    its forward pass (within 5% on a profiled ResNet-18, ``tests/test_pipeline_memory_model.py``),
+    except a stage input that the previous layer also saves, counted once, on the previous GPU.
+    Chains without those measurements use ``S[l] = abar^l`` (``wabar[l]``). The running-task and
+    direct-dependency items below are kept as in the paper;
 * running task (Lemma 8's ``a_{l-1} + a_l``): during ``T_m``, its input ``A[m-1]`` and output ``A[m]``;
 * direct dependencies (22): when ``T_m`` and ``T_{m+1}`` share a GPU, ``A[m]`` from the end of ``T_m``
   to the start of ``T_{m+1}`` (of the same mini-batch).
@@ -85,6 +97,9 @@ from memplan.models.chain import Chain
 
 REL_TOL = 1e-6   # relative tolerance (of the period) on times read back from a MILP
 
+#: the memory models of the stored activations (see the module docstring), the front end's default first
+MEMORY_MODELS = ("autograd", "paper")
+
 
 class InvalidPattern(ValueError):
     """The pattern or schedule breaks a rule of Definition 1; the message says which."""
@@ -105,6 +120,18 @@ class TaskData:
     wa: np.ndarray | None = None       # the chain's a^l, l = 0..L (PipeDream's planner counts these)
     bandwidth: float | None = None     # bytes/s of every link (None: free communications)
     name: str = ""                     # the chain's name
+    S: np.ndarray | None = None        # S[l], l = 1..L: bytes layer l keeps per mini-batch from the end
+                                       # of F_l to the end of B_l (the memory model; default: A[l-1])
+    memory_model: str = "paper"        # "paper" (S[l] = A[l-1]) or "autograd" (S[l] = abar^l)
+
+    def __post_init__(self) -> None:
+        if self.memory_model not in MEMORY_MODELS:
+            raise ValueError(f"memory_model {self.memory_model!r} is not one of {', '.join(MEMORY_MODELS)}")
+        if self.S is None:
+            if self.memory_model != "paper":
+                raise ValueError("give S (the stored bytes per layer) with memory_model='autograd'")
+            self.S = np.zeros(self.L + 1)
+            self.S[1:] = np.asarray(self.A, dtype=float)[0:self.L]
 
     @property
     def n(self) -> int:
@@ -121,9 +148,15 @@ class TaskData:
         return 2 * self.L - l + 1
 
 
-def task_data(chain: Chain, bandwidth: float | None) -> TaskData:
+def task_data(chain: Chain, bandwidth: float | None, memory_model: str = "paper") -> TaskData:
     """Paper 003's ``d_m``, ``dc_m = A[m]/beta`` and ``A[m]`` from a Chain (see the module docstring).
-    ``bandwidth=None`` means communications are free."""
+    ``bandwidth=None`` means communications are free. ``memory_model`` (:data:`MEMORY_MODELS`) sets
+    ``S[l]``, the bytes layer l keeps per mini-batch from the end of F_l to the end of B_l: ``A[l-1]``
+    for ``"paper"`` (paper 003 section 4.2.2), ``wabar[l]`` (``wabar[L] + wabar[L+1]`` for the last
+    layer, the loss folded in) for ``"autograd"``. The front end :func:`memplan.pipeline.solve`
+    defaults to ``"autograd"``; this model-level default stays ``"paper"``."""
+    if memory_model not in MEMORY_MODELS:
+        raise ValueError(f"memory_model {memory_model!r} is not one of {', '.join(MEMORY_MODELS)}")
     L = chain.L
     n = 2 * L
     d = np.zeros(n + 1)
@@ -145,7 +178,44 @@ def task_data(chain: Chain, bandwidth: float | None) -> TaskData:
     W[1:] = chain.weights[1:L + 1]
     W[L] += chain.weights[L + 1]
     wa = np.asarray(chain.wa[:L + 1], dtype=float).copy()
-    return TaskData(L=L, d=d, dc=dc, A=A, W=W, wa=wa, bandwidth=bandwidth, name=chain.name)
+    S = np.zeros(L + 1)
+    if memory_model == "paper":
+        S[1:] = A[0:L]
+    else:
+        kept = autograd_stored_bytes(chain)
+        S[1:] = kept[1:L + 1]
+        S[L] += kept[L + 1]
+    return TaskData(L=L, d=d, dc=dc, A=A, W=W, wa=wa, bandwidth=bandwidth, name=chain.name, S=S,
+                    memory_model=memory_model)
+
+
+def autograd_stored_bytes(chain: Chain) -> np.ndarray:
+    """Per stage l = 1..L+1 (index 0 unused), the bytes autograd keeps for stage l's mini-batch from
+    the end of ``F_l`` to the end of ``B_l`` (the ``"autograd"`` memory model).
+
+    With the profiler's measurements in ``chain.provenance`` (``saved_by_autograd_bytes``: ``s_l``,
+    the storages ``F_l`` saves for ``B_l`` apart from its input, its output included when it saves it;
+    ``saved_input_bytes``: ``i_l``, the bytes of its input it saves), a tensor is attributed to the
+    first layer that saves it: ``s_l + max(0, i_l - o_{l-1})``, where ``o_{l-1} = s_{l-1} + a^{l-1} -
+    abar^{l-1}`` (clipped to ``[0, a^{l-1}]``) is what of its output ``F_{l-1}`` saves itself. Over any
+    run of layers ``l..r`` this sums to the bytes autograd saves for them, except that a stage input
+    saved both by ``F_{l-1}`` (as its output) and by ``F_l`` is counted once, with layer ``l-1``.
+    Without those measurements (an imported or hand-made chain): ``abar^l`` (``wabar[l]``), which
+    contains ``a^l`` whether or not a backward needs it."""
+    L = chain.L
+    prov = chain.provenance or {}
+    s, i = prov.get("saved_by_autograd_bytes"), prov.get("saved_input_bytes")
+    out = np.zeros(L + 2)
+    if (isinstance(s, (list, tuple)) and isinstance(i, (list, tuple)) and len(s) == L + 1 and len(i) == L + 1
+            and all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in [*s, *i])):
+        wa, wabar = np.asarray(chain.wa, dtype=float), np.asarray(chain.wabar, dtype=float)
+        own_out = 0.0                                   # what F_{l-1} saves of its output
+        for l in range(1, L + 2):
+            out[l] = float(s[l - 1]) + max(0.0, float(i[l - 1]) - own_out)
+            own_out = min(wa[l], max(0.0, float(s[l - 1]) + wa[l] - wabar[l]))
+        return out
+    out[1:] = np.asarray(chain.wabar[1:L + 2], dtype=float)
+    return out
 
 
 def as_task_data(data: "TaskData | Chain", bandwidth: float | None = None) -> TaskData:
@@ -175,7 +245,7 @@ def memory_lower_bound(td: TaskData, P: int) -> float:
     for l in range(1, td.L + 1):
         m = td.backward(l)
         best = max(best, 3 * td.W[l] + td.A[l - 1] + td.A[l],
-                   3 * td.W[l] + td.A[l - 1] + td.A[m - 1] + td.A[m])
+                   3 * td.W[l] + td.S[l] + td.A[m - 1] + td.A[m])
     return float(best)
 
 
@@ -483,7 +553,7 @@ def check_and_measure(un: Unrolled, td: TaskData, tol: float, *, timeline: bool 
         for m in ms:
             add(2 * pos[m], 2 * pos[m] + 1, td.A[m - 1] + td.A[m])                  # running task
             if m <= L:
-                add(2 * pos[m] + 1, 2 * pos[td.backward(m)] + 1, td.A[m - 1])       # stored activation
+                add(2 * pos[m] + 1, 2 * pos[td.backward(m)] + 1, td.S[m])           # stored activation
             if m < n and gpu[m] == g:
                 add(2 * pos[m] + 1, 2 * pos[m + 1], td.A[m])                        # direct dependency
         level = np.cumsum(diff)[0:2 * N:2]          # during each task instance, in execution order

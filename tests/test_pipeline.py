@@ -174,7 +174,7 @@ def test_ilp_vs_baselines_and_replay(seed, P):
     mems = sorted(p.memory for p in pts)
     M = mems[len(mems) // 2]
     base = best_feasible(pts, M)
-    sol = solve(c, memory=M, bandwidth=BW, gpus=P, method="ilp", time_limit=20, threads=1, points=pts)
+    sol = solve(c, memory_model="paper", memory=M, bandwidth=BW, gpus=P, method="ilp", time_limit=20, threads=1, points=pts)
     assert sol.success
     assert sol.peak_memory <= M * (1 + 1e-6)
     assert sol.objective == pytest.approx(sol.schedule.T)
@@ -194,14 +194,14 @@ def test_infeasible_memory_message():
     M = mlb * 0.9
     kw = dict(bandwidth=BW, gpus=2, time_limit=10, threads=1, n_batches=40)
     for method in ("ilp", "pipedream"):
-        sol = solve(c, memory=M, method=method, **kw)
+        sol = solve(c, memory_model="paper", memory=M, method=method, **kw)
         assert sol.status == Status.INFEASIBLE
         assert "minimum memory that works" in sol.message
         assert sol.details["min_memory"] >= mlb
         if method == "ilp":   # the minimum reported (min-memory ILP) works, and nothing below it
-            ok = solve(c, memory=sol.details["min_memory"] * (1 + 1e-9), method="ilp", **kw)
+            ok = solve(c, memory_model="paper", memory=sol.details["min_memory"] * (1 + 1e-9), method="ilp", **kw)
             assert ok.success and ok.peak_memory <= sol.details["min_memory"] * (1 + 1e-9)
-            below = solve(c, memory=sol.details["min_memory"] - 0.5, method="ilp", **kw)
+            below = solve(c, memory_model="paper", memory=sol.details["min_memory"] - 0.5, method="ilp", **kw)
             assert below.status == Status.INFEASIBLE
 
 
@@ -216,7 +216,7 @@ def test_where_pipedream_beats_every_pattern_the_report_says_what_a_pattern_need
 
     c, bw, M = random_chain(3, 9, integer=True), 1.0, 63.0
     td = task_data(c, bw)
-    sol = solve(c, memory=M, bandwidth=bw, gpus=2, method="ilp", time_limit=10, threads=1)
+    sol = solve(c, memory_model="paper", memory=M, bandwidth=bw, gpus=2, method="ilp", time_limit=10, threads=1)
     bb = sol.details["best_baseline"]
     assert sol.status == Status.OPTIMAL and sol.objective == pytest.approx(48.0)
     assert bb["method"] == "pipedream" and bb["period"] == pytest.approx(43.0) and bb["memory"] <= M
@@ -352,10 +352,10 @@ def test_ilp_start_from_given_patterns_only_when_they_fit():
     peak = simulate_pattern(q, td, gpus=P).peak_memory
     assert min(p.period for p in pts) > q.T * (1 + 1e-6)   # the baselines alone start worse
     kw = dict(bandwidth=BW, gpus=P, method="ilp", time_limit=2, threads=1, points=pts, refine=False, starts=[q])
-    got = solve(c, memory=peak, **kw)
+    got = solve(c, memory_model="paper", memory=peak, **kw)
     assert got.details["start_period"] == pytest.approx(q.T)
     assert got.objective <= q.T * (1 + 1e-9)
-    tight = solve(c, memory=peak * 0.999, **kw)
+    tight = solve(c, memory_model="paper", memory=peak * 0.999, **kw)
     assert tight.details["start_period"] != pytest.approx(q.T)
 
 
@@ -373,18 +373,18 @@ def test_input_errors_name_the_input(kwargs, names):
     c = random_chain(4, 1)
     args = dict(memory=1000, bandwidth=BW, gpus=2, method="pipedream", n_batches=40) | kwargs
     with pytest.raises(InputError, match=names):
-        solve(c, **args)
+        solve(c, **(dict(memory_model="paper") | args))
 
 
 def test_points_of_another_chain_or_too_many_stages_are_refused():
     c = random_chain(4, 1)
     other = pipedream_points(task_data(random_chain(5, 1), BW), 2, n_batches=40)
     with pytest.raises(InputError, match=r"points\[0\].*L = 4"):
-        solve(c, memory=1000, bandwidth=BW, gpus=2, method="ilp", points=other)
+        solve(c, memory_model="paper", memory=1000, bandwidth=BW, gpus=2, method="ilp", points=other)
     four = pipedream_points(task_data(c, BW), 4, n_batches=40)
     assert any(len(p.stages) > 2 for p in four)
     with pytest.raises(InputError, match="more than gpus=2"):
-        solve(c, memory=1000, bandwidth=BW, gpus=2, method="ilp", points=four)
+        solve(c, memory_model="paper", memory=1000, bandwidth=BW, gpus=2, method="ilp", points=four)
 
 
 def test_memplan_solve_dispatches_and_report_reads_the_solution():
@@ -406,7 +406,7 @@ def test_sweep_stopped_by_its_time_limit_keeps_what_it_has():
     assert full.complete and len(full) == full.candidates > 0
     cut = pipedream_points(td, 2, n_batches=40, time_limit=0.0)
     assert not cut.complete and len(cut) == 0 and cut.candidates == 0   # stopped before the first DP
-    sol = solve(c, memory=10**6, bandwidth=BW, gpus=2, method="pipedream", n_batches=40, time_limit=1e-6)
+    sol = solve(c, memory_model="paper", memory=10**6, bandwidth=BW, gpus=2, method="pipedream", n_batches=40, time_limit=1e-6)
     assert sol.status == Status.NO_SOLUTION and "stopped at the time limit" in sol.message
 
 
@@ -423,7 +423,7 @@ def test_whole_call_time_limit_with_progress():
     lines: list[str] = []
     limit = 6.0
     t0 = time.monotonic()
-    sol = solve(c, memory=M, bandwidth=bw, gpus=P, method="ilp", time_limit=limit, threads=1, n_batches=60,
+    sol = solve(c, memory_model="paper", memory=M, bandwidth=bw, gpus=P, method="ilp", time_limit=limit, threads=1, n_batches=60,
                 progress=lines.append)
     wall = time.monotonic() - t0
     assert wall <= limit + 2.0 and sol.times["total"] <= limit + 2.0
@@ -447,7 +447,7 @@ def test_ilp_not_built_when_it_cannot_fit_returns_the_best_start(monkeypatch):
     assert res.status == Status.OPTIMAL
     pd = best_feasible(pipedream_points(td, 2, n_batches=60), 127)
     monkeypatch.setattr(front, "_BUILD_S_PER_ROW", 1.0)            # every ILP now 'takes' hours to build
-    sol = solve(c, memory=127, bandwidth=BW, gpus=2, method="ilp", time_limit=30, threads=1, n_batches=60)
+    sol = solve(c, memory_model="paper", memory=127, bandwidth=BW, gpus=2, method="ilp", time_limit=30, threads=1, n_batches=60)
     assert sol.status == Status.TIME_LIMIT and "the ILP was not run" in sol.message
     assert "build" not in sol.times and sol.schedule is not None
     r = simulate_pattern(sol.schedule, c, BW, gpus=2)
@@ -465,9 +465,9 @@ def test_task_data_is_built_once_per_solve(monkeypatch, method):
     calls = []
     real = definition.task_data
 
-    def counting(chain, bandwidth):
+    def counting(chain, bandwidth, memory_model="paper"):
         calls.append(bandwidth)
-        return real(chain, bandwidth)
+        return real(chain, bandwidth, memory_model)
 
     monkeypatch.setattr(definition, "task_data", counting)
     monkeypatch.setattr(front, "task_data", counting)

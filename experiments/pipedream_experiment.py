@@ -71,7 +71,7 @@ def pipeline_rows(chain, methods, fractions, gpus: int, bandwidth: float, time_l
                  "seconds": 0.0, "message": f"{type(e).__name__}: {e}"}]
     # memory range: from the smallest to the largest memory of the simulated baseline points
     lo, hi = min(p.memory for p in points), max(p.memory for p in points)
-    td = task_data(chain, bandwidth)
+    td = task_data(chain, bandwidth, "autograd")     # the model of pipeline.solve and baseline_points (their default)
     mlb = memory_lower_bound(td, gpus)
     serial, _ = min_memory_contiguous(td, gpus)
     for f in fractions:

@@ -40,6 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--n-batches", type=int, default=500, help="mini-batches of each eager simulation")
     e.add_argument("--periodicity", type=int, default=0, metavar="K",
                    help="also search K-periodic schedules (method cyclic) at every limit (default 0: off)")
+    e.add_argument("--memory-model", choices=("paper", "autograd"), default="paper",
+                   help="stored activations: paper 003's model (default, to reproduce its figures) or what "
+                        "autograd keeps")
 
 
 def grids(args) -> list:
@@ -50,7 +53,7 @@ def grids(args) -> list:
     if args.gpus is None:
         args.gpus = ["4", "8"]
     methods = sweeps.split_list(args.methods)
-    opts = {"threads": args.threads, "n_batches": args.n_batches}
+    opts = {"threads": args.threads, "n_batches": args.n_batches, "memory_model": args.memory_model}
     if args.gap is not None:
         opts["gap"] = args.gap
     out = [sweeps.base_grid(args, "pipeline", methods=methods, options=opts)]

@@ -108,7 +108,8 @@ def _batch_of(chain) -> float:
 
 
 # -------------------------------------------------------------------------------------------- grid
-def memory_range(problem: str, chain, *, bandwidth: float | None = None, gpus: int | None = None) -> tuple[float, float]:
+def memory_range(problem: str, chain, *, bandwidth: float | None = None, gpus: int | None = None,
+                 memory_model: str | None = None) -> tuple[float, float]:
     """``(minimum, store-all)`` memory (bytes) of ``problem`` on ``chain``, between which sweeps space
     their limits: remat :func:`memplan.remat.memory_range`; offload the minimum feasible memory and
     the peak without offloading (paper 001); remat-offload the least memory with offloading over
@@ -128,9 +129,11 @@ def memory_range(problem: str, chain, *, bandwidth: float | None = None, gpus: i
     if problem == "pipeline":
         from memplan.models.pipeline import memory_lower_bound, task_data
 
-        pts = memplan.pipeline.baseline_points(chain, bandwidth=bandwidth, gpus=gpus or 1, methods=("pipedream",))
+        mm = memory_model or "autograd"          # the pipeline front end's default
+        pts = memplan.pipeline.baseline_points(chain, bandwidth=bandwidth, gpus=gpus or 1, methods=("pipedream",),
+                                               memory_model=mm)
         mems = [p.memory for p in pts]
-        return max(memory_lower_bound(task_data(chain, bandwidth), gpus or 1), 0.6 * min(mems)), max(mems)
+        return max(memory_lower_bound(task_data(chain, bandwidth, mm), gpus or 1), 0.6 * min(mems)), max(mems)
     raise InputError(f"unknown problem {problem!r}; choose from {', '.join(memplan.problems)}")
 
 
@@ -230,7 +233,8 @@ def expand(grids: Iterable[Grid]) -> tuple[list[dict], dict[str, Any]]:
                 if g.memory is not None:
                     limits = [(parse_memory(m) if isinstance(m, str) else float(m), math.nan) for m in g.memory]
                 else:
-                    lo, hi = memory_range(g.problem, chain, bandwidth=bw_eff, gpus=P_eff)
+                    mm = next((o["memory_model"] for o in option_sets if "memory_model" in o), None)
+                    lo, hi = memory_range(g.problem, chain, bandwidth=bw_eff, gpus=P_eff, memory_model=mm)
                     fr = list(g.fractions) if g.fractions else (
                         [k / (g.points - 1) for k in range(g.points)] if g.points > 1 else [1.0])
                     limits = [(lo + f * (hi - lo), f) for f in fr]

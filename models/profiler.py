@@ -302,6 +302,11 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
     xi = _as_input(x, input_grad)
     buffers = list(stage.buffers()) if isinstance(stage, torch.nn.Module) else []
     _, saved = saved_tensor_bytes(lambda: stage(xi), exclude=[xi, *params, *buffers])  # hooks: what autograd keeps
+    # ... and how much of that is the stage's own input (the pipeline's autograd memory model counts a
+    # tensor saved by two consecutive stages once: models.pipeline.autograd_stored_bytes)
+    xi = _as_input(x, input_grad)
+    _, saved_all = saved_tensor_bytes(lambda: stage(xi), exclude=[*params, *buffers])
+    saved_input = max(0, saved_all - saved)
     xi = _as_input(x, input_grad)
     with memory_tracker(device) as tr:
         out = stage(xi)
@@ -323,7 +328,8 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
         y = stage(_as_input(x, False))
     values = dict(uf=statistics.median(tf), ub=statistics.median(tb) if needs_backward else 0.0, wa=float(wa),
                   wabar=float(max(wabar, wa)), wd_in=float(wd_in), of=float(of), ob=float(ob),
-                  weights=float(sum(p.numel() * p.element_size() for p in params)), saved=float(saved))
+                  weights=float(sum(p.numel() * p.element_size() for p in params)), saved=float(saved),
+                  saved_input=float(saved_input))
     return values, y.detach()
 
 
@@ -387,6 +393,7 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
                                "not counted)"),
         "measurement": measurement_notes(device, repeats),
         "saved_by_autograd_bytes": [r["saved"] for r in rows],
+        "saved_input_bytes": [r["saved_input"] for r in rows],
         **(provenance or {}),
     }
     return Chain(

@@ -440,25 +440,8 @@ assert list(_RUNNERS) == METHODS
 
 
 # ----------------------------------------------------------------------------- input checks
-def _chain_arg(chain: Any) -> Chain:
-    if isinstance(chain, Chain):
-        return chain
-    if isinstance(chain, tuple) and len(chain) == 2 and isinstance(chain[0], Chain):
-        return chain[0]                          # an Instance (chain, platform)
-    raise InputError(f"{PROBLEM}: chain must be a memplan.Chain (e.g. memplan.load_instance(name)[0] or "
-                     f"memplan.random_chain(6, seed=0)), got {type(chain).__name__}")
 
 
-def _gap_arg(gap: Any) -> float | None:
-    if gap is None:
-        return None
-    try:
-        g = float(gap)
-    except (TypeError, ValueError):
-        raise InputError(f"{PROBLEM}: gap={gap!r} must be a relative MILP gap, e.g. 1e-4") from None
-    if not (g >= 0 and math.isfinite(g)):
-        raise InputError(f"{PROBLEM}: gap={gap!r} must be a non-negative relative MILP gap, e.g. 1e-4")
-    return g
 
 
 def _memory_model_arg(memory_model: Any) -> str:
@@ -613,7 +596,7 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
     ...
     memplan.models.solution.InputError: pipeline: gpus=0 is out of range; give a whole number >= 1
     """
-    chain = _chain_arg(chain)
+    chain = _frontend.chain_arg(chain, PROBLEM)
     memory = _frontend.memory_arg(memory, PROBLEM)
     bandwidth = _frontend.bandwidth_arg(bandwidth, PROBLEM)
     P = _frontend.count_arg(gpus, "gpus", PROBLEM, required=False) or 1
@@ -623,7 +606,7 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
         raise InputError(f"{PROBLEM}: refine={refine!r} must be True or False")
     b = _frontend.budget(time_limit, progress, PROBLEM)
     c = _Call(chain=chain, td=task_data(chain, bandwidth, memory_model), P=P, memory=memory, bandwidth=bandwidth, b=b,
-              time_limit=b.time_limit, gap=_gap_arg(gap),
+              time_limit=b.time_limit, gap=_frontend.gap_arg(gap, PROBLEM),
               threads=_frontend.count_arg(threads, "threads", PROBLEM, required=False), solver_log=solver_log,
               periodicity=_frontend.count_arg(periodicity, "periodicity", PROBLEM),
               n_batches=_frontend.count_arg(n_batches, "n_batches", PROBLEM, minimum=_MIN_N_BATCHES),
@@ -661,7 +644,7 @@ def baseline_points(chain: Chain, *, bandwidth: float | str | None = None, gpus:
     >>> float(sol.objective)
     58.0
     """
-    chain = _chain_arg(chain)
+    chain = _frontend.chain_arg(chain, PROBLEM)
     bw = _frontend.bandwidth_arg(bandwidth, PROBLEM)
     P = _frontend.count_arg(gpus, "gpus", PROBLEM, required=False) or 1
     nb = _frontend.count_arg(n_batches, "n_batches", PROBLEM, minimum=_MIN_N_BATCHES)

@@ -31,7 +31,6 @@ at most 8 files); ``--torchvision`` writes the zoo-vs-torchvision table
 from __future__ import annotations
 
 import argparse
-import csv
 import gc
 import json
 import re
@@ -43,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memplan.experiments.runtime_check import write_csv
 from memplan.models.instance import InstanceError, save_instance, shipped_dir
 from memplan.models.solution import InputError
 from memplan.models.units import UnitError, fmt_memory, fmt_time
@@ -170,14 +170,6 @@ SUMMARY_COLUMNS = ["setting", "network", "batch", "input", "status", "file", "se
                    "sum_abar_bytes", "weights_bytes", "device", "gpu", "error"]
 
 
-def _write_summary(rows: list[dict], path: Path | None) -> None:
-    if path is None:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=SUMMARY_COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
 
 
 def run(settings: list[Setting], *, device: str, out: Path, repeats: int, force: bool = False,
@@ -239,8 +231,8 @@ def run(settings: list[Setting], *, device: str, out: Path, repeats: int, force:
             gc.collect()
             if torch.device(device).type == "cuda":
                 torch.cuda.empty_cache()
-        _write_summary(rows, summary)            # after every setting: a timeout keeps what was done
-    _write_summary(rows, summary)
+        write_csv(rows, SUMMARY_COLUMNS, summary)            # after every setting: a timeout keeps what was done
+    write_csv(rows, SUMMARY_COLUMNS, summary)
     return rows, written, link_raw
 
 

@@ -459,7 +459,8 @@ def throughput_summary(rows: list[dict]) -> list[str]:
     return lines
 
 
-def _write(rows: list[dict], columns: list[str], path: Path | None) -> None:
+def write_csv(rows: list[dict], columns: list[str], path: Path | None) -> None:
+    """Rewrite ``path`` with ``rows`` (called after each network or setting, so a timeout keeps them)."""
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -583,14 +584,14 @@ def _main(a: argparse.Namespace) -> int:
                 if device.startswith("cuda"):
                     torch.cuda.empty_cache()
         print(f"{name}: done in {time.perf_counter() - t0:.1f} s")
-        _write(rows, COLUMNS, out)               # after every network: a timeout keeps what was done
-        _write(thr_rows, THROUGHPUT_COLUMNS, thr_out)
+        write_csv(rows, COLUMNS, out)               # after every network: a timeout keeps what was done
+        write_csv(thr_rows, THROUGHPUT_COLUMNS, thr_out)
         if a.traces:
             Path(a.traces).parent.mkdir(parents=True, exist_ok=True)
             Path(a.traces).write_text(json.dumps({"columns": "bytes per operation, in the order of ops",
                                                   "env": env, "sequences": traces}) + "\n")
-    _write(rows, COLUMNS, out)
-    _write(thr_rows, THROUGHPUT_COLUMNS, thr_out)
+    write_csv(rows, COLUMNS, out)
+    write_csv(thr_rows, THROUGHPUT_COLUMNS, thr_out)
     measured = [r for r in rows if r.get("measured_peak") is not None]
     bad_grads = [r for r in measured if not r["grads_equal"]]
     over = [r for r in measured if r["within_limit"] is False]

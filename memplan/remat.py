@@ -88,25 +88,19 @@ def _dp_log(b: Budget, sol: Solution) -> None:
         b.log(f"  best schedule: {sol.details['candidate']}")
 
 
-def _rotor(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:
-    b.log(f"rotor: persistent DP, {_slots_text(o)}")
-    sol = remat_rotor.persistent(chain, memory, slots=o.slots, exact=o.exact, time_limit=b.limit())
-    _dp_log(b, sol)
-    return sol
+def _dp(fn: Callable[..., Solution], what: str) -> Callable[[Chain, float, _Options, Budget], Solution]:
+    """The runner of one of paper 004's DPs (``fn`` of :mod:`memplan.baselines.remat_rotor`)."""
+    def run(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:
+        b.log(f"{what}, {_slots_text(o)}")
+        sol = fn(chain, memory, slots=o.slots, exact=o.exact, time_limit=b.limit())
+        _dp_log(b, sol)
+        return sol
+    return run
 
 
-def _rotor_floating(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:
-    b.log(f"rotor-floating: floating DP, {_slots_text(o)}")
-    sol = remat_rotor.floating(chain, memory, slots=o.slots, exact=o.exact, time_limit=b.limit())
-    _dp_log(b, sol)
-    return sol
-
-
-def _revolve(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:
-    b.log(f"revolve: persistent DP restricted to the AD model, {_slots_text(o)}")
-    sol = remat_rotor.revolve(chain, memory, slots=o.slots, exact=o.exact, time_limit=b.limit())
-    _dp_log(b, sol)
-    return sol
+_rotor = _dp(remat_rotor.persistent, "rotor: persistent DP")
+_rotor_floating = _dp(remat_rotor.floating, "rotor-floating: floating DP")
+_revolve = _dp(remat_rotor.revolve, "revolve: persistent DP restricted to the AD model")
 
 
 def _sequential(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:

@@ -181,12 +181,89 @@ def solve_milp(model, *, time_limit: float | None = None, gap: float | None = No
             lp.integrality_ = [highspy.HighsVarType.kInteger if f else highspy.HighsVarType.kContinuous
                                for f in integer]
     size = {"variables": n, "integer": int(sum(integer)), "constraints": m, "nonzeros": int(A.nnz)}
+    start = None
+    if mip_start and not relax:
+        index = {id(v): j for j, v in enumerate(cols)}
+        idx, val = [], []
+        pairs = mip_start.items() if hasattr(mip_start, "items") else mip_start
+        for var, value in pairs:
+            j = index.get(id(var))
+            if j is not None and value is not None:
+                idx.append(j)
+                val.append(float(value))
+        start = (np.array(idx, dtype=np.int32), np.array(val, dtype=float))
+    res, x = _run_highs(lp, integer, size=size, times=times, offset=offset, time_limit=time_limit, gap=gap,
+                        threads=threads, start=start, log_file=log_file, verbose=verbose, relax=relax,
+                        options=options, objective_scale=objective_scale)
+    if x is not None:
+        for j, v in enumerate(cols):
+            val = float(x[j])
+            if integer[j] and not relax:
+                val = float(round(val))
+            v.set_value(val, skip_validation=True)
+    return res
+
+
+def solve_arrays(*, cost, lower, upper, integer, A, row_lower, row_upper, offset: float = 0.0,
+                 maximize: bool = False, time_limit: float | None = None, gap: float | None = None,
+                 threads: int | None = None, mip_start: tuple[Any, Any] | None = None,
+                 log_file: str | Path | None = None, verbose: bool = False, relax: bool = False,
+                 options: Mapping[str, Any] | None = None,
+                 objective_scale: float | None = None) -> tuple[MilpResult, np.ndarray | None]:
+    """:func:`solve_milp` for a model built directly as arrays (no Pyomo): ``min/max cost @ x + offset``
+    subject to ``row_lower <= A @ x <= row_upper``, ``lower <= x <= upper``, ``x[j]`` integer where
+    ``integer[j]``. ``A`` is a scipy sparse matrix (any format). ``mip_start`` is ``(indices, values)``
+    (complete or partial). Same time-limit clamping, progress lines and status mapping as
+    :func:`solve_milp`; returns ``(result, x)`` with ``x`` the solution (integers rounded) or None.
+    ``result.times['compile']`` is the hand-over to HiGHS."""
+    import highspy
+
+    times: dict[str, float] = {}
+    with timed(times, "compile"):
+        csc = A.tocsc()
+        n = csc.shape[1]
+        m = csc.shape[0]
+        integer = np.asarray(integer, dtype=bool)
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = n, m
+        lp.col_cost_ = np.asarray(cost, dtype=float)
+        lp.offset_ = float(offset)
+        inf = highspy.kHighsInf
+        lp.col_lower_ = np.where(np.isfinite(lower), lower, -inf).astype(float)
+        lp.col_upper_ = np.where(np.isfinite(upper), upper, inf).astype(float)
+        lp.row_lower_ = np.where(np.isfinite(row_lower), row_lower, -inf).astype(float)
+        lp.row_upper_ = np.where(np.isfinite(row_upper), row_upper, inf).astype(float)
+        lp.sense_ = highspy.ObjSense.kMaximize if maximize else highspy.ObjSense.kMinimize
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = csc.indptr.astype(np.int32)
+        lp.a_matrix_.index_ = csc.indices.astype(np.int32)
+        lp.a_matrix_.value_ = csc.data.astype(float)
+        if not relax and integer.any():
+            lp.integrality_ = [highspy.HighsVarType.kInteger if f else highspy.HighsVarType.kContinuous
+                               for f in integer]
+    size = {"variables": n, "integer": int(integer.sum()), "constraints": m, "nonzeros": int(csc.nnz)}
+    start = None
+    if mip_start is not None and not relax:
+        start = (np.asarray(mip_start[0], dtype=np.int32), np.asarray(mip_start[1], dtype=float))
+    res, x = _run_highs(lp, list(integer), size=size, times=times, offset=offset, time_limit=time_limit,
+                        gap=gap, threads=threads, start=start, log_file=log_file, verbose=verbose, relax=relax,
+                        options=options, objective_scale=objective_scale)
+    if x is not None and not relax:
+        x = np.where(integer, np.round(x), x)
+    return res, x
+
+
+def _run_highs(lp, integer, *, size, times, offset, time_limit, gap, threads, start, log_file, verbose, relax,
+               options, objective_scale) -> tuple[MilpResult, np.ndarray | None]:
+    """Hand ``lp`` to HiGHS (options, MIP start, progress callback, budget-clamped time limit), run it
+    and map the outcome: the common part of :func:`solve_milp` and :func:`solve_arrays`."""
+    import highspy
 
     budget = _budget.current()
     time_limit = budget.limit(time_limit)
     if time_limit is not None and time_limit <= 0.01:
         return MilpResult(status=Status.NO_SOLUTION, objective=None, bound=None, size=size, times=times,
-                          message="not solved: the call's time limit was reached before this MILP")
+                          message="not solved: the call's time limit was reached before this MILP"), None
     h = _new_highs()
     h.setOptionValue("output_flag", bool(verbose or log_file))
     h.setOptionValue("log_to_console", bool(verbose))
@@ -203,18 +280,9 @@ def solve_milp(model, *, time_limit: float | None = None, gap: float | None = No
     h.passModel(lp)
 
     accepted = None
-    if mip_start and not relax:
-        index = {id(v): j for j, v in enumerate(cols)}
-        idx, val = [], []
-        pairs = mip_start.items() if hasattr(mip_start, "items") else mip_start
-        for var, value in pairs:
-            j = index.get(id(var))
-            if j is not None and value is not None:
-                idx.append(j)
-                val.append(float(value))
-        if idx:
-            st = h.setSolution(len(idx), np.array(idx, dtype=np.int32), np.array(val, dtype=float))
-            accepted = st == highspy.HighsStatus.kOk
+    if start is not None and len(start[0]):
+        st = h.setSolution(len(start[0]), start[0], start[1])
+        accepted = st == highspy.HighsStatus.kOk
 
     global _SCHEDULER_THREADS
     if _SCHEDULER_THREADS is not _UNSET and threads != _SCHEDULER_THREADS:
@@ -260,15 +328,11 @@ def solve_milp(model, *, time_limit: float | None = None, gap: float | None = No
         status = Status.FEASIBLE if has_sol else Status.ERROR
         msg = f"HiGHS: {h.modelStatusToString(ms)}"
 
-    if has_sol:
-        x = np.asarray(h.getSolution().col_value)
-        for j, v in enumerate(cols):
-            val = float(x[j])
-            if integer[j] and not relax:
-                val = float(round(val))
-            v.set_value(val, skip_validation=True)
+    x = np.asarray(h.getSolution().col_value, dtype=float) if has_sol and lp.num_col_ else None
+    if has_sol and x is None:
+        x = np.zeros(0)
     return MilpResult(status=status, objective=objective, bound=bound, message=msg, times=times, size=size,
-                      start_accepted=accepted, nodes=int(hinfo.mip_node_count) if is_mip else None)
+                      start_accepted=accepted, nodes=int(hinfo.mip_node_count) if is_mip else None), x
 
 
 def value(var, default: float = 0.0) -> float:

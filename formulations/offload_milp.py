@@ -49,12 +49,48 @@ the conservative side: ``a``/``b``/link terms may only over-count). Big-M consta
 bound of an optimal makespan (a left-shifted optimal schedule never leaves both the device and the
 link idle, so ``sum u + 2 sum c`` works; the best heuristic's makespan is used when smaller).
 Times are scaled by the total compute time and memory by ``M`` before solving.
+
+Strengthened model (default, :func:`build_offload_arrays`; issue 21)
+--------------------------------------------------------------------
+The model above, kept as :func:`build_offload_milp` (Pyomo) for reference, has the same optimum as the
+strengthened one, which is built directly as sparse arrays for HiGHS (no Pyomo build or compilation:
+ResNet-101's L = 73 builds in about 2 s instead of 31 s). Its changes, each keeping every valid
+schedule of makespan <= H (so the optimum is unchanged; tests compare both models on random chains):
+
+* Time windows from ``C <= H`` (the best heuristic's makespan): ``s_q`` in ``[sum_{q'<q} u, H - sum_{q'>=q} u]``,
+  ``C >= `` Proposition 3's bound, ``o_j``/``p_j`` bounded likewise, and every big-M is computed per row
+  from these bounds instead of one global ``H``.
+* Prefetch windows are *cumulative*: binary ``G_{j,w}`` = 1 when the prefetch of ``x_j`` starts in window
+  ``w`` or later (``G_{j,first} = y_j``, non-increasing in ``w``; ``v_{j,w} = G_{j,w} - G_{j,w+1}``), so
+  ``c_window_lo/hi`` become ``G = 1 -> p_j >= start(w)`` and ``G = 0 -> p_j <= start(w)``. Windows where the
+  prefetch cannot start (outside its time window, or ``static(w) + |x_j| > M``) get no variable.
+* ``a_{j,q}`` is non-increasing in ``q``, ``a_{j,q} <= y_j`` and ``a_{j,q} <= G_{j,2q}`` (a first copy still
+  there means its prefetch has not started), so ``c_mem_compute`` reads
+  ``static + sum_j |x_j| (1 + a_{j,q} - G_{j,2q}) <= M``.
+* Memory checks only where memory can peak: a computation or prefetch row is left out when even with
+  every transfer-dependent activation present the memory fits. The transfer-dependent activations of a
+  window are a prefix ``x_0..x_m`` (:func:`window_memory`), so in ``c_mem_prefetch`` the link-order
+  terms are summed once per prefetched ``x_k`` into running totals (continuous ``R_{k,m}``, equality rows)
+  and each window's row reads one total: O(L^2) non-zeros per ``k`` instead of O(L^3).
+* Valid inequalities without big-M (the link does one transfer at a time), which carry Proposition 3's
+  argument into the LP relaxation:
+  (V1) for ``k = -1..L`` and ``r > k``: ``s_r - e_{F_k} >= sum_{j>k} c_j (y_j - a_{j,r})`` over the
+  offloads completed by ``s_r`` (``2 c_j y_j`` once ``B_j`` has started), plus the prefetches of ``x_j``,
+  ``j <= k``, that start after ``s_{k+1}`` and must end by ``s_r`` (``c_j G_{j,2(k+1)}``);
+  (V2) for ``q < r``: ``s_r - s_q >= sum c_j G_{j,2q}`` over the ``x_j`` (``j < q``) whose prefetch
+  starts at or after ``s_q`` and must end before ``B_j``, no later than ``s_r``.
+* The MIP start is the best heuristic's schedule; HiGHS runs with feasibility tolerances of 1e-9 so
+  that its schedules replay exactly. HiGHS 1.16 has no branching priorities (an open request,
+  ERGO-Code/HiGHS#2670), so none are set.
 """
 from __future__ import annotations
 
 import itertools
+import math
 
-from memplan.formulations.highs_driver import solve_milp, timed
+import numpy as np
+
+from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_arrays, solve_milp, timed
 from memplan.models import budget as _budget
 from memplan.models.chain import Chain
 from memplan.models.offload import (PROBLEM, InvalidOffloadSchedule, OffloadData, OffloadSchedule,
@@ -313,44 +349,520 @@ def read_schedule(m, info, d: OffloadData, bandwidth: float) -> OffloadSchedule:
                            prefetch=pre, bandwidth=bandwidth)
 
 
+# ------------------------------------------------------------------------------ matrix builder
+class _Model:
+    """Columns (bounds, integrality) and rows (sparse, ``lo <= a x <= hi``) collected as arrays for
+    :func:`formulations.highs_driver.solve_arrays` -- no Pyomo objects."""
+
+    def __init__(self) -> None:
+        self.lb: list[float] = []
+        self.ub: list[float] = []
+        self.integer: list[bool] = []
+        self._rows: list[np.ndarray] = []
+        self._cols: list[np.ndarray] = []
+        self._vals: list[np.ndarray] = []
+        self.row_lo: list[float] = []
+        self.row_hi: list[float] = []
+        self.families: dict[str, int] = {}
+
+    def var(self, lb: float, ub: float, integer: bool = False) -> int:
+        self.lb.append(float(lb))
+        self.ub.append(float(ub))
+        self.integer.append(integer)
+        return len(self.lb) - 1
+
+    def row(self, family: str, cols, vals, lo: float = -math.inf, hi: float = math.inf) -> None:
+        cols = np.asarray(cols, dtype=np.int64)
+        if not len(cols):
+            if lo > 1e-12 or hi < -1e-12:
+                raise AssertionError(f"{family}: an empty row {lo} <= 0 <= {hi} is violated")
+            return
+        r = len(self.row_lo)
+        self._rows.append(np.full(len(cols), r, dtype=np.int64))
+        self._cols.append(cols)
+        self._vals.append(np.asarray(vals, dtype=float))
+        self.row_lo.append(float(lo))
+        self.row_hi.append(float(hi))
+        self.families[family] = self.families.get(family, 0) + 1
+
+    def matrix(self):
+        from scipy.sparse import coo_matrix
+
+        n, m = len(self.lb), len(self.row_lo)
+        if not m:
+            return coo_matrix((0, n)).tocsc()
+        return coo_matrix((np.concatenate(self._vals), (np.concatenate(self._rows), np.concatenate(self._cols))),
+                          shape=(m, n)).tocsc()   # duplicate entries are summed
+
+
+def build_offload_arrays(chain: Chain, memory: float, bandwidth: float, *, horizon: float | None = None,
+                         phased: bool = False, cuts: bool = True):
+    """The strengthened model as arrays (see the module docstring, "Strengthened model"). Returns
+    ``(model, info)``; ``info`` maps the paper's quantities to column indices. Inside a ``solve`` call,
+    raises :class:`BuildInterrupted` once the call's budget has run out (checked between families)."""
+    clock = _BuildClock()
+    d = OffloadData.of(chain)
+    L = d.L
+    nq = 2 * L + 2
+    dur_raw = [float(d.uF[q]) if q <= L else float(d.uB[2 * L + 1 - q]) for q in range(nq)]
+    tu = float(sum(dur_raw)) or 1.0
+    mu = float(memory)
+    dur = [u / tu for u in dur_raw]
+    J = [j for j in range(L + 1) if d.x[j] > 0]
+    c = {j: float(d.x[j]) / bandwidth / tu for j in J}
+    X = {j: float(d.x[j]) / mu for j in range(L + 2)}          # sizes in units of M
+    H = sum(dur) + 2 * sum(c.values())
+    if horizon is not None:
+        H = min(H, horizon / tu * (1 + 1e-6) + 1e-9)
+    lb_C = max(sum(dur), lower_bound_value(chain, memory, bandwidth) / tu * (1 - 1e-9))
+    H = max(H, lb_C)
+    qB = {j: 2 * L + 1 - j for j in range(L + 1)}
+    pre = np.concatenate([[0.0], np.cumsum(dur)])             # pre[q]: compute before q
+    ES = [pre[q] for q in range(nq)]                          # time windows of s_q given C <= H
+    LS = [H - (pre[nq] - pre[q]) for q in range(nq)]
+    mdl = _Model()
+    s = [mdl.var(ES[q], max(ES[q], LS[q])) for q in range(nq)]
+    C = mdl.var(lb_C, H)
+    def wstart(w):
+        """(column, constant) of the start of window w."""
+        q, idle = divmod(w, 2)
+        return s[q], (dur[q] if idle else 0.0)
+
+    def wstart_lb(w):
+        q, idle = divmod(w, 2)
+        return ES[q] + (dur[q] if idle else 0.0)
+
+    def wstart_ub(w):
+        q, idle = divmod(w, 2)
+        if q >= nq:
+            return H
+        return LS[q] + (dur[q] if idle else 0.0)
+
+    ready_lb = {j: (0.0 if j == 0 else ES[j - 1] + dur[j - 1]) for j in J}
+    y, o, p = {}, {}, {}
+    for j in J:
+        can = ready_lb[j] + 2 * c[j] <= LS[qB[j]] + 1e-12
+        y[j] = mdl.var(0, 1 if can else 0, True)
+        # o_j: at most the latest ready time (where a non-offloaded x_j's zero-length offload sits) or
+        # the latest start of an offload that leaves room for the prefetch before B_j
+        ready_ub = 0.0 if j == 0 else LS[j - 1] + dur[j - 1]
+        o[j] = mdl.var(ready_lb[j], max(ready_ub, LS[qB[j]] - 2 * c[j]))
+        p[j] = mdl.var(ready_lb[j], LS[qB[j]])
+    lbv = lambda col: mdl.lb[col]
+    ubv = lambda col: mdl.ub[col]
+
+    # -- computations in sequence (Fig. 1) and the makespan
+    for q in range(nq - 1):
+        mdl.row("seq", [s[q + 1], s[q]], [1, -1], lo=dur[q])
+    mdl.row("makespan", [C, s[nq - 1]], [1, -1], lo=dur[nq - 1])
+    # -- transfers of x_j: offload after F_{j-1}, prefetch after the offload and before B_j
+    for j in J:
+        if j > 0:
+            mdl.row("ready", [o[j], s[j - 1]], [1, -1], lo=dur[j - 1])
+        mdl.row("prefetch_after", [p[j], o[j], y[j]], [1, -1, -c[j]], lo=0)
+        mdl.row("prefetch_before", [s[qB[j]], p[j], y[j]], [1, -1, -c[j]], lo=0)
+    clock.check()
+
+    # -- prefetch windows: G[j][w] = 1 when the prefetch of x_j starts in window w or later
+    Gcol: dict[int, dict[int, int | None]] = {}
+    Wj: dict[int, tuple[int, int]] = {}
+    Wpos: dict[int, set[int]] = {}
+    static_cache = {w: window_memory(d, w) for w in range(2 * nq)}
+    for j in J:
+        plo = ready_lb[j] + c[j]
+        phi = LS[qB[j]] - c[j]
+        ws = []
+        for w in range(2 * j + 1, 2 * (2 * L - j) + 2):
+            if wstart_lb(w) > phi + 1e-9 or wstart_ub(w + 1) < plo - 1e-9:
+                continue                                   # the prefetch cannot start there (C <= H)
+            if static_cache[w][0] + d.x[j] > mu * (1 + 1e-12):
+                continue                                   # memory: x_j cannot even be reserved there
+            ws.append(w)
+        if not ws:
+            mdl.ub[y[j]] = 0.0
+            ws = [2 * j + 1]
+        Wj[j] = (ws[0], ws[-1])
+        g: dict[int, int | None] = {ws[-1] + 1: None}
+        possible = set(ws)
+        Wpos[j] = possible
+        for w in range(ws[-1], ws[0], -1):
+            g[w] = mdl.var(0, 1, True) if w in possible else g[w + 1]
+        g[ws[0]] = y[j]
+        Gcol[j] = g
+
+    def G(j, w):
+        """(col or None) of G_{j,w}: y_j before the first window, none (0) after the last."""
+        lo_w, hi_w = Wj[j]
+        if w <= lo_w:
+            return y[j]
+        if w > hi_w:
+            return None
+        return Gcol[j][w]
+
+    def v_terms(j, w):
+        """v_{j,w} = G_{j,w} - G_{j,w+1} as (cols, vals)."""
+        a, b = G(j, w), G(j, w + 1)
+        if a == b:
+            return [], []
+        cols, vals = [a], [1.0]
+        if b is not None:
+            cols.append(b)
+            vals.append(-1.0)
+        return cols, vals
+
+    for j in J:
+        lo_w, hi_w = Wj[j]
+        if mdl.ub[y[j]] == 0:
+            continue
+        for w in range(lo_w, hi_w + 1):
+            if G(j, w) != G(j, w + 1) and G(j, w + 1) is not None:
+                mdl.row("window_monotone", [G(j, w), G(j, w + 1)], [1, -1], lo=0)
+        for w in range(lo_w, hi_w + 2):
+            gw = G(j, w)
+            if w in Wpos[j]:
+                # start of a possible window: G_{j,w} = 1 -> p_j >= start of w      (c_window_lo)
+                col, k = wstart(w)
+                M = wstart_ub(w) - lbv(p[j])
+                if M > 0:
+                    mdl.row("window_lo", [p[j], col, gw], [1, -1, -M], lo=k - M)
+            if w - 1 in Wpos[j]:
+                # G_{j,w} = 0 and y_j = 1 -> p_j <= start of w (end of window w-1)  (c_window_hi)
+                col, k = wstart(w) if w < 2 * nq else (C, 0.0)
+                M = ubv(p[j]) - wstart_lb(w)
+                if M > 0:
+                    cols, vals = [p[j], col, y[j]], [1, -1, M]
+                    if gw is not None:
+                        cols.append(gw)
+                        vals.append(-M)
+                    mdl.row("window_hi", cols, vals, hi=k + M)
+    clock.check()
+
+    # -- first copy of x_j still there when computation q starts (a_{j,q}; c_release)
+    A: dict[tuple[int, int], int | None] = {}
+    for j in J:
+        prev = y[j]
+        for q in range(j + 1, 2 * L - j + 1):
+            M = ubv(o[j]) + c[j] - lbv(s[q])
+            if M <= 0 or mdl.ub[y[j]] == 0:
+                A[j, q] = None                   # done by then whenever it is offloaded
+                continue
+            a = mdl.var(0, 1, True)
+            A[j, q] = a
+            mdl.row("release", [o[j], y[j], s[q], a], [1, c[j], -1, -M], hi=0)
+            mdl.row("release_monotone", [prev, a], [1, -1], lo=0)   # a_{j,q} <= a_{j,q-1} (<= y_j)
+            prev = a
+            g = G(j, 2 * q)     # still there -> its prefetch has not started: a_{j,q} <= G_{j,2q}
+            if g is None:
+                mdl.row("release_prefetch", [a], [1], hi=0)
+            elif g != y[j]:
+                mdl.row("release_prefetch", [a, g], [1, -1], hi=0)
+    clock.check()
+
+    # -- memory when computation q starts: static + sum_j |x_j| (1 + a_{j,q} - G_{j,2q})
+    mem_rows = 0
+    for q in range(nq):
+        static, var = static_cache[2 * q]
+        if (static + sum(d.x[j] for j in var)) <= mu * (1 + 1e-12):
+            continue                                   # cannot exceed M whatever is offloaded
+        cols, vals, const = [], [], static / mu
+        for j in var:
+            const += X[j]
+            if j not in y or mdl.ub[y[j]] == 0:
+                continue
+            a = A.get((j, q))
+            if a is not None:
+                cols.append(a)
+                vals.append(X[j])
+            g = G(j, 2 * q)
+            if g is not None:
+                cols.append(g)
+                vals.append(-X[j])
+        if not cols:
+            raise InfeasibleError(f"computation {q} alone needs {const * mu:.6g} B > {mu:.6g} B",
+                                  minimum=const * mu)
+        mdl.row("mem_compute", cols, vals, hi=1.0 - const)
+        mem_rows += 1
+    clock.check()
+
+    # -- link: one transfer at a time (pairwise order z, relaxed unless both are offloaded)
+    T = [(kind, j) for j in J for kind in ("O", "P")]
+    start_col = {("O", j): o[j] for j in J} | {("P", j): p[j] for j in J}
+    pairs = [(Aa, Bb) for Aa, Bb in itertools.combinations(T, 2) if Aa[1] != Bb[1]]
+    Z: dict[tuple, int | float] = {}
+    for Aa, Bb in pairs:
+        a_, b_ = Aa[1], Bb[1]
+        if mdl.ub[y[a_]] == 0 or mdl.ub[y[b_]] == 0:
+            Z[Aa, Bb] = 0.0     # irrelevant: one of them is not offloaded
+            continue
+        if phased and Aa[0] != Bb[0]:
+            Z[Aa, Bb] = 1.0 if Aa[0] == "O" else 0.0
+        else:
+            Z[Aa, Bb] = mdl.var(0, 1, True)
+        sa, sb = start_col[Aa], start_col[Bb]
+        z = Z[Aa, Bb]
+        # z = 1: B starts after A ends; z = 0: A starts after B ends. Each row is relaxed by its own
+        # big-M (from the time windows) unless both activations are offloaded:
+        #   second - first >= c_first - M (1 - order) - M (2 - y_a - y_b)
+        for first, second, cl, zsign in ((sa, sb, c[a_], 1), (sb, sa, c[b_], -1)):
+            M = ubv(first) + cl - lbv(second)
+            if M <= 0:
+                continue
+            cols, vals, rhs = [second, first, y[a_], y[b_]], [1.0, -1.0, -M, -M], cl - 2 * M
+            if isinstance(z, int):       # order = z (first row) or 1 - z (second row)
+                cols.append(z)
+                vals.append(-M if zsign == 1 else M)
+                rhs -= M if zsign == 1 else 0.0
+            else:
+                rhs -= M * (1 - (z if zsign == 1 else 1 - z))
+            mdl.row("link", cols, vals, lo=rhs)
+    clock.check()
+
+    def before(Aa, Bb):
+        """(cols, vals, const) of the expression equal to 1 when A precedes B on the link."""
+        if (Aa, Bb) in Z:
+            z = Z[Aa, Bb]
+            return ([z], [1.0], 0.0) if isinstance(z, int) else ([], [], z)
+        z = Z[Bb, Aa]
+        return ([z], [-1.0], 1.0) if isinstance(z, int) else ([], [], 1 - z)
+
+    # -- memory when the prefetch of x_k starts in window w (v_{k,w} = 1). The transfer-dependent
+    # activations of a window are a prefix x_0..x_m(w) (window_memory), so the link-order terms are
+    # summed once per k into running totals R_{k,m} = sum_{j<=m, j!=k} |x_j| (-y_j + [P_k before O_j]
+    # + [P_j before P_k]) (equality rows), and each window's row reads one of them: O(L^2) non-zeros
+    # per k instead of O(L^3).
+    for k in J:
+        if mdl.ub[y[k]] == 0:
+            continue
+        lo_w, hi_w = Wj[k]
+        need = []
+        for w in range(lo_w, hi_w + 1):
+            vc, vv = v_terms(k, w)
+            if not vc:
+                continue
+            static, var = static_cache[w]
+            others = [j for j in var if j != k]
+            if static + d.x[k] + sum(d.x[j] for j in others) <= mu * (1 + 1e-12):
+                continue                                   # memory cannot peak there
+            need.append((w, vc, vv, static, others))
+        if not need:
+            continue
+        mmax = max(max(e[4], default=-1) for e in need)
+        R: dict[int, int | None] = {}
+        prev = None
+        tot = sum(X[j] for j in range(mmax + 1))
+        for j in range(mmax + 1):
+            if j == k or j not in y or mdl.ub[y[j]] == 0:
+                R[j] = prev
+                continue
+            r_ = mdl.var(-tot, 2 * tot)
+            cols, vals, const = [r_, y[j]], [1.0, X[j]], 0.0
+            if prev is not None:
+                cols.append(prev)
+                vals.append(-1.0)
+            for e in (before(("P", k), ("O", j)), before(("P", j), ("P", k))):
+                cols += e[0]
+                vals += [-X[j] * t for t in e[1]]
+                const += X[j] * e[2]
+            mdl.row("mem_prefetch_sum", cols, vals, lo=const, hi=const)   # R_{k,j} - R_{k,j-1} - term_j = 0
+            R[j] = prev = r_
+        for w, vc, vv, static, others in need:
+            const = (static + d.x[k]) / mu + sum(X[j] for j in others)
+            Mr = const + 2 * sum(X[j] for j in others) - 1.0
+            cols, vals = list(vc), [Mr * t for t in vv]
+            m_ = max(others, default=-1)
+            if m_ >= 0 and R[m_] is not None:
+                cols.append(R[m_])
+                vals.append(1.0)
+            # const + R_{k,m(w)} <= 1 + Mr (1 - v_{k,w})
+            mdl.row("mem_prefetch", cols, vals, hi=1.0 + Mr - const)
+        if clock.out():
+            clock.check()
+    clock.check()
+
+    # -- valid inequalities: the link's work between two events (no big-M)
+    if cuts:
+        # (V1) everything sent after F_k ends and done by s_r: offloads of x_j (j > k) completed by then,
+        # both transfers of those whose B_j has started, and the prefetches of x_j (j <= k) that start
+        # after s_{k+1} and must end before B_j (no later than r)
+        for k in range(-1, L + 1):
+            for r in range(k + 1, nq):
+                cols, vals = [s[r]], [1.0]
+                lo = 0.0
+                if k >= 0:
+                    cols.append(s[k])
+                    vals.append(-1.0)
+                    lo = dur[k]
+                n0 = len(cols)
+                for j in J:
+                    if mdl.ub[y[j]] == 0:
+                        continue
+                    if j <= k:
+                        # x_j's prefetch, when it starts after s_{k+1} (>= e_k) and must end by s_r
+                        g = G(j, 2 * (k + 1)) if qB[j] <= r else None
+                        if g is not None:
+                            cols.append(g)
+                            vals.append(-c[j])
+                        continue
+                    if r >= qB[j]:
+                        cols.append(y[j])
+                        vals.append(-2 * c[j])
+                    elif j + 1 <= r:
+                        cols.append(y[j])
+                        vals.append(-c[j])
+                        a = A.get((j, r))
+                        if a is not None:
+                            cols.append(a)
+                            vals.append(c[j])
+                if len(cols) > n0:
+                    mdl.row("cut_forward", cols, vals, lo=lo)
+            if clock.out():
+                clock.check()
+        # (V2) prefetches that start at or after s_q and must end before s_r (B_j no later than r)
+        for q in range(1, nq):
+            for r in range(q + 1, nq):
+                cols, vals = [s[r], s[q]], [1.0, -1.0]
+                for j in J:
+                    if mdl.ub[y[j]] == 0 or not q < qB[j] <= r:
+                        continue
+                    if j >= q:        # x_j is produced after s_q: both transfers (V1 with k = q-1 covers it)
+                        continue
+                    g = G(j, 2 * q)
+                    if g is not None:
+                        cols.append(g)
+                        vals.append(-c[j])
+                if len(cols) > 2:
+                    mdl.row("cut_backward", cols, vals, lo=0.0)
+            if clock.out():
+                clock.check()
+    clock.check()
+    cost = np.zeros(len(mdl.lb))
+    cost[C] = 1.0
+    info = {"tu": tu, "mu": mu, "H": H, "J": J, "c": c, "dur": dur, "nq": nq, "s": s, "C": C, "y": y, "o": o,
+            "p": p, "G": G, "Wj": Wj, "Wpos": Wpos, "A": A, "Z": Z, "cost": cost, "families": dict(mdl.families)}
+    return mdl, info
+
+
+def _start_values(mdl: _Model, info, d: OffloadData, sched: OffloadSchedule) -> tuple[np.ndarray, np.ndarray]:
+    """Column values describing a valid schedule (see 'why it is exact'), as ``(indices, values)``."""
+    tu, c, L, nq, dur = info["tu"], info["c"], d.L, info["nq"], info["dur"]
+    x = np.full(len(mdl.lb), np.nan)
+    s = [(sched.tF[q] if q <= L else sched.tB[2 * L + 1 - q]) / tu for q in range(nq)]
+    for q in range(nq):
+        x[info["s"][q]] = s[q]
+    x[info["C"]] = s[-1] + dur[-1]
+    eF = lambda i: s[i] + dur[i]
+    st = {}
+    G, A = info["G"], info["A"]
+    for j in info["J"]:
+        off = j in sched.offload
+        # a non-offloaded x_j gets zero-length transfers placed so that its link-order terms in the
+        # prefetch memory rows vanish: offload as early as possible, prefetch as late as possible
+        # (ranked last on ties)
+        o = sched.offload[j] / tu if off else (eF(j - 1) if j > 0 else 0.0)
+        p = sched.prefetch[j] / tu if off else s[2 * L + 1 - j]
+        st[("O", j)] = (o, 1 if off else 0)
+        st[("P", j)] = (p, 2 if off else 3)
+        x[info["y"][j]], x[info["o"][j]], x[info["p"][j]] = (1.0 if off else 0.0), o, p
+        lo_w, hi_w = info["Wj"][j]
+        win = None
+        if off:   # an idle window when p lies in one (ties at s_q or e_q included), else the run
+            fits = []
+            for w in range(lo_w, hi_w + 1):
+                q, idle = divmod(w, 2)
+                lo = s[q] + (dur[q] if idle else 0)
+                hi = s[q + 1] if idle else s[q] + dur[q]
+                if w in info["Wpos"][j] and lo - 1e-12 <= p <= hi + 1e-12:
+                    fits.append((0 if idle else 1, w))
+            win = min(fits)[1] if fits else lo_w
+        for w in range(lo_w, hi_w + 2):
+            g = G(j, w)
+            if g is not None and g != info["y"][j]:
+                x[g] = 1.0 if off and win >= w else 0.0
+        for q in range(j + 1, 2 * L - j + 1):
+            a = A.get((j, q))
+            if a is not None:
+                still = off and o + c[j] > s[q] + 1e-12 and win >= 2 * q
+                x[a] = 1.0 if still else 0.0
+    for (Aa, Bb), z in info["Z"].items():
+        if isinstance(z, int):
+            x[z] = 1.0 if st[Aa] <= st[Bb] else 0.0
+    idx = np.flatnonzero(~np.isnan(x))
+    return idx.astype(np.int32), x[idx]
+
+
+def _read_arrays(info, d: OffloadData, xs: np.ndarray, bandwidth: float) -> OffloadSchedule:
+    tu, L, nq = info["tu"], d.L, info["nq"]
+    s = [float(xs[info["s"][q]]) * tu for q in range(nq)]
+    off, pre = {}, {}
+    for j in info["J"]:
+        if round(xs[info["y"][j]]) == 1:
+            off[j] = float(xs[info["o"][j]]) * tu
+            pre[j] = float(xs[info["p"][j]]) * tu
+    return OffloadSchedule(tF=s[:L + 1], tB=[s[2 * L + 1 - i] for i in range(L + 1)], offload=off,
+                           prefetch=pre, bandwidth=bandwidth)
+
+
 def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: OffloadSchedule | None = None,
                        time_limit: float | None = 60, gap: float | None = 1e-6, threads: int | None = None,
-                       log_file=None, phased: bool = False, verbose: bool = False) -> Solution:
+                       log_file=None, phased: bool = False, verbose: bool = False, formulation: str = "strong",
+                       options: dict | None = None) -> Solution:
     """Solve Problem 1 exactly (within HiGHS's gap) from an optional MIP start (a valid schedule, e.g.
     the best heuristic's: it also caps the horizon); the schedule is replayed by the validator.
 
+    ``formulation``: ``"strong"`` (default; the model of "Strengthened model", built as arrays) or
+    ``"reference"`` (the original Pyomo model of this module's first part, kept to check the strong one
+    against). Both have the same optimum.
+
     Inside a ``solve`` call whose budget runs out while the model is being built, the build stops and
     the Solution is NO_SOLUTION (``details['interrupted'] = 'build'``); HiGHS's own time limit is
-    clamped to what the budget has left by :func:`formulations.highs_driver.solve_milp`. The
-    ``bound`` is HiGHS's dual bound, raised to Proposition 3's
-    (:func:`models.offload.lower_bound_value`) when that is higher.
+    clamped to what the budget has left by :mod:`formulations.highs_driver`. The ``bound`` is HiGHS's
+    dual bound, raised to Proposition 3's (:func:`models.offload.lower_bound_value`) when that is higher.
     """
+    if formulation not in ("strong", "reference"):
+        raise ValueError(f"formulation must be 'strong' or 'reference', got {formulation!r}")
     d = OffloadData.of(chain)
     times: dict[str, float] = {}
     lb = lower_bound_value(chain, memory, bandwidth)
     horizon = None
     if start is not None:
         horizon = validate_offload(chain, start, memory).makespan
-    details = {"size": {}, "start_accepted": None, "phased": phased, "start_makespan": horizon}
+    details = {"size": {}, "start_accepted": None, "phased": phased, "start_makespan": horizon,
+               "formulation": formulation}
     try:
         with timed(times, "build"):
-            m, info = build_offload_milp(chain, memory, bandwidth, horizon=horizon, phased=phased)
-            mip_start = _mip_start(m, info, d, start) if start is not None else None
+            if formulation == "strong":
+                mdl, info = build_offload_arrays(chain, memory, bandwidth, horizon=horizon, phased=phased)
+                mip_start = _start_values(mdl, info, d, start) if start is not None else None
+                details["rows"] = info["families"]
+            else:
+                m, info = build_offload_milp(chain, memory, bandwidth, horizon=horizon, phased=phased)
+                mip_start = _mip_start(m, info, d, start) if start is not None else None
     except BuildInterrupted as e:
         details["interrupted"] = "build"
         return Solution(PROBLEM, "milp", Status.NO_SOLUTION, bound=lb, memory_limit=memory,
                         message=f"not solved: {e}", times=times, details=details)
-    res = solve_milp(m, time_limit=time_limit, gap=gap, threads=threads, mip_start=mip_start,
-                     log_file=log_file, verbose=verbose, objective_scale=info["tu"])
-    times.update(res.times)
-    bound = None if res.bound is None else max(res.bound * info["tu"], lb)
-    details.update(size=res.size, start_accepted=res.start_accepted)
+    if formulation == "strong":
+        with timed(times, "matrix"):
+            Amat = mdl.matrix()
+        res, xs = solve_arrays(cost=info["cost"], lower=np.array(mdl.lb), upper=np.array(mdl.ub),
+                               integer=np.array(mdl.integer), A=Amat, row_lower=np.array(mdl.row_lo),
+                               row_upper=np.array(mdl.row_hi), time_limit=time_limit, gap=gap, threads=threads,
+                               mip_start=mip_start, log_file=log_file, verbose=verbose,
+                               objective_scale=info["tu"], options={**EXACT_TOLERANCES, **(options or {})})
+        times["compile"] = times.pop("matrix") + res.times.get("compile", 0.0)
+        times["solve"] = res.times.get("solve", 0.0)
+    else:
+        res = solve_milp(m, time_limit=time_limit, gap=gap, threads=threads, mip_start=mip_start,
+                         log_file=log_file, verbose=verbose, objective_scale=info["tu"], options=options)
+        times.update(res.times)
+    bound = lb if res.bound is None else max(res.bound * info["tu"], lb)   # Prop. 3 holds regardless
+    details.update(size=res.size, start_accepted=res.start_accepted, nodes=res.nodes)
     if not res.has_solution:
         if res.status == Status.INFEASIBLE and start is not None:
             res.message += " (unexpected: a MIP start was given)"
         return Solution(PROBLEM, "milp", res.status, bound=bound, memory_limit=memory, message=res.message,
                         times=times, details=details)
-    sched = read_schedule(m, info, d, bandwidth)
+    sched = _read_arrays(info, d, xs, bandwidth) if formulation == "strong" else read_schedule(m, info, d, bandwidth)
     try:
         validate_offload(chain, sched, memory, tol=1e-6)
     except InvalidOffloadSchedule as e:

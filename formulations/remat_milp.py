@@ -81,6 +81,38 @@ without overheads, delta sizes independent of (and up to 40x) the activation siz
 overheads, and abar^l < a^l (as in paper 004's Table 2); and on paper 004's toy example
 (Table 2, 90 MB: 47.42 ms, the paper's sequence). ``tests/test_remat_milp.py`` keeps a sample.
 
+Dominance: ``up`` left out where it cannot help
+-----------------------------------------------
+``up`` (F_all^j over a stored plain a^j) costs one binary per (phase, stage) and slows HiGHS down:
+without it the model has a quarter fewer binaries, the root LP bound is the same (measured on the
+zoo's ResNet-50 and ResNet-101 chains), and HiGHS's cuts and branching close the gap faster
+(``benchmarks/bench_remat_milp.py --zoo --compare-up``). It is left out at every stage j with
+``wabar^j >= wa^j`` and ``o_f^j <= wd^{j-1} + o_b^j`` (:func:`up_dominated`; all stages but one
+on the zoo's ResNets, the DenseNet has none), because then any valid sequence with ``up`` at stage
+j, in phase t > j, has a rewriting without it of the same makespan in which no operation needs
+more memory:
+
+*Rewriting.* Drop the ``up``; keep the plain a^j (instead of abar^j) through phases t, ..., j+1;
+B^{j+1} accepts it as its input and frees it (Table 1); run ``F_all^j`` (kind ``all``) at the end
+of phase j's sweep, right before B^j.
+
+*Valid.* After the ``up`` nothing runs at stage j before B^j (abar^j is stored), and nothing
+needs abar^j rather than a^j before B^j: F^{j+1} and B^{j+1} take either, and F_none^{j+1} (which
+needs the plain a^j) is not in the original. The new F_all^j finds index j empty (B^{j+1} freed
+a^j) and its input a^{j-1} or abar^{j-1} stored, since B^j needs it and nothing in phase j after
+position j-1 frees it.
+
+*Same makespan.* One F^j (u_f^j) removed, one added.
+
+*Memory, operation by operation.* Before the ``up``: unchanged. The ``up`` itself is gone. From
+it to B^{j+1} included: index j holds wa^j instead of wabar^j, no more. Phase j before position
+j: index j empty instead of wabar^j. The new F_all^j: with S0 the memory stored before B^j in
+the original (abar^j included), it needs ``S0 - wabar^j + wabar^j + o_f^j = S0 + o_f^j``, at
+most the original B^j's ``S0 + wd^{j-1} + o_b^j`` (Definition 3.4) by the second condition.
+Each rewriting removes one ``up`` (a stage has at most one: after it, abar^j stays until B^j),
+so repeating it removes all of them. The tests compare the optimum with and without ``up``,
+and with the exhaustive search, on chains where the conditions hold and where they fail.
+
 Scaling: memory is divided by M and times by the store-all makespan, so the solver sees numbers of
 order 1; HiGHS's feasibility tolerances are tightened to 1e-9 so that a schedule at the limit replays
 under it.
@@ -115,11 +147,19 @@ def _rel(expr, kind: str, rhs: float = 0.0):
     return {"<=": expr <= rhs, "==": expr == rhs, ">=": expr >= rhs}[kind]
 
 
-def _op_index(L: int):
+def up_dominated(chain: Chain, j: int) -> bool:
+    """Whether ``up`` at stage ``j`` (F_all^j over a stored plain a^j) can be left out of the MILP
+    without changing its optimum: ``wabar^j >= wa^j`` and ``o_f^j <= wd^{j-1} + o_b^j`` (the proof
+    is in the module docstring, "Dominance")."""
+    return bool(chain.wabar[j] >= chain.wa[j] and chain.of[j] <= chain.wd[j - 1] + chain.ob[j])
+
+
+def _op_index(L: int, up_stages=None):
     """(t, j, kind) for the op binaries: phase t = 1..L+1, stage j = 1..t.
 
     Stage t in phase t is only ``all`` (the abar^t that B^t needs; a plain a^t is never used once
-    B^{t+1} has run, and nothing is stored at index t except abar^t). F_none^1 never occurs."""
+    B^{t+1} has run, and nothing is stored at index t except abar^t). F_none^1 never occurs.
+    ``up`` only at the stages in ``up_stages`` (None: every stage)."""
     idx = []
     for t in range(1, L + 2):
         for j in range(1, t + 1):
@@ -128,14 +168,19 @@ def _op_index(L: int):
                     continue
                 if j == 1 and kind == "none":
                     continue
+                if kind == "up" and up_stages is not None and j not in up_stages:
+                    continue
                 idx.append((t, j, kind))
     return idx
 
 
-def build_remat_milp(chain: Chain, memory: float, *, cumulative: bool = True):
+def build_remat_milp(chain: Chain, memory: float, *, cumulative: bool = True, prune_up: bool = True):
     """The Pyomo model of the phase/sweep formulation (see the module docstring).
 
-    Returns the ``ConcreteModel``; ``model.time_scale`` converts its objective to seconds.
+    ``prune_up``: leave out ``up`` at the stages where it is dominated (:func:`up_dominated`; the
+    optimum is the same, the model smaller). Returns the ``ConcreteModel``;
+    ``model.time_scale`` converts its objective to seconds, ``model.up_stages`` lists the stages that
+    keep ``up``.
     """
     import pyomo.environ as pyo
 
@@ -154,7 +199,9 @@ def build_remat_milp(chain: Chain, memory: float, *, cumulative: bool = True):
     m = pyo.ConcreteModel(name=f"remat-milp[{chain.name}]")
     m.time_scale = ts
     m.L = L
-    op_idx = _op_index(L)
+    up_stages = [j for j in range(1, L + 1) if not (prune_up and up_dominated(chain, j))]
+    m.up_stages = up_stages
+    op_idx = _op_index(L, set(up_stages))
     m.op = pyo.Var(op_idx, domain=pyo.Binary)
     # state at the start of phase t (t <= L; phase L+1 starts with a^0 only)
     x_idx = [(t, j) for t in range(1, L + 1) for j in range(1, t)]       # plain a^j, j < t
@@ -322,7 +369,8 @@ def start_from_schedule(m, chain: Chain, schedule: RematSchedule | Sequence) -> 
 def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 60, gap: float | None = 1e-4,
                      threads: int | None = None, start: RematSchedule | Sequence | None = None,
                      start_source: str = "the given sequence", min_memory: float | None = None,
-                     log_file=None, verbose: bool = False, cumulative: bool = True) -> Solution:
+                     log_file=None, verbose: bool = False, cumulative: bool = True,
+                     prune_up: bool = True) -> Solution:
     """Optimal re-materialization sequence for paper 004's model by MILP (see the module docstring).
 
     Parameters
@@ -341,6 +389,8 @@ def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 
         The minimum feasible memory, quoted in the message when the MILP is infeasible.
     cumulative : bool
         Memory rows through the running stored-memory variables (O(L^2) nonzeros) or written out.
+    prune_up : bool
+        Leave out the dominated ``up`` operations (module docstring, "Dominance"); same optimum.
 
     Returns
     -------
@@ -362,7 +412,7 @@ def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 
     times: dict[str, float] = {}
     t_all = time.perf_counter()
     with timed(times, "build"):
-        model = build_remat_milp(chain, memory, cumulative=cumulative)
+        model = build_remat_milp(chain, memory, cumulative=cumulative, prune_up=prune_up)
     mip_start = None
     start_note = "no MIP start"
     if start is not None:
@@ -376,6 +426,7 @@ def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 
     times.update(res.times)
     ts = model.time_scale
     details = {"model_size": res.size, "mip_start": start_note, "start_accepted": res.start_accepted,
+               "up_stages": list(model.up_stages),
                "milp_status": str(res.status), "milp_message": res.message,
                "time_limit": time_limit, "gap_target": gap}
     pred = None if res.objective is None else res.objective * ts

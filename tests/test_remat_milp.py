@@ -10,7 +10,7 @@ from memplan.baselines.remat_heuristics import store_all_schedule
 from memplan.baselines.remat_rotor import floating, min_memory, persistent
 from memplan.formulations.highs_driver import solve_milp
 from memplan.formulations.remat_milp import build_remat_milp, schedule_from_model, solve_remat_milp, start_from_schedule
-from memplan.models.chain import random_chain
+from memplan.models.chain import Chain, random_chain
 from memplan.models.instance import load_chain
 from memplan.models.remat import simulate_remat
 from memplan.models.solution import Status
@@ -137,3 +137,42 @@ def test_dispatch_through_memplan_solve(method):
     if method == "remat-milp":
         assert "bound" in text and sol.objective * 1e3 == pytest.approx(47.42)
         assert sol.details["mip_start"] == "MIP start from the persistent DP"
+
+
+# --- issue 21: the dominated ``up`` operations (F_all^j over a stored a^j) are left out ----------------
+def _abar_smaller(L, seed):
+    """random_chain(L, seed) with abar^j < a^j at the odd stages (as for stage 4 of paper 004's Table 2),
+    where ``up`` is not dominated and must stay in the model."""
+    c = random_chain(L, seed)
+    wab = [float(c.wa[j] - 1 if j % 2 and c.wa[j] > 1 else c.wabar[j]) for j in range(L + 1)]
+    return Chain.from_stages(uf=c.uf[1:L + 1], ub=c.ub[1:L + 1], wa=c.wa[:L + 1], wabar=wab, wd=c.wd[:L + 1],
+                             of=c.of[1:L + 1], ob=c.ob[1:L + 1], name=f"abar<a {L} {seed}")
+
+
+def test_up_kept_where_not_dominated_in_paper004_table2():
+    """Table 2 of paper 004: abar^4 (11177820.16 B) < a^4 (11198791.68 B), so only stage 4 keeps ``up``;
+    every other stage has abar^j = a^j and no forward overhead (o_f = 0), so ``up`` is dominated there."""
+    chain = load_chain("instances/paper004_table2.json")
+    assert chain.wabar[4] < chain.wa[4]
+    assert build_remat_milp(chain, 90 * MIB).up_stages == [4]
+    assert build_remat_milp(chain, 90 * MIB, prune_up=False).up_stages == list(range(1, chain.L + 1))
+
+
+@pytest.mark.parametrize("make,L,seed", [(random_chain, 5, 1), (random_chain, 6, 3),
+                                         (_abar_smaller, 5, 2), (_abar_smaller, 6, 4)])
+def test_prune_up_keeps_the_optimum(make, L, seed):
+    """With and without the dominated ``up``: both MILPs reach the exhaustive search's optimum (which tries
+    every operation the simulator accepts, F_all over a stored a^j included), also at the minimum memory."""
+    chain = make(L, seed)
+    kept = build_remat_milp(chain, 1e9).up_stages
+    assert len(kept) < L                        # something is left out: the test is not vacuous
+    if make is _abar_smaller:                   # abar^j < a^j: not dominated
+        assert {j for j in range(1, L + 1, 2) if chain.wa[j] > 1} <= set(kept)
+    for memory in remat_limits(chain, (0.0, 0.1, 0.3, 0.6)):
+        ex = exhaustive_remat(chain, memory)
+        a = solve_remat_milp(chain, memory, threads=1, time_limit=20)
+        b = solve_remat_milp(chain, memory, threads=1, time_limit=20, prune_up=False)
+        assert a.status == b.status == Status.OPTIMAL, (a.message, b.message)
+        _check(chain, memory, a)
+        assert a.objective == pytest.approx(ex[0], abs=1e-9)
+        assert b.objective == pytest.approx(ex[0], abs=1e-9)

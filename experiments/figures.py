@@ -262,7 +262,8 @@ PIPE_STYLE = {"pipedream": dict(s=16, c="tab:blue", marker="o", label="PipeDream
 
 
 def pipeline_summary(df):
-    """ILP against the best PipeDream schedule at each (instance, gpus, memory limit)."""
+    """ILP against the best PipeDream schedule, and against the best baseline row (PipeDream or
+    GPipe), at each (instance, gpus, memory limit)."""
     import pandas as pd
 
     ok = _ok(df[df["problem"] == "pipeline"])
@@ -272,6 +273,8 @@ def pipeline_summary(df):
         return pd.DataFrame()
     s = piv.reset_index()
     s["ilp_over_pipedream"] = s["ilp"] / s["pipedream"]
+    base = [m for m in ("pipedream", "gpipe") if m in s]
+    s["ilp_over_best_baseline"] = s["ilp"] / s[base].min(axis=1)
     return s
 
 

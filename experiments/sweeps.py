@@ -5,6 +5,9 @@
                   [--workers N | --scheduler ADDRESS] [-o DIR] [--csv] [--no-plot] [--fresh]
     memplan sweep --config exp.toml [-o DIR] [--workers N | --scheduler ADDRESS]
 
+The run options (``--workers``, ``--scheduler``, ``-o``, ``--csv``, ``--no-plot``, ``--fresh``,
+``-q``) may also come before PROBLEM: ``memplan sweep --workers 2 remat --instance ...``.
+
 PROBLEM is one of the four experiments (``remat``, ``offload``, ``remat-offload``, ``pipeline``); each
 is a thin module (a grid and a figure) with its own extra options (see ``memplan sweep PROBLEM
 --help``). The table goes to ``DIR/results/`` (Parquet parts, resumable: a task already there is not
@@ -161,8 +164,23 @@ def execute(grids, out, *, workers=None, scheduler=None, csv=False, fresh=False,
     return df, stats
 
 
+#: the run options ``memplan sweep`` takes before and after the experiment's name
+RUN_OPTIONS = ("workers", "scheduler", "out", "csv", "no_plot", "fresh", "quiet")
+
+
+def merge_run_options(args) -> None:
+    """``memplan sweep --workers 2 remat ...``: a run option given before the experiment's name (kept
+    under ``top_<name>`` by the ``sweep`` parser, so that the experiment parser's defaults do not
+    overwrite it) counts unless the same option is also given after the name."""
+    for name in RUN_OPTIONS:
+        top = getattr(args, f"top_{name}", None)
+        if top not in (None, False) and getattr(args, name, None) in (None, False):
+            setattr(args, name, top)
+
+
 def run_experiment(mod, args) -> int:
     """``memplan sweep PROBLEM``: the module's grid, the engine, its figure."""
+    merge_run_options(args)
     grids = mod.grids(args)
     out = Path(args.out or mod.default_out(args))
     df, stats = execute(grids, out, workers=args.workers, scheduler=args.scheduler, csv=args.csv,
@@ -220,6 +238,8 @@ def run_config(args) -> int:
 
 
 def _cmd_sweep(args) -> int:
+    for name in RUN_OPTIONS:
+        setattr(args, name, getattr(args, f"top_{name}"))
     if args.config:
         return run_config(args)
     raise InputError("sweep: name an experiment (remat, offload, remat-offload, pipeline) or give --config FILE")
@@ -229,14 +249,18 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("sweep", help="run an experiment grid (table + figure; resumable, on Dask)",
                               description=__doc__.split("\n\n")[0],
                               epilog="See `memplan sweep PROBLEM --help`.")
+    # the run options may come before the experiment's name too (memplan sweep --workers 2 remat ...):
+    # kept as top_<name> (an experiment parser's defaults would overwrite them), see merge_run_options
     p.add_argument("--config", help="a TOML file listing grids (several instances and problems)")
-    p.add_argument("--workers", type=int, default=None, help="local worker processes (default: cores; 1: no Dask)")
-    p.add_argument("--scheduler", default=None, metavar="ADDRESS", help="an existing Dask scheduler")
-    p.add_argument("-o", "--out", default=None, help="output folder")
-    p.add_argument("--csv", action="store_true", help="also write DIR/results.csv")
-    p.add_argument("--no-plot", action="store_true")
-    p.add_argument("--fresh", action="store_true")
-    p.add_argument("--quiet", "-q", action="store_true")
+    p.add_argument("--workers", dest="top_workers", type=int, default=None,
+                   help="local worker processes (default: cores; 1: no Dask)")
+    p.add_argument("--scheduler", dest="top_scheduler", default=None, metavar="ADDRESS",
+                   help="an existing Dask scheduler")
+    p.add_argument("-o", "--out", dest="top_out", default=None, help="output folder")
+    p.add_argument("--csv", dest="top_csv", action="store_true", help="also write DIR/results.csv")
+    p.add_argument("--no-plot", dest="top_no_plot", action="store_true")
+    p.add_argument("--fresh", dest="top_fresh", action="store_true")
+    p.add_argument("--quiet", "-q", dest="top_quiet", action="store_true")
     p.set_defaults(func=_cmd_sweep)
     sub = p.add_subparsers(dest="experiment", required=False)
     for name, (modname, help_) in EXPERIMENTS.items():

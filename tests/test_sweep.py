@@ -104,7 +104,12 @@ def test_external_scheduler_gives_the_same_rows(one_worker, tmp_path):
 
 
 def test_unreachable_scheduler_is_one_line(tmp_path, capsys):
-    assert main(ARGS + ["--scheduler", "tcp://127.0.0.1:1", "-o", str(tmp_path / "x")]) == 2
+    import dask
+
+    t0 = time.perf_counter()
+    with dask.config.set({"distributed.comm.timeouts.connect": "2s"}):     # Dask's own setting is honoured
+        assert main(ARGS + ["--scheduler", "tcp://127.0.0.1:1", "-o", str(tmp_path / "x")]) == 2
+    assert time.perf_counter() - t0 < 15
     err = capsys.readouterr().err
     assert "--scheduler tcp://127.0.0.1:1" in err and "Traceback" not in err
 
@@ -201,3 +206,125 @@ def test_bad_config_names_the_key(tmp_path, capsys):
 
 def test_volatile_columns_are_the_timings_only():
     assert set(VOLATILE) == {"solve_time", "wall_time", "times", "worker", "run_id", "finished_at"}
+
+
+# ------------------------------------------------------------------ chains, shared inputs, worker death
+# a random chain of 6 layers on 2 GPUs, free communications: between 0.75 and 1 of its memory range
+# every ILP limit solves in about a second, and the ILP beats both baselines there
+PIPE = dict(methods=["ilp", "pipedream", "gpipe"], gpus=[2], time_limit=30,
+            options={"memory_model": "paper", "n_batches": 60, "threads": 1})
+
+
+def _pipeline_tasks(fractions, methods=None):
+    from memplan.experiments.sweep_engine import Grid, expand
+
+    return expand([Grid("pipeline", ["random:6:1"], fractions=fractions, **{**PIPE, "methods": methods or PIPE["methods"]})])
+
+
+def test_pipeline_ilp_tasks_chain_by_increasing_limit_and_share_the_baseline_points(tmp_path):
+    """The ILP tasks of a series start from the pattern of the limit below (as the serial script
+    did), on 1 worker, on 2 workers and after a resume; their periods never increase with the limit
+    and are never above a baseline's at the same limit (the baselines' points are the ILP's too)."""
+    import memplan
+    from memplan.experiments.sweep_engine import run_sweep, run_task
+    from memplan.models.pipeline import Pattern, simulate_pattern, task_data
+
+    tasks, inputs = _pipeline_tasks([1.0, 0.75, 0.9])       # given unsorted: the chain sorts them
+    ilp = sorted((t for t in tasks if t["method"] == "ilp"), key=lambda t: t["memory_limit"])
+    assert [t.get("after") for t in ilp] == [None, ilp[0]["key"], ilp[1]["key"]]
+    assert all(t.get("after") is None for t in tasks if t["method"] != "ilp")
+    # one set of complete baseline points per series, the same object for every method
+    keys = {t["inputs"]["points"] for t in tasks}
+    assert len(keys) == 1 and {p.method for p in inputs[keys.pop()]} == {"pipedream", "gpipe"}
+
+    seen = []
+
+    def recording(task, instance, inp, prev):
+        seen.append((task["key"], None if prev is None else prev["key"]))
+        return run_task(task, instance, inp, prev)
+
+    # resume: the first ILP limit is solved alone, the others start from its row in the table
+    out1 = tmp_path / "w1"
+    run_sweep([ilp[0]], inputs, out1, workers=1, progress=False)
+    run_sweep(tasks, inputs, out1, workers=1, progress=False, task_fn=recording)
+    prev_of = dict(seen)
+    assert ilp[0]["key"] not in prev_of
+    assert prev_of[ilp[1]["key"]] == ilp[0]["key"] and prev_of[ilp[2]["key"]] == ilp[1]["key"]
+    df1 = read_results(out1)
+    out2 = tmp_path / "w2"
+    run_sweep(tasks, inputs, out2, workers=2, progress=False)
+    df2 = read_results(out2)
+    assert same_rows(df1, df2) == []
+
+    chain = memplan.random_chain(6, seed=1, integer=False)
+    td = task_data(chain, None, "paper")
+    piv = df1.pivot_table(index="memory_limit", columns="method", values="objective")
+    assert len(piv) == 3 and piv.notna().all().all()
+    assert (piv["ilp"].diff().dropna() <= 1e-9).all()                       # never worse with more memory
+    assert (piv["ilp"] <= piv[["pipedream", "gpipe"]].min(axis=1) * (1 + 1e-9)).all()
+    assert (piv["ilp"] < piv["pipedream"] * (1 - 1e-3)).any()                # and does better somewhere
+    # the row's schedule is the pattern the successor starts from: it replays to the row's values
+    for r in df1[df1.method == "ilp"].itertuples():
+        pat = Pattern.from_json(json.loads(r.schedule))
+        sim = simulate_pattern(pat, td, gpus=2)
+        assert sim.period == pytest.approx(r.objective) and sim.peak_memory <= r.memory_limit * (1 + 1e-9)
+    assert df1[df1.method != "ilp"].schedule.isna().all()
+    # the baseline rows are the best points within the limit, as a solve computing its own sweep says
+    for r in df1[df1.method == "pipedream"].itertuples():
+        own = memplan.pipeline.solve(chain, memory=r.memory_limit, bandwidth=None, gpus=2, method="pipedream",
+                                     n_batches=60, memory_model="paper")
+        assert own.objective == pytest.approx(r.objective)
+
+
+def test_a_task_that_kills_its_worker_is_retried_once_then_an_error_row(tmp_path):
+    """The head of an ILP chain kills its worker process every time it runs: it is run twice (one
+    retry), recorded as an error row, and its successor runs without a start; the other tasks finish."""
+    from memplan.experiments.sweep_engine import run_sweep, run_task
+
+    tasks, inputs = _pipeline_tasks([0.75, 1.0], ["ilp", "pipedream"])
+    head = min((t for t in tasks if t["method"] == "ilp"), key=lambda t: t["memory_limit"])
+    marks = tmp_path / "tries"
+    marks.mkdir()
+
+    def crashing(task, instance, inp, prev, _head=head["key"], _marks=str(marks)):
+        import os as _os
+        import uuid as _uuid
+
+        if task["key"] == _head:
+            open(_os.path.join(_marks, _uuid.uuid4().hex), "w").close()
+            _os._exit(3)                                        # the worker process dies
+        return run_task(task, instance, inp, prev)
+
+    import dask
+
+    t0 = time.time()
+    # workers forked from this process (already importing memplan) restart in a fraction of a second
+    with dask.config.set({"distributed.worker.multiprocessing-method": "fork"}):
+        st = run_sweep(tasks, inputs, tmp_path / "out", workers=2, progress=False, task_fn=crashing)
+    df = read_results(tmp_path / "out")
+    assert len(df) == len(tasks) and st.failed == 1
+    bad = df[df.key == head["key"]].iloc[0]
+    assert bad.status == "error" and "KilledWorker" in bad.error
+    assert len(list(marks.iterdir())) == 2                       # tried, then retried once
+    good = df[df.key != head["key"]]
+    assert (good.status != "error").all() and good.objective.notna().all()
+    assert time.time() - t0 < 60
+
+
+def test_run_options_may_come_before_the_experiment_name(tmp_path):
+    from memplan.experiments.cli import build_parser
+    from memplan.experiments.sweeps import merge_run_options
+
+    out = tmp_path / "o"
+    assert main(["sweep", "--workers", "1", "-o", str(out), "-q", "--no-plot", "remat", "--instance", TOY,
+                 "--methods", "rotor", "--points", "2"]) == 0
+    assert len(read_results(out)) == 2
+    assert "to solve on in-process" in (out / "sweep.log").read_text()
+    a = build_parser().parse_args(["sweep", "--workers", "2", "--scheduler", "tcp://h:1", "--csv", "remat",
+                                   "--instance", TOY])
+    merge_run_options(a)
+    assert (a.workers, a.scheduler, a.csv, a.out) == (2, "tcp://h:1", True, None)
+    # given on both sides, the one after the name wins
+    a = build_parser().parse_args(["sweep", "--workers", "2", "remat", "--instance", TOY, "--workers", "3"])
+    merge_run_options(a)
+    assert a.workers == 3

@@ -65,7 +65,9 @@ import sys
 import time
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 from memplan.baselines import remat_heuristics as H
 from memplan.baselines.remat_min_memory import min_memory, min_memory_of
@@ -134,6 +136,29 @@ class Discretization:
 
 
 # ----------------------------------------------------------------------------- persistent kernel
+@intrinsic
+def _prefetch(typingctx, arr, idx):
+    """Hint the CPU to load ``arr[idx]`` into the caches (``llvm.prefetch``, read, high locality).
+    Only a hint: it changes no value."""
+    sig = types.void(arr, idx)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        i8p = ir.IntType(8).as_pointer()
+        ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), i8p)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, ir.IntType(32), ir.IntType(32), ir.IntType(32)])
+        fn = builder.module.globals.get("llvm.prefetch.p0i8") or ir.Function(builder.module, fnty,
+                                                                              name="llvm.prefetch.p0i8")
+        i32 = ir.IntType(32)
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+#: rows of C prefetched ahead of the inner loop (see ``_persistent_kernel``)
+_LOOKAHEAD = 8
+
+
 @njit(cache=True)
 def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry):
     """Table C[s, t, m] for 1 <= s <= t <= L+1, 0 <= m <= S (Eq. 6-7). ``allow_carry=False`` forbids
@@ -142,14 +167,29 @@ def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry):
     The arg-min is not stored: :func:`_persistent_choice` recomputes it along the reconstructed path
     only (O(L) per visited entry), which keeps the O(S L^3) inner loop a plain ``min``.
     ``lo[s, t]`` is the smallest m where C[s, t, m] is finite (C is non-increasing in m), so the
-    inner loops skip the infeasible region; above ``full[s, t]`` storing everything fits and C is the
-    store-all time."""
+    inner loops skip the infeasible region; above ``top[s, t]`` (``full[s, t]``: storing everything
+    fits) C is the store-all time ``base[s, t]``, a lower bound, so no search is needed there.
+
+    Order and pruning (the values are bit-identical to the plain diagonal-by-diagonal evaluation:
+    every entry is the ``min`` of the same floating-point candidates):
+
+    - rows s from L down to 1; within row s, split points s' ascending, and for each s' every cell
+      (s, t), t >= s'. The second operand C[s, s'-1] is then final (its splits are all <= s'-1) and
+      read once for all t, and the first operands C[s', s'..L+1] are one contiguous block of the
+      table read in order (prefetched ``_LOOKAHEAD`` cells ahead), while row s stays in cache.
+    - each candidate ``U + C[s', t, m - wa^{s'-1}] + C[s, s'-1, m]`` is non-increasing in m and at
+      least ``lb = U + C[s', t, S] + C[s, s'-1, S]`` (the rows' minima, same arithmetic, so the
+      bound holds in floating point); the running minimum of row (s, t) is non-increasing too, so
+      the split can only improve it on the prefix where it is still above ``lb``: a binary search
+      finds that prefix and the rest is skipped."""
     n = L + 2
     C = np.full((n, n, S + 1), np.inf)
+    flat = C.reshape(n * n * (S + 1))
     lo = np.full((n, n), S + 1, dtype=np.int64)
     # full[s, t]: memory from which "F_all every stage" fits in sub-chain (s, t); from there on
     # C[s, t, m] is the sum of u_f + u_b over s..t, a lower bound, so no search is needed.
     full = np.zeros((n, n), dtype=np.int64)
+    top = np.full((n, n), S + 1, dtype=np.int64)
     base = np.zeros((n, n))
     for s in range(1, L + 2):
         need = max(wd[s] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
@@ -158,7 +198,6 @@ def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry):
         lo[s, s] = min(need, S + 1)
         full[s, s] = need
         base[s, s] = uf[s] + ub[s]
-    buf = np.empty(S + 1)
     if allow_carry:
         for d in range(1, L + 1):
             for s in range(1, L + 2 - d):
@@ -166,44 +205,67 @@ def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry):
                 full[s, t] = max(wd[t] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s],
                                  wab[s] + full[s + 1, t])
                 base[s, t] = uf[s] + base[s + 1, t] + ub[s]   # same order as C_all: exact match
-    for d in range(1, L + 1):
-        for s in range(1, L + 2 - d):
-            t = s + d
-            buf[:] = np.inf
-            top = S + 1
-            if allow_carry and full[s, t] <= S:
-                top = full[s, t]
-                for m in range(top, S + 1):
-                    buf[m] = base[s, t]
-            # F_all^s first (C_all)
+                if full[s, t] <= S:
+                    top[s, t] = full[s, t]
+    for s in range(L, 0, -1):
+        # store-all region and F_all^s first (C_all; row s+1 is final)
+        for t in range(s + 1, L + 2):
+            buf = C[s, t]
+            tp = top[s, t]
+            for m in range(tp, S + 1):
+                buf[m] = base[s, t]
             if allow_carry:
                 need = max(wd[t] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
                 sub = C[s + 1, t]
-                for m in range(max(need, wab[s] + lo[s + 1, t]), top):
-                    buf[m] = uf[s] + sub[m - wab[s]] + ub[s]
-            # F_ck^s, F_none^{s+1..s'-1} (C_ck)
-            need = wd[t] + wa[s] + of[s]
-            fsum = 0.0
-            for sp in range(s + 1, t + 1):
-                fsum += uf[sp - 1]
-                if sp - 1 > s:   # F_none^{sp-1} joins the run
-                    j = sp - 1
-                    need = max(need, wd[t] + wa[j - 1] + wa[j] + of[j])
+                w = wab[s]
+                for m in range(max(need, w + lo[s + 1, t]), tp):
+                    buf[m] = uf[s] + sub[m - w] + ub[s]
+        # F_ck^s, F_none^{s+1..s'-1} (C_ck): the forward run needs wd^t + pre for every t
+        pre = wa[s] + of[s]
+        fsum = 0.0
+        for sp in range(s + 1, L + 2):
+            fsum += uf[sp - 1]
+            if sp - 1 > s:   # F_none^{sp-1} joins the run
+                j = sp - 1
+                pre = max(pre, wa[j - 1] + wa[j] + of[j])
+            second = C[s, sp - 1]          # final: all its split points are <= sp - 1
+            lo2 = lo[s, sp - 1]
+            s2 = second[S]
+            shift = wa[sp - 1]
+            rowbase = sp * n * (S + 1) - shift
+            for t in range(sp, L + 2):
+                tq = t + _LOOKAHEAD
+                if tq <= L + 1:
+                    sq = max(wd[tq] + pre, shift + lo[sp, tq], lo2)
+                    off = rowbase + tq * (S + 1)
+                    for mm in range(sq, min(top[s, tq], sq + 96), 8):
+                        _prefetch(flat, off + mm)
+                need = wd[t] + pre
                 if need > S:
-                    break
+                    continue
+                end = top[s, t]
+                start = max(need, shift + lo[sp, t], lo2)
+                if start >= end:
+                    continue
                 first = C[sp, t]
-                second = C[s, sp - 1]
-                shift = wa[sp - 1]
-                start = max(need, shift + lo[sp, t], lo[s, sp - 1])
-                for m in range(start, top):
+                buf = C[s, t]
+                lb = fsum + first[S] + s2
+                a, b = start, end
+                while a < b:
+                    h = (a + b) >> 1
+                    if buf[h] <= lb:
+                        b = h
+                    else:
+                        a = h + 1
+                for m in range(start, a):
                     buf[m] = min(buf[m], fsum + first[m - shift] + second[m])
-            C[s, t, :] = buf
+            row = C[s, sp]                 # cell (s, sp) is final
             first_finite = S + 1
             for m in range(S + 1):
-                if buf[m] < np.inf:
+                if row[m] < np.inf:
                     first_finite = m
                     break
-            lo[s, t] = first_finite
+            lo[s, sp] = first_finite
     return C
 
 
@@ -256,18 +318,52 @@ def _persistent_sequence(C, s, t, m, disc: Discretization, chain: Chain, allow_c
 
 # ----------------------------------------------------------------------------- floating kernel
 @njit(cache=True)
+def _floating_cells(L):
+    """Rows of the floating DP's compact tables: (cells s <= t <= l, cells r < t' <= l) over 1..L+1."""
+    k = L + 1
+    return (k * (k + 1) * (k + 2)) // 6, ((k - 1) * k * (k + 1)) // 6
+
+
+@njit(cache=True)
+def _floating_index(L):
+    """Row numbers of the compact floating tables: IC[s, t, l] for s <= t <= l, IG[r, t', l] for
+    r < t' <= l (cells of one l together, then s, then t), -1 for cells that do not exist."""
+    n = L + 2
+    IC = np.full((n, n, n), -1, dtype=np.int64)
+    IG = np.full((n, n, n), -1, dtype=np.int64)
+    kc = 0
+    kg = 0
+    for l in range(1, n):
+        for s in range(1, l + 1):
+            for t in range(s, l + 1):
+                IC[s, t, l] = kc
+                kc += 1
+                if t > s:
+                    IG[s, t, l] = kg
+                    kg += 1
+    return IC, IG
+
+
+@njit(cache=True)
 def _floating_kernel(L, S, uf, ub, wa, wab, wd, of, ob, prune):
     """Tables for Theorem 4.7. C[s, t, l, m]; choice R[s,t,l,m] = r (0: infeasible, -1: F_all^s,
     -2: floating move to a^{t-1} then C(t, t, l)),
     TP[s,t,l,m] = t'. G[r, t', l, m] = min over s' of U(r, s'-1) + C[s', t', l, m - wa^{s'-1}] with the
     F_ck^r and F_none^{r+1..s'-1} memory checks; GS = the arg-min s'. Order: l increasing, s
-    decreasing, so that G(r=s, ., l) only needs C(s' > s, ., l) and C(r, t, t'-1 < l)."""
+    decreasing, so that G(r=s, ., l) only needs C(s' > s, ., l) and C(r, t, t'-1 < l).
+
+    Compact layout: only the cells that exist are stored, C, R, TP for 1 <= s <= t <= l <= L+1 and
+    G, GS for 1 <= r < t' <= l <= L+1, one row of S+1 entries each; ``IC[s, t, l]`` and
+    ``IG[r, t', l]`` give the row (-1 elsewhere). That is about a sixth of the dense
+    (L+2)^3 (S+1) layout (:func:`floating_table_bytes`)."""
     n = L + 2
-    C = np.full((n, n, n, S + 1), np.inf)
-    R = np.zeros((n, n, n, S + 1), dtype=np.int16)
-    TP = np.zeros((n, n, n, S + 1), dtype=np.int16)
-    G = np.full((n, n, n, S + 1), np.inf)
-    GS = np.zeros((n, n, n, S + 1), dtype=np.int16)
+    IC, IG = _floating_index(L)
+    nc, ng = _floating_cells(L)
+    C = np.full((nc, S + 1), np.inf)
+    R = np.zeros((nc, S + 1), dtype=np.int16)
+    TP = np.zeros((nc, S + 1), dtype=np.int16)
+    G = np.full((ng, S + 1), np.inf)
+    GS = np.zeros((ng, S + 1), dtype=np.int16)
     U = np.zeros((n + 1, n + 1))   # U[a, b] = sum_{k=a}^{b} uf[k]
     for a in range(1, n):
         acc = 0.0
@@ -279,8 +375,8 @@ def _floating_kernel(L, S, uf, ub, wa, wab, wd, of, ob, prune):
             # --- G(s, t', l, .) for s < t' <= l (needs C(s' > s, t', l))
             if s < l:
                 for tp in range(s + 1, l + 1):
-                    g = G[s, tp, l]
-                    gs = GS[s, tp, l]
+                    g = G[IG[s, tp, l]]
+                    gs = GS[IG[s, tp, l]]
                     need = wd[l] + wa[s] + of[s]          # F_ck^s
                     for sp in range(s + 1, tp + 1):
                         if sp - 1 > s:
@@ -288,7 +384,7 @@ def _floating_kernel(L, S, uf, ub, wa, wab, wd, of, ob, prune):
                             need = max(need, wd[l] + wa[j - 1] + wa[j] + of[j])
                         if need > S:
                             break
-                        sub = C[sp, tp, l]
+                        sub = C[IC[sp, tp, l]]
                         shift = wa[sp - 1]
                         u = U[s, sp - 1]
                         for m in range(max(need, shift), S + 1):
@@ -298,9 +394,9 @@ def _floating_kernel(L, S, uf, ub, wa, wab, wd, of, ob, prune):
                                 gs[m] = sp
             # --- C(s, t, l, .) for s <= t <= l
             for t in range(s, l + 1):
-                row = C[s, t, l]
-                rr = R[s, t, l]
-                tt = TP[s, t, l]
+                row = C[IC[s, t, l]]
+                rr = R[IC[s, t, l]]
+                tt = TP[IC[s, t, l]]
                 if s == t == l:
                     need = max(wd[s] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
                     for m in range(need, S + 1):
@@ -309,7 +405,7 @@ def _floating_kernel(L, S, uf, ub, wa, wab, wd, of, ob, prune):
                     continue
                 if s == t:  # C_all (Eq. 5)
                     need = max(wd[l] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
-                    sub = C[s + 1, s + 1, l]
+                    sub = C[IC[s + 1, s + 1, l]]
                     for m in range(max(need, wab[s]), S + 1):
                         v = uf[s] + sub[m - wab[s]] + ub[s]
                         if v < row[m]:
@@ -324,7 +420,7 @@ def _floating_kernel(L, S, uf, ub, wa, wab, wd, of, ob, prune):
                         lo = max(lo, wd[l] + wa[j - 1] + wa[j] + of[j] - wa[s - 1])
                     delta_m = wa[t - 1] - wa[s - 1]
                     lo = max(lo, delta_m)
-                    sub = C[t, t, l]
+                    sub = C[IC[t, t, l]]
                     u = U[s, t - 1]
                     for m in range(max(lo, 0), S + 1):
                         m2 = m - delta_m
@@ -352,8 +448,8 @@ def _floating_kernel(L, S, uf, ub, wa, wab, wd, of, ob, prune):
                     lo = max(pre, mid - wa[s - 1], delta_m)
                     u = U[s, r - 1] if r > s else 0.0
                     for tp in range(t + 1, l + 1):
-                        g = G[r, tp, l]
-                        second = C[r, t, tp - 1]
+                        g = G[IG[r, tp, l]]
+                        second = C[IC[r, t, tp - 1]]
                         for m in range(max(lo, 0), S + 1):
                             m2 = m - delta_m
                             if m2 > S:
@@ -363,11 +459,11 @@ def _floating_kernel(L, S, uf, ub, wa, wab, wd, of, ob, prune):
                                 row[m] = v
                                 rr[m] = r
                                 tt[m] = tp
-    return C, R, TP, GS
+    return C, R, TP, GS, IC, IG
 
 
-def _floating_sequence(R, TP, GS, s, t, l, m, disc: Discretization, out: list) -> None:
-    """Algorithm 2 (OptRecFL), iterative."""
+def _floating_sequence(R, TP, GS, IC, IG, s, t, l, m, disc: Discretization, out: list) -> None:
+    """Algorithm 2 (OptRecFL), iterative (``IC``, ``IG``: the rows of the compact tables)."""
     wa = disc.wa
     stack = [(s, t, l, m, 0)]
     while stack:
@@ -375,7 +471,7 @@ def _floating_sequence(R, TP, GS, s, t, l, m, disc: Discretization, out: list) -
         if kind == 1:
             out.append(("B", s))
             continue
-        r = int(R[s, t, l, m])
+        r = int(R[IC[s, t, l], m])
         if r == 0:
             raise RuntimeError(f"internal error: no choice at C[{s},{t},{l},{m}]")
         if s == t == l:
@@ -388,9 +484,9 @@ def _floating_sequence(R, TP, GS, s, t, l, m, disc: Discretization, out: list) -
             out.extend(("F_none", j) for j in range(s, t))
             stack.append((t, t, l, m - int(wa[t - 1]) + int(wa[s - 1]), 0))
         else:
-            tp = int(TP[s, t, l, m])
+            tp = int(TP[IC[s, t, l], m])
             m2 = m - int(wa[r - 1]) + int(wa[s - 1])
-            sp = int(GS[r, tp, l, m2])
+            sp = int(GS[IG[r, tp, l], m2])
             out.extend(("F_none", j) for j in range(s, r))
             out.append(("F_ck", r))
             out.extend(("F_none", j) for j in range(r + 1, sp))
@@ -421,9 +517,13 @@ class TableTooLarge(ValueError):
 
 
 def floating_table_bytes(L: int, slots: int) -> float:
-    """Bytes of the floating DP's tables for ``L`` stages and ``slots`` memory slots (about
-    5 (L+2)^3 (slots+1) 8-byte entries); :func:`floating` refuses more than ``FLOATING_TABLE_LIMIT``."""
-    return 5.0 * (L + 2) ** 3 * (slots + 1) * 8
+    """Bytes of the floating DP's compact tables for ``L`` stages and ``slots`` memory slots: rows of
+    ``slots + 1`` entries, C (8 bytes), R and TP (2 bytes each) for the (L+1)(L+2)(L+3)/6 cells
+    s <= t <= l, G (8 bytes) and GS (2 bytes) for the L(L+1)(L+2)/6 cells r < t' <= l, plus the two
+    (L+2)^3 row indexes; :func:`floating` refuses more than ``FLOATING_TABLE_LIMIT``."""
+    k = L + 1
+    nc, ng = k * (k + 1) * (k + 2) // 6, (k - 1) * k * (k + 1) // 6
+    return float((nc * 12 + ng * 10) * (slots + 1) + 2 * 8 * (L + 2) ** 3)
 
 
 def persistent_table_bytes(L: int, slots: int) -> float:
@@ -462,14 +562,14 @@ def _dp(chain: Chain, memory: float, kind: str, slots: int, exact: bool, mode: s
         return None, None, disc
     L = chain.L
     if kind == "all":
-        C, R, TP, GS = _floating_kernel(*_args(disc, chain), prune)
-        v = C[1, 1, L + 1, budget]
+        C, R, TP, GS, IC, IG = _floating_kernel(*_args(disc, chain), prune)
+        v = C[IC[1, 1, L + 1], budget]
         if not math.isfinite(v):
             return None, None, disc
         ops = None
         if mode == "up":
             ops = []
-            _floating_sequence(R, TP, GS, 1, 1, L + 1, budget, disc, ops)
+            _floating_sequence(R, TP, GS, IC, IG, 1, 1, L + 1, budget, disc, ops)
         return float(v), ops, disc
     carry = kind == "persistent"
     C = _persistent_kernel(*_args(disc, chain), carry)

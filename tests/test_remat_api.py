@@ -61,7 +61,7 @@ def test_memplan_solve_gives_the_paper_value():
     (dict(memory="90MiB", exact=True), "exact", "integer sizes"),
     (dict(memory="90MiB", exact="yes"), "exact", "True or False"),
     (dict(memory="90MiB", time_limit=-1), "time_limit", "positive"),
-    (dict(memory="90MiB", method="rotor-floating", slots=10**6), "slots", "use slots <="),
+    (dict(memory="90MiB", method="rotor-floating", slots=10**7), "slots", "use slots <="),
 ])
 def test_input_errors_name_the_input(toy, kwargs, names, hint):
     with pytest.raises(InputError) as e:

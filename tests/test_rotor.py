@@ -152,7 +152,7 @@ def test_explicit_slots_above_the_table_limit_are_refused_with_what_fits():
     assert "use slots <=" in str(e.value) and e.value.max_slots < 100_000_000
     assert rotor.persistent_table_bytes(6, e.value.max_slots) <= rotor.PERSISTENT_TABLE_LIMIT
     with pytest.raises(rotor.TableTooLarge, match="method 'rotor'"):
-        rotor.floating(c, 1e9, slots=10**6)
+        rotor.floating(c, 1e9, slots=10**7)   # 16 GB of compact tables at L = 6
 
 
 def test_huge_sizes_in_slots_are_clipped_not_overflowed():

@@ -147,6 +147,10 @@ def _remat_milp(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution
     sol.times = _with_start_time(sol.times, t_start)
     if start is not None and sol.status not in (Status.OPTIMAL, Status.INFEASIBLE):
         sol = _better_of_milp_and_start(chain, memory, sol, start, source)
+    if sol.schedule is not None:
+        # every sequence runs each F^l and B^l at least once: store-all's time is a bound whatever
+        # HiGHS got to prove (it has none when stopped before the root LP finishes)
+        sol.bound = max(chain.store_all_time(), sol.bound if sol.bound is not None else 0.0)
     return sol
 
 

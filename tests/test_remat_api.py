@@ -167,8 +167,8 @@ def test_remat_milp_whole_call_time_limit():
     assert sol.status == Status.TIME_LIMIT and sol.schedule is not None
     simulate_remat(c, sol.schedule, memory_limit=memory)
     assert sol.objective <= dp.objective * (1 + 1e-9)          # at least as good as its MIP start
-    # HiGHS proves a bound when it got time to run; on a loaded machine the build may eat it all
-    assert (sol.bound is not None and sol.bound <= sol.objective) or sol.details.get("returned") == "mip start"
+    # HiGHS's bound when it got time to prove one, never below store-all's time (each F and B runs once)
+    assert c.store_all_time() <= sol.bound <= sol.objective
     assert sol.times["total"] == pytest.approx(wall, abs=0.2) and sol.details["time_limit"] == 2
 
 

@@ -317,11 +317,25 @@ def _ilp(c: _Call) -> Solution:
         return Solution(PROBLEM, "ilp", res.status, memory_limit=memory, bound=bound, message=res.message,
                         times=times, details=details)
     pattern = snap_period(pattern, td, bound, memory=memory, gpus=P)   # the ILP's bound
-    sim = simulate_pattern(pattern, td, gpus=P)
-    if sim.peak_memory > memory * (1 + 1e-6):
-        raise RuntimeError(f"ILP pattern replays with {sim.peak_memory} B > limit {memory} B")
-    if abs(sim.period - pattern.T) > 1e-6 * pattern.T:
-        raise RuntimeError(f"ILP pattern replays with period {sim.period} != T = {pattern.T}")
+    try:
+        sim = simulate_pattern(pattern, td, gpus=P)
+        bad = (f"replays with {fmt_memory(sim.peak_memory)} per GPU, over the limit"
+               if sim.peak_memory > memory * (1 + 1e-6) else
+               f"replays with period {sim.period!r}, not its T = {pattern.T!r}"
+               if abs(sim.period - pattern.T) > 1e-6 * pattern.T else None)
+    except InvalidPattern as e:
+        bad = f"does not replay ({e})"
+    if bad is not None:
+        # the simulator is the judge: a pattern it rejects is never reported. This happens when the
+        # instance's times span more orders of magnitude than HiGHS's tolerances resolve (e.g. transfers
+        # of 1e6 s beside computations of 1e-3 s), so that the ILP's task order is not the simulator's.
+        why = (f"the ILP's pattern {bad}: the instance's times span more than the solver's tolerances "
+               f"resolve ({res.message})")
+        b.log(f"ILP: {why}")
+        if start is not None:
+            return _start_only(c, start, bound, why, details, times, note)
+        return Solution(PROBLEM, "ilp", Status.ERROR, memory_limit=memory, bound=bound, message=why,
+                        times=times, details=details)
     if bb is not None and sim.period > bb.period * (1 + 1e-9):
         details["best_baseline"]["pattern_memory"] = _pattern_memory(c, pattern.layer_gpus(), bb.period)
     details["memory_per_gpu"] = {str(g): v for g, v in sim.memory.items()}

@@ -474,3 +474,23 @@ def test_task_data_is_built_once_per_solve(monkeypatch, method):
     sol = solve(random_chain(5, 0), memory=10**4, bandwidth=BW, gpus=2, method=method, time_limit=20, threads=1,
                 n_batches=40)
     assert sol.success and calls == [BW]
+
+
+def test_ilp_pattern_the_simulator_rejects_is_never_reported():
+    """Transfers of 1e6 s beside computations of 1e-3 s (100 MB at 5 B/s) are beyond HiGHS's tolerances:
+    the ILP's optimal pattern replays over the limit. The call must not raise nor report that pattern:
+    either a schedule the simulator accepts within the limit, or an error that says why."""
+    import memplan
+    from memplan.models.pipeline import simulate_pattern, task_data
+
+    c = random_chain(6, 1, integer=False)
+    M = 942956035.9005135
+    for method in ("ilp", None):
+        sol = memplan.pipeline.solve(c, memory=M, bandwidth=5, gpus=2, method=method, memory_model="paper",
+                                     n_batches=60, threads=1, time_limit=60)
+        if sol.schedule is not None and hasattr(sol.schedule, "tau"):
+            sim = simulate_pattern(sol.schedule, task_data(c, 5, "paper"), gpus=2)
+            assert sim.peak_memory <= M * (1 + 1e-6) and sim.period == pytest.approx(sol.objective, rel=1e-6)
+        else:
+            assert sol.status in (Status.ERROR, Status.NO_SOLUTION, Status.INFEASIBLE)
+            assert sol.status != Status.ERROR or "tolerances" in sol.message

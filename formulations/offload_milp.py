@@ -82,6 +82,18 @@ schedule of makespan <= H (so the optimum is unchanged; tests compare both model
 * The MIP start is the best heuristic's schedule; HiGHS runs with feasibility tolerances of 1e-9 so
   that its schedules replay exactly. HiGHS 1.16 has no branching priorities (an open request,
   ERGO-Code/HiGHS#2670), so none are set.
+
+Bound and neighbourhood search (issue 21, round 2)
+--------------------------------------------------
+* The Solution's ``bound`` is the largest of HiGHS's dual bound, Proposition 3's and the fractional
+  relaxation's optimum (Theorem 2, :func:`fractional_bound`, proof there). On ResNet-18 (L = 23) the
+  latter is 5.221 s against HiGHS's 5.06 s after 60 s. When the best schedule is within the gap of it,
+  the call stops with status optimal before the full MIP.
+* ``solve_offload_milp(..., lns=share)`` first spends ``share`` of the time limit around the start:
+  a local search over the offloaded set with the no-wait builder (:func:`_set_search`), then sub-MIPs of
+  this model where only the decisions of a window of consecutive activations are free (:func:`_lns`,
+  windows where the incumbent's computations wait first); the full MIP then starts from the best
+  schedule found. Every accepted schedule is replayed by the simulator.
 """
 from __future__ import annotations
 
@@ -94,7 +106,8 @@ from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_arrays, so
 from memplan.models import budget as _budget
 from memplan.models.chain import Chain
 from memplan.models.offload import (PROBLEM, InvalidOffloadSchedule, OffloadData, OffloadSchedule,
-                                    lower_bound_value, make_solution, validate_offload)
+                                    lower_bound_value, make_solution, peak_memory_no_offload,
+                                    validate_offload)
 from memplan.models.solution import InfeasibleError, Solution, Status
 
 
@@ -802,10 +815,199 @@ def _read_arrays(info, d: OffloadData, xs: np.ndarray, bandwidth: float) -> Offl
                            prefetch=pre, bandwidth=bandwidth)
 
 
+def fractional_bound(chain: Chain, memory: float, bandwidth: float) -> float | None:
+    """A lower bound on Problem 1's optimum from paper 001's fully fractional relaxation (section 4):
+    the makespan of the no-wait, eager, ordered schedule offloading ``M_peak - M_GPU`` bytes
+    (:func:`baselines.offload.fractional_makespan`), or None where it cannot be computed.
+
+    Why it is valid. Every valid Problem-1 schedule is a schedule of the fractional relaxation: there,
+    bytes are freed as they are sent and reserved as they arrive, which is never later (resp. earlier)
+    than Problem 1's release at the end of a whole offload (reserve at the start of a whole prefetch),
+    and every other rule is the same. By Lemma 1 it becomes an eager, ordered schedule with the same
+    makespan offloading the same amount ``A >= M_peak - M_GPU`` (Proposition 2), and by Lemma 2 (and
+    Proposition 1: the no-wait one is no worse) offloading ``M_peak - M_GPU`` instead is no worse; that
+    is Theorem 2's schedule. So its makespan never exceeds Problem 1's optimum (tests compare it with
+    proven optima of the reference model on random chains). On ResNet-18 (issue 21) it is 5.221 s where
+    HiGHS's bound after 60 s is about 5.06 s."""
+    from memplan.baselines.offload import fractional_makespan
+
+    try:
+        if memory >= peak_memory_no_offload(chain) or not bandwidth or not math.isfinite(bandwidth):
+            return None
+        v = float(fractional_makespan(chain, memory, bandwidth))
+    except Exception:           # no fractional schedule (e.g. memory below the minimum): no bound
+        return None
+    # the bisection returns a feasible T of the relaxation; 1e-9 relative slack for its rounding
+    return v * (1 - 1e-9) if math.isfinite(v) else None
+
+
+def _integer_owners(mdl: _Model, info) -> dict[int, tuple[int, ...]]:
+    """Integer column -> the activations it is about (y, G, a: one; a link-order z: two)."""
+    own: dict[int, set[int]] = {}
+    for j in info["J"]:
+        own.setdefault(info["y"][j], set()).add(j)
+        lo_w, hi_w = info["Wj"][j]
+        for w in range(lo_w, hi_w + 2):
+            g = info["G"](j, w)
+            if g is not None:
+                own.setdefault(g, set()).add(j)
+    for (j, _q), a in info["A"].items():
+        if a is not None:
+            own.setdefault(a, set()).add(j)
+    for (Aa, Bb), z in info["Z"].items():
+        if isinstance(z, int):
+            own.setdefault(z, set()).update((Aa[1], Bb[1]))
+    ints = set(np.flatnonzero(np.asarray(mdl.integer)).tolist())
+    if set(own) != ints:
+        raise AssertionError("offload MILP: integer columns without an owner")
+    return {k: tuple(sorted(v)) for k, v in own.items()}
+
+
+def _set_search(chain: Chain, memory: float, bandwidth: float, incumbent: OffloadSchedule, value: float,
+                deadline: float) -> tuple[OffloadSchedule, float, int]:
+    """Local search over the offloaded set (first improvement): flip one activation in or out, then
+    swap one offloaded for one kept, each candidate set scheduled by the no-wait builder of
+    Proposition 1 (:func:`models.offload.no_wait_schedule`, ordered transfers) and replayed by the
+    validator; repeats while a move improves and time is left. DYNPROG merges states on a memory grid,
+    so single moves sometimes find a slightly better set (ResNet-101, issue 21). Returns
+    ``(schedule, makespan, candidate sets evaluated)``."""
+    import time as _time
+
+    from memplan.models.offload import NoWaitInfeasible, no_wait_schedule
+
+    d = OffloadData.of(chain)
+    cand = [j for j in range(d.L + 1) if d.x[j] > 0]
+    S = frozenset(incumbent.offload)
+    n = 0
+
+    def ev(T):
+        try:
+            sc = no_wait_schedule(chain, memory, bandwidth, sorted(T))
+            return sc, validate_offload(chain, sc, memory).makespan
+        except (NoWaitInfeasible, InvalidOffloadSchedule, ValueError):
+            return None, math.inf
+
+    improved = True
+    while improved and _time.monotonic() < deadline:
+        improved = False
+        moves = [S ^ {j} for j in cand]
+        moves += [(S - {a}) | {b} for a in sorted(S) for b in cand if b not in S]
+        for T in moves:
+            if _time.monotonic() >= deadline:
+                break
+            sc, v = ev(T)
+            n += 1
+            if v < value * (1 - 1e-12):
+                S, incumbent, value, improved = T, sc, v, True
+                break
+    return incumbent, value, n
+
+
+def _lns(chain: Chain, memory: float, bandwidth: float, mdl: _Model, info, d: OffloadData, *, start_x,
+         incumbent: OffloadSchedule, value: float, deadline: float, threads, window: int = 12,
+         sub_limit: float = 10.0, log=None) -> tuple[OffloadSchedule, float, np.ndarray, dict]:
+    """Large-neighbourhood search around the incumbent (issue 21): each step frees the decisions of a
+    window of ``window`` consecutive activations (their ``y``, prefetch windows ``G``, releases ``a`` and
+    every link-order binary touching one of them), fixes every other integer column to the incumbent's
+    value, and solves that sub-MIP (all times stay free) from the incumbent. Windows slide by half
+    their width over ``x_0..x_L``; an improvement is kept only when the simulator replays it
+    (:func:`validate_offload`) with a smaller makespan. Passes repeat while one improved and time is left
+    (until ``deadline``, ``time.monotonic()`` seconds). Every sub-MIP point is a point of the full model,
+    so an accepted schedule is valid and the full model accepts it as a start.
+
+    Returns ``(schedule, makespan, start vector of the full model, stats)``."""
+    import time as _time
+
+    owners = _integer_owners(mdl, info)
+    Amat = mdl.matrix()
+    lower0, upper0 = np.array(mdl.lb), np.array(mdl.ub)
+    integer = np.array(mdl.integer)
+    row_lo, row_hi = np.array(mdl.row_lo), np.array(mdl.row_hi)
+    icols = np.array(sorted(owners), dtype=np.int64)
+    x_inc = np.full(len(lower0), np.nan)
+    x_inc[start_x[0]] = start_x[1]
+    if np.isnan(x_inc[icols]).any():
+        raise AssertionError("offload MILP: the start leaves integer columns unset")
+    J = list(info["J"])
+    width = max(1, min(window, len(J)))
+    step = max(1, width // 2)
+    firsts = list(range(0, max(1, len(J) - width + 1), step))
+    if firsts[-1] + width < len(J):
+        firsts.append(len(J) - width)
+    # windows where the incumbent's computations wait first: idle time before F_q / B_q, q in the window
+    L, nq, dur = d.L, info["nq"], info["dur"]
+
+    def idle_of(sched):
+        t = [(sched.tF[q] if q <= L else sched.tB[2 * L + 1 - q]) / info["tu"] for q in range(nq)]
+        out = np.zeros(L + 2)
+        for q in range(1, nq):
+            i = q if q <= L else 2 * L + 1 - q
+            out[i] += max(0.0, t[q] - t[q - 1] - dur[q - 1])
+        return out
+
+    idle = idle_of(incumbent)
+    firsts.sort(key=lambda f: -idle[J[f]:J[min(f + width, len(J)) - 1] + 1].sum())
+    stats = {"subproblems": 0, "improvements": 0, "passes": 0, "values": [value], "time": 0.0}
+    t0 = _time.monotonic()
+    # first the offloaded set (cheap moves, no-wait schedules), for at most a quarter of the time
+    sched, v, stats["set_moves"] = _set_search(chain, memory, bandwidth, incumbent, value,
+                                                t0 + 0.25 * max(0.0, deadline - t0))
+    if v < value * (1 - 1e-12):
+        incumbent, value = sched, v
+        stats["values"].append(v)
+        stats["set_search"] = v
+        x_inc = np.full(len(lower0), np.nan)
+        sx = _start_values(mdl, info, d, sched)
+        x_inc[sx[0]] = sx[1]
+        if log is not None:
+            log(f"MILP set search: makespan {v:.6g} s")
+    improved = True
+    while improved and _time.monotonic() < deadline - 0.5:
+        improved = False
+        stats["passes"] += 1
+        for f in firsts:
+            left = deadline - _time.monotonic()
+            if left < 0.5:
+                break
+            free = set(J[f:f + width])
+            lower, upper = lower0.copy(), upper0.copy()
+            # free: the window's own columns and the link order among its transfers; the order of a
+            # window's transfer against an outside one stays the incumbent's (small sub-MIPs)
+            fix = np.array([not set(owners[k]) <= free for k in icols.tolist()], dtype=bool)
+            cols = icols[fix]
+            lower[cols] = upper[cols] = np.round(x_inc[cols])
+            have = ~np.isnan(x_inc)
+            res, xs = solve_arrays(cost=info["cost"], lower=lower, upper=upper, integer=integer, A=Amat,
+                                   row_lower=row_lo, row_upper=row_hi, time_limit=min(sub_limit, left),
+                                   gap=1e-6, threads=threads,
+                                   mip_start=(np.flatnonzero(have).astype(np.int32), x_inc[have]),
+                                   objective_scale=info["tu"], options=dict(EXACT_TOLERANCES))
+            stats["subproblems"] += 1
+            stats.setdefault("runs", []).append((J[f], str(res.status), round(res.times.get("solve", 0.0), 2),
+                                                 None if res.objective is None else res.objective * info["tu"]))
+            if xs is None or res.objective is None or res.objective * info["tu"] >= value * (1 - 1e-9):
+                continue
+            sched = _read_arrays(info, d, xs, bandwidth)
+            try:
+                got = validate_offload(chain, sched, memory, tol=1e-6).makespan
+            except InvalidOffloadSchedule:
+                continue
+            if got < value * (1 - 1e-9):
+                value, incumbent, x_inc = got, sched, np.asarray(xs, dtype=float).copy()
+                stats["improvements"] += 1
+                stats["values"].append(got)
+                improved = True
+                if log is not None:
+                    log(f"MILP neighbourhood x_{J[f]}..x_{J[min(f + width, len(J)) - 1]}: makespan {got:.6g} s")
+    stats["time"] = _time.monotonic() - t0
+    have = ~np.isnan(x_inc)
+    return incumbent, value, (np.flatnonzero(have).astype(np.int32), x_inc[have]), stats
+
+
 def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: OffloadSchedule | None = None,
                        time_limit: float | None = 60, gap: float | None = 1e-6, threads: int | None = None,
                        log_file=None, phased: bool = False, verbose: bool = False, formulation: str = "strong",
-                       options: dict | None = None) -> Solution:
+                       options: dict | None = None, lns: float = 0.0) -> Solution:
     """Solve Problem 1 exactly (within HiGHS's gap) from an optional MIP start (a valid schedule, e.g.
     the best heuristic's: it also caps the horizon); the schedule is replayed by the validator.
 
@@ -813,21 +1015,36 @@ def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: 
     ``"reference"`` (the original Pyomo model of this module's first part, kept to check the strong one
     against). Both have the same optimum.
 
+    ``lns`` (strong formulation with a start only): share of ``time_limit`` (of what the call's budget
+    has left, when smaller) spent first in a large-neighbourhood search around the start (:func:`_lns`);
+    the full model then runs for the rest of the time from the best schedule found. 0 (default): none.
+
     Inside a ``solve`` call whose budget runs out while the model is being built, the build stops and
     the Solution is NO_SOLUTION (``details['interrupted'] = 'build'``); HiGHS's own time limit is
-    clamped to what the budget has left by :mod:`formulations.highs_driver`. The ``bound`` is HiGHS's
-    dual bound, raised to Proposition 3's (:func:`models.offload.lower_bound_value`) when that is higher.
+    clamped to what the budget has left by :mod:`formulations.highs_driver`. The ``bound`` is the
+    largest of HiGHS's dual bound, Proposition 3's (:func:`models.offload.lower_bound_value`) and the
+    fractional relaxation's (:func:`fractional_bound`); when the best schedule is within ``gap`` of it
+    before the full model runs, the call stops there with status optimal.
     """
+    import time as _time
+
     if formulation not in ("strong", "reference"):
         raise ValueError(f"formulation must be 'strong' or 'reference', got {formulation!r}")
+    if not 0.0 <= lns < 1.0:
+        raise ValueError(f"lns must be a share in [0, 1), got {lns!r}")
+    t_call = _time.monotonic()
     d = OffloadData.of(chain)
     times: dict[str, float] = {}
     lb = lower_bound_value(chain, memory, bandwidth)
+    with timed(times, "bound"):
+        frac = fractional_bound(chain, memory, bandwidth)
+    if frac is not None:
+        lb = max(lb, frac)
     horizon = None
     if start is not None:
         horizon = validate_offload(chain, start, memory).makespan
     details = {"size": {}, "start_accepted": None, "phased": phased, "start_makespan": horizon,
-               "formulation": formulation}
+               "formulation": formulation, "fractional_bound": frac}
     try:
         with timed(times, "build"):
             if formulation == "strong":
@@ -841,6 +1058,28 @@ def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: 
         details["interrupted"] = "build"
         return Solution(PROBLEM, "milp", Status.NO_SOLUTION, bound=lb, memory_limit=memory,
                         message=f"not solved: {e}", times=times, details=details)
+    best, best_val = start, horizon
+    rel = 1e-6 if gap is None else gap
+
+    def proven(v):
+        return v is not None and v - lb <= rel * v
+
+    if formulation == "strong" and start is not None and lns > 0 and not proven(best_val):
+        cap = _budget.current().limit(time_limit)
+        if cap is not None:
+            deadline = t_call + lns * cap
+        else:
+            deadline = _time.monotonic() + 60.0 * lns
+        with timed(times, "lns"):
+            best, best_val, mip_start, stats = _lns(chain, memory, bandwidth, mdl, info, d, start_x=mip_start,
+                                                    incumbent=start, value=horizon, deadline=deadline,
+                                                    threads=threads, log=_budget.current().log)
+        details["lns"] = stats
+    if best is not None and proven(best_val):
+        details["stopped"] = "the best schedule is within the gap of the fractional bound"
+        return make_solution(chain, "milp", best, memory, bound=lb, predicted=best_val, status=Status.OPTIMAL,
+                             message="optimal: within the gap of the fractional relaxation's bound",
+                             times=times, details=details, tol=1e-6)
     if formulation == "strong":
         with timed(times, "matrix"):
             Amat = mdl.matrix()
@@ -855,9 +1094,18 @@ def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: 
         res = solve_milp(m, time_limit=time_limit, gap=gap, threads=threads, mip_start=mip_start,
                          log_file=log_file, verbose=verbose, objective_scale=info["tu"], options=options)
         times.update(res.times)
-    bound = lb if res.bound is None else max(res.bound * info["tu"], lb)   # Prop. 3 holds regardless
+    bound = lb if res.bound is None else max(res.bound * info["tu"], lb)   # Prop. 3 / Theorem 2 hold regardless
     details.update(size=res.size, start_accepted=res.start_accepted, nodes=res.nodes)
-    if not res.has_solution:
+    improved_start = best is not None and best is not start
+    if not res.has_solution or (improved_start and res.objective * info["tu"] >= best_val * (1 - 1e-9)):
+        if improved_start:      # the full model did not beat the neighbourhood search's schedule
+            status = Status.OPTIMAL if res.status == Status.OPTIMAL else (
+                Status.TIME_LIMIT if res.status in (Status.TIME_LIMIT, Status.NO_SOLUTION) else Status.FEASIBLE)
+            if status == Status.OPTIMAL:
+                bound = max(bound, res.objective * info["tu"]) if res.objective is not None else bound
+            return make_solution(chain, "milp", best, memory, bound=min(bound, best_val), predicted=best_val,
+                                 status=status, message=f"{res.message}; the neighbourhood search's schedule",
+                                 times=times, details=details, tol=1e-6)
         if res.status == Status.INFEASIBLE and start is not None:
             res.message += " (unexpected: a MIP start was given)"
         return Solution(PROBLEM, "milp", res.status, bound=bound, memory_limit=memory, message=res.message,
@@ -866,8 +1114,8 @@ def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: 
     try:
         validate_offload(chain, sched, memory, tol=1e-6)
     except InvalidOffloadSchedule as e:
-        if start is not None and validate_offload(chain, start, memory).makespan <= res.objective * info["tu"] * (1 + 1e-6):
-            sched = start
+        if best is not None and best_val <= res.objective * info["tu"] * (1 + 1e-6):
+            sched = best
             details["note"] = f"MILP schedule rejected by the validator ({e}); the start is as good"
         else:
             return Solution(PROBLEM, "milp", Status.ERROR, bound=bound, memory_limit=memory,

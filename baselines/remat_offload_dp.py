@@ -76,7 +76,27 @@ persistent DP (:func:`baselines.remat_rotor.persistent`) with the same slots.
 Complexity (as in Theorem 1): backward tables ``O(L^3 N^2)`` (``C_A`` over ``i <= j``, ``m``,
 ``Delta``; case 2 over ``i'``, with running maxima so that each ``i'`` costs O(1)); forward table
 ``O(L N^3)`` states ``(i, x, A, Delta_F, Delta_B)`` times ``O(L)`` choices, ``O(L^2 N^3)``. Both are
-numba kernels. Memory: ``L^2/2 (N+1)^2`` entries for ``C_A`` (time, spill, choice: 12 bytes) and
+numba kernels, written for speed without changing a single table entry (issue 21; the previous
+serial kernels are kept in ``tests/test_remat_offload_dp_tables.py``, which checks bit-identical
+tables):
+
+- *loop order*: in the forward table everything about a level's forward run (op starts, ``Tf``, the
+  offload ``Delta_F'`` left to the sub-chain) does not depend on ``Delta_B``, so it is computed once
+  per ``(A, Delta_F, v, j)`` and the innermost loop runs over ``Delta_B`` on contiguous rows, with no
+  bound checks (``Delta_B' <= N - A'`` always holds) and no branch on the outcome;
+- *finite ranges*: the backward kernel records, per ``(i, j, m)``, the first and last ``D`` with a
+  finite block time; the loops over a block's ``D`` visit that range only;
+- *pruning by a lower bound*: every value covers each remaining ``F_all^k`` and ``B^k`` once, so a
+  case-2 candidate ending its forward run at ``j`` (``i'`` in ``C_A``) lasts at least ``Tf(j) +
+  sum_{k >= i} (uf^k + ub^k)``, which grows with ``j``; states (entries) whose best is already at most
+  that bound (scaled by ``1 - 1e-9``, far more than any rounding of the sums) can no longer change
+  under the strict ``<`` and are dropped from the inner loop. This removes most candidates when
+  transfers are cheap next to compute and few when waits for slow transfers dominate the values;
+- *parallel stripes*: the entries of one diagonal ``j - i`` of ``C_A`` and the states of one level
+  of ``OC`` are independent; numba's threads take every ``nth``-th of them (``prange``). Each entry
+  still tries its candidates in the serial order with the same arithmetic.
+
+Memory: ``L^2/2 (N+1)^2`` entries for ``C_A`` (time, spill, choice: 12 bytes) and
 about ``2 (L+2) N^3 / 3`` for ``OC`` (10 bytes, states with ``A + Delta > N`` are not stored): 0.2 GB
 for L = 100, N = 50; 1.3 GB for L = 100, N = 100.
 """
@@ -87,7 +107,7 @@ import sys
 import time
 
 import numpy as np
-from numba import njit
+from numba import get_num_threads, njit, prange, set_num_threads
 
 from memplan.baselines.remat_offload_min_memory import min_memory as ro_min_memory
 from memplan.baselines.remat_rotor import Discretization
@@ -97,8 +117,12 @@ from memplan.models.solution import Solution, Status
 
 INF = math.inf
 _TOL = 1e-9
+#: lower bounds used to prune are scaled by this factor, far below 1 - (rounding of any sum in the DP)
+_SAFE = 1.0 - 1e-9
 #: the tables of :class:`RematOffloadDP` may take at most this many bytes (:func:`table_bytes`)
 MAX_TABLE_BYTES = 3e9
+#: tables with L^2 (N + 1)^3 below this are computed on one thread (L = 73: N <= 56)
+PARALLEL_WORK = 1e9
 
 
 def table_bytes(L: int, slots: int) -> int:
@@ -144,107 +168,187 @@ def _relax(T, SP, CH, p, m, D, v, spill, choice):
         CH[p, m, D] = choice
 
 
-@njit(cache=True)
-def _backward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid):
+@njit(cache=True, parallel=True)
+def _backward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, nth):
     """Tables over pairs p = pid[i, j] (1 <= i <= j <= L), free memory m and prefetch demand D <= m:
     T[p, m, D] block duration, SP[p, m, D] parts spilled before the block, CH[p, m, D] choice
-    (-1: F_all^i first, -2: single stage, i' >= i: F_ck^i F_none^{i+1..i'} keeping a^{i'})."""
+    (-1: F_all^i first, -2: single stage, i' >= i: F_ck^i F_none^{i+1..i'} keeping a^{i'}).
+
+    Also returns the finite range of each row: DLO[p, m] / DHI[p, m], the first / last D with a
+    finite T[p, m, D] (N + 1 / -1 if none); the loops over a child's D only visit that range.
+
+    The entries (p, m) of one diagonal (j - i fixed) only read shorter pairs, so they are computed in
+    parallel: ``nth`` stripes, each taking every ``nth``-th entry of the diagonal (the work per entry
+    grows with m; striping balances it). Per entry the candidates are tried in the order of the serial
+    recurrence (case 1, then i' ascending, D ascending) with the same arithmetic, so the tables are
+    bit-identical to a serial run."""
     P = pid.max() + 1
     T = np.full((P, N + 1, N + 1), np.inf)
     SP = np.zeros((P, N + 1, N + 1), dtype=np.int16)
     CH = np.zeros((P, N + 1, N + 1), dtype=np.int16)
-    Gs = np.empty(L + 2)
-    Tfs = np.empty(L + 2)
-    rooms = np.empty(L + 2, dtype=np.int64)
+    DLO = np.full((P, N + 1), N + 1, dtype=np.int32)
+    DHI = np.full((P, N + 1), -1, dtype=np.int32)
+    fin = math.isfinite(q)
     for ln in range(0, L):
-        for i in range(1, L + 1 - ln):
-            j = i + ln
-            p = pid[i, j]
-            for m in range(0, N + 1):
+        npairs = L - ln
+        nitems = npairs * (N + 1)
+        for t in prange(nth):
+            Gs = np.empty(L + 2)
+            Tfs = np.empty(L + 2)
+            rooms = np.empty(L + 2, dtype=np.int64)
+            act = np.empty(N + 1, dtype=np.int64)
+            for it in range(t, nitems, nth):
+                i = 1 + it // (N + 1)
+                m = it % (N + 1)
+                j = i + ln
+                p = pid[i, j]
                 mb = ab[i] + d[i] + d[i - 1] + ob[i]
                 if ln == 0:
                     mf = d[i] + ab[i] + of[i]
-                    if m < mf or m < mb:
-                        continue
-                    for D in range(0, m + 1):
-                        e3 = _wait(D - (m - mb), q)
-                        k3 = min(D, _nch(ub[i] + e3, q))
-                        R = D - k3
-                        e1 = _wait(R - (m - mf), q)
-                        k1 = min(R, _nch(uf[i] + e1, q))
-                        _relax(T, SP, CH, p, m, D, uf[i] + e1 + ub[i] + e3, R - k1, -2)
-                    continue
-                # case 1: F_all^i, C(i+1, j, m - abar^i), B^i
-                mf = d[j] + ab[i] + of[i]
-                m2 = m - ab[i]
-                if m >= mf and m >= mb and m2 >= 0:
-                    p2 = pid[i + 1, j]
-                    for D in range(0, m + 1):
-                        e3 = _wait(D - (m - mb), q)
-                        k3 = min(D, _nch(ub[i] + e3, q))
-                        D2 = D - k3
-                        if D2 > m2:
-                            continue
-                        T2 = T[p2, m2, D2]
-                        if not T2 < np.inf:
-                            continue
-                        s2 = SP[p2, m2, D2]
-                        e1 = _wait(s2 - (m - mf), q)
-                        k1 = min(s2, _nch(uf[i] + e1, q))
-                        _relax(T, SP, CH, p, m, D, uf[i] + e1 + T2 + ub[i] + e3, s2 - k1, -1)
-                # case 2: F_ck^i F_none^{i+1..i'}, C(i'+1, j, m - a^{i'}), C(i, i', m)
-                nip = 0
-                Tf = 0.0
-                G = -np.inf
-                minroom = 1 << 40
-                for ip in range(i, j):
-                    if ip == i:
-                        mem = d[j] + a[i] + of[i]
-                    else:
-                        mem = d[j] + a[ip - 1] + a[ip] + of[ip]
-                    Tf = Tf + uf[ip]
-                    room = m - mem
-                    if room < minroom:
-                        minroom = room
-                    if math.isfinite(q):
-                        g = Tf - room * q
-                        if g > G:
-                            G = g
-                    Tfs[ip] = Tf
-                    Gs[ip] = G
-                    rooms[ip] = minroom
-                    nip = ip
-                for ip in range(i, j):
-                    if rooms[ip] < 0:
-                        break
-                    m2 = m - a[ip]
-                    if m2 < 0:
-                        continue
-                    p1 = pid[i, ip]
-                    p2 = pid[ip + 1, j]
-                    Tf = Tfs[ip]
-                    for D in range(0, m + 1):
-                        T1 = T[p1, m, D]
-                        if not T1 < np.inf:
-                            continue
-                        s1 = SP[p1, m, D]
-                        if s1 > m2:
-                            continue
-                        T2 = T[p2, m2, s1]
-                        if not T2 < np.inf:
-                            continue
-                        s2 = SP[p2, m2, s1]
-                        if s2 == 0:
-                            eps = 0.0
-                        elif not math.isfinite(q):
-                            continue
+                    if m >= mf and m >= mb:
+                        for D in range(0, m + 1):
+                            e3 = _wait(D - (m - mb), q)
+                            k3 = min(D, _nch(ub[i] + e3, q))
+                            R = D - k3
+                            e1 = _wait(R - (m - mf), q)
+                            k1 = min(R, _nch(uf[i] + e1, q))
+                            _relax(T, SP, CH, p, m, D, uf[i] + e1 + ub[i] + e3, R - k1, -2)
+                else:
+                    # case 1: F_all^i, C(i+1, j, m - abar^i), B^i
+                    mf = d[j] + ab[i] + of[i]
+                    m2 = m - ab[i]
+                    if m >= mf and m >= mb and m2 >= 0:
+                        p2 = pid[i + 1, j]
+                        for D in range(0, m + 1):
+                            e3 = _wait(D - (m - mb), q)
+                            k3 = min(D, _nch(ub[i] + e3, q))
+                            D2 = D - k3
+                            if D2 > m2:
+                                continue
+                            T2 = T[p2, m2, D2]
+                            if not T2 < np.inf:
+                                continue
+                            s2 = SP[p2, m2, D2]
+                            e1 = _wait(s2 - (m - mf), q)
+                            k1 = min(s2, _nch(uf[i] + e1, q))
+                            _relax(T, SP, CH, p, m, D, uf[i] + e1 + T2 + ub[i] + e3, s2 - k1, -1)
+                    # case 2: F_ck^i F_none^{i+1..i'}, C(i'+1, j, m - a^{i'}), C(i, i', m)
+                    Tf = 0.0
+                    G = -np.inf
+                    minroom = 1 << 40
+                    for ip in range(i, j):
+                        if ip == i:
+                            mem = d[j] + a[i] + of[i]
                         else:
-                            eps = s2 * q + Gs[ip] - Tf
-                            if eps < 0.0:
+                            mem = d[j] + a[ip - 1] + a[ip] + of[ip]
+                        Tf = Tf + uf[ip]
+                        room = m - mem
+                        if room < minroom:
+                            minroom = room
+                        if fin:
+                            g = Tf - room * q
+                            if g > G:
+                                G = g
+                        Tfs[ip] = Tf
+                        Gs[ip] = G
+                        rooms[ip] = minroom
+                    # every candidate of case 2 lasts at least Tf(i..i') + sum_{k=i..j} (uf^k + ub^k)
+                    # (both sub-blocks run every F_all^k and B^k once at least), which grows with i':
+                    # once an entry D is at most that bound, no later i' can improve it (strict <).
+                    sblk = 0.0
+                    for k in range(i, j + 1):
+                        sblk += uf[k] + ub[k]
+                    na = 0
+                    for D in range(0, m + 1):
+                        act[na] = D
+                        na += 1
+                    for ip in range(i, j):
+                        if rooms[ip] < 0:
+                            break
+                        Tf = Tfs[ip]
+                        thr = (Tf + sblk) * _SAFE
+                        kk = 0
+                        for ia in range(na):
+                            D = act[ia]
+                            if T[p, m, D] > thr:
+                                act[kk] = D
+                                kk += 1
+                        na = kk
+                        if na == 0:
+                            break
+                        m2 = m - a[ip]
+                        if m2 < 0:
+                            continue
+                        p1 = pid[i, ip]
+                        p2 = pid[ip + 1, j]
+                        dlo = DLO[p1, m]
+                        dhi = DHI[p1, m]
+                        for ia in range(na):
+                            D = act[ia]
+                            if D < dlo:
+                                continue
+                            if D > dhi:
+                                break
+                            T1 = T[p1, m, D]
+                            if not T1 < np.inf:
+                                continue
+                            s1 = SP[p1, m, D]
+                            if s1 > m2:
+                                continue
+                            T2 = T[p2, m2, s1]
+                            if not T2 < np.inf:
+                                continue
+                            s2 = SP[p2, m2, s1]
+                            if s2 == 0:
                                 eps = 0.0
-                        k = min(s2, _nch(Tf + eps, q))
-                        _relax(T, SP, CH, p, m, D, Tf + eps + T2 + T1, s2 - k, ip)
-    return T, SP, CH
+                            elif not fin:
+                                continue
+                            else:
+                                eps = s2 * q + Gs[ip] - Tf
+                                if eps < 0.0:
+                                    eps = 0.0
+                            k = min(s2, _nch(Tf + eps, q))
+                            _relax(T, SP, CH, p, m, D, Tf + eps + T2 + T1, s2 - k, ip)
+                for D in range(0, m + 1):
+                    if T[p, m, D] < np.inf:
+                        if DLO[p, m] > D:
+                            DLO[p, m] = D
+                        DHI[p, m] = D
+    return T, SP, CH, DLO, DHI
+
+
+@njit(cache=True, inline="always")
+def _cand(best, bch, P, Tf, Tb, sp, OCf, o0, subfl, q, fin, jc):
+    """Case 2 of the forward table for state P: the sub-chain's value OCf[o0 + sp] (f = 0), then the
+    flush (f = 1) with the sub-chain's value subfl; keeps the better in best / bch (written without
+    branches on the outcome: improvements are frequent, a branch would be mispredicted)."""
+    b = best[P]
+    cb = bch[P]
+    tot = Tf + OCf[o0 + sp] + Tb
+    if tot < b:
+        b = tot
+        cb = jc
+    if fin:
+        tot = Tf + subfl + (sp * q + Tb)
+        if tot < b:
+            b = tot
+            cb = jc + 2
+    best[P] = b
+    bch[P] = cb
+
+
+@njit(cache=True, fastmath=True)
+def _open_min(best, act, na, dense):
+    """min(best[P]) over the open states (all P < na if dense, else act[:na]). fastmath lets the
+    reduction vectorize; a minimum of floats (no NaN here) is exact in any order."""
+    mn = np.inf
+    if dense:
+        for P in range(na):
+            mn = min(mn, best[P])
+    else:
+        for ia in range(na):
+            mn = min(mn, best[act[ia]])
+    return mn
 
 
 @njit(cache=True)
@@ -277,14 +381,24 @@ def _loss_eval(L, N, uf, ub, a, ab, d, of, ob, q, x, A, F, P):
     return s1, s2, E
 
 
-@njit(cache=True)
-def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP):
+@njit(cache=True, parallel=True)
+def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP, DLO, DHI, nth):
     """OC[i, x, A, F, P] (B.1, B.2) bottom-up over i = L+1..1 and its choice
     CH = 4 j + 2 f + v (j = 0: F_all^i first; j >= i: F_ck^i F_none^{i+1..j}; f = 1: "flush", the
     level's backward block first waits until all of Delta_B it could not host is prefetched, so that
     the sub-chain prefetches only Z^i); -1 when infeasible.
     States with A + F > N or A + P > N cannot be feasible and are not stored: (A, F, P) is packed
-    as ``off[A] + F (N - A + 1) + P`` (about N^3 / 3 entries per level and x)."""
+    as ``off[A] + F (N - A + 1) + P`` (about N^3 / 3 entries per level and x).
+
+    Loop order: for one (A, F) and offload decision v, everything about the forward run (its op
+    starts, the end ``Tf``, the pending offload ``Delta_F'`` handed to the sub-chain) does not depend
+    on P = Delta_B, so it is computed once per (A, F, v, j) and the innermost loop runs over P, reading
+    the backward block's row ``C_A(i, j, N - A - z, .)`` only over its finite range (DLO, DHI) and the
+    sub-chain's row ``OC(j + 1, 0, A', Delta_F', .)`` contiguously. For each state the candidates are
+    still tried in the serial order (v, case 1 with f = 0, 1, then j ascending with f = 0, 1) with the
+    same arithmetic and a strict ``<``, so OC and its choices are bit-identical to the state-by-state
+    recurrence. Levels depend on deeper levels only: within (i, x) the values of A are split over
+    ``nth`` parallel stripes (every ``nth``-th A, which balances the (N - A + 1)^2 states per A)."""
     off = np.zeros(N + 2, dtype=np.int64)      # packed index of (A, F, P), F, P <= N - A
     for A in range(N + 1):
         off[A + 1] = off[A] + (N - A + 1) ** 2
@@ -293,31 +407,47 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP):
     fin = math.isfinite(q)
     nv = 2 if fin else 1
     dL1 = d[L + 1]
+    S3 = off[N + 1]                            # flat views: no array view is made in the loops
+    OCf = OC.reshape(-1)
+    Tf1 = T.reshape(-1)
+    SPf = SP.reshape(-1)
+    Ssuf = np.zeros(L + 3)                     # S_i = sum_{k >= i} (uf^k + ub^k): OC(i, ...) >= S_i
+    for k in range(L + 1, -1, -1):
+        Ssuf[k] = Ssuf[k + 1] + (uf[k] + ub[k])
     for x in range(2):
-        for A in range(N + 1):
-            for F in range(N - A + 1):
-                for P in range(N - A + 1):
-                    _, _, E = _loss_eval(L, N, uf, ub, a, ab, d, of, ob, q, x, A, F, P)
-                    if E < np.inf:
-                        OC[L + 1, x, off[A] + F * (N - A + 1) + P] = E
-                        CH[L + 1, x, off[A] + F * (N - A + 1) + P] = 0
+        for t in prange(nth):
+            for A in range(t, N + 1, nth):
+                for F in range(N - A + 1):
+                    for P in range(N - A + 1):
+                        _, _, E = _loss_eval(L, N, uf, ub, a, ab, d, of, ob, q, x, A, F, P)
+                        if E < np.inf:
+                            OC[L + 1, x, off[A] + F * (N - A + 1) + P] = E
+                            CH[L + 1, x, off[A] + F * (N - A + 1) + P] = 0
     for i in range(L, 0, -1):
         for x in range(2):
             if i == 1 and x == 1:
                 continue
             z = ab[i - 1] if x else a[i - 1]
             mb1 = ab[i] + d[i] + d[i - 1] + ob[i]
-            for A in range(N - z + 1):
-                base = A + dL1
-                mfree = N - A - z
-                for F in range(N - A + 1):
-                    for P in range(N - A + 1):
-                        best = np.inf
-                        bch = -1
+            nA = N - z + 1
+            for t in prange(nth):
+                best = np.empty(N + 1)
+                bch = np.empty(N + 1, dtype=np.int16)
+                act = np.empty(N + 1, dtype=np.int64)
+                for A in range(t, nA, nth):
+                    base = A + dL1
+                    mfree = N - A - z
+                    W = N - A + 1
+                    for F in range(W):
+                        for P in range(W):
+                            best[P] = np.inf
+                            bch[P] = -1
                         for v in range(nv):
                             n_tot = F + v * z
                             res = base + (1 - v) * z
                             cA = A + (1 - v) * z
+                            vz = v * z
+                            lim = N - cA
                             # ---- case 1: F_all^i, OC_1(i+1), B^i
                             room1 = N - (base + z + ab[i] + of[i])
                             if room1 >= 0 and mfree >= mb1:
@@ -329,24 +459,27 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP):
                                 if n_tot > 0:
                                     tend = _chunk_end_nb(n_tot, F, zs, q)
                                     F2 = max(0, int(math.ceil((tend - Tf) / q - 1e-9)))
-                                e3 = _wait(P - (mfree - mb1), q)
-                                if e3 < np.inf:
-                                    k = min(P, _nch(ub[i] + e3, q))
-                                    for fl in range(2):
-                                        if fl == 1:
-                                            # flush: idle after B^i until all of Delta_B is hosted
-                                            if k == P or not fin:
-                                                break
-                                            e3 = max(e3, P * q - ub[i])
+                                if cA <= N and F2 <= lim:
+                                    row = off[cA] + F2 * (N - cA + 1)
+                                    for P in range(W):
+                                        e3 = _wait(P - (mfree - mb1), q)
+                                        if e3 < np.inf:
                                             k = min(P, _nch(ub[i] + e3, q))
-                                        P2 = v * z + P - k
-                                        if cA <= N and F2 <= N - cA and P2 <= N - cA:
-                                            sub = OC[i + 1, 1, off[cA] + F2 * (N - cA + 1) + P2]
-                                            if sub < np.inf:
-                                                tot = Tf + sub + (ub[i] + e3)
-                                                if tot < best:
-                                                    best = tot
-                                                    bch = 2 * fl + v
+                                            for fl in range(2):
+                                                if fl == 1:
+                                                    # flush: idle after B^i until all of Delta_B is hosted
+                                                    if k == P or not fin:
+                                                        break
+                                                    e3 = max(e3, P * q - ub[i])
+                                                    k = min(P, _nch(ub[i] + e3, q))
+                                                P2 = vz + P - k
+                                                if P2 <= lim:
+                                                    sub = OC[i + 1, 1, row + P2]
+                                                    if sub < np.inf:
+                                                        tot = Tf + sub + (ub[i] + e3)
+                                                        if tot < best[P]:
+                                                            best[P] = tot
+                                                            bch[P] = 2 * fl + v
                             # ---- case 2: F_ck^i F_none^{i+1..j}, OC_0(j+1), C_A(i, j)
                             room1 = N - (base + z + a[i] + of[i])
                             if room1 < 0:
@@ -354,6 +487,17 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP):
                             s1 = _wait(F - room1, q)
                             e = s1 + uf[i]
                             zs = max(F * q, e) if v else 0.0
+                            # Pruning: a candidate with this j or a later one lasts at least
+                            # Tf(j) + S_i (Tf grows with j), so a state whose best is at most that
+                            # bound is final for this v. The states still open are all P (dense)
+                            # until the first one closes, then the list act[:na]; the list is only
+                            # filtered when the bound reaches the smallest open best (minb).
+                            dense = True
+                            na = W
+                            minb = np.inf
+                            for P in range(W):
+                                if best[P] < minb:
+                                    minb = best[P]
                             for j in range(i, L + 1):
                                 if j > i:
                                     room = N - (res + a[j - 1] + a[j] + of[j])
@@ -365,34 +509,63 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP):
                                         s = max(s, _chunk_end_nb(c, F, zs, q))
                                     e = s + uf[j]
                                 Tf = e
+                                thr = (Tf + Ssuf[i]) * _SAFE
+                                if (j - i) % 4 == 3:
+                                    # best only decreases: minb stays an upper bound of the open
+                                    # minimum between refreshes (a late refresh only delays a filter)
+                                    minb = _open_min(best, act, na, dense)
+                                if thr >= minb:
+                                    kk = 0
+                                    minb = np.inf
+                                    for ia in range(na):
+                                        P = ia if dense else act[ia]
+                                        if best[P] > thr:
+                                            act[kk] = P
+                                            kk += 1
+                                            if best[P] < minb:
+                                                minb = best[P]
+                                    na = kk
+                                    dense = False
+                                    if na == 0:
+                                        break
                                 F2 = 0
                                 if n_tot > 0:
                                     tend = _chunk_end_nb(n_tot, F, zs, q)
                                     F2 = max(0, int(math.ceil((tend - Tf) / q - 1e-9)))
-                                if P > mfree:
+                                if F2 > lim:
                                     continue
                                 p = pid[i, j]
-                                Tb = T[p, mfree, P]
-                                if not Tb < np.inf:
+                                lo = DLO[p, mfree]
+                                hi = DHI[p, mfree]          # <= mfree: D <= m in C_A
+                                if hi < lo:
                                     continue
-                                sp = SP[p, mfree, P]
-                                if F2 > N - cA:
-                                    continue
-                                for fl in range(2):
-                                    if fl == 1 and (sp == 0 or not fin):
-                                        break
-                                    # flush: idle before the block while its spilled parts are prefetched
-                                    P2 = v * z + (sp if fl == 0 else 0)
-                                    if P2 > N - cA:
-                                        continue
-                                    sub = OC[j + 1, 0, off[cA] + F2 * (N - cA + 1) + P2]
-                                    if sub < np.inf:
-                                        tot = Tf + sub + (Tb if fl == 0 else sp * q + Tb)
-                                        if tot < best:
-                                            best = tot
-                                            bch = 4 * j + 2 * fl + v
-                        OC[i, x, off[A] + F * (N - A + 1) + P] = best
-                        CH[i, x, off[A] + F * (N - A + 1) + P] = bch
+                                row = off[cA] + F2 * (N - cA + 1)
+                                # The lookups below need no bound checks: sp <= P <= hi <= mfree, so
+                                # P2 = v z + sp <= v z + N - A - z = N - cA = lim, and v z <= lim.
+                                # An infinite T or OC makes tot infinite, which never passes "<".
+                                # Flush (idle before the block while its spilled parts are
+                                # prefetched, the sub-chain then prefetches Z^i only): the serial
+                                # recurrence skips it when sp = 0, where it equals the f = 0
+                                # candidate just tried (0 q + Tb = Tb), so it cannot pass "<" either.
+                                tb = (p * (N + 1) + mfree) * (N + 1)         # T[p, mfree, 0] in Tf1
+                                o0 = (j + 1) * 2 * S3 + row + vz           # OC[j + 1, 0, row + vz] in OCf
+                                subfl = OCf[o0]
+                                jc = 4 * j + v
+                                if dense:
+                                    for P in range(lo, hi + 1):
+                                        _cand(best, bch, P, Tf, Tf1[tb + P], SPf[tb + P], OCf, o0, subfl, q, fin, jc)
+                                else:
+                                    for ia in range(na):
+                                        P = act[ia]
+                                        if P < lo:
+                                            continue
+                                        if P > hi:
+                                            break
+                                        _cand(best, bch, P, Tf, Tf1[tb + P], SPf[tb + P], OCf, o0, subfl, q, fin, jc)
+                        k0 = off[A] + F * W
+                        for P in range(W):
+                            OC[i, x, k0 + P] = best[P]
+                            CH[i, x, k0 + P] = bch[P]
     return OC, CH, off
 
 
@@ -452,6 +625,7 @@ class RematOffloadDP:
                 self.pid[i, j] = n
                 n += 1
         self.T = self.SP = self.CH = None
+        self.threads = 1
 
     def tables(self):
         L = self.chain.L
@@ -460,13 +634,27 @@ class RematOffloadDP:
             raise ValueError(f"the DP's tables for L={L} and {self.N} slots would need {need / 1e9:.1f} GB "
                              f"(at most {MAX_TABLE_BYTES / 1e9:.0f} GB); use fewer slots")
         args = (L, self.N, self.uf, self.ub, self.a, self.ab, self.d, self.of, self.ob, self.q)
-        if L >= 1:
-            self.T, self.SP, self.CH = _backward_kernel(*args, self.pid)
-        else:
-            self.T = np.full((1, self.N + 1, self.N + 1), np.inf)
-            self.SP = np.zeros((1, self.N + 1, self.N + 1), dtype=np.int16)
-            self.CH = np.zeros((1, self.N + 1, self.N + 1), dtype=np.int16)
-        self.OC, self.FCH, self.off = _forward_kernel(*args, self.pid, self.T, self.SP)
+        # parallel stripes: numba's threads (NUMBA_NUM_THREADS / numba.set_num_threads) for large tables;
+        # small ones run on the calling thread, where starting the ~2 L parallel loops would cost more
+        # than they save (much more on a busy machine, where each start waits for a time slice)
+        nth = max(1, int(get_num_threads()))
+        if L * L * (self.N + 1) ** 3 < PARALLEL_WORK:
+            nth = 1
+        old = get_num_threads()
+        set_num_threads(nth)
+        try:
+            if L >= 1:
+                self.T, self.SP, self.CH, dlo, dhi = _backward_kernel(*args, self.pid, nth)
+            else:
+                self.T = np.full((1, self.N + 1, self.N + 1), np.inf)
+                self.SP = np.zeros((1, self.N + 1, self.N + 1), dtype=np.int16)
+                self.CH = np.zeros((1, self.N + 1, self.N + 1), dtype=np.int16)
+                dlo = np.full((1, self.N + 1), self.N + 1, dtype=np.int32)
+                dhi = np.full((1, self.N + 1), -1, dtype=np.int32)
+            self.OC, self.FCH, self.off = _forward_kernel(*args, self.pid, self.T, self.SP, dlo, dhi, nth)
+        finally:
+            set_num_threads(old)
+        self.threads = nth
 
     # --- backward block lookup: (duration, spill) for C(i, j, m, D)
     def block(self, i, j, m, D):
@@ -733,7 +921,8 @@ def solve_remat_offload_dp(chain: Chain, memory: float, bandwidth: float | None,
     try:
         best, _ = dp.value(1, 0, 0, 0, 0)
         details = {"discretization": dp.disc.describe(), "slot_bytes": dp.S, "slots": dp.N,
-                   "part_time": dp.q, "bandwidth": dp.beta, "feasible_states": int(np.isfinite(dp.OC).sum())}
+                   "part_time": dp.q, "bandwidth": dp.beta, "feasible_states": int(np.isfinite(dp.OC).sum()),
+                   "threads": dp.threads}
         if not best < INF:
             mm = ro_min_memory(chain, dp.beta if math.isfinite(dp.q) else None)
             need = mm.value

@@ -10,11 +10,24 @@
    it, beta in {1, 0.5} B/s, in exact mode (one slot per byte). Prints every case and the largest
    gap (the test ``tests/test_remat_offload_exhaustive.py`` uses it).
 
+3. The zoo's ResNet-101 chain (L = 73, ``instances/resnet101-b8-224-cpu.json``), issue 21 item 3: at a
+   memory limit 30% of the way from rotor's minimum to the store-all peak, for each bandwidth and N,
+   the DP's run time (target: N = 100 within 10 s on the 2-core machine, numba's default threads) and,
+   with ``--reference``, the previous serial kernels' time on the same inputs (kept in
+   ``tests/test_remat_offload_dp_tables.py``), their ratio and a check that the tables are identical.
+   It also prints the share of the re-materialization overhead that offloading removes,
+   ``(rotor - DP) / (rotor - store-all)`` with rotor = the same DP without a link (paper 004's
+   persistent DP with the same N slots), next to paper 000's "about one third". Two bandwidths by
+   default: 12 GB/s (PCIe-like) and 100 MB/s: the chain was profiled on a CPU, about 100 times slower
+   than the GPUs of paper 000, so 12 GB/s makes transfers nearly free, while 100 MB/s keeps paper
+   000's ratio of transfer time to compute time. ``--fracs`` adds other memory limits.
+
 Usage::
 
-    python -m benchmarks.bench_remat_offload_dp                 # both parts
+    python -m benchmarks.bench_remat_offload_dp                 # all parts
     python -m benchmarks.bench_remat_offload_dp --part time --Ls 10,25,50,100 --Ns 50,100
     python -m benchmarks.bench_remat_offload_dp --part gap --maxL 4 --seeds 6
+    python -m benchmarks.bench_remat_offload_dp --part zoo --zoo-Ns 25,50,100 --bandwidths 12e9,1e8 --reference
 """
 from __future__ import annotations
 
@@ -83,20 +96,102 @@ def bench_gap(maxL: int, seeds: int, time_limit: float) -> float:
     return worst
 
 
+PAPER_SHARE = 1 / 3          # paper 000: offloading removes about one third of the overhead
+
+
+def _reference_kernels():
+    """The previous serial kernels, from the test that keeps them (None outside a checkout)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tests" / "test_remat_offload_dp_tables.py"
+    if not path.exists():
+        return None
+    # under the name pytest gives it, so that numba's cache of its kernels (which records the module)
+    # loads here too
+    name = "test_remat_offload_dp_tables"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def bench_zoo(instance: str, fracs, bandwidths, Ns, reference: bool) -> None:
+    import numpy as np
+    from numba import get_num_threads
+
+    from memplan.baselines.remat_heuristics import min_memory, store_all
+    from memplan.baselines.remat_offload_dp import RematOffloadDP, solve_remat_offload_dp
+    from memplan.models.instance import load_chain
+
+    c = load_chain(instance)
+    sa = store_all(c)
+    lo, hi = min_memory(c), sa.peak_memory
+    ref = _reference_kernels() if reference else None
+    if reference and ref is None:
+        print("(no tests/test_remat_offload_dp_tables.py here: no reference timing)")
+    print(f"{instance}: L = {c.L}, store-all {sa.objective:.4g} s at {hi / 2**20:.1f} MiB, rotor's minimum "
+          f"{lo / 2**20:.1f} MiB; numba threads: {get_num_threads()}")
+    solve_remat_offload_dp(c, lo + 0.3 * (hi - lo), 1e9, slots=8)       # compile / load outside the timings
+    head = (f"{'frac':>5} {'MiB':>7} {'beta':>8} {'N':>4} {'DP s':>7} {'target':>7} {'makespan':>9} {'rotor(N)':>9} "
+            f"{'share':>6} {'paper':>6}")
+    if ref is not None:
+        head += f" {'prev s':>7} {'speedup':>7} {'same':>5}"
+    print(head)
+    for frac in fracs:
+        M = lo + frac * (hi - lo)
+        for N in Ns:
+            rot = solve_remat_offload_dp(c, M, 0.0, slots=N)
+            for beta in bandwidths:
+                t0 = time.perf_counter()
+                sol = solve_remat_offload_dp(c, M, beta, slots=N)
+                wall = time.perf_counter() - t0
+                share = ((rot.objective - sol.objective) / (rot.objective - sa.objective)
+                         if rot.objective is not None and sol.objective is not None and rot.objective > sa.objective
+                         else float("nan"))
+                target = ("<=10s" if wall <= 10 else ">10s") if (c.L == 73 and N == 100) else ""
+                line = (f"{frac:>5.2f} {M / 2**20:>7.1f} {beta:>8.3g} {N:>4} {wall:>7.2f} {target:>7} "
+                        f"{sol.objective if sol.objective is not None else float('nan'):>9.4f} "
+                        f"{rot.objective if rot.objective is not None else float('nan'):>9.4f} "
+                        f"{share:>6.3f} {PAPER_SHARE:>6.3f}")
+                if ref is not None:
+                    dp = RematOffloadDP(c, M, beta, slots=N)
+                    t0 = time.perf_counter()
+                    T, SP, CH, OC, FCH, _ = ref._ref_tables(dp)
+                    prev = time.perf_counter() - t0
+                    dp.tables()
+                    same = (np.array_equal(T, dp.T) and np.array_equal(SP, dp.SP) and np.array_equal(CH, dp.CH)
+                            and np.array_equal(OC, dp.OC) and np.array_equal(FCH, dp.FCH))
+                    line += f" {prev:>7.2f} {prev / sol.times['tables']:>6.1f}x {str(same):>5}"
+                print(line, flush=True)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--part", choices=["time", "gap", "both"], default="both")
+    p.add_argument("--part", choices=["time", "gap", "both", "zoo", "all"], default="all",
+                   help="both: time and gap; all: time, gap and zoo")
     p.add_argument("--Ls", default="10,25,50,75,100")
     p.add_argument("--Ns", default="50,100")
     p.add_argument("--max-gb", type=float, default=2.5)
     p.add_argument("--maxL", type=int, default=4)
     p.add_argument("--seeds", type=int, default=4)
     p.add_argument("--time-limit", type=float, default=60.0, help="per exhaustive search (s)")
+    p.add_argument("--instance", default="instances/resnet101-b8-224-cpu.json")
+    p.add_argument("--fracs", default="0.3", help="memory limits, from rotor's minimum (0) to store-all (1)")
+    p.add_argument("--bandwidths", default="12e9,1e8", help="bytes/s")
+    p.add_argument("--zoo-Ns", default="25,50,100")
+    p.add_argument("--reference", action="store_true", help="also time the previous serial kernels")
     a = p.parse_args(argv)
-    if a.part in ("time", "both"):
+    if a.part in ("time", "both", "all"):
         bench_time([int(x) for x in a.Ls.split(",")], [int(x) for x in a.Ns.split(",")], a.max_gb)
-    if a.part in ("gap", "both"):
+    if a.part in ("gap", "both", "all"):
         bench_gap(a.maxL, a.seeds, a.time_limit)
+    if a.part in ("zoo", "all"):
+        bench_zoo(a.instance, [float(x) for x in a.fracs.split(",")], [float(x) for x in a.bandwidths.split(",")],
+                  [int(x) for x in a.zoo_Ns.split(",")], a.reference)
     return 0
 
 

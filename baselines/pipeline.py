@@ -102,8 +102,16 @@ def _expired(deadline: float) -> bool:
 def _planner_activation(td: TaskData, l: int) -> float:
     """The activation bytes PipeDream's planner counts for layer l: the layer's output ``a^l`` (its
     profile's activation size) under the paper's memory model, the stored bytes ``S[l]`` (``abar^l``)
-    under the autograd model, so that its estimate speaks of the memory that is replayed."""
+    under the autograd model, so that its estimate speaks of the memory that is replayed (the first
+    layer of a stage adds ``H[l]``, :func:`_planner_stage_input`)."""
     return float(td.wa[l]) if td.memory_model == "paper" else float(td.S[l])
+
+
+def _planner_stage_input(td: TaskData, l: int) -> float:
+    """What PipeDream's planner adds for a stage that starts at layer l under the autograd model:
+    ``H[l]``, the stage input that layer l saves and ``S`` counts with layer l-1 (0 under the paper's
+    model, where ``H`` is 0)."""
+    return 0.0 if td.memory_model == "paper" else float(td.H[l])
 
 
 def _serial_stage_memory(td: TaskData, a: int, b: int) -> float:
@@ -116,12 +124,14 @@ def _serial_stage_memory(td: TaskData, a: int, b: int) -> float:
         mem += td.A[b] + td.A[n - b]
     peak, stored = 0.0, 0.0
     for l in range(a, b + 1):
+        kept = td.S[l] + (td.H[l] if l == a else 0.0)       # layer a is the first of its GPU
         peak = max(peak, stored + td.A[l - 1] + td.A[l])
-        stored += td.S[l]
+        stored += kept
     for l in range(b, a - 1, -1):
+        kept = td.S[l] + (td.H[l] if l == a else 0.0)
         m = td.backward(l)
         peak = max(peak, stored + td.A[m - 1] + td.A[m])
-        stored -= td.S[l]
+        stored -= kept
     return float(mem + peak)
 
 
@@ -194,8 +204,9 @@ def pipedream_partition(td: TaskData, P: int, memory_target: float, noam: int) -
     """PipeDream's DP with its simplified memory model (module docstring): contiguous partition into
     at most P stages minimizing the slowest stage ``max(u_F + u_B, 2 x boundary transfer)``, where
     stage s must satisfy ``max(1, noam - s) x (activations + weights of the stage) <= memory_target``
-    (activations: the chain's layer outputs ``td.wa``). None when no partition satisfies the
-    estimate. O(P L^2)."""
+    (activations: the chain's layer outputs ``td.wa`` under the paper's memory model; under the
+    autograd model the stored bytes ``S`` of the stage's layers plus ``H`` of its first layer). None
+    when no partition satisfies the estimate. O(P L^2)."""
     L = td.L
     cum = _stage_times(td)
     act = np.concatenate([[0.0], np.cumsum([_planner_activation(td, l) for l in range(1, L + 1)])])
@@ -210,7 +221,8 @@ def pipedream_partition(td: TaskData, P: int, memory_target: float, noam: int) -
             for i in range(k - 1, j):
                 if best[k - 1][i] == INF:
                     continue
-                if inflight * (act[j] - act[i] + wts[j] - wts[i]) > memory_target:
+                stage_act = act[j] - act[i] + _planner_stage_input(td, i + 1)
+                if inflight * (stage_act + wts[j] - wts[i]) > memory_target:
                     continue
                 comm = 2 * max(td.dc[i], td.dc[td.n - i]) if i > 0 else 0.0
                 v = max(best[k - 1][i], cum[j] - cum[i], comm)

@@ -37,8 +37,10 @@ Memory: three models, all checked by the replay.
   limits. It solves a ResNet-18 allocation on 8 GPUs in about a second, where the paper's ILP with
   the same allocation fixed has not closed its gap after 300 s.
 
-Stored activations are ``td.S[l]`` bytes per layer (``A[l-1]`` = a^{l-1} under the paper's memory model,
-abar^l under the autograd model; :mod:`memplan.models.pipeline`); below, a^{l-1} and A[l-1] stand for it.
+Stored activations are ``td.stored(l, gpu)`` bytes per layer: ``td.S[l]`` (``A[l-1]`` = a^{l-1} under the
+paper's memory model, what autograd saves under the autograd model), plus ``td.H[l]`` when layer l is the
+first of its GPU (:mod:`memplan.models.pipeline`; the allocation is fixed here, so this is a constant per
+layer); below, a^{l-1} and A[l-1] stand for it.
 
 * ``copies`` (memory model ``caps``): GPU g holds the stored activations (a^{l-1}, kept from the end
   of F_l to the end of B_l) of at most ``c_g`` mini-batches: ``end F_l(j + c_g) >= end B_l(j)`` for
@@ -161,7 +163,7 @@ def build_cyclic_model(td, gpu: list[int], T: float, K: int, caps: dict[int, int
     md.copies = pyo.ConstraintList()
     for l in range(1, L + 1):
         c = caps.get(gpu[l - 1]) if caps else None
-        if c is None or td.S[l] <= 0:
+        if c is None or td.stored(l, gpu) <= 0:
             continue
         Bm = td.backward(l)
         for i in I:
@@ -202,13 +204,14 @@ def _exact_memory(md, td, gpu, pk: dict[tuple[int, int], int], memory: float, mi
     const = constant_memory(td, gpu)
     if minimize:
         md.peak = pyo.Var(bounds=(0, None))
+    kept = td.stored_all(gpu)          # S[l], + H[l] for the first layer of a GPU
     md.exact_memory = pyo.ConstraintList()
     for x in range(1, n + 1):
         g = gpu[x - 1]
         expr = (td.A[x - 1] + td.A[x]) / ms
         for l in range(1, L + 1):
-            if gpu[l - 1] == g and td.S[l] > 0:
-                expr = expr + td.S[l] / ms * (E(l, x) - E(td.backward(l), x))
+            if gpu[l - 1] == g and kept[l] > 0:
+                expr = expr + kept[l] / ms * (E(l, x) - E(td.backward(l), x))
         for m in range(1, n):
             if gpu[m - 1] == g and gpu[m] == g and td.A[m] > 0:
                 expr = expr + td.A[m] / ms * (E(m, x) - E(m + 1, x) - (1 if x == m + 1 else 0))
@@ -226,7 +229,8 @@ def _layer_memory(md, td, gpu, d, st, K: int, PK: float, most: int, memory: floa
     L, n = td.L, td.n
     ms = memory / 1000.0                                 # bytes per model memory unit
     I = range(K)
-    stored = [l for l in range(1, L + 1) if td.S[l] > 0]
+    kept = td.stored_all(gpu)          # S[l], + H[l] for the first layer of a GPU
+    stored = [l for l in range(1, L + 1) if kept[l] > 0]
     direct = [m for m in range(1, n) if gpu[m - 1] == gpu[m] and td.A[m] > 0]
     md.e = pyo.Var(stored, I, domain=pyo.NonNegativeIntegers, bounds=(0, most))
     md.q = pyo.Var(direct, I, domain=pyo.NonNegativeIntegers, bounds=(0, most))
@@ -239,7 +243,7 @@ def _layer_memory(md, td, gpu, d, st, K: int, PK: float, most: int, memory: floa
             md.layer_copies.add(st("t", m + 1, i) - st("t", m, i) - d[m] <= md.q[m, i] * PK)
     md.memory = pyo.ConstraintList()
     for g, base in _base_memory(td, gpu).items():
-        held_items = (sum(td.S[l] / ms * md.e[l, i] for l in stored if gpu[l - 1] == g for i in I)
+        held_items = (sum(kept[l] / ms * md.e[l, i] for l in stored if gpu[l - 1] == g for i in I)
                       + sum(td.A[m] / ms * md.q[m, i] for m in direct if gpu[m - 1] == g for i in I))
         if not isinstance(held_items, (int, float)):      # (a GPU that stores nothing needs no row)
             md.memory.add(held_items <= (memory - base) / ms)
@@ -261,7 +265,7 @@ def copy_caps(td, gpu: Sequence[int], memory: float | None) -> dict[int, int] | 
         return None
     caps = {}
     for g, const in _base_memory(td, gpu).items():
-        act = sum(td.S[l] for l in range(1, td.L + 1) if gpu[l - 1] == g)
+        act = sum(td.stored(l, gpu) for l in range(1, td.L + 1) if gpu[l - 1] == g)
         caps[g] = int(math.floor((memory - const) / act + 1e-9)) if act > 0 else td.n
     return caps
 

@@ -49,6 +49,18 @@ Beyond the paper (all exact reformulations or valid inequalities, see :func:`bui
 allocation variable per pair of *layers* (substituting (4)); ``cut_gpu_load`` / ``cut_link_load``
 (the load of a resource is at most T); ``min_memory=True`` turns (36)'s M into the objective.
 
+Memory model (:mod:`models.pipeline`): Lemma 8's stored ``a_{l'-1}`` is ``S[l']`` (``td.S``: a^{l'-1}
+in the paper's model, what autograd saves in the autograd model). The autograd model adds ``H[l']``
+per stored copy when layer l' is the first layer of its GPU (layer l'-1 elsewhere), an extension of
+Lemma 8: a nonnegative variable ``eta[a,l']`` per task a and layer l' with ``H[l'] > 0``,
+``eta[a,l'] >= sigma[a,l'] + w_{l',a} - w_{2L-l'+1,a} - K (1 - z_{a,l'} + z_{a,l'-1})`` (``c36h_stage_input``),
+adds ``H[l'] eta[a,l']`` to (36). With ``z_{a,l'} = 1, z_{a,l'-1} = 0`` it is at least the number of
+copies of Lemma 8; otherwise the right-hand side is at most 0, because the copy count
+``sigma + w - w`` is at most ``K = 4 (2L - 2l' + 1) + 1`` ((31) and ``w <= 1``). ``eta`` has a
+positive coefficient in (36) only, so at an optimum it equals the count or 0. Where ``H = 0`` (the
+paper's model, chains without the profiler's measurements) nothing is added: the model is the
+paper's.
+
 The left-hand side of (36) at the start of each task equals the memory the simulator of
 :mod:`models.pipeline` measures (``tests/test_pipeline.py::test_ilp_memory_model_equals_simulator``
 evaluates every constraint at baseline patterns: satisfied at their measured peak, (36) violated
@@ -292,10 +304,23 @@ def build_model(td: TaskData, P: int, memory: float | None, *, Tmax: float | Non
         mdl.c35_buffer_b = pyo.Constraint([(a, k) for a in tasks for k in comms],
                                           rule=lambda _, a, k: mdl.b[a, k] >= z(a, k + 1) - z(a, k))
 
+        # Lemma 8 extended (module docstring): the copies of a^{l-1} that layer l keeps on the GPU of
+        # task a when it is the first layer of that GPU (z_{a,l} = 1, z_{a,l-1} = 0) cost H[l] more
+        # each; one variable per (a, l) with H[l] > 0 only, so the paper's model is unchanged
+        H = td.H / ms
+        first = [l for l in layers if l >= 2 and td.H[l] > 0]
+        if first:
+            mdl.eta = pyo.Var([(a, l) for a in tasks for l in first], bounds=(0, None))
+            mdl.c36h_stage_input = pyo.Constraint(
+                [(a, l) for a in tasks for l in first],
+                rule=lambda _, a, l: mdl.eta[a, l] >= mdl.sigma[a, l] + w(l, a) - w(n - l + 1, a)
+                - (kact(l) + 1) * (1 - z(a, l) + z(a, l - 1)))
+
         def mem(_, a):
             mod = 3 * sum(z(a, l) * W[l] for l in layers)                                   # (33)
             act = A[a - 1] + A[a] + sum((mdl.sigma[a, l] + w(l, a) - w(n - l + 1, a)) * S[l]
                                         for l in layers)                                    # Lemma 8
+            act = act + sum(mdl.eta[a, l] * H[l] for l in first)                            # extended
             dr = sum(mdl.o[a, k] * A[k] for k in comms if k != a and k + 1 != a)            # Lemma 6
             buf = sum(mdl.b[a, k] * A[k] for k in comms)                                    # Lemma 9
             return mod + act + dr + buf <= (mdl.Mv if min_memory else MEM_SCALE_TARGET)
@@ -362,8 +387,15 @@ def start_values(ilp: PipelineILP, pattern: Pattern) -> list[tuple[Any, float]]:
             vals.append((m.o[a, k], max(0, w(k, a) + w(a, k + 1) + w(k + 1, k) - 1)))
         for (a, k) in m.b.keys():
             vals.append((m.b[a, k], abs(zz(a, k) - zz(a, k + 1))))
+        sig = {}
         for (a, l) in m.sigma.keys():
-            vals.append((m.sigma[a, l], sum(sh[k] for k in range(l, n - l + 1)) if zz(a, l) else 0))
+            sig[a, l] = sum(sh[k] for k in range(l, n - l + 1)) if zz(a, l) else 0
+            vals.append((m.sigma[a, l], sig[a, l]))
+        if hasattr(m, "eta"):          # the extension of Lemma 8 (build_model): its least value
+            for (a, l) in m.eta.keys():
+                K = 4 * (n - 2 * l + 1) + 1
+                vals.append((m.eta[a, l], max(0, sig[a, l] + w(l, a) - w(n - l + 1, a)
+                                              - K * (1 - zz(a, l) + zz(a, l - 1)))))
     return vals
 
 

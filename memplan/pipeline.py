@@ -461,7 +461,7 @@ assert list(_RUNNERS) == METHODS
 def _memory_model_arg(memory_model: Any) -> str:
     if memory_model not in MEMORY_MODELS:
         raise InputError(f"{PROBLEM}: memory_model={memory_model!r} is not a memory model; choose 'autograd' "
-                         f"(what autograd keeps, abar of every layer, the default) or 'paper' (paper 003's "
+                         f"(what autograd keeps for each layer, a stage input saved on both sides of a GPU boundary counted on both GPUs; the default) or 'paper' (paper 003's "
                          f"model: each layer keeps only its input)")
     return memory_model
 

@@ -57,9 +57,11 @@ Memory model (section 4.2), measured over time on each GPU
     first layer that saves it; the loss stage's is added to the last layer). A stage of layers
     ``l..r`` thus keeps ``S[l] + ... + S[r]`` per in-flight mini-batch, the bytes autograd saves for
     its forward pass (within 5% on a profiled ResNet-18, ``tests/test_pipeline_memory_model.py``),
-    except a stage input that the previous layer also saves, counted once, on the previous GPU.
-    Chains without those measurements use ``S[l] = abar^l`` (``wabar[l]``). The running-task and
-    direct-dependency items below are kept as in the paper;
+    plus ``H[l]`` when layer l is the first of its GPU (layer l-1 elsewhere): the stage input
+    a^{l-1} that both ``F_{l-1}`` (its output) and ``F_l`` (its input) save is counted once in S,
+    with layer l-1, but then both GPUs hold a copy (:func:`autograd_boundary_bytes`).
+    Chains without those measurements use ``S[l] = abar^l`` (``wabar[l]``) and ``H = 0``; so does
+    the paper's model. The running-task and direct-dependency items below are kept as in the paper;
 * running task (Lemma 8's ``a_{l-1} + a_l``): during ``T_m``, its input ``A[m-1]`` and output ``A[m]``;
 * direct dependencies (22): when ``T_m`` and ``T_{m+1}`` share a GPU, ``A[m]`` from the end of ``T_m``
   to the start of ``T_{m+1}`` (of the same mini-batch).
@@ -123,6 +125,8 @@ class TaskData:
     S: np.ndarray | None = None        # S[l], l = 1..L: bytes layer l keeps per mini-batch from the end
                                        # of F_l to the end of B_l (the memory model; default: A[l-1])
     memory_model: str = "paper"        # "paper" (S[l] = A[l-1]) or "autograd" (S[l] = abar^l)
+    H: np.ndarray | None = None        # H[l], l = 1..L: bytes layer l keeps per mini-batch in addition
+                                       # to S[l] when it is the first layer of its GPU (default: 0)
 
     def __post_init__(self) -> None:
         if self.memory_model not in MEMORY_MODELS:
@@ -132,6 +136,29 @@ class TaskData:
                 raise ValueError("give S (the stored bytes per layer) with memory_model='autograd'")
             self.S = np.zeros(self.L + 1)
             self.S[1:] = np.asarray(self.A, dtype=float)[0:self.L]
+        if self.H is None:
+            self.H = np.zeros(self.L + 1)
+        self.H = np.asarray(self.H, dtype=float)
+        if self.H.shape != (self.L + 1,) or not np.all(self.H >= 0) or self.H[:2].any():
+            raise ValueError(f"H must hold L + 1 = {self.L + 1} nonnegative values with H[0] = H[1] = 0")
+
+    def first_on_gpu(self, l: int, gpu: Sequence[int]) -> bool:
+        """Whether layer l is the first of its GPU in chain order, i.e. ``l = 1`` or layer l-1 is on
+        another GPU (``gpu``: GPU of layer l at index l-1; a list of task GPUs works too)."""
+        return l == 1 or gpu[l - 2] != gpu[l - 1]
+
+    def stored(self, l: int, gpu: Sequence[int]) -> float:
+        """Bytes layer l keeps per in-flight mini-batch (from the end of F_l to the end of B_l) under
+        the allocation ``gpu`` (GPU of layer l at index l-1, or of task T_m at index m-1): ``S[l]``,
+        plus ``H[l]`` when l is the first layer of its GPU."""
+        return float(self.S[l] + (self.H[l] if self.first_on_gpu(l, gpu) else 0.0))
+
+    def stored_all(self, gpu: Sequence[int]) -> np.ndarray:
+        """:meth:`stored` of every layer, index l = 1..L (index 0 unused, 0)."""
+        out = np.zeros(self.L + 1)
+        for l in range(1, self.L + 1):
+            out[l] = self.stored(l, gpu)
+        return out
 
     @property
     def n(self) -> int:
@@ -152,9 +179,12 @@ def task_data(chain: Chain, bandwidth: float | None, memory_model: str = "paper"
     """Paper 003's ``d_m``, ``dc_m = A[m]/beta`` and ``A[m]`` from a Chain (see the module docstring).
     ``bandwidth=None`` means communications are free. ``memory_model`` (:data:`MEMORY_MODELS`) sets
     ``S[l]``, the bytes layer l keeps per mini-batch from the end of F_l to the end of B_l: ``A[l-1]``
-    for ``"paper"`` (paper 003 section 4.2.2), ``wabar[l]`` (``wabar[L] + wabar[L+1]`` for the last
-    layer, the loss folded in) for ``"autograd"``. The front end :func:`memplan.pipeline.solve`
-    defaults to ``"autograd"``; this model-level default stays ``"paper"``."""
+    for ``"paper"`` (paper 003 section 4.2.2), :func:`autograd_stored_bytes` for ``"autograd"``
+    (``wabar[l]`` without the profiler's measurements; the loss stage's is added to the last
+    layer), and ``H[l]`` (:func:`autograd_boundary_bytes` under ``"autograd"``, else 0), what layer
+    l keeps in addition when it is the first layer of its GPU. The front end
+    :func:`memplan.pipeline.solve` defaults to ``"autograd"``; this model-level default stays
+    ``"paper"``."""
     if memory_model not in MEMORY_MODELS:
         raise ValueError(f"memory_model {memory_model!r} is not one of {', '.join(MEMORY_MODELS)}")
     L = chain.L
@@ -179,14 +209,39 @@ def task_data(chain: Chain, bandwidth: float | None, memory_model: str = "paper"
     W[L] += chain.weights[L + 1]
     wa = np.asarray(chain.wa[:L + 1], dtype=float).copy()
     S = np.zeros(L + 1)
+    H = np.zeros(L + 1)
     if memory_model == "paper":
         S[1:] = A[0:L]
     else:
         kept = autograd_stored_bytes(chain)
         S[1:] = kept[1:L + 1]
         S[L] += kept[L + 1]
+        H[1:] = autograd_boundary_bytes(chain)[1:L + 1]     # the loss stage never starts a GPU
     return TaskData(L=L, d=d, dc=dc, A=A, W=W, wa=wa, bandwidth=bandwidth, name=chain.name, S=S,
-                    memory_model=memory_model)
+                    memory_model=memory_model, H=H)
+
+
+def _saved_measurements(chain: Chain) -> tuple[np.ndarray, np.ndarray] | None:
+    """The profiler's ``saved_by_autograd_bytes`` and ``saved_input_bytes`` (index l-1 for stage
+    l = 1..L+1) when ``chain.provenance`` has both, complete and valid; else None."""
+    L = chain.L
+    prov = chain.provenance or {}
+    s, i = prov.get("saved_by_autograd_bytes"), prov.get("saved_input_bytes")
+    if (isinstance(s, (list, tuple)) and isinstance(i, (list, tuple)) and len(s) == L + 1 and len(i) == L + 1
+            and all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in [*s, *i])):
+        return np.asarray(s, dtype=float), np.asarray(i, dtype=float)
+    return None
+
+
+def _own_outputs(chain: Chain, s: np.ndarray) -> np.ndarray:
+    """``o_l`` (index l = 0..L+1): what of its output a^l ``F_l`` saves itself, ``s_l + a^l - abar^l``
+    clipped to ``[0, a^l]`` (``abar^l`` is the output plus what F_l saved apart from its input, the
+    output counted once when saved); ``o_0 = 0``: nothing before F_1 saves the network input."""
+    wa, wabar = np.asarray(chain.wa, dtype=float), np.asarray(chain.wabar, dtype=float)
+    out = np.zeros(chain.L + 2)
+    for l in range(1, chain.L + 2):
+        out[l] = min(wa[l], max(0.0, float(s[l - 1]) + wa[l] - wabar[l]))
+    return out
 
 
 def autograd_stored_bytes(chain: Chain) -> np.ndarray:
@@ -199,22 +254,39 @@ def autograd_stored_bytes(chain: Chain) -> np.ndarray:
     first layer that saves it: ``s_l + max(0, i_l - o_{l-1})``, where ``o_{l-1} = s_{l-1} + a^{l-1} -
     abar^{l-1}`` (clipped to ``[0, a^{l-1}]``) is what of its output ``F_{l-1}`` saves itself. Over any
     run of layers ``l..r`` this sums to the bytes autograd saves for them, except that a stage input
-    saved both by ``F_{l-1}`` (as its output) and by ``F_l`` is counted once, with layer ``l-1``.
+    saved both by ``F_{l-1}`` (as its output) and by ``F_l`` is counted once, with layer ``l-1``: when
+    the two layers run on different GPUs, :func:`autograd_boundary_bytes` is what layer l adds.
     Without those measurements (an imported or hand-made chain): ``abar^l`` (``wabar[l]``), which
     contains ``a^l`` whether or not a backward needs it."""
     L = chain.L
-    prov = chain.provenance or {}
-    s, i = prov.get("saved_by_autograd_bytes"), prov.get("saved_input_bytes")
     out = np.zeros(L + 2)
-    if (isinstance(s, (list, tuple)) and isinstance(i, (list, tuple)) and len(s) == L + 1 and len(i) == L + 1
-            and all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in [*s, *i])):
-        wa, wabar = np.asarray(chain.wa, dtype=float), np.asarray(chain.wabar, dtype=float)
-        own_out = 0.0                                   # what F_{l-1} saves of its output
+    meas = _saved_measurements(chain)
+    if meas is not None:
+        s, i = meas
+        own = _own_outputs(chain, s)
         for l in range(1, L + 2):
-            out[l] = float(s[l - 1]) + max(0.0, float(i[l - 1]) - own_out)
-            own_out = min(wa[l], max(0.0, float(s[l - 1]) + wa[l] - wabar[l]))
+            out[l] = s[l - 1] + max(0.0, i[l - 1] - own[l - 1])
         return out
     out[1:] = np.asarray(chain.wabar[1:L + 2], dtype=float)
+    return out
+
+
+def autograd_boundary_bytes(chain: Chain) -> np.ndarray:
+    """Per stage l = 1..L+1 (index 0 unused), ``H[l] = min(o_{l-1}, i_l)``: the bytes of its input
+    a^{l-1} that ``F_l`` saves and that :func:`autograd_stored_bytes` attributes to layer l-1 (which
+    saves them too, as its output). When layer l is the first layer of its GPU, that GPU keeps its
+    received copy of a^{l-1} for ``B_l`` while the GPU of layer l-1 keeps its own for ``B_{l-1}``, so
+    layer l keeps ``S[l] + H[l]`` per in-flight mini-batch; a stage of layers ``l..r`` then keeps
+    ``S[l] + ... + S[r] + H[l]``, the bytes autograd saves for its forward pass. ``H[1] = 0``
+    (nothing before F_1 saves the network input). All zeros without the profiler's measurements
+    (the ``abar`` fallback of :func:`autograd_stored_bytes`)."""
+    out = np.zeros(chain.L + 2)
+    meas = _saved_measurements(chain)
+    if meas is not None:
+        s, i = meas
+        own = _own_outputs(chain, s)
+        for l in range(1, chain.L + 2):
+            out[l] = min(own[l - 1], i[l - 1])
     return out
 
 
@@ -552,8 +624,8 @@ def check_and_measure(un: Unrolled, td: TaskData, tol: float, *, timeline: bool 
 
         for m in ms:
             add(2 * pos[m], 2 * pos[m] + 1, td.A[m - 1] + td.A[m])                  # running task
-            if m <= L:
-                add(2 * pos[m] + 1, 2 * pos[td.backward(m)] + 1, td.S[m])           # stored activation
+            if m <= L:      # stored activation (S[m], + H[m] when F_m is the first layer of g)
+                add(2 * pos[m] + 1, 2 * pos[td.backward(m)] + 1, td.stored(m, gpu))
             if m < n and gpu[m] == g:
                 add(2 * pos[m] + 1, 2 * pos[m + 1], td.A[m])                        # direct dependency
         level = np.cumsum(diff)[0:2 * N:2]          # during each task instance, in execution order

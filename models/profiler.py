@@ -194,21 +194,34 @@ def storage_bytes(t) -> int:
     return int(sum(seen.values()))
 
 
-def saved_tensor_bytes(fn: Callable[[], Any], exclude: Sequence[torch.Tensor] = ()) -> tuple[Any, int]:
-    """Run ``fn()`` with saved-tensor hooks and return (its result, bytes of the distinct storages that
-    autograd saved for the backward pass, leaving out those of ``exclude``: inputs, parameters)."""
-    skip = {_key(t) for t in exclude}
+def saved_storages(fn: Callable[[], Any]) -> tuple[Any, dict[int, int]]:
+    """Run ``fn()`` with saved-tensor hooks and return (its result, ``{storage key: bytes}`` of the
+    distinct storages that autograd saved for the backward pass).
+
+    The pack hook keeps a detached alias of each saved tensor (same storage, same values, so a
+    backward through the result still works): packing the tensor itself makes every output an
+    operation saves (ReLU, sigmoid, ...) refer to its own graph node, a reference cycle that is never
+    freed, so each call leaked the graph's saved tensors (on a CPU profile of ResNet-50 at batch 8,
+    gigabytes over the stages)."""
     seen: dict[int, int] = {}
 
     def pack(t):
         k = _key(t)
-        if k not in skip and k:
+        if k:
             seen[k] = t.untyped_storage().nbytes()
-        return t
+        return t.detach()
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = fn()
-    return out, int(sum(seen.values()))
+    return out, seen
+
+
+def saved_tensor_bytes(fn: Callable[[], Any], exclude: Sequence[torch.Tensor] = ()) -> tuple[Any, int]:
+    """Run ``fn()`` with saved-tensor hooks and return (its result, bytes of the distinct storages that
+    autograd saved for the backward pass, leaving out those of ``exclude``: inputs, parameters)."""
+    skip = {_key(t) for t in exclude}
+    out, seen = saved_storages(fn)
+    return out, int(sum(b for k, b in seen.items() if k not in skip))
 
 
 # ---------------------------------------------------------------------------------------- profiling
@@ -267,6 +280,26 @@ def _params(module) -> list[torch.nn.Parameter]:
     return list({id(p): p for p in module.parameters()}.values()) if isinstance(module, torch.nn.Module) else []
 
 
+def _saved_bytes(stage: Callable, x: torch.Tensor, input_grad: bool) -> tuple[int, int, int]:
+    """What autograd saves for the backward of ``stage`` on input ``x`` (one forward with saved-tensor
+    hooks, distinct storages): ``(saved, saved_input, saved_buffers)``, the bytes apart from the input,
+    the parameters and the buffers; the bytes of the input (the pipeline's autograd memory model
+    counts a tensor saved by two consecutive stages once,
+    :func:`memplan.models.pipeline.autograd_stored_bytes`, and needs both); and the bytes of the
+    buffers (batch-norm running statistics; the profiler counted them in ``saved`` before it left them
+    out, :func:`measure_saved_bytes` reports them to recognize such instances). Sizes only: they do
+    not depend on timing or on the input's values."""
+    params = _params(stage)
+    buffers = list(stage.buffers()) if isinstance(stage, torch.nn.Module) else []
+    xi = _as_input(x, input_grad)
+    _, seen = saved_storages(lambda: stage(xi))
+    kp, kb, ki = {_key(t) for t in params}, {_key(t) for t in buffers}, _key(xi)
+    saved = sum(b for k, b in seen.items() if k != ki and k not in kp and k not in kb)
+    saved_input = seen.get(ki, 0) if ki not in kp and ki not in kb else 0
+    saved_buffers = sum(b for k, b in seen.items() if k in kb and k not in kp and k != ki)
+    return int(saved), int(saved_input), int(saved_buffers)
+
+
 def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device="cpu",
                   input_grad: bool = True, delta: torch.Tensor | None = None) -> tuple[dict[str, float], torch.Tensor]:
     """Measure one stage on sample input ``x`` (see the module docstring). Returns (values, output).
@@ -299,14 +332,7 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
     wa = storage_bytes(out)
     del out
     # memory: forward with autograd, then backward
-    xi = _as_input(x, input_grad)
-    buffers = list(stage.buffers()) if isinstance(stage, torch.nn.Module) else []
-    _, saved = saved_tensor_bytes(lambda: stage(xi), exclude=[xi, *params, *buffers])  # hooks: what autograd keeps
-    # ... and how much of that is the stage's own input (the pipeline's autograd memory model counts a
-    # tensor saved by two consecutive stages once: models.pipeline.autograd_stored_bytes)
-    xi = _as_input(x, input_grad)
-    _, saved_all = saved_tensor_bytes(lambda: stage(xi), exclude=[*params, *buffers])
-    saved_input = max(0, saved_all - saved)
+    saved, saved_input, _ = _saved_bytes(stage, x, input_grad)
     xi = _as_input(x, input_grad)
     with memory_tracker(device) as tr:
         out = stage(xi)
@@ -331,6 +357,47 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
                   weights=float(sum(p.numel() * p.element_size() for p in params)), saved=float(saved),
                   saved_input=float(saved_input))
     return values, y.detach()
+
+
+def measure_saved_bytes(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable | None = None, *,
+                        device="cpu", input_grad: bool = True) -> dict[str, list[float]]:
+    """The sizes :func:`profile_chain` records for stages 1..L and the loss stage L+1, without the
+    timings: ``wa`` (a^0..a^{L+1}, bytes of each output's storage), ``wabar`` (abar^0..abar^{L+1},
+    abar^0 = a^0), ``saved_by_autograd_bytes`` and ``saved_input_bytes`` (index l-1 for stage l,
+    :func:`_saved_bytes`). They are sizes of tensors, so they do not depend on the machine's speed:
+    recomputing them for an instance made by ``memplan profile`` gives its recorded values (the
+    ``benchmarks/add_saved_input_bytes.py`` script adds ``saved_input_bytes`` to instances recorded
+    before the profiler measured it). Also ``saved_buffer_bytes``: what of the stage's buffers autograd
+    saves, which instances profiled before the profiler left buffers out count in
+    ``saved_by_autograd_bytes``. Each stage runs two forwards with autograd recording and one without;
+    no backward."""
+    loss_fn = loss_fn or classification_loss()
+    x = x.to(device)
+    out: dict[str, list[float]] = {"wa": [float(storage_bytes(x))], "wabar": [float(storage_bytes(x))],
+                                   "saved_by_autograd_bytes": [], "saved_input_bytes": [], "saved_buffer_bytes": []}
+    a = x
+    for l, stage in enumerate(list(stages) + [loss_fn], start=1):
+        grad = input_grad or l > 1
+        for p in _params(stage):          # as profile_stage: gradients exist before the measures
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
+        with torch.no_grad():
+            y = stage(_as_input(a, False))
+        wa = storage_bytes(y)
+        saved, saved_input, saved_buffers = _saved_bytes(stage, a, grad)
+        xi = _as_input(a, grad)
+        with memory_tracker(device) as tr:          # abar as profile_stage measures it
+            o = stage(xi)
+            tr.sync()
+            wabar = tr.current + (0 if tr.is_tracked(o) else wa)
+            del o
+        out["wa"].append(float(wa))
+        out["wabar"].append(float(max(wabar, wa)))
+        out["saved_by_autograd_bytes"].append(float(saved))
+        out["saved_input_bytes"].append(float(saved_input))
+        out["saved_buffer_bytes"].append(float(saved_buffers))
+        a = y.detach()
+    return out
 
 
 def classification_loss(num_classes: int | None = None, seed: int = 0) -> Callable:

@@ -105,7 +105,7 @@ import numpy as np
 from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_arrays, solve_milp, timed
 from memplan.models import budget as _budget
 from memplan.models.chain import Chain
-from memplan.models.offload import (PROBLEM, InvalidOffloadSchedule, OffloadData, OffloadSchedule,
+from memplan.models.offload import (PROBLEM, InvalidOffloadSchedule, OffloadData, OffloadSchedule, fractional_makespan,
                                     lower_bound_value, make_solution, peak_memory_no_offload,
                                     validate_offload)
 from memplan.models.solution import InfeasibleError, Solution, Status
@@ -818,7 +818,7 @@ def _read_arrays(info, d: OffloadData, xs: np.ndarray, bandwidth: float) -> Offl
 def fractional_bound(chain: Chain, memory: float, bandwidth: float) -> float | None:
     """A lower bound on Problem 1's optimum from paper 001's fully fractional relaxation (section 4):
     the makespan of the no-wait, eager, ordered schedule offloading ``M_peak - M_GPU`` bytes
-    (:func:`baselines.offload.fractional_makespan`), or None where it cannot be computed.
+    (:func:`models.offload.fractional_makespan`), or None where it cannot be computed.
 
     Why it is valid. Every valid Problem-1 schedule is a schedule of the fractional relaxation: there,
     bytes are freed as they are sent and reserved as they arrive, which is never later (resp. earlier)
@@ -829,8 +829,6 @@ def fractional_bound(chain: Chain, memory: float, bandwidth: float) -> float | N
     is Theorem 2's schedule. So its makespan never exceeds Problem 1's optimum (tests compare it with
     proven optima of the reference model on random chains). On ResNet-18 (issue 21) it is 5.221 s where
     HiGHS's bound after 60 s is about 5.06 s."""
-    from memplan.baselines.offload import fractional_makespan
-
     try:
         if memory >= peak_memory_no_offload(chain) or not bandwidth or not math.isfinite(bandwidth):
             return None

@@ -598,3 +598,135 @@ def timeline(chain: Chain, schedule: OffloadSchedule, width: int = 72) -> str:
     link = [(t, t + d.x[j] / beta, ">") for j, t in schedule.offload.items()]
     link += [(t, t + d.x[j] / beta, "<") for j, t in schedule.prefetch.items()]
     return f"compute |{row(comp)}|\nlink    |{row(link)}|\n         0{' ' * (width - 1)}{T:.4g}s"
+
+
+# ------------------------------------------------------------------------- fractional relaxation
+# (a lower bound of Problem 1, Theorem 2: used by GREEDY's bound and by the MILP's bound)
+def _frac_phase(dur, alloc0, alloc, extra, elig0, elig_end, Q, M, beta, what):
+    """One phase of the fully fractional model run as early as possible. The link sends the first Q
+    eligible bytes at rate beta as soon as they are eligible; sent bytes are freed at once.
+    Returns (starts, bursts [(a, b)], sent_total)."""
+    n = len(dur)
+    starts = []
+    bursts: list[list[float]] = []
+    t, sent, elig, used = 0.0, 0.0, min(Q, elig0), alloc0
+
+    def send(t0, t1):
+        nonlocal sent
+        b = elig - sent
+        if b <= 0 or t1 <= t0:
+            return
+        dt = min(t1 - t0, b / beta)
+        sent += dt * beta
+        if bursts and abs(bursts[-1][1] - t0) <= 1e-12 * max(1.0, t0):
+            bursts[-1][1] = t0 + dt
+        else:
+            bursts.append([t0, t0 + dt])
+
+    for q in range(n):
+        used += alloc[q]
+        need = used + extra[q] - sent - M
+        if need > 1e-12 * max(1.0, M):
+            if need > elig - sent + 1e-9 * max(1.0, M):
+                raise NoWaitInfeasible(f"{what}: operation {q} cannot fit even after offloading "
+                                       f"{Q:.6g} bytes")
+            w = need / beta
+            send(t, t + w)
+            t += w
+        starts.append(t)
+        send(t, t + dur[q])
+        t += dur[q]
+        elig = min(Q, elig + elig_end[q])
+    send(t, math.inf)
+    return starts, [tuple(b) for b in bursts], sent
+
+
+def fractional_makespan(chain: Chain, memory: float, bandwidth: float, amount: float | None = None,
+                        *, return_parts: bool = False):
+    """Makespan of the no-wait, eager, ordered schedule of the fully fractional relaxation (section 4)
+    that offloads ``amount`` bytes (default ``Q = M_peak - M_GPU``, optimal by Theorem 2).
+
+    Model: ``x_0, x_1, ...`` are offloaded in that order, the last one partially, as soon as they are
+    computed; sent bytes are freed at once; prefetching runs in the reverse order, bytes being
+    reserved as they arrive, and byte of ``x_j`` must be back before ``B_j``. The forward phase runs as
+    early as possible, the backward phase as late as possible (reversed time), and the smallest idle
+    time between them that keeps memory and the single link valid is found by bisection (memory is
+    piecewise linear in time, so it is checked at every breakpoint)."""
+    d = OffloadData.of(chain)
+    L, M, beta = d.L, float(memory), float(bandwidth)
+    Q = max(0.0, peak_memory_no_offload(chain) - M) if amount is None else float(amount)
+    total = float(d.x[:L + 1].sum())
+    Q = min(Q, total)
+    sF, bF, _ = _frac_phase(list(d.uF), d.x[0], list(d.x[1:L + 2]), list(d.exF), d.x[0],
+                            list(d.x[1:L + 1]) + [0.0], Q, M, beta, "forward")
+    sR, bR, _ = _frac_phase(list(d.uB), d.x[0], list(d.x[1:L + 2]),
+                            [d.y[i] + d.y[i + 1] + d.exB[i] for i in range(L + 1)], 0.0,
+                            list(d.x[:L + 1]), Q, M, beta, "backward")
+    eF = [sF[i] + d.uF[i] for i in range(L + 1)]
+    DB = sR[L] + d.uB[L]
+    f_link_end = bF[-1][1] if bF else 0.0
+    r_link_end = bR[-1][1] if bR else 0.0
+    T_low = max(eF[L] + DB, f_link_end + r_link_end)
+    T_high = max(T_low, max(eF[L], f_link_end) + max(DB, r_link_end))
+
+    bF_a = np.array([a for a, _ in bF]); bF_b = np.array([b for _, b in bF])
+    bR_a = np.array([a for a, _ in bR]); bR_b = np.array([b for _, b in bR])
+
+    def sent_by(A, Bb, t):
+        """Bytes sent by time(s) t through bursts [A, B) at rate beta (vectorised over t)."""
+        if len(A) == 0:
+            return np.zeros_like(t)
+        return beta * np.clip(np.minimum(t[:, None], Bb[None, :]) - A[None, :], 0, None).sum(axis=1)
+
+    sFa, eFa = np.array(sF), np.array(eF)
+    uB = np.asarray(d.uB, float)
+
+    def mem_at(T, tau):
+        """Device memory at the instants ``tau`` (array) when the backward phase ends at T."""
+        tB = T - (np.array(sR) + uB)
+        eB = tB + uB
+        # x_j alive from the start of F_{j-1} (0 for x_0) to the end of B_{j-1} (B_0 for x_0)
+        a = np.concatenate([[0.0], sFa])
+        b = np.concatenate([[eB[0]], eB])
+        t = tau[:, None]
+        m = ((a[None, :] <= t) & (t < b[None, :])) @ d.x[:L + 2]
+        m = m + ((sFa[None, :] <= t) & (t < eFa[None, :])) @ d.exF
+        m = m + ((tB[None, :] <= t) & (t < eB[None, :])) @ d.exB
+        yend = np.concatenate([[np.inf], eB[:-1]])          # y_i freed by B_{i-1}
+        m = m + ((tB[None, :] <= t) & (t < yend[None, :])) @ d.y[:L + 1]
+        m = m + ((tB[L] <= tau) & (tau < eB[L])) * d.y[L + 1]
+        m = m - sent_by(bF_a, bF_b, tau) + (Q - sent_by(bR_a, bR_b, T - tau))
+        return m
+
+    def ok(T):
+        pts = set([0.0, T])
+        pts.update(sF); pts.update(eF)
+        for a, b in bF:
+            pts.update((a, b))
+        for i in range(L + 1):
+            pts.update((T - sR[i], T - sR[i] - d.uB[i]))
+        for a, b in bR:
+            pts.update((T - a, T - b))
+        pts = np.array(sorted(p for p in pts if 0 <= p <= T))
+        keep = np.diff(pts) > 1e-12 * max(1.0, T)
+        p0, p1 = pts[:-1][keep], pts[1:][keep]
+        lim = M * (1 + 1e-12) + 1e-12
+        v0 = mem_at(T, p0)
+        vm = mem_at(T, 0.5 * (p0 + p1))
+        return bool(np.all(v0 <= lim) and np.all(2 * vm - v0 <= lim))
+
+    if not ok(T_low):
+        lo, hi = T_low, T_high
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            if ok(mid):
+                hi = mid
+            else:
+                lo = mid
+        T = hi
+    else:
+        T = T_low
+    T = float(T)
+    if return_parts:
+        return T, {"Q": float(Q), "forward_end": float(eF[L]), "backward_span": float(DB)}
+    return T

@@ -65,9 +65,7 @@ import sys
 import time
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
 
 from memplan.baselines import remat_heuristics as H
 from memplan.baselines.remat_min_memory import min_memory, min_memory_of
@@ -136,31 +134,53 @@ class Discretization:
 
 
 # ----------------------------------------------------------------------------- persistent kernel
-@intrinsic
-def _prefetch(typingctx, arr, idx):
-    """Hint the CPU to load ``arr[idx]`` into the caches (``llvm.prefetch``, read, high locality).
-    Only a hint: it changes no value."""
-    sig = types.void(arr, idx)
-
-    def codegen(context, builder, signature, args):
-        ary = context.make_array(signature.args[0])(context, builder, args[0])
-        i8p = ir.IntType(8).as_pointer()
-        ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), i8p)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, ir.IntType(32), ir.IntType(32), ir.IntType(32)])
-        fn = builder.module.globals.get("llvm.prefetch.p0i8") or ir.Function(builder.module, fnty,
-                                                                              name="llvm.prefetch.p0i8")
-        i32 = ir.IntType(32)
-        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-    return sig, codegen
+#: cells per side of the tiles of the persistent kernel (see ``_persistent_kernel``): three tiles of
+#: 16 x 16 cells of 500 slots (3 MB) stay in a 2 MB L2 cache for the most part, and 12-24 all ran
+#: within 5% of each other at L = 339, 500 slots
+_BLOCK = 16
 
 
-#: rows of C prefetched ahead of the inner loop (see ``_persistent_kernel``)
-_LOOKAHEAD = 8
+@njit(cache=True, inline="always")
+def _persistent_split(C, lo, top, P, U, wa, wd, S, s, k, t):
+    """Apply split point s' = k + 1 to cell (s, t): ``C[s, t, m] = min(C[s, t, m], U[s, k] +
+    C[k+1, t, m - wa^k] + C[s, k, m])`` (C_ck of Eq. 7: F_ck^s F_none^{s+1..k}, keep a^k), where
+    the forward run fits (``wd^t + P[s, k] <= m``) and both operands are finite.
+
+    The candidate is non-increasing in m and at least ``lb = U + C[k+1, t, S] + C[s, k, S]`` (the
+    operands' minima, same arithmetic, so the bound holds in floating point); the cell is
+    non-increasing too, so the candidate can only improve it on the prefix where it is above
+    ``lb``: a binary search finds that prefix and the rest is skipped (~40% of the range remains).
+    The loop runs over slices indexed from 0, which LLVM vectorizes (indexing ``first[m - shift]``
+    directly keeps numba's negative-index wraparound in the loop and it stays scalar, 5x slower)."""
+    need = wd[t] + P[s, k]
+    if need > S:
+        return
+    end = top[s, t]
+    shift = wa[k]
+    start = max(need, shift + lo[k + 1, t], lo[s, k])
+    if start >= end:
+        return
+    first = C[k + 1, t]
+    second = C[s, k]
+    buf = C[s, t]
+    fsum = U[s, k]
+    lb = fsum + first[S] + second[S]
+    a, b = start, end
+    while a < b:
+        h = (a + b) >> 1
+        if buf[h] <= lb:
+            b = h
+        else:
+            a = h + 1
+    bv = buf[start:a]
+    fv = first[start - shift:a - shift]
+    sv = second[start:a]
+    for i in range(a - start):
+        bv[i] = min(bv[i], fsum + fv[i] + sv[i])
 
 
 @njit(cache=True)
-def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry):
+def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry, block=_BLOCK):
     """Table C[s, t, m] for 1 <= s <= t <= L+1, 0 <= m <= S (Eq. 6-7). ``allow_carry=False`` forbids
     F_all^s unless B^s follows immediately (revolve / AD model).
 
@@ -170,21 +190,25 @@ def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry):
     inner loops skip the infeasible region; above ``top[s, t]`` (``full[s, t]``: storing everything
     fits) C is the store-all time ``base[s, t]``, a lower bound, so no search is needed there.
 
-    Order and pruning (the values are bit-identical to the plain diagonal-by-diagonal evaluation:
-    every entry is the ``min`` of the same floating-point candidates):
+    Cell (s, t) is the minimum of C_all (``u_f^s + C[s+1, t, m - wabar^s] + u_b^s``) and of the
+    split points k = s' - 1 in s..t-1 (:func:`_persistent_split`, operands C[s, k] and C[k+1, t]):
+    the interval-DP shape of a (min, +) matrix product, evaluated here in tiles of ``block`` x
+    ``block`` cells (blocks I <= J of the indices 1..L+1) so that the operands are read from cache
+    ``block`` times each instead of once per split from main memory:
 
-    - rows s from L down to 1; within row s, split points s' ascending, and for each s' every cell
-      (s, t), t >= s'. The second operand C[s, s'-1] is then final (its splits are all <= s'-1) and
-      read once for all t, and the first operands C[s', s'..L+1] are one contiguous block of the
-      table read in order (prefetched ``_LOOKAHEAD`` cells ahead), while row s stays in cache.
-    - each candidate ``U + C[s', t, m - wa^{s'-1}] + C[s, s'-1, m]`` is non-increasing in m and at
-      least ``lb = U + C[s', t, S] + C[s, s'-1, S]`` (the rows' minima, same arithmetic, so the
-      bound holds in floating point); the running minimum of row (s, t) is non-increasing too, so
-      the split can only improve it on the prefix where it is still above ``lb``: a binary search
-      finds that prefix and the rest is skipped."""
+    - tiles by block diagonal d = J - I ascending; in tile (I, J) the split points k in the blocks
+      strictly between I and J come first: both operands lie in tiles of smaller d, final, and the
+      tile product (I, K) x (K+1, J) runs cell by cell with all three tiles in cache;
+    - then the tile's rows descending, cells ascending: C_all (row s+1 final), the split points in
+      block I (operand C[k+1, t]: a row below, final, or row 1 of tile (I+1, J), final) and in block
+      J (operand C[s, k], k < t: a cell to the left, final; C[k+1, t] in the diagonal tile (J, J)).
+
+    Every cell is the ``min`` of the same floating-point candidates as in the plain
+    diagonal-by-diagonal evaluation (min is exact and order-free; no NaN arises), so the table is
+    bit-identical to it (tests/test_rotor_compact.py); only the candidates that cannot lower a cell
+    are skipped."""
     n = L + 2
     C = np.full((n, n, S + 1), np.inf)
-    flat = C.reshape(n * n * (S + 1))
     lo = np.full((n, n), S + 1, dtype=np.int64)
     # full[s, t]: memory from which "F_all every stage" fits in sub-chain (s, t); from there on
     # C[s, t, m] is the sum of u_f + u_b over s..t, a lower bound, so no search is needed.
@@ -207,65 +231,60 @@ def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry):
                 base[s, t] = uf[s] + base[s + 1, t] + ub[s]   # same order as C_all: exact match
                 if full[s, t] <= S:
                     top[s, t] = full[s, t]
-    for s in range(L, 0, -1):
-        # store-all region and F_all^s first (C_all; row s+1 is final)
-        for t in range(s + 1, L + 2):
-            buf = C[s, t]
-            tp = top[s, t]
-            for m in range(tp, S + 1):
-                buf[m] = base[s, t]
-            if allow_carry:
-                need = max(wd[t] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
-                sub = C[s + 1, t]
-                w = wab[s]
-                for m in range(max(need, w + lo[s + 1, t]), tp):
-                    buf[m] = uf[s] + sub[m - w] + ub[s]
-        # F_ck^s, F_none^{s+1..s'-1} (C_ck): the forward run needs wd^t + pre for every t
+    # U[s, k] = u_f^s + ... + u_f^k, summed from 0.0 in that order (the order the plain DP used);
+    # P[s, k]: memory of the forward run F_ck^s F_none^{s+1..k} without wd^t (o_f^s + wa^s for
+    # F_ck^s, wa^{j-1} + wa^j + o_f^j for F_none^j)
+    U = np.zeros((n, n))
+    P = np.zeros((n, n), dtype=np.int64)
+    for s in range(1, n):
+        acc = 0.0
         pre = wa[s] + of[s]
-        fsum = 0.0
-        for sp in range(s + 1, L + 2):
-            fsum += uf[sp - 1]
-            if sp - 1 > s:   # F_none^{sp-1} joins the run
-                j = sp - 1
-                pre = max(pre, wa[j - 1] + wa[j] + of[j])
-            second = C[s, sp - 1]          # final: all its split points are <= sp - 1
-            lo2 = lo[s, sp - 1]
-            s2 = second[S]
-            shift = wa[sp - 1]
-            rowbase = sp * n * (S + 1) - shift
-            for t in range(sp, L + 2):
-                tq = t + _LOOKAHEAD
-                if tq <= L + 1:
-                    sq = max(wd[tq] + pre, shift + lo[sp, tq], lo2)
-                    off = rowbase + tq * (S + 1)
-                    for mm in range(sq, min(top[s, tq], sq + 96), 8):
-                        _prefetch(flat, off + mm)
-                need = wd[t] + pre
-                if need > S:
-                    continue
-                end = top[s, t]
-                start = max(need, shift + lo[sp, t], lo2)
-                if start >= end:
-                    continue
-                first = C[sp, t]
-                buf = C[s, t]
-                lb = fsum + first[S] + s2
-                a, b = start, end
-                while a < b:
-                    h = (a + b) >> 1
-                    if buf[h] <= lb:
-                        b = h
-                    else:
-                        a = h + 1
-                for m in range(start, a):
-                    buf[m] = min(buf[m], fsum + first[m - shift] + second[m])
-            row = C[s, sp]                 # cell (s, sp) is final
-            first_finite = S + 1
-            for m in range(S + 1):
-                if row[m] < np.inf:
-                    first_finite = m
-                    break
-            lo[s, sp] = first_finite
+        for k in range(s, n):
+            acc += uf[k]
+            if k > s:
+                pre = max(pre, wa[k - 1] + wa[k] + of[k])
+            U[s, k] = acc
+            P[s, k] = pre
+    B = max(1, block)
+    nb = (L + B) // B        # blocks of B indices over 1..L+1
+    for d in range(nb):
+        for I in range(nb - d):
+            J = I + d
+            s0 = 1 + I * B
+            s1 = min(L + 1, s0 + B - 1)
+            t0 = 1 + J * B
+            t1 = min(L + 1, t0 + B - 1)
+            for s in range(s0, s1 + 1):              # store-all region
+                for t in range(max(t0, s + 1), t1 + 1):
+                    buf = C[s, t]
+                    for m in range(top[s, t], S + 1):
+                        buf[m] = base[s, t]
+            for K in range(I + 1, J):                # split points between the blocks
+                k0 = 1 + K * B
+                for s in range(s0, s1 + 1):
+                    for k in range(k0, k0 + B):
+                        for t in range(t0, t1 + 1):
+                            _persistent_split(C, lo, top, P, U, wa, wd, S, s, k, t)
+            for s in range(s1, s0 - 1, -1):          # the rest of the tile
+                for t in range(max(t0, s + 1), t1 + 1):
+                    buf = C[s, t]
+                    if allow_carry:                  # F_all^s first (C_all)
+                        need = max(wd[t] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+                        sub = C[s + 1, t]
+                        w = wab[s]
+                        for m in range(max(need, w + lo[s + 1, t]), top[s, t]):
+                            buf[m] = min(buf[m], uf[s] + sub[m - w] + ub[s])
+                    for k in range(s, min(s1, t - 1) + 1):
+                        _persistent_split(C, lo, top, P, U, wa, wd, S, s, k, t)
+                    if J > I:
+                        for k in range(t0, t):
+                            _persistent_split(C, lo, top, P, U, wa, wd, S, s, k, t)
+                    f = S + 1                        # cell (s, t) is final
+                    for m in range(S + 1):
+                        if buf[m] < np.inf:
+                            f = m
+                            break
+                    lo[s, t] = f
     return C
 
 

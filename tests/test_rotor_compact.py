@@ -1,7 +1,8 @@
 """The rotor DPs' fast kernels against straightforward references (issue 21).
 
-- the persistent kernel (rows in reverse order, split points pruned by a lower bound, prefetching)
-  against the plain diagonal-by-diagonal evaluation it replaced: the tables must be bit-identical;
+- the persistent kernel (tiles of cells, split points pruned by a lower bound, vectorized inner loop)
+  against the plain diagonal-by-diagonal evaluation it replaced: the tables must be bit-identical,
+  for the default tile size and for small ones;
 - the floating kernel's compact tables (only cells s <= t <= l and r < t' <= l stored, one row each)
   against the dense (L+2)^3 (S+1) tables it replaced: every value and every choice identical.
 
@@ -18,7 +19,7 @@ from memplan.models.chain import random_chain
 
 @njit(cache=True)
 def dense_persistent(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry):
-    """The persistent DP as it was before the pruned, row-ordered kernel: diagonal by diagonal, every
+    """The persistent DP as it was before the pruned, tiled kernel: diagonal by diagonal, every
     split point over the whole memory range. Table C[s, t, m] for 1 <= s <= t <= L+1, 0 <= m <= S (Eq. 6-7). ``allow_carry=False`` forbids
     F_all^s unless B^s follows immediately (revolve / AD model).
 
@@ -226,9 +227,12 @@ def test_persistent_kernel_bit_identical(L, seed, integer):
         args = rotor._args(disc, c)
         for carry in (True, False):
             ref = dense_persistent(*args, carry)
-            new = rotor._persistent_kernel(*args, carry)
             finite += np.isfinite(ref[1, 3 * L + 1]).any()
-            assert np.array_equal(ref, new)     # same floats, same infinities
+            # the default tiles, and small ones: many tiles, split points between blocks, a last
+            # block cut short (3 L + 1 indices), one cell per tile
+            for block in (rotor._BLOCK, 1, 2, 5):
+                new = rotor._persistent_kernel(*args, carry, block)
+                assert np.array_equal(ref, new)     # same floats, same infinities
     assert finite >= 8       # not vacuous: most limits have a sequence
 
 

@@ -61,6 +61,19 @@ _INF = np.inf
 
 
 @njit(cache=True)
+def forward_sums(uf, n):
+    """``U[a, b] = uf[a] + ... + uf[b]`` for ``1 <= a <= b < n`` (the time of a forward run from stage a
+    to b), summed left to right; shared by the floating-DP kernels here and in :mod:`remat_rotor`."""
+    U = np.zeros((n + 1, n + 1))
+    for a in range(1, n):
+        acc = 0.0
+        for b in range(a, n):
+            acc += uf[b]
+            U[a, b] = acc
+    return U
+
+
+@njit(cache=True)
 def _better(c, tm, best, best_t):
     """Lexicographic (threshold, time) comparison with a relative tolerance on the threshold."""
     tol = 1e-12 * max(1.0, abs(best)) if best < np.inf else 0.0
@@ -124,12 +137,7 @@ def _floating_threshold(L, uf, ub, wa, wab, wd, of, ob, prune):
     TG = np.full((n, n, n), np.inf)
     GM = np.full((n, n, n), np.inf)
     GS = np.zeros((n, n, n), dtype=np.int64)
-    U = np.zeros((n + 1, n + 1))
-    for a in range(1, n):
-        acc = 0.0
-        for b in range(a, n):
-            acc += uf[b]
-            U[a, b] = acc
+    U = forward_sums(uf, n)
     for l in range(1, L + 2):
         for s in range(l, 0, -1):
             if s < l:

@@ -68,7 +68,7 @@ import numpy as np
 from numba import njit
 
 from memplan.baselines import remat_heuristics as H
-from memplan.baselines.remat_min_memory import min_memory, min_memory_of
+from memplan.baselines.remat_min_memory import forward_sums, min_memory, min_memory_of
 from memplan.models.chain import Chain
 from memplan.models.remat import InvalidSequence, RematSchedule, simulate_remat
 from memplan.models.solution import Solution, Status
@@ -383,12 +383,7 @@ def _floating_kernel(L, S, uf, ub, wa, wab, wd, of, ob, prune):
     TP = np.zeros((nc, S + 1), dtype=np.int16)
     G = np.full((ng, S + 1), np.inf)
     GS = np.zeros((ng, S + 1), dtype=np.int16)
-    U = np.zeros((n + 1, n + 1))   # U[a, b] = sum_{k=a}^{b} uf[k]
-    for a in range(1, n):
-        acc = 0.0
-        for b in range(a, n):
-            acc += uf[b]
-            U[a, b] = acc
+    U = forward_sums(uf, n)        # U[a, b] = sum_{k=a}^{b} uf[k]
     for l in range(1, L + 2):
         for s in range(l, 0, -1):
             # --- G(s, t', l, .) for s < t' <= l (needs C(s' > s, t', l))

@@ -39,6 +39,14 @@ def _plt():
     return plt
 
 
+def _save(fig, path: Path, dpi: int) -> Path:
+    """Lay out, write and close a figure; its path."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    _plt().close(fig)
+    return path
+
+
 def _slug(s: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in str(s))
 
@@ -94,11 +102,7 @@ def figure_remat(df, out: Path) -> list[Path]:
         ax.set_title(f"{inst}: throughput vs memory{_errors(d)}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = out / f"remat_{_slug(inst)}.png"
-        fig.savefig(path, dpi=130)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(fig, out / f"remat_{_slug(inst)}.png", 130))
     return written
 
 
@@ -124,11 +128,7 @@ def figure_offload(df, out: Path, *, show_dynprog: bool = False) -> list[Path]:
         ax.set_title(f"{inst}: offloading at {base / 1e9:.3g} GB/s (paper 001, Fig. 2){_errors(off)}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend()
-        fig.tight_layout()
-        p2 = out / f"offload_{_slug(inst)}_figure2.png"
-        fig.savefig(p2, dpi=130)
-        plt.close(fig)
-        written.append(p2)
+        written.append(_save(fig, out / f"offload_{_slug(inst)}_figure2.png", 130))
         # Figure 3: throughput of the best heuristic at each bandwidth, and re-materialization
         fig, ax = plt.subplots(figsize=(7, 4))
         heur = _ok(off[~off["method"].isin(["lb", "milp"])])
@@ -151,11 +151,7 @@ def figure_offload(df, out: Path, *, show_dynprog: bool = False) -> list[Path]:
         ax.set_title(f"{inst}: offloading vs re-materialization (paper 001, Fig. 3)", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        p3 = out / f"offload_{_slug(inst)}_figure3.png"
-        fig.savefig(p3, dpi=130)
-        plt.close(fig)
-        written.append(p3)
+        written.append(_save(fig, out / f"offload_{_slug(inst)}_figure3.png", 130))
     return written
 
 
@@ -246,11 +242,7 @@ def figure_remat_offload(df, out: Path, *, prefix: Path | None = None) -> list[P
         axes[0][0].set_ylabel(f"throughput ({unit})")
         axes[0][0].legend(fontsize=8)
         fig.suptitle(f"{inst}: re-materialization + offloading{_errors(d)}")
-        fig.tight_layout()
-        png = stem.with_suffix(".png")
-        fig.savefig(png, dpi=120)
-        plt.close(fig)
-        written += [stem.with_suffix(".csv"), png]
+        written += [stem.with_suffix(".csv"), _save(fig, stem.with_suffix(".png"), 120)]
     return written
 
 
@@ -297,11 +289,7 @@ def figure_pipeline(df, out: Path) -> list[Path]:
                      fontsize=9)
         ax.legend()
         ax.grid(alpha=0.3)
-        fig.tight_layout()
-        path = out / f"pipeline_{_slug(inst)}_P{P}.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(fig, out / f"pipeline_{_slug(inst)}_P{P}.png", 120))
     s = pipeline_summary(df)
     if len(s):
         s.to_csv(out / "pipeline_summary.csv", index=False)

@@ -9,9 +9,10 @@ importing the solvers in them) and shut-down, whether the rows agree (timing col
 aside; rows stopped by their time limit in both runs are compared by status only, and the line says
 how many), whether an ILP row is ever slower than a baseline row at the same limit, and, from the
 measured task durations, an estimate of the wall time on N workers: greedy longest-first packing of
-the durations on N machines, bounded below by the longest task and by the sum / N. The ILP tasks of
-one GPU count form a chain (each starts from the pattern of the limit below), so the estimate packs
-chains, not tasks. ``--repeat K`` runs the pair K times and prints the spread of the ratio.
+the durations on N machines, bounded below by the longest task and by the sum / N. Every task is
+independent (the ILP rows of one GPU count take the better pattern of a smaller limit after the run,
+:func:`memplan.experiments.sweep_engine.carry_forward`: the line says how many did).
+``--repeat K`` runs the pair K times and prints the spread of the ratio.
 
 The baseline points are computed once, when the grid is built (printed apart): they set the memory
 limits, and every task of a GPU count takes them as its ``points``.
@@ -35,23 +36,11 @@ DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "external" / "pipedre
 
 
 def estimate(durations, n: int) -> float:
-    """Longest-processing-time-first makespan of the jobs (a chain of tasks is one job) on ``n`` workers."""
+    """Longest-processing-time-first makespan of the tasks on ``n`` workers."""
     loads = [0.0] * n
     for d in sorted(durations, reverse=True):
         heapq.heappush(loads, heapq.heappop(loads) + d)
     return max(loads)
-
-
-def jobs(tasks, df) -> list[float]:
-    """The measured durations of the jobs: a chain's is the sum of its tasks', others one task's."""
-    wall = dict(zip(df["key"], df["wall_time"].fillna(0.0)))
-    head = {}
-    for t in tasks:                      # tasks come predecessors first within a chain
-        head[t["key"]] = head.get(t.get("after"), t["key"]) if t.get("after") else t["key"]
-    out: dict[str, float] = {}
-    for k, h in head.items():
-        out[h] = out.get(h, 0.0) + wall.get(k, 0.0)
-    return list(out.values())
 
 
 def ilp_above_baselines(df) -> list[str]:
@@ -97,7 +86,7 @@ def main(argv=None) -> int:
             st = run_sweep(tasks, instances, out, workers=w, progress=False)
             res[w] = (st, read_results(out))
             print(f"--workers {w}: {st.wall:.1f}s wall (start-up {st.startup:.1f}s, shut-down {st.shutdown:.1f}s), "
-                  f"{st.solved} tasks, {st.failed} errors")
+                  f"{st.solved} tasks, {st.failed} errors, {st.carried} ILP rows took the pattern of a smaller limit")
         counts: dict = {}
         diffs = same_rows(res[1][1], res[2][1], rtol=1e-6, status_only=("time_limit", "no_solution"), counts=counts)
         all_diffs += diffs
@@ -118,12 +107,10 @@ def main(argv=None) -> int:
               f"{min(net):.2f}x, median {sorted(net)[len(net) // 2]:.2f}x, max {max(net):.2f}x")
     df1 = res[1][1]
     d = df1["wall_time"].dropna().tolist()
-    J = jobs(tasks, df1)
-    print(f"task durations (1 worker): sum {sum(d):.1f}s, longest task {max(d):.1f}s, median {sorted(d)[len(d) // 2]:.1f}s;"
-          f" {len(J)} jobs (a chain of ILP limits is one), longest {max(J):.1f}s")
+    print(f"task durations (1 worker): sum {sum(d):.1f}s, longest task {max(d):.1f}s, median {sorted(d)[len(d) // 2]:.1f}s")
     for n in (1, 2, 4, 8, 16, 32):
-        print(f"  estimated wall on {n:2d} workers: {estimate(J, n):7.1f}s (bound: longest job {max(J):.1f}s, "
-              f"sum/N {sum(J) / n:.1f}s)")
+        print(f"  estimated wall on {n:2d} workers: {estimate(d, n):7.1f}s (bound: longest task {max(d):.1f}s, "
+              f"sum/N {sum(d) / n:.1f}s)")
     if not a.keep:
         shutil.rmtree(base, ignore_errors=True)
     return 0 if not all_diffs else 1

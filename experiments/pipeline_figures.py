@@ -20,10 +20,9 @@ limit. Output: the table under ``<out>/results/``, ``<out>/pipeline_<chain>_P<P>
 As in the serial script it replaces, the ILP never gets worse with more memory and starts from every
 baseline pattern that fits: the baseline points of each P are computed once, completely (no time
 cut), when the grid is built, and every task of that P takes them (the ``pipedream`` and ``gpipe``
-rows are the best of those points within the limit); the ``ilp`` tasks of one P form a chain by
-increasing limit, each starting from the pattern of the limit below
-(:data:`memplan.experiments.sweep_engine.CHAINS`). The chains of different P, and the baselines'
-tasks, run in parallel. ``--time-limit`` bounds each task's solve; the baseline points are not in it.
+rows are the best of those points within the limit); the ``ilp`` tasks run in parallel, and once
+they are back an ILP row whose own pattern is slower than one found at a smaller limit of the same P
+takes that pattern and says so (:func:`memplan.experiments.sweep_engine.carry_forward`). ``--time-limit`` bounds each task's solve; the baseline points are not in it.
 """
 from __future__ import annotations
 

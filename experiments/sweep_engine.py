@@ -24,16 +24,20 @@ its rows independent of machine load and of the number of workers:
   given to every ``ilp``, ``cyclic``, ``pipedream`` and ``gpipe`` task of that series as ``points=``:
   the baselines' rows are deterministic, and the ILP starts from every baseline pattern that fits
   (the same points its baseline rows are taken from);
-* **chains** (:data:`CHAINS`): the ``ilp`` tasks of one series (same instance, bandwidth, GPUs,
-  options, time limit) are chained by increasing memory limit: each receives its predecessor's row
-  and starts from the pattern it returned (``starts=``; a pattern found at a smaller limit fits at a
-  larger one, so the ILP's period never increases with the limit, as in the serial script). A
-  series runs in order while different series run in parallel, the longest series first; the client
-  submits a task once its predecessor's row is back, with that row as an argument, and keeps at most
-  one task per worker thread in flight (so a worker that dies loses only its own task: Dask counts
-  every task a dead worker held against that task's retries). The pattern is kept in the row
-  (column ``schedule``), so a resumed sweep starts the next limit from it too. A predecessor that
-  failed gives its successor no start.
+* **carrying forward** (:data:`CARRIED`): the ``ilp`` tasks of one series (same instance, bandwidth,
+  GPUs, options, time limit) are independent tasks, run in parallel; their rows keep the pattern they
+  returned (column ``schedule``). Once every task of a run is back, :func:`carry_forward` walks each
+  series by increasing memory limit and gives a row the best validated pattern of a smaller limit
+  when that pattern is strictly faster than the row's own (a pattern that fits a smaller limit fits
+  a larger one, and the simulator accepted it): so the ILP's period never increases with the limit,
+  as in the serial script where each limit started from the pattern of the limit below, without
+  making the series a serial chain. Such a row says so: ``carried_from`` is the limit whose pattern it
+  holds, and its message gives the solve's own period. Its status stays what its own solve proved
+  (``optimal`` only if its bound proves the carried period; ``no_solution`` becomes ``feasible``).
+  The pass reads only the table, so it is repeated after a resumed run, and a second pass changes
+  nothing. The client submits the tasks with a time limit first (longest first), at most one per
+  worker thread, so a worker that dies loses only its own task (Dask counts every task a dead worker
+  held against that task's retries).
 """
 from __future__ import annotations
 
@@ -63,18 +67,23 @@ COLUMNS: list[tuple[str, str]] = [
     ("gpus", "int64"), ("options", "string"), ("time_limit", "float64"), ("batch", "float64"),
     ("status", "string"), ("objective", "float64"), ("peak_memory", "float64"), ("bound", "float64"),
     ("gap", "float64"), ("predicted", "float64"), ("memory_model", "string"), ("message", "string"),
-    ("error", "string"), ("schedule", "string"), ("solve_time", "float64"), ("wall_time", "float64"), ("times", "string"),
+    ("error", "string"), ("schedule", "string"), ("carried_from", "float64"), ("solve_time", "float64"), ("wall_time", "float64"), ("times", "string"),
     ("solver", "string"), ("memplan_version", "string"), ("worker", "string"), ("run_id", "string"),
     ("finished_at", "string"),
 ]
 COLUMN_NAMES = [c for c, _ in COLUMNS]
 #: columns that differ from one run to the next (timings, where and when); the rest is the answer
 VOLATILE = ["solve_time", "wall_time", "times", "worker", "run_id", "finished_at"]
-#: the returned schedule (JSON), kept for chained tasks only: not compared by :func:`same_rows` (two
+#: the returned schedule (JSON), kept for carried rows only: not compared by :func:`same_rows` (two
 #: schedules of the same period and memory are the same answer)
 NOT_COMPARED = ["schedule"]
-#: (problem, method) -> the solve option that receives the predecessor's schedule (see the module doc)
-CHAINS: dict[tuple[str, str], str] = {("pipeline", "ilp"): "starts"}
+#: (problem, method) whose rows keep their schedule and take a better one of a smaller limit of their
+#: series (:func:`carry_forward`; see the module doc)
+CARRIED: frozenset[tuple[str, str]] = frozenset({("pipeline", "ilp")})
+#: (problem, method) whose tasks are quick whatever their time limit (a lookup in the shared points)
+_QUICK = frozenset({("pipeline", "pipedream"), ("pipeline", "gpipe")})
+#: the coordinates of a carried series: rows that differ only in their memory limit
+SERIES = ["instance_id", "problem", "method", "bandwidth", "gpus", "options", "time_limit"]
 #: pipeline methods that take the shared baseline points (``points=``), and which sweeps they need
 _POINTS_NEED = {"ilp": ("pipedream", "gpipe"), "cyclic": ("pipedream", "gpipe"), "pipedream": ("pipedream",),
                 "gpipe": ("gpipe",)}
@@ -261,29 +270,18 @@ class _Points:
         return key, pts
 
 
-def _chain_series(tasks: list[dict]) -> None:
-    """Link the tasks of each chained series (:data:`CHAINS`) by increasing memory limit: ``after``
-    (the predecessor's key) and ``carry`` (the solve option that receives its schedule)."""
-    series: dict[tuple, list[dict]] = {}
+def _weigh(tasks: list[dict]) -> None:
+    """``weight``: the seconds a task may take (its time limit; 0 for the quick lookups of
+    :data:`_QUICK`), by which the client submits the longest first."""
     for t in tasks:
-        opt = CHAINS.get((t["problem"], t["method"]))
-        if opt is not None and opt not in json.loads(t["options"]):
-            sid = (t["instance_id"], t["problem"], t["method"], t["bandwidth"], t["gpus"], t["options"],
-                   t["time_limit"])
-            series.setdefault(sid, []).append(t)
-    for ts in series.values():
-        ts.sort(key=lambda t: t["memory_limit"])
-        for k, t in enumerate(ts):
-            t["carry"] = CHAINS[(t["problem"], t["method"])]
-            t["after"] = ts[k - 1]["key"] if k else None
-            t["chain_left"] = len(ts) - k            # tasks from this one to the end of its series
+        quick = (t["problem"], t["method"]) in _QUICK and t.get("inputs")
+        t["weight"] = 0.0 if quick or t.get("time_limit") is None else float(t["time_limit"])
 
 
 def expand(grids: Iterable[Grid]) -> tuple[list[dict], dict[str, Any]]:
     """The tasks of ``grids`` (plain dicts, in grid order, duplicates removed) and the inputs they
     use: ``instance_id -> (chain, platform)``, and the shared baseline points of pipeline series
-    (``points@... -> [Point]``, named by a task's ``inputs``). Chained tasks (:data:`CHAINS`) name
-    their predecessor in ``after``."""
+    (``points@... -> [Point]``, named by a task's ``inputs``)."""
     tasks, instances, seen = [], {}, set()
     shared = _Points(instances)
     for g in grids:
@@ -339,7 +337,7 @@ def expand(grids: Iterable[Grid]) -> tuple[list[dict], dict[str, Any]]:
                     if t["key"] not in seen:
                         seen.add(t["key"])
                         tasks.append(t)
-    _chain_series(tasks)
+    _weigh(tasks)
     return tasks, instances
 
 
@@ -360,22 +358,12 @@ def _num(x) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _schedule_from_json(problem: str, data: dict):
-    """The schedule of a chained task's row, back as the object its successor's solve takes."""
-    if problem == "pipeline":
-        from memplan.models.pipeline import Pattern
-
-        return Pattern.from_json(data) if data.get("kind") == "pipeline-pattern" else None
-    return None  # pragma: no cover - only pipeline tasks are chained (CHAINS)
-
-
-def run_task(task: dict, instance, inputs: dict | None = None, prev: dict | None = None) -> dict:
+def run_task(task: dict, instance, inputs: dict | None = None) -> dict:
     """Solve one task (``memplan.solve`` with the task's time limit, solver threads 1 unless the
     options say otherwise) and return its row. ``inputs``: more solve options computed once for many
-    tasks (the shared baseline points). ``prev``: the predecessor's row of a chained task; the
-    schedule it returned is given to the solve as option ``task["carry"]``. Never raises: an
-    exception is a row with status ``error``, its type and message; :class:`InfeasibleError` is
-    status ``infeasible``."""
+    tasks (the shared baseline points). The row of a :data:`CARRIED` method keeps the schedule (JSON).
+    Never raises: an exception is a row with status ``error``, its type and message;
+    :class:`InfeasibleError` is status ``infeasible``."""
     solver, version = _versions()
     row = {c: None for c in COLUMN_NAMES}
     row.update({k: task.get(k) for k in ("key", "instance", "instance_id", "problem", "method", "memory_limit",
@@ -388,11 +376,6 @@ def run_task(task: dict, instance, inputs: dict | None = None, prev: dict | None
     opts.update(inputs or {})
     t0 = time.perf_counter()
     try:
-        sched = None if prev is None else prev.get("schedule")
-        if task.get("carry") and isinstance(sched, str):
-            start = _schedule_from_json(task["problem"], json.loads(sched))
-            if start is not None:
-                opts[task["carry"]] = [start]
         sol = memplan.solve(instance, task["problem"], task["method"], memory=task["memory_limit"],
                             bandwidth=task["bandwidth"], gpus=task["gpus"], time_limit=task["time_limit"],
                             progress=None, **opts)
@@ -402,7 +385,7 @@ def run_task(task: dict, instance, inputs: dict | None = None, prev: dict | None
                    times=json.dumps({k: _num(v) for k, v in sol.times.items()}, sort_keys=True))
         mm = sol.details.get("memory_model")
         row["memory_model"] = None if mm is None else str(mm)
-        if task.get("carry") and hasattr(sol.schedule, "to_json"):
+        if (task["problem"], task["method"]) in CARRIED and hasattr(sol.schedule, "to_json"):
             row["schedule"] = json.dumps(sol.schedule.to_json(), sort_keys=True,
                                          default=lambda o: o.item() if hasattr(o, "item") else str(o))
     except InfeasibleError as e:
@@ -490,30 +473,12 @@ class SweepStats:
     durations: list[float] = field(default_factory=list)
     startup: float = 0.0  # of which starting the cluster and warming the workers up
     shutdown: float = 0.0  # and closing the cluster after the last row
+    carried: int = 0       # rows that took a better pattern of a smaller limit (:func:`carry_forward`)
 
 
 def _log(out: Path, line: str) -> None:
     with open(Path(out) / "sweep.log", "a") as f:
         f.write(time.strftime("%Y-%m-%dT%H:%M:%S ") + line + "\n")
-
-
-def _in_order(todo: Sequence[dict]) -> list[dict]:
-    """``todo`` with every chained task after its predecessor (grid order otherwise)."""
-    keys = {t["key"] for t in todo}
-    placed: set[str] = set()
-    out, rest = [], list(todo)
-    while rest:
-        nxt = []
-        for t in rest:
-            if t.get("after") in keys and t["after"] not in placed:
-                nxt.append(t)
-            else:
-                out.append(t)
-                placed.add(t["key"])
-        if len(nxt) == len(rest):   # pragma: no cover - a cycle cannot come from expand
-            raise ValueError("sweep: chained tasks form a cycle")
-        rest = nxt
-    return out
 
 
 def _warm_up(problems: Sequence[str]) -> int:
@@ -545,10 +510,7 @@ def run_sweep(tasks: Sequence[dict], instances: dict, out: str | Path, *, worker
             f.unlink()
     table = read_results(out) if results_dir(out).is_dir() else None
     done = set(table["key"]) if table is not None else set()
-    todo = _in_order([t for t in tasks if t["key"] not in done])
-    # the rows of predecessors solved by an earlier run (their schedule starts the next limit)
-    need = {t["after"] for t in todo if t.get("after") in done}
-    before = {} if not need else {r["key"]: r for r in table[table["key"].isin(need)].to_dict("records")}
+    todo = [t for t in tasks if t["key"] not in done]
     workers = workers or os.cpu_count() or 1
     run_id = uuid.uuid4().hex[:12]
     stats = SweepStats(total=len(tasks), skipped=len(tasks) - len(todo), solved=0, failed=0, wall=0.0, run_id=run_id)
@@ -575,15 +537,16 @@ def run_sweep(tasks: Sequence[dict], instances: dict, out: str | Path, *, worker
 
     try:
         if todo and workers == 1 and scheduler is None:
-            rows = dict(before)
             for k, t in enumerate(todo):
                 bar.set_postfix(running=1, failed=stats.failed)
                 inputs = {n: instances[v] for n, v in (t.get("inputs") or {}).items()}
-                row = task_fn(t, instances[t["instance_id"]], inputs, rows.get(t.get("after")))
-                rows[t["key"]] = row
-                finished(row, len(todo) - k - 1)
+                finished(task_fn(t, instances[t["instance_id"]], inputs), len(todo) - k - 1)
         elif todo:
-            stats.startup, stats.shutdown = _run_dask(todo, instances, before, workers, scheduler, finished, task_fn)
+            stats.startup, stats.shutdown = _run_dask(todo, instances, workers, scheduler, finished, task_fn)
+        if stats.solved == len(todo):       # every row is in: the carried series are complete
+            stats.carried = carry_forward(out, tasks)
+            if stats.carried:
+                _log(out, f"run {run_id}: {stats.carried} rows took a better pattern of a smaller limit")
     finally:
         bar.close()
         stats.wall = time.perf_counter() - t0
@@ -614,15 +577,14 @@ def _warm_up_plugin(problems: Sequence[str]):
     return WarmUp(problems)
 
 
-def _run_dask(todo, instances, before, workers, scheduler, finished, task_fn) -> tuple[float, float]:
+def _run_dask(todo, instances, workers, scheduler, finished, task_fn) -> tuple[float, float]:
     """Run ``todo`` on Dask; returns the seconds of start-up (cluster, warm-up) and of shut-down.
 
     The client hands out the tasks itself, at most one per worker thread at a time: a worker that
     dies then takes only its own task with it (Dask counts every task a dead worker held against
-    that task's retries), the longest series start first (a task's priority is the number of
-    tasks left in its series), and a chained task is submitted once its predecessor's row is back,
-    with that row as an argument (or none, when the predecessor failed). Inputs travel inside the
-    tasks (a chain and slimmed baseline points: tens of kB), so a worker's death loses no data."""
+    that task's retries), and the tasks that may take longest (``weight``: their time limit) go
+    first, grid order otherwise. Inputs travel inside the tasks (a chain and slimmed baseline points:
+    tens of kB), so a worker's death loses no data."""
     import heapq
 
     import dask
@@ -647,16 +609,8 @@ def _run_dask(todo, instances, before, workers, scheduler, finished, task_fn) ->
     try:
         client.register_plugin(_warm_up_plugin(sorted({t["problem"] for t in todo})))
         startup = time.perf_counter() - t0
-        keys = {t["key"] for t in todo}
-        rows = dict(before)                  # rows of finished predecessors
-        waiting: dict[str, list] = {}        # predecessor key -> its successors' heap entries
-        ready: list = []                     # heap of (-tasks left in the series, grid order, task)
-        for i, t in enumerate(todo):
-            entry = (-int(t.get("chain_left") or 0), i, t)
-            if t.get("after") in keys:
-                waiting.setdefault(t["after"], []).append(entry)
-            else:
-                heapq.heappush(ready, entry)
+        ready = [(-float(t.get("weight") or 0.0), i, t) for i, t in enumerate(todo)]
+        heapq.heapify(ready)
         running: dict = {}                   # future -> task
         ac = as_completed()
 
@@ -667,7 +621,7 @@ def _run_dask(todo, instances, before, workers, scheduler, finished, task_fn) ->
             while ready and len(running) < slots():
                 t = heapq.heappop(ready)[2]
                 inputs = {n: instances[v] for n, v in (t.get("inputs") or {}).items()}
-                f = client.submit(task_fn, t, instances[t["instance_id"]], inputs, rows.get(t.get("after")),
+                f = client.submit(task_fn, t, instances[t["instance_id"]], inputs,
                                   key=f"memplan-task-{t['key']}-{uuid.uuid4().hex[:6]}", pure=False, retries=1)
                 running[f] = t
                 ac.add(f)
@@ -678,9 +632,6 @@ def _run_dask(todo, instances, before, workers, scheduler, finished, task_fn) ->
             except Exception as e:   # noqa: BLE001 - KilledWorker (died twice) or the scheduler lost it
                 row = error_row(t, f"{type(e).__name__}: {e}")
             f.release()
-            rows[t["key"]] = row
-            for entry in waiting.pop(t["key"], []):
-                heapq.heappush(ready, entry)
             finished(row, len(running))
     finally:
         t1 = time.perf_counter()
@@ -688,6 +639,69 @@ def _run_dask(todo, instances, before, workers, scheduler, finished, task_fn) ->
         if cluster is not None:
             cluster.close()
     return startup, time.perf_counter() - t1
+
+
+def carry_forward(out: str | Path, tasks: Sequence[dict] | None = None) -> int:
+    """Give each row of a :data:`CARRIED` series the best validated pattern of a smaller limit of the
+    same series when it is strictly faster than the row's own; returns how many rows changed (their
+    part files are rewritten). ``tasks``: only their rows are considered (default: the whole table).
+
+    A source is a row with a period, a schedule and a status that says the simulator accepted it
+    (``optimal``, ``feasible``, ``time_limit``); its pattern fits the smaller limit, so it fits every
+    larger one. A row takes it when its own period is larger by more than one part in 10^9, or when
+    it has none (``no_solution``, which becomes ``feasible``). Rows with status ``error`` or
+    ``infeasible`` are left as they are (a pattern below an ``infeasible`` row would be a bug to see,
+    not to hide). The row keeps its own bound and times; its gap is recomputed; its status becomes
+    ``optimal`` when its bound proves the carried period. Idempotent: a second pass changes nothing."""
+    from memplan.models.units import fmt_memory
+
+    if not results_dir(out).is_dir():
+        return 0
+    df = read_results(out)
+    if tasks is not None:
+        df = df[df["key"].isin({t["key"] for t in tasks})]
+    carried = [(p, m) in CARRIED for p, m in zip(df["problem"], df["method"])]
+    df = df[carried]
+    if df.empty:
+        return 0
+    changed = 0
+    for _, ser in df.groupby([df[c].astype(str) for c in SERIES], sort=False, dropna=False):
+        best = None
+        for r in ser.sort_values("memory_limit", kind="stable").to_dict("records"):
+            own = _num(r.get("objective"))
+            has = own is not None and isinstance(r.get("schedule"), str)
+            if r["status"] in ("error", "infeasible"):
+                continue
+            if best is not None and (own is None or best["objective"] < own * (1 - 1e-9)):
+                row = {c: (None if _isna(v) else v) for c, v in r.items()}
+                row.update({c: best[c] for c in ("objective", "peak_memory", "predicted", "schedule")})
+                row["carried_from"] = best["carried_from"] if best.get("carried_from") is not None \
+                    else best["memory_limit"]
+                bound = _num(r.get("bound"))
+                row["gap"] = None if bound is None else max(0.0, (row["objective"] - bound) / abs(row["objective"]))
+                if r["status"] == "no_solution":
+                    row["status"] = "feasible"
+                if row["gap"] is not None and row["gap"] <= 1e-9:
+                    row["status"] = "optimal"
+                mine = "no pattern" if own is None else f"period {own:.6g}"
+                row["message"] = (f"pattern of the limit {fmt_memory(row['carried_from'])} (period "
+                                  f"{row['objective']:.6g}): this solve found {mine}; " + str(r.get("message") or ""))
+                write_row(out, row)
+                changed += 1
+                r = row
+                has = True
+            if has and (best is None or r["objective"] < best["objective"]):
+                best = {c: r.get(c) for c in ("objective", "peak_memory", "predicted", "schedule", "memory_limit",
+                                              "carried_from")}
+                best["carried_from"] = _num(best["carried_from"])
+    return changed
+
+
+def _isna(v) -> bool:
+    try:
+        return v is None or (isinstance(v, float) and math.isnan(v)) or bool(v != v)
+    except (TypeError, ValueError):
+        return False
 
 
 def write_csv(out: str | Path, path: str | Path | None = None) -> Path:
@@ -735,5 +749,5 @@ def same_rows(a, b, *, rtol: float = 1e-9, status_only: Sequence[str] = (),
     return diffs
 
 
-__all__ = ["Grid", "Source", "COLUMNS", "VOLATILE", "NOT_COMPARED", "CHAINS", "memory_range", "expand", "task_key", "run_task",
-           "run_sweep", "read_results", "write_csv", "same_rows", "SweepStats", "InstanceError"]
+__all__ = ["Grid", "Source", "COLUMNS", "VOLATILE", "NOT_COMPARED", "CARRIED", "memory_range", "expand", "task_key",
+           "run_task", "run_sweep", "carry_forward", "read_results", "write_csv", "same_rows", "SweepStats", "InstanceError"]

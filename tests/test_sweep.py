@@ -221,35 +221,34 @@ def _pipeline_tasks(fractions, methods=None):
     return expand([Grid("pipeline", ["random:6:1"], fractions=fractions, **{**PIPE, "methods": methods or PIPE["methods"]})])
 
 
-def test_pipeline_ilp_tasks_chain_by_increasing_limit_and_share_the_baseline_points(tmp_path):
-    """The ILP tasks of a series start from the pattern of the limit below (as the serial script
-    did), on 1 worker, on 2 workers and after a resume; their periods never increase with the limit
-    and are never above a baseline's at the same limit (the baselines' points are the ILP's too)."""
+def test_pipeline_ilp_rows_never_worse_with_more_memory_and_share_the_baseline_points(tmp_path):
+    """The ILP tasks of a series run as independent tasks (no task waits for another), on 1 worker,
+    on 2 workers and after a resume; the carried rows make their periods never increase with the
+    limit, and they are never above a baseline's at the same limit (the baselines' points are the
+    ILP's too); every row's pattern replays to its period within its limit."""
     import memplan
     from memplan.experiments.sweep_engine import run_sweep, run_task
     from memplan.models.pipeline import Pattern, simulate_pattern, task_data
 
-    tasks, inputs = _pipeline_tasks([1.0, 0.75, 0.9])       # given unsorted: the chain sorts them
+    tasks, inputs = _pipeline_tasks([1.0, 0.75, 0.9])
     ilp = sorted((t for t in tasks if t["method"] == "ilp"), key=lambda t: t["memory_limit"])
-    assert [t.get("after") for t in ilp] == [None, ilp[0]["key"], ilp[1]["key"]]
-    assert all(t.get("after") is None for t in tasks if t["method"] != "ilp")
+    assert len(ilp) == 3 and all(t["weight"] == 30 for t in ilp)
+    assert all(t["weight"] == 0 for t in tasks if t["method"] != "ilp")      # lookups in the shared points
     # one set of complete baseline points per series, the same object for every method
     keys = {t["inputs"]["points"] for t in tasks}
     assert len(keys) == 1 and {p.method for p in inputs[keys.pop()]} == {"pipedream", "gpipe"}
 
     seen = []
 
-    def recording(task, instance, inp, prev):
-        seen.append((task["key"], None if prev is None else prev["key"]))
-        return run_task(task, instance, inp, prev)
+    def recording(task, instance, inp):
+        seen.append(task["key"])
+        return run_task(task, instance, inp)
 
-    # resume: the first ILP limit is solved alone, the others start from its row in the table
+    # resume: the first ILP limit is solved alone, the others by the second run only
     out1 = tmp_path / "w1"
     run_sweep([ilp[0]], inputs, out1, workers=1, progress=False)
     run_sweep(tasks, inputs, out1, workers=1, progress=False, task_fn=recording)
-    prev_of = dict(seen)
-    assert ilp[0]["key"] not in prev_of
-    assert prev_of[ilp[1]["key"]] == ilp[0]["key"] and prev_of[ilp[2]["key"]] == ilp[1]["key"]
+    assert sorted(seen) == sorted(t["key"] for t in tasks if t is not ilp[0])
     df1 = read_results(out1)
     out2 = tmp_path / "w2"
     run_sweep(tasks, inputs, out2, workers=2, progress=False)
@@ -263,7 +262,7 @@ def test_pipeline_ilp_tasks_chain_by_increasing_limit_and_share_the_baseline_poi
     assert (piv["ilp"].diff().dropna() <= 1e-9).all()                       # never worse with more memory
     assert (piv["ilp"] <= piv[["pipedream", "gpipe"]].min(axis=1) * (1 + 1e-9)).all()
     assert (piv["ilp"] < piv["pipedream"] * (1 - 1e-3)).any()                # and does better somewhere
-    # the row's schedule is the pattern the successor starts from: it replays to the row's values
+    # the row's schedule replays to the row's values
     for r in df1[df1.method == "ilp"].itertuples():
         pat = Pattern.from_json(json.loads(r.schedule))
         sim = simulate_pattern(pat, td, gpus=2)
@@ -276,9 +275,56 @@ def test_pipeline_ilp_tasks_chain_by_increasing_limit_and_share_the_baseline_poi
         assert own.objective == pytest.approx(r.objective)
 
 
+def test_carry_forward_gives_a_row_the_better_pattern_of_a_smaller_limit(tmp_path):
+    """An ILP row that found nothing, and one that returned a pattern slower than one found at a smaller
+    limit (here: PipeDream's best pattern, as a solve stopped early could return), take the best
+    pattern of the smaller limits: it replays to the period the row reports, within the row's limit,
+    the row names the limit it comes from and what its own solve found; a second pass changes nothing;
+    the row of the smallest limit, with nothing below it, is left as solved."""
+    import memplan
+    from memplan.experiments.sweep_engine import carry_forward, run_sweep, run_task
+    from memplan.models.pipeline import Pattern, simulate_pattern, task_data
+
+    tasks, inputs = _pipeline_tasks([0.75, 0.9, 1.0], ["ilp"])
+    ilp = sorted(tasks, key=lambda t: t["memory_limit"])
+    chain = memplan.random_chain(6, seed=1, integer=False)
+    slow = memplan.pipeline.solve(chain, memory=ilp[1]["memory_limit"], bandwidth=None, gpus=2, method="pipedream",
+                                  n_batches=60, memory_model="paper")
+
+    def spoiled(task, instance, inp, _mid=ilp[1]["key"], _top=ilp[2]["key"],
+                _slow=(slow.objective, slow.peak_memory, json.dumps(slow.schedule.to_json()))):
+        row = run_task(task, instance, inp)
+        if task["key"] == _mid:
+            row.update(status="time_limit", objective=_slow[0], peak_memory=_slow[1], predicted=_slow[0],
+                       schedule=_slow[2], bound=0.0, gap=1.0)
+        elif task["key"] == _top:
+            row.update(status="no_solution", objective=None, peak_memory=None, predicted=None, schedule=None,
+                       bound=0.0, gap=None)
+        return row
+
+    out = tmp_path / "out"
+    st = run_sweep(tasks, inputs, out, workers=1, progress=False, task_fn=spoiled)
+    df = read_results(out).sort_values("memory_limit").reset_index(drop=True)
+    first = df.iloc[0]
+    assert first.objective < slow.objective * (1 - 1e-3)        # the spoiled row is really worse
+    assert st.carried == 2 and pd.isna(first.carried_from)
+    td = task_data(chain, None, "paper")
+    for k in (1, 2):
+        r = df.iloc[k]
+        assert r.carried_from == pytest.approx(first.memory_limit)
+        assert r.objective == pytest.approx(first.objective)
+        sim = simulate_pattern(Pattern.from_json(json.loads(r.schedule)), td, gpus=2)
+        assert sim.period == pytest.approx(r.objective) and sim.peak_memory <= r.memory_limit
+        assert r.gap == pytest.approx((r.objective - r.bound) / r.objective)
+    assert df.iloc[1].status == "time_limit" and f"period {slow.objective:.6g}" in df.iloc[1].message
+    assert df.iloc[2].status == "feasible" and "no pattern" in df.iloc[2].message
+    assert carry_forward(out, tasks) == 0
+    assert same_rows(df, read_results(out)) == []
+
+
 def test_a_task_that_kills_its_worker_is_retried_once_then_an_error_row(tmp_path):
-    """The head of an ILP chain kills its worker process every time it runs: it is run twice (one
-    retry), recorded as an error row, and its successor runs without a start; the other tasks finish."""
+    """A task that kills its worker process every time it runs is run twice (one retry) and recorded
+    as an error row; the other tasks finish."""
     from memplan.experiments.sweep_engine import run_sweep, run_task
 
     tasks, inputs = _pipeline_tasks([0.75, 1.0], ["ilp", "pipedream"])
@@ -286,14 +332,14 @@ def test_a_task_that_kills_its_worker_is_retried_once_then_an_error_row(tmp_path
     marks = tmp_path / "tries"
     marks.mkdir()
 
-    def crashing(task, instance, inp, prev, _head=head["key"], _marks=str(marks)):
+    def crashing(task, instance, inp, _head=head["key"], _marks=str(marks)):
         import os as _os
         import uuid as _uuid
 
         if task["key"] == _head:
             open(_os.path.join(_marks, _uuid.uuid4().hex), "w").close()
             _os._exit(3)                                        # the worker process dies
-        return run_task(task, instance, inp, prev)
+        return run_task(task, instance, inp)
 
     import dask
 

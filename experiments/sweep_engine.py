@@ -698,10 +698,10 @@ def carry_forward(out: str | Path, tasks: Sequence[dict] | None = None) -> int:
 
 
 def _isna(v) -> bool:
-    try:
-        return v is None or (isinstance(v, float) and math.isnan(v)) or bool(v != v)
-    except (TypeError, ValueError):
-        return False
+    """A missing scalar of a table row (None, NaN, pandas' NA)."""
+    import pandas as pd
+
+    return v is None or (pd.api.types.is_scalar(v) and bool(pd.isna(v)))
 
 
 def write_csv(out: str | Path, path: str | Path | None = None) -> Path:

@@ -154,7 +154,9 @@ def execute(grids, out, *, workers=None, scheduler=None, csv=False, fresh=False,
     df = read_results(out)
     df = df[df["key"].isin({t["key"] for t in tasks})].reset_index(drop=True)
     print(f"{stats.total} tasks: {stats.solved} solved now ({stats.failed} errors), {stats.skipped} already in "
-          f"the table; {stats.wall:.1f}s; table {Path(out) / 'results'}/", file=sys.stderr)
+          f"the table; {stats.wall:.1f}s; table {Path(out) / 'results'}/"
+          + (f"; {stats.carried} ILP rows took the better pattern of a smaller limit (column carried_from)"
+             if stats.carried else ""), file=sys.stderr)
     if csv:
         df.to_csv(Path(out) / "results.csv", index=False)
         print(f"wrote {Path(out) / 'results.csv'}", file=sys.stderr)

@@ -20,7 +20,9 @@
    persistent DP with the same N slots), next to paper 000's "about one third". Two bandwidths by
    default: 12 GB/s (PCIe-like) and 100 MB/s: the chain was profiled on a CPU, about 100 times slower
    than the GPUs of paper 000, so 12 GB/s makes transfers nearly free, while 100 MB/s keeps paper
-   000's ratio of transfer time to compute time. ``--fracs`` adds other memory limits.
+   000's ratio of transfer time to compute time. ``--fracs`` adds other memory limits. "DP s" is the
+   wall time of the whole call (tables, rebuild, replay); tables below
+   :data:`~memplan.baselines.remat_offload_dp.PARALLEL_WORK` (L = 73: N <= 56) run on one thread.
 
 Usage::
 

@@ -2,12 +2,16 @@
 
 ``baselines/remat_offload_dp.py``'s kernels were restructured for speed (issue 21, item 3): the
 forward table loops over Delta_B innermost with each forward run computed once, prunes candidates
-with a lower bound, and both kernels run in parallel stripes. The previous kernels are kept below,
-verbatim (``_ref_backward_kernel``, ``_ref_forward_kernel`` and the helpers they call), as the slow
+with a lower bound, and both kernels run in parallel stripes; then (slow links) the forward table
+loops over j outside Delta_F, and both kernels skip candidates by exact bounds built from row minima
+(``(Tf + RMO) + RMT``, ``(Tf + RMB) + T_1``). The previous kernels are kept below, verbatim
+(``_ref_backward_kernel``, ``_ref_forward_kernel`` and the helpers they call), as the slow
 reference: every table (block time, spill and choice; forward value and choice) must be bit-identical,
-hence the DP's value and schedule too.
+hence the DP's value and schedule too. A bound that were ever too high would drop a candidate that
+wins, and an equal value found later would change a choice: both show up here, on every entry.
 """
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +20,7 @@ from numba import njit
 from memplan.baselines import remat_offload_dp as rod
 from memplan.baselines.remat_heuristics import min_memory, store_all
 from memplan.models.chain import random_chain
+from memplan.models.instance import load_chain
 from memplan.models.remat_offload import simulate_remat_offload
 
 
@@ -374,6 +379,23 @@ def test_float_chain_tables_equal_the_serial_recurrence(seed):
             ref = _ref_tables(dp)
             _assert_same_tables(dp, ref, stripes=(1, 2, 5) if frac == 0.3 else (1,))
             _assert_same_solution(c, M, beta, ref, slots=24)
+
+
+def test_zoo_chain_at_slow_links_tables_equal_the_serial_recurrence():
+    """The regime of issue 21's slow-link target: the zoo's ResNet-101 chain (L = 73) with transfers
+    slow next to compute (100 and 300 MB/s: one slot part takes longer than three forward stages of
+    median length), where the lower bound Tf + S_i prunes little and the exact skip tests leave out most of
+    what is skipped; few slots keep the serial reference short."""
+    c = load_chain(Path(__file__).resolve().parents[1] / "instances" / "resnet101-b8-224-cpu.json")
+    assert c.L == 73
+    for frac, beta in ((0.3, 1e8), (0.1, 3e8), (0.6, 1e8)):
+        M = _memory(c, frac)
+        dp = rod.RematOffloadDP(c, M, beta, slots=20)
+        assert dp.q > 3 * np.median(c.uf[1:])       # slow: a part outlasts three typical stages
+        ref = _ref_tables(dp)
+        assert np.isfinite(ref[3][1, 0, 0])         # a schedule exists, its tables are compared
+        _assert_same_tables(dp, ref, stripes=(1, 2))
+        _assert_same_solution(c, M, beta, ref, slots=20)
 
 
 def test_pruning_is_exercised():

@@ -203,20 +203,26 @@ def _baseline(c: _Call, method: str) -> Solution:
         return Solution(PROBLEM, method, Status.INFEASIBLE if not note else Status.NO_SOLUTION,
                         memory_limit=c.memory, message=msg, times=times,
                         details={"min_memory": minimum, "memory_lower_bound": mlb, "points": len(pts)})
+    return _point_solution(c, method, best, Status.FEASIBLE if not note else Status.TIME_LIMIT, lb,
+                           f"best of {len(pts)} simulated (partition, NOAM) points; stages {best.stages}, "
+                           f"NOAM {best.noam}" + (f" ({note})" if note else ""), times, {"points": len(pts)})
+
+
+def _point_solution(c: _Call, method: str, best: Point, status: Status, bound: float, message: str,
+                    times: dict, details: dict) -> Solution:
+    """The answer that is a baseline point's schedule: its 1-periodic pattern when it has one (replayed
+    by the pattern simulator), else the eager 1F1B run as measured."""
     sched: Any = best.pattern if best.pattern is not None else best.result
     objective, peak = best.period, best.memory
     mem_per_gpu = best.result.sim.memory
     if best.pattern is not None:
         r = simulate_pattern(best.pattern, c.td, gpus=c.P)
         objective, peak, mem_per_gpu = r.period, r.peak_memory, r.memory
-    return Solution(PROBLEM, method, Status.FEASIBLE if not note else Status.TIME_LIMIT, objective=objective,
-                    peak_memory=peak, schedule=sched, bound=lb, memory_limit=c.memory, predicted=best.period,
-                    message=f"best of {len(pts)} simulated (partition, NOAM) points; "
-                            f"stages {best.stages}, NOAM {best.noam}" + (f" ({note})" if note else ""),
-                    times=times, details={"stages": [list(s) for s in best.stages], "noam": best.noam,
-                                          "memory_per_gpu": {str(g): v for g, v in mem_per_gpu.items()},
-                                          "eager_period": best.period, "eager_memory": best.memory,
-                                          "target": best.target, "points": len(pts)})
+    return Solution(PROBLEM, method, status, objective=objective, peak_memory=peak, schedule=sched, bound=bound,
+                    memory_limit=c.memory, predicted=best.period, message=message, times=times,
+                    details={**details, "stages": [list(s) for s in best.stages], "noam": best.noam,
+                             "memory_per_gpu": {str(g): v for g, v in mem_per_gpu.items()},
+                             "eager_period": best.period, "eager_memory": best.memory, "target": best.target})
 
 
 def _pipedream(c: _Call) -> Solution:
@@ -246,6 +252,33 @@ def _points_and_start(c: _Call, times: dict[str, float]) -> tuple[list[Point], P
 
 
 def _ilp(c: _Call) -> Solution:
+    """Method ``ilp``: the best 1-periodic pattern (:func:`_ilp_pattern`), or the best baseline point's
+    schedule when that one is faster. The baselines run eager 1F1B, which need not be 1-periodic in
+    steady state, so the ILP's patterns do not cover them: a baseline can be faster than every
+    pattern the ILP found (seen on PipeDream's ResNet-18 on 8 GPUs, by 1%), even than the ILP's proven
+    optimum among patterns. The method then returns the baseline's schedule, never a slower answer
+    than a baseline of the same call; its status is ``feasible`` (``time_limit`` if the ILP was cut),
+    its bound the one valid for every schedule (``max(sum d / P, max_l u_F^l + u_B^l)``), and the
+    message and ``details["ilp"]`` say what the ILP found and proved among patterns."""
+    sol, bb, lb = _ilp_pattern(c)
+    if bb is None or (sol.objective is not None and not bb.period < sol.objective * (1 - 1e-9)):
+        return sol
+    found = ("no pattern" if sol.objective is None else
+             f"{'an optimal' if sol.status == Status.OPTIMAL else 'a'} 1-periodic pattern of period "
+             f"{fmt_time(sol.objective, digits=6)}")
+    status = Status.TIME_LIMIT if sol.status in (Status.TIME_LIMIT, Status.NO_SOLUTION) else Status.FEASIBLE
+    details = {k: v for k, v in sol.details.items() if k not in ("memory_per_gpu", "shifts", "contiguous")}
+    details["ilp"] = {"status": str(sol.status), "period": sol.objective, "bound": sol.bound,
+                      "message": sol.message,
+                      "layer_gpus": list(sol.schedule.layer_gpus()) if isinstance(sol.schedule, Pattern) else None}
+    msg = (f"{bb.method}'s eager 1F1B schedule (stages {bb.stages}, NOAM {bb.noam}) is faster than what the "
+           f"ILP found among 1-periodic patterns ({found}; {sol.status}: {sol.message})")
+    return _point_solution(c, "ilp", bb, status, lb, msg, sol.times, details)
+
+
+def _ilp_pattern(c: _Call) -> tuple[Solution, Point | None, float]:
+    """The ILP's answer among 1-periodic patterns, the best baseline point at this memory and the
+    period lower bound."""
     b, td, P, memory = c.b, c.td, c.P, c.memory
     times: dict[str, float] = {}
     lb = period_lower_bound(td, P)
@@ -295,7 +328,7 @@ def _ilp(c: _Call) -> Solution:
         why = (f"the ILP was not run: building it (about {need:.0f}s for L = {td.L}) does not fit in what "
                f"is left of the time limit ({b.remaining():.0f}s)")
         b.log(why)
-        return _start_only(c, start, lb, why, details, times, note)
+        return (_start_only(c, start, lb, why, details, times, note), bb, lb)
     b.log(f"ILP: (1)-(36) on {P} GPU(s), MIP start period "
           + (fmt_time(start.T, digits=6) if start is not None else "none"))
     with phase(b, b.deadline - reserve):
@@ -310,12 +343,12 @@ def _ilp(c: _Call) -> Solution:
     if pattern is None:
         if start is not None:
             why = f"the ILP found nothing better than its MIP start ({res.message})"
-            return _start_only(c, start, bound, why, details, times, note,
-                               status=Status.OPTIMAL if res.status == Status.OPTIMAL else None)
+            return (_start_only(c, start, bound, why, details, times, note,
+                               status=Status.OPTIMAL if res.status == Status.OPTIMAL else None), bb, lb)
         if res.status == Status.INFEASIBLE:
-            return _ilp_infeasible(c, details, times)
-        return Solution(PROBLEM, "ilp", res.status, memory_limit=memory, bound=bound, message=res.message,
-                        times=times, details=details)
+            return (_ilp_infeasible(c, details, times), bb, lb)
+        return (Solution(PROBLEM, "ilp", res.status, memory_limit=memory, bound=bound, message=res.message,
+                        times=times, details=details), bb, lb)
     pattern = snap_period(pattern, td, bound, memory=memory, gpus=P)   # the ILP's bound
     try:
         sim = simulate_pattern(pattern, td, gpus=P)
@@ -333,18 +366,18 @@ def _ilp(c: _Call) -> Solution:
                f"resolve ({res.message})")
         b.log(f"ILP: {why}")
         if start is not None:
-            return _start_only(c, start, bound, why, details, times, note)
-        return Solution(PROBLEM, "ilp", Status.ERROR, memory_limit=memory, bound=bound, message=why,
-                        times=times, details=details)
+            return (_start_only(c, start, bound, why, details, times, note), bb, lb)
+        return (Solution(PROBLEM, "ilp", Status.ERROR, memory_limit=memory, bound=bound, message=why,
+                        times=times, details=details), bb, lb)
     if bb is not None and sim.period > bb.period * (1 + 1e-9):
         details["best_baseline"]["pattern_memory"] = _pattern_memory(c, pattern.layer_gpus(), bb.period)
     details["memory_per_gpu"] = {str(g): v for g, v in sim.memory.items()}
     details["shifts"] = sim.shifts
     details["contiguous"] = pattern.is_contiguous()
     msg = res.message + (f" ({note})" if note else "")
-    return Solution(PROBLEM, "ilp", res.status, objective=sim.period, peak_memory=sim.peak_memory,
+    return (Solution(PROBLEM, "ilp", res.status, objective=sim.period, peak_memory=sim.peak_memory,
                     schedule=pattern, bound=bound, memory_limit=memory, predicted=res.objective,
-                    message=msg, times=times, details=details)
+                    message=msg, times=times, details=details), bb, lb)
 
 
 def _pattern_memory(c: _Call, layer_gpu: Sequence[int], T: float) -> dict[str, Any]:
@@ -741,7 +774,12 @@ def report(solution: Solution, chain: Chain) -> str:
         if sol.gap is not None and sol.bound is not None:
             lines.append(f"gap          {sol.gap * 100:.2f}% (vs bound {_t(sol.bound)})")
         if sol.method == "ilp":
-            if sol.predicted is not None:
+            ilp = sol.details.get("ilp")
+            if ilp:                  # a baseline's eager schedule beat every pattern the ILP found
+                lines.append("ILP pattern  " + ("none" if ilp["period"] is None else _t(ilp["period"]))
+                             + f" ({ilp['status']} among 1-periodic patterns"
+                             + (f", bound {_t(ilp['bound'])})" if ilp["bound"] is not None else ")"))
+            elif sol.predicted is not None:
                 lines.append(f"ILP value    {_t(sol.predicted)}")
             bb = sol.details.get("best_baseline")
             if bb:

@@ -15,7 +15,7 @@ from memplan.baselines.pipeline_eager import simulate_eager
 from memplan.baselines.pipeline_modular import serial_pattern
 from memplan.formulations.pipeline_ilp import build_model, check_values, solve_ilp, start_values
 from memplan.models.chain import Chain, random_chain
-from memplan.models.pipeline import (InvalidPattern, Pattern, memory_lower_bound, period_lower_bound,
+from memplan.models.pipeline import (EagerResult, InvalidPattern, Pattern, memory_lower_bound, period_lower_bound,
                                      simulate_pattern, stages_to_layer_gpu, task_data)
 from memplan.models.solution import InputError, Status
 from memplan.pipeline import report, solve
@@ -205,30 +205,36 @@ def test_infeasible_memory_message():
             assert below.status == Status.INFEASIBLE
 
 
-def test_where_pipedream_beats_every_pattern_the_report_says_what_a_pattern_needs():
+def test_where_pipedream_beats_every_pattern_the_ilp_returns_its_schedule_and_says_what_a_pattern_needs():
     """A tiny analogue of the paper's Figure 8 exception: at 63 B, PipeDream's eager schedule reaches
-    period 43 while the ILP proves 48 optimal; the exact fixed-allocation model of
-    formulations/pipeline_cyclic.py agrees that no allocation has a pattern of period 43 within 63 B.
-    The ILP's answer then carries the least memory a pattern of its allocation needs at period 43,
-    equal to the exhaustive search's value for that allocation, and the report says it."""
+    period 43 while the ILP proves 48 optimal among 1-periodic patterns; the exact fixed-allocation
+    model of formulations/pipeline_cyclic.py agrees that no allocation has a pattern of period 43
+    within 63 B. The method ilp then returns PipeDream's schedule (never slower than a baseline), with
+    status feasible (48 is optimal among patterns only), the bound valid for every schedule, the ILP's
+    pattern in details['ilp'], and the least memory a pattern of its allocation needs at period 43,
+    equal to the exhaustive search's value for that allocation; the report says both."""
     from memplan.baselines.pipeline_exhaustive import exhaustive_search
     from memplan.formulations.pipeline_cyclic import min_memory_at_period
 
     c, bw, M = random_chain(3, 9, integer=True), 1.0, 63.0
     td = task_data(c, bw)
     sol = solve(c, memory_model="paper", memory=M, bandwidth=bw, gpus=2, method="ilp", time_limit=10, threads=1)
-    bb = sol.details["best_baseline"]
-    assert sol.status == Status.OPTIMAL and sol.objective == pytest.approx(48.0)
+    bb, ilp = sol.details["best_baseline"], sol.details["ilp"]
+    assert sol.status == Status.FEASIBLE and sol.objective == pytest.approx(43.0) and sol.peak_memory <= M
+    assert isinstance(sol.schedule, EagerResult) and sol.bound == pytest.approx(period_lower_bound(td, 2))
+    assert ilp["status"] == "optimal" and ilp["period"] == pytest.approx(48.0)
     assert bb["method"] == "pipedream" and bb["period"] == pytest.approx(43.0) and bb["memory"] <= M
     for alloc in itertools.product((0, 1), repeat=2):
         r, _ = min_memory_at_period(td, (0,) + alloc, bb["period"], P=2, time_limit=10, threads=1)
         assert r.status in (Status.OPTIMAL, Status.INFEASIBLE)
         assert r.schedule is None or r.sim.peak_memory > M
-    mine = exhaustive_search(td, 2, allocs=[tuple(sol.schedule.layer_gpus())]).front()
+    mine = exhaustive_search(td, 2, allocs=[tuple(ilp["layer_gpus"])]).front()
     need = min(m for T, m in mine if T <= bb["period"] * (1 + 1e-9))
     pm = bb["pattern_memory"]
     assert pm["status"] == "optimal" and pm["memory"] == pytest.approx(need) and pm["memory"] > M
-    assert "a pattern of the ILP's allocation at the baseline's period needs" in report(sol, c)
+    text = report(sol, c)
+    assert "a pattern of the ILP's allocation at the baseline's period needs" in text
+    assert "ILP pattern  48 s (optimal among 1-periodic patterns" in text and "eager 1F1B" in text
 
 
 def test_cli_pipeline(tmp_path):

@@ -15,7 +15,8 @@ method         what it computes                                                 
 =============  ==========================================================================  ============
 ``ilp``        the ILP (1)-(36) of section 4 over periodic patterns (Definition 1), with   MILP
                the best start found by the baselines, modular patterns, a partition
-               search and an exact refinement on known and load-balanced allocations
+               search and an exact refinement on known and load-balanced allocations;
+               a baseline's eager schedule instead where it beats every pattern found
 ``pipedream``  PipeDream's planner swept over memory targets x NOAM (section 5), every     O(n_targets
                partition run as eager 1F1B; the best point whose measured memory fits      P^2 L^2 + ...)
 ``gpipe``      time-balanced contiguous partitions into 1..P stages, eager 1F1B, NOAM      O(P^3 L^2)

@@ -22,7 +22,8 @@ baseline pattern that fits: the baseline points of each P are computed once, com
 cut), when the grid is built, and every task of that P takes them (the ``pipedream`` and ``gpipe``
 rows are the best of those points within the limit); the ``ilp`` tasks run in parallel, and once
 they are back an ILP row whose own pattern is slower than one found at a smaller limit of the same P
-takes that pattern and says so (:func:`memplan.experiments.sweep_engine.carry_forward`). ``--time-limit`` bounds each task's solve; the baseline points are not in it.
+takes that pattern and says so (:func:`memplan.experiments.sweep_engine.carry_forward`).
+``--time-limit`` bounds each task's solve; the baseline points are not in it.
 """
 from __future__ import annotations
 

@@ -481,6 +481,11 @@ def _log(out: Path, line: str) -> None:
         f.write(time.strftime("%Y-%m-%dT%H:%M:%S ") + line + "\n")
 
 
+def _inputs(task: dict, instances: dict) -> dict:
+    """The shared inputs a task names (solve option -> its value in the inputs table)."""
+    return {n: instances[v] for n, v in (task.get("inputs") or {}).items()}
+
+
 def _warm_up(problems: Sequence[str]) -> int:
     """Import the problems' modules and what their solves use, in a worker, before any task."""
     import importlib
@@ -508,8 +513,7 @@ def run_sweep(tasks: Sequence[dict], instances: dict, out: str | Path, *, worker
     if fresh:
         for f in results_dir(out).glob("*.parquet"):
             f.unlink()
-    table = read_results(out) if results_dir(out).is_dir() else None
-    done = set(table["key"]) if table is not None else set()
+    done = set(read_results(out)["key"]) if results_dir(out).is_dir() else set()
     todo = [t for t in tasks if t["key"] not in done]
     workers = workers or os.cpu_count() or 1
     run_id = uuid.uuid4().hex[:12]
@@ -539,8 +543,7 @@ def run_sweep(tasks: Sequence[dict], instances: dict, out: str | Path, *, worker
         if todo and workers == 1 and scheduler is None:
             for k, t in enumerate(todo):
                 bar.set_postfix(running=1, failed=stats.failed)
-                inputs = {n: instances[v] for n, v in (t.get("inputs") or {}).items()}
-                finished(task_fn(t, instances[t["instance_id"]], inputs), len(todo) - k - 1)
+                finished(task_fn(t, instances[t["instance_id"]], _inputs(t, instances)), len(todo) - k - 1)
         elif todo:
             stats.startup, stats.shutdown = _run_dask(todo, instances, workers, scheduler, finished, task_fn)
         if stats.solved == len(todo):       # every row is in: the carried series are complete
@@ -620,8 +623,7 @@ def _run_dask(todo, instances, workers, scheduler, finished, task_fn) -> tuple[f
         while ready or running:
             while ready and len(running) < slots():
                 t = heapq.heappop(ready)[2]
-                inputs = {n: instances[v] for n, v in (t.get("inputs") or {}).items()}
-                f = client.submit(task_fn, t, instances[t["instance_id"]], inputs,
+                f = client.submit(task_fn, t, instances[t["instance_id"]], _inputs(t, instances),
                                   key=f"memplan-task-{t['key']}-{uuid.uuid4().hex[:6]}", pure=False, retries=1)
                 running[f] = t
                 ac.add(f)
@@ -666,17 +668,14 @@ def carry_forward(out: str | Path, tasks: Sequence[dict] | None = None) -> int:
         return 0
     changed = 0
     for _, ser in df.groupby([df[c].astype(str) for c in SERIES], sort=False, dropna=False):
-        best = None
+        best = None          # the fastest source so far: its values and the limit its pattern was found at
         for r in ser.sort_values("memory_limit", kind="stable").to_dict("records"):
             own = _num(r.get("objective"))
-            has = own is not None and isinstance(r.get("schedule"), str)
             if r["status"] in ("error", "infeasible"):
                 continue
             if best is not None and (own is None or best["objective"] < own * (1 - 1e-9)):
                 row = {c: (None if _isna(v) else v) for c, v in r.items()}
-                row.update({c: best[c] for c in ("objective", "peak_memory", "predicted", "schedule")})
-                row["carried_from"] = best["carried_from"] if best.get("carried_from") is not None \
-                    else best["memory_limit"]
+                row.update(best)
                 bound = _num(r.get("bound"))
                 row["gap"] = None if bound is None else max(0.0, (row["objective"] - bound) / abs(row["objective"]))
                 if r["status"] == "no_solution":
@@ -688,12 +687,11 @@ def carry_forward(out: str | Path, tasks: Sequence[dict] | None = None) -> int:
                                   f"{row['objective']:.6g}): this solve found {mine}; " + str(r.get("message") or ""))
                 write_row(out, row)
                 changed += 1
-                r = row
-                has = True
-            if has and (best is None or r["objective"] < best["objective"]):
-                best = {c: r.get(c) for c in ("objective", "peak_memory", "predicted", "schedule", "memory_limit",
-                                              "carried_from")}
-                best["carried_from"] = _num(best["carried_from"])
+            elif (own is not None and isinstance(r.get("schedule"), str)
+                  and (best is None or own < best["objective"])):
+                origin = _num(r.get("carried_from"))
+                best = {c: r.get(c) for c in ("objective", "peak_memory", "predicted", "schedule")}
+                best["carried_from"] = origin if origin is not None else r["memory_limit"]
     return changed
 
 

@@ -346,7 +346,7 @@ def _backward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, nth):
                         if T[p, m, D] < mn:
                             mn = T[p, m, D]
                 RMB[p, m] = mn
-    return T, SP, CH, DLO, DHI
+    return T, SP, CH, DLO, DHI, RMB
 
 
 @njit(cache=True, inline="always")
@@ -491,7 +491,7 @@ def _loss_eval(L, N, uf, ub, a, ab, d, of, ob, q, x, A, F, P):
 
 
 @njit(cache=True, parallel=True)
-def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP, DLO, DHI, nth):
+def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP, DLO, DHI, RMT, nth):
     """OC[i, x, A, F, P] (B.1, B.2) bottom-up over i = L+1..1 and its choice
     CH = 4 j + 2 f + v (j = 0: F_all^i first; j >= i: F_ck^i F_none^{i+1..j}; f = 1: "flush", the
     level's backward block first waits until all of Delta_B it could not host is prefetched, so that
@@ -528,18 +528,9 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP, DLO, DHI, nth
     for k in range(L + 1, -1, -1):
         Ssuf[k] = Ssuf[k + 1] + (uf[k] + ub[k])
     # Lower bounds of the two parts of a case-2 candidate, for the exact skip test below:
-    # RMT[p, m] = min_D T[p, m, D] (a block's shortest time) and RMO[i, A, F] = min_P OC[i, 0, A, F, P]
-    # (a sub-chain's best value whatever its Delta_B), filled once level i is done.
-    NP = T.shape[0]
-    RMT = np.full((NP, N + 1), np.inf)
-    for t in prange(nth):
-        for pp in range(t, NP, nth):
-            for m in range(N + 1):
-                mn = np.inf
-                for D in range(DLO[pp, m], DHI[pp, m] + 1):
-                    if T[pp, m, D] < mn:
-                        mn = T[pp, m, D]
-                RMT[pp, m] = mn
+    # RMT[p, m] = min_D T[p, m, D] (a block's shortest time, the backward kernel's RMB) and
+    # RMO[i, A, F] = min_P OC[i, 0, A, F, P] (a sub-chain's best value whatever its Delta_B), filled
+    # once level i is done.
     RMO = np.full((L + 2, N + 1, N + 1), np.inf)
     for x in range(2):
         for t in prange(nth):
@@ -846,14 +837,15 @@ class RematOffloadDP:
         set_num_threads(nth)
         try:
             if L >= 1:
-                self.T, self.SP, self.CH, dlo, dhi = _backward_kernel(*args, self.pid, nth)
+                self.T, self.SP, self.CH, dlo, dhi, rmt = _backward_kernel(*args, self.pid, nth)
             else:
                 self.T = np.full((1, self.N + 1, self.N + 1), np.inf)
                 self.SP = np.zeros((1, self.N + 1, self.N + 1), dtype=np.int16)
                 self.CH = np.zeros((1, self.N + 1, self.N + 1), dtype=np.int16)
                 dlo = np.full((1, self.N + 1), self.N + 1, dtype=np.int32)
                 dhi = np.full((1, self.N + 1), -1, dtype=np.int32)
-            self.OC, self.FCH, self.off = _forward_kernel(*args, self.pid, self.T, self.SP, dlo, dhi, nth)
+                rmt = np.full((1, self.N + 1), np.inf)
+            self.OC, self.FCH, self.off = _forward_kernel(*args, self.pid, self.T, self.SP, dlo, dhi, rmt, nth)
         finally:
             set_num_threads(old)
         self.threads = nth

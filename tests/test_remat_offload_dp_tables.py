@@ -321,7 +321,7 @@ def _assert_same_tables(dp, ref, stripes=(1, 2, 5)):
     T0, SP0, CH0, OC0, FCH0, off0 = ref
     args = (dp.chain.L, dp.N, dp.uf, dp.ub, dp.a, dp.ab, dp.d, dp.of, dp.ob, dp.q)
     for nth in stripes:          # the parallel stripes must not change anything (no race, no order effect)
-        T, SP, CH, dlo, dhi = rod._backward_kernel(*args, dp.pid, nth)
+        T, SP, CH, dlo, dhi, rmb = rod._backward_kernel(*args, dp.pid, nth)
         np.testing.assert_array_equal(T, T0)
         np.testing.assert_array_equal(SP, SP0)
         np.testing.assert_array_equal(CH, CH0)
@@ -331,7 +331,8 @@ def _assert_same_tables(dp, ref, stripes=(1, 2, 5)):
         np.testing.assert_array_equal(dhi >= 0, has)
         np.testing.assert_array_equal(dlo[has], fin.argmax(axis=2)[has])
         np.testing.assert_array_equal(dhi[has], dp.N - fin[:, :, ::-1].argmax(axis=2)[has])
-        OC, FCH, off = rod._forward_kernel(*args, dp.pid, T, SP, dlo, dhi, nth)
+        np.testing.assert_array_equal(rmb, T0.min(axis=2))      # each row's minimum (the skip bounds')
+        OC, FCH, off = rod._forward_kernel(*args, dp.pid, T, SP, dlo, dhi, rmb, nth)
         np.testing.assert_array_equal(off, off0)
         np.testing.assert_array_equal(OC, OC0)      # bit-identical values, inf where infeasible
         np.testing.assert_array_equal(FCH, FCH0)

@@ -209,13 +209,14 @@ def solve_arrays(*, cost, lower, upper, integer, A, row_lower, row_upper, offset
                  threads: int | None = None, mip_start: tuple[Any, Any] | None = None,
                  log_file: str | Path | None = None, verbose: bool = False, relax: bool = False,
                  options: Mapping[str, Any] | None = None,
-                 objective_scale: float | None = None) -> tuple[MilpResult, np.ndarray | None]:
+                 objective_scale: float | None = None, quiet: bool = False) -> tuple[MilpResult, np.ndarray | None]:
     """:func:`solve_milp` for a model built directly as arrays (no Pyomo): ``min/max cost @ x + offset``
     subject to ``row_lower <= A @ x <= row_upper``, ``lower <= x <= upper``, ``x[j]`` integer where
     ``integer[j]``. ``A`` is a scipy sparse matrix (any format). ``mip_start`` is ``(indices, values)``
     (complete or partial). Same time-limit clamping, progress lines and status mapping as
     :func:`solve_milp`; returns ``(result, x)`` with ``x`` the solution (integers rounded) or None.
-    ``result.times['compile']`` is the hand-over to HiGHS."""
+    ``result.times['compile']`` is the hand-over to HiGHS. ``quiet``: no incumbent lines on the progress
+    sink (sub-MIPs of a search, whose incumbents are not the call's)."""
     import highspy
 
     times: dict[str, float] = {}
@@ -247,14 +248,14 @@ def solve_arrays(*, cost, lower, upper, integer, A, row_lower, row_upper, offset
         start = (np.asarray(mip_start[0], dtype=np.int32), np.asarray(mip_start[1], dtype=float))
     res, x = _run_highs(lp, list(integer), size=size, times=times, offset=offset, time_limit=time_limit,
                         gap=gap, threads=threads, start=start, log_file=log_file, verbose=verbose, relax=relax,
-                        options=options, objective_scale=objective_scale)
+                        options=options, objective_scale=objective_scale, quiet=quiet)
     if x is not None and not relax:
         x = np.where(integer, np.round(x), x)
     return res, x
 
 
 def _run_highs(lp, integer, *, size, times, offset, time_limit, gap, threads, start, log_file, verbose, relax,
-               options, objective_scale) -> tuple[MilpResult, np.ndarray | None]:
+               options, objective_scale, quiet=False) -> tuple[MilpResult, np.ndarray | None]:
     """Hand ``lp`` to HiGHS (options, MIP start, progress callback, budget-clamped time limit), run it
     and map the outcome: the common part of :func:`solve_milp` and :func:`solve_arrays`."""
     import highspy
@@ -290,7 +291,7 @@ def _run_highs(lp, integer, *, size, times, offset, time_limit, gap, threads, st
         # another thread count fails with status "Not Set" unless the pool is rebuilt first
         highspy.Highs.resetGlobalScheduler(True)
     _SCHEDULER_THREADS = threads
-    if budget.progress is not None and any(integer) and not relax:
+    if budget.progress is not None and any(integer) and not relax and not quiet:
         def show(v: float) -> str:
             return fmt_time(v * objective_scale, digits=6) if objective_scale else f"{v:.7g} (model units)"
 

@@ -66,8 +66,11 @@ HEURISTICS = ["greedy", "dynprog", "vdnn", "tflms", "autoswap"]
 #: with ``method="milp"`` on chains of at least ``LNS_MIN_STAGES`` stages, the share of the MILP's time
 #: spent in the neighbourhood search around the best heuristic's schedule (see
 #: :func:`formulations.offload_milp.solve_offload_milp`); smaller chains go straight to the full MIP
-LNS_SHARE = 0.5
+LNS_SHARE = 0.4
 LNS_MIN_STAGES = 40
+#: with ``method="milp"``, the share of the MILP's time spent first enumerating offloaded sets and
+#: solving the model for the best of them with the set fixed (every chain; issue 21)
+COVER_SHARE = 0.25
 #: with ``method="milp"``, each heuristic may use this share of what is left of the call's time limit
 HEURISTIC_SHARE = 0.1
 #: tolerance (relative) of the final replay; the MILP's schedules are read back from floating point
@@ -255,11 +258,14 @@ def _milp(chain: Chain, memory: float, bandwidth: float, b: Budget, *, gap, thre
     start = min(ok, key=lambda h: h.objective) if ok else None
     b.log("MILP: building the model" + (f", start {start.method} ({fmt_time(start.objective)})" if start else
                                         ", no start"))
-    # large chains (issue 21: ResNet-101, L = 73): half of what is left goes to the neighbourhood search
-    # around the start (offloaded-set moves, then sub-MIPs over windows of activations) before the full MIP
+    # a quarter of what is left goes to the enumeration of offloaded sets (and the model solved for the
+    # best sets), then, on large chains (issue 21: ResNet-101, L = 73), 40% to the neighbourhood search
+    # around the best schedule (offloaded-set moves, then sub-MIPs over windows of activations), before
+    # the full MIP
     sol = solve_offload_milp(chain, memory, bandwidth, start=start.schedule if start else None,
                              time_limit=b.limit(), gap=gap, threads=threads, log_file=solver_log,
-                             lns=LNS_SHARE if chain.L >= LNS_MIN_STAGES and start is not None else 0.0)
+                             lns=LNS_SHARE if chain.L >= LNS_MIN_STAGES and start is not None else 0.0,
+                             cover=COVER_SHARE if start is not None else 0.0)
     b.log(f"MILP: {sol.status}" + (f", makespan {fmt_time(sol.objective)}" if sol.objective is not None else ""))
     details = dict(sol.details)
     details["start_method"] = start.method if start else None

@@ -297,3 +297,92 @@ def test_neighbourhood_search_keeps_valid_schedules_and_reaches_the_optimum():
         assert validate_offload(c, sched, M, tol=1e-6).makespan == pytest.approx(val)
         s = solve_offload_milp(c, M, beta, start=g.schedule, threads=1, time_limit=20, lns=0.5)
         assert s.objective == pytest.approx(ref.objective, rel=1e-6) and "lns" in s.details
+
+
+def _minimal_covering_sets(c, need):
+    """Brute force: the sets S of x_0..x_L (x_j > 0) with x(S) >= need > x(S) - |x_{max S}|."""
+    from memplan.models.offload import OffloadData
+
+    d = OffloadData.of(c)
+    J = [j for j in range(d.L + 1) if d.x[j] > 0]
+    out = []
+    for r in range(1, len(J) + 1):
+        for S in itertools.combinations(J, r):
+            tot = float(sum(d.x[j] for j in S))
+            if tot >= need and tot - d.x[S[-1]] < need:
+                out.append((list(S), tot - need))
+    return out
+
+
+def test_covering_sets_are_the_minimal_covering_sets():
+    """The enumeration of the set search (issue 21) against brute force over every subset: without an
+    excess filter it yields exactly the sets reaching M_peak - M that are minimal in index order, each
+    once; with one it yields exactly those within the excess; a stop ends it early."""
+    import memplan.formulations.offload_milp as OM
+    from memplan.models.offload import OffloadData
+
+    n = 0
+    for L, seed in itertools.product((4, 6, 8), (0, 1, 2)):
+        c = random_chain(L, seed)
+        d = OffloadData.of(c)
+        for frac in (0.1, 0.5):
+            mf, mp = min_feasible_memory(c), peak_memory_no_offload(c)
+            need = mp - (mf + frac * (mp - mf))
+            ref = _minimal_covering_sets(c, need)
+            got = list(OM._covering_sets(d, need, lambda: math.inf, lambda: False))
+            assert sorted(got) == sorted(S for S, _ in ref) and len(got) == len(set(map(tuple, got)))
+            cap = float(np.median([e for _, e in ref]))
+            got = list(OM._covering_sets(d, need, lambda: cap, lambda: False))
+            assert sorted(got) == sorted(S for S, e in ref if e <= cap)
+            n += len(ref)
+    assert n > 100
+    c = random_chain(40, 0)
+    d = OffloadData.of(c)
+    need = 0.3 * float(d.x.sum())
+    many = sum(1 for _ in itertools.islice(OM._covering_sets(d, need, lambda: math.inf, lambda: False), 5000))
+    stopped = sum(1 for _ in OM._covering_sets(d, need, lambda: math.inf, lambda: True))
+    assert many == 5000 and stopped < 1024        # stop is asked every 1024 nodes
+
+
+def test_cover_search_finds_the_best_no_wait_set_and_the_milp_keeps_its_optimum():
+    """The set search of the MILP (issue 21) on random chains: (a) without the excess filter it returns
+    the best no-wait schedule over all minimal covering sets (brute force), never worse than its start,
+    as the validator measures it; (b) the model solved with ``y`` fixed to the optimal schedule's set
+    reproduces the proven optimum; (c) the MILP with the search first returns the same optimum."""
+    import time as _time
+
+    import memplan.formulations.offload_milp as OM
+    from memplan.models.offload import OffloadData
+
+    found = ran = 0
+    for L, seed, frac, beta in ((5, 4, 0.4, 0.5), (6, 0, 0.2, 1.0), (6, 5, 0.4, 0.5), (7, 3, 0.3, 1.0)):
+        c = random_chain(L, seed)
+        mf, mp = min_feasible_memory(c), peak_memory_no_offload(c)
+        M = mf + frac * (mp - mf)
+        g = B.greedy(c, M, beta)
+        best = g.objective
+        for S, _ in _minimal_covering_sets(c, mp - M):
+            try:
+                best = min(best, validate_offload(c, no_wait_schedule(c, M, beta, S), M).makespan)
+            except (NoWaitInfeasible, InvalidOffloadSchedule):
+                pass
+        sc, v, stats = OM._cover_search(c, M, beta, g.schedule, g.objective, -math.inf, _time.monotonic() + 30)
+        assert stats["complete"] and v == pytest.approx(best, rel=1e-12)
+        assert validate_offload(c, sc, M).makespan == pytest.approx(v, rel=1e-12)
+        found += v < g.objective * (1 - 1e-6)
+        ref = solve_offload_milp(c, M, beta, start=g.schedule, threads=1, time_limit=20)
+        assert ref.status == Status.OPTIMAL and ref.objective <= v * (1 + 1e-9)
+        S_opt = sorted(ref.schedule.offload)
+        d = OffloadData.of(c)
+        mdl, info = OM.build_offload_arrays(c, M, beta, horizon=g.objective)
+        sched, val, runs = OM._polish_sets(c, M, beta, mdl, info, d, [(g.objective, S_opt, g.schedule)],
+                                           g.schedule, g.objective * (1 + 1e-6), _time.monotonic() + 20, 1,
+                                           sub_limit=20)
+        assert runs[0][1] == "optimal" and val == pytest.approx(ref.objective, rel=1e-6)
+        assert validate_offload(c, sched, M, tol=1e-6).makespan == pytest.approx(val)
+        s = solve_offload_milp(c, M, beta, start=g.schedule, threads=1, time_limit=20, cover=0.3)
+        assert s.status == Status.OPTIMAL and s.objective == pytest.approx(ref.objective, rel=1e-6)
+        # the search runs unless the start is already within the gap of the fractional bound
+        assert "cover" in s.details or g.objective <= s.bound * (1 + 1e-6)
+        ran += "cover" in s.details
+    assert found >= 2 and ran >= 2

@@ -128,17 +128,25 @@ def part3(cases=NETWORKS):
               f"total <= limit + 10%: {'met' if met_time else 'NOT met'}")
         cov = sol.details.get("cover")
         if cov:
-            pol = ", ".join(f"{r[1]} {r[2]} s" + (f" -> {r[3]:.6f}" if r[3] is not None else "")
-                            for r in cov.get("polish", []))
-            print(f"{'':<22}set enumeration: {cov['sets']} sets ({'complete' if cov['complete'] else 'stopped'}), "
-                  f"{t.get('cover', 0):.1f} s with the best sets solved with every order: {pol or 'none'}")
+            pol = ", ".join(r[1] + (f" -> {r[2]:.6f}" if r[2] is not None else "") for r in cov.get("polish", []))
+            print(f"{'':<22}set enumeration: {cov['sets']} sets ({'complete' if cov['complete'] else 'stopped'}); "
+                  f"best sets solved with every order: {pol or 'none'}")
+            ds = cov.get("descent")
+            if ds:
+                print(f"{'':<22}set descent: {ds['rounds']} rounds, {ds['bounded']} sets bounded, {ds['pruned']} pruned "
+                      f"by the split bound, {ds['solved']} solved; values "
+                      f"{', '.join(f'{v:.6f}' for v in ds['values'])}; {t.get('cover', 0):.1f} s in all")
+        sb = sol.details.get("split_bound")
+        if sb:
+            print(f"{'':<22}split bound {sb['value']:.6f} s at computation {sb['split']} (absent set {sb['absent']}, "
+                  f"relaxed {sb['relaxed']})")
         lns = sol.details.get("lns")
         if lns:
             print(f"{'':<22}neighbourhood search ({t.get('lns', 0):.1f} s): set moves {lns.get('set_moves', 0)}, "
                   f"set search {lns.get('set_search', 'no improvement')}, {lns['subproblems']} sub-MIPs, "
                   f"{lns['improvements']} improved; values {', '.join(f'{v:.6f}' for v in lns['values'])}")
         fb = sol.details.get("fractional_bound")
-        print(f"{'':<22}bound = max(HiGHS, Prop. 3, fractional {fb if fb is None else round(fb, 4)}); "
+        print(f"{'':<22}bound = max(HiGHS, Prop. 3, fractional {fb if fb is None else round(fb, 4)}, split); "
               f"improvement over the best heuristic {100 * (1 - sol.objective / heur):.4f}%")
         print(f"{'':<22}memory {M / 2**20:.1f} MiB ({frac:.0%} of the way from {mf / 2**20:.1f} to "
               f"{mp / 2**20:.1f} MiB), bandwidth {beta / 1e6:g} MB/s, Prop. 3 LB "

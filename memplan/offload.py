@@ -68,9 +68,12 @@ HEURISTICS = ["greedy", "dynprog", "vdnn", "tflms", "autoswap"]
 #: :func:`formulations.offload_milp.solve_offload_milp`); smaller chains go straight to the full MIP
 LNS_SHARE = 0.4
 LNS_MIN_STAGES = 40
-#: with ``method="milp"``, the share of the MILP's time spent first enumerating offloaded sets and
-#: solving the model for the best of them with the set fixed (every chain; issue 21)
-COVER_SHARE = 0.25
+#: with ``method="milp"``, the share of the MILP's time spent first on the offloaded set: enumerating
+#: sets, then solving the model with the set fixed for the best of them and for the neighbours of the
+#: best set (issue 21); on chains of at least ``LNS_MIN_STAGES`` stages the smaller share leaves room
+#: for the neighbourhood search
+COVER_SHARE = 0.6
+COVER_SHARE_LARGE = 0.25
 #: with ``method="milp"``, each heuristic may use this share of what is left of the call's time limit
 HEURISTIC_SHARE = 0.1
 #: tolerance (relative) of the final replay; the MILP's schedules are read back from floating point
@@ -258,14 +261,15 @@ def _milp(chain: Chain, memory: float, bandwidth: float, b: Budget, *, gap, thre
     start = min(ok, key=lambda h: h.objective) if ok else None
     b.log("MILP: building the model" + (f", start {start.method} ({fmt_time(start.objective)})" if start else
                                         ", no start"))
-    # a quarter of what is left goes to the enumeration of offloaded sets (and the model solved for the
-    # best sets), then, on large chains (issue 21: ResNet-101, L = 73), 40% to the neighbourhood search
-    # around the best schedule (offloaded-set moves, then sub-MIPs over windows of activations), before
-    # the full MIP
+    # first the offloaded set: enumeration, then the model solved with the set fixed for the best sets
+    # and the best set's neighbours (60% of what is left; 25% on large chains, issue 21: ResNet-101,
+    # L = 73, where 40% then goes to the neighbourhood search around the best schedule: offloaded-set
+    # moves, then sub-MIPs over windows of activations); the full MIP gets the rest
     sol = solve_offload_milp(chain, memory, bandwidth, start=start.schedule if start else None,
                              time_limit=b.limit(), gap=gap, threads=threads, log_file=solver_log,
                              lns=LNS_SHARE if chain.L >= LNS_MIN_STAGES and start is not None else 0.0,
-                             cover=COVER_SHARE if start is not None else 0.0)
+                             cover=(0.0 if start is None else
+                                    COVER_SHARE_LARGE if chain.L >= LNS_MIN_STAGES else COVER_SHARE))
     b.log(f"MILP: {sol.status}" + (f", makespan {fmt_time(sol.objective)}" if sol.objective is not None else ""))
     details = dict(sol.details)
     details["start_method"] = start.method if start else None

@@ -375,9 +375,9 @@ def test_cover_search_finds_the_best_no_wait_set_and_the_milp_keeps_its_optimum(
         S_opt = sorted(ref.schedule.offload)
         d = OffloadData.of(c)
         mdl, info = OM.build_offload_arrays(c, M, beta, horizon=g.objective)
-        sched, val, runs = OM._polish_sets(c, M, beta, mdl, info, d, [(g.objective, S_opt, g.schedule)],
-                                           g.schedule, g.objective * (1 + 1e-6), _time.monotonic() + 20, 1,
-                                           sub_limit=20)
+        solver = OM._SetSolver(c, M, beta, mdl, info, d, 1)
+        sched, val, runs = OM._polish_sets(solver, [(g.objective, S_opt, g.schedule)], g.schedule,
+                                           g.objective * (1 + 1e-6), _time.monotonic() + 20, sub_limit=20)
         assert runs[0][1] == "optimal" and val == pytest.approx(ref.objective, rel=1e-6)
         assert validate_offload(c, sched, M, tol=1e-6).makespan == pytest.approx(val)
         s = solve_offload_milp(c, M, beta, start=g.schedule, threads=1, time_limit=20, cover=0.3)
@@ -386,3 +386,84 @@ def test_cover_search_finds_the_best_no_wait_set_and_the_milp_keeps_its_optimum(
         assert "cover" in s.details or g.objective <= s.bound * (1 + 1e-6)
         ran += "cover" in s.details
     assert found >= 2 and ran >= 2
+
+
+def test_split_bound_never_exceeds_the_optimum_and_often_reaches_it():
+    """The split relaxation (whole transfers; :mod:`baselines.offload_bound`) against proven optima of
+    the MILP on random chains: at every split computation, with and without relaxed (instant)
+    activations, it is a lower bound; at the default split it is often the optimum itself, and above
+    the fractional bound of Theorem 2 on some instances (so it bounds what that one cannot). With a
+    cutoff equal to the optimum it never goes above it. Restricted to the optimal schedule's set it is a
+    lower bound of that set's best schedule, that is the optimum."""
+    from memplan.baselines.offload_bound import SplitRelaxation, split_bound
+    from memplan.formulations.offload_milp import fractional_bound
+
+    n = tight = above = 0
+    for L, seed, frac, beta in itertools.product((3, 5, 6), (0, 1, 2), (0.0, 0.4), (0.4, 2.0)):
+        c = random_chain(L, seed)
+        mf, mp = min_feasible_memory(c), peak_memory_no_offload(c)
+        M = mf + frac * (mp - mf)
+        opt = solve_offload_milp(c, M, beta, start=B.greedy(c, M, beta).schedule, threads=1, time_limit=30)
+        assert opt.status == Status.OPTIMAL
+        v = opt.objective
+        if M >= mp:                                  # nothing to offload: no bound to give
+            assert split_bound(c, M, beta) is None
+            continue
+        for q in range(2 * L + 2):
+            for mi in (22, 2):
+                assert split_bound(c, M, beta, split=q, max_items=mi).value <= v * (1 + 1e-9)
+        assert split_bound(c, M, beta, cutoff=v).value <= v
+        sb = split_bound(c, M, beta)
+        tight += sb.value >= v * (1 - 1e-9)
+        above += sb.value > (fractional_bound(c, M, beta) or 0.0) * (1 + 1e-6)
+        S = sorted(opt.schedule.offload)
+        assert SplitRelaxation(c, M, beta).bound(S).value <= v * (1 + 1e-9)
+        n += 1
+    assert n >= 30 and tight >= 0.7 * n and above >= 5
+
+
+def test_split_bound_on_a_hand_instance():
+    """By hand: x = (4, 1, 1, 0), ex^B_1 = 6, unit times, M = 8 (the minimum). B_1 needs 12 - 8 = 4 bytes
+    away, which only x_0 (4 bytes) gives, so x_0 is offloaded from time 0 (c_0 = 4 / beta), B_1 waits for
+    that offload to end, x_0 comes back after B_1 (its memory must stay away during B_1) and before B_0:
+    the optimum is max(c_0, u(F_0) + u(F_1)) + u(B_1) + c_0 + u(B_0), and the split bound, which sees
+    both whole transfers, is exactly that."""
+    from memplan.baselines.offload_bound import split_bound
+
+    c = hand_chain()
+    mf, mp = min_feasible_memory(c), peak_memory_no_offload(c)
+    assert (mf, mp) == (8.0, 12.0)
+    for beta in (1.0, 4.0):
+        opt = solve_offload_milp(c, mf, beta, threads=1, time_limit=20)
+        sb = split_bound(c, mf, beta)
+        want = max(4 / beta, 2) + 1 + 4 / beta + 1
+        assert opt.status == Status.OPTIMAL and opt.objective == pytest.approx(want, rel=1e-9)
+        assert sb.value == pytest.approx(want, rel=1e-9) and sb.absent == [0]
+
+
+def test_set_descent_reaches_the_optimum_from_a_worse_set():
+    """The set descent of the MILP (issue 21) started from GREEDY's schedule on random chains where
+    that is not optimal: it never returns worse than its start, every schedule replays, and on these
+    small chains it ends at the proven optimum (the optimal set is within a few moves)."""
+    import time as _time
+
+    import memplan.formulations.offload_milp as OM
+    from memplan.baselines.offload_bound import SplitRelaxation
+    from memplan.models.offload import OffloadData
+
+    reached = 0
+    for L, seed, frac, beta in ((5, 4, 0.4, 0.5), (6, 0, 0.2, 1.0), (6, 5, 0.4, 0.5), (7, 3, 0.3, 1.0)):
+        c = random_chain(L, seed)
+        mf, mp = min_feasible_memory(c), peak_memory_no_offload(c)
+        M = mf + frac * (mp - mf)
+        g = B.greedy(c, M, beta)
+        ref = solve_offload_milp(c, M, beta, start=g.schedule, threads=1, time_limit=20)
+        d = OffloadData.of(c)
+        mdl, info = OM.build_offload_arrays(c, M, beta, horizon=g.objective)
+        solver = OM._SetSolver(c, M, beta, mdl, info, d, 1)
+        sched, val, stats = OM._set_descent(solver, SplitRelaxation(c, M, beta), g.schedule, g.objective,
+                                            _time.monotonic() + 30)
+        assert val <= g.objective and validate_offload(c, sched, M, tol=1e-6).makespan == pytest.approx(val)
+        assert val >= ref.objective * (1 - 1e-6)
+        reached += val <= ref.objective * (1 + 1e-6)
+    assert reached >= 3

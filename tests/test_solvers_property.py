@@ -145,6 +145,29 @@ def test_offload_methods(chain, frac, beta_exp):
         assert ex.success and ex.peak_memory <= mf * (1 + 1e-9)
 
 
+@settings(max_examples=30, **SETTINGS)
+@given(chain=chains(), frac=st.sampled_from([0.0, 0.3, 0.8]), beta_exp=st.integers(-3, 12),
+       split=st.integers(0, 7))
+def test_offload_split_bound_is_below_every_schedule(chain, frac, beta_exp, split):
+    """The split relaxation (issue 21) bounds every schedule any method finds, at any split computation,
+    and the MILP's optimum when it proves one."""
+    from memplan.baselines.offload_bound import split_bound
+
+    mf, mp = min_feasible_memory(chain), peak_memory_no_offload(chain)
+    M = mf + frac * (mp - mf)
+    beta = 10.0 ** beta_exp * max(1.0, float(chain.wa.max()))
+    q = split % (2 * chain.L + 2)
+    sb = split_bound(chain, M, beta, split=q)
+    if M >= mp:
+        assert sb is None
+        return
+    for method in ("greedy", "dynprog", "vdnn", "autoswap", "milp"):
+        sol = offload.solve(chain, memory=M, bandwidth=beta, method=method, time_limit=20, threads=1)
+        if sol.success:
+            assert sb.value <= sol.objective * (1 + 1e-9), (method, sb, sol.objective)
+            assert sol.bound is None or sol.bound <= sol.objective * (1 + 1e-9)
+
+
 # ----------------------------------------------------------------------------- both
 @settings(max_examples=12, **SETTINGS)
 @given(chain=chains(positive_times=True), frac=st.sampled_from([-0.2, 0.0, 0.3, 1.0]),

@@ -125,45 +125,12 @@ from memplan.models import budget as _budget
 from memplan.models.chain import Chain
 from memplan.models.offload import (PROBLEM, InvalidOffloadSchedule, OffloadData, OffloadSchedule, fractional_makespan,
                                     lower_bound_value, make_solution, peak_memory_no_offload,
-                                    validate_offload)
+                                    validate_offload, window_memory)
 from memplan.models.solution import InfeasibleError, Solution, Status
 
 
 class BuildInterrupted(RuntimeError):
     """The call's time budget ran out while the model was being built."""
-
-
-def window_memory(d: OffloadData, w: int) -> tuple[float, list[int]]:
-    """Static memory of window ``w`` (``2q`` = run of computation q, ``2q+1`` = idle after it) and the
-    candidates ``j`` whose presence there depends on transfers."""
-    L = d.L
-    q, idle = divmod(w, 2)
-    static = 0.0
-    var = []
-    for j in range(L + 2):
-        prod = 0 if j == 0 else 2 * (j - 1)
-        if j == L + 1:
-            alive_end = 2 * (L + 1)                  # freed with B_L
-        elif j == 0:
-            alive_end = 2 * (2 * L + 1) + 1          # kept to the end (freed with B_0)
-        else:
-            alive_end = 2 * (2 * L + 2 - j)          # run of B_{j-1}
-        if w < prod or w > alive_end:
-            continue
-        if j <= L and 2 * j + 1 <= w <= 2 * (2 * L - j) + 1:
-            var.append(j)
-        else:
-            static += d.x[j]
-    if q <= L:                       # F_q
-        if not idle:
-            static += d.exF[q]
-    else:                            # B_i
-        i = 2 * L + 1 - q
-        if not idle:
-            static += d.exB[i] + d.y[i] + d.y[i + 1]
-        else:
-            static += d.y[i]
-    return static, var
 
 
 class _BuildClock:
@@ -857,24 +824,6 @@ def fractional_bound(chain: Chain, memory: float, bandwidth: float) -> float | N
     return v * (1 - 1e-9) if math.isfinite(v) else None
 
 
-def split_relaxation_bound(chain: Chain, memory: float, bandwidth: float, *, cutoff: float = math.inf,
-                           reference: float | None = None, max_items: int = 22):
-    """The split relaxation's bound (:func:`baselines.offload_bound.split_bound`, whole transfers), or None
-    where it would not help: nothing to offload, or the activations it must relax to keep its tables at
-    ``2^max_items`` entries (instant transfers) account for more than 1% of ``reference`` (a known lower
-    bound) in link time -- then it cannot beat the fractional bound by much (ResNet-101's 74
-    activations). ``cutoff``: the makespan of a valid schedule (the bound is then at most that, and
-    equal when that schedule is optimal)."""
-    from memplan.baselines.offload_bound import split_bound
-
-    d = OffloadData.of(chain)
-    cand = sorted((float(d.x[j]) for j in range(d.L + 1) if d.x[j] > 0))
-    relaxed_time = 2 * sum(cand[:max(0, len(cand) - max_items)]) / float(bandwidth)
-    if reference is not None and relaxed_time > 0.01 * reference:
-        return None
-    return split_bound(chain, memory, bandwidth, cutoff=cutoff, max_items=max_items)
-
-
 def _integer_owners(mdl: _Model, info) -> dict[int, tuple[int, ...]]:
     """Integer column -> the activations it is about (y, G, a: one; a link-order z: two)."""
     own: dict[int, set[int]] = {}
@@ -1099,16 +1048,16 @@ def _polish_sets(solver: _SetSolver, candidates, incumbent: OffloadSchedule, val
     return incumbent, value, runs
 
 
-def _set_descent(solver: _SetSolver, relaxation, incumbent: OffloadSchedule, value: float, deadline: float,
-                 sub_limit: float = 3.0, max_bound_items: int = 20, log=None) -> tuple[OffloadSchedule, float, dict]:
+def _set_descent(solver: _SetSolver, set_bound, incumbent: OffloadSchedule, value: float, deadline: float,
+                 sub_limit: float = 3.0, log=None) -> tuple[OffloadSchedule, float, dict]:
     """Local search over the offloaded set (issue 21): the neighbours of the incumbent's set (one
-    activation in or out, one swapped, two added) whose split-relaxation bound restricted to the set
-    (:meth:`baselines.offload_bound.SplitRelaxation.bound`, a lower bound of every schedule offloading
-    exactly that set) is below the incumbent are solved exactly with the set fixed
-    (:class:`_SetSolver`), best no-wait schedule first; the first improvement is taken and the search
-    goes on from it, until a neighbourhood gives none or ``deadline``. Sets of more than
-    ``max_bound_items`` activations are not filtered (the bound's tables would be too large). On
-    ResNet-18's CPU profile at 40 MB/s it goes from 5.648 s to 5.608 s in about 15 s."""
+    activation in or out, one swapped, two added) whose bound ``set_bound(S, cutoff)`` (a lower bound of
+    every schedule offloading exactly ``S``, or None: no filter; the front end passes the split
+    relaxation restricted to the set, :meth:`baselines.offload_bound.SplitRelaxation.bound`) is below
+    the incumbent are solved exactly with the set fixed (:class:`_SetSolver`), best no-wait schedule
+    first; the first improvement is taken and the search goes on from it, until a neighbourhood gives
+    none or ``deadline``. On ResNet-18's CPU profile at 40 MB/s it goes from 5.648 s to 5.608 s in
+    about 15 s."""
     import itertools as _it
     import time as _time
 
@@ -1130,11 +1079,13 @@ def _set_descent(solver: _SetSolver, relaxation, incumbent: OffloadSchedule, val
             if S in seen or not S or _time.monotonic() >= deadline:
                 continue
             seen.add(S)
-            if relaxation is not None and len(S) <= max_bound_items:
-                stats["bounded"] += 1
-                if relaxation.bound(sorted(S), cutoff=value).value >= value * (1 - 1e-9):
-                    stats["pruned"] += 1
-                    continue
+            if set_bound is not None:
+                b = set_bound(sorted(S), value)
+                if b is not None:
+                    stats["bounded"] += 1
+                    if b >= value * (1 - 1e-9):
+                        stats["pruned"] += 1
+                        continue
             try:
                 sc = no_wait_schedule(chain, memory, beta, sorted(S))
                 v = validate_offload(chain, sc, memory).makespan
@@ -1270,7 +1221,8 @@ def _lns(chain: Chain, memory: float, bandwidth: float, mdl: _Model, info, d: Of
 def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: OffloadSchedule | None = None,
                        time_limit: float | None = 60, gap: float | None = 1e-6, threads: int | None = None,
                        log_file=None, phased: bool = False, verbose: bool = False, formulation: str = "strong",
-                       options: dict | None = None, lns: float = 0.0, cover: float = 0.0) -> Solution:
+                       options: dict | None = None, lns: float = 0.0, cover: float = 0.0,
+                       bound=None, set_bound=None) -> Solution:
     """Solve Problem 1 exactly (within HiGHS's gap) from an optional MIP start (a valid schedule, e.g.
     the best heuristic's: it also caps the horizon); the schedule is replayed by the validator.
 
@@ -1287,6 +1239,14 @@ def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: 
     this model with ``y`` fixed to each of the best sets found (:func:`_polish_sets`); the model is built
     with the best makespan found as its horizon. The neighbourhood search, when asked for, runs after it
     until ``cover + lns`` of the limit. 0 (default): none.
+
+    ``bound(cutoff)`` (optional): a stronger relaxation, returning None or an object with ``value`` (a
+    lower bound on the optimum, at most ``cutoff`` -- the best makespan known -- and equal to it when
+    that schedule is optimal), ``split``, ``absent`` and ``relaxed``
+    (:func:`baselines.offload_bound.split_bound`). ``set_bound(S, cutoff)`` (optional): a lower bound
+    on the makespan of every schedule offloading exactly the set ``S`` (``>= cutoff`` when none is
+    below), used by the set descent to skip sets. The front end :func:`memplan.offload.solve` passes
+    the split relaxation's.
 
     Inside a ``solve`` call whose budget runs out while the model is being built, the build stops and
     the Solution is NO_SOLUTION (``details['interrupted'] = 'build'``); HiGHS's own time limit is
@@ -1355,11 +1315,11 @@ def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: 
                                  times=times, details=details, tol=1e-6)
         return Solution(PROBLEM, "milp", Status.NO_SOLUTION, bound=lb, memory_limit=memory,
                         message=f"not solved: {e}", times=times, details=details)
-    if formulation == "strong" and not proven(best_val) and _budget.current().remaining() > 5.0:
-        # the split relaxation (whole transfers, issue 21), pruned by the best schedule's makespan
+    if bound is not None and formulation == "strong" and not proven(best_val) and _budget.current().remaining() > 5.0:
+        # a stronger relaxation given by the caller (the split relaxation, issue 21), pruned by the best
+        # schedule's makespan
         with timed(times, "bound"):
-            sb = split_relaxation_bound(chain, memory, bandwidth, reference=lb,
-                                        cutoff=best_val if best_val is not None else math.inf)
+            sb = bound(best_val if best_val is not None else math.inf)
         if sb is not None:
             details["split_bound"] = {"value": sb.value, "split": sb.split, "absent": sb.absent,
                                       "relaxed": sb.relaxed}
@@ -1382,11 +1342,8 @@ def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: 
             best, best_val = got, got_val
             _budget.current().log(f"MILP best sets with every order: makespan {best_val:.6g} s")
         if not proven(best_val):
-            from memplan.baselines.offload_bound import SplitRelaxation
-
-            relax = SplitRelaxation(chain, memory, bandwidth) if memory < peak_memory_no_offload(chain) else None
             with timed(times, "cover"):
-                best, best_val, dstats = _set_descent(solver, relax, best, best_val, share_end(cover),
+                best, best_val, dstats = _set_descent(solver, set_bound, best, best_val, share_end(cover),
                                                       log=_budget.current().log)
             details["cover"]["descent"] = dstats
         mip_start = _start_values(mdl, info, d, best)

@@ -48,6 +48,7 @@ from pathlib import Path
 
 from memplan import _frontend
 from memplan.baselines import offload as _heuristics
+from memplan.baselines.offload_bound import milp_bounds
 from memplan.formulations.offload_milp import solve_offload_milp
 from memplan.models.budget import Budget, ProgressFn
 from memplan.models.chain import Chain
@@ -265,11 +266,14 @@ def _milp(chain: Chain, memory: float, bandwidth: float, b: Budget, *, gap, thre
     # and the best set's neighbours (60% of what is left; 25% on large chains, issue 21: ResNet-101,
     # L = 73, where 40% then goes to the neighbourhood search around the best schedule: offloaded-set
     # moves, then sub-MIPs over windows of activations); the full MIP gets the rest
+    # the split relaxation (whole transfers): the MILP's bound, and the filter of its set descent
+    bound, set_bound = milp_bounds(chain, memory, bandwidth)
     sol = solve_offload_milp(chain, memory, bandwidth, start=start.schedule if start else None,
                              time_limit=b.limit(), gap=gap, threads=threads, log_file=solver_log,
                              lns=LNS_SHARE if chain.L >= LNS_MIN_STAGES and start is not None else 0.0,
                              cover=(0.0 if start is None else
-                                    COVER_SHARE_LARGE if chain.L >= LNS_MIN_STAGES else COVER_SHARE))
+                                    COVER_SHARE_LARGE if chain.L >= LNS_MIN_STAGES else COVER_SHARE),
+                             bound=bound, set_bound=set_bound)
     b.log(f"MILP: {sol.status}" + (f", makespan {fmt_time(sol.objective)}" if sol.objective is not None else ""))
     details = dict(sol.details)
     details["start_method"] = start.method if start else None

@@ -730,3 +730,37 @@ def fractional_makespan(chain: Chain, memory: float, bandwidth: float, amount: f
     if return_parts:
         return T, {"Q": float(Q), "forward_end": float(eF[L]), "backward_span": float(DB)}
     return T
+
+
+# ------------------------------------------------------------------ memory windows (MILP, bounds)
+def window_memory(d: OffloadData, w: int) -> tuple[float, list[int]]:
+    """Static memory of window ``w`` (``2q`` = run of computation q, ``2q+1`` = idle after it) and the
+    candidates ``j`` whose presence there depends on transfers."""
+    L = d.L
+    q, idle = divmod(w, 2)
+    static = 0.0
+    var = []
+    for j in range(L + 2):
+        prod = 0 if j == 0 else 2 * (j - 1)
+        if j == L + 1:
+            alive_end = 2 * (L + 1)                  # freed with B_L
+        elif j == 0:
+            alive_end = 2 * (2 * L + 1) + 1          # kept to the end (freed with B_0)
+        else:
+            alive_end = 2 * (2 * L + 2 - j)          # run of B_{j-1}
+        if w < prod or w > alive_end:
+            continue
+        if j <= L and 2 * j + 1 <= w <= 2 * (2 * L - j) + 1:
+            var.append(j)
+        else:
+            static += d.x[j]
+    if q <= L:                       # F_q
+        if not idle:
+            static += d.exF[q]
+    else:                            # B_i
+        i = 2 * L + 1 - q
+        if not idle:
+            static += d.exB[i] + d.y[i] + d.y[i + 1]
+        else:
+            static += d.y[i]
+    return static, var

@@ -461,9 +461,38 @@ def test_set_descent_reaches_the_optimum_from_a_worse_set():
         d = OffloadData.of(c)
         mdl, info = OM.build_offload_arrays(c, M, beta, horizon=g.objective)
         solver = OM._SetSolver(c, M, beta, mdl, info, d, 1)
-        sched, val, stats = OM._set_descent(solver, SplitRelaxation(c, M, beta), g.schedule, g.objective,
-                                            _time.monotonic() + 30)
+        rel = SplitRelaxation(c, M, beta)
+        sched, val, stats = OM._set_descent(solver, lambda S, cut: rel.bound(S, cutoff=cut).value, g.schedule,
+                                            g.objective, _time.monotonic() + 30)
         assert val <= g.objective and validate_offload(c, sched, M, tol=1e-6).makespan == pytest.approx(val)
         assert val >= ref.objective * (1 - 1e-6)
         reached += val <= ref.objective * (1 + 1e-6)
     assert reached >= 3
+
+
+def test_front_end_milp_reports_the_split_bound():
+    """``memplan.offload.solve(method="milp")`` takes the split relaxation as its bound: on a random chain
+    where it is above the fractional bound, the Solution's bound is at least it, and the status is
+    optimal once the best schedule reaches it."""
+    from memplan import offload
+    from memplan.baselines.offload_bound import split_bound
+    from memplan.formulations.offload_milp import fractional_bound
+
+    seen = 0
+    for L, seed, frac, beta in itertools.product((4, 5), (0, 1, 2, 3), (0.0, 0.4), (0.4, 2.0)):
+        c = random_chain(L, seed)
+        mf, mp = min_feasible_memory(c), peak_memory_no_offload(c)
+        M = mf + frac * (mp - mf)
+        if M >= mp:
+            continue
+        sb = split_bound(c, M, beta)
+        if not sb.value > (fractional_bound(c, M, beta) or 0.0) * (1 + 1e-6):
+            continue
+        sol = offload.solve(c, memory=M, bandwidth=beta, method="milp", time_limit=20, threads=1)
+        assert sol.bound >= sb.value * (1 - 1e-9) and sol.objective >= sol.bound * (1 - 1e-9)
+        assert sol.status == Status.OPTIMAL
+        assert sol.details["split_bound"]["value"] <= sb.value * (1 + 1e-9)      # cut off at the optimum
+        seen += 1
+        if seen == 4:
+            break
+    assert seen == 4

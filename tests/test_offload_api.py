@@ -169,7 +169,8 @@ def test_milp_time_limit_bounds_the_whole_call():
 def test_time_limit_reached_while_building_keeps_the_start(capfd, monkeypatch):
     """Building the model takes longer than the whole limit (made so by a build that first waits past
     the budget: the array builder is too fast on 40 stages to be cut reliably); the build stops at its
-    next budget check, quietly, and the best heuristic's schedule is returned."""
+    next budget check, quietly, and the best schedule known is returned (the best heuristic's, or the
+    set enumeration's, which runs before the build)."""
     from memplan.formulations import offload_milp
 
     real = offload_milp.build_offload_arrays
@@ -189,7 +190,11 @@ def test_time_limit_reached_while_building_keeps_the_start(capfd, monkeypatch):
     sol = offload.solve(c, memory=M, bandwidth=1.0, method="milp", time_limit=1.5, threads=1)
     assert time.perf_counter() - t0 < 2.5
     assert sol.status == Status.TIME_LIMIT and sol.details["interrupted"] == "build"
-    assert sol.objective == best and "MIP start" in sol.message
+    # the best heuristic's schedule, or the set enumeration's (run before the build) when it is better
+    if sol.objective == best:
+        assert "MIP start" in sol.message
+    else:
+        assert sol.objective < best and "set enumeration" in sol.message and sol.details["cover"]["sets"] > 0
     # the bound known without the MIP: Proposition 3's or the fractional relaxation's, the larger
     assert sol.bound == max(lower_bound_value(c, M, 1.0), real_fractional(c, M, 1.0) or 0.0)
     validate_offload(c, sol.schedule, M)

@@ -1284,6 +1284,15 @@ def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: 
 
     cap = _budget.current().limit(time_limit)
 
+    def proven_solution():
+        """The best schedule, within the gap of the best bound before the full model ran."""
+        details["stopped"] = "the best schedule is within the gap of the bound"
+        which = "the split relaxation's" if details.get("split_bound", {}).get("value") == lb else (
+            "the fractional relaxation's" if frac is not None and frac == lb else "Proposition 3's")
+        return make_solution(chain, "milp", best, memory, bound=min(lb, best_val), predicted=best_val,
+                             status=Status.OPTIMAL, message=f"within the gap of {which} bound",
+                             times=times, details=details, tol=1e-6)
+
     def share_end(share):
         """The deadline after ``share`` of the call's limit (60 s when it has none)."""
         return t_call + share * cap if cap is not None else t_call + 60.0 * share
@@ -1329,10 +1338,7 @@ def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: 
                 # every schedule's makespan is at least that: a lower bound on C for HiGHS
                 mdl.lb[info["C"]] = max(mdl.lb[info["C"]], min(lb / info["tu"] * (1 - 1e-9), mdl.ub[info["C"]]))
     if best is not None and proven(best_val):
-        details["stopped"] = "the best schedule is within the gap of the bound"
-        return make_solution(chain, "milp", best, memory, bound=min(lb, best_val), predicted=best_val,
-                             status=Status.OPTIMAL, message="optimal: within the gap of the relaxations' bound",
-                             times=times, details=details, tol=1e-6)
+        return proven_solution()
     if polish is not None and not proven(best_val):
         solver = _SetSolver(chain, memory, bandwidth, mdl, info, d, threads)
         with timed(times, "cover"):
@@ -1356,10 +1362,7 @@ def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: 
                                                     threads=threads, log=_budget.current().log)
         details["lns"] = stats
     if best is not None and proven(best_val):
-        details["stopped"] = "the best schedule is within the gap of the bound"
-        return make_solution(chain, "milp", best, memory, bound=min(lb, best_val), predicted=best_val,
-                             status=Status.OPTIMAL, message="optimal: within the gap of the relaxations' bound",
-                             times=times, details=details, tol=1e-6)
+        return proven_solution()
     if formulation == "strong":
         with timed(times, "matrix"):
             Amat = mdl.matrix()

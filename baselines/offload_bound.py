@@ -68,6 +68,19 @@ def _jit(f):
 
 
 @_jit
+def _cover(mask, x):
+    """Total size of the items in ``mask``."""
+    cov = 0.0
+    i = 0
+    while mask:
+        if mask & 1:
+            cov += x[i]
+        mask >>= 1
+        i += 1
+    return cov
+
+
+@_jit
 def _one_way(n, pre, D, V, rel, c, x, K, cutoff):
     """The one-way problem: computations ``0..K-1`` (``pre[k]``: their durations before ``k``), checks
     ``cover(done & V[k]) >= D[k]`` before each computation ``k = 0..K`` (``K`` is the target), transfers of
@@ -89,15 +102,7 @@ def _one_way(n, pre, D, V, rel, c, x, K, cutoff):
         if m != 0:
             k = kb[m ^ (m & (-m))]      # a subset's block point: checks before it hold already
         while k <= K:
-            cov = 0.0
-            vm = m & V[k]
-            i = 0
-            while vm:
-                if vm & 1:
-                    cov += x[i]
-                vm >>= 1
-                i += 1
-            if cov < D[k]:
+            if _cover(m & V[k], x) < D[k]:
                 break
             k += 1
         kb[m] = k
@@ -149,15 +154,7 @@ def _combine(F, B, n, x, Vq, Dq):
         s = F[m] + B[m]
         if s >= best:
             continue
-        cov = 0.0
-        vm = m & Vq
-        i = 0
-        while vm:
-            if vm & 1:
-                cov += x[i]
-            vm >>= 1
-            i += 1
-        if cov >= Dq:
+        if _cover(m & Vq, x) >= Dq:
             best = s
             arg = m
     return best, arg

@@ -279,7 +279,7 @@ def split_bound(chain: Chain, memory: float, bandwidth: float, *, split: int | N
 
 
 def milp_bounds(chain: Chain, memory: float, bandwidth: float, *, max_items: int = 22,
-                set_items: int = 20):
+                set_items: int = 16):
     """The ``bound`` and ``set_bound`` callables that :func:`formulations.offload_milp.solve_offload_milp`
     takes, from this relaxation; ``(None, None)`` when nothing must be offloaded or where the
     activations it would relax to keep its tables at ``2^max_items`` entries account for more than 1%

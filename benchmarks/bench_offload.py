@@ -17,10 +17,13 @@ so offloading matters only at tens to hundreds of MB/s), and on PipeDream's GPU 
 it is not there). Prints build / compile / solve / total times, the best heuristic's makespan, the
 MILP's, its gap at the limit, and the targets of issue 21: gap <= 1% on ResNet-18, strictly better than
 the best heuristic on ResNet-101, the call within its limit + 10%. The bound is the largest of HiGHS's,
-Proposition 3's and the fractional relaxation's (Theorem 2). A quarter of the MILP's time goes first to
-the enumeration of offloaded sets and the model solved for the best sets; on chains of 40 stages or
-more 40% then goes to the neighbourhood search (offloaded-set moves, then sub-MIPs over windows of
-activations); what each found is printed. ``--quick`` runs the first two cases.
+Proposition 3's, the fractional relaxation's (Theorem 2) and the split relaxation's (whole transfers,
+``baselines/offload_bound.py``; chains of up to about 22 activations). The MILP's time goes first to
+the offloaded set (60%; 25% on chains of 40 stages or more): an enumeration of sets, the model solved
+with the set fixed for the best sets, then a descent over neighbouring sets filtered by the split
+bound; on chains of 40 stages or more 40% then goes to the neighbourhood search (offloaded-set moves,
+then sub-MIPs over windows of activations); what each found is printed. ``--quick`` runs the first
+two cases.
 
     python benchmarks/bench_offload.py [--quick] [--time-limit 30] [--part 1,2,3]
 """

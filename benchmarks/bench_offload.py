@@ -19,7 +19,7 @@ MILP's, its gap at the limit, and the targets of issue 21: gap <= 1% on ResNet-1
 the best heuristic on ResNet-101, the call within its limit + 10%. The bound is the largest of HiGHS's,
 Proposition 3's, the fractional relaxation's (Theorem 2) and the split relaxation's (whole transfers,
 ``baselines/offload_bound.py``; chains of up to about 22 activations). The MILP's time goes first to
-the offloaded set (60%; 25% on chains of 40 stages or more): an enumeration of sets, the model solved
+the offloaded set (75%; 25% on chains of 40 stages or more): an enumeration of sets, the model solved
 with the set fixed for the best sets, then a descent over neighbouring sets filtered by the split
 bound; on chains of 40 stages or more 40% then goes to the neighbourhood search (offloaded-set moves,
 then sub-MIPs over windows of activations); what each found is printed. ``--quick`` runs the first

@@ -73,7 +73,7 @@ LNS_MIN_STAGES = 40
 #: sets, then solving the model with the set fixed for the best of them and for the neighbours of the
 #: best set (issue 21); on chains of at least ``LNS_MIN_STAGES`` stages the smaller share leaves room
 #: for the neighbourhood search
-COVER_SHARE = 0.6
+COVER_SHARE = 0.75
 COVER_SHARE_LARGE = 0.25
 #: with ``method="milp"``, each heuristic may use this share of what is left of the call's time limit
 HEURISTIC_SHARE = 0.1
@@ -263,7 +263,7 @@ def _milp(chain: Chain, memory: float, bandwidth: float, b: Budget, *, gap, thre
     b.log("MILP: building the model" + (f", start {start.method} ({fmt_time(start.objective)})" if start else
                                         ", no start"))
     # first the offloaded set: enumeration, then the model solved with the set fixed for the best sets
-    # and the best set's neighbours (60% of what is left; 25% on large chains, issue 21: ResNet-101,
+    # and the best set's neighbours (75% of what is left; 25% on large chains, issue 21: ResNet-101,
     # L = 73, where 40% then goes to the neighbourhood search around the best schedule: offloaded-set
     # moves, then sub-MIPs over windows of activations); the full MIP gets the rest
     # the split relaxation (whole transfers): the MILP's bound, and the filter of its set descent

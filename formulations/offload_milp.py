@@ -925,7 +925,7 @@ def _covering_sets(d: OffloadData, need: float, max_excess, stop):
 
 
 def _cover_search(chain: Chain, memory: float, bandwidth: float, incumbent: OffloadSchedule, value: float,
-                  bound: float, deadline: float, keep: int = 4) -> tuple[OffloadSchedule, float, dict]:
+                  bound: float, deadline: float, keep: int = 4, log=None) -> tuple[OffloadSchedule, float, dict]:
     """Search of the offloaded set by enumeration (issue 21): every set of :func:`_covering_sets` (at
     the peak without offloading, ``M_peak - M`` bytes must be on the host, so every valid set reaches
     that size), scheduled by the no-wait builder of Proposition 1 (ordered transfers) and replayed by the
@@ -937,7 +937,8 @@ def _cover_search(chain: Chain, memory: float, bandwidth: float, incumbent: Offl
     in about 5 s, on the CPU profile at 40 MB/s the MILP's 5.811 s after 60 s to 5.704 s.
 
     Returns ``(schedule, makespan, stats)``; ``stats['best_sets']`` holds up to ``keep`` of the best sets
-    found as ``(makespan, set, schedule)``, for :func:`_polish_sets`."""
+    found as ``(makespan, set, schedule)``, for :func:`_polish_sets`. ``log`` (a progress sink) gets a
+    line every 10 s."""
     import heapq
     import time as _time
 
@@ -960,9 +961,13 @@ def _cover_search(chain: Chain, memory: float, bandwidth: float, incumbent: Offl
         return not state["done"]
 
     seen = {tuple(S0)}
+    next_log = _time.monotonic() + 10.0
     for S in _covering_sets(d, need, max_excess, stop):
         if stop():
             break
+        if log is not None and _time.monotonic() >= next_log:
+            next_log += 10.0
+            log(f"MILP set enumeration: {state['sets']} sets, best makespan {state['value']:.6g} s")
         if tuple(S) in seen:
             continue
         seen.add(tuple(S))
@@ -1094,6 +1099,8 @@ def _set_descent(solver: _SetSolver, set_bound, incumbent: OffloadSchedule, valu
                 sc, v = None, math.inf
             scored.append((v, sorted(S), sc))
         scored.sort(key=lambda e: e[0])
+        if log is not None:
+            log(f"MILP set descent: round {stats['rounds']}, {len(scored)} neighbouring sets to solve")
         improved = False
         for v0, S, sc in scored:
             left = deadline - _time.monotonic()
@@ -1303,7 +1310,7 @@ def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: 
     if formulation == "strong" and start is not None and cover > 0 and not proven(best_val):
         with timed(times, "cover"):
             best, best_val, cstats = _cover_search(chain, memory, bandwidth, start, horizon, lb,
-                                                   share_end(cover / 2))
+                                                   share_end(cover / 2), log=_budget.current().log)
         polish = cstats.pop("best_sets")
         details["cover"] = cstats
         if best_val < horizon * (1 - 1e-12):

@@ -260,8 +260,7 @@ def _milp(chain: Chain, memory: float, bandwidth: float, b: Budget, *, gap, thre
     t_heur = time.perf_counter() - t0
     ok = [h for h in heur if h.success]
     start = min(ok, key=lambda h: h.objective) if ok else None
-    b.log("MILP: building the model" + (f", start {start.method} ({fmt_time(start.objective)})" if start else
-                                        ", no start"))
+    b.log("MILP: " + (f"start {start.method} ({fmt_time(start.objective)})" if start else "no start"))
     # first the offloaded set: enumeration, then the model solved with the set fixed for the best sets
     # and the best set's neighbours (75% of what is left; 25% on large chains, issue 21: ResNet-101,
     # L = 73, where 40% then goes to the neighbourhood search around the best schedule: offloaded-set

@@ -1390,13 +1390,14 @@ def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: 
     details.update(size=res.size, start_accepted=res.start_accepted, nodes=res.nodes)
     improved_start = best is not None and best is not start
     if not res.has_solution or (improved_start and res.objective * info["tu"] >= best_val * (1 - 1e-9)):
-        if improved_start:      # the full model did not beat the neighbourhood search's schedule
+        if improved_start:      # the full model did not beat the searches' schedule (set search, neighbourhoods)
             status = Status.OPTIMAL if res.status == Status.OPTIMAL else (
                 Status.TIME_LIMIT if res.status in (Status.TIME_LIMIT, Status.NO_SOLUTION) else Status.FEASIBLE)
             if status == Status.OPTIMAL:
                 bound = max(bound, res.objective * info["tu"]) if res.objective is not None else bound
             return make_solution(chain, "milp", best, memory, bound=min(bound, best_val), predicted=best_val,
-                                 status=status, message=f"{res.message}; the neighbourhood search's schedule",
+                                 status=status, message=f"{res.message}; the schedule found before the full model "
+                                 f"(by the {' and '.join(n for k, n in (('cover', 'set search'), ('lns', 'neighbourhood search')) if k in details)})",
                                  times=times, details=details, tol=1e-6)
         if res.status == Status.INFEASIBLE and start is not None:
             res.message += " (unexpected: a MIP start was given)"

@@ -217,7 +217,6 @@ class SplitRelaxation:
         self.DB = np.concatenate([self.D[::-1][:KB], [-math.inf]]) - tol
         self.varB = np.concatenate([self.var[::-1][:KB], np.zeros((1, L + 1), bool)])
         self.freeB = self.varB & (js[None, :] < np.arange(KB + 1)[:, None])
-        self.Dq = self.D[q_star] - tol
 
     def bound(self, items, *, relaxed=(), cutoff: float = math.inf, sets: bool = False) -> SplitBound:
         """Solve the relaxation where only ``items`` move over the link and ``relaxed`` move instantly
@@ -256,6 +255,20 @@ class SplitRelaxation:
         return out
 
 
+def _needs_offload(chain: Chain, memory: float, bandwidth: float) -> bool:
+    return float(memory) < peak_memory_no_offload(chain) and bool(bandwidth) and math.isfinite(bandwidth)
+
+
+def _items_and_relaxed(chain: Chain, max_items: int) -> tuple[list[int], list[int]]:
+    """The activations worth a transfer split into those the tables follow (at most ``max_items``) and
+    the smallest others, relaxed to instant transfers."""
+    d = OffloadData.of(chain)
+    cand = [j for j in range(d.L + 1) if d.x[j] > 0]
+    by_size = sorted(cand, key=lambda j: (d.x[j], j))
+    relaxed = sorted(by_size[:max(0, len(cand) - max_items)])
+    return [j for j in cand if j not in set(relaxed)], relaxed
+
+
 def split_bound(chain: Chain, memory: float, bandwidth: float, *, split: int | None = None,
                 cutoff: float = math.inf, max_items: int = 22) -> SplitBound | None:
     """The split relaxation's optimum over every offloaded set (module docstring), or None when nothing
@@ -267,13 +280,9 @@ def split_bound(chain: Chain, memory: float, bandwidth: float, *, split: int | N
     ``max_items``: beyond this many activations, the smallest are relaxed (instant transfers). Tables
     of ``2^max_items`` entries: 22 takes about 150 MB and a second or two.
     """
-    d = OffloadData.of(chain)
-    if float(memory) >= peak_memory_no_offload(chain) or not (bandwidth and math.isfinite(bandwidth)):
+    if not _needs_offload(chain, memory, bandwidth):
         return None
-    cand = [j for j in range(d.L + 1) if d.x[j] > 0]
-    by_size = sorted(cand, key=lambda j: (d.x[j], j))
-    relaxed = sorted(by_size[:max(0, len(cand) - max_items)])
-    items = [j for j in cand if j not in set(relaxed)]
+    items, relaxed = _items_and_relaxed(chain, max_items)
     rel = SplitRelaxation(chain, memory, bandwidth, split=split)
     return rel.bound(items, relaxed=relaxed, cutoff=cutoff, sets=True)
 
@@ -286,17 +295,16 @@ def milp_bounds(chain: Chain, memory: float, bandwidth: float, *, max_items: int
     of Proposition 3's bound in link time (it could not beat the fractional bound by much then:
     ResNet-101's 74 activations). ``set_bound`` restricts the relaxation to one offloaded set (None for
     sets of more than ``set_items`` activations)."""
-    d = OffloadData.of(chain)
-    if float(memory) >= peak_memory_no_offload(chain) or not (bandwidth and math.isfinite(bandwidth)):
+    if not _needs_offload(chain, memory, bandwidth):
         return None, None
-    sizes = sorted(float(d.x[j]) for j in range(d.L + 1) if d.x[j] > 0)
-    relaxed_time = 2 * sum(sizes[:max(0, len(sizes) - max_items)]) / float(bandwidth)
-    if relaxed_time > 0.01 * lower_bound_value(chain, memory, bandwidth):
+    items, relaxed = _items_and_relaxed(chain, max_items)
+    x = OffloadData.of(chain).x
+    if 2 * float(sum(x[j] for j in relaxed)) / float(bandwidth) > 0.01 * lower_bound_value(chain, memory, bandwidth):
         return None, None
     rel = SplitRelaxation(chain, memory, bandwidth)
 
     def bound(cutoff: float):
-        return split_bound(chain, memory, bandwidth, cutoff=cutoff, max_items=max_items)
+        return rel.bound(items, relaxed=relaxed, cutoff=cutoff, sets=True)
 
     def set_bound(S, cutoff: float):
         return rel.bound(S, cutoff=cutoff).value if len(S) <= set_items else None

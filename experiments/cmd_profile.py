@@ -137,18 +137,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     x = example_input(prov["network"], int(prov["batch"]), tuple(prov["input"]), vocab=kw.get("vocab", 50257),
                       seed=seed, device=device)
     ref = copy.deepcopy(model) if args.check_grads else None
-    lm = linearize_model(model, x)
-    if [list(g) for g in lm.groups] != [list(g) for g in prov["groups"]]:
-        raise InputError(f"{args.instance}: the network linearizes differently now ({lm.L} stages) than when it "
-                       f"was profiled ({L} stages)")
     loss_fn = classification_loss(seed=seed)
+    try:        # the stages the instance was profiled with (an older cut rule included)
+        lm = linearize_model(model, x, loss_fn, groups=prov["groups"], head_group=prov.get("loss_group") or [])
+    except ValueError:
+        lm = None
+    if lm is None or lm.L != L:
+        raise InputError(f"{args.instance}: its recorded stage groups do not cut the network as traced now "
+                         f"({L} stages recorded); profile it again with 'memplan profile'")
+    loss_stage = lm.loss_stage(loss_fn)
     sim = simulate_remat(chain, sched)
     torch.manual_seed(seed + 1)
-    res = execute(lm.stages, loss_fn, x, sched, measure_memory=True, device=device)
+    res = execute(lm.stages, loss_stage, x, sched, measure_memory=True, device=device)
     for p in model.parameters():       # a second, untracked run for the time (and the gradients)
         p.grad = None
     torch.manual_seed(seed + 1)
-    timed = execute(lm.stages, loss_fn, x, sched, device=device)
+    timed = execute(lm.stages, loss_stage, x, sched, device=device)
     print(f"{chain.name}: {label}, {len(sched)} operations, {sched.count('F_ck') + sched.count('F_none')} "
           f"recomputations")
     print(f"peak memory  measured {fmt_memory(res.peak_memory)}   simulated {fmt_memory(sim.peak_memory)}   "

@@ -148,10 +148,12 @@ class Case:
         self.grads = {n: p.grad for n, p in ref.named_parameters()}
         del ref
         self.model = model                       # its parameters are shared with the stages
-        lm = linearize_model(model, self.x)
+        lm = linearize_model(model, self.x, self.loss_fn)
         self.stages = lm.stages
-        self.chain = profile_chain(lm.stages, self.x, self.loss_fn, repeats=profile_repeats or repeats,
-                                   device=device, names=lm.names, name=f"{name}-b{self.batch}")
+        self.loss_stage = lm.loss_stage(self.loss_fn)      # stage L+1 (a folded head, then the loss)
+        self.chain = profile_chain(lm.stages, self.x, self.loss_stage, repeats=profile_repeats or repeats,
+                                   device=device, names=lm.names, name=f"{name}-b{self.batch}",
+                                   loss_name=lm.loss_name)
         self.params = list(model.named_parameters())
         self._cache: dict[tuple, tuple[str, dict]] = {}
         self.traces: list[dict] = []            # per-operation memory, measured and simulated
@@ -205,12 +207,12 @@ class Case:
         self._clear_grads()
         torch.manual_seed(7)
         _sync(self.device)
-        res = execute(self.stages, self.loss_fn, self.x, seq, measure_memory=True, device=self.device)
+        res = execute(self.stages, self.loss_stage, self.x, seq, measure_memory=True, device=self.device)
         equal = self._grads_equal()
 
         def run():
             torch.manual_seed(7)
-            execute(self.stages, self.loss_fn, self.x, seq, device=self.device)
+            execute(self.stages, self.loss_stage, self.x, seq, device=self.device)
 
         times = self._timed(run)
         out = (tag, {"grads_equal": equal, "measured_peak": float(res.peak_memory), "times": times})
@@ -254,7 +256,7 @@ class Case:
         def run():
             torch.manual_seed(7)
             out = checkpoint_sequential(seqmod, segments, self._input_copy(), use_reentrant=True)
-            self.loss_fn(out).backward()
+            self.loss_stage(out).backward()
 
         self._clear_grads()
         peak = self._tracked(run)

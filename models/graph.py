@@ -69,7 +69,7 @@ re-created inside every stage that reads them (see :func:`stage_modules`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Iterable, Sequence
+from typing import Any, Callable, Hashable, Iterable, Sequence
 
 import networkx as nx
 
@@ -357,29 +357,188 @@ def group_name(cap: Captured, group: Sequence[str]) -> str:
     return str(group[-1])
 
 
+class HeadLoss:
+    """The loss stage L+1 of a chain whose last group was folded into it (see :func:`linearize_model`):
+    ``loss_fn(head(x))``. An ``nn.Module`` (built by :func:`_head_loss`) so that the head's parameters
+    are the stage's parameters for the profiler (``W^{L+1}``) and for the executor."""
+
+
+def _head_loss(head, loss_fn):
+    import torch
+
+    class _HeadLoss(torch.nn.Module, HeadLoss):
+        def __init__(self):
+            super().__init__()
+            self.head = head
+            self.loss_fn = loss_fn if isinstance(loss_fn, torch.nn.Module) else None
+            self._loss = loss_fn
+
+        def forward(self, x):
+            return self._loss(self.head(x))
+
+    return _HeadLoss()
+
+
+def saved_outputs(cap: Captured, example_input, loss_fn: Callable | None = None) -> set[str]:
+    """Names of the DAG's nodes whose output storage autograd saves for the backward pass, in one
+    forward of the traced model (and of ``loss_fn`` on its output) with saved-tensor hooks.
+
+    Every node's output is kept alive until the end of the run (an ``fx.Interpreter`` that does not
+    free values), so storage addresses are unique among the tensors compared; a saved tensor is matched
+    to a node by its storage (a view saved by a later operation, e.g. a flattened feature map saved by
+    a linear layer, counts for the node that created the storage). The model's RNG state and buffers
+    (batch-norm running statistics) are put back as they were, as :func:`capture` does. Cost: one
+    forward with autograd recording, every intermediate output kept (store-all's memory)."""
+    import torch
+    from torch import fx
+
+    def key(t) -> int:
+        try:
+            return t.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):
+            return 0
+
+    outs: dict[str, Any] = {}
+
+    class _Keep(fx.Interpreter):
+        def run_node(self, n):
+            out = super().run_node(n)
+            outs[n.name] = out
+            return out
+
+    saved: set[int] = set()
+
+    def pack(t):
+        k = key(t)
+        if k:
+            saved.add(k)
+        return t.detach()          # an alias: packing t itself would make a reference cycle (models.profiler)
+
+    x = example_input.detach()
+    if x.is_floating_point():
+        x.requires_grad_(True)
+    rng = torch.get_rng_state()
+    buffers = {name: b.clone() for name, b in cap.gm.named_buffers()}
+    try:
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            y = _Keep(cap.gm, garbage_collect_values=False).run(x)
+            if loss_fn is not None:
+                loss_fn(y)
+    finally:
+        with torch.no_grad():
+            for name, b in cap.gm.named_buffers():
+                b.copy_(buffers[name])
+        torch.set_rng_state(rng)
+    result = set()
+    for name, out in outs.items():
+        if name in cap.graph and isinstance(out, torch.Tensor) and key(out) in saved:
+            result.add(name)
+    return result
+
+
+def merge_unsaved_cuts(groups: Sequence[Sequence[Hashable]], saved: set) -> tuple[list[list[Hashable]], list[Hashable]]:
+    """Coarsen the minimal groups so that every boundary tensor is one autograd keeps anyway.
+
+    The runtime executor (:mod:`models.runtime`) and the chain model keep a^l, the output of stage l,
+    as part of abar^l until B^l (paper 004, Table 1). Plain autograd keeps a tensor only where a
+    backward formula saved it: a batch norm's output that a ReLU reads, a residual sum before its
+    ReLU, the logits read by a cross-entropy are freed as soon as the next operation has run. A cut
+    at such a tensor makes every executed plan hold it in vain (ResNet-50: +28% over plain autograd).
+    So group l is merged into group l+1 wherever its last node (the separator whose output is a^l) is
+    not in ``saved`` (:func:`saved_outputs`); after the merge each a^l is saved by stage l or stage
+    l+1, and holding it costs the executor nothing that autograd would not hold.
+
+    The last group's output a^L is read by the loss only. Where neither the last group nor the loss
+    saves it, the last group is returned apart as the ``head``: it is folded into the loss stage L+1
+    (:class:`HeadLoss`), whose input a^{L-1} is then saved (a classifier's features, the input of a
+    language model's head). With a single group nothing is folded. O(number of groups).
+
+    Returns ``(groups, head)``; ``head`` is empty when nothing is folded.
+
+    >>> merge_unsaved_cuts([["conv"], ["bn"], ["relu"], ["fc"]], saved={"conv", "relu"})
+    ([['conv'], ['bn', 'relu']], ['fc'])
+    """
+    out: list[list[Hashable]] = []
+    current: list[Hashable] = []
+    for l, g in enumerate(groups):
+        current = current + list(g)
+        if l == len(groups) - 1 or g[-1] in saved:
+            out.append(current)
+            current = []
+    head: list[Hashable] = []
+    if len(out) > 1 and out[-1][-1] not in saved:
+        head = out.pop()
+    return out, head
+
+
 @dataclass
 class LinearizedModel:
-    """A model cut into chain stages: ``stages[l-1]`` computes a^l from a^{l-1}."""
+    """A model cut into chain stages: ``stages[l-1]`` computes a^l from a^{l-1}; ``head`` (or None) is
+    the last group when it is folded into the loss stage (:func:`merge_unsaved_cuts`)."""
 
     captured: Captured
     groups: list[list[str]]
     stages: list
     names: list[str]
+    head: Any = None
+    head_group: list[str] = field(default_factory=list)
+    cuts: str = "saved"
 
     @property
     def L(self) -> int:
         return len(self.stages)
 
+    def loss_stage(self, loss_fn: Callable) -> Callable:
+        """Stage L+1 of the chain: ``loss_fn`` itself, or ``loss_fn`` after the folded head."""
+        return loss_fn if self.head is None else _head_loss(self.head, loss_fn)
+
+    @property
+    def loss_name(self) -> str:
+        return "loss" if self.head is None else f"{group_name(self.captured, self.head_group)}+loss"
+
     def __call__(self, x):
         for s in self.stages:
             x = s(x)
-        return x
+        return x if self.head is None else self.head(x)
 
 
-def linearize_model(model, example_input) -> LinearizedModel:
-    """Trace, linearize and cut ``model`` (see :func:`capture`, :func:`linearize`, :func:`stage_modules`)."""
+def _cross_entropy(logits):
+    """The loss :func:`linearize_model` assumes when given none: cross-entropy over the last dimension
+    (what it saves does not depend on the labels, so they are all 0)."""
+    import torch
+
+    flat = logits.reshape(-1, logits.shape[-1])
+    return torch.nn.functional.cross_entropy(flat, torch.zeros(flat.shape[0], dtype=torch.long, device=flat.device))
+
+
+#: cut rules of :func:`linearize_model`
+CUTS = ("saved", "minimal")
+
+
+def linearize_model(model, example_input, loss_fn: Callable | None = None, *, cuts: str = "saved",
+                    groups: Sequence[Sequence[str]] | None = None,
+                    head_group: Sequence[str] | None = None) -> LinearizedModel:
+    """Trace, linearize and cut ``model`` (see :func:`capture`, :func:`linearize`, :func:`stage_modules`).
+
+    ``cuts``: ``"saved"`` (default) cuts only where autograd keeps the boundary tensor anyway and folds
+    an unsaved last group into the loss (:func:`merge_unsaved_cuts`, decided on one forward of
+    ``example_input`` through the model and ``loss_fn``; a cross-entropy by default);
+    ``"minimal"`` keeps the minimal single-tensor groups of :func:`linearize`. ``groups`` and
+    ``head_group`` (an instance's recorded ``groups`` and ``loss_group``) rebuild given stages instead.
+    Use ``lm.stages`` and ``lm.loss_stage(loss_fn)`` as the chain's stages 1..L and L+1."""
+    if cuts not in CUTS:
+        raise ValueError(f"linearize_model: cuts={cuts!r}; choose from {', '.join(CUTS)}")
+    given = groups is not None
     cap = capture(model, example_input)
-    groups = cap.groups()
+    head: list[str] = list(head_group or [])
+    if groups is not None:
+        groups = [list(g) for g in groups]
+        if not is_chain_partition(cap.graph, groups + ([head] if head else [])):
+            raise ValueError("linearize_model: the given groups are not a chain partition of the model's graph")
+    else:
+        groups = cap.groups()
+        if cuts == "saved":
+            groups, head = merge_unsaved_cuts(groups, saved_outputs(cap, example_input, loss_fn or _cross_entropy))
     names: list[str] = []
     for g in groups:
         name = group_name(cap, g)
@@ -387,7 +546,10 @@ def linearize_model(model, example_input) -> LinearizedModel:
         while (name if k == 2 else f"{name}#{k - 1}") in names:
             k += 1
         names.append(name if k == 2 else f"{name}#{k - 1}")
-    return LinearizedModel(cap, groups, stage_modules(cap, groups), names)
+    mods = stage_modules(cap, groups + ([head] if head else []))
+    stages, head_mod = (mods[:-1], mods[-1]) if head else (mods, None)
+    return LinearizedModel(cap, groups, stages, names, head=head_mod, head_group=head,
+                           cuts="given" if given else cuts)
 
 
 def group_costs(G: nx.DiGraph, groups: Sequence[Sequence[Hashable]], attrs: Iterable[str]) -> list[dict]:

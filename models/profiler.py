@@ -418,9 +418,11 @@ def classification_loss(num_classes: int | None = None, seed: int = 0) -> Callab
 
 def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable | None = None, *,
                   repeats: int = 3, device="cpu", names: Sequence[str] | None = None, name: str = "chain",
-                  provenance: dict[str, Any] | None = None, input_grad: bool = True) -> Chain:
+                  provenance: dict[str, Any] | None = None, input_grad: bool = True,
+                  loss_name: str = "loss") -> Chain:
     """Profile stages 1..L and the loss stage L+1 on sample input ``x`` and build the Chain (seconds,
-    bytes). ``input_grad``: whether B^1 computes delta^0 (the gradient of the network input), as the
+    bytes). ``loss_name``: the name of stage L+1 (``fc+loss`` where a head is folded into the loss,
+    :meth:`models.graph.LinearizedModel.loss_stage`). ``input_grad``: whether B^1 computes delta^0 (the gradient of the network input), as the
     papers' chains do; with an integer input (token ids) there is no delta^0 and omega_delta^0 = 0."""
     loss_fn = loss_fn or classification_loss()
     x = x.to(device)
@@ -439,7 +441,7 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     wd = [r["wd_in"] for r in rows] + [4.0]     # delta^{l-1} from B^l; delta^{L+1} = dLoss/dLoss (fp32)
     if not (input_grad and x.is_floating_point()):
         wd[0] = 0.0
-    stage_names = ["input"] + (list(names) if names else [f"stage{l}" for l in range(1, L + 1)]) + ["loss"]
+    stage_names = ["input"] + (list(names) if names else [f"stage{l}" for l in range(1, L + 1)]) + [loss_name]
     dtypes = sorted({str(p.dtype).replace("torch.", "") for s in stages for p in _params(s) if p.is_floating_point()})
     prov = {
         "device": str(torch.device(device)) if not _is_cuda(device)
@@ -469,6 +471,14 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         weights=[0.0] + [r["weights"] for r in rows], name=name, stage_names=stage_names, provenance=prov)
 
 
+#: how :func:`profile_model` cuts a network, as its instances' provenance records it
+LINEARIZATION = ("models.graph.linearize_model, cuts='saved': the minimal single-tensor groups of "
+                 "models.graph.linearize (papers 001/003 virtual layers) on the torch.fx graph, merged where "
+                 "autograd saves no boundary tensor (models.graph.merge_unsaved_cuts), so the executor holds "
+                 "nothing autograd frees; loss_group: the last group, folded into the loss stage L+1 where the "
+                 "loss does not save its input")
+
+
 def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None = None, *, device="cpu",
                   repeats: int = 3, seed: int = 0, model_kw: dict[str, Any] | None = None,
                   provenance: dict[str, Any] | None = None, name: str | None = None) -> Chain:
@@ -487,18 +497,20 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
     vocab = model_kw.get("vocab", 50257)
     x = example_input(model_name, batch, shape, vocab=vocab, seed=seed, device=device)
     t0 = time.perf_counter()
-    lm = linearize_model(model, x)
+    loss_fn = classification_loss(seed=seed)
+    lm = linearize_model(model, x, loss_fn)
     t_linearize = time.perf_counter() - t0
     chain = profile_chain(
-        lm.stages, x, classification_loss(seed=seed), repeats=repeats, device=device, names=lm.names,
+        lm.stages, x, lm.loss_stage(loss_fn), repeats=repeats, device=device, names=lm.names,
+        loss_name=lm.loss_name,
         name=name or f"{model_name}-b{batch}-{'x'.join(map(str, shape))}-{torch.device(device).type}",
         provenance={"network": model_name, "model_kw": model_kw, "batch": batch, "input": list(shape),
                     "source": "models.networks (random initialization)", "seed": seed,
                     "loss": "cross-entropy against fixed random labels",
-                    "linearization": "models.graph.linearize: minimal single-tensor groups (papers 001/003 "
-                                     "virtual layers) on the torch.fx graph",
+                    "linearization": LINEARIZATION,
                     "linearize_seconds": round(t_linearize, 3),
-                    "groups": [list(g) for g in lm.groups], **(provenance or {})})
+                    "groups": [list(g) for g in lm.groups], "loss_group": list(lm.head_group),
+                    **(provenance or {})})
     return chain
 
 

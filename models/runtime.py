@@ -96,7 +96,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     if measure_memory:
         from .profiler import memory_tracker
 
-        for s in stages:
+        for s in fns:                    # the loss stage too: a head folded into it has parameters
             if isinstance(s, torch.nn.Module):
                 for p in s.parameters():
                     if p.requires_grad and p.grad is None:

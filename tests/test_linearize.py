@@ -222,11 +222,84 @@ def test_stage_modules_compute_the_model_and_share_parameters():
 
     m = get_model("resnet18").eval()
     x = example_input("resnet18", 2, (3, 32, 32))
-    lm = linearize_model(m, x)
-    assert lm.L == 23 and lm.names[4] == "layer1.0"
+    lm = linearize_model(m, x, cuts="minimal")
+    assert lm.L == 23 and lm.names[4] == "layer1.0" and lm.head is None
     assert torch.equal(lm(x), m(x))
     ids = {id(p) for s in lm.stages for p in s.parameters()}
     assert ids == {id(p) for p in m.parameters()}
+
+
+def test_saved_cuts_resnet18_by_hand():
+    """Where autograd keeps the boundary: conv1's output (batch norm saves its input), the stem's
+    ReLU output (the ReLU saves its output), each block's last ReLU, the pooled features (the linear
+    layer saves its flattened input). Not kept: bn1's output (the ReLU saves only its own output),
+    each residual sum (addition saves nothing, the ReLU after it its output), the logits (the
+    cross-entropy saves its log-softmax, not its input): those cuts go, and fc is folded into the loss."""
+    from memplan.models.graph import linearize_model
+    from memplan.models.networks import example_input, get_model
+
+    m = get_model("resnet18").train()
+    x = example_input("resnet18", 2, (3, 32, 32))
+    lm = linearize_model(m, x)
+    blocks = [f"layer{i}.{j}" for i in range(1, 5) for j in range(2)]
+    assert [g[-1] for g in lm.groups[:3]] == ["conv1", "relu", "maxpool"]
+    assert lm.groups[1] == ["bn1", "relu"]
+    assert lm.names[3:11] == blocks and lm.L == 3 + 8 + 2
+    assert all(g[-2].startswith("add") for g in lm.groups[3:11])        # sum and ReLU in one stage
+    assert lm.head_group == ["fc"] and lm.loss_name == "fc+loss"
+    minimal = linearize_model(m, x, cuts="minimal").groups
+    assert [n for g in lm.groups + [lm.head_group] for n in g] == [n for g in minimal for n in g]
+    m.eval()
+    assert torch.equal(lm(x), m(x))
+    ids = {id(p) for s in lm.stages + [lm.head] for p in s.parameters()}
+    assert ids == {id(p) for p in m.parameters()}
+
+
+@pytest.mark.parametrize("name,kw,shape", [("resnet18", {}, (3, 32, 32)),
+                                           ("gpt2", dict(n_layer=2, n_embd=32, n_head=4, vocab=50, n_ctx=16), (8,)),
+                                           ("densenet121", {}, (3, 32, 32))])
+def test_every_saved_cut_is_a_tensor_autograd_keeps(name, kw, shape):
+    """A second method: run stages l..L+1 from a^{l-1} with saved-tensor hooks and check that one of
+    them saves the storage of a^l (stage l+1 mostly; a flatten's view of the pooled features is saved
+    by the linear layer after it); and that each merged-away cut of the minimal groups is saved by none."""
+    from memplan.models.graph import linearize_model
+    from memplan.models.networks import example_input, get_model
+    from memplan.models.profiler import classification_loss, saved_storages, storage_bytes
+
+    torch.manual_seed(0)
+    m = get_model(name, **kw).train()
+    x = example_input(name, 2, shape, vocab=50)
+    loss = classification_loss()
+
+    def boundaries_saved(stages):
+        acts = [x]
+        with torch.no_grad():
+            for s in stages:
+                acts.append(s(acts[-1]))
+        result = []
+        for l in range(1, len(stages)):
+            xi = acts[l - 1].detach().requires_grad_(acts[l - 1].is_floating_point())
+
+            def rest():
+                y = stages[l - 1](xi)
+                z = y
+                for s in stages[l:]:
+                    z = s(z)
+                return z, y
+
+            (_, y), seen = saved_storages(rest)
+            result.append(y.untyped_storage().data_ptr() in seen)
+        return result
+
+    lm = linearize_model(m, x, loss)
+    stages = lm.stages + [lm.loss_stage(loss)]
+    assert all(boundaries_saved(stages)), name
+    fine = linearize_model(m, x, loss, cuts="minimal")
+    kept = {g[-1] for g in lm.groups}
+    fine_saved = boundaries_saved(fine.stages + [loss])
+    for g, saved in zip(fine.groups, fine_saved):
+        assert saved == (g[-1] in kept), (name, g[-1])
+    assert storage_bytes(x) > 0
 
 
 def test_gpt2_linearizes_to_two_stages_per_block():
@@ -235,9 +308,16 @@ def test_gpt2_linearizes_to_two_stages_per_block():
 
     m = get_model("gpt2", n_layer=3, n_embd=32, n_head=4, vocab=50, n_ctx=16).eval()
     x = example_input("gpt2", 2, (8,), vocab=50)
-    lm = linearize_model(m, x)
+    lm = linearize_model(m, x, cuts="minimal")
     # embedding sum, embedding dropout, (attention residual, MLP residual) per block, ln_f, head
     assert lm.L == 2 + 2 * 3 + 2
+    assert torch.equal(lm(x), m(x))
+    # keeping only cuts autograd saves: the embedding sum (dropout saves its mask, not its input) joins
+    # the dropout (in training mode), and the head (the logits are read by the loss only) is folded
+    # into the loss
+    lm = linearize_model(m.train(), x)
+    assert lm.L == 1 + 2 * 3 + 1 and lm.head_group == ["lm_head"]
+    m.eval()
     assert torch.equal(lm(x), m(x))
 
 

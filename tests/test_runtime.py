@@ -60,9 +60,9 @@ def setup(request):
 
 def _run(model, x, loss_fn, seq, **kw):
     m = copy.deepcopy(model)
-    lm = linearize_model(m, x)
+    lm = linearize_model(m, x, loss_fn)
     torch.manual_seed(123)
-    res = execute(lm.stages, loss_fn, x, seq, **kw)
+    res = execute(lm.stages, lm.loss_stage(loss_fn), x, seq, **kw)
     return m, lm, res
 
 
@@ -95,8 +95,8 @@ def test_dropout_masks_are_replayed_in_recomputation(setup):
 @pytest.fixture(scope="module")
 def profiled(setup):
     name, model, x, loss_fn, loss, grads = setup
-    lm = linearize_model(copy.deepcopy(model), x)
-    chain = profile_chain(lm.stages, x, loss_fn, repeats=1, names=lm.names)
+    lm = linearize_model(copy.deepcopy(model), x, loss_fn)
+    chain = profile_chain(lm.stages, x, lm.loss_stage(loss_fn), repeats=1, names=lm.names)
     assert chain.L == lm.L
     return chain
 
@@ -217,8 +217,8 @@ def test_cuda_profile_and_execute_agree_with_the_simulator():
     model = get_model("resnet18", **kw).cuda().train()
     x = example_input("resnet18", 2, shape, device="cuda")
     loss_fn = classification_loss()
-    lm = linearize_model(copy.deepcopy(model), x)
-    chain = profile_chain(lm.stages, x, loss_fn, repeats=1, device="cuda", names=lm.names)
+    lm = linearize_model(copy.deepcopy(model), x, loss_fn)
+    chain = profile_chain(lm.stages, x, lm.loss_stage(loss_fn), repeats=1, device="cuda", names=lm.names)
     assert chain.provenance["device"].startswith("cuda")
     for kind, seq in _sequences(chain.L).items():
         sim = simulate_remat(chain, seq)

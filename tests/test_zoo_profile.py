@@ -99,10 +99,13 @@ def test_cli_profile_then_solve(tmp_path):
             "--threads", "1", "-o", str(out)]
     assert main(args) == 0
     c = load_chain(out)
-    assert c.L == 8 and c.wd[0] == 0            # token ids have no gradient
+    # embedding, (attention, MLP) x 2, ln_f; the head is folded into the loss (its logits are saved
+    # by nothing: models.graph.merge_unsaved_cuts)
+    assert c.L == 6 and c.wd[0] == 0            # token ids have no gradient
     prov = json.loads(out.read_text())["provenance"]
     assert prov["device"] == "cpu" and "TorchDispatchMode" in prov["memory_measurement"]
-    assert prov["network"] == "gpt2" and prov["batch"] == 2 and len(prov["groups"]) == 8
+    assert prov["network"] == "gpt2" and prov["batch"] == 2 and len(prov["groups"]) == 6
+    assert prov["loss_group"] == ["lm_head"] and c.stage_names[-1] == "lm_head+loss"
     assert main(args) == 2                                   # refuses to overwrite
     sol = tmp_path / "sol.json"
     assert main(["solve", str(out), "--problem", "remat", "--memory", "60KiB", "--method", "rotor",
@@ -112,4 +115,4 @@ def test_cli_profile_then_solve(tmp_path):
     assert main(["run", str(out), "--sequence", "bisection"]) == 0
     # checkpoint_sequential's sequence (baselines.remat_heuristics), executed: autograd's gradients
     assert main(["run", str(out), "--sequence", "sequential:2", "--check-grads", "--threads", "1"]) == 0
-    assert main(["run", str(out), "--sequence", "sequential:9"]) == 2          # L = 8: at most 8 segments
+    assert main(["run", str(out), "--sequence", "sequential:7"]) == 2          # L = 6: at most 6 segments

@@ -13,9 +13,13 @@ one CSV row per (network, limit, method):
 * ``predicted_peak`` / ``measured_peak``: the simulator's peak on the profiled chain against the
   measured one (CPU: the dispatch-mode tracker; CUDA: caching-allocator statistics), and
   ``within_limit``: measured peak <= the limit;
-* ``predicted_time`` / ``measured_time``: the simulator's makespan against the executor's wall-clock
-  time (median of ``--repeats`` runs after the measured one, CUDA synchronized before and after),
-  and ``throughput`` = batch / measured time (samples per second).
+* ``predicted_time`` / ``measured_time``: the simulator's makespan (on a chain timed in context,
+  :func:`memplan.models.runtime.time_in_context`) against the executor's wall-clock time, CUDA
+  synchronized before and after, and ``throughput`` = batch / measured time (samples per second).
+  Every run of a network (plans, store-all, autograd, checkpoint_sequential) is timed in alternation,
+  one run each per round in rotating order, until the 95% interval of every median is within
+  ``--target`` (2%) of it (:mod:`memplan.models.measure`); ``time_low`` / ``time_high`` are that
+  interval, ``repeats`` the rounds, and ``noisy`` marks a row whose interval stayed wider.
 
 A method without a plan at a limit (store-all below its peak) gets a row with its status and no
 measurement; store-all and plain autograd (``loss.backward()`` on the unsplit model) are also run at
@@ -44,6 +48,7 @@ import os
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -75,11 +80,13 @@ COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic",
            "network", "batch", "input", "L", "fraction", "memory_limit", "method", "status", "message",
            "ops", "recomputations", "same_as", "grads_equal",
            "predicted_peak", "measured_peak", "peak_rel_err", "within_limit",
-           "predicted_time", "measured_time", "time_rel_err", "time_min", "time_max", "repeats",
+           "predicted_time", "measured_time", "time_rel_err", "time_min", "time_max", "time_low", "time_high",
+           "repeats", "noisy",
            "throughput", "predicted_throughput", "solve_seconds"]
 THROUGHPUT_COLUMNS = ["device", "gpu", "network", "batch", "input", "L", "strategy", "segments", "memory_limit",
                       "status", "grads_equal", "predicted_peak", "measured_peak", "predicted_time", "measured_time",
-                      "throughput", "rotor_gain"]
+                      "time_low", "time_high", "rounds", "noisy", "throughput", "rotor_gain",
+                      "gain_vs_checkpoint_sequential", "not_slower_than_checkpoint_sequential"]
 
 
 # ------------------------------------------------------------------------------------------ set-up
@@ -156,6 +163,8 @@ class Case:
                                    loss_name=lm.loss_name)
         self.params = list(model.named_parameters())
         self._cache: dict[tuple, tuple[str, dict]] = {}
+        self._contenders: dict[str, tuple] = {}  # tag -> (run once, its measurement dict), timed by time_all
+        self.target, self.max_rounds, self.time_budget = 0.02, max(repeats, 40), None
         self.traces: list[dict] = []            # per-operation memory, measured and simulated
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -168,16 +177,33 @@ class Case:
 
         return all(p.grad is not None and torch.equal(p.grad, self.grads[n]) for n, p in self.params)
 
-    def _timed(self, fn) -> list[float]:
-        times = []
-        for _ in range(self.repeats):
+    def _timed(self, fn, m: dict, tag: str) -> None:
+        """Register ``fn`` as a contender of :meth:`time_all`, which fills ``m``'s timing keys."""
+        def once() -> float:
             self._clear_grads()
             _sync(self.device)
             t0 = time.perf_counter()
             fn()
             _sync(self.device)
-            times.append(time.perf_counter() - t0)
-        return times
+            return time.perf_counter() - t0
+
+        m["times"] = []
+        self._contenders[tag] = (once, m)
+
+    def time_all(self, progress=print) -> None:
+        """Time every registered run (plans, store-all, autograd, checkpoint_sequential) in alternation,
+        until each median's 95% interval is within ``self.target`` (``models.measure.interleaved``),
+        at least ``self.repeats`` rounds (``self.max_rounds`` at most); fills ``times``, ``time_low``,
+        ``time_high``, ``rounds`` and ``noisy`` of each measurement."""
+        from memplan.models.measure import interleaved
+
+        runs = {tag: once for tag, (once, _) in self._contenders.items()}
+        res = interleaved(runs, target=self.target, min_rounds=max(2, self.repeats), max_rounds=self.max_rounds,
+                          budget=self.time_budget, progress=lambda line: progress(f"{self.name}: {line}"))
+        for tag, (_, m) in self._contenders.items():
+            t = res[tag]
+            m.update(times=t.times, time_low=t.low, time_high=t.high, rounds=len(t.times), noisy=t.noisy,
+                     time_rel_halfwidth=t.rel_halfwidth)
 
     def _tracked(self, fn) -> float:
         """Peak bytes of ``fn()`` above what existed before (parameters' .grad pre-zeroed, as the
@@ -214,8 +240,9 @@ class Case:
             torch.manual_seed(7)
             execute(self.stages, self.loss_stage, self.x, seq, device=self.device)
 
-        times = self._timed(run)
-        out = (tag, {"grads_equal": equal, "measured_peak": float(res.peak_memory), "times": times})
+        m = {"grads_equal": equal, "measured_peak": float(res.peak_memory)}
+        self._timed(run, m, tag)
+        out = (tag, m)
         self._cache[key] = out
         sim = simulate_remat(self.chain, seq)
         self.traces.append({"network": self.name, "sequence": tag, "ops": [list(o) for o in key],
@@ -237,10 +264,14 @@ class Case:
             torch.manual_seed(7)
             self.loss_fn(self.model(self._input_copy())).backward()
 
+        if "autograd" in self._cache:
+            return self._cache["autograd"][1]
         self._clear_grads()
         peak = self._tracked(run)
-        equal = self._grads_equal()
-        return {"grads_equal": equal, "measured_peak": peak, "times": self._timed(run)}
+        m = {"grads_equal": self._grads_equal(), "measured_peak": peak}
+        self._timed(run, m, "autograd")
+        self._cache["autograd"] = ("autograd", m)
+        return m
 
     def checkpoint_sequential(self, segments: int) -> dict | None:
         """``torch.utils.checkpoint.checkpoint_sequential`` itself (reentrant, as memplan's
@@ -260,8 +291,9 @@ class Case:
 
         self._clear_grads()
         peak = self._tracked(run)
-        equal = self._grads_equal()
-        return {"grads_equal": equal, "measured_peak": peak, "times": self._timed(run)}
+        m = {"grads_equal": self._grads_equal(), "measured_peak": peak}
+        self._timed(run, m, f"checkpoint_sequential:{segments}")
+        return m
 
 
 def _rel(a: float | None, b: float | None) -> float | None:
@@ -291,6 +323,8 @@ def _row(env: dict, case: Case, det: str, fraction: float, limit: float, method:
         t = statistics.median(m["times"])
         row.update(grads_equal=m["grads_equal"], measured_peak=m["measured_peak"], measured_time=t,
                    time_min=min(m["times"]), time_max=max(m["times"]), throughput=case.batch / t,
+                   time_low=m.get("time_low"), time_high=m.get("time_high"), repeats=len(m["times"]),
+                   noisy=m.get("noisy"),
                    within_limit=(m["measured_peak"] <= limit) if is_plan else None)
         row["peak_rel_err"] = _rel(m["measured_peak"], row.get("predicted_peak"))
         row["time_rel_err"] = _rel(t, row.get("predicted_time"))
@@ -350,35 +384,33 @@ def plan(chain, fractions: list[float], methods: list[str], segments: list[int] 
     return solve_all(jobs, workers)
 
 
-def check_case(case: Case, env: dict, det: str, fractions: list[float], methods: list[str], solved: dict,
-               progress=print) -> list[dict]:
+def check_case(case: Case, env: dict, det: str, fractions: list[float], methods: list[str],
+               solved: dict) -> list:
     """One row per (limit, method) (solutions from :func:`plan`), plus store-all and autograd at the
-    store-all peak (fraction 1)."""
+    store-all peak (fraction 1). Executes every sequence (memory, gradients) and registers its timing
+    with the case; returns row builders to call after :meth:`Case.time_all`."""
     lo, hi = remat.memory_range(case.chain)
-    rows = []
+    rows: list = []
     for f in fractions:
         limit = lo + f * (hi - lo)
         for method in methods:
             sol, note, error, solve_s = solved[(f, method)]
             if sol is None:                   # this method does not run here: the row says why
-                rows.append(_row(env, case, det, f, limit, method, "not run", message=error, solve_s=solve_s))
+                rows.append(partial(_row, env, case, det, f, limit, method, "not run", message=error, solve_s=solve_s))
                 continue
             if not sol.success:
-                rows.append(_row(env, case, det, f, limit, method, str(sol.status), message=sol.message,
-                                 solve_s=solve_s))
+                rows.append(partial(_row, env, case, det, f, limit, method, str(sol.status), message=sol.message,
+                                    solve_s=solve_s))
                 continue
             same, m = case.execute(sol.schedule, f"{method}@{f:g}")
-            rows.append(_row(env, case, det, f, limit, method, str(sol.status), seq=sol.schedule, m=m, message=note,
-                             same_as="" if same == f"{method}@{f:g}" else same, solve_s=solve_s))
-            progress(_line(rows[-1]))
+            rows.append(partial(_row, env, case, det, f, limit, method, str(sol.status), seq=sol.schedule, m=m,
+                                message=note, same_as="" if same == f"{method}@{f:g}" else same, solve_s=solve_s))
     seq = store_all_schedule(case.chain)
     same, m = case.execute(seq, "store-all@1")
-    rows.append(_row(env, case, det, 1.0, hi, "store-all", "executed", seq=seq, m=m, is_plan=False,
-                     same_as="" if same == "store-all@1" else same))
-    progress(_line(rows[-1]))
-    rows.append(_row(env, case, det, 1.0, hi, "autograd", "executed", m=case.autograd(), is_plan=False,
-                     message="plain loss.backward() on the unsplit model; predicted = store-all"))
-    progress(_line(rows[-1]))
+    rows.append(partial(_row, env, case, det, 1.0, hi, "store-all", "executed", seq=seq, m=m, is_plan=False,
+                        same_as="" if same == "store-all@1" else same))
+    rows.append(partial(_row, env, case, det, 1.0, hi, "autograd", "executed", m=case.autograd(), is_plan=False,
+                        message="plain loss.backward() on the unsplit model; predicted = store-all"))
     return rows
 
 
@@ -398,45 +430,69 @@ def segment_counts(L: int, count: int = 10) -> list[int]:
     return sorted({min(L, max(2, int(round(2 + i * (top - 2) / max(1, count - 1))))) for i in range(count)})
 
 
-def throughput_case(case: Case, env: dict, segments: list[int], solved: dict, progress=print) -> list[dict]:
+def throughput_case(case: Case, env: dict, segments: list[int], solved: dict) -> list:
     """Paper 004's comparison: sequential (memplan's sequence and torch's checkpoint_sequential),
-    rotor at the memory each sequential point needs (solutions from :func:`plan`), store-all."""
+    rotor at the memory each sequential point needs (solutions from :func:`plan`), store-all.
+    Returns row builders to call after :meth:`Case.time_all` (as :func:`check_case`).
+
+    ``rotor_gain`` is rotor's throughput over memplan's sequential sequence's, minus 1;
+    ``gain_vs_checkpoint_sequential`` over PyTorch's ``checkpoint_sequential`` itself; and
+    ``not_slower_than_checkpoint_sequential`` says whether rotor is at least as fast within the
+    measured noise: rotor's median time is at most checkpoint_sequential's, or their 95% intervals
+    overlap."""
     c = case.chain
     base = {**env, "network": case.name, "batch": case.batch, "input": "x".join(map(str, case.spec["shape"])),
             "L": c.L}
-    rows = []
 
-    def add(strategy, s, limit, seq, m, status="executed", gain=None):
+    def row(strategy, s, limit, seq, m, status="executed", seq_m=None, ck_m=None):
         sim = simulate_remat(c, seq) if seq is not None else None
         t = statistics.median(m["times"]) if m else None
-        rows.append({**base, "strategy": strategy, "segments": s, "memory_limit": limit, "status": status,
-                     "grads_equal": m["grads_equal"] if m else None,
-                     "predicted_peak": sim.peak_memory if sim else None,
-                     "measured_peak": m["measured_peak"] if m else None,
-                     "predicted_time": sim.makespan if sim else None, "measured_time": t,
-                     "throughput": case.batch / t if t else None, "rotor_gain": gain})
-        return rows[-1]
+        r = {**base, "strategy": strategy, "segments": s, "memory_limit": limit, "status": status,
+             "grads_equal": m["grads_equal"] if m else None,
+             "predicted_peak": sim.peak_memory if sim else None,
+             "measured_peak": m["measured_peak"] if m else None,
+             "predicted_time": sim.makespan if sim else None, "measured_time": t,
+             "time_low": m.get("time_low") if m else None, "time_high": m.get("time_high") if m else None,
+             "rounds": m.get("rounds") if m else None, "noisy": m.get("noisy") if m else None,
+             "throughput": case.batch / t if t else None}
+        if m and seq_m:
+            r["rotor_gain"] = statistics.median(seq_m["times"]) / t - 1
+        if m and ck_m:
+            r["gain_vs_checkpoint_sequential"] = statistics.median(ck_m["times"]) / t - 1
+            r["not_slower_than_checkpoint_sequential"] = bool(
+                t <= statistics.median(ck_m["times"]) or m["time_low"] <= ck_m["time_high"])
+        return r
 
+    rows: list = []
     seq = store_all_schedule(c)
-    add("store-all", None, simulate_remat(c, seq).peak_memory, seq, case.execute(seq, "store-all@1")[1])
+    rows.append(partial(row, "store-all", None, simulate_remat(c, seq).peak_memory, seq,
+                        case.execute(seq, "store-all@1")[1]))
     for s in segments:
         seq = sequential_schedule(c, s)
         limit = simulate_remat(c, seq).peak_memory
-        r_seq = add("sequential", s, limit, seq, case.execute(seq, f"sequential:{s}")[1])
+        seq_m = case.execute(seq, f"sequential:{s}")[1]
+        rows.append(partial(row, "sequential", s, limit, seq, seq_m))
         ck = case.checkpoint_sequential(s)
         if ck is not None:
-            add("checkpoint_sequential", s, limit, seq, ck)
+            rows.append(partial(row, "checkpoint_sequential", s, limit, seq, ck))
         sol = solved[("rotor@sequential", s)][0]
         if sol is not None and sol.success:
             m = case.execute(sol.schedule, f"rotor@sequential:{s}")[1]
-            t = statistics.median(m["times"])
-            add("rotor", s, limit, sol.schedule, m, status=str(sol.status),
-                gain=(case.batch / t) / r_seq["throughput"] - 1)
-            progress(f"  {case.name:10s} {s:3d} segments: sequential {r_seq['throughput']:.2f}/s, rotor at its memory "
-                     f"{rows[-1]['throughput']:.2f}/s ({rows[-1]['rotor_gain'] * 100:+.1f}%)")
+            rows.append(partial(row, "rotor", s, limit, sol.schedule, m, status=str(sol.status), seq_m=seq_m,
+                                ck_m=ck))
         else:
-            add("rotor", s, limit, None, None, status=str(sol.status) if sol is not None else "not run")
+            rows.append(partial(row, "rotor", s, limit, None, None,
+                                status=str(sol.status) if sol is not None else "not run"))
     return rows
+
+
+def _throughput_line(r: dict) -> str:
+    ck = r.get("gain_vs_checkpoint_sequential")
+    return (f"  {r['network']:10s} {r['segments']:3d} segments: rotor at its memory {r['throughput']:.2f}/s, "
+            f"{r['rotor_gain'] * 100:+.1f}% over memplan's sequential"
+            + (f", {ck * 100:+.1f}% over checkpoint_sequential"
+               f" ({'not slower' if r['not_slower_than_checkpoint_sequential'] else 'SLOWER'} within the noise)"
+               if ck is not None else ""))
 
 
 def throughput_summary(rows: list[dict]) -> list[str]:
@@ -486,7 +542,12 @@ def main(argv=None) -> int:
     p.add_argument("--models", help="comma-separated networks of the preset (default: all of it)")
     p.add_argument("--fractions", default="0.25,0.5,0.75", help="memory limits between min (0) and store-all (1)")
     p.add_argument("--methods", default=",".join(METHODS), help="memplan.remat methods")
-    p.add_argument("--repeats", type=int, help="timed runs per sequence, the median is kept (default 5; --quick 1)")
+    p.add_argument("--repeats", type=int, help="timed rounds at least: every sequence of a network runs once per round, "
+                   "in rotating order (default 8; --quick 1)")
+    p.add_argument("--max-rounds", type=int, help="timed rounds at most (default 40; --quick: --repeats)")
+    p.add_argument("--target", type=float, default=0.02, help="stop timing when the 95%% interval of every median "
+                   "is within this fraction of it (default 0.02); wider rows are marked noisy")
+    p.add_argument("--timing-budget", type=float, default=None, help="seconds of timing rounds per network at most")
     p.add_argument("--profile-repeats", type=int, help="timed runs per operation when profiling (default: --repeats)")
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds per solve")
     p.add_argument("--slots", type=int, default=0, help="memory slots of the DPs (default 0: the DP chooses and "
@@ -534,9 +595,14 @@ def _main(a: argparse.Namespace) -> int:
         raise InputError(f"--fractions {a.fractions!r}: expected numbers between 0 and 1, e.g. 0.25,0.5,0.75") from None
     if not fractions or not all(0 <= f <= 1 for f in fractions):
         raise InputError(f"--fractions {a.fractions!r}: expected numbers between 0 and 1, e.g. 0.25,0.5,0.75")
-    repeats = a.repeats or (1 if a.quick else 5)
+    repeats = a.repeats or (1 if a.quick else 8)
     if repeats < 1:
         raise InputError(f"--repeats {repeats}: give a whole number >= 1")
+    max_rounds = a.max_rounds or (max(2, repeats) if a.quick else max(40, repeats))
+    if max_rounds < repeats:
+        raise InputError(f"--max-rounds {max_rounds}: give at least --repeats ({repeats})")
+    if not 0 < a.target < 1:
+        raise InputError(f"--target {a.target}: give a fraction between 0 and 1, e.g. 0.02")
     if a.threads or device == "cpu":
         torch.set_num_threads(a.threads or 1)
     out = Path(a.out)
@@ -563,13 +629,23 @@ def _main(a: argparse.Namespace) -> int:
             case = None
             try:
                 case = Case(name, cases[name], device, repeats, a.profile_repeats)
+                case.target, case.max_rounds, case.time_budget = a.target, max_rounds, a.timing_budget
                 print(f"{name}: L = {case.chain.L}, profiled in {time.perf_counter() - t0:.1f} s ({det})")
                 t1 = time.perf_counter()
                 segs = segment_counts(case.chain.L, n_segments) if thr_out else []
                 solved = plan(case.chain, fractions, methods, segs, slots, a.time_limit, workers)
                 print(f"{name}: {len(solved)} solves in {time.perf_counter() - t1:.1f} s ({workers} worker(s))")
-                new = check_case(case, env, det, fractions, methods, solved)
-                new_thr = throughput_case(case, env, segs, solved) if thr_out else []
+                pending = check_case(case, env, det, fractions, methods, solved)
+                pending_thr = throughput_case(case, env, segs, solved) if thr_out else []
+                case.time_all()             # every contender of this network, in alternation
+                new = [make() for make in pending]
+                new_thr = [make() for make in pending_thr]
+                for r in new:
+                    if r.get("measured_time") is not None:
+                        print(_line(r))
+                for r in new_thr:
+                    if r["strategy"] == "rotor" and r.get("rotor_gain") is not None:
+                        print(_throughput_line(r))
                 rows += new
                 thr_rows += new_thr
                 traces += case.traces
@@ -599,9 +675,11 @@ def _main(a: argparse.Namespace) -> int:
     over = [r for r in measured if r["within_limit"] is False]
     miss_peak = [r for r in measured if r.get("peak_rel_err") is not None and abs(r["peak_rel_err"]) > 0.03]
     miss_time = [r for r in measured if r.get("time_rel_err") is not None and abs(r["time_rel_err"]) > 0.05]
+    noisy = [r for r in measured if r.get("noisy")]
     print(f"written {out}" + (f" and {thr_out}" if thr_out else ""))
     print(f"{len(measured)} executed rows: gradients differ in {len(bad_grads)}, measured peak above the limit in "
-          f"{len(over)}, peak off by more than 3% in {len(miss_peak)}, time off by more than 5% in {len(miss_time)}")
+          f"{len(over)}, peak off by more than 3% in {len(miss_peak)}, time off by more than 5% in {len(miss_time)}, "
+          f"too noisy to use (95% interval of the median wider than {a.target:.0%}) in {len(noisy)}")
     for line in throughput_summary(thr_rows):
         print(line)
     return 1 if bad_grads or over else 0

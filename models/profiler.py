@@ -54,144 +54,16 @@ import platform as _platform
 import statistics
 import subprocess
 import time
-import weakref
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from .chain import Chain, Platform
 
 
-# ----------------------------------------------------------------------------------- memory tracking
-class TensorMemoryTracker(TorchDispatchMode):
-    """Exact live-tensor bytes on CPU, by intercepting every ATen operation (see the module docstring).
-
-    ``current`` is the number of bytes of storages created while the tracker was active and still
-    alive; ``peak`` its maximum since the last :meth:`reset_peak`. Storages that existed before the
-    tracker started are never counted, nor are views of them.
-
-    >>> with TensorMemoryTracker() as tr:
-    ...     x = torch.ones(1000)            # 4000 bytes
-    ...     y = x * 2                       # 4000 more
-    ...     del x
-    >>> tr.current, tr.peak
-    (4000, 8000)
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._live: dict[int, list] = {}    # storage data_ptr -> [nbytes, number of live weakrefs, weakrefs]
-        self.current = 0
-        self.peak = 0
-
-    # public helpers ------------------------------------------------------------------------------
-    def reset_peak(self) -> None:
-        self.peak = self.current
-
-    def is_tracked(self, t: torch.Tensor) -> bool:
-        return _key(t) in self._live
-
-    def sync(self) -> None:
-        pass
-
-    # dispatch -------------------------------------------------------------------------------------
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        inputs = None
-        for t in tree_leaves(out):
-            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
-                continue
-            k = _key(t)
-            if k == 0:
-                continue
-            if k in self._live:
-                self._add_ref(k, t)
-                continue
-            if inputs is None:
-                inputs = {_key(a) for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)}
-            if k in inputs:       # a view or in-place result of a storage we do not track
-                continue
-            nbytes = t.untyped_storage().nbytes()
-            self._live[k] = [nbytes, 0, []]
-            self.current += nbytes
-            if self.current > self.peak:
-                self.peak = self.current
-            self._add_ref(k, t)
-        return out
-
-    def _add_ref(self, k: int, t: torch.Tensor) -> None:
-        entry = self._live[k]
-
-        def gone(_ref, k=k, entry=entry):
-            entry[1] -= 1
-            if entry[1] == 0 and self._live.get(k) is entry:
-                del self._live[k]
-                self.current -= entry[0]
-
-        entry[1] += 1
-        entry[2].append(weakref.ref(t, gone))
-
-
-def _key(t: torch.Tensor) -> int:
-    try:
-        return t.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):
-        return 0
-
-
-class CudaMemoryTracker:
-    """The same interface as :class:`TensorMemoryTracker`, from the CUDA caching allocator's statistics:
-    ``current`` and ``peak`` are relative to the allocated bytes when the tracker was entered."""
-
-    def __init__(self, device=None) -> None:
-        self.device = device
-        self.base = 0
-
-    def __enter__(self):
-        torch.cuda.synchronize(self.device)
-        self.base = torch.cuda.memory_allocated(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
-        return self
-
-    def __exit__(self, *exc):
-        torch.cuda.synchronize(self.device)
-        return False
-
-    @property
-    def current(self) -> int:
-        return torch.cuda.memory_allocated(self.device) - self.base
-
-    @property
-    def peak(self) -> int:
-        return torch.cuda.max_memory_allocated(self.device) - self.base
-
-    def reset_peak(self) -> None:
-        torch.cuda.synchronize(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
-
-    def sync(self) -> None:
-        torch.cuda.synchronize(self.device)
-
-    def is_tracked(self, t: torch.Tensor) -> bool:  # pragma: no cover - CUDA only
-        return True
-
-
-def memory_tracker(device) -> Any:
-    """:class:`TensorMemoryTracker` for CPU tensors, :class:`CudaMemoryTracker` for CUDA."""
-    dev = torch.device(device)
-    return CudaMemoryTracker(dev) if dev.type == "cuda" else TensorMemoryTracker()
-
-
-def storage_bytes(t) -> int:
-    """Bytes of the distinct storages behind the tensors in ``t`` (a tensor or a structure of them)."""
-    seen: dict[int, int] = {}
-    for x in tree_leaves(t):
-        if isinstance(x, torch.Tensor):
-            seen[_key(x)] = x.untyped_storage().nbytes()
-    return int(sum(seen.values()))
+# memory tracking lives in models.memory (the runtime executor uses it and the profiler uses the
+# executor); these names stay importable from here
+from .memory import CudaMemoryTracker, TensorMemoryTracker, _key, memory_tracker, storage_bytes  # noqa: E402,F401
 
 
 def saved_storages(fn: Callable[[], Any]) -> tuple[Any, dict[int, int]]:
@@ -322,7 +194,10 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
         torch.autograd.backward(out, delta)
     del out, xi
     # timings
-    tf, tb = _timed_runs(stage, x, input_grad, delta if needs_backward else None, repeats, device)
+    if repeats > 0:
+        tf, tb = _timed_runs(stage, x, input_grad, delta if needs_backward else None, repeats, device)
+    else:                   # timed in context by profile_chain (models.runtime.time_in_context)
+        tf, tb = [0.0], [0.0]
     # memory: no-grad forward
     xi = _as_input(x, input_grad)
     with memory_tracker(device) as tr, torch.no_grad():
@@ -416,14 +291,28 @@ def classification_loss(num_classes: int | None = None, seed: int = 0) -> Callab
     return loss
 
 
+#: how profile_chain times the stages
+TIMINGS = ("in-context", "isolated")
+
+
 def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable | None = None, *,
                   repeats: int = 3, device="cpu", names: Sequence[str] | None = None, name: str = "chain",
                   provenance: dict[str, Any] | None = None, input_grad: bool = True,
-                  loss_name: str = "loss") -> Chain:
+                  loss_name: str = "loss", timing: str = "in-context") -> Chain:
     """Profile stages 1..L and the loss stage L+1 on sample input ``x`` and build the Chain (seconds,
     bytes). ``loss_name``: the name of stage L+1 (``fc+loss`` where a head is folded into the loss,
     :meth:`models.graph.LinearizedModel.loss_stage`). ``input_grad``: whether B^1 computes delta^0 (the gradient of the network input), as the
-    papers' chains do; with an integer input (token ids) there is no delta^0 and omega_delta^0 = 0."""
+    papers' chains do; with an integer input (token ids) there is no delta^0 and omega_delta^0 = 0.
+
+    ``timing``: ``"in-context"`` (default) times u_f and u_b inside whole store-all runs of the
+    executor (:func:`models.runtime.time_in_context`, ``max(3, repeats)`` runs after one warm-up, the
+    median per operation), scaled by one factor per chain so that they add up to the median
+    wall-clock time of a whole untimed run (the executor's own work between operations, and the
+    interference that per-operation medians leave out, are then spread over the stages in proportion
+    to their times; the factor is recorded as ``timing_calibration``); ``"isolated"`` times each
+    operation alone (paper 004 section 5.1's procedure, :func:`_timed_runs`)."""
+    if timing not in TIMINGS:
+        raise ValueError(f"profile_chain: timing={timing!r}; choose from {', '.join(TIMINGS)}")
     loss_fn = loss_fn or classification_loss()
     x = x.to(device)
     L = len(stages)
@@ -431,11 +320,23 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     a = x
     for l, stage in enumerate(list(stages) + [loss_fn], start=1):
         is_loss = l == L + 1
-        vals, a_next = profile_stage(stage, a, repeats=repeats, device=device,
+        vals, a_next = profile_stage(stage, a, repeats=repeats if timing == "isolated" else 0, device=device,
                                      input_grad=(input_grad or l > 1),
                                      delta=torch.ones((), device=device) if is_loss else None)
         rows.append(vals)
         a = a_next
+    in_context: dict[str, Any] = {}
+    if timing == "in-context":
+        from .runtime import time_in_context
+
+        ic = time_in_context(stages, loss_fn, x, runs=max(3, repeats), device=device, input_grad=input_grad)
+        total = sum(ic.uf) + sum(ic.ub)
+        factor = statistics.median(ic.run_times) / total if total > 0 else 1.0
+        for l, r in enumerate(rows, start=1):
+            r["uf"], r["ub"] = ic.uf[l] * factor, ic.ub[l] * factor
+        in_context = {"timing_calibration": round(factor, 6), "timing_runs": ic.runs,
+                      "timing_run_seconds": [round(t, 6) for t in ic.run_times],
+                      "timing_spread_max": round(max(ic.spread), 4)}
     wa = [float(storage_bytes(x))] + [r["wa"] for r in rows]
     wabar = [wa[0]] + [r["wabar"] for r in rows]
     wd = [r["wd_in"] for r in rows] + [4.0]     # delta^{l-1} from B^l; delta^{L+1} = dLoss/dLoss (fp32)
@@ -450,9 +351,15 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "threads": torch.get_num_threads(),
         "dtype": ",".join(dtypes) if dtypes else str(x.dtype).replace("torch.", ""),
-        "timing": f"median of {repeats} runs after one warm-up (paper 004 section 5.1); "
-                  + ("CUDA events around each operation after torch.cuda.synchronize" if _is_cuda(device)
-                     else "time.perf_counter around each operation"),
+        "timing": (f"in context: median per operation over {max(3, repeats)} whole store-all runs of the executor "
+                   "after one warm-up, " + ("CUDA events recorded between operations, no synchronize until the run "
+                                            "ends" if _is_cuda(device) else "time.perf_counter between operations")
+                   + ", scaled by timing_calibration to the median untimed run (models.runtime.time_in_context)")
+                  if timing == "in-context" else
+                  (f"isolated: median of {repeats} runs after one warm-up (paper 004 section 5.1); "
+                   + ("CUDA events around each operation after torch.cuda.synchronize" if _is_cuda(device)
+                      else "time.perf_counter around each operation")),
+        **in_context,
         "memory_measurement": ("cpu: exact tensor-storage bytes from a TorchDispatchMode allocation tracker "
                                "(models.profiler.TensorMemoryTracker); allocator rounding and kernel-internal "
                                "scratch buffers are not seen" if not _is_cuda(device) else
@@ -460,7 +367,7 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
                                "max_memory_allocated after torch.cuda.synchronize (512-byte rounding and "
                                "workspaces allocated through the allocator included; reserved-but-free cache "
                                "not counted)"),
-        "measurement": measurement_notes(device, repeats),
+        "measurement": measurement_notes(device, repeats, timing),
         "saved_by_autograd_bytes": [r["saved"] for r in rows],
         "saved_input_bytes": [r["saved_input"] for r in rows],
         **(provenance or {}),
@@ -574,10 +481,19 @@ def device_info(device="cpu") -> dict[str, Any]:
     return info
 
 
-def measurement_notes(device="cpu", repeats: int = 3) -> dict[str, str]:
+def measurement_notes(device="cpu", repeats: int = 3, timing: str = "isolated") -> dict[str, str]:
     """How each quantity of a profiled instance was measured (one line per stage-table field)."""
     cuda = _is_cuda(device)
     clock = ("CUDA events after torch.cuda.synchronize" if cuda else "time.perf_counter")
+    if timing == "in-context":
+        where = ("CUDA events between operations, no synchronize inside the run" if cuda
+                 else "time.perf_counter between operations")
+        ctx = (f"median over {max(3, repeats)} whole store-all runs of the executor after one warm-up, {where}, "
+               "scaled by timing_calibration")
+        notes = measurement_notes(device, repeats, "isolated")
+        notes["u_f"] = f"forward with autograd recording (F_all), timed in context: {ctx}"
+        notes["u_b"] = f"backward of the stage, timed in context: {ctx}"
+        return notes
     mem = ("caching-allocator statistics (torch.cuda.memory_allocated / max_memory_allocated, after "
            "torch.cuda.synchronize)" if cuda else "the TorchDispatchMode tracker's exact tensor-storage bytes")
     return {

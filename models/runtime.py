@@ -54,11 +54,14 @@ class RuntimeResult:
 
 
 class _Rng:
-    """Per-stage RNG states: save at the first run of a stage, replay for every recomputation."""
+    """Per-stage RNG states: save at the first run of a stage, replay for every recomputation. Only
+    the stages in ``replayed`` (run more than once by the sequence) pay for it; the others run as in
+    a plain forward pass."""
 
-    def __init__(self, device) -> None:
+    def __init__(self, device, replayed: set[int] | None = None) -> None:
         self.cuda = torch.device(device).type == "cuda"
         self.states: dict[int, tuple] = {}
+        self.replayed = replayed
 
     def _get(self):
         return (torch.get_rng_state(), torch.cuda.get_rng_state() if self.cuda else None)
@@ -69,6 +72,8 @@ class _Rng:
             torch.cuda.set_rng_state(s[1])
 
     def run(self, l: int, fn: Callable[[], Any]):
+        if self.replayed is not None and l not in self.replayed:
+            return fn()
         if l not in self.states:
             self.states[l] = self._get()
             return fn()
@@ -82,9 +87,15 @@ class _Rng:
 
 def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
             schedule: RematSchedule | Sequence[tuple[str, int]], *, measure_memory: bool = False,
-            device=None, input_grad: bool = True) -> RuntimeResult:
+            device=None, input_grad: bool = True, op_times: list | None = None) -> RuntimeResult:
     """Run ``schedule`` (ops on stages 1..L+1, L+1 = ``loss_fn``) on input ``x``; parameter gradients
     are accumulated into the stages' ``.grad``. ``input_grad``: B^1 computes delta^0 (float inputs).
+
+    ``op_times``: a list that receives the seconds each operation took, in the order of the ops, as it
+    ran inside the whole sequence (the in-context times of :func:`time_in_context`). CPU:
+    ``time.perf_counter`` between operations; CUDA: an event recorded on the current stream between
+    operations, no synchronize until the sequence has ended (so the GPU runs the ops back to back
+    as in an unmeasured run), then read.
 
     Raises :class:`models.remat.InvalidSequence` when an operation's inputs are not in memory.
     """
@@ -92,9 +103,15 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     L = len(stages)
     fns = list(stages) + [loss_fn]
     device = device if device is not None else x.device
-    rng = _Rng(device)
+    forwards: dict[int, int] = {}
+    for op, l in ops:
+        if op != "B":
+            forwards[l] = forwards.get(l, 0) + 1
+    rng = _Rng(device, replayed={l for l, n in forwards.items() if n > 1})
+    cuda = torch.device(device).type == "cuda"
+    marks: list = []                  # CUDA events or perf_counter readings between operations
     if measure_memory:
-        from .profiler import memory_tracker
+        from .memory import memory_tracker
 
         for s in fns:                    # the loss stage too: a head folded into it has parameters
             if isinstance(s, torch.nn.Module):
@@ -118,6 +135,14 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
             return a[k]
         raise InvalidSequence(pos, op, f"a^{k} is not in memory")
 
+    def _mark() -> None:
+        if cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            marks.append(e)
+        else:
+            marks.append(time.perf_counter())
+
     def run() -> None:
         nonlocal loss_value
         a[0] = x.detach().clone()
@@ -125,6 +150,8 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         for pos, (op, l) in enumerate(ops):
             if tracker is not None:
                 tracker.reset_peak()
+            if op_times is not None:
+                _mark()
             if op not in OPS or not 1 <= l <= L + 1:
                 raise InvalidSequence(pos, (op, l), f"unknown operation or stage outside 1..{L + 1}")
             fn = fns[l - 1]
@@ -166,6 +193,8 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                 tracker.sync()
                 during.append(float(tracker.peak))
                 after.append(float(tracker.current))
+        if op_times is not None:
+            _mark()
         if 0 not in delta:
             raise InvalidSequence(len(ops), None, "delta^0 was never computed")
         a.clear()
@@ -181,5 +210,84 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
     elapsed = time.perf_counter() - t0
+    if op_times is not None:
+        op_times.clear()
+        if cuda:
+            op_times.extend(a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:]))
+        else:
+            op_times.extend(b - a for a, b in zip(marks, marks[1:]))
     return RuntimeResult(loss=loss_value, time=elapsed, peak_memory=max(during) if during else None,
                          memory_after=after, memory_peak_during=during)
+
+
+def store_all_ops(L: int) -> list[tuple[str, int]]:
+    """The store-all sequence of a chain of L stages (plain PyTorch: every forward with autograd
+    recording, then every backward): F_all^1..F_all^{L+1}, B^{L+1}..B^1."""
+    return [("F_all", l) for l in range(1, L + 2)] + [("B", l) for l in range(L + 1, 0, -1)]
+
+
+@dataclass
+class InContextTimes:
+    """Per-stage times measured inside whole store-all runs (:func:`time_in_context`), seconds:
+    ``uf[l]``, ``ub[l]`` for l = 1..L+1 (index 0 unused, 0), the median over ``runs`` runs; ``spread``:
+    per stage, (max - min) / median over the runs of F and B together; ``run_times``: the whole
+    sequences' wall-clock times, timed as the executor runs them (no per-operation timers)."""
+
+    uf: list[float]
+    ub: list[float]
+    runs: int
+    spread: list[float]
+    run_times: list[float]
+    overhead: float
+
+
+def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, *, runs: int = 5,
+                    warmup: int = 1, device=None, input_grad: bool = True,
+                    clear_grads: Callable[[], None] | None = None) -> InContextTimes:
+    """Time every F_all^l and B^l as the executor really runs them: inside whole store-all sequences,
+    back to back, with timers between the operations only (see ``op_times`` of :func:`execute`).
+
+    Isolated timings (one operation after a synchronize, on a fresh copy of its input) miss what
+    the sequence changes: caches warm from the previous operation, the allocator's state, and on a
+    GPU the launch latency that a busy stream hides (a per-operation synchronize makes every small
+    kernel pay it, which made the ResNets' predicted times 30-61% too high on an H200). ``warmup``
+    runs first, then ``runs`` timed sequences; the median per operation is kept. ``overhead`` is what
+    the executor spends outside the operations (median run time without timers minus the sum of the
+    medians), reported, not added to the chain. ``clear_grads`` is called before each run (the
+    default sets every parameter's ``.grad`` to None, as a training step after ``zero_grad``).
+    """
+    import statistics
+
+    device = device if device is not None else x.device
+    ops = store_all_ops(len(stages))
+    params = [p for f in list(stages) + [loss_fn] if isinstance(f, torch.nn.Module) for p in f.parameters()]
+
+    def clear() -> None:
+        if clear_grads is not None:
+            clear_grads()
+        else:
+            for p in params:
+                p.grad = None
+
+    per_op: list[list[float]] = []
+    whole: list[float] = []
+    for i in range(max(0, warmup) + max(1, runs)):
+        clear()
+        times: list[float] = []
+        execute(stages, loss_fn, x, ops, device=device, input_grad=input_grad, op_times=times)
+        if i >= warmup:
+            per_op.append(times)
+        clear()
+        whole.append(execute(stages, loss_fn, x, ops, device=device, input_grad=input_grad).time)
+    whole = whole[max(0, warmup):]
+    med = [statistics.median(col) for col in zip(*per_op)]
+    L = len(stages)
+    uf, ub, spread = [0.0] * (L + 2), [0.0] * (L + 2), [0.0] * (L + 2)
+    for k, (op, l) in enumerate(ops):
+        (uf if op == "F_all" else ub)[l] = med[k]
+    for l in range(1, L + 2):
+        tot = [r[l - 1] + r[2 * (L + 1) - l] for r in per_op]      # F_all^l is op l-1, B^l op 2(L+1)-l
+        m = statistics.median(tot)
+        spread[l] = (max(tot) - min(tot)) / m if m > 0 else 0.0
+    return InContextTimes(uf=uf, ub=ub, runs=len(per_op), spread=spread, run_times=whole,
+                          overhead=statistics.median(whole) - sum(med))

@@ -1,0 +1,106 @@
+"""Timings you can trust: contenders run in alternation until each median is known to a stated
+precision, with a distribution-free confidence interval.
+
+A median of 5 runs is not enough on a shared machine or a GPU whose clocks move: two segment counts
+of ``checkpoint_sequential`` with the same peak came out 1.35x apart on an H200. :func:`interleaved`
+runs every contender once per *round*, in an order that rotates from round to round (so a slow
+period of the machine falls on all of them alike, not on whoever ran then), and stops when the 95%
+interval of every contender's median lies within ``target`` of that median, or at ``max_rounds``,
+or when ``budget`` seconds are spent; a contender whose interval is still wider is marked ``noisy``.
+
+The interval of the median (:func:`median_interval`) uses order statistics: for n independent runs,
+the number of runs below the true median is Binomial(n, 1/2), so ``[x_(j), x_(n+1-j)]`` (1-based,
+sorted) covers it with probability ``1 - 2 P(Bin(n, 1/2) <= j - 1)``; j is the largest index that
+keeps this at least the level. No normality is assumed: run times are skewed (interruptions only make
+a run slower).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+def median_interval(xs: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Distribution-free ``level`` confidence interval of the median of ``xs`` (see the module
+    docstring). With too few values for that level (n < 6 at 95%) it is ``(min, max)``, whose
+    coverage is lower than asked: callers require enough rounds.
+
+    >>> median_interval([float(v) for v in range(1, 11)])     # n = 10: x_(2), x_(9), 97.9% coverage
+    (2.0, 9.0)
+    """
+    from scipy.stats import binom
+
+    s = sorted(xs)
+    n = len(s)
+    if n == 0:
+        raise ValueError("median_interval: no values")
+    alpha = (1.0 - level) / 2
+    j = 0
+    while j + 1 <= n // 2 and binom.cdf(j, n, 0.5) <= alpha:     # P(Bin <= (j+1) - 1) <= alpha
+        j += 1
+    if j == 0:
+        return s[0], s[-1]
+    return s[j - 1], s[n - j]
+
+
+@dataclass
+class Timing:
+    """One contender's times (seconds) and what they say: ``median``, the interval ``low``/``high``
+    of the median, ``rel_halfwidth`` = max(median - low, high - median) / median, ``noisy`` when it
+    is above the target."""
+
+    name: str
+    times: list[float] = field(default_factory=list)
+    median: float = float("nan")
+    low: float = float("nan")
+    high: float = float("nan")
+    rel_halfwidth: float = float("inf")
+    noisy: bool = True
+
+    def update(self, target: float, level: float) -> None:
+        self.median = statistics.median(self.times)
+        self.low, self.high = median_interval(self.times, level)
+        self.rel_halfwidth = (max(self.median - self.low, self.high - self.median) / self.median
+                              if self.median > 0 else 0.0)
+        self.noisy = self.rel_halfwidth > target
+
+
+def interleaved(contenders: dict[str, Callable[[], float | None]], *, target: float = 0.02,
+                level: float = 0.95, min_rounds: int = 8, max_rounds: int = 60, budget: float | None = None,
+                progress: Callable[[str], None] | None = None) -> dict[str, Timing]:
+    """Time ``contenders`` (name -> a function that runs once and returns its own time in seconds,
+    or None to be timed here with ``time.perf_counter`` around the call) in rotating rounds; see the
+    module docstring. ``min_rounds`` >= 6 so that the 95% interval exists. ``budget``: seconds after
+    which no new round starts (at least ``min_rounds`` are run only while the budget allows; the
+    contenders are then reported ``noisy`` if their interval is still wide)."""
+    names = list(contenders)
+    out = {n: Timing(n) for n in names}
+    if not names:
+        return out
+    t0 = time.perf_counter()
+    rounds = 0
+    while rounds < max_rounds:
+        k = rounds % len(names)
+        for name in names[k:] + names[:k]:
+            s = time.perf_counter()
+            got = contenders[name]()
+            out[name].times.append(float(got) if got is not None else time.perf_counter() - s)
+        rounds += 1
+        if rounds >= 2:
+            for t in out.values():
+                t.update(target, level)
+        if rounds >= min_rounds and not any(t.noisy for t in out.values()):
+            break
+        if budget is not None and time.perf_counter() - t0 > budget and rounds >= 2:
+            break
+    for t in out.values():
+        if len(t.times) < 2:
+            t.update(target, level)
+    if progress is not None:
+        wide = [t.name for t in out.values() if t.noisy]
+        progress(f"timed {len(names)} contenders in {rounds} rounds ({time.perf_counter() - t0:.1f} s)"
+                 + (f"; still noisy (95% interval of the median wider than {target:.0%}): {', '.join(wide)}"
+                    if wide else ""))
+    return out

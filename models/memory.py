@@ -1,0 +1,143 @@
+"""Memory measurement of PyTorch code: exact live-tensor bytes on CPU (:class:`TensorMemoryTracker`, a
+``TorchDispatchMode``) and the caching allocator's statistics on CUDA (:class:`CudaMemoryTracker`);
+:func:`memory_tracker` picks one for a device. How each counts is described in :mod:`models.profiler`,
+whose measurements, and the runtime executor's (:mod:`models.runtime`), are taken with them.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+
+class TensorMemoryTracker(TorchDispatchMode):
+    """Exact live-tensor bytes on CPU, by intercepting every ATen operation (see the module docstring).
+
+    ``current`` is the number of bytes of storages created while the tracker was active and still
+    alive; ``peak`` its maximum since the last :meth:`reset_peak`. Storages that existed before the
+    tracker started are never counted, nor are views of them.
+
+    >>> with TensorMemoryTracker() as tr:
+    ...     x = torch.ones(1000)            # 4000 bytes
+    ...     y = x * 2                       # 4000 more
+    ...     del x
+    >>> tr.current, tr.peak
+    (4000, 8000)
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._live: dict[int, list] = {}    # storage data_ptr -> [nbytes, number of live weakrefs, weakrefs]
+        self.current = 0
+        self.peak = 0
+
+    # public helpers ------------------------------------------------------------------------------
+    def reset_peak(self) -> None:
+        self.peak = self.current
+
+    def is_tracked(self, t: torch.Tensor) -> bool:
+        return _key(t) in self._live
+
+    def sync(self) -> None:
+        pass
+
+    # dispatch -------------------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = None
+        for t in tree_leaves(out):
+            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+                continue
+            k = _key(t)
+            if k == 0:
+                continue
+            if k in self._live:
+                self._add_ref(k, t)
+                continue
+            if inputs is None:
+                inputs = {_key(a) for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)}
+            if k in inputs:       # a view or in-place result of a storage we do not track
+                continue
+            nbytes = t.untyped_storage().nbytes()
+            self._live[k] = [nbytes, 0, []]
+            self.current += nbytes
+            if self.current > self.peak:
+                self.peak = self.current
+            self._add_ref(k, t)
+        return out
+
+    def _add_ref(self, k: int, t: torch.Tensor) -> None:
+        entry = self._live[k]
+
+        def gone(_ref, k=k, entry=entry):
+            entry[1] -= 1
+            if entry[1] == 0 and self._live.get(k) is entry:
+                del self._live[k]
+                self.current -= entry[0]
+
+        entry[1] += 1
+        entry[2].append(weakref.ref(t, gone))
+
+
+def _key(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
+class CudaMemoryTracker:
+    """The same interface as :class:`TensorMemoryTracker`, from the CUDA caching allocator's statistics:
+    ``current`` and ``peak`` are relative to the allocated bytes when the tracker was entered."""
+
+    def __init__(self, device=None) -> None:
+        self.device = device
+        self.base = 0
+
+    def __enter__(self):
+        torch.cuda.synchronize(self.device)
+        self.base = torch.cuda.memory_allocated(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return self
+
+    def __exit__(self, *exc):
+        torch.cuda.synchronize(self.device)
+        return False
+
+    @property
+    def current(self) -> int:
+        return torch.cuda.memory_allocated(self.device) - self.base
+
+    @property
+    def peak(self) -> int:
+        return torch.cuda.max_memory_allocated(self.device) - self.base
+
+    def reset_peak(self) -> None:
+        torch.cuda.synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+
+    def sync(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+    def is_tracked(self, t: torch.Tensor) -> bool:  # pragma: no cover - CUDA only
+        return True
+
+
+def memory_tracker(device) -> Any:
+    """:class:`TensorMemoryTracker` for CPU tensors, :class:`CudaMemoryTracker` for CUDA."""
+    dev = torch.device(device)
+    return CudaMemoryTracker(dev) if dev.type == "cuda" else TensorMemoryTracker()
+
+
+def storage_bytes(t) -> int:
+    """Bytes of the distinct storages behind the tensors in ``t`` (a tensor or a structure of them)."""
+    seen: dict[int, int] = {}
+    for x in tree_leaves(t):
+        if isinstance(x, torch.Tensor):
+            seen[_key(x)] = x.untyped_storage().nbytes()
+    return int(sum(seen.values()))
+
+

@@ -1,0 +1,79 @@
+"""models.measure: the interval of the median against an exact binomial computation and a simulation,
+and the alternation of interleaved() on contenders with known times."""
+import itertools
+import random
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from memplan.models.measure import interleaved, median_interval
+
+
+def _coverage(n: int, j: int) -> float:
+    """P(x_(j) <= median <= x_(n+1-j)) for n continuous i.i.d. values: 1 - 2 P(Bin(n, 1/2) <= j-1),
+    summed by hand from binomial coefficients (a second method to scipy's binom)."""
+    from math import comb
+
+    return 1 - 2 * sum(comb(n, i) for i in range(j)) / 2 ** n
+
+
+@pytest.mark.parametrize("n", range(6, 41))
+def test_interval_is_the_narrowest_with_95_percent_coverage(n):
+    xs = [float(v) for v in range(1, n + 1)]
+    lo, hi = median_interval(xs)
+    j = int(lo)                                   # x_(j) = j here
+    assert hi == n + 1 - j                        # symmetric order statistics
+    assert _coverage(n, j) >= 0.95                # covers at least the level
+    assert _coverage(n, j + 1) < 0.95             # and one step narrower would not
+
+
+def test_interval_covers_the_true_median_in_simulation():
+    rng = random.Random(3)
+    n, trials, hits = 15, 4000, 0
+    for _ in range(trials):
+        xs = [rng.expovariate(1.0) for _ in range(n)]       # skewed, as run times are; median ln 2
+        lo, hi = median_interval(xs)
+        hits += lo <= 0.6931471805599453 <= hi
+    assert hits / trials >= 0.95 - 0.015                   # exact coverage 96.5% at n = 15
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.001, 10.0), min_size=1, max_size=50))
+def test_interval_contains_the_median_and_lies_within_the_values(xs):
+    import statistics
+
+    lo, hi = median_interval(xs)
+    assert min(xs) <= lo <= statistics.median(xs) <= hi <= max(xs)
+
+
+def test_steady_contenders_stop_at_the_minimum_and_rotate():
+    order = []
+
+    def make(name, t):
+        def run():
+            order.append(name)
+            return t
+        return run
+
+    res = interleaved({"a": make("a", 1.0), "b": make("b", 2.0), "c": make("c", 3.0)}, min_rounds=8)
+    assert [len(r.times) for r in res.values()] == [8, 8, 8]
+    assert res["b"].median == 2.0 and not res["b"].noisy and res["b"].rel_halfwidth == 0
+    rounds = [tuple(order[i:i + 3]) for i in range(0, 24, 3)]
+    assert rounds[:3] == [("a", "b", "c"), ("b", "c", "a"), ("c", "a", "b")]     # who goes first rotates
+
+
+def test_a_noisy_contender_is_run_to_the_maximum_and_marked():
+    flip = itertools.cycle([1.0, 1.5])
+    res = interleaved({"steady": lambda: 1.0, "noisy": lambda: next(flip)}, min_rounds=6, max_rounds=20)
+    assert len(res["noisy"].times) == 20 and res["noisy"].noisy
+    assert not res["steady"].noisy and len(res["steady"].times) == 20      # rounds are shared
+
+
+def test_budget_stops_rounds():
+    import time
+
+    def slow():
+        time.sleep(0.02)
+
+    res = interleaved({"x": slow, "y": lambda: None}, min_rounds=6, max_rounds=1000, budget=0.1)
+    assert 2 <= len(res["x"].times) < 20

@@ -76,14 +76,14 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 CASES = PRESETS["small"]          # the name this module had before issue 20
 METHODS = ["rotor", "rotor-floating", "sequential", "store-all"]
 
-COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic", "date",
+COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic", "date", "clock",
            "network", "batch", "input", "L", "fraction", "memory_limit", "method", "status", "message",
            "ops", "recomputations", "same_as", "grads_equal",
            "predicted_peak", "measured_peak", "peak_rel_err", "within_limit",
            "predicted_time", "measured_time", "time_rel_err", "time_min", "time_max", "time_low", "time_high",
            "repeats", "noisy",
            "throughput", "predicted_throughput", "solve_seconds"]
-THROUGHPUT_COLUMNS = ["device", "gpu", "network", "batch", "input", "L", "strategy", "segments", "memory_limit",
+THROUGHPUT_COLUMNS = ["device", "gpu", "clock", "network", "batch", "input", "L", "strategy", "segments", "memory_limit",
                       "status", "grads_equal", "predicted_peak", "measured_peak", "predicted_time", "measured_time",
                       "time_low", "time_high", "rounds", "noisy", "throughput", "rotor_gain",
                       "gain_vs_checkpoint_sequential", "not_slower_than_checkpoint_sequential"]
@@ -136,14 +136,18 @@ class Case:
     """One network on one device: the model, its linearized stages, the profiled chain, autograd's
     reference gradients; :meth:`execute` runs a sequence and compares."""
 
-    def __init__(self, name: str, spec: dict, device: str, repeats: int, profile_repeats: int | None = None):
+    def __init__(self, name: str, spec: dict, device: str, repeats: int, profile_repeats: int | None = None,
+                 clock: str = "wall"):
         import torch
 
         from memplan.models.graph import linearize_model
         from memplan.models.networks import example_input, get_model
         from memplan.models.profiler import classification_loss, profile_chain
 
+        from memplan.models.measure import clock as pick_clock
+
         self.name, self.spec, self.device, self.repeats = name, spec, device, repeats
+        self.clock = pick_clock(clock, torch.get_num_threads()) if not device.startswith("cuda") else time.perf_counter
         self.batch = int(spec["batch"])
         torch.manual_seed(0)
         model = get_model(name, **spec["kw"]).to(device).train()
@@ -160,7 +164,7 @@ class Case:
         self.loss_stage = lm.loss_stage(self.loss_fn)      # stage L+1 (a folded head, then the loss)
         self.chain = profile_chain(lm.stages, self.x, self.loss_stage, repeats=profile_repeats or repeats,
                                    device=device, names=lm.names, name=f"{name}-b{self.batch}",
-                                   loss_name=lm.loss_name)
+                                   loss_name=lm.loss_name, clock=clock if not device.startswith("cuda") else "wall")
         self.params = list(model.named_parameters())
         self._cache: dict[tuple, tuple[str, dict]] = {}
         self._contenders: dict[str, tuple] = {}  # tag -> (run once, its measurement dict), timed by time_all
@@ -182,10 +186,10 @@ class Case:
         def once() -> float:
             self._clear_grads()
             _sync(self.device)
-            t0 = time.perf_counter()
+            t0 = self.clock()
             fn()
             _sync(self.device)
-            return time.perf_counter() - t0
+            return self.clock() - t0
 
         m["times"] = []
         self._contenders[tag] = (once, m)
@@ -547,6 +551,9 @@ def main(argv=None) -> int:
     p.add_argument("--max-rounds", type=int, help="timed rounds at most (default 40; --quick: --repeats)")
     p.add_argument("--target", type=float, default=0.02, help="stop timing when the 95%% interval of every median "
                    "is within this fraction of it (default 0.02); wider rows are marked noisy")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="CPU runs: wall (time.perf_counter, "
+                   "default) or cpu (time.process_time with one torch thread: steady on a shared machine); both "
+                   "the profile and the runs use it")
     p.add_argument("--timing-budget", type=float, default=None, help="seconds of timing rounds per network at most")
     p.add_argument("--profile-repeats", type=int, help="timed runs per operation when profiling (default: --repeats)")
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds per solve")
@@ -605,6 +612,9 @@ def _main(a: argparse.Namespace) -> int:
         raise InputError(f"--target {a.target}: give a fraction between 0 and 1, e.g. 0.02")
     if a.threads or device == "cpu":
         torch.set_num_threads(a.threads or 1)
+    if a.clock == "cpu" and (device != "cpu" or torch.get_num_threads() != 1):
+        raise InputError("--clock cpu: only for --device cpu with one thread (--threads 1), where the process's CPU "
+                         "time is the step's time")
     out = Path(a.out)
     thr_out = Path(a.throughput) if a.throughput else None
     n_segments = a.segments or (3 if a.quick else 10)
@@ -616,6 +626,8 @@ def _main(a: argparse.Namespace) -> int:
         raise InputError(f"--workers {workers}: give a whole number >= 1")
     det = set_deterministic(device)
     env = environment(device)
+    env["clock"] = ("cpu (process_time, 1 thread)" if a.clock == "cpu" else "wall (perf_counter)") \
+        if device == "cpu" else "wall (perf_counter around synchronized runs)"
     rows: list[dict] = []
     thr_rows: list[dict] = []
     traces: list[dict] = []
@@ -628,7 +640,7 @@ def _main(a: argparse.Namespace) -> int:
         for attempt in (1, 2):
             case = None
             try:
-                case = Case(name, cases[name], device, repeats, a.profile_repeats)
+                case = Case(name, cases[name], device, repeats, a.profile_repeats, clock=a.clock)
                 case.target, case.max_rounds, case.time_budget = a.target, max_rounds, a.timing_budget
                 print(f"{name}: L = {case.chain.L}, profiled in {time.perf_counter() - t0:.1f} s ({det})")
                 t1 = time.perf_counter()

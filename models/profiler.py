@@ -298,7 +298,7 @@ TIMINGS = ("in-context", "isolated")
 def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable | None = None, *,
                   repeats: int = 3, device="cpu", names: Sequence[str] | None = None, name: str = "chain",
                   provenance: dict[str, Any] | None = None, input_grad: bool = True,
-                  loss_name: str = "loss", timing: str = "in-context") -> Chain:
+                  loss_name: str = "loss", timing: str = "in-context", clock: str = "wall") -> Chain:
     """Profile stages 1..L and the loss stage L+1 on sample input ``x`` and build the Chain (seconds,
     bytes). ``loss_name``: the name of stage L+1 (``fc+loss`` where a head is folded into the loss,
     :meth:`models.graph.LinearizedModel.loss_stage`). ``input_grad``: whether B^1 computes delta^0 (the gradient of the network input), as the
@@ -310,7 +310,11 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     wall-clock time of a whole untimed run (the executor's own work between operations, and the
     interference that per-operation medians leave out, are then spread over the stages in proportion
     to their times; the factor is recorded as ``timing_calibration``); ``"isolated"`` times each
-    operation alone (paper 004 section 5.1's procedure, :func:`_timed_runs`)."""
+    operation alone (paper 004 section 5.1's procedure, :func:`_timed_runs`). ``clock``: ``wall`` or
+    ``cpu`` (:data:`models.measure.CLOCKS`; CPU, one thread, in-context timing only), recorded in the
+    provenance."""
+    if clock != "wall" and (timing != "in-context" or _is_cuda(device)):
+        raise ValueError("profile_chain: clock='cpu' is for in-context timing on a CPU")
     if timing not in TIMINGS:
         raise ValueError(f"profile_chain: timing={timing!r}; choose from {', '.join(TIMINGS)}")
     loss_fn = loss_fn or classification_loss()
@@ -329,12 +333,16 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     if timing == "in-context":
         from .runtime import time_in_context
 
-        ic = time_in_context(stages, loss_fn, x, runs=max(3, repeats), device=device, input_grad=input_grad)
+        from .measure import clock as _clock
+
+        ic = time_in_context(stages, loss_fn, x, runs=max(3, repeats), device=device, input_grad=input_grad,
+                             clock=_clock(clock, torch.get_num_threads()) if not _is_cuda(device) else time.perf_counter)
         total = sum(ic.uf) + sum(ic.ub)
         factor = statistics.median(ic.run_times) / total if total > 0 else 1.0
         for l, r in enumerate(rows, start=1):
             r["uf"], r["ub"] = ic.uf[l] * factor, ic.ub[l] * factor
-        in_context = {"timing_calibration": round(factor, 6), "timing_runs": ic.runs,
+        in_context = {"timing_clock": "cpu (time.process_time, one thread)" if clock == "cpu" else "wall",
+                      "timing_calibration": round(factor, 6), "timing_runs": ic.runs,
                       "timing_run_seconds": [round(t, 6) for t in ic.run_times],
                       "timing_spread_max": round(max(ic.spread), 4)}
     wa = [float(storage_bytes(x))] + [r["wa"] for r in rows]

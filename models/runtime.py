@@ -87,7 +87,8 @@ class _Rng:
 
 def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
             schedule: RematSchedule | Sequence[tuple[str, int]], *, measure_memory: bool = False,
-            device=None, input_grad: bool = True, op_times: list | None = None) -> RuntimeResult:
+            device=None, input_grad: bool = True, op_times: list | None = None,
+            clock: Callable[[], float] = time.perf_counter) -> RuntimeResult:
     """Run ``schedule`` (ops on stages 1..L+1, L+1 = ``loss_fn``) on input ``x``; parameter gradients
     are accumulated into the stages' ``.grad``. ``input_grad``: B^1 computes delta^0 (float inputs).
 
@@ -95,7 +96,8 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     ran inside the whole sequence (the in-context times of :func:`time_in_context`). CPU:
     ``time.perf_counter`` between operations; CUDA: an event recorded on the current stream between
     operations, no synchronize until the sequence has ended (so the GPU runs the ops back to back
-    as in an unmeasured run), then read.
+    as in an unmeasured run), then read. ``clock``: what ``time`` and the CPU ``op_times`` are read
+    with (``time.process_time`` for CPU time on a shared machine, :data:`models.measure.CLOCKS`).
 
     Raises :class:`models.remat.InvalidSequence` when an operation's inputs are not in memory.
     """
@@ -141,7 +143,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
             e.record()
             marks.append(e)
         else:
-            marks.append(time.perf_counter())
+            marks.append(clock())
 
     def run() -> None:
         nonlocal loss_value
@@ -201,7 +203,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         abar.clear()
         delta.clear()
 
-    t0 = time.perf_counter()
+    t0 = clock()
     if tracker is not None:
         with tracker:
             run()
@@ -209,7 +211,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         run()
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
-    elapsed = time.perf_counter() - t0
+    elapsed = clock() - t0
     if op_times is not None:
         op_times.clear()
         if cuda:
@@ -243,7 +245,8 @@ class InContextTimes:
 
 def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, *, runs: int = 5,
                     warmup: int = 1, device=None, input_grad: bool = True,
-                    clear_grads: Callable[[], None] | None = None) -> InContextTimes:
+                    clear_grads: Callable[[], None] | None = None,
+                    clock: Callable[[], float] = time.perf_counter) -> InContextTimes:
     """Time every F_all^l and B^l as the executor really runs them: inside whole store-all sequences,
     back to back, with timers between the operations only (see ``op_times`` of :func:`execute`).
 
@@ -274,11 +277,11 @@ def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
     for i in range(max(0, warmup) + max(1, runs)):
         clear()
         times: list[float] = []
-        execute(stages, loss_fn, x, ops, device=device, input_grad=input_grad, op_times=times)
+        execute(stages, loss_fn, x, ops, device=device, input_grad=input_grad, op_times=times, clock=clock)
         if i >= warmup:
             per_op.append(times)
         clear()
-        whole.append(execute(stages, loss_fn, x, ops, device=device, input_grad=input_grad).time)
+        whole.append(execute(stages, loss_fn, x, ops, device=device, input_grad=input_grad, clock=clock).time)
     whole = whole[max(0, warmup):]
     med = [statistics.median(col) for col in zip(*per_op)]
     L = len(stages)

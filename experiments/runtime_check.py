@@ -169,6 +169,7 @@ class Case:
         self._cache: dict[tuple, tuple[str, dict]] = {}
         self._contenders: dict[str, tuple] = {}  # tag -> (run once, its measurement dict), timed by time_all
         self.target, self.max_rounds, self.time_budget = 0.02, max(repeats, 40), None
+        self.fuse = False                        # models.runtime.execute's fuse_backward
         self.traces: list[dict] = []            # per-operation memory, measured and simulated
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -237,12 +238,13 @@ class Case:
         self._clear_grads()
         torch.manual_seed(7)
         _sync(self.device)
-        res = execute(self.stages, self.loss_stage, self.x, seq, measure_memory=True, device=self.device)
+        res = execute(self.stages, self.loss_stage, self.x, seq, measure_memory=True, device=self.device,
+                      fuse_backward=self.fuse)
         equal = self._grads_equal()
 
         def run():
             torch.manual_seed(7)
-            execute(self.stages, self.loss_stage, self.x, seq, device=self.device)
+            execute(self.stages, self.loss_stage, self.x, seq, device=self.device, fuse_backward=self.fuse)
 
         m = {"grads_equal": equal, "measured_peak": float(res.peak_memory)}
         self._timed(run, m, tag)
@@ -554,6 +556,9 @@ def main(argv=None) -> int:
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="CPU runs: wall (time.perf_counter, "
                    "default) or cpu (time.process_time with one torch thread: steady on a shared machine); both "
                    "the profile and the runs use it")
+    p.add_argument("--fuse-backward", action="store_true", help="execute with one backward call per run of "
+                   "consecutive B's (models.runtime.execute's fuse_backward: autograd's memory, the simulator's "
+                   "peak an upper bound within ~2%%)")
     p.add_argument("--timing-budget", type=float, default=None, help="seconds of timing rounds per network at most")
     p.add_argument("--profile-repeats", type=int, help="timed runs per operation when profiling (default: --repeats)")
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds per solve")
@@ -642,6 +647,7 @@ def _main(a: argparse.Namespace) -> int:
             try:
                 case = Case(name, cases[name], device, repeats, a.profile_repeats, clock=a.clock)
                 case.target, case.max_rounds, case.time_budget = a.target, max_rounds, a.timing_budget
+                case.fuse = a.fuse_backward
                 print(f"{name}: L = {case.chain.L}, profiled in {time.perf_counter() - t0:.1f} s ({det})")
                 t1 = time.perf_counter()
                 segs = segment_counts(case.chain.L, n_segments) if thr_out else []

@@ -69,6 +69,10 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
               "gpt2": dict(kw=dict(n_layer=2, n_embd=32, n_head=4, vocab=50, n_ctx=16, dropout=0.1), shape=(8,),
                            batch=2)},
     # issue 20 on the GPU: the papers' settings (paper 004's batch 32 at 224; GPT-2 small, sequence 1024)
+    # issue 27's acceptance on a CPU: ResNet-50 at batch 2, 224; GPT-2 with 4 layers, width 256, sequence 256
+    "cpu-parity": {"resnet50": dict(kw={}, shape=(3, 224, 224), batch=2),
+                   "gpt2": dict(kw=dict(n_layer=4, n_embd=256, n_head=4, n_ctx=256, dropout=0.1), shape=(256,),
+                                batch=4)},
     "paper": {"resnet50": dict(kw={}, shape=(3, 224, 224), batch=32),
               "resnet101": dict(kw={}, shape=(3, 224, 224), batch=32),
               "gpt2": dict(kw={}, shape=(1024,), batch=8)},
@@ -280,19 +284,20 @@ class Case:
         return m
 
     def checkpoint_sequential(self, segments: int) -> dict | None:
-        """``torch.utils.checkpoint.checkpoint_sequential`` itself (reentrant, as memplan's
-        sequential_schedule models it); None where the input is not a float tensor (token ids cannot
-        require grad, and the reentrant checkpoint of the first segment would then give no gradients)."""
+        """``torch.utils.checkpoint.checkpoint_sequential`` itself: reentrant, as memplan's
+        sequential_schedule models it, where the input is a float tensor; non-reentrant where it is
+        not (token ids cannot require grad, and the reentrant checkpoint of the first segment would
+        then give no gradients; the non-reentrant one recomputes each segment when the backward first
+        needs one of its saved tensors, with the same segments)."""
         import torch
         from torch.utils.checkpoint import checkpoint_sequential
 
-        if not self.x.is_floating_point():
-            return None
+        reentrant = self.x.is_floating_point()
         seqmod = torch.nn.Sequential(*self.stages)
 
         def run():
             torch.manual_seed(7)
-            out = checkpoint_sequential(seqmod, segments, self._input_copy(), use_reentrant=True)
+            out = checkpoint_sequential(seqmod, segments, self._input_copy(), use_reentrant=reentrant)
             self.loss_stage(out).backward()
 
         self._clear_grads()
@@ -571,6 +576,8 @@ def main(argv=None) -> int:
     p.add_argument("--throughput", help="also run paper 004's throughput comparison into this CSV")
     p.add_argument("--segments", type=int, default=None, help="numbers of segments of the comparison (default 10; "
                    "--quick 3)")
+    p.add_argument("--segment-counts", help="comma-separated numbers of segments of the comparison (instead of "
+                   "--segments' spread from 2 to 2 sqrt(L)); those above L are left out")
     p.add_argument("--traces", help="JSON with the per-operation memory (measured and simulated, bytes) of every "
                    "executed sequence, to find where a prediction misses")
     p.add_argument("--budget", type=float, default=None, help="seconds after which no new network is started")
@@ -623,6 +630,12 @@ def _main(a: argparse.Namespace) -> int:
     out = Path(a.out)
     thr_out = Path(a.throughput) if a.throughput else None
     n_segments = a.segments or (3 if a.quick else 10)
+    try:
+        explicit_segments = [int(k) for k in a.segment_counts.split(",") if k] if a.segment_counts else []
+    except ValueError:
+        explicit_segments = [0]
+    if any(k < 1 for k in explicit_segments):
+        raise InputError(f"--segment-counts {a.segment_counts!r}: expected whole numbers >= 1, e.g. 2,4,6")
     if a.slots < 0:
         raise InputError(f"--slots {a.slots}: give a whole number >= 1, or 0 for the DP's own choice")
     slots = a.slots or None
@@ -650,7 +663,8 @@ def _main(a: argparse.Namespace) -> int:
                 case.fuse = a.fuse_backward
                 print(f"{name}: L = {case.chain.L}, profiled in {time.perf_counter() - t0:.1f} s ({det})")
                 t1 = time.perf_counter()
-                segs = segment_counts(case.chain.L, n_segments) if thr_out else []
+                segs = ((explicit_segments and [k for k in explicit_segments if k <= case.chain.L])
+                        or segment_counts(case.chain.L, n_segments)) if thr_out else []
                 solved = plan(case.chain, fractions, methods, segs, slots, a.time_limit, workers)
                 print(f"{name}: {len(solved)} solves in {time.perf_counter() - t1:.1f} s ({workers} worker(s))")
                 pending = check_case(case, env, det, fractions, methods, solved)

@@ -141,3 +141,29 @@ def storage_bytes(t) -> int:
     return int(sum(seen.values()))
 
 
+
+
+def profiler_peak(fn) -> tuple[Any, int, int]:
+    """Run ``fn()`` under PyTorch's profiler with memory profiling and return ``(its result, peak,
+    final)``: the running maximum and the last value of the bytes allocated minus freed through c10's
+    CPU allocator since the profile started (every ``[memory]`` event in time order). Unlike
+    :class:`TensorMemoryTracker`, this sees allocations that do not pass through the Python-visible
+    dispatcher: compiled code (``torch.compile``'s Inductor kernels allocate their buffers directly)
+    and kernels' scratch buffers. Same definition as the CUDA tracker's ``max_memory_allocated() -
+    base``: start it after what should not count exists (parameters, their gradients); a tensor made
+    before and freed inside counts negative. Profiling slows the step: time steps in separate runs.
+
+    ``prof.profiler.kineto_results`` is a private attribute; this is its only use in memplan
+    (checked with torch 2.13.0, CPU wheel; ``tests/test_memory_methods.py`` holds the hand case).
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = fn()
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    events.sort(key=lambda e: e.start_ns())
+    current = peak = 0
+    for e in events:
+        current += int(e.nbytes())
+        peak = max(peak, current)
+    return out, peak, current

@@ -1,0 +1,95 @@
+"""Issue 27's acceptance on a CPU: is memplan's executed plan as lean and as fast as what PyTorch gives,
+and do its predictions hold? One run of ``memplan.experiments.runtime_check`` on the ``cpu-parity``
+preset (ResNet-50 at batch 2, 224x224; GPT-2 with 4 layers, width 256, sequence 256, batch 4), then the
+ratios the issue asks for, measured side by side in that run:
+
+- store-all peak / plain autograd peak, and store-all time / autograd time (with each median's 95%
+  interval);
+- memplan's ``sequential`` sequence with k segments against ``torch.utils.checkpoint.checkpoint_sequential``
+  with k segments over the same stages (peak; k = 2, 4, ...);
+- every executed row: predicted / measured - 1 for the time and the peak;
+- paper 004's comparison redone: rotor at the memory of each ``checkpoint_sequential`` point against
+  ``checkpoint_sequential`` itself, "not slower" meaning its median is faster or the two 95% intervals
+  overlap.
+
+    python benchmarks/bench_executor_parity.py                       # both networks (20-40 min on 1 core)
+    python benchmarks/bench_executor_parity.py --clock cpu           # on a shared machine: CPU time
+    python benchmarks/bench_executor_parity.py --models gpt2 --max-rounds 10
+
+Writes ``benchmarks/results/executor_parity_cpu{,_throughput}.csv`` and the summary printed here to
+``benchmarks/results/executor_parity_cpu.txt``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def summary(rt: pd.DataFrame, thr: pd.DataFrame) -> list[str]:
+    out = []
+    for net, d in rt.groupby("network", sort=False):
+        ex = d[d["measured_time"].notna()]
+        sa = ex[ex["method"] == "store-all"].iloc[0]
+        ag = ex[ex["method"] == "autograd"].iloc[0]
+        out.append(f"{net} (L = {int(sa['L'])}, clock {sa.get('clock', '?')}):")
+        out.append(f"  store-all / autograd: peak {sa['measured_peak'] / ag['measured_peak']:.4f} "
+                   f"({sa['measured_peak'] / 2**20:.2f} vs {ag['measured_peak'] / 2**20:.2f} MiB), time "
+                   f"{sa['measured_time'] / ag['measured_time']:.4f} ({sa['measured_time'] * 1e3:.1f} ms "
+                   f"[{sa['time_low'] * 1e3:.1f}, {sa['time_high'] * 1e3:.1f}] vs {ag['measured_time'] * 1e3:.1f} ms "
+                   f"[{ag['time_low'] * 1e3:.1f}, {ag['time_high'] * 1e3:.1f}])")
+        plans = ex[ex["method"] != "autograd"]
+        te, pe = plans["time_rel_err"].abs(), plans["peak_rel_err"].abs()
+        out.append(f"  {len(plans)} executed plans: |predicted/measured - 1| time max {te.max() * 100:.1f}% "
+                   f"(mean {te.mean() * 100:.1f}%), peak max {pe.max() * 100:.2f}%; rows over 5% in time: "
+                   f"{int((te > 0.05).sum())}, over 1% in peak: {int((pe > 0.01).sum())}; noisy rows: "
+                   f"{int(plans['noisy'].fillna(False).astype(bool).sum())}")
+        t = thr[thr["network"] == net]
+        for k, g in t.groupby("segments", sort=True):
+            seq = g[g["strategy"] == "sequential"]
+            ck = g[g["strategy"] == "checkpoint_sequential"]
+            rot = g[g["strategy"] == "rotor"]
+            if seq.empty or ck.empty:
+                continue
+            seq, ck = seq.iloc[0], ck.iloc[0]
+            line = (f"  k = {int(k)}: sequential / checkpoint_sequential peak "
+                    f"{seq['measured_peak'] / ck['measured_peak']:.4f}")
+            if not rot.empty and pd.notna(rot.iloc[0]["measured_time"]):
+                r = rot.iloc[0]
+                line += (f"; rotor at that memory {r['gain_vs_checkpoint_sequential'] * 100:+.1f}% throughput vs "
+                         f"checkpoint_sequential ({'not slower' if r['not_slower_than_checkpoint_sequential'] else 'SLOWER'}"
+                         f" within the noise), peak {r['measured_peak'] / ck['measured_peak']:.4f} of its")
+            out.append(line)
+    return out
+
+
+def main(argv=None) -> int:
+    from memplan.experiments import runtime_check
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="resnet50,gpt2")
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall")
+    p.add_argument("--repeats", type=int, default=8, help="timed rounds at least")
+    p.add_argument("--max-rounds", type=int, default=20)
+    p.add_argument("--segment-counts", default="2,3,4,5,6")
+    p.add_argument("--timing-budget", type=float, default=900.0, help="seconds of timing rounds per network")
+    p.add_argument("--out", default=str(RESULTS / "executor_parity_cpu"))
+    a = p.parse_args(argv)
+    rt, thr = Path(a.out + ".csv"), Path(a.out + "_throughput.csv")
+    rc = runtime_check.main(["--device", "cpu", "--preset", "cpu-parity", "--models", a.models, "--clock", a.clock,
+                             "--repeats", str(a.repeats), "--max-rounds", str(a.max_rounds),
+                             "--segment-counts", a.segment_counts, "--timing-budget", str(a.timing_budget),
+                             "--methods", "rotor,sequential,store-all", "--out", str(rt), "--throughput", str(thr)])
+    lines = summary(pd.read_csv(rt), pd.read_csv(thr))
+    text = "\n".join(["bench_executor_parity: " + " ".join(sys.argv[1:] if argv is None else argv)] + lines) + "\n"
+    print(text)
+    Path(a.out + ".txt").write_text(text)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -107,7 +107,7 @@ runtime)
         # shellcheck disable=SC2086
         PYTHONUNBUFFERED=1 timeout 420 "$PY" -m memplan.experiments.runtime_check --device cuda \
             --out "$OUTDIR/runtime_gpu.csv" --throughput "$OUTDIR/throughput_gpu.csv" \
-            --traces "$OUTDIR/runtime_traces.json" --budget 330 ${RUNTIME_ARGS:-}
+            --traces "$OUTDIR/runtime_traces.json" --budget 330 --max-rounds 20 --timing-budget 45 ${RUNTIME_ARGS:-}
         log "runtime_check exit status $?"
         log "pytest: the CUDA tests (runtime executor, dry runs on cuda)"
         timeout 90 "$PY" -m pytest -q -p no:cacheprovider "$ROOT/tests/test_runtime.py" "$ROOT/tests/test_gpu_scripts.py" \

@@ -97,8 +97,11 @@ tables):
   case-2 candidate ending its forward run at ``j`` (``i'`` in ``C_A``) lasts at least ``Tf(j) +
   sum_{k >= i} (uf^k + ub^k)``, which grows with ``j``; states (entries) whose best is already at most
   that bound (scaled by ``1 - 1e-9``, far more than any rounding of the sums) can no longer change
-  under the strict ``<`` and are dropped from the inner loop. This removes most candidates when
-  transfers are cheap next to compute and few when waits for slow transfers dominate the values;
+  under the strict ``<`` and are dropped from the inner loop. The exact skip tests below are at
+  least as strong per candidate (``lb >= Tf + S_i``), so what the pruning still saves is the visit of
+  rows ``(j, Delta_F)`` whose states are all closed and the rest of the loop over ``j`` once every
+  row is (1% to 25% of the rows on the small chains of ``tests/test_remat_offload_dp_tables.py``,
+  which counts them: ``work``);
 - *exact skip tests* (issue 21, slow links): a case-2 candidate of the forward table is
   ``(Tf + OC(j + 1, 0, A', Delta_F', Delta_B')) + C_A(i, j, m, Delta_B)`` (or the flush
   ``(Tf + OC(.., v z)) + (spill q + C_A)``), so it is at least ``lb = (Tf + RMO) + RMT`` where
@@ -491,7 +494,7 @@ def _loss_eval(L, N, uf, ub, a, ab, d, of, ob, q, x, A, F, P):
 
 
 @njit(cache=True, parallel=True)
-def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP, DLO, DHI, RMT, nth):
+def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP, DLO, DHI, RMT, nth, prune):
     """OC[i, x, A, F, P] (B.1, B.2) bottom-up over i = L+1..1 and its choice
     CH = 4 j + 2 f + v (j = 0: F_all^i first; j >= i: F_ck^i F_none^{i+1..j}; f = 1: "flush", the
     level's backward block first waits until all of Delta_B it could not host is prefetched, so that
@@ -511,7 +514,12 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP, DLO, DHI, RMT
     (bound ``Tf + S_i``) and the exact skip test (``lb = (Tf + RMO) + RMT``, module docstring) only
     leave out candidates that cannot pass ``<``. Levels depend on deeper levels only: within (i, x)
     the values of A are split over ``nth`` parallel stripes (every ``nth``-th A, which balances the
-    (N - A + 1)^2 states per A)."""
+    (N - A + 1)^2 states per A).
+
+    ``prune=False`` switches the pruning by ``Tf + S_i`` off (same tables, more work: the tests
+    compare both). Returns ``(OC, CH, off, work)``; ``work`` counts the rows (j, Delta_F) of case 2
+    that the loops over j visit (a row whose states are all closed is skipped, and the loop over j
+    stops when every row is), the work the pruning saves."""
     off = np.zeros(N + 2, dtype=np.int64)      # packed index of (A, F, P), F, P <= N - A
     for A in range(N + 1):
         off[A + 1] = off[A] + (N - A + 1) ** 2
@@ -532,6 +540,7 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP, DLO, DHI, RMT
     # RMO[i, A, F] = min_P OC[i, 0, A, F, P] (a sub-chain's best value whatever its Delta_B), filled
     # once level i is done.
     RMO = np.full((L + 2, N + 1, N + 1), np.inf)
+    work = np.zeros(nth, dtype=np.int64)       # per stripe: rows (j, Delta_F) visited by case 2
     for x in range(2):
         for t in prange(nth):
             for A in range(t, N + 1, nth):
@@ -666,6 +675,7 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP, DLO, DHI, RMT
                                 na = nact[F]
                                 if na == 0:
                                     continue            # every state of the row is final for this v
+                                work[t] += 1
                                 n_tot = F + vz
                                 if j > i:
                                     c = n_tot - room
@@ -674,7 +684,7 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP, DLO, DHI, RMT
                                         s = max(s, _chunk_end_nb(c, F, zsF[F], q))
                                     eF[F] = s + uf[j]
                                 Tf = eF[F]
-                                thr = (Tf + Ssuf[i]) * _SAFE
+                                thr = (Tf + Ssuf[i]) * _SAFE if prune else -np.inf
                                 r0 = F * (N + 1)            # row F in best, bch, act
                                 dn = dense[F]
                                 if (j - i) % 4 == 3:
@@ -759,7 +769,7 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP, DLO, DHI, RMT
                             CH[i, x, k0 + P] = bch[F * (N + 1) + P]
             if x == 0:
                 _row_min(OC, off, N, i, RMO)
-    return OC, CH, off
+    return OC, CH, off, work.sum()
 
 
 def _region_idle(i, ip, j, m, s2, uf, a, d, of, q):
@@ -819,6 +829,7 @@ class RematOffloadDP:
                 n += 1
         self.T = self.SP = self.CH = None
         self.threads = 1
+        self.work = 0          # rows (j, Delta_F) the forward kernel's case 2 visited
 
     def tables(self):
         L = self.chain.L
@@ -845,7 +856,8 @@ class RematOffloadDP:
                 dlo = np.full((1, self.N + 1), self.N + 1, dtype=np.int32)
                 dhi = np.full((1, self.N + 1), -1, dtype=np.int32)
                 rmt = np.full((1, self.N + 1), np.inf)
-            self.OC, self.FCH, self.off = _forward_kernel(*args, self.pid, self.T, self.SP, dlo, dhi, rmt, nth)
+            self.OC, self.FCH, self.off, self.work = _forward_kernel(*args, self.pid, self.T, self.SP, dlo, dhi,
+                                                                     rmt, nth, True)
         finally:
             set_num_threads(old)
         self.threads = nth

@@ -173,7 +173,15 @@ def test_dry_run_runtime_rows(runtime_rows):
         batch, t = int(r["batch"]), float(r["measured_time"])
         assert float(r["throughput"]) == pytest.approx(batch / t)
         pred, meas = float(r["predicted_peak"]), float(r["measured_peak"])
-        assert meas == pytest.approx(pred, rel=0.10), r          # the CPU tracker sees exact bytes
+        if r["method"] == "autograd":
+            # plain loss.backward() on the unsplit model, against store-all's simulated peak: autograd
+            # frees and keeps other tensors than the executor (measured: -2.4% ResNet-18, +1.9% GPT-2);
+            # the bound is the one runtime_check's summary reports against ("peak off by more than 3%")
+            assert meas == pytest.approx(pred, rel=0.03), r
+        else:
+            # the executor runs the sequence on the stages the chain was profiled from, and the CPU
+            # tracker counts exact storage bytes: the simulated peak to the byte
+            assert meas == pred, r
         if float(r["fraction"]) < 1:
             limit = float(r["memory_limit"])
             assert pred <= limit * (1 + 1e-9) and r["within_limit"] == "True"
@@ -207,8 +215,14 @@ def test_dry_run_throughput_comparison(runtime_rows):
             if r["strategy"] == "checkpoint_sequential":
                 # PyTorch's implementation keeps what memplan's model of it says (and autograd's gradients)
                 s = seq[int(float(r["segments"]))]
-                assert float(r["measured_peak"]) == pytest.approx(float(s["predicted_peak"]), rel=0.05)
+                # PyTorch's own checkpoint_sequential is not memplan's executor: it keeps a few tensors
+                # the model does not (and frees others earlier); measured: within 0.35% at 2, 6, 10
+                # segments (ResNet-18, 32x32, batch 2)
+                assert float(r["measured_peak"]) == pytest.approx(float(s["predicted_peak"]), rel=0.004)
                 assert r["grads_equal"] == "True"
+            elif r["measured_peak"]:
+                # memplan's executor (store-all, sequential, rotor) and the simulator agree to the byte
+                assert float(r["measured_peak"]) == float(r["predicted_peak"]), r
 
 
 def test_dry_run_traces(runtime_rows):

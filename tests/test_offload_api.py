@@ -1,6 +1,7 @@
 """memplan.offload: the front end of the offloading problem (paper 001) -- input checks, outcomes, the
 MIP start, the whole-call time limit, the final replay, report and Gantt chart."""
 import math
+import re
 import time
 
 import pytest
@@ -56,14 +57,30 @@ def test_milp_proves_the_hand_optimum():
     assert sol.details["start_method"] in offload.HEURISTICS
 
 
+# small chains and limits where vDNN, TFLMS and AutoSwap all find a schedule (L, seed, fraction of the
+# way from the minimum feasible memory to M_peak); their optimum is the exhaustive search's
+PEER_CASES = [(3, 1, 0.6), (3, 2, 0.3), (3, 3, 0.3), (3, 4, 0.3)]
+
+
 @pytest.mark.parametrize("method", ["vdnn", "tflms", "autoswap"])
 def test_peers_never_beat_the_optimum(method):
+    """On the hand chain (optimum 10, by hand) vDNN and AutoSwap find a valid schedule, no faster;
+    TFLMS finds none there (it never delays a computation for memory, and at 9 B the optimum waits
+    for x_0's transfers: 4 + 1 + 4 + 1), so for all three the comparison is also made on small random chains against the
+    exhaustive search over every offloaded set and transfer orders (equal to the MILP,
+    tests/test_offload.py), where each of them does find a schedule."""
     c = hand_chain()
     sol = offload.solve(c, memory=9, bandwidth=1.0, method=method)
-    assert sol.status in (Status.FEASIBLE, Status.OPTIMAL, Status.NO_SOLUTION)
-    if sol.success:
-        assert sol.objective >= 10.0 - 1e-9
-        validate_offload(c, sol.schedule, 9)
+    if method == "tflms":
+        assert sol.status == Status.NO_SOLUTION and "never delays a computation" in sol.message
+    else:
+        assert sol.success and validate_offload(c, sol.schedule, 9).makespan == sol.objective >= 10.0 - 1e-9
+    for L, seed, frac in PEER_CASES:
+        c, M = random_case(L, seed, frac)
+        opt = B.exhaustive(c, M, 1.0).objective
+        sol = offload.solve(c, memory=M, bandwidth=1.0, method=method)
+        assert sol.success, (L, seed, frac, sol.message)
+        assert validate_offload(c, sol.schedule, M).makespan == sol.objective >= opt - 1e-9
 
 
 def test_lower_bound_method():
@@ -202,16 +219,28 @@ def test_time_limit_reached_while_building_keeps_the_start(capfd, monkeypatch):
     assert "Rule failed" not in err and "ERROR" not in err
 
 
-@pytest.mark.parametrize("name, seed", [("dynprog", 2), ("vdnn", 2), ("tflms", 5), ("autoswap", 2)])
-def test_heuristic_searches_stop_at_their_share(name, seed):
-    """With no time, each search tries its first candidate only (TFLMS stops at its first valid
-    configuration anyway: seed 5 is a chain where its first ones do not fit)."""
-    c, M = random_case(20, seed, 0.3)
+@pytest.mark.parametrize("name, L, seed, frac", [("dynprog", 20, 2, 0.3), ("vdnn", 10, 4, 0.99),
+                                                  ("tflms", 20, 5, 0.3), ("autoswap", 20, 2, 0.3)])
+def test_heuristic_searches_stop_at_their_share(name, L, seed, frac):
+    """With no time, each search tries its first candidate only, and what it returns is valid and no
+    better than the full search. vDNN's first candidate is its first threshold (one or two sets),
+    which frees enough memory only near M_peak: at 99% of it on this chain, its schedule (178) is
+    worse than the full scan's (175). TFLMS stops at its first valid configuration anyway, so the
+    limit shows only where the first ones do not fit (seed 5): then the stopped search has nothing
+    while the full one has a schedule."""
+    c, M = random_case(L, seed, frac)
     full = getattr(B, name)(c, M, 1.0)
     cut = getattr(B, name)(c, M, 1.0, time_limit=0.0)
     assert "time limit" not in full.message and "time limit" in cut.message
-    if cut.success:
+    assert full.success
+    if name == "tflms":
+        assert not cut.success
+    else:
+        assert cut.success
         assert validate_offload(c, cut.schedule, M).makespan == cut.objective >= full.objective * (1 - 1e-9)
+    if name == "vdnn":
+        tried = [int(re.search(r"best of (\d+) ", s.message).group(1)) for s in (cut, full)]
+        assert tried[0] <= 2 < tried[1] and cut.objective > full.objective, tried
 
 
 def test_heuristic_gets_the_remaining_budget():

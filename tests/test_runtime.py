@@ -204,7 +204,9 @@ def test_sequential_replays_with_the_simulated_peak(setup, profiled):
         seq = sequential_schedule(profiled, s)
         sim = simulate_remat(profiled, seq)
         m, _, res = _run(model, x, loss_fn, seq, measure_memory=True)
-        assert res.peak_memory == pytest.approx(sim.peak_memory, rel=0.10), (name, s)
+        # the CPU tracker counts the bytes of every live tensor storage and the chain was profiled
+        # from the same stages: the measured peak is the simulated one to the byte
+        assert res.peak_memory == sim.peak_memory, (name, s, res.peak_memory, sim.peak_memory)
         for n, p in m.named_parameters():
             assert torch.equal(p.grad, grads[n]), f"{name} sequential {s}: gradient of {n} differs"
 

@@ -82,14 +82,20 @@ def test_external_scheduler_gives_the_same_rows(one_worker, tmp_path):
     sched_file = tmp_path / "scheduler.json"
     procs = []
     try:
-        procs.append(subprocess.Popen(["dask", "scheduler", "--no-dashboard", "--port", "0", "--scheduler-file",
-                                       str(sched_file)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        # this interpreter's Dask (python -m dask), not whatever 'dask' is first on PATH: the test then
+        # runs with the virtual environment's python when the environment is not activated, and the
+        # worker imports this checkout's memplan
+        procs.append(subprocess.Popen([sys.executable, "-m", "dask", "scheduler", "--no-dashboard", "--port", "0",
+                                       "--scheduler-file", str(sched_file)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         t0 = time.time()
         while not sched_file.exists() and time.time() - t0 < 60:
+            assert procs[0].poll() is None, "the Dask scheduler exited"
             time.sleep(0.2)
         address = json.loads(sched_file.read_text())["address"]
-        procs.append(subprocess.Popen(["dask", "worker", address, "--nworkers", "1", "--nthreads", "1",
-                                       "--no-dashboard"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(subprocess.Popen([sys.executable, "-m", "dask", "worker", address, "--nworkers", "1",
+                                       "--nthreads", "1", "--no-dashboard"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         out = tmp_path / "ext"
         assert main(ARGS + ["--scheduler", address, "-o", str(out)]) == 0
         assert same_rows(df1, read_results(out)) == []

@@ -174,10 +174,12 @@ def test_dry_run_runtime_rows(runtime_rows):
         assert float(r["throughput"]) == pytest.approx(batch / t)
         pred, meas = float(r["predicted_peak"]), float(r["measured_peak"])
         if r["method"] == "autograd":
-            # plain loss.backward() on the unsplit model, against store-all's simulated peak: autograd
-            # frees and keeps other tensors than the executor (measured: -2.4% ResNet-18, +1.9% GPT-2);
-            # the bound is the one runtime_check's summary reports against ("peak off by more than 3%")
-            assert meas == pytest.approx(pred, rel=0.03), r
+            # plain loss.backward() on the unsplit model: issue 27's parity, memplan's executed store-all
+            # needs at most 3% more than it (the tiny GPT-2 here: autograd needs 3.7% more, as it sums
+            # the tied head/embedding weight's two gradients in a buffer the executor does not need)
+            sa = next(q for q in rows if q["network"] == r["network"] and q["method"] == "store-all"
+                      and float(q["fraction"]) == 1)
+            assert float(sa["measured_peak"]) <= 1.03 * meas, (r, sa)
         else:
             # the executor runs the sequence on the stages the chain was profiled from, and the CPU
             # tracker counts exact storage bytes: the simulated peak to the byte
@@ -200,9 +202,8 @@ def test_dry_run_throughput_comparison(runtime_rows):
         segs = runtime_check.segment_counts(L, 3)
         assert sorted({int(float(r["segments"])) for r in rs if r["strategy"] == "sequential"}) == segs
         strategies = {r["strategy"] for r in rs}
-        # torch's own checkpoint_sequential runs where the input is a float tensor (not token ids)
-        assert strategies == ({"store-all", "sequential", "rotor"} | ({"checkpoint_sequential"}
-                                                                      if net == "resnet18" else set()))
+        # torch's own checkpoint_sequential runs on both (non-reentrant where the input is token ids)
+        assert strategies == {"store-all", "sequential", "rotor", "checkpoint_sequential"}
         seq = {int(float(r["segments"])): r for r in rs if r["strategy"] == "sequential"}
         for r in rs:
             if r["strategy"] == "rotor":
@@ -218,7 +219,10 @@ def test_dry_run_throughput_comparison(runtime_rows):
                 # PyTorch's own checkpoint_sequential is not memplan's executor: it keeps a few tensors
                 # the model does not (and frees others earlier); measured: within 0.35% at 2, 6, 10
                 # segments (ResNet-18, 32x32, batch 2)
-                assert float(r["measured_peak"]) == pytest.approx(float(s["predicted_peak"]), rel=0.004)
+                if net == "resnet18":
+                    assert float(r["measured_peak"]) == pytest.approx(float(s["predicted_peak"]), rel=0.004)
+                else:       # token ids: the non-reentrant variant, which keeps more; memplan's is leaner
+                    assert float(s["measured_peak"]) <= float(r["measured_peak"])
                 assert r["grads_equal"] == "True"
             elif r["measured_peak"]:
                 # memplan's executor (store-all, sequential, rotor) and the simulator agree to the byte

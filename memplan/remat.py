@@ -45,12 +45,13 @@ The toy chain of paper 004 (section 3.2, Table 2) at 90 MiB: 47.42 ms at a peak 
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from memplan import _frontend
-from memplan.baselines import remat_heuristics, remat_rotor
+from memplan.baselines import remat_bound, remat_heuristics, remat_rotor
 from memplan.baselines.remat_min_memory import min_memory, min_memory_of, proven_infeasible_below
 from memplan.formulations.remat_checkmate import solve_checkmate, solve_checkmate_lp
 from memplan.formulations.remat_milp import solve_remat_milp
@@ -133,24 +134,79 @@ def _milp_start(chain: Chain, memory: float, o: _Options, b: Budget) -> tuple[Re
     return None, "no MIP start (nothing fits)"
 
 
+#: share of what is left of the call that remat-milp's DP bound may take (the MILP gets the rest)
+_BOUND_SHARE = 0.5
+#: HiGHS's default relative gap, used for the DP bound's test when ``gap=None``
+_DEFAULT_GAP = 1e-4
+
+
+def _dp_bound(chain: Chain, memory: float, b: Budget):
+    """remat-milp's lower bound from the floating DP on step functions
+    (:func:`memplan.baselines.remat_bound.floating_bound`, proven there), within ``_BOUND_SHARE`` of
+    what the call has left; None when it would not finish in time."""
+    left = b.limit(share=_BOUND_SHARE)
+    deadline = None if left is None else time.perf_counter() + left
+    res = remat_bound.floating_bound(chain, memory, deadline=deadline)
+    if not res.complete or res.value is None or not math.isfinite(res.value):
+        b.log(f"remat-milp: DP bound stopped at its share of the time ({res.seconds:.1f} s)")
+        return None, res
+    b.log(f"remat-milp: DP bound {fmt_time(res.value)} ({res.describe()}, {res.seconds:.1f} s)")
+    return res.value, res
+
+
 def _remat_milp(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:
+    """The MIP start (:func:`_milp_start`), then the floating DP's lower bound (:func:`_dp_bound`):
+    when the start is within ``gap`` of it, the start is returned as OPTIMAL without a MILP
+    (``details["proved_by"]`` names the bound); otherwise the MILP runs with the bound as an
+    objective cut, and the better of the two bounds is reported (``proved_by`` says which one
+    closed the gap, None when none did)."""
     t0 = time.perf_counter()
     need = min_memory(chain)
     start, source = _milp_start(chain, memory, o, b)
     t_start = time.perf_counter() - t0
-    b.log(f"remat-milp: MIP start: {source}" + ("" if start is None else
-                                                 f" ({fmt_time(simulate_remat(chain, start).makespan)})"))
+    start_time = None if start is None else simulate_remat(chain, start).makespan
+    b.log(f"remat-milp: MIP start: {source}" + ("" if start is None else f" ({fmt_time(start_time)})"))
+    gap = _DEFAULT_GAP if o.gap is None else o.gap
+    lb, bres = (None, None)
+    t_b = time.perf_counter()
+    if start is not None:
+        lb, bres = _dp_bound(chain, memory, b)
+    t_bound = time.perf_counter() - t_b
+    bound_info = {} if bres is None else {"dp_bound": lb, "dp_bound_method": bres.describe(),
+                                          "dp_bound_exact_sizes": bres.exact, "dp_bound_seconds": bres.seconds,
+                                          "dp_bound_complete": bres.complete}
+    if lb is not None and start_time - lb <= gap * abs(start_time):
+        rep = simulate_remat(chain, start, memory_limit=memory)
+        times = {"start": t_start, "bound": t_bound}
+        details = {"mip_start": source, "proved_by": "dp bound", "recompute_time": rep.recompute_time,
+                   "returned": "mip start", **bound_info}
+        msg = (f"optimal for paper 004's model within gap {gap:g}: the schedule of {source} meets the lower "
+               f"bound of the {bres.describe()} (no MILP needed)")
+        return Solution(PROBLEM, "remat-milp", Status.OPTIMAL, objective=rep.makespan, peak_memory=rep.peak_memory,
+                        schedule=start, bound=min(lb, rep.makespan), memory_limit=memory, predicted=start_time,
+                        message=msg, times=times, details=details)
     sol = solve_remat_milp(chain, memory, time_limit=b.limit(), gap=o.gap, threads=o.threads, start=start,
-                           start_source=source, min_memory=need, log_file=o.solver_log)
+                           start_source=source, min_memory=need, log_file=o.solver_log, lower_bound=lb)
     if start is None:
         sol.details["mip_start"] = source
+    sol.details.update(bound_info)
     sol.times = _with_start_time(sol.times, t_start)
+    sol.times["bound"] = t_bound
     if start is not None and sol.status not in (Status.OPTIMAL, Status.INFEASIBLE):
         sol = _better_of_milp_and_start(chain, memory, sol, start, source)
     if sol.schedule is not None:
         # every sequence runs each F^l and B^l at least once: store-all's time is a bound whatever
         # HiGHS got to prove (it has none when stopped before the root LP finishes)
-        sol.bound = max(chain.store_all_time(), sol.bound if sol.bound is not None else 0.0)
+        milp_bound = sol.bound if sol.bound is not None else 0.0
+        sol.bound = max(chain.store_all_time(), milp_bound, lb if lb is not None else 0.0)
+        proven = sol.gap is not None and sol.gap <= gap + 1e-12
+        # the MILP's dual bound includes the DP bound through the cut: credit the DP when the MILP's
+        # bound did not go beyond it, i.e. the incumbent reached the DP bound
+        by_dp = lb is not None and milp_bound <= lb * (1 + 1e-8)
+        sol.details["proved_by"] = None if not proven else ("dp bound + milp incumbent" if by_dp else "milp")
+        if proven and sol.status == Status.TIME_LIMIT:
+            sol.status = Status.OPTIMAL
+            sol.message += f"; proven within gap {gap:g} by the {bres.describe()}"
     return sol
 
 

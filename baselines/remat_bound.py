@@ -62,7 +62,7 @@ from memplan.baselines.remat_min_memory import forward_sums
 from memplan.baselines.remat_rotor import _floating_cells, _floating_index
 from memplan.models.chain import Chain
 
-__all__ = ["floating_bound", "bound_of_sizes", "BoundResult", "fine_units"]
+__all__ = ["floating_bound", "floating_plan", "bound_of_sizes", "BoundResult", "fine_units"]
 
 #: memory units of the fine discretization of chains with non-integer sizes (the budget)
 FINE_UNITS = 2 ** 32
@@ -77,6 +77,7 @@ class BoundResult:
     def __init__(self, value, exact, units, steps, seconds, complete):
         self.value, self.exact, self.units, self.steps = value, exact, units, steps
         self.seconds, self.complete = seconds, complete
+        self.ops = None      # the plan's operations, when asked for (``plan=True``)
 
     def describe(self) -> str:
         if self.exact:
@@ -84,9 +85,11 @@ class BoundResult:
         return f"floating DP on step functions, {self.units} units (sizes rounded down)"
 
 
-def fine_units(chain: Chain, memory: float, units: int | None = None):
+def fine_units(chain: Chain, memory: float, units: int | None = None, mode: str = "down"):
     """``(wa, wab, wd, of, ob, budget, exact)``: the sizes in the units of rule 1 or 2 of the module
-    docstring (``units`` forces rule 2 with that budget, e.g. to compare with the dense DP)."""
+    docstring (``units`` forces rule 2 with that budget, e.g. to compare with the dense DP).
+    ``mode="up"`` rounds rule 2's sizes **up** instead (``ceil(x / q * (1 + 1e-12))``, at least
+    ``x / q``): every plan of that instance fits the real limit (the plans of :func:`floating_plan`)."""
     arrays = (chain.wa, chain.wabar, chain.wd, chain.of, chain.ob)
     if units is None and chain.is_integer and float(memory) >= 0:
         budget = int(math.floor(float(memory)))
@@ -96,8 +99,12 @@ def fine_units(chain: Chain, memory: float, units: int | None = None):
     budget = int(FINE_UNITS if units is None else units)
     scale = budget / float(memory)
     cap = float(budget + 1)
-    conv = [np.floor(np.minimum(np.asarray(a, dtype=float) * scale, cap) * (1 - 1e-12)).clip(min=0).astype(np.int64)
-            for a in arrays]
+    if mode == "up":
+        conv = [np.ceil(np.minimum(np.asarray(a, dtype=float) * scale * (1 + 1e-12), cap)).astype(np.int64)
+                for a in arrays]
+    else:
+        conv = [np.floor(np.minimum(np.asarray(a, dtype=float) * scale, cap) * (1 - 1e-12)).clip(min=0)
+                .astype(np.int64) for a in arrays]
     return (*conv, budget, False)
 
 
@@ -214,11 +221,11 @@ def _grow(X, V, used, need):
 # ----------------------------------------------------------------------------- the kernel, one l
 @njit(cache=True)
 def _sparse_stage(l, S, uf, ub, wa, wab, wd, of, ob, IC, IG, U, PX, PV, pused, COFF, CLEN,
-                  QX, QV, GOFF, GLEN, AX, AV, BX, BV, TX, TV):
+                  QX, QV, qused, GOFF, GLEN, AX, AV, BX, BV, TX, TV):
     """Cells C(s, t, l) for s = l..1 (all t) and G(s, t', l): ``_floating_kernel``'s loop body for one
     l, on step functions. C rows go to the pool PX, PV (row ``IC[s, t, l]`` at COFF, CLEN), G rows to
-    QX, QV (reset for each l). Returns the (possibly grown) arrays and the pool's fill."""
-    qused = 0
+    QX, QV (kept for every l: the plan's reconstruction reads them). Returns the (possibly grown)
+    arrays and the pools' fill."""
     for s in range(l, 0, -1):
         # --- G(s, t', l) = min over s' of U(s, s'-1) + C(s', t', l, m - wa^{s'-1}), forward run checks
         if s < l:
@@ -347,7 +354,7 @@ def _sparse_stage(l, S, uf, ub, wa, wab, wd, of, ob, IC, IG, U, PX, PV, pused, C
             PX[pused:pused + rn] = AX[:rn]
             PV[pused:pused + rn] = AV[:rn]
             pused += rn
-    return PX, PV, pused, QX, QV, AX, AV, BX, BV, TX, TV
+    return PX, PV, pused, QX, QV, qused, AX, AV, BX, BV, TX, TV
 
 
 def _estimate_left(done: list[tuple[int, float]], L: int) -> float:
@@ -364,24 +371,38 @@ def _estimate_left(done: list[tuple[int, float]], L: int) -> float:
     return spent * w_left / max(w_done, 1.0)
 
 
+def floating_plan(chain: Chain, memory: float, *, deadline: float | None = None) -> BoundResult:
+    """An optimal sequence of the floating DP on step functions with sizes rounded **up** (rule 2 with
+    ceilings; on integer chains rule 1, exact): every plan fits the real limit, and ``value`` is the
+    DP's makespan for it (``ops`` the operations, replay them with ``simulate_remat``). On integer
+    chains this is the same run as :func:`floating_bound` and the plan is optimal among all
+    sequences."""
+    wa, wab, wd, of, ob, budget, exact = fine_units(chain, memory, None, "up")
+    return bound_of_sizes(chain, wa, wab, wd, of, ob, budget, exact, deadline=deadline, plan=True)
+
+
 def floating_bound(chain: Chain, memory: float, *, deadline: float | None = None,
-                   units: int | None = None) -> BoundResult:
+                   units: int | None = None, plan: bool = False) -> BoundResult:
     """Lower bound on the makespan of every valid sequence within ``memory`` bytes (the module
     docstring proves it): the floating DP on step functions at one unit per byte (integer chains)
     or ``2^32`` units. ``deadline`` (``time.perf_counter()`` value): stop between two stages when the
     next ones would not finish in time (``value`` None, ``complete`` False). ``units``: force the
     rounded-down rule with that many units (the tests compare it with the dense DP).
 
-    ``value`` is ``math.inf`` when not even the relaxation has a sequence (nothing fits)."""
+    ``value`` is ``math.inf`` when not even the relaxation has a sequence (nothing fits). ``plan``:
+    also rebuild the DP's sequence (``ops``): on integer chains an optimal sequence of the chain as
+    given; otherwise one of the rounded-down instance, which may exceed the limit by a few units
+    (use :func:`floating_plan` for plans)."""
     wa, wab, wd, of, ob, budget, exact = fine_units(chain, memory, units)
-    return bound_of_sizes(chain, wa, wab, wd, of, ob, budget, exact, deadline=deadline)
+    return bound_of_sizes(chain, wa, wab, wd, of, ob, budget, exact, deadline=deadline, plan=plan)
 
 
 def bound_of_sizes(chain: Chain, wa, wab, wd, of, ob, budget: int, exact: bool = False, *,
-                   deadline: float | None = None) -> BoundResult:
+                   deadline: float | None = None, plan: bool = False) -> BoundResult:
     """:func:`floating_bound` on sizes already in integer units (``budget`` units of memory): the
     value of the floating DP of that integer instance (the tests feed it ``Discretization``'s
-    rounded-down sizes and compare with the dense kernel)."""
+    rounded-down sizes and compare with the dense kernel). ``plan``: also rebuild an optimal
+    sequence of that instance (``ops``; None when nothing fits)."""
     t0 = time.perf_counter()
     wa, wab, wd, of, ob = (np.asarray(a, dtype=np.int64) for a in (wa, wab, wd, of, ob))
     L = chain.L
@@ -405,14 +426,16 @@ def bound_of_sizes(chain: Chain, wa, wab, wd, of, ob, budget: int, exact: bool =
     BX, BV = np.empty(w, dtype=np.int64), np.empty(w)
     TX, TV = np.empty(w, dtype=np.int64), np.empty(w)
     pused = 0
+    qused = 0
     done: list[tuple[int, float]] = []
     for l in range(1, L + 2):
-        if deadline is not None and done and time.perf_counter() + _estimate_left(done, L) > deadline:
+        now = time.perf_counter()
+        if deadline is not None and (now >= deadline or (done and now + _estimate_left(done, L) > deadline)):
             return BoundResult(None, exact, budget, pused / max(1, nc), time.perf_counter() - t0, False)
         ts = time.perf_counter()
-        PX, PV, pused, QX, QV, AX, AV, BX, BV, TX, TV = _sparse_stage(
+        PX, PV, pused, QX, QV, qused, AX, AV, BX, BV, TX, TV = _sparse_stage(
             l, S, uf, ub, wa, wab, wd, of, ob, IC, IG, U, PX, PV, pused, COFF, CLEN,
-            QX, QV, GOFF, GLEN, AX, AV, BX, BV, TX, TV)
+            QX, QV, qused, GOFF, GLEN, AX, AV, BX, BV, TX, TV)
         if l > 1:     # the first call may include numba's compilation (or loading its cache)
             done.append((l, time.perf_counter() - ts))
     ci = IC[1, 1, L + 1]
@@ -423,4 +446,115 @@ def bound_of_sizes(chain: Chain, wa, wab, wd, of, ob, budget: int, exact: bool =
         idx = np.searchsorted(PX[o:o + k], S, side="right") - 1
         if idx >= 0:
             value = float(PV[o + idx])
-    return BoundResult(value, exact, budget, pused / max(1, nc), time.perf_counter() - t0, True)
+    res = BoundResult(value, exact, budget, pused / max(1, nc), time.perf_counter() - t0, True)
+    if plan and math.isfinite(value):
+        tables = (S, uf, ub, wa, wab, wd, of, ob, IC, IG, U, PX, PV, COFF, CLEN, QX, QV, GOFF, GLEN)
+        res.ops = _sequence(tables, L)
+    return res
+
+
+@njit(cache=True)
+def _choose(s, t, l, m, S, uf, ub, wa, wab, wd, of, ob, IC, IG, U, PX, PV, COFF, CLEN, QX, QV, GOFF, GLEN):
+    """Which case of the recurrence gives C(s, t, l) its value at ``m``, recomputed with the kernel's
+    arithmetic (as ``remat_rotor._persistent_choice`` does): ``(kind, r, t', s')`` with kind -1
+    (C_all), -2 (floating move to a^{t-1}), 1 (C_ck: F_none^s..F_ck^r..F_none^{s'-1}, split t'),
+    0 (s = t = l), -9 (none found: cannot happen)."""
+    ci = IC[s, t, l]
+    h = _sf_at(PX, COFF[ci], CLEN[ci], m)
+    if h < 0:
+        return -9, 0, 0, 0
+    target = PV[COFF[ci] + h]
+    if s == t == l:
+        return 0, 0, 0, 0
+    if s == t:
+        need = max(wd[l] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+        if m >= max(need, wab[s]):
+            c2 = IC[s + 1, s + 1, l]
+            k = _sf_at(PX, COFF[c2], CLEN[c2], m - wab[s])
+            if k >= 0 and (uf[s] + PV[COFF[c2] + k]) + ub[s] == target:
+                return -1, 0, 0, 0
+    if t > s and not (wa[t - 1] < wa[s - 1]):
+        lo = wd[l] + wa[s] + of[s]
+        for j in range(s + 1, t):
+            lo = max(lo, wd[l] + wa[j - 1] + wa[j] + of[j] - wa[s - 1])
+        delta_m = wa[t - 1] - wa[s - 1]
+        lo = max(lo, delta_m)
+        if m >= max(lo, 0):
+            c2 = IC[t, t, l]
+            k = _sf_at(PX, COFF[c2], CLEN[c2], m - delta_m)
+            if k >= 0 and U[s, t - 1] + PV[COFF[c2] + k] == target:
+                return -2, 0, 0, 0
+    if t < l:
+        pre = wd[l] + wa[s] + of[s]
+        mid = 0
+        for r in range(s, t + 1):
+            if r > s + 1:
+                j = r - 1
+                mid = max(mid, wd[l] + wa[j - 1] + wa[j] + of[j])
+            if wa[r - 1] < wa[s - 1]:
+                continue
+            if pre > S:
+                break
+            delta_m = wa[r - 1] - wa[s - 1]
+            lo = max(max(pre, mid - wa[s - 1]), max(delta_m, 0))
+            if m < lo:
+                continue
+            m2 = m - delta_m
+            u = U[s, r - 1] if r > s else 0.0
+            for tp in range(t + 1, l + 1):
+                gi = IG[r, tp, l]
+                c2 = IC[r, t, tp - 1]
+                a = _sf_at(QX, GOFF[gi], GLEN[gi], m2)
+                b = _sf_at(PX, COFF[c2], CLEN[c2], m2)
+                if a < 0 or b < 0:
+                    continue
+                if (u + QV[GOFF[gi] + a]) + PV[COFF[c2] + b] == target:
+                    # which s' gives G(r, t', l) its value at m2
+                    gval = QV[GOFF[gi] + a]
+                    need = wd[l] + wa[r] + of[r]
+                    for sp in range(r + 1, tp + 1):
+                        if sp - 1 > r:
+                            j = sp - 1
+                            need = max(need, wd[l] + wa[j - 1] + wa[j] + of[j])
+                        if need > S:
+                            break
+                        if m2 < max(need, 0):
+                            continue
+                        c3 = IC[sp, tp, l]
+                        e = _sf_at(PX, COFF[c3], CLEN[c3], m2 - wa[sp - 1])
+                        if e >= 0 and (U[r, sp - 1] + PV[COFF[c3] + e]) + 0.0 == gval:
+                            return 1, r, tp, sp
+    return -9, 0, 0, 0
+
+
+def _sequence(tables, L: int) -> list:
+    """Algorithm 2 (OptRecFL) on the step-function tables: the operations of an optimal sequence of
+    the (integer) instance the tables were computed for."""
+    S, wa, wab = tables[0], tables[3], tables[4]
+    out: list = []
+    stack = [(1, 1, L + 1, S, 0)]
+    while stack:
+        s, t, l, m, kind = stack.pop()
+        if kind == 1:
+            out.append(("B", s))
+            continue
+        c, r, tp, sp = _choose(s, t, l, m, *tables)
+        if c == -9:
+            raise RuntimeError(f"internal error: no case reaches C[{s},{t},{l}] at {m}")
+        if c == 0:
+            out.extend([("F_all", s), ("B", s)])
+        elif c == -1:
+            out.append(("F_all", s))
+            stack.append((s, s, l, 0, 1))
+            stack.append((s + 1, s + 1, l, m - int(wab[s]), 0))
+        elif c == -2:
+            out.extend(("F_none", j) for j in range(s, t))
+            stack.append((t, t, l, m - int(wa[t - 1]) + int(wa[s - 1]), 0))
+        else:
+            m2 = m - int(wa[r - 1]) + int(wa[s - 1])
+            out.extend(("F_none", j) for j in range(s, r))
+            out.append(("F_ck", r))
+            out.extend(("F_none", j) for j in range(r + 1, sp))
+            stack.append((r, t, tp - 1, m2, 0))
+            stack.append((sp, tp, l, m2 - int(wa[sp - 1]), 0))
+    return out

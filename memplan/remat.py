@@ -143,15 +143,41 @@ _DEFAULT_GAP = 1e-4
 def _dp_bound(chain: Chain, memory: float, b: Budget):
     """remat-milp's lower bound from the floating DP on step functions
     (:func:`memplan.baselines.remat_bound.floating_bound`, proven there), within ``_BOUND_SHARE`` of
-    what the call has left; None when it would not finish in time."""
+    what the call has left; None when it would not finish in time. On integer chains the same run
+    rebuilds the DP's sequence (``ops``), optimal among all sequences."""
     left = b.limit(share=_BOUND_SHARE)
     deadline = None if left is None else time.perf_counter() + left
-    res = remat_bound.floating_bound(chain, memory, deadline=deadline)
+    res = remat_bound.floating_bound(chain, memory, deadline=deadline, plan=chain.is_integer)
     if not res.complete or res.value is None or not math.isfinite(res.value):
         b.log(f"remat-milp: DP bound stopped at its share of the time ({res.seconds:.1f} s)")
         return None, res
     b.log(f"remat-milp: DP bound {fmt_time(res.value)} ({res.describe()}, {res.seconds:.1f} s)")
     return res.value, res
+
+
+def _dp_plan(chain: Chain, memory: float, b: Budget, bres):
+    """The floating DP's sequence on step functions: from the bound's run on integer chains, else
+    from a second run with sizes rounded up (:func:`memplan.baselines.remat_bound.floating_plan`)
+    when the share of the time left allows it (it takes about as long as the bound). Returns
+    ``(schedule, makespan)`` replayed within the limit, or ``(None, None)``."""
+    ops = bres.ops
+    if ops is None and not chain.is_integer:
+        left = b.limit(share=_BOUND_SHARE)
+        if left is not None and left < 1.5 * bres.seconds:
+            return None, None
+        deadline = None if left is None else time.perf_counter() + left
+        res = remat_bound.floating_plan(chain, memory, deadline=deadline)
+        ops = res.ops if res.complete else None
+        b.log(f"remat-milp: DP plan with sizes rounded up: "
+              + ("none" if ops is None else fmt_time(res.value)) + f" ({res.seconds:.1f} s)")
+    if ops is None:
+        return None, None
+    sched = RematSchedule(ops)
+    try:
+        rep = simulate_remat(chain, sched, memory_limit=memory)
+    except InvalidSequence:
+        return None, None
+    return sched, rep.makespan
 
 
 def _remat_milp(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:
@@ -175,6 +201,18 @@ def _remat_milp(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution
     bound_info = {} if bres is None else {"dp_bound": lb, "dp_bound_method": bres.describe(),
                                           "dp_bound_exact_sizes": bres.exact, "dp_bound_seconds": bres.seconds,
                                           "dp_bound_complete": bres.complete}
+    if lb is not None and start_time - lb > gap * abs(start_time):
+        # the start is not proven: the floating DP's own sequence may be better (non-persistent)
+        t_p = time.perf_counter()
+        sched, mk = _dp_plan(chain, memory, b, bres)
+        t_bound += time.perf_counter() - t_p
+        if sched is not None:
+            bound_info["dp_plan"] = mk
+            if mk < start_time * (1 - 1e-12):
+                start, start_time = sched, mk
+                source = "the floating DP on step functions" + (" (exact sizes)" if bres.exact else
+                                                                " (sizes rounded up)")
+                b.log(f"remat-milp: start replaced by {source} ({fmt_time(mk)})")
     if lb is not None and start_time - lb <= gap * abs(start_time):
         rep = simulate_remat(chain, start, memory_limit=memory)
         times = {"start": t_start, "bound": t_bound}

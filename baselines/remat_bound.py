@@ -392,7 +392,17 @@ def floating_bound(chain: Chain, memory: float, *, deadline: float | None = None
     ``value`` is ``math.inf`` when not even the relaxation has a sequence (nothing fits). ``plan``:
     also rebuild the DP's sequence (``ops``): on integer chains an optimal sequence of the chain as
     given; otherwise one of the rounded-down instance, which may exceed the limit by a few units
-    (use :func:`floating_plan` for plans)."""
+    (use :func:`floating_plan` for plans).
+
+    Examples
+    --------
+    Paper 004's toy chain at 90 MiB: no sequence is faster than the paper's 47.42 ms.
+
+    >>> from memplan.models.instance import load_instance
+    >>> chain, _ = load_instance("paper004_table2")
+    >>> round(floating_bound(chain, 90 * 2**20).value * 1e3, 2)
+    47.42
+    """
     wa, wab, wd, of, ob, budget, exact = fine_units(chain, memory, units)
     return bound_of_sizes(chain, wa, wab, wd, of, ob, budget, exact, deadline=deadline, plan=plan)
 

@@ -17,7 +17,8 @@ method             what it computes                                             
 ``sequential``     PyTorch's ``checkpoint_sequential``, best number of segments          O(L^3)
 ``store-all``      plain autograd, no re-materialization                                 O(L)
 ``recompute-all``  only a^0 kept (often, not always, the least memory)                   O(L^2)
-``remat-milp``     MILP exact for paper 004's model, MIP start from ``rotor``            MILP
+``remat-milp``     MILP exact for paper 004's model, MIP start from ``rotor``, the       MILP
+                   floating DP on step functions as bound (often the proof, no MILP)
 ``checkmate``      Checkmate's MILP (Jain et al. 2020), converted into a valid sequence  MILP
 ``checkmate-lp``   Checkmate's LP relaxation + two-phase rounding                         LP
 =================  ====================================================================  ==============

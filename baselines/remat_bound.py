@@ -40,7 +40,19 @@ Memory unit and validity (the proof of the bound).
    mapped ones with the same makespan, so the mapped instance's optimum is at most the real one.
    (Sizes above the budget are clipped at budget + 1: they fit neither way.)
 
-In both cases the DP's value is at most the optimum of paper 004's model at limit ``M``: a lower
+3. *The operation ``up``* (``F_all^l`` over a stored plain ``a^l``, which the simulator and the
+   exhaustive search accept but Table 1 and the DP do not have). :mod:`memplan.formulations.remat_milp`
+   ("Dominance") proves that it cannot help at a stage ``l`` with ``wabar^l >= wa^l`` and
+   ``o_f^l <= wd^{l-1} + o_b^l``; on the real chains one to twelve stages miss the second condition
+   (ResNet's stage 5, GPT-2's attention blocks). The bound therefore runs on the *relaxed chain*
+   (:func:`relaxed_chain`): ``wa^l`` lowered to ``min(wa^l, wabar^l)`` and ``o_f^l`` to
+   ``min(o_f^l, wd^{l-1} + o_b^l)`` at those stages only. Lowering a size never makes an operation
+   use more memory, so every valid sequence of the chain stays valid with the same makespan
+   (relaxed optimum <= real optimum); in the relaxed chain both conditions hold at every stage, so
+   some optimal sequence has no ``up`` and the floating DP reaches it. Without this step the DP
+   would bound only the sequences without ``up``.
+
+In every case the DP's value is at most the optimum of paper 004's model at limit ``M``: a lower
 bound, which :mod:`memplan.remat` uses to prove the persistent DP's or the MILP's schedule
 optimal. No schedule is rebuilt here (the tables hold no choices).
 
@@ -62,7 +74,7 @@ from memplan.baselines.remat_min_memory import forward_sums
 from memplan.baselines.remat_rotor import _floating_cells, _floating_index
 from memplan.models.chain import Chain
 
-__all__ = ["floating_bound", "floating_plan", "bound_of_sizes", "BoundResult", "fine_units"]
+__all__ = ["floating_bound", "floating_plan", "relaxed_chain", "bound_of_sizes", "BoundResult", "fine_units"]
 
 #: memory units of the fine discretization of chains with non-integer sizes (the budget)
 FINE_UNITS = 2 ** 32
@@ -78,11 +90,28 @@ class BoundResult:
         self.value, self.exact, self.units, self.steps = value, exact, units, steps
         self.seconds, self.complete = seconds, complete
         self.ops = None      # the plan's operations, when asked for (``plan=True``)
+        self.relaxed = False  # the bound ran on relaxed_chain (rule 3), which differs from the chain
 
     def describe(self) -> str:
         if self.exact:
             return "floating DP on step functions, one unit per byte (exact sizes)"
         return f"floating DP on step functions, {self.units} units (sizes rounded down)"
+
+
+def relaxed_chain(chain: Chain) -> Chain:
+    """The chain with ``wa^l = min(wa^l, wabar^l)`` and ``o_f^l = min(o_f^l, wd^{l-1} + o_b^l)`` for
+    l = 1..L (rule 3 of the module docstring): the same chain object when nothing changes."""
+    import dataclasses
+
+    L = chain.L
+    wa = chain.wa.copy()
+    of = chain.of.copy()
+    for j in range(1, L + 1):
+        wa[j] = min(wa[j], chain.wabar[j])
+        of[j] = min(of[j], chain.wd[j - 1] + chain.ob[j])
+    if np.array_equal(wa, chain.wa) and np.array_equal(of, chain.of):
+        return chain
+    return dataclasses.replace(chain, wa=wa, of=of, name=chain.name + " (relaxed: up dominated)")
 
 
 def fine_units(chain: Chain, memory: float, units: int | None = None, mode: str = "down"):
@@ -389,10 +418,11 @@ def floating_bound(chain: Chain, memory: float, *, deadline: float | None = None
     next ones would not finish in time (``value`` None, ``complete`` False). ``units``: force the
     rounded-down rule with that many units (the tests compare it with the dense DP).
 
-    ``value`` is ``math.inf`` when not even the relaxation has a sequence (nothing fits). ``plan``:
-    also rebuild the DP's sequence (``ops``): on integer chains an optimal sequence of the chain as
-    given; otherwise one of the rounded-down instance, which may exceed the limit by a few units
-    (use :func:`floating_plan` for plans).
+    The DP runs on :func:`relaxed_chain` (rule 3: ``up`` dominated). ``value`` is ``math.inf`` when
+    not even the relaxation has a sequence (nothing fits). ``plan``: also rebuild the DP's sequence
+    (``ops``): on integer chains where the relaxation changes nothing, an optimal sequence of the
+    chain as given; otherwise one of the relaxed instance, which may exceed the real limit (replay
+    it; :func:`floating_plan` gives plans that fit).
 
     Examples
     --------
@@ -403,8 +433,11 @@ def floating_bound(chain: Chain, memory: float, *, deadline: float | None = None
     >>> round(floating_bound(chain, 90 * 2**20).value * 1e3, 2)
     47.42
     """
-    wa, wab, wd, of, ob, budget, exact = fine_units(chain, memory, units)
-    return bound_of_sizes(chain, wa, wab, wd, of, ob, budget, exact, deadline=deadline, plan=plan)
+    relaxed = relaxed_chain(chain)
+    wa, wab, wd, of, ob, budget, exact = fine_units(relaxed, memory, units)
+    res = bound_of_sizes(relaxed, wa, wab, wd, of, ob, budget, exact, deadline=deadline, plan=plan)
+    res.relaxed = relaxed is not chain
+    return res
 
 
 def bound_of_sizes(chain: Chain, wa, wab, wd, of, ob, budget: int, exact: bool = False, *,

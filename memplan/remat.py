@@ -157,19 +157,25 @@ def _dp_bound(chain: Chain, memory: float, b: Budget):
 
 
 def _dp_plan(chain: Chain, memory: float, b: Budget, bres):
-    """The floating DP's sequence on step functions: from the bound's run on integer chains, else
-    from a second run with sizes rounded up (:func:`memplan.baselines.remat_bound.floating_plan`)
-    when the share of the time left allows it (it takes about as long as the bound). Returns
+    """The floating DP's sequence on step functions: from the bound's run when it replays within the
+    limit (integer chains), else from a second run on the chain as given with sizes rounded up
+    (:func:`memplan.baselines.remat_bound.floating_plan`) when the share of the time left allows it
+    (it takes about as long as the bound). Returns
     ``(schedule, makespan)`` replayed within the limit, or ``(None, None)``."""
     ops = bres.ops
-    if ops is None and not chain.is_integer:
+    if ops is not None:
+        try:
+            simulate_remat(chain, RematSchedule(ops), memory_limit=memory)
+        except InvalidSequence:
+            ops = None       # a sequence of the relaxed chain (rule 3) that the real one cannot run
+    if ops is None:
         left = b.limit(share=_BOUND_SHARE)
         if left is not None and left < 1.5 * bres.seconds:
             return None, None
         deadline = None if left is None else time.perf_counter() + left
         res = remat_bound.floating_plan(chain, memory, deadline=deadline)
         ops = res.ops if res.complete else None
-        b.log(f"remat-milp: DP plan with sizes rounded up: "
+        b.log(f"remat-milp: DP plan on the chain as given: "
               + ("none" if ops is None else fmt_time(res.value)) + f" ({res.seconds:.1f} s)")
     if ops is None:
         return None, None
@@ -201,7 +207,7 @@ def _remat_milp(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution
     t_bound = time.perf_counter() - t_b
     bound_info = {} if bres is None else {"dp_bound": lb, "dp_bound_method": bres.describe(),
                                           "dp_bound_exact_sizes": bres.exact, "dp_bound_seconds": bres.seconds,
-                                          "dp_bound_complete": bres.complete}
+                                          "dp_bound_complete": bres.complete, "dp_bound_relaxed": bres.relaxed}
     if lb is not None and start_time - lb > gap * abs(start_time):
         # the start is not proven: the floating DP's own sequence may be better (non-persistent)
         t_p = time.perf_counter()

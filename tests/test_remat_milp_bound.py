@@ -43,9 +43,9 @@ def test_equals_the_dense_floating_dp_on_the_same_sizes(L, integer):
 @pytest.mark.parametrize("integer", [True, False])
 @pytest.mark.parametrize("L", [2, 3, 5])
 def test_against_exhaustive(L, integer):
-    """Never above the optimum over all sequences; equal to it with exact sizes (integer chains).
-    The float chains here are also met exactly (2^32 units), which the test checks too: a rounding
-    rule that lost whole items would miss."""
+    """Never above the optimum over all sequences; equal to it where the relaxation of rule 3 changes
+    nothing (most of these chains), with exact sizes (integer chains) and also with 2^32 units (float
+    chains: a rounding rule that lost whole items would miss)."""
     for seed in range(3):
         c = random_chain(L, seed, integer=integer)
         for M in _limits(c):
@@ -56,10 +56,11 @@ def test_against_exhaustive(L, integer):
             res = B.floating_bound(c, M, plan=integer)
             assert res.complete and res.exact == integer
             assert res.value <= opt * (1 + 1e-12)
-            assert res.value == pytest.approx(opt, rel=1e-12) if math.isfinite(opt) else res.value == math.inf
+            if not res.relaxed:     # the chain itself (``up`` dominated everywhere): the bound is tight
+                assert res.value == pytest.approx(opt, rel=1e-12) if math.isfinite(opt) else res.value == math.inf
             if not math.isfinite(opt):
                 continue
-            if integer:        # exact sizes: the rebuilt sequence is optimal and replays at the DP's value
+            if integer and not res.relaxed:   # exact sizes: the rebuilt sequence is optimal
                 rep = simulate_remat(c, RematSchedule(res.ops), memory_limit=M)
                 assert rep.makespan == pytest.approx(opt, rel=1e-12)
             else:              # sizes rounded up: a valid plan (not better than the optimum, of course)
@@ -151,3 +152,35 @@ def test_milp_with_the_bound_as_cut_reaches_the_optimum():
     sol = solve_remat_milp(c, 15, time_limit=30, threads=1, start=start.schedule, lower_bound=2 * n + 2)
     assert sol.status == Status.OPTIMAL and sol.objective == 2 * n + 2
     assert sol.bound >= (2 * n + 2) * (1 - 1e-8)
+
+
+def _up_helps_chain():
+    """A chain whose optimum needs ``up`` (F_all^3 over a stored plain a^3): forward overheads larger
+    than wd^{l-1} + o_b^l, so the MILP's dominance conditions fail (random_chain(5, 39) with drawn
+    overheads and gradient sizes)."""
+    import dataclasses
+
+    L, seed = 5, 39
+    c = random_chain(L, seed)
+    rng = np.random.default_rng(seed)
+    of, wd = c.of.copy(), c.wd.copy()
+    for j in range(1, L + 1):
+        of[j] = float(rng.integers(0, 4 * int(max(c.wa) + 1)))
+        wd[j] = float(rng.integers(1, 3 * int(max(c.wa) + 1)))
+    return dataclasses.replace(c, of=of, wd=wd)
+
+
+def test_the_relaxation_keeps_the_bound_valid_where_up_helps():
+    """Rule 3 of remat_bound's docstring: on the chain as given the DP (no ``up``) stays above the
+    optimum of the exhaustive search (which has ``up``), so it is no bound; on the relaxed chain it is."""
+    c = _up_helps_chain()
+    lo, hi = remat.memory_range(c)
+    M = math.floor(lo)
+    opt, _ = exhaustive_remat(c, M)
+    wa, wab, wd, of, ob, budget, exact = B.fine_units(c, M)
+    raw = B.bound_of_sizes(c, wa, wab, wd, of, ob, budget, exact).value
+    assert raw > opt                             # without the relaxation: not a bound here
+    res = B.floating_bound(c, M)
+    assert res.relaxed and res.value <= opt
+    sol = remat.solve(c, memory=M, method="remat-milp", time_limit=30, threads=1)
+    assert sol.objective == pytest.approx(opt) and sol.bound <= opt * (1 + 1e-12)

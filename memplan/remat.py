@@ -17,7 +17,8 @@ method             what it computes                                             
 ``sequential``     PyTorch's ``checkpoint_sequential``, best number of segments          O(L^3)
 ``store-all``      plain autograd, no re-materialization                                 O(L)
 ``recompute-all``  only a^0 kept (often, not always, the least memory)                   O(L^2)
-``remat-milp``     MILP exact for paper 004's model, MIP start from ``rotor``            MILP
+``remat-milp``     MILP exact for paper 004's model, MIP start from ``rotor``, the       MILP
+                   floating DP on step functions as bound (often the proof, no MILP)
 ``checkmate``      Checkmate's MILP (Jain et al. 2020), converted into a valid sequence  MILP
 ``checkmate-lp``   Checkmate's LP relaxation + two-phase rounding                         LP
 =================  ====================================================================  ==============
@@ -45,12 +46,13 @@ The toy chain of paper 004 (section 3.2, Table 2) at 90 MiB: 47.42 ms at a peak 
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from memplan import _frontend
-from memplan.baselines import remat_heuristics, remat_rotor
+from memplan.baselines import remat_bound, remat_heuristics, remat_rotor
 from memplan.baselines.remat_min_memory import min_memory, min_memory_of, proven_infeasible_below
 from memplan.formulations.remat_checkmate import solve_checkmate, solve_checkmate_lp
 from memplan.formulations.remat_milp import solve_remat_milp
@@ -133,24 +135,127 @@ def _milp_start(chain: Chain, memory: float, o: _Options, b: Budget) -> tuple[Re
     return None, "no MIP start (nothing fits)"
 
 
+#: share of what is left of the call that remat-milp's DP bound may take (the MILP gets the rest)
+_BOUND_SHARE = 0.5
+#: share of what is left that the DP's plan on the chain as given may take (when the bound's run has none)
+_PLAN_SHARE = 0.8
+#: HiGHS's default relative gap, used for the DP bound's test when ``gap=None``
+_DEFAULT_GAP = 1e-4
+
+
+def _dp_bound(chain: Chain, memory: float, b: Budget):
+    """remat-milp's lower bound from the floating DP on step functions
+    (:func:`memplan.baselines.remat_bound.floating_bound`, proven there), within ``_BOUND_SHARE`` of
+    what the call has left; None when it would not finish in time. On integer chains the same run
+    rebuilds the DP's sequence (``ops``), optimal among all sequences."""
+    left = b.limit(share=_BOUND_SHARE)
+    deadline = None if left is None else time.perf_counter() + left
+    res = remat_bound.floating_bound(chain, memory, deadline=deadline, plan=chain.is_integer)
+    if not res.complete or res.value is None or not math.isfinite(res.value):
+        b.log(f"remat-milp: DP bound stopped at its share of the time ({res.seconds:.1f} s)")
+        return None, res
+    b.log(f"remat-milp: DP bound {fmt_time(res.value)} ({res.describe()}, {res.seconds:.1f} s)")
+    return res.value, res
+
+
+def _dp_plan(chain: Chain, memory: float, b: Budget, bres):
+    """The floating DP's sequence on step functions: from the bound's run when it replays within the
+    limit (integer chains), else from a second run on the chain as given with sizes rounded up
+    (:func:`memplan.baselines.remat_bound.floating_plan`) when ``_PLAN_SHARE`` of the time left
+    allows it (it takes about as long as the bound). Returns
+    ``(schedule, makespan)`` replayed within the limit, or ``(None, None)``."""
+    ops = bres.ops
+    if ops is not None:
+        try:
+            simulate_remat(chain, RematSchedule(ops), memory_limit=memory)
+        except InvalidSequence:
+            ops = None       # a sequence of the relaxed chain (rule 3) that the real one cannot run
+    if ops is None:
+        # the plan is what most often closes the gap (the MILP's bound rarely moves past the DP's), so
+        # it may take most of what is left; it takes about as long as the bound did
+        left = b.limit(share=_PLAN_SHARE)
+        if left is not None and left < 1.2 * bres.seconds:
+            return None, None
+        deadline = None if left is None else time.perf_counter() + left
+        res = remat_bound.floating_plan(chain, memory, deadline=deadline)
+        ops = res.ops if res.complete else None
+        b.log(f"remat-milp: DP plan on the chain as given: "
+              + ("none" if ops is None else fmt_time(res.value)) + f" ({res.seconds:.1f} s)")
+    if ops is None:
+        return None, None
+    sched = RematSchedule(ops)
+    try:
+        rep = simulate_remat(chain, sched, memory_limit=memory)
+    except InvalidSequence:
+        return None, None
+    return sched, rep.makespan
+
+
 def _remat_milp(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:
+    """The MIP start (:func:`_milp_start`), then the floating DP's lower bound (:func:`_dp_bound`):
+    when the start is within ``gap`` of it, the start is returned as OPTIMAL without a MILP
+    (``details["proved_by"]`` names the bound); otherwise the MILP runs with the bound as an
+    objective cut, and the better of the two bounds is reported (``proved_by`` says which one
+    closed the gap, None when none did)."""
     t0 = time.perf_counter()
     need = min_memory(chain)
     start, source = _milp_start(chain, memory, o, b)
     t_start = time.perf_counter() - t0
-    b.log(f"remat-milp: MIP start: {source}" + ("" if start is None else
-                                                 f" ({fmt_time(simulate_remat(chain, start).makespan)})"))
+    start_time = None if start is None else simulate_remat(chain, start).makespan
+    b.log(f"remat-milp: MIP start: {source}" + ("" if start is None else f" ({fmt_time(start_time)})"))
+    gap = _DEFAULT_GAP if o.gap is None else o.gap
+    lb, bres = (None, None)
+    t_b = time.perf_counter()
+    if start is not None:
+        lb, bres = _dp_bound(chain, memory, b)
+    t_bound = time.perf_counter() - t_b
+    bound_info = {} if bres is None else {"dp_bound": lb, "dp_bound_method": bres.describe(),
+                                          "dp_bound_exact_sizes": bres.exact, "dp_bound_seconds": bres.seconds,
+                                          "dp_bound_complete": bres.complete, "dp_bound_relaxed": bres.relaxed}
+    if lb is not None and start_time - lb > gap * abs(start_time):
+        # the start is not proven: the floating DP's own sequence may be better (non-persistent)
+        t_p = time.perf_counter()
+        sched, mk = _dp_plan(chain, memory, b, bres)
+        t_bound += time.perf_counter() - t_p
+        if sched is not None:
+            bound_info["dp_plan"] = mk
+            if mk < start_time * (1 - 1e-12):
+                start, start_time = sched, mk
+                source = "the floating DP on step functions" + (" (exact sizes)" if bres.exact else
+                                                                " (sizes rounded up)")
+                b.log(f"remat-milp: start replaced by {source} ({fmt_time(mk)})")
+    if lb is not None and start_time - lb <= gap * abs(start_time):
+        rep = simulate_remat(chain, start, memory_limit=memory)
+        times = {"start": t_start, "bound": t_bound}
+        details = {"mip_start": f"MIP start from {source}", "proved_by": "dp bound", "recompute_time": rep.recompute_time,
+                   "returned": "mip start", **bound_info}
+        msg = (f"optimal for paper 004's model within gap {gap:g}: the schedule of {source} meets the lower "
+               f"bound of the {bres.describe()} (no MILP needed)")
+        return Solution(PROBLEM, "remat-milp", Status.OPTIMAL, objective=rep.makespan, peak_memory=rep.peak_memory,
+                        schedule=start, bound=min(lb, rep.makespan), memory_limit=memory, predicted=start_time,
+                        message=msg, times=times, details=details)
     sol = solve_remat_milp(chain, memory, time_limit=b.limit(), gap=o.gap, threads=o.threads, start=start,
-                           start_source=source, min_memory=need, log_file=o.solver_log)
+                           start_source=source, min_memory=need, log_file=o.solver_log, lower_bound=lb)
     if start is None:
         sol.details["mip_start"] = source
+    sol.details.update(bound_info)
     sol.times = _with_start_time(sol.times, t_start)
+    sol.times["bound"] = t_bound
     if start is not None and sol.status not in (Status.OPTIMAL, Status.INFEASIBLE):
         sol = _better_of_milp_and_start(chain, memory, sol, start, source)
     if sol.schedule is not None:
         # every sequence runs each F^l and B^l at least once: store-all's time is a bound whatever
         # HiGHS got to prove (it has none when stopped before the root LP finishes)
-        sol.bound = max(chain.store_all_time(), sol.bound if sol.bound is not None else 0.0)
+        milp_bound = sol.bound if sol.bound is not None else 0.0
+        sol.bound = max(chain.store_all_time(), milp_bound, lb if lb is not None else 0.0)
+        proven = sol.gap is not None and sol.gap <= gap + 1e-12
+        # the MILP's dual bound includes the DP bound through the cut: credit the DP when the MILP's
+        # bound did not go beyond it, i.e. the incumbent reached the DP bound
+        by_dp = lb is not None and milp_bound <= lb * (1 + 1e-8)
+        sol.details["proved_by"] = None if not proven else ("dp bound + milp incumbent" if by_dp else "milp")
+        if proven and sol.status == Status.TIME_LIMIT:
+            sol.status = Status.OPTIMAL
+            sol.message += f"; proven within gap {gap:g} by the {bres.describe()}"
     return sol
 
 

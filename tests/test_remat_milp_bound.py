@@ -1,0 +1,186 @@
+"""The floating DP on step functions (issue 31): a lower bound that equals the dense floating DP on the
+same integer sizes, is never above the exhaustive optimum, equals it on integer chains, and proves
+remat-milp's answer (alone, or as the MILP's objective cut)."""
+import math
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memplan import remat
+from memplan.baselines import remat_bound as B
+from memplan.baselines import remat_rotor as R
+from memplan.baselines.remat_exhaustive import exhaustive_remat
+from memplan.formulations.remat_milp import solve_remat_milp
+from memplan.models.chain import Chain, random_chain
+from memplan.models.remat import RematSchedule, simulate_remat
+from memplan.models.solution import Status
+
+from conftest import MiB
+
+
+def _limits(c, fracs=(0.0, 0.15, 0.4, 0.8)):
+    lo, hi = remat.memory_range(c)
+    return [lo + f * (hi - lo) for f in fracs] + [lo * 0.97]
+
+
+@pytest.mark.parametrize("integer", [True, False])
+@pytest.mark.parametrize("L", [3, 6, 9])
+def test_equals_the_dense_floating_dp_on_the_same_sizes(L, integer):
+    """Same rounded-down sizes, same recurrences: the step functions give the dense table's entry."""
+    for seed in range(3):
+        c = random_chain(L, seed, integer=integer)
+        for M in _limits(c):
+            for S in (37, 160):
+                d = R.Discretization(c, M, S, False, "down")
+                dense = R._dp(c, M, "all", S, False, "down")[0]
+                sparse = B.bound_of_sizes(c, d.wa, d.wab, d.wd, d.of, d.ob, d.budget).value
+                assert sparse == (math.inf if dense is None else dense)
+
+
+@pytest.mark.parametrize("integer", [True, False])
+@pytest.mark.parametrize("L", [2, 3, 5])
+def test_against_exhaustive(L, integer):
+    """Never above the optimum over all sequences; equal to it where the relaxation of rule 3 changes
+    nothing (most of these chains), with exact sizes (integer chains) and also with 2^32 units (float
+    chains: a rounding rule that lost whole items would miss)."""
+    for seed in range(3):
+        c = random_chain(L, seed, integer=integer)
+        for M in _limits(c):
+            if integer:
+                M = math.floor(M)
+            ex = exhaustive_remat(c, M)
+            opt = math.inf if ex is None else ex[0]
+            res = B.floating_bound(c, M, plan=integer)
+            assert res.complete and res.exact == integer
+            assert res.value <= opt * (1 + 1e-12)
+            if not res.relaxed:     # the chain itself (``up`` dominated everywhere): the bound is tight
+                assert res.value == pytest.approx(opt, rel=1e-12) if math.isfinite(opt) else res.value == math.inf
+            if not math.isfinite(opt):
+                continue
+            if integer and not res.relaxed:   # exact sizes: the rebuilt sequence is optimal
+                rep = simulate_remat(c, RematSchedule(res.ops), memory_limit=M)
+                assert rep.makespan == pytest.approx(opt, rel=1e-12)
+            else:              # sizes rounded up: a valid plan (not better than the optimum, of course)
+                plan = B.floating_plan(c, M)
+                if plan.ops is not None:
+                    rep = simulate_remat(c, RematSchedule(plan.ops), memory_limit=M)
+                    assert rep.makespan == pytest.approx(plan.value, rel=1e-12)
+                    assert rep.makespan >= opt * (1 - 1e-12)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(L=st.integers(1, 5), seed=st.integers(0, 10_000), frac=st.floats(-0.1, 1.1), integer=st.booleans())
+def test_property_bound_never_above_exhaustive(L, seed, frac, integer):
+    c = random_chain(L, seed, integer=integer)
+    lo, hi = remat.memory_range(c)
+    M = max(1.0, lo + frac * (hi - lo))
+    if integer:
+        M = float(math.floor(M))
+    ex = exhaustive_remat(c, M)
+    res = B.floating_bound(c, M)
+    if ex is not None:
+        assert res.value <= ex[0] * (1 + 1e-12)
+    elif integer:
+        assert res.value == math.inf       # exact sizes: nothing fits for the DP either
+
+
+def test_fine_units_never_exceed_the_real_share_of_the_limit():
+    """Rule 2 of the module docstring: floor(x / q) <= x / q, so any set of sizes summing to at most M
+    maps to at most the budget, whatever the rounding of the division."""
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        L = 12
+        c = random_chain(L, int(rng.integers(1000)), integer=False)
+        M = float(rng.uniform(0.5, 3.0) * c.wa.sum())
+        wa, wab, wd, of, ob, budget, exact = B.fine_units(c, M)
+        assert not exact and budget == B.FINE_UNITS
+        for real, units in ((c.wa, wa), (c.wabar, wab), (c.wd, wd), (c.of, of), (c.ob, ob)):
+            assert np.all(units.astype(float) <= np.asarray(real) * budget / M)
+        # the worst case: all sizes at once (when they fit), computed in exact integers
+        if c.wa.sum() + c.wabar.sum() <= M:
+            assert int(wa.sum()) + int(wab.sum()) <= budget
+
+
+def test_deadline_stops_before_the_work():
+    c = random_chain(12, 1, integer=False)
+    lo, hi = remat.memory_range(c)
+    res = B.floating_bound(c, (lo + hi) / 2, deadline=time.perf_counter() - 1.0)
+    assert res.value is None and not res.complete
+
+
+def test_remat_milp_proven_by_the_dp_bound(toy_chain):
+    """Paper 004's toy chain at 90 MiB: 47.42 ms (the paper's number), proven by the DP bound alone."""
+    sol = remat.solve(toy_chain, memory=90 * MiB, method="remat-milp", time_limit=30, threads=1)
+    assert sol.status == Status.OPTIMAL
+    assert sol.objective == pytest.approx(47.42e-3)
+    assert sol.details["proved_by"] == "dp bound"
+    assert sol.bound == pytest.approx(47.42e-3, rel=1e-9) and sol.gap <= 1e-4
+
+
+def _fig4(n):
+    """Paper 004, Figure 4: L = n+2, u_f^1 = n-2, u_f^2 = 2, sizes 3 except a^0 = 0, a^1 = 1, a^L = 4."""
+    k, L = n - 2, n + 2
+    uf = [0] * L
+    uf[0], uf[1] = k, 2
+    wa = [3] * (L + 1)
+    wa[0], wa[1], wa[L] = 0, 1, 4
+    return Chain.from_stages(uf=uf, ub=[0] * L, wa=wa)
+
+
+def test_remat_milp_takes_the_dp_sequence_when_the_persistent_start_is_not_optimal():
+    """Paper 004, Figure 4 (n = 6, M = 15): the persistent start takes 3n - 2 = 16, every sequence at
+    least 2n + 2 = 14 (the paper's numbers); the DP's own (non-persistent) sequence reaches 14."""
+    n = 6
+    c = _fig4(n)
+    sol = remat.solve(c, memory=15, method="remat-milp", time_limit=30, threads=1)
+    assert sol.status == Status.OPTIMAL and sol.objective == 2 * n + 2
+    assert sol.details["dp_bound"] == 2 * n + 2 and sol.details["dp_plan"] == 2 * n + 2
+    assert sol.details["proved_by"] == "dp bound"
+    assert "floating DP" in sol.details["mip_start"]
+
+
+def test_milp_with_the_bound_as_cut_reaches_the_optimum():
+    """The cut ``makespan >= bound`` keeps the optimum: from the persistent start (16) the MILP finds
+    14 and its dual bound starts at the cut."""
+    n = 6
+    c = _fig4(n)
+    start = R.persistent(c, 15, exact=True)
+    assert start.objective == 3 * n - 2
+    sol = solve_remat_milp(c, 15, time_limit=30, threads=1, start=start.schedule, lower_bound=2 * n + 2)
+    assert sol.status == Status.OPTIMAL and sol.objective == 2 * n + 2
+    assert sol.bound >= (2 * n + 2) * (1 - 1e-8)
+
+
+def _up_helps_chain():
+    """A chain whose optimum needs ``up`` (F_all^3 over a stored plain a^3): forward overheads larger
+    than wd^{l-1} + o_b^l, so the MILP's dominance conditions fail (random_chain(5, 39) with drawn
+    overheads and gradient sizes)."""
+    import dataclasses
+
+    L, seed = 5, 39
+    c = random_chain(L, seed)
+    rng = np.random.default_rng(seed)
+    of, wd = c.of.copy(), c.wd.copy()
+    for j in range(1, L + 1):
+        of[j] = float(rng.integers(0, 4 * int(max(c.wa) + 1)))
+        wd[j] = float(rng.integers(1, 3 * int(max(c.wa) + 1)))
+    return dataclasses.replace(c, of=of, wd=wd)
+
+
+def test_the_relaxation_keeps_the_bound_valid_where_up_helps():
+    """Rule 3 of remat_bound's docstring: on the chain as given the DP (no ``up``) stays above the
+    optimum of the exhaustive search (which has ``up``), so it is no bound; on the relaxed chain it is."""
+    c = _up_helps_chain()
+    lo, hi = remat.memory_range(c)
+    M = math.floor(lo)
+    opt, _ = exhaustive_remat(c, M)
+    wa, wab, wd, of, ob, budget, exact = B.fine_units(c, M)
+    raw = B.bound_of_sizes(c, wa, wab, wd, of, ob, budget, exact).value
+    assert raw > opt                             # without the relaxation: not a bound here
+    res = B.floating_bound(c, M)
+    assert res.relaxed and res.value <= opt
+    sol = remat.solve(c, memory=M, method="remat-milp", time_limit=30, threads=1)
+    assert sol.objective == pytest.approx(opt) and sol.bound <= opt * (1 + 1e-12)

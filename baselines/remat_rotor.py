@@ -70,7 +70,7 @@ from numba import njit
 from memplan.baselines import remat_heuristics as H
 from memplan.baselines.remat_min_memory import TooCostly, forward_sums, min_memory, min_memory_of, necessary_memory
 from memplan.models.chain import Chain
-from memplan.models.remat import InvalidSequence, RematSchedule, simulate_remat
+from memplan.models.remat import RematSchedule, simulate_remat
 from memplan.models.solution import Solution, Status
 from memplan.models.units import fmt_memory
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from memplan.experiments import figures, sweeps
+from memplan.experiments.cli_checks import guarded
 from memplan.experiments.sweep_engine import Source
 from memplan.models.solution import InputError
 from memplan.models.units import parse_bandwidth
@@ -103,7 +104,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m memplan.experiments.offload_figures",
                                 description=__doc__.split("\n\n")[0])
     add_arguments(p)
-    return sweeps.run_experiment(sys.modules[__name__], p.parse_args(argv))
+    args = p.parse_args(argv)
+    return guarded(lambda: sweeps.run_experiment(sys.modules[__name__], args), "offload_figures")
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ import sys
 from pathlib import Path
 
 from memplan.experiments import figures
+from memplan.experiments.cli_checks import output_dir, positive_int
 from memplan.experiments.sweep_engine import Grid, Source, expand, read_results, run_sweep, write_csv
 from memplan.models.solution import InputError
 
@@ -93,7 +94,7 @@ def add_engine_arguments(p: argparse.ArgumentParser, *, methods: str | None = No
                    + (f"; default {instance}" if instance else ""))
     g.add_argument("--pipedream", action="append", default=None, metavar="GRAPH_TXT",
                    help="a PipeDream profile read in place (e.g. ../shared/external/pipedream/resnet18.graph.txt)")
-    g.add_argument("--batch", type=int, default=None, help="--pipedream: rescale the profile to this batch")
+    g.add_argument("--batch", type=positive_int, default=None, help="--pipedream: rescale the profile to this batch")
     g.add_argument("--methods", default=methods, help=f"comma-separated methods (default {methods or 'the problem default'})")
     g.add_argument("--points", type=int, default=points,
                    help=f"memory limits evenly spaced from the problem's minimum to store-all (default {points})")
@@ -107,13 +108,13 @@ def add_engine_arguments(p: argparse.ArgumentParser, *, methods: str | None = No
     g.add_argument("--option", action="append", default=None, metavar="KEY=VALUE",
                    help="an option of the problem's solve (repeatable), e.g. --option slots=200; a,b is an axis")
     r = p.add_argument_group("run")
-    r.add_argument("--workers", type=int, default=None,
+    r.add_argument("--workers", type=positive_int, default=None,
                    help=f"local worker processes (default: the number of cores, {os.cpu_count()}); 1 runs in "
                         "this process without Dask")
     r.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="send the tasks to this Dask scheduler (e.g. tcp://10.0.0.1:8786) instead")
     r.add_argument("-o", "--out", default=out, help="output folder (results/ table, figure)")
-    r.add_argument("--csv", action="store_true", help="also write DIR/results.csv")
+    r.add_argument("--csv", action="store_true", help="accepted for old scripts: DIR/results.csv is always written")
     r.add_argument("--no-plot", action="store_true", help="do not draw the figure")
     r.add_argument("--fresh", action="store_true", help="drop the table under DIR first instead of resuming")
     r.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
@@ -147,8 +148,10 @@ def base_grid(args, problem: str, *, methods=None, options=None, memory=None, ba
 
 
 # ----------------------------------------------------------------------------- running
-def execute(grids, out, *, workers=None, scheduler=None, csv=False, fresh=False, progress=True) -> tuple:
-    """Expand, run, write: returns (table, stats)."""
+def execute(grids, out, *, workers=None, scheduler=None, csv=True, fresh=False, progress=True) -> tuple:
+    """Expand, run, write: returns (table, stats). ``DIR/results.csv`` (the grid's rows, readable
+    without pyarrow) is written beside the Parquet parts."""
+    output_dir(out, "-o/--out")
     tasks, instances = expand(grids)
     stats = run_sweep(tasks, instances, out, workers=workers, scheduler=scheduler, progress=progress, fresh=fresh)
     df = read_results(out)
@@ -159,7 +162,7 @@ def execute(grids, out, *, workers=None, scheduler=None, csv=False, fresh=False,
              if stats.carried else ""), file=sys.stderr)
     if csv:
         df.to_csv(Path(out) / "results.csv", index=False)
-        print(f"wrote {Path(out) / 'results.csv'}", file=sys.stderr)
+        print(f"table {Path(out) / 'results.csv'} ({len(df)} rows)", file=sys.stderr)
     errors = df[df["status"] == "error"]
     for r in errors.head(10).itertuples():
         print(f"error: {r.instance} {r.problem} {r.method} at {r.memory_limit:.6g} B: {r.error}", file=sys.stderr)
@@ -183,10 +186,11 @@ def merge_run_options(args) -> None:
 def run_experiment(mod, args) -> int:
     """``memplan sweep PROBLEM``: the module's grid, the engine, its figure."""
     merge_run_options(args)
-    grids = mod.grids(args)
     out = Path(args.out or mod.default_out(args))
-    df, stats = execute(grids, out, workers=args.workers, scheduler=args.scheduler, csv=args.csv,
-                        fresh=args.fresh, progress=not args.quiet)
+    output_dir(out, "-o/--out")            # before the grid's own work (the pipeline's baseline points)
+    grids = mod.grids(args)
+    df, stats = execute(grids, out, workers=args.workers, scheduler=args.scheduler, fresh=args.fresh,
+                        progress=not args.quiet)
     if not args.no_plot:
         for p in mod.draw(df, out, args):
             print(f"wrote {p}")
@@ -228,10 +232,13 @@ def run_config(args) -> int:
         raise InputError(f"{path}: no [[grid]] table (see memplan sweep --help)")
     grids = [_grid_from_toml(g, f"{path}: grid[{k}]") for k, g in enumerate(cfg["grid"])]
     out = Path(args.out or cfg.get("out") or f"results/{path.stem}")
+    output_dir(out, "-o/--out" if args.out else f"{path}: out")
     workers = args.workers or cfg.get("workers")
     scheduler = args.scheduler or cfg.get("scheduler")
-    df, stats = execute(grids, out, workers=workers, scheduler=scheduler, csv=args.csv or cfg.get("csv", False),
-                        fresh=args.fresh, progress=not args.quiet)
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise InputError(f"{path}: workers = {workers!r}: give a whole number >= 1")
+    df, stats = execute(grids, out, workers=workers, scheduler=scheduler, fresh=args.fresh,
+                        progress=not args.quiet)
     if not args.no_plot:
         for fig in cfg.get("figures") or sorted({g.problem for g in grids}):
             for p in figures.draw(df, fig, out):
@@ -254,12 +261,13 @@ def add_parser(subparsers) -> None:
     # the run options may come before the experiment's name too (memplan sweep --workers 2 remat ...):
     # kept as top_<name> (an experiment parser's defaults would overwrite them), see merge_run_options
     p.add_argument("--config", help="a TOML file listing grids (several instances and problems)")
-    p.add_argument("--workers", dest="top_workers", type=int, default=None,
+    p.add_argument("--workers", dest="top_workers", type=positive_int, default=None,
                    help="local worker processes (default: cores; 1: no Dask)")
     p.add_argument("--scheduler", dest="top_scheduler", default=None, metavar="ADDRESS",
                    help="an existing Dask scheduler")
     p.add_argument("-o", "--out", dest="top_out", default=None, help="output folder")
-    p.add_argument("--csv", dest="top_csv", action="store_true", help="also write DIR/results.csv")
+    p.add_argument("--csv", dest="top_csv", action="store_true", help="accepted for old scripts: DIR/results.csv "
+                   "is always written")
     p.add_argument("--no-plot", dest="top_no_plot", action="store_true")
     p.add_argument("--fresh", dest="top_fresh", action="store_true")
     p.add_argument("--quiet", "-q", dest="top_quiet", action="store_true")

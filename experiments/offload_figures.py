@@ -62,8 +62,8 @@ def grids(args) -> list:
         given = sweeps.split_list(args.bandwidth)
         bw = (parse_bandwidth(given[0]) if given else
               platform.bandwidth if platform is not None and platform.bandwidth else 12.5e9)
-        one = argparse.Namespace(**{**vars(args), "instance": [src.spec] if not src.batch else None,
-                                    "pipedream": [src.spec] if src.batch else None})
+        one = argparse.Namespace(**{**vars(args), "instance": [src.spec] if not src.pipedream else None,
+                                    "pipedream": [src.spec] if src.pipedream else None})
         if "2" in figs:
             ms = [m for m in methods if m != "milp" or chain.L <= args.milp_max_L] + ["lb"]
             out.append(sweeps.base_grid(one, "offload", methods=ms, bandwidth=[bw], options=opts))

@@ -83,8 +83,8 @@ def grids(args) -> list:
             lo, hi = min_memory(chain) * args.low, store_all(chain).peak_memory * 1.02
             mems = [lo + (hi - lo) * k / max(1, args.points - 1) for k in range(args.points)]
         bws = [beta * f for f in factors]
-        one = argparse.Namespace(**{**vars(args), "instance": [src.spec] if not src.batch else None,
-                                    "pipedream": [src.spec] if src.batch else None})
+        one = argparse.Namespace(**{**vars(args), "instance": [src.spec] if not src.pipedream else None,
+                                    "pipedream": [src.spec] if src.pipedream else None})
         out.append(sweeps.base_grid(one, "remat", methods=["store-all"], memory=mems, bandwidth=[None]))
         out.append(sweeps.base_grid(one, "remat", methods=["rotor"], memory=mems, bandwidth=[None],
                                     options={"slots": sorted({slots[0], 500})}))

@@ -102,10 +102,12 @@ def _schema():
 @dataclass(frozen=True)
 class Source:
     """Where a chain comes from: an instance file or shipped name, or a PipeDream profile
-    (``*.graph.txt``, rescaled to ``batch``). ``ident`` names it by content (sha256 of the file)."""
+    (``pipedream=True`` or a ``*.graph.txt`` name, rescaled to ``batch``). ``ident`` names it by
+    content (sha256 of the file)."""
 
     spec: str
     batch: int | None = None
+    pipedream: bool = False
 
     def load(self):
         """``(chain, platform)``."""
@@ -117,11 +119,12 @@ class Source:
                 return random_chain(int(L), int(seed), integer=False), None
             except ValueError:
                 raise InputError(f"instance {self.spec!r}: expected random:L:SEED, e.g. random:12:0") from None
-        if self.spec.endswith(".graph.txt"):
+        if self.pipedream or self.spec.endswith(".graph.txt"):
             from memplan.models.pipedream import import_graph
 
-            if not Path(self.spec).is_file():
-                raise InputError(f"--pipedream: no such file {self.spec}")
+            if not Path(self.spec).exists():
+                raise InputError(f"--pipedream {self.spec}: no such PipeDream graph file (e.g. "
+                                 "instances/pipedream/resnet18.graph.txt)")
             return import_graph(self.spec, batch=self.batch), None
         return load_instance(self.spec)
 

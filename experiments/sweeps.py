@@ -125,7 +125,7 @@ def sources(args, default: str | None = None) -> list[Source]:
     if not args.instance and not getattr(args, "pipedream", None) and default:
         args.instance = [default]
     out = [Source(s) for s in split_list(args.instance)]
-    out += [Source(s, args.batch) for s in split_list(args.pipedream)]
+    out += [Source(s, args.batch, pipedream=True) for s in split_list(args.pipedream)]
     return out
 
 
@@ -206,7 +206,8 @@ def _grid_from_toml(d: dict, where: str) -> Grid:
     if "problem" not in d:
         raise InputError(f"{where}.problem: missing (one of remat, offload, remat-offload, pipeline)")
     inst = split_list(d.get("instances", [])) + split_list(d.get("instance", []))
-    srcs = [Source(s) for s in inst] + [Source(s, d.get("batch")) for s in split_list(d.get("pipedream", []))]
+    srcs = [Source(s) for s in inst] + [Source(s, d.get("batch"), pipedream=True)
+                                           for s in split_list(d.get("pipedream", []))]
     listy = lambda v: v if isinstance(v, list) or v is None else [v]   # noqa: E731
     return Grid(problem=d["problem"], instances=srcs, methods=listy(d.get("methods")), memory=listy(d.get("memory")),
                 points=d.get("points"), fractions=d.get("fractions"), bandwidth=listy(d.get("bandwidth")),

@@ -2,7 +2,7 @@
 networks, and re-materialization sequences executed on them.
 
     memplan profile --model resnet50 --batch 8 --input 3x224x224 --device cpu -o instances/resnet50-b8.json
-    memplan import-pipedream ../shared/external/pipedream/resnet18.graph.txt --batch 32 -o instances/pd.json
+    memplan import-pipedream instances/pipedream/resnet18.graph.txt --batch 32 -o results/pd18.json
     memplan solve instances/r18.json --problem remat --memory 12MiB --json sol.json
     memplan run instances/r18.json --solution sol.json --check-grads
 

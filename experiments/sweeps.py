@@ -10,12 +10,13 @@ The run options (``--workers``, ``--scheduler``, ``-o``, ``--csv``, ``--no-plot`
 
 PROBLEM is one of the four experiments (``remat``, ``offload``, ``remat-offload``, ``pipeline``); each
 is a thin module (a grid and a figure) with its own extra options (see ``memplan sweep PROBLEM
---help``). The table goes to ``DIR/results/`` (Parquet parts, resumable: a task already there is not
-solved again), ``DIR/results.csv`` with ``--csv``, the figure to ``DIR``. A config file lists grids::
+--help``). Every sweep writes one folder ``DIR`` (``-o``; default ``results/<experiment>``, or
+``results/<config name>``): the table under ``DIR/results/`` (Parquet parts, resumable: a task already
+there is not solved again), the same rows as ``DIR/results.csv`` (always; ``--csv`` is accepted for
+old scripts), the figures beside them. A config file lists grids::
 
     out = "results/exp"            # optional (-o wins)
     workers = 2                    # optional (--workers / --scheduler win)
-    csv = true
     [[grid]]
     problem = "remat"
     instances = ["instances/paper004_table2.json"]
@@ -26,7 +27,7 @@ solved again), ``DIR/results.csv`` with ``--csv``, the figure to ``DIR``. A conf
     slots = [200, 500]
     [[grid]]
     problem = "pipeline"
-    pipedream = ["../shared/external/pipedream/resnet18.graph.txt"]
+    pipedream = ["instances/pipedream/resnet18.graph.txt"]
     batch = 8
     bandwidth = ["12GB/s"]
     gpus = [4, 8]
@@ -93,7 +94,7 @@ def add_engine_arguments(p: argparse.ArgumentParser, *, methods: str | None = No
                    help="instance file or shipped name (repeat or comma-separate for several)"
                    + (f"; default {instance}" if instance else ""))
     g.add_argument("--pipedream", action="append", default=None, metavar="GRAPH_TXT",
-                   help="a PipeDream profile read in place (e.g. ../shared/external/pipedream/resnet18.graph.txt)")
+                   help="a PipeDream profile (e.g. instances/pipedream/resnet18.graph.txt)")
     g.add_argument("--batch", type=positive_int, default=None, help="--pipedream: rescale the profile to this batch")
     g.add_argument("--methods", default=methods, help=f"comma-separated methods (default {methods or 'the problem default'})")
     g.add_argument("--points", type=int, default=points,

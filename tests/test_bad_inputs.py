@@ -307,3 +307,12 @@ def test_figure_scripts_report_a_wrong_path_in_one_line(module, args, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "wrong/path" in _one_line(r.stderr)
     assert time.perf_counter() - t0 < 60
+
+
+def test_the_api_names_a_path_it_cannot_write(tmp_path):
+    chain, _ = load_instance("paper004_table2")
+    sol = memplan.solve(chain, "remat", "rotor", memory="90MiB")
+    with pytest.raises(InputError, match="cannot write the solution"):
+        sol.write_json(tmp_path)
+    with pytest.raises(InputError, match="cannot write the solution"):
+        sol.write_json(tmp_path / "missing" / "x.json")

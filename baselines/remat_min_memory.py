@@ -33,12 +33,18 @@ when a forward overhead ``o_f^l`` dominates it is cheaper in memory to run ``F_a
 store-all peaks at 23 B, recompute-all at 24 B.
 
 Complexity: O(L^3) (persistent, revolve) and O(L^5 / 60) (floating) operations, no memory axis;
-well under a second for L = 100 once compiled (numba, cached).
+well under a second for L = 100 once compiled (numba, cached). The floating DP keeps seven (L+2)^3
+tables, so it runs up to :data:`FLOATING_MAX_L` stages only (L = 150: about 1.5 s and 0.2 GB; L = 200
+already 12 s); on longer chains the class ``"all"`` takes the persistent class's least-memory sequence,
+exact when it reaches :func:`necessary_memory`, else reported with that proven lower bound
+(``exact=False``). A caller with a time budget passes ``time_limit``: a computation estimated
+(:func:`min_memory_seconds`) to take longer raises :class:`TooCostly` instead of starting, and
+:func:`proven_infeasible_below` then falls back on :func:`necessary_memory`.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 from numba import njit
@@ -48,7 +54,7 @@ from memplan.models.chain import Chain
 from memplan.models.remat import RematSchedule, simulate_remat
 
 __all__ = ["CLASSES", "MinMemory", "min_memory", "min_memory_of", "class_min_memory", "necessary_memory",
-           "proven_infeasible_below"]
+           "proven_infeasible_below", "min_memory_seconds", "TooCostly", "FLOATING_MAX_L"]
 
 #: chains up to this length whose DP value may not be exact (a gradient larger than its activation)
 #: are settled by the exhaustive search
@@ -58,6 +64,24 @@ EXHAUSTIVE_MAX_L = 5
 CLASSES = ("all", "persistent", "revolve")
 
 _INF = np.inf
+
+#: the floating threshold DP (class ``"all"``: O(L^5 / 60) time, seven (L+2)^3 tables) runs up to this
+#: many stages; above, the class takes the persistent class's least-memory sequence (see the module)
+FLOATING_MAX_L = 150
+#: seconds per inner step of the threshold DPs on the machine they were measured on (2 shared cores,
+#: numba), doubled for safety: L^3 / 6 steps for the persistent DP (L = 1000: 1.5 s measured), L^5 / 60
+#: for the floating one (L = 150: 1.4 s)
+_PERSISTENT_STEP_SECONDS = 2 * 9e-9
+_FLOATING_STEP_SECONDS = 2 * 1.1e-8
+
+
+class TooCostly(RuntimeError):
+    """A least-memory computation would take longer than the time it was given (``seconds``: the
+    estimate); nothing was started."""
+
+    def __init__(self, what: str, seconds: float, time_limit: float):
+        super().__init__(f"{what} would take about {seconds:.3g} s (more than the {time_limit:.3g} s left)")
+        self.seconds = seconds
 
 
 @njit(cache=True)
@@ -289,8 +313,9 @@ class MinMemory:
         """``"82.1 MiB"``-style text is the caller's; this says what is proven about ``value``."""
         if self.exact:
             return "exact"
-        return (f"reached by a sequence; exact among paper 004's operations, and no sequence fits below "
-                f"{self.lower:.6g} B")
+        scope = ("exact among paper 004's operations" if self.how == "the DP with the peak as objective"
+                 else self.how)
+        return f"reached by a sequence ({scope}), and no sequence fits below {self.lower:.6g} B"
 
 
 def _arrays(chain: Chain):
@@ -302,14 +327,28 @@ def _key(chain: Chain) -> tuple:
     return tuple(np.concatenate([chain.uf, chain.ub, chain.wa, chain.wabar, chain.wd, chain.of, chain.ob]).tolist())
 
 
-@lru_cache(maxsize=64)
-def _cached(key: tuple, kind: str) -> MinMemory:
+_CACHE: "OrderedDict[tuple, MinMemory]" = OrderedDict()
+_CACHE_SIZE = 64
+
+
+def min_memory_seconds(L: int, kind: str = "all") -> float:
+    """Estimated seconds of :func:`min_memory_of` on a chain of ``L`` stages (not counting a cached
+    answer), from the step counts of the threshold DPs (see :data:`FLOATING_MAX_L`)."""
+    pers = _PERSISTENT_STEP_SECONDS * (L + 2) ** 3 / 6
+    if kind == "all" and L <= FLOATING_MAX_L:
+        return pers + _FLOATING_STEP_SECONDS * (L + 2) ** 5 / 60
+    return pers
+
+
+def _compute(key: tuple, kind: str) -> MinMemory:
     n = len(key) // 7
     arr = np.array(key, dtype=float).reshape(7, n)
     chain = Chain(uf=arr[0], ub=arr[1], wa=arr[2], wabar=arr[3], wd=arr[4], of=arr[5], ob=arr[6],
                   weights=np.zeros(n))
     args = _arrays(chain)
     L = chain.L
+    if kind == "all" and L > FLOATING_MAX_L:
+        return _all_from_persistent(chain, _get(key, "persistent"))
     if kind == "all":
         T, _, R, TP, GS = _floating_threshold(*args, True)
         dp = float(chain.wa[0] + T[1, 1, L + 1])
@@ -343,6 +382,35 @@ def _cached(key: tuple, kind: str) -> MinMemory:
                      lower=lower)
 
 
+def _all_from_persistent(chain: Chain, pers: MinMemory) -> MinMemory:
+    """Class ``"all"`` on a chain longer than :data:`FLOATING_MAX_L`: the persistent class's
+    least-memory sequence (a sequence of every class's superset, so an upper bound), exact when it
+    reaches the proven lower bound :func:`necessary_memory`."""
+    lower = necessary_memory(chain)
+    exact = pers.value <= lower * (1 + 1e-12)
+    return MinMemory(kind="all", value=pers.value, dp_value=pers.dp_value, makespan=pers.makespan,
+                     schedule=pers.schedule, exact=exact, lower=None if exact else lower,
+                     how=f"the persistent DP's least-memory sequence (the floating DP, O(L^5), runs up to "
+                     f"L = {FLOATING_MAX_L}; L = {chain.L})")
+
+
+def _get(key: tuple, kind: str) -> MinMemory:
+    hit = _CACHE.get((key, kind))
+    if hit is not None:
+        _CACHE.move_to_end((key, kind))
+        return hit
+    res = _compute(key, kind)
+    _CACHE[(key, kind)] = res
+    while len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return res
+
+
+def is_known(chain: Chain, kind: str = "all") -> bool:
+    """Whether :func:`min_memory_of` has this chain's answer for ``kind`` cached (then it costs nothing)."""
+    return (_key(chain), kind) in _CACHE
+
+
 def necessary_memory(chain: Chain) -> float:
     """A lower bound on the peak of every valid sequence (bytes), from operations every sequence runs.
 
@@ -372,12 +440,15 @@ def necessary_memory(chain: Chain) -> float:
     return float(best)
 
 
-def min_memory_of(chain: Chain, kind: str = "all") -> MinMemory:
+def min_memory_of(chain: Chain, kind: str = "all", *, time_limit: float | None = None) -> MinMemory:
     """The least memory of the sequences of class ``kind`` (:data:`CLASSES`) and one that reaches it.
 
     ``"all"``: every valid sequence (the floating DP, optimal among all sequences by paper 004's
-    Lemma 4.4); ``"persistent"``: memory-persistent sequences (rotor's class); ``"revolve"``: the AD
-    model (``F_all^l`` right before ``B^l``). Cached per chain contents.
+    Lemma 4.4; above :data:`FLOATING_MAX_L` stages the persistent class's answer with a proven lower
+    bound, see the module); ``"persistent"``: memory-persistent sequences (rotor's class);
+    ``"revolve"``: the AD model (``F_all^l`` right before ``B^l``). Cached per chain contents. With
+    ``time_limit`` (seconds), raises :class:`TooCostly` instead of starting a computation estimated
+    to take longer (:func:`min_memory_seconds`); a cached answer is always returned.
 
     Examples
     --------
@@ -391,7 +462,14 @@ def min_memory_of(chain: Chain, kind: str = "all") -> MinMemory:
     """
     if kind not in CLASSES:
         raise ValueError(f"kind must be one of {', '.join(CLASSES)}, got {kind!r}")
-    return _cached(_key(chain), kind)
+    key = _key(chain)
+    if time_limit is not None and (key, kind) not in _CACHE:
+        need = min_memory_seconds(chain.L, kind)
+        if kind == "all" and chain.L > FLOATING_MAX_L and (key, "persistent") in _CACHE:
+            need = 0.0
+        if need > time_limit:
+            raise TooCostly(f"the least memory ({kind}) of a chain of L = {chain.L} stages", need, time_limit)
+    return _get(key, kind)
 
 
 def min_memory(chain: Chain) -> float:
@@ -407,10 +485,14 @@ def min_memory(chain: Chain) -> float:
     return min_memory_of(chain, "all").value
 
 
-def proven_infeasible_below(chain: Chain) -> float:
+def proven_infeasible_below(chain: Chain, *, time_limit: float | None = None) -> float:
     """Below this limit (bytes) no valid sequence fits, proven: :func:`min_memory` when it is exact,
-    else the lower bound :func:`necessary_memory`."""
-    mm = min_memory_of(chain, "all")
+    else the lower bound :func:`necessary_memory` (also when computing :func:`min_memory` is
+    estimated to take longer than ``time_limit`` seconds)."""
+    try:
+        mm = min_memory_of(chain, "all", time_limit=time_limit)
+    except TooCostly:
+        return necessary_memory(chain)
     return mm.value if mm.exact else float(mm.lower)
 
 

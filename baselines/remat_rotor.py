@@ -68,9 +68,9 @@ import numpy as np
 from numba import njit
 
 from memplan.baselines import remat_heuristics as H
-from memplan.baselines.remat_min_memory import forward_sums, min_memory, min_memory_of
+from memplan.baselines.remat_min_memory import TooCostly, forward_sums, min_memory, min_memory_of, necessary_memory
 from memplan.models.chain import Chain
-from memplan.models.remat import InvalidSequence, RematSchedule, simulate_remat
+from memplan.models.remat import RematSchedule, simulate_remat
 from memplan.models.solution import Solution, Status
 from memplan.models.units import fmt_memory
 
@@ -516,6 +516,8 @@ PERSISTENT_TABLE_LIMIT = 4e9
 AUTO_TABLE_LIMIT = 1e9
 #: automatic discretization: the first number of slots (then doubled while unproven)
 AUTO_START_SLOTS = 500
+#: automatic discretization under a short time limit: fewer slots than this are not worth a run
+AUTO_MIN_SLOTS = 16
 #: the class of sequences each DP optimizes over
 KINDS = {"rotor": "persistent", "rotor-floating": "all", "revolve": "revolve"}
 _CLASS_TEXT = {"persistent": "memory-persistent sequences", "all": "all valid sequences (weak memory persistence, "
@@ -606,36 +608,101 @@ def _same(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-12 * max(1.0, abs(a), abs(b))
 
 
+# ----------------------------------------------------------------------------- time estimates
+#: seconds of one persistent DP run: per (s, s', t) step of the L^3 / 6 (85-95 ns measured at L = 300
+#: and 1000 on 2 shared cores, 3-4e-10 s more per slot), times :data:`_SAFETY`
+_PERSISTENT_STEP_SECONDS = 1.0e-7
+_PERSISTENT_SLOT_STEP_SECONDS = 4e-10
+#: seconds per slot and step of one floating DP run (L^5 / 60 steps; 5-7e-10 measured at L = 60)
+_FLOATING_SLOT_STEP_SECONDS = 7e-10
+#: margin on the estimates: a run starts only when it fits ``_SAFETY`` times in what is left
+_SAFETY = 1.5
+
+
+def dp_seconds(kind: str, L: int, slots: int) -> float:
+    """Estimated seconds of one DP run (sizes rounded up or down) with ``slots`` memory slots,
+    margin included: the automatic discretization starts a run only when this fits in the time left."""
+    steps3 = (L + 2) ** 3 / 6
+    est = steps3 * (_PERSISTENT_STEP_SECONDS + _PERSISTENT_SLOT_STEP_SECONDS * (slots + 1))
+    if kind == "all":
+        est += _FLOATING_SLOT_STEP_SECONDS * (slots + 1) * (L + 2) ** 5 / 60
+    return _SAFETY * est
+
+
 # ----------------------------------------------------------------------------- candidates
-def _baseline_schedules(chain: Chain, memory: float, kind: str) -> list[tuple[str, RematSchedule]]:
-    """Schedules the DP's answer is compared with: the baselines of its class and the least-memory
-    sequences (:mod:`remat_min_memory`), each only when it fits."""
-    out: list[tuple[str, RematSchedule]] = []
-    if kind != "revolve":
-        out.append(("store-all", H.store_all_schedule(chain)))
-        seq = H.sequential(chain, memory)
-        if seq.success:
-            out.append((f"sequential ({seq.details['segments']} segments)", seq.schedule))
-    out.append(("recompute-all", H.recompute_all_schedule(chain)))
-    out.append((f"the least-memory {'AD-model ' if kind == 'revolve' else ''}sequence",
-                min_memory_of(chain, "revolve" if kind == "revolve" else "persistent").schedule))
-    if kind != "revolve":
-        out.append(("the least-memory sequence", min_memory_of(chain, "all").schedule))
-    return out
+#: recompute-all is a candidate while its replay (quadratic in L) stays below this many operations
+RECOMPUTE_ALL_MAX_OPS = 20_000_000
 
 
-def _fits(chain: Chain, sched: RematSchedule, memory: float):
-    try:
-        return simulate_remat(chain, sched, memory_limit=memory)
-    except InvalidSequence:
-        return None
+def _candidates(chain: Chain, memory: float, kind: str, left) -> tuple[list, list[str]]:
+    """Schedules the DP's answer is compared with, those that fit, as ``(makespan, name, schedule or
+    builder)``: the baselines of the class (store-all, the best ``checkpoint_sequential`` cut,
+    recompute-all, bisection) and the least-memory sequences (:mod:`remat_min_memory`). The
+    baselines are evaluated by the compiled replay (milliseconds at L = 1000); a least-memory
+    sequence whose computation is estimated to exceed ``left()`` seconds is skipped, and the second
+    list says which were."""
+    out: list = []
+    skipped: list[str] = []
+    lim = memory * (1 + 1e-9) + 1e-9          # the simulator's tolerance
+
+    def add(name, stats, sched):
+        mk, peak = stats
+        if peak <= lim:
+            out.append((mk, name, sched))
+
+    if kind != "revolve":
+        add("store-all", H.schedule_stats(chain, H.store_all_schedule(chain)), H.store_all_schedule(chain))
+        pts = H.sequential_points(chain)
+        fit = [p for p in pts if p[2] <= memory * (1 + 1e-9)]
+        if fit:
+            seg = min(fit, key=lambda p: (p[1], p[2]))
+            add(f"sequential ({seg[0]} segments)", (seg[1], seg[2]), H.sequential_schedule(chain, seg[0]))
+    if H.recompute_all_ops(chain.L) <= RECOMPUTE_ALL_MAX_OPS:
+        add("recompute-all", H.recompute_all_stats(chain), lambda: H.recompute_all_schedule(chain))
+    else:
+        skipped.append(f"recompute-all ({H.recompute_all_ops(chain.L)} operations)")
+    bis = H.best_bisection(chain, memory, 1 if kind == "revolve" else None)   # the AD model: F_all^l B^l
+    if bis is not None:
+        add(f"bisection (runs of {bis[0]} stages stored)" if bis[0] > 1 else "bisection", bis[1:],
+            lambda: H.bisection_schedule(chain, bis[0]))
+    classes = [("revolve" if kind == "revolve" else "persistent",
+                f"the least-memory {'AD-model ' if kind == 'revolve' else ''}sequence")]
+    if kind != "revolve":
+        classes.append(("all", "the least-memory sequence"))
+    for cls, name in classes:
+        try:
+            mm = min_memory_of(chain, cls, time_limit=left())
+        except TooCostly as e:
+            skipped.append(f"{name} ({e})")
+            continue
+        add(name, (mm.makespan, mm.value), mm.schedule)
+    return out, skipped
+
+
+def _build(sched) -> RematSchedule:
+    return sched() if callable(sched) else sched
 
 
 # ----------------------------------------------------------------------------- the solutions
 def _no_schedule(chain: Chain, memory: float, method: str, kind: str, times: dict, details: dict,
-                 rounding: str | None) -> Solution:
-    """INFEASIBLE when nothing can fit (proven), else NO_SOLUTION saying why this method found nothing."""
-    mm = min_memory_of(chain, "all")
+                 rounding: str | None, time_limit: float | None = None) -> Solution:
+    """INFEASIBLE when nothing can fit (proven), else NO_SOLUTION saying why this method found nothing.
+    When the least memory is estimated to take longer than ``time_limit`` to compute (long chains),
+    INFEASIBLE is decided by the proven bound :func:`~remat_min_memory.necessary_memory`."""
+    try:
+        mm = min_memory_of(chain, "all", time_limit=time_limit)
+    except TooCostly as e:
+        low = necessary_memory(chain)
+        details = {**details, "min_memory": low}
+        if memory < low * (1 - 1e-12):
+            return Solution(problem="remat", method=method, status=Status.INFEASIBLE, memory_limit=memory,
+                            message=f"no valid sequence fits in {fmt_memory(memory)}: none fits below "
+                            f"{fmt_memory(low)} ({low:.0f} B, a proven bound)", times=times, details=details)
+        return Solution(problem="remat", method=method, status=Status.NO_SOLUTION, memory_limit=memory,
+                        message=f"{method} found no sequence within {fmt_memory(memory)} in the time limit on this "
+                        f"{chain.L}-stage chain: none of the quick baselines fits, and {e}; give a longer "
+                        f"time limit (about {e.seconds:.0f} s more) or a larger limit (none fits below "
+                        f"{fmt_memory(low)})", times=times, details=details)
     need = mm.value
     details = {**details, "min_memory": need}
     if not mm.exact:
@@ -651,8 +718,15 @@ def _no_schedule(chain: Chain, memory: float, method: str, kind: str, times: dic
                    f"({bound:.0f} B, a proven bound), and one fits in {fmt_memory(need)} ({need:.0f} B)")
         return Solution(problem="remat", method=method, status=Status.INFEASIBLE, memory_limit=memory,
                         message=msg, times=times, details=details)
-    cls = min_memory_of(chain, kind).value if kind != "all" else need
-    if memory < cls * (1 - 1e-12):
+    try:
+        cls = min_memory_of(chain, kind, time_limit=time_limit).value if kind != "all" else need
+    except TooCostly:
+        cls = 0.0                    # not computed in the time left: the message below says what would work
+    if details.get("skipped") and rounding == "no slots":
+        msg = (f"{method} found no sequence within {fmt_memory(memory)} in the time limit (minimum feasible "
+               f"memory {fmt_memory(need)}): not run for lack of time: {'; '.join(details['skipped'])}; give a "
+               "longer time limit")
+    elif memory < cls * (1 - 1e-12):
         details["class_min_memory"] = cls
         msg = (f"{method} found no sequence within {fmt_memory(memory)}: {_CLASS_TEXT[kind]} need at least "
                f"{fmt_memory(cls)} ({cls:.0f} B); other sequences fit from {fmt_memory(need)} ({need:.0f} B)"
@@ -709,6 +783,18 @@ def _given(chain: Chain, memory: float, kind: str, method: str, slots: int, exac
     return sol
 
 
+def _fitting_slots(kind: str, L: int, seconds: float, runs: int) -> int:
+    """The most slots for which ``runs`` DP runs are estimated (:func:`dp_seconds`) to fit in
+    ``seconds`` (0 if not even one slot does)."""
+    if not math.isfinite(seconds):
+        return sys.maxsize
+    base = dp_seconds(kind, L, 0)
+    per = dp_seconds(kind, L, 1) - base
+    if runs * base >= seconds:
+        return 0
+    return int((seconds / runs - base) / per) if per > 0 else sys.maxsize
+
+
 def _auto(chain: Chain, memory: float, kind: str, method: str, prune: bool, time_limit: float | None,
           extra: list[tuple[str, RematSchedule]] = ()) -> Solution:
     """The DP with a discretization it chooses, refined until proven, compared with the baselines.
@@ -717,23 +803,33 @@ def _auto(chain: Chain, memory: float, kind: str, method: str, prune: bool, time
     slots, doubled while the rounded-up DP (plans) and the rounded-down DP (a lower bound) disagree,
     the tables stay below ``AUTO_TABLE_LIMIT`` and the time limit allows the next run (each doubling
     about doubles the time). The best replayed schedule among the DP's and the candidates of
-    :func:`_baseline_schedules` (and ``extra``) is returned; OPTIMAL when its makespan equals the
-    proven lower bound of the class."""
+    :func:`_candidates` (and ``extra``) is returned; OPTIMAL when its makespan equals the
+    proven lower bound of the class.
+
+    Every phase fits in ``time_limit``: a least-memory candidate or a DP run estimated
+    (:func:`~remat_min_memory.min_memory_seconds`, :func:`dp_seconds`) to take longer than what is
+    left is not started, the first run takes fewer slots when 500 would not fit (at least
+    ``AUTO_MIN_SLOTS``), and the rounded-down run (the bound) is skipped when only the plan fits; on
+    long chains (L = 1000 in a few seconds) the answer is then the best baseline, status FEASIBLE,
+    and ``details["skipped"]`` says what did not fit."""
     t0 = time.perf_counter()
     deadline = math.inf if time_limit is None else t0 + float(time_limit)
+    left = lambda: deadline - time.perf_counter()  # noqa: E731
     L = chain.L
     runs: list[dict] = []
     best_dp = None           # (value, ops, disc)
     bound = None
     proven_exact = False
-    cands = []
-    for name, sched in list(_baseline_schedules(chain, memory, kind)) + list(extra):
-        rep = _fits(chain, sched, memory)
-        if rep is not None:
-            cands.append((rep.makespan, name, sched))
+    cands, skipped = _candidates(chain, memory, kind, left)
+    lim = memory * (1 + 1e-9) + 1e-9
+    for name, sched in extra:
+        mk, peak = H.schedule_stats(chain, sched)
+        if peak <= lim:
+            cands.append((mk, name, sched))
     t_cands = time.perf_counter() - t0
     if (chain.is_integer and float(memory).is_integer() and memory <= EXACT_MAX
-            and table_bytes(kind, L, int(memory)) <= AUTO_TABLE_LIMIT):
+            and table_bytes(kind, L, int(memory)) <= AUTO_TABLE_LIMIT
+            and dp_seconds(kind, L, int(memory)) <= left()):
         value, ops, disc = _dp(chain, memory, kind, int(memory), True, "up", prune)
         runs.append({"slots": "exact", "value": value, "bound": value})
         proven_exact = True
@@ -743,21 +839,37 @@ def _auto(chain: Chain, memory: float, kind: str, method: str, prune: bool, time
         else:
             bound = math.inf     # exact: nothing of the class fits
     else:
-        S = min(AUTO_START_SLOTS, max_slots(kind, L, AUTO_TABLE_LIMIT))
+        top = min(AUTO_START_SLOTS, max_slots(kind, L, AUTO_TABLE_LIMIT))
+        S = min(top, _fitting_slots(kind, L, left(), 2))
+        if S < min(AUTO_MIN_SLOTS, top):
+            S = min(top, _fitting_slots(kind, L, left(), 1))     # the plan only, no bound
+        if S < min(AUTO_MIN_SLOTS, top) or top < 1:
+            if top < 1:
+                skipped.append(f"the DP (its tables would exceed {fmt_memory(AUTO_TABLE_LIMIT)} on L = {L} stages "
+                               "even with one memory slot)")
+            else:
+                skipped.append(f"the DP (one run with {min(top, AUTO_MIN_SLOTS)} slots: about "
+                               f"{dp_seconds(kind, L, min(top, AUTO_MIN_SLOTS)):.3g} s on L = {L} stages, "
+                               f"{max(left(), 0.0):.3g} s left)")
+            S = 0
         while S >= 1:
             ts = time.perf_counter()
             value, ops, disc = _dp(chain, memory, kind, S, False, "up", prune)
+            if ops is not None and (best_dp is None or value < best_dp[0] - 1e-15):
+                best_dp = (value, ops, disc)
+            if dp_seconds(kind, L, S) > left():
+                runs.append({"slots": S, "value": value, "bound": None, "seconds": time.perf_counter() - ts})
+                skipped.append(f"the lower bound (sizes rounded down) at {S} slots")
+                break
             low, _, _ = _dp(chain, memory, kind, S, False, "down", prune)
             dt = time.perf_counter() - ts
             runs.append({"slots": S, "value": value, "bound": low, "seconds": dt})
-            if ops is not None and (best_dp is None or value < best_dp[0] - 1e-15):
-                best_dp = (value, ops, disc)
             if low is None:
                 bound = math.inf          # even the relaxation has nothing: no sequence of the class fits
                 break
             bound = low if bound is None else max(bound, low)
-            top = min([c[0] for c in cands] + ([best_dp[0]] if best_dp else []), default=math.inf)
-            if top <= bound * (1 + 1e-12) + 1e-300:
+            top_mk = min([c[0] for c in cands] + ([best_dp[0]] if best_dp else []), default=math.inf)
+            if top_mk <= bound * (1 + 1e-12) + 1e-300:
                 break                       # proven
             nxt = 2 * S
             if table_bytes(kind, L, nxt) > AUTO_TABLE_LIMIT or time.perf_counter() + 2.5 * dt > deadline:
@@ -773,11 +885,15 @@ def _auto(chain: Chain, memory: float, kind: str, method: str, prune: bool, time
                 f"{last} slots of {memory / last:.4g} B, sizes rounded up" if last else "no slots")
     details = {"refinements": runs, "slots": last, "discretization": rounding,
                "candidates": {name: mk for mk, name, _ in cands}}
+    if skipped:
+        details["skipped"] = skipped
     if not cands:
         times["total"] = time.perf_counter() - t0
-        return _no_schedule(chain, memory, method, kind, times, details, rounding)
+        return _no_schedule(chain, memory, method, kind, times, details, rounding,
+                            None if time_limit is None else max(0.0, left()))
     cands.sort(key=lambda c: (c[0], c[1] != "dp"))
     mk, name, sched = cands[0]
+    sched = _build(sched)
     proven = bound is not None and math.isfinite(bound) and mk <= bound * (1 + 1e-12) + 1e-300
     details["candidate"] = name
     details["proven"] = proven
@@ -789,7 +905,11 @@ def _auto(chain: Chain, memory: float, kind: str, method: str, prune: bool, time
         status = Status.OPTIMAL
     else:
         lb = "" if bound is None or not math.isfinite(bound) else f"; the optimum is at least {bound:.6g} s"
-        msg = f"best of the DP ({rounding}) and the baselines: {src}{lb}"
+        if runs:
+            msg = f"best of the DP ({rounding}) and the baselines: {src}{lb}"
+        else:
+            msg = (f"best of the baselines: {src} (not run in the time limit: {'; '.join(skipped)}; a longer "
+                   "time limit lets the DP improve it)")
         status = Status.FEASIBLE
     predicted = best_dp[0] if (best_dp is not None and name == "dp") else None
     return _solution(chain, memory, method, kind, sched, predicted, status, msg, times, details,

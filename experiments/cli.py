@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import re
 import sys
 import time
 
 import memplan
-from memplan.models.instance import InstanceError, load_instance
-from memplan.models.solution import InfeasibleError, InputError, Status
-from memplan.models.units import UnitError, fmt_bandwidth, fmt_memory, fmt_time
+from memplan.models.instance import load_instance
+from memplan.models.solution import InfeasibleError, Status
+from memplan.models.units import fmt_bandwidth, fmt_memory, fmt_time
 
 from memplan.experiments import cmd_profile, figures, sweeps
+from memplan.experiments.cli_checks import CliError, guarded, output_file
+from memplan.formulations.highs_driver import silence_banner
 
 #: modules with ``add_parser(subparsers)`` adding verbs (sweep, plot; profile, import-pipedream, run)
 COMMANDS = [sweeps, figures, cmd_profile]
@@ -37,8 +40,6 @@ SOLVE_OPTIONS = [("--gpus", "gpus"), ("--slots", "slots"), ("--exact", "exact"),
                  ("--periodicity", "periodicity"), ("--memory-model", "memory_model")]
 
 
-class CliError(Exception):
-    """An error for the user: printed without a traceback, exit status 2."""
 
 
 class _Progress:
@@ -66,14 +67,20 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         if value is None or value is False:
             continue
         if key not in params:
+            takes = ["--memory"] + (["--bandwidth"] if "bandwidth" in params else []) + [
+                f for f, k in SOLVE_OPTIONS if k in params]
             raise CliError(f"{flag} is not an option of --problem {args.problem} (its options: "
-                           + ", ".join("--" + k.replace("_", "-") for k in params
-                                       if k not in ("chain", "memory", "bandwidth", "method", "progress"))
-                           + ")")
+                           + ", ".join(takes) + ")")
         options[key] = value
     if args.gantt and not hasattr(mod, "gantt"):
         raise CliError(f"--gantt: --problem {args.problem} has no timeline to draw")
     chain, platform = load_instance(args.instance)
+    # every output is checked (its folder made) before the solve, so a long solve's result is not lost
+    for flag, key in (("--json", "json"), ("--gantt", "gantt"), ("--solver-log", "solver_log")):
+        if getattr(args, key):
+            output_file(getattr(args, key), flag)
+    if args.quiet:
+        silence_banner()
     sol = memplan.solve((chain, platform), args.problem, args.method, memory=args.memory,
                         bandwidth=args.bandwidth, progress=None if args.quiet else _Progress(), **options)
     if args.json:
@@ -118,8 +125,22 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a value starting with '-' and a digit is a value, not an option
+    (``--memory -1MiB`` reaches the quantity check, which says what is wrong with it, instead of
+    "expected one argument"); no option of memplan starts with a digit. Subparsers inherit it."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self._negative_number_matcher = re.compile(r"^-\d|^-\.\d")
+
+    def error(self, message: str):
+        """One line (the project's rule for bad input), pointing to the usage instead of printing it."""
+        self.exit(2, f"{self.prog}: error: {message} (usage: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="memplan", description="Plan memory-constrained training of chains: "
+    p = _Parser(prog="memplan", description="Plan memory-constrained training of chains: "
                                 "re-materialization, offloading, both, and pipelined model parallelism.")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -161,15 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except (CliError, InputError, InstanceError, UnitError, InfeasibleError, FileExistsError,
-            FileNotFoundError, ValueError) as e:   # models raise ValueError subclasses with messages meant for the user
-        print(f"memplan: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # pragma: no cover
-        print("memplan: interrupted", file=sys.stderr)
-        return 130
+    return guarded(lambda: args.func(args))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,7 +2,7 @@
 networks, and re-materialization sequences executed on them.
 
     memplan profile --model resnet50 --batch 8 --input 3x224x224 --device cpu -o instances/resnet50-b8.json
-    memplan import-pipedream ../shared/external/pipedream/resnet18.graph.txt --batch 32 -o instances/pd.json
+    memplan import-pipedream instances/pipedream/resnet18.graph.txt --batch 32 -o results/pd18.json
     memplan solve instances/r18.json --problem remat --memory 12MiB --json sol.json
     memplan run instances/r18.json --solution sol.json --check-grads
 
@@ -20,7 +20,8 @@ import argparse
 from pathlib import Path
 
 from memplan.baselines.remat_heuristics import bisection_schedule, sequential_schedule, store_all_schedule
-from memplan.models.instance import InstanceError, load_instance, save_instance
+from memplan.experiments.cli_checks import output_file, positive_int
+from memplan.models.instance import InstanceError, load_instance, read_text_file, save_instance
 from memplan.models.pipedream import import_graph
 from memplan.models.remat import RematSchedule, simulate_remat
 from memplan.models.solution import InputError
@@ -69,6 +70,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.exists() and not args.force:
         raise FileExistsError(f"{out} exists; pass --force to replace it")
+    output_file(out, "-o/--output")       # before the (long) profiling
     if args.threads:
         torch.set_num_threads(args.threads)
     chain = profile_model(key, args.batch, args.input, device=args.device, repeats=args.repeats,
@@ -89,6 +91,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
         raise FileExistsError(f"{out} exists; pass --force to replace it")
     if not Path(args.graph).exists():
         raise InstanceError(f"{args.graph}: no such PipeDream graph file")
+    output_file(out, "-o/--output")
     chain = import_graph(args.graph, batch=args.batch, name=args.name)
     save_instance(chain, out, overwrite=args.force, time_unit="ms", memory_unit="MiB", digits=9,
                   description=f"PipeDream profile {Path(args.graph).name}, linearized"
@@ -117,7 +120,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                        "input, groups), so there is no network to run")
     L = chain.L
     if args.solution:
-        data = json.loads(Path(args.solution).read_text())
+        data = json.loads(read_text_file(args.solution, "solution file (JSON)", InputError))
         sched = RematSchedule.from_json(data["schedule"] if isinstance(data, dict) else data)
         label = args.solution
     elif args.sequence == "store-all":
@@ -201,7 +204,7 @@ def add_parser(subparsers) -> None:
                     "and measure u_f, u_b, a, abar, delta, o_f, o_b, W per stage.")
     p.add_argument("--model", required=True, help="resnet18..152, preact_resnet200/1001, densenet121..201, "
                    "inception_v3, vgg16/19, gpt2")
-    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--batch", type=positive_int, required=True)
     p.add_argument("--input", type=_shape, default=None,
                    help="per-sample input shape, e.g. 3x224x224 (gpt2: the sequence length, e.g. 512)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -217,7 +220,7 @@ def add_parser(subparsers) -> None:
         "import-pipedream", help="import a PipeDream graph.txt profile as a linearized chain",
         description="Read PipeDream's per-layer profile (graph.txt), linearize the DAG and write an instance.")
     q.add_argument("graph", help="PipeDream graph.txt file")
-    q.add_argument("--batch", type=int, default=None,
+    q.add_argument("--batch", type=positive_int, default=None,
                    help="rescale times and activation sizes linearly from the profile's batch (128)")
     _output_args(q, "instance name")
     q.set_defaults(func=_cmd_import)

@@ -25,6 +25,7 @@ import json
 import math
 from pathlib import Path
 
+from memplan.experiments.cli_checks import output_dir
 from memplan.experiments.sweep_engine import read_results
 
 FIGURES = ["remat", "offload", "remat-offload", "pipeline"]
@@ -211,8 +212,9 @@ def remat_offload_curves(df):
     return cur.drop(columns=["batch"])
 
 
-def figure_remat_offload(df, out: Path, *, prefix: Path | None = None) -> list[Path]:
-    """One PNG per instance, one panel per bandwidth factor; the curve table beside it (CSV)."""
+def figure_remat_offload(df, out: Path) -> list[Path]:
+    """One PNG per instance, one panel per bandwidth factor (``OUT/remat_offload_<instance>.png``); the
+    curve table beside it (``.csv``)."""
     from memplan.models.units import fmt_bandwidth
 
     plt = _plt()
@@ -221,7 +223,7 @@ def figure_remat_offload(df, out: Path, *, prefix: Path | None = None) -> list[P
         if not (d["problem"] == "remat-offload").any():
             continue
         cur = remat_offload_curves(d)
-        stem = prefix if prefix is not None else out / f"remat_offload_{_slug(inst)}"
+        stem = out / f"remat_offload_{_slug(inst)}"
         cur.to_csv(stem.with_suffix(".csv"), index=False)
         factors = sorted(cur["factor"].dropna().unique())
         base = d[d["problem"] != "remat"]["bandwidth"].min()
@@ -316,6 +318,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     df = read_results(args.results)
     res = Path(args.results)
     out = Path(args.out) if args.out else (res if res.is_dir() else res.parent)
+    if args.out:
+        output_dir(out, "-o/--out")
     for p in draw(df, args.figure, out):
         print(f"wrote {p}")
     return 0

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from memplan.experiments import figures, sweeps
+from memplan.experiments.cli_checks import guarded
 from memplan.experiments.sweep_engine import Source
 from memplan.models.solution import InputError
 from memplan.models.units import parse_bandwidth
@@ -61,8 +62,8 @@ def grids(args) -> list:
         given = sweeps.split_list(args.bandwidth)
         bw = (parse_bandwidth(given[0]) if given else
               platform.bandwidth if platform is not None and platform.bandwidth else 12.5e9)
-        one = argparse.Namespace(**{**vars(args), "instance": [src.spec] if not src.batch else None,
-                                    "pipedream": [src.spec] if src.batch else None})
+        one = argparse.Namespace(**{**vars(args), "instance": [src.spec] if not src.pipedream else None,
+                                    "pipedream": [src.spec] if src.pipedream else None})
         if "2" in figs:
             ms = [m for m in methods if m != "milp" or chain.L <= args.milp_max_L] + ["lb"]
             out.append(sweeps.base_grid(one, "offload", methods=ms, bandwidth=[bw], options=opts))
@@ -103,7 +104,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m memplan.experiments.offload_figures",
                                 description=__doc__.split("\n\n")[0])
     add_arguments(p)
-    return sweeps.run_experiment(sys.modules[__name__], p.parse_args(argv))
+    args = p.parse_args(argv)
+    return guarded(lambda: sweeps.run_experiment(sys.modules[__name__], args), "offload_figures")
 
 
 if __name__ == "__main__":

@@ -9,11 +9,11 @@ with ``--periodicity K``), each one :func:`memplan.pipeline.solve` call of the s
 ``--time-limit`` seconds, every phase included. Each point drawn is the replayed (memory, period) of
 a returned schedule: PipeDream blue, GPipe orange, ILP red squares, cyclic green. A solve that raises
 is an ``error`` row with its message (and the command exits with status 1), never an infeasible
-limit. Output: the table under ``<out>/results/``, ``<out>/pipeline_<chain>_P<P>.png`` and
+limit. Output: the table under ``<out>/results/`` and as ``<out>/results.csv``, ``<out>/pipeline_<chain>_P<P>.png`` and
 ``<out>/pipeline_summary.csv`` (ILP / PipeDream at each limit).
 
     python -m memplan.experiments.pipeline_figures --instance instances/resnet18.json --gpus 4 8 --time-limit 600
-    python -m memplan.experiments.pipeline_figures --pipedream ../shared/external/pipedream/resnet18.graph.txt \\
+    python -m memplan.experiments.pipeline_figures --pipedream instances/pipedream/resnet18.graph.txt \\
         --batch 8 --bandwidth 12GB/s --gpus 4 8 --points 6 --time-limit 120
     python -m memplan.experiments.pipeline_figures --random 12 --seed 0 --gpus 4 --points 6 --time-limit 30
 
@@ -32,11 +32,12 @@ import sys
 from pathlib import Path
 
 from memplan.experiments import figures, sweeps
+from memplan.experiments.cli_checks import guarded
 from memplan.models.solution import InputError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    sweeps.add_engine_arguments(p, methods="ilp,pipedream", points=8, time_limit=60.0, out="results/pipeline")
+    sweeps.add_engine_arguments(p, methods="ilp,pipedream", points=8, time_limit=60.0)
     e = p.add_argument_group("pipeline")
     e.add_argument("--random", type=int, metavar="L", help="use models.chain.random_chain(L, seed, integer=False)")
     e.add_argument("--seed", type=int, default=0)
@@ -98,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    return sweeps.run_experiment(sys.modules[__name__], build_parser().parse_args(argv))
+    args = build_parser().parse_args(argv)
+    return guarded(lambda: sweeps.run_experiment(sys.modules[__name__], args), "pipeline_figures")
 
 
 if __name__ == "__main__":  # pragma: no cover

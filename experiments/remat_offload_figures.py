@@ -15,9 +15,10 @@ tasks are (each one :func:`memplan.solve` call of the sweep engine):
   :func:`memplan.experiments.figures.remat_offload_curves`).
 
 A limit where a method has no schedule is status ``infeasible`` with the method's message; an
-exception is status ``error`` (never a NaN curve). The tidy table goes under ``OUT/results/``; the
-curve table ``OUT.csv`` (one row per memory, curve and factor) and the figure ``OUT.png`` (one panel
-per factor) beside it. Throughput is ``batch / makespan`` (samples/s) when the instance records a
+exception is status ``error`` (never a NaN curve). In ``OUT`` (default ``results/remat-offload``): the
+tidy table under ``OUT/results/`` and as ``OUT/results.csv``, the curve table
+``OUT/remat_offload_<instance>.csv`` (one row per memory, curve and factor) and the figure
+``OUT/remat_offload_<instance>.png`` (one panel per factor). Throughput is ``batch / makespan`` (samples/s) when the instance records a
 batch, else iterations/s.
 
 Usage::
@@ -35,6 +36,7 @@ from pathlib import Path
 from memplan.baselines.remat_heuristics import min_memory, store_all
 from memplan.baselines.remat_offload_dp import MAX_TABLE_BYTES, table_bytes
 from memplan.experiments import figures, sweeps
+from memplan.experiments.cli_checks import guarded
 from memplan.models.solution import InputError
 from memplan.models.units import fmt_memory, parse_bandwidth
 
@@ -44,7 +46,7 @@ DEFAULT_INSTANCE = "instances/paper004_table2.json"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    sweeps.add_engine_arguments(p, methods=None, points=12, time_limit=None, out="results/remat_offload")
+    sweeps.add_engine_arguments(p, methods=None, points=12, time_limit=None)
     e = p.add_argument_group("remat-offload")
     e.add_argument("--factors", default="1,2,3", help="bandwidth multipliers (default 1,2,3)")
     e.add_argument("--low", type=float, default=0.7, help="lowest limit as a fraction of rotor's minimum")
@@ -81,8 +83,8 @@ def grids(args) -> list:
             lo, hi = min_memory(chain) * args.low, store_all(chain).peak_memory * 1.02
             mems = [lo + (hi - lo) * k / max(1, args.points - 1) for k in range(args.points)]
         bws = [beta * f for f in factors]
-        one = argparse.Namespace(**{**vars(args), "instance": [src.spec] if not src.batch else None,
-                                    "pipedream": [src.spec] if src.batch else None})
+        one = argparse.Namespace(**{**vars(args), "instance": [src.spec] if not src.pipedream else None,
+                                    "pipedream": [src.spec] if src.pipedream else None})
         out.append(sweeps.base_grid(one, "remat", methods=["store-all"], memory=mems, bandwidth=[None]))
         out.append(sweeps.base_grid(one, "remat", methods=["rotor"], memory=mems, bandwidth=[None],
                                     options={"slots": sorted({slots[0], 500})}))
@@ -95,12 +97,11 @@ def grids(args) -> list:
 
 
 def default_out(args) -> str:
-    return "results/remat_offload"
+    return "results/remat-offload"
 
 
 def draw(df, out: Path, args) -> list[Path]:
-    multi = df["instance"].nunique() > 1
-    return figures.figure_remat_offload(df, out, prefix=None if multi else Path(args.out or default_out(args)))
+    return figures.figure_remat_offload(df, out)
 
 
 def summary(df, args) -> None:
@@ -126,7 +127,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m memplan.experiments.remat_offload_figures",
                                 description=__doc__.split("\n\n")[0])
     add_arguments(p)
-    return sweeps.run_experiment(sys.modules[__name__], p.parse_args(argv))
+    args = p.parse_args(argv)
+    return guarded(lambda: sweeps.run_experiment(sys.modules[__name__], args), "remat_offload_figures")
 
 
 if __name__ == "__main__":

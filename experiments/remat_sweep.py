@@ -10,8 +10,10 @@ Throughput = batch / makespan (the instance's provenance gives the batch; 1 othe
     memplan sweep remat --instance instances/paper004_table2.json --points 10 -o results/toy
     python -m memplan.experiments.remat_sweep --instance ... (same options)
 
-Writes the table under ``DIR/results/`` (re-running the same command resumes) and the figure
-``DIR/remat_<instance>.png`` (:func:`memplan.experiments.figures.figure_remat`).
+Writes, in ``DIR`` (default ``results/remat``, the layout of every sweep): the table under
+``DIR/results/`` (Parquet parts; re-running the same command resumes), the same rows as
+``DIR/results.csv`` and the figure ``DIR/remat_<instance>.png``
+(:func:`memplan.experiments.figures.figure_remat`).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from memplan import remat
 from memplan.experiments import figures, sweeps
+from memplan.experiments.cli_checks import guarded
 from memplan.models.solution import InputError
 
 DEFAULT_METHODS = ["rotor", "rotor-floating", "revolve", "recompute-all"]
@@ -54,7 +57,7 @@ def grids(args) -> list:
 
 
 def default_out(args) -> str:
-    return f"results/remat_sweep_{Path(sweeps.split_list(args.instance)[0]).stem}"
+    return "results/remat"
 
 
 def draw(df, out: Path, args) -> list[Path]:
@@ -73,7 +76,8 @@ def summary(df, args) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m memplan.experiments.remat_sweep", description=__doc__.split("\n")[0])
     add_arguments(p)
-    return sweeps.run_experiment(sys.modules[__name__], p.parse_args(argv))
+    args = p.parse_args(argv)
+    return guarded(lambda: sweeps.run_experiment(sys.modules[__name__], args), "remat_sweep")
 
 
 if __name__ == "__main__":

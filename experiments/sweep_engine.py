@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import memplan
+from memplan.formulations.highs_driver import silence_banner
 from memplan.models.instance import InstanceError, load_instance
 from memplan.models.solution import InfeasibleError, InputError
 from memplan.models.units import parse_bandwidth, parse_memory
@@ -101,10 +102,12 @@ def _schema():
 @dataclass(frozen=True)
 class Source:
     """Where a chain comes from: an instance file or shipped name, or a PipeDream profile
-    (``*.graph.txt``, rescaled to ``batch``). ``ident`` names it by content (sha256 of the file)."""
+    (``pipedream=True`` or a ``*.graph.txt`` name, rescaled to ``batch``). ``ident`` names it by
+    content (sha256 of the file)."""
 
     spec: str
     batch: int | None = None
+    pipedream: bool = False
 
     def load(self):
         """``(chain, platform)``."""
@@ -116,11 +119,12 @@ class Source:
                 return random_chain(int(L), int(seed), integer=False), None
             except ValueError:
                 raise InputError(f"instance {self.spec!r}: expected random:L:SEED, e.g. random:12:0") from None
-        if self.spec.endswith(".graph.txt"):
+        if self.pipedream or self.spec.endswith(".graph.txt"):
             from memplan.models.pipedream import import_graph
 
-            if not Path(self.spec).is_file():
-                raise InputError(f"--pipedream: no such file {self.spec}")
+            if not Path(self.spec).exists():
+                raise InputError(f"--pipedream {self.spec}: no such PipeDream graph file (e.g. "
+                                 "instances/pipedream/resnet18.graph.txt)")
             return import_graph(self.spec, batch=self.batch), None
         return load_instance(self.spec)
 
@@ -364,6 +368,7 @@ def run_task(task: dict, instance, inputs: dict | None = None) -> dict:
     tasks (the shared baseline points). The row of a :data:`CARRIED` method keeps the schedule (JSON).
     Never raises: an exception is a row with status ``error``, its type and message;
     :class:`InfeasibleError` is status ``infeasible``."""
+    silence_banner()          # HiGHS's banner would break into the progress bar
     solver, version = _versions()
     row = {c: None for c in COLUMN_NAMES}
     row.update({k: task.get(k) for k in ("key", "instance", "instance_id", "problem", "method", "memory_limit",
@@ -432,6 +437,40 @@ def write_row(out: str | Path, row: dict) -> Path:
     return path
 
 
+def _parts(d: Path) -> list[Path]:
+    """The sweep's part files in ``d`` (``part-<key>.parquet``); any other ``.parquet`` file there is
+    not part of the table: it is left out, with a warning naming it."""
+    import warnings
+
+    parts, stray = [], []
+    for f in sorted(d.glob("*.parquet")):
+        if f.name.startswith("."):
+            continue                      # a part being written (atomic rename)
+        (parts if f.name.startswith("part-") else stray).append(f)
+    if stray:
+        warnings.warn(f"{d}: {len(stray)} file(s) not written by memplan sweep left out of the table: "
+                      f"{', '.join(f.name for f in stray[:5])}{' ...' if len(stray) > 5 else ''} (its parts are "
+                      "named part-<key>.parquet)", stacklevel=3)
+    return parts
+
+
+def _read_part(f: Path):
+    """One part file as an Arrow table; a part that cannot be read (cut short when its sweep was killed
+    on an old version, disk full, ...) is an error naming it and saying how to recover."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        t = pq.read_table(f, schema=_schema())
+    except (OSError, pa.ArrowException, ValueError) as e:
+        raise InputError(f"{f}: this part of the results table cannot be read ({str(e).splitlines()[0]}); delete it "
+                         "and run the sweep again: only its task is solved again") from None
+    if t.num_rows != 1 or t.column("key")[0].as_py() != f.name[len("part-"):-len(".parquet")]:
+        raise InputError(f"{f}: not a part of this sweep's table (one row whose key is in its name); delete or "
+                         "move it and run the sweep again")
+    return t
+
+
 def read_results(path: str | Path):
     """The results table (a pandas DataFrame, rows in grid order) from a sweep folder, its
     ``results/`` folder, a Parquet file or a CSV file."""
@@ -443,10 +482,10 @@ def read_results(path: str | Path):
     if p.is_dir() and (p / "results").is_dir():
         p = p / "results"
     if p.is_dir():
-        parts = sorted(f for f in p.glob("*.parquet") if not f.name.startswith("."))
+        parts = _parts(p)
         if not parts:
             return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMN_NAMES})
-        df = pa.concat_tables([pq.read_table(f, schema=_schema()) for f in parts]).to_pandas()
+        df = pa.concat_tables([_read_part(f) for f in parts]).to_pandas()
     elif p.suffix == ".parquet" and p.is_file():
         df = pq.read_table(p).to_pandas()
     elif p.suffix == ".csv" and p.is_file():
@@ -490,6 +529,7 @@ def _warm_up(problems: Sequence[str]) -> int:
     """Import the problems' modules and what their solves use, in a worker, before any task."""
     import importlib
 
+    silence_banner()
     for name in ("memplan.formulations.highs_driver", "pyomo.environ", "highspy"):
         importlib.import_module(name)
     for p in problems:
@@ -511,8 +551,11 @@ def run_sweep(tasks: Sequence[dict], instances: dict, out: str | Path, *, worker
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if fresh:
-        for f in results_dir(out).glob("*.parquet"):
+        for f in results_dir(out).glob("part-*.parquet"):
             f.unlink()
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise InputError(f"workers={workers!r}: give a whole number of worker processes >= 1 (1 runs the tasks in "
+                         "this process), or None for one per core")
     done = set(read_results(out)["key"]) if results_dir(out).is_dir() else set()
     todo = [t for t in tasks if t["key"] not in done]
     workers = workers or os.cpu_count() or 1

@@ -10,12 +10,13 @@ The run options (``--workers``, ``--scheduler``, ``-o``, ``--csv``, ``--no-plot`
 
 PROBLEM is one of the four experiments (``remat``, ``offload``, ``remat-offload``, ``pipeline``); each
 is a thin module (a grid and a figure) with its own extra options (see ``memplan sweep PROBLEM
---help``). The table goes to ``DIR/results/`` (Parquet parts, resumable: a task already there is not
-solved again), ``DIR/results.csv`` with ``--csv``, the figure to ``DIR``. A config file lists grids::
+--help``). Every sweep writes one folder ``DIR`` (``-o``; default ``results/<experiment>``, or
+``results/<config name>``): the table under ``DIR/results/`` (Parquet parts, resumable: a task already
+there is not solved again), the same rows as ``DIR/results.csv`` (always; ``--csv`` is accepted for
+old scripts), the figures beside them. A config file lists grids::
 
     out = "results/exp"            # optional (-o wins)
     workers = 2                    # optional (--workers / --scheduler win)
-    csv = true
     [[grid]]
     problem = "remat"
     instances = ["instances/paper004_table2.json"]
@@ -26,7 +27,7 @@ solved again), ``DIR/results.csv`` with ``--csv``, the figure to ``DIR``. A conf
     slots = [200, 500]
     [[grid]]
     problem = "pipeline"
-    pipedream = ["../shared/external/pipedream/resnet18.graph.txt"]
+    pipedream = ["instances/pipedream/resnet18.graph.txt"]
     batch = 8
     bandwidth = ["12GB/s"]
     gpus = [4, 8]
@@ -43,6 +44,7 @@ import sys
 from pathlib import Path
 
 from memplan.experiments import figures
+from memplan.experiments.cli_checks import output_dir, positive_int
 from memplan.experiments.sweep_engine import Grid, Source, expand, read_results, run_sweep, write_csv
 from memplan.models.solution import InputError
 
@@ -92,8 +94,8 @@ def add_engine_arguments(p: argparse.ArgumentParser, *, methods: str | None = No
                    help="instance file or shipped name (repeat or comma-separate for several)"
                    + (f"; default {instance}" if instance else ""))
     g.add_argument("--pipedream", action="append", default=None, metavar="GRAPH_TXT",
-                   help="a PipeDream profile read in place (e.g. ../shared/external/pipedream/resnet18.graph.txt)")
-    g.add_argument("--batch", type=int, default=None, help="--pipedream: rescale the profile to this batch")
+                   help="a PipeDream profile (e.g. instances/pipedream/resnet18.graph.txt)")
+    g.add_argument("--batch", type=positive_int, default=None, help="--pipedream: rescale the profile to this batch")
     g.add_argument("--methods", default=methods, help=f"comma-separated methods (default {methods or 'the problem default'})")
     g.add_argument("--points", type=int, default=points,
                    help=f"memory limits evenly spaced from the problem's minimum to store-all (default {points})")
@@ -107,13 +109,13 @@ def add_engine_arguments(p: argparse.ArgumentParser, *, methods: str | None = No
     g.add_argument("--option", action="append", default=None, metavar="KEY=VALUE",
                    help="an option of the problem's solve (repeatable), e.g. --option slots=200; a,b is an axis")
     r = p.add_argument_group("run")
-    r.add_argument("--workers", type=int, default=None,
+    r.add_argument("--workers", type=positive_int, default=None,
                    help=f"local worker processes (default: the number of cores, {os.cpu_count()}); 1 runs in "
                         "this process without Dask")
     r.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="send the tasks to this Dask scheduler (e.g. tcp://10.0.0.1:8786) instead")
     r.add_argument("-o", "--out", default=out, help="output folder (results/ table, figure)")
-    r.add_argument("--csv", action="store_true", help="also write DIR/results.csv")
+    r.add_argument("--csv", action="store_true", help="accepted for old scripts: DIR/results.csv is always written")
     r.add_argument("--no-plot", action="store_true", help="do not draw the figure")
     r.add_argument("--fresh", action="store_true", help="drop the table under DIR first instead of resuming")
     r.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
@@ -124,7 +126,7 @@ def sources(args, default: str | None = None) -> list[Source]:
     if not args.instance and not getattr(args, "pipedream", None) and default:
         args.instance = [default]
     out = [Source(s) for s in split_list(args.instance)]
-    out += [Source(s, args.batch) for s in split_list(args.pipedream)]
+    out += [Source(s, args.batch, pipedream=True) for s in split_list(args.pipedream)]
     return out
 
 
@@ -147,8 +149,10 @@ def base_grid(args, problem: str, *, methods=None, options=None, memory=None, ba
 
 
 # ----------------------------------------------------------------------------- running
-def execute(grids, out, *, workers=None, scheduler=None, csv=False, fresh=False, progress=True) -> tuple:
-    """Expand, run, write: returns (table, stats)."""
+def execute(grids, out, *, workers=None, scheduler=None, csv=True, fresh=False, progress=True) -> tuple:
+    """Expand, run, write: returns (table, stats). ``DIR/results.csv`` (the grid's rows, readable
+    without pyarrow) is written beside the Parquet parts."""
+    output_dir(out, "-o/--out")
     tasks, instances = expand(grids)
     stats = run_sweep(tasks, instances, out, workers=workers, scheduler=scheduler, progress=progress, fresh=fresh)
     df = read_results(out)
@@ -159,7 +163,7 @@ def execute(grids, out, *, workers=None, scheduler=None, csv=False, fresh=False,
              if stats.carried else ""), file=sys.stderr)
     if csv:
         df.to_csv(Path(out) / "results.csv", index=False)
-        print(f"wrote {Path(out) / 'results.csv'}", file=sys.stderr)
+        print(f"table {Path(out) / 'results.csv'} ({len(df)} rows)", file=sys.stderr)
     errors = df[df["status"] == "error"]
     for r in errors.head(10).itertuples():
         print(f"error: {r.instance} {r.problem} {r.method} at {r.memory_limit:.6g} B: {r.error}", file=sys.stderr)
@@ -183,10 +187,11 @@ def merge_run_options(args) -> None:
 def run_experiment(mod, args) -> int:
     """``memplan sweep PROBLEM``: the module's grid, the engine, its figure."""
     merge_run_options(args)
-    grids = mod.grids(args)
     out = Path(args.out or mod.default_out(args))
-    df, stats = execute(grids, out, workers=args.workers, scheduler=args.scheduler, csv=args.csv,
-                        fresh=args.fresh, progress=not args.quiet)
+    output_dir(out, "-o/--out")            # before the grid's own work (the pipeline's baseline points)
+    grids = mod.grids(args)
+    df, stats = execute(grids, out, workers=args.workers, scheduler=args.scheduler, fresh=args.fresh,
+                        progress=not args.quiet)
     if not args.no_plot:
         for p in mod.draw(df, out, args):
             print(f"wrote {p}")
@@ -202,7 +207,8 @@ def _grid_from_toml(d: dict, where: str) -> Grid:
     if "problem" not in d:
         raise InputError(f"{where}.problem: missing (one of remat, offload, remat-offload, pipeline)")
     inst = split_list(d.get("instances", [])) + split_list(d.get("instance", []))
-    srcs = [Source(s) for s in inst] + [Source(s, d.get("batch")) for s in split_list(d.get("pipedream", []))]
+    srcs = [Source(s) for s in inst] + [Source(s, d.get("batch"), pipedream=True)
+                                           for s in split_list(d.get("pipedream", []))]
     listy = lambda v: v if isinstance(v, list) or v is None else [v]   # noqa: E731
     return Grid(problem=d["problem"], instances=srcs, methods=listy(d.get("methods")), memory=listy(d.get("memory")),
                 points=d.get("points"), fractions=d.get("fractions"), bandwidth=listy(d.get("bandwidth")),
@@ -228,10 +234,13 @@ def run_config(args) -> int:
         raise InputError(f"{path}: no [[grid]] table (see memplan sweep --help)")
     grids = [_grid_from_toml(g, f"{path}: grid[{k}]") for k, g in enumerate(cfg["grid"])]
     out = Path(args.out or cfg.get("out") or f"results/{path.stem}")
+    output_dir(out, "-o/--out" if args.out else f"{path}: out")
     workers = args.workers or cfg.get("workers")
     scheduler = args.scheduler or cfg.get("scheduler")
-    df, stats = execute(grids, out, workers=workers, scheduler=scheduler, csv=args.csv or cfg.get("csv", False),
-                        fresh=args.fresh, progress=not args.quiet)
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise InputError(f"{path}: workers = {workers!r}: give a whole number >= 1")
+    df, stats = execute(grids, out, workers=workers, scheduler=scheduler, fresh=args.fresh,
+                        progress=not args.quiet)
     if not args.no_plot:
         for fig in cfg.get("figures") or sorted({g.problem for g in grids}):
             for p in figures.draw(df, fig, out):
@@ -254,12 +263,13 @@ def add_parser(subparsers) -> None:
     # the run options may come before the experiment's name too (memplan sweep --workers 2 remat ...):
     # kept as top_<name> (an experiment parser's defaults would overwrite them), see merge_run_options
     p.add_argument("--config", help="a TOML file listing grids (several instances and problems)")
-    p.add_argument("--workers", dest="top_workers", type=int, default=None,
+    p.add_argument("--workers", dest="top_workers", type=positive_int, default=None,
                    help="local worker processes (default: cores; 1: no Dask)")
     p.add_argument("--scheduler", dest="top_scheduler", default=None, metavar="ADDRESS",
                    help="an existing Dask scheduler")
     p.add_argument("-o", "--out", dest="top_out", default=None, help="output folder")
-    p.add_argument("--csv", dest="top_csv", action="store_true", help="also write DIR/results.csv")
+    p.add_argument("--csv", dest="top_csv", action="store_true", help="accepted for old scripts: DIR/results.csv "
+                   "is always written")
     p.add_argument("--no-plot", dest="top_no_plot", action="store_true")
     p.add_argument("--fresh", dest="top_fresh", action="store_true")
     p.add_argument("--quiet", "-q", dest="top_quiet", action="store_true")

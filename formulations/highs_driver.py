@@ -83,11 +83,21 @@ def model_size(model) -> dict[str, int]:
 
 
 _BANNER_SHOWN = False
+_BANNER_SILENT = False
+
+
+def silence_banner(silent: bool = True) -> None:
+    """Send HiGHS's banner nowhere instead of stderr (``memplan solve --quiet``, sweep workers, whose
+    progress bar it would break into). Takes effect for the first ``Highs`` of the process, the one
+    that prints it."""
+    global _BANNER_SILENT
+    _BANNER_SILENT = bool(silent)
 
 
 def _new_highs():
     """A ``highspy.Highs``. The first one of a process prints HiGHS's banner on the C-level stdout,
-    where it would land in the middle of a report: it is sent to stderr instead."""
+    where it would land in the middle of a report: it is sent to stderr instead (nowhere after
+    :func:`silence_banner`)."""
     import os
     import sys
 
@@ -98,16 +108,24 @@ def _new_highs():
         return highspy.Highs()
     _BANNER_SHOWN = True
     sys.stdout.flush()
+    sys.stderr.flush()
     try:
         saved = os.dup(1)
     except OSError:            # no file descriptor 1 (embedded interpreters): nothing to redirect
         return highspy.Highs()
+    target = None
     try:
-        os.dup2(2, 1)
+        if _BANNER_SILENT:
+            target = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(target, 1)
+        else:
+            os.dup2(2, 1)
         return highspy.Highs()
     finally:
         os.dup2(saved, 1)
         os.close(saved)
+        if target is not None:
+            os.close(target)
 
 
 def solve_milp(model, *, time_limit: float | None = None, gap: float | None = None,

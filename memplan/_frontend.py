@@ -29,6 +29,9 @@ def _quantity(value: Any, name: str, parse, example: str, *, required: bool, pro
             raise InputError(f"{problem}: {name} is required (e.g. {name}={example!r}, bytes as a number, "
                              "or a platform in the instance file)")
         return None
+    if isinstance(value, bool):
+        raise InputError(f"{problem}: {name}={value!r} is not a quantity; give bytes{'/s' if name == 'bandwidth' else ''} "
+                         f"as a number or a string with units, e.g. {example!r}")
     try:
         v = float(parse(value)) if isinstance(value, str) else float(value)
     except (UnitError, TypeError, ValueError) as e:

@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 from memplan import _frontend
 from memplan.baselines import remat_bound, remat_heuristics, remat_rotor
-from memplan.baselines.remat_min_memory import min_memory, min_memory_of, proven_infeasible_below
+from memplan.baselines.remat_min_memory import TooCostly, min_memory, min_memory_of, proven_infeasible_below
 from memplan.formulations.remat_checkmate import solve_checkmate, solve_checkmate_lp
 from memplan.formulations.remat_milp import solve_remat_milp
 from memplan.models.budget import Budget, ProgressFn
@@ -107,15 +107,46 @@ _revolve = _dp(remat_rotor.revolve, "revolve: persistent DP restricted to the AD
 
 def _sequential(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:
     b.log(f"sequential: checkpoint_sequential with 1..{chain.L} segments")
-    return remat_heuristics.sequential(chain, memory)
+    return remat_heuristics.sequential(chain, memory, time_limit=b.limit())
 
 
 def _store_all(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:
-    return remat_heuristics.store_all(chain, memory)
+    return remat_heuristics.store_all(chain, memory, time_limit=b.limit())
 
 
 def _recompute_all(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:
-    return remat_heuristics.recompute_all(chain, memory)
+    return remat_heuristics.recompute_all(chain, memory, time_limit=b.limit())
+
+
+# ----------------------------------------------------------------------------- what fits in the time limit
+#: seconds per operation of a sequence built, replayed twice and reported in Python (about 1.5 us per
+#: replayed operation measured; recompute-all has L(L+1)/2 + 2L + 2 operations)
+_SECONDS_PER_OP = 4e-6
+#: seconds to build a MILP's Pyomo model, ``a + b L^2`` (measured at L = 25, 50, 100 on 2 shared
+#: cores: checkmate 0.6, 1.7, 6.4 s; remat-milp 0.2, 0.55, 2.0 s)
+_BUILD_SECONDS = {"remat-milp": (0.1, 2.1e-4), "checkmate": (0.3, 6.5e-4), "checkmate-lp": (0.3, 6.5e-4)}
+
+
+def _too_long(chain: Chain, method: str, time_limit: float | None) -> str | None:
+    """Why ``method`` cannot answer on ``chain`` within ``time_limit`` seconds (None: it can): a step
+    that cannot be interrupted (building a MILP's model, recompute-all's quadratic sequence) is
+    estimated to take longer."""
+    if time_limit is None:
+        return None
+    if method == "recompute-all":
+        n = remat_heuristics.recompute_all_ops(chain.L)
+        need = n * _SECONDS_PER_OP
+        what = f"recompute-all's sequence on L = {chain.L} stages has {n:,} operations"
+    elif method in _BUILD_SECONDS:
+        a, c = _BUILD_SECONDS[method]
+        need = a + c * chain.L ** 2
+        what = f"building {method}'s model on L = {chain.L} stages"
+    else:
+        return None
+    if need <= time_limit:
+        return None
+    return (f"{what} takes about {need:.3g} s here, more than the {time_limit:.3g} s time limit: give a time "
+            f"limit of at least {math.ceil(need * 1.5)} s, or use method 'rotor' (it answers within any limit)")
 
 
 def _milp_start(chain: Chain, memory: float, o: _Options, b: Budget) -> tuple[RematSchedule | None, str]:
@@ -126,7 +157,10 @@ def _milp_start(chain: Chain, memory: float, o: _Options, b: Budget) -> tuple[Re
     if dp.success:
         src = dp.details.get("candidate", "dp")
         return dp.schedule, "the persistent DP" + ("" if src == "dp" else f" ({src})")
-    sched = min_memory_of(chain, "all").schedule
+    try:
+        sched = min_memory_of(chain, "all", time_limit=b.limit()).schedule
+    except TooCostly:
+        return None, "no MIP start (nothing found in the time limit)"
     try:
         simulate_remat(chain, sched, memory_limit=memory)
         return sched, "the least-memory sequence (the persistent DP found no sequence)"
@@ -179,7 +213,7 @@ def _dp_plan(chain: Chain, memory: float, b: Budget, bres):
         deadline = None if left is None else time.perf_counter() + left
         res = remat_bound.floating_plan(chain, memory, deadline=deadline)
         ops = res.ops if res.complete else None
-        b.log(f"remat-milp: DP plan on the chain as given: "
+        b.log("remat-milp: DP plan on the chain as given: "
               + ("none" if ops is None else fmt_time(res.value)) + f" ({res.seconds:.1f} s)")
     if ops is None:
         return None, None
@@ -198,7 +232,10 @@ def _remat_milp(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution
     objective cut, and the better of the two bounds is reported (``proved_by`` says which one
     closed the gap, None when none did)."""
     t0 = time.perf_counter()
-    need = min_memory(chain)
+    try:
+        need = min_memory_of(chain, "all", time_limit=b.limit()).value
+    except TooCostly:
+        need = None        # not computed in the time left; _explain_infeasible says what is proven
     start, source = _milp_start(chain, memory, o, b)
     t_start = time.perf_counter() - t0
     start_time = None if start is None else simulate_remat(chain, start).makespan
@@ -234,8 +271,13 @@ def _remat_milp(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution
         return Solution(PROBLEM, "remat-milp", Status.OPTIMAL, objective=rep.makespan, peak_memory=rep.peak_memory,
                         schedule=start, bound=min(lb, rep.makespan), memory_limit=memory, predicted=start_time,
                         message=msg, times=times, details=details)
-    sol = solve_remat_milp(chain, memory, time_limit=b.limit(), gap=o.gap, threads=o.threads, start=start,
-                           start_source=source, min_memory=need, log_file=o.solver_log, lower_bound=lb)
+    why = _too_long(chain, "remat-milp", b.limit())
+    if why:                   # the model's build alone would overrun the call
+        sol = Solution(PROBLEM, "remat-milp", Status.NO_SOLUTION, memory_limit=memory, message=f"not solved: {why}",
+                       times={}, details={"mip_start": source})
+    else:
+        sol = solve_remat_milp(chain, memory, time_limit=b.limit(), gap=o.gap, threads=o.threads, start=start,
+                               start_source=source, min_memory=need, log_file=o.solver_log, lower_bound=lb)
     if start is None:
         sol.details["mip_start"] = source
     sol.details.update(bound_info)
@@ -287,12 +329,18 @@ def _better_of_milp_and_start(chain: Chain, memory: float, sol: Solution, start:
 
 def _checkmate(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:
     b.log("checkmate: Checkmate's MILP")
+    why = _too_long(chain, "checkmate", b.limit())
+    if why:
+        return Solution(PROBLEM, "checkmate", Status.NO_SOLUTION, memory_limit=memory, message=f"not solved: {why}")
     return solve_checkmate(chain, memory, time_limit=b.limit(), gap=o.gap, threads=o.threads,
                            log_file=o.solver_log)
 
 
 def _checkmate_lp(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:
     b.log("checkmate-lp: LP relaxation + two-phase rounding")
+    why = _too_long(chain, "checkmate-lp", b.limit())
+    if why:
+        return Solution(PROBLEM, "checkmate-lp", Status.NO_SOLUTION, memory_limit=memory, message=f"not solved: {why}")
     return solve_checkmate_lp(chain, memory, time_limit=b.limit(), threads=o.threads, log_file=o.solver_log)
 
 
@@ -369,13 +417,13 @@ def _replay(chain: Chain, memory: float, method: str, sol: Solution) -> Solution
     return sol
 
 
-def _explain_infeasible(chain: Chain, memory: float, sol: Solution) -> Solution:
+def _explain_infeasible(chain: Chain, memory: float, sol: Solution, time_limit: float | None = None) -> Solution:
     """An INFEASIBLE result always carries the minimum feasible memory (``details['min_memory']``),
     and is INFEASIBLE only below it: a method whose own model finds nothing where some sequence fits
     (Checkmate's, which does not tell a^l from abar^l) gets NO_SOLUTION, saying so."""
     if sol.status != Status.INFEASIBLE:
         return sol
-    need = proven_infeasible_below(chain)
+    need = proven_infeasible_below(chain, time_limit=time_limit)
     if sol.details.get("min_memory") is None:
         sol.details["min_memory"] = need
         sol.message += f" (minimum feasible memory for any sequence: {fmt_memory(need)})"
@@ -480,10 +528,12 @@ def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_
                     solver_log=solver_log)
     _check_tables(chain, method, opts, memory)
     b = _frontend.budget(time_limit, progress, PROBLEM)
+    if method == "recompute-all" and (why := _too_long(chain, method, b.limit())):
+        raise InputError(f"{PROBLEM}: {why}")
     with b.active():
         b.log(f"remat: {method} on {chain.name} (L = {chain.L}), memory limit {fmt_memory(memory)}")
         sol = _RUNNERS[method](chain, memory, opts, b)
-        sol = _explain_infeasible(chain, memory, _replay(chain, memory, method, sol))
+        sol = _explain_infeasible(chain, memory, _replay(chain, memory, method, sol), b.limit())
         if "time_limit" in sol.details:     # the MILPs record what they were given: say the call's limit
             sol.details["time_limit"] = b.time_limit
         b.log(f"remat: {sol.status}" + ("" if sol.objective is None else f", makespan {fmt_time(sol.objective)}, "

@@ -396,6 +396,25 @@ def _resolve(path: str | Path) -> Path:
     raise InstanceError(f"{path}: no such instance file")
 
 
+def read_text_file(path: str | Path, what: str, error=None) -> str:
+    """The text of a UTF-8 file, or ``error`` (default :class:`InstanceError`) naming the file and
+    what is wrong: a folder, a file that cannot be read (permissions, ...), or bytes that are not UTF-8."""
+    error = error or InstanceError
+    p = Path(path)
+    if p.is_dir():
+        raise error(f"{path}: is a folder, not an {what}" if what[0] in "aeiou" else
+                    f"{path}: is a folder, not a {what}")
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise error(f"{path}: cannot read this {what} ({e.strerror or e})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: not a text {what} in UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start} is not "
+                    "UTF-8; save it as UTF-8 text)") from None
+
+
 def load_instance(path: str | Path) -> Instance:
     """Read and validate an instance file, or a shipped instance by name.
 
@@ -423,7 +442,7 @@ def load_instance(path: str | Path) -> Instance:
     """
     path = _resolve(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text_file(path, "instance file"))
     except json.JSONDecodeError as e:
         raise InstanceError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
     if not isinstance(data, dict):

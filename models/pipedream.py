@@ -55,6 +55,8 @@ import networkx as nx
 
 from .chain import Chain
 from .graph import join_terminals, linearize
+from .instance import read_text_file
+from .solution import InputError
 
 PROFILE_BATCH = 128
 _NODE = re.compile(r"^(\S+) -- (.*) -- forward_compute_time=([^,]+), backward_compute_time=([^,]+), "
@@ -80,9 +82,12 @@ def read_graph(path: str | Path) -> nx.DiGraph:
     """Parse a PipeDream ``graph.txt`` into a DiGraph; node attributes ``desc``, ``type``, ``uf``,
     ``ub`` (seconds), ``out_bytes``, ``weight_bytes`` (bytes), in the file's node order."""
     path = Path(path)
+    if not path.exists():
+        raise PipeDreamFormatError(f"{path}: no such PipeDream graph file")
     G = nx.DiGraph()
     edges = []
-    for i, line in enumerate(path.read_text().splitlines(), start=1):
+    for i, line in enumerate(read_text_file(path, "PipeDream graph file", PipeDreamFormatError).splitlines(),
+                             start=1):
         if not line.strip():
             continue
         where = f"{path}:{i}"
@@ -102,6 +107,24 @@ def read_graph(path: str | Path) -> nx.DiGraph:
             if n not in G:
                 raise PipeDreamFormatError(f"{where}: edge mentions unknown node {n!r}")
         G.add_edge(u, v)
+    if G.number_of_nodes() == 0:
+        raise PipeDreamFormatError(f"{path}: no node line; not a PipeDream graph.txt profile")
+    if G.number_of_nodes() > 1 and G.number_of_edges() == 0:
+        raise PipeDreamFormatError(f"{path}: {G.number_of_nodes()} nodes and no edge line (tab-indented "
+                                   "'nodeA -- nodeB'); is the file cut short?")
+    # Several inputs may feed separate towers (each piece starts at an Input node), but a piece that no
+    # Input feeds cannot be computed: the file was cut short (its edge lines lost) or is not a profile.
+    parts = list(nx.weakly_connected_components(G))
+    if len(parts) > 1:
+        order = {n: k for k, n in enumerate(G)}
+        fed = [c for c in parts if any(G.nodes[n]["type"] == "Input" for n in c)]
+        cut = sorted((c for c in parts if c not in fed), key=lambda c: min(order[n] for n in c))
+        if cut:
+            first = min(cut[0], key=order.get) if cut else next(iter(G))
+            raise PipeDreamFormatError(
+                f"{path}: the graph falls apart into {len(parts)} pieces ({G.number_of_edges()} edges for "
+                f"{G.number_of_nodes()} nodes), {len(cut)} of them fed by no Input node (e.g. the one of node "
+                f"{first}); is the file cut short? A profile is one connected graph, or one piece per input")
     return G
 
 
@@ -112,7 +135,17 @@ def _stage_name(G: nx.DiGraph, group: list[str]) -> str:
 
 
 def import_graph(path: str | Path, batch: int | None = None, name: str | None = None) -> Chain:
-    """The linearized Chain of a PipeDream profile, optionally rescaled to mini-batch ``batch``."""
+    """The linearized Chain of a PipeDream profile, optionally rescaled to mini-batch ``batch`` (a whole
+    number >= 1; None keeps the profile's 128).
+
+    Raises :class:`PipeDreamFormatError` naming the file (and line) when it cannot be read, is not a
+    profile, or its graph is not one connected piece (a file cut short), and
+    :class:`~memplan.models.solution.InputError` for a bad ``batch``."""
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, (int, float))
+                              or not float(batch).is_integer() or batch < 1):
+        raise InputError(f"batch={batch!r}: give a whole number of samples >= 1 to rescale the profile to "
+                         f"(PipeDream profiled at batch {PROFILE_BATCH}), or leave it out to keep {PROFILE_BATCH}")
+    batch = None if batch is None else int(batch)
     path = Path(path)
     G = read_graph(path)
     inner = [n for n in G if G.nodes[n]["type"] == "Input" and G.in_degree(n) > 0]
@@ -129,6 +162,7 @@ def import_graph(path: str | Path, batch: int | None = None, name: str | None = 
     sources = [n for n in G if G.in_degree(n) == 0]
     sinks = [n for n in G if G.out_degree(n) == 0]
     k = 1.0 if batch is None else batch / PROFILE_BATCH
+    used = PROFILE_BATCH if batch is None else batch
     nd = G.nodes
     if source in G:             # one source: it is a^0 (its time, data loading, is ignored)
         data = {source}
@@ -151,7 +185,7 @@ def import_graph(path: str | Path, batch: int | None = None, name: str | None = 
         shown = str(path)
     prov: dict[str, Any] = {
         "source": shown, "source_sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "format": "PipeDream profiler graph.txt (msr-fiddle/pipedream, MIT license)",
-        "network": stem, "profile_batch": PROFILE_BATCH, "batch": batch or PROFILE_BATCH,
+        "network": stem, "profile_batch": PROFILE_BATCH, "batch": used,
         "device": "GPU used by PipeDream's authors (see the source's README)", "input": [3, 224, 224],
         "linearization": "models.graph.linearize: minimal single-tensor groups (papers 001/003 virtual layers); "
                          "u_f, u_b, W, abar = sums over the group, a = delta = separator's output; o_f = o_b = 0",
@@ -171,6 +205,6 @@ def import_graph(path: str | Path, batch: int | None = None, name: str | None = 
         prov["scaling"] = (f"times and activation sizes scaled linearly by {batch}/{PROFILE_BATCH} from the "
                            f"profile's batch {PROFILE_BATCH} (an approximation); parameters unchanged")
     return Chain.from_stages(uf=uf, ub=ub, wa=wa, wabar=wabar, wd=wa, weights=weights,
-                             name=name or f"pipedream-{stem}-b{batch or PROFILE_BATCH}",
+                             name=name or f"pipedream-{stem}-b{used}",
                              stage_names=["input"] + [_stage_name(G, g) for g in groups] + ["loss"],
                              provenance=prov)

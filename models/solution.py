@@ -93,4 +93,10 @@ class Solution:
         })
 
     def write_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        """Write :meth:`to_dict` as JSON; a path that cannot be written raises :class:`InputError`
+        naming it (a folder, a missing or read-only folder, ...)."""
+        text = json.dumps(self.to_dict(), indent=1) + "\n"
+        try:
+            Path(path).write_text(text)
+        except OSError as e:
+            raise InputError(f"{path}: cannot write the solution here ({e.strerror or e})") from None

@@ -32,6 +32,9 @@ class UnitError(ValueError):
 
 
 def _split(text: str, what: str) -> tuple[float, str]:
+    if isinstance(text, bool):
+        raise UnitError(f"{what} {text!r} is not a quantity: give a number or a string with a unit, e.g. "
+                        + {"memory": "'90MiB'", "time": "'37.4ms'", "bandwidth": "'12.5GB/s'"}[what])
     if isinstance(text, (int, float)):
         return float(text), ""
     m = re.fullmatch(_NUM + r"([A-Za-zµ/]*)\s*", str(text))
@@ -48,15 +51,21 @@ def _finite(value: float, text, what: str) -> float:
     return value
 
 
-def parse_memory(text: str | float) -> float:
-    """Bytes from ``"90MB"``, ``"1.5GiB"``, ``"4096"``; raises :class:`UnitError` otherwise."""
-    value, unit = _split(text, "memory")
+def _size(text, what: str, shown, suffix: str = "") -> float:
+    value, unit = _split(text, what)
     key = unit.lower()
     if key not in _MEM:
-        raise UnitError(f"unknown memory unit {unit!r} in {text!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+        per = "/s" if what == "bandwidth" else ""
+        units = ", ".join(u + per for u in ("B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB"))
+        raise UnitError(f"unknown {what} unit {unit + suffix!r} in {shown!r} (use {units})")
     if value < 0:
-        raise UnitError(f"memory {text!r} is negative")
-    return _finite(value * _MEM[key], text, "memory")
+        raise UnitError(f"{what} {shown!r} is negative")
+    return _finite(value * _MEM[key], shown, what)
+
+
+def parse_memory(text: str | float) -> float:
+    """Bytes from ``"90MB"``, ``"1.5GiB"``, ``"4096"``; raises :class:`UnitError` otherwise."""
+    return _size(text, "memory", text)
 
 
 def parse_time(text: str | float) -> float:
@@ -70,14 +79,17 @@ def parse_time(text: str | float) -> float:
 
 def parse_bandwidth(text: str | float) -> float:
     """Bytes per second from ``"12.5GB/s"``, ``"16GiB/s"``, or a bare number of bytes/s."""
-    if isinstance(text, (int, float)):
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
         return float(text)
+    if isinstance(text, bool):
+        return _size(text, "bandwidth", text)
     s = str(text).strip()
+    suffix = ""
     if s.lower().endswith("/s"):
-        s = s[:-2]
+        s, suffix = s[:-2], "/s"
     elif s.lower().endswith("ps"):  # "GBps"
-        s = s[:-2]
-    return parse_memory(s)
+        s, suffix = s[:-2], "ps"
+    return _size(s, "bandwidth", text, suffix)
 
 
 def memory_factor(unit: str) -> float:

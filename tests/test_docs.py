@@ -99,3 +99,74 @@ def test_readme_python_example_runs_as_written(tmp_path):
                 if sim.peak_memory <= mem * MiB]
         assert row["sequential"] == (round(min(fits) * 1e3, 2) if fits else None), (mem, row)
     assert table[84.0]["sequential"] is None and table[108.0]["sequential"] is not None
+
+
+# ----------------------------------------------------------------------------- the README's quick tour
+#: quick-tour commands this test leaves out (each still under 2 minutes on 2 cores, measured by hand):
+#: the sweeps (a Dask cluster each, 15-80 s), the pipeline ILP (its 60 s limit), profiling and running a
+#: network (torch), and the commands reading their outputs; every other command runs below, as written
+_TOUR_SLOW = ("memplan sweep ", "--method ilp ", "memplan profile ", "memplan run ")
+
+
+def _quick_tour() -> list[tuple[str, bool]]:
+    """``(command, meant to fail)`` for each command of the README's "Quick tour" section."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## Quick tour", 1)[1].split("\n## ", 1)[0]
+    out = []
+    for line in section.splitlines():
+        if line.startswith("    ") and line.strip().split(" ", 1)[0] in ("memplan", "python"):
+            cmd, _, comment = line.strip().partition("  #")
+            out.append((cmd.strip(), comment.strip().startswith("error")))
+    return out
+
+
+def test_quick_tour_commands_are_found_and_parse():
+    """Every command of the tour parses as written, and every path it reads is in the repository."""
+    import shlex
+
+    from memplan.experiments.cli import build_parser
+
+    tour = _quick_tour()
+    assert len(tour) >= 15
+    parser = build_parser()
+    made = set()
+    for cmd, _ in tour:
+        argv = shlex.split(cmd)
+        assert argv[0] == "memplan", cmd
+        parser.parse_args(argv[1:])
+        for k, a in enumerate(argv):
+            if a.startswith(("instances/", "results/")) and not (k and argv[k - 1] in ("-o", "--json", "--gantt")):
+                assert a.startswith("results/") and a in made or (ROOT / a).exists(), f"{cmd}: {a} is missing"
+            if k and argv[k - 1] in ("-o", "--json", "--gantt"):
+                assert a.startswith("results/"), f"{cmd}: writes {a} outside results/"
+                assert a not in made, f"{cmd}: overwrites {a}, written by an earlier command"
+                made.add(a)
+
+
+def test_quick_tour_runs_as_written(tmp_path, monkeypatch, capsys):
+    """The quick tour's fast commands, in a folder laid out as a clone (instances/ beside them): each
+    exits 0 (2 for the one meant to show an error) and writes what it says under results/."""
+    import shlex
+
+    from memplan.experiments.cli import main
+
+    (tmp_path / "instances").symlink_to(ROOT / "instances")
+    monkeypatch.chdir(tmp_path)
+    ran = 0
+    not_made: set[str] = set()            # outputs of the commands left out
+    for cmd, fails in _quick_tour():
+        argv = shlex.split(cmd)
+        if any(s in cmd + " " for s in _TOUR_SLOW) or not_made & set(argv):
+            not_made |= {a for k, a in enumerate(argv) if k and argv[k - 1] in ("-o", "--json", "--gantt")}
+            continue
+        rc = main(shlex.split(cmd)[1:])
+        out, err = capsys.readouterr()
+        assert rc == (2 if fails else 0), f"{cmd}: exit {rc}\n{err[-1500:]}"
+        if fails:
+            assert "minimum feasible memory" in err
+        ran += 1
+    assert ran >= 10
+    written = {str(p.relative_to(tmp_path)) for p in (tmp_path / "results").rglob("*") if p.is_file()}
+    assert {"results/toy-rotor-floating.json", "results/offload-milp.png", "results/remat-offload.png",
+            "results/pd50.json"} <= written
+    assert not [p.name for p in tmp_path.iterdir() if p.name not in ("instances", "results")]

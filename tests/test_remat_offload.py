@@ -313,9 +313,10 @@ def test_figure_script_smoke(tmp_path):
     out = tmp_path / "ro"
     assert main(["--instance", str(inst), "--bandwidth", "3GB/s", "--points", "3",
                  "--factors", "1,2", "--slots", "20", "--low", "1.0", "--out", str(out)]) == 0
-    df = pd.read_csv(out.with_suffix(".csv"))
+    # one folder per grid (issue 29): the curve table and the figure sit in it, beside results.csv
+    df = pd.read_csv(out / "remat_offload_paper004-table2.csv")
     assert set(df.method) >= {"store-all", "rotor", "joint", "joint-20", "offload"}
-    assert out.with_suffix(".png").exists()
+    assert (out / "remat_offload_paper004-table2.png").exists() and (out / "results.csv").exists()
     j = df[df.method == "joint"].dropna(subset=["makespan"])
     r = df[df.method == "rotor"].set_index("memory").makespan
     for _, row in j.iterrows():      # the joint DP never loses to rotor with the same slots

@@ -1,0 +1,135 @@
+"""Checks the command line makes before any work: output paths that can be written, whole numbers.
+
+:func:`output_file` and :func:`output_dir` run before a solve or a sweep starts, so that a long MILP's
+result is never lost at the end to a path that cannot be written: they create the missing parent
+folders, and raise :class:`~memplan.models.solution.InputError` naming the option, the path and what
+would work when the path is a folder (for a file), lies under a regular file, or is not writable (a
+probe file is created and removed, so a read-only folder or file system is caught even for root).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Callable
+
+from memplan.models.instance import InstanceError
+from memplan.models.solution import InfeasibleError, InputError
+from memplan.models.units import UnitError
+
+
+class CliError(Exception):
+    """An error for the user: printed without a traceback, exit status 2."""
+
+
+def _stdout_closed() -> int:
+    """The reader of our output went away (``memplan show ... | head -1``): stop quietly, as a Unix tool
+    killed by SIGPIPE would (status 141), without a traceback at exit either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):   # pragma: no cover - no file descriptor behind sys.stdout
+        pass
+    return 141
+
+
+def _warning_line(message, category, filename, lineno, line=None) -> str:
+    return f"memplan: warning: {message}\n"
+
+
+def guarded(call: Callable[[], int | None], prog: str = "memplan") -> int:
+    """Run a command's body; an error meant for the user (bad input, an infeasible limit, a file that
+    cannot be read or written) is one line on stderr and exit status 2, never a traceback; warnings
+    are one line each."""
+    warnings.formatwarning = _warning_line
+    try:
+        rc = int(call() or 0)
+        sys.stdout.flush()
+        return rc
+    except BrokenPipeError:
+        return _stdout_closed()
+    except (CliError, InputError, InstanceError, UnitError, InfeasibleError, FileExistsError,
+            FileNotFoundError, ValueError) as e:   # models raise ValueError subclasses with messages meant for the user
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:            # a file that cannot be read or written: one line, not a traceback
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"{prog}: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # pragma: no cover
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _first_existing(p: Path) -> Path:
+    q = p
+    while not q.exists() and q != q.parent:
+        q = q.parent
+    return q
+
+
+def _writable_dir(d: Path, flag: str, shown) -> None:
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".memplan-probe-", dir=d)
+    except OSError as e:
+        raise InputError(f"{flag} {shown}: cannot write in the folder {d} ({e.strerror or e}); choose another "
+                         "place, e.g. under results/") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def _make_dir(p: Path, flag: str, shown) -> None:
+    if p.exists() and not p.is_dir():
+        raise InputError(f"{flag} {shown}: {p} is a file, not a folder" + (
+            "; give a folder name" if str(shown) == str(p) else ", so nothing can be written under it"))
+    base = _first_existing(p)
+    if not base.is_dir():
+        raise InputError(f"{flag} {shown}: {base} is a file, so no folder can be made under it; choose another place")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{flag} {shown}: cannot create the folder {p} ({e.strerror or e}); choose another place, "
+                         "e.g. under results/") from None
+    _writable_dir(p, flag, shown)
+
+
+def output_dir(path: str | Path, flag: str) -> Path:
+    """The folder ``path`` (created with its parents) once it is known to be writable."""
+    p = Path(path)
+    _make_dir(p, flag, path)
+    return p
+
+
+def output_file(path: str | Path, flag: str) -> Path:
+    """The file ``path``, its folder created, once it is known that it can be written (an existing file
+    is checked by opening it for appending, which leaves it as it is)."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{flag} {path}: is a folder; give a file name, e.g. {p / 'out'}")
+    if not p.name:
+        raise InputError(f"{flag}: an empty file name")
+    _make_dir(p.parent, flag, path)
+    if p.exists():
+        try:
+            with open(p, "a"):
+                pass
+        except OSError as e:
+            raise InputError(f"{flag} {path}: cannot write this file ({e.strerror or e})") from None
+    return p
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (``--workers``, ``--batch``)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; give one >= 1") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= 1")
+    return v
+
+
+__all__ = ["CliError", "guarded", "output_file", "output_dir", "positive_int"]

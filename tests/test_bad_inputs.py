@@ -1,0 +1,315 @@
+"""Bad inputs and faults of issue 29 (defects 2-8): each is one line on stderr and exit status 2 (an
+error of the Python API), caught before any solve, never a traceback, a hang or a silent default."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import memplan
+from conftest import ROOT
+from memplan.experiments.cli import build_parser, main
+from memplan.models.instance import InstanceError, load_instance
+from memplan.models.pipedream import PipeDreamFormatError, import_graph
+from memplan.models.solution import InputError
+
+PD = ROOT / "instances" / "pipedream"
+TOY = str(ROOT / "instances" / "paper004_table2.json")
+
+
+def _run(argv, capsys):
+    """``memplan ARGV`` in this process: (exit status, stdout, stderr)."""
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _one_line(err: str) -> str:
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def _cli(*args, timeout=60, **kw):
+    return subprocess.run([sys.executable, "-m", "memplan.experiments.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, **kw)
+
+
+@pytest.fixture
+def no_solve(monkeypatch):
+    """Fails the test if memplan.solve is reached (the checks must come before it)."""
+    def boom(*a, **k):
+        raise AssertionError("memplan.solve was called although an output path is bad")
+    monkeypatch.setattr(memplan, "solve", boom)
+
+
+# ----------------------------------------------------------------------------- defect 2: import-pipedream
+def test_a_profile_cut_short_is_refused(tmp_path, capsys):
+    """`head -n 120 resnet18.graph.txt` used to import as L = 1 (the pieces joined by virtual nodes)."""
+    lines = (PD / "resnet18.graph.txt").read_text().splitlines(keepends=True)
+    cut = tmp_path / "cut.graph.txt"
+    cut.write_text("".join(lines[:120]))
+    with pytest.raises(PipeDreamFormatError, match="cut short"):
+        import_graph(cut)
+    rc, _, err = _run(["import-pipedream", str(cut), "-o", str(tmp_path / "x.json")], capsys)
+    assert rc == 2 and str(cut) in _one_line(err)
+    assert not (tmp_path / "x.json").exists()
+    # nodes without any edge line, and the whole file: 23 stages
+    nodes = tmp_path / "nodes.graph.txt"
+    nodes.write_text("".join(l for l in lines if not l.startswith("\t")))
+    with pytest.raises(PipeDreamFormatError, match="no edge"):
+        import_graph(nodes)
+    assert import_graph(PD / "resnet18.graph.txt").L == 23
+
+
+def test_two_inputs_feeding_separate_towers_still_import(tmp_path):
+    """Pieces are refused only when no Input feeds them: two towers, one input each, are a network."""
+    node = "{} -- {} -- forward_compute_time=1.0, backward_compute_time=2.0, activation_size=8.0, parameter_size=0.0\n"
+    text = (node.format("node1", "Input") + node.format("node2", "Linear(a)") + node.format("node3", "Input")
+            + node.format("node4", "Linear(b)") + "\tnode1 -- node2\n\tnode3 -- node4\n")
+    p = tmp_path / "towers.graph.txt"
+    p.write_text(text)
+    c = import_graph(p)
+    assert c.store_all_time() == pytest.approx(2 * 3e-3)      # two Linear nodes, 1 + 2 ms each
+    assert c.wa[0] == 16.0                                     # both inputs are a^0
+
+
+@pytest.mark.parametrize("batch", ["0", "-8"])
+def test_import_batch_below_one_names_the_option(batch, tmp_path, capsys):
+    """--batch 0 wrote an all-zero chain recorded as batch 128; -8 blamed Chain.uf[1]."""
+    with pytest.raises(SystemExit) as e:
+        main(["import-pipedream", str(PD / "resnet18.graph.txt"), "--batch", batch, "-o", str(tmp_path / "x.json")])
+    assert e.value.code == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "--batch" in line and "uf" not in line
+    with pytest.raises(InputError, match="batch=0"):
+        import_graph(PD / "resnet18.graph.txt", batch=0)
+    c = import_graph(PD / "resnet18.graph.txt", batch=8)
+    assert c.provenance["batch"] == 8 and c.name.endswith("-b8")
+
+
+# ----------------------------------------------------------------------------- defect 3: --workers
+@pytest.mark.parametrize("workers,where", [("-3", "after"), ("0", "before")])
+def test_sweep_workers_below_one_is_an_error_not_a_hang(workers, where, tmp_path):
+    """--workers -3 hung forever; --workers 0 silently meant one per core."""
+    args = ["sweep", "remat", "--instance", TOY, "--points", "2", "-o", str(tmp_path / "s"), "-q", "--no-plot"]
+    args = args[:2] + ["--workers", workers] + args[2:] if where == "after" else \
+        args[:1] + ["--workers", workers] + args[1:]
+    r = _cli(*args, timeout=60)
+    assert r.returncode == 2 and "--workers" in _one_line(r.stderr)
+    assert not (tmp_path / "s" / "results").exists()
+
+
+def test_run_sweep_refuses_zero_workers(tmp_path):
+    from memplan.experiments.sweep_engine import run_sweep
+
+    with pytest.raises(InputError, match="workers=0"):
+        run_sweep([], {}, tmp_path, workers=0, progress=False)
+
+
+# ----------------------------------------------------------------------------- defect 4: operating-system errors
+def test_a_folder_as_instance(tmp_path, capsys):
+    with pytest.raises(InstanceError, match="is a folder"):
+        load_instance(tmp_path)
+    for verb in (["solve", str(tmp_path), "--memory", "90MiB"], ["show", str(tmp_path)]):
+        rc, _, err = _run(verb, capsys)
+        assert rc == 2 and str(tmp_path) in _one_line(err)
+
+
+def test_an_unreadable_instance_names_the_file(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "toy.json"
+    path.write_text(Path(TOY).read_text())
+    real = Path.read_bytes
+
+    def denied(self):
+        if self == path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: denied(self).decode())
+    with pytest.raises(InstanceError, match="cannot read.*Permission denied"):
+        load_instance(path)
+    rc, _, err = _run(["solve", str(path), "--memory", "90MiB"], capsys)
+    assert rc == 2 and str(path) in _one_line(err)
+
+
+def _unwritable_dir(tmp_path) -> Path:
+    """A folder nothing can be written in: read-only for a user; /proc (no new files) for root."""
+    if os.geteuid() != 0:
+        d = tmp_path / "ro"
+        d.mkdir()
+        d.chmod(0o555)
+        return d
+    if not Path("/proc/self").is_dir():
+        pytest.skip("running as root without /proc: no folder is read-only for root here")
+    return Path("/proc")
+
+
+@pytest.mark.parametrize("flag", ["--json", "--gantt", "--solver-log"])
+def test_outputs_are_checked_before_the_solve(flag, tmp_path, capsys, no_solve):
+    base = ["solve", TOY, "--memory", "90MiB"] + (["--problem", "offload", "--bandwidth", "1GB/s"]
+                                                  if flag == "--gantt" else [])
+    afile = tmp_path / "a.txt"
+    afile.write_text("x")
+    for bad, what in ((tmp_path, "is a folder"), (afile / "x.out", "is a file"),
+                      (afile / "sub" / "x.out", "is a file"), (_unwritable_dir(tmp_path) / "x.out", "cannot")):
+        rc, out, err = _run(base + [flag, str(bad)], capsys)
+        line = _one_line(err)
+        assert rc == 2 and flag in line and what in line, line
+        assert out == ""
+
+
+def test_outputs_get_their_folders_and_the_log_is_written(tmp_path, capsys):
+    """--json and --solver-log into folders that do not exist yet: made (the log was silently lost)."""
+    sol, log = tmp_path / "new" / "dir" / "sol.json", tmp_path / "logs" / "h.log"
+    rc, out, _ = _run(["solve", TOY, "--memory", "90MiB", "--method", "remat-milp", "--threads", "1",
+                       "--time-limit", "30", "--json", str(sol), "--solver-log", str(log), "-q"], capsys)
+    assert rc == 0
+    data = json.loads(sol.read_text())
+    assert data["status"] == "optimal" and data["objective"] == pytest.approx(0.04742, abs=5e-6)
+    assert "HiGHS" in log.read_text()
+
+
+def test_other_commands_check_their_output_folders(tmp_path, capsys):
+    afile = tmp_path / "a.txt"
+    afile.write_text("x")
+    rc, _, err = _run(["sweep", "remat", "--instance", TOY, "--points", "2", "--workers", "1", "-q",
+                       "-o", str(afile / "s")], capsys)
+    assert rc == 2 and "-o" in _one_line(err)
+    rc, _, err = _run(["import-pipedream", str(PD / "resnet18.graph.txt"), "-o", str(afile / "x.json")], capsys)
+    assert rc == 2 and "-o" in _one_line(err)
+    rc, _, err = _run(["plot", str(tmp_path), "--figure", "remat", "-o", str(afile / "f")], capsys)
+    assert rc == 2 and "Traceback" not in err
+
+
+# ----------------------------------------------------------------------------- defect 6: the results folder
+def _toy_sweep(out, capsys):
+    return _run(["sweep", "remat", "--instance", TOY, "--methods", "store-all,recompute-all", "--memory",
+                 "100MiB,110MiB", "--workers", "1", "-q", "--no-plot", "-o", str(out)], capsys)
+
+
+def test_a_stray_parquet_file_is_left_out_with_a_warning(tmp_path, capsys):
+    import pandas as pd
+
+    from memplan.experiments.sweep_engine import read_results
+
+    assert _toy_sweep(tmp_path, capsys)[0] == 0
+    pd.DataFrame({"x": [1, 2, 3]}).to_parquet(tmp_path / "results" / "notes.parquet")
+    with pytest.warns(UserWarning, match="notes.parquet"):
+        df = read_results(tmp_path)
+    assert len(df) == 4 and df["status"].notna().all()
+    with pytest.warns(UserWarning, match="notes.parquet"):
+        rc, _, err = _toy_sweep(tmp_path, capsys)
+    assert rc == 0 and "0 solved now" in err
+    assert len(pd.read_csv(tmp_path / "results.csv")) == 4
+    from memplan.experiments.cli_checks import _warning_line       # how the command line shows it: one line
+
+    assert _warning_line("x", UserWarning, "f.py", 1) == "memplan: warning: x\n"
+
+
+def test_a_truncated_part_is_named_with_the_way_out(tmp_path, capsys):
+    assert _toy_sweep(tmp_path, capsys)[0] == 0
+    part = sorted((tmp_path / "results").glob("part-*.parquet"))[0]
+    part.write_bytes(part.read_bytes()[:40])
+    rc, _, err = _toy_sweep(tmp_path, capsys)
+    line = _one_line(err)
+    assert rc == 2 and part.name in line and "delete it" in line
+    part.unlink()                               # as the message says: only that task is solved again
+    rc, _, err = _toy_sweep(tmp_path, capsys)
+    assert rc == 0 and "1 solved now" in err
+
+
+# ----------------------------------------------------------------------------- defect 7: messages
+def test_non_utf8_files_are_named(tmp_path, capsys):
+    bad = tmp_path / "latin1.json"
+    bad.write_bytes(Path(TOY).read_text().replace('"input"', '"entr\u00e9e"').encode("latin-1"))
+    with pytest.raises(InstanceError, match="latin1.json.*UTF-8"):
+        load_instance(bad)
+    g = tmp_path / "latin1.graph.txt"
+    g.write_bytes((PD / "resnet18.graph.txt").read_text().replace("Input", "Entr\u00e9e", 1).encode("latin-1"))
+    rc, _, err = _run(["import-pipedream", str(g), "-o", str(tmp_path / "x.json")], capsys)
+    assert rc == 2 and "latin1.graph.txt" in _one_line(err) and "UTF-8" in err
+
+
+def test_a_negative_memory_is_explained_not_taken_for_an_option(capsys):
+    rc, _, err = _run(["solve", TOY, "--memory", "-1MiB"], capsys)
+    line = _one_line(err)
+    assert rc == 2 and "negative" in line and "expected one argument" not in line
+
+
+def test_a_negative_bandwidth_is_called_a_bandwidth(capsys):
+    rc, _, err = _run(["solve", TOY, "--problem", "offload", "--memory", "80MiB", "--bandwidth", "-5GB/s"], capsys)
+    line = _one_line(err)
+    assert rc == 2 and "bandwidth '-5GB/s' is negative" in line and "memory '-5" not in line
+    from memplan.models.units import UnitError, parse_bandwidth
+
+    with pytest.raises(UnitError, match="unknown bandwidth unit"):
+        parse_bandwidth("5XB/s")
+
+
+def test_the_option_list_names_only_options_solve_takes(capsys):
+    solve_flags = {f for a in build_parser()._subparsers._group_actions[0].choices["solve"]._actions
+                   for f in a.option_strings}
+    rc, _, err = _run(["solve", TOY, "--problem", "pipeline", "--memory", "1GiB", "--slots", "3"], capsys)
+    line = _one_line(err)
+    listed = line.split("its options: ")[1].rstrip(")").split(", ")
+    assert rc == 2 and listed and set(listed) <= solve_flags
+    assert not {"--n-batches", "--points", "--allocations", "--refine", "--starts"} & set(listed)
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    """`memplan show ... | head -1` ended in a BrokenPipeError traceback."""
+    from test_long_chains import write_instance
+
+    inst = tmp_path / "long.json"
+    write_instance(3000, inst)            # a table far larger than a pipe's buffer
+    p = subprocess.Popen([sys.executable, "-m", "memplan.experiments.cli", "show", str(inst), "--rows", "5000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = p.stdout.readline()
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    rc = p.wait(timeout=60)
+    assert first.startswith(b"chain3000") and "Traceback" not in err and "BrokenPipe" not in err, err
+    assert rc == 141
+
+
+@pytest.mark.parametrize("kw", [{"memory": True}, {"memory": "80MiB", "bandwidth": True}])
+def test_booleans_are_not_quantities(kw):
+    chain, _ = load_instance("paper004_table2")
+    with pytest.raises(InputError, match="True is not a quantity"):
+        memplan.solve(chain, "offload", "dynprog", **{"bandwidth": "1GB/s", **kw})
+
+
+def test_quiet_silences_the_highs_banner():
+    """remat-milp runs HiGHS ("MILP optimal"), whose first instance in a process prints its banner
+    (without -q, to stderr)."""
+    r = _cli("solve", TOY, "--memory", "90MiB", "--method", "remat-milp", "--threads", "1", "-q")
+    assert r.returncode == 0 and "optimal" in r.stdout and "MILP optimal" in r.stdout
+    assert "HiGHS" not in r.stderr and "HiGHS" not in r.stdout
+
+
+# ----------------------------------------------------------------------------- defect 8: the figure scripts
+@pytest.mark.parametrize("module,args", [
+    ("pipeline_figures", ["--pipedream", "wrong/path.txt", "--batch", "8", "--gpus", "4"]),
+    ("remat_sweep", ["--instance", "wrong/path.json"]),
+])
+def test_figure_scripts_report_a_wrong_path_in_one_line(module, args, tmp_path):
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", f"memplan.experiments.{module}", *args, "-o", str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "wrong/path" in _one_line(r.stderr)
+    assert time.perf_counter() - t0 < 60
+
+
+def test_the_api_names_a_path_it_cannot_write(tmp_path):
+    chain, _ = load_instance("paper004_table2")
+    sol = memplan.solve(chain, "remat", "rotor", memory="90MiB")
+    with pytest.raises(InputError, match="cannot write the solution"):
+        sol.write_json(tmp_path)
+    with pytest.raises(InputError, match="cannot write the solution"):
+        sol.write_json(tmp_path / "missing" / "x.json")

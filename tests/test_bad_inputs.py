@@ -167,7 +167,8 @@ def test_outputs_are_checked_before_the_solve(flag, tmp_path, capsys, no_solve):
 def test_outputs_get_their_folders_and_the_log_is_written(tmp_path, capsys):
     """--json and --solver-log into folders that do not exist yet: made (the log was silently lost)."""
     sol, log = tmp_path / "new" / "dir" / "sol.json", tmp_path / "logs" / "h.log"
-    rc, out, _ = _run(["solve", TOY, "--memory", "90MiB", "--method", "remat-milp", "--threads", "1",
+    # checkmate always runs HiGHS (remat-milp may prove its start by the DP bound without a MILP)
+    rc, out, _ = _run(["solve", TOY, "--memory", "90MiB", "--method", "checkmate", "--threads", "1",
                        "--time-limit", "30", "--json", str(sol), "--solver-log", str(log), "-q"], capsys)
     assert rc == 0
     data = json.loads(sol.read_text())
@@ -286,9 +287,9 @@ def test_booleans_are_not_quantities(kw):
 
 
 def test_quiet_silences_the_highs_banner():
-    """remat-milp runs HiGHS ("MILP optimal"), whose first instance in a process prints its banner
+    """checkmate runs HiGHS ("MILP optimal"), whose first instance in a process prints its banner
     (without -q, to stderr)."""
-    r = _cli("solve", TOY, "--memory", "90MiB", "--method", "remat-milp", "--threads", "1", "-q")
+    r = _cli("solve", TOY, "--memory", "90MiB", "--method", "checkmate", "--threads", "1", "-q")
     assert r.returncode == 0 and "optimal" in r.stdout and "MILP optimal" in r.stdout
     assert "HiGHS" not in r.stderr and "HiGHS" not in r.stdout
 

@@ -259,9 +259,11 @@ def test_saved_cuts_resnet18_by_hand():
                                            ("gpt2", dict(n_layer=2, n_embd=32, n_head=4, vocab=50, n_ctx=16), (8,)),
                                            ("densenet121", {}, (3, 32, 32))])
 def test_every_saved_cut_is_a_tensor_autograd_keeps(name, kw, shape):
-    """A second method: run stages l..L+1 from a^{l-1} with saved-tensor hooks and check that one of
+    """A second method: run stages l..l+3 from a^{l-1} with saved-tensor hooks and check that one of
     them saves the storage of a^l (stage l+1 mostly; a flatten's view of the pooled features is saved
-    by the linear layer after it); and that each merged-away cut of the minimal groups is saved by none."""
+    by the linear layer after it); and that each merged-away cut of the minimal groups is saved by none
+    of those. (Only a view can carry a^l's storage past stage l+1, and the zoo's views are one stage
+    long: three stages of look-ahead keep the check linear in L.)"""
     from memplan.models.graph import linearize_model
     from memplan.models.networks import example_input, get_model
     from memplan.models.profiler import classification_loss, saved_storages, storage_bytes
@@ -283,7 +285,7 @@ def test_every_saved_cut_is_a_tensor_autograd_keeps(name, kw, shape):
             def rest():
                 y = stages[l - 1](xi)
                 z = y
-                for s in stages[l:]:
+                for s in stages[l:l + 3]:
                     z = s(z)
                 return z, y
 

@@ -182,8 +182,15 @@ def test_dry_run_runtime_rows(runtime_rows):
             assert float(sa["measured_peak"]) <= 1.03 * meas, (r, sa)
         else:
             # the executor runs the sequence on the stages the chain was profiled from, and the CPU
-            # tracker counts exact storage bytes: the simulated peak to the byte
-            assert meas == pred, r
+            # tracker counts exact storage bytes: the simulated peak to the byte on ResNet-18. The
+            # model has one o_f for F_all and F_ck, the larger of the two (models.profiler), so where a
+            # sequence peaks in a forward whose o_f came from the other kind the simulator is above the
+            # measure: on this tiny GPT-2 (width 32) by up to 6.4% (57984 vs 61952 bytes, seen when the
+            # solver's sequence, which depends on the timings, peaks in an F_all), never below it
+            if r["network"] == "resnet18":
+                assert meas == pred, r
+            else:
+                assert 0.9 * pred <= meas <= pred, r
         if float(r["fraction"]) < 1:
             limit = float(r["memory_limit"])
             assert pred <= limit * (1 + 1e-9) and r["within_limit"] == "True"

@@ -137,7 +137,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     kw = dict(prov.get("model_kw") or {})
     torch.manual_seed(seed)
     model = get_model(prov["network"], **kw).to(device).train()
-    x = example_input(prov["network"], int(prov["batch"]), tuple(prov["input"]), vocab=kw.get("vocab", 50257),
+    x = example_input(prov["network"], int(prov["batch"]), tuple(prov["input"]), vocab=kw.get("vocab"),
                       seed=seed, device=device)
     ref = copy.deepcopy(model) if args.check_grads else None
     loss_fn = classification_loss(seed=seed)
@@ -203,10 +203,11 @@ def add_parser(subparsers) -> None:
         description="Build a network of the zoo, linearize it into a chain (minimal single-tensor groups) "
                     "and measure u_f, u_b, a, abar, delta, o_f, o_b, W per stage.")
     p.add_argument("--model", required=True, help="resnet18..152, preact_resnet200/1001, densenet121..201, "
-                   "inception_v3, vgg16/19, gpt2")
+                   "inception_v3, vgg16/19, gpt2, nasnet_a, unet, transformer")
     p.add_argument("--batch", type=positive_int, required=True)
     p.add_argument("--input", type=_shape, default=None,
-                   help="per-sample input shape, e.g. 3x224x224 (gpt2: the sequence length, e.g. 512)")
+                   help="per-sample input shape, e.g. 3x224x224 (gpt2: the sequence length, e.g. 512; transformer: "
+                   "src_len + tgt_len token ids, e.g. 128 with the default src_len 64)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per operation; the median is kept")
     p.add_argument("--seed", type=int, default=0)

@@ -409,7 +409,7 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
     model = get_model(model_name, **model_kw).to(device)
     model.train()
     shape = tuple(input_shape) if input_shape else DEFAULT_INPUT[model_name]
-    vocab = model_kw.get("vocab", 50257)
+    vocab = model_kw.get("vocab")       # None: the model's default (networks.TOKEN_MODELS)
     x = example_input(model_name, batch, shape, vocab=vocab, seed=seed, device=device)
     t0 = time.perf_counter()
     loss_fn = classification_loss(seed=seed)

@@ -17,6 +17,7 @@ torch is imported only when ``profile`` or ``run`` runs.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from memplan.baselines.remat_heuristics import bisection_schedule, sequential_schedule, store_all_schedule
@@ -50,6 +51,13 @@ def _kv(text: str) -> tuple[str, object]:
     return k, {"true": True, "false": False}.get(v.lower(), v)
 
 
+def _warn_coarse(chain) -> None:
+    """Print the instance's ``linearization_warning`` (models.cut_report) on stderr, if it has one."""
+    text = chain.provenance.get("linearization_warning")
+    if text:
+        print(f"warning: {text}", file=sys.stderr)
+
+
 def _summary(chain) -> str:
     return (f"{chain.name}: L = {chain.L} stages (+ loss), store-all time {fmt_time(chain.store_all_time())}, "
             f"sum abar {fmt_memory(chain.wabar[1:].sum())}, weights {fmt_memory(chain.total_weights())}")
@@ -80,6 +88,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     save_instance(chain, out, overwrite=args.force, time_unit="ms", memory_unit="MiB", digits=9,
                   description=f"{key}, batch {args.batch}, input {'x'.join(map(str, chain.provenance['input']))} "
                               f"profiled on {chain.provenance['device']} by memplan profile")
+    _warn_coarse(chain)
     print(_summary(chain))
     print(f"instance written to {out}")
     return 0
@@ -96,6 +105,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
     save_instance(chain, out, overwrite=args.force, time_unit="ms", memory_unit="MiB", digits=9,
                   description=f"PipeDream profile {Path(args.graph).name}, linearized"
                               + (f", rescaled to batch {args.batch}" if args.batch else ""))
+    _warn_coarse(chain)
     print(_summary(chain))
     print(f"instance written to {out}")
     return 0

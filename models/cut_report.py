@@ -84,12 +84,13 @@ def cheapest_cut(G: nx.DiGraph, group: Sequence[Hashable]) -> list[Hashable]:
 
 
 def coarse_chain_warning(G: nx.DiGraph, groups: Sequence[Sequence[Hashable]], *, what: str,
-                         counted: Iterable[Hashable] | None = None, unit: str = "nodes",
+                         counted: Iterable[Hashable] | None = None, unit: str = "nodes", note: str = "",
                          names: Sequence[str] | None = None) -> str | None:
     """One line saying that ``groups`` (the minimal single-tensor groups of G) are too few, or None.
 
     ``counted``: the nodes that count (default: all of G's); the line is returned when
-    ``STAGE_RATIO * len(groups) < len(counted)``. ``names``: the groups' display names."""
+    ``STAGE_RATIO * len(groups) < len(counted)``. ``unit``: what is counted (``nodes``, ``operations``),
+    ``note``: said once after the count (what is left out). ``names``: the groups' display names."""
     counted = set(G.nodes if counted is None else counted)
     n, L = len(counted), len(groups)
     if not groups or STAGE_RATIO * L >= n:
@@ -99,7 +100,7 @@ def coarse_chain_warning(G: nx.DiGraph, groups: Sequence[Sequence[Hashable]], *,
     cut = cheapest_cut(G, groups[k])
     shown = ", ".join(map(str, cut[:4])) + (", ..." if len(cut) > 4 else "")
     label = names[k] if names else f"ending at {groups[k][-1]}"
-    return (f"{what}: {n} {unit} linearize into only {L} stage(s), fewer than one per {STAGE_RATIO} {unit}: "
+    return (f"{what}: {n} {unit}{f' ({note})' if note else ''} linearize into only {L} stage(s), fewer than one per {STAGE_RATIO} {unit}: "
             f"the chain is cut only where a single tensor crosses, and several tensors cross every other cut "
             f"(stage {k + 1}, {label}, holds {sizes[k]} of the {n} {unit}; the cheapest cut found inside it is "
             f"crossed by {len(cut)} tensors: {shown}); re-materialization, offloading and pipelining have "

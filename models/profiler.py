@@ -420,7 +420,7 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
     graph = lm.captured.graph
     ops = counted_operations(graph)
     warning = coarse_chain_warning(graph, lm.captured.groups(), what=model_name, counted=ops,
-                                   unit="operations (views and shape queries not counted)")
+                                   unit="operations", note="views and shape queries not counted")
     chain = profile_chain(
         lm.stages, x, lm.loss_stage(loss_fn), repeats=repeats, device=device, names=lm.names,
         loss_name=lm.loss_name,

@@ -105,3 +105,21 @@ def coarse_chain_warning(G: nx.DiGraph, groups: Sequence[Sequence[Hashable]], *,
             f"(stage {k + 1}, {label}, holds {sizes[k]} of the {n} {unit}; the cheapest cut found inside it is "
             f"crossed by {len(cut)} tensors: {shown}); re-materialization, offloading and pipelining have "
             f"little freedom on this chain (multi-tensor cuts: issue 30)")
+
+
+def cut_tensors(G: nx.DiGraph, groups: Sequence[Sequence[Hashable]], *, first: Sequence[Hashable] | None = None,
+                last: Sequence[Hashable] | None = None, scale: float = 1.0) -> list[dict]:
+    """What crosses each cut of the chain, for an instance's provenance (``cuts``): one entry per
+    cut l = 0..L (cut l lies between stage l and stage l+1; stage L+1 is the loss), each
+    ``{"cut": l, "tensors": [{"node": name, "bytes": size}, ...]}``. With today's single-tensor
+    linearization each cut 1 <= l < L carries one tensor, the output of the separator ending group l;
+    ``first`` lists the nodes whose outputs form a^0 (default: G's source), ``last`` those forming a^L
+    (default: the last group's last node). ``bytes``: the nodes' ``out_bytes`` times ``scale``.
+    A multi-tensor linearization writes several tensors per cut here."""
+    H, source, _ = join_terminals(G)
+    first = [source] if first is None else list(first)
+    last = [groups[-1][-1]] if last is None else list(last)
+    ends = [first] + [[g[-1]] for g in groups[:-1]] + [last]
+    return [{"cut": l, "tensors": [{"node": str(v), "bytes": float(G.nodes[v].get("out_bytes", 0) or 0) * scale}
+                                   for v in nodes]}
+            for l, nodes in enumerate(ends)]

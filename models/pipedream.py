@@ -58,7 +58,7 @@ from typing import Any
 import networkx as nx
 
 from .chain import Chain
-from .cut_report import coarse_chain_warning
+from .cut_report import coarse_chain_warning, cut_tensors
 from .graph import join_terminals, linearize
 from .instance import read_text_file
 from .solution import InputError
@@ -197,6 +197,7 @@ def import_graph(path: str | Path, batch: int | None = None, name: str | None = 
         "groups": [list(g) for g in groups],
         "sources": sources, "sinks": sinks,
         "nodes": G.number_of_nodes(),
+        "cuts": cut_tensors(G, groups, first=sorted(data, key=list(G).index), last=sinks, scale=k),
     }
     warning = coarse_chain_warning(G, groups, what=f"PipeDream profile {path.name}", unit="nodes",
                                    names=[_stage_name(G, g) for g in groups])

@@ -415,7 +415,7 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
     loss_fn = classification_loss(seed=seed)
     lm = linearize_model(model, x, loss_fn)
     t_linearize = time.perf_counter() - t0
-    from .cut_report import coarse_chain_warning, counted_operations
+    from .cut_report import coarse_chain_warning, counted_operations, cut_tensors
 
     graph = lm.captured.graph
     ops = counted_operations(graph)
@@ -432,6 +432,7 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
                     "linearize_seconds": round(t_linearize, 3),
                     "groups": [list(g) for g in lm.groups], "loss_group": list(lm.head_group),
                     "nodes": graph.number_of_nodes(), "operations": len(ops),
+                    "cuts": cut_tensors(graph, lm.groups),
                     **({"linearization_warning": warning} if warning else {}),
                     **(provenance or {})})
     return chain

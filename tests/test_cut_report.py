@@ -43,6 +43,11 @@ def test_long_skip_is_reported_with_the_tensors_that_cross(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("warning: PipeDream profile skip.graph.txt: 31 nodes") and err.count("\n") == 1
     assert json.loads(out.read_text())["provenance"]["linearization_warning"] == text
+    # what crosses each cut: the input, the skip's source node1, the sink (64 bytes each at batch 128)
+    assert chain.provenance["cuts"] == [{"cut": 0, "tensors": [{"node": "node0", "bytes": 64.0}]},
+                                        {"cut": 1, "tensors": [{"node": "node1", "bytes": 64.0}]},
+                                        {"cut": 2, "tensors": [{"node": "node30", "bytes": 64.0}]}]
+    assert import_graph(g, batch=32).provenance["cuts"][1]["tensors"][0]["bytes"] == 16.0
 
 
 def test_threshold_is_one_stage_per_ten_nodes(tmp_path):
@@ -125,3 +130,12 @@ def test_cli_profile_prints_the_warning(tmp_path, capsys, one_torch_thread):
     prov = json.loads(out.read_text())["provenance"]
     assert err.startswith("warning: transformer: ") and prov["linearization_warning"] in err
     assert 10 * len(prov["groups"]) < prov["operations"] <= prov["nodes"]
+    # each cut carries one tensor today: a^0 the token ids (2 x 7 int64), then each group's last node,
+    # whose bytes are what the profiler measured as a^l
+    from memplan.models.instance import load_chain
+
+    c = load_chain(out)
+    cuts = prov["cuts"]
+    assert [x["cut"] for x in cuts] == list(range(c.L + 1)) and cuts[0]["tensors"] == [{"node": "ids", "bytes": 112.0}]
+    assert [x["tensors"][0]["node"] for x in cuts[1:]] == [g[-1] for g in prov["groups"]]
+    assert [x["tensors"][0]["bytes"] for x in cuts] == pytest.approx(list(c.wa[:c.L + 1]), abs=0.01)   # MiB, 9 digits

@@ -17,6 +17,7 @@ torch is imported only when ``profile`` or ``run`` runs.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from memplan.baselines.remat_heuristics import bisection_schedule, sequential_schedule, store_all_schedule
@@ -50,6 +51,13 @@ def _kv(text: str) -> tuple[str, object]:
     return k, {"true": True, "false": False}.get(v.lower(), v)
 
 
+def _warn_coarse(chain) -> None:
+    """Print the instance's ``linearization_warning`` (models.cut_report) on stderr, if it has one."""
+    text = chain.provenance.get("linearization_warning")
+    if text:
+        print(f"warning: {text}", file=sys.stderr)
+
+
 def _summary(chain) -> str:
     return (f"{chain.name}: L = {chain.L} stages (+ loss), store-all time {fmt_time(chain.store_all_time())}, "
             f"sum abar {fmt_memory(chain.wabar[1:].sum())}, weights {fmt_memory(chain.total_weights())}")
@@ -80,6 +88,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     save_instance(chain, out, overwrite=args.force, time_unit="ms", memory_unit="MiB", digits=9,
                   description=f"{key}, batch {args.batch}, input {'x'.join(map(str, chain.provenance['input']))} "
                               f"profiled on {chain.provenance['device']} by memplan profile")
+    _warn_coarse(chain)
     print(_summary(chain))
     print(f"instance written to {out}")
     return 0
@@ -96,6 +105,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
     save_instance(chain, out, overwrite=args.force, time_unit="ms", memory_unit="MiB", digits=9,
                   description=f"PipeDream profile {Path(args.graph).name}, linearized"
                               + (f", rescaled to batch {args.batch}" if args.batch else ""))
+    _warn_coarse(chain)
     print(_summary(chain))
     print(f"instance written to {out}")
     return 0
@@ -137,7 +147,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     kw = dict(prov.get("model_kw") or {})
     torch.manual_seed(seed)
     model = get_model(prov["network"], **kw).to(device).train()
-    x = example_input(prov["network"], int(prov["batch"]), tuple(prov["input"]), vocab=kw.get("vocab", 50257),
+    x = example_input(prov["network"], int(prov["batch"]), tuple(prov["input"]), vocab=kw.get("vocab"),
                       seed=seed, device=device)
     ref = copy.deepcopy(model) if args.check_grads else None
     loss_fn = classification_loss(seed=seed)
@@ -203,10 +213,11 @@ def add_parser(subparsers) -> None:
         description="Build a network of the zoo, linearize it into a chain (minimal single-tensor groups) "
                     "and measure u_f, u_b, a, abar, delta, o_f, o_b, W per stage.")
     p.add_argument("--model", required=True, help="resnet18..152, preact_resnet200/1001, densenet121..201, "
-                   "inception_v3, vgg16/19, gpt2")
+                   "inception_v3, vgg16/19, gpt2, nasnet_a, unet, transformer")
     p.add_argument("--batch", type=positive_int, required=True)
     p.add_argument("--input", type=_shape, default=None,
-                   help="per-sample input shape, e.g. 3x224x224 (gpt2: the sequence length, e.g. 512)")
+                   help="per-sample input shape, e.g. 3x224x224 (gpt2: the sequence length, e.g. 512; transformer: "
+                   "src_len + tgt_len token ids, e.g. 128 with the default src_len 64)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per operation; the median is kept")
     p.add_argument("--seed", type=int, default=0)

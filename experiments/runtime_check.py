@@ -155,7 +155,7 @@ class Case:
         self.batch = int(spec["batch"])
         torch.manual_seed(0)
         model = get_model(name, **spec["kw"]).to(device).train()
-        self.x = example_input(name, self.batch, spec["shape"], vocab=spec["kw"].get("vocab", 50257), device=device)
+        self.x = example_input(name, self.batch, spec["shape"], vocab=spec["kw"].get("vocab"), device=device)
         self.loss_fn = classification_loss()
         ref = copy.deepcopy(model)
         torch.manual_seed(7)

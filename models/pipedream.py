@@ -39,6 +39,10 @@ Hence, with or without virtual nodes, ``omega_a^0 + sum_l omega_abar^l`` is the 
 ``activation_size`` and ``sum_l (u_f^l + u_b^l)`` the sum of every non-``Input`` node's times (times
 the batch factor below).
 
+A graph that yields fewer than one stage per ten nodes (several tensors cross every other cut:
+NASNet's cells, GNMT's attention) gets a ``linearization_warning`` in the provenance, which ``memplan
+import-pipedream`` prints on stderr (:func:`models.cut_report.coarse_chain_warning`).
+
 ``batch``: PipeDream measured at a mini-batch of 128 images; another batch size N rescales times and
 activation sizes by N/128 (parameters unchanged). This linear model is an approximation (small
 batches use the GPU less efficiently) and the provenance says so.
@@ -54,6 +58,7 @@ from typing import Any
 import networkx as nx
 
 from .chain import Chain
+from .cut_report import coarse_chain_warning, cut_tensors
 from .graph import join_terminals, linearize
 from .instance import read_text_file
 from .solution import InputError
@@ -192,7 +197,12 @@ def import_graph(path: str | Path, batch: int | None = None, name: str | None = 
         "groups": [list(g) for g in groups],
         "sources": sources, "sinks": sinks,
         "nodes": G.number_of_nodes(),
+        "cuts": cut_tensors(G, groups, first=sorted(data, key=list(G).index), last=sinks, scale=k),
     }
+    warning = coarse_chain_warning(G, groups, what=f"PipeDream profile {path.name}", unit="nodes",
+                                   names=[_stage_name(G, g) for g in groups])
+    if warning:
+        prov["linearization_warning"] = warning
     if source not in G or sink not in G:
         prov["virtual_nodes"] = (
             (f"{len(sources)} sources joined through a virtual source of zero time and size: a^0 = the Input "

@@ -409,12 +409,18 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
     model = get_model(model_name, **model_kw).to(device)
     model.train()
     shape = tuple(input_shape) if input_shape else DEFAULT_INPUT[model_name]
-    vocab = model_kw.get("vocab", 50257)
+    vocab = model_kw.get("vocab")       # None: the model's default (networks.TOKEN_MODELS)
     x = example_input(model_name, batch, shape, vocab=vocab, seed=seed, device=device)
     t0 = time.perf_counter()
     loss_fn = classification_loss(seed=seed)
     lm = linearize_model(model, x, loss_fn)
     t_linearize = time.perf_counter() - t0
+    from .cut_report import coarse_chain_warning, counted_operations, cut_tensors
+
+    graph = lm.captured.graph
+    ops = counted_operations(graph)
+    warning = coarse_chain_warning(graph, lm.captured.groups(), what=model_name, counted=ops,
+                                   unit="operations", note="views and shape queries not counted")
     chain = profile_chain(
         lm.stages, x, lm.loss_stage(loss_fn), repeats=repeats, device=device, names=lm.names,
         loss_name=lm.loss_name,
@@ -425,6 +431,9 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
                     "linearization": LINEARIZATION,
                     "linearize_seconds": round(t_linearize, 3),
                     "groups": [list(g) for g in lm.groups], "loss_group": list(lm.head_group),
+                    "nodes": graph.number_of_nodes(), "operations": len(ops),
+                    "cuts": cut_tensors(graph, lm.groups),
+                    **({"linearization_warning": warning} if warning else {}),
                     **(provenance or {})})
     return chain
 

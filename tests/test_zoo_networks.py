@@ -1,9 +1,12 @@
 """The network zoo: parameter counts of the published architectures, shapes, and the registry."""
 import pytest
 
+nx = pytest.importorskip("networkx")
 torch = pytest.importorskip("torch")
 
 from memplan.models.networks import MODELS, count_parameters, example_input, get_model  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 # the parameter counts usually quoted for these architectures (1000 classes; GPT-2 small, tied head)
 COUNTS = {
@@ -55,8 +58,101 @@ def test_gpt2_configurable_and_causal():
 
 
 def test_registry():
-    assert len(MODELS) == 15
+    assert len(MODELS) == 18
     with pytest.raises(KeyError, match="unknown model"):
         get_model("resnet19")
     assert get_model("ResNet-18").fc.out_features == 1000
     assert example_input("gpt2", 3, (5,)).dtype == torch.int64
+
+
+# ---------------------------------------------------------------- multi-branch networks (issue 30)
+def _sep(k, c):       # NASNet sepK on c channels: twice (depthwise k x k, pointwise 1x1, BN)
+    return 2 * (c * k * k + c * c + 2 * c)
+
+
+def _rcb(ci, co):     # ReLU - 1x1 conv (no bias) - BN
+    return ci * co + 2 * co
+
+
+def test_nasnet_parameters_by_hand():
+    # channels C=4, one normal cell per stack: stem 3->12; normal(4), reduction(8), normal(8),
+    # reduction(16), normal(16); a normal cell has 3 sep3 + 2 sep5 and outputs 6C, a reduction cell
+    # sep3 + 2 sep5 + 2 sep7 and outputs 4C; after a reduction h_{i-2} goes through a factorized
+    # reduction (two 1x1 convs giving half of the channels each, then BN: ci*co + 2co, like _rcb)
+    normal = lambda c: 3 * _sep(3, c) + 2 * _sep(5, c)            # noqa: E731
+    reduction = lambda c: _sep(3, c) + 2 * _sep(5, c) + 2 * _sep(7, c)   # noqa: E731
+    stem = 3 * 12 * 9 + 2 * 12
+    cells = [_rcb(12, 4) + _rcb(12, 4) + normal(4),              # reads stem, stem -> 24 channels
+             _rcb(12, 8) + _rcb(24, 8) + reduction(8),           # reads stem, cell0 -> 32
+             _rcb(24, 8) + _rcb(32, 8) + normal(8),              # factorized reduce of cell0 -> 48
+             _rcb(32, 16) + _rcb(48, 16) + reduction(16),        # -> 64
+             _rcb(48, 16) + _rcb(64, 16) + normal(16)]           # -> 96
+    m = get_model("nasnet_a", channels=4, cells=1, num_classes=10)
+    assert count_parameters(m) == stem + sum(cells) + 96 * 10 + 10 == 24_878
+    assert len(m.cells) == 5 and [c.reduction for c in m.cells] == [False, True, False, True, False]
+
+
+def test_unet_parameters_by_hand():
+    # base 4, depth 2, 3 -> 2 classes: double convs (3x3, no bias, BN) 3->4, 4->8, bottleneck 8->16;
+    # up 16->8 and 8->4 (2x2 transposed, with bias); decoder double convs 16->8, 8->4; 1x1 head 4->2
+    dc = lambda ci, co: ci * co * 9 + 2 * co + co * co * 9 + 2 * co      # noqa: E731
+    expected = (dc(3, 4) + dc(4, 8) + dc(8, 16) + (16 * 8 * 4 + 8) + dc(16, 8) + (8 * 4 * 4 + 4) + dc(8, 4)
+                + 4 * 2 + 2)
+    assert count_parameters(get_model("unet", base=4, depth=2)) == expected == 7554
+    with torch.device("meta"):   # the paper's widths (base 64, depth 4): the encoder's last level has 512 channels
+        m = get_model("unet")
+    assert m.bottleneck.ops[0].in_channels == 512 and m.bottleneck.ops[0].out_channels == 1024
+
+
+def test_transformer_parameters_by_hand():
+    V, d, ff = 11, 8, 16
+    attn = 4 * (d * d + d)                      # q, k, v, o projections with bias
+    ffn = d * ff + ff + ff * d + d
+    enc = attn + ffn + 2 * 2 * d                # two LayerNorms
+    dec = 2 * attn + ffn + 3 * 2 * d            # self- and cross-attention, three LayerNorms
+    m = get_model("transformer", vocab=V, d_model=d, n_head=2, d_ff=ff, n_enc=1, n_dec=1, src_len=3, n_ctx=8)
+    assert count_parameters(m) == V * d + enc + dec == 1592     # embedding shared with the output projection
+    assert m.out.weight is m.tok.weight
+
+
+def test_transformer_split_input_causal_and_cross_attention():
+    m = get_model("transformer", vocab=20, d_model=16, n_head=2, d_ff=32, n_enc=2, n_dec=2, src_len=5,
+                  n_ctx=16, dropout=0.0).eval()
+    x = example_input("transformer", 2, (5 + 7,), vocab=20)
+    assert x.dtype == torch.int64 and int(x.max()) < 20
+    y = m(x)
+    assert y.shape == (2, 7, 20)                # logits for the 7 target positions
+    later = x.clone()
+    later[:, 9:] = (later[:, 9:] + 1) % 20      # later target tokens: earlier logits unchanged
+    assert torch.equal(m(later)[:, :4], y[:, :4])
+    src = x.clone()
+    src[:, 4] = (src[:, 4] + 1) % 20            # the last source token: every target position sees it
+    assert not torch.isclose(m(src)[:, 0], y[:, 0]).all()
+
+
+@pytest.mark.parametrize("name,kw,shape,out", [
+    ("nasnet_a", dict(channels=4, cells=1), (3, 8, 8), (2, 10)),
+    ("unet", dict(base=4, depth=2), (3, 8, 8), (2, 8, 8, 2)),
+    ("transformer", dict(vocab=20, d_model=8, n_head=2, d_ff=16, n_enc=2, n_dec=2, src_len=4, n_ctx=8),
+     (4 + 3,), (2, 3, 20)),
+])
+def test_multi_branch_networks_linearize(name, kw, shape, out):
+    from memplan.models.graph import is_chain_partition, linearize_model
+
+    torch.manual_seed(0)
+    m = get_model(name, **kw).eval()            # eval: no dropout, the stages recompute the same values
+    x = example_input(name, 2, shape, vocab=kw.get("vocab"))
+    y = m(x)
+    assert tuple(y.shape) == out
+    lm = linearize_model(m, x, cuts="minimal")
+    G = lm.captured.graph
+    assert is_chain_partition(G, lm.groups)
+    # the separators by definition: nodes v with every node related to v and every edge from
+    # {ancestors of v, v} into {descendants of v} leaving v (models.graph's rule, checked by brute force)
+    seps = []
+    for v in G:
+        anc, desc = nx.ancestors(G, v), nx.descendants(G, v)
+        if len(anc) + len(desc) + 1 == len(G) and all(u == v for u, w in G.in_edges(desc) if u in anc):
+            seps.append(v)
+    assert sorted(g[-1] for g in lm.groups) == sorted(s for s in seps if s != lm.captured.source)
+    assert torch.equal(lm(x), y)

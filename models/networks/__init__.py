@@ -6,7 +6,12 @@ nothing is downloaded, torchvision is not used).
 >>> x = example_input("resnet18", batch=2, input_shape=(3, 64, 64))
 
 ``get_model(name, **kw)`` passes ``kw`` to the constructor (``num_classes``; for ``gpt2``: ``vocab``,
-``n_ctx``, ``n_layer``, ``n_embd``, ``n_head``, ``dropout``, ``tie_weights``).
+``n_ctx``, ``n_layer``, ``n_embd``, ``n_head``, ``dropout``, ``tie_weights``; for ``nasnet_a``:
+``channels``, ``cells``; for ``unet``: ``base``, ``depth``; for ``transformer``: ``vocab``, ``src_len``,
+``n_ctx``, ``d_model``, ``n_head``, ``d_ff``, ``n_enc``, ``n_dec``, ``dropout``).
+
+Token models (:data:`TOKEN_MODELS`) take a LongTensor of token ids; the Transformer encoder-decoder
+takes source and target ids side by side in one tensor (batch, src_len + tgt_len).
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from . import densenet, gpt2, inception, resnet, vgg
+from . import densenet, gpt2, inception, nasnet, resnet, transformer, unet, vgg
 
 MODELS: dict[str, Callable[..., nn.Module]] = {
     "resnet18": resnet.resnet18, "resnet34": resnet.resnet34, "resnet50": resnet.resnet50,
@@ -25,13 +30,19 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "densenet169": densenet.densenet169, "densenet201": densenet.densenet201,
     "inception_v3": inception.inception_v3, "vgg16": vgg.vgg16, "vgg19": vgg.vgg19,
     "gpt2": gpt2.gpt2,
+    "nasnet_a": nasnet.nasnet_a, "unet": unet.unet, "transformer": transformer.transformer,
 }
+
+#: networks whose input is token ids (and their default vocabulary size)
+TOKEN_MODELS = {"gpt2": 50257, "transformer": 8000}
 
 # default input shape per image (channels, height, width); gpt2 takes (seq,) token ids
 DEFAULT_INPUT = {name: (3, 224, 224) for name in MODELS}
 DEFAULT_INPUT["inception_v3"] = (3, 299, 299)
 DEFAULT_INPUT["preact_resnet1001"] = (3, 32, 32)
 DEFAULT_INPUT["gpt2"] = (1024,)
+DEFAULT_INPUT["nasnet_a"] = (3, 32, 32)
+DEFAULT_INPUT["transformer"] = (128,)      # src_len 64 + tgt_len 64
 
 
 def canonical_name(name: str) -> str:
@@ -48,13 +59,15 @@ def get_model(name: str, **kw) -> nn.Module:
     return MODELS[canonical_name(name)](**kw)
 
 
-def example_input(name: str, batch: int, input_shape: tuple[int, ...] | None = None, *, vocab: int = 50257,
+def example_input(name: str, batch: int, input_shape: tuple[int, ...] | None = None, *, vocab: int | None = None,
                   seed: int = 0, device="cpu") -> torch.Tensor:
-    """A random sample input: images N x C x H x W in [0, 1), or token ids N x seq for gpt2."""
+    """A random sample input: images N x C x H x W in [0, 1), or token ids N x seq in [0, vocab) for the
+    token models (``vocab`` None: the model's default vocabulary, :data:`TOKEN_MODELS`)."""
     key = canonical_name(name)
     shape = tuple(input_shape) if input_shape else DEFAULT_INPUT[key]
     g = torch.Generator().manual_seed(seed)
-    if key == "gpt2":
+    if key in TOKEN_MODELS:
+        vocab = TOKEN_MODELS[key] if vocab is None else vocab
         return torch.randint(0, vocab, (batch, *shape), generator=g).to(device)
     return torch.rand((batch, *shape), generator=g).to(device)
 
@@ -64,4 +77,4 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
-__all__ = ["MODELS", "DEFAULT_INPUT", "canonical_name", "get_model", "example_input", "count_parameters"]
+__all__ = ["MODELS", "DEFAULT_INPUT", "TOKEN_MODELS", "canonical_name", "get_model", "example_input", "count_parameters"]

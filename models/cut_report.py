@@ -27,7 +27,7 @@ from typing import Hashable, Iterable, Sequence
 
 import networkx as nx
 
-from .graph import join_terminals
+from .graph import frontiers, join_terminals
 
 #: fx targets that only view or describe a tensor (not counted as operations by counted_operations)
 VIEW_OPS = frozenset({"view", "reshape", "transpose", "permute", "getitem", "flatten", "size", "narrow", "expand",
@@ -68,16 +68,8 @@ def cheapest_cut(G: nx.DiGraph, group: Sequence[Hashable]) -> list[Hashable]:
     index = {n: i for i, n in enumerate(H.nodes)}
     order = list(nx.lexicographical_topological_sort(H, key=lambda n: index[n]))
     inside = set(group[:-1])
-    remaining = {n: H.out_degree(n) for n in H}
-    frontier: set[Hashable] = {order[0]}
     best: list[Hashable] = []
-    for v in order[1:]:
-        for u in H.predecessors(v):
-            remaining[u] -= 1
-            if remaining[u] == 0:
-                frontier.discard(u)
-        if remaining[v] > 0:
-            frontier.add(v)
+    for v, frontier in frontiers(H, order):
         if v in inside and (not best or len(frontier) < len(best)):
             best = sorted(frontier, key=index.get)
     return best

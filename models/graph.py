@@ -163,18 +163,10 @@ def linearize(G: nx.DiGraph, order: Sequence[Hashable] | None = None) -> list[li
             order = order + [sink]
     if order[0] != source:
         raise ValueError("linearize: the scan order must start with the source")
-    remaining = {n: H.out_degree(n) for n in H}
-    frontier: set[Hashable] = {order[0]}
     groups: list[list[Hashable]] = []
     current: list[Hashable] = []
-    for v in order[1:]:
+    for v, frontier in frontiers(H, order):
         current.append(v)
-        for u in H.predecessors(v):
-            remaining[u] -= 1
-            if remaining[u] == 0:
-                frontier.discard(u)
-        if remaining[v] > 0:
-            frontier.add(v)
         if frontier == {v} or not frontier:
             groups.append(current)
             current = []
@@ -183,6 +175,23 @@ def linearize(G: nx.DiGraph, order: Sequence[Hashable] | None = None) -> list[li
         assert groups and groups[-1][-1] is sink and len(groups[-1]) > 1, "every real sink is in the last group"
         groups[-1].pop()
     return groups
+
+
+def frontiers(H: nx.DiGraph, order: Sequence[Hashable]) -> Iterable[tuple[Hashable, set[Hashable]]]:
+    """Scan ``order`` (a topological order of H starting with its source) and yield, after each node v
+    but the first, ``(v, frontier)``: the processed nodes that still have an unprocessed successor,
+    i.e. the tensors crossing the cut right after v. The set is updated in place between yields
+    (copy it to keep it). O(V + E) in all."""
+    remaining = {n: H.out_degree(n) for n in H}
+    frontier: set[Hashable] = {order[0]}
+    for v in order[1:]:
+        for u in H.predecessors(v):
+            remaining[u] -= 1
+            if remaining[u] == 0:
+                frontier.discard(u)
+        if remaining[v] > 0:
+            frontier.add(v)
+        yield v, frontier
 
 
 def is_chain_partition(G: nx.DiGraph, groups: Sequence[Sequence[Hashable]]) -> bool:

@@ -11,7 +11,8 @@ the DP bound; ``milp``: HiGHS's own dual bound), plus the DP bound's time and wh
 sizes (integer chains: one unit per byte) or 2^32 units (sizes rounded down).
 
 Chains: the six H200 profiles (``--h200-dir``; default ``instances/gpu-h200/`` when it exists, else
-``../shared/external/gpu-h200/instances/``) and the zoo's ResNet-101 and DenseNet-121 CPU profiles.
+``../shared/external/gpu-h200/instances/``, else the shipped ``instances/*-h200.json``) and the zoo's
+ResNet-101 and DenseNet-121 CPU profiles.
 
     nice -n 19 python benchmarks/bench_remat_bound.py --time-limit 120 --gap 1e-3 \\
         --csv benchmarks/results/remat_bound.csv
@@ -65,6 +66,9 @@ def main(argv=None) -> int:
     else:
         d = _h200_dir(a.h200_dir)
         names = sorted(glob.glob(os.path.join(d, "*.json")))
+        if not names and not a.h200_dir:     # shipped with memplan: instances/*-h200.json
+            d = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "instances")
+            names = sorted(glob.glob(os.path.join(d, "*-h200.json")))
         if not names:
             print(f"bench_remat_bound: no instance files in {d}; give --h200-dir", file=sys.stderr)
             return 2

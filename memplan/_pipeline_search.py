@@ -83,6 +83,8 @@ def cyclic_search(td: TaskData, layer_gpu: Sequence[int], memory: float | None, 
     came first)."""
     if lo is None:
         lo = allocation_load(td, layer_gpu)
+    if left(deadline, math.inf) < _CYCLIC_BUILD_S[0] + _CYCLIC_BUILD_S[1] * td.L ** 2:
+        return None           # the exact model's build alone (O(L^2) rows, not interruptible) would overrun
 
     def fit(T: float) -> CyclicResult | None:
         for k in sorted({1, int(K)}):
@@ -132,6 +134,13 @@ def exact_refine(td: TaskData, P: int, memory: float | None, allocations: Sequen
     return best
 
 
+#: seconds to build the exact 1-periodic MILP of pipeline_cyclic: a + c L^2 (measured 2.9 s at L = 400,
+#: about 35 s at L = 1000, on 2 cores; margin x2)
+_CYCLIC_BUILD_S = (0.5, 3e-5)
+#: seconds per P L^2 to build the balancing MILP (measured 0.6e-6 on 2 cores; margin x1.7)
+_BALANCE_BUILD_S = 1e-6
+
+
 def known_allocations(td: TaskData, points: Sequence[Point], memory: float | None, start: Pattern | None,
                       extra: Sequence[Sequence[int]] = (), *, P: int | None = None, threads: int | None = None,
                       goal: float | None = None, deadline: float = math.inf) -> list[tuple[int, ...]]:
@@ -153,7 +162,9 @@ def known_allocations(td: TaskData, points: Sequence[Point], memory: float | Non
     if P is not None and P > 1:
         periods = [None] + ([goal] if goal is not None and memory is not None else [])
         for period in periods:
-            if expired(deadline):
+            # its model is built before HiGHS can be stopped: about 0.6e-6 P L^2 s here (2.3 s for
+            # P = 4, L = 1000), skipped with a margin when that does not fit in what is left
+            if expired(deadline) or left(deadline, math.inf) < _BALANCE_BUILD_S * P * td.L ** 2:
                 break
             bal = balanced_allocation(td, P, memory, period=period, threads=threads,
                                       time_limit=left(deadline, 300.0))

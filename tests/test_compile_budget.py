@@ -190,3 +190,15 @@ def test_knapsack_milp_never_worse_than_dp_knapsack():
         assert res.saved_memory <= cap + 1e-12
         if dp_m <= cap:                    # dp's answer is feasible in the true sizes: never worse
             assert res.recompute_runtime <= dp_r * (1 + 1e-12)
+
+
+def test_knapsack_milp_where_dp_knapsack_rounding_loses():
+    """dp_knapsack rounds sizes to multiples of 1e-4: two items of 0.6e-4 under a capacity of 1.2e-4
+    both fit (recompute nothing), but dp sees sizes 1 and capacity 1 and keeps one."""
+    from torch._functorch._activation_checkpointing.knapsack import dp_knapsack
+
+    memory, runtimes, cap = [0.6e-4, 0.6e-4], [5.0, 7.0], 1.2e-4
+    _, dp_saved, _ = dp_knapsack(memory, runtimes, cap)
+    assert knapsack_value(memory, runtimes, dp_saved)[0] == 5.0          # dp keeps the 7, recomputes the 5
+    res = solve_knapsack(memory, runtimes, cap, start=dp_saved, time_limit=10, threads=1)
+    assert res.saved == [0, 1] and res.recompute_runtime == 0.0 and res.source == "milp"

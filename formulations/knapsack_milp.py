@@ -12,7 +12,10 @@ recomputed in the backward. With ``s_i = 1`` for a saved item:
 
 - ``c_capacity``: ``sum_i m_i s_i <= M`` (the saved items fit the budget fraction ``M``);
 - objective: minimize ``sum_i r_i (1 - s_i)``, the runtime left to recompute (PyTorch maximizes the
-  saved runtime ``sum_i r_i s_i``; the two differ by the constant ``sum_i r_i``).
+  saved runtime ``sum_i r_i s_i``; the two differ by the constant ``sum_i r_i``);
+- tie-break (``tiebreak=True``, a second MILP): among the choices of optimal runtime (``c_runtime``),
+  minimize the saved size ``sum_i m_i s_i``. PyTorch's FLOP estimate gives every pointwise operation
+  the same cost (1), so ties are the rule, and ``dp_knapsack`` breaks them by item order.
 
 This is a knapsack over saved bytes: it does not know *when* the backward frees each tensor, so its
 capacity is not the step's peak. A peak-aware model of the backward's memory over time (issue 28,
@@ -31,6 +34,10 @@ from typing import Sequence
 
 from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
 from memplan.models.solution import Status
+
+
+# exact feasibility (the answer is checked in the true sizes) and no gap: the runtimes span 1 to 1e12
+_OPTIONS = {**EXACT_TOLERANCES, "mip_abs_gap": 0.0}
 
 
 @dataclass
@@ -53,9 +60,10 @@ def knapsack_value(memory: Sequence[float], runtimes: Sequence[float], saved: Se
 
 def solve_knapsack(memory: Sequence[float], runtimes: Sequence[float], capacity: float, *,
                    start: Sequence[int] | None = None, time_limit: float | None = 10.0,
-                   threads: int | None = 1, tolerance: float = 1e-12) -> KnapsackResult:
+                   threads: int | None = 1, tolerance: float = 1e-12, tiebreak: bool = True) -> KnapsackResult:
     """Choose the saved items: minimize the recompute runtime subject to ``c_capacity`` (module
-    docstring). ``start``: the saved items of another solver's answer (PyTorch's ``dp_knapsack``),
+    docstring). ``tiebreak``: then, among the choices whose runtime is optimal (within 1e-9
+    relative), save the fewest bytes (a second MILP; ``c_runtime`` holds the first's optimum). ``start``: the saved items of another solver's answer (PyTorch's ``dp_knapsack``),
     used as the MIP start where it fits in the true sizes (``+ tolerance`` relative to the capacity).
     """
     import pyomo.environ as pyo
@@ -100,16 +108,37 @@ def solve_knapsack(memory: Sequence[float], runtimes: Sequence[float], capacity:
         res_status = Status.OPTIMAL
     else:
         res = solve_milp(mdl, time_limit=time_limit, threads=threads, gap=0.0, mip_start=mip_start,
-                         options=EXACT_TOLERANCES)
+                         options=_OPTIONS)
         times.update(res.times)
         res_status = res.status
         saved = ([i for i in range(n) if round(pyo.value(mdl.s[i])) == 1] if res.has_solution else None)
+        if saved is not None and tiebreak and res.status == Status.OPTIMAL and res.objective is not None:
+            # second phase: the least saved memory among the choices of (nearly) optimal runtime
+            first = saved
+            with timed(times, "build"):
+                mdl.c_runtime = pyo.Constraint(expr=sum((runtimes[i] / r_scale) * (1 - mdl.s[i])
+                                                        for i in range(n)) <= res.objective * (1 + 1e-9) + 1e-12)
+                mdl.obj.deactivate()
+                mdl.obj_memory = pyo.Objective(expr=sum((memory[i] / m_scale) * mdl.s[i] for i in range(n)),
+                                               sense=pyo.minimize)
+            res2 = solve_milp(mdl, time_limit=time_limit, threads=threads, gap=0.0, options=_OPTIONS,
+                              mip_start=[(mdl.s[i], 1.0 if i in set(first) else 0.0)
+                                         for i in range(n) if not mdl.s[i].fixed])
+            for k, v in res2.times.items():
+                times[k + "_tiebreak"] = v
+            if res2.has_solution:
+                second = [i for i in range(n) if round(pyo.value(mdl.s[i])) == 1]
+                r1, _ = knapsack_value(memory, runtimes, first)
+                r2, m2 = knapsack_value(memory, runtimes, second)
+                if m2 <= cap + slack and r2 <= r1 + 1e-12 * max(r1, 1.0):
+                    saved = second
     best = None
     if saved is not None:
         rr, mm = knapsack_value(memory, runtimes, saved)
         if mm <= cap + slack:
             best = (saved, rr, mm, "milp")
-    if start_ok is not None and (best is None or start_ok[1] < best[1]):
+    if start_ok is not None and (best is None or start_ok[1] < best[1]
+                                 or (start_ok[1] == best[1] and start_ok[2] < best[2])):
         best = (start_ok[0], start_ok[1], start_ok[2], "start")
     if best is None:                             # nothing found in time and no usable start: save nothing
         best = ([i for i in range(n) if memory[i] == 0], *knapsack_value(

@@ -174,6 +174,23 @@ def test_knapsack_milp_equals_brute_force_on_tiny_instances():
         assert sorted(res.saved + res.recomputed) == list(range(n))
 
 
+def test_knapsack_tiebreak_saves_the_fewest_bytes_among_the_fastest():
+    """Integer runtimes (ties everywhere, as with PyTorch's FLOP estimate): the answer is the
+    lexicographic minimum (recompute runtime, then saved size) found by brute force."""
+    rng = random.Random(7)
+    for _ in range(25):
+        n = rng.randint(2, 9)
+        memory = [rng.randint(1, 20) / 40 for _ in range(n)]
+        runtimes = [float(rng.choice([1, 1, 1, 2, 5])) for _ in range(n)]
+        cap = rng.randint(1, 40) / 40
+        best = min((knapsack_value(memory, runtimes, c) for k in range(n + 1)
+                    for c in itertools.combinations(range(n), k)
+                    if knapsack_value(memory, runtimes, c)[1] <= cap), key=lambda v: (round(v[0], 9), v[1]))
+        res = solve_knapsack(memory, runtimes, cap, time_limit=10, threads=1)
+        assert res.recompute_runtime == pytest.approx(best[0], abs=1e-9)
+        assert res.saved_memory == pytest.approx(best[1], abs=1e-9)
+
+
 def test_knapsack_milp_never_worse_than_dp_knapsack():
     from torch._functorch._activation_checkpointing.knapsack import dp_knapsack
 

@@ -206,6 +206,9 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
     solver_time_limit : float or None
         Seconds per MILP for ``solver="memplan"``.
 
+    The search runs training steps on ``model``; the parameters' gradients and the model's buffers are
+    restored when it ends (the parameters themselves do not change: there is no optimizer step).
+
     Returns
     -------
     BudgetedStep
@@ -243,9 +246,16 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         raise InputError("compile_under_budget: the model has no parameter that requires a gradient")
     device = params[0].device
 
+    # the search runs training steps: gradients and buffers (batch norm's running statistics) are put
+    # back as they were when it ends
+    saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
+    saved_buffers = [(b, b.detach().clone()) for b in model.buffers()]
     with torch.no_grad():
         out = model(*inputs[:n_inputs])
         probe = loss_fn(out, *inputs[n_inputs:]) if loss_fn is not None else out
+    with torch.no_grad():                         # the probe ran a training-mode forward
+        for buf, v in saved_buffers:
+            buf.copy_(v)
     if not (isinstance(probe, torch.Tensor) and probe.numel() == 1):
         raise InputError("compile_under_budget: the loss must be a scalar tensor: pass loss_fn "
                          "(loss_fn(output, *targets)) when the model does not return its loss")
@@ -288,7 +298,6 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
                 ts.append(time.perf_counter() - t0)
         return peak, ts
 
-    saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
     candidates: list[Candidate] = []
     try:
         for k, frac in enumerate(fracs):
@@ -315,6 +324,8 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
             f"memory {fmt_memory(budget)}: the candidates that fitted measured above it when recompiled",
             minimum=min(c.peak for c in candidates))
     finally:
-        with torch.no_grad():                     # the search's steps must not change the gradients
+        with torch.no_grad():
             for p, g in zip(params, saved_grads):
                 p.grad = g
+            for b, v in saved_buffers:
+                b.copy_(v)

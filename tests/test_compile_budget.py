@@ -138,6 +138,22 @@ def test_memplan_knapsack_inside_the_partitioner():
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6)
 
 
+def test_the_search_leaves_gradients_and_buffers_as_they_were():
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 4))
+    x, y = torch.randn(6, 8), torch.randn(6, 4)
+    _loss(model(x), y).backward()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    grads = [p.grad.clone() for p in model.parameters()]
+    memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,),
+                                 fractions=(1.0,), repeats=1)
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(v, before[k], rtol=0, atol=0)
+    for p, g in zip(model.parameters(), grads):
+        torch.testing.assert_close(p.grad, g, rtol=0, atol=0)
+
+
 def test_bad_options_are_refused():
     model = _mlp()
     x, y = torch.randn(2, 32), torch.randn(2, 8)

@@ -113,6 +113,8 @@ class BudgetedStep:
     candidates: list[Candidate]
     backend: str
     solver: str
+    skipped: list[float] = field(default_factory=list)   # fractions not tried (time_limit)
+    search_time: float = 0.0
     _fn: Callable = field(repr=False, default=None)
     _config: dict = field(repr=False, default_factory=dict)
 
@@ -132,11 +134,13 @@ class BudgetedStep:
     def report(self) -> str:
         lines = [f"budget {fmt_memory(self.budget)}: chose fraction {self.fraction:g} "
                  f"(peak {fmt_memory(self.peak)}, step {self.step_time * 1e3:.2f} ms), "
-                 f"backend {self.backend}, solver {self.solver}"]
+                 f"backend {self.backend}, solver {self.solver}, search {self.search_time:.1f} s"]
         for c in self.candidates:
             lines.append(f"  fraction {c.fraction:<5g} peak {fmt_memory(c.peak):>10}  step "
                          f"{c.step_time * 1e3:8.2f} ms  compile {c.compile_time:6.2f} s  "
                          f"{'fits' if c.fits else 'over'}")
+        if self.skipped:
+            lines.append(f"  not tried (time_limit): {', '.join(f'{f:g}' for f in self.skipped)}")
         return "\n".join(lines)
 
 
@@ -177,7 +181,8 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
                          loss_fn: Callable | None = None, example_targets: Sequence[Any] = (),
                          backend: str = "aot_eager_decomp_partition", solver: str = "pytorch",
                          fractions: Sequence[float] | None = None, repeats: int = 3,
-                         solver_time_limit: float | None = 10.0) -> BudgetedStep:
+                         solver_time_limit: float | None = 10.0,
+                         time_limit: float | None = None) -> BudgetedStep:
     """Compile ``model``'s training step so that its measured peak memory fits ``memory`` bytes.
 
     Parameters
@@ -205,6 +210,12 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         Timed steps per candidate (the median is kept).
     solver_time_limit : float or None
         Seconds per MILP for ``solver="memplan"``.
+    time_limit : float or None
+        Seconds for the search. A compile cannot be interrupted, so the limit is kept by not starting a
+        candidate when it, plus the final recompile (each estimated as the slowest candidate so far),
+        would overrun it; the first candidate and the final recompile always run, so a limit shorter
+        than about two compiles is overrun. Skipped fractions are listed in ``skipped`` (and in the
+        refusal's message).
 
     The search runs training steps on ``model``; the parameters' gradients and the model's buffers are
     restored when it ends (the parameters themselves do not change: there is no optimizer step).
@@ -237,6 +248,9 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
     fracs = list(DEFAULT_FRACTIONS if fractions is None else fractions)
     if not fracs or any(not isinstance(f, (int, float)) or not 0 <= f <= 1 for f in fracs):
         raise InputError(f"compile_under_budget: fractions must be numbers in [0, 1], got {fractions!r}")
+    if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
+        raise InputError(f"compile_under_budget: time_limit must be a positive number of seconds or None, "
+                         f"got {time_limit!r}")
     if int(repeats) < 1:
         raise InputError(f"compile_under_budget: repeats must be >= 1, got {repeats!r}")
     inputs = tuple(example_inputs) + tuple(example_targets)
@@ -299,29 +313,41 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         return peak, ts
 
     candidates: list[Candidate] = []
+    skipped: list[float] = []
+    t_start = time.perf_counter()
+    slowest = 0.0                                 # the longest compile + measurement so far
     try:
         for k, frac in enumerate(fracs):
+            elapsed = time.perf_counter() - t_start
+            if candidates and time_limit is not None and elapsed + 2 * slowest > time_limit:
+                skipped = [float(f) for f in fracs[k:]]
+                break
+            t0 = time.perf_counter()
             step, cfg, ct = build(frac, f"{id(model):x}_{k}")
             peak, ts = measure(step, cfg)
+            slowest = max(slowest, time.perf_counter() - t0)
             candidates.append(Candidate(float(frac), peak, statistics.median(ts), ts, ct, peak <= budget))
             del step
+        untried = (f" (not tried within time_limit={time_limit:g} s: fractions "
+                   f"{', '.join(f'{f:g}' for f in skipped)})" if skipped else "")
         fitting = sorted((c for c in candidates if c.fits), key=lambda c: (c.step_time, c.peak))
         if not fitting:
             best = min(candidates, key=lambda c: c.peak)
             err = InfeasibleError(
                 f"memory {fmt_memory(budget)} is below every measured peak: the smallest is "
                 f"{best.peak} bytes ({fmt_memory(best.peak)}, fraction {best.fraction:g}); give at least "
-                f"that, or try other fractions", minimum=best.peak)
+                f"that, or try other fractions{untried}", minimum=best.peak)
             err.candidates = candidates
             raise err
-        for choice in fitting:                    # recompile the choice and check it again
+        for choice in fitting[:1] if time_limit is not None else fitting:   # recompile it, check again
             step, cfg, _ = build(choice.fraction, f"{id(model):x}_final")
             peak, ts = measure(step, cfg)
             if peak <= budget:
                 return BudgetedStep(budget, choice.fraction, peak, statistics.median(ts), candidates,
-                                    backend, solver, step, cfg)
+                                    backend, solver, skipped, time.perf_counter() - t_start, step, cfg)
         raise InfeasibleError(
-            f"memory {fmt_memory(budget)}: the candidates that fitted measured above it when recompiled",
+            f"memory {fmt_memory(budget)}: the candidate that fitted measured above it when recompiled"
+            f"{untried}",
             minimum=min(c.peak for c in candidates))
     finally:
         with torch.no_grad():

@@ -154,6 +154,20 @@ def test_the_search_leaves_gradients_and_buffers_as_they_were():
         torch.testing.assert_close(p.grad, g, rtol=0, atol=0)
 
 
+def test_time_limit_stops_starting_candidates():
+    """A limit shorter than one compile: the first fraction is measured and returned, the others are
+    listed as not tried."""
+    torch.manual_seed(4)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    x, y = torch.randn(6, 8), torch.randn(6, 4)
+    step = memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,),
+                                        fractions=(0.5, 1.0, 0.0), repeats=1, time_limit=1e-3)
+    assert [c.fraction for c in step.candidates] == [0.5] and step.skipped == [1.0, 0.0]
+    assert step.fraction == 0.5 and step.peak <= 2**30
+    for p in model.parameters():
+        p.grad = None
+
+
 def test_bad_options_are_refused():
     model = _mlp()
     x, y = torch.randn(2, 32), torch.randn(2, 8)
@@ -163,6 +177,8 @@ def test_bad_options_are_refused():
         memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,), solver="greedy")
     with pytest.raises(memplan.InputError, match="fractions"):
         memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,), fractions=(1.5,))
+    with pytest.raises(memplan.InputError, match="time_limit"):
+        memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,), time_limit=0)
     with pytest.raises(memplan.InputError, match="scalar"):
         memplan.compile_under_budget(model, (x,), "1GiB")        # the output is not a loss
     with pytest.raises(memplan.UnitError):

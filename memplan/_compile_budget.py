@@ -11,6 +11,9 @@ allocation through c10's CPU allocator, compiled code included); on CUDA as
 ``max_memory_allocated() - memory_allocated()`` before the step. Both windows open after the parameters
 and their gradients exist (a warm-up step made them), so the peak is what the step adds on top of
 parameters, gradients and inputs: activations, saved tensors, temporaries, the gradients' transients.
+That is the step of a loop that keeps its gradient buffers (``zero_grad(set_to_none=False)``, or
+gradient accumulation). After ``zero_grad()`` with its default ``set_to_none=True`` the gradients are
+allocated again inside each step, and their size (the parameters' size) comes on top of the peak.
 
 ``solver="memplan"`` replaces PyTorch's ``dp_knapsack`` inside the partitioner by
 :class:`MemplanKnapsack` (:mod:`memplan.formulations.knapsack_milp`): the same knapsack model solved
@@ -251,7 +254,7 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
     if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
         raise InputError(f"compile_under_budget: time_limit must be a positive number of seconds or None, "
                          f"got {time_limit!r}")
-    if int(repeats) < 1:
+    if not isinstance(repeats, int) or repeats < 1:
         raise InputError(f"compile_under_budget: repeats must be >= 1, got {repeats!r}")
     inputs = tuple(example_inputs) + tuple(example_targets)
     n_inputs = len(tuple(example_inputs))

@@ -13,7 +13,9 @@ and their gradients exist (a warm-up step made them), so the peak is what the st
 parameters, gradients and inputs: activations, saved tensors, temporaries, the gradients' transients.
 That is the step of a loop that keeps its gradient buffers (``zero_grad(set_to_none=False)``, or
 gradient accumulation). After ``zero_grad()`` with its default ``set_to_none=True`` the gradients are
-allocated again inside each step, and their size (the parameters' size) comes on top of the peak.
+allocated again inside each step, which can raise the peak by up to the parameters' size (on
+``benchmarks/example_compile_budget.py``'s model it did not: the same peak, reached before the first
+gradient exists).
 
 ``solver="memplan"`` replaces PyTorch's ``dp_knapsack`` inside the partitioner by
 :class:`MemplanKnapsack` (:mod:`memplan.formulations.knapsack_milp`): the same knapsack model solved

@@ -37,7 +37,7 @@ from memplan.models.units import fmt_memory, parse_memory
 #: the default grid of PyTorch's budget fractions (the fractions of issue 28's benchmark, and 0)
 DEFAULT_FRACTIONS = (1.0, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05, 0.0)
 BACKENDS = ("aot_eager_decomp_partition", "inductor")
-SOLVERS = ("pytorch", "memplan")
+SOLVERS = ("pytorch", "memplan", "both")
 
 
 def _knapsack_solver_class():
@@ -96,6 +96,7 @@ def memplan_knapsack(time_limit: float | None = 10.0, threads: int | None = 1):
 
 @dataclass
 class Candidate:
+    solver: str                       # the partitioner's knapsack: "pytorch" or "memplan"
     fraction: float
     peak: int                         # measured bytes above parameters, gradients and inputs
     step_time: float                  # median seconds of a training step (profiler off)
@@ -117,7 +118,7 @@ class BudgetedStep:
     step_time: float
     candidates: list[Candidate]
     backend: str
-    solver: str
+    solver: str                       # the chosen candidate's knapsack
     skipped: list[float] = field(default_factory=list)   # fractions not tried (time_limit)
     search_time: float = 0.0
     _fn: Callable = field(repr=False, default=None)
@@ -141,7 +142,7 @@ class BudgetedStep:
                  f"(peak {fmt_memory(self.peak)}, step {self.step_time * 1e3:.2f} ms), "
                  f"backend {self.backend}, solver {self.solver}, search {self.search_time:.1f} s"]
         for c in self.candidates:
-            lines.append(f"  fraction {c.fraction:<5g} peak {fmt_memory(c.peak):>10}  step "
+            lines.append(f"  {c.solver:<7} fraction {c.fraction:<5g} peak {fmt_memory(c.peak):>10}  step "
                          f"{c.step_time * 1e3:8.2f} ms  compile {c.compile_time:6.2f} s  "
                          f"{'fits' if c.fits else 'over'}")
         if self.skipped:
@@ -205,9 +206,10 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         The targets passed to ``loss_fn``; the step is then called ``step(*inputs, *targets)``.
     backend : {'aot_eager_decomp_partition', 'inductor'}
         ``torch.compile`` backend; both use PyTorch's min-cut partitioner, which honours the budget.
-    solver : {'pytorch', 'memplan'}
-        The partitioner's knapsack: PyTorch's ``dp_knapsack`` or memplan's exact MILP
-        (:class:`MemplanKnapsack`).
+    solver : {'pytorch', 'memplan', 'both'}
+        The partitioner's knapsack: PyTorch's ``dp_knapsack``, memplan's exact MILP
+        (:class:`MemplanKnapsack`), or both (every fraction compiled with each; twice the compiles,
+        and the measured choice is at least as good as either's alone).
     fractions : sequence of floats in [0, 1], optional
         PyTorch budget fractions to try (default :data:`DEFAULT_FRACTIONS`). Every one is compiled and
         measured: the measured peak is not monotonic in the fraction.
@@ -280,14 +282,14 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
                          "(loss_fn(output, *targets)) when the model does not return its loss")
     del out, probe
 
-    def config_for(frac: float) -> dict:
+    def config_for(frac: float, knapsack: str) -> dict:
         cfg = {"activation_memory_budget": float(frac)}
-        if solver == "memplan":
+        if knapsack == "memplan":
             cfg["activation_memory_budget_solver"] = memplan_knapsack(time_limit=solver_time_limit)
         return cfg
 
-    def build(frac: float, tag: str):
-        cfg = config_for(frac)
+    def build(frac: float, knapsack: str, tag: str):
+        cfg = config_for(frac, knapsack)
         compiled = torch.compile(_fresh_step(model, loss_fn, n_inputs, tag), backend=backend)
 
         def step(*args):
@@ -322,16 +324,19 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
     t_start = time.perf_counter()
     slowest = 0.0                                 # the longest compile + measurement so far
     try:
-        for k, frac in enumerate(fracs):
+        knapsacks = ("pytorch", "memplan") if solver == "both" else (solver,)
+        plan = [(frac, knapsack) for frac in fracs for knapsack in knapsacks]
+        for k, (frac, knapsack) in enumerate(plan):
             elapsed = time.perf_counter() - t_start
             if candidates and time_limit is not None and elapsed + 2 * slowest > time_limit:
-                skipped = [float(f) for f in fracs[k:]]
+                skipped = list(dict.fromkeys(float(f) for f, _ in plan[k:]))
                 break
             t0 = time.perf_counter()
-            step, cfg, ct = build(frac, f"{id(model):x}_{k}")
+            step, cfg, ct = build(frac, knapsack, f"{id(model):x}_{k}")
             peak, ts = measure(step, cfg)
             slowest = max(slowest, time.perf_counter() - t0)
-            candidates.append(Candidate(float(frac), peak, statistics.median(ts), ts, ct, peak <= budget))
+            candidates.append(Candidate(knapsack, float(frac), peak, statistics.median(ts), ts, ct,
+                                        peak <= budget))
             del step
         untried = (f" (not tried within time_limit={time_limit:g} s: fractions "
                    f"{', '.join(f'{f:g}' for f in skipped)})" if skipped else "")
@@ -340,16 +345,17 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
             best = min(candidates, key=lambda c: c.peak)
             err = InfeasibleError(
                 f"memory {fmt_memory(budget)} is below every measured peak: the smallest is "
-                f"{best.peak} bytes ({fmt_memory(best.peak)}, fraction {best.fraction:g}); give at least "
+                f"{best.peak} bytes ({fmt_memory(best.peak)}, fraction {best.fraction:g}, knapsack "
+                f"{best.solver}); give at least "
                 f"that, or try other fractions{untried}", minimum=best.peak)
             err.candidates = candidates
             raise err
         for choice in fitting[:1] if time_limit is not None else fitting:   # recompile it, check again
-            step, cfg, _ = build(choice.fraction, f"{id(model):x}_final")
+            step, cfg, _ = build(choice.fraction, choice.solver, f"{id(model):x}_final")
             peak, ts = measure(step, cfg)
             if peak <= budget:
                 return BudgetedStep(budget, choice.fraction, peak, statistics.median(ts), candidates,
-                                    backend, solver, skipped, time.perf_counter() - t_start, step, cfg)
+                                    backend, choice.solver, skipped, time.perf_counter() - t_start, step, cfg)
         raise InfeasibleError(
             f"memory {fmt_memory(budget)}: the candidate that fitted measured above it when recompiled"
             f"{untried}",

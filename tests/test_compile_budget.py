@@ -138,6 +138,22 @@ def test_memplan_knapsack_inside_the_partitioner():
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6)
 
 
+def test_both_knapsacks_compete_on_measured_peaks():
+    """solver='both': each fraction compiled with each knapsack; the choice is the fastest fitting
+    of all of them, and its knapsack's records are there exactly when memplan's was chosen."""
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(_TinyGPTBlock())
+    x, y = torch.randn(4, 16, 32), torch.randn(4, 16, 32)
+    step = memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,),
+                                        solver="both", fractions=(0.3,), repeats=1)
+    assert [(c.solver, c.fraction) for c in step.candidates] == [("pytorch", 0.3), ("memplan", 0.3)]
+    chosen = min(step.candidates, key=lambda c: (c.step_time, c.peak))
+    assert step.solver == chosen.solver and step.peak <= 2**30
+    assert bool(step.knapsack_calls) == (step.solver == "memplan")
+    for p in model.parameters():
+        p.grad = None
+
+
 def test_the_search_leaves_gradients_and_buffers_as_they_were():
     torch.manual_seed(3)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),

@@ -59,6 +59,7 @@ __all__ = [
     "load_instance", "save_instance", "shipped_instances", "random_chain",
     "solve", "problems",
     "InputError", "InfeasibleError", "InstanceError", "UnitError",
+    "compile_under_budget",
 ]
 
 #: problem name (as on the command line) -> module name
@@ -94,6 +95,10 @@ problems: Mapping = _Problems()
 
 def __getattr__(name: str):     # PEP 562: ``memplan.remat`` etc. without importing every solver up front
     modname = f"memplan.{name}"
+    if name == "compile_under_budget":      # imports torch: only when asked for
+        from memplan._compile_budget import compile_under_budget
+
+        return compile_under_budget
     if modname in _PROBLEM_MODULES.values():
         return importlib.import_module(modname)
     raise AttributeError(f"module 'memplan' has no attribute {name!r}")

@@ -1,0 +1,61 @@
+"""One small example of memplan.compile_under_budget (issue 28, first slice): a 4-block GPT-style stack
+(width 128, 4 heads, sequence 128, batch 8) on CPU, one torch thread, every default fraction, both
+knapsack solvers. Prints eager autograd's peak and each candidate's measured peak, median step time
+(5 steps, no spread reported) and compile time. Not the benchmark of issue 28 item 4.
+
+    python benchmarks/example_compile_budget.py [BUDGET]      # default 40MiB
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+
+import memplan
+from memplan.models.memory import profiler_peak
+
+
+class Block(torch.nn.Module):
+    """Pre-norm attention + MLP (the tests' tiny GPT block)."""
+
+    def __init__(self, d: int = 128, heads: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
+def main(budget: str = "40MiB") -> None:
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[Block() for _ in range(4)])
+    x, y = torch.randn(8, 128, 128), torch.randn(8, 128, 128)
+    loss = torch.nn.functional.mse_loss
+    loss(model(x), y).backward()                       # gradients exist before the window, as below
+    _, eager_peak, _ = profiler_peak(lambda: loss(model(x), y).backward())
+    print(f"eager autograd peak {eager_peak / 2**20:.1f} MiB")
+    for p in model.parameters():
+        p.grad = None
+    for solver in ("pytorch", "memplan"):
+        t0 = time.perf_counter()
+        try:
+            step = memplan.compile_under_budget(model, (x,), budget, loss_fn=loss, example_targets=(y,),
+                                                solver=solver, repeats=5)
+            print(step.report())
+        except memplan.InfeasibleError as e:
+            print(f"solver {solver}: refused: {e}")
+        print(f"search {time.perf_counter() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:2])

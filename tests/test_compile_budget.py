@@ -1,0 +1,269 @@
+"""memplan.compile_under_budget (issue 28, first slice) and the exact partitioner knapsack.
+
+Measured peaks are checked a second time outside the search (profiler_peak on the returned step),
+gradients against eager autograd on the same parameters, the refusal's stated minimum by compiling
+again at that minimum, and the MILP against brute force and PyTorch's dp_knapsack.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import memplan  # noqa: E402
+from memplan.formulations.knapsack_milp import knapsack_value, solve_knapsack  # noqa: E402
+from memplan.models.memory import profiler_peak  # noqa: E402
+
+
+def _mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.GELU(), torch.nn.Linear(128, 32),
+                               torch.nn.LayerNorm(32), torch.nn.Linear(32, 128), torch.nn.Tanh(),
+                               torch.nn.Linear(128, 8))
+
+
+class _TinyGPTBlock(torch.nn.Module):
+    """Pre-norm attention + MLP, the shape of a GPT block."""
+
+    def __init__(self, d: int = 32, heads: int = 2):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
+def _loss(out, y):
+    return torch.nn.functional.mse_loss(out, y)
+
+
+def _eager_grads(model, x, y):
+    for p in model.parameters():
+        p.grad = None
+    _loss(model(x), y).backward()
+    grads = [p.grad.detach().clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = None
+    return grads
+
+
+def _step_grads(step, model, x, y):
+    for p in model.parameters():
+        p.grad = None
+    step(x, y)
+    return [p.grad.detach().clone() for p in model.parameters()]
+
+
+@pytest.fixture(scope="module")
+def mlp_case():
+    model = _mlp()
+    x, y = torch.randn(8, 16, 32), torch.randn(8, 16, 8)
+    step = memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,),
+                                        fractions=(1.0, 0.0), repeats=1)
+    return model, x, y, step
+
+
+def test_peak_within_budget_measured_again(mlp_case):
+    model, x, y, step = mlp_case
+    assert step.budget == 2**30 and step.peak <= step.budget
+    # the fastest fitting candidate is chosen (every candidate fits 1 GiB)
+    assert all(c.fits for c in step.candidates) and len(step.candidates) == 2
+    assert step.fraction == min(step.candidates, key=lambda c: (c.step_time, c.peak)).fraction
+    # a second measurement, outside the search, of the returned step (gradients exist, as in the search)
+    step(x, y)
+    _, peak, _ = profiler_peak(lambda: step(x, y))
+    assert 0 < peak <= step.budget
+    chosen = next(c for c in step.candidates if c.fraction == step.fraction)
+    assert peak == pytest.approx(chosen.peak, rel=0.05)
+
+
+def test_gradients_equal_eager_autograd(mlp_case):
+    model, x, y, step = mlp_case
+    expected = _eager_grads(model, x, y)
+    got = _step_grads(step, model, x, y)
+    for p in model.parameters():
+        p.grad = None
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6)
+
+
+def test_infeasible_budget_refused_with_the_minimum_and_the_minimum_works(mlp_case):
+    model, x, y, step = mlp_case
+    smallest = min(c.peak for c in step.candidates)
+    with pytest.raises(memplan.InfeasibleError) as info:
+        memplan.compile_under_budget(model, (x,), smallest - 1, loss_fn=_loss, example_targets=(y,),
+                                     fractions=(1.0, 0.0), repeats=1)
+    err = info.value
+    assert err.minimum == pytest.approx(smallest, rel=0.05)
+    assert str(int(err.minimum)) in str(err)
+    best = min(err.candidates, key=lambda c: c.peak)
+    again = memplan.compile_under_budget(model, (x,), err.minimum, loss_fn=_loss, example_targets=(y,),
+                                         fractions=(best.fraction,), repeats=1)
+    assert again.peak <= err.minimum
+    for p in model.parameters():
+        p.grad = None
+
+
+def test_memplan_knapsack_inside_the_partitioner():
+    """solver='memplan' on a tiny GPT block: gradients equal eager, the budget holds, and each knapsack
+    the partitioner asked for was solved at least as well as dp_knapsack in PyTorch's model."""
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(_TinyGPTBlock(), _TinyGPTBlock())
+    x, y = torch.randn(4, 16, 32), torch.randn(4, 16, 32)
+    expected = _eager_grads(model, x, y)
+    step = memplan.compile_under_budget(model, (x,), "64MiB", loss_fn=_loss, example_targets=(y,),
+                                        solver="memplan", fractions=(0.3,), repeats=1)
+    assert step.peak <= 64 * 2**20
+    calls = step.knapsack_calls
+    assert calls, "the partitioner did not call memplan's knapsack"
+    for c in calls:
+        assert c["items"] > 0
+        assert c["saved_memory"] <= c["capacity"] + 1e-9
+        assert c["recompute_runtime"] <= c["dp_recompute_runtime"] * (1 + 1e-12)
+    got = _step_grads(step, model, x, y)
+    for p in model.parameters():
+        p.grad = None
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6)
+
+
+def test_both_knapsacks_compete_on_measured_peaks():
+    """solver='both': each fraction compiled with each knapsack; the choice is the fastest fitting
+    of all of them, and its knapsack's records are there exactly when memplan's was chosen."""
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(_TinyGPTBlock())
+    x, y = torch.randn(4, 16, 32), torch.randn(4, 16, 32)
+    step = memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,),
+                                        solver="both", fractions=(0.3,), repeats=1)
+    assert [(c.solver, c.fraction) for c in step.candidates] == [("pytorch", 0.3), ("memplan", 0.3)]
+    chosen = min(step.candidates, key=lambda c: (c.step_time, c.peak))
+    assert step.solver == chosen.solver and step.peak <= 2**30
+    assert bool(step.knapsack_calls) == (step.solver == "memplan")
+    for p in model.parameters():
+        p.grad = None
+
+
+def test_the_search_leaves_gradients_and_buffers_as_they_were():
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 4))
+    x, y = torch.randn(6, 8), torch.randn(6, 4)
+    _loss(model(x), y).backward()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    grads = [p.grad.clone() for p in model.parameters()]
+    memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,),
+                                 fractions=(1.0,), repeats=1)
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(v, before[k], rtol=0, atol=0)
+    for p, g in zip(model.parameters(), grads):
+        torch.testing.assert_close(p.grad, g, rtol=0, atol=0)
+
+
+def test_time_limit_stops_starting_candidates():
+    """A limit shorter than one compile: the first fraction is measured and returned, the others are
+    listed as not tried."""
+    torch.manual_seed(4)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    x, y = torch.randn(6, 8), torch.randn(6, 4)
+    step = memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,),
+                                        fractions=(0.5, 1.0, 0.0), repeats=1, time_limit=1e-3)
+    assert [c.fraction for c in step.candidates] == [0.5] and step.skipped == [1.0, 0.0]
+    assert step.fraction == 0.5 and step.peak <= 2**30
+    for p in model.parameters():
+        p.grad = None
+
+
+def test_bad_options_are_refused():
+    model = _mlp()
+    x, y = torch.randn(2, 32), torch.randn(2, 8)
+    with pytest.raises(memplan.InputError, match="backend"):
+        memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,), backend="eager")
+    with pytest.raises(memplan.InputError, match="solver"):
+        memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,), solver="greedy")
+    with pytest.raises(memplan.InputError, match="fractions"):
+        memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,), fractions=(1.5,))
+    with pytest.raises(memplan.InputError, match="time_limit"):
+        memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,), time_limit=0)
+    with pytest.raises(memplan.InputError, match="scalar"):
+        memplan.compile_under_budget(model, (x,), "1GiB")        # the output is not a loss
+    with pytest.raises(memplan.UnitError):
+        memplan.compile_under_budget(model, (x,), "1.5 parsecs", loss_fn=_loss, example_targets=(y,))
+
+
+# --- the knapsack MILP on its own --------------------------------------------------------------------
+
+def _brute_force(memory, runtimes, cap):
+    n = len(memory)
+    return min(knapsack_value(memory, runtimes, c)[0] for k in range(n + 1)
+               for c in itertools.combinations(range(n), k) if knapsack_value(memory, runtimes, c)[1] <= cap)
+
+
+def test_knapsack_milp_equals_brute_force_on_tiny_instances():
+    rng = random.Random(28)
+    for _ in range(25):
+        n = rng.randint(1, 9)
+        memory = [rng.choice([0.0, rng.random() * 0.6]) for _ in range(n)]
+        runtimes = [rng.choice([1.0, 1.0 + rng.random() * 1e3]) for _ in range(n)]
+        cap = rng.random()
+        res = solve_knapsack(memory, runtimes, cap, time_limit=10, threads=1)
+        assert res.saved_memory <= cap + 1e-12
+        assert res.recompute_runtime == pytest.approx(_brute_force(memory, runtimes, cap), rel=1e-9, abs=1e-9)
+        assert sorted(res.saved + res.recomputed) == list(range(n))
+
+
+def test_knapsack_tiebreak_saves_the_fewest_bytes_among_the_fastest():
+    """Integer runtimes (ties everywhere, as with PyTorch's FLOP estimate): the answer is the
+    lexicographic minimum (recompute runtime, then saved size) found by brute force."""
+    rng = random.Random(7)
+    for _ in range(25):
+        n = rng.randint(2, 9)
+        memory = [rng.randint(1, 20) / 40 for _ in range(n)]
+        runtimes = [float(rng.choice([1, 1, 1, 2, 5])) for _ in range(n)]
+        cap = rng.randint(1, 40) / 40
+        best = min((knapsack_value(memory, runtimes, c) for k in range(n + 1)
+                    for c in itertools.combinations(range(n), k)
+                    if knapsack_value(memory, runtimes, c)[1] <= cap), key=lambda v: (round(v[0], 9), v[1]))
+        res = solve_knapsack(memory, runtimes, cap, time_limit=10, threads=1)
+        assert res.recompute_runtime == pytest.approx(best[0], abs=1e-9)
+        assert res.saved_memory == pytest.approx(best[1], abs=1e-9)
+
+
+def test_knapsack_milp_never_worse_than_dp_knapsack():
+    from torch._functorch._activation_checkpointing.knapsack import dp_knapsack
+
+    rng = random.Random(2028)
+    for _ in range(30):
+        n = rng.randint(5, 40)
+        # sizes near dp_knapsack's 1e-4 quantum make its rounding matter
+        memory = [rng.random() * rng.choice([1e-4, 1e-2, 0.3]) for _ in range(n)]
+        runtimes = [rng.random() * 1e9 for _ in range(n)]
+        cap = rng.random() * sum(memory)
+        _, dp_saved, _ = dp_knapsack(memory, runtimes, cap)
+        dp_r, dp_m = knapsack_value(memory, runtimes, dp_saved)
+        res = solve_knapsack(memory, runtimes, cap, start=dp_saved, time_limit=10, threads=1)
+        assert res.saved_memory <= cap + 1e-12
+        if dp_m <= cap:                    # dp's answer is feasible in the true sizes: never worse
+            assert res.recompute_runtime <= dp_r * (1 + 1e-12)
+
+
+def test_knapsack_milp_where_dp_knapsack_rounding_loses():
+    """dp_knapsack rounds sizes to multiples of 1e-4: two items of 0.6e-4 under a capacity of 1.2e-4
+    both fit (recompute nothing), but dp sees sizes 1 and capacity 1 and keeps one."""
+    from torch._functorch._activation_checkpointing.knapsack import dp_knapsack
+
+    memory, runtimes, cap = [0.6e-4, 0.6e-4], [5.0, 7.0], 1.2e-4
+    _, dp_saved, _ = dp_knapsack(memory, runtimes, cap)
+    assert knapsack_value(memory, runtimes, dp_saved)[0] == 5.0          # dp keeps the 7, recomputes the 5
+    res = solve_knapsack(memory, runtimes, cap, start=dp_saved, time_limit=10, threads=1)
+    assert res.saved == [0, 1] and res.recompute_runtime == 0.0 and res.source == "milp"

@@ -104,11 +104,11 @@ def test_ilp_is_never_slower_than_a_baseline_eager_schedule():
     M, kw = 5.59608e8, dict(bandwidth=12e9, gpus=8, threads=1)
     pts = memplan.pipeline.baseline_points(chain, **{k: kw[k] for k in ("bandwidth", "gpus")})
     base = [memplan.pipeline.solve(chain, memory=M, method=m, points=pts, **kw) for m in ("pipedream", "gpipe")]
-    ilp = memplan.pipeline.solve(chain, memory=M, method="ilp", points=pts, time_limit=8, **kw)
+    ilp = memplan.pipeline.solve(chain, memory=M, method="ilp", points=pts, time_limit=4, **kw)
     best = min(b.objective for b in base)
     assert base[0].objective == best and base[0].schedule.pattern is None    # eager, not 1-periodic
     assert ilp.objective <= best * (1 + 1e-12) and ilp.peak_memory <= M
-    # the patterns found in 8 s lose (60 s find 9.266 ms): the answer is the baseline's schedule
+    # the patterns found in 4 s lose (60 s find 9.266 ms): the answer is the baseline's schedule
     assert isinstance(ilp.schedule, EagerResult) and ilp.objective == pytest.approx(best)
     assert ilp.details["ilp"]["period"] is None or ilp.details["ilp"]["period"] > ilp.objective
     assert ilp.bound == pytest.approx(period_lower_bound(task_data(chain, 12e9, "autograd"), 8))

@@ -36,7 +36,7 @@ from numba import njit
 
 from memplan.baselines.remat_min_memory import TooCostly, min_memory, min_memory_of, necessary_memory  # noqa: F401 (min_memory: re-exported)
 from memplan.models.chain import Chain
-from memplan.models.remat import RematSchedule, simulate_remat
+from memplan.models.remat import RematSchedule, simulate_remat, store_all_ops
 from memplan.models.solution import Solution, Status
 from memplan.models.units import fmt_memory
 
@@ -57,8 +57,7 @@ def store_all_schedule(chain: Chain | int) -> RematSchedule:
     >>> store_all_schedule(2).notation()
     'F_all^1..F_all^3 B^3..B^1'
     """
-    n = _num_stages(chain) + 1
-    return RematSchedule([("F_all", l) for l in range(1, n + 1)] + [("B", l) for l in range(n, 0, -1)])
+    return RematSchedule(store_all_ops(_num_stages(chain)))
 
 
 def recompute_all_schedule(chain: Chain | int) -> RematSchedule:

@@ -237,16 +237,13 @@ class Case:
                           budget=self.time_budget, progress=lambda line: progress(f"{self.name}: {line}"))
         sa = self._cache.get(tuple(store_all_schedule(self.chain).ops))
         if per_op and sa is not None and sa[0] in res:
-            med = [statistics.median(col) for col in zip(*per_op)]
-            factor = statistics.median(res[sa[0]].times) / sum(med) if sum(med) > 0 else 1.0
-            L = self.chain.L
-            uf, ub = self.chain.uf.copy(), self.chain.ub.copy()
-            for k, (op, l) in enumerate(store_all_schedule(self.chain).ops):
-                (uf if op == "F_all" else ub)[l] = med[k] * factor
+            from memplan.models.runtime import InContextTimes
+
+            ic = InContextTimes.from_runs(per_op, res[sa[0]].times, self.chain.L)
+            uf, ub, factor = ic.calibrated()
             self.timed_chain = dataclasses.replace(self.chain, uf=uf, ub=ub, provenance={
                 **self.chain.provenance, "retimed": f"in context during runtime_check's timing rounds "
-                                                    f"({len(per_op)} runs), scaled by {factor:.4f}"})
-            assert len(uf) == L + 2
+                                                    f"({ic.runs} runs), scaled by {factor:.4f}"})
         for tag, (_, m) in self._contenders.items():
             t = res[tag]
             m.update(times=t.times, time_low=t.low, time_high=t.high, rounds=len(t.times), noisy=t.noisy,

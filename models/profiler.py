@@ -337,10 +337,9 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
 
         ic = time_in_context(stages, loss_fn, x, runs=max(3, repeats), device=device, input_grad=input_grad,
                              clock=_clock(clock, torch.get_num_threads()) if not _is_cuda(device) else time.perf_counter)
-        total = sum(ic.uf) + sum(ic.ub)
-        factor = statistics.median(ic.run_times) / total if total > 0 else 1.0
+        uf, ub, factor = ic.calibrated()
         for l, r in enumerate(rows, start=1):
-            r["uf"], r["ub"] = ic.uf[l] * factor, ic.ub[l] * factor
+            r["uf"], r["ub"] = uf[l], ub[l]
         in_context = {"timing_clock": "cpu (time.process_time, one thread)" if clock == "cpu" else "wall",
                       "timing_calibration": round(factor, 6), "timing_runs": ic.runs,
                       "timing_run_seconds": [round(t, 6) for t in ic.run_times],

@@ -40,6 +40,12 @@ from typing import Iterable, Sequence
 from .chain import Chain
 
 OPS = ("F_all", "F_ck", "F_none", "B")
+
+
+def store_all_ops(L: int) -> list[tuple[str, int]]:
+    """The store-all sequence of a chain of L stages (plain autograd: every forward with autograd
+    recording, then every backward): ``F_all^1..F_all^{L+1}, B^{L+1}..B^1``."""
+    return [("F_all", l) for l in range(1, L + 2)] + [("B", l) for l in range(L + 1, 0, -1)]
 _PRETTY = {"F_all": "F_all", "F_ck": "F_ck", "F_none": "F_∅", "B": "B"}
 NONE, A, ABAR = 0, 1, 2
 

@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .remat import OPS, InvalidSequence, RematSchedule
+from .remat import OPS, InvalidSequence, RematSchedule, store_all_ops  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -281,18 +281,12 @@ def _joined_forwards(ops: Sequence[tuple[str, int]]) -> set[int]:
     return join
 
 
-def store_all_ops(L: int) -> list[tuple[str, int]]:
-    """The store-all sequence of a chain of L stages (plain PyTorch: every forward with autograd
-    recording, then every backward): F_all^1..F_all^{L+1}, B^{L+1}..B^1."""
-    return [("F_all", l) for l in range(1, L + 2)] + [("B", l) for l in range(L + 1, 0, -1)]
-
-
 @dataclass
 class InContextTimes:
     """Per-stage times measured inside whole store-all runs (:func:`time_in_context`), seconds:
     ``uf[l]``, ``ub[l]`` for l = 1..L+1 (index 0 unused, 0), the median over ``runs`` runs; ``spread``:
     per stage, (max - min) / median over the runs of F and B together; ``run_times``: the whole
-    sequences' wall-clock times, timed as the executor runs them (no per-operation timers)."""
+    sequences' times, timed as the executor runs them (no per-operation timers)."""
 
     uf: list[float]
     ub: list[float]
@@ -300,6 +294,34 @@ class InContextTimes:
     spread: list[float]
     run_times: list[float]
     overhead: float
+
+    @classmethod
+    def from_runs(cls, per_op: Sequence[Sequence[float]], run_times: Sequence[float], L: int) -> "InContextTimes":
+        """From the ``op_times`` of store-all runs (:func:`store_all_ops` order) and the times of whole
+        untimed runs: the median per operation, and ``overhead`` = median run time - their sum."""
+        import statistics
+
+        ops = store_all_ops(L)
+        med = [statistics.median(col) for col in zip(*per_op)]
+        uf, ub, spread = [0.0] * (L + 2), [0.0] * (L + 2), [0.0] * (L + 2)
+        for k, (op, l) in enumerate(ops):
+            (uf if op == "F_all" else ub)[l] = med[k]
+        for l in range(1, L + 2):
+            tot = [r[l - 1] + r[2 * (L + 1) - l] for r in per_op]      # F_all^l is op l-1, B^l op 2(L+1)-l
+            m = statistics.median(tot)
+            spread[l] = (max(tot) - min(tot)) / m if m > 0 else 0.0
+        return cls(uf=uf, ub=ub, runs=len(per_op), spread=spread, run_times=list(run_times),
+                   overhead=statistics.median(run_times) - sum(med))
+
+    def calibrated(self) -> tuple[list[float], list[float], float]:
+        """``(uf, ub, factor)``: the times scaled by one factor so that they add up to the median whole
+        run (the executor's own work between operations, and interference the per-operation medians
+        leave out, spread over the stages in proportion to their times)."""
+        import statistics
+
+        total = sum(self.uf) + sum(self.ub)
+        factor = statistics.median(self.run_times) / total if total > 0 else 1.0
+        return [v * factor for v in self.uf], [v * factor for v in self.ub], factor
 
 
 def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, *, runs: int = 5,
@@ -318,8 +340,6 @@ def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
     medians), reported, not added to the chain. ``clear_grads`` is called before each run (the
     default sets every parameter's ``.grad`` to None, as a training step after ``zero_grad``).
     """
-    import statistics
-
     device = device if device is not None else x.device
     ops = store_all_ops(len(stages))
     params = [p for f in list(stages) + [loss_fn] if isinstance(f, torch.nn.Module) for p in f.parameters()]
@@ -343,14 +363,4 @@ def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
         clear()
         whole.append(execute(stages, loss_fn, x, ops, device=device, input_grad=input_grad, clock=clock).time)
     whole = whole[max(0, warmup):]
-    med = [statistics.median(col) for col in zip(*per_op)]
-    L = len(stages)
-    uf, ub, spread = [0.0] * (L + 2), [0.0] * (L + 2), [0.0] * (L + 2)
-    for k, (op, l) in enumerate(ops):
-        (uf if op == "F_all" else ub)[l] = med[k]
-    for l in range(1, L + 2):
-        tot = [r[l - 1] + r[2 * (L + 1) - l] for r in per_op]      # F_all^l is op l-1, B^l op 2(L+1)-l
-        m = statistics.median(tot)
-        spread[l] = (max(tot) - min(tot)) / m if m > 0 else 0.0
-    return InContextTimes(uf=uf, ub=ub, runs=len(per_op), spread=spread, run_times=whole,
-                          overhead=statistics.median(whole) - sum(med))
+    return InContextTimes.from_runs(per_op, whole, len(stages))

@@ -401,11 +401,7 @@ def saved_outputs(cap: Captured, example_input, loss_fn: Callable | None = None)
     import torch
     from torch import fx
 
-    def key(t) -> int:
-        try:
-            return t.untyped_storage().data_ptr()
-        except (RuntimeError, NotImplementedError):
-            return 0
+    from .memory import _key, saved_storages
 
     outs: dict[str, Any] = {}
 
@@ -415,24 +411,19 @@ def saved_outputs(cap: Captured, example_input, loss_fn: Callable | None = None)
             outs[n.name] = out
             return out
 
-    saved: set[int] = set()
-
-    def pack(t):
-        k = key(t)
-        if k:
-            saved.add(k)
-        return t.detach()          # an alias: packing t itself would make a reference cycle (models.profiler)
-
     x = example_input.detach()
     if x.is_floating_point():
         x.requires_grad_(True)
     rng = torch.get_rng_state()
     buffers = {name: b.clone() for name, b in cap.gm.named_buffers()}
+
+    def step():
+        y = _Keep(cap.gm, garbage_collect_values=False).run(x)
+        return y if loss_fn is None else (y, loss_fn(y))
+
     try:
-        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            y = _Keep(cap.gm, garbage_collect_values=False).run(x)
-            if loss_fn is not None:
-                loss_fn(y)
+        with torch.enable_grad():
+            _, saved = saved_storages(step)
     finally:
         with torch.no_grad():
             for name, b in cap.gm.named_buffers():
@@ -440,7 +431,7 @@ def saved_outputs(cap: Captured, example_input, loss_fn: Callable | None = None)
         torch.set_rng_state(rng)
     result = set()
     for name, out in outs.items():
-        if name in cap.graph and isinstance(out, torch.Tensor) and key(out) in saved:
+        if name in cap.graph and isinstance(out, torch.Tensor) and _key(out) in saved:
             result.add(name)
     return result
 

@@ -6,7 +6,7 @@ whose measurements, and the runtime executor's (:mod:`models.runtime`), are take
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -141,6 +141,28 @@ def storage_bytes(t) -> int:
     return int(sum(seen.values()))
 
 
+
+
+def saved_storages(fn: Callable[[], Any]) -> tuple[Any, dict[int, int]]:
+    """Run ``fn()`` with saved-tensor hooks and return (its result, ``{storage key: bytes}`` of the
+    distinct storages that autograd saved for the backward pass).
+
+    The pack hook keeps a detached alias of each saved tensor (same storage, same values, so a
+    backward through the result still works): packing the tensor itself makes every output an
+    operation saves (ReLU, sigmoid, ...) refer to its own graph node, a reference cycle that is never
+    freed, so each call leaked the graph's saved tensors (on a CPU profile of ResNet-50 at batch 8,
+    gigabytes over the stages)."""
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        k = _key(t)
+        if k:
+            seen[k] = t.untyped_storage().nbytes()
+        return t.detach()
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return out, seen
 
 
 def profiler_peak(fn) -> tuple[Any, int, int]:

@@ -208,21 +208,6 @@ class Case:
         m["times"] = []
         self._contenders[tag] = (once, m)
 
-    def _retime_once(self, per_op: list) -> float:
-        """One store-all run with per-operation timers (models.runtime.execute's op_times), kept in
-        ``per_op``: the stages re-timed in context within the same rounds as the plans."""
-        from memplan.models.runtime import execute, store_all_ops
-
-        self._clear_grads()
-        times: list[float] = []
-        _sync(self.device)
-        t0 = self.clock()
-        execute(self.stages, self.loss_stage, self.x, store_all_ops(self.chain.L), device=self.device,
-                op_times=times, clock=self.clock)
-        _sync(self.device)
-        per_op.append(times)
-        return self.clock() - t0
-
     def time_all(self, progress=print) -> None:
         """Time every registered run (plans, store-all, autograd, checkpoint_sequential) in alternation,
         until each median's 95% interval is within ``self.target`` (``models.measure.interleaved``),
@@ -230,9 +215,20 @@ class Case:
         ``time_high``, ``rounds`` and ``noisy`` of each measurement."""
         from memplan.models.measure import interleaved
 
-        runs = {tag: once for tag, (once, _) in self._contenders.items()}
+        from memplan.models.runtime import execute, store_all_ops
+
         per_op: list[list[float]] = []
-        runs[_RETIME] = lambda: self._retime_once(per_op)
+
+        def retime() -> None:
+            """One store-all run with per-operation timers: the stages re-timed in context, in the
+            same rounds as the runs they predict."""
+            times: list[float] = []
+            execute(self.stages, self.loss_stage, self.x, store_all_ops(self.chain.L), device=self.device,
+                    op_times=times, clock=self.clock)
+            per_op.append(times)
+
+        self._timed(retime, {}, _RETIME)
+        runs = {tag: once for tag, (once, _) in self._contenders.items()}
         res = interleaved(runs, target=self.target, min_rounds=max(2, self.repeats), max_rounds=self.max_rounds,
                           budget=self.time_budget, progress=lambda line: progress(f"{self.name}: {line}"))
         sa = self._cache.get(tuple(store_all_schedule(self.chain).ops))

@@ -23,7 +23,6 @@ exactly, MIP-started from ``dp_knapsack``'s answer. It is not yet the peak-aware
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import statistics
 import time
@@ -166,19 +165,15 @@ def _fresh_step(model, loss_fn, n_inputs: int, tag: str):
 
 
 def _measure(run, device) -> int:
-    import torch
+    from memplan.models.memory import CudaMemoryTracker, profiler_peak
 
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        base = torch.cuda.memory_allocated(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        run()
-        torch.cuda.synchronize(device)
-        return int(torch.cuda.max_memory_allocated(device) - base)
+    if device.type == "cuda":               # max_memory_allocated - base, after synchronizes
+        with CudaMemoryTracker(device) as tr:
+            run()
+            tr.sync()
+            return int(tr.peak)
     if device.type != "cpu":
         raise InputError(f"compile_under_budget: cannot measure memory on device {device.type!r} (cpu or cuda)")
-    from memplan.models.memory import profiler_peak
-
     _, peak, _ = profiler_peak(run)
     return int(peak)
 

@@ -181,7 +181,7 @@ class Case:
         self._cache: dict[tuple, tuple[str, dict]] = {}
         self._contenders: dict[str, tuple] = {}  # tag -> (run once, its measurement dict), timed by time_all
         self.target, self.max_rounds, self.time_budget = 0.02, max(repeats, 40), None
-        self.fuse = False                        # models.runtime.execute's fuse_backward
+        self.fuse = True                         # models.runtime.execute's fuse_backward
         self.timed_chain = None                  # the chain re-timed during time_all (same rounds as the runs)
         self.traces: list[dict] = []            # per-operation memory, measured and simulated
 
@@ -593,9 +593,9 @@ def main(argv=None) -> int:
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="CPU runs: wall (time.perf_counter, "
                    "default) or cpu (time.process_time with one torch thread: steady on a shared machine); both "
                    "the profile and the runs use it")
-    p.add_argument("--fuse-backward", action="store_true", help="execute with one backward call per run of "
-                   "consecutive B's (models.runtime.execute's fuse_backward: autograd's memory, the simulator's "
-                   "peak an upper bound within ~2%%)")
+    p.add_argument("--no-fuse-backward", dest="fuse_backward", action="store_false", help="one backward call "
+                   "per B (models.runtime.execute's fuse_backward=False); the default runs each run of consecutive "
+                   "B's in one call, as plain autograd")
     p.add_argument("--timing-budget", type=float, default=None, help="seconds of timing rounds per network at most")
     p.add_argument("--profile-repeats", type=int, help="timed runs per operation when profiling (default: --repeats)")
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds per solve")

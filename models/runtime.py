@@ -12,9 +12,10 @@ fixed one of :mod:`memplan.baselines.remat_heuristics` such as ``store_all_sched
   grad when it is a float tensor), and keeps the output together with its graph: that is abar^l;
 - ``F_ck^l``: runs stage l under ``torch.no_grad()`` and keeps the output a^l;
 - ``F_none^l``: the same, then drops a^{l-1};
-- ``B^l``: back-propagates delta^l through the graph kept by F_all^l (``torch.autograd.backward``),
-  which accumulates the stage's parameter gradients and leaves delta^{l-1} in the input leaf's
-  ``.grad``; then drops delta^l and abar^l, and a^{l-1} when it was kept as a^{l-1} only (Table 1).
+- ``B^l``: back-propagates delta^l through the graph kept by F_all^l (:func:`backward_releasing`, which
+  frees delta^l once used), which accumulates the stage's parameter gradients and leaves delta^{l-1}
+  in the input leaf's ``.grad`` (or hands it on to B^{l-1} inside the same call: ``fuse_backward``);
+  then drops abar^l, and a^{l-1} when it was kept as a^{l-1} only (Table 1).
 
 RNG: the CPU (and CUDA) generator state is saved before the first execution of each stage and restored
 around every later execution (recomputation), then the global state is put back, as
@@ -88,7 +89,7 @@ class _Rng:
 def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
             schedule: RematSchedule | Sequence[tuple[str, int]], *, measure_memory: bool = False,
             device=None, input_grad: bool = True, op_times: list | None = None,
-            clock: Callable[[], float] = time.perf_counter, fuse_backward: bool = False) -> RuntimeResult:
+            clock: Callable[[], float] = time.perf_counter, fuse_backward: bool = True) -> RuntimeResult:
     """Run ``schedule`` (ops on stages 1..L+1, L+1 = ``loss_fn``) on input ``x``; parameter gradients
     are accumulated into the stages' ``.grad``. ``input_grad``: B^1 computes delta^0 (float inputs).
 
@@ -99,31 +100,35 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     as in an unmeasured run), then read. ``clock``: what ``time`` and the CPU ``op_times`` are read
     with (``time.process_time`` for CPU time on a shared machine, :data:`models.measure.CLOCKS`).
 
-    ``fuse_backward`` (off by default): where the sequence runs B^l and B^{l-1} one right after the other
+    ``fuse_backward`` (on by default): where the sequence runs B^l and B^{l-1} one right after the other
     and F_all^l read a^{l-1} from abar^{l-1}, F_all^l takes abar^{l-1}'s output itself instead of a
-    detached copy, so that the two stages' graphs are one and a single ``torch.autograd.backward``
-    call runs B^l, B^{l-1}, ... (store-all: one call for the whole step, as plain autograd). It
-    computes the same gradients with the same kernels in the same order and frees each stage's saved
-    tensors as the engine passes them; per-stage calls cost a Python round trip and, on a GPU, an
-    engine hand-off each (the executed store-all plan was 15-21% slower than autograd on an H200).
-    A fused run reports the group's memory and time on its first B and repeats its memory for the
-    other B's of the group (their time is 0). Memory: the engine frees delta^{l-1} as soon as stage
-    l-1's first backward node has used it, while paper 004's model (and the unfused executor) keep it
-    until B^{l-1} ends; fused peaks are therefore at most the simulator's and measured 0-2% below it
-    on CPU (ResNet-50, batch 2, 224: store-all 172.26 MiB, exactly plain autograd's, against 173.79
-    simulated and unfused). The default runs one call per B, whose peaks equal the simulator's.
+    detached copy, so that the two stages' graphs are one and a single backward call runs B^l,
+    B^{l-1}, ... (store-all: one call for the whole step, as plain autograd). It computes the same
+    gradients with the same kernels in the same order and frees each stage's saved tensors as the
+    engine passes them; per-stage calls cost a Python round trip and, on a GPU, an engine hand-off each
+    (the executed store-all plan was 15-21% slower than autograd on an H200 with one call per B).
+    A fused run reports the group's time on its first B (the others' time is 0); with ``measure_memory``
+    each B of the group gets its own memory, read by a hook on each junction's gradient (the moment
+    delta^{j-1} is complete: B^j has ended, B^{j-1} starts).
+
+    Memory of a B: every backward call goes through :func:`backward_releasing`, so delta^l is freed as
+    soon as B^l's first node has used it, whether B^l is alone, first in a fused group, or inside one
+    (where the engine frees it anyway); the profiler measures ``ob^l`` the same way
+    (:func:`models.profiler.profile_stage`). Fused and unfused runs then hold the same tensors but for
+    the junction delta^{l-1}, which a fused group hands from stage to stage inside the engine instead
+    of through the input leaf's ``.grad``: fused peaks are at most the simulator's, measured 0-0.6% below
+    it on the zoo (ResNet-50, 64x64; 0 for DenseNet, Inception v3, GPT-2), unfused peaks equal it.
 
     Raises :class:`models.remat.InvalidSequence` when an operation's inputs are not in memory.
     """
-    ops = schedule.ops if isinstance(schedule, RematSchedule) else [(str(o), int(l)) for o, l in schedule]
+    ops = tuple(schedule.ops if isinstance(schedule, RematSchedule) else schedule)
+    if not all(type(o) is tuple and len(o) == 2 and type(o[0]) is str and type(o[1]) is int for o in ops):
+        ops = tuple((str(o), int(l)) for o, l in ops)
     L = len(stages)
     fns = list(stages) + [loss_fn]
     device = device if device is not None else x.device
-    forwards: dict[int, int] = {}
-    for op, l in ops:
-        if op != "B":
-            forwards[l] = forwards.get(l, 0) + 1
-    rng = _Rng(device, replayed={l for l, n in forwards.items() if n > 1})
+    replayed, join = _plan(ops, fuse_backward, _shared_stages(fns) if fuse_backward else frozenset())
+    rng = _Rng(device, replayed=replayed)
     cuda = torch.device(device).type == "cuda"
     marks: list = []                  # CUDA events or perf_counter readings between operations
     if measure_memory:
@@ -144,7 +149,6 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     during: list[float] = []
     loss_value = float("nan")
 
-    join = _joined_forwards(ops) if fuse_backward else set()
 
     def value(k: int, pos: int, op) -> torch.Tensor:
         if k in abar:
@@ -161,6 +165,19 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         else:
             marks.append(clock())
 
+    queued: list[tuple[float, float]] = []     # (peak, current) of B's of a fused group not yet reported
+    held: dict[int, torch.Tensor] = {}          # a^j of a fused group, kept until B^j ends (as the model)
+
+    def _junction(j: int):
+        def hook(grad):
+            # delta^{j-1} is complete: B^j of a fused group has ended, B^{j-1} starts
+            held.pop(j, None)
+            if tracker is not None:
+                tracker.sync()
+                queued.append((float(tracker.peak), float(tracker.current)))
+                tracker.reset_peak()
+        return hook
+
     def run() -> None:
         nonlocal loss_value
         a[0] = x.detach().clone()
@@ -170,8 +187,9 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
             if skip:                     # a B fused into the previous operation's backward call
                 skip -= 1
                 if tracker is not None:
-                    during.append(during[-1])
-                    after.append(after[-1])
+                    peak_now, current_now = queued.pop(0)
+                    during.append(peak_now)
+                    after.append(current_now)
                 if op_times is not None:
                     _mark()
                 continue
@@ -192,13 +210,32 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                     group.append(group[-1] - 1)
                 inp = abar[group[-1]][0]
                 out = abar[l][1]
+                handles = []
+                # the engine would free a^l as soon as it is no longer needed (often before B^l ends,
+                # in a fused group as soon as B^{l+1} is done with it); the model keeps abar^l, a^l
+                # included, until B^l ends, and so does the executor: ``held`` keeps a^l, and in a fused
+                # group every a^j, until a hook on the gradient below it (B^j has ended) releases it
+                held[l] = out
+                if len(group) > 1:
+                    for j in group[:-1]:
+                        held[j - 1] = abar[j][0]
+                        handles.append(abar[j][0].register_hook(_junction(j)))
                 for j in group:
                     del abar[j]
-                d = delta.pop(l)
-                if out.requires_grad:
-                    torch.autograd.backward(out, d)
+                root = [out]
+                del out
+                if not root[0].requires_grad:
+                    del delta[l]
+                elif root[0].dim() == 0:           # the loss: delta^{L+1} = 1 is a scalar, nothing to free
+                    torch.autograd.backward(root.pop(), delta.pop(l))
+                else:
+                    backward_releasing(root.pop(), delta.pop(l))
+                root.clear()
+                held.clear()
                 delta[group[-1] - 1] = inp.grad if inp.requires_grad else None
-                del inp, out, d
+                del inp
+                for h in handles:
+                    h.remove()
                 for j in group:
                     if j - 1 in a and j - 1 not in abar:
                         del a[j - 1]
@@ -210,17 +247,18 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                     inp = src if joined else src.detach()
                     if not joined and inp.is_floating_point() and (input_grad or l > 1):
                         inp.requires_grad_(True)
-                    out = rng.run(l, lambda: fn(inp))
+                    out = rng.run(l, lambda: fn(inp)) if l in replayed else fn(inp)
                     abar[l] = (inp, out, joined)
                     a.pop(l, None)
                     if l == L + 1:
-                        loss_value = float(out.detach())
+                        # CUDA: read after the run, not with a device sync mid-step
+                        loss_value = out.detach() if cuda else float(out.detach())
                 else:
                     inp = src.detach()
                     if op == "F_none" and l - 1 in abar:
                         raise InvalidSequence(pos, (op, l), f"F_none^{l} would discard abar^{l - 1}")
                     with torch.no_grad():
-                        out = rng.run(l, lambda: fn(inp))
+                        out = rng.run(l, lambda: fn(inp)) if l in replayed else fn(inp)
                     if l not in abar:
                         a[l] = out
                     if op == "F_none":
@@ -228,8 +266,10 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                 del src, inp, out
             if tracker is not None:
                 tracker.sync()
-                during.append(float(tracker.peak))
-                after.append(float(tracker.current))
+                queued.append((float(tracker.peak), float(tracker.current)))
+                peak_now, current_now = queued.pop(0)
+                during.append(peak_now)
+                after.append(current_now)
         if op_times is not None:
             _mark()
         if 0 not in delta:
@@ -253,8 +293,119 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
             op_times.extend(a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:]))
         else:
             op_times.extend(b - a for a, b in zip(marks, marks[1:]))
-    return RuntimeResult(loss=loss_value, time=elapsed, peak_memory=max(during) if during else None,
+    return RuntimeResult(loss=float(loss_value), time=elapsed, peak_memory=max(during) if during else None,
                          memory_after=after, memory_peak_during=during)
+
+
+class _Seed(torch.autograd.Function):
+    """A scalar root whose backward hands the gradient it holds to ``out``'s graph and lets go of it
+    (see :func:`backward_releasing`)."""
+
+    @staticmethod
+    def forward(ctx, out, holder):
+        ctx.holder = holder
+        return out.new_zeros(())
+
+    @staticmethod
+    def backward(ctx, _grad):
+        return ctx.holder.pop(), None
+
+
+def backward_releasing(out: torch.Tensor, grad: torch.Tensor) -> None:
+    """``torch.autograd.backward(out, grad)``, except that nothing outside the engine holds ``grad``:
+    the engine frees it as soon as the first backward node of ``out``'s graph has used it, as it frees
+    every gradient flowing inside one graph. ``torch.autograd.backward(out, grad)`` itself keeps
+    ``grad`` alive until the call returns (its arguments hold it). The executor (every B^l) and the
+    profiler (each stage's ``ob``) both back-propagate this way, so that a B^l run alone, at the top of
+    a fused group or inside one (``fuse_backward``) holds delta^l for the same time, and the profiled
+    ``ob^l`` is what the executor really adds. The caller must not keep a reference to ``grad``."""
+    root = _Seed.apply(out, [grad])
+    del grad, out
+    root.backward()
+
+
+_PLANS: dict[tuple, tuple[set[int], set[int]]] = {}
+_SHARING: dict[tuple, tuple[list, frozenset]] = {}
+
+
+def _shared_stages(fns: Sequence[Callable]) -> frozenset:
+    """Pairs (i, j), i < j (1-based stages, L+1 = the loss) of stages that use a common parameter (GPT-2's
+    language-model head reads the token embedding's weight). Cached per list of stage objects."""
+    key = tuple(id(f) for f in fns)
+    got = _SHARING.get(key)
+    if got is None:
+        owner: dict[int, int] = {}
+        pairs = set()
+        for i, f in enumerate(fns, start=1):
+            if isinstance(f, torch.nn.Module):
+                for p in f.parameters():
+                    if p.requires_grad:
+                        j = owner.setdefault(id(p), i)
+                        if j != i:
+                            pairs.add((j, i))
+        if len(_SHARING) >= 16:
+            _SHARING.clear()
+        got = _SHARING[key] = (list(fns), frozenset(pairs))    # the list keeps the ids from being reused
+    return got[1]
+
+
+def _plan(ops: tuple, fuse_backward: bool, shared: frozenset = frozenset()) -> tuple[set[int], set[int]]:
+    """What :func:`execute` derives from a sequence before running it: the stages run more than once
+    (their RNG state is replayed) and the joined F_all positions (:func:`_joined_forwards`, then
+    :func:`_split_shared`). Cached per sequence, since a timing loop executes the same sequence many
+    times (a few dozen entries)."""
+    key = (ops, fuse_backward, shared)
+    got = _PLANS.get(key)
+    if got is None:
+        forwards: dict[int, int] = {}
+        for op, l in ops:
+            if op != "B":
+                forwards[l] = forwards.get(l, 0) + 1
+        join = _split_shared(ops, _joined_forwards(ops), shared) if fuse_backward else set()
+        got = ({l for l, n in forwards.items() if n > 1}, join)
+        if len(_PLANS) >= 64:
+            _PLANS.clear()
+        _PLANS[key] = got
+    return got
+
+
+def _split_shared(ops: Sequence[tuple[str, int]], join: set[int], shared: frozenset) -> set[int]:
+    """``join`` less the junctions that would put two stages sharing a parameter in one backward call.
+
+    Within one call the engine accumulates a shared parameter's gradient contributions in its own
+    buffer and hands them to ``.grad`` only when the last use has been back-propagated: the buffer
+    (GPT-2: the embedding-sized gradient of the tied weight) then lives from the first B to the last,
+    memory the per-stage model does not have (measured: +3.2 KB through the whole backward of a tiny
+    GPT-2, +80% at B^1). Separate calls accumulate into ``.grad`` at the end of each, as the model
+    assumes. Walking each fused group from its top B down, the junction above a stage that shares a
+    parameter with a stage already in the group is not joined: that stage starts a new group. O(len(ops))
+    plus the pairs."""
+    if not shared or not join:
+        return join
+    partners: dict[int, set[int]] = {}
+    for i, j in shared:
+        partners.setdefault(i, set()).add(j)
+        partners.setdefault(j, set()).add(i)
+    last: dict[int, int] = {}
+    kept = set(join)
+    group: set[int] = set()
+    prev_b = None
+    for p, (op, l) in enumerate(ops):
+        if op == "F_all":
+            last[l] = p
+        elif op == "B":
+            if prev_b is not None and prev_b == l + 1 and last.get(l + 1) in kept:
+                if partners.get(l, set()) & group:
+                    kept.discard(last[l + 1])          # B^{l+1} and B^l in separate calls
+                    group = {l}
+                else:
+                    group.add(l)
+            else:
+                group = {l}
+            prev_b = l
+        else:
+            prev_b = None
+    return kept
 
 
 def _joined_forwards(ops: Sequence[tuple[str, int]]) -> set[int]:

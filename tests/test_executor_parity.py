@@ -111,11 +111,15 @@ def test_in_context_times_add_up_to_the_run():
 
 
 @pytest.mark.parametrize("kind", ["store_all", "sequential", "rotor"])
-def test_fused_backward_gives_autograds_gradients_and_no_more_memory(net, kind):
-    """fuse_backward joins the graphs of consecutive B's into one backward call: the gradients are
-    those of the unfused run bit for bit, the B's a fused run skips are those _joined_forwards
-    allows, and the peak is at most the simulator's (the engine frees the gradient at a joint early)
-    and within 3% of it."""
+def test_fused_backward_gives_autograds_gradients_and_the_same_memory(net, kind):
+    """fuse_backward (the default) joins the graphs of consecutive B's into one backward call: the
+    gradients are those of the unfused run bit for bit, the B's a fused run skips are those
+    _joined_forwards allows, and every operation's memory (peak during it and what stays after it)
+    is that of the unfused run, which is the simulator's within 1%. Without the executor's hold on
+    each a^j until B^j ends, the engine freed a^j as soon as B^{j+1} was done with it: 0.3-1.7% below
+    the model at the peak (ResNet-50, a tiny GPT-2). GPT-2's head reads the embedding's weight, and one
+    call over both kept that weight's gradient in the engine through the whole backward (+80% at B^1
+    on a tiny GPT-2): the group is split there (_split_shared)."""
     from memplan import remat
     from memplan.models.runtime import _joined_forwards
 
@@ -128,18 +132,20 @@ def test_fused_backward_gives_autograds_gradients_and_no_more_memory(net, kind):
         lo, hi = remat.memory_range(chain)
         seq = remat.solve(chain, memory=(lo + hi) / 2, method="rotor", slots=200).schedule
     grads = {}
-    peaks = {}
+    runs = {}
     for fuse in (False, True):
         for p in model.parameters():
             p.grad = None
         torch.manual_seed(5)
-        res = execute(lm.stages, lm.loss_stage(loss), x, seq, measure_memory=True, fuse_backward=fuse)
+        runs[fuse] = execute(lm.stages, lm.loss_stage(loss), x, seq, measure_memory=True, fuse_backward=fuse)
         grads[fuse] = [p.grad.clone() for p in model.parameters()]
-        peaks[fuse] = res.peak_memory
     assert all(torch.equal(a, b) for a, b in zip(grads[False], grads[True])), name
     sim = simulate_remat(chain, seq).peak_memory
-    assert peaks[False] == pytest.approx(sim, rel=0.01)
-    assert 0.97 * sim <= peaks[True] <= sim * (1 + 1e-9), (name, kind, peaks[True] / sim)
+    assert runs[False].peak_memory == pytest.approx(sim, rel=0.01)
+    # the same memory, operation by operation (up to a few scalars: the loss, delta^{L+1} = 1)
+    for what in ("memory_after", "memory_peak_during"):
+        for i, (u, f) in enumerate(zip(getattr(runs[False], what), getattr(runs[True], what))):
+            assert f == pytest.approx(u, abs=64), (name, kind, what, i, seq.ops[i])
     joined = _joined_forwards(seq.ops)
     if kind == "store_all":         # every F_all but the first reads its input from abar: one call
         assert joined == set(range(1, chain.L + 1))

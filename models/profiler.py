@@ -196,13 +196,9 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
         wd_in = 0
         ob = 0.0
         if needs_backward:
-            from .runtime import backward_releasing
-
-            held = [delta.detach().clone()]        # delta^l in memory, released as the executor does
-            tr.sync()
             tr.reset_peak()
             base = tr.current
-            backward_releasing(out, held.pop())
+            torch.autograd.backward(out, delta)
             tr.sync()
             wd_in = storage_bytes(xi.grad) if xi.grad is not None else 0
             ob = max(0.0, tr.peak - base - wd_in)

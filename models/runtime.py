@@ -12,10 +12,10 @@ fixed one of :mod:`memplan.baselines.remat_heuristics` such as ``store_all_sched
   grad when it is a float tensor), and keeps the output together with its graph: that is abar^l;
 - ``F_ck^l``: runs stage l under ``torch.no_grad()`` and keeps the output a^l;
 - ``F_none^l``: the same, then drops a^{l-1};
-- ``B^l``: back-propagates delta^l through the graph kept by F_all^l (:func:`backward_releasing`, which
-  frees delta^l once used), which accumulates the stage's parameter gradients and leaves delta^{l-1}
-  in the input leaf's ``.grad`` (or hands it on to B^{l-1} inside the same call: ``fuse_backward``);
-  then drops abar^l, and a^{l-1} when it was kept as a^{l-1} only (Table 1).
+- ``B^l``: back-propagates delta^l through the graph kept by F_all^l (``torch.autograd.backward``),
+  which accumulates the stage's parameter gradients and leaves delta^{l-1} in the input leaf's
+  ``.grad`` (or hands it on to B^{l-1} inside the same call: ``fuse_backward``); then drops delta^l
+  and abar^l, and a^{l-1} when it was kept as a^{l-1} only (Table 1).
 
 RNG: the CPU (and CUDA) generator state is saved before the first execution of each stage and restored
 around every later execution (recomputation), then the global state is put back, as
@@ -111,13 +111,12 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     each B of the group gets its own memory, read by a hook on each junction's gradient (the moment
     delta^{j-1} is complete: B^j has ended, B^{j-1} starts).
 
-    Memory of a B: every backward call goes through :func:`backward_releasing`, so delta^l is freed as
-    soon as B^l's first node has used it, whether B^l is alone, first in a fused group, or inside one
-    (where the engine frees it anyway); the profiler measures ``ob^l`` the same way
-    (:func:`models.profiler.profile_stage`). Fused and unfused runs then hold the same tensors but for
-    the junction delta^{l-1}, which a fused group hands from stage to stage inside the engine instead
-    of through the input leaf's ``.grad``: fused peaks are at most the simulator's, measured 0-0.6% below
-    it on the zoo (ResNet-50, 64x64; 0 for DenseNet, Inception v3, GPT-2), unfused peaks equal it.
+    Memory of a fused group: the engine would free a^j as soon as B^{j+1} is done with it and delta^j
+    as soon as B^j's first node has used it; the model, the profiler's ``ob^l`` and an unfused run keep
+    both until B^j ends. The executor does the same: it holds them, and a hook on each junction's
+    gradient (delta^{j-1} complete, so B^j has ended) lets them go. A group is also split where two of
+    its stages share a parameter (:func:`_split_shared`). Fused and unfused runs then hold the same
+    bytes after and during every operation (the tests check it on the zoo), the simulator's.
 
     Raises :class:`models.remat.InvalidSequence` when an operation's inputs are not in memory.
     """
@@ -167,11 +166,14 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
 
     queued: list[tuple[float, float]] = []     # (peak, current) of B's of a fused group not yet reported
     held: dict[int, torch.Tensor] = {}          # a^j of a fused group, kept until B^j ends (as the model)
+    held_delta: dict[int, torch.Tensor] = {}    # delta^j of a fused group, kept until B^j ends
 
     def _junction(j: int):
         def hook(grad):
             # delta^{j-1} is complete: B^j of a fused group has ended, B^{j-1} starts
             held.pop(j, None)
+            held_delta.pop(j, None)
+            held_delta[j - 1] = grad
             if tracker is not None:
                 tracker.sync()
                 queued.append((float(tracker.peak), float(tracker.current)))
@@ -210,28 +212,32 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                     group.append(group[-1] - 1)
                 inp = abar[group[-1]][0]
                 out = abar[l][1]
+                junctions = [abar[j][0] for j in group[:-1]]      # a^{j-1}, j = l, ..., k+1
                 handles = []
-                # the engine would free a^l as soon as it is no longer needed (often before B^l ends,
-                # in a fused group as soon as B^{l+1} is done with it); the model keeps abar^l, a^l
-                # included, until B^l ends, and so does the executor: ``held`` keeps a^l, and in a fused
-                # group every a^j, until a hook on the gradient below it (B^j has ended) releases it
-                held[l] = out
-                if len(group) > 1:
-                    for j in group[:-1]:
-                        held[j - 1] = abar[j][0]
-                        handles.append(abar[j][0].register_hook(_junction(j)))
                 for j in group:
                     del abar[j]
-                root = [out]
-                del out
-                if not root[0].requires_grad:
-                    del delta[l]
-                elif root[0].dim() == 0:           # the loss: delta^{L+1} = 1 is a scalar, nothing to free
-                    torch.autograd.backward(root.pop(), delta.pop(l))
+                if len(group) == 1:      # one call: it holds a^l and delta^l until B^l ends, as the model
+                    d = delta.pop(l)
+                    if out.requires_grad:
+                        torch.autograd.backward(out, d)
+                    del d, out
                 else:
-                    backward_releasing(root.pop(), delta.pop(l))
-                root.clear()
-                held.clear()
+                    # a fused group: the engine would free a^j as soon as B^{j+1} is done with it and
+                    # delta^j as soon as B^j's first node has used it, while the model (and an unfused
+                    # run) keeps both until B^j ends. ``held`` and ``held_delta`` keep them; a hook on
+                    # each junction's gradient (delta^{j-1} complete: B^j has ended) lets them go
+                    held[l] = out
+                    held_delta[l] = delta.pop(l)
+                    for j, t in zip(group, junctions):
+                        held[j - 1] = t
+                        handles.append(t.register_hook(_junction(j)))
+                    del t
+                    junctions.clear()
+                    root = [out]
+                    del out
+                    _backward_from(root.pop(), held_delta[l])
+                    held.clear()
+                    held_delta.clear()
                 delta[group[-1] - 1] = inp.grad if inp.requires_grad else None
                 del inp
                 for h in handles:
@@ -298,8 +304,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
 
 
 class _Seed(torch.autograd.Function):
-    """A scalar root whose backward hands the gradient it holds to ``out``'s graph and lets go of it
-    (see :func:`backward_releasing`)."""
+    """A scalar root whose backward hands the gradient it was given to ``out``'s graph."""
 
     @staticmethod
     def forward(ctx, out, holder):
@@ -311,14 +316,13 @@ class _Seed(torch.autograd.Function):
         return ctx.holder.pop(), None
 
 
-def backward_releasing(out: torch.Tensor, grad: torch.Tensor) -> None:
-    """``torch.autograd.backward(out, grad)``, except that nothing outside the engine holds ``grad``:
-    the engine frees it as soon as the first backward node of ``out``'s graph has used it, as it frees
-    every gradient flowing inside one graph. ``torch.autograd.backward(out, grad)`` itself keeps
-    ``grad`` alive until the call returns (its arguments hold it). The executor (every B^l) and the
-    profiler (each stage's ``ob``) both back-propagate this way, so that a B^l run alone, at the top of
-    a fused group or inside one (``fuse_backward``) holds delta^l for the same time, and the profiled
-    ``ob^l`` is what the executor really adds. The caller must not keep a reference to ``grad``."""
+def _backward_from(out: torch.Tensor, grad: torch.Tensor) -> None:
+    """``torch.autograd.backward(out, grad)`` without the call's arguments holding ``grad`` (and ``out``)
+    until the whole call returns: whoever else holds them decides when they go (a fused group's
+    ``held_delta`` lets delta^l go when B^l ends, not when B^k, the group's last, does)."""
+    if out.dim() == 0:                 # the loss: delta^{L+1} = 1 is a scalar, nothing to hold
+        torch.autograd.backward(out, grad)
+        return
     root = _Seed.apply(out, [grad])
     del grad, out
     root.backward()

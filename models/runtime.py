@@ -137,21 +137,46 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         tracker = memory_tracker(device)
     else:
         tracker = None
-    a: dict[int, torch.Tensor] = {}                    # a^l kept without graph (F_ck / F_none)
-    abar: dict[int, tuple] = {}      # l -> (input, output with graph, input is abar^{l-1}'s output: joined)
-    delta: dict[int, torch.Tensor | None] = {}
+    # multi-tensor cuts (models.graph.multi_stage_modules): a stage takes a^{l-1}'s tensors and the
+    # resident tensors it reads, returns a^l's tensors and the resident tensors it computes
+    r_in = [list(getattr(f, "resident_in", None) or []) for f in fns]
+    r_out = [list(getattr(f, "resident_out", None) or []) for f in fns]
+    produced = {v for names in r_out for v in names}
+    src_res = sorted({v for names in r_in for v in names} - produced, key=str)
+    if len(src_res) > 1:
+        raise ValueError(f"execute: resident tensors {src_res} are read but no stage computes them "
+                         "(only the input may be)")
+    multi = bool(produced or src_res)
+    a: dict[int, tuple] = {}                       # a^l kept without graph (F_ck / F_none), as a tuple
+    abar: dict[int, tuple] = {}      # l -> (inputs, outputs with graph, joined to abar^{l-1}, resident outputs)
+    delta: dict[int, tuple] = {}     # delta^l: one gradient (or None) per tensor of a^l
+    R: dict[Any, torch.Tensor] = {}  # resident tensors: one leaf each, its .grad allocated with it
     after: list[float] = []
     during: list[float] = []
     loss_value = float("nan")
 
-    join = _joined_forwards(ops) if fuse_backward else set()
+    join = _joined_forwards(ops) if fuse_backward and not multi else set()
 
-    def value(k: int, pos: int, op) -> torch.Tensor:
+    def value(k: int, pos: int, op) -> tuple:
         if k in abar:
             return abar[k][1]
         if k in a:
             return a[k]
         raise InvalidSequence(pos, op, f"a^{k} is not in memory")
+
+    def resident_leaf(t: torch.Tensor, grad: bool = True) -> torch.Tensor:
+        t = t.detach()
+        if grad and t.is_floating_point():
+            t.requires_grad_(True)
+            t.grad = torch.zeros_like(t)
+        return t
+
+    def keep_resident(l: int, outs: tuple, graph: bool) -> None:
+        for v, t in zip(r_out[l - 1], outs):
+            if v not in R:
+                R[v] = resident_leaf(t)
+            elif graph:                  # F_all recomputes it: hand its storage to the resident leaf
+                R[v].data = t.detach()   # (one copy; the leaf, its .grad and the readers' graphs stay)
 
     def _mark() -> None:
         if cuda:
@@ -163,8 +188,14 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
 
     def run() -> None:
         nonlocal loss_value
-        a[0] = x.detach().clone()
-        delta[L + 1] = torch.ones((), device=device)
+        x0 = x.detach().clone()
+        if src_res:
+            R[src_res[0]] = resident_leaf(x0, grad=input_grad)
+            a[0] = ()
+        else:
+            a[0] = (x0,)
+        del x0
+        delta[L + 1] = (torch.ones((), device=device),)
         skip = 0
         for pos, (op, l) in enumerate(ops):
             if skip:                     # a B fused into the previous operation's backward call
@@ -191,41 +222,56 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                 while abar[group[-1]][2]:
                     group.append(group[-1] - 1)
                 inp = abar[group[-1]][0]
-                out = abar[l][1]
+                outs, routs = abar[l][1], abar[l][3]
                 for j in group:
                     del abar[j]
                 d = delta.pop(l)
-                if out.requires_grad:
-                    torch.autograd.backward(out, d)
-                delta[group[-1] - 1] = inp.grad if inp.requires_grad else None
-                del inp, out, d
+                ts = [o for o, g in zip(outs, d) if g is not None and o.requires_grad]
+                gs = [g for o, g in zip(outs, d) if g is not None and o.requires_grad]
+                for v, o in zip(r_out[l - 1], routs):
+                    if o.requires_grad and R[v].grad is not None:
+                        ts.append(o)
+                        gs.append(R[v].grad)
+                if ts:
+                    torch.autograd.backward(ts, gs)
+                delta[group[-1] - 1] = tuple(i.grad if i.requires_grad else None for i in inp)
+                del inp, outs, routs, d, ts, gs
+                for v in r_out[l - 1]:        # its producer's backward is the resident tensor's last use
+                    R.pop(v, None)
                 for j in group:
                     if j - 1 in a and j - 1 not in abar:
                         del a[j - 1]
                 skip = len(group) - 1
             else:
                 src = value(l - 1, pos, (op, l))
+                missing = [v for v in r_in[l - 1] if v not in R]
+                if missing:
+                    raise InvalidSequence(pos, (op, l), f"resident tensor {missing[0]} is not in memory")
+                res = tuple(R[v] for v in r_in[l - 1])
+                nr = len(r_out[l - 1])
                 if op == "F_all":
-                    joined = pos in join and src.requires_grad and l - 1 in abar
-                    inp = src if joined else src.detach()
-                    if not joined and inp.is_floating_point() and (input_grad or l > 1):
-                        inp.requires_grad_(True)
-                    out = rng.run(l, lambda: fn(inp))
-                    abar[l] = (inp, out, joined)
+                    joined = pos in join and all(t.requires_grad for t in src) and l - 1 in abar
+                    inp = src if joined else tuple(_leaf(t, input_grad or l > 1) for t in src)
+                    out = _tup(rng.run(l, lambda: fn(*inp, *res)))
+                    outs, routs = out[:len(out) - nr], out[len(out) - nr:]
+                    keep_resident(l, routs, graph=True)
+                    abar[l] = (inp, outs, joined, routs)
                     a.pop(l, None)
                     if l == L + 1:
-                        loss_value = float(out.detach())
+                        loss_value = float(outs[0].detach())
+                    del outs, routs
                 else:
-                    inp = src.detach()
+                    inp = tuple(t.detach() for t in src)
                     if op == "F_none" and l - 1 in abar:
                         raise InvalidSequence(pos, (op, l), f"F_none^{l} would discard abar^{l - 1}")
                     with torch.no_grad():
-                        out = rng.run(l, lambda: fn(inp))
+                        out = _tup(rng.run(l, lambda: fn(*inp, *res)))
+                    keep_resident(l, out[len(out) - nr:], graph=False)
                     if l not in abar:
-                        a[l] = out
+                        a[l] = out[:len(out) - nr]
                     if op == "F_none":
                         a.pop(l - 1, None)
-                del src, inp, out
+                del src, inp, out, res
             if tracker is not None:
                 tracker.sync()
                 during.append(float(tracker.peak))
@@ -237,6 +283,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         a.clear()
         abar.clear()
         delta.clear()
+        R.clear()
 
     t0 = clock()
     if tracker is not None:
@@ -255,6 +302,20 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
             op_times.extend(b - a for a, b in zip(marks, marks[1:]))
     return RuntimeResult(loss=loss_value, time=elapsed, peak_memory=max(during) if during else None,
                          memory_after=after, memory_peak_during=during)
+
+
+def _leaf(t: torch.Tensor, grad: bool) -> torch.Tensor:
+    """A detached copy of a stage input (sharing its storage) that requires grad when it is a float
+    tensor and ``grad``."""
+    t = t.detach()
+    if grad and t.is_floating_point():
+        t.requires_grad_(True)
+    return t
+
+
+def _tup(v) -> tuple:
+    """A stage's result as a tuple (single-tensor stages return a tensor)."""
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,)
 
 
 def _joined_forwards(ops: Sequence[tuple[str, int]]) -> set[int]:

@@ -718,10 +718,25 @@ class LinearizedModel:
                 nb = len(res.boundary[l])
                 store.update(zip(res.writes[l - 1], out[nb:]))
                 a = tuple(out[:nb])
-            return a[0]
+            return a[0] if self.head is None else self.head(a[0])
         for s in self.stages:
             x = s(x)
         return x if self.head is None else self.head(x)
+
+
+def _FirstOutput(mod):
+    """``mod``'s first output alone (a folded head of a multi-tensor linearization returns a tuple)."""
+    import torch
+
+    class _First(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mod = mod
+
+        def forward(self, x):
+            return self.mod(x)[0]
+
+    return _First()
 
 
 #: cuts="auto" switches to multi-tensor cuts below one single-tensor stage per this many operations
@@ -782,9 +797,19 @@ def linearize_model(model, example_input, loss_fn: Callable | None = None, *, cu
             groups = multi_cut_groups(cap.graph, max_nodes=max_nodes, counted=counted_operations(cap.graph))
         groups = [list(g) for g in groups]
         res = residency(cap.graph, groups, cap.source)
+        head_mod = None
+        if (not given and len(groups) > 1 and len(res.boundary[-2]) == 1 and not res.reads[-1]
+                and groups[-1][-1] not in saved_outputs(cap, example_input, loss_fn or _cross_entropy)):
+            # as merge_unsaved_cuts: the loss does not save a^L, so the last group is folded into it
+            # (also keeps the gradient reaching a^L in autograd's layout: bit-identical gradients)
+            head = groups.pop()
+            last = Residency([res.boundary[-2], [head[-1]]], [], {}, [[]], [[]])
+            head_mod = _FirstOutput(multi_stage_modules(cap, [head], last)[0])
+            res = Residency(res.boundary[:-1], res.resident, res.producer, res.reads[:-1], res.writes[:-1],
+                            _last=res._last)
         names = _unique_names([group_name(cap, g) for g in groups])
-        return LinearizedModel(cap, groups, multi_stage_modules(cap, groups, res), names,
-                               cuts="given" if given else "multi", residency=res)
+        return LinearizedModel(cap, groups, multi_stage_modules(cap, groups, res), names, head=head_mod,
+                               head_group=head, cuts="given" if given else "multi", residency=res)
     if groups is not None:
         groups = [list(g) for g in groups]
         if not is_chain_partition(cap.graph, groups + ([head] if head else [])):

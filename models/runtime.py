@@ -165,6 +165,8 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         raise InvalidSequence(pos, op, f"a^{k} is not in memory")
 
     def resident_leaf(t: torch.Tensor, grad: bool = True) -> torch.Tensor:
+        if not isinstance(t, torch.Tensor):
+            return t
         t = t.detach()
         if grad and t.is_floating_point():
             t.requires_grad_(True)
@@ -175,7 +177,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         for v, t in zip(r_out[l - 1], outs):
             if v not in R:
                 R[v] = resident_leaf(t)
-            elif graph:                  # F_all recomputes it: hand its storage to the resident leaf
+            elif graph and isinstance(t, torch.Tensor):      # F_all recomputes it: hand its storage to the resident leaf
                 R[v].data = t.detach()   # (one copy; the leaf, its .grad and the readers' graphs stay)
 
     def _mark() -> None:
@@ -226,15 +228,15 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                 for j in group:
                     del abar[j]
                 d = delta.pop(l)
-                ts = [o for o, g in zip(outs, d) if g is not None and o.requires_grad]
-                gs = [g for o, g in zip(outs, d) if g is not None and o.requires_grad]
+                ts = [o for o, g in zip(outs, d) if g is not None and _needs_grad(o)]
+                gs = [g for o, g in zip(outs, d) if g is not None and _needs_grad(o)]
                 for v, o in zip(r_out[l - 1], routs):
-                    if o.requires_grad and R[v].grad is not None:
+                    if _needs_grad(o) and R[v].grad is not None:
                         ts.append(o)
                         gs.append(R[v].grad)
                 if ts:
                     torch.autograd.backward(ts, gs)
-                delta[group[-1] - 1] = tuple(i.grad if i.requires_grad else None for i in inp)
+                delta[group[-1] - 1] = tuple(i.grad if _needs_grad(i) else None for i in inp)
                 del inp, outs, routs, d, ts, gs
                 for v in r_out[l - 1]:        # its producer's backward is the resident tensor's last use
                     R.pop(v, None)
@@ -250,7 +252,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                 res = tuple(R[v] for v in r_in[l - 1])
                 nr = len(r_out[l - 1])
                 if op == "F_all":
-                    joined = pos in join and all(t.requires_grad for t in src) and l - 1 in abar
+                    joined = pos in join and all(_needs_grad(t) for t in src) and l - 1 in abar
                     inp = src if joined else tuple(_leaf(t, input_grad or l > 1) for t in src)
                     out = _tup(rng.run(l, lambda: fn(*inp, *res)))
                     outs, routs = out[:len(out) - nr], out[len(out) - nr:]
@@ -261,7 +263,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                         loss_value = float(outs[0].detach())
                     del outs, routs
                 else:
-                    inp = tuple(t.detach() for t in src)
+                    inp = tuple(_det(t) for t in src)
                     if op == "F_none" and l - 1 in abar:
                         raise InvalidSequence(pos, (op, l), f"F_none^{l} would discard abar^{l - 1}")
                     with torch.no_grad():
@@ -307,10 +309,20 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
 def _leaf(t: torch.Tensor, grad: bool) -> torch.Tensor:
     """A detached copy of a stage input (sharing its storage) that requires grad when it is a float
     tensor and ``grad``."""
+    if not isinstance(t, torch.Tensor):         # a Python value crossing a cut (a size): passed as is
+        return t
     t = t.detach()
     if grad and t.is_floating_point():
         t.requires_grad_(True)
     return t
+
+
+def _det(t):
+    return t.detach() if isinstance(t, torch.Tensor) else t
+
+
+def _needs_grad(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.requires_grad
 
 
 def _tup(v) -> tuple:

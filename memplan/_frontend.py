@@ -138,3 +138,25 @@ def finish(sol: Solution, b: Budget, *, memory: float | None = None, bandwidth: 
     if b.time_limit is not None:
         sol.details.setdefault("time_limit", b.time_limit)
     return sol
+
+
+def solve_without_resident(solve_fn, chain: Chain, memory: float, kwargs: dict[str, Any]) -> Solution:
+    """Solve a chain whose ``resident`` bytes (tensors crossing two or more cuts, issue 30) are > 0:
+    ``solve_fn`` runs on ``chain.without_resident()`` under ``memory - resident`` (the DPs and MILPs
+    are unchanged inside), then the solution is charged with the resident bytes: ``peak_memory``
+    and ``details["min_memory"]`` grow by them, ``memory_limit`` is the limit given, and
+    ``details["resident_bytes"]`` records them. The problem's simulator, replaying the schedule on
+    ``chain`` itself, adds them too, so the two agree. Below ``resident`` nothing fits: the inner
+    call runs at 1 byte and reports INFEASIBLE with its own minimum (plus the resident bytes)."""
+    r = float(chain.resident)
+    sol = solve_fn(chain.without_resident(), memory=max(memory - r, 1.0), **kwargs)
+    if sol.peak_memory is not None:
+        sol.peak_memory = float(sol.peak_memory) + r
+    if sol.details.get("min_memory") is not None:
+        sol.details["min_memory"] = float(sol.details["min_memory"]) + r
+    sol.memory_limit = memory
+    sol.details["resident_bytes"] = r
+    note = (f"{r:.6g} B of resident tensors (Chain.resident: tensors crossing two or more cuts and their "
+            f"gradients) are charged for the whole step; the chain was planned under {max(memory - r, 0.0):.6g} B")
+    sol.message = f"{sol.message}; {note}" if sol.message else note
+    return sol

@@ -186,6 +186,10 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
     slots = _frontend.count_arg(slots, "slots", PROBLEM, required=False)
     threads = _frontend.count_arg(threads, "threads", PROBLEM, required=False)
     gap = _frontend.gap_arg(gap, PROBLEM)
+    if chain.resident:
+        return _frontend.solve_without_resident(solve, chain, M, dict(
+            bandwidth=beta, method=method, time_limit=time_limit, gap=gap, threads=threads, slots=slots,
+            exact=exact, solver_log=solver_log, progress=progress))
     b = _frontend.budget(time_limit, progress, PROBLEM)
     with b.active():
         mf = min_feasible_memory(chain)

@@ -451,7 +451,8 @@ def memory_range(chain: Chain) -> tuple[float, float]:
     (82.12, 106.99)
     """
     chain = _frontend.chain_arg(chain, PROBLEM)
-    return min_memory(chain), remat_heuristics.store_all(chain).peak_memory
+    inner, r = chain.without_resident(), chain.resident      # resident tensors: charged once, for the whole step
+    return min_memory(inner) + r, remat_heuristics.store_all(inner).peak_memory + r
 
 
 def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_limit: float | None = 60.0,
@@ -521,6 +522,10 @@ def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_
     chain = _frontend.chain_arg(chain, PROBLEM)
     memory = _frontend.memory_arg(memory, PROBLEM)
     method = _frontend.method_arg(method, METHODS, DEFAULT_METHOD, PROBLEM)
+    if chain.resident:
+        return _frontend.solve_without_resident(solve, chain, memory, dict(
+            method=method, time_limit=time_limit, gap=gap, threads=threads, slots=slots, exact=exact,
+            solver_log=solver_log, progress=progress))
     n_slots = _frontend.count_arg(slots, "slots", PROBLEM, required=False)
     opts = _Options(slots=n_slots,
                     exact=_exact_arg(exact, chain, memory, method), gap=_frontend.gap_arg(gap, PROBLEM),

@@ -45,7 +45,8 @@ import math
 import time
 from typing import Any
 
-from memplan._frontend import bandwidth_arg, budget, chain_arg, count_arg, finish, memory_arg, method_arg
+from memplan._frontend import (bandwidth_arg, budget, chain_arg, count_arg, finish, memory_arg, method_arg,
+                               solve_without_resident)
 from memplan.baselines import offload as off_baselines
 from memplan.baselines import remat_rotor
 from memplan.baselines.remat_heuristics import min_memory, store_all
@@ -242,6 +243,10 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
     method = method_arg(method, METHODS, DEFAULT_METHOD, PROBLEM)
     memory = memory_arg(memory, PROBLEM)
     beta = _bandwidth_arg(bandwidth)
+    if chain.resident:
+        return solve_without_resident(solve, chain, memory, dict(
+            bandwidth=bandwidth, method=method, time_limit=time_limit, slots=slots, exact=exact,
+            progress=progress))
     if method == "exhaustive" and not chain.is_integer:
         raise InputError(f"{PROBLEM}: method='exhaustive' needs integer sizes (it is meant for tiny test chains); "
                          "use method='dp'")

@@ -18,6 +18,14 @@ array             indices      meaning (paper 004, Table 1 and section 3.1)
 For the loss stage L+1, ``wa[L+1]``, ``wabar[L+1]`` and ``wd[L+1]`` are the (usually zero) sizes of
 the loss value and of delta^{L+1} = 1.
 
+``resident`` (a scalar, bytes, default 0): tensors that cross two or more stage boundaries of a
+multi-tensor linearization (issue 30: a NASNet cell's output read two cells later, an encoder's output
+read by every decoder layer, a U-Net skip) and their gradients. They are not in any ``wa[l]``; the
+executor holds them from their creation until the backward step of the stage that produced them, and
+every problem charges them once, for the whole step: the simulators add ``resident`` to every memory
+value and the front ends solve the chain without it under ``memory - resident`` (see
+:func:`models.graph.residency` for the model and why it is an upper bound of what is held).
+
 Units inside the code: bytes and seconds, always floats. Every entry must be finite and within
 ``[0, MAX_BYTES]`` (sizes, 1 PB) or ``[0, MAX_SECONDS]`` (times, 1e6 s): ranges no real network
 reaches, so a larger value is a mistake (a unit slip, a corrupted file) and is refused with a
@@ -112,6 +120,7 @@ class Chain:
     name: str = "chain"
     stage_names: list[str] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)
+    resident: float = 0.0
 
     # ------------------------------------------------------------------ construction
     def __post_init__(self) -> None:
@@ -130,6 +139,12 @@ class Chain:
             check_range(arr, f"Chain.{f}", "time" if f in ("uf", "ub") else "size")
         for f in ("uf", "ub", "of", "ob", "weights"):
             getattr(self, f)[0] = 0.0
+        r = self.resident
+        if isinstance(r, bool) or not isinstance(r, (int, float, np.number)):
+            raise ValueError(f"Chain.resident = {r!r} must be a number of bytes (0 when no tensor crosses two cuts)")
+        if not (np.isfinite(r) and 0 <= r <= MAX_BYTES * RANGE_TOLERANCE):
+            raise ValueError(f"Chain.resident = {r:g} is out of range: {_RANGE_TEXT['size']}")
+        self.resident = float(r)
         if not self.stage_names:
             self.stage_names = ["input"] + [f"stage{l}" for l in range(1, n - 1)] + ["loss"]
 
@@ -196,7 +211,15 @@ class Chain:
         return dataclasses.replace(
             self, uf=self.uf * time, ub=self.ub * time, wa=self.wa * memory, wabar=self.wabar * memory,
             wd=self.wd * memory, of=self.of * memory, ob=self.ob * memory, weights=self.weights * memory,
-            stage_names=list(self.stage_names), provenance=dict(self.provenance))
+            stage_names=list(self.stage_names), provenance=dict(self.provenance), resident=self.resident * memory)
+
+    def without_resident(self) -> "Chain":
+        """A copy with ``resident = 0``: what the front ends hand to their DPs and MILPs, under the
+        memory limit minus ``resident``."""
+        return dataclasses.replace(self, uf=self.uf.copy(), ub=self.ub.copy(), wa=self.wa.copy(),
+                                   wabar=self.wabar.copy(), wd=self.wd.copy(), of=self.of.copy(), ob=self.ob.copy(),
+                                   weights=self.weights.copy(), stage_names=list(self.stage_names),
+                                   provenance=dict(self.provenance), resident=0.0)
 
     def sub_chain(self, first: int, last: int) -> "Chain":
         """Stages ``first..last`` (1-based, inclusive) as a new chain with a zero-cost loss."""
@@ -209,7 +232,7 @@ class Chain:
             wa=self.wa[acts], wabar=self.wabar[acts], wd=self.wd[acts],
             name=f"{self.name}[{first}:{last}]",
             stage_names=["input"] + self.stage_names[first:last + 1] + ["loss"],
-            provenance={**self.provenance, "sub_chain": [first, last]},
+            provenance={**self.provenance, "sub_chain": [first, last]}, resident=self.resident,
         )
 
     def table(self):

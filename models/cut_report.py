@@ -27,36 +27,10 @@ from typing import Hashable, Iterable, Sequence
 
 import networkx as nx
 
-from .graph import frontiers, join_terminals
+from .graph import VIEW_OPS, counted_operations, frontiers, join_terminals  # noqa: F401 (re-exported)
 
-#: fx targets that only view or describe a tensor (not counted as operations by counted_operations)
-VIEW_OPS = frozenset({"view", "reshape", "transpose", "permute", "getitem", "flatten", "size", "narrow", "expand",
-                      "unsqueeze", "squeeze", "contiguous", "split", "chunk", "getattr", "t", "dim", "view_as",
-                      "expand_as", "select"})
 #: a chain with fewer stages than (counted nodes) / STAGE_RATIO is reported
 STAGE_RATIO = 10
-
-
-def _target_name(target: str) -> str:
-    t = str(target)
-    if t.startswith("<"):          # '<built-in function getitem>', '<function flatten at 0x..>'
-        t = t.strip("<>").replace("built-in function ", "").replace("built-in method ", "").replace("function ", "")
-        t = t.split(" ")[0]
-    return t.rsplit(".", 1)[-1]
-
-
-def counted_operations(G: nx.DiGraph) -> set[Hashable]:
-    """Nodes of a captured graph (:func:`models.graph.capture`) that compute a tensor: module calls,
-    and function/method calls that are not in :data:`VIEW_OPS` and output some bytes."""
-    out = set()
-    for v, d in G.nodes(data=True):
-        op = d.get("op")
-        if op in ("call_function", "call_method") and _target_name(d.get("target", "")) in VIEW_OPS:
-            continue
-        if op != "placeholder" and not d.get("out_bytes", 0):
-            continue
-        out.add(v)
-    return out
 
 
 def cheapest_cut(G: nx.DiGraph, group: Sequence[Hashable]) -> list[Hashable]:

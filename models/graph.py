@@ -223,6 +223,175 @@ def is_chain_partition(G: nx.DiGraph, groups: Sequence[Sequence[Hashable]]) -> b
     return True
 
 
+#: fx targets that only view or describe a tensor (not counted as operations by counted_operations)
+VIEW_OPS = frozenset({"view", "reshape", "transpose", "permute", "getitem", "flatten", "size", "narrow", "expand",
+                      "unsqueeze", "squeeze", "contiguous", "split", "chunk", "getattr", "t", "dim", "view_as",
+                      "expand_as", "select"})
+
+
+def _target_name(target: str) -> str:
+    t = str(target)
+    if t.startswith("<"):          # '<built-in function getitem>', '<function flatten at 0x..>'
+        t = t.strip("<>").replace("built-in function ", "").replace("built-in method ", "").replace("function ", "")
+        t = t.split(" ")[0]
+    return t.rsplit(".", 1)[-1]
+
+
+def counted_operations(G: nx.DiGraph) -> set[Hashable]:
+    """Nodes of a captured graph (:func:`models.graph.capture`) that compute a tensor: module calls,
+    and function/method calls that are not in :data:`VIEW_OPS` and output some bytes."""
+    out = set()
+    for v, d in G.nodes(data=True):
+        op = d.get("op")
+        if op in ("call_function", "call_method") and _target_name(d.get("target", "")) in VIEW_OPS:
+            continue
+        if op != "placeholder" and not d.get("out_bytes", 0):
+            continue
+        out.add(v)
+    return out
+
+
+
+
+# ---------------------------------------------------------------------- multi-tensor cuts (issue 30)
+def multi_cut_groups(G: nx.DiGraph, *, max_nodes: int = 10, counted: Iterable[Hashable] | None = None,
+                     size: str = "out_bytes") -> list[list[Hashable]]:
+    """Groups of G cut where several tensors may cross (issue 30, item 2).
+
+    The rule. Scan the topological order :func:`linearize` scans (program order where it can). The
+    cut after position i of the order is the set of processed nodes with an unprocessed successor
+    (:func:`frontiers`): a downset of G, so every sequence of such cuts is a path in PipeDream's
+    antichain DAG (its states are the downsets' maximal antichains; it also allows the cuts of
+    other topological orders, which this rule does not look at). Among the cuts of this one order,
+    choose the sequence that
+
+    1. leaves at most ``max_nodes`` counted nodes (``counted``: default every node; the zoo passes
+       :func:`counted_operations`) in every group, or one node where a single node exceeds it —
+       enough stages: with the default 10, never fewer than one per ten operations, the threshold
+       under which :mod:`models.cut_report` warns; and
+    2. among those, minimizes the sum over the chosen cuts of the bytes (``size``) of the tensors that
+       cross them — small boundaries; a tensor crossing several chosen cuts counts at each, which
+       steers the cuts away from long-lived tensors where an equally short stage is possible.
+
+    It is a shortest path (``networkx.shortest_path``, Dijkstra) in the DAG whose nodes are the
+    positions 0..n-1 of the order and whose arcs i -> j join positions with at most ``max_nodes``
+    counted nodes in between, weighted by the bytes crossing the cut after j (0 at the sink).
+    O(V + E) for the frontiers, O(V K log V) for the path, K the widest window (``max_nodes`` plus
+    the uncounted nodes inside it). Single-tensor separators are cheap cuts, so the rule takes most of
+    them, but it does not have to. G must have a single source (a^0) and a single sink.
+
+    >>> G = nx.DiGraph([("x", "a"), ("a", "b"), ("b", "c"), ("a", "c"), ("c", "d")])
+    >>> multi_cut_groups(G, max_nodes=1)
+    [['a'], ['b'], ['c'], ['d']]
+    """
+    if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1:
+        raise ValueError(f"multi_cut_groups: max_nodes={max_nodes!r}; give a whole number >= 1")
+    if not nx.is_directed_acyclic_graph(G):
+        raise ValueError("multi_cut_groups: the graph has a cycle")
+    H, source, sink = join_terminals(G)
+    if source not in G or sink not in G:
+        raise ValueError("multi_cut_groups: the graph must have a single source and a single sink")
+    index = {n: i for i, n in enumerate(H.nodes)}
+    order = list(nx.lexicographical_topological_sort(H, key=lambda n: index[n]))
+    counted = set(G.nodes) if counted is None else set(counted)
+    n = len(order)
+    cost = [0.0] * n
+    for i, (v, frontier) in enumerate(frontiers(H, order), start=1):
+        cost[i] = 0.0 if v == sink else float(sum(G.nodes[u].get(size, 0) or 0 for u in frontier))
+    D = nx.DiGraph()
+    D.add_nodes_from(range(n))
+    for i in range(n - 1):
+        k = 0
+        for j in range(i + 1, n):
+            k += order[j] in counted
+            if k > max_nodes and j > i + 1:
+                break
+            D.add_edge(i, j, w=cost[j])
+    path = nx.shortest_path(D, 0, n - 1, weight="w")
+    return [order[a + 1:b + 1] for a, b in zip(path, path[1:])]
+
+
+@dataclass
+class Residency:
+    """What crosses the cuts of a chain partition (issue 30, item 1), from :func:`residency`.
+
+    ``boundary[l]`` (cut l = 0..L, between stage l and stage l+1; cut 0 is the input, cut L feeds the
+    loss): the tensors that cross cut l and no other chosen cut, in scan order: a^l. ``resident``:
+    the tensors that cross two or more cuts. ``producer[v]``: the stage computing resident tensor v
+    (0: the input). ``reads[l-1]`` / ``writes[l-1]``: the resident tensors stage l reads / computes.
+    """
+
+    boundary: list[list[Hashable]]
+    resident: list[Hashable]
+    producer: dict[Hashable, int]
+    reads: list[list[Hashable]]
+    writes: list[list[Hashable]]
+
+    def crossing(self, l: int) -> list[Hashable]:
+        """Every tensor crossing cut l: a^l and the resident tensors alive across it."""
+        return list(self.boundary[l]) + [v for v in self.resident if self.producer[v] <= l < self._last[v]]
+
+    _last: dict = field(default_factory=dict, repr=False)
+
+
+def residency(G: nx.DiGraph, groups: Sequence[Sequence[Hashable]], source: Hashable | None = None) -> Residency:
+    """The boundaries and resident tensors of ``groups`` (a partition of G's nodes but its single
+    source into groups such that every edge goes from a group to itself or a later one, e.g.
+    :func:`multi_cut_groups`). O(V + E).
+
+    The model (issue 30). Tensor v, computed in stage p (0 for the input) and last read in stage q
+    (L+1 for the value handed to the loss), crosses the cuts p, ..., q-1. A tensor crossing one cut
+    (q = p+1) is part of a^p, as in the single-tensor chains: the chain keeps it exactly as it keeps
+    a^p. A tensor crossing two or more cuts is **resident**: the executor (:func:`models.runtime.
+    execute`) keeps one copy of it and of its gradient (allocated with it, zeros, in which every
+    reader's backward accumulates) from the first time it is computed until the backward step of
+    its producer, and a recomputation of the producer hands the same storage on (no second copy). It
+    is charged once, for the whole step (``Chain.resident`` = its bytes plus its gradient's), and is
+    in no ``wa``/``wabar``/``wd``: an upper bound of what the executor holds at any time (from its
+    creation on it holds exactly that; before, less), which the DPs and MILPs of every problem take
+    by planning under ``memory - resident``. Why not exact: keeping it per boundary (in every
+    a^l it crosses) would count it once per checkpoint holding it, and an exact model (tensors living
+    across stages) would change every DP and MILP; the resident charge is what all of them can use.
+    The test ``tests/test_multi_cut.py`` checks the chain's simulator against a brute-force replay of
+    the graph's tensors for every sequence of small random graphs.
+    """
+    where: dict[Hashable, int] = {}
+    if source is None:
+        sources = [n for n in G if G.in_degree(n) == 0]
+        if len(sources) != 1:
+            raise ValueError("residency: the graph must have a single source")
+        source = sources[0]
+    where[source] = 0
+    for l, g in enumerate(groups, start=1):
+        for v in g:
+            if v in where:
+                raise ValueError(f"residency: node {v!r} is in two groups (or is the source)")
+            where[v] = l
+    if len(where) != G.number_of_nodes():
+        raise ValueError("residency: the groups do not cover the graph")
+    L = len(groups)
+    last: dict[Hashable, int] = {}
+    for v in G:
+        succ = [where[w] for w in G.successors(v)]
+        if any(s < where[v] for s in succ):
+            raise ValueError(f"residency: an edge goes back from node {v!r} to an earlier group")
+        last[v] = max(succ) if succ else (L + 1 if where[v] == L else where[v])
+    pos = {v: i for i, v in enumerate([source] + [v for g in groups for v in g])}
+    boundary: list[list[Hashable]] = [[] for _ in range(L + 1)]
+    resident: list[Hashable] = []
+    for v in sorted(G, key=pos.__getitem__):
+        crossed = last[v] - where[v]
+        if crossed == 1:
+            boundary[where[v]].append(v)
+        elif crossed >= 2:
+            resident.append(v)
+    producer = {v: where[v] for v in resident}
+    reads = [[v for v in resident if producer[v] < l and any(where[w] == l for w in G.successors(v))]
+             for l in range(1, L + 1)]
+    writes = [[v for v in resident if producer[v] == l] for l in range(1, L + 1)]
+    return Residency(boundary, resident, producer, reads, writes, _last={v: last[v] for v in resident})
+
+
 # ------------------------------------------------------------------------------------- capture
 @dataclass
 class Captured:
@@ -345,6 +514,43 @@ def stage_modules(cap: Captured, groups: Sequence[Sequence[str]] | None = None) 
         graph.output(env[nodes[g[-1]]])
         stages.append(fx.GraphModule(cap.gm, graph, class_name="Stage"))
         prev = g[-1]
+    return stages
+
+
+
+def multi_stage_modules(cap: Captured, groups: Sequence[Sequence[str]], res: Residency) -> list:
+    """One fx GraphModule per group of a multi-tensor linearization: stage l takes the tensors of
+    a^{l-1} (``res.boundary[l-1]``) then the resident tensors it reads (``res.reads[l-1]``) as
+    separate arguments, and returns the tuple of a^l's tensors (``res.boundary[l]``) followed by the
+    resident tensors it computes (``res.writes[l-1]``). Each module carries ``resident_in`` and
+    ``resident_out`` (those names) for the executor and the profiler (:func:`models.runtime.execute`).
+    Parameters are shared with the traced model; input-free nodes are copied as in
+    :func:`stage_modules`."""
+    from torch import fx
+
+    nodes = {n.name: n for n in cap.gm.graph.nodes}
+    stages = []
+    for l, g in enumerate(groups, start=1):
+        graph = fx.Graph()
+        ins = list(res.boundary[l - 1]) + list(res.reads[l - 1])
+        env: dict[fx.Node, fx.Node] = {nodes[v]: graph.placeholder(f"in{i}") for i, v in enumerate(ins)}
+
+        def lookup(a: fx.Node) -> fx.Node:
+            if a not in env:
+                if a.name not in cap.free:
+                    raise ValueError(f"multi_stage_modules: node {a.name} is read by stage {l} but is neither "
+                                     "in a^{l-1} nor resident")
+                env[a] = graph.node_copy(a, lookup)
+            return env[a]
+
+        for name in g:
+            env[nodes[name]] = graph.node_copy(nodes[name], lookup)
+        outs = list(res.boundary[l]) + list(res.writes[l - 1])
+        graph.output(tuple(env[nodes[v]] for v in outs))
+        mod = fx.GraphModule(cap.gm, graph, class_name="Stage")
+        mod.resident_in = list(res.reads[l - 1])
+        mod.resident_out = list(res.writes[l - 1])
+        stages.append(mod)
     return stages
 
 
@@ -483,6 +689,12 @@ class LinearizedModel:
     head: Any = None
     head_group: list[str] = field(default_factory=list)
     cuts: str = "saved"
+    residency: Residency | None = None        # multi-tensor cuts: what crosses each cut
+
+    @property
+    def resident_input(self) -> bool:
+        """Whether the network input itself crosses two or more cuts (then a^0 is empty)."""
+        return self.residency is not None and self.captured.source in self.residency.producer
 
     @property
     def L(self) -> int:
@@ -497,9 +709,49 @@ class LinearizedModel:
         return "loss" if self.head is None else f"{group_name(self.captured, self.head_group)}+loss"
 
     def __call__(self, x):
+        if self.residency is not None:
+            res = self.residency
+            store = {self.captured.source: x}
+            a = () if self.resident_input else (x,)
+            for l, s in enumerate(self.stages, start=1):
+                out = s(*a, *[store[v] for v in res.reads[l - 1]])
+                nb = len(res.boundary[l])
+                store.update(zip(res.writes[l - 1], out[nb:]))
+                a = tuple(out[:nb])
+            return a[0] if self.head is None else self.head(a[0])
         for s in self.stages:
             x = s(x)
         return x if self.head is None else self.head(x)
+
+
+def _FirstOutput(mod):
+    """``mod``'s first output alone (a folded head of a multi-tensor linearization returns a tuple)."""
+    import torch
+
+    class _First(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mod = mod
+
+        def forward(self, x):
+            return self.mod(x)[0]
+
+    return _First()
+
+
+#: cuts="auto" switches to multi-tensor cuts below one single-tensor stage per this many operations
+#: (models.cut_report.STAGE_RATIO, the threshold of its warning)
+STAGE_RATIO_AUTO = 10
+
+
+def _unique_names(raw: Sequence[str]) -> list[str]:
+    names: list[str] = []
+    for name in raw:
+        k = 2
+        while (name if k == 2 else f"{name}#{k - 1}") in names:
+            k += 1
+        names.append(name if k == 2 else f"{name}#{k - 1}")
+    return names
 
 
 def _cross_entropy(logits):
@@ -512,18 +764,24 @@ def _cross_entropy(logits):
 
 
 #: cut rules of :func:`linearize_model`
-CUTS = ("saved", "minimal")
+CUTS = ("saved", "minimal", "multi", "auto")
+#: the most counted operations in a stage of a multi-tensor linearization (``cuts="multi"``)
+MULTI_MAX_NODES = 10
 
 
 def linearize_model(model, example_input, loss_fn: Callable | None = None, *, cuts: str = "saved",
                     groups: Sequence[Sequence[str]] | None = None,
-                    head_group: Sequence[str] | None = None) -> LinearizedModel:
+                    head_group: Sequence[str] | None = None, max_nodes: int = MULTI_MAX_NODES) -> LinearizedModel:
     """Trace, linearize and cut ``model`` (see :func:`capture`, :func:`linearize`, :func:`stage_modules`).
 
     ``cuts``: ``"saved"`` (default) cuts only where autograd keeps the boundary tensor anyway and folds
     an unsaved last group into the loss (:func:`merge_unsaved_cuts`, decided on one forward of
     ``example_input`` through the model and ``loss_fn``; a cross-entropy by default);
-    ``"minimal"`` keeps the minimal single-tensor groups of :func:`linearize`. ``groups`` and
+    ``"minimal"`` keeps the minimal single-tensor groups of :func:`linearize`; ``"multi"`` cuts
+    where several tensors may cross (:func:`multi_cut_groups` with at most ``max_nodes`` counted
+    operations per stage, :func:`residency`, :func:`multi_stage_modules`; no head is folded);
+    ``"auto"`` is ``"saved"``, or ``"multi"`` where the single-tensor groups are fewer than one per
+    ten counted operations (the networks :mod:`models.cut_report` warns about). ``groups`` and
     ``head_group`` (an instance's recorded ``groups`` and ``loss_group``) rebuild given stages instead.
     Use ``lm.stages`` and ``lm.loss_stage(loss_fn)`` as the chain's stages 1..L and L+1."""
     if cuts not in CUTS:
@@ -531,6 +789,27 @@ def linearize_model(model, example_input, loss_fn: Callable | None = None, *, cu
     given = groups is not None
     cap = capture(model, example_input)
     head: list[str] = list(head_group or [])
+    if cuts == "auto":
+        counted = counted_operations(cap.graph)
+        cuts = "multi" if STAGE_RATIO_AUTO * len(cap.groups()) < len(counted) else "saved"
+    if cuts == "multi" and not head:
+        if groups is None:
+            groups = multi_cut_groups(cap.graph, max_nodes=max_nodes, counted=counted_operations(cap.graph))
+        groups = [list(g) for g in groups]
+        res = residency(cap.graph, groups, cap.source)
+        head_mod = None
+        if (not given and len(groups) > 1 and len(res.boundary[-2]) == 1 and not res.reads[-1]
+                and groups[-1][-1] not in saved_outputs(cap, example_input, loss_fn or _cross_entropy)):
+            # as merge_unsaved_cuts: the loss does not save a^L, so the last group is folded into it
+            # (also keeps the gradient reaching a^L in autograd's layout: bit-identical gradients)
+            head = groups.pop()
+            last = Residency([res.boundary[-2], [head[-1]]], [], {}, [[]], [[]])
+            head_mod = _FirstOutput(multi_stage_modules(cap, [head], last)[0])
+            res = Residency(res.boundary[:-1], res.resident, res.producer, res.reads[:-1], res.writes[:-1],
+                            _last=res._last)
+        names = _unique_names([group_name(cap, g) for g in groups])
+        return LinearizedModel(cap, groups, multi_stage_modules(cap, groups, res), names, head=head_mod,
+                               head_group=head, cuts="given" if given else "multi", residency=res)
     if groups is not None:
         groups = [list(g) for g in groups]
         if not is_chain_partition(cap.graph, groups + ([head] if head else [])):
@@ -539,13 +818,7 @@ def linearize_model(model, example_input, loss_fn: Callable | None = None, *, cu
         groups = cap.groups()
         if cuts == "saved":
             groups, head = merge_unsaved_cuts(groups, saved_outputs(cap, example_input, loss_fn or _cross_entropy))
-    names: list[str] = []
-    for g in groups:
-        name = group_name(cap, g)
-        k = 2
-        while (name if k == 2 else f"{name}#{k - 1}") in names:
-            k += 1
-        names.append(name if k == 2 else f"{name}#{k - 1}")
+    names = _unique_names([group_name(cap, g) for g in groups])
     mods = stage_modules(cap, groups + ([head] if head else []))
     stages, head_mod = (mods[:-1], mods[-1]) if head else (mods, None)
     return LinearizedModel(cap, groups, stages, names, head=head_mod, head_group=head,

@@ -32,6 +32,9 @@ field              required  meaning, default when left out
 ``stages``         yes       rows 0..L+1 in order, ``"stage"`` numbering them (at least 2 rows)
 ``description``    no        free text (default "")
 ``provenance``     no        free-form object (default {}): its keys are not checked
+``resident``       no        bytes, in the file's memory unit (default 0), of the tensors that cross
+                             two or more stage boundaries and of their gradients, charged once for
+                             the whole step (:attr:`Chain.resident`, issue 30); written only when > 0
 ``platform``       no        ``memory`` (> 0), ``bandwidth`` (> 0): strings with units
                              ("16GiB", "12GB/s") or numbers in the file's memory unit (bandwidth:
                              memory unit per second), null or left out when unknown; ``gpus``
@@ -153,6 +156,7 @@ class _Instance(BaseModel):
     description: str = ""
     units: _Units
     provenance: dict[str, Any] = {}
+    resident: float = Field(0.0, **_NUMBER)
     platform: _Platform | None = None
     stages: list[_Stage] = Field(min_length=2)
 
@@ -261,6 +265,9 @@ def _check_rows(inst: _Instance, tf: float, mf: float) -> list[str]:
                 problems.append(f"field 'stages[{i}].{key}': required field is missing (every stage 1..L "
                                 "gives its forward and backward times u_f and u_b; only the loss row may "
                                 "leave them out)")
+    if not (0 <= inst.resident * mf <= MAX_BYTES * RANGE_TOLERANCE):
+        problems.append(f"field 'resident': {inst.resident:g} {mu} is out of range; sizes must be "
+                        f"between 0 and {_fmt_range(MAX_BYTES, mf, mu, 'bytes', '1 PB')}")
     for i, row in enumerate(rows):
         for key in ("u_f", "u_b"):
             v = getattr(row, key)
@@ -348,7 +355,7 @@ def chain_from_dict(data: dict[str, Any], source: str = "<dict>") -> tuple[Chain
             stage_names=[r.name or ("input" if i == 0 else "loss" if i == L + 1 else f"stage{i}")
                          for i, r in enumerate(rows)],
             provenance={**inst.provenance, "description": inst.description} if inst.description
-            else dict(inst.provenance),
+            else dict(inst.provenance), resident=inst.resident * mf,
         )
     except ValueError as e:   # pragma: no cover - the checks above cover the Chain's
         raise InstanceError(f"{source}: field 'stages': {e}") from None
@@ -484,6 +491,8 @@ def chain_to_dict(chain: Chain, platform: Platform | None = None, *, time_unit: 
     desc = description or prov.pop("description", "")
     out: dict[str, Any] = {"format": FORMAT, "name": chain.name, "description": desc,
                            "units": {"time": time_unit, "memory": memory_unit}, "provenance": prov}
+    if chain.resident:
+        out["resident"] = r(chain.resident / mf)
     if platform is not None:
         out["platform"] = {"memory": None if platform.memory is None else f"{_plain(platform.memory)}B",
                            "bandwidth": None if platform.bandwidth is None else f"{_plain(platform.bandwidth)}B/s",

@@ -357,8 +357,11 @@ def validate_offload(chain: Chain, schedule: OffloadSchedule, memory_limit: floa
     rep = _cluster_times([e[0] for e in events], min(eps, CLUSTER_TOL * max(1.0, abs(makespan))))
     events = sorted(((rep[t], cl, s, ph, dl, w) for t, cl, s, ph, dl, w in events), key=lambda e: e[:4])
     limit = None if memory_limit is None else memory_limit * (1 + tol) + tol
-    mem = 0.0
-    peak, peak_t = 0.0, 0.0
+    mem = float(chain.resident)        # tensors crossing two or more cuts, held for the whole step
+    peak, peak_t = mem, 0.0
+    if limit is not None and mem > limit:
+        raise InvalidOffloadSchedule(f"memory {mem:.6g} B exceeds the limit {memory_limit:.6g} B: the resident "
+                                     "tensors alone (Chain.resident) do not fit")
     for t, cl, s, ph, dl, what in events:
         mem += dl
         if trace is not None:

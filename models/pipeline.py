@@ -62,6 +62,13 @@ Memory model (section 4.2), measured over time on each GPU
     with layer l-1, but then both GPUs hold a copy (:func:`autograd_boundary_bytes`).
     Chains without those measurements use ``S[l] = abar^l`` (``wabar[l]``) and ``H = 0``; so does
     the paper's model. The running-task and direct-dependency items below are kept as in the paper;
+* resident tensors (``Chain.resident``, tensors crossing two or more cuts of a multi-tensor
+  linearization, and their gradients; issue 30), conservatively: every GPU keeps its own copy of all
+  of them for each mini-batch in flight on it (added to the stored bytes of the GPU's first layer:
+  ``S[1]`` and ``H[l]``, l >= 2), and every data sent between two GPUs carries all of them (added to
+  ``A[m]``, m = 1..2L-1, forward and backward: a resident tensor crossing a GPU boundary must be sent,
+  its gradient sent back, and the scalar does not say which boundaries each one crosses). With
+  ``resident = 0`` nothing changes;
 * running task (Lemma 8's ``a_{l-1} + a_l``): during ``T_m``, its input ``A[m-1]`` and output ``A[m]``;
 * direct dependencies (22): when ``T_m`` and ``T_{m+1}`` share a GPU, ``A[m]`` from the end of ``T_m``
   to the start of ``T_{m+1}`` (of the same mini-batch).
@@ -217,6 +224,13 @@ def task_data(chain: Chain, bandwidth: float | None, memory_model: str = "paper"
         S[1:] = kept[1:L + 1]
         S[L] += kept[L + 1]
         H[1:] = autograd_boundary_bytes(chain)[1:L + 1]     # the loss stage never starts a GPU
+    r = float(getattr(chain, "resident", 0.0))
+    if r:                          # resident tensors (see the module docstring): per GPU and mini-batch, per link
+        S[1] += r
+        H[2:] += r
+        A[1:n] += r
+        if bandwidth is not None and bandwidth > 0:
+            dc[1:] = A[1:n] / bandwidth
     return TaskData(L=L, d=d, dc=dc, A=A, W=W, wa=wa, bandwidth=bandwidth, name=chain.name, S=S,
                     memory_model=memory_model, H=H)
 

@@ -213,6 +213,139 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
     return values, y.detach()
 
 
+
+def _res_leaf(t: torch.Tensor) -> torch.Tensor:
+    """A resident tensor as the executor holds it: a leaf with a zero ``.grad`` (float tensors)."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    t = t.detach()
+    if t.is_floating_point():
+        t.requires_grad_(True)
+        t.grad = torch.zeros_like(t)
+    return t
+
+
+def resident_bytes(t: torch.Tensor, grad: bool = True) -> int:
+    """What a resident tensor costs the executor: its storage, plus its gradient's (float tensors
+    with ``grad``)."""
+    if not isinstance(t, torch.Tensor):
+        return 0
+    return storage_bytes(t) + (t.numel() * t.element_size() if grad and t.is_floating_point() else 0)
+
+
+def profile_multi_stage(stage: Callable, xs: Sequence[torch.Tensor], res: Sequence[torch.Tensor], *,
+                        device="cpu", input_grad: bool = True) -> tuple[dict[str, float], tuple, tuple]:
+    """:func:`profile_stage` for a stage of a multi-tensor linearization
+    (:func:`models.graph.multi_stage_modules`): ``xs`` are the tensors of a^{l-1}, ``res`` the
+    resident tensors it reads (leaves with a zero ``.grad``, made before the measures, as the
+    executor holds them). Sizes only (times: in context, :func:`models.runtime.time_in_context`).
+
+    Against :func:`profile_stage`: ``wa`` is a^l's tensors (not the resident outputs); ``wabar`` is
+    what F_all keeps minus the resident outputs' storages (the chain's ``resident`` holds them; the
+    executor's resident leaf shares that storage); ``o_f`` counts the resident outputs as overhead
+    (a recomputation holds a second copy until it is dropped or handed to the leaf); ``wd_in`` is the
+    gradients of a^{l-1}'s tensors (the resident inputs' gradients exist beforehand, so what a
+    backward adds into them is in ``o_b``). Returns (values, a^l's tensors, resident outputs), both
+    detached, from a forward without grad."""
+    n_res = len(getattr(stage, "resident_out", None) or [])
+    params = _params(stage)
+    for p in params:
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)
+
+    def inputs(grad: bool) -> tuple:
+        return tuple(_as_input(t, grad) if isinstance(t, torch.Tensor) else t for t in xs)
+
+    def split(out) -> tuple[tuple, tuple]:
+        out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        return out[:len(out) - n_res], out[len(out) - n_res:]
+
+    def deltas(outs) -> list:
+        g = torch.Generator(device=device).manual_seed(1)
+        return [None if not isinstance(o, torch.Tensor) else
+                torch.randn(o.shape, dtype=o.dtype, device=o.device, generator=g) if o.dim() and o.is_floating_point()
+                else torch.ones_like(o) for o in outs]
+
+    def needs(o) -> bool:
+        return isinstance(o, torch.Tensor) and o.requires_grad
+
+    def backward(outs, routs, ds, rds) -> None:
+        ts = [o for o in list(outs) + list(routs) if needs(o)]
+        gs = [d for o, d in zip(list(outs) + list(routs), list(ds) + list(rds)) if needs(o)]
+        if ts:
+            torch.autograd.backward(ts, gs)
+
+    xi = inputs(input_grad)
+    outs, routs = split(stage(*xi, *res))                     # warm-up
+    ds, rds = deltas(outs), [torch.zeros_like(o) if isinstance(o, torch.Tensor) else None for o in routs]
+    backward(outs, routs, ds, rds)
+    del outs, routs, xi
+    with memory_tracker(device) as tr, torch.no_grad():
+        outs, routs = split(stage(*inputs(False), *res))
+        tr.sync()
+        peak_ng, kept_ng = tr.peak, tr.current
+    wa = storage_bytes(outs)
+    r_ng = storage_bytes(routs)
+    del outs, routs
+    xi = inputs(input_grad)
+    for r in res:                       # the executor's resident gradients exist before any backward
+        if isinstance(r, torch.Tensor) and r.grad is not None:
+            r.grad.zero_()
+    with memory_tracker(device) as tr:
+        outs, routs = split(stage(*xi, *res))
+        tr.sync()
+        peak_f, kept_f = tr.peak, tr.current
+        r_f = sum(storage_bytes(o) for o in routs if isinstance(o, torch.Tensor) and tr.is_tracked(o))
+        wabar = kept_f - r_f + sum(storage_bytes(o) for o in outs if isinstance(o, torch.Tensor) and not tr.is_tracked(o))
+        tr.reset_peak()
+        base = tr.current
+        backward(outs, routs, ds, rds)
+        tr.sync()
+        wd_in = storage_bytes([t.grad for t in xi if isinstance(t, torch.Tensor) and t.grad is not None])
+        ob = max(0.0, tr.peak - base - wd_in)
+        del outs, routs
+    of = max(0.0, peak_f - (kept_f - r_f), peak_ng - (kept_ng - r_ng))
+    with torch.no_grad():
+        y, r_out = split(stage(*inputs(False), *res))
+    values = dict(uf=0.0, ub=0.0, wa=float(wa), wabar=float(max(wabar, wa)), wd_in=float(wd_in), of=float(of),
+                  ob=float(ob), weights=float(sum(p.numel() * p.element_size() for p in params)), saved=0.0,
+                  saved_input=0.0)
+    det = lambda t: t.detach() if isinstance(t, torch.Tensor) else t  # noqa: E731
+    return values, tuple(det(t) for t in y), tuple(det(t) for t in r_out)
+
+
+def _profile_multi_rows(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable, *, device,
+                        input_grad: bool) -> tuple[list[dict], float, float]:
+    """Rows of stages 1..L+1 of a multi-tensor linearization, the chain's ``resident`` bytes (every
+    resident tensor and its gradient, :func:`resident_bytes`) and ``wa[0]`` (0 when the input itself
+    is resident)."""
+    produced = {v for s in stages for v in (getattr(s, "resident_out", None) or [])}
+    read = {v for s in stages for v in (getattr(s, "resident_in", None) or [])}
+    src = sorted(read - produced, key=str)
+    store: dict[Any, torch.Tensor] = {}
+    total = 0.0
+    if src:
+        store[src[0]] = _res_leaf(x) if input_grad else x.detach()
+        total += resident_bytes(x, grad=input_grad)
+        a: tuple = ()
+    else:
+        a = (x,)
+    rows = []
+    for l, stage in enumerate(list(stages) + [loss_fn], start=1):
+        res = tuple(store[v] for v in (getattr(stage, "resident_in", None) or []))
+        if l == len(stages) + 1:
+            vals, _ = profile_stage(stage, a[0], repeats=0, device=device, input_grad=True,
+                                    delta=torch.ones((), device=device))
+            rows.append(vals)
+            break
+        vals, a, r_out = profile_multi_stage(stage, a, res, device=device, input_grad=(input_grad or l > 1))
+        for v, t in zip(getattr(stage, "resident_out", None) or [], r_out):
+            store[v] = _res_leaf(t)
+            total += resident_bytes(t)
+        rows.append(vals)
+    return rows, total, 0.0 if src else float(storage_bytes(x))
+
+
 def measure_saved_bytes(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable | None = None, *,
                         device="cpu", input_grad: bool = True) -> dict[str, list[float]]:
     """The sizes :func:`profile_chain` records for stages 1..L and the loss stage L+1, without the
@@ -301,7 +434,13 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     L = len(stages)
     rows = []
     a = x
-    for l, stage in enumerate(list(stages) + [loss_fn], start=1):
+    multi = any(hasattr(s, "resident_in") for s in stages)
+    resident, wa0 = 0.0, float(storage_bytes(x))
+    if multi:
+        if timing != "in-context":
+            raise ValueError("profile_chain: stages with multi-tensor cuts are timed in context only")
+        rows, resident, wa0 = _profile_multi_rows(stages, x, loss_fn, device=device, input_grad=input_grad)
+    for l, stage in enumerate([] if multi else list(stages) + [loss_fn], start=1):
         is_loss = l == L + 1
         vals, a_next = profile_stage(stage, a, repeats=repeats if timing == "isolated" else 0, device=device,
                                      input_grad=(input_grad or l > 1),
@@ -323,7 +462,7 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
                       "timing_calibration": round(factor, 6), "timing_runs": ic.runs,
                       "timing_run_seconds": [round(t, 6) for t in ic.run_times],
                       "timing_spread_max": round(max(ic.spread), 4)}
-    wa = [float(storage_bytes(x))] + [r["wa"] for r in rows]
+    wa = [wa0] + [r["wa"] for r in rows]
     wabar = [wa[0]] + [r["wabar"] for r in rows]
     wd = [r["wd_in"] for r in rows] + [4.0]     # delta^{l-1} from B^l; delta^{L+1} = dLoss/dLoss (fp32)
     if not (input_grad and x.is_floating_point()):
@@ -354,14 +493,15 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
                                "workspaces allocated through the allocator included; reserved-but-free cache "
                                "not counted)"),
         "measurement": measurement_notes(device, repeats, timing),
-        "saved_by_autograd_bytes": [r["saved"] for r in rows],
-        "saved_input_bytes": [r["saved_input"] for r in rows],
+        **({} if multi else {"saved_by_autograd_bytes": [r["saved"] for r in rows],
+                             "saved_input_bytes": [r["saved_input"] for r in rows]}),
         **(provenance or {}),
     }
     return Chain(
         uf=[0.0] + [r["uf"] for r in rows], ub=[0.0] + [r["ub"] for r in rows],
         wa=wa, wabar=wabar, wd=wd, of=[0.0] + [r["of"] for r in rows], ob=[0.0] + [r["ob"] for r in rows],
-        weights=[0.0] + [r["weights"] for r in rows], name=name, stage_names=stage_names, provenance=prov)
+        weights=[0.0] + [r["weights"] for r in rows], name=name, stage_names=stage_names, provenance=prov,
+        resident=resident)
 
 
 #: how :func:`profile_model` cuts a network, as its instances' provenance records it

@@ -4,7 +4,8 @@ A sequence is a list of ``(op, l)`` with ``op`` in ``F_all``, ``F_ck``, ``F_none
 ``1..L+1`` (the loss is stage L+1). The simulator is the single definition of the problem's semantics;
 every DP, heuristic and MILP is checked against it.
 
-Memory state. For each index l we keep what is stored of the forward value: nothing, ``a^l``, or
+Memory state. ``chain.resident`` (tensors crossing two or more cuts, see :class:`models.chain.Chain`)
+is held for the whole step and added to every memory value. For each index l we keep what is stored of the forward value: nothing, ``a^l``, or
 ``abar^l`` (which contains ``a^l``), and whether ``delta^l`` is stored. The initial state holds ``a^0``
 and ``delta^{L+1}`` (the seed gradient, as the DPs of paper 004 count ``omega_delta^{L+1}`` from the
 start); a valid sequence ends holding ``delta^0``.
@@ -147,7 +148,7 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
     gone: dict[int, tuple[int, str]] = {}   # index -> (position, op) that discarded a^index
     act[0] = A
     delta[L + 1] = True
-    mem = wa[0] + wd[L + 1]
+    mem = wa[0] + wd[L + 1] + chain.resident      # resident tensors: charged for the whole step
     peak, peak_pos = mem, -1
     makespan = 0.0
     computed_once = [False] * (L + 2)

@@ -311,7 +311,7 @@ def simulate_remat_offload(chain: Chain, schedule: RematOffloadSchedule, bandwid
     # events in its own order (an operation of zero duration still takes its memory before it gives
     # it back), then prefetches that start reserve
     events: list[tuple[float, float, float]] = []
-    mem0 = chain.wa[0] + chain.wd[L + 1]
+    mem0 = chain.wa[0] + chain.wd[L + 1] + chain.resident     # as simulate_remat's initial state
     mem_before = [mem0] + list(base.memory_after[:-1])
     for pos in range(len(ops)):
         extra = base.memory_during[pos] - mem_before[pos]

@@ -141,20 +141,48 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         tracker = memory_tracker(device)
     else:
         tracker = None
-    a: dict[int, torch.Tensor] = {}                    # a^l kept without graph (F_ck / F_none)
-    abar: dict[int, tuple] = {}      # l -> (input, output with graph, input is abar^{l-1}'s output: joined)
-    delta: dict[int, torch.Tensor | None] = {}
+    # multi-tensor cuts (models.graph.multi_stage_modules): a stage takes a^{l-1}'s tensors and the
+    # resident tensors it reads, returns a^l's tensors and the resident tensors it computes
+    r_in = [list(getattr(f, "resident_in", None) or []) for f in fns]
+    r_out = [list(getattr(f, "resident_out", None) or []) for f in fns]
+    produced = {v for names in r_out for v in names}
+    src_res = sorted({v for names in r_in for v in names} - produced, key=str)
+    if len(src_res) > 1:
+        raise ValueError(f"execute: resident tensors {src_res} are read but no stage computes them "
+                         "(only the input may be)")
+    multi = bool(produced or src_res)
+    if multi:
+        join = set()                 # fused groups pass one tensor per junction (single-tensor cuts only)
+    a: dict[int, tuple] = {}                       # a^l kept without graph (F_ck / F_none), as a tuple
+    abar: dict[int, tuple] = {}      # l -> (inputs, outputs with graph, joined to abar^{l-1}, resident outputs)
+    delta: dict[int, tuple] = {}     # delta^l: one gradient (or None) per tensor of a^l
+    R: dict[Any, torch.Tensor] = {}  # resident tensors: one leaf each, its .grad allocated with it
     after: list[float] = []
     during: list[float] = []
     loss_value = float("nan")
 
-
-    def value(k: int, pos: int, op) -> torch.Tensor:
+    def value(k: int, pos: int, op) -> tuple:
         if k in abar:
             return abar[k][1]
         if k in a:
             return a[k]
         raise InvalidSequence(pos, op, f"a^{k} is not in memory")
+
+    def resident_leaf(t: torch.Tensor, grad: bool = True) -> torch.Tensor:
+        if not isinstance(t, torch.Tensor):
+            return t
+        t = t.detach()
+        if grad and t.is_floating_point():
+            t.requires_grad_(True)
+            t.grad = torch.zeros_like(t)
+        return t
+
+    def keep_resident(l: int, outs: tuple, graph: bool) -> None:
+        for v, t in zip(r_out[l - 1], outs):
+            if v not in R:
+                R[v] = resident_leaf(t)
+            elif graph and isinstance(t, torch.Tensor):      # F_all recomputes it: hand its storage to the resident leaf
+                R[v].data = t.detach()   # (one copy; the leaf, its .grad and the readers' graphs stay)
 
     def _mark() -> None:
         if cuda:
@@ -182,8 +210,14 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
 
     def run() -> None:
         nonlocal loss_value
-        a[0] = x.detach().clone()
-        delta[L + 1] = torch.ones((), device=device)
+        x0 = x.detach().clone()
+        if src_res:
+            R[src_res[0]] = resident_leaf(x0, grad=input_grad)
+            a[0] = ()
+        else:
+            a[0] = (x0,)
+        del x0
+        delta[L + 1] = (torch.ones((), device=device),)
         skip = 0
         for pos, (op, l) in enumerate(ops):
             if skip:                     # a B fused into the previous operation's backward call
@@ -211,65 +245,89 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                 while abar[group[-1]][2]:
                     group.append(group[-1] - 1)
                 inp = abar[group[-1]][0]
-                out = abar[l][1]
-                junctions = [abar[j][0] for j in group[:-1]]      # a^{j-1}, j = l, ..., k+1
+                outs, routs = abar[l][1], abar[l][3]
+                junctions = [abar[j][0][0] for j in group[:-1]]      # a^{j-1}, j = l, ..., k+1
                 handles = []
                 for j in group:
                     del abar[j]
                 if len(group) == 1:      # one call: it holds a^l and delta^l until B^l ends, as the model
                     d = delta.pop(l)
-                    if out.requires_grad:
-                        torch.autograd.backward(out, d)
-                    del d, out
+                    ts = [o for o, g in zip(outs, d) if g is not None and _needs_grad(o)]
+                    gs = [g for o, g in zip(outs, d) if g is not None and _needs_grad(o)]
+                    for v, o in zip(r_out[l - 1], routs):
+                        if _needs_grad(o) and R[v].grad is not None:
+                            ts.append(o)
+                            gs.append(R[v].grad)
+                    if ts:
+                        torch.autograd.backward(ts, gs)
+                    del d, ts, gs, outs
                 else:
-                    # a fused group: the engine would free a^j as soon as B^{j+1} is done with it and
-                    # delta^j as soon as B^j's first node has used it, while the model (and an unfused
-                    # run) keeps both until B^j ends. ``held`` and ``held_delta`` keep them; a hook on
-                    # each junction's gradient (delta^{j-1} complete: B^j has ended) lets them go
-                    held[l] = out
-                    held_delta[l] = delta.pop(l)
+                    # a fused group (single-tensor cuts): the engine would free a^j as soon as B^{j+1}
+                    # is done with it and delta^j as soon as B^j's first node has used it, while the
+                    # model (and an unfused run) keeps both until B^j ends. ``held`` and ``held_delta``
+                    # keep them; a hook on each junction's gradient (delta^{j-1} complete: B^j has
+                    # ended) lets them go
+                    d = delta.pop(l)
+                    pairs = [(o, g) for o, g in zip(outs, d) if g is not None and _needs_grad(o)]
+                    held[l] = outs
+                    held_delta[l] = d
                     for j, t in zip(group, junctions):
                         held[j - 1] = t
                         handles.append(t.register_hook(_junction(j)))
-                    del t
+                    del t, d, outs
                     junctions.clear()
-                    root = [out]
-                    del out
-                    _backward_from(root.pop(), held_delta[l])
+                    if pairs:
+                        _backward_from(pairs)
                     held.clear()
                     held_delta.clear()
-                delta[group[-1] - 1] = inp.grad if inp.requires_grad else None
-                del inp
+                delta[group[-1] - 1] = tuple(i.grad if _needs_grad(i) else None for i in inp)
+                del inp, routs
                 for h in handles:
                     h.remove()
+                for v in r_out[l - 1]:        # its producer's backward is the resident tensor's last use
+                    R.pop(v, None)
                 for j in group:
                     if j - 1 in a and j - 1 not in abar:
                         del a[j - 1]
                 skip = len(group) - 1
             else:
                 src = value(l - 1, pos, (op, l))
+                if r_in[l - 1]:
+                    missing = [v for v in r_in[l - 1] if v not in R]
+                    if missing:
+                        raise InvalidSequence(pos, (op, l), f"resident tensor {missing[0]} is not in memory")
+                    res = tuple(R[v] for v in r_in[l - 1])
+                else:
+                    res = ()
+                nr = len(r_out[l - 1])
                 if op == "F_all":
-                    joined = pos in join and src.requires_grad and l - 1 in abar
-                    inp = src if joined else src.detach()
-                    if not joined and inp.is_floating_point() and (input_grad or l > 1):
-                        inp.requires_grad_(True)
-                    out = rng.run(l, lambda: fn(inp)) if l in replayed else fn(inp)
-                    abar[l] = (inp, out, joined)
+                    joined = pos in join and l - 1 in abar and len(src) == 1 and _needs_grad(src[0])
+                    inp = src if joined else tuple(_leaf(t, input_grad or l > 1) for t in src)
+                    out = rng.run(l, lambda: fn(*inp, *res)) if l in replayed else fn(*inp, *res)
+                    out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+                    outs, routs = (out[:len(out) - nr], out[len(out) - nr:]) if nr else (out, ())
+                    if nr:
+                        keep_resident(l, routs, graph=True)
+                    abar[l] = (inp, outs, joined, routs)
                     a.pop(l, None)
                     if l == L + 1:
                         # CUDA: read after the run, not with a device sync mid-step
-                        loss_value = out.detach() if cuda else float(out.detach())
+                        loss_value = outs[0].detach() if cuda else float(outs[0].detach())
+                    del outs, routs
                 else:
-                    inp = src.detach()
+                    inp = tuple(t.detach() if isinstance(t, torch.Tensor) else t for t in src)
                     if op == "F_none" and l - 1 in abar:
                         raise InvalidSequence(pos, (op, l), f"F_none^{l} would discard abar^{l - 1}")
                     with torch.no_grad():
-                        out = rng.run(l, lambda: fn(inp)) if l in replayed else fn(inp)
+                        out = rng.run(l, lambda: fn(*inp, *res)) if l in replayed else fn(*inp, *res)
+                    out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+                    if nr:
+                        keep_resident(l, out[len(out) - nr:], graph=False)
                     if l not in abar:
-                        a[l] = out
+                        a[l] = out[:len(out) - nr] if nr else out
                     if op == "F_none":
                         a.pop(l - 1, None)
-                del src, inp, out
+                del src, inp, out, res
             if tracker is not None:
                 tracker.sync()
                 queued.append((float(tracker.peak), float(tracker.current)))
@@ -283,6 +341,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         a.clear()
         abar.clear()
         delta.clear()
+        R.clear()
 
     t0 = clock()
     if tracker is not None:
@@ -304,27 +363,31 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
 
 
 class _Seed(torch.autograd.Function):
-    """A scalar root whose backward hands the gradient it was given to ``out``'s graph."""
+    """A scalar root whose backward hands the gradients it was given to the outputs' graphs."""
 
     @staticmethod
-    def forward(ctx, out, holder):
+    def forward(ctx, holder, *outs):
         ctx.holder = holder
-        return out.new_zeros(())
+        return outs[0].new_zeros(())
 
     @staticmethod
     def backward(ctx, _grad):
-        return ctx.holder.pop(), None
+        return (None, *ctx.holder.pop())
 
 
-def _backward_from(out: torch.Tensor, grad: torch.Tensor) -> None:
-    """``torch.autograd.backward(out, grad)`` without the call's arguments holding ``grad`` (and ``out``)
-    until the whole call returns: whoever else holds them decides when they go (a fused group's
-    ``held_delta`` lets delta^l go when B^l ends, not when B^k, the group's last, does)."""
-    if out.dim() == 0:                 # the loss: delta^{L+1} = 1 is a scalar, nothing to hold
-        torch.autograd.backward(out, grad)
+def _backward_from(pairs: list) -> None:
+    """``torch.autograd.backward(outputs, gradients)`` for ``pairs`` [(output, its gradient), ...],
+    emptied, without the call's arguments holding the outputs and gradients until the whole call
+    returns: whoever else holds them decides when they go (a fused group's ``held`` and
+    ``held_delta`` let a^l and delta^l go when B^l ends, not when B^k, the group's last, does)."""
+    outs = [o for o, _ in pairs]
+    if len(outs) == 1 and outs[0].dim() == 0:   # the loss: delta^{L+1} = 1 is a scalar, nothing to hold
+        o, g = pairs.pop()
+        torch.autograd.backward(o, g)
         return
-    root = _Seed.apply(out, [grad])
-    del grad, out
+    root = _Seed.apply([[g for _, g in pairs]], *outs)
+    pairs.clear()
+    del outs
     root.backward()
 
 
@@ -410,6 +473,21 @@ def _split_shared(ops: Sequence[tuple[str, int]], join: set[int], shared: frozen
         else:
             prev_b = None
     return kept
+
+
+def _leaf(t: torch.Tensor, grad: bool) -> torch.Tensor:
+    """A detached copy of a stage input (sharing its storage) that requires grad when it is a float
+    tensor and ``grad``."""
+    if not isinstance(t, torch.Tensor):         # a Python value crossing a cut (a size): passed as is
+        return t
+    t = t.detach()
+    if grad and t.is_floating_point():
+        t.requires_grad_(True)
+    return t
+
+
+def _needs_grad(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.requires_grad
 
 
 def _joined_forwards(ops: Sequence[tuple[str, int]]) -> set[int]:

@@ -120,13 +120,13 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
 
     Raises :class:`models.remat.InvalidSequence` when an operation's inputs are not in memory.
     """
-    ops = tuple(schedule.ops if isinstance(schedule, RematSchedule) else schedule)
-    if not all(type(o) is tuple and len(o) == 2 and type(o[0]) is str and type(o[1]) is int for o in ops):
-        ops = tuple((str(o), int(l)) for o, l in ops)
     L = len(stages)
     fns = list(stages) + [loss_fn]
+    info = _stage_info(fns)
+    r_in, r_out, src_res = info.r_in, info.r_out, info.src_res
+    ops, replayed, join = _plan(schedule.ops if isinstance(schedule, RematSchedule) else schedule,
+                                fuse_backward and not info.multi, info.shared)
     device = device if device is not None else x.device
-    replayed, join = _plan(ops, fuse_backward, _shared_stages(fns) if fuse_backward else frozenset())
     rng = _Rng(device, replayed=replayed)
     cuda = torch.device(device).type == "cuda"
     marks: list = []                  # CUDA events or perf_counter readings between operations
@@ -141,18 +141,6 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         tracker = memory_tracker(device)
     else:
         tracker = None
-    # multi-tensor cuts (models.graph.multi_stage_modules): a stage takes a^{l-1}'s tensors and the
-    # resident tensors it reads, returns a^l's tensors and the resident tensors it computes
-    r_in = [list(getattr(f, "resident_in", None) or []) for f in fns]
-    r_out = [list(getattr(f, "resident_out", None) or []) for f in fns]
-    produced = {v for names in r_out for v in names}
-    src_res = sorted({v for names in r_in for v in names} - produced, key=str)
-    if len(src_res) > 1:
-        raise ValueError(f"execute: resident tensors {src_res} are read but no stage computes them "
-                         "(only the input may be)")
-    multi = bool(produced or src_res)
-    if multi:
-        join = set()                 # fused groups pass one tensor per junction (single-tensor cuts only)
     a: dict[int, tuple] = {}                       # a^l kept without graph (F_ck / F_none), as a tuple
     abar: dict[int, tuple] = {}      # l -> (inputs, outputs with graph, joined to abar^{l-1}, resident outputs)
     delta: dict[int, tuple] = {}     # delta^l: one gradient (or None) per tensor of a^l
@@ -198,7 +186,8 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
 
     def _junction(j: int):
         def hook(grad):
-            # delta^{j-1} is complete: B^j of a fused group has ended, B^{j-1} starts
+            # delta^{j-1} is complete: B^j of a fused group has ended, B^{j-1} starts. ``grad``: the
+            # gradient (tensor hook) or the tuple of gradients of a^{j-1}'s node (node pre-hook)
             held.pop(j, None)
             held_delta.pop(j, None)
             held_delta[j - 1] = grad
@@ -252,15 +241,20 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                     del abar[j]
                 if len(group) == 1:      # one call: it holds a^l and delta^l until B^l ends, as the model
                     d = delta.pop(l)
-                    ts = [o for o, g in zip(outs, d) if g is not None and _needs_grad(o)]
-                    gs = [g for o, g in zip(outs, d) if g is not None and _needs_grad(o)]
-                    for v, o in zip(r_out[l - 1], routs):
-                        if _needs_grad(o) and R[v].grad is not None:
-                            ts.append(o)
-                            gs.append(R[v].grad)
-                    if ts:
-                        torch.autograd.backward(ts, gs)
-                    del d, ts, gs, outs
+                    if len(outs) == 1 and not routs:
+                        if d[0] is not None and outs[0].requires_grad:
+                            torch.autograd.backward(outs[0], d[0])
+                    else:
+                        ts = [o for o, g in zip(outs, d) if g is not None and _needs_grad(o)]
+                        gs = [g for o, g in zip(outs, d) if g is not None and _needs_grad(o)]
+                        for v, o in zip(r_out[l - 1], routs):
+                            if _needs_grad(o) and R[v].grad is not None:
+                                ts.append(o)
+                                gs.append(R[v].grad)
+                        if ts:
+                            torch.autograd.backward(ts, gs)
+                        del ts, gs
+                    del d, outs
                 else:
                     # a fused group (single-tensor cuts): the engine would free a^j as soon as B^{j+1}
                     # is done with it and delta^j as soon as B^j's first node has used it, while the
@@ -273,14 +267,18 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                     held_delta[l] = d
                     for j, t in zip(group, junctions):
                         held[j - 1] = t
-                        handles.append(t.register_hook(_junction(j)))
+                        if t.grad_fn is not None:   # runs when delta^{j-1} is complete; dies with the graph
+                            t.grad_fn.register_prehook(_junction(j))
+                        else:
+                            handles.append(t.register_hook(_junction(j)))
                     del t, d, outs
                     junctions.clear()
                     if pairs:
                         _backward_from(pairs)
                     held.clear()
                     held_delta.clear()
-                delta[group[-1] - 1] = tuple(i.grad if _needs_grad(i) else None for i in inp)
+                delta[group[-1] - 1] = ((inp[0].grad if inp[0].requires_grad else None,) if len(inp) == 1 else
+                                        tuple(i.grad if _needs_grad(i) else None for i in inp))
                 del inp, routs
                 for h in handles:
                     h.remove()
@@ -391,48 +389,77 @@ def _backward_from(pairs: list) -> None:
     root.backward()
 
 
-_PLANS: dict[tuple, tuple[set[int], set[int]]] = {}
-_SHARING: dict[tuple, tuple[list, frozenset]] = {}
+_PLANS: dict[tuple, tuple[tuple, set[int], set[int]]] = {}
+@dataclass
+class _StageInfo:
+    """What :func:`execute` reads from the stage objects: ``shared``, pairs (i, j), i < j (1-based
+    stages, L+1 = the loss) of stages that use a common parameter (GPT-2's language-model head reads
+    the token embedding's weight); ``r_in``/``r_out``, the resident tensors each stage reads/computes
+    (multi-tensor cuts, :func:`models.graph.multi_stage_modules`); ``src_res``, a resident tensor no
+    stage computes (the input); ``multi``, any resident tensor at all."""
+
+    shared: frozenset
+    r_in: list
+    r_out: list
+    src_res: list
+    multi: bool
+    fns: list          # keeps the stage objects (and so their ids, the cache key) alive
 
 
-def _shared_stages(fns: Sequence[Callable]) -> frozenset:
-    """Pairs (i, j), i < j (1-based stages, L+1 = the loss) of stages that use a common parameter (GPT-2's
-    language-model head reads the token embedding's weight). Cached per list of stage objects."""
+_INFO: dict[tuple, _StageInfo] = {}
+
+
+def _stage_info(fns: Sequence[Callable]) -> _StageInfo:
+    """:class:`_StageInfo` of a list of stage objects, cached per list (a timing loop executes the same
+    stages many times)."""
     key = tuple(id(f) for f in fns)
-    got = _SHARING.get(key)
-    if got is None:
-        owner: dict[int, int] = {}
-        pairs = set()
-        for i, f in enumerate(fns, start=1):
-            if isinstance(f, torch.nn.Module):
-                for p in f.parameters():
-                    if p.requires_grad:
-                        j = owner.setdefault(id(p), i)
-                        if j != i:
-                            pairs.add((j, i))
-        if len(_SHARING) >= 16:
-            _SHARING.clear()
-        got = _SHARING[key] = (list(fns), frozenset(pairs))    # the list keeps the ids from being reused
-    return got[1]
+    got = _INFO.get(key)
+    if got is not None:
+        return got
+    owner: dict[int, int] = {}
+    pairs = set()
+    for i, f in enumerate(fns, start=1):
+        if isinstance(f, torch.nn.Module):
+            for p in f.parameters():
+                if p.requires_grad:
+                    j = owner.setdefault(id(p), i)
+                    if j != i:
+                        pairs.add((j, i))
+    r_in = [list(getattr(f, "resident_in", None) or []) for f in fns]
+    r_out = [list(getattr(f, "resident_out", None) or []) for f in fns]
+    produced = {v for names in r_out for v in names}
+    src_res = sorted({v for names in r_in for v in names} - produced, key=str)
+    if len(src_res) > 1:
+        raise ValueError(f"execute: resident tensors {src_res} are read but no stage computes them "
+                         "(only the input may be)")
+    if len(_INFO) >= 16:
+        _INFO.clear()
+    got = _INFO[key] = _StageInfo(frozenset(pairs), r_in, r_out, src_res, bool(produced or src_res), list(fns))
+    return got
 
 
-def _plan(ops: tuple, fuse_backward: bool, shared: frozenset = frozenset()) -> tuple[set[int], set[int]]:
-    """What :func:`execute` derives from a sequence before running it: the stages run more than once
-    (their RNG state is replayed) and the joined F_all positions (:func:`_joined_forwards`, then
-    :func:`_split_shared`). Cached per sequence, since a timing loop executes the same sequence many
-    times (a few dozen entries)."""
-    key = (ops, fuse_backward, shared)
-    got = _PLANS.get(key)
+def _plan(ops, fuse_backward: bool, shared: frozenset = frozenset()) -> tuple[tuple, set[int], set[int]]:
+    """What :func:`execute` derives from a sequence before running it: the sequence as a tuple of
+    ``(str, int)``, the stages run more than once (their RNG state is replayed) and the joined F_all
+    positions (:func:`_joined_forwards`, then :func:`_split_shared`). Cached per sequence, since a
+    timing loop executes the same sequence many times (a few dozen entries)."""
+    try:
+        key = (tuple(ops), fuse_backward, shared)
+        got = _PLANS.get(key)
+    except TypeError:                  # unhashable entries (lists from a JSON file)
+        key, got = None, None
     if got is None:
+        norm = tuple((str(o), int(l)) for o, l in ops)
         forwards: dict[int, int] = {}
-        for op, l in ops:
+        for op, l in norm:
             if op != "B":
                 forwards[l] = forwards.get(l, 0) + 1
-        join = _split_shared(ops, _joined_forwards(ops), shared) if fuse_backward else set()
-        got = ({l for l, n in forwards.items() if n > 1}, join)
-        if len(_PLANS) >= 64:
-            _PLANS.clear()
-        _PLANS[key] = got
+        join = _split_shared(norm, _joined_forwards(norm), shared) if fuse_backward else set()
+        got = (norm, {l for l, n in forwards.items() if n > 1}, join)
+        if key is not None:
+            if len(_PLANS) >= 64:
+                _PLANS.clear()
+            _PLANS[key] = got
     return got
 
 

@@ -87,7 +87,7 @@ CASES = PRESETS["small"]
 _RETIME = "__stages_in_context__"          # the contender that re-times the stages during time_all          # the name this module had before issue 20
 METHODS = ["rotor", "rotor-floating", "sequential", "store-all"]
 
-COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic", "date", "clock",
+COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic", "date", "clock", "fused_backward",
            "network", "batch", "input", "L", "fraction", "memory_limit", "method", "status", "message",
            "ops", "recomputations", "same_as", "grads_equal",
            "predicted_peak", "measured_peak", "peak_rel_err", "within_limit",
@@ -96,8 +96,8 @@ COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic",
            "repeats", "noisy",
            "throughput", "predicted_throughput", "solve_seconds"]
 THROUGHPUT_COLUMNS = ["device", "gpu", "clock", "network", "batch", "input", "L", "strategy", "segments", "memory_limit",
-                      "status", "grads_equal", "predicted_peak", "measured_peak", "predicted_time", "measured_time",
-                      "time_low", "time_high", "rounds", "noisy", "throughput", "rotor_gain",
+                      "status", "grads_equal", "predicted_peak", "measured_peak", "predicted_time",
+                      "predicted_time_profile", "measured_time", "time_low", "time_high", "rounds", "noisy", "throughput", "rotor_gain",
                       "gain_vs_checkpoint_sequential", "not_slower_than_checkpoint_sequential"]
 
 
@@ -348,7 +348,7 @@ def _row(env: dict, case: Case, det: str, fraction: float, limit: float, method:
     """A CSV row; ``is_plan``: the sequence was solved for ``limit`` (``within_limit`` is judged), else
     ``limit`` is only the store-all peak it runs at (store-all and autograd at fraction 1)."""
     c = case.chain
-    row = {**env, "deterministic": det, "network": case.name, "batch": case.batch,
+    row = {**env, "deterministic": det, "fused_backward": case.fuse, "network": case.name, "batch": case.batch,
            "input": "x".join(map(str, case.spec["shape"])), "L": c.L, "fraction": fraction, "memory_limit": limit,
            "method": method, "status": status, "message": message[:200], "same_as": same_as,
            "solve_seconds": solve_s, "repeats": case.repeats}
@@ -494,7 +494,8 @@ def throughput_case(case: Case, env: dict, segments: list[int], solved: dict) ->
              "predicted_peak": sim.peak_memory if sim else None,
              "measured_peak": m["measured_peak"] if m else None,
              "predicted_time": (simulate_remat(case.timed_chain, seq).makespan if sim and case.timed_chain is not None
-                                else sim.makespan if sim else None), "measured_time": t,
+                                else sim.makespan if sim else None),
+             "predicted_time_profile": sim.makespan if sim else None, "measured_time": t,
              "time_low": m.get("time_low") if m else None, "time_high": m.get("time_high") if m else None,
              "rounds": m.get("rounds") if m else None, "noisy": m.get("noisy") if m else None,
              "throughput": case.batch / t if t else None}

@@ -361,12 +361,13 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
 
 
 class _Seed(torch.autograd.Function):
-    """A scalar root whose backward hands the gradients it was given to the outputs' graphs."""
+    """An empty root (no storage) whose backward hands the gradients it was given to the outputs'
+    graphs."""
 
     @staticmethod
     def forward(ctx, holder, *outs):
         ctx.holder = holder
-        return outs[0].new_zeros(())
+        return outs[0].new_empty((0,))
 
     @staticmethod
     def backward(ctx, _grad):
@@ -377,19 +378,18 @@ def _backward_from(pairs: list) -> None:
     """``torch.autograd.backward(outputs, gradients)`` for ``pairs`` [(output, its gradient), ...],
     emptied, without the call's arguments holding the outputs and gradients until the whole call
     returns: whoever else holds them decides when they go (a fused group's ``held`` and
-    ``held_delta`` let a^l and delta^l go when B^l ends, not when B^k, the group's last, does)."""
+    ``held_delta`` let a^l and delta^l go when B^l ends, not when B^k, the group's last, does). The
+    root and its gradient are empty tensors: the call itself holds no byte."""
     outs = [o for o, _ in pairs]
-    if len(outs) == 1 and outs[0].dim() == 0:   # the loss: delta^{L+1} = 1 is a scalar, nothing to hold
-        o, g = pairs.pop()
-        torch.autograd.backward(o, g)
-        return
     root = _Seed.apply([[g for _, g in pairs]], *outs)
     pairs.clear()
     del outs
-    root.backward()
+    torch.autograd.backward(root, root.new_empty((0,)))
 
 
 _PLANS: dict[tuple, tuple[tuple, set[int], set[int]]] = {}
+
+
 @dataclass
 class _StageInfo:
     """What :func:`execute` reads from the stage objects: ``shared``, pairs (i, j), i < j (1-based

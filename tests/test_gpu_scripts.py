@@ -218,7 +218,8 @@ def test_dry_run_throughput_comparison(runtime_rows):
                 # rotor is solved at the memory sequential needs, and its gain is the throughput ratio
                 assert float(r["memory_limit"]) == float(s["predicted_peak"])
                 assert float(r["predicted_peak"]) <= float(r["memory_limit"]) * (1 + 1e-9)
-                assert float(r["predicted_time"]) <= float(s["predicted_time"]) * (1 + 1e-9)
+                # on the chain it was solved on (the re-timed chain of predicted_time is measured later)
+                assert float(r["predicted_time_profile"]) <= float(s["predicted_time_profile"]) * (1 + 1e-9)
                 assert float(r["rotor_gain"]) == pytest.approx(float(r["throughput"]) / float(s["throughput"]) - 1)
             if r["strategy"] == "checkpoint_sequential":
                 # PyTorch's implementation keeps what memplan's model of it says (and autograd's gradients)

@@ -33,6 +33,11 @@ Memory unit and validity (the proof of the bound).
 1. *Integer sizes and limit*: one unit per byte, no rounding: the DP is the floating DP of the chain
    as given, whose value is the optimum over all valid sequences (Theorem 4.7 with Lemma 4.4, both
    paper 004; checked against the exhaustive search of :mod:`memplan.baselines.remat_exhaustive`).
+   *Limit:* Lemma 4.4 moves recomputations to the next phase, which can raise the memory when the
+   gradient sizes differ from the activation sizes; ``benchmarks/counterexample_floating_dp_deltas.py``
+   is a 6-stage chain with ``wd != wa`` where the DP gives 106 and the optimum (without ``up``) is
+   102, and ``benchmarks/results/remat_bound_bruteforce.txt`` counts such cases. On chains with
+   ``wd == wa`` no brute-force check has found one; the bound rests on that.
 2. *Other sizes*: units of ``q = M / 2^32`` bytes, every size ``x`` mapped to
    ``floor(x / q * (1 - 1e-12))`` (at most ``x / q`` despite the rounding of the division) and the
    budget to ``2^32``. An operation whose real memory ``sum x_i <= M`` has mapped memory

@@ -33,6 +33,11 @@ Memory unit and validity (the proof of the bound).
 1. *Integer sizes and limit*: one unit per byte, no rounding: the DP is the floating DP of the chain
    as given, whose value is the optimum over all valid sequences (Theorem 4.7 with Lemma 4.4, both
    paper 004; checked against the exhaustive search of :mod:`memplan.baselines.remat_exhaustive`).
+   *Limit:* Lemma 4.4 moves recomputations to the next phase, which can raise the memory when the
+   gradient sizes differ from the activation sizes; ``benchmarks/counterexample_floating_dp_deltas.py``
+   is a 6-stage chain with ``wd != wa`` where the DP gives 106 and the optimum (without ``up``) is
+   102, and ``benchmarks/results/remat_bound_bruteforce.txt`` counts such cases. On chains with
+   ``wd == wa`` no brute-force check has found one; the bound rests on that.
 2. *Other sizes*: units of ``q = M / 2^32`` bytes, every size ``x`` mapped to
    ``floor(x / q * (1 - 1e-12))`` (at most ``x / q`` despite the rounding of the division) and the
    budget to ``2^32``. An operation whose real memory ``sum x_i <= M`` has mapped memory
@@ -46,11 +51,44 @@ Memory unit and validity (the proof of the bound).
    ``o_f^l <= wd^{l-1} + o_b^l``; on the real chains one to twelve stages miss the second condition
    (ResNet's stage 5, GPT-2's attention blocks). The bound therefore runs on the *relaxed chain*
    (:func:`relaxed_chain`): ``wa^l`` lowered to ``min(wa^l, wabar^l)`` and ``o_f^l`` to
-   ``min(o_f^l, wd^{l-1} + o_b^l)`` at those stages only. Lowering a size never makes an operation
-   use more memory, so every valid sequence of the chain stays valid with the same makespan
-   (relaxed optimum <= real optimum); in the relaxed chain both conditions hold at every stage, so
-   some optimal sequence has no ``up`` and the floating DP reaches it. Without this step the DP
-   would bound only the sequences without ``up``.
+   ``min(o_f^l, max(A^l, N^l))`` with ``A^l = wd^{l-1} + o_b^l`` and
+   ``N^l = wabar^{l+1} + wd^{l+1} + o_b^{l+1}``, at those stages only. Lowering a size never makes an
+   operation use more memory, so every valid sequence of the chain stays valid with the same makespan
+   (relaxed optimum <= real optimum). In the relaxed chain every ``up`` can be rewritten away without
+   changing the makespan or exceeding the limit (below), so some optimal sequence has no ``up`` and
+   the floating DP reaches it. Without this step the DP would bound only the sequences without ``up``.
+
+   *Rewriting an ``up`` at stage j* (in the relaxed chain; repeated, one ``up`` at a time: a stage
+   has at most one, since after it abar^j stays until B^j, the only operation that frees it). Let
+   ``tau`` be the ``up``, in phase ``t``.
+
+   - ``t = j``: B^{j+1} freed every earlier plain a^j, so the a^j it upgrades was computed in phase
+     j by some F_ck^j / F_none^j ``pi``; drop ``pi`` and run the ``up`` as an ordinary F_all^j
+     (index j is then empty): one F^j less, and between ``pi`` and ``tau`` only operations at stages
+     above j can read a^j, which in phase j produce nothing that B^j..B^1 use (remat_milp's
+     docstring removes them in the same way).
+   - ``t > j``, *first rewriting* (when ``o_f^j <= A^j``): remat_milp's "Dominance": drop the
+     ``up``, keep the plain a^j until B^{j+1} (which takes it as its input and frees it), run F_all^j
+     right before B^j. Its memory is ``S0 + o_f^j`` with ``S0`` what the original stores before
+     B^j, at most the original B^j's ``S0 + wd^{j-1} + o_b^j``.
+   - ``t > j``, *second rewriting* (when ``o_f^j <= N^j``): drop the ``up``, keep the plain a^j
+     until B^{j+1}, run F_all^j as the **first** operation of phase j, right after B^{j+1}. Valid:
+     its input a^{j-1} (or abar^{j-1}) is stored, because the ``up`` needed it and nothing frees it
+     before B^j (a plain a^{j-1} is freed only by F_none^j, which needs index j empty, and by B^j;
+     abar^{j-1} only by B^{j-1}); index j is empty (B^{j+1} freed the plain a^j). From there on
+     phase j is the original one, with abar^j stored as in the original: same memory. Between
+     ``tau`` and B^{j+1} index j holds wa^j instead of wabar^j (no more memory, as ``wa^j <= wabar^j``
+     in the relaxed chain), B^{j+1} included. The new F_all^j: with ``S_B`` what the original stores
+     before B^{j+1} (abar^{j+1}, delta^{j+1} and abar^j included), B^{j+1} frees abar^{j+1} and
+     delta^{j+1} and adds delta^j, so F_all^j needs
+     ``S_B - wabar^{j+1} - wd^{j+1} + wd^j + o_f^j`` (index j: abar^j in the original, now its
+     output), at most the original B^{j+1}'s ``S_B + wd^j + o_b^{j+1}`` when ``o_f^j <= N^j``.
+
+   Both keep the makespan (one F^j dropped, one added) and need ``wa^j <= wabar^j``; with ``o_f^j``
+   lowered to ``min(o_f^j, max(A^j, N^j))`` one of the two applies at every stage. On the H200
+   ResNet-50 (b32) at 10% of the range (998 MiB) the first alone needs ``o_f^5`` lowered from 196 MiB
+   to 98 MiB, and the bound was 0.52% below the optimum; ``N^5`` is only 2 KiB below ``o_f^5``, and the
+   bound meets the persistent DP's schedule (``benchmarks/results/README.md``).
 
 In every case the DP's value is at most the optimum of paper 004's model at limit ``M``: a lower
 bound, which :mod:`memplan.remat` uses to prove the persistent DP's or the MILP's schedule
@@ -99,8 +137,10 @@ class BoundResult:
 
 
 def relaxed_chain(chain: Chain) -> Chain:
-    """The chain with ``wa^l = min(wa^l, wabar^l)`` and ``o_f^l = min(o_f^l, wd^{l-1} + o_b^l)`` for
-    l = 1..L (rule 3 of the module docstring): the same chain object when nothing changes."""
+    """The chain with ``wa^l = min(wa^l, wabar^l)`` and
+    ``o_f^l = min(o_f^l, max(wd^{l-1} + o_b^l, wabar^{l+1} + wd^{l+1} + o_b^{l+1}))`` for l = 1..L
+    (rule 3 of the module docstring: in it no ``up`` is needed): the same chain object when nothing
+    changes."""
     import dataclasses
 
     L = chain.L
@@ -108,7 +148,9 @@ def relaxed_chain(chain: Chain) -> Chain:
     of = chain.of.copy()
     for j in range(1, L + 1):
         wa[j] = min(wa[j], chain.wabar[j])
-        of[j] = min(of[j], chain.wd[j - 1] + chain.ob[j])
+        before_backward = chain.wd[j - 1] + chain.ob[j]
+        after_next_backward = chain.wabar[j + 1] + chain.wd[j + 1] + chain.ob[j + 1]
+        of[j] = min(of[j], max(before_backward, after_next_backward))
     if np.array_equal(wa, chain.wa) and np.array_equal(of, chain.of):
         return chain
     return dataclasses.replace(chain, wa=wa, of=of, name=chain.name + " (relaxed: up dominated)")

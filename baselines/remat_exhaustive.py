@@ -20,8 +20,9 @@ from memplan.models.remat import RematSchedule
 _N, _A, _AB = 0, 1, 2
 
 
-def _moves(chain: Chain, act: tuple, k: int):
-    """Every operation valid in state ``(act, k)``: ``(op, new act, new k, duration, memory during)``."""
+def _moves(chain: Chain, act: tuple, k: int, up: bool = True):
+    """Every operation valid in state ``(act, k)``: ``(op, new act, new k, duration, memory during)``.
+    ``up=False`` leaves out F_all^l over a stored plain a^l (Table 1 does not have it)."""
     L = chain.L
     wa, wab, wd = chain.wa, chain.wabar, chain.wd
     base = sum(wab[l] if s == _AB else wa[l] if s == _A else 0.0 for l, s in enumerate(act)) + wd[k]
@@ -41,6 +42,8 @@ def _moves(chain: Chain, act: tuple, k: int):
                 continue
             if act[l] == _AB or (op != "F_all" and act[l] == _A):
                 continue   # recomputing a stored value: not an operation of the model
+            if not up and act[l] == _A:
+                continue
             new = list(act)
             if op == "F_all":
                 new[l] = _AB
@@ -52,8 +55,9 @@ def _moves(chain: Chain, act: tuple, k: int):
     return out
 
 
-def exhaustive_remat(chain: Chain, memory: float, *, tol: float = 1e-9):
-    """Minimum makespan over all valid sequences within ``memory``.
+def exhaustive_remat(chain: Chain, memory: float, *, tol: float = 1e-9, up: bool = True):
+    """Minimum makespan over all valid sequences within ``memory``. ``up=False``: over those without
+    F_all^l over a stored plain a^l (the sequences of paper 004's Table 1).
 
     Returns ``(makespan, RematSchedule)``, or ``None`` when no valid sequence fits.
     """
@@ -71,7 +75,7 @@ def exhaustive_remat(chain: Chain, memory: float, *, tol: float = 1e-9):
         act, k = state
         if k == 0:
             return d, _path(prev, start, state)
-        for op, nact, nk, dt, mem in _moves(chain, act, k):
+        for op, nact, nk, dt, mem in _moves(chain, act, k, up):
             if mem > limit:
                 continue
             ns = (nact, nk)

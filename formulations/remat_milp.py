@@ -80,6 +80,9 @@ about 4,000 (instance, memory limit) pairs with L <= 7, including float sizes, c
 without overheads, delta sizes independent of (and up to 40x) the activation sizes, large forward
 overheads, and abar^l < a^l (as in paper 004's Table 2); and on paper 004's toy example
 (Table 2, 90 MB: 47.42 ms, the paper's sequence). ``tests/test_remat_milp.py`` keeps a sample.
+(The floating DP is not exact on every chain with delta sizes unlike the activations':
+``benchmarks/counterexample_floating_dp_deltas.py`` has one where the DP gives 106 and this MILP and
+the exhaustive search 102.)
 
 Dominance: ``up`` left out where it cannot help
 -----------------------------------------------

@@ -184,3 +184,84 @@ def test_the_relaxation_keeps_the_bound_valid_where_up_helps():
     assert res.relaxed and res.value <= opt
     sol = remat.solve(c, memory=M, method="remat-milp", time_limit=30, threads=1)
     assert sol.objective == pytest.approx(opt) and sol.bound <= opt * (1 + 1e-12)
+
+
+def _drawn_chain(seed):
+    """random_chain with drawn forward overheads (up to 4x the largest activation), gradient sizes
+    drawn apart from the activations' and backward overheads of 0-2 (seed % 4 == 2) or as drawn
+    (seed % 4 == 1): chains where ``up`` helps and neither dominance condition holds everywhere."""
+    import dataclasses
+
+    rng = np.random.default_rng(seed + 200000)
+    L = int(rng.integers(2, 7))
+    c = random_chain(L, seed)
+    of, wd, ob = c.of.copy(), c.wd.copy(), c.ob.copy()
+    for j in range(1, L + 1):
+        of[j] = float(rng.integers(0, 4 * int(max(c.wa) + 1)))
+        wd[j] = float(rng.integers(1, 3 * int(max(c.wa) + 1)))
+        if seed % 4 == 2:
+            ob[j] = float(rng.integers(0, 3))
+    return dataclasses.replace(c, of=of, wd=wd, ob=ob)
+
+
+@pytest.mark.parametrize("seed, M", [(14, 81), (209, 72)])
+def test_the_second_rewriting_of_up_is_valid_and_tight(seed, M):
+    """Rule 3's rewritings, checked by brute force: every sequence of the chain (``up`` included)
+    has a sequence without ``up`` on the relaxed chain that is as fast, so the exhaustive optimum
+    without ``up`` on relaxed_chain is at most the exhaustive optimum with ``up`` on the chain. On
+    these two chains ``up`` helps (without it the optimum is higher) and the relaxation is exactly
+    tight, where the first rewriting alone (o_f^j lowered to wd^{j-1} + o_b^j) is not."""
+    import dataclasses
+
+    c = _drawn_chain(seed)
+    opt = exhaustive_remat(c, M)[0]
+    assert exhaustive_remat(c, M, up=False)[0] > opt          # up helps here
+    rc = B.relaxed_chain(c)
+    relaxed = exhaustive_remat(rc, M, up=False)[0]
+    assert relaxed == opt                                      # valid (<=) and tight (==)
+    first_only = np.minimum(c.of, np.r_[np.inf, c.wd[:-1] + c.ob[1:]])
+    old = dataclasses.replace(rc, of=np.minimum(rc.of, first_only))
+    assert exhaustive_remat(old, M, up=False)[0] < opt         # the first rewriting alone: weaker
+
+
+def test_the_second_rewriting_never_cuts_below_the_optimum():
+    """The same claim on 13 drawn chains and 4 limits each (brute force on both sides; seed 6 is one
+    where ``up`` helps)."""
+    checked = helps = 0
+    for seed in range(13):
+        c = _drawn_chain(seed)
+        rc = B.relaxed_chain(c)
+        lo, hi = remat.memory_range(c)
+        for f in (0.0, 0.1, 0.3, 0.6):
+            M = math.floor(lo + f * (hi - lo))
+            ex = exhaustive_remat(c, M)
+            rel = exhaustive_remat(rc, M, up=False)
+            if ex is None:
+                continue
+            assert rel is not None and rel[0] <= ex[0]
+            checked += 1
+            noup = exhaustive_remat(c, M, up=False)
+            helps += noup is None or noup[0] > ex[0]
+    assert checked >= 40 and helps >= 1
+
+
+def test_resnet50_h200_at_10pct_proven_by_the_dp_bound():
+    """Issue 31's last case: the H200 ResNet-50 (b32) at 10% of the range. The bound on the relaxed
+    chain of rule 3 meets the floating DP's schedule, replayed by the simulator; with o_f^5 lowered
+    as far as the first rewriting needs (to wd^4 + o_b^5) the bound is 0.5% lower."""
+    import dataclasses
+
+    from memplan.models.instance import load_instance
+
+    c, _ = load_instance("resnet50-b32-224-h200")
+    lo, hi = remat.memory_range(c)
+    M = lo + 0.1 * (hi - lo)
+    plan = B.floating_plan(c, M)
+    mk = simulate_remat(c, RematSchedule(plan.ops), memory_limit=M).makespan
+    bound = B.floating_bound(c, M).value
+    assert mk * (1 - 1e-4) <= bound <= mk * (1 + 1e-12)
+    rc = B.relaxed_chain(c)
+    first_only = dataclasses.replace(rc, of=np.minimum(rc.of, np.r_[np.inf, c.wd[:-1] + c.ob[1:]]))
+    wa, wab, wd, of, ob, budget, exact = B.fine_units(first_only, M)
+    old = B.bound_of_sizes(first_only, wa, wab, wd, of, ob, budget, exact).value
+    assert old < mk * (1 - 4e-3)

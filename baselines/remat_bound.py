@@ -37,7 +37,9 @@ Memory unit and validity (the proof of the bound).
    gradient sizes differ from the activation sizes; ``benchmarks/counterexample_floating_dp_deltas.py``
    is a 6-stage chain with ``wd != wa`` where the DP gives 106 and the optimum (without ``up``) is
    102, and ``benchmarks/results/remat_bound_bruteforce.txt`` counts such cases. On chains with
-   ``wd == wa`` no brute-force check has found one; the bound rests on that.
+   ``wd == wa`` no brute-force check has found one; the bound rests on that, and therefore runs on
+   a chain with ``wd == wa``: both lowered to ``min(wa^l, wd^l)`` (:func:`equal_gradient_sizes`;
+   lowering a size is a relaxation, as in rule 3). On the counterexample the bound is then 75 <= 102.
 2. *Other sizes*: units of ``q = M / 2^32`` bytes, every size ``x`` mapped to
    ``floor(x / q * (1 - 1e-12))`` (at most ``x / q`` despite the rounding of the division) and the
    budget to ``2^32``. An operation whose real memory ``sum x_i <= M`` has mapped memory
@@ -136,24 +138,43 @@ class BoundResult:
         return f"floating DP on step functions, {self.units} units (sizes rounded down)"
 
 
+def equal_gradient_sizes(chain: Chain) -> Chain:
+    """The chain with ``wa^l`` and ``wd^l`` both lowered to ``min(wa^l, wd^l)`` at every index (rule
+    1's limit: the floating DP is exact, as far as known, where ``wd == wa``). Lowering a size never
+    makes an operation use more memory: every sequence valid for the chain is valid for this one with
+    the same makespan. The same chain object when ``wd == wa`` already."""
+    import dataclasses
+
+    size = np.minimum(chain.wa, chain.wd)
+    if np.array_equal(size, chain.wa) and np.array_equal(size, chain.wd):
+        return chain
+    return dataclasses.replace(chain, wa=size, wd=size.copy(), name=chain.name + " (relaxed: wd = wa)")
+
+
 def relaxed_chain(chain: Chain) -> Chain:
     """The chain with ``wa^l = min(wa^l, wabar^l)`` and
     ``o_f^l = min(o_f^l, max(wd^{l-1} + o_b^l, wabar^{l+1} + wd^{l+1} + o_b^{l+1}))`` for l = 1..L
     (rule 3 of the module docstring: in it no ``up`` is needed): the same chain object when nothing
-    changes."""
+    changes. Where ``wa^l`` is lowered, ``wd^l`` is too when it was equal (a chain of
+    :func:`equal_gradient_sizes` keeps ``wd == wa``)."""
     import dataclasses
 
     L = chain.L
     wa = chain.wa.copy()
+    wd = chain.wd.copy()
     of = chain.of.copy()
     for j in range(1, L + 1):
-        wa[j] = min(wa[j], chain.wabar[j])
-        before_backward = chain.wd[j - 1] + chain.ob[j]
-        after_next_backward = chain.wabar[j + 1] + chain.wd[j + 1] + chain.ob[j + 1]
+        low = min(wa[j], chain.wabar[j])
+        if wd[j] == wa[j]:
+            wd[j] = low
+        wa[j] = low
+    for j in range(1, L + 1):
+        before_backward = wd[j - 1] + chain.ob[j]
+        after_next_backward = chain.wabar[j + 1] + wd[j + 1] + chain.ob[j + 1]
         of[j] = min(of[j], max(before_backward, after_next_backward))
-    if np.array_equal(wa, chain.wa) and np.array_equal(of, chain.of):
+    if np.array_equal(wa, chain.wa) and np.array_equal(wd, chain.wd) and np.array_equal(of, chain.of):
         return chain
-    return dataclasses.replace(chain, wa=wa, of=of, name=chain.name + " (relaxed: up dominated)")
+    return dataclasses.replace(chain, wa=wa, wd=wd, of=of, name=chain.name + " (relaxed: up dominated)")
 
 
 def fine_units(chain: Chain, memory: float, units: int | None = None, mode: str = "down"):
@@ -475,7 +496,7 @@ def floating_bound(chain: Chain, memory: float, *, deadline: float | None = None
     >>> round(floating_bound(chain, 90 * 2**20).value * 1e3, 2)
     47.42
     """
-    relaxed = relaxed_chain(chain)
+    relaxed = relaxed_chain(equal_gradient_sizes(chain))
     wa, wab, wd, of, ob, budget, exact = fine_units(relaxed, memory, units)
     res = bound_of_sizes(relaxed, wa, wab, wd, of, ob, budget, exact, deadline=deadline, plan=plan)
     res.relaxed = relaxed is not chain

@@ -1,11 +1,12 @@
 """A 6-stage chain on which the floating DP (paper 004, Theorem 4.7) is above the optimum of sequences
 without ``up``: found while checking issue 31's bound (``remat_bound``'s rule 3) by brute force.
 
-The gradient sizes differ from the activation sizes (``wd != wa``; the benchmark's profiles have
-``wd == wa`` except GPT-2, where they differ by at most 64 KiB). The exhaustive search finds a
-sequence of 102 without ``up`` at limit 84 (printed below, replayed by the simulator); the floating
-DP (dense and on step functions) and the persistent DP give 106, so ``remat-milp`` returns 106 as
-"optimal, proved by the dp bound" while the MILP alone finds 102. The optimal sequence recomputes
+The gradient sizes differ from the activation sizes (``wd != wa``; the profiled chains differ at
+index 0 only, the token ids' gradient). The exhaustive search finds a sequence of 102 without ``up``
+at limit 84 (printed below, replayed by the simulator); the floating DP and the persistent DP give
+106. ``remat-milp`` used to return 106 as "optimal, proved by the dp bound"; the bound now runs with
+wa and wd lowered to their minimum (75 here), and remat-milp proves 102; ``rotor-floating`` returns
+its 106 as feasible, not optimal. The optimal sequence recomputes
 F^2 and F^3 in phase 5 while a^4 (kept by F_ck^5) is stored, which weak memory persistence
 (Definition 4.3) forbids; Lemma 4.4 would move them to phase 4, where F_none^3 then needs
 86 > 84 (delta^4 = 31 replaces delta^5 = 21 and a^4 = 2). So Lemma 4.4's "memory not larger" does
@@ -49,6 +50,8 @@ def main():
     print("remat-milp MILP alone:", solve_remat_milp(c, M, threads=1, time_limit=30).objective)
     sol = remat.solve(c, memory=M, method="remat-milp", threads=1, time_limit=30)
     print("remat.solve(remat-milp):", sol.objective, sol.status, "proved_by", sol.details.get("proved_by"))
+    fl = remat.solve(c, memory=M, method="rotor-floating")
+    print("remat.solve(rotor-floating):", fl.objective, fl.status, "-", fl.message)
 
 
 if __name__ == "__main__":

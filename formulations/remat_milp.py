@@ -82,7 +82,8 @@ overheads, and abar^l < a^l (as in paper 004's Table 2); and on paper 004's toy 
 (Table 2, 90 MB: 47.42 ms, the paper's sequence). ``tests/test_remat_milp.py`` keeps a sample.
 (The floating DP is not exact on every chain with delta sizes unlike the activations':
 ``benchmarks/counterexample_floating_dp_deltas.py`` has one where the DP gives 106 and this MILP and
-the exhaustive search 102.)
+the exhaustive search 102; the bound given to this module therefore runs with both sizes lowered to
+their minimum, :func:`memplan.baselines.remat_bound.equal_gradient_sizes`.)
 
 Dominance: ``up`` left out where it cannot help
 -----------------------------------------------

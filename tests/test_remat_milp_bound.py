@@ -265,3 +265,40 @@ def test_resnet50_h200_at_10pct_proven_by_the_dp_bound():
     wa, wab, wd, of, ob, budget, exact = B.fine_units(first_only, M)
     old = B.bound_of_sizes(first_only, wa, wab, wd, of, ob, budget, exact).value
     assert old < mk * (1 - 4e-3)
+
+
+def _wd_apart_chain():
+    """A 6-stage chain whose gradients are much larger than its activations (found by
+    benchmarks/check_remat_bound_bruteforce.py): the floating DP gives 106, the exhaustive search 102."""
+    import dataclasses
+
+    f = lambda *v: np.array(v, dtype=float)  # noqa: E731
+    return dataclasses.replace(
+        random_chain(6, 230), name="wd-apart",
+        wa=f(6, 1, 9, 6, 2, 10, 1, 0), wabar=f(6, 5, 13, 6, 12, 14, 11, 0), wd=f(6, 22, 31, 28, 31, 21, 29, 0),
+        of=f(0, 0, 21, 33, 24, 5, 43, 0), ob=f(0, 0, 1, 1, 0, 1, 2, 0),
+        uf=f(0, 4, 3, 1, 4, 8, 4, 0), ub=f(0, 8, 10, 8, 5, 16, 4, 0))
+
+
+def test_gradient_sizes_apart_from_activations_claim_nothing_false():
+    """On a chain with wd != wa the floating DP is not the optimum over all sequences (106 against the
+    exhaustive search's 102). The bound runs on wd = wa = min(wa, wd) and stays below 102;
+    rotor-floating returns its sequence without claiming optimality; remat-milp proves 102, also with
+    the persistent DP's sequence as MIP start and the bound as cut, where HiGHS 1.16 returned its MIP
+    start's values (106) beside its incumbent's objective (102) and the driver solves again."""
+    c, M = _wd_apart_chain(), 84
+    opt, _ = exhaustive_remat(c, M)
+    assert opt == 102
+    assert R.floating(c, M, exact=True).objective == 106
+    assert not R.floating_is_exact(c)
+    assert B.floating_bound(c, M).value <= opt
+    fl = remat.solve(c, memory=M, method="rotor-floating")
+    assert fl.status == Status.FEASIBLE and fl.objective == 106 and fl.bound is None
+    assert "not proven optimal" in fl.message
+    start = R.persistent(c, M, exact=True).schedule
+    direct = solve_remat_milp(c, M, threads=1, time_limit=30, start=start, start_source="persistent DP",
+                              lower_bound=B.floating_bound(c, M).value)
+    assert direct.objective == pytest.approx(102) and direct.status == Status.OPTIMAL
+    sol = remat.solve(c, memory=M, method="remat-milp", threads=1, time_limit=30)
+    assert sol.objective == pytest.approx(102) and sol.status == Status.OPTIMAL
+    assert simulate_remat(c, sol.schedule, memory_limit=M).makespan == pytest.approx(102)

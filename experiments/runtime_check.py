@@ -588,7 +588,8 @@ def main(argv=None) -> int:
     p.add_argument("--methods", default=",".join(METHODS), help="memplan.remat methods")
     p.add_argument("--repeats", type=int, help="timed rounds at least: every sequence of a network runs once per round, "
                    "in rotating order (default 8; --quick 1)")
-    p.add_argument("--max-rounds", type=int, help="timed rounds at most (default 40; --quick: --repeats)")
+    p.add_argument("--max-rounds", type=int, help="timed rounds at most (default 400 within --timing-budget 120 s "
+                   "per network; --quick: --repeats)")
     p.add_argument("--target", type=float, default=0.02, help="stop timing when the 95%% interval of every median "
                    "is within this fraction of it (default 0.02); wider rows are marked noisy")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="CPU runs: wall (time.perf_counter, "
@@ -597,7 +598,8 @@ def main(argv=None) -> int:
     p.add_argument("--no-fuse-backward", dest="fuse_backward", action="store_false", help="one backward call "
                    "per B (models.runtime.execute's fuse_backward=False); the default runs each run of consecutive "
                    "B's in one call, as plain autograd")
-    p.add_argument("--timing-budget", type=float, default=None, help="seconds of timing rounds per network at most")
+    p.add_argument("--timing-budget", type=float, default=None, help="seconds of timing rounds per network at most "
+                   "(default 120 when --max-rounds is not given)")
     p.add_argument("--profile-repeats", type=int, help="timed runs per operation when profiling (default: --repeats)")
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds per solve")
     p.add_argument("--slots", type=int, default=0, help="memory slots of the DPs (default 0: the DP chooses and "
@@ -650,7 +652,11 @@ def _main(a: argparse.Namespace) -> int:
     repeats = a.repeats or (1 if a.quick else 8)
     if repeats < 1:
         raise InputError(f"--repeats {repeats}: give a whole number >= 1")
-    max_rounds = a.max_rounds or (max(2, repeats) if a.quick else max(40, repeats))
+    # rounds until every median's interval is within --target: short steps need hundreds (a 4 ms step's
+    # CPU time varies by several % from run to run), long ones stop at the time budget
+    max_rounds = a.max_rounds or (max(2, repeats) if a.quick else max(400, repeats))
+    if a.timing_budget is None and not a.quick and not a.max_rounds:
+        a.timing_budget = 120.0
     if max_rounds < repeats:
         raise InputError(f"--max-rounds {max_rounds}: give at least --repeats ({repeats})")
     if not 0 < a.target < 1:

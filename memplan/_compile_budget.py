@@ -41,7 +41,7 @@ from memplan.models.units import fmt_memory, parse_memory
 #: the default grid of PyTorch's budget fractions (the fractions of issue 28's benchmark, and 0)
 DEFAULT_FRACTIONS = (1.0, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05, 0.0)
 BACKENDS = ("aot_eager_decomp_partition", "inductor")
-SOLVERS = ("pytorch", "memplan", "both")
+SOLVERS = ("pytorch", "memplan", "memplan-peak", "both", "all")
 
 
 def _knapsack_solver_class():
@@ -91,6 +91,119 @@ def _knapsack_solver_class():
 
 
 _MEMPLAN_KNAPSACK = None
+_PEAK_SOLVER = None
+
+#: aten operations whose output shares its input's storage: no memory of their own in the peak model
+_VIEW_OPS = ("view", "_unsafe_view", "t", "transpose", "permute", "expand", "slice", "select", "unsqueeze",
+             "squeeze", "alias", "as_strided", "detach", "split", "unbind", "chunk", "split_with_sizes")
+
+
+def joint_graph_timeline(joint_graph, node_info, nodes) -> dict[str, Any]:
+    """The peak model's data (:mod:`memplan.formulations.peak_milp`) read off PyTorch's joint
+    forward-backward graph, in its node order (forward first, then backward):
+
+    - item ``i`` (``nodes[i]``, a candidate of the partitioner's knapsack), size its bytes
+      (``_size_of``, PyTorch's own estimate);
+    - saved: alive from its definition to its last use, backward users included (no backward user:
+      to the end of the step, as it then serves other recomputations, conservatively);
+    - recomputed: alive from its definition to its last forward use, and again from its first to its
+      last backward use (recomputed just before the first);
+    - ``fixed[t]``: every other node's output from its definition to its last use (placeholders, the
+      output node and views excluded: parameters, inputs and tangents exist anyway, views share a
+      storage), whether the partitioner saves or recomputes it.
+
+    Not modelled: the memory of recomputing an item's own inputs, the order in which the backward
+    really runs (the compiled backward is the joint graph's backward part reordered by the
+    partitioner), allocator effects. The measured peak decides (``compile_under_budget``)."""
+    from torch._functorch.partitioners import _size_of
+
+    order = {n: k for k, n in enumerate(joint_graph.nodes)}
+    T = len(order)
+    cand = set(nodes)
+
+    def is_view(n) -> bool:
+        name = getattr(getattr(n, "target", None), "__name__", "")
+        return name.split(".")[0] in _VIEW_OPS
+
+    fixed = [0.0] * (T + 1)                     # a difference array, then prefix sums
+    for n in joint_graph.nodes:
+        if n in cand or n.op in ("placeholder", "output") or is_view(n):
+            continue
+        users = [order[u] for u in n.users if u.op != "output"]
+        if not users:
+            continue
+        size = float(_size_of(n))
+        fixed[order[n]] += size
+        fixed[max(users) + 1] -= size
+    run = 0.0
+    for t in range(T):
+        run += fixed[t]
+        fixed[t] = run
+    fixed = fixed[:T]
+    sizes, saved_iv, recomputed_iv = [], [], []
+    for n in nodes:
+        d = order[n]
+        fw = [order[u] for u in n.users if u.op != "output" and not node_info.is_required_bw(u)]
+        bw = [order[u] for u in n.users if u.op != "output" and node_info.is_required_bw(u)]
+        fw_last = max(fw, default=d)
+        sizes.append(float(_size_of(n)))
+        if bw:
+            saved_iv.append([(d, max(fw_last, max(bw)))])
+            recomputed_iv.append([(d, fw_last), (min(bw), max(bw))])
+        else:
+            saved_iv.append([(d, T - 1)])
+            recomputed_iv.append([(d, fw_last)])
+    return {"sizes": sizes, "saved": saved_iv, "recomputed": recomputed_iv, "fixed": fixed}
+
+
+def _peak_solver_class():
+    """:class:`MemplanPeakSolver`, built on first use (its base class lives in torch)."""
+    global _PEAK_SOLVER
+    if _PEAK_SOLVER is not None:
+        return _PEAK_SOLVER
+    from torch._inductor.custom_graph_pass import CustomKnapsackSolver
+
+    class MemplanPeakSolver(CustomKnapsackSolver):
+        """The partitioner's keep-or-recompute choice by :func:`memplan.formulations.peak_milp.solve_peak`:
+        the step's memory modelled over the joint graph's order (:func:`joint_graph_timeline`), the
+        capacity the modelled peak of PyTorch's own ``dp_knapsack`` choice at this fraction, which is
+        the MIP start: the answer's modelled peak is no higher and its recompute runtime (PyTorch's
+        estimate) no larger than ``dp_knapsack``'s. ``calls`` records each call."""
+
+        def __init__(self, time_limit: float | None = 10.0, threads: int | None = 1):
+            self.time_limit = time_limit
+            self.threads = threads
+            self.calls: list[dict[str, Any]] = []
+
+        def __call__(self, memory, joint_graph, max_memory, node_info, all_recomputable_banned_nodes):
+            from torch._functorch._activation_checkpointing.knapsack import dp_knapsack
+            from torch._functorch.partitioners import estimate_runtime
+
+            from memplan.formulations.peak_milp import solve_peak
+
+            t0 = time.perf_counter()
+            nodes = list(all_recomputable_banned_nodes)
+            runtimes = [float(estimate_runtime(node)) for node in nodes]
+            _, dp_saved, _ = dp_knapsack(list(memory), runtimes, max_memory)
+            tl = joint_graph_timeline(joint_graph, node_info, nodes)
+            res = solve_peak(tl["sizes"], runtimes, tl["saved"], tl["recomputed"], tl["fixed"], start=dp_saved,
+                             time_limit=self.time_limit, threads=self.threads)
+            self.calls.append({"items": len(nodes), "segments": res.segments,
+                               "recompute_runtime": res.recompute_runtime, "peak": res.peak,
+                               "dp_recompute_runtime": res.start_runtime, "dp_peak": res.start_peak,
+                               "source": res.source, "seconds": time.perf_counter() - t0})
+            return res.saved, res.recomputed
+
+        def uuid(self):
+            return "memplan.MemplanPeakSolver/1"
+
+    _PEAK_SOLVER = MemplanPeakSolver
+    return MemplanPeakSolver
+
+
+def memplan_peak_solver(time_limit: float | None = 10.0, threads: int | None = 1):
+    """A :class:`MemplanPeakSolver` for ``torch._functorch.config.activation_memory_budget_solver``."""
+    return _peak_solver_class()(time_limit=time_limit, threads=threads)
 
 
 def memplan_knapsack(time_limit: float | None = 10.0, threads: int | None = 1):
@@ -317,6 +430,8 @@ class BudgetSearch:
         cfg = {"activation_memory_budget": float(frac)}
         if knapsack == "memplan":
             cfg["activation_memory_budget_solver"] = memplan_knapsack(time_limit=self.solver_time_limit)
+        elif knapsack == "memplan-peak":
+            cfg["activation_memory_budget_solver"] = memplan_peak_solver(time_limit=self.solver_time_limit)
         return cfg
 
     def _sync(self) -> None:
@@ -343,7 +458,8 @@ class BudgetSearch:
         import torch
         import torch._functorch.config as fconfig
 
-        knapsacks = ("pytorch", "memplan") if self.solver == "both" else (self.solver,)
+        knapsacks = {"both": ("pytorch", "memplan"), "all": ("pytorch", "memplan", "memplan-peak")}.get(
+            self.solver, (self.solver,))
         plan = [(frac, knapsack) for frac in fracs for knapsack in knapsacks]
         slowest = 0.0                          # the longest compile + measurement so far
         for k, (frac, knapsack) in enumerate(plan):
@@ -572,10 +688,12 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         The targets passed to ``loss_fn``; the step is then called ``step(*inputs, *targets)``.
     backend : {'aot_eager_decomp_partition', 'inductor'}
         ``torch.compile`` backend; both use PyTorch's min-cut partitioner, which honours the budget.
-    solver : {'pytorch', 'memplan', 'both'}
-        The partitioner's knapsack: PyTorch's ``dp_knapsack``, memplan's exact MILP
-        (:class:`MemplanKnapsack`), or both (every fraction compiled with each; twice the compiles,
-        and the measured choice is at least as good as either's alone).
+    solver : {'pytorch', 'memplan', 'memplan-peak', 'both', 'all'}
+        The partitioner's knapsack: PyTorch's ``dp_knapsack``, memplan's exact MILP of the same
+        knapsack (:class:`MemplanKnapsack`), memplan's peak-aware MILP (:class:`MemplanPeakSolver`:
+        memory modelled over the joint graph's order, never worse than ``dp_knapsack`` in that model),
+        ``both`` (``pytorch`` and ``memplan``: every fraction compiled with each) or ``all`` (the
+        three). The measured choice is at least as good as each one's alone.
     fractions : sequence of floats in [0, 1], optional
         PyTorch budget fractions to try (default :data:`DEFAULT_FRACTIONS`; empty: chain plans only).
         Every one is compiled and measured: the measured peak is not monotonic in the fraction.

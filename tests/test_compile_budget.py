@@ -345,3 +345,78 @@ def test_knapsack_milp_where_dp_knapsack_rounding_loses():
     assert knapsack_value(memory, runtimes, dp_saved)[0] == 5.0          # dp keeps the 7, recomputes the 5
     res = solve_knapsack(memory, runtimes, cap, start=dp_saved, time_limit=10, threads=1)
     assert res.saved == [0, 1] and res.recompute_runtime == 0.0 and res.source == "milp"
+
+
+# --- the peak-aware MILP (memory over time) -----------------------------------------------------------
+
+def _random_timeline(rng, n, T):
+    sizes = [float(rng.randint(1, 9)) for _ in range(n)]
+    runtimes = [float(rng.choice([1, 1, 2, 5, 30])) for _ in range(n)]
+    saved, recomputed = [], []
+    for _ in range(n):
+        d = rng.randrange(0, T // 2)
+        fw = rng.randrange(d, T // 2 + 1)
+        b0 = rng.randrange(T // 2, T)
+        b1 = rng.randrange(b0, T)
+        saved.append([(d, b1)])
+        recomputed.append([(d, fw), (b0, b1)])
+    fixed = [float(rng.randint(0, 12)) for _ in range(T)]
+    return sizes, runtimes, saved, recomputed, fixed
+
+
+def test_peak_milp_equals_brute_force_and_never_worse_than_its_start():
+    """On random timelines: the MILP's recompute runtime is the brute-force optimum among choices whose
+    peak (swept over every time point, no segments) is within the start's; its peak is within it."""
+    from memplan.formulations.peak_milp import peak_value, solve_peak
+
+    rng = random.Random(2800)
+    for _ in range(20):
+        n, T = rng.randint(1, 7), rng.randint(4, 14)
+        sizes, runtimes, saved, recomputed, fixed = _random_timeline(rng, n, T)
+        start = [i for i in range(n) if rng.random() < 0.5]
+        cap = peak_value(sizes, saved, recomputed, fixed, start)
+        res = solve_peak(sizes, runtimes, saved, recomputed, fixed, start=start, time_limit=10, threads=1)
+        assert res.capacity == pytest.approx(cap)
+        best = min(sum(r for i, r in enumerate(runtimes) if i not in keep)
+                   for k in range(n + 1) for keep in itertools.combinations(range(n), k)
+                   if peak_value(sizes, saved, recomputed, fixed, keep) <= cap + 1e-9)
+        assert res.recompute_runtime == pytest.approx(best)
+        assert res.peak == pytest.approx(peak_value(sizes, saved, recomputed, fixed, res.saved))
+        assert res.peak <= cap + 1e-9
+        assert res.recompute_runtime <= sum(r for i, r in enumerate(runtimes) if i not in start) + 1e-9
+
+
+def test_peak_milp_keeps_what_a_knapsack_must_drop():
+    """Two tensors of 4 bytes, recomputing either costs 10; the first dies before the second is made.
+    A knapsack of capacity 4 over saved bytes keeps one; the peak is 4 either way, so the peak model keeps both."""
+    from memplan.formulations.knapsack_milp import solve_knapsack
+    from memplan.formulations.peak_milp import solve_peak
+
+    sizes, runtimes = [4.0, 4.0], [10.0, 10.0]
+    saved = [[(0, 3)], [(4, 7)]]
+    recomputed = [[(0, 0), (3, 3)], [(4, 4), (7, 7)]]
+    ks = solve_knapsack(sizes, runtimes, 4.0, time_limit=10, threads=1)
+    assert len(ks.saved) == 1 and ks.recompute_runtime == 10.0
+    res = solve_peak(sizes, runtimes, saved, recomputed, [0.0] * 8, capacity=4.0, time_limit=10, threads=1)
+    assert res.saved == [0, 1] and res.recompute_runtime == 0.0 and res.peak == 4.0
+
+
+def test_peak_solver_inside_the_partitioner_never_worse_than_dp_knapsack_in_its_model():
+    """solver='memplan-peak' on a tiny GPT block: every call's answer has a modelled peak no higher
+    and a recompute runtime no larger than dp_knapsack's choice; gradients equal eager; budget kept."""
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(_TinyGPTBlock())
+    x, y = torch.randn(4, 16, 32), torch.randn(4, 16, 32)
+    expected = _eager_grads(model, x, y)
+    step = memplan.compile_under_budget(model, (x,), "64MiB", loss_fn=_loss, example_targets=(y,),
+                                        solver="memplan-peak", fractions=(0.1,), repeats=1, chain=False)
+    calls = step.knapsack_calls
+    assert calls and step.peak <= 64 * 2**20
+    for c in calls:
+        assert c["recompute_runtime"] <= c["dp_recompute_runtime"] * (1 + 1e-12)
+        assert c["peak"] <= c["dp_peak"] * (1 + 1e-9)
+    got = _step_grads(step, model, x, y)
+    for p in model.parameters():
+        p.grad = None
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6)

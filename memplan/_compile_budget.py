@@ -23,7 +23,10 @@ gradient exists).
 
 ``solver="memplan"`` replaces PyTorch's ``dp_knapsack`` inside the partitioner by
 :class:`MemplanKnapsack` (:mod:`memplan.formulations.knapsack_milp`): the same knapsack model solved
-exactly, MIP-started from ``dp_knapsack``'s answer. It is not yet the peak-aware model of issue 28.
+exactly, MIP-started from ``dp_knapsack``'s answer. ``solver="memplan-peak"`` uses
+:class:`MemplanPeakSolver` (:mod:`memplan.formulations.peak_milp`): keep or recompute each candidate
+with the step's memory modelled over the joint graph's order (:func:`joint_graph_timeline`), bounded by
+the modelled peak of ``dp_knapsack``'s choice, which is its MIP start (never worse in that model).
 """
 from __future__ import annotations
 
@@ -709,8 +712,9 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
     chain : bool
         Also try memplan's chain plans (:class:`BudgetSearch`): the model cut into stages, rotor's
         re-materialization plan for the budget, run eagerly (per stage, autograd inside a stage).
-        They reach budgets below every fraction's peak (recompute-all is PyTorch's floor, and it keeps
-        the whole forward's recomputation alive at once; rotor's least-memory plans do not).
+        They can reach budgets below every fraction's peak (fraction 0 recomputes the whole forward
+        inside the backward at once, rotor's least-memory plans stage by stage); their floor is the
+        chain's largest stage (a language model's head with its cross-entropy, for instance).
 
     The search runs training steps on ``model``; the parameters' gradients and the model's buffers are
     restored when it ends (the parameters themselves do not change: there is no optimizer step). A

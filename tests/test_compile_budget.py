@@ -210,7 +210,7 @@ def test_bad_options_are_refused():
 def _deep_mlp():
     torch.manual_seed(5)
     blocks = [torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.GELU(), torch.nn.Linear(128, 32),
-                                  torch.nn.LayerNorm(32)) for _ in range(6)]
+                                  torch.nn.LayerNorm(32)) for _ in range(5)]
     return torch.nn.Sequential(*blocks, torch.nn.Linear(32, 8))
 
 

@@ -213,7 +213,7 @@ def add_parser(subparsers) -> None:
         description="Build a network of the zoo, linearize it into a chain (minimal single-tensor groups) "
                     "and measure u_f, u_b, a, abar, delta, o_f, o_b, W per stage.")
     p.add_argument("--model", required=True, help="resnet18..152, preact_resnet200/1001, densenet121..201, "
-                   "inception_v3, vgg16/19, gpt2, nasnet_a, unet, transformer")
+                   "inception_v3, vgg16/19, gpt2, llama, nasnet_a, unet, transformer")
     p.add_argument("--batch", type=positive_int, required=True)
     p.add_argument("--input", type=_shape, default=None,
                    help="per-sample input shape, e.g. 3x224x224 (gpt2: the sequence length, e.g. 512; transformer: "

@@ -15,6 +15,11 @@ The four figure styles of the experiments, each a function of the tidy table of
   them; the curve table behind it is written beside the PNG (``.csv``).
 * ``pipeline`` (paper 003, Figs. 6-11): period against the measured memory per GPU, one PNG per
   instance and GPU count: PipeDream (blue), GPipe (orange), the ILP (red squares), cyclic (green).
+* ``budget`` (issue 28, ``benchmarks/bench_budget.py``'s table, ``problem == "budget"``): throughput
+  (batch / median step time, with the 95% interval of the median as error bars) against the measured
+  peak, one PNG per network: PyTorch's ``activation_memory_budget`` fractions (labelled), eager
+  autograd, ``checkpoint_sequential``, memplan's rotor chain plans, and memplan's answer at each byte
+  budget; a dotted line at PyTorch's lowest peak and one 25% below it.
 
 Failed tasks (status ``error``) are never drawn as points; they are counted in the figure's title.
 """
@@ -28,7 +33,7 @@ from pathlib import Path
 from memplan.experiments.cli_checks import output_dir
 from memplan.experiments.sweep_engine import read_results
 
-FIGURES = ["remat", "offload", "remat-offload", "pipeline"]
+FIGURES = ["remat", "offload", "remat-offload", "pipeline", "budget"]
 
 
 def _plt():
@@ -299,12 +304,66 @@ def figure_pipeline(df, out: Path) -> list[Path]:
     return written
 
 
+# ----------------------------------------------------------------------------------------- budget
+BUDGET_STYLE = {"pytorch": dict(fmt="o-", color="tab:orange", label="PyTorch activation_memory_budget"),
+                "eager": dict(fmt="s", color="black", label="eager autograd", ms=8),
+                "checkpoint_sequential": dict(fmt="x", color="tab:purple", label="checkpoint_sequential", ms=8),
+                "rotor": dict(fmt="^:", color="tab:blue", label="memplan chain plans (rotor)"),
+                "memplan": dict(fmt="*", color="tab:red", label="memplan at a byte budget", ms=10)}
+
+
+def figure_budget(df, out: Path) -> list[Path]:
+    """Throughput against measured peak per network (``OUT/budget_<instance>.png``)."""
+    plt = _plt()
+    written = []
+    d = df[(df["problem"] == "budget") & (df["status"] == "executed") & df["objective"].notna()]
+    for inst, g in d.groupby("instance", sort=True):
+        fig, ax = plt.subplots(figsize=(7, 4.6))
+        batch = float(g["batch"].iloc[0]) if "batch" in g and g["batch"].notna().any() else 1.0
+        for method, st in BUDGET_STYLE.items():
+            h = g[g["method"] == method].sort_values("peak_memory")
+            if h.empty:
+                continue
+            if method == "memplan":       # one star per distinct step (rows answered by the same step overlap)
+                h = h.drop_duplicates(subset=["peak_memory", "objective"])
+            thr = batch / h["objective"]
+            err = None              # the 95% interval of the median time, as throughput
+            if "time_low" in h and h["time_low"].notna().all() and h["time_high"].notna().all():
+                err = [(thr - batch / h["time_high"]).clip(lower=0), (batch / h["time_low"] - thr).clip(lower=0)]
+            ax.errorbar(h["peak_memory"] / 2**20, thr, yerr=err, fmt=st["fmt"], color=st["color"],
+                        label=st["label"], ms=st.get("ms", 5), capsize=2, lw=1)
+            if method == "pytorch":
+                for _, r in h.iterrows():
+                    ax.annotate(f"{r['fraction']:g}", (r["peak_memory"] / 2**20, batch / r["objective"]),
+                                textcoords="offset points", xytext=(3, 4), fontsize=7, color=st["color"])
+        pts = g[g["method"] == "pytorch"]
+        if len(pts):
+            lowest = pts["peak_memory"].min() / 2**20
+            ax.axvline(lowest, color="tab:orange", ls=":", lw=1)
+            ax.axvline(0.75 * lowest, color="tab:red", ls=":", lw=1)
+            ax.annotate("PyTorch's lowest", (lowest, ax.get_ylim()[0]), fontsize=7, rotation=90, va="bottom",
+                        ha="right", color="tab:orange")
+            ax.annotate("25% below", (0.75 * lowest, ax.get_ylim()[0]), fontsize=7, rotation=90, va="bottom",
+                        ha="right", color="tab:red")
+        unit = "samples/s" if batch != 1 else "steps/s"
+        clock = g["clock"].iloc[0] if "clock" in g else ""
+        backend = g["backend"].iloc[0] if "backend" in g else ""
+        ax.set_xlabel("measured peak of a training step (MiB, profiler_peak)")
+        ax.set_ylabel(f"throughput ({unit})")
+        ax.set_title(f"{inst}: throughput vs measured peak ({backend}, {clock} clock){_errors(df[df['instance'] == inst])}",
+                     fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        written.append(_save(fig, out / f"budget_{_slug(inst)}.png", 130))
+    return written
+
+
 def draw(df, figure: str, out: str | Path, **kw) -> list[Path]:
     """Draw ``figure`` (one of :data:`FIGURES`) from the results table ``df`` into the folder ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     fn = {"remat": figure_remat, "offload": figure_offload, "remat-offload": figure_remat_offload,
-          "pipeline": figure_pipeline}.get(figure)
+          "pipeline": figure_pipeline, "budget": figure_budget}.get(figure)
     if fn is None:
         raise ValueError(f"--figure: unknown {figure!r}; choose from {', '.join(FIGURES)}")
     paths = fn(df, out, **kw)

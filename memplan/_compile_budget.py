@@ -1,10 +1,14 @@
-"""Train under a byte budget inside ``torch.compile`` (issue 28, first slice).
+"""Train under a byte budget (issue 28).
 
 :func:`compile_under_budget` compiles a model's training step (forward, loss, backward) at several of
-PyTorch's ``activation_memory_budget`` fractions, runs each candidate, measures its peak memory and
-its step time, and returns the fastest one whose measured peak fits the budget in bytes. A budget below
+PyTorch's ``activation_memory_budget`` fractions, and (``chain=True``, the default) also plans the
+model as a chain of stages with memplan's rotor (re-materialization across stages, run eagerly by
+:func:`memplan.models.runtime.execute`); it runs each candidate, measures its peak memory and its step
+time, and returns the fastest one whose measured peak fits the budget in bytes. A budget below
 every measured peak is refused (:class:`~memplan.models.solution.InfeasibleError` with the smallest
-peak measured), so the refusal happens here and not as an out-of-memory at run time.
+peak measured, the chain's least-memory plan included), so the refusal happens here and not as an
+out-of-memory at run time. :class:`BudgetSearch` keeps the measured candidates to answer several
+budgets (``benchmarks/bench_budget.py``).
 
 The peak is measured, never predicted: on CPU with :func:`memplan.models.memory.profiler_peak` (every
 allocation through c10's CPU allocator, compiled code included); on CUDA as
@@ -19,10 +23,14 @@ gradient exists).
 
 ``solver="memplan"`` replaces PyTorch's ``dp_knapsack`` inside the partitioner by
 :class:`MemplanKnapsack` (:mod:`memplan.formulations.knapsack_milp`): the same knapsack model solved
-exactly, MIP-started from ``dp_knapsack``'s answer. It is not yet the peak-aware model of issue 28.
+exactly, MIP-started from ``dp_knapsack``'s answer. ``solver="memplan-peak"`` uses
+:class:`MemplanPeakSolver` (:mod:`memplan.formulations.peak_milp`): keep or recompute each candidate
+with the step's memory modelled over the joint graph's order (:func:`joint_graph_timeline`), bounded by
+the modelled peak of ``dp_knapsack``'s choice, which is its MIP start (never worse in that model).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -36,7 +44,7 @@ from memplan.models.units import fmt_memory, parse_memory
 #: the default grid of PyTorch's budget fractions (the fractions of issue 28's benchmark, and 0)
 DEFAULT_FRACTIONS = (1.0, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05, 0.0)
 BACKENDS = ("aot_eager_decomp_partition", "inductor")
-SOLVERS = ("pytorch", "memplan", "both")
+SOLVERS = ("pytorch", "memplan", "memplan-peak", "both", "all")
 
 
 def _knapsack_solver_class():
@@ -86,6 +94,119 @@ def _knapsack_solver_class():
 
 
 _MEMPLAN_KNAPSACK = None
+_PEAK_SOLVER = None
+
+#: aten operations whose output shares its input's storage: no memory of their own in the peak model
+_VIEW_OPS = ("view", "_unsafe_view", "t", "transpose", "permute", "expand", "slice", "select", "unsqueeze",
+             "squeeze", "alias", "as_strided", "detach", "split", "unbind", "chunk", "split_with_sizes")
+
+
+def joint_graph_timeline(joint_graph, node_info, nodes) -> dict[str, Any]:
+    """The peak model's data (:mod:`memplan.formulations.peak_milp`) read off PyTorch's joint
+    forward-backward graph, in its node order (forward first, then backward):
+
+    - item ``i`` (``nodes[i]``, a candidate of the partitioner's knapsack), size its bytes
+      (``_size_of``, PyTorch's own estimate);
+    - saved: alive from its definition to its last use, backward users included (no backward user:
+      to the end of the step, as it then serves other recomputations, conservatively);
+    - recomputed: alive from its definition to its last forward use, and again from its first to its
+      last backward use (recomputed just before the first);
+    - ``fixed[t]``: every other node's output from its definition to its last use (placeholders, the
+      output node and views excluded: parameters, inputs and tangents exist anyway, views share a
+      storage), whether the partitioner saves or recomputes it.
+
+    Not modelled: the memory of recomputing an item's own inputs, the order in which the backward
+    really runs (the compiled backward is the joint graph's backward part reordered by the
+    partitioner), allocator effects. The measured peak decides (``compile_under_budget``)."""
+    from torch._functorch.partitioners import _size_of
+
+    order = {n: k for k, n in enumerate(joint_graph.nodes)}
+    T = len(order)
+    cand = set(nodes)
+
+    def is_view(n) -> bool:
+        name = getattr(getattr(n, "target", None), "__name__", "")
+        return name.split(".")[0] in _VIEW_OPS
+
+    fixed = [0.0] * (T + 1)                     # a difference array, then prefix sums
+    for n in joint_graph.nodes:
+        if n in cand or n.op in ("placeholder", "output") or is_view(n):
+            continue
+        users = [order[u] for u in n.users if u.op != "output"]
+        if not users:
+            continue
+        size = float(_size_of(n))
+        fixed[order[n]] += size
+        fixed[max(users) + 1] -= size
+    run = 0.0
+    for t in range(T):
+        run += fixed[t]
+        fixed[t] = run
+    fixed = fixed[:T]
+    sizes, saved_iv, recomputed_iv = [], [], []
+    for n in nodes:
+        d = order[n]
+        fw = [order[u] for u in n.users if u.op != "output" and not node_info.is_required_bw(u)]
+        bw = [order[u] for u in n.users if u.op != "output" and node_info.is_required_bw(u)]
+        fw_last = max(fw, default=d)
+        sizes.append(float(_size_of(n)))
+        if bw:
+            saved_iv.append([(d, max(fw_last, max(bw)))])
+            recomputed_iv.append([(d, fw_last), (min(bw), max(bw))])
+        else:
+            saved_iv.append([(d, T - 1)])
+            recomputed_iv.append([(d, fw_last)])
+    return {"sizes": sizes, "saved": saved_iv, "recomputed": recomputed_iv, "fixed": fixed}
+
+
+def _peak_solver_class():
+    """:class:`MemplanPeakSolver`, built on first use (its base class lives in torch)."""
+    global _PEAK_SOLVER
+    if _PEAK_SOLVER is not None:
+        return _PEAK_SOLVER
+    from torch._inductor.custom_graph_pass import CustomKnapsackSolver
+
+    class MemplanPeakSolver(CustomKnapsackSolver):
+        """The partitioner's keep-or-recompute choice by :func:`memplan.formulations.peak_milp.solve_peak`:
+        the step's memory modelled over the joint graph's order (:func:`joint_graph_timeline`), the
+        capacity the modelled peak of PyTorch's own ``dp_knapsack`` choice at this fraction, which is
+        the MIP start: the answer's modelled peak is no higher and its recompute runtime (PyTorch's
+        estimate) no larger than ``dp_knapsack``'s. ``calls`` records each call."""
+
+        def __init__(self, time_limit: float | None = 10.0, threads: int | None = 1):
+            self.time_limit = time_limit
+            self.threads = threads
+            self.calls: list[dict[str, Any]] = []
+
+        def __call__(self, memory, joint_graph, max_memory, node_info, all_recomputable_banned_nodes):
+            from torch._functorch._activation_checkpointing.knapsack import dp_knapsack
+            from torch._functorch.partitioners import estimate_runtime
+
+            from memplan.formulations.peak_milp import solve_peak
+
+            t0 = time.perf_counter()
+            nodes = list(all_recomputable_banned_nodes)
+            runtimes = [float(estimate_runtime(node)) for node in nodes]
+            _, dp_saved, _ = dp_knapsack(list(memory), runtimes, max_memory)
+            tl = joint_graph_timeline(joint_graph, node_info, nodes)
+            res = solve_peak(tl["sizes"], runtimes, tl["saved"], tl["recomputed"], tl["fixed"], start=dp_saved,
+                             time_limit=self.time_limit, threads=self.threads)
+            self.calls.append({"items": len(nodes), "segments": res.segments,
+                               "recompute_runtime": res.recompute_runtime, "peak": res.peak,
+                               "dp_recompute_runtime": res.start_runtime, "dp_peak": res.start_peak,
+                               "source": res.source, "seconds": time.perf_counter() - t0})
+            return res.saved, res.recomputed
+
+        def uuid(self):
+            return "memplan.MemplanPeakSolver/1"
+
+    _PEAK_SOLVER = MemplanPeakSolver
+    return MemplanPeakSolver
+
+
+def memplan_peak_solver(time_limit: float | None = 10.0, threads: int | None = 1):
+    """A :class:`MemplanPeakSolver` for ``torch._functorch.config.activation_memory_budget_solver``."""
+    return _peak_solver_class()(time_limit=time_limit, threads=threads)
 
 
 def memplan_knapsack(time_limit: float | None = 10.0, threads: int | None = 1):
@@ -95,21 +216,39 @@ def memplan_knapsack(time_limit: float | None = 10.0, threads: int | None = 1):
 
 @dataclass
 class Candidate:
-    solver: str                       # the partitioner's knapsack: "pytorch" or "memplan"
+    """One measured training step. ``kind="compiled"``: ``torch.compile`` at PyTorch's budget
+    ``fraction`` with the partitioner's knapsack ``solver`` (``"pytorch"`` or ``"memplan"``);
+    ``kind="chain"``: memplan's rotor plan (``solver="rotor"``) for the model cut into a chain,
+    solved at ``memory_limit`` bytes of the chain's model (``predicted_peak`` is its simulated peak)
+    and run eagerly by :func:`memplan.models.runtime.execute` (``fraction`` is nan)."""
+
+    solver: str
     fraction: float
     peak: int                         # measured bytes above parameters, gradients and inputs
     step_time: float                  # median seconds of a training step (profiler off)
     step_times: list[float]
-    compile_time: float               # seconds of the first call (trace, partition, compile)
+    compile_time: float               # compiled: seconds of the first call (trace, partition, compile);
+                                      # chain: seconds of the DP solve
     fits: bool = False
+    kind: str = "compiled"
+    memory_limit: float | None = None
+    predicted_peak: float | None = None
+    ops: tuple = field(default=(), repr=False)
+
+    @property
+    def label(self) -> str:
+        if self.kind == "chain":
+            return f"chain rotor at {fmt_memory(self.memory_limit)}"
+        return f"{self.solver} fraction {self.fraction:g}"
 
 
 @dataclass
 class BudgetedStep:
-    """A compiled training step: ``step(*inputs, *targets)`` runs forward, loss and backward
-    (gradients accumulate in the parameters' ``.grad``, as ``loss.backward()`` does) and returns the
-    loss (detached). ``fraction`` is PyTorch's budget it was compiled with, ``peak`` its measured peak,
-    ``candidates`` every candidate measured during the search."""
+    """A training step: ``step(*inputs, *targets)`` runs forward, loss and backward (gradients
+    accumulate in the parameters' ``.grad``, as ``loss.backward()`` does) and returns the loss
+    (detached). ``kind`` says what it is: ``"compiled"`` (``fraction`` is PyTorch's budget it was
+    compiled with) or ``"chain"`` (memplan's rotor plan run eagerly, ``fraction`` nan); ``peak`` its
+    measured peak, ``candidates`` every candidate measured for this budget."""
 
     budget: int
     fraction: float
@@ -117,9 +256,12 @@ class BudgetedStep:
     step_time: float
     candidates: list[Candidate]
     backend: str
-    solver: str                       # the chosen candidate's knapsack
+    solver: str                       # the chosen candidate's knapsack, or "rotor"
     skipped: list[float] = field(default_factory=list)   # fractions not tried (time_limit)
     search_time: float = 0.0
+    kind: str = "compiled"
+    choice: Candidate | None = None
+    chain_note: str = ""              # why chain plans were not tried, if they were not
     _fn: Callable = field(repr=False, default=None)
     _config: dict = field(repr=False, default_factory=dict)
 
@@ -137,15 +279,19 @@ class BudgetedStep:
         return list(getattr(s, "calls", []))
 
     def report(self) -> str:
-        lines = [f"budget {fmt_memory(self.budget)}: chose fraction {self.fraction:g} "
+        what = (f"chose fraction {self.fraction:g}" if self.kind == "compiled"
+                else f"chose {self.choice.label if self.choice else 'a chain plan'}")
+        lines = [f"budget {fmt_memory(self.budget)}: {what} "
                  f"(peak {fmt_memory(self.peak)}, step {self.step_time * 1e3:.2f} ms), "
                  f"backend {self.backend}, solver {self.solver}, search {self.search_time:.1f} s"]
         for c in self.candidates:
-            lines.append(f"  {c.solver:<7} fraction {c.fraction:<5g} peak {fmt_memory(c.peak):>10}  step "
-                         f"{c.step_time * 1e3:8.2f} ms  compile {c.compile_time:6.2f} s  "
-                         f"{'fits' if c.fits else 'over'}")
+            lines.append(f"  {c.label:<32} peak {fmt_memory(c.peak):>10}  step "
+                         f"{c.step_time * 1e3:8.2f} ms  {'compile' if c.kind == 'compiled' else 'solve  '} "
+                         f"{c.compile_time:6.2f} s  {'fits' if c.fits else 'over'}")
         if self.skipped:
             lines.append(f"  not tried (time_limit): {', '.join(f'{f:g}' for f in self.skipped)}")
+        if self.chain_note:
+            lines.append(f"  chain plans: {self.chain_note}")
         return "\n".join(lines)
 
 
@@ -178,13 +324,357 @@ def _measure(run, device) -> int:
     return int(peak)
 
 
+class _Preserved:
+    """Puts the parameters' gradients and the model's buffers (batch norm's running statistics) back
+    as they were when the block was entered: a search runs training steps."""
+
+    def __init__(self, model, params):
+        self.model, self.params = model, params
+
+    def __enter__(self):
+        self.grads = [None if p.grad is None else p.grad.detach().clone() for p in self.params]
+        self.buffers = [(b, b.detach().clone()) for b in self.model.buffers()]
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+
+        with torch.no_grad():
+            for p, g in zip(self.params, self.grads):
+                p.grad = g
+            for b, v in self.buffers:
+                b.copy_(v)
+        return False
+
+
+class BudgetSearch:
+    """The measured candidates of one model's training step, searched once and then asked for any
+    number of byte budgets (:meth:`under`); :func:`compile_under_budget` is one search and one
+    question. The parameters are those of :func:`compile_under_budget`.
+
+    On construction: every fraction of the grid is compiled, run under the profiler and timed (the
+    compiled steps are kept). With ``chain=True`` the model is also cut into a chain of stages
+    (:func:`memplan.models.graph.linearize_model`) and the chain is profiled
+    (:func:`memplan.models.profiler.profile_chain`, sizes measured by the dispatch-mode tracker, times
+    in context); for each budget :meth:`under` then solves rotor
+    (:func:`memplan.baselines.remat_rotor.persistent`, paper 004's persistent DP) and measures the plan
+    run by :func:`memplan.models.runtime.execute` with the same profiler as the compiled steps. The
+    chain's model and the measurement differ a little (the input copy, allocator-level temporaries):
+    where the measured peak is over the budget, the limit given to rotor is lowered by the excess and
+    the plan solved and measured again (up to 4 tries). Chain plans need one input tensor and a
+    ``loss_fn``; a model that cannot be traced or cut gets none (``chain_note`` says why)."""
+
+    def __init__(self, model, example_inputs: Sequence[Any], *, loss_fn: Callable | None = None,
+                 example_targets: Sequence[Any] = (), backend: str = "aot_eager_decomp_partition",
+                 solver: str = "pytorch", fractions: Sequence[float] | None = None, repeats: int = 3,
+                 solver_time_limit: float | None = 10.0, time_limit: float | None = None,
+                 chain: bool = True):
+        import torch
+
+        if backend not in BACKENDS:
+            raise InputError(f"compile_under_budget: backend {backend!r} is not supported; use one of "
+                             f"{', '.join(BACKENDS)}")
+        if solver not in SOLVERS:
+            raise InputError(f"compile_under_budget: solver {solver!r} is unknown; use one of {', '.join(SOLVERS)}")
+        if not isinstance(model, torch.nn.Module):
+            raise InputError(f"compile_under_budget: model must be a torch.nn.Module, got {type(model).__name__}")
+        fracs = list(DEFAULT_FRACTIONS if fractions is None else fractions)
+        if any(not isinstance(f, (int, float)) or not 0 <= f <= 1 for f in fracs):
+            raise InputError(f"compile_under_budget: fractions must be numbers in [0, 1], got {fractions!r}")
+        if not fracs and not chain:
+            raise InputError("compile_under_budget: fractions is empty and chain=False: nothing to try")
+        if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
+            raise InputError(f"compile_under_budget: time_limit must be a positive number of seconds or None, "
+                             f"got {time_limit!r}")
+        if not isinstance(repeats, int) or repeats < 1:
+            raise InputError(f"compile_under_budget: repeats must be >= 1, got {repeats!r}")
+        self.model, self.loss_fn, self.backend, self.solver = model, loss_fn, backend, solver
+        self.repeats, self.solver_time_limit, self.time_limit = repeats, solver_time_limit, time_limit
+        self.inputs = tuple(example_inputs) + tuple(example_targets)
+        self.n_inputs = len(tuple(example_inputs))
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        if not self.params:
+            raise InputError("compile_under_budget: the model has no parameter that requires a gradient")
+        self.device = self.params[0].device
+        self.t_start = time.perf_counter()
+        self.compiled: list[tuple[Candidate, Callable, dict]] = []
+        self.chain_plans: dict[tuple, tuple[Candidate, Callable]] = {}
+        self.skipped: list[float] = []
+        self.chain_note = "" if chain else "not asked for (chain=False)"
+        self._chain = None                     # (stages, loss stage, targets holder, chain, min memory)
+        self._offset = 0.0                     # largest measured - simulated peak of a chain plan so far
+        self._solved: dict[float, Any] = {}    # rotor's answers by limit
+        self.profile_time = 0.0
+
+        with _Preserved(model, self.params):
+            self._check_loss()
+            self._compile_grid(fracs)
+            if chain:
+                if time_limit is not None and time.perf_counter() - self.t_start > time_limit:
+                    self.chain_note = f"not tried within time_limit={time_limit:g} s"
+                else:
+                    self._build_chain()
+        if not self.compiled and self._chain is None:
+            raise InputError(f"compile_under_budget: nothing to try: fractions is empty and chain plans are not "
+                             f"available ({self.chain_note})")
+
+    # -- set-up ------------------------------------------------------------------------------------
+    def _check_loss(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            out = self.model(*self.inputs[:self.n_inputs])
+            probe = self.loss_fn(out, *self.inputs[self.n_inputs:]) if self.loss_fn is not None else out
+        if not (isinstance(probe, torch.Tensor) and probe.numel() == 1):
+            raise InputError("compile_under_budget: the loss must be a scalar tensor: pass loss_fn "
+                             "(loss_fn(output, *targets)) when the model does not return its loss")
+
+    def _config_for(self, frac: float, knapsack: str) -> dict:
+        cfg = {"activation_memory_budget": float(frac)}
+        if knapsack == "memplan":
+            cfg["activation_memory_budget_solver"] = memplan_knapsack(time_limit=self.solver_time_limit)
+        elif knapsack == "memplan-peak":
+            cfg["activation_memory_budget_solver"] = memplan_peak_solver(time_limit=self.solver_time_limit)
+        return cfg
+
+    def _sync(self) -> None:
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _measure_step(self, step, cfg) -> tuple[int, list[float]]:
+        import torch._functorch.config as fconfig
+
+        with fconfig.patch(**cfg):
+            peak = _measure(lambda: step(*self.inputs), self.device)
+            ts = []
+            for _ in range(int(self.repeats)):
+                self._sync()
+                t0 = time.perf_counter()
+                step(*self.inputs)
+                self._sync()
+                ts.append(time.perf_counter() - t0)
+        return peak, ts
+
+    def _compile_grid(self, fracs: list[float]) -> None:
+        import torch
+        import torch._functorch.config as fconfig
+
+        knapsacks = {"both": ("pytorch", "memplan"), "all": ("pytorch", "memplan", "memplan-peak")}.get(
+            self.solver, (self.solver,))
+        plan = [(frac, knapsack) for frac in fracs for knapsack in knapsacks]
+        slowest = 0.0                          # the longest compile + measurement so far
+        for k, (frac, knapsack) in enumerate(plan):
+            elapsed = time.perf_counter() - self.t_start
+            if self.compiled and self.time_limit is not None and elapsed + 2 * slowest > self.time_limit:
+                self.skipped = list(dict.fromkeys(float(f) for f, _ in plan[k:]))
+                break
+            t0 = time.perf_counter()
+            cfg = self._config_for(frac, knapsack)
+            compiled = torch.compile(_fresh_step(self.model, self.loss_fn, self.n_inputs,
+                                                 f"{id(self.model):x}_{id(self):x}_{k}"), backend=self.backend)
+
+            def step(*args, compiled=compiled):
+                loss = compiled(*args)
+                loss.backward()
+                return loss.detach()
+
+            with fconfig.patch(**cfg):
+                t1 = time.perf_counter()
+                step(*self.inputs)                 # compiles; creates the gradients if missing
+                self._sync()
+                compile_time = time.perf_counter() - t1
+            peak, ts = self._measure_step(step, cfg)
+            slowest = max(slowest, time.perf_counter() - t0)
+            self.compiled.append((Candidate(knapsack, float(frac), peak, statistics.median(ts), ts, compile_time),
+                                  step, cfg))
+
+    def _build_chain(self) -> None:
+        import torch
+
+        from memplan.baselines.remat_min_memory import min_memory
+        from memplan.models.graph import linearize_model
+        from memplan.models.profiler import profile_chain
+
+        x = self.inputs[0] if self.inputs else None
+        if self.loss_fn is None:
+            self.chain_note = "need loss_fn (the chain's last stage is the loss of the model's output)"
+            return
+        if self.n_inputs != 1 or not isinstance(x, torch.Tensor):
+            self.chain_note = "need exactly one input tensor"
+            return
+        t0 = time.perf_counter()
+        holder = [tuple(self.inputs[1:])]
+        loss_fn = self.loss_fn
+
+        def loss_of(out):
+            return loss_fn(out, *holder[0])
+
+        try:
+            lm = linearize_model(self.model, x, loss_of)
+        except Exception as e:      # noqa: BLE001 - any tracing failure: no chain plans, the reason reported
+            self.chain_note = f"the model could not be traced and cut into a chain ({type(e).__name__}: " \
+                              f"{str(e).splitlines()[0][:160] if str(e) else ''})"
+            return
+        loss_stage = lm.loss_stage(loss_of)
+        clock = "cpu" if self.device.type == "cpu" and torch.get_num_threads() == 1 else "wall"
+        chain = profile_chain(lm.stages, x, loss_stage, repeats=3, device=self.device, names=lm.names,
+                              name="compile_under_budget", loss_name=lm.loss_name, input_grad=False, clock=clock)
+        self._chain = (lm.stages, loss_stage, holder, chain, float(min_memory(chain)))
+        self.profile_time = time.perf_counter() - t0
+        self.chain_note = ""
+
+    # -- chain plans -------------------------------------------------------------------------------
+    @property
+    def chain(self):
+        """The profiled chain (:class:`memplan.models.chain.Chain`), or None."""
+        return self._chain[3] if self._chain else None
+
+    @property
+    def chain_minimum(self) -> float | None:
+        """The least memory of any re-materialization sequence on the chain's model (bytes), or None."""
+        return self._chain[4] if self._chain else None
+
+    def _chain_step(self, ops: tuple) -> Callable:
+        import torch
+
+        from memplan.models.runtime import execute
+
+        stages, loss_stage, holder, _, _ = self._chain
+        n = self.n_inputs
+
+        def step(*args):
+            holder[0] = tuple(args[n:])
+            res = execute(stages, loss_stage, args[0], list(ops), device=self.device, input_grad=False)
+            return torch.tensor(res.loss)
+
+        return step
+
+    def chain_plan(self, limit: float) -> Candidate | None:
+        """Rotor's plan at ``limit`` bytes of the chain's model, measured (cached by its sequence);
+        None when rotor has no plan there (below the chain's minimum)."""
+        from memplan.baselines.remat_rotor import persistent
+
+        if self._chain is None:
+            return None
+        t0 = time.perf_counter()
+        key = float(limit)
+        if key not in self._solved:            # the least-memory limit is asked for more than once
+            self._solved[key] = persistent(self._chain[3], key, time_limit=self.solver_time_limit)
+        sol = self._solved[key]
+        solve_time = time.perf_counter() - t0
+        if not sol.success:
+            return None
+        ops = tuple(tuple(o) for o in sol.schedule.ops)
+        if ops in self.chain_plans:
+            return self.chain_plans[ops][0]
+        step = self._chain_step(ops)
+        with _Preserved(self.model, self.params):
+            step(*self.inputs)                     # a warm-up run (first-call allocations, gradients)
+            peak, ts = self._measure_step(step, {})
+        cand = Candidate("rotor", math.nan, peak, statistics.median(ts), ts, solve_time, kind="chain",
+                         memory_limit=float(limit), predicted_peak=float(sol.peak_memory), ops=ops)
+        self._offset = max(self._offset, peak - float(sol.peak_memory))
+        self.chain_plans[ops] = (cand, step)
+        return cand
+
+    def chain_fit(self, budget: float, tries: int = 4) -> Candidate | None:
+        """The rotor plan for ``budget`` whose measured peak fits it: rotor solved at ``budget`` minus
+        the largest excess of measured over simulated peak seen so far, lowered by the excess and
+        solved again while the measurement is over (``tries`` solves at most); None if none fits."""
+        if self._chain is None:
+            return None
+        lo = self._chain[4]
+        limit = budget - max(0.0, self._offset)
+        for _ in range(tries):
+            limit = max(limit, lo)
+            cand = self.chain_plan(limit)
+            if cand is None:
+                return None
+            if cand.peak <= budget:
+                return cand
+            if limit <= lo:
+                return None
+            limit -= cand.peak - budget
+        return None
+
+    # -- answers -----------------------------------------------------------------------------------
+    def measured(self) -> list[Candidate]:
+        """Every candidate measured so far: the compiled grid, then the chain plans."""
+        return [c for c, _, _ in self.compiled] + [c for c, _ in self.chain_plans.values()]
+
+    def minimum(self) -> Candidate:
+        """The candidate with the smallest measured peak (the chain's least-memory plan measured first)."""
+        if self._chain is not None:
+            self.chain_plan(self._chain[4])
+        return min(self.measured(), key=lambda c: c.peak)
+
+    def _runner(self, cand: Candidate) -> tuple[Callable, dict]:
+        if cand.kind == "chain":
+            return self.chain_plans[cand.ops][1], {}
+        for c, step, cfg in self.compiled:
+            if c is cand:
+                return step, cfg
+        raise KeyError(cand)
+
+    def under(self, memory: float | str) -> BudgetedStep:
+        """The fastest measured candidate whose measured peak is within ``memory`` (the smaller peak
+        among equally fast ones), measured again before it is returned; raises
+        :class:`~memplan.models.solution.InfeasibleError` (``minimum``: the smallest peak measured,
+        bytes) when none fits."""
+        import torch._functorch.config as fconfig
+
+        budget = _budget(memory)
+        with _Preserved(self.model, self.params):
+            if self._chain is not None:
+                self.chain_fit(budget)
+            pairs = [(c, dataclasses.replace(c, fits=c.peak <= budget)) for c in self.measured()]
+            untried = (f" (not tried within time_limit={self.time_limit:g} s: fractions "
+                       f"{', '.join(f'{f:g}' for f in self.skipped)})" if self.skipped else "")
+            fitting = sorted((p for p in pairs if p[1].fits), key=lambda p: (p[1].step_time, p[1].peak))
+            if not fitting:
+                best = self.minimum()
+                cands = [dataclasses.replace(c, fits=c.peak <= budget) for c in self.measured()]
+                what = (best.label if best.kind == "chain"
+                        else f"fraction {best.fraction:g}, knapsack {best.solver}")
+                err = InfeasibleError(
+                    f"memory {fmt_memory(budget)} is below every measured peak: the smallest is "
+                    f"{best.peak} bytes ({fmt_memory(best.peak)}, {what}); give at least "
+                    f"that, or try other fractions{untried}", minimum=best.peak)
+                err.candidates = cands
+                raise err
+            cands = [c for _, c in pairs]
+            for original, choice in fitting:
+                step, cfg = self._runner(original)
+                with fconfig.patch(**cfg):
+                    step(*self.inputs)         # the gradients exist before the window opens (as in the search)
+                peak, ts = self._measure_step(step, cfg)
+                if peak <= budget:
+                    return BudgetedStep(budget, choice.fraction, peak, statistics.median(ts), cands, self.backend,
+                                        choice.solver, list(self.skipped), time.perf_counter() - self.t_start,
+                                        kind=choice.kind, choice=choice, chain_note=self.chain_note,
+                                        _fn=step, _config=cfg)
+        raise InfeasibleError(
+            f"memory {fmt_memory(budget)}: every candidate that fitted measured above it when run again{untried}",
+            minimum=min(c.peak for c in cands))
+
+
+def _budget(memory) -> int:
+    budget = parse_memory(memory)
+    if not math.isfinite(budget):
+        raise InputError(f"compile_under_budget: memory {memory!r} is not finite")
+    return int(budget)
+
+
 def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | str, *,
                          loss_fn: Callable | None = None, example_targets: Sequence[Any] = (),
                          backend: str = "aot_eager_decomp_partition", solver: str = "pytorch",
                          fractions: Sequence[float] | None = None, repeats: int = 3,
                          solver_time_limit: float | None = 10.0,
-                         time_limit: float | None = None) -> BudgetedStep:
-    """Compile ``model``'s training step so that its measured peak memory fits ``memory`` bytes.
+                         time_limit: float | None = None, chain: bool = True) -> BudgetedStep:
+    """A training step of ``model`` whose measured peak memory fits ``memory`` bytes: the fastest of
+    ``torch.compile`` at PyTorch's budget fractions and memplan's chain plans.
 
     Parameters
     ----------
@@ -201,163 +691,49 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         The targets passed to ``loss_fn``; the step is then called ``step(*inputs, *targets)``.
     backend : {'aot_eager_decomp_partition', 'inductor'}
         ``torch.compile`` backend; both use PyTorch's min-cut partitioner, which honours the budget.
-    solver : {'pytorch', 'memplan', 'both'}
-        The partitioner's knapsack: PyTorch's ``dp_knapsack``, memplan's exact MILP
-        (:class:`MemplanKnapsack`), or both (every fraction compiled with each; twice the compiles,
-        and the measured choice is at least as good as either's alone).
+    solver : {'pytorch', 'memplan', 'memplan-peak', 'both', 'all'}
+        The partitioner's knapsack: PyTorch's ``dp_knapsack``, memplan's exact MILP of the same
+        knapsack (:class:`MemplanKnapsack`), memplan's peak-aware MILP (:class:`MemplanPeakSolver`:
+        memory modelled over the joint graph's order, never worse than ``dp_knapsack`` in that model),
+        ``both`` (``pytorch`` and ``memplan``: every fraction compiled with each) or ``all`` (the
+        three). The measured choice is at least as good as each one's alone.
     fractions : sequence of floats in [0, 1], optional
-        PyTorch budget fractions to try (default :data:`DEFAULT_FRACTIONS`). Every one is compiled and
-        measured: the measured peak is not monotonic in the fraction.
+        PyTorch budget fractions to try (default :data:`DEFAULT_FRACTIONS`; empty: chain plans only).
+        Every one is compiled and measured: the measured peak is not monotonic in the fraction.
     repeats : int
         Timed steps per candidate (the median is kept).
     solver_time_limit : float or None
-        Seconds per MILP for ``solver="memplan"``.
+        Seconds per MILP for ``solver="memplan"``, and per rotor solve.
     time_limit : float or None
-        Seconds for the search. A compile cannot be interrupted, so the limit is kept by not starting a
-        candidate when it, plus the final recompile (each estimated as the slowest candidate so far),
-        would overrun it; the first candidate and the final recompile always run, so a limit shorter
-        than about two compiles is overrun. Skipped fractions are listed in ``skipped`` (and in the
-        refusal's message).
+        Seconds for the compiled search. A compile cannot be interrupted, so the limit is kept by not
+        starting a candidate when it, plus one more (each estimated as the slowest candidate so far),
+        would overrun it; the first candidate always runs. Skipped fractions are listed in
+        ``skipped`` (and in the refusal's message); chain plans are not tried once it is spent.
+    chain : bool
+        Also try memplan's chain plans (:class:`BudgetSearch`): the model cut into stages, rotor's
+        re-materialization plan for the budget, run eagerly (per stage, autograd inside a stage).
+        They can reach budgets below every fraction's peak (fraction 0 recomputes the whole forward
+        inside the backward at once, rotor's least-memory plans stage by stage); their floor is the
+        chain's largest stage (a language model's head with its cross-entropy, for instance).
 
     The search runs training steps on ``model``; the parameters' gradients and the model's buffers are
-    restored when it ends (the parameters themselves do not change: there is no optimizer step).
+    restored when it ends (the parameters themselves do not change: there is no optimizer step). A
+    chain plan that recomputes a batch-norm stage updates its running statistics once more per
+    recomputation (as ``torch.utils.checkpoint`` does); gradients are not affected.
 
     Returns
     -------
     BudgetedStep
         The fastest measured candidate whose measured peak is within the budget (the smaller peak
-        among equally fast ones), recompiled and measured again before it is returned.
+        among equally fast ones), measured again before it is returned.
 
     Raises
     ------
     InputError
         A bad option. ``InfeasibleError`` (``minimum``: the smallest peak measured) when no candidate fits.
     """
-    import torch
-    import torch._functorch.config as fconfig
-
-    budget = parse_memory(memory)
-    if not math.isfinite(budget):
-        raise InputError(f"compile_under_budget: memory {memory!r} is not finite")
-    budget = int(budget)
-    if backend not in BACKENDS:
-        raise InputError(f"compile_under_budget: backend {backend!r} is not supported; use one of "
-                         f"{', '.join(BACKENDS)}")
-    if solver not in SOLVERS:
-        raise InputError(f"compile_under_budget: solver {solver!r} is unknown; use one of {', '.join(SOLVERS)}")
-    if not isinstance(model, torch.nn.Module):
-        raise InputError(f"compile_under_budget: model must be a torch.nn.Module, got {type(model).__name__}")
-    fracs = list(DEFAULT_FRACTIONS if fractions is None else fractions)
-    if not fracs or any(not isinstance(f, (int, float)) or not 0 <= f <= 1 for f in fracs):
-        raise InputError(f"compile_under_budget: fractions must be numbers in [0, 1], got {fractions!r}")
-    if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
-        raise InputError(f"compile_under_budget: time_limit must be a positive number of seconds or None, "
-                         f"got {time_limit!r}")
-    if not isinstance(repeats, int) or repeats < 1:
-        raise InputError(f"compile_under_budget: repeats must be >= 1, got {repeats!r}")
-    inputs = tuple(example_inputs) + tuple(example_targets)
-    n_inputs = len(tuple(example_inputs))
-    params = [p for p in model.parameters() if p.requires_grad]
-    if not params:
-        raise InputError("compile_under_budget: the model has no parameter that requires a gradient")
-    device = params[0].device
-
-    # the search runs training steps: gradients and buffers (batch norm's running statistics) are put
-    # back as they were when it ends
-    saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
-    saved_buffers = [(b, b.detach().clone()) for b in model.buffers()]
-    with torch.no_grad():
-        out = model(*inputs[:n_inputs])
-        probe = loss_fn(out, *inputs[n_inputs:]) if loss_fn is not None else out
-    with torch.no_grad():                         # the probe ran a training-mode forward
-        for buf, v in saved_buffers:
-            buf.copy_(v)
-    if not (isinstance(probe, torch.Tensor) and probe.numel() == 1):
-        raise InputError("compile_under_budget: the loss must be a scalar tensor: pass loss_fn "
-                         "(loss_fn(output, *targets)) when the model does not return its loss")
-    del out, probe
-
-    def config_for(frac: float, knapsack: str) -> dict:
-        cfg = {"activation_memory_budget": float(frac)}
-        if knapsack == "memplan":
-            cfg["activation_memory_budget_solver"] = memplan_knapsack(time_limit=solver_time_limit)
-        return cfg
-
-    def build(frac: float, knapsack: str, tag: str):
-        cfg = config_for(frac, knapsack)
-        compiled = torch.compile(_fresh_step(model, loss_fn, n_inputs, tag), backend=backend)
-
-        def step(*args):
-            loss = compiled(*args)
-            loss.backward()
-            return loss.detach()
-
-        with fconfig.patch(**cfg):
-            t0 = time.perf_counter()
-            step(*inputs)                        # compiles; creates the gradients if missing
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            compile_time = time.perf_counter() - t0
-        return step, cfg, compile_time
-
-    def measure(step, cfg) -> tuple[int, list[float]]:
-        with fconfig.patch(**cfg):
-            peak = _measure(lambda: step(*inputs), device)
-            ts = []
-            for _ in range(int(repeats)):
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                t0 = time.perf_counter()
-                step(*inputs)
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                ts.append(time.perf_counter() - t0)
-        return peak, ts
-
-    candidates: list[Candidate] = []
-    skipped: list[float] = []
-    t_start = time.perf_counter()
-    slowest = 0.0                                 # the longest compile + measurement so far
-    try:
-        knapsacks = ("pytorch", "memplan") if solver == "both" else (solver,)
-        plan = [(frac, knapsack) for frac in fracs for knapsack in knapsacks]
-        for k, (frac, knapsack) in enumerate(plan):
-            elapsed = time.perf_counter() - t_start
-            if candidates and time_limit is not None and elapsed + 2 * slowest > time_limit:
-                skipped = list(dict.fromkeys(float(f) for f, _ in plan[k:]))
-                break
-            t0 = time.perf_counter()
-            step, cfg, ct = build(frac, knapsack, f"{id(model):x}_{k}")
-            peak, ts = measure(step, cfg)
-            slowest = max(slowest, time.perf_counter() - t0)
-            candidates.append(Candidate(knapsack, float(frac), peak, statistics.median(ts), ts, ct,
-                                        peak <= budget))
-            del step
-        untried = (f" (not tried within time_limit={time_limit:g} s: fractions "
-                   f"{', '.join(f'{f:g}' for f in skipped)})" if skipped else "")
-        fitting = sorted((c for c in candidates if c.fits), key=lambda c: (c.step_time, c.peak))
-        if not fitting:
-            best = min(candidates, key=lambda c: c.peak)
-            err = InfeasibleError(
-                f"memory {fmt_memory(budget)} is below every measured peak: the smallest is "
-                f"{best.peak} bytes ({fmt_memory(best.peak)}, fraction {best.fraction:g}, knapsack "
-                f"{best.solver}); give at least "
-                f"that, or try other fractions{untried}", minimum=best.peak)
-            err.candidates = candidates
-            raise err
-        for choice in fitting[:1] if time_limit is not None else fitting:   # recompile it, check again
-            step, cfg, _ = build(choice.fraction, choice.solver, f"{id(model):x}_final")
-            peak, ts = measure(step, cfg)
-            if peak <= budget:
-                return BudgetedStep(budget, choice.fraction, peak, statistics.median(ts), candidates,
-                                    backend, choice.solver, skipped, time.perf_counter() - t_start, step, cfg)
-        raise InfeasibleError(
-            f"memory {fmt_memory(budget)}: the candidate that fitted measured above it when recompiled"
-            f"{untried}",
-            minimum=min(c.peak for c in candidates))
-    finally:
-        with torch.no_grad():
-            for p, g in zip(params, saved_grads):
-                p.grad = g
-            for b, v in saved_buffers:
-                b.copy_(v)
+    budget = _budget(memory)
+    search = BudgetSearch(model, example_inputs, loss_fn=loss_fn, example_targets=example_targets,
+                          backend=backend, solver=solver, fractions=fractions, repeats=repeats,
+                          solver_time_limit=solver_time_limit, time_limit=time_limit, chain=chain)
+    return search.under(budget)

@@ -70,7 +70,7 @@ def mlp_case():
     model = _mlp()
     x, y = torch.randn(8, 16, 32), torch.randn(8, 16, 8)
     step = memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,),
-                                        fractions=(1.0, 0.0), repeats=1)
+                                        fractions=(1.0, 0.0), repeats=1, chain=False)
     return model, x, y, step
 
 
@@ -103,13 +103,13 @@ def test_infeasible_budget_refused_with_the_minimum_and_the_minimum_works(mlp_ca
     smallest = min(c.peak for c in step.candidates)
     with pytest.raises(memplan.InfeasibleError) as info:
         memplan.compile_under_budget(model, (x,), smallest - 1, loss_fn=_loss, example_targets=(y,),
-                                     fractions=(1.0, 0.0), repeats=1)
+                                     fractions=(1.0, 0.0), repeats=1, chain=False)
     err = info.value
     assert err.minimum == pytest.approx(smallest, rel=0.05)
     assert str(int(err.minimum)) in str(err)
     best = min(err.candidates, key=lambda c: c.peak)
     again = memplan.compile_under_budget(model, (x,), err.minimum, loss_fn=_loss, example_targets=(y,),
-                                         fractions=(best.fraction,), repeats=1)
+                                         fractions=(best.fraction,), repeats=1, chain=False)
     assert again.peak <= err.minimum
     for p in model.parameters():
         p.grad = None
@@ -123,7 +123,7 @@ def test_memplan_knapsack_inside_the_partitioner():
     x, y = torch.randn(4, 16, 32), torch.randn(4, 16, 32)
     expected = _eager_grads(model, x, y)
     step = memplan.compile_under_budget(model, (x,), "64MiB", loss_fn=_loss, example_targets=(y,),
-                                        solver="memplan", fractions=(0.3,), repeats=1)
+                                        solver="memplan", fractions=(0.3,), repeats=1, chain=False)
     assert step.peak <= 64 * 2**20
     calls = step.knapsack_calls
     assert calls, "the partitioner did not call memplan's knapsack"
@@ -145,7 +145,7 @@ def test_both_knapsacks_compete_on_measured_peaks():
     model = torch.nn.Sequential(_TinyGPTBlock())
     x, y = torch.randn(4, 16, 32), torch.randn(4, 16, 32)
     step = memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,),
-                                        solver="both", fractions=(0.3,), repeats=1)
+                                        solver="both", fractions=(0.3,), repeats=1, chain=False)
     assert [(c.solver, c.fraction) for c in step.candidates] == [("pytorch", 0.3), ("memplan", 0.3)]
     chosen = min(step.candidates, key=lambda c: (c.step_time, c.peak))
     assert step.solver == chosen.solver and step.peak <= 2**30
@@ -163,7 +163,7 @@ def test_the_search_leaves_gradients_and_buffers_as_they_were():
     before = {k: v.clone() for k, v in model.state_dict().items()}
     grads = [p.grad.clone() for p in model.parameters()]
     memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,),
-                                 fractions=(1.0,), repeats=1)
+                                 fractions=(1.0,), repeats=1)         # chain plans too (batch norm recomputed)
     for k, v in model.state_dict().items():
         torch.testing.assert_close(v, before[k], rtol=0, atol=0)
     for p, g in zip(model.parameters(), grads):
@@ -199,6 +199,84 @@ def test_bad_options_are_refused():
         memplan.compile_under_budget(model, (x,), "1GiB")        # the output is not a loss
     with pytest.raises(memplan.UnitError):
         memplan.compile_under_budget(model, (x,), "1.5 parsecs", loss_fn=_loss, example_targets=(y,))
+    # chain plans only (no fraction), but the model returns its loss: the chain needs loss_fn
+    with pytest.raises(memplan.InputError, match="nothing to try.*loss_fn"):
+        memplan.compile_under_budget(torch.nn.Sequential(torch.nn.Linear(2, 1)), (torch.randn(1, 2),), "1GiB",
+                                     fractions=())
+
+
+# --- memplan's chain plans (rotor across stages, run eagerly) ---------------------------------------
+
+def _deep_mlp():
+    torch.manual_seed(5)
+    blocks = [torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.GELU(), torch.nn.Linear(128, 32),
+                                  torch.nn.LayerNorm(32)) for _ in range(5)]
+    return torch.nn.Sequential(*blocks, torch.nn.Linear(32, 8))
+
+
+@pytest.fixture(scope="module")
+def chain_search():
+    from memplan._compile_budget import BudgetSearch
+
+    model = _deep_mlp()
+    x, y = torch.randn(16, 16, 32), torch.randn(16, 16, 8)
+    search = BudgetSearch(model, (x,), loss_fn=_loss, example_targets=(y,), fractions=(0.1,), repeats=1)
+    return model, x, y, search
+
+
+def test_chain_plans_reach_a_quarter_below_every_fraction_and_train(chain_search):
+    """A budget 25% below the smallest peak any fraction measured: PyTorch's knob has nothing there,
+    memplan's rotor plan fits (measured again outside the search) and its gradients equal eager's."""
+    model, x, y, search = chain_search
+    assert search.chain is not None and search.chain_note == ""
+    lowest = min(c.peak for c, _, _ in search.compiled)
+    budget = int(0.75 * lowest)
+    step = search.under(budget)
+    assert step.kind == "chain" and step.peak <= budget and step.solver == "rotor"
+    assert not any(c.fits for c in step.candidates if c.kind == "compiled")
+    expected = _eager_grads(model, x, y)
+    step(x, y)                                   # gradients exist, as in the search's window
+    for p in model.parameters():
+        p.grad.zero_()
+    _, peak, _ = profiler_peak(lambda: step(x, y))
+    assert peak <= budget
+    got = [p.grad.detach().clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = None
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6)
+    # the plan recomputes: it is not store-all (each stage's forward run once)
+    forwards = [op for op in step.choice.ops if op[0] != "B"]
+    assert len(forwards) > len({l for _, l in forwards})
+
+
+def test_chain_minimum_refused_below_and_given_at(chain_search):
+    """Below the least-memory plan's measured peak the search refuses, stating that peak; at it, the
+    step fits."""
+    model, x, y, search = chain_search
+    least = search.minimum()
+    assert least.kind == "chain" and least.peak < min(c.peak for c, _, _ in search.compiled)
+    with pytest.raises(memplan.InfeasibleError) as info:
+        search.under(least.peak - 1)
+    assert info.value.minimum == least.peak and str(least.peak) in str(info.value)
+    step = search.under(info.value.minimum)
+    assert step.peak <= least.peak
+    for p in model.parameters():
+        p.grad = None
+
+
+def test_at_a_fraction_peak_the_choice_is_the_fastest_fitting(chain_search):
+    """At the peak fraction 0.1 measured, the answer is the fastest measured of everything that fits
+    (the compiled step at 0.1 among them), so never slower than it in the measurements."""
+    model, x, y, search = chain_search
+    at_one = next(c for c, _, _ in search.compiled if c.fraction == 0.1)
+    step = search.under(at_one.peak)
+    fitting = [c for c in step.candidates if c.fits]
+    assert any(c.kind == "compiled" and c.fraction == 0.1 for c in fitting)
+    assert step.choice.step_time == min(c.step_time for c in fitting) <= at_one.step_time
+    assert step.peak <= at_one.peak
+    for p in model.parameters():
+        p.grad = None
 
 
 # --- the knapsack MILP on its own --------------------------------------------------------------------
@@ -267,3 +345,78 @@ def test_knapsack_milp_where_dp_knapsack_rounding_loses():
     assert knapsack_value(memory, runtimes, dp_saved)[0] == 5.0          # dp keeps the 7, recomputes the 5
     res = solve_knapsack(memory, runtimes, cap, start=dp_saved, time_limit=10, threads=1)
     assert res.saved == [0, 1] and res.recompute_runtime == 0.0 and res.source == "milp"
+
+
+# --- the peak-aware MILP (memory over time) -----------------------------------------------------------
+
+def _random_timeline(rng, n, T):
+    sizes = [float(rng.randint(1, 9)) for _ in range(n)]
+    runtimes = [float(rng.choice([1, 1, 2, 5, 30])) for _ in range(n)]
+    saved, recomputed = [], []
+    for _ in range(n):
+        d = rng.randrange(0, T // 2)
+        fw = rng.randrange(d, T // 2 + 1)
+        b0 = rng.randrange(T // 2, T)
+        b1 = rng.randrange(b0, T)
+        saved.append([(d, b1)])
+        recomputed.append([(d, fw), (b0, b1)])
+    fixed = [float(rng.randint(0, 12)) for _ in range(T)]
+    return sizes, runtimes, saved, recomputed, fixed
+
+
+def test_peak_milp_equals_brute_force_and_never_worse_than_its_start():
+    """On random timelines: the MILP's recompute runtime is the brute-force optimum among choices whose
+    peak (swept over every time point, no segments) is within the start's; its peak is within it."""
+    from memplan.formulations.peak_milp import peak_value, solve_peak
+
+    rng = random.Random(2800)
+    for _ in range(20):
+        n, T = rng.randint(1, 7), rng.randint(4, 14)
+        sizes, runtimes, saved, recomputed, fixed = _random_timeline(rng, n, T)
+        start = [i for i in range(n) if rng.random() < 0.5]
+        cap = peak_value(sizes, saved, recomputed, fixed, start)
+        res = solve_peak(sizes, runtimes, saved, recomputed, fixed, start=start, time_limit=10, threads=1)
+        assert res.capacity == pytest.approx(cap)
+        best = min(sum(r for i, r in enumerate(runtimes) if i not in keep)
+                   for k in range(n + 1) for keep in itertools.combinations(range(n), k)
+                   if peak_value(sizes, saved, recomputed, fixed, keep) <= cap + 1e-9)
+        assert res.recompute_runtime == pytest.approx(best)
+        assert res.peak == pytest.approx(peak_value(sizes, saved, recomputed, fixed, res.saved))
+        assert res.peak <= cap + 1e-9
+        assert res.recompute_runtime <= sum(r for i, r in enumerate(runtimes) if i not in start) + 1e-9
+
+
+def test_peak_milp_keeps_what_a_knapsack_must_drop():
+    """Two tensors of 4 bytes, recomputing either costs 10; the first dies before the second is made.
+    A knapsack of capacity 4 over saved bytes keeps one; the peak is 4 either way, so the peak model keeps both."""
+    from memplan.formulations.knapsack_milp import solve_knapsack
+    from memplan.formulations.peak_milp import solve_peak
+
+    sizes, runtimes = [4.0, 4.0], [10.0, 10.0]
+    saved = [[(0, 3)], [(4, 7)]]
+    recomputed = [[(0, 0), (3, 3)], [(4, 4), (7, 7)]]
+    ks = solve_knapsack(sizes, runtimes, 4.0, time_limit=10, threads=1)
+    assert len(ks.saved) == 1 and ks.recompute_runtime == 10.0
+    res = solve_peak(sizes, runtimes, saved, recomputed, [0.0] * 8, capacity=4.0, time_limit=10, threads=1)
+    assert res.saved == [0, 1] and res.recompute_runtime == 0.0 and res.peak == 4.0
+
+
+def test_peak_solver_inside_the_partitioner_never_worse_than_dp_knapsack_in_its_model():
+    """solver='memplan-peak' on a tiny GPT block: every call's answer has a modelled peak no higher
+    and a recompute runtime no larger than dp_knapsack's choice; gradients equal eager; budget kept."""
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(_TinyGPTBlock())
+    x, y = torch.randn(4, 16, 32), torch.randn(4, 16, 32)
+    expected = _eager_grads(model, x, y)
+    step = memplan.compile_under_budget(model, (x,), "64MiB", loss_fn=_loss, example_targets=(y,),
+                                        solver="memplan-peak", fractions=(0.1,), repeats=1, chain=False)
+    calls = step.knapsack_calls
+    assert calls and step.peak <= 64 * 2**20
+    for c in calls:
+        assert c["recompute_runtime"] <= c["dp_recompute_runtime"] * (1 + 1e-12)
+        assert c["peak"] <= c["dp_peak"] * (1 + 1e-9)
+    got = _step_grads(step, model, x, y)
+    for p in model.parameters():
+        p.grad = None
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6)

@@ -58,7 +58,7 @@ def test_gpt2_configurable_and_causal():
 
 
 def test_registry():
-    assert len(MODELS) == 18
+    assert len(MODELS) == 19
     with pytest.raises(KeyError, match="unknown model"):
         get_model("resnet19")
     assert get_model("ResNet-18").fc.out_features == 1000
@@ -115,6 +115,36 @@ def test_transformer_parameters_by_hand():
     assert m.out.weight is m.tok.weight
 
 
+def test_llama_parameters_by_hand_swiglu_and_causal():
+    V, d, h, n = 13, 16, 48, 2
+    per_block = 4 * d * d + 3 * d * h + 2 * d          # q, k, v, o (no bias); w1, w3, w2; two RMSNorms
+    m = get_model("llama", vocab=V, n_ctx=12, n_layer=n, d_model=d, n_head=2, hidden=h)
+    assert count_parameters(m) == V * d + n * per_block + d + d * V == 7_152
+    assert get_model("llama", d_model=96).blocks[0].mlp.w1.out_features == 256    # 2/3 * 4 * 96, to 32s
+    # the SwiGLU MLP by hand: w2(silu(w1 x) * w3 x)
+    mlp = m.blocks[0].mlp
+    x = torch.randn(3, d)
+    expected = (torch.sigmoid(x @ mlp.w1.weight.T) * (x @ mlp.w1.weight.T) * (x @ mlp.w3.weight.T)) @ mlp.w2.weight.T
+    torch.testing.assert_close(mlp(x), expected)
+    # RMSNorm with weight 1: every row has mean square 1 (up to eps)
+    y = m.norm(torch.randn(4, d) * 5)
+    torch.testing.assert_close(y.pow(2).mean(-1), torch.ones(4), rtol=1e-4, atol=1e-4)
+    # causal: later tokens leave earlier logits unchanged; rotary positions: a shifted sequence differs
+    ids = example_input("llama", 2, (10,), vocab=V)
+    out = m(ids)
+    assert out.shape == (2, 10, V)
+    later = ids.clone()
+    later[:, 6:] = (later[:, 6:] + 1) % V
+    assert torch.equal(m(later)[:, :6], out[:, :6])
+    # rotary positions: a score q.k depends on the positions only through their difference
+    from memplan.models.networks.llama import _rotate
+
+    att = m.blocks[0].attn
+    q, k = torch.randn(att.head_dim), torch.randn(att.head_dim)
+    score = lambda i, j: float(_rotate(q, att.cos[i], att.sin[i]) @ _rotate(k, att.cos[j], att.sin[j]))  # noqa: E731
+    assert score(5, 2) == pytest.approx(score(3, 0), rel=1e-5) and score(5, 2) != pytest.approx(score(5, 4), rel=1e-3)
+
+
 def test_transformer_split_input_causal_and_cross_attention():
     m = get_model("transformer", vocab=20, d_model=16, n_head=2, d_ff=32, n_enc=2, n_dec=2, src_len=5,
                   n_ctx=16, dropout=0.0).eval()
@@ -135,6 +165,7 @@ def test_transformer_split_input_causal_and_cross_attention():
     ("unet", dict(base=4, depth=2), (3, 8, 8), (2, 8, 8, 2)),
     ("transformer", dict(vocab=20, d_model=8, n_head=2, d_ff=16, n_enc=2, n_dec=2, src_len=4, n_ctx=8),
      (4 + 3,), (2, 3, 20)),
+    ("llama", dict(vocab=20, n_ctx=8, n_layer=2, d_model=8, n_head=2, hidden=16), (6,), (2, 6, 20)),
 ])
 def test_multi_branch_networks_linearize(name, kw, shape, out):
     from memplan.models.graph import is_chain_partition, linearize_model

@@ -8,7 +8,8 @@ nothing is downloaded, torchvision is not used).
 ``get_model(name, **kw)`` passes ``kw`` to the constructor (``num_classes``; for ``gpt2``: ``vocab``,
 ``n_ctx``, ``n_layer``, ``n_embd``, ``n_head``, ``dropout``, ``tie_weights``; for ``nasnet_a``:
 ``channels``, ``cells``; for ``unet``: ``base``, ``depth``; for ``transformer``: ``vocab``, ``src_len``,
-``n_ctx``, ``d_model``, ``n_head``, ``d_ff``, ``n_enc``, ``n_dec``, ``dropout``).
+``n_ctx``, ``d_model``, ``n_head``, ``d_ff``, ``n_enc``, ``n_dec``, ``dropout``; for ``llama``: ``vocab``,
+``n_ctx``, ``n_layer``, ``d_model``, ``n_head``, ``hidden``).
 
 Token models (:data:`TOKEN_MODELS`) take a LongTensor of token ids; the Transformer encoder-decoder
 takes source and target ids side by side in one tensor (batch, src_len + tgt_len).
@@ -20,7 +21,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from . import densenet, gpt2, inception, nasnet, resnet, transformer, unet, vgg
+from . import densenet, gpt2, inception, llama, nasnet, resnet, transformer, unet, vgg
 
 MODELS: dict[str, Callable[..., nn.Module]] = {
     "resnet18": resnet.resnet18, "resnet34": resnet.resnet34, "resnet50": resnet.resnet50,
@@ -29,12 +30,12 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "densenet121": densenet.densenet121, "densenet161": densenet.densenet161,
     "densenet169": densenet.densenet169, "densenet201": densenet.densenet201,
     "inception_v3": inception.inception_v3, "vgg16": vgg.vgg16, "vgg19": vgg.vgg19,
-    "gpt2": gpt2.gpt2,
+    "gpt2": gpt2.gpt2, "llama": llama.llama,
     "nasnet_a": nasnet.nasnet_a, "unet": unet.unet, "transformer": transformer.transformer,
 }
 
 #: networks whose input is token ids (and their default vocabulary size)
-TOKEN_MODELS = {"gpt2": 50257, "transformer": 8000}
+TOKEN_MODELS = {"gpt2": 50257, "transformer": 8000, "llama": 8000}
 
 # default input shape per image (channels, height, width); gpt2 takes (seq,) token ids
 DEFAULT_INPUT = {name: (3, 224, 224) for name in MODELS}
@@ -42,6 +43,7 @@ DEFAULT_INPUT["inception_v3"] = (3, 299, 299)
 DEFAULT_INPUT["preact_resnet1001"] = (3, 32, 32)
 DEFAULT_INPUT["gpt2"] = (1024,)
 DEFAULT_INPUT["nasnet_a"] = (3, 32, 32)
+DEFAULT_INPUT["llama"] = (256,)
 DEFAULT_INPUT["transformer"] = (128,)      # src_len 64 + tgt_len 64
 
 

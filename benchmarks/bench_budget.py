@@ -1,0 +1,395 @@
+"""Issue 28's benchmark: a byte budget for real training steps, PyTorch's budget knob against memplan.
+
+For each network (GPT-2 with 4 layers, width 256, sequence 256; ResNet-50 at batch 2; a Llama-style
+stack with SwiGLU MLPs, :mod:`memplan.models.networks.llama`) one training step (forward, loss,
+backward) is run by every contender:
+
+- ``pytorch``: ``torch.compile`` with ``torch._functorch.config.activation_memory_budget`` at
+  1, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05 (the compiled grid of :class:`memplan._compile_budget.BudgetSearch`);
+- ``eager``: plain ``loss_fn(model(x)).backward()``;
+- ``checkpoint_sequential``: ``torch.utils.checkpoint.checkpoint_sequential`` (non-reentrant) over the
+  model's linearized stages, k segments;
+- ``rotor``: memplan's chain plans, rotor (paper 004) at 0, 0.25, 0.5, 0.75, 1 of the way from the
+  chain's least memory to store-all, run by :func:`memplan.models.runtime.execute`;
+- ``memplan``: :meth:`BudgetSearch.under` (what ``memplan.compile_under_budget`` returns) at byte
+  budgets equal to each PyTorch point's measured peak, then below PyTorch's lowest peak
+  (x0.9, 0.75, 0.6, 0.5, ...) down to memplan's least measured peak.
+
+One measuring method for every row: the peak is :func:`memplan.models.memory.profiler_peak` (c10's CPU
+allocator, compiled code included) of one step after a warm-up step, parameters' gradients already
+allocated (the window of ``compile_under_budget``). Times: every distinct step of a network runs once per
+round in rotating order (:func:`memplan.models.measure.interleaved`) on the CPU clock (process time, one
+torch thread), until each median's 95% interval is within 2% of it or ``--max-rounds``; ``noisy`` marks
+the rows whose interval stayed wider. A ``memplan`` row whose step is the same object as another row's
+(the same compiled step or the same chain plan) is timed once: ``same_as`` names that row. Gradients of
+every row are compared with eager autograd's (``grad_rel_err``: ||g - g_eager|| / ||g_eager|| over all
+parameters, ``grads_equal``: at most :data:`GRAD_RTOL`; dropout is 0 so that
+compiled and eager steps draw no random masks). ``peak_set_to_none`` is the same step's peak with the
+gradients set to None before it (a ``zero_grad()`` loop: the gradients are allocated inside the step);
+a compiled backward returns every parameter gradient at once, so in the gradients-kept window it holds
+a transient copy of all of them before they are added in place, which eager autograd does not. ``solve_time``: compile seconds
+(trace, partition with PyTorch's knapsack, compile) for ``pytorch`` rows, rotor's DP seconds for
+``rotor`` rows; for ``memplan`` rows the solve time of the chosen candidate, ``search_time`` the whole
+search (compiles, profile, solves, measurements).
+
+    nice -n 19 python benchmarks/bench_budget.py                 # the real run (~30-60 min on a shared CPU)
+    python benchmarks/bench_budget.py --quick                    # tiny sizes, 3 fractions: a few minutes
+    memplan plot benchmarks/results/bench_budget_cpu.csv --figure budget -o benchmarks/results
+
+Writes ``--out`` (CSV, one row per contender; ``memplan plot`` draws it) and, beside it, the summary
+printed at the end (``.txt``).
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+FRACTIONS = (1.0, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05)
+BELOW = (0.9, 0.75, 0.6, 0.5, 0.4, 0.3, 0.25, 0.2)
+NETWORKS = {
+    "gpt2": dict(model="gpt2", kw=dict(n_layer=4, n_embd=256, n_head=4, n_ctx=256, dropout=0.0), shape=(256,),
+                 batch=2),
+    "resnet50": dict(model="resnet50", kw={}, shape=(3, 160, 160), batch=2),
+    "llama": dict(model="llama", kw=dict(vocab=8000, n_ctx=256, n_layer=4, d_model=256, n_head=4), shape=(256,),
+                  batch=2),
+}
+QUICK = {
+    "gpt2": dict(model="gpt2", kw=dict(n_layer=2, n_embd=64, n_head=2, n_ctx=64, vocab=512, dropout=0.0),
+                 shape=(64,), batch=2),
+    "resnet50": dict(model="resnet50", kw=dict(num_classes=10), shape=(3, 64, 64), batch=2),
+    "llama": dict(model="llama", kw=dict(vocab=512, n_ctx=64, n_layer=2, d_model=64, n_head=2), shape=(64,),
+                  batch=2),
+}
+COLUMNS = ["problem", "instance", "network", "method", "label", "batch", "input", "fraction", "memory_limit",
+           "status", "objective", "peak_memory", "peak_set_to_none", "predicted_peak", "time_low", "time_high", "rounds", "noisy",
+           "throughput", "grads_equal", "grad_rel_err", "solve_time", "search_time", "same_as", "clock",
+           "backend", "message"]
+
+
+def _grads(params):
+    return [None if p.grad is None else p.grad.detach().clone() for p in params]
+
+
+#: gradients "equal" eager's: ||g - g_eager|| <= GRAD_RTOL ||g_eager|| (2-norms over all parameters
+#: together). Compiled steps (decomposed batch norm, other summation orders) differ from eager in float32
+#: rounding, which batch norm over few values per channel amplifies (ResNet-50 at batch 2)
+GRAD_RTOL = 1e-3
+
+
+def _close(ref, got) -> tuple[bool, float]:
+    """(within GRAD_RTOL, ||g - r|| / ||r||)."""
+    num = den = 0.0
+    for r, g in zip(ref, got):
+        if (r is None) != (g is None):
+            return False, math.inf
+        if r is None:
+            continue
+        num += float(((r - g).double() ** 2).sum())
+        den += float((r.double() ** 2).sum())
+    err = math.sqrt(num / den) if den > 0 else math.sqrt(num)
+    return err <= GRAD_RTOL, err
+
+
+def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: int, min_rounds: int,
+                timing_budget: float | None, clock_name: str, segments, progress=print) -> list[dict]:
+    import torch
+    from torch.utils.checkpoint import checkpoint_sequential
+
+    from memplan._compile_budget import BudgetSearch
+    from memplan.baselines.remat_heuristics import store_all
+    from memplan.models.measure import clock as pick_clock
+    from memplan.models.measure import interleaved
+    from memplan.models.memory import profiler_peak
+    from memplan.models.networks import example_input, get_model
+    from memplan.models.profiler import classification_loss
+    from memplan.models.solution import InfeasibleError
+
+    clock = pick_clock(clock_name, torch.get_num_threads())
+    torch.manual_seed(0)
+    model = get_model(spec["model"], **spec["kw"]).train()
+    x = example_input(spec["model"], spec["batch"], spec["shape"], vocab=spec["kw"].get("vocab"))
+    ce = classification_loss()
+
+    def loss_fn(out):
+        return ce(out)
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    batch = spec["batch"]
+    base = {"problem": "budget", "instance": f"{name}-b{batch}-{'x'.join(map(str, spec['shape']))}",
+            "network": name, "batch": batch, "input": "x".join(map(str, spec["shape"])), "clock": clock_name,
+            "backend": backend}
+
+    def eager():
+        loss_fn(model(x)).backward()
+
+    for p in params:
+        p.grad = None
+    eager()
+    ref = _grads(params)
+
+    t0 = time.perf_counter()
+    search = BudgetSearch(model, (x,), loss_fn=loss_fn, backend=backend, fractions=fractions, repeats=2,
+                          solver_time_limit=30.0)
+    grid_time = time.perf_counter() - t0
+    progress(f"{name}: {len(search.compiled)} fractions compiled and measured, chain L = "
+             f"{search.chain.L if search.chain else '-'} profiled ({search.profile_time:.1f} s), "
+             f"{grid_time:.1f} s; {search.chain_note}")
+
+    # contenders: tag -> (run once, row fields)
+    runs: dict[str, callable] = {}
+    rows: list[dict] = []
+
+    def add(tag: str, fn, row: dict) -> None:
+        runs[tag] = fn
+        rows.append({**base, **row, "_tag": tag})
+
+    add("eager", eager, {"method": "eager", "label": "eager autograd", "status": "executed"})
+    if search.chain is not None:
+        stages, loss_stage = search._chain[0], search._chain[1]
+        seqmod = torch.nn.Sequential(*stages)
+        for k in segments:
+            if k > len(stages):
+                continue
+
+            def ck(k=k):
+                out = checkpoint_sequential(seqmod, k, x, use_reentrant=False)
+                loss_stage(out).backward()
+
+            add(f"ckpt{k}", ck, {"method": "checkpoint_sequential", "label": f"checkpoint_sequential k={k}",
+                                 "status": "executed", "fraction": k})
+    for c, step, cfg in search.compiled:
+        def comp(step=step, cfg=cfg):
+            import torch._functorch.config as fconfig
+
+            with fconfig.patch(**cfg):
+                step(x)
+
+        add(f"pytorch{c.fraction:g}", comp, {"method": "pytorch", "label": f"activation_memory_budget {c.fraction:g}",
+                                              "status": "executed", "fraction": c.fraction,
+                                              "solve_time": c.compile_time, "_runner": step})
+    if search.chain is not None:
+        lo, hi = search.chain_minimum, store_all(search.chain).peak_memory
+        for f in (0.0, 0.25, 0.5, 0.75, 1.0):
+            cand = search.chain_plan(lo + f * (hi - lo))
+            if cand is None:
+                continue
+            step = search.chain_plans[cand.ops][1]
+            add(f"rotor{f:g}", lambda step=step: step(x),
+                {"method": "rotor", "label": f"rotor at {f:g} of [min, store-all]", "status": "executed",
+                 "fraction": f, "memory_limit": lo + f * (hi - lo), "predicted_peak": cand.predicted_peak,
+                 "solve_time": cand.compile_time, "_runner": step})
+
+    def measure(r: dict, fn) -> None:
+        """Gradients against eager's; the peak in compile_under_budget's window (gradients allocated, a
+        warm-up step first) and, for reference, in a set_to_none loop's (gradients None before the step)."""
+        for p in params:
+            p.grad = None
+        fn()
+        r["grads_equal"], r["grad_rel_err"] = _close(ref, _grads(params))
+        fn()
+        _, peak, _ = profiler_peak(fn)
+        r["peak_memory"] = float(peak)
+        for p in params:
+            p.grad = None
+        _, peak, _ = profiler_peak(fn)
+        r["peak_set_to_none"] = float(peak)
+
+    # one measurement method for every row
+    for r in rows:
+        measure(r, runs[r["_tag"]])
+    progress(f"{name}: {len(rows)} contenders measured")
+
+    # memplan at each PyTorch point's measured peak, then below the lowest, down to memplan's minimum
+    pts = [r for r in rows if r["method"] == "pytorch"]
+    lowest = min(r["peak_memory"] for r in pts)
+    least = search.minimum()
+    budgets = [(r["peak_memory"], f"at pytorch {r['fraction']:g}") for r in pts]
+    budgets += [(lowest * f, f"x{f:g} of pytorch's lowest") for f in BELOW if lowest * f > least.peak]
+    budgets.append((float(least.peak), "memplan's least measured peak"))
+    budgets.append((float(least.peak) * 0.98, "below memplan's least (refused)"))
+    by_runner = {id(r["_runner"]): r for r in rows if r.get("_runner") is not None}
+    for budget, why in budgets:
+        t1 = time.perf_counter()
+        try:
+            step = search.under(int(budget))
+        except InfeasibleError as e:
+            rows.append({**base, "method": "memplan", "label": why, "memory_limit": int(budget), "status": "refused",
+                         "message": str(e)[:300], "search_time": grid_time + time.perf_counter() - t1})
+            continue
+        runner = step._fn
+        same = by_runner.get(id(runner))
+        row = {"method": "memplan", "label": f"{why}: {step.choice.label}", "memory_limit": int(budget),
+               "status": "executed", "fraction": step.fraction, "solve_time": step.choice.compile_time,
+               "search_time": grid_time + time.perf_counter() - t1,
+               "predicted_peak": step.choice.predicted_peak}
+        if same is None:        # a chain plan solved for this budget only: its own contender
+            tag = f"memplan{len(rows)}"
+
+            def mp(step=step):
+                step(x)
+
+            add(tag, mp, {**row, "_runner": runner})
+            r = rows[-1]
+            measure(r, mp)
+            by_runner[id(runner)] = r
+        else:
+            rows.append({**base, **row, "same_as": same["label"], "_same": same["_tag"],
+                         "peak_memory": same["peak_memory"], "peak_set_to_none": same.get("peak_set_to_none"),
+                         "grads_equal": same["grads_equal"], "grad_rel_err": same["grad_rel_err"]})
+    progress(f"{name}: {len(budgets)} budgets answered; timing {len(runs)} distinct steps")
+
+    def timed(fn):
+        def once():
+            t = clock()
+            fn()
+            return clock() - t
+        return once
+
+    res = interleaved({tag: timed(fn) for tag, fn in runs.items()}, target=0.02, min_rounds=min_rounds,
+                      max_rounds=max_rounds, budget=timing_budget, progress=lambda s: progress(f"{name}: {s}"))
+    for r in rows:
+        tag = r.get("_same") or r.get("_tag")
+        if tag in res and r["status"] == "executed":
+            t = res[tag]
+            r.update(objective=t.median, time_low=t.low, time_high=t.high, rounds=len(t.times), noisy=t.noisy,
+                     throughput=batch / t.median)
+        if r["method"] == "memplan" and r["status"] == "executed":
+            r["within_budget"] = r["peak_memory"] <= r["memory_limit"]
+    for r in rows:
+        for k in [k for k in r if k.startswith("_")]:
+            del r[k]
+    del search, runs
+    gc.collect()
+    return rows
+
+
+def _num(v):
+    """A number, or None for a missing value (None or NaN, as a CSV read back gives)."""
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def summary(rows: list[dict]) -> list[str]:
+    """The acceptance of issue 28 on these rows (from a run, or from its CSV: ``--summary``)."""
+    out = []
+    nets = list(dict.fromkeys(r["network"] for r in rows))
+    for net in nets:
+        d = [r for r in rows if r["network"] == net]
+        pts = [r for r in d if r["method"] == "pytorch"]
+        mp = [r for r in d if r["method"] == "memplan" and r["status"] == "executed"]
+        eager = next(r for r in d if r["method"] == "eager")
+        lowest = min(r["peak_memory"] for r in pts)
+        least = min((r["peak_memory"] for r in mp), default=math.nan)
+        over = [r for r in mp if r["peak_memory"] > r["memory_limit"]]
+        bad = [r for r in d if r["status"] == "executed" and not r.get("grads_equal")]
+        out.append(f"{net}: eager {eager['peak_memory'] / 2**20:.1f} MiB {eager['objective'] * 1e3:.0f} ms; "
+                   f"PyTorch's lowest peak {lowest / 2**20:.1f} MiB; memplan's least {least / 2**20:.1f} MiB "
+                   f"({(1 - least / lowest) * 100:.0f}% below); memplan rows over budget: {len(over)}; "
+                   f"rows with gradients not equal to eager: {len(bad)}"
+                   + (f" ({', '.join(r['label'] for r in bad)})" if bad else ""))
+        lowest_none = min(r["peak_set_to_none"] for r in pts)
+        # every candidate memplan chooses from: the compiled fractions and the chain plans
+        least_none = min((r["peak_set_to_none"] for r in d if r["method"] in ("pytorch", "rotor", "memplan")
+                          and _num(r.get("peak_set_to_none")) is not None), default=math.nan)
+        out.append(f"  set_to_none window (gradients allocated inside the step): eager "
+                   f"{eager['peak_set_to_none'] / 2**20:.1f} MiB, PyTorch's lowest {lowest_none / 2**20:.1f} MiB, "
+                   f"least of memplan's candidates {least_none / 2**20:.1f} MiB "
+                   f"({(1 - least_none / lowest_none) * 100:.0f}% below)")
+        for p in pts:
+            m = next((r for r in mp if r["label"].startswith(f"at pytorch {p['fraction']:g}:")), None)
+            if m is None:
+                out.append(f"  fraction {p['fraction']:g}: no memplan row")
+                continue
+            faster = m["objective"] <= p["objective"]
+            overlap = m["time_low"] <= p["time_high"]
+            out.append(f"  fraction {p['fraction']:<4g} peak {p['peak_memory'] / 2**20:7.1f} MiB "
+                       f"{p['objective'] * 1e3:7.1f} ms [{p['time_low'] * 1e3:.1f}, {p['time_high'] * 1e3:.1f}]"
+                       f"{' noisy' if p['noisy'] else ''} | memplan {m['peak_memory'] / 2**20:7.1f} MiB "
+                       f"{m['objective'] * 1e3:7.1f} ms [{m['time_low'] * 1e3:.1f}, {m['time_high'] * 1e3:.1f}]"
+                       f"{' noisy' if m['noisy'] else ''} ({p['objective'] / m['objective'] - 1:+.1%} throughput; "
+                       f"{'faster' if faster else 'within noise' if overlap else 'SLOWER'}) <- "
+                       f"{m['label'].split(': ', 1)[1]}")
+        for m in mp:
+            if "pytorch's lowest" in m["label"] or "least" in m["label"]:
+                out.append(f"  budget {m['memory_limit'] / 2**20:7.1f} MiB ({m['label']}): peak "
+                           f"{m['peak_memory'] / 2**20:.1f} MiB, {m['objective'] * 1e3:.1f} ms"
+                           f"{' noisy' if m['noisy'] else ''}")
+        for r in d:
+            if r["status"] == "refused":
+                out.append(f"  budget {r['memory_limit'] / 2**20:.1f} MiB refused: {r['message'][:160]}")
+        solves = [r["solve_time"] for r in d if r["method"] == "rotor" and r.get("solve_time") is not None]
+        comp = [r["solve_time"] for r in pts if r.get("solve_time") is not None]
+        out.append(f"  solve: rotor DP {max(solves, default=0):.2f} s at most; compiles {min(comp):.1f}-"
+                   f"{max(comp):.1f} s; noisy rows: {sum(bool(r.get('noisy')) for r in d if r['status'] == 'executed')}")
+    return out
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    import csv
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cols = COLUMNS + sorted({k for r in rows for k in r} - set(COLUMNS))
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes, fractions 1, 0.5, 0.1, 2 rounds: a few minutes")
+    p.add_argument("--networks", default="gpt2,resnet50,llama")
+    p.add_argument("--backend", default="aot_eager_decomp_partition", choices=["aot_eager_decomp_partition", "inductor"])
+    p.add_argument("--clock", default="cpu", choices=["cpu", "wall"])
+    p.add_argument("--min-rounds", type=int, default=None)
+    p.add_argument("--max-rounds", type=int, default=None)
+    p.add_argument("--timing-budget", type=float, default=None, help="seconds of timing rounds per network")
+    p.add_argument("--out", default=None, help="CSV (default benchmarks/results/bench_budget_cpu.csv; --quick: "
+                   "/tmp/bench_budget_quick.csv)")
+    p.add_argument("--summary", metavar="CSV", help="print the summary of a written CSV again, run nothing")
+    a = p.parse_args(argv)
+    if a.summary:
+        import pandas as pd
+
+        df = pd.read_csv(a.summary)
+        df["same_as"] = df["same_as"].where(df["same_as"].notna(), None)
+        print("\n".join(summary(df.to_dict("records"))))
+        return 0
+    import torch
+
+    torch.set_num_threads(1)
+    specs = QUICK if a.quick else NETWORKS
+    names = [n for n in a.networks.split(",") if n]
+    for n in names:
+        if n not in specs:
+            print(f"bench_budget: --networks: unknown {n!r}; choose from {', '.join(specs)}", file=sys.stderr)
+            return 2
+    out = Path(a.out or ("/tmp/bench_budget_quick.csv" if a.quick else RESULTS / "bench_budget_cpu.csv"))
+    fractions = (1.0, 0.5, 0.1) if a.quick else FRACTIONS
+    min_rounds = a.min_rounds or (2 if a.quick else 6)
+    max_rounds = a.max_rounds or (2 if a.quick else 12)
+    rows: list[dict] = []
+    t0 = time.perf_counter()
+    for n in names:
+        t1 = time.perf_counter()
+        rows += run_network(n, specs[n], fractions=fractions, backend=a.backend, max_rounds=max_rounds,
+                            min_rounds=min_rounds, timing_budget=a.timing_budget, clock_name=a.clock,
+                            segments=(2, 4))
+        print(f"{n}: done in {time.perf_counter() - t1:.0f} s", flush=True)
+        write_csv(rows, out)
+    lines = [f"bench_budget {' '.join(sys.argv[1:] if argv is None else argv)} (torch {torch.__version__}, "
+             f"backend {a.backend}, clock {a.clock}, one thread, {time.perf_counter() - t0:.0f} s)"] + summary(rows)
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out.with_suffix(".txt").write_text(text)
+    print(f"wrote {out} and {out.with_suffix('.txt')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

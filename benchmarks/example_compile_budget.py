@@ -16,25 +16,7 @@ import torch
 
 import memplan
 from memplan.models.memory import profiler_peak
-
-
-class Block(torch.nn.Module):
-    """Pre-norm attention + MLP (the tests' tiny GPT block)."""
-
-    def __init__(self, d: int = 128, heads: int = 4):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
-        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
-        self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
-        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+from memplan.models.networks.gpt2 import SDPABlock as Block
 
 
 def main(budget: str = "40MiB") -> None:

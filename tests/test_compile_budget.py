@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 import memplan  # noqa: E402
 from memplan.formulations.knapsack_milp import knapsack_value, solve_knapsack  # noqa: E402
 from memplan.models.memory import profiler_peak  # noqa: E402
+from memplan.models.networks.gpt2 import SDPABlock  # noqa: E402
 
 
 def _mlp():
@@ -23,25 +24,6 @@ def _mlp():
     return torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.GELU(), torch.nn.Linear(128, 32),
                                torch.nn.LayerNorm(32), torch.nn.Linear(32, 128), torch.nn.Tanh(),
                                torch.nn.Linear(128, 8))
-
-
-class _TinyGPTBlock(torch.nn.Module):
-    """Pre-norm attention + MLP, the shape of a GPT block."""
-
-    def __init__(self, d: int = 32, heads: int = 2):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
-        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
-        self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
-        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
 
 
 def _loss(out, y):
@@ -119,7 +101,7 @@ def test_memplan_knapsack_inside_the_partitioner():
     """solver='memplan' on a tiny GPT block: gradients equal eager, the budget holds, and each knapsack
     the partitioner asked for was solved at least as well as dp_knapsack in PyTorch's model."""
     torch.manual_seed(1)
-    model = torch.nn.Sequential(_TinyGPTBlock(), _TinyGPTBlock())
+    model = torch.nn.Sequential(SDPABlock(32, 2), SDPABlock(32, 2))
     x, y = torch.randn(4, 16, 32), torch.randn(4, 16, 32)
     expected = _eager_grads(model, x, y)
     step = memplan.compile_under_budget(model, (x,), "64MiB", loss_fn=_loss, example_targets=(y,),
@@ -142,7 +124,7 @@ def test_both_knapsacks_compete_on_measured_peaks():
     """solver='both': each fraction compiled with each knapsack; the choice is the fastest fitting
     of all of them, and its knapsack's records are there exactly when memplan's was chosen."""
     torch.manual_seed(2)
-    model = torch.nn.Sequential(_TinyGPTBlock())
+    model = torch.nn.Sequential(SDPABlock(32, 2))
     x, y = torch.randn(4, 16, 32), torch.randn(4, 16, 32)
     step = memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,),
                                         solver="both", fractions=(0.3,), repeats=1, chain=False)
@@ -405,7 +387,7 @@ def test_peak_solver_inside_the_partitioner_never_worse_than_dp_knapsack_in_its_
     """solver='memplan-peak' on a tiny GPT block: every call's answer has a modelled peak no higher
     and a recompute runtime no larger than dp_knapsack's choice; gradients equal eager; budget kept."""
     torch.manual_seed(1)
-    model = torch.nn.Sequential(_TinyGPTBlock())
+    model = torch.nn.Sequential(SDPABlock(32, 2))
     x, y = torch.randn(4, 16, 32), torch.randn(4, 16, 32)
     expected = _eager_grads(model, x, y)
     step = memplan.compile_under_budget(model, (x,), "64MiB", loss_fn=_loss, example_targets=(y,),

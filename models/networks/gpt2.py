@@ -66,6 +66,29 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+class SDPABlock(nn.Module):
+    """A GPT block written the way ``torch.compile`` users write it: pre-norm, one fused q/k/v
+    projection, PyTorch's ``scaled_dot_product_attention`` (causal), a GELU MLP of width ``4 d``. It
+    maps ``(batch, tokens, d)`` to the same shape; :mod:`memplan._compile_budget`'s example and tests
+    stack a few of them. It unpacks ``x.shape``, which ``torch.compile`` traces and ``torch.fx``'s
+    symbolic tracing does not (the zoo's GPT-2 above is written for the latter)."""
+
+    def __init__(self, d: int = 128, heads: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
 class Embedding(nn.Module):
     def __init__(self, vocab: int, n_ctx: int, n_embd: int, dropout: float):
         super().__init__()

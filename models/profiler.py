@@ -59,6 +59,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .chain import Chain, Platform
+from .resident import fresh_start, mark_resident
 
 
 # memory tracking lives in models.memory (the runtime executor uses it and the profiler uses the
@@ -222,6 +223,7 @@ def _res_leaf(t: torch.Tensor) -> torch.Tensor:
     if t.is_floating_point():
         t.requires_grad_(True)
         t.grad = torch.zeros_like(t)
+        mark_resident(t)
     return t
 
 
@@ -291,6 +293,7 @@ def profile_multi_stage(stage: Callable, xs: Sequence[torch.Tensor], res: Sequen
     for r in res:                       # the executor's resident gradients exist before any backward
         if isinstance(r, torch.Tensor) and r.grad is not None:
             r.grad.zero_()
+            fresh_start(r)
     with memory_tracker(device) as tr:
         outs, routs = split(stage(*xi, *res))
         tr.sync()

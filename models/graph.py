@@ -852,7 +852,7 @@ def _cross_entropy(logits):
 #: cut rules of :func:`linearize_model`
 CUTS = ("saved", "minimal", "multi", "auto")
 #: the most counted operations in a stage of a multi-tensor linearization (``cuts="multi"``)
-MULTI_MAX_NODES = 10
+MULTI_MAX_NODES = 6
 
 
 def linearize_model(model, example_input, loss_fn: Callable | None = None, *, cuts: str = "saved",
@@ -879,14 +879,21 @@ def linearize_model(model, example_input, loss_fn: Callable | None = None, *, cu
         counted = counted_operations(cap.graph)
         cuts = "multi" if STAGE_RATIO_AUTO * len(cap.groups()) < len(counted) else "saved"
     if cuts == "multi" and not head:
+        saved = saved_outputs(cap, example_input, loss_fn or _cross_entropy)
         if groups is None:
-            groups = multi_cut_groups(cap.graph, max_nodes=max_nodes, counted=counted_operations(cap.graph),
+            # the head cuts="saved" folds into the loss (after the last single-tensor cut whose tensor
+            # autograd saves: U-Net's 1x1 convolution and permute) is cut off first, so that the
+            # multi cuts do not fold a whole stage of full-resolution layers into the loss
+            _, tail = merge_unsaved_cuts(cap.groups(), saved)
+            G = cap.graph.subgraph([v for v in cap.graph if v not in set(tail)]) if tail else cap.graph
+            groups = multi_cut_groups(G, max_nodes=max_nodes, counted=counted_operations(G),
                                       inside=strided_gradients(cap, example_input, loss_fn))
+            groups = groups + ([list(tail)] if tail else [])
         groups = [list(g) for g in groups]
         res = residency(cap.graph, groups, cap.source)
         head_mod = None
         if (not given and len(groups) > 1 and len(res.boundary[-2]) == 1 and not res.reads[-1]
-                and groups[-1][-1] not in saved_outputs(cap, example_input, loss_fn or _cross_entropy)):
+                and groups[-1][-1] not in saved):
             # as merge_unsaved_cuts: the loss does not save a^L, so the last group is folded into it
             # (also keeps the gradient reaching a^L in autograd's layout: bit-identical gradients)
             head = groups.pop()

@@ -153,8 +153,15 @@ def _saved_bytes(stage: Callable, x: torch.Tensor, input_grad: bool) -> tuple[in
 
 
 def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device="cpu",
-                  input_grad: bool = True, delta: torch.Tensor | None = None) -> tuple[dict[str, float], torch.Tensor]:
+                  input_grad: bool = True, delta: torch.Tensor | None = None,
+                  no_grad_forward: bool = True) -> tuple[dict[str, float], torch.Tensor]:
     """Measure one stage on sample input ``x`` (see the module docstring). Returns (values, output).
+
+    ``no_grad_forward``: whether the stage also runs without autograd (F_ck, F_none), so that ``o_f``
+    is the larger overhead of the two forwards; ``False`` for a stage that only runs F_all (the loss
+    stage L+1 of a multi-tensor chain: without autograd every intermediate of a folded head and of the
+    loss is transient, 82 KB more than F_all's on a small U-Net, which made the simulated store-all
+    peak 1.1-2.2% too high).
 
     ``values`` has keys ``uf``, ``ub`` (seconds), ``wa``, ``wabar``, ``wd_in`` (bytes of the gradient of
     the input), ``of``, ``ob``, ``weights`` (bytes), ``saved`` (bytes autograd saved, by hooks).
@@ -204,7 +211,7 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
             wd_in = storage_bytes(xi.grad) if xi.grad is not None else 0
             ob = max(0.0, tr.peak - base - wd_in)
         del out
-    of = max(0.0, peak_f - kept_f, peak_ng - kept_ng)
+    of = max(0.0, peak_f - kept_f, peak_ng - kept_ng if no_grad_forward else 0.0)
     with torch.no_grad():
         y = stage(_as_input(x, False))
     values = dict(uf=statistics.median(tf), ub=statistics.median(tb) if needs_backward else 0.0, wa=float(wa),
@@ -338,7 +345,7 @@ def _profile_multi_rows(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Ca
         res = tuple(store[v] for v in (getattr(stage, "resident_in", None) or []))
         if l == len(stages) + 1:
             vals, _ = profile_stage(stage, a[0], repeats=0, device=device, input_grad=True,
-                                    delta=torch.ones((), device=device))
+                                    delta=torch.ones((), device=device), no_grad_forward=False)
             rows.append(vals)
             break
         vals, a, r_out = profile_multi_stage(stage, a, res, device=device, input_grad=(input_grad or l > 1))

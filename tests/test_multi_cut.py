@@ -144,6 +144,16 @@ def test_residency_classifies_by_cuts_crossed():
     assert res2.resident == [] and res2.boundary[1] == ["a", "b"]
 
 
+def test_multi_cut_groups_keeps_inside_tensors_inside():
+    """x -> a -> b -> c -> d with a also read by c: with a kept inside (``inside``), the cuts after a
+    and after b (both crossed by a) are not taken, and the group grows past max_nodes to the next
+    allowed cut; without it every node is a stage."""
+    G = nx.DiGraph([("x", "a"), ("a", "b"), ("b", "c"), ("a", "c"), ("c", "d")])
+    assert multi_cut_groups(G, max_nodes=1) == [["a"], ["b"], ["c"], ["d"]]
+    assert multi_cut_groups(G, max_nodes=1, inside={"a"}) == [["a", "b", "c"], ["d"]]
+    assert multi_cut_groups(G, max_nodes=1, inside={"b"}) == [["a"], ["b", "c"], ["d"]]
+
+
 @pytest.mark.parametrize("problem", ["remat", "offload"])
 def test_front_ends_charge_resident_once(problem):
     """A chain with resident bytes r plans as the same chain without them under memory - r: the same
@@ -168,11 +178,19 @@ def test_front_ends_charge_resident_once(problem):
         assert str(low.status) == "infeasible" and low.details["min_memory"] == pytest.approx(lo + r)
 
 
-def test_executor_on_unet_multi_cuts():
-    """A small U-Net with multi-tensor cuts: gradients bit-identical to autograd's; the executed peaks
-    of store-all and of rotor at two limits at most 1% above the simulator's and at most the resident
-    charge below it (the model charges resident tensors for the whole step, the executor
-    holds them from their creation to their producer's backward)."""
+@pytest.mark.parametrize("name,kw,shape,max_nodes", [
+    ("unet", dict(base=8, depth=2), (3, 32, 32), 4),
+    # the encoder's output is resident and read twice (keys and values) in every cross-attention
+    ("transformer", dict(n_enc=2, n_dec=2, d_model=32, d_ff=64, src_len=8), (16,), 6),
+    # the cell states get slices of the cell's cat gradient: they stay inside a stage (strided_gradients)
+    ("nasnet_a", dict(channels=4, cells=1), (3, 8, 8), 6),
+])
+def test_executor_on_multi_cuts(name, kw, shape, max_nodes):
+    """Small multi-branch networks with multi-tensor cuts: parameter gradients bit-identical to
+    autograd's (resident inputs read by several nodes of a stage, NASNet's cell states); the executed
+    peaks of store-all and of rotor at two limits at most the simulator's and within 1% of it (the
+    model charges resident tensors for the whole step, the executor holds them from their creation
+    to their producer's backward: the peaks come when they are all alive)."""
     torch = pytest.importorskip("torch")
     import memplan
     from memplan.models.graph import linearize_model
@@ -180,16 +198,36 @@ def test_executor_on_unet_multi_cuts():
     from memplan.models.profiler import classification_loss, profile_chain
     from memplan.models.runtime import execute
 
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)            # 2 threads on a shared 2-core machine: 13x slower
+    try:
+        _executor_on_multi_cuts(torch, name, kw, shape, max_nodes)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _executor_on_multi_cuts(torch, name, kw, shape, max_nodes):
+    import memplan
+    from memplan.models.graph import linearize_model
+    from memplan.models.networks import example_input, get_model
+    from memplan.models.profiler import classification_loss, profile_chain
+    from memplan.models.runtime import execute
+
     torch.manual_seed(0)
-    model = get_model("unet", base=8, depth=2).train()
-    x = example_input("unet", 2, (3, 32, 32))
+    model = get_model(name, **kw).train()
+    x = example_input(name, 2, shape)
     loss = classification_loss(seed=0)
-    lm = linearize_model(model, x, loss, cuts="multi", max_nodes=4)
-    assert lm.residency.resident and lm.L >= 5          # skips cross several cuts
+    lm = linearize_model(model, x, loss, cuts="multi", max_nodes=max_nodes)
+    assert lm.residency.resident and lm.L >= 5          # tensors cross several cuts
     chain = profile_chain(lm.stages, x, lm.loss_stage(loss), repeats=1, names=lm.names)
     assert chain.resident > 0
+    if name == "transformer":
+        used = [sum(1 for n in s.graph.nodes if n.op == "call_function" and n.target.__name__ == "resident_use")
+                for s in lm.stages]
+        assert max(used) >= 2
 
     def grads(fn):
+        torch.manual_seed(1)                            # dropout: the same masks in both runs
         for p in model.parameters():
             p.grad = None
         fn()
@@ -204,4 +242,4 @@ def test_executor_on_unet_multi_cuts():
         g = grads(lambda: out.setdefault("r", execute(lm.stages, lm.loss_stage(loss), x, seq, measure_memory=True)))
         assert all(torch.equal(a, b) for a, b in zip(ref, g))
         sim = simulate_remat(chain, seq).peak_memory
-        assert sim - chain.resident <= out["r"].peak_memory <= 1.01 * sim
+        assert 0.99 * sim <= out["r"].peak_memory <= sim

@@ -185,28 +185,13 @@ def test_front_ends_charge_resident_once(problem):
     # the cell states get slices of the cell's cat gradient: they stay inside a stage (strided_gradients)
     ("nasnet_a", dict(channels=4, cells=1), (3, 8, 8), 6),
 ])
-def test_executor_on_multi_cuts(name, kw, shape, max_nodes):
+def test_executor_on_multi_cuts(name, kw, shape, max_nodes, one_torch_thread):
     """Small multi-branch networks with multi-tensor cuts: parameter gradients bit-identical to
     autograd's (resident inputs read by several nodes of a stage, NASNet's cell states); the executed
     peaks of store-all and of rotor at two limits at most the simulator's and within 1% of it (the
     model charges resident tensors for the whole step, the executor holds them from their creation
     to their producer's backward: the peaks come when they are all alive)."""
     torch = pytest.importorskip("torch")
-    import memplan
-    from memplan.models.graph import linearize_model
-    from memplan.models.networks import example_input, get_model
-    from memplan.models.profiler import classification_loss, profile_chain
-    from memplan.models.runtime import execute
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)            # 2 threads on a shared 2-core machine: 13x slower
-    try:
-        _executor_on_multi_cuts(torch, name, kw, shape, max_nodes)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _executor_on_multi_cuts(torch, name, kw, shape, max_nodes):
     import memplan
     from memplan.models.graph import linearize_model
     from memplan.models.networks import example_input, get_model

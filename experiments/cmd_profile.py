@@ -152,7 +152,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     ref = copy.deepcopy(model) if args.check_grads else None
     loss_fn = classification_loss(seed=seed)
     try:        # the stages the instance was profiled with (an older cut rule included)
-        lm = linearize_model(model, x, loss_fn, groups=prov["groups"], head_group=prov.get("loss_group") or [])
+        lm = linearize_model(model, x, loss_fn, groups=prov["groups"], head_group=prov.get("loss_group") or [],
+                             cuts="multi" if prov.get("cut_rule") == "multi" else "saved")
     except ValueError:
         lm = None
     if lm is None or lm.L != L:

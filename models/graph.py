@@ -878,8 +878,10 @@ def linearize_model(model, example_input, loss_fn: Callable | None = None, *, cu
     if cuts == "auto":
         counted = counted_operations(cap.graph)
         cuts = "multi" if STAGE_RATIO_AUTO * len(cap.groups()) < len(counted) else "saved"
-    if cuts == "multi" and not head:
+    if cuts == "multi":
         saved = saved_outputs(cap, example_input, loss_fn or _cross_entropy)
+        if given and head:          # an instance's recorded groups: its loss group is folded again
+            groups = [list(g) for g in groups] + [list(head)]
         if groups is None:
             # the head cuts="saved" folds into the loss (after the last single-tensor cut whose tensor
             # autograd saves: U-Net's 1x1 convolution and permute) is cut off first, so that the
@@ -892,8 +894,10 @@ def linearize_model(model, example_input, loss_fn: Callable | None = None, *, cu
         groups = [list(g) for g in groups]
         res = residency(cap.graph, groups, cap.source)
         head_mod = None
-        if (not given and len(groups) > 1 and len(res.boundary[-2]) == 1 and not res.reads[-1]
-                and groups[-1][-1] not in saved):
+        if (given and head) or (not given and len(groups) > 1 and len(res.boundary[-2]) == 1 and not res.reads[-1]
+                                and groups[-1][-1] not in saved):
+            if len(res.boundary[-2]) != 1 or res.reads[-1]:
+                raise ValueError("linearize_model: the given loss group does not start at a single-tensor cut")
             # as merge_unsaved_cuts: the loss does not save a^L, so the last group is folded into it
             # (also keeps the gradient reaching a^L in autograd's layout: bit-identical gradients)
             head = groups.pop()

@@ -522,12 +522,27 @@ LINEARIZATION = ("models.graph.linearize_model, cuts='saved': the minimal single
                  "loss does not save its input")
 
 
+#: the same for a network cut where several tensors cross (``cuts="auto"`` on a coarse graph)
+LINEARIZATION_MULTI = ("models.graph.linearize_model, cuts='multi' (the single-tensor groups are fewer than one "
+                       "per ten operations): models.graph.multi_cut_groups, the cuts of one topological order with "
+                       "at most {max_nodes} counted operations per stage and the fewest bytes crossing (a shortest "
+                       "path), tensors whose autograd gradient is strided kept inside a stage; a tensor crossing "
+                       "one cut is part of a^l, one crossing several is resident (charged once, with its gradient, "
+                       "as the chain's resident bytes); loss_group: the saved rule's head, folded into the loss")
+
+
 def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None = None, *, device="cpu",
                   repeats: int = 3, seed: int = 0, model_kw: dict[str, Any] | None = None,
-                  provenance: dict[str, Any] | None = None, name: str | None = None) -> Chain:
+                  provenance: dict[str, Any] | None = None, name: str | None = None,
+                  cuts: str = "auto") -> Chain:
     """Build a zoo model, linearize it (models.graph) and profile its stages: the chain of
     ``memplan profile`` (and of :mod:`memplan.experiments.gpu_profile`). ``provenance`` is added to
-    the chain's provenance (its keys win); ``name`` replaces the default chain name."""
+    the chain's provenance (its keys win); ``name`` replaces the default chain name. ``cuts``: the
+    rule of :func:`models.graph.linearize_model`; ``"auto"`` (default) is ``"saved"`` for every network
+    whose single-tensor groups are at least one per ten operations (the ResNets, DenseNets, Inception,
+    VGG, GPT-2: their chains do not change) and ``"multi"`` for the others (NASNet-A, the Transformer);
+    the provenance's ``cut_rule`` says which was taken, ``cuts`` what crosses each cut and ``resident``
+    the tensors crossing several."""
     from .graph import linearize_model
     from .networks import DEFAULT_INPUT, canonical_name, example_input, get_model
 
@@ -541,14 +556,28 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
     x = example_input(model_name, batch, shape, vocab=vocab, seed=seed, device=device)
     t0 = time.perf_counter()
     loss_fn = classification_loss(seed=seed)
-    lm = linearize_model(model, x, loss_fn)
+    lm = linearize_model(model, x, loss_fn, cuts=cuts)
     t_linearize = time.perf_counter() - t0
-    from .cut_report import coarse_chain_warning, counted_operations, cut_tensors
+    from .cut_report import coarse_chain_warning, counted_operations, cut_tensors, multi_cut_tensors
+    from .graph import MULTI_MAX_NODES
 
     graph = lm.captured.graph
     ops = counted_operations(graph)
+    multi = lm.residency is not None
+    instead = (f"cut where several tensors cross instead (cuts='multi'): {lm.L} stages, "
+               f"{len(lm.residency.resident)} resident tensor(s)" if multi else None)
     warning = coarse_chain_warning(graph, lm.captured.groups(), what=model_name, counted=ops,
-                                   unit="operations", note="views and shape queries not counted")
+                                   unit="operations", note="views and shape queries not counted", instead=instead)
+    if multi:
+        meta = {n.name: n.meta.get("tensor_meta") for n in lm.captured.gm.graph.nodes}
+        grads = {v for v in lm.residency.resident      # float tensors have a gradient (the executor's leaves)
+                 if getattr(meta.get(v), "dtype", None) is not None and meta[v].dtype.is_floating_point}
+        cut_info, resident = multi_cut_tensors(graph, lm.residency, grad=grads)
+        extra = {"cut_rule": "multi", "linearization": LINEARIZATION_MULTI.format(max_nodes=MULTI_MAX_NODES),
+                 "cuts": cut_info, "resident": resident}
+    else:
+        extra = {"cut_rule": "saved" if lm.cuts == "saved" else lm.cuts, "linearization": LINEARIZATION,
+                 "cuts": cut_tensors(graph, lm.groups)}
     chain = profile_chain(
         lm.stages, x, lm.loss_stage(loss_fn), repeats=repeats, device=device, names=lm.names,
         loss_name=lm.loss_name,
@@ -556,11 +585,10 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
         provenance={"network": model_name, "model_kw": model_kw, "batch": batch, "input": list(shape),
                     "source": "models.networks (random initialization)", "seed": seed,
                     "loss": "cross-entropy against fixed random labels",
-                    "linearization": LINEARIZATION,
                     "linearize_seconds": round(t_linearize, 3),
                     "groups": [list(g) for g in lm.groups], "loss_group": list(lm.head_group),
                     "nodes": graph.number_of_nodes(), "operations": len(ops),
-                    "cuts": cut_tensors(graph, lm.groups),
+                    **extra,
                     **({"linearization_warning": warning} if warning else {}),
                     **(provenance or {})})
     return chain

@@ -287,7 +287,7 @@ def _multi_chain(G: nx.DiGraph, data: set, k: float, path: Path) -> Chain:
     cut_info, res_info = multi_cut_tensors(H, res, scale=k, grad=rs - {source})
 
     def name(g):
-        return "sinks" if g == [sink] and virtual_sink else _stage_name(G, g)
+        return "sinks" if g == [sink] and virtual_sink else _stage_name(H, g)
 
     prov = {"cut_rule": "multi",
             "linearization": "models.graph.multi_cut_groups on the DAG (data inputs contracted into a^0): at most "

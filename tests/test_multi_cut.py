@@ -228,3 +228,43 @@ def test_executor_on_multi_cuts(name, kw, shape, max_nodes, one_torch_thread):
         assert all(torch.equal(a, b) for a, b in zip(ref, g))
         sim = simulate_remat(chain, seq).peak_memory
         assert 0.99 * sim <= out["r"].peak_memory <= sim
+
+
+def test_pipeline_charges_each_resident_tensor_where_it_lives():
+    """The pipeline's task data with resident spans (provenance ``resident``): for every contiguous
+    partition of 7 layers on up to 3 GPUs, the resident bytes a GPU holds per mini-batch (its layers'
+    S plus its first layer's H, against the same chain without resident tensors) are, by brute force,
+    the sum over the tensors whose span [max(p, 1), min(q, L)] meets its layers, each once; a link at
+    cut l carries the tensors with p <= l < q forward and their gradients back. Without spans every
+    GPU and link is charged all of them."""
+    import itertools as it
+
+    from memplan.models.pipeline import task_data
+
+    L = 7
+    spans = [(0, 3, 5.0, 0.0), (1, 4, 7.0, 7.0), (2, 8, 11.0, 11.0), (4, 6, 13.0, 13.0), (5, 8, 17.0, 17.0)]
+    base = Chain.from_stages(uf=[1.0] * L, ub=[2.0] * L, wa=[3.0] * (L + 1), wabar=[4.0] * (L + 1), wd=[3.0] * (L + 1))
+    total = sum(v + g for *_, v, g in spans)
+    prov = {"resident": [{"node": f"t{i}", "stage": p, "last_stage": q, "bytes": v, "charged": v + g}
+                         for i, (p, q, v, g) in enumerate(spans)]}
+    chain = Chain(**{k: getattr(base, k) for k in ("uf", "ub", "wa", "wabar", "wd", "of", "ob", "weights")},
+                  resident=total, provenance=prov)
+    blind = Chain(**{k: getattr(base, k) for k in ("uf", "ub", "wa", "wabar", "wd", "of", "ob", "weights")},
+                  resident=total)
+    for model in ("paper", "autograd"):
+        t0, t1, t2 = task_data(base, 1.0, model), task_data(chain, 1.0, model), task_data(blind, 1.0, model)
+        for P in (1, 2, 3):
+            for cuts in it.combinations(range(1, L), P - 1):
+                bounds = [0, *cuts, L]
+                for a, b in zip(bounds, bounds[1:]):
+                    a += 1
+                    held = (t1.S[a:b + 1].sum() + t1.H[a]) - (t0.S[a:b + 1].sum() + t0.H[a])
+                    want = sum(v + g for p, q, v, g in spans if max(p, 1) <= b and a <= min(q, L))
+                    assert held == pytest.approx(want), (model, cuts, a, b)
+                    blind_held = (t2.S[a:b + 1].sum() + t2.H[a]) - (t0.S[a:b + 1].sum() + t0.H[a])
+                    assert blind_held == pytest.approx(total)
+        n = 2 * L
+        for l in range(1, L):
+            assert t1.A[l] - t0.A[l] == sum(v for p, q, v, g in spans if p <= l < q)
+            assert t1.A[n - l] - t0.A[n - l] == sum(g for p, q, v, g in spans if p <= l < q)
+            assert t2.A[l] - t0.A[l] == total

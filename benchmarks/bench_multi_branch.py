@@ -11,9 +11,10 @@ least one stage), the resident bytes, and the minimum feasible memory against st
 (``repeats=1``, in-context timing), and store-all plus rotor (``memplan.remat.solve``) at 25% and 75%
 of the way from the minimum to store-all's peak are executed (``models.runtime.execute``,
 ``measure_memory=True``): parameter gradients against plain autograd's (``torch.equal``, same RNG
-seed) and the measured peak against the simulator's (``models.remat.simulate_remat``).
+seed) and the measured peak against the simulator's (``models.remat.simulate_remat``). Last, the
+chain pipelined on 4 GPUs (``memplan.pipeline.solve``, PipeDream's planner and the ILP, 30 s each).
 
-    nice -n 19 python benchmarks/bench_multi_branch.py            # about two minutes on one core
+    nice -n 19 python benchmarks/bench_multi_branch.py            # about five minutes on one core
 
 Writes the table printed here to ``benchmarks/results/multi_branch_cpu.txt`` (``--no-write``: print only).
 """
@@ -129,6 +130,16 @@ def main(argv=None) -> int:
             out.append(f"    executed {label}: gradients equal to autograd's: {equal}; peak simulated "
                        f"{sim / 2**20:.3f} MiB, measured {meas / 2**20:.3f} MiB, simulated/measured "
                        f"{sim / meas - 1:+.2%}")
+        # pipelining on 4 GPUs: PipeDream's planner (on this chain) and the ILP, 12 GB/s links, each GPU
+        # given its weights four times over plus store-all's activations
+        W = sum(chain.weights)
+        mem = 4 * W + hi
+        for method in ("pipedream", "ilp"):
+            sol = memplan.pipeline.solve(chain, memory=mem, gpus=4, bandwidth="12GB/s", method=method,
+                                         time_limit=30, threads=1)
+            used = sorted(set(sol.schedule.layer_gpus())) if sol.schedule is not None else []
+            out.append(f"    pipeline, 4 GPUs, {mem / 2**20:.1f} MiB each, 12 GB/s, {method}: {sol.status}, period "
+                       f"{sol.objective:.6g} s, GPUs with work {len(used)}")
         out[-1] += f"  ({time.perf_counter() - t0:.1f} s)"
         print("\n".join(out), flush=True)
         lines += out

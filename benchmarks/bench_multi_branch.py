@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     from memplan.baselines.remat_heuristics import store_all_schedule
     from memplan.models.graph import counted_operations, linearize_model
     from memplan.models.networks import example_input, get_model
-    from memplan.models.profiler import classification_loss, profile_chain
+    from memplan.models.profiler import classification_loss, multi_cut_provenance, profile_chain
     from memplan.models.remat import simulate_remat
     from memplan.models.runtime import execute
 
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
         counted = counted_operations(lm.captured.graph)
         n_units, n_ended = _units(lm, pattern)
         chain = profile_chain(lm.stages, x, lm.loss_stage(loss_fn), repeats=1, names=lm.names,
-                              loss_name=lm.loss_name, name=name)
+                              loss_name=lm.loss_name, name=name, provenance=multi_cut_provenance(lm))
         lo, hi = memplan.remat.memory_range(chain)
         out += [f"  cuts=multi (auto picks {auto.cuts}): L = {lm.L:3d}, counted operations per stage "
                 f"{[sum(v in counted for v in g) for g in lm.groups]}" + (f" [+{len(lm.head_group)} in loss]" if lm.head_group else ""),
@@ -131,15 +131,17 @@ def main(argv=None) -> int:
                        f"{sim / 2**20:.3f} MiB, measured {meas / 2**20:.3f} MiB, simulated/measured "
                        f"{sim / meas - 1:+.2%}")
         # pipelining on 4 GPUs: PipeDream's planner (on this chain) and the ILP, 12 GB/s links, each GPU
-        # given its weights four times over plus store-all's activations
+        # given its weights four times over plus 1.5 times store-all's activations on one GPU
         W = sum(chain.weights)
-        mem = 4 * W + hi
+        mem = 4 * W + 1.5 * hi
         for method in ("pipedream", "ilp"):
             sol = memplan.pipeline.solve(chain, memory=mem, gpus=4, bandwidth="12GB/s", method=method,
                                          time_limit=30, threads=1)
-            used = sorted(set(sol.schedule.layer_gpus())) if sol.schedule is not None else []
+            sch = sol.schedule
+            used = ([] if sch is None else sorted(set(sch.layer_gpus())) if hasattr(sch, "layer_gpus")
+                    else [s for s, (a, b) in enumerate(sch.stages) if a <= b])     # an eager 1F1B run
             out.append(f"    pipeline, 4 GPUs, {mem / 2**20:.1f} MiB each, 12 GB/s, {method}: {sol.status}, period "
-                       f"{sol.objective:.6g} s, GPUs with work {len(used)}")
+                       f"{sol.objective if sol.objective is None else f'{sol.objective:.6g} s'}, GPUs with work {len(used)}")
         out[-1] += f"  ({time.perf_counter() - t0:.1f} s)"
         print("\n".join(out), flush=True)
         lines += out

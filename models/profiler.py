@@ -531,6 +531,20 @@ LINEARIZATION_MULTI = ("models.graph.linearize_model, cuts='multi' (the single-t
                        "as the chain's resident bytes); loss_group: the saved rule's head, folded into the loss")
 
 
+def multi_cut_provenance(lm) -> dict[str, Any]:
+    """``cuts`` and ``resident`` of a multi-tensor linearization (:func:`models.cut_report.
+    multi_cut_tensors` on a :class:`models.graph.LinearizedModel`), for a chain's provenance: what
+    crosses each cut, and where each resident tensor lives (the pipeline charges it there,
+    :func:`models.pipeline.resident_spans`). Float tensors are charged with their gradient."""
+    from .cut_report import multi_cut_tensors
+
+    meta = {n.name: n.meta.get("tensor_meta") for n in lm.captured.gm.graph.nodes}
+    grads = {v for v in lm.residency.resident      # float tensors have a gradient (the executor's leaves)
+             if getattr(meta.get(v), "dtype", None) is not None and meta[v].dtype.is_floating_point}
+    cuts, resident = multi_cut_tensors(lm.captured.graph, lm.residency, grad=grads)
+    return {"cuts": cuts, "resident": resident}
+
+
 def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None = None, *, device="cpu",
                   repeats: int = 3, seed: int = 0, model_kw: dict[str, Any] | None = None,
                   provenance: dict[str, Any] | None = None, name: str | None = None,
@@ -558,7 +572,7 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
     loss_fn = classification_loss(seed=seed)
     lm = linearize_model(model, x, loss_fn, cuts=cuts)
     t_linearize = time.perf_counter() - t0
-    from .cut_report import coarse_chain_warning, counted_operations, cut_tensors, multi_cut_tensors
+    from .cut_report import coarse_chain_warning, counted_operations, cut_tensors
     from .graph import MULTI_MAX_NODES
 
     graph = lm.captured.graph
@@ -569,12 +583,8 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
     warning = coarse_chain_warning(graph, lm.captured.groups(), what=model_name, counted=ops,
                                    unit="operations", note="views and shape queries not counted", instead=instead)
     if multi:
-        meta = {n.name: n.meta.get("tensor_meta") for n in lm.captured.gm.graph.nodes}
-        grads = {v for v in lm.residency.resident      # float tensors have a gradient (the executor's leaves)
-                 if getattr(meta.get(v), "dtype", None) is not None and meta[v].dtype.is_floating_point}
-        cut_info, resident = multi_cut_tensors(graph, lm.residency, grad=grads)
         extra = {"cut_rule": "multi", "linearization": LINEARIZATION_MULTI.format(max_nodes=MULTI_MAX_NODES),
-                 "cuts": cut_info, "resident": resident}
+                 **multi_cut_provenance(lm)}
     else:
         extra = {"cut_rule": "saved" if lm.cuts == "saved" else lm.cuts, "linearization": LINEARIZATION,
                  "cuts": cut_tensors(graph, lm.groups)}

@@ -82,7 +82,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     chain = profile_model(key, args.batch, args.input, device=args.device, repeats=args.repeats,
-                          seed=args.seed, model_kw=dict(args.set or []))
+                          seed=args.seed, model_kw=dict(args.set or []), cuts=args.cuts)
     if args.name:
         chain.name = args.name
     save_instance(chain, out, overwrite=args.force, time_unit="ms", memory_unit="MiB", digits=9,
@@ -101,7 +101,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
     if not Path(args.graph).exists():
         raise InstanceError(f"{args.graph}: no such PipeDream graph file")
     output_file(out, "-o/--output")
-    chain = import_graph(args.graph, batch=args.batch, name=args.name)
+    chain = import_graph(args.graph, batch=args.batch, name=args.name, cuts=args.cuts)
     save_instance(chain, out, overwrite=args.force, time_unit="ms", memory_unit="MiB", digits=9,
                   description=f"PipeDream profile {Path(args.graph).name}, linearized"
                               + (f", rescaled to batch {args.batch}" if args.batch else ""))
@@ -152,7 +152,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     ref = copy.deepcopy(model) if args.check_grads else None
     loss_fn = classification_loss(seed=seed)
     try:        # the stages the instance was profiled with (an older cut rule included)
-        lm = linearize_model(model, x, loss_fn, groups=prov["groups"], head_group=prov.get("loss_group") or [])
+        lm = linearize_model(model, x, loss_fn, groups=prov["groups"], head_group=prov.get("loss_group") or [],
+                             cuts="multi" if prov.get("cut_rule") == "multi" else "saved")
     except ValueError:
         lm = None
     if lm is None or lm.L != L:
@@ -222,6 +223,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed runs per operation; the median is kept")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--cuts", choices=["auto", "saved", "multi"], default="auto",
+                   help="where to cut the network: auto (default) cuts where several tensors cross only for a "
+                        "network with fewer than one single-tensor stage per ten operations (NASNet, the Transformer)")
     p.add_argument("--set", type=_kv, action="append", metavar="KEY=VALUE",
                    help="model constructor argument, e.g. --set n_layer=6 --set n_embd=512 (repeatable)")
     _output_args(p, "instance name (default: model-bBATCH-INPUT-DEVICE)")
@@ -231,6 +235,9 @@ def add_parser(subparsers) -> None:
         "import-pipedream", help="import a PipeDream graph.txt profile as a linearized chain",
         description="Read PipeDream's per-layer profile (graph.txt), linearize the DAG and write an instance.")
     q.add_argument("graph", help="PipeDream graph.txt file")
+    q.add_argument("--cuts", choices=["auto", "single", "multi"], default="auto",
+                   help="auto (default): cut where several tensors cross only when the single-tensor chain has "
+                        "fewer than one stage per ten nodes")
     q.add_argument("--batch", type=positive_int, default=None,
                    help="rescale times and activation sizes linearly from the profile's batch (128)")
     _output_args(q, "instance name")

@@ -51,12 +51,14 @@ def cheapest_cut(G: nx.DiGraph, group: Sequence[Hashable]) -> list[Hashable]:
 
 def coarse_chain_warning(G: nx.DiGraph, groups: Sequence[Sequence[Hashable]], *, what: str,
                          counted: Iterable[Hashable] | None = None, unit: str = "nodes", note: str = "",
-                         names: Sequence[str] | None = None) -> str | None:
+                         names: Sequence[str] | None = None, instead: str | None = None) -> str | None:
     """One line saying that ``groups`` (the minimal single-tensor groups of G) are too few, or None.
 
     ``counted``: the nodes that count (default: all of G's); the line is returned when
     ``STAGE_RATIO * len(groups) < len(counted)``. ``unit``: what is counted (``nodes``, ``operations``),
-    ``note``: said once after the count (what is left out). ``names``: the groups' display names."""
+    ``note``: said once after the count (what is left out). ``names``: the groups' display names.
+    ``instead``: what was done about it (the multi-tensor cuts taken), said in place of the line's
+    default ending (that the chain leaves the problems little freedom)."""
     counted = set(G.nodes if counted is None else counted)
     n, L = len(counted), len(groups)
     if not groups or STAGE_RATIO * L >= n:
@@ -66,11 +68,37 @@ def coarse_chain_warning(G: nx.DiGraph, groups: Sequence[Sequence[Hashable]], *,
     cut = cheapest_cut(G, groups[k])
     shown = ", ".join(map(str, cut[:4])) + (", ..." if len(cut) > 4 else "")
     label = names[k] if names else f"ending at {groups[k][-1]}"
+    tail = instead or ("re-materialization, offloading and pipelining have little freedom on this chain "
+                       "(multi-tensor cuts: issue 30)")
     return (f"{what}: {n} {unit}{f' ({note})' if note else ''} linearize into only {L} stage(s), fewer than one per {STAGE_RATIO} {unit}: "
             f"the chain is cut only where a single tensor crosses, and several tensors cross every other cut "
             f"(stage {k + 1}, {label}, holds {sizes[k]} of the {n} {unit}; the cheapest cut found inside it is "
-            f"crossed by {len(cut)} tensors: {shown}); re-materialization, offloading and pipelining have "
-            f"little freedom on this chain (multi-tensor cuts: issue 30)")
+            f"crossed by {len(cut)} tensors: {shown}); {tail}")
+
+
+def multi_cut_tensors(G: nx.DiGraph, res, *, scale: float = 1.0, first: Sequence[Hashable] | None = None,
+                      grad: Iterable[Hashable] | None = None) -> tuple[list[dict], list[dict]]:
+    """What crosses each cut of a multi-tensor linearization (:func:`models.graph.residency`), for an
+    instance's provenance: ``(cuts, resident)``. ``cuts``: one entry per cut l = 0..L, ``{"cut": l,
+    "tensors": [{"node", "bytes"}, ...], "resident": [{"node", "bytes"}, ...]}``: a^l's tensors (the
+    ones crossing this cut only), then the resident tensors alive across it. ``resident``: one entry
+    per resident tensor, ``{"node", "bytes", "stage", "last_stage", "charged"}``: the stage computing
+    it (0: the input), the last stage reading it (L+1: the loss) and what ``Chain.resident`` charges
+    for it (its bytes, twice when it has a gradient: ``grad``, default every tensor). ``first``:
+    the nodes forming a^0 when a^0 is not ``res.boundary[0]`` (several sources). Bytes: the nodes'
+    ``out_bytes`` times ``scale``."""
+    size = lambda v: float(G.nodes[v].get("out_bytes", 0) or 0) * scale  # noqa: E731
+    grad = None if grad is None else set(grad)
+    L = len(res.boundary) - 1
+    cuts = []
+    for l in range(L + 1):
+        a = list(first) if (l == 0 and first is not None) else res.boundary[l]
+        crossing = [v for v in res.resident if res.producer[v] <= l < res._last[v]]
+        cuts.append({"cut": l, "tensors": [{"node": str(v), "bytes": size(v)} for v in a],
+                     "resident": [{"node": str(v), "bytes": size(v)} for v in crossing]})
+    resident = [{"node": str(v), "bytes": size(v), "stage": int(res.producer[v]), "last_stage": int(res._last[v]),
+                 "charged": size(v) * (2 if grad is None or v in grad else 1)} for v in res.resident]
+    return cuts, resident
 
 
 def cut_tensors(G: nx.DiGraph, groups: Sequence[Sequence[Hashable]], *, first: Sequence[Hashable] | None = None,

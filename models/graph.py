@@ -255,7 +255,7 @@ def counted_operations(G: nx.DiGraph) -> set[Hashable]:
 
 # ---------------------------------------------------------------------- multi-tensor cuts (issue 30)
 def multi_cut_groups(G: nx.DiGraph, *, max_nodes: int = 10, counted: Iterable[Hashable] | None = None,
-                     size: str = "out_bytes") -> list[list[Hashable]]:
+                     size: str = "out_bytes", inside: Iterable[Hashable] = ()) -> list[list[Hashable]]:
     """Groups of G cut where several tensors may cross (issue 30, item 2).
 
     The rule. Scan the topological order :func:`linearize` scans (program order where it can). The
@@ -272,6 +272,12 @@ def multi_cut_groups(G: nx.DiGraph, *, max_nodes: int = 10, counted: Iterable[Ha
     2. among those, minimizes the sum over the chosen cuts of the bytes (``size``) of the tensors that
        cross them — small boundaries; a tensor crossing several chosen cuts counts at each, which
        steers the cuts away from long-lived tensors where an equally short stage is possible.
+
+    ``inside``: nodes whose output must cross no chosen cut (:func:`strided_gradients`: autograd hands
+    their producer a gradient laid out otherwise than a copy would be, and some kernels' sums depend on
+    the layout). A cut that such a tensor crosses is not taken, and a group may then exceed
+    ``max_nodes``: from a cut, the next cut is the first allowed one when none is allowed within
+    ``max_nodes`` counted nodes.
 
     It is a shortest path (``networkx.shortest_path``, Dijkstra) in the DAG whose nodes are the
     positions 0..n-1 of the order and whose arcs i -> j join positions with at most ``max_nodes``
@@ -295,18 +301,26 @@ def multi_cut_groups(G: nx.DiGraph, *, max_nodes: int = 10, counted: Iterable[Ha
     order = list(nx.lexicographical_topological_sort(H, key=lambda n: index[n]))
     counted = set(G.nodes) if counted is None else set(counted)
     n = len(order)
+    inside = set(inside)
     cost = [0.0] * n
+    ok = [True] * n
     for i, (v, frontier) in enumerate(frontiers(H, order), start=1):
         cost[i] = 0.0 if v == sink else float(sum(G.nodes[u].get(size, 0) or 0 for u in frontier))
+        ok[i] = v == sink or not (inside & set(frontier))
     D = nx.DiGraph()
     D.add_nodes_from(range(n))
     for i in range(n - 1):
+        if not ok[i]:
+            continue
         k = 0
+        found = False
         for j in range(i + 1, n):
             k += order[j] in counted
-            if k > max_nodes and j > i + 1:
+            if k > max_nodes and found:
                 break
-            D.add_edge(i, j, w=cost[j])
+            if ok[j]:
+                D.add_edge(i, j, w=cost[j])
+                found = True
     path = nx.shortest_path(D, 0, n - 1, weight="w")
     return [order[a + 1:b + 1] for a, b in zip(path, path[1:])]
 
@@ -528,6 +542,8 @@ def multi_stage_modules(cap: Captured, groups: Sequence[Sequence[str]], res: Res
     :func:`stage_modules`."""
     from torch import fx
 
+    from .resident import resident_use
+
     nodes = {n.name: n for n in cap.gm.graph.nodes}
     stages = []
     for l, g in enumerate(groups, start=1):
@@ -543,8 +559,21 @@ def multi_stage_modules(cap: Captured, groups: Sequence[Sequence[str]], res: Res
                 env[a] = graph.node_copy(a, lookup)
             return env[a]
 
+        resident_ph = {env[nodes[v]] for v in res.reads[l - 1]}
         for name in g:
-            env[nodes[name]] = graph.node_copy(nodes[name], lookup)
+            node = nodes[name]
+            # every occurrence of a resident input in the node's arguments goes through its own
+            # resident_use call, created last-occurrence first: the engine then reaches them in the
+            # order autograd delivers the node's input gradients (models.resident)
+            occ: list = []
+            fx.node.map_arg((node.args, node.kwargs), lambda a: occ.append(a) or a)
+            uses = [a for a in occ if env.get(a) in resident_ph]
+            taps = [graph.call_function(resident_use, (env[a],)) for a in reversed(uses)][::-1]
+
+            def use(a: fx.Node) -> fx.Node:
+                return taps.pop(0) if env.get(a) in resident_ph else lookup(a)
+
+            env[node] = graph.node_copy(node, use)
         outs = list(res.boundary[l]) + list(res.writes[l - 1])
         graph.output(tuple(env[nodes[v]] for v in outs))
         mod = fx.GraphModule(cap.gm, graph, class_name="Stage")
@@ -638,6 +667,63 @@ def saved_outputs(cap: Captured, example_input, loss_fn: Callable | None = None)
     result = set()
     for name, out in outs.items():
         if name in cap.graph and isinstance(out, torch.Tensor) and _key(out) in saved:
+            result.add(name)
+    return result
+
+
+def strided_gradients(cap: Captured, example_input, loss_fn: Callable | None = None) -> set[str]:
+    """Names of the DAG's nodes whose output gets, in one backward of the traced model (and of
+    ``loss_fn`` on its output), a gradient whose strides differ from the output's own (dimensions of
+    size 1 aside): a slice of a concatenation's gradient (NASNet's cell states, read by the cell's
+    ``cat`` only), a transposed view. Autograd hands such a gradient to the producer's backward as it
+    is; an executor holding the gradient across a cut holds a copy laid out as the value (a leaf's
+    ``.grad``, :mod:`models.resident`), and some CPU kernels sum in another order on another layout
+    (batch norm's backward: 1e-6 apart on a 16-channel slice). :func:`linearize_model` keeps these
+    tensors inside a stage (``inside`` of :func:`multi_cut_groups`), so that the executed gradients
+    stay bit-identical to autograd's. Cost: one forward and backward, every output kept; the model's
+    RNG state, buffers and parameter gradients are put back."""
+    import torch
+    from torch import fx
+
+    outs: dict[str, Any] = {}
+    hooked: dict[str, Any] = {}
+
+    class _Keep(fx.Interpreter):
+        def run_node(self, n):
+            out = super().run_node(n)
+            if n.name in cap.graph and isinstance(out, torch.Tensor) and out.requires_grad:
+                outs[n.name] = out
+
+                def hook(g, name=n.name):
+                    hooked[name] = g.stride(), g.shape
+                out.register_hook(hook)
+            return out
+
+    x = example_input.detach()
+    if x.is_floating_point():
+        x.requires_grad_(True)
+    rng = torch.get_rng_state()
+    buffers = {name: b.clone() for name, b in cap.gm.named_buffers()}
+    grads = {name: p.grad for name, p in cap.gm.named_parameters()}
+    try:
+        with torch.enable_grad():
+            y = _Keep(cap.gm, garbage_collect_values=False).run(x)
+            (loss_fn or _cross_entropy)(y).backward()
+    finally:
+        with torch.no_grad():
+            for name, b in cap.gm.named_buffers():
+                b.copy_(buffers[name])
+        for name, p in cap.gm.named_parameters():
+            p.grad = grads[name]
+        torch.set_rng_state(rng)
+
+    def strides(shape, stride) -> tuple:
+        return tuple(st for d, st in zip(shape, stride) if d != 1)
+
+    result = set()
+    for name, (stride, shape) in hooked.items():
+        want = torch.empty_like(outs[name]).stride()     # a copy laid out as the value (preserve_format)
+        if strides(shape, stride) != strides(shape, want):
             result.add(name)
     return result
 
@@ -766,7 +852,7 @@ def _cross_entropy(logits):
 #: cut rules of :func:`linearize_model`
 CUTS = ("saved", "minimal", "multi", "auto")
 #: the most counted operations in a stage of a multi-tensor linearization (``cuts="multi"``)
-MULTI_MAX_NODES = 10
+MULTI_MAX_NODES = 6
 
 
 def linearize_model(model, example_input, loss_fn: Callable | None = None, *, cuts: str = "saved",
@@ -792,14 +878,26 @@ def linearize_model(model, example_input, loss_fn: Callable | None = None, *, cu
     if cuts == "auto":
         counted = counted_operations(cap.graph)
         cuts = "multi" if STAGE_RATIO_AUTO * len(cap.groups()) < len(counted) else "saved"
-    if cuts == "multi" and not head:
+    if cuts == "multi":
+        saved = saved_outputs(cap, example_input, loss_fn or _cross_entropy)
+        if given and head:          # an instance's recorded groups: its loss group is folded again
+            groups = [list(g) for g in groups] + [list(head)]
         if groups is None:
-            groups = multi_cut_groups(cap.graph, max_nodes=max_nodes, counted=counted_operations(cap.graph))
+            # the head cuts="saved" folds into the loss (after the last single-tensor cut whose tensor
+            # autograd saves: U-Net's 1x1 convolution and permute) is cut off first, so that the
+            # multi cuts do not fold a whole stage of full-resolution layers into the loss
+            _, tail = merge_unsaved_cuts(cap.groups(), saved)
+            G = cap.graph.subgraph([v for v in cap.graph if v not in set(tail)]) if tail else cap.graph
+            groups = multi_cut_groups(G, max_nodes=max_nodes, counted=counted_operations(G),
+                                      inside=strided_gradients(cap, example_input, loss_fn))
+            groups = groups + ([list(tail)] if tail else [])
         groups = [list(g) for g in groups]
         res = residency(cap.graph, groups, cap.source)
         head_mod = None
-        if (not given and len(groups) > 1 and len(res.boundary[-2]) == 1 and not res.reads[-1]
-                and groups[-1][-1] not in saved_outputs(cap, example_input, loss_fn or _cross_entropy)):
+        if (given and head) or (not given and len(groups) > 1 and len(res.boundary[-2]) == 1 and not res.reads[-1]
+                                and groups[-1][-1] not in saved):
+            if len(res.boundary[-2]) != 1 or res.reads[-1]:
+                raise ValueError("linearize_model: the given loss group does not start at a single-tensor cut")
             # as merge_unsaved_cuts: the loss does not save a^L, so the last group is folded into it
             # (also keeps the gradient reaching a^L in autograd's layout: bit-identical gradients)
             head = groups.pop()

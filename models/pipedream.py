@@ -58,8 +58,8 @@ from typing import Any
 import networkx as nx
 
 from .chain import Chain
-from .cut_report import coarse_chain_warning, cut_tensors
-from .graph import join_terminals, linearize
+from .cut_report import coarse_chain_warning, cut_tensors, multi_cut_tensors
+from .graph import MULTI_MAX_NODES, join_terminals, linearize, multi_cut_groups, residency
 from .instance import read_text_file
 from .solution import InputError
 
@@ -139,9 +139,18 @@ def _stage_name(G: nx.DiGraph, group: list[str]) -> str:
     return f"{G.nodes[group[0]]['type']}..{G.nodes[group[-1]]['type']}[{group[0]}..{group[-1]}]"
 
 
-def import_graph(path: str | Path, batch: int | None = None, name: str | None = None) -> Chain:
+#: cut rules of :func:`import_graph`
+CUTS = ("auto", "single", "multi")
+
+
+def import_graph(path: str | Path, batch: int | None = None, name: str | None = None, cuts: str = "auto") -> Chain:
     """The linearized Chain of a PipeDream profile, optionally rescaled to mini-batch ``batch`` (a whole
     number >= 1; None keeps the profile's 128).
+
+    ``cuts``: ``"single"`` cuts only where a single tensor crosses (:func:`models.graph.linearize`);
+    ``"multi"`` cuts where several may (:func:`_multi_chain`); ``"auto"`` (default) is ``"single"``,
+    or ``"multi"`` where the single-tensor chain draws the coarse-chain warning (fewer than one stage
+    per ten nodes). The provenance's ``cut_rule`` says which was taken.
 
     Raises :class:`PipeDreamFormatError` naming the file (and line) when it cannot be read, is not a
     profile, or its graph is not one connected piece (a file cut short), and
@@ -151,6 +160,8 @@ def import_graph(path: str | Path, batch: int | None = None, name: str | None = 
         raise InputError(f"batch={batch!r}: give a whole number of samples >= 1 to rescale the profile to "
                          f"(PipeDream profiled at batch {PROFILE_BATCH}), or leave it out to keep {PROFILE_BATCH}")
     batch = None if batch is None else int(batch)
+    if cuts not in CUTS:
+        raise InputError(f"cuts={cuts!r}: choose from {', '.join(CUTS)}")
     path = Path(path)
     G = read_graph(path)
     inner = [n for n in G if G.nodes[n]["type"] == "Input" and G.in_degree(n) > 0]
@@ -201,6 +212,19 @@ def import_graph(path: str | Path, batch: int | None = None, name: str | None = 
     }
     warning = coarse_chain_warning(G, groups, what=f"PipeDream profile {path.name}", unit="nodes",
                                    names=[_stage_name(G, g) for g in groups])
+    prov["cut_rule"] = "single"
+    if cuts == "multi" or (cuts == "auto" and warning):
+        multi = _multi_chain(G, data, k, path)
+        prov.update(multi.provenance)
+        if warning:
+            warning = coarse_chain_warning(G, groups, what=f"PipeDream profile {path.name}", unit="nodes",
+                                           names=[_stage_name(G, g) for g in groups],
+                                           instead=f"cut where several tensors cross instead: {multi.L} stages, "
+                                                   f"{len(multi.provenance['resident'])} resident tensor(s)")
+            prov["linearization_warning"] = warning
+        multi.provenance = prov
+        multi.name = name or f"pipedream-{stem}-b{used}"
+        return multi
     if warning:
         prov["linearization_warning"] = warning
     if source not in G or sink not in G:
@@ -218,3 +242,58 @@ def import_graph(path: str | Path, batch: int | None = None, name: str | None = 
                              name=name or f"pipedream-{stem}-b{used}",
                              stage_names=["input"] + [_stage_name(G, g) for g in groups] + ["loss"],
                              provenance=prov)
+
+
+def _multi_chain(G: nx.DiGraph, data: set, k: float, path: Path) -> Chain:
+    """The chain of a PipeDream graph cut where several tensors may cross (issue 30).
+
+    The data inputs (``data``: the single source, or the ``Input`` sources) are contracted into one
+    source, a^0, of their summed size, as in the single-tensor chain. Several sinks are joined by the
+    virtual sink, which becomes a last stage of its own (zero time and size: it hands the sinks'
+    outputs to the loss). The groups are :func:`models.graph.multi_cut_groups` (at most
+    :data:`models.graph.MULTI_MAX_NODES` nodes per stage, the fewest bytes crossing the cuts) and
+    :func:`models.graph.residency` splits what crosses them: ``omega_a^l`` = ``omega_delta^l`` = the
+    tensors crossing cut l only; ``omega_abar^l`` = every output of group l but the resident ones;
+    ``resident`` = every tensor crossing two or more cuts, with its gradient (the data, without).
+    So ``omega_a^0 + sum_l omega_abar^l`` plus the resident tensors' sizes is still the sum of every
+    node's activation size, each counted once. Times and weights as in the single-tensor chain."""
+    nd = G.nodes
+    src = next(iter(data)) if len(data) == 1 else "input" if "input" not in G else "input*"
+    H = nx.DiGraph()
+    H.add_node(src, type="Input", desc=nd[src]["desc"] if src in G else "the data inputs", uf=0.0, ub=0.0,
+               out_bytes=float(sum(nd[n]["out_bytes"] for n in data)), weight_bytes=0.0)
+    for n in G:
+        if n not in data:
+            H.add_node(n, **nd[n])
+    for u, v in G.edges:
+        H.add_edge(src if u in data else u, src if v in data else v)
+    H, source, sink = join_terminals(H)
+    real = [n for n in H if n != src and not H.nodes[n].get("virtual")]
+    groups = multi_cut_groups(H, max_nodes=MULTI_MAX_NODES, counted=real)
+    virtual_sink = H.nodes[sink].get("virtual", False)
+    if virtual_sink:            # the virtual sink: a stage of its own, the sinks' outputs cross into it
+        groups[-1] = [n for n in groups[-1] if n != sink]
+        groups = [g for g in groups if g] + [[sink]]
+    res = residency(H, groups, source)
+    rs = set(res.resident)
+    hn = H.nodes
+    size = lambda n: k * float(hn[n].get("out_bytes", 0.0) or 0.0)  # noqa: E731
+    uf = [k * sum(hn[n].get("uf", 0.0) for n in g) for g in groups]
+    ub = [k * sum(hn[n].get("ub", 0.0) for n in g) for g in groups]
+    wa = [sum(size(n) for n in b) for b in res.boundary]
+    wabar = [wa[0]] + [sum(size(n) for n in g if n not in rs) for g in groups]
+    weights = [float(sum(hn[n].get("weight_bytes", 0.0) for n in g)) for g in groups]
+    resident = sum(size(n) * (1 if n == source else 2) for n in rs)
+    cut_info, res_info = multi_cut_tensors(H, res, scale=k, grad=rs - {source})
+
+    def name(g):
+        return "sinks" if g == [sink] and virtual_sink else _stage_name(H, g)
+
+    prov = {"cut_rule": "multi",
+            "linearization": "models.graph.multi_cut_groups on the DAG (data inputs contracted into a^0): at most "
+                             f"{MULTI_MAX_NODES} nodes per stage, the fewest bytes crossing the cuts; a tensor crossing "
+                             "one cut is in a^l (= delta^l), one crossing several is resident (charged once, with its "
+                             "gradient, as the chain's resident bytes); abar = the group's other outputs; o_f = o_b = 0",
+            "groups": [[str(n) for n in g] for g in groups], "cuts": cut_info, "resident": res_info}
+    return Chain.from_stages(uf=uf, ub=ub, wa=wa, wabar=wabar, wd=wa, weights=weights, resident=resident,
+                             stage_names=["input"] + [name(g) for g in groups] + ["loss"], provenance=prov)

@@ -63,12 +63,16 @@ Memory model (section 4.2), measured over time on each GPU
     Chains without those measurements use ``S[l] = abar^l`` (``wabar[l]``) and ``H = 0``; so does
     the paper's model. The running-task and direct-dependency items below are kept as in the paper;
 * resident tensors (``Chain.resident``, tensors crossing two or more cuts of a multi-tensor
-  linearization, and their gradients; issue 30), conservatively: every GPU keeps its own copy of all
-  of them for each mini-batch in flight on it (added to the stored bytes of the GPU's first layer:
-  ``S[1]`` and ``H[l]``, l >= 2), and every data sent between two GPUs carries all of them (added to
-  ``A[m]``, m = 1..2L-1, forward and backward: a resident tensor crossing a GPU boundary must be sent,
-  its gradient sent back, and the scalar does not say which boundaries each one crosses). With
-  ``resident = 0`` nothing changes;
+  linearization, and their gradients; issue 30). Where the provenance says where each lives
+  (:func:`resident_spans`: computed by stage p, last read by stage q), each GPU that touches its span
+  keeps one copy of it and of its gradient per mini-batch in flight: the GPU of layer max(p, 1) in
+  ``S[max(p, 1)]``, a GPU whose first layer l lies in (max(p, 1), q] in ``H[l]`` (it receives the
+  tensor, and sends its share of the gradient back, once); it is sent over every link it crosses
+  (``A[l]`` += its bytes and ``A[2L-l]`` += its gradient's, for the cuts l = max(p, 1)..q-1 before
+  the loss). Each GPU then counts exactly the resident tensors whose span meets its layers, once.
+  Without spans (or for bytes no span accounts for), conservatively: every GPU keeps a copy of all of
+  them per mini-batch (added to ``S[1]`` and ``H[l]``, l >= 2) and every link carries all of them
+  (``A[m]``, m = 1..2L-1). With ``resident = 0`` nothing changes;
 * running task (Lemma 8's ``a_{l-1} + a_l``): during ``T_m``, its input ``A[m-1]`` and output ``A[m]``;
 * direct dependencies (22): when ``T_m`` and ``T_{m+1}`` share a GPU, ``A[m]`` from the end of ``T_m``
   to the start of ``T_{m+1}`` (of the same mini-batch).
@@ -225,14 +229,52 @@ def task_data(chain: Chain, bandwidth: float | None, memory_model: str = "paper"
         S[L] += kept[L + 1]
         H[1:] = autograd_boundary_bytes(chain)[1:L + 1]     # the loss stage never starts a GPU
     r = float(getattr(chain, "resident", 0.0))
-    if r:                          # resident tensors (see the module docstring): per GPU and mini-batch, per link
+    spans = resident_spans(chain) if r else []
+    for p, q, value, grad in spans:  # where each resident tensor lives (see the module docstring)
+        first = max(p, 1)
+        S[first] += value + grad
+        H[first + 1:min(q, L) + 1] += value + grad
+        for l in range(first, min(q - 1, L) + 1):
+            A[l] += value
+            if l < L:
+                A[n - l] += grad
+    r -= sum(v + g for _, _, v, g in spans)
+    if r > 1e-6 * max(1.0, float(getattr(chain, "resident", 0.0))):
+        # resident bytes no span accounts for: per GPU and mini-batch, per link (conservatively)
         S[1] += r
         H[2:] += r
         A[1:n] += r
+    if spans or r > 0:
         if bandwidth is not None and bandwidth > 0:
             dc[1:] = A[1:n] / bandwidth
     return TaskData(L=L, d=d, dc=dc, A=A, W=W, wa=wa, bandwidth=bandwidth, name=chain.name, S=S,
                     memory_model=memory_model, H=H)
+
+
+def resident_spans(chain: Chain) -> list[tuple[int, int, float, float]]:
+    """``(p, q, value, gradient)`` for each resident tensor of a multi-tensor chain (issue 30): computed
+    by stage p (0: the input), last read by stage q (L+1: the loss), its bytes and its gradient's,
+    from the provenance's ``resident`` list (``memplan profile``, ``memplan import-pipedream``:
+    ``stage``, ``last_stage``, ``bytes``, ``charged``). Empty when the chain has no such list, when
+    an entry is malformed, or when the entries charge more than ``chain.resident`` (a chain scaled or
+    edited since): then the pipeline charges ``resident`` everywhere, conservatively."""
+    L = chain.L
+    rows = (chain.provenance or {}).get("resident")
+    if not isinstance(rows, list) or not rows:
+        return []
+    out = []
+    for row in rows:
+        try:
+            p, q = int(row["stage"]), int(row["last_stage"])
+            value, charged = float(row["bytes"]), float(row["charged"])
+        except (KeyError, TypeError, ValueError):
+            return []
+        if not (0 <= p < q <= L + 1 and q - p >= 2 and math.isfinite(charged) and 0 <= value <= charged):
+            return []
+        out.append((p, q, value, charged - value))
+    if sum(v + g for *_, v, g in out) > float(chain.resident) * (1 + 1e-9) + 1e-6:
+        return []
+    return out
 
 
 def _saved_measurements(chain: Chain) -> tuple[np.ndarray, np.ndarray] | None:

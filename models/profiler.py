@@ -59,6 +59,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .chain import Chain, Platform
+from .resident import fresh_start, mark_resident
 
 
 # memory tracking lives in models.memory (the runtime executor uses it and the profiler uses the
@@ -152,8 +153,15 @@ def _saved_bytes(stage: Callable, x: torch.Tensor, input_grad: bool) -> tuple[in
 
 
 def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device="cpu",
-                  input_grad: bool = True, delta: torch.Tensor | None = None) -> tuple[dict[str, float], torch.Tensor]:
+                  input_grad: bool = True, delta: torch.Tensor | None = None,
+                  no_grad_forward: bool = True) -> tuple[dict[str, float], torch.Tensor]:
     """Measure one stage on sample input ``x`` (see the module docstring). Returns (values, output).
+
+    ``no_grad_forward``: whether the stage also runs without autograd (F_ck, F_none), so that ``o_f``
+    is the larger overhead of the two forwards; ``False`` for a stage that only runs F_all (the loss
+    stage L+1 of a multi-tensor chain: without autograd every intermediate of a folded head and of the
+    loss is transient, 82 KB more than F_all's on a small U-Net, which made the simulated store-all
+    peak 1.1-2.2% too high).
 
     ``values`` has keys ``uf``, ``ub`` (seconds), ``wa``, ``wabar``, ``wd_in`` (bytes of the gradient of
     the input), ``of``, ``ob``, ``weights`` (bytes), ``saved`` (bytes autograd saved, by hooks).
@@ -203,7 +211,7 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
             wd_in = storage_bytes(xi.grad) if xi.grad is not None else 0
             ob = max(0.0, tr.peak - base - wd_in)
         del out
-    of = max(0.0, peak_f - kept_f, peak_ng - kept_ng)
+    of = max(0.0, peak_f - kept_f, peak_ng - kept_ng if no_grad_forward else 0.0)
     with torch.no_grad():
         y = stage(_as_input(x, False))
     values = dict(uf=statistics.median(tf), ub=statistics.median(tb) if needs_backward else 0.0, wa=float(wa),
@@ -222,6 +230,7 @@ def _res_leaf(t: torch.Tensor) -> torch.Tensor:
     if t.is_floating_point():
         t.requires_grad_(True)
         t.grad = torch.zeros_like(t)
+        mark_resident(t)
     return t
 
 
@@ -291,6 +300,7 @@ def profile_multi_stage(stage: Callable, xs: Sequence[torch.Tensor], res: Sequen
     for r in res:                       # the executor's resident gradients exist before any backward
         if isinstance(r, torch.Tensor) and r.grad is not None:
             r.grad.zero_()
+            fresh_start(r)
     with memory_tracker(device) as tr:
         outs, routs = split(stage(*xi, *res))
         tr.sync()
@@ -335,7 +345,7 @@ def _profile_multi_rows(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Ca
         res = tuple(store[v] for v in (getattr(stage, "resident_in", None) or []))
         if l == len(stages) + 1:
             vals, _ = profile_stage(stage, a[0], repeats=0, device=device, input_grad=True,
-                                    delta=torch.ones((), device=device))
+                                    delta=torch.ones((), device=device), no_grad_forward=False)
             rows.append(vals)
             break
         vals, a, r_out = profile_multi_stage(stage, a, res, device=device, input_grad=(input_grad or l > 1))
@@ -512,12 +522,41 @@ LINEARIZATION = ("models.graph.linearize_model, cuts='saved': the minimal single
                  "loss does not save its input")
 
 
+#: the same for a network cut where several tensors cross (``cuts="auto"`` on a coarse graph)
+LINEARIZATION_MULTI = ("models.graph.linearize_model, cuts='multi' (the single-tensor groups are fewer than one "
+                       "per ten operations): models.graph.multi_cut_groups, the cuts of one topological order with "
+                       "at most {max_nodes} counted operations per stage and the fewest bytes crossing (a shortest "
+                       "path), tensors whose autograd gradient is strided kept inside a stage; a tensor crossing "
+                       "one cut is part of a^l, one crossing several is resident (charged once, with its gradient, "
+                       "as the chain's resident bytes); loss_group: the saved rule's head, folded into the loss")
+
+
+def multi_cut_provenance(lm) -> dict[str, Any]:
+    """``cuts`` and ``resident`` of a multi-tensor linearization (:func:`models.cut_report.
+    multi_cut_tensors` on a :class:`models.graph.LinearizedModel`), for a chain's provenance: what
+    crosses each cut, and where each resident tensor lives (the pipeline charges it there,
+    :func:`models.pipeline.resident_spans`). Float tensors are charged with their gradient."""
+    from .cut_report import multi_cut_tensors
+
+    meta = {n.name: n.meta.get("tensor_meta") for n in lm.captured.gm.graph.nodes}
+    grads = {v for v in lm.residency.resident      # float tensors have a gradient (the executor's leaves)
+             if getattr(meta.get(v), "dtype", None) is not None and meta[v].dtype.is_floating_point}
+    cuts, resident = multi_cut_tensors(lm.captured.graph, lm.residency, grad=grads)
+    return {"cuts": cuts, "resident": resident}
+
+
 def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None = None, *, device="cpu",
                   repeats: int = 3, seed: int = 0, model_kw: dict[str, Any] | None = None,
-                  provenance: dict[str, Any] | None = None, name: str | None = None) -> Chain:
+                  provenance: dict[str, Any] | None = None, name: str | None = None,
+                  cuts: str = "auto") -> Chain:
     """Build a zoo model, linearize it (models.graph) and profile its stages: the chain of
     ``memplan profile`` (and of :mod:`memplan.experiments.gpu_profile`). ``provenance`` is added to
-    the chain's provenance (its keys win); ``name`` replaces the default chain name."""
+    the chain's provenance (its keys win); ``name`` replaces the default chain name. ``cuts``: the
+    rule of :func:`models.graph.linearize_model`; ``"auto"`` (default) is ``"saved"`` for every network
+    whose single-tensor groups are at least one per ten operations (the ResNets, DenseNets, Inception,
+    VGG, GPT-2: their chains do not change) and ``"multi"`` for the others (NASNet-A, the Transformer);
+    the provenance's ``cut_rule`` says which was taken, ``cuts`` what crosses each cut and ``resident``
+    the tensors crossing several."""
     from .graph import linearize_model
     from .networks import DEFAULT_INPUT, canonical_name, example_input, get_model
 
@@ -531,14 +570,24 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
     x = example_input(model_name, batch, shape, vocab=vocab, seed=seed, device=device)
     t0 = time.perf_counter()
     loss_fn = classification_loss(seed=seed)
-    lm = linearize_model(model, x, loss_fn)
+    lm = linearize_model(model, x, loss_fn, cuts=cuts)
     t_linearize = time.perf_counter() - t0
     from .cut_report import coarse_chain_warning, counted_operations, cut_tensors
+    from .graph import MULTI_MAX_NODES
 
     graph = lm.captured.graph
     ops = counted_operations(graph)
+    multi = lm.residency is not None
+    instead = (f"cut where several tensors cross instead (cuts='multi'): {lm.L} stages, "
+               f"{len(lm.residency.resident)} resident tensor(s)" if multi else None)
     warning = coarse_chain_warning(graph, lm.captured.groups(), what=model_name, counted=ops,
-                                   unit="operations", note="views and shape queries not counted")
+                                   unit="operations", note="views and shape queries not counted", instead=instead)
+    if multi:
+        extra = {"cut_rule": "multi", "linearization": LINEARIZATION_MULTI.format(max_nodes=MULTI_MAX_NODES),
+                 **multi_cut_provenance(lm)}
+    else:
+        extra = {"cut_rule": "saved" if lm.cuts == "saved" else lm.cuts, "linearization": LINEARIZATION,
+                 "cuts": cut_tensors(graph, lm.groups)}
     chain = profile_chain(
         lm.stages, x, lm.loss_stage(loss_fn), repeats=repeats, device=device, names=lm.names,
         loss_name=lm.loss_name,
@@ -546,11 +595,10 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
         provenance={"network": model_name, "model_kw": model_kw, "batch": batch, "input": list(shape),
                     "source": "models.networks (random initialization)", "seed": seed,
                     "loss": "cross-entropy against fixed random labels",
-                    "linearization": LINEARIZATION,
                     "linearize_seconds": round(t_linearize, 3),
                     "groups": [list(g) for g in lm.groups], "loss_group": list(lm.head_group),
                     "nodes": graph.number_of_nodes(), "operations": len(ops),
-                    "cuts": cut_tensors(graph, lm.groups),
+                    **extra,
                     **({"linearization_warning": warning} if warning else {}),
                     **(provenance or {})})
     return chain

@@ -39,6 +39,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from .resident import mark_resident
 from .remat import OPS, InvalidSequence, RematSchedule, store_all_ops  # noqa: F401 (re-exported)
 
 
@@ -163,6 +164,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         if grad and t.is_floating_point():
             t.requires_grad_(True)
             t.grad = torch.zeros_like(t)
+            mark_resident(t)        # its readers add into .grad one by one, in autograd's order
         return t
 
     def keep_resident(l: int, outs: tuple, graph: bool) -> None:

@@ -2,6 +2,7 @@
 (PipeDream import and zoo profiles), naming the tensors that cross the cheapest cut inside the largest
 stage."""
 import json
+import re
 from pathlib import Path
 
 import networkx as nx
@@ -32,8 +33,8 @@ def test_long_skip_is_reported_with_the_tensors_that_cross(tmp_path, capsys):
 
     # 31 nodes; the skip node1 -> node30 leaves a single cut (after node1): stages [node1], [node2..30]
     g = _graph_txt(tmp_path / "skip.graph.txt", 31, skips=[(1, 30)])
-    chain = import_graph(g)
-    assert chain.L == 2
+    chain = import_graph(g, cuts="single")
+    assert chain.L == 2 and chain.provenance["cut_rule"] == "single"
     text = chain.provenance["linearization_warning"]
     assert "31 nodes linearize into only 2 stage(s)" in text
     # inside stage 2 every cut is crossed by node1's output (the skip) and the last node's output
@@ -42,12 +43,52 @@ def test_long_skip_is_reported_with_the_tensors_that_cross(tmp_path, capsys):
     assert main(["import-pipedream", str(g), "-o", str(out)]) == 0
     err = capsys.readouterr().err
     assert err.startswith("warning: PipeDream profile skip.graph.txt: 31 nodes") and err.count("\n") == 1
-    assert json.loads(out.read_text())["provenance"]["linearization_warning"] == text
+    # the import cuts where several tensors cross instead (cuts="auto") and the line says so
+    auto = json.loads(out.read_text())["provenance"]
+    assert auto["cut_rule"] == "multi" and auto["linearization_warning"] in err
+    assert auto["linearization_warning"].startswith(text[:text.index("; re-materialization")])
+    assert "cut where several tensors cross instead: 5 stages, 1 resident tensor(s)" in err
     # what crosses each cut: the input, the skip's source node1, the sink (64 bytes each at batch 128)
     assert chain.provenance["cuts"] == [{"cut": 0, "tensors": [{"node": "node0", "bytes": 64.0}]},
                                         {"cut": 1, "tensors": [{"node": "node1", "bytes": 64.0}]},
                                         {"cut": 2, "tensors": [{"node": "node30", "bytes": 64.0}]}]
-    assert import_graph(g, batch=32).provenance["cuts"][1]["tensors"][0]["bytes"] == 16.0
+    assert import_graph(g, batch=32, cuts="single").provenance["cuts"][1]["tensors"][0]["bytes"] == 16.0
+
+
+def test_pipedream_multi_cuts_count_every_tensor_once(tmp_path):
+    """The multi-cut import of a line of 31 layers with a skip node1 -> node30: at most 6 nodes per
+    stage; node1 crosses every cut until stage 5 and is resident (64 bytes and its gradient), the other
+    cuts carry one tensor each; every node's time and activation is counted once (against the
+    single-tensor import: same total time, sum of abar plus the resident values the same bytes)."""
+    g = _graph_txt(tmp_path / "skip.graph.txt", 31, skips=[(1, 30)])
+    single, multi = import_graph(g, cuts="single"), import_graph(g)
+    assert multi.provenance["cut_rule"] == "multi" and multi.L == 5
+    assert multi.provenance["groups"] == [[f"node{i}" for i in range(j, j + 6)] for j in range(1, 31, 6)]
+    assert multi.resident == 128.0 and multi.provenance["resident"] == [
+        {"node": "node1", "bytes": 64.0, "stage": 1, "last_stage": 5, "charged": 128.0}]
+    assert [c["tensors"] for c in multi.provenance["cuts"]] == (
+        [[{"node": "node0", "bytes": 64.0}]] + [[{"node": f"node{j}", "bytes": 64.0}] for j in (6, 12, 18, 24, 30)])
+    assert [len(c["resident"]) for c in multi.provenance["cuts"]] == [0, 1, 1, 1, 1, 0]
+    assert sum(multi.uf) + sum(multi.ub) == pytest.approx(sum(single.uf) + sum(single.ub))
+    assert sum(multi.wabar[:multi.L + 1]) + multi.resident / 2 == sum(single.wabar[:single.L + 1]) == 31 * 64.0
+    assert import_graph(g, batch=32).resident == 32.0
+    # several inputs and outputs: the data inputs form a^0, the virtual sink a last stage of its own
+    two = tmp_path / "two.graph.txt"
+    lines = _graph_txt(tmp_path / "x.graph.txt", 25).read_text().splitlines()
+    lines.insert(1, lines[0].replace("node0", "nodeB"))
+    lines += ["\tnodeB -- node20", "\tnode12 -- node24", "\tnode12 -- nodeS"]
+    lines.insert(2, lines[2].replace("node1 ", "nodeS ", 1))
+    two.write_text("\n".join(lines) + "\n")
+    m2, s2 = import_graph(two, cuts="multi"), import_graph(two, cuts="single")
+    L = m2.L
+    assert m2.stage_names[-2] == "sinks" and m2.uf[L] == m2.ub[L] == m2.wa[L] == m2.wabar[L] == 0
+    res = {r["node"]: r for r in m2.provenance["resident"]}
+    # nodeB is read by node20: a^0 (both inputs, 128 bytes) crosses several cuts, without a gradient
+    assert m2.wa[0] == 0 and res["input"]["bytes"] == res["input"]["charged"] == s2.wa[0] == 128.0
+    assert res["nodeS"]["last_stage"] == L and res["nodeS"]["charged"] == 128.0     # a sink before the last stage
+    assert sum(m2.wabar[1:L + 1]) + sum(r["bytes"] for r in res.values()) + m2.wa[0] == pytest.approx(sum(s2.wabar[:s2.L + 1]))
+    assert m2.resident == sum(r["charged"] for r in res.values())
+    assert sum(m2.uf) == pytest.approx(sum(s2.uf))
 
 
 def test_threshold_is_one_stage_per_ten_nodes(tmp_path):
@@ -129,13 +170,28 @@ def test_cli_profile_prints_the_warning(tmp_path, capsys, one_torch_thread):
     err = capsys.readouterr().err
     prov = json.loads(out.read_text())["provenance"]
     assert err.startswith("warning: transformer: ") and prov["linearization_warning"] in err
-    assert 10 * len(prov["groups"]) < prov["operations"] <= prov["nodes"]
-    # each cut carries one tensor today: a^0 the token ids (2 x 7 int64), then each group's last node,
-    # whose bytes are what the profiler measured as a^l
+    # the warning applies, so the multi-tensor cuts are taken (cuts="auto") and the line says so
+    assert prov["cut_rule"] == "multi" and "cut where several tensors cross instead" in err
+    assert 10 * len(prov["groups"]) >= prov["operations"]
     from memplan.models.instance import load_chain
 
     c = load_chain(out)
     cuts = prov["cuts"]
     assert [x["cut"] for x in cuts] == list(range(c.L + 1)) and cuts[0]["tensors"] == [{"node": "ids", "bytes": 112.0}]
-    assert [x["tensors"][0]["node"] for x in cuts[1:]] == [g[-1] for g in prov["groups"]]
-    assert [x["tensors"][0]["bytes"] for x in cuts] == pytest.approx(list(c.wa[:c.L + 1]), abs=0.01)   # MiB, 9 digits
+    # a^l is the tensors crossing cut l only, what the profiler measured as a^l (MiB with 9 digits)
+    assert [sum(t["bytes"] for t in x["tensors"]) for x in cuts] == pytest.approx(list(c.wa[:c.L + 1]), abs=0.01)
+    # the resident tensors: each crosses two or more cuts, is listed at every cut it crosses, and is
+    # charged with its gradient when it is a float tensor (the encoder's output), once when not (the
+    # target token ids, a slice of the input ids)
+    res = {r["node"]: r for r in prov["resident"]}
+    assert res and all(r["last_stage"] - r["stage"] >= 2 for r in res.values())
+    for x in cuts:
+        assert {r["node"] for r in x["resident"]} == {v for v, r in res.items() if r["stage"] <= x["cut"] < r["last_stage"]}
+    assert res["src_drop"]["charged"] == 2 * res["src_drop"]["bytes"] and res["getitem_1"]["charged"] == 48.0
+    assert c.resident > 0
+    # memplan run rebuilds the multi-cut stages from the recorded groups and executes them
+    assert main(["run", str(out), "--check-grads"]) == 0
+    text = capsys.readouterr().out
+    assert "gradients    bit-identical to plain autograd" in text
+    measured, simulated = re.search(r"peak memory\s+measured ([\d.]+) KiB\s+simulated ([\d.]+) KiB", text).groups()
+    assert 0.99 * float(simulated) <= float(measured) <= float(simulated) * 1.0001      # KiB with one decimal

@@ -109,7 +109,7 @@ def test_random_profiles_count_every_real_node_once(tmp_path):
         nodes, edges = _random_profile(rng)
         path = _write(tmp_path / f"r{trial}.graph.txt", nodes, edges)
         G = read_graph(path)
-        c = import_graph(path, batch=8)
+        c = import_graph(path, batch=8, cuts="single")
         k = 8 / 128
         groups = c.provenance["groups"]
         srcs, snks = c.provenance["sources"], c.provenance["sinks"]
@@ -156,9 +156,9 @@ def test_virtual_nodes_equal_real_zero_cost_joins(tmp_path):
     rng = random.Random(2024)
     for trial in range(40):
         nodes, edges = _random_profile(rng)
-        c = import_graph(_write(tmp_path / f"v{trial}.graph.txt", nodes, edges))
+        c = import_graph(_write(tmp_path / f"v{trial}.graph.txt", nodes, edges), cuts="single")
         hn, he = _joined_by_hand(nodes, edges)
-        ref = import_graph(_write(tmp_path / f"h{trial}.graph.txt", hn, he))
+        ref = import_graph(_write(tmp_path / f"h{trial}.graph.txt", hn, he), cuts="single")
         assert ref.provenance["sources"] == [("nodeS" if len(c.provenance["sources"]) > 1 else
                                               c.provenance["sources"][0])]
         assert c.L == ref.L
@@ -182,7 +182,7 @@ def test_cli_imports_and_the_chain_solves(tmp_path):
     out = tmp_path / "both.json"
     assert main(["import-pipedream", str(path), "--batch", "8", "-o", str(out)]) == 0
     c = load_chain(out)
-    ref = import_graph(path, batch=8)
+    ref = import_graph(path, batch=8, cuts="single")
     assert c.L == ref.L == 1                                     # node8 branches off before the join
     assert c.wa[1] == pytest.approx(8 / 128 * (10 + 6) * MiB)
     assert c.wa[0] == pytest.approx(8 / 128 * (100 + 60) * MiB)
@@ -200,3 +200,29 @@ def test_input_with_predecessors_is_refused_with_the_file_named(tmp_path):
         import_graph(bad)
     from memplan.experiments.cli import main
     assert main(["import-pipedream", str(bad), "-o", str(tmp_path / "o.json")]) == 2
+
+
+def test_random_profiles_multi_cuts_count_every_node_once(tmp_path):
+    """The multi-cut import (issue 30) of the same random profiles (several inputs and outputs among
+    them): every node's time once, every activation once (a^0, the groups' non-resident outputs, the
+    resident tensors), the resident charge their values plus the gradients of the computed ones, and
+    each stage at most MULTI_MAX_NODES real nodes (a node alone may be a stage)."""
+    from memplan.models.graph import MULTI_MAX_NODES
+
+    rng = random.Random(1818)
+    for trial in range(60):
+        nodes, edges = _random_profile(rng)
+        path = _write(tmp_path / f"r{trial}.graph.txt", nodes, edges)
+        s, m = import_graph(path, batch=8, cuts="single"), import_graph(path, batch=8, cuts="multi")
+        assert m.provenance["cut_rule"] == "multi"
+        assert sum(m.uf) + sum(m.ub) == pytest.approx(sum(s.uf) + sum(s.ub))
+        res = m.provenance["resident"]
+        assert m.wa[0] + sum(m.wabar[1:m.L + 1]) + sum(r["bytes"] for r in res) == pytest.approx(
+            s.wa[0] + sum(s.wabar[1:s.L + 1]))
+        assert m.resident == pytest.approx(sum(r["charged"] for r in res))
+        srcs = s.provenance["sources"]
+        data = {"input"} | ({srcs[0]} if len(srcs) == 1 else set())     # loaded, not computed: no gradient
+        assert all(r["charged"] == r["bytes"] * (1 if r["node"] in data else 2) for r in res)
+        real = [[v for v in g if v != "<virtual sink>" and v != "input"] for g in m.provenance["groups"]]
+        assert all(len(g) <= MULTI_MAX_NODES for g in real if len(g) > 1)
+        assert sum(len(g) for g in real) + 1 >= len(nodes) - len(s.provenance["sources"]) + 1

@@ -47,14 +47,43 @@ BACKENDS = ("aot_eager_decomp_partition", "inductor")
 SOLVERS = ("pytorch", "memplan", "memplan-peak", "both", "all")
 
 
+def _solver_base():
+    """The base of memplan's partitioner solvers, built on first use (torch's ``CustomKnapsackSolver``
+    is imported lazily): a time limit and threads for HiGHS, ``calls`` recording each call, and
+    PyTorch's own answer to start from."""
+    global _SOLVER_BASE
+    if _SOLVER_BASE is not None:
+        return _SOLVER_BASE
+    from torch._inductor.custom_graph_pass import CustomKnapsackSolver
+
+    class MemplanSolver(CustomKnapsackSolver):
+        def __init__(self, time_limit: float | None = 10.0, threads: int | None = 1):
+            self.time_limit = time_limit
+            self.threads = threads
+            self.calls: list[dict[str, Any]] = []
+
+        @staticmethod
+        def pytorch_choice(memory, max_memory, nodes) -> tuple[list[float], list[int]]:
+            """The runtimes PyTorch gives its own solver (it does not pass them to a custom one) and
+            ``dp_knapsack``'s saved items at ``max_memory``."""
+            from torch._functorch._activation_checkpointing.knapsack import dp_knapsack
+            from torch._functorch.partitioners import estimate_runtime
+
+            runtimes = [float(estimate_runtime(node)) for node in nodes]
+            _, dp_saved, _ = dp_knapsack(list(memory), runtimes, max_memory)
+            return runtimes, dp_saved
+
+    _SOLVER_BASE = MemplanSolver
+    return MemplanSolver
+
+
 def _knapsack_solver_class():
     """:class:`MemplanKnapsack`, built on first use (its base class lives in torch, imported lazily)."""
     global _MEMPLAN_KNAPSACK
     if _MEMPLAN_KNAPSACK is not None:
         return _MEMPLAN_KNAPSACK
-    from torch._inductor.custom_graph_pass import CustomKnapsackSolver
 
-    class MemplanKnapsack(CustomKnapsackSolver):
+    class MemplanKnapsack(_solver_base()):
         """PyTorch's partitioner knapsack (saved vs recomputed candidates under the budget fraction),
         solved exactly by :func:`memplan.formulations.knapsack_milp.solve_knapsack` with PyTorch's own
         ``dp_knapsack`` answer as MIP start, so its objective (recompute runtime, PyTorch's runtime
@@ -62,21 +91,11 @@ def _knapsack_solver_class():
         bytes, not a model of the backward's memory over time. ``calls`` records each call:
         items, capacity, both objectives, the solve time."""
 
-        def __init__(self, time_limit: float | None = 10.0, threads: int | None = 1):
-            self.time_limit = time_limit
-            self.threads = threads
-            self.calls: list[dict[str, Any]] = []
-
         def __call__(self, memory, joint_graph, max_memory, node_info, all_recomputable_banned_nodes):
-            from torch._functorch._activation_checkpointing.knapsack import dp_knapsack
-            from torch._functorch.partitioners import estimate_runtime
-
             from memplan.formulations.knapsack_milp import knapsack_value, solve_knapsack
 
             t0 = time.perf_counter()
-            # the runtimes PyTorch gave its own solver (it does not pass them to a custom one)
-            runtimes = [float(estimate_runtime(node)) for node in all_recomputable_banned_nodes]
-            _, dp_saved, _ = dp_knapsack(list(memory), runtimes, max_memory)
+            runtimes, dp_saved = self.pytorch_choice(memory, max_memory, all_recomputable_banned_nodes)
             res = solve_knapsack(list(memory), runtimes, max_memory, start=dp_saved,
                                  time_limit=self.time_limit, threads=self.threads)
             dp_r, dp_m = knapsack_value(memory, runtimes, dp_saved)
@@ -95,6 +114,7 @@ def _knapsack_solver_class():
 
 _MEMPLAN_KNAPSACK = None
 _PEAK_SOLVER = None
+_SOLVER_BASE = None
 
 #: aten operations whose output shares its input's storage: no memory of their own in the peak model
 _VIEW_OPS = ("view", "_unsafe_view", "t", "transpose", "permute", "expand", "slice", "select", "unsqueeze",
@@ -164,30 +184,20 @@ def _peak_solver_class():
     global _PEAK_SOLVER
     if _PEAK_SOLVER is not None:
         return _PEAK_SOLVER
-    from torch._inductor.custom_graph_pass import CustomKnapsackSolver
 
-    class MemplanPeakSolver(CustomKnapsackSolver):
+    class MemplanPeakSolver(_solver_base()):
         """The partitioner's keep-or-recompute choice by :func:`memplan.formulations.peak_milp.solve_peak`:
         the step's memory modelled over the joint graph's order (:func:`joint_graph_timeline`), the
         capacity the modelled peak of PyTorch's own ``dp_knapsack`` choice at this fraction, which is
         the MIP start: the answer's modelled peak is no higher and its recompute runtime (PyTorch's
         estimate) no larger than ``dp_knapsack``'s. ``calls`` records each call."""
 
-        def __init__(self, time_limit: float | None = 10.0, threads: int | None = 1):
-            self.time_limit = time_limit
-            self.threads = threads
-            self.calls: list[dict[str, Any]] = []
-
         def __call__(self, memory, joint_graph, max_memory, node_info, all_recomputable_banned_nodes):
-            from torch._functorch._activation_checkpointing.knapsack import dp_knapsack
-            from torch._functorch.partitioners import estimate_runtime
-
             from memplan.formulations.peak_milp import solve_peak
 
             t0 = time.perf_counter()
             nodes = list(all_recomputable_banned_nodes)
-            runtimes = [float(estimate_runtime(node)) for node in nodes]
-            _, dp_saved, _ = dp_knapsack(list(memory), runtimes, max_memory)
+            runtimes, dp_saved = self.pytorch_choice(memory, max_memory, nodes)
             tl = joint_graph_timeline(joint_graph, node_info, nodes)
             res = solve_peak(tl["sizes"], runtimes, tl["saved"], tl["recomputed"], tl["fixed"], start=dp_saved,
                              time_limit=self.time_limit, threads=self.threads)

@@ -16,6 +16,19 @@ def toy_chain():
 MiB = 2**20
 
 
+def fig4(n):
+    """The chain of paper 004, Figure 4 (the DPs' and the bound's tests): L = n+2, u_f^1 = k = n-2,
+    u_f^2 = 2, sizes 3 except a^0 = 0, a^1 = 1, a^L = 4."""
+    from memplan.models.chain import Chain
+
+    k, L = n - 2, n + 2
+    uf = [0] * L
+    uf[0], uf[1] = k, 2
+    wa = [3] * (L + 1)
+    wa[0], wa[1], wa[L] = 0, 1, 4
+    return Chain.from_stages(uf=uf, ub=[0] * L, wa=wa)
+
+
 def write_chain_instance(chain, path, name="r4", batch=16):
     """Write a Chain (random_chain) as an instance file, for CLI tests."""
     import json

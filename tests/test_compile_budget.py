@@ -47,6 +47,16 @@ def _step_grads(step, model, x, y):
     return [p.grad.detach().clone() for p in model.parameters()]
 
 
+def _assert_step_grads_match(step, model, x, y, expected):
+    """The step's gradients equal ``expected`` (eager autograd's) within float32 rounding; the
+    parameters' gradients are cleared afterwards."""
+    got = _step_grads(step, model, x, y)
+    for p in model.parameters():
+        p.grad = None
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6)
+
+
 @pytest.fixture(scope="module")
 def mlp_case():
     model = _mlp()
@@ -73,11 +83,7 @@ def test_peak_within_budget_measured_again(mlp_case):
 def test_gradients_equal_eager_autograd(mlp_case):
     model, x, y, step = mlp_case
     expected = _eager_grads(model, x, y)
-    got = _step_grads(step, model, x, y)
-    for p in model.parameters():
-        p.grad = None
-    for e, g in zip(expected, got):
-        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6)
+    _assert_step_grads_match(step, model, x, y, expected)
 
 
 def test_infeasible_budget_refused_with_the_minimum_and_the_minimum_works(mlp_case):
@@ -113,11 +119,7 @@ def test_memplan_knapsack_inside_the_partitioner():
         assert c["items"] > 0
         assert c["saved_memory"] <= c["capacity"] + 1e-9
         assert c["recompute_runtime"] <= c["dp_recompute_runtime"] * (1 + 1e-12)
-    got = _step_grads(step, model, x, y)
-    for p in model.parameters():
-        p.grad = None
-    for e, g in zip(expected, got):
-        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6)
+    _assert_step_grads_match(step, model, x, y, expected)
 
 
 def test_both_knapsacks_compete_on_measured_peaks():
@@ -397,8 +399,4 @@ def test_peak_solver_inside_the_partitioner_never_worse_than_dp_knapsack_in_its_
     for c in calls:
         assert c["recompute_runtime"] <= c["dp_recompute_runtime"] * (1 + 1e-12)
         assert c["peak"] <= c["dp_peak"] * (1 + 1e-9)
-    got = _step_grads(step, model, x, y)
-    for p in model.parameters():
-        p.grad = None
-    for e, g in zip(expected, got):
-        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6)
+    _assert_step_grads_match(step, model, x, y, expected)

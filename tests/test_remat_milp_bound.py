@@ -14,11 +14,11 @@ from memplan.baselines import remat_bound as B
 from memplan.baselines import remat_rotor as R
 from memplan.baselines.remat_exhaustive import exhaustive_remat
 from memplan.formulations.remat_milp import solve_remat_milp
-from memplan.models.chain import Chain, random_chain
+from memplan.models.chain import random_chain
 from memplan.models.remat import RematSchedule, simulate_remat
 from memplan.models.solution import Status
 
-from conftest import MiB
+from conftest import MiB, fig4
 
 
 def _limits(c, fracs=(0.0, 0.15, 0.4, 0.8)):
@@ -120,21 +120,11 @@ def test_remat_milp_proven_by_the_dp_bound(toy_chain):
     assert sol.bound == pytest.approx(47.42e-3, rel=1e-9) and sol.gap <= 1e-4
 
 
-def _fig4(n):
-    """Paper 004, Figure 4: L = n+2, u_f^1 = n-2, u_f^2 = 2, sizes 3 except a^0 = 0, a^1 = 1, a^L = 4."""
-    k, L = n - 2, n + 2
-    uf = [0] * L
-    uf[0], uf[1] = k, 2
-    wa = [3] * (L + 1)
-    wa[0], wa[1], wa[L] = 0, 1, 4
-    return Chain.from_stages(uf=uf, ub=[0] * L, wa=wa)
-
-
 def test_remat_milp_takes_the_dp_sequence_when_the_persistent_start_is_not_optimal():
     """Paper 004, Figure 4 (n = 6, M = 15): the persistent start takes 3n - 2 = 16, every sequence at
     least 2n + 2 = 14 (the paper's numbers); the DP's own (non-persistent) sequence reaches 14."""
     n = 6
-    c = _fig4(n)
+    c = fig4(n)
     sol = remat.solve(c, memory=15, method="remat-milp", time_limit=30, threads=1)
     assert sol.status == Status.OPTIMAL and sol.objective == 2 * n + 2
     assert sol.details["dp_bound"] == 2 * n + 2 and sol.details["dp_plan"] == 2 * n + 2
@@ -146,7 +136,7 @@ def test_milp_with_the_bound_as_cut_reaches_the_optimum():
     """The cut ``makespan >= bound`` keeps the optimum: from the persistent start (16) the MILP finds
     14 and its dual bound starts at the cut."""
     n = 6
-    c = _fig4(n)
+    c = fig4(n)
     start = R.persistent(c, 15, exact=True)
     assert start.objective == 3 * n - 2
     sol = solve_remat_milp(c, 15, time_limit=30, threads=1, start=start.schedule, lower_bound=2 * n + 2)

@@ -4,11 +4,11 @@ import pytest
 from memplan.baselines import remat_heuristics as H
 from memplan.baselines import remat_rotor as rotor
 from memplan.baselines.remat_exhaustive import exhaustive_remat
-from memplan.models.chain import Chain, random_chain
+from memplan.models.chain import random_chain
 from memplan.models.remat import simulate_remat
 from memplan.models.solution import Status
 
-from conftest import MiB
+from conftest import MiB, fig4
 
 
 def test_toy_90mib_rotor_matches_paper(toy_chain):
@@ -20,16 +20,6 @@ def test_toy_90mib_rotor_matches_paper(toy_chain):
                                        "B^3 F_all^1 F_all^2 B^2 B^1")
     fl = rotor.floating(toy_chain, 90 * MiB, slots=200)
     assert fl.objective == pytest.approx(47.42e-3)
-
-
-def fig4(n):
-    """Paper 004, Figure 4: L = n+2, u_f^1 = k, u_f^2 = 2, sizes 3 except a^0 = 0, a^1 = 1, a^L = 4."""
-    k, L = n - 2, n + 2
-    uf = [0] * L
-    uf[0], uf[1] = k, 2
-    wa = [3] * (L + 1)
-    wa[0], wa[1], wa[L] = 0, 1, 4
-    return Chain.from_stages(uf=uf, ub=[0] * L, wa=wa)
 
 
 @pytest.mark.parametrize("n", [6, 8])

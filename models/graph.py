@@ -497,6 +497,20 @@ def capture(model, example_input) -> Captured:
     return Captured(gm=gm, graph=G, source=source.name, sink=ret.name, free=free)
 
 
+def _copier(cap: Captured, graph, env: dict, refusal: Callable) -> Callable:
+    """The argument mapping of ``graph.node_copy`` while building one stage: a node already in
+    ``env`` (a placeholder or a copied node) maps to its copy; a node that does not depend on the
+    input (``cap.free``: ``get_attr``, constants) is copied into the stage on first use; any other
+    node crosses the stage's boundary, and ``ValueError(refusal(node))`` is raised."""
+    def lookup(a):
+        if a not in env:
+            if a.name not in cap.free:
+                raise ValueError(refusal(a))
+            env[a] = graph.node_copy(a, lookup)
+        return env[a]
+    return lookup
+
+
 def stage_modules(cap: Captured, groups: Sequence[Sequence[str]] | None = None) -> list:
     """One fx GraphModule per group: it takes a^{l-1} (the previous separator's value, or the model
     input) and returns a^l (the group's last node). Parameters are shared with the traced model, so
@@ -514,13 +528,8 @@ def stage_modules(cap: Captured, groups: Sequence[Sequence[str]] | None = None) 
         graph = fx.Graph()
         env: dict[fx.Node, fx.Node] = {nodes[prev]: graph.placeholder("x")}
 
-        def lookup(a: fx.Node) -> fx.Node:
-            if a not in env:
-                if a.name not in cap.free:
-                    raise ValueError(f"stage_modules: node {a.name} crosses a stage boundary; the groups "
-                                     "are not a chain partition of the graph")
-                env[a] = graph.node_copy(a, lookup)
-            return env[a]
+        lookup = _copier(cap, graph, env, lambda a: f"stage_modules: node {a.name} crosses a stage boundary; "
+                         "the groups are not a chain partition of the graph")
 
         for name in g:
             n = nodes[name]
@@ -551,13 +560,8 @@ def multi_stage_modules(cap: Captured, groups: Sequence[Sequence[str]], res: Res
         ins = list(res.boundary[l - 1]) + list(res.reads[l - 1])
         env: dict[fx.Node, fx.Node] = {nodes[v]: graph.placeholder(f"in{i}") for i, v in enumerate(ins)}
 
-        def lookup(a: fx.Node) -> fx.Node:
-            if a not in env:
-                if a.name not in cap.free:
-                    raise ValueError(f"multi_stage_modules: node {a.name} is read by stage {l} but is neither "
-                                     "in a^{l-1} nor resident")
-                env[a] = graph.node_copy(a, lookup)
-            return env[a]
+        lookup = _copier(cap, graph, env, lambda a, l=l: f"multi_stage_modules: node {a.name} is read by stage "
+                         f"{l} but is neither in a^{{l-1}} nor resident")
 
         resident_ph = {env[nodes[v]] for v in res.reads[l - 1]}
         for name in g:

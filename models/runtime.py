@@ -34,6 +34,7 @@ weight gradients, which the chain model does not count, stay out of the activati
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -405,7 +406,8 @@ class _StageInfo:
     r_out: list
     src_res: list
     multi: bool
-    fns: list          # keeps the stage objects (and so their ids, the cache key) alive
+    refs: list         # weak references to the stage objects: a cached entry is used only while
+                       # they are alive and the same (ids can be reused); the cache keeps no model alive
 
 
 _INFO: dict[tuple, _StageInfo] = {}
@@ -416,7 +418,7 @@ def _stage_info(fns: Sequence[Callable]) -> _StageInfo:
     stages many times)."""
     key = tuple(id(f) for f in fns)
     got = _INFO.get(key)
-    if got is not None:
+    if got is not None and all(r() is f for r, f in zip(got.refs, fns)):
         return got
     owner: dict[int, int] = {}
     pairs = set()
@@ -434,9 +436,15 @@ def _stage_info(fns: Sequence[Callable]) -> _StageInfo:
     if len(src_res) > 1:
         raise ValueError(f"execute: resident tensors {src_res} are read but no stage computes them "
                          "(only the input may be)")
-    if len(_INFO) >= 16:
-        _INFO.clear()
-    got = _INFO[key] = _StageInfo(frozenset(pairs), r_in, r_out, src_res, bool(produced or src_res), list(fns))
+    try:
+        refs = [weakref.ref(f) for f in fns]
+    except TypeError:                  # an object without weak references: not cached
+        refs = None
+    got = _StageInfo(frozenset(pairs), r_in, r_out, src_res, bool(produced or src_res), refs or [])
+    if refs is not None:
+        if len(_INFO) >= 16:
+            _INFO.clear()
+        _INFO[key] = got
     return got
 
 

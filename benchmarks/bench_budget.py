@@ -16,7 +16,8 @@ backward) is run by every contender:
   (x0.9, 0.75, 0.6, 0.5, ...) down to memplan's least measured peak.
 
 One measuring method for every row: the peak is :func:`memplan.models.memory.profiler_peak` (c10's CPU
-allocator, compiled code included) of one step after a warm-up step, parameters' gradients already
+allocator, compiled code included; with ``--device cuda`` the caching allocator's ``max_memory_allocated``
+instead, for every row alike) of one step after a warm-up step, parameters' gradients already
 allocated (the window of ``compile_under_budget``). Times: every distinct step of a network runs once per
 round in rotating order (:func:`memplan.models.measure.interleaved`) on the CPU clock (process time, one
 torch thread), until each median's 95% interval is within 2% of it or ``--max-rounds``; ``noisy`` marks
@@ -59,6 +60,16 @@ NETWORKS = {
     "llama": dict(model="llama", kw=dict(vocab=8000, n_ctx=256, n_layer=4, d_model=256, n_head=4), shape=(256,),
                   batch=2),
 }
+#: issue 28's GPU acceptance sizes (the H200 anchor of ../shared/external/gpu-h200/torch_compile_budget.csv):
+#: GPT-2 small at batch 8, sequence 1024, and ResNet-50 at batch 32, 224x224; Llama at GPT-2 small's width
+GPU = {
+    "gpt2": dict(model="gpt2", kw=dict(dropout=0.0), shape=(1024,), batch=8),
+    "resnet50": dict(model="resnet50", kw={}, shape=(3, 224, 224), batch=32),
+    "llama": dict(model="llama", kw=dict(vocab=32000, n_ctx=1024, n_layer=12, d_model=768, n_head=12), shape=(1024,),
+                  batch=4),
+}
+#: the fractions tried on a GPU (compiles dominate a device call of 10 minutes)
+GPU_FRACTIONS = (1.0, 0.5, 0.3, 0.1)
 QUICK = {
     "gpt2": dict(model="gpt2", kw=dict(n_layer=2, n_embd=64, n_head=2, n_ctx=64, vocab=512, dropout=0.0),
                  shape=(64,), batch=2),
@@ -97,7 +108,8 @@ def _close(ref, got) -> tuple[bool, float]:
 
 
 def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: int, min_rounds: int,
-                timing_budget: float | None, clock_name: str, segments, progress=print) -> list[dict]:
+                timing_budget: float | None, clock_name: str, segments, progress=print, device: str = "cpu",
+                search_time_limit: float | None = None) -> list[dict]:
     import torch
     from torch.utils.checkpoint import checkpoint_sequential
 
@@ -105,15 +117,22 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
     from memplan.baselines.remat_heuristics import store_all
     from memplan.models.measure import clock as pick_clock
     from memplan.models.measure import interleaved
-    from memplan.models.memory import profiler_peak
+    from memplan._compile_budget import _measure
     from memplan.models.networks import example_input, get_model
     from memplan.models.profiler import classification_loss
     from memplan.models.solution import InfeasibleError
 
-    clock = pick_clock(clock_name, torch.get_num_threads())
+    cuda = torch.device(device).type == "cuda"
+    clock = time.perf_counter if cuda else pick_clock(clock_name, torch.get_num_threads())
     torch.manual_seed(0)
-    model = get_model(spec["model"], **spec["kw"]).train()
-    x = example_input(spec["model"], spec["batch"], spec["shape"], vocab=spec["kw"].get("vocab"))
+    model = get_model(spec["model"], **spec["kw"]).to(device).train()
+    x = example_input(spec["model"], spec["batch"], spec["shape"], vocab=spec["kw"].get("vocab"), device=device)
+    dev = torch.device(device)
+
+    def peak_of(fn) -> float:
+        # one method for every row: the CUDA caching allocator's statistics on a GPU, the profiler's
+        # view of c10's CPU allocator on the CPU (memplan._compile_budget._measure, as the search)
+        return float(_measure(fn, dev))
     ce = classification_loss()
 
     def loss_fn(out):
@@ -122,7 +141,8 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
     params = [p for p in model.parameters() if p.requires_grad]
     batch = spec["batch"]
     base = {"problem": "budget", "instance": f"{name}-b{batch}-{'x'.join(map(str, spec['shape']))}",
-            "network": name, "batch": batch, "input": "x".join(map(str, spec["shape"])), "clock": clock_name,
+            "network": name, "batch": batch, "input": "x".join(map(str, spec["shape"])),
+            "clock": "wall (synchronized)" if cuda else clock_name,
             "backend": backend}
 
     def eager():
@@ -135,7 +155,7 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
 
     t0 = time.perf_counter()
     search = BudgetSearch(model, (x,), loss_fn=loss_fn, backend=backend, fractions=fractions, repeats=2,
-                          solver_time_limit=30.0)
+                          solver_time_limit=30.0, time_limit=search_time_limit)
     grid_time = time.perf_counter() - t0
     progress(f"{name}: {len(search.compiled)} fractions compiled and measured, chain L = "
              f"{search.chain.L if search.chain else '-'} profiled ({search.profile_time:.1f} s), "
@@ -193,12 +213,10 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
         fn()
         r["grads_equal"], r["grad_rel_err"] = _close(ref, _grads(params))
         fn()
-        _, peak, _ = profiler_peak(fn)
-        r["peak_memory"] = float(peak)
+        r["peak_memory"] = peak_of(fn)
         for p in params:
             p.grad = None
-        _, peak, _ = profiler_peak(fn)
-        r["peak_set_to_none"] = float(peak)
+        r["peak_set_to_none"] = peak_of(fn)
 
     # one measurement method for every row
     for r in rows:
@@ -246,8 +264,12 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
 
     def timed(fn):
         def once():
+            if cuda:
+                torch.cuda.synchronize(dev)
             t = clock()
             fn()
+            if cuda:
+                torch.cuda.synchronize(dev)
             return clock() - t
         return once
 
@@ -344,6 +366,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny sizes, fractions 1, 0.5, 0.1, 2 rounds: a few minutes")
     p.add_argument("--networks", default="gpt2,resnet50,llama")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda: on cuda the sizes are --sizes gpu's, "
+                   "the peak the caching allocator's statistics, the clock the wall clock between synchronizes")
+    p.add_argument("--sizes", choices=["cpu", "gpu"], default=None, help="the networks' sizes: cpu (this file's "
+                   "NETWORKS) or gpu (GPU: GPT-2 small b8 s1024, ResNet-50 b32 224x224, Llama 12x768 b4 s1024, "
+                   "fractions 1, 0.5, 0.3, 0.1); default: gpu on cuda, cpu otherwise")
+    p.add_argument("--search-time-limit", type=float, default=None,
+                   help="seconds for each network's compiled grid (fractions not reached are reported untried)")
     p.add_argument("--backend", default="aot_eager_decomp_partition", choices=["aot_eager_decomp_partition", "inductor"])
     p.add_argument("--clock", default="cpu", choices=["cpu", "wall"])
     p.add_argument("--min-rounds", type=int, default=None)
@@ -363,14 +392,24 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    specs = QUICK if a.quick else NETWORKS
+    if a.device not in ("cpu", "cuda") and not a.device.startswith("cuda:"):
+        print(f"bench_budget: --device {a.device!r}: use cpu or cuda", file=sys.stderr)
+        return 2
+    cuda = a.device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        print(f"bench_budget: --device {a.device}: this torch ({torch.__version__}) sees no CUDA device; use --device cpu",
+              file=sys.stderr)
+        return 2
+    sizes = a.sizes or ("gpu" if cuda else "cpu")
+    specs = QUICK if a.quick else GPU if sizes == "gpu" else NETWORKS
     names = [n for n in a.networks.split(",") if n]
     for n in names:
         if n not in specs:
             print(f"bench_budget: --networks: unknown {n!r}; choose from {', '.join(specs)}", file=sys.stderr)
             return 2
-    out = Path(a.out or ("/tmp/bench_budget_quick.csv" if a.quick else RESULTS / "bench_budget_cpu.csv"))
-    fractions = (1.0, 0.5, 0.1) if a.quick else FRACTIONS
+    out = Path(a.out or ("/tmp/bench_budget_quick.csv" if a.quick else
+                         RESULTS / ("bench_budget_gpu.csv" if cuda else "bench_budget_cpu.csv")))
+    fractions = (1.0, 0.5, 0.1) if a.quick else GPU_FRACTIONS if sizes == "gpu" else FRACTIONS
     min_rounds = a.min_rounds or (2 if a.quick else 6)
     max_rounds = a.max_rounds or (2 if a.quick else 12)
     rows: list[dict] = []
@@ -379,11 +418,14 @@ def main(argv=None) -> int:
         t1 = time.perf_counter()
         rows += run_network(n, specs[n], fractions=fractions, backend=a.backend, max_rounds=max_rounds,
                             min_rounds=min_rounds, timing_budget=a.timing_budget, clock_name=a.clock,
-                            segments=(2, 4))
+                            segments=(2, 4), device=a.device, search_time_limit=a.search_time_limit)
         print(f"{n}: done in {time.perf_counter() - t1:.0f} s", flush=True)
         write_csv(rows, out)
     lines = [f"bench_budget {' '.join(sys.argv[1:] if argv is None else argv)} (torch {torch.__version__}, "
-             f"backend {a.backend}, clock {a.clock}, one thread, {time.perf_counter() - t0:.0f} s)"] + summary(rows)
+             f"backend {a.backend}, "
+             + (f"{torch.cuda.get_device_name(torch.device(a.device))}, wall clock between synchronizes, "
+                if cuda else f"clock {a.clock}, one thread, ")
+             + f"{time.perf_counter() - t0:.0f} s)"] + summary(rows)
     text = "\n".join(lines) + "\n"
     print(text)
     out.with_suffix(".txt").write_text(text)

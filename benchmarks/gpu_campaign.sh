@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Issue 20 on a GPU machine: GPU instances, the measured host link, plans executed on the GPU,
-# paper 004's throughput comparison and the torchvision check, in two device calls of < 10 minutes.
+# paper 004's throughput comparison and the torchvision check, in two device calls of < 10 minutes;
+# a third measures issue 28's memory budget against torch.compile's.
 #
 #   HERE (a machine with the package registry), once:   bash benchmarks/gpu_campaign.sh prepare
 #   device call 1 (carry [".whl"], timeout_s 600):        bash benchmarks/gpu_campaign.sh profile
 #   device call 2 (carry [".whl"], timeout_s 600):        bash benchmarks/gpu_campaign.sh runtime
+#   device call 3 (carry [".whl"], timeout_s 600):        bash benchmarks/gpu_campaign.sh budget   (issue 28)
 #   HERE, after each call (FILES = the call's files_at):  bash benchmarks/gpu_campaign.sh unpack FILES
-#   HERE, without a GPU (CPU dry run of both calls):      bash benchmarks/gpu_campaign.sh dry-run
+#   HERE, without a GPU (CPU dry run of every call):      bash benchmarks/gpu_campaign.sh dry-run
+# A session lent 15 minutes of device time (starts included) runs one call: pick the one it is for.
 #
 # The device machine has torch (CUDA), torchvision, numpy, pandas, networkx, scipy, numba, pytest, but
 # not pydantic (memplan's instance files need it) and no network: `prepare` downloads pydantic's wheels
@@ -18,6 +21,9 @@
 #   profile: instances_gpu.tar.gz (every instance file, under instances/), gpu_profile_summary.csv,
 #            host_link.json, torchvision_check.csv, campaign_profile.log           (5 files)
 #   runtime: runtime_gpu.csv, throughput_gpu.csv, runtime_traces.json, campaign_runtime.log   (4 files)
+#   budget:  bench_budget_gpu.csv, bench_budget_gpu.txt, campaign_budget.log                  (3 files)
+#            (GPT-2 small b8 s1024, then ResNet-50 b32 224x224; Inductor; PyTorch's budgets 1, 0.5, 0.3,
+#            0.1 within 110 s of compiles per network, memplan at each of their measured peaks and below)
 # Every Python command runs under `timeout` and with a --budget, so the files are written before the
 # device's 10-minute limit; CSVs are rewritten after every network/setting (a kill keeps what was done).
 set -uo pipefail
@@ -115,6 +121,21 @@ runtime)
         log "done"
     } 2>&1 | tee "$LOGF"
     ;;
+budget)
+    # DEVICE call 3 (< 9 min): issue 28 on the GPU, torch.compile's budget against memplan at the same peak
+    mkdir -p "$OUTDIR" "$WORK"
+    LOGF="$OUTDIR/campaign_budget.log"
+    {
+        setup_env || exit 3
+        log "bench_budget on cuda (110 s of compiles and 30 s of timing per network; hard limit 500 s)"
+        # shellcheck disable=SC2086
+        PYTHONUNBUFFERED=1 timeout 500 "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
+            --networks "${BUDGET_NETWORKS:-gpt2,resnet50}" --search-time-limit 110 --timing-budget 30 \
+            --max-rounds 30 --out "$OUTDIR/bench_budget_gpu.csv" ${BUDGET_ARGS:-}
+        log "bench_budget exit status $?"
+        log "done"
+    } 2>&1 | tee "$LOGF"
+    ;;
 unpack)
     # HERE: FILES = the folder the device tool copied $OUT into (files_at)
     FILES=${2:?usage: gpu_campaign.sh unpack FOLDER_WITH_THE_CALL_S_FILES}
@@ -130,7 +151,7 @@ unpack)
         done
     fi
     for f in runtime_gpu.csv throughput_gpu.csv runtime_traces.json gpu_profile_summary.csv torchvision_check.csv \
-        host_link.json; do
+        host_link.json bench_budget_gpu.csv bench_budget_gpu.txt; do
         [ -f "$FILES/$f" ] && cp -v "$FILES/$f" "$ROOT/benchmarks/results/$f"
     done
     echo "paper 003's sweeps from the GPU instances (CPU, 25-60 min each), e.g.:"
@@ -152,9 +173,11 @@ dry-run)
     "$PY" -m memplan.experiments.runtime_check --device cpu --quick --out "$D/runtime_gpu.csv" \
         --throughput "$D/throughput_gpu.csv" --traces "$D/runtime_traces.json" || exit 1
     t2=$(date +%s)
-    echo "dry run in $D: profile step $((t1 - t0)) s, runtime step $((t2 - t1)) s"
+    "$PY" "$ROOT/benchmarks/bench_budget.py" --quick --networks llama --out "$D/bench_budget_gpu.csv" || exit 1
+    t3=$(date +%s)
+    echo "dry run in $D: profile step $((t1 - t0)) s, runtime step $((t2 - t1)) s, budget step $((t3 - t2)) s"
     ;;
 *)
-    sed -n '2,12p' "$0"
+    sed -n '2,14p' "$0"
     ;;
 esac

@@ -172,3 +172,44 @@ def stage_ranges(counts: Sequence[int]) -> list[tuple[int, int]]:
         out.append((a, a + n - 1))
         a += n
     return out
+
+
+def from_linearized(lm, chain: Chain, *, name: str | None = None) -> CostGraph:
+    """The cost graph of a traced network cut into stages (a :class:`models.graph.LinearizedModel`
+    with multi-tensor cuts, ``cuts="multi"``) and of its profiled chain ``chain``: the traced DAG
+    without the head folded into the loss, the sizes :func:`models.graph.capture` recorded
+    (``out_bytes``; a view or shape query, not in :func:`models.graph.counted_operations`, stores
+    nothing of its own: ``stored_bytes`` 0), the parameters' bytes, and the profiled times of each
+    stage on its last node. The atoms are the stages themselves (their times are measured as a
+    whole, so a planner must not split them); the base chain is ``lm.groups``. The loss stage keeps
+    the profiled one (head included). Resident tensors have a gradient when they are floating
+    point. The chains of this graph (:func:`chain_of`) count memory as PipeDream's importer does
+    (the nodes' outputs), not as the profiler measured it: compare them with each other, not with
+    ``chain``'s memory."""
+    from .graph import counted_operations
+
+    if lm.residency is None:
+        raise ValueError("from_linearized: give a linearization with multi-tensor cuts (cuts='multi')")
+    cap = lm.captured
+    head = set(lm.head_group)
+    groups = [list(g) for g in lm.groups]
+    if len(groups) != chain.L:
+        raise ValueError(f"from_linearized: the chain has L = {chain.L} stages, the linearization {len(groups)}")
+    H = cap.graph.subgraph([v for v in cap.graph if v not in head]).copy()
+    counted = counted_operations(H)
+    for v in H:
+        H.nodes[v]["uf"] = H.nodes[v]["ub"] = 0.0
+        if v not in counted:
+            H.nodes[v]["stored_bytes"] = 0.0
+    for l, g in enumerate(groups, start=1):
+        H.nodes[g[-1]]["uf"] = float(chain.uf[l])
+        H.nodes[g[-1]]["ub"] = float(chain.ub[l])
+    meta = {n.name: n.meta.get("tensor_meta") for n in cap.gm.graph.nodes}
+    grad = {v for v in H if getattr(getattr(meta.get(v), "dtype", None), "is_floating_point", False)}
+    L = chain.L
+    loss = {k: float(getattr(chain, k)[L + 1]) for k in ("uf", "ub", "of", "ob", "weights", "wa", "wabar", "wd")}
+    names = dict(zip(map(tuple, groups), lm.names))
+    return CostGraph(H, cap.source, groups[-1][-1], groups, atoms=[list(g) for g in groups], loss=loss, grad=grad,
+                     names=lambda g: names.get(tuple(g), f"{g[0]}..{g[-1]}"), name=name or chain.name,
+                     provenance={"network": (chain.provenance or {}).get("network", chain.name),
+                                 "cost_graph": "models.cost_graph.from_linearized: traced sizes, profiled stage times"})

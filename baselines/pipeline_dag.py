@@ -108,6 +108,7 @@ class AntichainStates:
     beam: int | None
     complete: bool
     base: list[int]                  # the states that are prefixes of the base order, by level
+    cuts: list[int] = field(default_factory=list)   # those that are cuts of the base chain C0 (0 and last included)
     _sub: list[np.ndarray] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -264,8 +265,11 @@ def antichain_states(cg: CostGraph, *, max_states: int = MAX_STATES, time_limit:
         out = run(beam)
     masks, level, tim, act, wts, cross, base, complete = out
     complete = complete and masks[-1] == full
+    group_of = {v: c for c, g in enumerate(cg.base_groups) for v in g}
+    ends = np.cumsum(np.bincount([group_of[nodes[0]] for nodes in atoms], minlength=len(cg.base_groups)))
+    cuts = [base[0]] + [base[int(e)] for e in ends if int(e) < len(base)]
     return AntichainStates(atoms, masks, np.asarray(level), np.asarray(tim), np.asarray(act), np.asarray(wts),
-                           np.asarray(cross), exact=beam is None, beam=beam, complete=complete, base=base)
+                           np.asarray(cross), exact=beam is None, beam=beam, complete=complete, base=base, cuts=cuts)
 
 
 def dag_partitions(st: AntichainStates, P: int, targets: Sequence[float], noam: int, bandwidth: float | None,
@@ -275,7 +279,7 @@ def dag_partitions(st: AntichainStates, P: int, targets: Sequence[float], noam: 
     ``targets`` at once: for each target, ``(estimate, (0, i_1, ..., last))``, the slowest stage's
     estimated time and the states that bound the stages (the first is the empty state, the last
     the full one), or None when no partition into at most P stages satisfies the target. ``states``
-    restricts the DP to those states (e.g. ``st.base``: the chain planner on the base chain's cuts).
+    restricts the DP to those states (e.g. ``st.cuts``: the chain planner on the base chain's cuts).
     Ties go to fewer stages, then to the earliest states. O(P S^2 T); None for every target when
     ``deadline`` comes first."""
     T = np.asarray(targets, dtype=float)

@@ -20,7 +20,8 @@ Our reading of PipeDream's planner
   j in the state DAG). Consecutive stages therefore always meet at an antichain, which several
   tensors may cross.
 - **Costs.** Every state carries the cumulative compute time (forward + backward), activation size
-  and parameter size of its downset, so a stage's costs are differences of two states'; the tensors
+  and parameter size of its downset, so a stage's costs are differences of two states' (PipeDream
+  takes these differences between any two states of the sorted list); the tensors
   crossing the boundary are the outputs of the state's layers that a later layer reads (its
   "output activation size"). The DP minimizes the slowest stage, ``max(stage compute time, 2 x
   boundary transfer / bandwidth)``, over at most P stages, and a stage that would hold more than the
@@ -29,10 +30,21 @@ Our reading of PipeDream's planner
   pipedream_partition` (paper 003's reading: no stage replication, stage s, 0-based, holds ``k_s =
   max(1, NOAM - s)`` mini-batches, each with the stage's activations and weights, ``k_s x
   (activations + weights) <= target``; the transfer is ``2 x`` the bytes crossing the stage's input
-  boundary, since a gradient of the same size goes back). A layer's activation size is its
-  ``stored_bytes`` (PipeDream's profile: its output's size), times are ``(uf + ub) x scale``. On a
-  graph that is a path, where every state is a prefix, this is :func:`pipedream_partition` on the
-  chain of the path (same partitions, same estimates: ``tests/test_pipeline_dag.py``).
+  boundary, since a gradient of the same size goes back), lifted from the chain to the DAG under
+  the ``autograd`` memory model of :func:`models.pipeline.task_data`: a stage keeps the outputs of
+  its layers (``stored_bytes``, PipeDream's profiled activation size; a tensor crossing a cut of the
+  base chain C0 counts whole), and a tensor crossing two or more cuts of C0 (kept resident, with its
+  gradient when it has one) is kept by every stage from the one computing it to the last one reading
+  it. Both parts are differences of per-state sums: a stage from state k to state j keeps
+  ``upto[j] - past[k]`` bytes, ``upto`` adding what a downset computes (resident tensors with their
+  gradient), ``past`` what it computes but the resident tensors, plus the resident tensors whose
+  readers are all in it. The loss stage's costs go with the last stage, as on a chain. So on the
+  cuts of C0 the planner *is* :func:`pipedream_partition` on C0 (same partitions, same estimates,
+  resident tensors included), and on a path graph it is the chain planner of the path
+  (``tests/test_pipeline_dag.py``); PipeDream's own profiles count each layer's output once, in the
+  stage computing it, which is the same thing for every tensor crossing at most one cut. The
+  paper's memory model (a layer keeps only its input) has no such lifting; the planner keeps this
+  accounting whatever model the simulation uses.
 - **The sweep.** As paper 003 does with PipeDream (and :func:`~memplan.baselines.pipeline.
   pipedream_points`), the planner runs for a geometric grid of memory targets and every NOAM in
   ``1..2P``, and every distinct (partition, NOAM) is simulated with eager 1F1B; the simulator's
@@ -81,6 +93,7 @@ from memplan.baselines.pipeline import Point, Points, _deadline, _expired
 from memplan.baselines.pipeline_eager import simulate_eager
 from memplan.models.chain import Chain
 from memplan.models.cost_graph import CostGraph, chain_of, refine, stage_ranges
+from memplan.models.graph import residency
 from memplan.models.pipeline import TaskData, task_data
 
 #: default cap on the number of states of :func:`antichain_states`
@@ -91,9 +104,10 @@ MAX_STATES = 2000
 class AntichainStates:
     """The states of the antichain DAG of a cost graph (:func:`antichain_states`), in topological
     order: state i is the downset ``nodes(i)`` (bitmask ``masks[i]`` over ``atoms``); state 0 is
-    empty (the input alone) and the last one holds every atom. Cumulative over the downset:
-    ``time`` (forward + backward, scaled), ``act`` (activation sizes), ``wts`` (weights); ``cross``:
-    the bytes of the tensors crossing from the downset to the rest (scaled). ``exact``: every
+    empty (the input alone) and the last one holds every atom (and the loss stage's costs).
+    ``time``: forward + backward time of the downset (scaled); a stage from state k to state j
+    keeps ``upto[j] - past[k]`` bytes per mini-batch in flight, weights included (module docstring,
+    "Costs"); ``cross``: the bytes of the tensors crossing from the downset to the rest (scaled). ``exact``: every
     downset is a state; otherwise ``beam`` says how many downsets besides the base order's prefix
     each level kept. ``complete``: the enumeration reached the full state before the time limit."""
 
@@ -101,8 +115,8 @@ class AntichainStates:
     masks: list[int]
     level: np.ndarray
     time: np.ndarray
-    act: np.ndarray
-    wts: np.ndarray
+    upto: np.ndarray
+    past: np.ndarray
     cross: np.ndarray
     exact: bool
     beam: int | None
@@ -184,8 +198,16 @@ def antichain_states(cg: CostGraph, *, max_states: int = MAX_STATES, time_limit:
     pmask = [sum(1 << b for b in preds[a]) for a in range(n)]
     t_atom = [cg.scale * sum(float(H.nodes[v].get("uf", 0.0) or 0.0) + float(H.nodes[v].get("ub", 0.0) or 0.0)
                              for v in nodes) for nodes in atoms]
-    a_atom = [sum(cg.stored(v) for v in nodes) for nodes in atoms]
+    # the base chain's tensors: crossing one of its cuts (kept whole, in a^l), or several (resident:
+    # value and gradient on every stage of its span; models.pipeline.task_data)
+    res0 = residency(H, cg.base_groups, cg.source)
+    resident = set(res0.resident)
+    boundary = {v for b in res0.boundary for v in b}
+    val2 = {v: cg.size(v) * (2 if cg.has_grad(v) else 1) for v in resident}
     w_atom = [float(sum(H.nodes[v].get("weight_bytes", 0.0) or 0.0 for v in nodes)) for nodes in atoms]
+    a_plain = [sum(cg.size(v) if v in boundary else cg.stored(v) for v in nodes if v not in resident) + w_atom[a]
+               for a, nodes in enumerate(atoms)]
+    a_res = [sum(val2[v] for v in nodes if v in resident) for nodes in atoms]
     # tensors: producer atom (-1: the input) and the mask of the other atoms reading them
     readers: dict[Hashable, int] = {}
     for v in H:
@@ -210,20 +232,28 @@ def antichain_states(cg: CostGraph, *, max_states: int = MAX_STATES, time_limit:
     full = (1 << n) - 1
     cross0 = sum(size[v] for v in readers if v == cg.source)
 
+    src_res = sum(val2[v] for v in resident if v == cg.source)
+
     def step(mask: int, a: int, cross: float) -> float:
         new = mask | 1 << a
         c = cross + sum(size[v] for v in outs[a] if readers[v] & ~new)
         return c - sum(size[v] for v in ins[a] if not readers[v] & ~new)
 
+    def done(mask: int, a: int) -> float:
+        """The resident bytes whose last reader is atom a, added to ``mask``."""
+        new = mask | 1 << a
+        return sum(val2[v] for v in ins[a] if v in resident and not readers[v] & ~new)
+
     def run(beam: int | None):
-        # per state: mask, level, time, act, wts, cross, ready (bitmask), order key
-        masks, level, tim, act, wts, cross = [0], [0], [0.0], [0.0], [0.0], [cross0]
+        # per state: mask, level, time, upto, past, cross; per state of the current level its ready
+        # atoms (bitmask) and its order key
+        masks, level, tim, upto, past, cross = [0], [0], [0.0], [0.0], [0.0], [cross0]
         ready0 = sum(1 << a for a in range(n) if pmask[a] == 0)
         cur = {0: (0, ready0, 0)}      # mask -> (state index, ready mask, position sum)
         base, prefix = [0], 0
         for lev in range(1, n + 1):
             if _expired(dl):
-                return masks, level, tim, act, wts, cross, base, False
+                return masks, level, tim, upto, past, cross, base, False
             nxt: dict[int, tuple] = {}
             for mask, (i, ready, psum) in cur.items():
                 r = ready
@@ -251,24 +281,30 @@ def antichain_states(cg: CostGraph, *, max_states: int = MAX_STATES, time_limit:
                 masks.append(m)
                 level.append(lev)
                 tim.append(tim[i] + t_atom[a])
-                act.append(act[i] + a_atom[a])
-                wts.append(wts[i] + w_atom[a])
+                upto.append(upto[i] + a_plain[a] + a_res[a] + (src_res if i == 0 else 0.0))
+                past.append(past[i] + a_plain[a] + done(masks[i], a))
                 cross.append(step(masks[i], a, cross[i]))
                 cur[m] = (len(masks) - 1, nr, psum)
             base.append(cur[prefix][0])
-        return masks, level, tim, act, wts, cross, base, True
+        return masks, level, tim, upto, past, cross, base, True
 
     beam = None
     out = run(None)
     if out is None:
         beam = max(0, max_states // (n + 1) - 1)
         out = run(beam)
-    masks, level, tim, act, wts, cross, base, complete = out
+    masks, level, tim, upto, past, cross, base, complete = out
     complete = complete and masks[-1] == full
+    if complete and cg.loss:                 # the loss stage runs with the last stage (models.pipeline)
+        loss = cg.loss
+        tim[-1] += float(loss.get("uf", 0.0)) + float(loss.get("ub", 0.0))
+        extra = float(loss.get("wabar", 0.0)) + float(loss.get("weights", 0.0))
+        upto[-1] += extra
+        past[-1] += extra
     group_of = {v: c for c, g in enumerate(cg.base_groups) for v in g}
     ends = np.cumsum(np.bincount([group_of[nodes[0]] for nodes in atoms], minlength=len(cg.base_groups)))
     cuts = [base[0]] + [base[int(e)] for e in ends if int(e) < len(base)]
-    return AntichainStates(atoms, masks, np.asarray(level), np.asarray(tim), np.asarray(act), np.asarray(wts),
+    return AntichainStates(atoms, masks, np.asarray(level), np.asarray(tim), np.asarray(upto), np.asarray(past),
                            np.asarray(cross), exact=beam is None, beam=beam, complete=complete, base=base, cuts=cuts)
 
 
@@ -297,7 +333,6 @@ def dag_partitions(st: AntichainStates, P: int, targets: Sequence[float], noam: 
         allowed[0] = allowed[S - 1] = True
     comm = np.zeros(S) if not bandwidth else 2.0 * st.cross / float(bandwidth)
     comm[0] = 0.0
-    load = st.act + st.wts
     INF = math.inf
     best = np.full((P + 1, S, nt), INF)
     arg = np.full((P + 1, S, nt), -1, dtype=np.int64)
@@ -316,7 +351,7 @@ def dag_partitions(st: AntichainStates, P: int, targets: Sequence[float], noam: 
                 continue
             ks, prev = ks[live], prev[live]
             v = np.maximum(prev, np.maximum(st.time[j] - st.time[ks], comm[ks])[:, None])
-            mem = inflight * (load[j] - load[ks])
+            mem = inflight * (st.upto[j] - st.past[ks])
             v[mem[:, None] > T[None, :]] = INF
             i = np.argmin(v, axis=0)
             best[s, j, :] = v[i, np.arange(nt)]
@@ -383,9 +418,9 @@ def dag_points(cg: CostGraph, P: int, *, bandwidth: float | None = None, memory_
     deadline = _deadline(time_limit)
     st = states if states is not None else antichain_states(cg, max_states=max_states, deadline=deadline)
     noams = list(noams) if noams is not None else list(range(1, 2 * P + 1))
-    per_atom = [a + w for a, w in zip(np.diff(st.act[st.base]), np.diff(st.wts[st.base]))]
+    per_atom = list(np.diff(st.upto[st.base]))
     lo = max(min(per_atom), 1e-12) if per_atom else 1e-12
-    hi = max(float(st.act[-1] + st.wts[-1]) * max(noams), lo * 2)
+    hi = max(float(st.upto[-1]) * max(noams), lo * 2)
     targets = np.geomspace(lo, hi, n_targets)
     cands: list[tuple[tuple[int, ...], int, float, float, int, int]] = []
     stopped = not st.complete

@@ -877,7 +877,7 @@ def solve_graph(graph: CostGraph, *, memory: float | str, bandwidth: float | str
         else:
             chain, star = base, list(chain_pts)
             info["ilp_chain"] = "pipedream" if top is not None else "base"
-        star += [p for p in dag if p.groups == chain.provenance["groups"] and p is not top]
+        star += [p for p in dag if p is not top and [[str(v) for v in g] for g in p.groups] == chain.provenance["groups"]]
         td = task_data(chain, bw, memory_model)
         meths = ["gpipe"] if chain is base else ["pipedream", "gpipe"]
         for m in meths:

@@ -759,7 +759,8 @@ def solve_graph(graph: CostGraph, *, memory: float | str, bandwidth: float | str
     places whole layers, and the antichains PipeDream's planner cuts at need not be cuts of C0 (nor
     of any one chain: the partitions of different targets may cut at antichains that no single
     topological order contains together). So the ILP cannot be given "every cut"; it is given the
-    chain that contains the cuts of the **best baseline point at this memory**, of either sweep: the
+    chain that contains the cuts of the **best baseline point at this memory**, of either sweep (a
+    tie goes to the antichain point, whose chain may be C0 itself): the
     point's own chain (C0 cut again at its antichains, :func:`memplan.models.cost_graph.refine`; C0
     itself for a contiguous partition of C0). On that chain the point is a contiguous partition, so
     it is handed to :func:`solve` as a baseline point beside that chain's own PipeDream and GPipe

@@ -14,9 +14,24 @@ of the way from the minimum to store-all's peak are executed (``models.runtime.e
 seed) and the measured peak against the simulator's (``models.remat.simulate_remat``). Last, the
 chain pipelined on 4 GPUs (``memplan.pipeline.solve``, PipeDream's planner and the ILP, 30 s each).
 
-    nice -n 19 python benchmarks/bench_multi_branch.py            # about five minutes on one core
+``--pipeline-only`` (issue 30's last acceptance item) skips the remat part and the executions, and
+plans the network over its DAG instead (:func:`memplan.pipeline.solve_graph` on the cost graph of
+the traced network and its profiled multi-cut stages, :func:`memplan.models.cost_graph.
+from_linearized`; then on PipeDream's published GNMT and NASNet profiles when they are in
+``../shared/external/pipedream/`` and on its ResNet-50 profile, :func:`memplan.models.pipedream.
+cost_graph`, batch 32): on 4 GPUs, 12 GB/s, each GPU given its weights four times over plus 1.5
+times the base chain's store-all activations, PipeDream's planner on the base chain (contiguous),
+PipeDream's planner over the antichain DAG (:mod:`memplan.baselines.pipeline_dag`) and the ILP
+(``time_limit`` 60 s, every phase included: at 30 s the ILP of the 40- and 63-stage chains is not
+even built, :func:`memplan.pipeline.solve` then returns its best start pattern). These chains count memory from the graph's sizes (as
+PipeDream's importer does), not from the profiler's measurements: compare the three methods with
+each other, not with the lines above.
 
-Writes the table printed here to ``benchmarks/results/multi_branch_cpu.txt`` (``--no-write``: print only).
+    nice -n 19 python benchmarks/bench_multi_branch.py            # about five minutes on one core
+    nice -n 19 python benchmarks/bench_multi_branch.py --pipeline-only    # about five minutes
+
+Writes the table printed here to ``benchmarks/results/multi_branch_cpu.txt`` (``--pipeline-only``:
+``multi_branch_pipeline_cpu.txt``; ``--no-write``: print only).
 """
 from __future__ import annotations
 
@@ -27,6 +42,10 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+PIPEDREAM_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "external" / "pipedream"
+#: PipeDream profiles planned over their DAG with --pipeline-only (file name patterns; GNMT and NASNet
+#: are the issue's, published by PipeDream but not in ../shared/external/pipedream/ today)
+PIPEDREAM_PROFILES = ["gnmt*.graph.txt", "nasnet*.graph.txt", "resnet50.graph.txt"]
 
 #: (network, constructor arguments, per-sample input, regular expression of a unit's module path)
 SETTINGS = [
@@ -57,12 +76,95 @@ def _units(lm, pattern: str) -> tuple[int, int]:
     return len(units), len(ends)
 
 
+def graph_lines(cg, label: str, time_limit: float = 60.0) -> list[str]:
+    """The 4-GPU pipeline of a cost graph: PipeDream's planner on the base chain, over the antichain
+    DAG, and the ILP (``memplan.pipeline.solve_graph``), one line each."""
+    import memplan
+    from memplan.models.cost_graph import chain_of
+
+    base = chain_of(cg, cg.base_groups)
+    _, hi = memplan.remat.memory_range(base)
+    mem = 4 * sum(base.weights) + 1.5 * hi
+    out = [f"  {label}: pipeline over the DAG, {cg.H.number_of_nodes()} nodes, {len(cg.atoms)} atoms, base chain "
+           f"L = {base.L}; 4 GPUs, {mem / 2**20:.1f} MiB each, 12 GB/s"]
+    for method in ("pipedream", "pipedream-dag", "ilp"):
+        t0 = time.perf_counter()
+        sol, chain = memplan.pipeline.solve_graph(cg, memory=mem, gpus=4, bandwidth="12GB/s", method=method,
+                                                  time_limit=time_limit, threads=1)
+        sch = sol.schedule
+        used = ([] if sch is None else sorted(set(sch.layer_gpus())) if hasattr(sch, "layer_gpus")
+                else [s for s, (a, b) in enumerate(sch.stages) if a <= b])
+        g = sol.details.get("graph", {})
+        extra = ""
+        if method == "pipedream-dag":
+            kept = "every downset" if g.get("exact") else f"a beam of {g.get('beam')} per level"
+            extra = f", {g.get('states')} states ({kept}), its chain L = {chain.L}"
+        elif method == "ilp":
+            extra = f", on the chain of {g.get('ilp_chain')} (L = {chain.L}); {sol.message[:150]}"
+        per = "-" if sol.objective is None else f"{sol.objective:.6g} s"
+        peak = "-" if sol.peak_memory is None else f"{sol.peak_memory / 2**20:.1f} MiB"
+        out.append(f"    {method:13s} {str(sol.status):10s} period {per}, peak {peak}, GPUs with work {len(used)}"
+                   f"{extra} ({time.perf_counter() - t0:.1f} s)")
+    return out
+
+
+def pipeline_only(args) -> list[str]:
+    """``--pipeline-only``: the zoo networks and PipeDream's profiles planned over their DAG."""
+    import torch
+
+    from memplan.models.cost_graph import from_linearized
+    from memplan.models.graph import linearize_model
+    from memplan.models.networks import example_input, get_model
+    from memplan.models.pipedream import cost_graph
+    from memplan.models.profiler import classification_loss, multi_cut_provenance, profile_chain
+
+    lines = []
+    for name, kw, shape, _ in SETTINGS:
+        if args.only and name != args.only:
+            continue
+        torch.manual_seed(0)
+        model = get_model(name, **kw).train()
+        x = example_input(name, args.batch, shape)
+        loss_fn = classification_loss(seed=0)
+        lm = linearize_model(model, x, loss_fn, cuts="multi")
+        chain = profile_chain(lm.stages, x, lm.loss_stage(loss_fn), repeats=1, names=lm.names,
+                              loss_name=lm.loss_name, name=name, provenance=multi_cut_provenance(lm))
+        out = [f"{name} {kw or '(defaults)'}, input {'x'.join(map(str, shape))}, batch {args.batch}: multi cuts, "
+               f"L = {chain.L}, atoms = the profiled stages"] + graph_lines(from_linearized(lm, chain), name)
+        print("\n".join(out), flush=True)
+        lines += out
+    if args.only:
+        return lines
+    for pattern in PIPEDREAM_PROFILES:
+        files = sorted(PIPEDREAM_DIR.glob(pattern))
+        out = [] if files else [f"PipeDream {pattern}: not in {PIPEDREAM_DIR} (not planned)"]
+        for f in files:
+            cg = cost_graph(f, batch=32)
+            out += [f"PipeDream {f.name}, batch 32: atoms = the profile's nodes"] + graph_lines(cg, f.name)
+        print("\n".join(out), flush=True)
+        lines += out
+    return lines
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--no-write", action="store_true")
     p.add_argument("--only", help="one network of the table (implies --no-write)")
+    p.add_argument("--pipeline-only", action="store_true",
+                   help="only the 4-GPU pipeline, planned over each network's DAG (antichain planner, ILP)")
     args = p.parse_args(argv)
+    if args.pipeline_only:
+        import torch
+
+        torch.set_num_threads(1)
+        lines = [f"# {' '.join(['python', 'benchmarks/bench_multi_branch.py'] + (argv or sys.argv[1:]))}",
+                 f"# torch {torch.__version__}, CPU, 1 thread; memory in MiB; periods of the simulator's replay"]
+        lines += pipeline_only(args)
+        if not (args.no_write or args.only):
+            RESULTS.mkdir(exist_ok=True)
+            (RESULTS / "multi_branch_pipeline_cpu.txt").write_text("\n".join(lines) + "\n")
+        return 0
 
     import torch
 

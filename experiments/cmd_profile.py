@@ -225,7 +225,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--cuts", choices=["auto", "saved", "multi"], default="auto",
                    help="where to cut the network: auto (default) cuts where several tensors cross only for a "
-                        "network with fewer than one single-tensor stage per ten operations (NASNet, the Transformer)")
+                        "network whose single-tensor stages are too coarse: fewer than one per ten operations "
+                        "(NASNet, the Transformer) or one holding most of the network (U-Net)")
     p.add_argument("--set", type=_kv, action="append", metavar="KEY=VALUE",
                    help="model constructor argument, e.g. --set n_layer=6 --set n_embd=512 (repeatable)")
     _output_args(p, "instance name (default: model-bBATCH-INPUT-DEVICE)")

@@ -11,7 +11,12 @@ For every ``*.graph.txt`` in ``../shared/external/pipedream`` (read in place, ne
   ``--pipeline-methods`` (default pipedream, gpipe; add ilp for the MILP) at per-GPU memory limits
   at fractions of the way from the smallest to the largest memory of the baselines' simulated points
   (:func:`memplan.pipeline.baseline_points`, computed once per chain), through
-  :func:`memplan.pipeline.solve` (``--time-limit`` bounds each call).
+  :func:`memplan.pipeline.solve` (``--time-limit`` bounds each call). Two more methods plan the
+  profile's DAG rather than the imported chain (issue 30), through :func:`memplan.pipeline.
+  solve_graph` on :func:`memplan.models.pipedream.cost_graph`: ``pipedream-dag``, PipeDream's own
+  planner over the antichain DAG, and ``ilp-dag``, the ILP on the chain holding the best baseline's
+  cuts (never slower than ``pipedream-dag`` nor than PipeDream on the graph's multi-cut chain).
+  Their ``L`` is that of the chain their schedule runs on.
 
 Every objective is the simulator's replay of the returned schedule. A solve that raises is recorded
 as an ``error`` row with the exception (and listed at the end), never as an infeasible limit. Writes
@@ -56,7 +61,12 @@ def remat_rows(chain, methods, fractions, slots: int = 500) -> list[dict]:
     return rows
 
 
-def pipeline_rows(chain, methods, fractions, gpus: int, bandwidth: float, time_limit: float) -> list[dict]:
+#: --pipeline-methods that plan the profile's DAG (memplan.pipeline.solve_graph's method)
+GRAPH_METHODS = {"pipedream-dag": "pipedream-dag", "ilp-dag": "ilp"}
+
+
+def pipeline_rows(chain, methods, fractions, gpus: int, bandwidth: float, time_limit: float,
+                  graph=None) -> list[dict]:
     from memplan import pipeline
     from memplan.baselines.pipeline import min_memory_contiguous
     from memplan.models.pipeline import memory_lower_bound, task_data
@@ -78,13 +88,19 @@ def pipeline_rows(chain, methods, fractions, gpus: int, bandwidth: float, time_l
         mem = lo + f * (hi - lo)
         for m in methods:
             t0 = time.perf_counter()
+            L = chain.L
             try:
-                sol = pipeline.solve(chain, memory=mem, bandwidth=bandwidth, gpus=gpus, method=m,
-                                     time_limit=time_limit, threads=1, points=points)
+                if m in GRAPH_METHODS:
+                    sol, used = pipeline.solve_graph(graph, memory=mem, bandwidth=bandwidth, gpus=gpus,
+                                                     method=GRAPH_METHODS[m], time_limit=time_limit, threads=1)
+                    L = used.L
+                else:
+                    sol = pipeline.solve(chain, memory=mem, bandwidth=bandwidth, gpus=gpus, method=m,
+                                         time_limit=time_limit, threads=1, points=points)
                 status, obj, bound, msg = str(sol.status), sol.objective, sol.bound, ""
             except Exception as e:
                 status, obj, bound, msg = "error", None, None, f"{type(e).__name__}: {e}"
-            rows.append({"chain": chain.name, "L": chain.L, "gpus": gpus, "bandwidth": bandwidth, "fraction": f,
+            rows.append({"chain": chain.name, "L": L, "gpus": gpus, "bandwidth": bandwidth, "fraction": f,
                          "memory": mem, "method": m, "status": status, "period": obj, "bound": bound,
                          "throughput_per_s": None if not obj else 1.0 / obj,
                          "store_all_time": chain.store_all_time(), "memory_lower_bound": mlb,
@@ -96,7 +112,7 @@ def pipeline_rows(chain, methods, fractions, gpus: int, bandwidth: float, time_l
 def main(argv=None) -> int:
     import pandas as pd
 
-    from memplan.models.pipedream import import_graph
+    from memplan.models.pipedream import cost_graph, import_graph
     from memplan.models.units import parse_bandwidth
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -104,7 +120,9 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--remat-methods", default="rotor,revolve,sequential")
     p.add_argument("--remat-fractions", type=_fractions, default=[0.1, 0.3, 0.6, 1.0])
-    p.add_argument("--pipeline-methods", default="pipedream,gpipe")
+    p.add_argument("--pipeline-methods", default="pipedream,gpipe",
+                   help="of pipedream, gpipe, ilp, cyclic, lb (on the imported chain) and pipedream-dag, ilp-dag "
+                        "(over the profile's DAG)")
     p.add_argument("--pipeline-fractions", type=_fractions, default=[0.0, 0.5, 1.0])
     p.add_argument("--gpus", type=int, default=4)
     p.add_argument("--bandwidth", default="12GB/s")
@@ -125,13 +143,15 @@ def main(argv=None) -> int:
         print(f"{f.name}: L = {chain.L}", flush=True)
         remat += remat_rows(chain, [m for m in a.remat_methods.split(",") if m], a.remat_fractions)
         if a.pipeline_methods:
-            pipe += pipeline_rows(chain, [m for m in a.pipeline_methods.split(",") if m], a.pipeline_fractions,
-                                  a.gpus, bw, a.time_limit)
+            methods = [m for m in a.pipeline_methods.split(",") if m]
+            graph = cost_graph(f, batch=a.batch) if set(methods) & set(GRAPH_METHODS) else None
+            pipe += pipeline_rows(chain, methods, a.pipeline_fractions, a.gpus, bw, a.time_limit, graph)
     dr = pd.DataFrame(remat)
     dr.to_csv(out / "pipedream_remat.csv", index=False)
     cols = ["chain", "L", "fraction", "method", "status", "ratio_to_store_all"]
     with pd.option_context("display.width", 160, "display.max_rows", 500):
-        print(dr[cols].round(4).to_string(index=False))
+        if remat:                        # --remat-methods "" runs none
+            print(dr[cols].round(4).to_string(index=False))
         if pipe:
             dp = pd.DataFrame(pipe)
             dp.to_csv(out / "pipedream_pipeline.csv", index=False)

@@ -145,7 +145,7 @@ def known_allocations(td: TaskData, points: Sequence[Point], memory: float | Non
                       extra: Sequence[Sequence[int]] = (), *, P: int | None = None, threads: int | None = None,
                       goal: float | None = None, deadline: float = math.inf) -> list[tuple[int, ...]]:
     """Layer -> GPU lists, without repeats: ``extra``, the start pattern's, those of the best
-    PipeDream and GPipe points that fit in ``memory``, and (given ``P``) the nearly load-balanced,
+    PipeDream (on the chain, or over the antichain DAG) and GPipe points that fit in ``memory``, and (given ``P``) the nearly load-balanced,
     possibly non-contiguous allocations of
     :func:`memplan.formulations.pipeline_balance.balanced_allocation` whose load is below the start's
     period: the one that only fits weights and buffers (the paper's "abundant memory" case) and,
@@ -155,7 +155,7 @@ def known_allocations(td: TaskData, points: Sequence[Point], memory: float | Non
     cands = [tuple(int(g) for g in a) for a in extra]
     if start is not None:
         cands.append(tuple(start.layer_gpus()))
-    for meth in ("pipedream", "gpipe"):
+    for meth in ("pipedream", "pipedream-dag", "gpipe"):      # pipedream-dag: memplan.pipeline.solve_graph
         bb = best_feasible([p for p in points if p.method == meth], memory)
         if bb is not None:
             cands.append(tuple(stages_to_layer_gpu(bb.stages, td.L)))

@@ -66,19 +66,22 @@ from typing import Any, Callable, Sequence
 from memplan import _frontend
 from memplan._pipeline_search import (cyclic_search, deadline_of, exact_refine, expired, known_allocations,
                                       memory_at_period, min_memory_pattern, phase, quiet)
-from memplan.baselines.pipeline import (Point, best_feasible, gpipe_points, min_memory_contiguous, pipedream_points,
-                                        start_pattern)
+from memplan.baselines.pipeline import (Point, Points, best_feasible, gpipe_points, min_memory_contiguous,
+                                        pipedream_points, start_pattern)
+from memplan.baselines.pipeline_dag import MAX_STATES, DagPoint, DagPoints, dag_points
 from memplan.baselines.pipeline_modular import snap_period
 from memplan.formulations.pipeline_ilp import solve_ilp
 from memplan.models.budget import Budget, ProgressFn
 from memplan.models.chain import Chain
+from memplan.models.cost_graph import CostGraph, chain_of
 from memplan.models.pipeline import (CyclicSchedule, EagerResult, InvalidPattern, Pattern, TaskData, batch_shifts,
                                      link_key, memory_lower_bound, period_lower_bound, simulate_pattern,
                                      stages_to_layer_gpu, task_data, MEMORY_MODELS)
 from memplan.models.solution import InputError, Solution, Status
 from memplan.models.units import fmt_bandwidth, fmt_memory, fmt_time
 
-__all__ = ["PROBLEM", "METHODS", "DEFAULT_METHOD", "solve", "report", "gantt", "baseline_points"]
+__all__ = ["PROBLEM", "METHODS", "DEFAULT_METHOD", "GRAPH_METHODS", "solve", "solve_graph", "report", "gantt",
+           "baseline_points"]
 
 PROBLEM = "pipeline"
 METHODS = ["ilp", "pipedream", "gpipe", "cyclic", "lb"]
@@ -156,6 +159,8 @@ def _sweep(c: _Call, methods: Sequence[str], shares: dict[str, float | None]) ->
     out: list[Point] = []
     notes = []
     for meth in methods:
+        if meth == "pipedream-dag":      # given by solve_graph only: a chain alone has no antichain DAG
+            continue
         t0 = time.perf_counter()
         tl = c.b.limit(None, shares[meth]) if shares.get(meth) is not None else c.b.limit()
         if meth == "pipedream":
@@ -238,7 +243,8 @@ def _points_and_start(c: _Call, times: dict[str, float]) -> tuple[list[Point], P
     """Methods ilp and cyclic: the baseline points, then the best start pattern within the memory
     (heuristic searches, then the caller's ``starts`` that replay within the limit)."""
     t0 = time.perf_counter()
-    points, note = _sweep(c, ["pipedream", "gpipe"], {"pipedream": _SHARE_PIPEDREAM, "gpipe": _SHARE_GPIPE})
+    points, note = _sweep(c, ["pipedream", "pipedream-dag", "gpipe"],
+                          {"pipedream": _SHARE_PIPEDREAM, "gpipe": _SHARE_GPIPE})
     t1 = time.perf_counter()
     start = start_pattern(c.td, c.P, c.memory, points, time_limit=c.b.limit(None, _SHARE_START))
     for i, q in enumerate(c.starts):
@@ -602,7 +608,9 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
         Mini-batches of each eager 1F1B simulation (500 as in the paper).
     points : list of Point, optional
         Baseline points computed beforehand (:func:`baseline_points`), e.g. once per sweep over
-        memory limits; used instead of computing them.
+        memory limits; used instead of computing them. Points of PipeDream's planner over an
+        antichain DAG (method ``pipedream-dag``, :func:`solve_graph`) are used by ``ilp`` and
+        ``cyclic`` like the others when their stages are layer ranges of ``chain``.
     allocations : list of lists of int
         ``cyclic``: more candidate allocations (GPU of layer l at index l-1).
     refine : bool
@@ -710,6 +718,197 @@ def baseline_points(chain: Chain, *, bandwidth: float | str | None = None, gpus:
             b.log(f"{m}: {len(pts)} points" + ("" if pts.complete else " (stopped at the time limit)"))
             out += pts
     return out
+
+
+# ---------------------------------------------------------------------------------------- graphs
+#: methods of :func:`solve_graph`
+GRAPH_METHODS = ["ilp", "pipedream-dag", "pipedream"]
+_SHARE_DAG = 0.20           # solve_graph: PipeDream's sweep over the antichain DAG
+_SHARE_CHAIN = 0.10         # solve_graph: PipeDream's sweep on the base chain C0
+_SHARE_STAR = 0.10          # solve_graph: PipeDream's and GPipe's sweeps on the ILP's chain
+
+
+def _graph_call(chain: Chain, td: TaskData, P: int, memory: float, bandwidth: float | None, b: Budget,
+                n_batches: int) -> _Call:
+    return _Call(chain=chain, td=td, P=P, memory=memory, bandwidth=bandwidth, b=b, time_limit=b.time_limit,
+                 gap=None, threads=None, solver_log=None, periodicity=1, n_batches=n_batches, points=None,
+                 allocations=[], refine=True, starts=[])
+
+
+def solve_graph(graph: CostGraph, *, memory: float | str, bandwidth: float | str | None = None, gpus: int = 1,
+                method: str | None = None, time_limit: float | None = 60.0, gap: float | None = None,
+                threads: int | None = None, solver_log: str | Path | None = None,
+                progress: ProgressFn | None = None, n_batches: int = 500, memory_model: str = "autograd",
+                max_states: int = MAX_STATES) -> tuple[Solution, Chain]:
+    """Pipelined schedule of a network given as a DAG (a :class:`~memplan.models.cost_graph.CostGraph`,
+    e.g. :func:`memplan.models.pipedream.cost_graph` of a PipeDream profile): the ILP of paper 003
+    on a chain of the graph, never slower than PipeDream's planner over the antichain DAG nor than
+    PipeDream's planner on the graph's base chain (issue 30). Returns ``(solution, chain)``: the
+    schedule's layers are those of ``chain``.
+
+    Methods (:data:`GRAPH_METHODS`):
+
+    - ``pipedream-dag``: PipeDream's planner over the antichain DAG (:func:`memplan.baselines.
+      pipeline_dag.dag_points`: memory targets x NOAM, every partition simulated with eager 1F1B on
+      the base chain cut again at its antichains); the best point that fits.
+    - ``pipedream``: PipeDream's planner on the base chain C0 (``graph.base_groups``), contiguous
+      partitions only (:func:`memplan.baselines.pipeline.pipedream_points`).
+    - ``ilp`` (default): both sweeps, then the chain for the ILP, then :func:`solve` on it.
+
+    Why the ILP's chain is chosen this way. A chain fixes the cuts a schedule may use: the ILP
+    places whole layers, and the antichains PipeDream's planner cuts at need not be cuts of C0 (nor
+    of any one chain: the partitions of different targets may cut at antichains that no single
+    topological order contains together). So the ILP cannot be given "every cut"; it is given the
+    chain that contains the cuts of the **best baseline point at this memory**, of either sweep (a
+    tie goes to the antichain point, whose chain may be C0 itself): the
+    point's own chain (C0 cut again at its antichains, :func:`memplan.models.cost_graph.refine`; C0
+    itself for a contiguous partition of C0). On that chain the point is a contiguous partition, so
+    it is handed to :func:`solve` as a baseline point beside that chain's own PipeDream and GPipe
+    points, and :func:`solve`'s ``ilp`` returns a baseline's eager schedule whenever no pattern it
+    found is faster. Hence the answer is **never slower than the best point of either sweep run in
+    this call** (both replayed by the simulator on the chain of the answer), and it keeps every
+    freedom of that chain (its fine cuts, non-contiguous allocations, periodic patterns). What is
+    *not* claimed: a status ``optimal`` means optimal among the 1-periodic patterns of that chain,
+    not over every chain of the graph; and a sweep cut short by the time limit is compared as it
+    stood (the message says so). Evaluating every baseline point's chain with its own ILP would
+    multiply the ILP's cost by the number of chains; one chain, the one of the point to beat, is
+    what the guarantee needs.
+
+    ``time_limit`` bounds the whole call: the antichain sweep takes at most a fifth of it, the base
+    chain's sweep a tenth of what is left, the sweeps on the ILP's chain another tenth, and
+    :func:`solve` the rest. Other parameters as :func:`solve`; ``max_states`` caps the antichain
+    DAG's states (:func:`memplan.baselines.pipeline_dag.antichain_states`). Raises
+    :class:`~memplan.models.solution.InputError` for a graph that is not a CostGraph and for the
+    inputs :func:`solve` refuses.
+
+    ``details["graph"]``: the states planned over (how many, ``exact`` or the beam), the best point
+    of each sweep at this memory (period, memory, stages, NOAM), which one gave the ILP its chain,
+    and that chain's groups.
+
+    Examples
+    --------
+    Two branches of two layers each between an input and a join (the fast branch b1-b2, 3 s per
+    layer forward and backward, the slow one c1-c2, 6 s per layer). Cut at the antichain {b1, c1},
+    the two GPUs get 9 s each; the base chain (one topological order, b1 b2 c1 c2 j) only offers
+    cuts giving at best 6 s against 12 s. The ILP runs on the base chain cut again at {b1, c1}.
+
+    >>> import networkx as nx
+    >>> from memplan.models.cost_graph import CostGraph
+    >>> H = nx.DiGraph([("x", "b1"), ("b1", "b2"), ("x", "c1"), ("c1", "c2"), ("b2", "j"), ("c2", "j")])
+    >>> for v, (f, b) in {"x": (0, 0), "b1": (1, 2), "b2": (1, 2), "c1": (2, 4), "c2": (2, 4), "j": (0, 0)}.items():
+    ...     H.nodes[v].update(uf=f, ub=b, out_bytes=1.0)
+    >>> cg = CostGraph(H, "x", "j", [["b1"], ["b2"], ["c1"], ["c2"], ["j"]])
+    >>> dag, _ = solve_graph(cg, memory=100, gpus=2, method="pipedream-dag", n_batches=40)
+    >>> chain_pd, _ = solve_graph(cg, memory=100, gpus=2, method="pipedream", n_batches=40)
+    >>> ilp, chain = solve_graph(cg, memory=100, gpus=2, time_limit=30, threads=1, n_batches=40)
+    >>> float(chain_pd.objective), float(dag.objective), float(ilp.objective)
+    (12.0, 9.0, 9.0)
+    >>> chain.provenance["groups"], ilp.details["graph"]["ilp_chain"]
+    ([['b1'], ['c1'], ['b2'], ['c2'], ['j']], 'pipedream-dag')
+    """
+    if not isinstance(graph, CostGraph):
+        raise InputError(f"{PROBLEM}: graph must be a CostGraph (memplan.models.pipedream.cost_graph(...), "
+                         f"memplan.models.cost_graph.from_linearized(...)), got {type(graph).__name__}")
+    memory = _frontend.memory_arg(memory, PROBLEM)
+    bw = _frontend.bandwidth_arg(bandwidth, PROBLEM)
+    P = _frontend.count_arg(gpus, "gpus", PROBLEM, required=False) or 1
+    method = _frontend.method_arg(method, GRAPH_METHODS, "ilp", PROBLEM)
+    memory_model = _memory_model_arg(memory_model)
+    nb = _frontend.count_arg(n_batches, "n_batches", PROBLEM, minimum=_MIN_N_BATCHES)
+    if isinstance(max_states, bool) or not isinstance(max_states, int) or max_states < 1:
+        raise InputError(f"{PROBLEM}: max_states={max_states!r}; give a whole number >= 1")
+    b = _frontend.budget(time_limit, progress, PROBLEM)
+    with b.active():
+        t0 = time.perf_counter()
+        base = chain_of(graph, graph.base_groups)
+        td0 = task_data(base, bw, memory_model)
+        b.log(f"pipeline over a graph: {method} on {graph.name} ({graph.H.number_of_nodes()} nodes, base chain "
+              f"L = {base.L}), {P} GPU(s), memory limit {fmt_memory(memory)} per GPU")
+        dag: DagPoints = DagPoints()
+        chain_pts: Points = Points()
+        if method in ("ilp", "pipedream-dag"):
+            dag = dag_points(graph, P, bandwidth=bw, memory_model=memory_model, n_batches=nb, max_states=max_states,
+                             time_limit=b.limit(None, _SHARE_DAG if method == "ilp" else 1.0))
+            st = dag.states
+            b.log(f"pipedream-dag: {len(st)} states ({'every downset' if st.exact else f'beam {st.beam}'}), "
+                  f"{len(dag)} simulated points" + ("" if dag.complete else " (stopped at the time limit)"))
+        if method in ("ilp", "pipedream"):
+            chain_pts = pipedream_points(td0, P, n_batches=nb,
+                                         time_limit=b.limit(None, _SHARE_CHAIN if method == "ilp" else 1.0))
+        info: dict[str, Any] = {}
+        if dag.states is not None:
+            info["states"] = len(dag.states)
+            info["exact"] = dag.states.exact
+            info["beam"] = dag.states.beam
+        best_dag = best_feasible(dag, memory)
+        best_chain = best_feasible(chain_pts, memory)
+        for key, bp in (("pipedream_dag", best_dag), ("pipedream", best_chain)):
+            info[key] = None if bp is None else {"period": bp.period, "memory": bp.memory, "noam": bp.noam,
+                                                  "stages": [list(x) for x in bp.stages]}
+        cut = [m for m, pts in (("pipedream-dag", dag), ("pipedream", chain_pts)) if pts and not pts.complete]
+        note = f"the {' and '.join(cut)} sweep(s) stopped at the time limit" if cut else ""
+        if method != "ilp":
+            pts = dag if method == "pipedream-dag" else chain_pts
+            bp = best_dag if method == "pipedream-dag" else best_chain
+            chain = bp.chain if isinstance(bp, DagPoint) else base
+            c = _graph_call(chain, task_data(chain, bw, memory_model), P, memory, bw, b, nb)
+            times = {"total": time.perf_counter() - t0}
+            if bp is None:
+                found = min((p.memory for p in pts), default=None)
+                msg, minimum, mlb = _infeasible_message(c, f"no {method} point fits", found, method)
+                sol = Solution(PROBLEM, method, Status.INFEASIBLE if not note else Status.NO_SOLUTION,
+                               memory_limit=memory, message=msg + (f" ({note})" if note else ""), times=times,
+                               details={"min_memory": minimum, "memory_lower_bound": mlb, "points": len(pts),
+                                        "graph": info})
+            else:
+                sol = _point_solution(c, method, bp, Status.FEASIBLE if not note else Status.TIME_LIMIT,
+                                      period_lower_bound(c.td, P),
+                                      f"best of {len(pts)} simulated (partition, NOAM) points; stages {bp.stages}, "
+                                      f"NOAM {bp.noam}" + (f" ({note})" if note else ""), times,
+                                      {"points": len(pts), "graph": info})
+            sol.details["memory_model"] = memory_model
+            info["groups"] = [list(g) for g in (chain.provenance or {}).get("groups", [])]
+            return _frontend.finish(sol, b, memory=memory, bandwidth=bw, gpus=P), chain
+        # the ILP's chain: the one holding the cuts of the best point of either sweep
+        cands = [p for p in (best_dag, best_chain) if p is not None]
+        top = min(cands, key=lambda p: (p.period, p.memory)) if cands else None
+        if isinstance(top, DagPoint):
+            chain, star = top.chain, [top]
+            info["ilp_chain"] = "pipedream-dag"
+        else:
+            chain, star = base, list(chain_pts)
+            info["ilp_chain"] = "pipedream" if top is not None else "base"
+        star += [p for p in dag if p is not top and [[str(v) for v in g] for g in p.groups] == chain.provenance["groups"]]
+        td = task_data(chain, bw, memory_model)
+        meths = ["gpipe"] if chain is base else ["pipedream", "gpipe"]
+        for m in meths:
+            fn = pipedream_points if m == "pipedream" else gpipe_points
+            star += fn(td, P, n_batches=nb, time_limit=b.limit(None, _SHARE_STAR / len(meths)))
+        info["groups"] = chain.provenance["groups"]
+        b.log(f"ILP chain: L = {chain.L} (" + ("the base chain" if chain is base else
+                                               "the base chain cut again at the best antichain partition's cuts")
+              + (f"; best baseline {top.method} {fmt_time(top.period, digits=6)}" if top is not None else "") + ")")
+        left = b.remaining()
+        if b.time_limit is not None and left < 0.5:
+            sol = Solution(PROBLEM, "ilp", Status.NO_SOLUTION, memory_limit=memory,
+                           message="the time limit ran out before the ILP's phase", times={})
+            if top is not None:
+                c = _graph_call(chain, td, P, memory, bw, b, nb)
+                sol = _point_solution(c, "ilp", top, Status.TIME_LIMIT, period_lower_bound(td, P),
+                                      f"the time limit ran out before the ILP's phase; returning {top.method}'s "
+                                      f"eager 1F1B schedule", {}, {})
+        else:
+            sol = solve(chain, memory=memory, bandwidth=bw, gpus=P, method="ilp",
+                        time_limit=None if b.time_limit is None else left, gap=gap, threads=threads,
+                        solver_log=solver_log, progress=progress, n_batches=nb, points=star,
+                        memory_model=memory_model)
+        if sol.status == Status.OPTIMAL:
+            sol.message += " (optimal among the 1-periodic patterns of this chain of the graph)"
+        if note:
+            sol.message += f" ({note})"
+        sol.details["graph"] = info
+        sol.details["memory_model"] = memory_model
+        return _frontend.finish(sol, b, memory=memory, bandwidth=bw, gpus=P), chain
 
 
 # ---------------------------------------------------------------------------------------- report

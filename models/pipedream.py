@@ -58,8 +58,9 @@ from typing import Any
 import networkx as nx
 
 from .chain import Chain
-from .cut_report import coarse_chain_warning, cut_tensors, multi_cut_tensors
-from .graph import MULTI_MAX_NODES, join_terminals, linearize, multi_cut_groups, residency
+from .cost_graph import CostGraph, chain_of
+from .cut_report import coarse_chain_warning, cut_tensors
+from .graph import MULTI_MAX_NODES, join_terminals, linearize, multi_cut_groups
 from .instance import read_text_file
 from .solution import InputError
 
@@ -245,7 +246,8 @@ def import_graph(path: str | Path, batch: int | None = None, name: str | None = 
 
 
 def _multi_chain(G: nx.DiGraph, data: set, k: float, path: Path) -> Chain:
-    """The chain of a PipeDream graph cut where several tensors may cross (issue 30).
+    """The chain of a PipeDream graph cut where several tensors may cross (issue 30): the base chain
+    of :func:`_cost_graph` (:func:`models.cost_graph.chain_of` of its base groups).
 
     The data inputs (``data``: the single source, or the ``Input`` sources) are contracted into one
     source, a^0, of their summed size, as in the single-tensor chain. Several sinks are joined by the
@@ -257,6 +259,15 @@ def _multi_chain(G: nx.DiGraph, data: set, k: float, path: Path) -> Chain:
     ``resident`` = every tensor crossing two or more cuts, with its gradient (the data, without).
     So ``omega_a^0 + sum_l omega_abar^l`` plus the resident tensors' sizes is still the sum of every
     node's activation size, each counted once. Times and weights as in the single-tensor chain."""
+    cg = _cost_graph(G, data, k)
+    return chain_of(cg, cg.base_groups)
+
+
+def _cost_graph(G: nx.DiGraph, data: set, k: float) -> CostGraph:
+    """The :class:`~memplan.models.cost_graph.CostGraph` of a PipeDream graph: the data inputs
+    contracted into a^0, several sinks joined by the virtual sink (alone in the last base group),
+    base groups :func:`models.graph.multi_cut_groups`, one atom per node (PipeDream's planner moves
+    single layers), scale ``k``."""
     nd = G.nodes
     src = next(iter(data)) if len(data) == 1 else "input" if "input" not in G else "input*"
     H = nx.DiGraph()
@@ -274,26 +285,29 @@ def _multi_chain(G: nx.DiGraph, data: set, k: float, path: Path) -> Chain:
     if virtual_sink:            # the virtual sink: a stage of its own, the sinks' outputs cross into it
         groups[-1] = [n for n in groups[-1] if n != sink]
         groups = [g for g in groups if g] + [[sink]]
-    res = residency(H, groups, source)
-    rs = set(res.resident)
-    hn = H.nodes
-    size = lambda n: k * float(hn[n].get("out_bytes", 0.0) or 0.0)  # noqa: E731
-    uf = [k * sum(hn[n].get("uf", 0.0) for n in g) for g in groups]
-    ub = [k * sum(hn[n].get("ub", 0.0) for n in g) for g in groups]
-    wa = [sum(size(n) for n in b) for b in res.boundary]
-    wabar = [wa[0]] + [sum(size(n) for n in g if n not in rs) for g in groups]
-    weights = [float(sum(hn[n].get("weight_bytes", 0.0) for n in g)) for g in groups]
-    resident = sum(size(n) * (1 if n == source else 2) for n in rs)
-    cut_info, res_info = multi_cut_tensors(H, res, scale=k, grad=rs - {source})
-
-    def name(g):
-        return "sinks" if g == [sink] and virtual_sink else _stage_name(H, g)
-
     prov = {"cut_rule": "multi",
             "linearization": "models.graph.multi_cut_groups on the DAG (data inputs contracted into a^0): at most "
                              f"{MULTI_MAX_NODES} nodes per stage, the fewest bytes crossing the cuts; a tensor crossing "
                              "one cut is in a^l (= delta^l), one crossing several is resident (charged once, with its "
-                             "gradient, as the chain's resident bytes); abar = the group's other outputs; o_f = o_b = 0",
-            "groups": [[str(n) for n in g] for g in groups], "cuts": cut_info, "resident": res_info}
-    return Chain.from_stages(uf=uf, ub=ub, wa=wa, wabar=wabar, wd=wa, weights=weights, resident=resident,
-                             stage_names=["input"] + [name(g) for g in groups] + ["loss"], provenance=prov)
+                             "gradient, as the chain's resident bytes); abar = the group's other outputs; o_f = o_b = 0"}
+    return CostGraph(H, source, sink, groups, scale=k, virtual_sink=virtual_sink,
+                     names=lambda g: _stage_name(H, g), provenance=prov)
+
+
+def cost_graph(path: str | Path, batch: int | None = None) -> CostGraph:
+    """The cost graph of a PipeDream profile (what PipeDream's own planner reads,
+    :mod:`memplan.baselines.pipeline_dag`), rescaled to mini-batch ``batch`` as
+    :func:`import_graph` does; its base chain is :func:`import_graph`'s ``cuts="multi"`` chain.
+    Raises :class:`PipeDreamFormatError` as :func:`import_graph` does."""
+    chain = import_graph(path, batch=batch, cuts="multi")      # the checks, and the name
+    G = read_graph(path)
+    _, source, _ = join_terminals(G)
+    sources = [n for n in G if G.in_degree(n) == 0]
+    data = {source} if source in G else {n for n in sources if G.nodes[n]["type"] == "Input"}
+    k = 1.0 if batch is None else int(batch) / PROFILE_BATCH
+    cg = _cost_graph(G, data, k)
+    cg.name = chain.name
+    cg.provenance = {**chain.provenance, **cg.provenance}
+    for key in ("groups", "cuts", "resident"):
+        cg.provenance.pop(key, None)
+    return cg

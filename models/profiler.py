@@ -523,8 +523,8 @@ LINEARIZATION = ("models.graph.linearize_model, cuts='saved': the minimal single
 
 
 #: the same for a network cut where several tensors cross (``cuts="auto"`` on a coarse graph)
-LINEARIZATION_MULTI = ("models.graph.linearize_model, cuts='multi' (the single-tensor groups are fewer than one "
-                       "per ten operations): models.graph.multi_cut_groups, the cuts of one topological order with "
+LINEARIZATION_MULTI = ("models.graph.linearize_model, cuts='multi' (the single-tensor groups are too coarse: "
+                       "{why}): models.graph.multi_cut_groups, the cuts of one topological order with "
                        "at most {max_nodes} counted operations per stage and the fewest bytes crossing (a shortest "
                        "path), tensors whose autograd gradient is strided kept inside a stage; a tensor crossing "
                        "one cut is part of a^l, one crossing several is resident (charged once, with its gradient, "
@@ -553,8 +553,10 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
     ``memplan profile`` (and of :mod:`memplan.experiments.gpu_profile`). ``provenance`` is added to
     the chain's provenance (its keys win); ``name`` replaces the default chain name. ``cuts``: the
     rule of :func:`models.graph.linearize_model`; ``"auto"`` (default) is ``"saved"`` for every network
-    whose single-tensor groups are at least one per ten operations (the ResNets, DenseNets, Inception,
-    VGG, GPT-2: their chains do not change) and ``"multi"`` for the others (NASNet-A, the Transformer);
+    whose single-tensor groups are fine enough (the ResNets, DenseNets, Inception, VGG, GPT-2: their
+    chains do not change) and ``"multi"`` for the others (:func:`models.graph.coarse_single_cuts`:
+    NASNet-A and the Transformer, fewer than one group per ten operations; U-Net, one group holding
+    most of the network);
     the provenance's ``cut_rule`` says which was taken, ``cuts`` what crosses each cut and ``resident``
     the tensors crossing several."""
     from .graph import linearize_model
@@ -573,7 +575,7 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
     lm = linearize_model(model, x, loss_fn, cuts=cuts)
     t_linearize = time.perf_counter() - t0
     from .cut_report import coarse_chain_warning, counted_operations, cut_tensors
-    from .graph import MULTI_MAX_NODES
+    from .graph import MULTI_MAX_NODES, coarse_single_cuts
 
     graph = lm.captured.graph
     ops = counted_operations(graph)
@@ -583,7 +585,8 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
     warning = coarse_chain_warning(graph, lm.captured.groups(), what=model_name, counted=ops,
                                    unit="operations", note="views and shape queries not counted", instead=instead)
     if multi:
-        extra = {"cut_rule": "multi", "linearization": LINEARIZATION_MULTI.format(max_nodes=MULTI_MAX_NODES),
+        why = coarse_single_cuts(lm.captured.groups(), ops) or "cuts='multi' asked for"
+        extra = {"cut_rule": "multi", "linearization": LINEARIZATION_MULTI.format(max_nodes=MULTI_MAX_NODES, why=why),
                  **multi_cut_provenance(lm)}
     else:
         extra = {"cut_rule": "saved" if lm.cuts == "saved" else lm.cuts, "linearization": LINEARIZATION,

@@ -268,3 +268,42 @@ def test_pipeline_charges_each_resident_tensor_where_it_lives():
             assert t1.A[l] - t0.A[l] == sum(v for p, q, v, g in spans if p <= l < q)
             assert t1.A[n - l] - t0.A[n - l] == sum(g for p, q, v, g in spans if p <= l < q)
             assert t2.A[l] - t0.A[l] == total
+
+
+def test_auto_cuts_take_multi_only_for_coarse_single_tensor_chains(one_torch_thread):
+    """``cuts="auto"`` (the default of ``memplan profile``) takes multi-tensor cuts for the U-Net, whose
+    single-tensor linearization holds the whole U in one stage, and keeps the single-tensor chains of
+    the earlier zoo networks (here small ResNet-18, DenseNet-121 and GPT-2): same groups as
+    ``cuts="saved"``. The rule's two reasons are checked on hand-made group sizes."""
+    pytest.importorskip("torch")
+    from memplan.models.graph import MULTI_MAX_NODES, capture, coarse_single_cuts, counted_operations, linearize_model
+    from memplan.models.networks import example_input, get_model
+    from memplan.models.profiler import classification_loss
+
+    ops = list(range(40))
+    assert coarse_single_cuts([ops[:30], ops[30:35], ops[35:]], ops) == ("3 single-tensor stage(s) for 40 operations, "
+                                                                       "fewer than one per 10")
+    assert coarse_single_cuts([ops[i:i + 2] for i in range(0, 14, 2)] + [ops[14:]], ops) == \
+        "one single-tensor stage holds 26 of the 40 operations"
+    assert coarse_single_cuts([ops[i:i + 2] for i in range(0, 20, 2)] + [ops[20:]], ops) is None   # 20 of 40: not most
+    assert coarse_single_cuts([[0], [1], list(range(2, 12))], range(12)) is None       # 10 operations: a small net
+
+    loss_fn = classification_loss(seed=0)
+    for name, kw, shape, want in [("unet", dict(base=4, depth=2), (3, 8, 8), "multi"),
+                                  ("resnet18", {}, (3, 32, 32), "saved"),
+                                  ("densenet121", {}, (3, 32, 32), "saved"),
+                                  ("gpt2", dict(n_layer=2, n_embd=32, n_head=4, vocab=50, n_ctx=16), (8,), "saved")]:
+        m = get_model(name, **kw).train()
+        x = example_input(name, 2, shape, vocab=kw.get("vocab"))
+        cap = capture(m, x)
+        assert (coarse_single_cuts(cap.groups(), counted_operations(cap.graph)) is not None) == (want == "multi")
+        if name in ("unet", "resnet18"):
+            auto = linearize_model(m, x, loss_fn, cuts="auto")
+            assert auto.cuts == want
+            if want == "saved":
+                assert auto.groups == linearize_model(m, x, loss_fn, cuts="saved").groups
+            else:       # no stage holds most of the U any more: at most MULTI_MAX_NODES operations each
+                counted = counted_operations(cap.graph)
+                sizes = [sum(v in counted for v in g) for g in auto.groups]
+                assert max(sizes) <= MULTI_MAX_NODES < max(sum(v in counted for v in g) for g in cap.groups())
+                assert auto.residency.resident

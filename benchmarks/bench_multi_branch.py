@@ -17,8 +17,8 @@ chain pipelined on 4 GPUs (``memplan.pipeline.solve``, PipeDream's planner and t
 ``--pipeline-only`` (issue 30's last acceptance item) skips the remat part and the executions, and
 plans the network over its DAG instead (:func:`memplan.pipeline.solve_graph` on the cost graph of
 the traced network and its profiled multi-cut stages, :func:`memplan.models.cost_graph.
-from_linearized`; then on PipeDream's published GNMT and NASNet profiles when they are in
-``../shared/external/pipedream/`` and on its ResNet-50 profile, :func:`memplan.models.pipedream.
+from_linearized`; then on PipeDream's published GNMT profile (shipped in ``instances/pipedream/``), its NASNet
+profiles when they are in ``../shared/external/pipedream/`` and its ResNet-50 profile, :func:`memplan.models.pipedream.
 cost_graph`, batch 32): on 4 GPUs, 12 GB/s, each GPU given its weights four times over plus 1.5
 times the base chain's store-all activations, PipeDream's planner on the base chain (contiguous),
 PipeDream's planner over the antichain DAG (:mod:`memplan.baselines.pipeline_dag`) and the ILP
@@ -43,8 +43,12 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PIPEDREAM_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "external" / "pipedream"
+#: where PipeDream profiles are looked for, in this order (a file name found in the first is not read
+#: again from the second): the ones shipped with memplan (instances/pipedream/: ResNet-18/50, GNMT),
+#: then the workspace's shared folder
+PIPEDREAM_DIRS = [Path(__file__).resolve().parents[1] / "instances" / "pipedream", PIPEDREAM_DIR]
 #: PipeDream profiles planned over their DAG with --pipeline-only (file name patterns; GNMT and NASNet
-#: are the issue's, published by PipeDream but not in ../shared/external/pipedream/ today)
+#: are the issue's; NASNet's is published by PipeDream but not shipped nor in the shared folder today)
 PIPEDREAM_PROFILES = ["gnmt*.graph.txt", "nasnet*.graph.txt", "resnet50.graph.txt"]
 
 #: (network, constructor arguments, per-sample input, regular expression of a unit's module path)
@@ -136,8 +140,12 @@ def pipeline_only(args) -> list[str]:
     if args.only:
         return lines
     for pattern in PIPEDREAM_PROFILES:
-        files = sorted(PIPEDREAM_DIR.glob(pattern))
-        out = [] if files else [f"PipeDream {pattern}: not in {PIPEDREAM_DIR} (not planned)"]
+        found: dict[str, Path] = {}
+        for d in PIPEDREAM_DIRS:
+            for f in sorted(d.glob(pattern)):
+                found.setdefault(f.name, f)
+        files = list(found.values())
+        out = [] if files else [f"PipeDream {pattern}: not in {' nor '.join(map(str, PIPEDREAM_DIRS))} (not planned)"]
         for f in files:
             cg = cost_graph(f, batch=32)
             out += [f"PipeDream {f.name}, batch 32: atoms = the profile's nodes"] + graph_lines(cg, f.name)

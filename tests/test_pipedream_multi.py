@@ -226,3 +226,40 @@ def test_random_profiles_multi_cuts_count_every_node_once(tmp_path):
         real = [[v for v in g if v != "<virtual sink>" and v != "input"] for g in m.provenance["groups"]]
         assert all(len(g) <= MULTI_MAX_NODES for g in real if len(g) > 1)
         assert sum(len(g) for g in real) + 1 >= len(nodes) - len(s.provenance["sources"]) + 1
+
+
+def test_shipped_gnmt_profile_cuts_where_several_tensors_cross():
+    """PipeDream's published GNMT profile (shipped in instances/pipedream/, issue 30's encoder-decoder):
+    cut only where one tensor crosses it is one stage holding all 48 nodes; the default (auto) cuts
+    where several cross, with at least one stage per ten nodes, every node's times counted once (the
+    sums read from the file here with a regular expression, not through the importer), the tensors
+    that cross several cuts resident, and PipeDream's planner on 4 GPUs gives each GPU work."""
+    import re
+
+    from memplan.models.instance import shipped_dir
+
+    path = shipped_dir() / "pipedream" / "gnmt.graph.txt"
+    text = path.read_text()
+    nodes = re.findall(r"^(node\d+) -- (.*?) -- forward_compute_time=([\d.]+), backward_compute_time=([\d.]+)",
+                       text, flags=re.M)
+    assert len(nodes) == 48
+    real = [(float(f), float(b)) for _, desc, f, b in nodes if not desc.startswith("Input")]
+    k = 32 / 128                                    # batch 32 from the profile's 128
+    single = import_graph(path, batch=32, cuts="single")
+    assert single.L == 1 and "linearization_warning" in single.provenance
+    chain = import_graph(path, batch=32)
+    assert chain.provenance["cut_rule"] == "multi"
+    assert chain.L >= 48 // 10
+    ms = 1e-3                                       # the profile's times are milliseconds
+    assert sum(chain.uf) == pytest.approx(k * ms * sum(f for f, _ in real))
+    assert sum(chain.ub) == pytest.approx(k * ms * sum(b for _, b in real))
+    resident = {r["node"] for r in chain.provenance["resident"]}
+    assert "node26" in resident                     # the attention context, read by three later LSTMs
+    assert chain.resident > 0
+    sol = memplan.pipeline.solve(chain, memory=2 * sum(chain.weights) + 4 * sum(chain.wabar), gpus=4,
+                                 bandwidth="12GB/s", method="pipedream", time_limit=20)
+    assert sol.success
+    sch = sol.schedule
+    used = (set(sch.layer_gpus()) if hasattr(sch, "layer_gpus")
+            else {s for s, (a, b) in enumerate(sch.stages) if a <= b})      # an eager 1F1B run
+    assert len(used) == 4

@@ -175,7 +175,9 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
     by :class:`TensorMemoryTracker`; ``"profiler"`` by :class:`models.memory.ProfilerTracker`, c10's
     allocator events, which see compiled code (a ``torch.compile``'d stage, :mod:`models.compiled`,
     does not run compiled under a dispatch mode). With ``"profiler"`` the no-grad forward is warmed up
-    too (a compiled stage compiles its no-grad graph at its first such call) and ``saved`` and
+    too (a compiled stage compiles its no-grad graph at its first such call), its input requires no
+    grad (as the executor's F_ck and F_none give it), a stage with ``no_grad_forward=False`` is not
+    run without autograd at all, and ``saved`` and
     ``saved_input`` are nan (saved-tensor hooks would make a compiled stage compile again); what
     F_all keeps beyond its output is ``wabar - wa``. On CUDA both use the allocator's statistics.
     """
@@ -196,9 +198,14 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
     if needs_backward:
         torch.autograd.backward(out, delta)
     del out, xi
+    # profiled: the no-grad forward's input requires no grad, as the executor's F_ck and F_none give it
+    # (a compiled stage guards on it: the measured graph is the executed one), and a stage that runs
+    # F_all only is not run without autograd at all (a compiled stage would compile a graph for it)
+    ng_grad = input_grad and not profiled
+    ng_run = no_grad_forward or not profiled
     if profiled and no_grad_forward:
         with torch.no_grad():
-            stage(_as_input(x, input_grad))
+            stage(_as_input(x, ng_grad))
     buffers = list(stage.buffers()) if isinstance(stage, torch.nn.Module) else []
 
     def tracker(xi):
@@ -209,13 +216,15 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
     else:                   # timed in context by profile_chain (models.runtime.time_in_context)
         tf, tb = [0.0], [0.0]
     # memory: no-grad forward
-    xi = _as_input(x, input_grad)
-    with tracker(xi) as tr, torch.no_grad():
-        out = stage(xi)
-        tr.sync()
-        peak_ng, kept_ng = tr.peak, tr.current
-    wa = storage_bytes(out)
-    del out
+    peak_ng = kept_ng = wa = 0
+    if ng_run:
+        xi = _as_input(x, ng_grad)
+        with tracker(xi) as tr, torch.no_grad():
+            out = stage(xi)
+            tr.sync()
+            peak_ng, kept_ng = tr.peak, tr.current
+        wa = storage_bytes(out)
+        del out
     # memory: forward with autograd, then backward
     saved, saved_input, _ = _saved_bytes(stage, x, input_grad) if not profiled else (math.nan, math.nan, 0)
     xi = _as_input(x, input_grad)
@@ -223,6 +232,9 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
         out = stage(xi)
         tr.sync()
         peak_f, kept_f = tr.peak, tr.current
+        if not ng_run:
+            wa = storage_bytes(out)
+            y = out.detach()
         wabar = kept_f + (0 if tr.is_tracked(out) else wa)
         wd_in = 0
         ob = 0.0
@@ -235,8 +247,9 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
             ob = max(0.0, tr.peak - base - wd_in)
         del out
     of = max(0.0, peak_f - kept_f, peak_ng - kept_ng if no_grad_forward else 0.0)
-    with torch.no_grad():
-        y = stage(_as_input(x, False))
+    if ng_run:
+        with torch.no_grad():
+            y = stage(_as_input(x, False))
     values = dict(uf=statistics.median(tf), ub=statistics.median(tb) if needs_backward else 0.0, wa=float(wa),
                   wabar=float(max(wabar, wa)), wd_in=float(wd_in), of=float(of), ob=float(ob),
                   weights=float(sum(p.numel() * p.element_size() for p in params)), saved=float(saved),
@@ -460,7 +473,9 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     ``cpu`` (:data:`models.measure.CLOCKS`; CPU, one thread, in-context timing only), recorded in the
     provenance. ``memory``: how sizes are measured on CPU (:func:`profile_stage`); ``"profiler"``
     (c10's allocator events, which see compiled stages, :mod:`models.compiled`) is for single-tensor
-    cuts, recorded in the provenance's ``memory_measurement``."""
+    cuts, recorded in the provenance's ``memory_measurement``; with it the loss stage's ``o_f`` is
+    that of F_all alone (the loss stage runs F_all only, and a compiled one's inference graph, 2x the
+    training graph's transients under Inductor on a small Llama, was never run)."""
     if memory not in MEMORY_METHODS:
         raise ValueError(f"profile_chain: memory={memory!r}; choose from {', '.join(MEMORY_METHODS)}")
     if clock != "wall" and (timing != "in-context" or _is_cuda(device)):
@@ -485,7 +500,8 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         is_loss = l == L + 1
         vals, a_next = profile_stage(stage, a, repeats=repeats if timing == "isolated" else 0, device=device,
                                      input_grad=(input_grad or l > 1),
-                                     delta=torch.ones((), device=device) if is_loss else None, memory=memory)
+                                     delta=torch.ones((), device=device) if is_loss else None, memory=memory,
+                                     no_grad_forward=not (is_loss and memory == "profiler"))
         rows.append(vals)
         a = a_next
     in_context: dict[str, Any] = {}

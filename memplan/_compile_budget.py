@@ -3,8 +3,10 @@
 :func:`compile_under_budget` compiles a model's training step (forward, loss, backward) at several of
 PyTorch's ``activation_memory_budget`` fractions, and (``chain=True``, the default) also plans the
 model as a chain of stages with memplan's rotor (re-materialization across stages, run eagerly by
-:func:`memplan.models.runtime.execute`); it runs each candidate, measures its peak memory and its step
-time, and returns the fastest one whose measured peak fits the budget in bytes. A budget below
+:func:`memplan.models.runtime.execute`) and (``compiled_stages=True``, the default) rotor over the same
+stages each compiled by ``torch.compile`` (:mod:`memplan.models.compiled`: rotor across stages, the
+compiler's partitioner and fused kernels within a stage); it runs each candidate, measures its peak
+memory and its step time, and returns the fastest one whose measured peak fits the budget in bytes. A budget below
 every measured peak is refused (:class:`~memplan.models.solution.InfeasibleError` with the smallest
 peak measured, the chain's least-memory plan included), so the refusal happens here and not as an
 out-of-memory at run time. :class:`BudgetSearch` keeps the measured candidates to answer several

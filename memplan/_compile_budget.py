@@ -446,10 +446,14 @@ class BudgetSearch:
             if chain:
                 if time_limit is not None and time.perf_counter() - self.t_start > time_limit:
                     self.chain_note = f"not tried within time_limit={time_limit:g} s"
+                    if compiled_stages:
+                        self.compiled_chain_note = self.chain_note
                 else:
                     self._build_chain()
                     if compiled_stages and self._chain is not None:
                         self._build_compiled_chain()
+                    elif compiled_stages:
+                        self.compiled_chain_note = "no chain to compile (see chain_note)"
         if not self.compiled and self._chain is None:
             raise InputError(f"compile_under_budget: nothing to try: fractions is empty and chain plans are not "
                              f"available ({self.chain_note})")

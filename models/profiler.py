@@ -743,7 +743,8 @@ def measurement_notes(device="cpu", repeats: int = 3, timing: str = "isolated",
         "a": "bytes of the storage of the stage output",
         "abar": f"bytes allocated by F_all and still alive after it (output + what autograd saved); {mem}",
         "delta": f"bytes of the gradient of the stage input left by B^(l+1); {mem}",
-        "o_f": f"peak during the forward beyond inputs and outputs, max over F_all and the no-grad forward; {mem}",
+        "o_f": f"peak during the forward beyond inputs and outputs, max over F_all and the no-grad forward"
+               f"{' (the loss stage L+1: F_all only, the only forward it runs)' if memory == 'profiler' else ''}; {mem}",
         "o_b": f"peak during B beyond what was stored before it and beyond delta^(l-1); {mem}",
         "W": "bytes of the stage's distinct parameters (numel x element size)",
     }

@@ -596,7 +596,8 @@ class BudgetSearch:
                         name="compile_under_budget-compiled", loss_name=names[-1], input_grad=False, clock=clock,
                         memory="profiler",
                         provenance={"stages": f"torch.compile(backend={self.backend!r}, fullgraph=True, "
-                                              f"dynamic=False) per stage (memplan.models.compiled), loss stage "
+                                              f"dynamic=False, options={cst[0].options if cst else None}) per stage "
+                                              f"(memplan.models.compiled), loss stage "
                                               f"{'compiled' if compile_loss else 'eager'}"})
             except Exception as e:  # noqa: BLE001 - any compile or profiling failure: reported, no such plans
                 note = (f"compiled stages failed ({type(e).__name__}: "

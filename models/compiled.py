@@ -42,6 +42,15 @@ from typing import Callable, Sequence
 import torch
 
 
+#: Inductor options of a compiled stage (``compile_stages(options=None)`` with ``backend="inductor"``).
+#: Inductor's layout optimization turns a graph's convolutions channels-last; a stage's inputs and
+#: outputs are contiguous again at every cut, so per stage it converted and saved copies of weights
+#: and activations: on ResNet-50 (batch 2, 160x160, CPU) F_all of ``layer4.1`` kept 10.7 MiB against
+#: 1.3 MiB without it (1.2 MiB eager), and forward plus backward took 25.0 against 22.5 ms
+#: (``layer1.0``: 28.0 against 26.1 ms).
+INDUCTOR_STAGE_OPTIONS = {"layout_optimization": False}
+
+
 class DispatchModeError(RuntimeError):
     """A compiled stage was called under a ``TorchDispatchMode`` (such as the dispatch-mode memory
     tracker), where ``torch.compile`` would not run its compiled code."""
@@ -75,6 +84,7 @@ class CompiledStage(torch.nn.Module):
             if hasattr(stage, attr):
                 setattr(self, attr, getattr(stage, attr))
         self.backend = backend
+        self.options = options
         self.compiled = torch.compile(_fresh_caller(stage, tag), backend=backend, fullgraph=True, dynamic=False,
                                       options=options)
 
@@ -98,7 +108,11 @@ def compile_stages(stages: Sequence[Callable], loss_stage: Callable, backend: st
     """``(compiled stages 1..L, compiled loss stage L+1)``: each a :class:`CompiledStage` of the
     given stage with ``backend`` (``"inductor"``, ``"aot_eager_decomp_partition"``, ...). Nothing is
     compiled yet: each stage compiles at its first call in each grad mode (with autograd: forward
-    and, at the first backward, backward; without: an inference graph)."""
+    and, at the first backward, backward; without: an inference graph). ``options``: Inductor's
+    (``torch.compile(options=...)``); None gives :data:`INDUCTOR_STAGE_OPTIONS` with Inductor and
+    nothing with another backend (which takes no options)."""
+    if options is None and backend == "inductor":
+        options = dict(INDUCTOR_STAGE_OPTIONS)
     tag = tag or f"{id(stages):x}"
     out = [CompiledStage(s, backend, f"{tag}_{l}", options) for l, s in enumerate(stages, start=1)]
     return out, CompiledStage(loss_stage, backend, f"{tag}_{len(out) + 1}", options)

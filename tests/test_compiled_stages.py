@@ -181,3 +181,14 @@ def test_budget_search_keeps_an_eager_loss_stage_dynamo_cannot_capture():
     step(x, y)
     for e, g in zip(expected, _grads(model)):
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
+
+
+def test_inductor_stages_compile_without_layout_optimization():
+    """Per stage, Inductor's channels-last layout optimization saved converted copies at every cut
+    (models.compiled.INDUCTOR_STAGE_OPTIONS): Inductor stages get it off, other backends no options
+    (torch.compile refuses options for them). Nothing is compiled here."""
+    mods = [torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()]
+    ind, ind_loss = compile_stages(mods, lambda y: y.sum(), "inductor")
+    assert all(s.options == {"layout_optimization": False} for s in ind + [ind_loss])
+    other, _ = compile_stages(mods, lambda y: y.sum(), BACKEND)
+    assert all(s.options is None for s in other)

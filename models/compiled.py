@@ -29,6 +29,14 @@ run under one (:class:`DispatchModeError`); profile them with ``memory="profiler
 (:func:`models.profiler.profile_chain`) and measure executions with
 :func:`models.memory.profiler_peak`.
 
+What compiling per stage costs, measured (ResNet-50, batch 2, Inductor, CPU): the partitioner does
+not know that the chain keeps the stage's output in abar anyway, so a ReLU stage saves its 1-byte mask
+besides the output (3.9 MiB kept against eager's 3.1); a compiled backward returns all of the stage's
+parameter gradients before autograd adds them into ``.grad`` (a weight-sized transient in ``o_b``,
+which eager autograd's per-operation accumulation spreads out); no fusion across a cut. What it wins:
+pointwise chains fused without temporaries and recomputed from their input instead of saved
+(``tanh(x) * sigmoid(x)`` keeps its output only, eager keeps two more tensors of its size).
+
 Not supported: multi-tensor cuts' resident tensors are passed through (the attributes are copied) but
 the profiler's ``memory="profiler"`` mode refuses them; dynamic shapes (``dynamic=False``: a new
 shape compiles again); random operations are replayed by the executor's RNG state handling, but the

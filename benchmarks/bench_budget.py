@@ -11,6 +11,9 @@ backward) is run by every contender:
   model's linearized stages, k segments;
 - ``rotor``: memplan's chain plans, rotor (paper 004) at 0, 0.25, 0.5, 0.75, 1 of the way from the
   chain's least memory to store-all, run by :func:`memplan.models.runtime.execute`;
+- ``rotor-compiled``: the same over the chain's stages each compiled by ``torch.compile`` with the
+  backend (:mod:`memplan.models.compiled`; the hierarchy: rotor across stages, the compiler's partitioner
+  and fusion within a stage), on the chain profiled with c10's allocator events;
 - ``memplan``: :meth:`BudgetSearch.under` (what ``memplan.compile_under_budget`` returns) at byte
   budgets equal to each PyTorch point's measured peak, then below PyTorch's lowest peak
   (x0.9, 0.75, 0.6, 0.5, ...) down to memplan's least measured peak.
@@ -30,8 +33,9 @@ gradients set to None before it (a ``zero_grad()`` loop: the gradients are alloc
 a compiled backward returns every parameter gradient at once, so in the gradients-kept window it holds
 a transient copy of all of them before they are added in place, which eager autograd does not. ``solve_time``: compile seconds
 (trace, partition with PyTorch's knapsack, compile) for ``pytorch`` rows, rotor's DP seconds for
-``rotor`` rows; for ``memplan`` rows the solve time of the chosen candidate, ``search_time`` the whole
-search (compiles, profile, solves, measurements).
+``rotor`` and ``rotor-compiled`` rows (the stages' compiles and profile are the latter's
+``search_time``); for ``memplan`` rows the solve time of the chosen candidate, ``search_time`` the
+whole search (compiles, profile, solves, measurements).
 
     nice -n 19 python benchmarks/bench_budget.py                 # the real run (~30-60 min on a shared CPU)
     python benchmarks/bench_budget.py --quick                    # tiny sizes, 3 fractions: a few minutes
@@ -158,8 +162,9 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
                           solver_time_limit=30.0, time_limit=search_time_limit)
     grid_time = time.perf_counter() - t0
     progress(f"{name}: {len(search.compiled)} fractions compiled and measured, chain L = "
-             f"{search.chain.L if search.chain else '-'} profiled ({search.profile_time:.1f} s), "
-             f"{grid_time:.1f} s; {search.chain_note}")
+             f"{search.chain.L if search.chain else '-'} profiled ({search.profile_time:.1f} s), compiled stages "
+             f"{'profiled' if search.compiled_chain else 'not available'} ({search.compiled_profile_time:.1f} s), "
+             f"{grid_time:.1f} s; {search.chain_note} {search.compiled_chain_note}")
 
     # contenders: tag -> (run once, row fields)
     runs: dict[str, callable] = {}
@@ -204,6 +209,18 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
                 {"method": "rotor", "label": f"rotor at {f:g} of [min, store-all]", "status": "executed",
                  "fraction": f, "memory_limit": lo + f * (hi - lo), "predicted_peak": cand.predicted_peak,
                  "solve_time": cand.compile_time, "_runner": step})
+    if search.compiled_chain is not None:
+        lo, hi = search._cchain[4], store_all(search.compiled_chain).peak_memory
+        for f in (0.0, 0.25, 0.5, 0.75, 1.0):
+            cand = search.chain_plan(lo + f * (hi - lo), compiled=True)
+            if cand is None:
+                continue
+            step = search.compiled_chain_plans[cand.ops][1]
+            add(f"crotor{f:g}", lambda step=step: step(x),
+                {"method": "rotor-compiled", "label": f"rotor, compiled stages, at {f:g} of [min, store-all]",
+                 "status": "executed", "fraction": f, "memory_limit": lo + f * (hi - lo),
+                 "predicted_peak": cand.predicted_peak, "solve_time": cand.compile_time,
+                 "search_time": search.compiled_profile_time, "_runner": step})
 
     def measure(r: dict, fn) -> None:
         """Gradients against eager's; the peak in compile_under_budget's window (gradients allocated, a
@@ -316,7 +333,8 @@ def summary(rows: list[dict]) -> list[str]:
                    + (f" ({', '.join(r['label'] for r in bad)})" if bad else ""))
         lowest_none = min(r["peak_set_to_none"] for r in pts)
         # every candidate memplan chooses from: the compiled fractions and the chain plans
-        least_none = min((r["peak_set_to_none"] for r in d if r["method"] in ("pytorch", "rotor", "memplan")
+        least_none = min((r["peak_set_to_none"] for r in d if r["method"] in ("pytorch", "rotor", "rotor-compiled",
+                                                                               "memplan")
                           and _num(r.get("peak_set_to_none")) is not None), default=math.nan)
         out.append(f"  set_to_none window (gradients allocated inside the step): eager "
                    f"{eager['peak_set_to_none'] / 2**20:.1f} MiB, PyTorch's lowest {lowest_none / 2**20:.1f} MiB, "
@@ -344,7 +362,8 @@ def summary(rows: list[dict]) -> list[str]:
         for r in d:
             if r["status"] == "refused":
                 out.append(f"  budget {r['memory_limit'] / 2**20:.1f} MiB refused: {r['message'][:160]}")
-        solves = [r["solve_time"] for r in d if r["method"] == "rotor" and r.get("solve_time") is not None]
+        solves = [r["solve_time"] for r in d if r["method"] in ("rotor", "rotor-compiled")
+                  and _num(r.get("solve_time")) is not None]
         comp = [r["solve_time"] for r in pts if r.get("solve_time") is not None]
         out.append(f"  solve: rotor DP {max(solves, default=0):.2f} s at most; compiles {min(comp):.1f}-"
                    f"{max(comp):.1f} s; noisy rows: {sum(bool(r.get('noisy')) for r in d if r['status'] == 'executed')}")

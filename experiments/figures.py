@@ -309,6 +309,8 @@ BUDGET_STYLE = {"pytorch": dict(fmt="o-", color="tab:orange", label="PyTorch act
                 "eager": dict(fmt="s", color="black", label="eager autograd", ms=8),
                 "checkpoint_sequential": dict(fmt="x", color="tab:purple", label="checkpoint_sequential", ms=8),
                 "rotor": dict(fmt="^:", color="tab:blue", label="memplan chain plans (rotor)"),
+                "rotor-compiled": dict(fmt="v:", color="tab:green",
+                                       label="memplan chain plans, compiled stages (rotor + torch.compile)"),
                 "memplan": dict(fmt="*", color="tab:red", label="memplan at a byte budget", ms=10)}
 
 

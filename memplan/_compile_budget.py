@@ -3,8 +3,10 @@
 :func:`compile_under_budget` compiles a model's training step (forward, loss, backward) at several of
 PyTorch's ``activation_memory_budget`` fractions, and (``chain=True``, the default) also plans the
 model as a chain of stages with memplan's rotor (re-materialization across stages, run eagerly by
-:func:`memplan.models.runtime.execute`); it runs each candidate, measures its peak memory and its step
-time, and returns the fastest one whose measured peak fits the budget in bytes. A budget below
+:func:`memplan.models.runtime.execute`) and (``compiled_stages=True``, the default) rotor over the same
+stages each compiled by ``torch.compile`` (:mod:`memplan.models.compiled`: rotor across stages, the
+compiler's partitioner and fused kernels within a stage); it runs each candidate, measures its peak
+memory and its step time, and returns the fastest one whose measured peak fits the budget in bytes. A budget below
 every measured peak is refused (:class:`~memplan.models.solution.InfeasibleError` with the smallest
 peak measured, the chain's least-memory plan included), so the refusal happens here and not as an
 out-of-memory at run time. :class:`BudgetSearch` keeps the measured candidates to answer several
@@ -230,12 +232,15 @@ class Candidate:
     ``fraction`` with the partitioner's knapsack ``solver`` (``"pytorch"`` or ``"memplan"``);
     ``kind="chain"``: memplan's rotor plan (``solver="rotor"``) for the model cut into a chain,
     solved at ``memory_limit`` bytes of the chain's model (``predicted_peak`` is its simulated peak)
-    and run eagerly by :func:`memplan.models.runtime.execute` (``fraction`` is nan)."""
+    and run eagerly by :func:`memplan.models.runtime.execute` (``fraction`` is nan);
+    ``kind="chain-compiled"``: the same with every stage, the loss stage included, compiled by
+    ``torch.compile`` with the search's backend (:mod:`memplan.models.compiled`), on the chain
+    profiled with the compiled stages."""
 
     solver: str
     fraction: float
     peak: int                         # measured bytes above parameters, gradients and inputs
-    step_time: float                  # median seconds of a training step (profiler off)
+    step_time: float                  # median seconds of a training step (profiler off; CPU time on one CPU thread)
     step_times: list[float]
     compile_time: float               # compiled: seconds of the first call (trace, partition, compile);
                                       # chain: seconds of the DP solve
@@ -249,6 +254,8 @@ class Candidate:
     def label(self) -> str:
         if self.kind == "chain":
             return f"chain rotor at {fmt_memory(self.memory_limit)}"
+        if self.kind == "chain-compiled":
+            return f"chain rotor, compiled stages, at {fmt_memory(self.memory_limit)}"
         return f"{self.solver} fraction {self.fraction:g}"
 
 
@@ -257,8 +264,9 @@ class BudgetedStep:
     """A training step: ``step(*inputs, *targets)`` runs forward, loss and backward (gradients
     accumulate in the parameters' ``.grad``, as ``loss.backward()`` does) and returns the loss
     (detached). ``kind`` says what it is: ``"compiled"`` (``fraction`` is PyTorch's budget it was
-    compiled with) or ``"chain"`` (memplan's rotor plan run eagerly, ``fraction`` nan); ``peak`` its
-    measured peak, ``candidates`` every candidate measured for this budget."""
+    compiled with), ``"chain"`` (memplan's rotor plan run eagerly, ``fraction`` nan) or
+    ``"chain-compiled"`` (rotor's plan over compiled stages); ``peak`` its measured peak,
+    ``candidates`` every candidate measured for this budget."""
 
     budget: int
     fraction: float
@@ -272,6 +280,7 @@ class BudgetedStep:
     kind: str = "compiled"
     choice: Candidate | None = None
     chain_note: str = ""              # why chain plans were not tried, if they were not
+    compiled_chain_note: str = ""     # why chain plans with compiled stages were not tried (or their loss stage is eager)
     _fn: Callable = field(repr=False, default=None)
     _config: dict = field(repr=False, default_factory=dict)
 
@@ -302,6 +311,8 @@ class BudgetedStep:
             lines.append(f"  not tried (time_limit): {', '.join(f'{f:g}' for f in self.skipped)}")
         if self.chain_note:
             lines.append(f"  chain plans: {self.chain_note}")
+        if self.compiled_chain_note:
+            lines.append(f"  chain plans with compiled stages: {self.compiled_chain_note}")
         return "\n".join(lines)
 
 
@@ -372,13 +383,19 @@ class BudgetSearch:
     chain's model and the measurement differ a little (the input copy, allocator-level temporaries):
     where the measured peak is over the budget, the limit given to rotor is lowered by the excess and
     the plan solved and measured again (up to 4 tries). Chain plans need one input tensor and a
-    ``loss_fn``; a model that cannot be traced or cut gets none (``chain_note`` says why)."""
+    ``loss_fn``; a model that cannot be traced or cut gets none (``chain_note`` says why).
+
+    With ``compiled_stages=True`` (and a chain) the chain's stages and loss stage are also compiled by
+    ``torch.compile`` with ``backend`` and profiled with c10's allocator events
+    (:meth:`_build_compiled_chain`); :meth:`under` then also measures rotor's plan on that chain
+    (kind ``"chain-compiled"``): rotor decides across stages, the compiler's partitioner and fusion
+    within each. ``compiled_chain_note`` says why there are none, when there are none."""
 
     def __init__(self, model, example_inputs: Sequence[Any], *, loss_fn: Callable | None = None,
                  example_targets: Sequence[Any] = (), backend: str = "aot_eager_decomp_partition",
                  solver: str = "pytorch", fractions: Sequence[float] | None = None, repeats: int = 3,
                  solver_time_limit: float | None = 10.0, time_limit: float | None = None,
-                 chain: bool = True):
+                 chain: bool = True, compiled_stages: bool = True):
         import torch
 
         if backend not in BACKENDS:
@@ -414,6 +431,13 @@ class BudgetSearch:
         self._chain = None                     # (stages, loss stage, targets holder, chain, min memory)
         self._offset = 0.0                     # largest measured - simulated peak of a chain plan so far
         self._solved: dict[float, Any] = {}    # rotor's answers by limit
+        # chain plans with compiled stages (kind "chain-compiled"): the same four, and why there are none
+        self._cchain = None
+        self.compiled_chain_plans: dict[tuple, tuple[Candidate, Callable]] = {}
+        self._coffset = 0.0
+        self._csolved: dict[float, Any] = {}
+        self.compiled_chain_note = "" if chain and compiled_stages else "not asked for"
+        self.compiled_profile_time = 0.0
         self.profile_time = 0.0
 
         with _Preserved(model, self.params):
@@ -422,8 +446,14 @@ class BudgetSearch:
             if chain:
                 if time_limit is not None and time.perf_counter() - self.t_start > time_limit:
                     self.chain_note = f"not tried within time_limit={time_limit:g} s"
+                    if compiled_stages:
+                        self.compiled_chain_note = self.chain_note
                 else:
                     self._build_chain()
+                    if compiled_stages and self._chain is not None:
+                        self._build_compiled_chain()
+                    elif compiled_stages:
+                        self.compiled_chain_note = "no chain to compile (see chain_note)"
         if not self.compiled and self._chain is None:
             raise InputError(f"compile_under_budget: nothing to try: fractions is empty and chain plans are not "
                              f"available ({self.chain_note})")
@@ -454,17 +484,24 @@ class BudgetSearch:
             torch.cuda.synchronize(self.device)
 
     def _measure_step(self, step, cfg) -> tuple[int, list[float]]:
+        """The step's measured peak and ``repeats`` step times. On a CPU running one thread the times
+        are the process's CPU time (``time.process_time``, as the chain's profile and the benchmark
+        take them): on a shared machine the wall clock also counts other programs' load, which made
+        the search rank candidates 5-6% apart in the wrong order (ResNet-50 with Inductor)."""
+        import torch
         import torch._functorch.config as fconfig
 
+        clock = (time.process_time if self.device.type == "cpu" and torch.get_num_threads() == 1
+                 else time.perf_counter)
         with fconfig.patch(**cfg):
             peak = _measure(lambda: step(*self.inputs), self.device)
             ts = []
             for _ in range(int(self.repeats)):
                 self._sync()
-                t0 = time.perf_counter()
+                t0 = clock()
                 step(*self.inputs)
                 self._sync()
-                ts.append(time.perf_counter() - t0)
+                ts.append(clock() - t0)
         return peak, ts
 
     def _compile_grid(self, fracs: list[float]) -> None:
@@ -535,6 +572,51 @@ class BudgetSearch:
         self.profile_time = time.perf_counter() - t0
         self.chain_note = ""
 
+    def _build_compiled_chain(self) -> None:
+        """The hierarchy: the chain's stages and its loss stage (whatever module it is) compiled by
+        ``torch.compile`` with the search's backend (:func:`memplan.models.compiled.compile_stages`:
+        the compiler's partitioner and fusion inside a stage), profiled with the allocator-event
+        method that sees compiled code (``profile_chain(memory="profiler")``), for rotor across the
+        stages. A loss stage Dynamo cannot capture in one graph stays eager (``compiled_chain_note``
+        says so); any other failure leaves no compiled chain (the note says why)."""
+        import torch
+
+        from memplan.baselines.remat_min_memory import min_memory
+        from memplan.models.compiled import compile_stages
+        from memplan.models.profiler import profile_chain
+
+        if self.time_limit is not None and time.perf_counter() - self.t_start > self.time_limit:
+            self.compiled_chain_note = f"not tried within time_limit={self.time_limit:g} s"
+            return
+        stages, loss_stage, holder, chain, _ = self._chain
+        names = list(chain.stage_names)
+        clock = "cpu" if self.device.type == "cpu" and torch.get_num_threads() == 1 else "wall"
+        t0 = time.perf_counter()
+        note = ""
+        cst, compiled_loss = compile_stages(stages, loss_stage, self.backend, tag=f"{id(self):x}")
+        for compile_loss in (True, False):        # the stages' compiled graphs are kept for the second try
+            cls = compiled_loss if compile_loss else loss_stage
+            try:
+                with _Preserved(self.model, self.params):
+                    cchain = profile_chain(
+                        cst, self.inputs[0], cls, repeats=3, device=self.device, names=names[1:-1],
+                        name="compile_under_budget-compiled", loss_name=names[-1], input_grad=False, clock=clock,
+                        memory="profiler",
+                        provenance={"stages": f"torch.compile(backend={self.backend!r}, fullgraph=True, "
+                                              f"dynamic=False, options={cst[0].options if cst else None}) per stage "
+                                              f"(memplan.models.compiled), loss stage "
+                                              f"{'compiled' if compile_loss else 'eager'}"})
+            except Exception as e:  # noqa: BLE001 - any compile or profiling failure: reported, no such plans
+                note = (f"compiled stages failed ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0][:160] if str(e) else ''})")
+                continue
+            self._cchain = (cst, cls, holder, cchain, float(min_memory(cchain)))
+            self.compiled_chain_note = "" if compile_loss else f"loss stage eager: {note}"
+            break
+        else:
+            self.compiled_chain_note = note
+        self.compiled_profile_time = time.perf_counter() - t0
+
     # -- chain plans -------------------------------------------------------------------------------
     @property
     def chain(self):
@@ -546,12 +628,17 @@ class BudgetSearch:
         """The least memory of any re-materialization sequence on the chain's model (bytes), or None."""
         return self._chain[4] if self._chain else None
 
-    def _chain_step(self, ops: tuple) -> Callable:
+    @property
+    def compiled_chain(self):
+        """The chain profiled with compiled stages (:meth:`_build_compiled_chain`), or None."""
+        return self._cchain[3] if self._cchain else None
+
+    def _chain_step(self, ops: tuple, compiled: bool = False) -> Callable:
         import torch
 
         from memplan.models.runtime import execute
 
-        stages, loss_stage, holder, _, _ = self._chain
+        stages, loss_stage, holder, _, _ = self._cchain if compiled else self._chain
         n = self.n_inputs
 
         def step(*args):
@@ -561,48 +648,65 @@ class BudgetSearch:
 
         return step
 
-    def chain_plan(self, limit: float) -> Candidate | None:
+    def chain_plan(self, limit: float, compiled: bool = False) -> Candidate | None:
         """Rotor's plan at ``limit`` bytes of the chain's model, measured (cached by its sequence);
-        None when rotor has no plan there (below the chain's minimum)."""
+        None when rotor has no plan there (below the chain's minimum). ``compiled``: on the chain of
+        compiled stages (kind ``"chain-compiled"``)."""
         from memplan.baselines.remat_rotor import persistent
 
-        if self._chain is None:
+        c, solved, plans = ((self._cchain, self._csolved, self.compiled_chain_plans) if compiled else
+                            (self._chain, self._solved, self.chain_plans))
+        if c is None:
             return None
         t0 = time.perf_counter()
         key = float(limit)
-        if key not in self._solved:            # the least-memory limit is asked for more than once
-            self._solved[key] = persistent(self._chain[3], key, time_limit=self.solver_time_limit)
-        sol = self._solved[key]
+        if key not in solved:                  # the least-memory limit is asked for more than once
+            solved[key] = persistent(c[3], key, time_limit=self.solver_time_limit)
+        sol = solved[key]
         solve_time = time.perf_counter() - t0
         if not sol.success:
             return None
         ops = tuple(tuple(o) for o in sol.schedule.ops)
-        if ops in self.chain_plans:
-            return self.chain_plans[ops][0]
-        step = self._chain_step(ops)
+        if ops in plans:
+            return plans[ops][0]
+        step = self._chain_step(ops, compiled)
         with _Preserved(self.model, self.params):
             step(*self.inputs)                     # a warm-up run (first-call allocations, gradients)
             peak, ts = self._measure_step(step, {})
-        cand = Candidate("rotor", math.nan, peak, statistics.median(ts), ts, solve_time, kind="chain",
+        cand = Candidate("rotor", math.nan, peak, statistics.median(ts), ts, solve_time,
+                         kind="chain-compiled" if compiled else "chain",
                          memory_limit=float(limit), predicted_peak=float(sol.peak_memory), ops=ops)
-        self._offset = max(self._offset, peak - float(sol.peak_memory))
-        self.chain_plans[ops] = (cand, step)
+        if compiled:
+            self._coffset = max(self._coffset, peak - float(sol.peak_memory))
+        else:
+            self._offset = max(self._offset, peak - float(sol.peak_memory))
+        plans[ops] = (cand, step)
         return cand
 
-    def chain_fit(self, budget: float, tries: int = 4) -> Candidate | None:
+    def chain_fit(self, budget: float, tries: int = 4, compiled: bool = False) -> Candidate | None:
         """The rotor plan for ``budget`` whose measured peak fits it: rotor solved at ``budget`` minus
         the largest excess of measured over simulated peak seen so far, lowered by the excess and
-        solved again while the measurement is over (``tries`` solves at most); None if none fits."""
-        if self._chain is None:
+        solved again while the measurement is over (``tries`` solves at most); None if none fits.
+        ``compiled``: on the chain of compiled stages. Their model over-estimates a forward's peak (one
+        ``o_f`` for F_all and F_ck, the larger; Inductor's inference graphs can hold more temporaries
+        than its training graphs), so where the measured peak leaves more than 1% of the budget, rotor
+        is solved once more with that slack added (measured as a candidate; the faster fitting one is
+        returned)."""
+        c = self._cchain if compiled else self._chain
+        if c is None:
             return None
-        lo = self._chain[4]
-        limit = budget - max(0.0, self._offset)
+        lo = c[4]
+        limit = budget - max(0.0, self._coffset if compiled else self._offset)
         for _ in range(tries):
             limit = max(limit, lo)
-            cand = self.chain_plan(limit)
+            cand = self.chain_plan(limit, compiled)
             if cand is None:
                 return None
             if cand.peak <= budget:
+                if compiled and budget - cand.peak > 0.01 * budget:
+                    up = self.chain_plan(limit + budget - cand.peak, compiled)
+                    if up is not None and up.peak <= budget and up.step_time < cand.step_time:
+                        return up
                 return cand
             if limit <= lo:
                 return None
@@ -612,17 +716,22 @@ class BudgetSearch:
     # -- answers -----------------------------------------------------------------------------------
     def measured(self) -> list[Candidate]:
         """Every candidate measured so far: the compiled grid, then the chain plans."""
-        return [c for c, _, _ in self.compiled] + [c for c, _ in self.chain_plans.values()]
+        return ([c for c, _, _ in self.compiled] + [c for c, _ in self.chain_plans.values()]
+                + [c for c, _ in self.compiled_chain_plans.values()])
 
     def minimum(self) -> Candidate:
         """The candidate with the smallest measured peak (the chain's least-memory plan measured first)."""
         if self._chain is not None:
             self.chain_plan(self._chain[4])
+        if self._cchain is not None:
+            self.chain_plan(self._cchain[4], compiled=True)
         return min(self.measured(), key=lambda c: c.peak)
 
     def _runner(self, cand: Candidate) -> tuple[Callable, dict]:
         if cand.kind == "chain":
             return self.chain_plans[cand.ops][1], {}
+        if cand.kind == "chain-compiled":
+            return self.compiled_chain_plans[cand.ops][1], {}
         for c, step, cfg in self.compiled:
             if c is cand:
                 return step, cfg
@@ -639,6 +748,8 @@ class BudgetSearch:
         with _Preserved(self.model, self.params):
             if self._chain is not None:
                 self.chain_fit(budget)
+            if self._cchain is not None:
+                self.chain_fit(budget, compiled=True)
             pairs = [(c, dataclasses.replace(c, fits=c.peak <= budget)) for c in self.measured()]
             untried = (f" (not tried within time_limit={self.time_limit:g} s: fractions "
                        f"{', '.join(f'{f:g}' for f in self.skipped)})" if self.skipped else "")
@@ -646,7 +757,7 @@ class BudgetSearch:
             if not fitting:
                 best = self.minimum()
                 cands = [dataclasses.replace(c, fits=c.peak <= budget) for c in self.measured()]
-                what = (best.label if best.kind == "chain"
+                what = (best.label if best.kind.startswith("chain")
                         else f"fraction {best.fraction:g}, knapsack {best.solver}")
                 err = InfeasibleError(
                     f"memory {fmt_memory(budget)} is below every measured peak: the smallest is "
@@ -664,6 +775,7 @@ class BudgetSearch:
                     return BudgetedStep(budget, choice.fraction, peak, statistics.median(ts), cands, self.backend,
                                         choice.solver, list(self.skipped), time.perf_counter() - self.t_start,
                                         kind=choice.kind, choice=choice, chain_note=self.chain_note,
+                                        compiled_chain_note=self.compiled_chain_note,
                                         _fn=step, _config=cfg)
         raise InfeasibleError(
             f"memory {fmt_memory(budget)}: every candidate that fitted measured above it when run again{untried}",
@@ -682,7 +794,8 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
                          backend: str = "aot_eager_decomp_partition", solver: str = "pytorch",
                          fractions: Sequence[float] | None = None, repeats: int = 3,
                          solver_time_limit: float | None = 10.0,
-                         time_limit: float | None = None, chain: bool = True) -> BudgetedStep:
+                         time_limit: float | None = None, chain: bool = True,
+                         compiled_stages: bool = True) -> BudgetedStep:
     """A training step of ``model`` whose measured peak memory fits ``memory`` bytes: the fastest of
     ``torch.compile`` at PyTorch's budget fractions and memplan's chain plans.
 
@@ -725,6 +838,12 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         They can reach budgets below every fraction's peak (fraction 0 recomputes the whole forward
         inside the backward at once, rotor's least-memory plans stage by stage); their floor is the
         chain's largest stage (a language model's head with its cross-entropy, for instance).
+    compiled_stages : bool
+        With ``chain``, also rotor's plans over the chain's stages each compiled by ``torch.compile``
+        with ``backend`` (:mod:`memplan.models.compiled`; kind ``"chain-compiled"``): rotor across
+        stages, the compiler within a stage (fused kernels, its own keep-or-recompute choice).
+        Their chain is profiled with c10's allocator events, which see compiled code. Costs one
+        compile per stage and grad mode.
 
     The search runs training steps on ``model``; the parameters' gradients and the model's buffers are
     restored when it ends (the parameters themselves do not change: there is no optimizer step). A
@@ -745,5 +864,6 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
     budget = _budget(memory)
     search = BudgetSearch(model, example_inputs, loss_fn=loss_fn, example_targets=example_targets,
                           backend=backend, solver=solver, fractions=fractions, repeats=repeats,
-                          solver_time_limit=solver_time_limit, time_limit=time_limit, chain=chain)
+                          solver_time_limit=solver_time_limit, time_limit=time_limit, chain=chain,
+                          compiled_stages=compiled_stages)
     return search.under(budget)

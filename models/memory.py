@@ -165,6 +165,17 @@ def saved_storages(fn: Callable[[], Any]) -> tuple[Any, dict[int, int]]:
     return out, seen
 
 
+def _memory_deltas(prof) -> list[int]:
+    """The byte deltas of every ``[memory]`` event of an ended ``torch.profiler.profile`` (made with
+    ``profile_memory=True``), allocations positive and frees negative, in time order.
+
+    ``prof.profiler.kineto_results`` is a private attribute; this is its only use in memplan
+    (checked with torch 2.13.0, CPU wheel; ``tests/test_memory_methods.py`` holds the hand case)."""
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    events.sort(key=lambda e: e.start_ns())
+    return [int(e.nbytes()) for e in events]
+
+
 def profiler_peak(fn) -> tuple[Any, int, int]:
     """Run ``fn()`` under PyTorch's profiler with memory profiling and return ``(its result, peak,
     final)``: the running maximum and the last value of the bytes allocated minus freed through c10's
@@ -174,18 +185,78 @@ def profiler_peak(fn) -> tuple[Any, int, int]:
     and kernels' scratch buffers. Same definition as the CUDA tracker's ``max_memory_allocated() -
     base``: start it after what should not count exists (parameters, their gradients); a tensor made
     before and freed inside counts negative. Profiling slows the step: time steps in separate runs.
-
-    ``prof.profiler.kineto_results`` is a private attribute; this is its only use in memplan
-    (checked with torch 2.13.0, CPU wheel; ``tests/test_memory_methods.py`` holds the hand case).
+    The events are read by :func:`_memory_deltas`.
     """
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = fn()
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    events.sort(key=lambda e: e.start_ns())
     current = peak = 0
-    for e in events:
-        current += int(e.nbytes())
+    for d in _memory_deltas(prof):
+        current += d
         peak = max(peak, current)
     return out, peak, current
+
+
+class ProfilerTracker:
+    """The interface of :class:`TensorMemoryTracker` (``current``, ``peak``, :meth:`reset_peak`,
+    :meth:`sync`, :meth:`is_tracked`) measured as :func:`profiler_peak` measures: c10's CPU allocator
+    events, so it sees compiled code, which runs eagerly (or refuses to run) under a dispatch mode:
+    ``torch.compile`` does not run its compiled frames while a non-infrastructure
+    ``TorchDispatchMode`` is active.
+
+    The events are read when the profile ends, so the block is cut into windows: each :meth:`sync`
+    ends the running profile, adds its events to ``current`` and ``peak`` and starts the next one
+    (code between two windows, the tracker's own, allocates nothing). ``current`` is the bytes
+    allocated minus freed since the block was entered; a tensor made before and freed inside counts
+    negative, as with the CUDA tracker. :meth:`is_tracked` cannot see which storage an event made:
+    a tensor is taken as allocated inside unless its storage is one of ``existing`` (the stage's
+    input, parameters and buffers: what a stage's output can alias).
+
+    >>> with ProfilerTracker() as tr:
+    ...     x = torch.ones(1000)            # 4000 bytes
+    ...     tr.sync()
+    ...     y = x.clone()                   # 4000 more
+    ...     del x
+    >>> tr.current, tr.peak
+    (4000, 8000)
+    """
+
+    def __init__(self, existing=()) -> None:
+        self._existing = {_key(t) for t in tree_leaves(existing) if isinstance(t, torch.Tensor)}
+        self.current = 0
+        self.peak = 0
+        self._prof = None
+
+    def _start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        self._prof.__enter__()
+
+    def _fold(self) -> None:
+        prof, self._prof = self._prof, None
+        prof.__exit__(None, None, None)
+        for d in _memory_deltas(prof):
+            self.current += d
+            self.peak = max(self.peak, self.current)
+
+    def __enter__(self):
+        self.current = self.peak = 0
+        self._start()
+        return self
+
+    def __exit__(self, *exc):
+        if self._prof is not None:
+            self._fold()
+        return False
+
+    def sync(self) -> None:
+        self._fold()
+        self._start()
+
+    def reset_peak(self) -> None:
+        self.peak = self.current
+
+    def is_tracked(self, t: torch.Tensor) -> bool:
+        return _key(t) not in self._existing

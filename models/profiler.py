@@ -50,6 +50,7 @@ gradient buffers (weights' memory, not activations) do not appear in the activat
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import platform as _platform
 import statistics
 import subprocess
@@ -64,8 +65,12 @@ from .resident import fresh_start, mark_resident
 
 # memory tracking lives in models.memory (the runtime executor uses it and the profiler uses the
 # executor); these names stay importable from here
-from .memory import (CudaMemoryTracker, TensorMemoryTracker, _key, memory_tracker,  # noqa: E402,F401
-                     saved_storages, storage_bytes)
+from .memory import (CudaMemoryTracker, ProfilerTracker, TensorMemoryTracker, _key,  # noqa: E402,F401
+                     memory_tracker, saved_storages, storage_bytes)
+
+#: how :func:`profile_stage` and :func:`profile_chain` measure sizes on CPU: the dispatch-mode tracker,
+#: or c10's allocator events through PyTorch's profiler (compiled stages)
+MEMORY_METHODS = ("dispatch", "profiler")
 
 
 def saved_tensor_bytes(fn: Callable[[], Any], exclude: Sequence[torch.Tensor] = ()) -> tuple[Any, int]:
@@ -154,7 +159,7 @@ def _saved_bytes(stage: Callable, x: torch.Tensor, input_grad: bool) -> tuple[in
 
 def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device="cpu",
                   input_grad: bool = True, delta: torch.Tensor | None = None,
-                  no_grad_forward: bool = True) -> tuple[dict[str, float], torch.Tensor]:
+                  no_grad_forward: bool = True, memory: str = "dispatch") -> tuple[dict[str, float], torch.Tensor]:
     """Measure one stage on sample input ``x`` (see the module docstring). Returns (values, output).
 
     ``no_grad_forward``: whether the stage also runs without autograd (F_ck, F_none), so that ``o_f``
@@ -165,7 +170,20 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
 
     ``values`` has keys ``uf``, ``ub`` (seconds), ``wa``, ``wabar``, ``wd_in`` (bytes of the gradient of
     the input), ``of``, ``ob``, ``weights`` (bytes), ``saved`` (bytes autograd saved, by hooks).
+
+    ``memory``: how the sizes are measured on CPU (:data:`MEMORY_METHODS`): ``"dispatch"`` (default)
+    by :class:`TensorMemoryTracker`; ``"profiler"`` by :class:`models.memory.ProfilerTracker`, c10's
+    allocator events, which see compiled code (a ``torch.compile``'d stage, :mod:`models.compiled`,
+    does not run compiled under a dispatch mode). With ``"profiler"`` the no-grad forward is warmed up
+    too (a compiled stage compiles its no-grad graph at its first such call), its input requires no
+    grad (as the executor's F_ck and F_none give it), a stage with ``no_grad_forward=False`` is not
+    run without autograd at all, and ``saved`` and
+    ``saved_input`` are nan (saved-tensor hooks would make a compiled stage compile again); what
+    F_all keeps beyond its output is ``wabar - wa``. On CUDA both use the allocator's statistics.
     """
+    if memory not in MEMORY_METHODS:
+        raise ValueError(f"profile_stage: memory={memory!r}; choose from {', '.join(MEMORY_METHODS)}")
+    profiled = memory == "profiler" and not _is_cuda(device)
     params = _params(stage)
     for p in params:
         if p.requires_grad and p.grad is None:
@@ -180,26 +198,43 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
     if needs_backward:
         torch.autograd.backward(out, delta)
     del out, xi
+    # profiled: the no-grad forward's input requires no grad, as the executor's F_ck and F_none give it
+    # (a compiled stage guards on it: the measured graph is the executed one), and a stage that runs
+    # F_all only is not run without autograd at all (a compiled stage would compile a graph for it)
+    ng_grad = input_grad and not profiled
+    ng_run = no_grad_forward or not profiled
+    if profiled and no_grad_forward:
+        with torch.no_grad():
+            stage(_as_input(x, ng_grad))
+    buffers = list(stage.buffers()) if isinstance(stage, torch.nn.Module) else []
+
+    def tracker(xi):
+        return ProfilerTracker(existing=(xi, params, buffers)) if profiled else memory_tracker(device)
     # timings
     if repeats > 0:
         tf, tb = _timed_runs(stage, x, input_grad, delta if needs_backward else None, repeats, device)
     else:                   # timed in context by profile_chain (models.runtime.time_in_context)
         tf, tb = [0.0], [0.0]
     # memory: no-grad forward
-    xi = _as_input(x, input_grad)
-    with memory_tracker(device) as tr, torch.no_grad():
-        out = stage(xi)
-        tr.sync()
-        peak_ng, kept_ng = tr.peak, tr.current
-    wa = storage_bytes(out)
-    del out
+    peak_ng = kept_ng = wa = 0
+    if ng_run:
+        xi = _as_input(x, ng_grad)
+        with tracker(xi) as tr, torch.no_grad():
+            out = stage(xi)
+            tr.sync()
+            peak_ng, kept_ng = tr.peak, tr.current
+        wa = storage_bytes(out)
+        del out
     # memory: forward with autograd, then backward
-    saved, saved_input, _ = _saved_bytes(stage, x, input_grad)
+    saved, saved_input, _ = _saved_bytes(stage, x, input_grad) if not profiled else (math.nan, math.nan, 0)
     xi = _as_input(x, input_grad)
-    with memory_tracker(device) as tr:
+    with tracker(xi) as tr:
         out = stage(xi)
         tr.sync()
         peak_f, kept_f = tr.peak, tr.current
+        if not ng_run:
+            wa = storage_bytes(out)
+            y = out.detach()
         wabar = kept_f + (0 if tr.is_tracked(out) else wa)
         wd_in = 0
         ob = 0.0
@@ -212,8 +247,9 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
             ob = max(0.0, tr.peak - base - wd_in)
         del out
     of = max(0.0, peak_f - kept_f, peak_ng - kept_ng if no_grad_forward else 0.0)
-    with torch.no_grad():
-        y = stage(_as_input(x, False))
+    if ng_run:
+        with torch.no_grad():
+            y = stage(_as_input(x, False))
     values = dict(uf=statistics.median(tf), ub=statistics.median(tb) if needs_backward else 0.0, wa=float(wa),
                   wabar=float(max(wabar, wa)), wd_in=float(wd_in), of=float(of), ob=float(ob),
                   weights=float(sum(p.numel() * p.element_size() for p in params)), saved=float(saved),
@@ -420,7 +456,8 @@ TIMINGS = ("in-context", "isolated")
 def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable | None = None, *,
                   repeats: int = 3, device="cpu", names: Sequence[str] | None = None, name: str = "chain",
                   provenance: dict[str, Any] | None = None, input_grad: bool = True,
-                  loss_name: str = "loss", timing: str = "in-context", clock: str = "wall") -> Chain:
+                  loss_name: str = "loss", timing: str = "in-context", clock: str = "wall",
+                  memory: str = "dispatch") -> Chain:
     """Profile stages 1..L and the loss stage L+1 on sample input ``x`` and build the Chain (seconds,
     bytes). ``loss_name``: the name of stage L+1 (``fc+loss`` where a head is folded into the loss,
     :meth:`models.graph.LinearizedModel.loss_stage`). ``input_grad``: whether B^1 computes delta^0 (the gradient of the network input), as the
@@ -434,7 +471,13 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     to their times; the factor is recorded as ``timing_calibration``); ``"isolated"`` times each
     operation alone (paper 004 section 5.1's procedure, :func:`_timed_runs`). ``clock``: ``wall`` or
     ``cpu`` (:data:`models.measure.CLOCKS`; CPU, one thread, in-context timing only), recorded in the
-    provenance."""
+    provenance. ``memory``: how sizes are measured on CPU (:func:`profile_stage`); ``"profiler"``
+    (c10's allocator events, which see compiled stages, :mod:`models.compiled`) is for single-tensor
+    cuts, recorded in the provenance's ``memory_measurement``; with it the loss stage's ``o_f`` is
+    that of F_all alone (the loss stage runs F_all only, and a compiled one's inference graph, 2x the
+    training graph's transients under Inductor on a small Llama, was never run)."""
+    if memory not in MEMORY_METHODS:
+        raise ValueError(f"profile_chain: memory={memory!r}; choose from {', '.join(MEMORY_METHODS)}")
     if clock != "wall" and (timing != "in-context" or _is_cuda(device)):
         raise ValueError("profile_chain: clock='cpu' is for in-context timing on a CPU")
     if timing not in TIMINGS:
@@ -447,6 +490,9 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     multi = any(hasattr(s, "resident_in") for s in stages)
     resident, wa0 = 0.0, float(storage_bytes(x))
     if multi:
+        if memory != "dispatch":
+            raise ValueError("profile_chain: memory='profiler' is for single-tensor cuts; these stages have "
+                             "multi-tensor cuts (resident tensors)")
         if timing != "in-context":
             raise ValueError("profile_chain: stages with multi-tensor cuts are timed in context only")
         rows, resident, wa0 = _profile_multi_rows(stages, x, loss_fn, device=device, input_grad=input_grad)
@@ -454,7 +500,8 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         is_loss = l == L + 1
         vals, a_next = profile_stage(stage, a, repeats=repeats if timing == "isolated" else 0, device=device,
                                      input_grad=(input_grad or l > 1),
-                                     delta=torch.ones((), device=device) if is_loss else None)
+                                     delta=torch.ones((), device=device) if is_loss else None, memory=memory,
+                                     no_grad_forward=not (is_loss and memory == "profiler"))
         rows.append(vals)
         a = a_next
     in_context: dict[str, Any] = {}
@@ -497,13 +544,14 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         **in_context,
         "memory_measurement": ("cpu: exact tensor-storage bytes from a TorchDispatchMode allocation tracker "
                                "(models.profiler.TensorMemoryTracker); allocator rounding and kernel-internal "
-                               "scratch buffers are not seen" if not _is_cuda(device) else
+                               "scratch buffers are not seen" if not _is_cuda(device) and memory == "dispatch" else
+                               PROFILER_MEMORY if not _is_cuda(device) else
                                "cuda: caching-allocator statistics torch.cuda.memory_allocated / "
                                "max_memory_allocated after torch.cuda.synchronize (512-byte rounding and "
                                "workspaces allocated through the allocator included; reserved-but-free cache "
                                "not counted)"),
-        "measurement": measurement_notes(device, repeats, timing),
-        **({} if multi else {"saved_by_autograd_bytes": [r["saved"] for r in rows],
+        "measurement": measurement_notes(device, repeats, timing, memory),
+        **({} if multi or memory != "dispatch" else {"saved_by_autograd_bytes": [r["saved"] for r in rows],
                              "saved_input_bytes": [r["saved_input"] for r in rows]}),
         **(provenance or {}),
     }
@@ -667,7 +715,15 @@ def device_info(device="cpu") -> dict[str, Any]:
     return info
 
 
-def measurement_notes(device="cpu", repeats: int = 3, timing: str = "isolated") -> dict[str, str]:
+#: ``memory_measurement`` of a chain profiled with ``memory="profiler"`` on CPU
+PROFILER_MEMORY = ("cpu: c10 CPU allocator events of PyTorch's profiler (torch.profiler, profile_memory=True; "
+                   "models.memory.ProfilerTracker, the method of models.memory.profiler_peak): every allocation and "
+                   "free, compiled code included, in windows cut at each reading; exact requested bytes, allocator "
+                   "rounding not seen")
+
+
+def measurement_notes(device="cpu", repeats: int = 3, timing: str = "isolated",
+                      memory: str = "dispatch") -> dict[str, str]:
     """How each quantity of a profiled instance was measured (one line per stage-table field)."""
     cuda = _is_cuda(device)
     clock = ("CUDA events after torch.cuda.synchronize" if cuda else "time.perf_counter")
@@ -676,12 +732,13 @@ def measurement_notes(device="cpu", repeats: int = 3, timing: str = "isolated") 
                  else "time.perf_counter between operations")
         ctx = (f"median over {max(3, repeats)} whole store-all runs of the executor after one warm-up, {where}, "
                "scaled by timing_calibration")
-        notes = measurement_notes(device, repeats, "isolated")
+        notes = measurement_notes(device, repeats, "isolated", memory)
         notes["u_f"] = f"forward with autograd recording (F_all), timed in context: {ctx}"
         notes["u_b"] = f"backward of the stage, timed in context: {ctx}"
         return notes
     mem = ("caching-allocator statistics (torch.cuda.memory_allocated / max_memory_allocated, after "
-           "torch.cuda.synchronize)" if cuda else "the TorchDispatchMode tracker's exact tensor-storage bytes")
+           "torch.cuda.synchronize)" if cuda else "the TorchDispatchMode tracker's exact tensor-storage bytes"
+           if memory == "dispatch" else "c10 CPU allocator events of PyTorch's profiler (models.memory.ProfilerTracker)")
     return {
         "u_f": f"forward with autograd recording (F_all), median of {repeats} runs after one warm-up; {clock}",
         "u_b": f"backward of the stage output with a fixed random delta, median of {repeats} runs after one "
@@ -689,7 +746,8 @@ def measurement_notes(device="cpu", repeats: int = 3, timing: str = "isolated") 
         "a": "bytes of the storage of the stage output",
         "abar": f"bytes allocated by F_all and still alive after it (output + what autograd saved); {mem}",
         "delta": f"bytes of the gradient of the stage input left by B^(l+1); {mem}",
-        "o_f": f"peak during the forward beyond inputs and outputs, max over F_all and the no-grad forward; {mem}",
+        "o_f": f"peak during the forward beyond inputs and outputs, max over F_all and the no-grad forward"
+               f"{' (the loss stage L+1: F_all only, the only forward it runs)' if memory == 'profiler' else ''}; {mem}",
         "o_b": f"peak during B beyond what was stored before it and beyond delta^(l-1); {mem}",
         "W": "bytes of the stage's distinct parameters (numel x element size)",
     }

@@ -204,7 +204,8 @@ def chain_search():
 
     model = _deep_mlp()
     x, y = torch.randn(16, 16, 32), torch.randn(16, 16, 8)
-    search = BudgetSearch(model, (x,), loss_fn=_loss, example_targets=(y,), fractions=(0.1,), repeats=1)
+    search = BudgetSearch(model, (x,), loss_fn=_loss, example_targets=(y,), fractions=(0.1,), repeats=1,
+                          compiled_stages=False)      # eager chain plans (compiled ones: test_compiled_stages)
     return model, x, y, search
 
 

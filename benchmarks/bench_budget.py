@@ -114,10 +114,7 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
     torch.manual_seed(0)
     model = get_model(spec["model"], **spec["kw"]).train()
     x = example_input(spec["model"], spec["batch"], spec["shape"], vocab=spec["kw"].get("vocab"))
-    ce = classification_loss()
-
-    def loss_fn(out):
-        return ce(out)
+    loss_fn = classification_loss()     # a TokenLoss: the chain plans may chunk a language model's loss stage
 
     params = [p for p in model.parameters() if p.requires_grad]
     batch = spec["batch"]
@@ -179,7 +176,7 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
             cand = search.chain_plan(lo + f * (hi - lo))
             if cand is None:
                 continue
-            step = search.chain_plans[cand.ops][1]
+            step = search.chain_plans[(cand.loss_chunks, cand.ops)][1]
             add(f"rotor{f:g}", lambda step=step: step(x),
                 {"method": "rotor", "label": f"rotor at {f:g} of [min, store-all]", "status": "executed",
                  "fraction": f, "memory_limit": lo + f * (hi - lo), "predicted_peak": cand.predicted_peak,

@@ -244,11 +244,13 @@ class Candidate:
     memory_limit: float | None = None
     predicted_peak: float | None = None
     ops: tuple = field(default=(), repr=False)
+    loss_chunks: int = 1              # chain: the loss stage over this many slices of the tokens
 
     @property
     def label(self) -> str:
         if self.kind == "chain":
-            return f"chain rotor at {fmt_memory(self.memory_limit)}"
+            return (f"chain rotor at {fmt_memory(self.memory_limit)}"
+                    + (f", loss in {self.loss_chunks} chunks" if self.loss_chunks > 1 else ""))
         return f"{self.solver} fraction {self.fraction:g}"
 
 
@@ -412,6 +414,9 @@ class BudgetSearch:
         self.skipped: list[float] = []
         self.chain_note = "" if chain else "not asked for (chain=False)"
         self._chain = None                     # (stages, loss stage, targets holder, chain, min memory)
+        self._chunked = None                   # (loss chunks, chunked loss stage, its chain, min memory)
+        self.loss_chunk_minima: dict[int, float] = {}   # chunks -> the chain's least memory (bytes)
+        self.loss_chunks_note = ""
         self._offset = 0.0                     # largest measured - simulated peak of a chain plan so far
         self._solved: dict[float, Any] = {}    # rotor's answers by limit
         self.profile_time = 0.0
@@ -532,8 +537,80 @@ class BudgetSearch:
         chain = profile_chain(lm.stages, x, loss_stage, repeats=3, device=self.device, names=lm.names,
                               name="compile_under_budget", loss_name=lm.loss_name, input_grad=False, clock=clock)
         self._chain = (lm.stages, loss_stage, holder, chain, float(min_memory(chain)))
-        self.profile_time = time.perf_counter() - t0
         self.chain_note = ""
+        self._build_chunked(lm, x, holder, clock)
+        self.profile_time = time.perf_counter() - t0
+
+    def _build_chunked(self, lm, x, holder, clock: str) -> None:
+        """The chain with its loss stage over chunks of tokens (:class:`memplan.models.chunked_loss.
+        ChunkedHeadLoss`), where it lowers the chain's least memory: a head folded into the loss, a
+        loss that splits over tokens (:class:`~memplan.models.chunked_loss.TokenLoss`), the chunked
+        stage's loss and input gradient equal to the whole stage's on a sample. The loss stage's sizes
+        are measured at 2, 4, 8, ... chunks (the other stages' rows are the profiled chain's) until the
+        least memory stops falling by 1%; the fewest chunks within 1% of the lowest found is kept
+        (more chunks cost time: each adds a transient gradient of the head's weight) and the chain
+        profiled again with it (times in context). ``loss_chunk_minima`` records the least memory at
+        each count tried; ``loss_chunks_note`` why no chunked chain was kept."""
+        import torch
+
+        from memplan.baselines.remat_min_memory import min_memory
+        from memplan.models.chunked_loss import chunked_loss_check, token_loss
+        from memplan.models.profiler import profile_chain, profile_stage
+
+        stages, base, base_min = lm.stages, self._chain[3], self._chain[4]
+        self.loss_chunk_minima = {1: base_min}
+        loss = token_loss(self.loss_fn)
+        if lm.head is None:
+            self.loss_chunks_note = "no head is folded into the loss stage"
+            return
+        if loss is None:
+            self.loss_chunks_note = ("the loss does not say how it splits over tokens (a TokenLoss, e.g. "
+                                     "memplan.TokenCrossEntropy)")
+            return
+        with torch.no_grad():
+            a = x
+            for s in stages:
+                a = s(a)
+        if a.dim() < 3 or a.shape[1] < 2:
+            self.loss_chunks_note = f"the head's input {tuple(a.shape)} has no token dimension (batch x tokens x ...)"
+            return
+
+        def targets():
+            return tuple(holder[0])
+
+        why = chunked_loss_check(self._chain[1], lm.loss_stage(loss, 2, targets), a)
+        if why:
+            self.loss_chunks_note = why
+            return
+        L, prev = base.L, base_min
+        k = 2
+        while k <= a.shape[1]:
+            vals, _ = profile_stage(lm.loss_stage(loss, k, targets), a, repeats=0, device=self.device,
+                                    input_grad=True, delta=torch.ones((), device=self.device))
+            c = base.without_resident()
+            c.resident = base.resident
+            c.wa[L + 1], c.wabar[L + 1], c.of[L + 1], c.ob[L + 1] = vals["wa"], vals["wabar"], vals["of"], vals["ob"]
+            m = float(min_memory(c))
+            self.loss_chunk_minima[k] = m
+            if m > prev * (1 - 0.01):
+                break
+            prev = m
+            k *= 2
+        low = min(self.loss_chunk_minima.values())
+        best_k = min(k for k, m in self.loss_chunk_minima.items() if m <= low * 1.01)
+        if best_k == 1:
+            self.loss_chunks_note = "chunking the loss stage does not lower the chain's least memory by 1%"
+            return
+        stage = lm.loss_stage(loss, best_k, targets)
+        chain = profile_chain(stages, x, stage, repeats=3, device=self.device, names=lm.names,
+                              name=f"compile_under_budget, loss in {best_k} chunks",
+                              loss_name=f"{lm.loss_name} in {best_k} chunks", input_grad=False, clock=clock,
+                              provenance={"loss_chunks": best_k,
+                                          "loss_chunking": "models.chunked_loss.ChunkedHeadLoss: the folded head "
+                                          "and the loss over this many slices of the tokens, the logits recomputed "
+                                          "chunk by chunk in the backward"})
+        self._chunked = (best_k, stage, chain, float(min_memory(chain)))
+        self.loss_chunks_note = ""
 
     # -- chain plans -------------------------------------------------------------------------------
     @property
@@ -543,15 +620,28 @@ class BudgetSearch:
 
     @property
     def chain_minimum(self) -> float | None:
-        """The least memory of any re-materialization sequence on the chain's model (bytes), or None."""
-        return self._chain[4] if self._chain else None
+        """The least memory of any re-materialization sequence on the chain's model (bytes), or None;
+        the chunked loss stage's chain included."""
+        return min(v[3] for v in self._variants()) if self._chain else None
 
-    def _chain_step(self, ops: tuple) -> Callable:
+    @property
+    def loss_chunks(self) -> int:
+        """The chunk count of the chunked loss stage's chain (1: none, ``loss_chunks_note`` says why)."""
+        return self._chunked[0] if self._chunked else 1
+
+    def _variants(self) -> list[tuple]:
+        """The chains plans are solved on: ``(loss chunks, loss stage, chain, least memory)``, the
+        whole loss stage first."""
+        if self._chain is None:
+            return []
+        return [(1, self._chain[1], self._chain[3], self._chain[4])] + ([self._chunked] if self._chunked else [])
+
+    def _chain_step(self, ops: tuple, loss_stage: Callable) -> Callable:
         import torch
 
         from memplan.models.runtime import execute
 
-        stages, loss_stage, holder, _, _ = self._chain
+        stages, _, holder, _, _ = self._chain
         n = self.n_inputs
 
         def step(*args):
@@ -562,31 +652,40 @@ class BudgetSearch:
         return step
 
     def chain_plan(self, limit: float) -> Candidate | None:
-        """Rotor's plan at ``limit`` bytes of the chain's model, measured (cached by its sequence);
-        None when rotor has no plan there (below the chain's minimum)."""
+        """Rotor's plan at ``limit`` bytes of the chain's model, measured (cached by its loss chunks and
+        sequence); None when rotor has no plan there (below the chain's minimum). With a chunked loss
+        stage's chain (:meth:`_build_chunked`) rotor is solved on both chains and the plan with the
+        smaller predicted makespan is kept."""
         from memplan.baselines.remat_rotor import persistent
 
         if self._chain is None:
             return None
         t0 = time.perf_counter()
-        key = float(limit)
-        if key not in self._solved:            # the least-memory limit is asked for more than once
-            self._solved[key] = persistent(self._chain[3], key, time_limit=self.solver_time_limit)
-        sol = self._solved[key]
+        best = None
+        for k, loss_stage, chain, lo in self._variants():
+            if limit < lo:
+                continue
+            key = (k, float(limit))
+            if key not in self._solved:            # the least-memory limit is asked for more than once
+                self._solved[key] = persistent(chain, float(limit), time_limit=self.solver_time_limit)
+            sol = self._solved[key]
+            if sol.success and (best is None or sol.objective < best[2].objective):
+                best = (k, loss_stage, sol)
         solve_time = time.perf_counter() - t0
-        if not sol.success:
+        if best is None:
             return None
+        k, loss_stage, sol = best
         ops = tuple(tuple(o) for o in sol.schedule.ops)
-        if ops in self.chain_plans:
-            return self.chain_plans[ops][0]
-        step = self._chain_step(ops)
+        if (k, ops) in self.chain_plans:
+            return self.chain_plans[(k, ops)][0]
+        step = self._chain_step(ops, loss_stage)
         with _Preserved(self.model, self.params):
             step(*self.inputs)                     # a warm-up run (first-call allocations, gradients)
             peak, ts = self._measure_step(step, {})
         cand = Candidate("rotor", math.nan, peak, statistics.median(ts), ts, solve_time, kind="chain",
-                         memory_limit=float(limit), predicted_peak=float(sol.peak_memory), ops=ops)
+                         memory_limit=float(limit), predicted_peak=float(sol.peak_memory), ops=ops, loss_chunks=k)
         self._offset = max(self._offset, peak - float(sol.peak_memory))
-        self.chain_plans[ops] = (cand, step)
+        self.chain_plans[(k, ops)] = (cand, step)
         return cand
 
     def chain_fit(self, budget: float, tries: int = 4) -> Candidate | None:
@@ -595,7 +694,7 @@ class BudgetSearch:
         solved again while the measurement is over (``tries`` solves at most); None if none fits."""
         if self._chain is None:
             return None
-        lo = self._chain[4]
+        lo = self.chain_minimum
         limit = budget - max(0.0, self._offset)
         for _ in range(tries):
             limit = max(limit, lo)
@@ -617,12 +716,12 @@ class BudgetSearch:
     def minimum(self) -> Candidate:
         """The candidate with the smallest measured peak (the chain's least-memory plan measured first)."""
         if self._chain is not None:
-            self.chain_plan(self._chain[4])
+            self.chain_plan(self.chain_minimum)
         return min(self.measured(), key=lambda c: c.peak)
 
     def _runner(self, cand: Candidate) -> tuple[Callable, dict]:
         if cand.kind == "chain":
-            return self.chain_plans[cand.ops][1], {}
+            return self.chain_plans[(cand.loss_chunks, cand.ops)][1], {}
         for c, step, cfg in self.compiled:
             if c is cand:
                 return step, cfg

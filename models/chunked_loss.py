@@ -47,8 +47,6 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .graph import HeadLoss
-
 #: the token dimension of a chunked loss stage's input and output (batch x seq x ...)
 TOKEN_DIM = 1
 
@@ -261,7 +259,7 @@ def _linear_chunk(stage, lin, x, lo, hi, shape, targets, scale, gx) -> None:
             gx[:, lo:hi].copy_(torch.matmul(g, lin.weight))
 
 
-class ChunkedHeadLoss(torch.nn.Module, HeadLoss):
+class ChunkedHeadLoss(torch.nn.Module):
     """The loss stage L+1 ``loss(head(x), *targets())`` computed over ``chunks`` slices of the tokens
     (see the module). ``loss`` is a :class:`TokenLoss`; ``targets`` returns the loss's target tensors
     of the current step (none for :class:`FixedLabelCrossEntropy`)."""

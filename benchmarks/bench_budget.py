@@ -349,6 +349,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="CSV (default benchmarks/results/bench_budget_cpu.csv; --quick: "
                    "/tmp/bench_budget_quick.csv)")
     p.add_argument("--summary", metavar="CSV", help="print the summary of a written CSV again, run nothing")
+    p.add_argument("--update", action="store_true", help="keep the rows of the networks not run from the existing "
+                   "--out CSV (their header line from its .txt), replace those of the networks run")
     a = p.parse_args(argv)
     if a.summary:
         import pandas as pd
@@ -371,6 +373,18 @@ def main(argv=None) -> int:
     min_rounds = a.min_rounds or (2 if a.quick else 6)
     max_rounds = a.max_rounds or (2 if a.quick else 12)
     rows: list[dict] = []
+    kept: list[dict] = []
+    kept_note = ""
+    if a.update and out.exists():
+        import pandas as pd
+
+        old = pd.read_csv(out)
+        kept = [{k: _num(v) for k, v in r.items()} for r in old.to_dict("records") if r["network"] not in names]
+        old_txt = out.with_suffix(".txt")
+        nets = ", ".join(dict.fromkeys(r["network"] for r in kept))
+        if kept:
+            kept_note = (f"rows of {nets} kept from the previous run"
+                         + (f": {old_txt.read_text().splitlines()[0]}" if old_txt.exists() else ""))
     t0 = time.perf_counter()
     for n in names:
         t1 = time.perf_counter()
@@ -378,9 +392,10 @@ def main(argv=None) -> int:
                             min_rounds=min_rounds, timing_budget=a.timing_budget, clock_name=a.clock,
                             segments=(2, 4))
         print(f"{n}: done in {time.perf_counter() - t1:.0f} s", flush=True)
-        write_csv(rows, out)
+        write_csv(kept + rows, out)
     lines = [f"bench_budget {' '.join(sys.argv[1:] if argv is None else argv)} (torch {torch.__version__}, "
-             f"backend {a.backend}, clock {a.clock}, one thread, {time.perf_counter() - t0:.0f} s)"] + summary(rows)
+             f"backend {a.backend}, clock {a.clock}, one thread, {time.perf_counter() - t0:.0f} s)"]
+    lines += ([f"  ({kept_note})"] if kept_note else []) + summary(kept + rows)
     text = "\n".join(lines) + "\n"
     print(text)
     out.with_suffix(".txt").write_text(text)

@@ -10,7 +10,11 @@ backward) is run by every contender:
 - ``checkpoint_sequential``: ``torch.utils.checkpoint.checkpoint_sequential`` (non-reentrant) over the
   model's linearized stages, k segments;
 - ``rotor``: memplan's chain plans, rotor (paper 004) at 0, 0.25, 0.5, 0.75, 1 of the way from the
-  chain's least memory to store-all, run by :func:`memplan.models.runtime.execute`;
+  chain's least memory to store-all, run by :func:`memplan.models.runtime.execute`. For GPT-2 and the
+  Llama-style stack the loss (``classification_loss``, a ``TokenLoss``) lets the search also plan a
+  chain whose loss stage runs the head and the cross-entropy over chunks of tokens
+  (:class:`memplan.models.chunked_loss.ChunkedHeadLoss`; the label says "loss in k chunks"), which
+  PyTorch's budget knob does not do: the least memory below PyTorch's lowest comes from it;
 - ``memplan``: :meth:`BudgetSearch.under` (what ``memplan.compile_under_budget`` returns) at byte
   budgets equal to each PyTorch point's measured peak, then below PyTorch's lowest peak
   (x0.9, 0.75, 0.6, 0.5, ...) down to memplan's least measured peak.

@@ -374,7 +374,14 @@ class BudgetSearch:
     chain's model and the measurement differ a little (the input copy, allocator-level temporaries):
     where the measured peak is over the budget, the limit given to rotor is lowered by the excess and
     the plan solved and measured again (up to 4 tries). Chain plans need one input tensor and a
-    ``loss_fn``; a model that cannot be traced or cut gets none (``chain_note`` says why)."""
+    ``loss_fn``; a model that cannot be traced or cut gets none (``chain_note`` says why).
+
+    A language model's loss stage (its head folded into the loss) can also be computed over chunks of
+    tokens, the logits recomputed chunk by chunk in the backward
+    (:class:`memplan.models.chunked_loss.ChunkedHeadLoss`), when ``loss_fn`` is a
+    :class:`~memplan.models.chunked_loss.TokenLoss`: a second chain with that loss stage is profiled
+    where it lowers the least memory (:meth:`_build_chunked`, ``loss_chunks``), rotor is solved on
+    both and the plan with the smaller predicted makespan is measured; its label names the chunks."""
 
     def __init__(self, model, example_inputs: Sequence[Any], *, loss_fn: Callable | None = None,
                  example_targets: Sequence[Any] = (), backend: str = "aot_eager_decomp_partition",
@@ -823,7 +830,13 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         re-materialization plan for the budget, run eagerly (per stage, autograd inside a stage).
         They can reach budgets below every fraction's peak (fraction 0 recomputes the whole forward
         inside the backward at once, rotor's least-memory plans stage by stage); their floor is the
-        chain's largest stage (a language model's head with its cross-entropy, for instance).
+        chain's largest stage. A language model's head with its cross-entropy is split over chunks of
+        tokens when ``loss_fn`` says how its loss splits over them (a
+        :class:`~memplan.models.chunked_loss.TokenLoss`: ``memplan.TokenCrossEntropy()``,
+        ``loss_fn(logits, targets)``): the logits are recomputed chunk by chunk in the backward
+        (:class:`~memplan.models.chunked_loss.ChunkedHeadLoss`), something PyTorch's budget knob
+        does not do; the chunk count is chosen by :meth:`BudgetSearch._build_chunked` and named in
+        the chosen candidate's label.
 
     The search runs training steps on ``model``; the parameters' gradients and the model's buffers are
     restored when it ends (the parameters themselves do not change: there is no optimizer step). A

@@ -387,8 +387,11 @@ def main(argv=None) -> int:
         old_txt = out.with_suffix(".txt")
         nets = ", ".join(dict.fromkeys(r["network"] for r in kept))
         if kept:
-            kept_note = (f"rows of {nets} kept from the previous run"
-                         + (f": {old_txt.read_text().splitlines()[0]}" if old_txt.exists() else ""))
+            head = old_txt.read_text().splitlines()[:2] if old_txt.exists() else []
+            if len(head) == 2 and head[1].startswith(f"  (rows of {nets} kept from"):
+                kept_note = head[1].strip()[1:-1]         # kept again: where they came from first
+            else:
+                kept_note = f"rows of {nets} kept from the previous run" + (f": {head[0]}" if head else "")
     t0 = time.perf_counter()
     for n in names:
         t1 = time.perf_counter()

@@ -46,8 +46,9 @@ DEFAULT_FRACTIONS = (1.0, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05, 0.0)
 BACKENDS = ("aot_eager_decomp_partition", "inductor")
 SOLVERS = ("pytorch", "memplan", "memplan-peak", "both", "all")
 #: :meth:`BudgetSearch.under` times again the fitting candidates whose step time is within this
-#: fraction of the fastest one's
-RETIME_MARGIN = 0.25
+#: fraction of the fastest one's, the RETIME_MOST fastest of them
+RETIME_MARGIN = 0.5
+RETIME_MOST = 4
 
 
 def _solver_base():
@@ -738,7 +739,8 @@ class BudgetSearch:
         raise KeyError(cand)
 
     def _retime(self, fitting: list[Candidate]) -> None:
-        """Time the fitting candidates within :data:`RETIME_MARGIN` of the fastest again, one step each
+        """Time the fitting candidates within :data:`RETIME_MARGIN` of the fastest (the
+        :data:`RETIME_MOST` fastest) again, one step each
         per round in rotating order, ``repeats`` rounds, adding to their timings (``step_time`` is the
         median of all): each candidate was timed when it was built, minutes apart from the others on a
         machine whose load changes, with few repeats; rounds side by side compare them under the same
@@ -748,7 +750,8 @@ class BudgetSearch:
         if len(fitting) < 2:
             return
         best = min(c.step_time for c in fitting)
-        near = [c for c in fitting if c.step_time <= best * (1 + RETIME_MARGIN)]
+        near = sorted((c for c in fitting if c.step_time <= best * (1 + RETIME_MARGIN)),
+                      key=lambda c: c.step_time)[:RETIME_MOST]
         if len(near) < 2:
             return
         runners = [(c, *self._runner(c)) for c in near]

@@ -10,10 +10,14 @@ backward) is run by every contender:
 - ``checkpoint_sequential``: ``torch.utils.checkpoint.checkpoint_sequential`` (non-reentrant) over the
   model's linearized stages, k segments;
 - ``rotor``: memplan's chain plans, rotor (paper 004) at 0, 0.25, 0.5, 0.75, 1 of the way from the
-  chain's least memory to store-all, run by :func:`memplan.models.runtime.execute`;
+  chain's least memory to store-all, run by :func:`memplan.models.runtime.execute`. For GPT-2 and the
+  Llama-style stack the loss (``classification_loss``, a ``TokenLoss``) lets the search also plan a
+  chain whose loss stage runs the head and the cross-entropy over chunks of tokens
+  (:class:`memplan.models.chunked_loss.ChunkedHeadLoss`; the label says "loss in k chunks"), which
+  PyTorch's budget knob does not do: the least memory below PyTorch's lowest comes from it;
 - ``rotor-compiled``: the same over the chain's stages each compiled by ``torch.compile`` with the
   backend (:mod:`memplan.models.compiled`; the hierarchy: rotor across stages, the compiler's partitioner
-  and fusion within a stage), on the chain profiled with c10's allocator events;
+  and fusion within a stage), on the chain profiled with c10's allocator events (whole loss stage);
 - ``memplan``: :meth:`BudgetSearch.under` (what ``memplan.compile_under_budget`` returns) at byte
   budgets equal to each PyTorch point's measured peak, then below PyTorch's lowest peak
   (x0.9, 0.75, 0.6, 0.5, ...) down to memplan's least measured peak.
@@ -137,10 +141,8 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
         # one method for every row: the CUDA caching allocator's statistics on a GPU, the profiler's
         # view of c10's CPU allocator on the CPU (memplan._compile_budget._measure, as the search)
         return float(_measure(fn, dev))
-    ce = classification_loss()
 
-    def loss_fn(out):
-        return ce(out)
+    loss_fn = classification_loss()     # a TokenLoss: the chain plans may chunk a language model's loss stage
 
     params = [p for p in model.parameters() if p.requires_grad]
     batch = spec["batch"]
@@ -204,7 +206,7 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
             cand = search.chain_plan(lo + f * (hi - lo))
             if cand is None:
                 continue
-            step = search.chain_plans[cand.ops][1]
+            step = search.chain_plans[(cand.loss_chunks, cand.ops)][1]
             add(f"rotor{f:g}", lambda step=step: step(x),
                 {"method": "rotor", "label": f"rotor at {f:g} of [min, store-all]", "status": "executed",
                  "fraction": f, "memory_limit": lo + f * (hi - lo), "predicted_peak": cand.predicted_peak,
@@ -215,7 +217,7 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
             cand = search.chain_plan(lo + f * (hi - lo), compiled=True)
             if cand is None:
                 continue
-            step = search.compiled_chain_plans[cand.ops][1]
+            step = search.compiled_chain_plans[(cand.loss_chunks, cand.ops)][1]
             add(f"crotor{f:g}", lambda step=step: step(x),
                 {"method": "rotor-compiled", "label": f"rotor, compiled stages, at {f:g} of [min, store-all]",
                  "status": "executed", "fraction": f, "memory_limit": lo + f * (hi - lo),
@@ -400,6 +402,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="CSV (default benchmarks/results/bench_budget_cpu.csv; --quick: "
                    "/tmp/bench_budget_quick.csv)")
     p.add_argument("--summary", metavar="CSV", help="print the summary of a written CSV again, run nothing")
+    p.add_argument("--update", action="store_true", help="keep the rows of the networks not run from the existing "
+                   "--out CSV (their header line from its .txt), replace those of the networks run")
     a = p.parse_args(argv)
     if a.summary:
         import pandas as pd
@@ -432,6 +436,21 @@ def main(argv=None) -> int:
     min_rounds = a.min_rounds or (2 if a.quick else 6)
     max_rounds = a.max_rounds or (2 if a.quick else 12)
     rows: list[dict] = []
+    kept: list[dict] = []
+    kept_note = ""
+    if a.update and out.exists():
+        import pandas as pd
+
+        old = pd.read_csv(out)
+        kept = [{k: _num(v) for k, v in r.items()} for r in old.to_dict("records") if r["network"] not in names]
+        old_txt = out.with_suffix(".txt")
+        nets = ", ".join(dict.fromkeys(r["network"] for r in kept))
+        if kept:
+            head = old_txt.read_text().splitlines()[:2] if old_txt.exists() else []
+            if len(head) == 2 and head[1].startswith(f"  (rows of {nets} kept from"):
+                kept_note = head[1].strip()[1:-1]         # kept again: where they came from first
+            else:
+                kept_note = f"rows of {nets} kept from the previous run" + (f": {head[0]}" if head else "")
     t0 = time.perf_counter()
     for n in names:
         t1 = time.perf_counter()
@@ -439,12 +458,13 @@ def main(argv=None) -> int:
                             min_rounds=min_rounds, timing_budget=a.timing_budget, clock_name=a.clock,
                             segments=(2, 4), device=a.device, search_time_limit=a.search_time_limit)
         print(f"{n}: done in {time.perf_counter() - t1:.0f} s", flush=True)
-        write_csv(rows, out)
+        write_csv(kept + rows, out)
     lines = [f"bench_budget {' '.join(sys.argv[1:] if argv is None else argv)} (torch {torch.__version__}, "
              f"backend {a.backend}, "
              + (f"{torch.cuda.get_device_name(torch.device(a.device))}, wall clock between synchronizes, "
                 if cuda else f"clock {a.clock}, one thread, ")
-             + f"{time.perf_counter() - t0:.0f} s)"] + summary(rows)
+             + f"{time.perf_counter() - t0:.0f} s)"]
+    lines += ([f"  ({kept_note})"] if kept_note else []) + summary(kept + rows)
     text = "\n".join(lines) + "\n"
     print(text)
     out.with_suffix(".txt").write_text(text)

@@ -59,7 +59,7 @@ __all__ = [
     "load_instance", "save_instance", "shipped_instances", "random_chain",
     "solve", "problems",
     "InputError", "InfeasibleError", "InstanceError", "UnitError",
-    "compile_under_budget",
+    "compile_under_budget", "TokenCrossEntropy",
 ]
 
 #: problem name (as on the command line) -> module name
@@ -99,6 +99,10 @@ def __getattr__(name: str):     # PEP 562: ``memplan.remat`` etc. without import
         from memplan._compile_budget import compile_under_budget
 
         return compile_under_budget
+    if name == "TokenCrossEntropy":         # a loss whose chain loss stage can be chunked (imports torch)
+        from memplan.models.chunked_loss import TokenCrossEntropy
+
+        return TokenCrossEntropy
     if modname in _PROBLEM_MODULES.values():
         return importlib.import_module(modname)
     raise AttributeError(f"module 'memplan' has no attribute {name!r}")

@@ -47,6 +47,10 @@ from memplan.models.units import fmt_memory, parse_memory
 DEFAULT_FRACTIONS = (1.0, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05, 0.0)
 BACKENDS = ("aot_eager_decomp_partition", "inductor")
 SOLVERS = ("pytorch", "memplan", "memplan-peak", "both", "all")
+#: :meth:`BudgetSearch.under` times again the fitting candidates whose step time is within this
+#: fraction of the fastest one's, the RETIME_MOST fastest of them
+RETIME_MARGIN = 0.5
+RETIME_MOST = 4
 
 
 def _solver_base():
@@ -249,11 +253,13 @@ class Candidate:
     memory_limit: float | None = None
     predicted_peak: float | None = None
     ops: tuple = field(default=(), repr=False)
+    loss_chunks: int = 1              # chain: the loss stage over this many slices of the tokens
 
     @property
     def label(self) -> str:
         if self.kind == "chain":
-            return f"chain rotor at {fmt_memory(self.memory_limit)}"
+            return (f"chain rotor at {fmt_memory(self.memory_limit)}"
+                    + (f", loss in {self.loss_chunks} chunks" if self.loss_chunks > 1 else ""))
         if self.kind == "chain-compiled":
             return f"chain rotor, compiled stages, at {fmt_memory(self.memory_limit)}"
         return f"{self.solver} fraction {self.fraction:g}"
@@ -389,7 +395,15 @@ class BudgetSearch:
     ``torch.compile`` with ``backend`` and profiled with c10's allocator events
     (:meth:`_build_compiled_chain`); :meth:`under` then also measures rotor's plan on that chain
     (kind ``"chain-compiled"``): rotor decides across stages, the compiler's partitioner and fusion
-    within each. ``compiled_chain_note`` says why there are none, when there are none."""
+    within each. ``compiled_chain_note`` says why there are none, when there are none..
+
+    A language model's loss stage (its head folded into the loss) can also be computed over chunks of
+    tokens, the logits recomputed chunk by chunk in the backward
+    (:class:`memplan.models.chunked_loss.ChunkedHeadLoss`), when ``loss_fn`` is a
+    :class:`~memplan.models.chunked_loss.TokenLoss`: a second chain with that loss stage is profiled
+    where it lowers the least memory (:meth:`_build_chunked`, ``loss_chunks``), rotor is solved on
+    both and the plan with the smaller predicted makespan is measured; its label names the chunks. The
+    compiled-stage chain keeps the whole loss stage (the chunked one is not compiled)."""
 
     def __init__(self, model, example_inputs: Sequence[Any], *, loss_fn: Callable | None = None,
                  example_targets: Sequence[Any] = (), backend: str = "aot_eager_decomp_partition",
@@ -429,13 +443,16 @@ class BudgetSearch:
         self.skipped: list[float] = []
         self.chain_note = "" if chain else "not asked for (chain=False)"
         self._chain = None                     # (stages, loss stage, targets holder, chain, min memory)
+        self._chunked = None                   # (loss chunks, chunked loss stage, its chain, min memory)
+        self.loss_chunk_minima: dict[int, float] = {}   # chunks -> the chain's least memory (bytes)
+        self.loss_chunks_note = ""
         self._offset = 0.0                     # largest measured - simulated peak of a chain plan so far
-        self._solved: dict[float, Any] = {}    # rotor's answers by limit
+        self._solved: dict[tuple, Any] = {}    # rotor's answers by (loss chunks, limit)
         # chain plans with compiled stages (kind "chain-compiled"): the same four, and why there are none
         self._cchain = None
         self.compiled_chain_plans: dict[tuple, tuple[Candidate, Callable]] = {}
         self._coffset = 0.0
-        self._csolved: dict[float, Any] = {}
+        self._csolved: dict[tuple, Any] = {}
         self.compiled_chain_note = "" if chain and compiled_stages else "not asked for"
         self.compiled_profile_time = 0.0
         self.profile_time = 0.0
@@ -483,16 +500,21 @@ class BudgetSearch:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def _clock(self) -> Callable[[], float]:
+        """What candidates are timed with (:meth:`_measure_step`, :meth:`_retime`)."""
+        import torch
+
+        return (time.process_time if self.device.type == "cpu" and torch.get_num_threads() == 1
+                else time.perf_counter)
+
     def _measure_step(self, step, cfg) -> tuple[int, list[float]]:
         """The step's measured peak and ``repeats`` step times. On a CPU running one thread the times
         are the process's CPU time (``time.process_time``, as the chain's profile and the benchmark
         take them): on a shared machine the wall clock also counts other programs' load, which made
         the search rank candidates 5-6% apart in the wrong order (ResNet-50 with Inductor)."""
-        import torch
         import torch._functorch.config as fconfig
 
-        clock = (time.process_time if self.device.type == "cpu" and torch.get_num_threads() == 1
-                 else time.perf_counter)
+        clock = self._clock()
         with fconfig.patch(**cfg):
             peak = _measure(lambda: step(*self.inputs), self.device)
             ts = []
@@ -569,8 +591,80 @@ class BudgetSearch:
         chain = profile_chain(lm.stages, x, loss_stage, repeats=3, device=self.device, names=lm.names,
                               name="compile_under_budget", loss_name=lm.loss_name, input_grad=False, clock=clock)
         self._chain = (lm.stages, loss_stage, holder, chain, float(min_memory(chain)))
-        self.profile_time = time.perf_counter() - t0
         self.chain_note = ""
+        self._build_chunked(lm, x, holder, clock)
+        self.profile_time = time.perf_counter() - t0
+
+    def _build_chunked(self, lm, x, holder, clock: str) -> None:
+        """The chain with its loss stage over chunks of tokens (:class:`memplan.models.chunked_loss.
+        ChunkedHeadLoss`), where it lowers the chain's least memory: a head folded into the loss, a
+        loss that splits over tokens (:class:`~memplan.models.chunked_loss.TokenLoss`), the chunked
+        stage's loss and input gradient equal to the whole stage's on a sample. The loss stage's sizes
+        are measured at 2, 4, 8, ... chunks (the other stages' rows are the profiled chain's) until the
+        least memory stops falling by 1%; the fewest chunks within 1% of the lowest found is kept
+        (more chunks cost time: each adds a transient gradient of the head's weight) and the chain
+        profiled again with it (times in context). ``loss_chunk_minima`` records the least memory at
+        each count tried; ``loss_chunks_note`` why no chunked chain was kept."""
+        import torch
+
+        from memplan.baselines.remat_min_memory import min_memory
+        from memplan.models.chunked_loss import chunked_loss_check, token_loss
+        from memplan.models.profiler import profile_chain, profile_stage
+
+        stages, base, base_min = lm.stages, self._chain[3], self._chain[4]
+        self.loss_chunk_minima = {1: base_min}
+        loss = token_loss(self.loss_fn)
+        if lm.head is None:
+            self.loss_chunks_note = "no head is folded into the loss stage"
+            return
+        if loss is None:
+            self.loss_chunks_note = ("the loss does not say how it splits over tokens (a TokenLoss, e.g. "
+                                     "memplan.TokenCrossEntropy)")
+            return
+        with torch.no_grad():
+            a = x
+            for s in stages:
+                a = s(a)
+        if a.dim() < 3 or a.shape[1] < 2:
+            self.loss_chunks_note = f"the head's input {tuple(a.shape)} has no token dimension (batch x tokens x ...)"
+            return
+
+        def targets():
+            return tuple(holder[0])
+
+        why = chunked_loss_check(self._chain[1], lm.loss_stage(loss, 2, targets), a)
+        if why:
+            self.loss_chunks_note = why
+            return
+        L, prev = base.L, base_min
+        k = 2
+        while k <= a.shape[1]:
+            vals, _ = profile_stage(lm.loss_stage(loss, k, targets), a, repeats=0, device=self.device,
+                                    input_grad=True, delta=torch.ones((), device=self.device))
+            c = base.without_resident()
+            c.resident = base.resident
+            c.wa[L + 1], c.wabar[L + 1], c.of[L + 1], c.ob[L + 1] = vals["wa"], vals["wabar"], vals["of"], vals["ob"]
+            m = float(min_memory(c))
+            self.loss_chunk_minima[k] = m
+            if m > prev * (1 - 0.01):
+                break
+            prev = m
+            k *= 2
+        low = min(self.loss_chunk_minima.values())
+        best_k = min(k for k, m in self.loss_chunk_minima.items() if m <= low * 1.01)
+        if best_k == 1:
+            self.loss_chunks_note = "chunking the loss stage does not lower the chain's least memory by 1%"
+            return
+        stage = lm.loss_stage(loss, best_k, targets)
+        chain = profile_chain(stages, x, stage, repeats=3, device=self.device, names=lm.names,
+                              name=f"compile_under_budget, loss in {best_k} chunks",
+                              loss_name=f"{lm.loss_name} in {best_k} chunks", input_grad=False, clock=clock,
+                              provenance={"loss_chunks": best_k,
+                                          "loss_chunking": "models.chunked_loss.ChunkedHeadLoss: the folded head "
+                                          "and the loss over this many slices of the tokens, the logits recomputed "
+                                          "chunk by chunk in the backward"})
+        self._chunked = (best_k, stage, chain, float(min_memory(chain)))
+        self.loss_chunks_note = ""
 
     def _build_compiled_chain(self) -> None:
         """The hierarchy: the chain's stages and its loss stage (whatever module it is) compiled by
@@ -625,20 +719,34 @@ class BudgetSearch:
 
     @property
     def chain_minimum(self) -> float | None:
-        """The least memory of any re-materialization sequence on the chain's model (bytes), or None."""
-        return self._chain[4] if self._chain else None
+        """The least memory of any re-materialization sequence on the chain's model (bytes), or None;
+        the chunked loss stage's chain included."""
+        return min(v[3] for v in self._variants()) if self._chain else None
 
     @property
     def compiled_chain(self):
         """The chain profiled with compiled stages (:meth:`_build_compiled_chain`), or None."""
         return self._cchain[3] if self._cchain else None
 
-    def _chain_step(self, ops: tuple, compiled: bool = False) -> Callable:
+    @property
+    def loss_chunks(self) -> int:
+        """The chunk count of the chunked loss stage's chain (1: none, ``loss_chunks_note`` says why)."""
+        return self._chunked[0] if self._chunked else 1
+
+    def _variants(self) -> list[tuple]:
+        """The chains plans are solved on: ``(loss chunks, loss stage, chain, least memory)``, the
+        whole loss stage first."""
+        if self._chain is None:
+            return []
+        return [(1, self._chain[1], self._chain[3], self._chain[4])] + ([self._chunked] if self._chunked else [])
+
+    def _chain_step(self, ops: tuple, loss_stage: Callable | None = None, compiled: bool = False) -> Callable:
         import torch
 
         from memplan.models.runtime import execute
 
-        stages, loss_stage, holder, _, _ = self._cchain if compiled else self._chain
+        stages, own_loss, holder, _, _ = self._cchain if compiled else self._chain
+        loss_stage = own_loss if loss_stage is None else loss_stage
         n = self.n_inputs
 
         def step(*args):
@@ -649,9 +757,11 @@ class BudgetSearch:
         return step
 
     def chain_plan(self, limit: float, compiled: bool = False) -> Candidate | None:
-        """Rotor's plan at ``limit`` bytes of the chain's model, measured (cached by its sequence);
-        None when rotor has no plan there (below the chain's minimum). ``compiled``: on the chain of
-        compiled stages (kind ``"chain-compiled"``)."""
+        """Rotor's plan at ``limit`` bytes of the chain's model, measured (cached by its loss chunks and
+        sequence); None when rotor has no plan there (below the chain's minimum). With a chunked loss
+        stage's chain (:meth:`_build_chunked`) rotor is solved on both chains and the plan with the
+        smaller predicted makespan is kept. ``compiled``: on the chain of compiled stages (kind
+        ``"chain-compiled"``, the whole loss stage only)."""
         from memplan.baselines.remat_rotor import persistent
 
         c, solved, plans = ((self._cchain, self._csolved, self.compiled_chain_plans) if compiled else
@@ -659,28 +769,36 @@ class BudgetSearch:
         if c is None:
             return None
         t0 = time.perf_counter()
-        key = float(limit)
-        if key not in solved:                  # the least-memory limit is asked for more than once
-            solved[key] = persistent(c[3], key, time_limit=self.solver_time_limit)
-        sol = solved[key]
+        variants = [(1, c[1], c[3], c[4])] if compiled else self._variants()
+        best = None
+        for k, loss_stage, chain, lo in variants:
+            if limit < lo:
+                continue
+            key = (k, float(limit))
+            if key not in solved:                  # the least-memory limit is asked for more than once
+                solved[key] = persistent(chain, float(limit), time_limit=self.solver_time_limit)
+            sol = solved[key]
+            if sol.success and (best is None or sol.objective < best[2].objective):
+                best = (k, loss_stage, sol)
         solve_time = time.perf_counter() - t0
-        if not sol.success:
+        if best is None:
             return None
+        k, loss_stage, sol = best
         ops = tuple(tuple(o) for o in sol.schedule.ops)
-        if ops in plans:
-            return plans[ops][0]
-        step = self._chain_step(ops, compiled)
+        if (k, ops) in plans:
+            return plans[(k, ops)][0]
+        step = self._chain_step(ops, loss_stage, compiled)
         with _Preserved(self.model, self.params):
             step(*self.inputs)                     # a warm-up run (first-call allocations, gradients)
             peak, ts = self._measure_step(step, {})
         cand = Candidate("rotor", math.nan, peak, statistics.median(ts), ts, solve_time,
                          kind="chain-compiled" if compiled else "chain",
-                         memory_limit=float(limit), predicted_peak=float(sol.peak_memory), ops=ops)
+                         memory_limit=float(limit), predicted_peak=float(sol.peak_memory), ops=ops, loss_chunks=k)
         if compiled:
             self._coffset = max(self._coffset, peak - float(sol.peak_memory))
         else:
             self._offset = max(self._offset, peak - float(sol.peak_memory))
-        plans[ops] = (cand, step)
+        plans[(k, ops)] = (cand, step)
         return cand
 
     def chain_fit(self, budget: float, tries: int = 4, compiled: bool = False) -> Candidate | None:
@@ -695,7 +813,7 @@ class BudgetSearch:
         c = self._cchain if compiled else self._chain
         if c is None:
             return None
-        lo = c[4]
+        lo = c[4] if compiled else self.chain_minimum
         limit = budget - max(0.0, self._coffset if compiled else self._offset)
         for _ in range(tries):
             limit = max(limit, lo)
@@ -722,24 +840,54 @@ class BudgetSearch:
     def minimum(self) -> Candidate:
         """The candidate with the smallest measured peak (the chain's least-memory plan measured first)."""
         if self._chain is not None:
-            self.chain_plan(self._chain[4])
+            self.chain_plan(self.chain_minimum)
         if self._cchain is not None:
             self.chain_plan(self._cchain[4], compiled=True)
         return min(self.measured(), key=lambda c: c.peak)
 
     def _runner(self, cand: Candidate) -> tuple[Callable, dict]:
         if cand.kind == "chain":
-            return self.chain_plans[cand.ops][1], {}
+            return self.chain_plans[(cand.loss_chunks, cand.ops)][1], {}
         if cand.kind == "chain-compiled":
-            return self.compiled_chain_plans[cand.ops][1], {}
+            return self.compiled_chain_plans[(cand.loss_chunks, cand.ops)][1], {}
         for c, step, cfg in self.compiled:
             if c is cand:
                 return step, cfg
         raise KeyError(cand)
 
+    def _retime(self, fitting: list[Candidate]) -> None:
+        """Time the fitting candidates within :data:`RETIME_MARGIN` of the fastest (the
+        :data:`RETIME_MOST` fastest) again, one step each
+        per round in rotating order, ``repeats`` rounds, adding to their timings (``step_time`` is the
+        median of all): each candidate was timed when it was built, minutes apart from the others on a
+        machine whose load changes, with few repeats; rounds side by side compare them under the same
+        load, and the samples accumulate over the budgets asked."""
+        import torch._functorch.config as fconfig
+
+        if len(fitting) < 2:
+            return
+        best = min(c.step_time for c in fitting)
+        near = sorted((c for c in fitting if c.step_time <= best * (1 + RETIME_MARGIN)),
+                      key=lambda c: c.step_time)[:RETIME_MOST]
+        if len(near) < 2:
+            return
+        runners = [(c, *self._runner(c)) for c in near]
+        clock = self._clock()
+        for _ in range(int(self.repeats)):
+            for c, step, cfg in runners:
+                with fconfig.patch(**cfg):
+                    self._sync()
+                    t0 = clock()
+                    step(*self.inputs)
+                    self._sync()
+                c.step_times.append(clock() - t0)
+        for c in near:
+            c.step_time = statistics.median(c.step_times)
+
     def under(self, memory: float | str) -> BudgetedStep:
         """The fastest measured candidate whose measured peak is within ``memory`` (the smaller peak
-        among equally fast ones), measured again before it is returned; raises
+        among equally fast ones; those within :data:`RETIME_MARGIN` of the fastest are first timed
+        again side by side, :meth:`_retime`), measured again before it is returned; raises
         :class:`~memplan.models.solution.InfeasibleError` (``minimum``: the smallest peak measured,
         bytes) when none fits."""
         import torch._functorch.config as fconfig
@@ -750,6 +898,7 @@ class BudgetSearch:
                 self.chain_fit(budget)
             if self._cchain is not None:
                 self.chain_fit(budget, compiled=True)
+            self._retime([c for c in self.measured() if c.peak <= budget])
             pairs = [(c, dataclasses.replace(c, fits=c.peak <= budget)) for c in self.measured()]
             untried = (f" (not tried within time_limit={self.time_limit:g} s: fractions "
                        f"{', '.join(f'{f:g}' for f in self.skipped)})" if self.skipped else "")
@@ -837,7 +986,13 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         re-materialization plan for the budget, run eagerly (per stage, autograd inside a stage).
         They can reach budgets below every fraction's peak (fraction 0 recomputes the whole forward
         inside the backward at once, rotor's least-memory plans stage by stage); their floor is the
-        chain's largest stage (a language model's head with its cross-entropy, for instance).
+        chain's largest stage. A language model's head with its cross-entropy is split over chunks of
+        tokens when ``loss_fn`` says how its loss splits over them (a
+        :class:`~memplan.models.chunked_loss.TokenLoss`: ``memplan.TokenCrossEntropy()``,
+        ``loss_fn(logits, targets)``): the logits are recomputed chunk by chunk in the backward
+        (:class:`~memplan.models.chunked_loss.ChunkedHeadLoss`), something PyTorch's budget knob
+        does not do; the chunk count is chosen by :meth:`BudgetSearch._build_chunked` and named in
+        the chosen candidate's label.
     compiled_stages : bool
         With ``chain``, also rotor's plans over the chain's stages each compiled by ``torch.compile``
         with ``backend`` (:mod:`memplan.models.compiled`; kind ``"chain-compiled"``): rotor across

@@ -435,18 +435,11 @@ def measure_saved_bytes(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Ca
 
 def classification_loss(num_classes: int | None = None, seed: int = 0) -> Callable:
     """Cross-entropy against fixed random labels drawn on first use (works for N x C logits and for
-    N x T x V language-model logits)."""
-    state: dict[str, torch.Tensor] = {}
+    N x T x V language-model logits); a :class:`models.chunked_loss.TokenLoss`, so that a language
+    model's loss stage can be chunked over its tokens (:class:`models.chunked_loss.ChunkedHeadLoss`)."""
+    from .chunked_loss import FixedLabelCrossEntropy
 
-    def loss(logits: torch.Tensor) -> torch.Tensor:
-        c = logits.shape[-1] if num_classes is None else num_classes
-        flat = logits.reshape(-1, logits.shape[-1])
-        if "target" not in state or state["target"].shape[0] != flat.shape[0]:
-            g = torch.Generator().manual_seed(seed)
-            state["target"] = torch.randint(0, c, (flat.shape[0],), generator=g).to(logits.device)
-        return torch.nn.functional.cross_entropy(flat, state["target"])
-
-    return loss
+    return FixedLabelCrossEntropy(num_classes, seed)
 
 
 #: how profile_chain times the stages

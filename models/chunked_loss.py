@@ -1,0 +1,308 @@
+"""A loss stage computed over chunks of tokens: the language-model head and its loss, one chunk at a time.
+
+A language model's loss stage L+1 (:class:`models.graph.HeadLoss`: the head folded into the loss,
+:func:`models.graph.merge_unsaved_cuts`) turns a^L (batch x seq x width) into logits of batch x seq x
+vocab and a cross-entropy over them. Run whole, its backward holds the log-softmax that the
+cross-entropy saved, the gradient reaching it and the logits' gradient at once: three tensors of
+batch x seq x vocab (GPT-2 at batch 2, sequence 256, vocabulary 50257: 98 MiB each). That is the
+floor of every re-materialization plan of such a chain: rotor can recompute the blocks, not split a
+stage.
+
+:class:`ChunkedHeadLoss` is the same loss stage run over ``chunks`` slices of the token dimension
+(dimension 1), a re-materialization of the logits along the tokens:
+
+- forward (one autograd node, no graph inside): for each chunk the head's logits and the chunk's sum
+  of token losses, then the logits are freed; the loss is the sum over the chunks divided by the
+  mean's denominator (the number of counted tokens). What it keeps for the backward: its input a^L
+  (stored anyway) and the random-number state;
+- backward: for each chunk, the logits recomputed with autograd from the chunk of a^L, the chunk's
+  loss weighted by ``grad / count`` and back-propagated at once (the head's parameter gradients are
+  accumulated into their ``.grad``, the chunk's input gradient copied into delta^L). At most one
+  chunk's logits, log-softmax and their gradients live at a time; what does not shrink with the
+  chunks is each chunk's transient gradient of the head's weight (vocab x width), added into ``.grad``
+  in place.
+
+Gradients equal those of the unchunked stage up to float rounding (the loss is a mean over every
+counted token: each chunk's sum is weighted by 1/count, not by 1/chunks); the executor
+(:func:`models.runtime.execute`), the profiler (:func:`models.profiler.profile_stage`) and the
+simulator see it as any loss stage, with its own sizes and overheads: ``abar^{L+1}`` is the loss value
+and the RNG state, ``o_f`` one chunk's logits and loss temporaries, ``o_b`` one chunk's recomputed
+logits with their gradients and the head's weight gradient.
+
+Which losses: the loss must say how it splits over tokens, the :class:`TokenLoss` protocol
+(``token_sum`` and ``token_count``). :class:`TokenCrossEntropy` (``loss(logits, targets)``, the
+mean cross-entropy over every token) and :func:`models.profiler.classification_loss` (fixed random
+labels) implement it; an arbitrary ``loss_fn`` is not chunked (:func:`token_loss` says which).
+:func:`chunked_loss_check` runs the chunked and the whole stage on a sample input and refuses a head
+that mixes tokens (its chunked loss or input gradient differs).
+
+Limits: the nested backward accumulates the head's parameter gradients into ``.grad`` itself, as
+``torch.utils.checkpoint``'s reentrant variant does, so the stage is for ``loss.backward()`` (what the
+executor runs), not for ``torch.autograd.grad(loss, params)``. A head with dropout draws its masks
+per chunk (replayed identically in the backward), not as the unchunked head would.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+#: the token dimension of a chunked loss stage's input and output (batch x seq x ...)
+TOKEN_DIM = 1
+
+
+class TokenLoss:
+    """The protocol of a loss that splits over tokens (dimension 1 of the model's output): the loss of
+    an output ``out`` (batch x seq x ...) is ``sum over chunks of token_sum(chunk, lo, hi, shape, *targets)
+    / token_count(shape, *targets)``, where ``chunk = out[:, lo:hi]`` and ``shape`` is ``out``'s shape.
+    A subclass implements both; ``__call__(out, *targets)`` is the loss of the whole output."""
+
+    def token_sum(self, chunk: torch.Tensor, lo: int, hi: int, shape: Sequence[int], *targets) -> torch.Tensor:
+        raise NotImplementedError
+
+    def token_count(self, shape: Sequence[int], *targets) -> float:
+        raise NotImplementedError
+
+
+def token_loss(loss_fn: Any) -> TokenLoss | None:
+    """``loss_fn`` as a :class:`TokenLoss`, or None when it does not say how it splits over tokens."""
+    return loss_fn if isinstance(loss_fn, TokenLoss) else None
+
+
+def _flat(logits: torch.Tensor) -> torch.Tensor:
+    return logits.reshape(-1, logits.shape[-1])
+
+
+class TokenCrossEntropy(TokenLoss):
+    """``loss(logits, targets)``: the mean cross-entropy over every token whose target is not
+    ``ignore_index`` (logits batch x seq x vocab, targets batch x seq class indices), as
+    ``torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))``. A
+    :class:`TokenLoss`: the loss stage of a chain built with it can be chunked."""
+
+    def __init__(self, ignore_index: int = -100):
+        self.ignore_index = int(ignore_index)
+
+    def __call__(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(_flat(logits), targets.reshape(-1), ignore_index=self.ignore_index)
+
+    def token_sum(self, chunk, lo, hi, shape, targets):
+        return torch.nn.functional.cross_entropy(_flat(chunk), targets[:, lo:hi].reshape(-1),
+                                                 ignore_index=self.ignore_index, reduction="sum")
+
+    def token_count(self, shape, targets) -> float:
+        return float((targets != self.ignore_index).sum())
+
+
+class FixedLabelCrossEntropy(TokenLoss):
+    """Cross-entropy against fixed random labels drawn on first use (``seed``; drawn again when the
+    number of rows changes), for N x C logits and for N x T x V language-model logits (one label per
+    token): what :func:`models.profiler.classification_loss` returns. A :class:`TokenLoss`."""
+
+    def __init__(self, num_classes: int | None = None, seed: int = 0):
+        self.num_classes, self.seed = num_classes, seed
+        self.target: torch.Tensor | None = None
+
+    def _targets(self, shape: Sequence[int], device) -> torch.Tensor:
+        rows = 1
+        for d in shape[:-1]:
+            rows *= int(d)
+        if self.target is None or self.target.shape[0] != rows:
+            c = shape[-1] if self.num_classes is None else self.num_classes
+            g = torch.Generator().manual_seed(self.seed)
+            self.target = torch.randint(0, c, (rows,), generator=g).to(device)
+        return self.target
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        flat = _flat(logits)
+        return torch.nn.functional.cross_entropy(flat, self._targets(logits.shape, logits.device))
+
+    def token_sum(self, chunk, lo, hi, shape):
+        t = self._targets(shape, chunk.device).view(*shape[:-1])[:, lo:hi]
+        return torch.nn.functional.cross_entropy(_flat(chunk), t.reshape(-1), reduction="sum")
+
+    def token_count(self, shape) -> float:
+        rows = 1
+        for d in shape[:-1]:
+            rows *= int(d)
+        return float(rows)
+
+
+def chunk_bounds(n: int, chunks: int) -> list[tuple[int, int]]:
+    """``chunks`` consecutive slices of ``range(n)``, as equal as can be (the first ``n % chunks`` one
+    longer). ``chunk_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)]``."""
+    if not 1 <= chunks <= n:
+        raise ValueError(f"chunk_bounds: chunks={chunks} must be between 1 and the {n} tokens")
+    q, r = divmod(n, chunks)
+    out, lo = [], 0
+    for i in range(chunks):
+        hi = lo + q + (1 if i < r else 0)
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+def _rng_get(device) -> tuple:
+    return (torch.get_rng_state(), torch.cuda.get_rng_state(device) if torch.device(device).type == "cuda" else None)
+
+
+def linear_head(head: Any) -> torch.nn.Linear | None:
+    """The ``torch.nn.Linear`` that ``head`` is: an ``nn.Linear``, or an fx ``GraphModule`` (a stage of
+    :func:`models.graph.stage_modules`) whose only operation is a call of one on its input; else None."""
+    if isinstance(head, torch.nn.Linear):
+        return head
+    graph = getattr(head, "graph", None)
+    if graph is None or not hasattr(head, "get_submodule"):
+        return None
+    nodes = list(graph.nodes)
+    ops = [n for n in nodes if n.op not in ("placeholder", "output")]
+    inputs = [n for n in nodes if n.op == "placeholder"]
+    out = [n for n in nodes if n.op == "output"]
+    if len(ops) != 1 or len(inputs) != 1 or len(out) != 1 or ops[0].op != "call_module":
+        return None
+    n = ops[0]
+    if tuple(n.args) != (inputs[0],) or n.kwargs or tuple(out[0].args) != (n,):
+        return None
+    mod = head.get_submodule(n.target)
+    return mod if isinstance(mod, torch.nn.Linear) else None
+
+
+def _add_grad(p: torch.Tensor, fill: Callable[[torch.Tensor], None]) -> None:
+    """``fill(p.grad)`` adds a gradient into ``p.grad`` in place (allocated as zeros if missing)."""
+    if not p.requires_grad:
+        return
+    if p.grad is None:
+        p.grad = torch.zeros_like(p)
+    fill(p.grad)
+
+
+class _ChunkedFn(torch.autograd.Function):
+    """The chunked head + loss (see the module): forward without a graph, backward chunk by chunk."""
+
+    @staticmethod
+    def forward(ctx, stage, x, *params):
+        targets = stage.targets()
+        bounds = chunk_bounds(x.shape[TOKEN_DIM], stage.chunks)
+        ctx.rng = _rng_get(x.device)
+        total, shape = None, None
+        for lo, hi in bounds:
+            out = stage.head(x[:, lo:hi])
+            if shape is None:
+                shape = list(out.shape)
+                shape[TOKEN_DIM] = x.shape[TOKEN_DIM]
+            s = stage.loss.token_sum(out, lo, hi, shape, *targets)
+            del out
+            total = s if total is None else total.add_(s)
+        count = stage.loss.token_count(shape, *targets)
+        ctx.stage, ctx.bounds, ctx.shape, ctx.count, ctx.n_params = stage, bounds, shape, count, len(params)
+        ctx.save_for_backward(x)
+        return total / count
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        stage = ctx.stage
+        targets = stage.targets()
+        want_x = ctx.needs_input_grad[1]
+        gx = torch.empty_like(x) if want_x else None
+        scale = grad.detach() / ctx.count
+        lin = linear_head(stage.head)
+        cuda = x.device.type == "cuda"
+        with torch.random.fork_rng(devices=[x.device] if cuda else [], enabled=True):
+            torch.set_rng_state(ctx.rng[0])
+            if cuda:
+                torch.cuda.set_rng_state(ctx.rng[1], x.device)
+            for lo, hi in ctx.bounds:
+                if lin is not None:
+                    _linear_chunk(stage, lin, x, lo, hi, ctx.shape, targets, scale, gx)
+                else:
+                    _autograd_chunk(stage, x, lo, hi, ctx.shape, targets, scale, gx)
+        return (None, gx) + (None,) * ctx.n_params
+
+
+def _autograd_chunk(stage, x, lo, hi, shape, targets, scale, gx) -> None:
+    """One chunk's backward through any head: its logits recomputed with autograd and the chunk's
+    weighted loss back-propagated (the head's parameter gradients accumulate into ``.grad``, each
+    through a transient gradient of the parameter's size)."""
+    with torch.enable_grad():
+        xc = x[:, lo:hi].detach()
+        if gx is not None:
+            xc.requires_grad_(True)
+        out = stage.head(xc)
+        s = stage.loss.token_sum(out, lo, hi, shape, *targets) * scale
+        del out
+        if s.requires_grad:
+            torch.autograd.backward(s)
+        del s
+    if gx is not None:
+        gx[:, lo:hi].copy_(xc.grad)
+
+
+def _linear_chunk(stage, lin, x, lo, hi, shape, targets, scale, gx) -> None:
+    """One chunk's backward through a linear head ``z = x W^T + b``: the logits z recomputed without
+    a graph, their gradient g from the loss alone, then ``W.grad += g^T x`` and ``b.grad += sum g`` in
+    place (no transient weight-sized gradient, which the autograd path pays once per chunk) and the
+    input's gradient ``g W``."""
+    xc = x[:, lo:hi]
+    with torch.no_grad():
+        z = torch.nn.functional.linear(xc, lin.weight, lin.bias)
+    z.requires_grad_(True)
+    with torch.enable_grad():
+        s = stage.loss.token_sum(z, lo, hi, shape, *targets) * scale
+        (g,) = torch.autograd.grad(s, z)
+    del s, z
+    with torch.no_grad():
+        g2 = g.reshape(-1, g.shape[-1])
+        _add_grad(lin.weight, lambda w: w.addmm_(g2.t(), xc.reshape(-1, xc.shape[-1])))
+        if lin.bias is not None:
+            _add_grad(lin.bias, lambda b: b.add_(g2.sum(0)))
+        if gx is not None:
+            gx[:, lo:hi].copy_(torch.matmul(g, lin.weight))
+
+
+class ChunkedHeadLoss(torch.nn.Module):
+    """The loss stage L+1 ``loss(head(x), *targets())`` computed over ``chunks`` slices of the tokens
+    (see the module). ``loss`` is a :class:`TokenLoss`; ``targets`` returns the loss's target tensors
+    of the current step (none for :class:`FixedLabelCrossEntropy`)."""
+
+    def __init__(self, head: Callable, loss: TokenLoss, chunks: int, targets: Callable[[], tuple] | None = None):
+        super().__init__()
+        if not isinstance(loss, TokenLoss):
+            raise TypeError(f"ChunkedHeadLoss: the loss must be a TokenLoss, got {type(loss).__name__}")
+        if int(chunks) < 1:
+            raise ValueError(f"ChunkedHeadLoss: chunks={chunks} must be >= 1")
+        self.head = head
+        self.loss = loss
+        self.chunks = int(chunks)
+        self.targets = targets or (lambda: ())
+
+    def forward(self, x):
+        params = list({id(p): p for p in self.parameters() if p.requires_grad}.values())
+        return _ChunkedFn.apply(self, x, *params)
+
+
+def chunked_loss_check(whole: Callable, chunked: Callable, x: torch.Tensor, *, rtol: float = 1e-4) -> str:
+    """Why ``chunked`` (a :class:`ChunkedHeadLoss`) cannot replace the loss stage ``whole`` on input
+    ``x``, or ``""`` when it can: both run forward and backward on ``x`` (the parameters' ``.grad``
+    receive both backwards: the caller restores them); the losses must agree within ``rtol`` and the
+    input gradients within ``rtol`` of their norm. A head that mixes tokens, or reads a shape that a
+    chunk does not have, fails here."""
+    if x.dim() < 2 or x.shape[TOKEN_DIM] < 2:
+        return f"the loss stage's input {tuple(x.shape)} has no token dimension to chunk"
+    res = []
+    for fn in (whole, chunked):
+        xi = x.detach().clone().requires_grad_(x.is_floating_point())
+        try:
+            loss = fn(xi)
+            if loss.requires_grad:
+                loss.backward()
+        except Exception as e:  # noqa: BLE001 - any failure of the chunked head: not chunked, the reason said
+            return f"the head does not run on a chunk of tokens ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+        res.append((float(loss.detach()), xi.grad))
+    (l0, g0), (l1, g1) = res
+    if abs(l1 - l0) > rtol * max(1.0, abs(l0)):
+        return f"the chunked loss {l1!r} differs from the whole stage's {l0!r} (does the head mix tokens?)"
+    if (g0 is None) != (g1 is None):
+        return "the chunked stage's input gradient differs from the whole stage's"
+    if g0 is not None and float((g1 - g0).norm()) > rtol * max(float(g0.norm()), 1e-30):
+        return "the chunked stage's input gradient differs from the whole stage's (does the head mix tokens?)"
+    return ""

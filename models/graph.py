@@ -68,6 +68,7 @@ re-created inside every stage that reads them (see :func:`stage_modules`).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable, Sequence
 
@@ -627,6 +628,33 @@ def _head_loss(head, loss_fn):
     return _HeadLoss()
 
 
+@contextmanager
+def _probe_run(cap: Captured, example_input, keep_grads: bool = False):
+    """A probing run of the traced model (:func:`saved_outputs`, :func:`strided_gradients`): yields a
+    detached copy of ``example_input`` (requiring grad when it is a float tensor) with autograd on,
+    then puts back the model's RNG state and buffers (batch norm's running statistics) and, with
+    ``keep_grads``, its parameters' gradients, whatever the run did."""
+    import torch
+
+    x = example_input.detach()
+    if x.is_floating_point():
+        x.requires_grad_(True)
+    rng = torch.get_rng_state()
+    buffers = {name: b.clone() for name, b in cap.gm.named_buffers()}
+    grads = {name: p.grad for name, p in cap.gm.named_parameters()} if keep_grads else None
+    try:
+        with torch.enable_grad():
+            yield x
+    finally:
+        with torch.no_grad():
+            for name, b in cap.gm.named_buffers():
+                b.copy_(buffers[name])
+        if grads is not None:
+            for name, p in cap.gm.named_parameters():
+                p.grad = grads[name]
+        torch.set_rng_state(rng)
+
+
 def saved_outputs(cap: Captured, example_input, loss_fn: Callable | None = None) -> set[str]:
     """Names of the DAG's nodes whose output storage autograd saves for the backward pass, in one
     forward of the traced model (and of ``loss_fn`` on its output) with saved-tensor hooks.
@@ -650,24 +678,12 @@ def saved_outputs(cap: Captured, example_input, loss_fn: Callable | None = None)
             outs[n.name] = out
             return out
 
-    x = example_input.detach()
-    if x.is_floating_point():
-        x.requires_grad_(True)
-    rng = torch.get_rng_state()
-    buffers = {name: b.clone() for name, b in cap.gm.named_buffers()}
+    with _probe_run(cap, example_input) as x:
+        def step():
+            y = _Keep(cap.gm, garbage_collect_values=False).run(x)
+            return y if loss_fn is None else (y, loss_fn(y))
 
-    def step():
-        y = _Keep(cap.gm, garbage_collect_values=False).run(x)
-        return y if loss_fn is None else (y, loss_fn(y))
-
-    try:
-        with torch.enable_grad():
-            _, saved = saved_storages(step)
-    finally:
-        with torch.no_grad():
-            for name, b in cap.gm.named_buffers():
-                b.copy_(buffers[name])
-        torch.set_rng_state(rng)
+        _, saved = saved_storages(step)
     result = set()
     for name, out in outs.items():
         if name in cap.graph and isinstance(out, torch.Tensor) and _key(out) in saved:
@@ -703,23 +719,9 @@ def strided_gradients(cap: Captured, example_input, loss_fn: Callable | None = N
                 out.register_hook(hook)
             return out
 
-    x = example_input.detach()
-    if x.is_floating_point():
-        x.requires_grad_(True)
-    rng = torch.get_rng_state()
-    buffers = {name: b.clone() for name, b in cap.gm.named_buffers()}
-    grads = {name: p.grad for name, p in cap.gm.named_parameters()}
-    try:
-        with torch.enable_grad():
-            y = _Keep(cap.gm, garbage_collect_values=False).run(x)
-            (loss_fn or _cross_entropy)(y).backward()
-    finally:
-        with torch.no_grad():
-            for name, b in cap.gm.named_buffers():
-                b.copy_(buffers[name])
-        for name, p in cap.gm.named_parameters():
-            p.grad = grads[name]
-        torch.set_rng_state(rng)
+    with _probe_run(cap, example_input, keep_grads=True) as x:
+        y = _Keep(cap.gm, garbage_collect_values=False).run(x)
+        (loss_fn or _cross_entropy)(y).backward()
 
     def strides(shape, stride) -> tuple:
         return tuple(st for d, st in zip(shape, stride) if d != 1)

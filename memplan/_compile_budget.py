@@ -500,12 +500,18 @@ class BudgetSearch:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def _clock(self) -> Callable[[], float]:
-        """What candidates are timed with (:meth:`_measure_step`, :meth:`_retime`)."""
+    def _clock_name(self) -> str:
+        """The clock of the chain profiles and of the candidates' timings: ``"cpu"`` (the process's CPU
+        time) on a CPU running one thread, ``"wall"`` otherwise (:data:`memplan.models.measure.CLOCKS`)."""
         import torch
 
-        return (time.process_time if self.device.type == "cpu" and torch.get_num_threads() == 1
-                else time.perf_counter)
+        return "cpu" if self.device.type == "cpu" and torch.get_num_threads() == 1 else "wall"
+
+    def _clock(self) -> Callable[[], float]:
+        """What candidates are timed with (:meth:`_measure_step`, :meth:`_retime`)."""
+        from memplan.models.measure import CLOCKS
+
+        return CLOCKS[self._clock_name()]
 
     def _measure_step(self, step, cfg) -> tuple[int, list[float]]:
         """The step's measured peak and ``repeats`` step times. On a CPU running one thread the times
@@ -587,7 +593,7 @@ class BudgetSearch:
                               f"{str(e).splitlines()[0][:160] if str(e) else ''})"
             return
         loss_stage = lm.loss_stage(loss_of)
-        clock = "cpu" if self.device.type == "cpu" and torch.get_num_threads() == 1 else "wall"
+        clock = self._clock_name()
         chain = profile_chain(lm.stages, x, loss_stage, repeats=3, device=self.device, names=lm.names,
                               name="compile_under_budget", loss_name=lm.loss_name, input_grad=False, clock=clock)
         self._chain = (lm.stages, loss_stage, holder, chain, float(min_memory(chain)))
@@ -673,8 +679,6 @@ class BudgetSearch:
         method that sees compiled code (``profile_chain(memory="profiler")``), for rotor across the
         stages. A loss stage Dynamo cannot capture in one graph stays eager (``compiled_chain_note``
         says so); any other failure leaves no compiled chain (the note says why)."""
-        import torch
-
         from memplan.baselines.remat_min_memory import min_memory
         from memplan.models.compiled import compile_stages
         from memplan.models.profiler import profile_chain
@@ -684,7 +688,7 @@ class BudgetSearch:
             return
         stages, loss_stage, holder, chain, _ = self._chain
         names = list(chain.stage_names)
-        clock = "cpu" if self.device.type == "cpu" and torch.get_num_threads() == 1 else "wall"
+        clock = self._clock_name()
         t0 = time.perf_counter()
         note = ""
         cst, compiled_loss = compile_stages(stages, loss_stage, self.backend, tag=f"{id(self):x}")

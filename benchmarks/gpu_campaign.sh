@@ -7,6 +7,7 @@
 #   device call 1 (carry [".whl"], timeout_s 600):        bash benchmarks/gpu_campaign.sh profile
 #   device call 2 (carry [".whl"], timeout_s 600):        bash benchmarks/gpu_campaign.sh runtime
 #   device call 3 (carry [".whl"], timeout_s 600):        bash benchmarks/gpu_campaign.sh budget   (issue 28)
+#   or, one call for both 28 and 27 (timeout_s 560):     bash benchmarks/gpu_campaign.sh both
 #   HERE, after each call (FILES = the call's files_at):  bash benchmarks/gpu_campaign.sh unpack FILES
 #   HERE, without a GPU (CPU dry run of every call):      bash benchmarks/gpu_campaign.sh dry-run
 # A session lent 15 minutes of device time (starts included) runs one call: pick the one it is for.
@@ -136,6 +137,34 @@ budget)
         log "done"
     } 2>&1 | tee "$LOGF"
     ;;
+both)
+    # DEVICE, one call (< 9 min) for a session lent 15 minutes: issue 28's budget (GPT-2 small, ResNet-50;
+    # hard limit BOTH_BUDGET_S, default 290 s), then issue 27's executed plans and paper 004's comparison
+    # (ResNet-50 b32, GPT-2 small b8 s1024) in what is left of BOTH_TOTAL_S (default 520 s)
+    mkdir -p "$OUTDIR" "$WORK"
+    LOGF="$OUTDIR/campaign_both.log"
+    {
+        t0=$(date +%s)
+        setup_env || exit 3
+        hb=${BOTH_BUDGET_S:-290}
+        log "bench_budget on cuda (60 s of compiles and 12 s of timing per network; hard limit $hb s)"
+        # shellcheck disable=SC2086
+        PYTHONUNBUFFERED=1 timeout "$hb" "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
+            --networks "${BUDGET_NETWORKS:-gpt2,resnet50}" --search-time-limit 60 --timing-budget 12 \
+            --max-rounds 20 --out "$OUTDIR/bench_budget_gpu.csv" ${BUDGET_ARGS:-}
+        log "bench_budget exit status $?"
+        left=$(( ${BOTH_TOTAL_S:-520} - ($(date +%s) - t0) ))
+        rb=$(( left > 140 ? left - 110 : 30 ))
+        log "runtime check (hard limit $left s; no network started after $rb s)"
+        # shellcheck disable=SC2086
+        PYTHONUNBUFFERED=1 timeout "$left" "$PY" -m memplan.experiments.runtime_check --device cuda \
+            --models "${RUNTIME_MODELS:-resnet50,gpt2}" \
+            --out "$OUTDIR/runtime_gpu.csv" --throughput "$OUTDIR/throughput_gpu.csv" \
+            --traces "$OUTDIR/runtime_traces.json" --budget "$rb" --max-rounds 20 --timing-budget 25 ${RUNTIME_ARGS:-}
+        log "runtime_check exit status $?"
+        log "done"
+    } 2>&1 | tee "$LOGF"
+    ;;
 unpack)
     # HERE: FILES = the folder the device tool copied $OUT into (files_at)
     FILES=${2:?usage: gpu_campaign.sh unpack FOLDER_WITH_THE_CALL_S_FILES}
@@ -151,7 +180,7 @@ unpack)
         done
     fi
     for f in runtime_gpu.csv throughput_gpu.csv runtime_traces.json gpu_profile_summary.csv torchvision_check.csv \
-        host_link.json bench_budget_gpu.csv bench_budget_gpu.txt; do
+        host_link.json bench_budget_gpu.csv bench_budget_gpu.txt campaign_both.log campaign_budget.log campaign_runtime.log; do
         [ -f "$FILES/$f" ] && cp -v "$FILES/$f" "$ROOT/benchmarks/results/$f"
     done
     echo "paper 003's sweeps from the GPU instances (CPU, 25-60 min each), e.g.:"

@@ -350,7 +350,8 @@ def figure_budget(df, out: Path) -> list[Path]:
         unit = "samples/s" if batch != 1 else "steps/s"
         clock = g["clock"].iloc[0] if "clock" in g else ""
         backend = g["backend"].iloc[0] if "backend" in g else ""
-        ax.set_xlabel("measured peak of a training step (MiB, profiler_peak)")
+        how = ("CUDA max_memory_allocated" if "synchronized" in str(clock) else "profiler_peak")
+        ax.set_xlabel(f"measured peak of a training step (MiB, {how})")
         ax.set_ylabel(f"throughput ({unit})")
         ax.set_title(f"{inst}: throughput vs measured peak ({backend}, {clock} clock){_errors(df[df['instance'] == inst])}",
                      fontsize=8)

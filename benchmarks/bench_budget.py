@@ -336,7 +336,7 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
         if tag in res and r["status"] == "executed":
             t = res[tag]
             r.update(objective=t.median, time_low=t.low, time_high=t.high, rounds=len(t.times), noisy=t.noisy,
-                     throughput=batch / t.median)
+                     throughput=batch / t.median, round_times_ms=" ".join(f"{v * 1e3:.3f}" for v in t.times))
         if r["method"] == "memplan" and r["status"] == "executed":
             r["within_budget"] = r["peak_memory"] <= r["memory_limit"]
     for r in rows:

@@ -8,6 +8,7 @@
 #   device call 2 (carry [".whl"], timeout_s 600):        bash benchmarks/gpu_campaign.sh runtime
 #   device call 3 (carry [".whl"], timeout_s 600):        bash benchmarks/gpu_campaign.sh budget   (issue 28)
 #   or, one call for both 28 and 27 (timeout_s 560):     bash benchmarks/gpu_campaign.sh both
+#   or, the six H200 chains again (timeout_s 560):      bash benchmarks/gpu_campaign.sh reprofile
 #   HERE, after each call (FILES = the call's files_at):  bash benchmarks/gpu_campaign.sh unpack FILES
 #   HERE, without a GPU (CPU dry run of every call):      bash benchmarks/gpu_campaign.sh dry-run
 # A session lent 15 minutes of device time (starts included) runs one call: pick the one it is for.
@@ -81,6 +82,12 @@ prepare)
         --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$WHEELS" $WHEEL_PINS || exit 1
     ls -la "$WHEELS"
     echo "next: device call 1 = 'bash benchmarks/gpu_campaign.sh profile' with carry [\".whl\"]"
+    ;;
+reprofile)
+    # DEVICE (< 8 min): issue 27's item 6, the six chains shipped as instances/*-h200.json profiled again with
+    # today's profiler (cuts where autograd saves, times in context), as <setting>-<gpu>.json
+    PROFILE_ARGS="--models resnet50-b32-224,resnet101-b32-224,gpt2-small-b8-s1024,densenet121-b32-224,resnet50-b8-224,resnet18-b8-1000 ${PROFILE_ARGS:-}" \
+        exec bash "$0" profile
     ;;
 profile)
     # DEVICE call 1 (< 9 min): host link, the 17 instances, torchvision check

@@ -613,7 +613,8 @@ def main(argv=None) -> int:
                    "--quick 3)")
     p.add_argument("--segment-counts", help="comma-separated numbers of segments of the comparison (instead of "
                    "--segments' spread from 2 to 2 sqrt(L)); those above L are left out")
-    p.add_argument("--traces", help="JSON with the per-operation memory (measured and simulated, bytes) of every "
+    p.add_argument("--traces", help="JSON with every contender's time in every round (seconds; 'timings') and "
+                   "the per-operation memory (measured and simulated, bytes) of every "
                    "executed sequence, to find where a prediction misses")
     p.add_argument("--budget", type=float, default=None, help="seconds after which no new network is started")
     a = p.parse_args(argv)
@@ -688,6 +689,7 @@ def _main(a: argparse.Namespace) -> int:
     rows: list[dict] = []
     thr_rows: list[dict] = []
     traces: list[dict] = []
+    timings: list[dict] = []            # every contender's time of every round (seconds), for --traces
     t_start = time.perf_counter()
     for name in names:
         if a.budget is not None and time.perf_counter() - t_start > a.budget:
@@ -720,6 +722,8 @@ def _main(a: argparse.Namespace) -> int:
                 rows += new
                 thr_rows += new_thr
                 traces += case.traces
+                timings += [{"network": name, "contender": tag, "times": list(m.get("times", []))}
+                            for tag, (_, m) in case._contenders.items()]
                 break
             except RuntimeError as e:
                 if attempt == 1 and _is_determinism_error(e):
@@ -738,7 +742,8 @@ def _main(a: argparse.Namespace) -> int:
         if a.traces:
             Path(a.traces).parent.mkdir(parents=True, exist_ok=True)
             Path(a.traces).write_text(json.dumps({"columns": "bytes per operation, in the order of ops",
-                                                  "env": env, "sequences": traces}) + "\n")
+                                                  "env": env, "sequences": traces,
+                                                  "timings": timings}) + "\n")
     write_csv(rows, COLUMNS, out)
     write_csv(thr_rows, THROUGHPUT_COLUMNS, thr_out)
     measured = [r for r in rows if r.get("measured_peak") is not None]

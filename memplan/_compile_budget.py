@@ -700,10 +700,15 @@ class BudgetSearch:
                         cst, self.inputs[0], cls, repeats=3, device=self.device, names=names[1:-1],
                         name="compile_under_budget-compiled", loss_name=names[-1], input_grad=False, clock=clock,
                         memory="profiler",
+                        deadline=None if self.time_limit is None else self.t_start + self.time_limit,
                         provenance={"stages": f"torch.compile(backend={self.backend!r}, fullgraph=True, "
                                               f"dynamic=False, options={cst[0].options if cst else None}) per stage "
                                               f"(memplan.models.compiled), loss stage "
                                               f"{'compiled' if compile_loss else 'eager'}"})
+            except TimeoutError:
+                self.compiled_chain_note = (f"not finished within time_limit={self.time_limit:g} s (profiling "
+                                            f"the compiled stages)")
+                break
             except Exception as e:  # noqa: BLE001 - any compile or profiling failure: reported, no such plans
                 note = (f"compiled stages failed ({type(e).__name__}: "
                         f"{str(e).splitlines()[0][:160] if str(e) else ''})")
@@ -984,7 +989,9 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         Seconds for the compiled search. A compile cannot be interrupted, so the limit is kept by not
         starting a candidate when it, plus one more (each estimated as the slowest candidate so far),
         would overrun it; the first candidate always runs. Skipped fractions are listed in
-        ``skipped`` (and in the refusal's message); chain plans are not tried once it is spent.
+        ``skipped`` (and in the refusal's message); chain plans are not tried once it is spent, and
+        the compiled stages' profile stops at the next stage past it (one stage's compile at most
+        over; ``compiled_chain_note`` then says so and the search goes on without them).
     chain : bool
         Also try memplan's chain plans (:class:`BudgetSearch`): the model cut into stages, rotor's
         re-materialization plan for the budget, run eagerly (per stage, autograd inside a stage).

@@ -450,7 +450,7 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
                   repeats: int = 3, device="cpu", names: Sequence[str] | None = None, name: str = "chain",
                   provenance: dict[str, Any] | None = None, input_grad: bool = True,
                   loss_name: str = "loss", timing: str = "in-context", clock: str = "wall",
-                  memory: str = "dispatch") -> Chain:
+                  memory: str = "dispatch", deadline: float | None = None) -> Chain:
     """Profile stages 1..L and the loss stage L+1 on sample input ``x`` and build the Chain (seconds,
     bytes). ``loss_name``: the name of stage L+1 (``fc+loss`` where a head is folded into the loss,
     :meth:`models.graph.LinearizedModel.loss_stage`). ``input_grad``: whether B^1 computes delta^0 (the gradient of the network input), as the
@@ -468,7 +468,11 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     (c10's allocator events, which see compiled stages, :mod:`models.compiled`) is for single-tensor
     cuts, recorded in the provenance's ``memory_measurement``; with it the loss stage's ``o_f`` is
     that of F_all alone (the loss stage runs F_all only, and a compiled one's inference graph, 2x the
-    training graph's transients under Inductor on a small Llama, was never run)."""
+    training graph's transients under Inductor on a small Llama, was never run).
+
+    ``deadline``: a ``time.perf_counter()`` value; past it, before the next stage is profiled (a compiled
+    stage compiles on its first call) or the in-context timing starts, :class:`TimeoutError` is raised
+    (a caller's time limit then bounds the profile to one stage's work)."""
     if memory not in MEMORY_METHODS:
         raise ValueError(f"profile_chain: memory={memory!r}; choose from {', '.join(MEMORY_METHODS)}")
     if clock != "wall" and (timing != "in-context" or _is_cuda(device)):
@@ -489,8 +493,13 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         if timing != "in-context":
             raise ValueError("profile_chain: stages with multi-tensor cuts are timed in context only")
         rows, resident, wa0 = _profile_multi_rows(stages, x, loss_fn, device=device, input_grad=input_grad)
+    def _check_deadline(what: str) -> None:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TimeoutError(f"profile_chain: past the deadline before {what}")
+
     for l, stage in enumerate([] if multi else list(stages) + [loss_fn], start=1):
         is_loss = l == L + 1
+        _check_deadline(f"stage {l} of {L + 1}")
         vals, a_next = profile_stage(stage, a, repeats=repeats if timing == "isolated" else 0, device=device,
                                      input_grad=(input_grad or l > 1),
                                      delta=torch.ones((), device=device) if is_loss else None, memory=memory,
@@ -500,6 +509,8 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     in_context: dict[str, Any] = {}
     if timing == "in-context":
         from .runtime import time_in_context
+
+        _check_deadline("the in-context timing")
 
         from .measure import clock as _clock
 

@@ -192,3 +192,68 @@ def test_inductor_stages_compile_without_layout_optimization():
     assert all(s.options == {"layout_optimization": False} for s in ind + [ind_loss])
     other, _ = compile_stages(mods, lambda y: y.sum(), BACKEND)
     assert all(s.options is None for s in other)
+
+
+class _Slow(torch.nn.Module):
+    """A Linear whose forward also sleeps: a stage that takes a known time to profile."""
+
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.lin, self.seconds = torch.nn.Linear(8, 8), seconds
+
+    def forward(self, x):
+        import time
+
+        time.sleep(self.seconds)
+        return self.lin(x)
+
+
+def test_profile_chain_stops_at_its_deadline():
+    """Past the deadline before a stage, profile_chain raises TimeoutError naming that stage; a deadline
+    far ahead changes nothing."""
+    import time
+
+    torch.manual_seed(0)
+    stages = [_Slow(0.3), _Slow(0.0), _Slow(0.0)]
+    x = torch.randn(4, 8)
+    with pytest.raises(TimeoutError, match="before stage 1 of 4"):
+        profile_chain(stages, x, repeats=1, deadline=time.perf_counter() - 1.0)
+    # stage 1 starts before the deadline and its forward alone sleeps past it: stage 2 is not started
+    with pytest.raises(TimeoutError, match="before stage 2 of 4"):
+        profile_chain(stages, x, repeats=1, deadline=time.perf_counter() + 0.1)
+    fast = [_Slow(0.0), _Slow(0.0)]
+    free = profile_chain(fast, x, repeats=1)
+    bounded = profile_chain(fast, x, repeats=1, deadline=time.perf_counter() + 3600)
+    for field in ("wa", "wabar", "wd", "of", "ob"):
+        assert list(getattr(bounded, field)) == list(getattr(free, field)), field
+
+
+def test_budget_search_drops_compiled_stages_not_profiled_within_its_time_limit(monkeypatch):
+    """When profiling the compiled stages runs past time_limit, the search keeps no compiled chain, says
+    why, does not start again with an eager loss stage, and still answers with its eager chain plans."""
+    import memplan.models.profiler as prof
+    from memplan._compile_budget import BudgetSearch
+
+    real = prof.profile_chain
+    calls = []
+
+    def timing_out(*args, **kw):
+        if kw.get("memory") == "profiler":
+            calls.append(kw.get("deadline"))
+            raise TimeoutError("profile_chain: past the deadline before stage 2 of 4")
+        return real(*args, **kw)
+
+    monkeypatch.setattr(prof, "profile_chain", timing_out)
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Tanh(), torch.nn.Linear(64, 4))
+    x, y = torch.randn(32, 16), torch.randn(32, 4)
+    search = BudgetSearch(model, (x,), loss_fn=lambda o, t: torch.nn.functional.mse_loss(o, t),
+                          example_targets=(y,), fractions=(), repeats=1, backend=BACKEND, time_limit=600)
+    assert len(calls) == 1 and calls[0] == pytest.approx(search.t_start + 600)
+    assert search.compiled_chain is None
+    assert search.compiled_chain_note == "not finished within time_limit=600 s (profiling the compiled stages)"
+    assert search.chain is not None
+    step = search.under(int(search.minimum().peak))
+    assert step.choice.kind == "chain" and step.peak <= step.budget
+    for p in model.parameters():
+        p.grad = None

@@ -170,9 +170,20 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
     x = example_input(spec["model"], spec["batch"], spec["shape"], vocab=spec["kw"].get("vocab"), device=device)
     dev = torch.device(device)
 
+    requested: list[float] = [math.nan]
+
     def peak_of(fn) -> float:
         # one method for every row: the CUDA caching allocator's statistics on a GPU, the profiler's
-        # view of c10's CPU allocator on the CPU (memplan._compile_budget._measure, as the search)
+        # view of c10's CPU allocator on the CPU (memplan._compile_budget._measure, as the search); on a
+        # GPU the peak of requested bytes is kept too (``peak_requested``: no rounding, no unsplit rest)
+        if cuda:
+            from memplan.models.memory import CudaMemoryTracker
+
+            with CudaMemoryTracker(dev) as tr:
+                fn()
+                tr.sync()
+                requested[0] = float(tr.requested_peak)
+                return float(tr.peak)
         return float(_measure(fn, dev))
 
     loss_fn = classification_loss()     # a TokenLoss: the chain plans may chunk a language model's loss stage
@@ -269,6 +280,8 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
         r["grads_equal"], r["grad_rel_err"], r["grad_err_fp64"] = _close(ref, _grads(params), ref64, eager64)
         fn()
         r["peak_memory"] = peak_of(fn)
+        if cuda:
+            r["peak_requested"] = requested[0]
         for p in params:
             p.grad = None
         r["peak_set_to_none"] = peak_of(fn)
@@ -314,6 +327,7 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
         else:
             rows.append({**base, **row, "same_as": same["label"], "_same": same["_tag"],
                          "peak_memory": same["peak_memory"], "peak_set_to_none": same.get("peak_set_to_none"),
+                         "peak_requested": same.get("peak_requested"),
                          "grads_equal": same["grads_equal"], "grad_rel_err": same["grad_rel_err"],
                          "grad_err_fp64": same.get("grad_err_fp64")})
     progress(f"{name}: {len(budgets)} budgets answered; timing {len(runs)} distinct steps")

@@ -163,7 +163,10 @@ def test_remat_milp_whole_call_time_limit():
     t0 = time.perf_counter()
     sol = remat.solve(c, memory=memory, method="remat-milp", time_limit=2, threads=1)
     wall = time.perf_counter() - t0
-    assert wall < 4.5, wall       # the Pyomo build (about 1.4 s here) cannot be interrupted
+    # only the Pyomo build (about 1 s on an idle core) cannot be interrupted: the call may overrun the
+    # limit by that build, measured in this very call (3x longer while other work loads the cores), and
+    # a little more; an unbounded HiGHS run or DP would take far longer
+    assert wall < 2 + sol.times["build"] + 1.0, (wall, sol.times)
     assert sol.status == Status.TIME_LIMIT and sol.schedule is not None
     simulate_remat(c, sol.schedule, memory_limit=memory)
     assert sol.objective <= dp.objective * (1 + 1e-9)          # at least as good as its MIP start

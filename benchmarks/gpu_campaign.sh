@@ -9,6 +9,7 @@
 #   device call 3 (carry [".whl"], timeout_s 600):        bash benchmarks/gpu_campaign.sh budget   (issue 28)
 #   or, one call for both 28 and 27 (timeout_s 560):     bash benchmarks/gpu_campaign.sh both
 #   or, the six H200 chains again (timeout_s 560):      bash benchmarks/gpu_campaign.sh reprofile
+#   the next session lent 15 minutes (timeout_s 580):  bash benchmarks/gpu_campaign.sh next
 #   HERE, after each call (FILES = the call's files_at):  bash benchmarks/gpu_campaign.sh unpack FILES
 #   HERE, without a GPU (CPU dry run of every call):      bash benchmarks/gpu_campaign.sh dry-run
 # A session lent 15 minutes of device time (starts included) runs one call: pick the one it is for.
@@ -82,6 +83,30 @@ prepare)
         --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$WHEELS" $WHEEL_PINS || exit 1
     ls -la "$WHEELS"
     echo "next: device call 1 = 'bash benchmarks/gpu_campaign.sh profile' with carry [\".whl\"]"
+    ;;
+next)
+    # DEVICE, one call (< 9.5 min): what the H100 session of 2026-11-26 left open: the six H200 chains profiled
+    # again (issue 27 item 6; hard limit 280 s), then GPT-2 small's budget with time for PyTorch's fractions
+    # 1, 0.5, 0.3, 0.1 (issue 28; one Inductor compile of the step took 23 s there; hard limit 270 s)
+    mkdir -p "$OUTDIR" "$WORK"
+    {
+        setup_env || exit 3
+        log "re-profile the six H200 settings (hard limit 280 s)"
+        PYTHONUNBUFFERED=1 timeout 280 "$PY" -m memplan.experiments.gpu_profile --device cuda \
+            --models resnet50-b32-224,resnet101-b32-224,gpt2-small-b8-s1024,densenet121-b32-224,resnet50-b8-224,resnet18-b8-1000 \
+            --out "$WORK/instances" --summary "$OUTDIR/gpu_profile_summary.csv" --no-host-link \
+            --tar "$OUTDIR/instances_gpu.tar.gz" --budget 200
+        log "gpu_profile exit status $?"
+        if [ ! -f "$OUTDIR/instances_gpu.tar.gz" ] && ls "$WORK"/instances/*.json >/dev/null 2>&1; then
+            tar -czf "$OUTDIR/instances_gpu.tar.gz" -C "$WORK" instances && log "bundled what was written"
+        fi
+        log "bench_budget GPT-2 small on cuda (hard limit 270 s)"
+        PYTHONUNBUFFERED=1 timeout 270 "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
+            --networks gpt2 --search-time-limit 130 --timing-budget 20 --max-rounds 20 \
+            --out "$OUTDIR/bench_budget_gpu_gpt2.csv"
+        log "bench_budget exit status $?"
+        log "done"
+    } 2>&1 | tee "$OUTDIR/campaign_next.log"
     ;;
 reprofile)
     # DEVICE (< 8 min): issue 27's item 6, the six chains shipped as instances/*-h200.json profiled again with
@@ -187,7 +212,8 @@ unpack)
         done
     fi
     for f in runtime_gpu.csv throughput_gpu.csv runtime_traces.json gpu_profile_summary.csv torchvision_check.csv \
-        host_link.json bench_budget_gpu.csv bench_budget_gpu.txt campaign_both.log campaign_budget.log campaign_runtime.log; do
+        host_link.json bench_budget_gpu.csv bench_budget_gpu.txt campaign_both.log campaign_budget.log campaign_runtime.log \
+        campaign_next.log bench_budget_gpu_gpt2.csv bench_budget_gpu_gpt2.txt; do
         [ -f "$FILES/$f" ] && cp -v "$FILES/$f" "$ROOT/benchmarks/results/$f"
     done
     echo "paper 003's sweeps from the GPU instances (CPU, 25-60 min each), e.g.:"

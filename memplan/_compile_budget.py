@@ -47,6 +47,9 @@ from memplan.models.units import fmt_memory, parse_memory
 DEFAULT_FRACTIONS = (1.0, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05, 0.0)
 BACKENDS = ("aot_eager_decomp_partition", "inductor")
 SOLVERS = ("pytorch", "memplan", "memplan-peak", "both", "all")
+#: where the partitioner's knapsack gets its recompute costs: PyTorch's FLOP count, or each operation
+#: timed on the step's device (:mod:`memplan.models.op_timing`)
+RUNTIME_ESTIMATORS = ("flops", "measured")
 #: :meth:`BudgetSearch.under` times again the fitting candidates whose step time is within this
 #: fraction of the fastest one's, the RETIME_MOST fastest of them
 RETIME_MARGIN = 0.5
@@ -409,9 +412,12 @@ class BudgetSearch:
                  example_targets: Sequence[Any] = (), backend: str = "aot_eager_decomp_partition",
                  solver: str = "pytorch", fractions: Sequence[float] | None = None, repeats: int = 3,
                  solver_time_limit: float | None = 10.0, time_limit: float | None = None,
-                 chain: bool = True, compiled_stages: bool = True):
+                 chain: bool = True, compiled_stages: bool = True, runtime_estimator: str = "flops"):
         import torch
 
+        if runtime_estimator not in RUNTIME_ESTIMATORS:
+            raise InputError(f"compile_under_budget: runtime_estimator {runtime_estimator!r} is unknown; use one of "
+                             f"{', '.join(RUNTIME_ESTIMATORS)}")
         if backend not in BACKENDS:
             raise InputError(f"compile_under_budget: backend {backend!r} is not supported; use one of "
                              f"{', '.join(BACKENDS)}")
@@ -431,6 +437,12 @@ class BudgetSearch:
             raise InputError(f"compile_under_budget: repeats must be >= 1, got {repeats!r}")
         self.model, self.loss_fn, self.backend, self.solver = model, loss_fn, backend, solver
         self.repeats, self.solver_time_limit, self.time_limit = repeats, solver_time_limit, time_limit
+        self.runtime_estimator = runtime_estimator
+        self.estimator = None                  # the measured estimator, one for every compile (its cache)
+        if runtime_estimator == "measured":
+            from memplan.models.op_timing import measured_estimator
+
+            self.estimator = measured_estimator()
         self.inputs = tuple(example_inputs) + tuple(example_targets)
         self.n_inputs = len(tuple(example_inputs))
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -488,6 +500,8 @@ class BudgetSearch:
 
     def _config_for(self, frac: float, knapsack: str) -> dict:
         cfg = {"activation_memory_budget": float(frac)}
+        if self.estimator is not None:
+            cfg["activation_memory_budget_runtime_estimator"] = self.estimator
         if knapsack == "memplan":
             cfg["activation_memory_budget_solver"] = memplan_knapsack(time_limit=self.solver_time_limit)
         elif knapsack == "memplan-peak":
@@ -953,7 +967,7 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
                          fractions: Sequence[float] | None = None, repeats: int = 3,
                          solver_time_limit: float | None = 10.0,
                          time_limit: float | None = None, chain: bool = True,
-                         compiled_stages: bool = True) -> BudgetedStep:
+                         compiled_stages: bool = True, runtime_estimator: str = "flops") -> BudgetedStep:
     """A training step of ``model`` whose measured peak memory fits ``memory`` bytes: the fastest of
     ``torch.compile`` at PyTorch's budget fractions and memplan's chain plans.
 
@@ -992,6 +1006,11 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         ``skipped`` (and in the refusal's message); chain plans are not tried once it is spent, and
         the compiled stages' profile stops at the next stage past it (one stage's compile at most
         over; ``compiled_chain_note`` then says so and the search goes on without them).
+    runtime_estimator : {'flops', 'measured'}
+        The recompute costs the partitioner's knapsack (PyTorch's or memplan's) weighs: PyTorch's FLOP
+        count (``"flops"``, PyTorch's default: every pointwise operation and reduction counts the same
+        minimum), or each candidate operation timed alone on the step's device, equal signatures once
+        (``"measured"``, :func:`memplan.models.op_timing.measured_estimator`).
     chain : bool
         Also try memplan's chain plans (:class:`BudgetSearch`): the model cut into stages, rotor's
         re-materialization plan for the budget, run eagerly (per stage, autograd inside a stage).
@@ -1031,5 +1050,5 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
     search = BudgetSearch(model, example_inputs, loss_fn=loss_fn, example_targets=example_targets,
                           backend=backend, solver=solver, fractions=fractions, repeats=repeats,
                           solver_time_limit=solver_time_limit, time_limit=time_limit, chain=chain,
-                          compiled_stages=compiled_stages)
+                          compiled_stages=compiled_stages, runtime_estimator=runtime_estimator)
     return search.under(budget)

@@ -401,3 +401,48 @@ def test_peak_solver_inside_the_partitioner_never_worse_than_dp_knapsack_in_its_
         assert c["recompute_runtime"] <= c["dp_recompute_runtime"] * (1 + 1e-12)
         assert c["peak"] <= c["dp_peak"] * (1 + 1e-9)
     _assert_step_grads_match(step, model, x, y, expected)
+
+
+def test_measured_estimator_times_operations_by_their_size():
+    """Each aten node is run on real tensors of its shapes: a 256x256x256 matrix product costs more than
+    a 256x256x8 one (32x the multiply-adds), a pointwise add costs more than nothing (PyTorch's FLOP
+    estimate gives it the floor value 1, as every pointwise operation), and equal signatures are timed
+    once."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from memplan.models.op_timing import measured_estimator
+
+    def f(a, b, c, d):
+        return torch.mm(a, b), torch.mm(a, c), torch.mm(d, b), a + a
+
+    a, b, c, d = torch.randn(256, 256), torch.randn(256, 256), torch.randn(256, 8), torch.randn(256, 256)
+    g = make_fx(f, tracing_mode="fake")(a, b, c, d)
+    mms = [n for n in g.graph.nodes if n.target == torch.ops.aten.mm.default]
+    add = next(n for n in g.graph.nodes if n.target == torch.ops.aten.add.Tensor)
+    est = measured_estimator(repeats=5)
+    big, small, same = est(mms[0]), est(mms[1]), est(mms[2])
+    assert big > 2 * small > 0, (big, small)
+    assert same == big and est.timed == 2 and est.calls == 3      # mm(d, b) has mm(a, b)'s signature
+    assert est(add) > 0 and est.fallbacks == 0
+    with pytest.raises(ValueError, match="repeats"):
+        measured_estimator(repeats=0)
+
+
+def test_measured_runtimes_inside_the_partitioner():
+    """runtime_estimator='measured': the partitioner's knapsack weighs timed operations (the estimator is
+    called), the step's gradients equal eager autograd's and its peak is within the budget."""
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(SDPABlock(32, 2), SDPABlock(32, 2))
+    x, y = torch.randn(4, 16, 32), torch.randn(4, 16, 32)
+    expected = _eager_grads(model, x, y)
+    from memplan._compile_budget import BudgetSearch
+
+    search = BudgetSearch(model, (x,), loss_fn=_loss, example_targets=(y,), solver="memplan", fractions=(0.3,),
+                          repeats=1, chain=False, runtime_estimator="measured")
+    assert search.estimator.calls > 0 and search.estimator.timed > 0 and search.estimator.fallbacks == 0
+    step = search.under("64MiB")
+    assert step.peak <= 64 * 2**20
+    _assert_step_grads_match(step, model, x, y, expected)
+    with pytest.raises(memplan.InputError, match="runtime_estimator 'fast' is unknown; use one of flops, measured"):
+        memplan.compile_under_budget(model, (x,), "64MiB", loss_fn=_loss, example_targets=(y,),
+                                     runtime_estimator="fast")

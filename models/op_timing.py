@@ -13,7 +13,8 @@ CustomRuntimeEstimator``, which the config accepts) that **times each candidate 
 node's aten operation runs on real tensors with the shapes, strides and dtypes of its inputs (floating
 ones drawn from a normal distribution, integer and boolean ones zero, a valid index), ``repeats`` times
 after one warm-up, and the median in seconds is its cost. On a CPU it reads ``time.perf_counter``
-around each call; on CUDA, events around each call after a synchronize. Calls with equal signatures
+around each call (``time.process_time`` with one torch thread: the CPU time of the process, which
+other programs' load does not stretch); on CUDA, events around each call after a synchronize. Calls with equal signatures
 (operation, shapes, strides, dtypes, device, the other arguments) are timed once (``cache``). An
 operation that cannot be run that way (an argument it cannot be given) falls back to PyTorch's FLOP
 estimate divided by :data:`FALLBACK_FLOPS_PER_SECOND`, so that one graph mixes only seconds; such
@@ -153,6 +154,8 @@ def _time_call(target, args, kwargs, repeats: int) -> float:
     from torch.utils._mode_utils import no_dispatch
 
     cuda = any(isinstance(a, torch.Tensor) and a.is_cuda for a in list(args) + list(kwargs.values()))
+    # one torch thread: the process's CPU time, which other programs on a shared machine do not stretch
+    clock = time.process_time if torch.get_num_threads() == 1 else time.perf_counter
     with unset_fake_temporarily(), no_dispatch(), torch.no_grad():
         target(*args, **kwargs)
         times = []
@@ -166,7 +169,7 @@ def _time_call(target, args, kwargs, repeats: int) -> float:
                 end.synchronize()
                 times.append(start.elapsed_time(end) / 1e3)
             else:
-                t0 = time.perf_counter()
+                t0 = clock()
                 target(*args, **kwargs)
-                times.append(time.perf_counter() - t0)
+                times.append(clock() - t0)
     return max(statistics.median(times), 1e-9)

@@ -403,7 +403,7 @@ def test_peak_solver_inside_the_partitioner_never_worse_than_dp_knapsack_in_its_
     _assert_step_grads_match(step, model, x, y, expected)
 
 
-def test_measured_estimator_times_operations_by_their_size():
+def test_measured_estimator_times_operations_by_their_size(one_torch_thread):
     """Each aten node is run on real tensors of its shapes: a 256x256x256 matrix product costs more than
     a 256x256x8 one (32x the multiply-adds), a pointwise add costs more than nothing (PyTorch's FLOP
     estimate gives it the floor value 1, as every pointwise operation), and equal signatures are timed
@@ -419,7 +419,7 @@ def test_measured_estimator_times_operations_by_their_size():
     g = make_fx(f, tracing_mode="fake")(a, b, c, d)
     mms = [n for n in g.graph.nodes if n.target == torch.ops.aten.mm.default]
     add = next(n for n in g.graph.nodes if n.target == torch.ops.aten.add.Tensor)
-    est = measured_estimator(repeats=5)
+    est = measured_estimator(repeats=5)   # one thread: it reads the CPU clock, which load does not stretch
     big, small, same = est(mms[0]), est(mms[1]), est(mms[2])
     assert big > 2 * small > 0, (big, small)
     assert same == big and est.timed == 2 and est.calls == 3      # mm(d, b) has mm(a, b)'s signature

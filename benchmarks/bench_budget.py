@@ -209,6 +209,11 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
              f"{search.chain.L if search.chain else '-'} profiled ({search.profile_time:.1f} s), compiled stages "
              f"{'profiled' if search.compiled_chain else 'not available'} ({search.compiled_profile_time:.1f} s), "
              f"{grid_time:.1f} s; {search.chain_note} {search.compiled_chain_note}")
+    for sf, calls in search.stage_solver_calls.items():
+        changed = sum(1 for c in calls if c.get("recompute_runtime") != c.get("dp_recompute_runtime"))
+        progress(f"{name}: stages at partitioner budget {sf:g}: {stage_solver} asked {len(calls)} times "
+                 f"(a graph the partitioner settles before its knapsack does not ask), its recompute runtime "
+                 f"differed from dp_knapsack's in {changed}")
 
     # contenders: tag -> (run once, row fields)
     runs: dict[str, callable] = {}

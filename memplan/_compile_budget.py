@@ -5,7 +5,9 @@ PyTorch's ``activation_memory_budget`` fractions, and (``chain=True``, the defau
 model as a chain of stages with memplan's rotor (re-materialization across stages, run eagerly by
 :func:`memplan.models.runtime.execute`) and (``compiled_stages=True``, the default) rotor over the same
 stages each compiled by ``torch.compile`` (:mod:`memplan.models.compiled`: rotor across stages, the
-compiler's partitioner and fused kernels within a stage); it runs each candidate, measures its peak
+compiler's partitioner and fused kernels within a stage; ``stage_fractions`` below 1 add chains
+whose stages' partitioner runs at that ``activation_memory_budget`` with ``stage_solver``, memplan's
+peak-aware keep-or-recompute MILP by default); it runs each candidate, measures its peak
 memory and its step time, and returns the fastest one whose measured peak fits the budget in bytes. A budget below
 every measured peak is refused (:class:`~memplan.models.solution.InfeasibleError` with the smallest
 peak measured, the chain's least-memory plan included), so the refusal happens here and not as an

@@ -126,8 +126,8 @@ def test_search_offers_both_chains_and_fits_a_budget_only_the_half_chain_stores_
 
 
 def test_stage_solver_reaches_the_partitioner():
-    """At fraction 0.2 the block's knapsack is asked (more aggressive min-cut keeps h, 2 x 4NH would be
-    over budget). dp_knapsack recomputes h = fc1(x) too: F_all keeps the output only (4ND). The peak-aware
+    """At fraction 0.2 the block's knapsack is asked (the partitioner's more aggressive min-cut keeps h,
+    half of fraction 1's h and gelu(h): over 0.2). dp_knapsack recomputes h = fc1(x) too: F_all keeps the output only (4ND). The peak-aware
     MILP keeps h (4ND + 4NH): recomputing h does not lower the block's own modelled peak (the backward
     holds h and gelu's gradient together either way), its objective; it was called and recorded."""
     from memplan._compile_budget import memplan_peak_solver

@@ -109,6 +109,10 @@ def test_search_offers_both_chains_and_fits_a_budget_only_the_half_chain_stores_
           for sf, ch in search.compiled_chains.items()}
     kinds = {c.stage_fraction for c in search.measured() if c.kind == "chain-compiled"}
     assert kinds == {1.0, 0.5}
+    # minimum() measured each compiled chain's least-memory plan; the least over all is at most fraction 1's
+    for sf, c in search._cchains.items():
+        assert any(m.kind == "chain-compiled" and m.stage_fraction == sf and m.memory_limit == c[4]
+                   for m in search.measured())
     least_full = min(c.peak for c in search.measured() if c.kind == "chain-compiled" and c.stage_fraction == 1.0)
     assert least.peak <= least_full
     budget = (sa[0.5] + sa[1.0]) // 2
@@ -147,10 +151,11 @@ def test_stage_solver_reaches_the_partitioner():
     assert solver.calls[0]["peak"] <= solver.calls[0]["dp_peak"]
 
 
-def test_extra_stage_chains_respect_the_time_limit(case, monkeypatch):
+def test_extra_stage_chains_respect_the_time_limit(monkeypatch):
     """An extra compiled chain that would overrun time_limit (elapsed plus the previous chain's build
-    time) is not built and the note says so; the first is built."""
-    _, _, _, _, search = case
+    time) is not built and the note says so; the first is built. (The chain builds are stubbed: 0.4 s
+    each.)"""
+    search = BudgetSearch.__new__(BudgetSearch)
     built = []
 
     def fake(self, sf=1.0):
@@ -159,11 +164,8 @@ def test_extra_stage_chains_respect_the_time_limit(case, monkeypatch):
         self.compiled_chain_notes[sf] = ""
 
     monkeypatch.setattr(BudgetSearch, "_build_compiled_chain", fake)
-    monkeypatch.setattr(search, "stage_fractions", [1.0, 0.5, 0.2])
-    monkeypatch.setattr(search, "compiled_chain_notes", {})
-    monkeypatch.setattr(search, "compiled_chain_note", "")
-    monkeypatch.setattr(search, "time_limit", 0.6)
-    monkeypatch.setattr(search, "t_start", time.perf_counter())
+    search.stage_fractions, search.compiled_chain_notes, search.time_limit = [1.0, 0.5, 0.2], {}, 0.6
+    search.t_start = time.perf_counter()
     search._build_compiled_chains()
     assert built == [1.0]
     assert search.compiled_chain_note == ("stage fraction 0.5: not tried within time_limit=0.6 s; "

@@ -18,6 +18,10 @@ backward) is run by every contender:
 - ``rotor-compiled``: the same over the chain's stages each compiled by ``torch.compile`` with the
   backend (:mod:`memplan.models.compiled`; the hierarchy: rotor across stages, the compiler's partitioner
   and fusion within a stage), on the chain profiled with c10's allocator events (whole loss stage);
+  with ``--stage-fractions 1,0.5`` one such chain per fraction, its stages compiled with
+  ``activation_memory_budget`` at that fraction and ``--stage-solver`` (default ``memplan-peak``,
+  :mod:`memplan.formulations.peak_milp`) deciding keep-or-recompute inside each stage (column
+  ``stage_fraction``; the summary compares the chains' least-memory and store-all plans);
 - ``memplan``: :meth:`BudgetSearch.under` (what ``memplan.compile_under_budget`` returns) at byte
   budgets equal to each PyTorch point's measured peak, then below PyTorch's lowest peak
   (x0.9, 0.75, 0.6, 0.5, ...) down to memplan's least measured peak.
@@ -149,6 +153,7 @@ def _grads_fp64(model, x, loss_fn):
 
 
 def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: int, min_rounds: int,
+                stage_fractions=(1.0,), stage_solver: str = "memplan-peak",
                 timing_budget: float | None, clock_name: str, segments, progress=print, device: str = "cpu",
                 search_time_limit: float | None = None) -> list[dict]:
     import torch
@@ -208,12 +213,18 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
 
     t0 = time.perf_counter()
     search = BudgetSearch(model, (x,), loss_fn=loss_fn, backend=backend, fractions=fractions, repeats=2,
-                          solver_time_limit=30.0, time_limit=search_time_limit)
+                          solver_time_limit=30.0, time_limit=search_time_limit,
+                          stage_fractions=stage_fractions, stage_solver=stage_solver)
     grid_time = time.perf_counter() - t0
     progress(f"{name}: {len(search.compiled)} fractions compiled and measured, chain L = "
              f"{search.chain.L if search.chain else '-'} profiled ({search.profile_time:.1f} s), compiled stages "
              f"{'profiled' if search.compiled_chain else 'not available'} ({search.compiled_profile_time:.1f} s), "
              f"{grid_time:.1f} s; {search.chain_note} {search.compiled_chain_note}")
+    for sf, calls in search.stage_solver_calls.items():
+        changed = sum(1 for c in calls if c.get("recompute_runtime") != c.get("dp_recompute_runtime"))
+        progress(f"{name}: stages at partitioner budget {sf:g}: {stage_solver} asked {len(calls)} times "
+                 f"(a graph the partitioner settles before its knapsack does not ask), its recompute runtime "
+                 f"differed from dp_knapsack's in {changed}")
 
     # contenders: tag -> (run once, row fields)
     runs: dict[str, callable] = {}
@@ -258,18 +269,19 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
                 {"method": "rotor", "label": f"rotor at {f:g} of [min, store-all]", "status": "executed",
                  "fraction": f, "memory_limit": lo + f * (hi - lo), "predicted_peak": cand.predicted_peak,
                  "solve_time": cand.compile_time, "_runner": step})
-    if search.compiled_chain is not None:
-        lo, hi = search._cchain[4], store_all(search.compiled_chain).peak_memory
+    for sf, cc in search._cchains.items():
+        lo, hi = cc[4], store_all(cc[3]).peak_memory
+        what = "compiled stages" if sf >= 1 else f"stages at partitioner budget {sf:g} ({stage_solver})"
         for f in (0.0, 0.25, 0.5, 0.75, 1.0):
-            cand = search.chain_plan(lo + f * (hi - lo), compiled=True)
+            cand = search.chain_plan(lo + f * (hi - lo), compiled=sf)
             if cand is None:
                 continue
-            step = search.compiled_chain_plans[(cand.loss_chunks, cand.ops)][1]
-            add(f"crotor{f:g}", lambda step=step: step(x),
-                {"method": "rotor-compiled", "label": f"rotor, compiled stages, at {f:g} of [min, store-all]",
+            step = search._runner(cand)[0]
+            add(f"crotor{f:g}" + ("" if sf >= 1 else f"@{sf:g}"), lambda step=step: step(x),
+                {"method": "rotor-compiled", "label": f"rotor, {what}, at {f:g} of [min, store-all]",
                  "status": "executed", "fraction": f, "memory_limit": lo + f * (hi - lo),
-                 "predicted_peak": cand.predicted_peak, "solve_time": cand.compile_time,
-                 "search_time": search.compiled_profile_time, "_runner": step})
+                 "predicted_peak": cand.predicted_peak, "solve_time": cand.compile_time, "stage_fraction": sf,
+                 "search_time": search.compiled_profile_times.get(sf), "_runner": step})
 
     def measure(r: dict, fn) -> None:
         """Gradients against eager's; the peak in compile_under_budget's window (gradients allocated, a
@@ -422,6 +434,16 @@ def summary(rows: list[dict]) -> list[str]:
         for r in d:
             if r["status"] == "refused":
                 out.append(f"  budget {r['memory_limit'] / 2**20:.1f} MiB refused: {r['message'][:160]}")
+        cr = [r for r in d if r["method"] == "rotor-compiled" and r["status"] == "executed"]
+        sfs = sorted({_num(r.get("stage_fraction")) or 1.0 for r in cr}, reverse=True)
+        if len(sfs) > 1:
+            for sf in sfs:
+                rs = {r["fraction"]: r for r in cr if (_num(r.get("stage_fraction")) or 1.0) == sf}
+                parts = [f"{what} {rs[f]['peak_memory'] / 2**20:.2f} MiB {rs[f]['objective'] * 1e3:.1f} ms"
+                         for f, what in ((0.0, "least-memory plan"), (1.0, "store-all")) if f in rs]
+                out.append(f"  compiled stages at partitioner budget {sf:g}: {'; '.join(parts)}"
+                           + (f" (compile and profile {_num(next(iter(rs.values())).get('search_time')) or 0:.1f} s)"
+                              if rs else ""))
         solves = [r["solve_time"] for r in d if r["method"] in ("rotor", "rotor-compiled")
                   and _num(r.get("solve_time")) is not None]
         comp = [r["solve_time"] for r in pts if r.get("solve_time") is not None]
@@ -454,6 +476,10 @@ def main(argv=None) -> int:
                    help="seconds for each network's compiled grid (fractions not reached are reported untried)")
     p.add_argument("--backend", default="aot_eager_decomp_partition", choices=["aot_eager_decomp_partition", "inductor"])
     p.add_argument("--clock", default="cpu", choices=["cpu", "wall"])
+    p.add_argument("--stage-fractions", default="1", help="comma-separated partitioner budgets in [0, 1] for the "
+                   "compiled stages (one compiled chain each; default 1: the partitioner's own choice)")
+    p.add_argument("--stage-solver", default="memplan-peak", choices=["memplan-peak", "pytorch", "memplan"],
+                   help="keep-or-recompute solver inside stages compiled at a partitioner budget below 1")
     p.add_argument("--min-rounds", type=int, default=None)
     p.add_argument("--max-rounds", type=int, default=None)
     p.add_argument("--timing-budget", type=float, default=None, help="seconds of timing rounds per network")
@@ -480,6 +506,15 @@ def main(argv=None) -> int:
     if cuda and not torch.cuda.is_available():
         print(f"bench_budget: --device {a.device}: this torch ({torch.__version__}) sees no CUDA device; use --device cpu",
               file=sys.stderr)
+        return 2
+    try:
+        stage_fractions = tuple(float(v) for v in a.stage_fractions.split(","))
+    except ValueError:
+        stage_fractions = ()
+    if not stage_fractions or any(not 0 <= v <= 1 for v in stage_fractions) or \
+            len(set(stage_fractions)) != len(stage_fractions):
+        print(f"bench_budget: --stage-fractions {a.stage_fractions!r}: give distinct numbers in [0, 1] separated "
+              f"by commas, e.g. 1,0.5", file=sys.stderr)
         return 2
     sizes = a.sizes or ("gpu" if cuda else "cpu")
     specs = QUICK if a.quick else GPU if sizes == "gpu" else NETWORKS
@@ -514,7 +549,8 @@ def main(argv=None) -> int:
         t1 = time.perf_counter()
         rows += run_network(n, specs[n], fractions=fractions, backend=a.backend, max_rounds=max_rounds,
                             min_rounds=min_rounds, timing_budget=a.timing_budget, clock_name=a.clock,
-                            segments=(2, 4), device=a.device, search_time_limit=a.search_time_limit)
+                            segments=(2, 4), device=a.device, search_time_limit=a.search_time_limit,
+                            stage_fractions=stage_fractions, stage_solver=a.stage_solver)
         print(f"{n}: done in {time.perf_counter() - t1:.0f} s", flush=True)
         write_csv(kept + rows, out)
     lines = [f"bench_budget {' '.join(sys.argv[1:] if argv is None else argv)} (torch {torch.__version__}, "

@@ -5,7 +5,9 @@ PyTorch's ``activation_memory_budget`` fractions, and (``chain=True``, the defau
 model as a chain of stages with memplan's rotor (re-materialization across stages, run eagerly by
 :func:`memplan.models.runtime.execute`) and (``compiled_stages=True``, the default) rotor over the same
 stages each compiled by ``torch.compile`` (:mod:`memplan.models.compiled`: rotor across stages, the
-compiler's partitioner and fused kernels within a stage); it runs each candidate, measures its peak
+compiler's partitioner and fused kernels within a stage; ``stage_fractions`` below 1 add chains
+whose stages' partitioner runs at that ``activation_memory_budget`` with ``stage_solver``, memplan's
+peak-aware keep-or-recompute MILP by default); it runs each candidate, measures its peak
 memory and its step time, and returns the fastest one whose measured peak fits the budget in bytes. A budget below
 every measured peak is refused (:class:`~memplan.models.solution.InfeasibleError` with the smallest
 peak measured, the chain's least-memory plan included), so the refusal happens here and not as an
@@ -50,6 +52,8 @@ SOLVERS = ("pytorch", "memplan", "memplan-peak", "both", "all")
 #: where the partitioner's knapsack gets its recompute costs: PyTorch's FLOP count, or each operation
 #: timed on the step's device (:mod:`memplan.models.op_timing`)
 RUNTIME_ESTIMATORS = ("flops", "measured")
+#: the keep-or-recompute solvers of compiled stages at a partitioner budget below 1 (``stage_solver``)
+STAGE_SOLVERS = ("pytorch", "memplan", "memplan-peak")
 #: :meth:`BudgetSearch.under` times again the fitting candidates whose step time is within this
 #: fraction of the fastest one's, the RETIME_MOST fastest of them
 RETIME_MARGIN = 0.5
@@ -257,6 +261,8 @@ class Candidate:
     predicted_peak: float | None = None
     ops: tuple = field(default=(), repr=False)
     loss_chunks: int = 1              # chain: the loss stage over this many slices of the tokens
+    stage_fraction: float = 1.0       # chain-compiled: the partitioner budget the stages were compiled at
+    stage_solver: str = ""            # chain-compiled, stage_fraction < 1: its keep-or-recompute solver
 
     @property
     def label(self) -> str:
@@ -264,6 +270,9 @@ class Candidate:
             return (f"chain rotor at {fmt_memory(self.memory_limit)}"
                     + (f", loss in {self.loss_chunks} chunks" if self.loss_chunks > 1 else ""))
         if self.kind == "chain-compiled":
+            if self.stage_fraction < 1:
+                return (f"chain rotor, compiled stages at partitioner budget {self.stage_fraction:g} "
+                        f"({self.stage_solver}), at {fmt_memory(self.memory_limit)}")
             return f"chain rotor, compiled stages, at {fmt_memory(self.memory_limit)}"
         return f"{self.solver} fraction {self.fraction:g}"
 
@@ -398,7 +407,18 @@ class BudgetSearch:
     ``torch.compile`` with ``backend`` and profiled with c10's allocator events
     (:meth:`_build_compiled_chain`); :meth:`under` then also measures rotor's plan on that chain
     (kind ``"chain-compiled"``): rotor decides across stages, the compiler's partitioner and fusion
-    within each. ``compiled_chain_note`` says why there are none, when there are none..
+    within each. ``compiled_chain_note`` says why there are none, when there are none.
+
+    ``stage_fractions`` (default ``(1.0,)``: the partitioner's own choice in every stage) builds one
+    compiled chain per fraction: every stage, the loss stage included, compiled with
+    ``activation_memory_budget`` at that fraction and ``stage_solver`` as the partitioner's
+    keep-or-recompute solver (default ``"memplan-peak"``, :class:`MemplanPeakSolver`; ``"pytorch"``:
+    ``dp_knapsack``; ``"memplan"``: :class:`MemplanKnapsack`), each profiled on its own and offered to
+    rotor: a stage's F_all then saves fewer bytes (``wabar``) and recomputes more in its backward. Rotor
+    keeps one fraction per chain (its chain has one F_all per stage); the measured peaks choose between
+    the chains' plans. Each extra chain costs a compile per stage and grad mode; one that would
+    overrun ``time_limit`` (estimated as the previous chain's build time) is not built
+    (``compiled_chain_notes``).
 
     A language model's loss stage (its head folded into the loss) can also be computed over chunks of
     tokens, the logits recomputed chunk by chunk in the backward
@@ -412,7 +432,9 @@ class BudgetSearch:
                  example_targets: Sequence[Any] = (), backend: str = "aot_eager_decomp_partition",
                  solver: str = "pytorch", fractions: Sequence[float] | None = None, repeats: int = 3,
                  solver_time_limit: float | None = 10.0, time_limit: float | None = None,
-                 chain: bool = True, compiled_stages: bool = True, runtime_estimator: str = "flops"):
+                 chain: bool = True, compiled_stages: bool = True,
+                 stage_fractions: Sequence[float] = (1.0,), stage_solver: str = "memplan-peak",
+                 runtime_estimator: str = "flops"):
         import torch
 
         if runtime_estimator not in RUNTIME_ESTIMATORS:
@@ -435,6 +457,16 @@ class BudgetSearch:
                              f"got {time_limit!r}")
         if not isinstance(repeats, int) or repeats < 1:
             raise InputError(f"compile_under_budget: repeats must be >= 1, got {repeats!r}")
+        sfr = list(stage_fractions) if isinstance(stage_fractions, (list, tuple)) else []
+        if (not sfr or any(isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1 for f in sfr)
+                or len({float(f) for f in sfr}) != len(sfr)):
+            raise InputError(f"compile_under_budget: stage_fractions must be a non-empty list of distinct numbers "
+                             f"in [0, 1] (1: the partitioner's default), got {stage_fractions!r}")
+        if stage_solver not in STAGE_SOLVERS:
+            raise InputError(f"compile_under_budget: stage_solver {stage_solver!r} is unknown; use one of "
+                             f"{', '.join(STAGE_SOLVERS)}")
+        self.stage_fractions = [float(f) for f in sfr]
+        self.stage_solver = stage_solver
         self.model, self.loss_fn, self.backend, self.solver = model, loss_fn, backend, solver
         self.repeats, self.solver_time_limit, self.time_limit = repeats, solver_time_limit, time_limit
         self.runtime_estimator = runtime_estimator
@@ -460,13 +492,16 @@ class BudgetSearch:
         self.loss_chunks_note = ""
         self._offset = 0.0                     # largest measured - simulated peak of a chain plan so far
         self._solved: dict[tuple, Any] = {}    # rotor's answers by (loss chunks, limit)
-        # chain plans with compiled stages (kind "chain-compiled"): the same four, and why there are none
-        self._cchain = None
-        self.compiled_chain_plans: dict[tuple, tuple[Candidate, Callable]] = {}
-        self._coffset = 0.0
+        # chain plans with compiled stages (kind "chain-compiled"), one chain per stage fraction: the
+        # same four keyed by the fraction first, and why there are none
+        self._cchains: dict[float, tuple] = {}
+        self.compiled_chain_plans: dict[tuple, tuple[Candidate, Callable]] = {}   # (stage fraction, chunks, ops)
+        self._coffsets: dict[float, float] = {}
         self._csolved: dict[tuple, Any] = {}
         self.compiled_chain_note = "" if chain and compiled_stages else "not asked for"
-        self.compiled_profile_time = 0.0
+        self.compiled_chain_notes: dict[float, str] = {}
+        self.compiled_profile_times: dict[float, float] = {}
+        self.stage_solver_calls: dict[float, list] = {}    # stage fraction < 1 -> its solver's calls
         self.profile_time = 0.0
 
         with _Preserved(model, self.params):
@@ -480,7 +515,7 @@ class BudgetSearch:
                 else:
                     self._build_chain()
                     if compiled_stages and self._chain is not None:
-                        self._build_compiled_chain()
+                        self._build_compiled_chains()
                     elif compiled_stages:
                         self.compiled_chain_note = "no chain to compile (see chain_note)"
         if not self.compiled and self._chain is None:
@@ -686,26 +721,60 @@ class BudgetSearch:
         self._chunked = (best_k, stage, chain, float(min_memory(chain)))
         self.loss_chunks_note = ""
 
-    def _build_compiled_chain(self) -> None:
+    def _build_compiled_chains(self) -> None:
+        """One compiled chain per stage fraction (:meth:`_build_compiled_chain`), in the order given;
+        one that would overrun ``time_limit`` (elapsed plus the previous chain's build time; the first
+        one: elapsed) is not built. ``compiled_chain_note`` sums up ``compiled_chain_notes``."""
+        last = 0.0
+        for sf in self.stage_fractions:
+            elapsed = time.perf_counter() - self.t_start
+            if self.time_limit is not None and elapsed + last > self.time_limit:
+                self.compiled_chain_notes[sf] = f"not tried within time_limit={self.time_limit:g} s"
+                continue
+            t0 = time.perf_counter()
+            self._build_compiled_chain(sf)
+            last = time.perf_counter() - t0
+        if len(self.stage_fractions) == 1:
+            self.compiled_chain_note = self.compiled_chain_notes.get(self.stage_fractions[0], "")
+        else:
+            self.compiled_chain_note = "; ".join(f"stage fraction {sf:g}: {n}"
+                                                 for sf, n in self.compiled_chain_notes.items() if n)
+
+    def _stage_config(self, sf: float) -> dict | None:
+        """The ``torch._functorch.config`` setting stages compile under at stage fraction ``sf`` (None
+        at 1: the partitioner's default, no solver asked)."""
+        if sf >= 1:
+            return None
+        cfg = self._config_for(sf, self.stage_solver)
+        cfg.setdefault("activation_memory_budget_solver", "dp")      # PyTorch's dp_knapsack, said explicitly
+        return cfg
+
+    def _build_compiled_chain(self, sf: float = 1.0) -> None:
         """The hierarchy: the chain's stages and its loss stage (whatever module it is) compiled by
         ``torch.compile`` with the search's backend (:func:`memplan.models.compiled.compile_stages`:
-        the compiler's partitioner and fusion inside a stage), profiled with the allocator-event
-        method that sees compiled code (``profile_chain(memory="profiler")``), for rotor across the
-        stages. A loss stage Dynamo cannot capture in one graph stays eager (``compiled_chain_note``
-        says so); any other failure leaves no compiled chain (the note says why)."""
+        the compiler's partitioner and fusion inside a stage; at stage fraction ``sf`` < 1 with
+        ``activation_memory_budget=sf`` and ``stage_solver``, :meth:`_stage_config`), profiled with the
+        allocator-event method that sees compiled code (``profile_chain(memory="profiler")``), for rotor
+        across the stages. A loss stage Dynamo cannot capture in one graph stays eager
+        (``compiled_chain_notes[sf]`` says so); any other failure leaves no compiled chain at ``sf``
+        (the note says why)."""
         from memplan.baselines.remat_min_memory import min_memory
         from memplan.models.compiled import compile_stages
         from memplan.models.profiler import profile_chain
 
-        if self.time_limit is not None and time.perf_counter() - self.t_start > self.time_limit:
-            self.compiled_chain_note = f"not tried within time_limit={self.time_limit:g} s"
-            return
         stages, loss_stage, holder, chain, _ = self._chain
         names = list(chain.stage_names)
         clock = self._clock_name()
         t0 = time.perf_counter()
         note = ""
-        cst, compiled_loss = compile_stages(stages, loss_stage, self.backend, tag=f"{id(self):x}")
+        cfg = self._stage_config(sf)
+        if cfg is not None and hasattr(cfg["activation_memory_budget_solver"], "calls"):
+            self.stage_solver_calls[sf] = cfg["activation_memory_budget_solver"].calls
+        k = self.stage_fractions.index(sf) if sf in self.stage_fractions else len(self.stage_fractions)
+        tag = f"{id(self):x}" if k == 0 else f"{id(self):x}_sf{k}"
+        cst, compiled_loss = compile_stages(stages, loss_stage, self.backend, tag=tag, config=cfg)
+        within = ("" if cfg is None else
+                  f", activation_memory_budget={sf:g} with the {self.stage_solver} keep-or-recompute solver")
         for compile_loss in (True, False):        # the stages' compiled graphs are kept for the second try
             cls = compiled_loss if compile_loss else loss_stage
             try:
@@ -717,22 +786,22 @@ class BudgetSearch:
                         deadline=None if self.time_limit is None else self.t_start + self.time_limit,
                         provenance={"stages": f"torch.compile(backend={self.backend!r}, fullgraph=True, "
                                               f"dynamic=False, options={cst[0].options if cst else None}) per stage "
-                                              f"(memplan.models.compiled), loss stage "
+                                              f"(memplan.models.compiled){within}, loss stage "
                                               f"{'compiled' if compile_loss else 'eager'}"})
             except TimeoutError:
-                self.compiled_chain_note = (f"not finished within time_limit={self.time_limit:g} s (profiling "
-                                            f"the compiled stages)")
+                self.compiled_chain_notes[sf] = (f"not finished within time_limit={self.time_limit:g} s "
+                                                 f"(profiling the compiled stages)")
                 break
             except Exception as e:  # noqa: BLE001 - any compile or profiling failure: reported, no such plans
                 note = (f"compiled stages failed ({type(e).__name__}: "
                         f"{str(e).splitlines()[0][:160] if str(e) else ''})")
                 continue
-            self._cchain = (cst, cls, holder, cchain, float(min_memory(cchain)))
-            self.compiled_chain_note = "" if compile_loss else f"loss stage eager: {note}"
+            self._cchains[sf] = (cst, cls, holder, cchain, float(min_memory(cchain)))
+            self.compiled_chain_notes[sf] = "" if compile_loss else f"loss stage eager: {note}"
             break
         else:
-            self.compiled_chain_note = note
-        self.compiled_profile_time = time.perf_counter() - t0
+            self.compiled_chain_notes[sf] = note
+        self.compiled_profile_times[sf] = time.perf_counter() - t0
 
     # -- chain plans -------------------------------------------------------------------------------
     @property
@@ -747,9 +816,35 @@ class BudgetSearch:
         return min(v[3] for v in self._variants()) if self._chain else None
 
     @property
+    def _cchain(self):
+        """The compiled chain at the first stage fraction (``(stages, loss stage, targets holder, chain,
+        least memory)``), or None."""
+        return self._cchains.get(self.stage_fractions[0])
+
+    @property
     def compiled_chain(self):
-        """The chain profiled with compiled stages (:meth:`_build_compiled_chain`), or None."""
+        """The chain profiled with compiled stages (:meth:`_build_compiled_chain`) at the first stage
+        fraction, or None."""
         return self._cchain[3] if self._cchain else None
+
+    @property
+    def compiled_chains(self) -> dict:
+        """Stage fraction -> the chain profiled with stages compiled at it (those built)."""
+        return {sf: c[3] for sf, c in self._cchains.items()}
+
+    @property
+    def compiled_profile_time(self) -> float:
+        """Seconds spent compiling and profiling the compiled chains, all stage fractions."""
+        return float(sum(self.compiled_profile_times.values()))
+
+    def _stage_key(self, compiled) -> float | None:
+        """``compiled`` of :meth:`chain_plan` / :meth:`chain_fit` as a stage fraction: False -> None (the
+        eager chain), True -> the first stage fraction, a number -> that fraction."""
+        if compiled is False or compiled is None:
+            return None
+        if compiled is True:
+            return self.stage_fractions[0]
+        return float(compiled)
 
     @property
     def loss_chunks(self) -> int:
@@ -763,12 +858,13 @@ class BudgetSearch:
             return []
         return [(1, self._chain[1], self._chain[3], self._chain[4])] + ([self._chunked] if self._chunked else [])
 
-    def _chain_step(self, ops: tuple, loss_stage: Callable | None = None, compiled: bool = False) -> Callable:
+    def _chain_step(self, ops: tuple, loss_stage: Callable | None = None, compiled=False) -> Callable:
         import torch
 
         from memplan.models.runtime import execute
 
-        stages, own_loss, holder, _, _ = self._cchain if compiled else self._chain
+        sf = self._stage_key(compiled)
+        stages, own_loss, holder, _, _ = self._chain if sf is None else self._cchains[sf]
         loss_stage = own_loss if loss_stage is None else loss_stage
         n = self.n_inputs
 
@@ -779,25 +875,28 @@ class BudgetSearch:
 
         return step
 
-    def chain_plan(self, limit: float, compiled: bool = False) -> Candidate | None:
+    def chain_plan(self, limit: float, compiled=False) -> Candidate | None:
         """Rotor's plan at ``limit`` bytes of the chain's model, measured (cached by its loss chunks and
         sequence); None when rotor has no plan there (below the chain's minimum). With a chunked loss
         stage's chain (:meth:`_build_chunked`) rotor is solved on both chains and the plan with the
         smaller predicted makespan is kept. ``compiled``: on the chain of compiled stages (kind
-        ``"chain-compiled"``, the whole loss stage only)."""
+        ``"chain-compiled"``, the whole loss stage only): True, the first stage fraction's; a number,
+        that stage fraction's."""
         from memplan.baselines.remat_rotor import persistent
 
-        c, solved, plans = ((self._cchain, self._csolved, self.compiled_chain_plans) if compiled else
-                            (self._chain, self._solved, self.chain_plans))
+        sf = self._stage_key(compiled)
+        c, solved, plans = ((self._chain, self._solved, self.chain_plans) if sf is None else
+                            (self._cchains.get(sf), self._csolved, self.compiled_chain_plans))
+        pre = () if sf is None else (sf,)
         if c is None:
             return None
         t0 = time.perf_counter()
-        variants = [(1, c[1], c[3], c[4])] if compiled else self._variants()
+        variants = self._variants() if sf is None else [(1, c[1], c[3], c[4])]
         best = None
         for k, loss_stage, chain, lo in variants:
             if limit < lo:
                 continue
-            key = (k, float(limit))
+            key = pre + (k, float(limit))
             if key not in solved:                  # the least-memory limit is asked for more than once
                 solved[key] = persistent(chain, float(limit), time_limit=self.solver_time_limit)
             sol = solved[key]
@@ -808,23 +907,25 @@ class BudgetSearch:
             return None
         k, loss_stage, sol = best
         ops = tuple(tuple(o) for o in sol.schedule.ops)
-        if (k, ops) in plans:
-            return plans[(k, ops)][0]
-        step = self._chain_step(ops, loss_stage, compiled)
+        if pre + (k, ops) in plans:
+            return plans[pre + (k, ops)][0]
+        step = self._chain_step(ops, loss_stage, sf if sf is not None else False)
         with _Preserved(self.model, self.params):
             step(*self.inputs)                     # a warm-up run (first-call allocations, gradients)
             peak, ts = self._measure_step(step, {})
         cand = Candidate("rotor", math.nan, peak, statistics.median(ts), ts, solve_time,
-                         kind="chain-compiled" if compiled else "chain",
-                         memory_limit=float(limit), predicted_peak=float(sol.peak_memory), ops=ops, loss_chunks=k)
-        if compiled:
-            self._coffset = max(self._coffset, peak - float(sol.peak_memory))
-        else:
+                         kind="chain" if sf is None else "chain-compiled",
+                         memory_limit=float(limit), predicted_peak=float(sol.peak_memory), ops=ops, loss_chunks=k,
+                         stage_fraction=1.0 if sf is None else sf,
+                         stage_solver=self.stage_solver if sf is not None and sf < 1 else "")
+        if sf is None:
             self._offset = max(self._offset, peak - float(sol.peak_memory))
-        plans[(k, ops)] = (cand, step)
+        else:
+            self._coffsets[sf] = max(self._coffsets.get(sf, 0.0), peak - float(sol.peak_memory))
+        plans[pre + (k, ops)] = (cand, step)
         return cand
 
-    def chain_fit(self, budget: float, tries: int = 4, compiled: bool = False) -> Candidate | None:
+    def chain_fit(self, budget: float, tries: int = 4, compiled=False) -> Candidate | None:
         """The rotor plan for ``budget`` whose measured peak fits it: rotor solved at ``budget`` minus
         the largest excess of measured over simulated peak seen so far, lowered by the excess and
         solved again while the measurement is over (``tries`` solves at most); None if none fits.
@@ -832,19 +933,21 @@ class BudgetSearch:
         ``o_f`` for F_all and F_ck, the larger; Inductor's inference graphs can hold more temporaries
         than its training graphs), so where the measured peak leaves more than 1% of the budget, rotor
         is solved once more with that slack added (measured as a candidate; the faster fitting one is
-        returned)."""
-        c = self._cchain if compiled else self._chain
+        returned). ``compiled`` as in :meth:`chain_plan`."""
+        sf = self._stage_key(compiled)
+        c = self._chain if sf is None else self._cchains.get(sf)
         if c is None:
             return None
-        lo = c[4] if compiled else self.chain_minimum
-        limit = budget - max(0.0, self._coffset if compiled else self._offset)
+        compiled = False if sf is None else sf
+        lo = self.chain_minimum if sf is None else c[4]
+        limit = budget - max(0.0, self._offset if sf is None else self._coffsets.get(sf, 0.0))
         for _ in range(tries):
             limit = max(limit, lo)
             cand = self.chain_plan(limit, compiled)
             if cand is None:
                 return None
             if cand.peak <= budget:
-                if compiled and budget - cand.peak > 0.01 * budget:
+                if sf is not None and budget - cand.peak > 0.01 * budget:
                     up = self.chain_plan(limit + budget - cand.peak, compiled)
                     if up is not None and up.peak <= budget and up.step_time < cand.step_time:
                         return up
@@ -864,15 +967,15 @@ class BudgetSearch:
         """The candidate with the smallest measured peak (the chain's least-memory plan measured first)."""
         if self._chain is not None:
             self.chain_plan(self.chain_minimum)
-        if self._cchain is not None:
-            self.chain_plan(self._cchain[4], compiled=True)
+        for sf, c in self._cchains.items():
+            self.chain_plan(c[4], compiled=sf)
         return min(self.measured(), key=lambda c: c.peak)
 
     def _runner(self, cand: Candidate) -> tuple[Callable, dict]:
         if cand.kind == "chain":
             return self.chain_plans[(cand.loss_chunks, cand.ops)][1], {}
         if cand.kind == "chain-compiled":
-            return self.compiled_chain_plans[(cand.loss_chunks, cand.ops)][1], {}
+            return self.compiled_chain_plans[(cand.stage_fraction, cand.loss_chunks, cand.ops)][1], {}
         for c, step, cfg in self.compiled:
             if c is cand:
                 return step, cfg
@@ -919,8 +1022,8 @@ class BudgetSearch:
         with _Preserved(self.model, self.params):
             if self._chain is not None:
                 self.chain_fit(budget)
-            if self._cchain is not None:
-                self.chain_fit(budget, compiled=True)
+            for sf in self._cchains:
+                self.chain_fit(budget, compiled=sf)
             self._retime([c for c in self.measured() if c.peak <= budget])
             pairs = [(c, dataclasses.replace(c, fits=c.peak <= budget)) for c in self.measured()]
             untried = (f" (not tried within time_limit={self.time_limit:g} s: fractions "
@@ -967,7 +1070,8 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
                          fractions: Sequence[float] | None = None, repeats: int = 3,
                          solver_time_limit: float | None = 10.0,
                          time_limit: float | None = None, chain: bool = True,
-                         compiled_stages: bool = True, runtime_estimator: str = "flops") -> BudgetedStep:
+                         compiled_stages: bool = True, stage_fractions: Sequence[float] = (1.0,),
+                         stage_solver: str = "memplan-peak", runtime_estimator: str = "flops") -> BudgetedStep:
     """A training step of ``model`` whose measured peak memory fits ``memory`` bytes: the fastest of
     ``torch.compile`` at PyTorch's budget fractions and memplan's chain plans.
 
@@ -1029,6 +1133,16 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         stages, the compiler within a stage (fused kernels, its own keep-or-recompute choice).
         Their chain is profiled with c10's allocator events, which see compiled code. Costs one
         compile per stage and grad mode.
+    stage_fractions : sequence of floats in [0, 1]
+        With ``compiled_stages``: one compiled chain per fraction, its stages compiled with PyTorch's
+        ``activation_memory_budget`` at that fraction (1, the default ``(1.0,)``: the partitioner's own
+        choice), so that each stage's F_all saves fewer bytes and recomputes more inside its backward;
+        rotor's plans on every chain are candidates (labels name the fraction). Each extra fraction
+        costs a compile per stage and grad mode.
+    stage_solver : {'memplan-peak', 'pytorch', 'memplan'}
+        The partitioner's keep-or-recompute solver in stages compiled at a fraction below 1:
+        :class:`MemplanPeakSolver` (:mod:`memplan.formulations.peak_milp`), ``dp_knapsack``, or
+        :class:`MemplanKnapsack`.
 
     The search runs training steps on ``model``; the parameters' gradients and the model's buffers are
     restored when it ends (the parameters themselves do not change: there is no optimizer step). A
@@ -1050,5 +1164,6 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
     search = BudgetSearch(model, example_inputs, loss_fn=loss_fn, example_targets=example_targets,
                           backend=backend, solver=solver, fractions=fractions, repeats=repeats,
                           solver_time_limit=solver_time_limit, time_limit=time_limit, chain=chain,
-                          compiled_stages=compiled_stages, runtime_estimator=runtime_estimator)
+                          compiled_stages=compiled_stages, stage_fractions=stage_fractions,
+                          stage_solver=stage_solver, runtime_estimator=runtime_estimator)
     return search.under(budget)

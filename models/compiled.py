@@ -17,6 +17,12 @@ a linearized model (:func:`models.graph.linearize_model`), the loss stage L+1 in
   backward nodes of the junctions (checked by ``tests/test_compiled_stages.py``: gradients equal
   eager autograd's within float32 rounding).
 
+``compile_stages(config=...)`` compiles every stage under its own setting of
+``torch._functorch.config`` (e.g. ``activation_memory_budget`` below 1 with a keep-or-recompute
+solver: the partitioner then saves fewer bytes for a stage's backward and recomputes more in it);
+the setting is patched around every call of the stage, so that the compile at the first call of each
+grad mode, and any recompile, sees it, whatever the caller's setting.
+
 Each stage is compiled through its own code object (a fresh function calling the stage), so that
 Dynamo's per-code cache holds one stage's graphs only and no recompile limit is shared between
 stages, and with ``fullgraph=True``: a stage Dynamo cannot capture in one graph raises at its first
@@ -80,9 +86,11 @@ class CompiledStage(torch.nn.Module):
     The original stage is kept as ``stage`` (a submodule when it is an ``nn.Module``), so the
     parameters and buffers are the stage's own: the executor's shared-parameter check, the
     profiler's ``W^l`` and gradient accumulation see the same tensors. ``resident_in`` and
-    ``resident_out`` (multi-tensor cuts) are copied. ``compiled`` holds Dynamo's entry point."""
+    ``resident_out`` (multi-tensor cuts) are copied. ``compiled`` holds Dynamo's entry point.
+    ``config``: ``torch._functorch.config`` settings patched around every call (None: the caller's)."""
 
-    def __init__(self, stage: Callable, backend: str, tag: str, options: dict | None = None):
+    def __init__(self, stage: Callable, backend: str, tag: str, options: dict | None = None,
+                 config: dict | None = None):
         super().__init__()
         if isinstance(stage, torch.nn.Module):
             self.stage = stage
@@ -93,6 +101,7 @@ class CompiledStage(torch.nn.Module):
                 setattr(self, attr, getattr(stage, attr))
         self.backend = backend
         self.options = options
+        self.config = dict(config) if config else None
         self.compiled = torch.compile(_fresh_caller(stage, tag), backend=backend, fullgraph=True, dynamic=False,
                                       options=options)
 
@@ -108,22 +117,30 @@ class CompiledStage(torch.nn.Module):
                 "compiled stage: called under a TorchDispatchMode (the dispatch-mode memory tracker?), where "
                 "torch.compile does not run compiled code; measure compiled stages with "
                 "models.memory.profiler_peak or profile_chain(memory='profiler')")
-        return self.compiled(*args)
+        if self.config is None:
+            return self.compiled(*args)
+        import torch._functorch.config as fconfig
+
+        with fconfig.patch(**self.config):
+            return self.compiled(*args)
 
 
 def compile_stages(stages: Sequence[Callable], loss_stage: Callable, backend: str, *,
-                   options: dict | None = None, tag: str = "") -> tuple[list[CompiledStage], CompiledStage]:
+                   options: dict | None = None, tag: str = "",
+                   config: dict | None = None) -> tuple[list[CompiledStage], CompiledStage]:
     """``(compiled stages 1..L, compiled loss stage L+1)``: each a :class:`CompiledStage` of the
     given stage with ``backend`` (``"inductor"``, ``"aot_eager_decomp_partition"``, ...). Nothing is
     compiled yet: each stage compiles at its first call in each grad mode (with autograd: forward
     and, at the first backward, backward; without: an inference graph). ``options``: Inductor's
     (``torch.compile(options=...)``); None gives :data:`INDUCTOR_STAGE_OPTIONS` with Inductor and
-    nothing with another backend (which takes no options)."""
+    nothing with another backend (which takes no options). ``config``: ``torch._functorch.config``
+    settings every stage compiles and runs under (:class:`CompiledStage`), e.g.
+    ``{"activation_memory_budget": 0.5, "activation_memory_budget_solver": ...}``."""
     if options is None and backend == "inductor":
         options = dict(INDUCTOR_STAGE_OPTIONS)
     tag = tag or f"{id(stages):x}"
-    out = [CompiledStage(s, backend, f"{tag}_{l}", options) for l, s in enumerate(stages, start=1)]
-    return out, CompiledStage(loss_stage, backend, f"{tag}_{len(out) + 1}", options)
+    out = [CompiledStage(s, backend, f"{tag}_{l}", options, config) for l, s in enumerate(stages, start=1)]
+    return out, CompiledStage(loss_stage, backend, f"{tag}_{len(out) + 1}", options, config)
 
 
 def stage_graph_count(stage: CompiledStage) -> int:

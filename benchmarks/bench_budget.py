@@ -153,7 +153,7 @@ def _grads_fp64(model, x, loss_fn):
 
 
 def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: int, min_rounds: int,
-                stage_fractions=(1.0,), stage_solver: str = "memplan-peak",
+                stage_fractions=(1.0,), stage_solver: str = "memplan-peak", runtime_estimator: str = "flops",
                 timing_budget: float | None, clock_name: str, segments, progress=print, device: str = "cpu",
                 search_time_limit: float | None = None) -> list[dict]:
     import torch
@@ -214,7 +214,8 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
     t0 = time.perf_counter()
     search = BudgetSearch(model, (x,), loss_fn=loss_fn, backend=backend, fractions=fractions, repeats=2,
                           solver_time_limit=30.0, time_limit=search_time_limit,
-                          stage_fractions=stage_fractions, stage_solver=stage_solver)
+                          stage_fractions=stage_fractions, stage_solver=stage_solver,
+                          runtime_estimator=runtime_estimator)
     grid_time = time.perf_counter() - t0
     progress(f"{name}: {len(search.compiled)} fractions compiled and measured, chain L = "
              f"{search.chain.L if search.chain else '-'} profiled ({search.profile_time:.1f} s), compiled stages "
@@ -480,6 +481,9 @@ def main(argv=None) -> int:
                    "compiled stages (one compiled chain each; default 1: the partitioner's own choice)")
     p.add_argument("--stage-solver", default="memplan-peak", choices=["memplan-peak", "pytorch", "memplan"],
                    help="keep-or-recompute solver inside stages compiled at a partitioner budget below 1")
+    p.add_argument("--runtime-estimator", default="flops", choices=["flops", "measured"],
+                   help="recompute costs of the partitioner's knapsacks: PyTorch's FLOP count or each operation "
+                   "timed alone (memplan.models.op_timing)")
     p.add_argument("--min-rounds", type=int, default=None)
     p.add_argument("--max-rounds", type=int, default=None)
     p.add_argument("--timing-budget", type=float, default=None, help="seconds of timing rounds per network")
@@ -550,7 +554,8 @@ def main(argv=None) -> int:
         rows += run_network(n, specs[n], fractions=fractions, backend=a.backend, max_rounds=max_rounds,
                             min_rounds=min_rounds, timing_budget=a.timing_budget, clock_name=a.clock,
                             segments=(2, 4), device=a.device, search_time_limit=a.search_time_limit,
-                            stage_fractions=stage_fractions, stage_solver=a.stage_solver)
+                            stage_fractions=stage_fractions, stage_solver=a.stage_solver,
+                            runtime_estimator=a.runtime_estimator)
         print(f"{n}: done in {time.perf_counter() - t1:.0f} s", flush=True)
         write_csv(kept + rows, out)
     lines = [f"bench_budget {' '.join(sys.argv[1:] if argv is None else argv)} (torch {torch.__version__}, "

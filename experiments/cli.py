@@ -27,12 +27,12 @@ from memplan.models.instance import load_instance
 from memplan.models.solution import InfeasibleError, Status
 from memplan.models.units import fmt_bandwidth, fmt_memory, fmt_time
 
-from memplan.experiments import cmd_profile, figures, sweeps
+from memplan.experiments import cmd_budget, cmd_profile, figures, sweeps
 from memplan.experiments.cli_checks import CliError, guarded, output_file
 from memplan.formulations.highs_driver import silence_banner
 
-#: modules with ``add_parser(subparsers)`` adding verbs (sweep, plot; profile, import-pipedream, run)
-COMMANDS = [sweeps, figures, cmd_profile]
+#: modules with ``add_parser(subparsers)`` adding verbs (sweep, plot; profile, import-pipedream, run; budget)
+COMMANDS = [sweeps, figures, cmd_profile, cmd_budget]
 
 #: ``solve`` options: (flag, keyword of the problem's solve)
 SOLVE_OPTIONS = [("--gpus", "gpus"), ("--slots", "slots"), ("--exact", "exact"), ("--time-limit", "time_limit"),

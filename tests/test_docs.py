@@ -104,8 +104,9 @@ def test_readme_python_example_runs_as_written(tmp_path):
 # ----------------------------------------------------------------------------- the README's quick tour
 #: quick-tour commands this test leaves out (each still under 2 minutes on 2 cores, measured by hand):
 #: the sweeps (a Dask cluster each, 15-80 s), the pipeline ILP (its 60 s limit), profiling and running a
-#: network (torch), and the commands reading their outputs; every other command runs below, as written
-_TOUR_SLOW = ("memplan sweep ", "--method ilp ", "memplan profile ", "memplan run ")
+#: network and a step under a byte budget (torch; tests/test_cli_budget.py runs the latter at a smaller size),
+#: and the commands reading their outputs; every other command runs below, as written
+_TOUR_SLOW = ("memplan sweep ", "--method ilp ", "memplan profile ", "memplan run ", "memplan budget ")
 
 
 def _quick_tour() -> list[tuple[str, bool]]:

@@ -57,8 +57,15 @@ def canonical_name(name: str) -> str:
 
 
 def get_model(name: str, **kw) -> nn.Module:
-    """A freshly initialized model of the zoo (``name`` is case-insensitive; ``-`` and ``_`` are ignored)."""
-    return MODELS[canonical_name(name)](**kw)
+    """A freshly initialized model of the zoo (``name`` is case-insensitive; ``-`` and ``_`` are ignored).
+    An argument the model does not take raises ValueError naming it (the command line's ``--set``)."""
+    key = canonical_name(name)
+    try:
+        return MODELS[key](**kw)
+    except TypeError as e:
+        if "argument" not in str(e):
+            raise
+        raise ValueError(f"model {key}: {e} (given: {', '.join(f'{k}={v!r}' for k, v in kw.items()) or 'none'})") from None
 
 
 def example_input(name: str, batch: int, input_shape: tuple[int, ...] | None = None, *, vocab: int | None = None,

@@ -1,0 +1,94 @@
+"""``memplan budget``: the fastest training step of a zoo network within a byte budget, from the shell.
+
+    memplan budget --model gpt2 --batch 2 --input 256 --set n_layer=4 --set n_embd=256 --memory 150MiB
+    memplan budget --model resnet50 --batch 2 --input 3x160x160 --memory 40MiB --backend inductor
+
+A thin user of :func:`memplan.compile_under_budget` (the library's front door for issue 28): it builds
+the network of the zoo with a random sample input and the zoo's loss (``classification_loss``: a
+token loss for the language models, so their loss stage may be chunked), runs the search (PyTorch's
+``activation_memory_budget`` fractions, memplan's rotor chain plans eager and over compiled stages),
+and prints the report: every candidate's measured peak and step time, and the one chosen. A budget
+below every measured peak is an error stating the smallest (exit status 2). torch is imported only
+when the command runs.
+"""
+from __future__ import annotations
+
+import argparse
+
+from memplan.experiments.cli_checks import positive_int
+from memplan.experiments.cmd_profile import _kv, _shape
+from memplan.models.solution import InputError
+
+
+def _fractions(text: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(v) for v in text.split(",") if v.strip() != "")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--fractions {text!r}: expected numbers in [0, 1] separated by commas, "
+                                         f"e.g. 1,0.5,0.1 (or an empty string for chain plans only)") from None
+    if any(not 0 <= v <= 1 for v in vals):
+        raise argparse.ArgumentTypeError(f"--fractions {text!r}: every fraction must lie in [0, 1]")
+    return vals
+
+
+def _cmd_budget(args: argparse.Namespace) -> int:
+    import torch
+
+    import memplan
+    from memplan.models.networks import DEFAULT_INPUT, canonical_name, example_input, get_model
+    from memplan.models.profiler import classification_loss
+    from memplan.models.units import parse_memory
+
+    try:
+        key = canonical_name(args.model)
+    except KeyError as e:
+        raise InputError(str(e.args[0])) from None
+    budget = parse_memory(args.memory)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda: no CUDA device is available to this torch build")
+    torch.set_num_threads(args.threads)
+    kw = dict(args.set or [])
+    torch.manual_seed(args.seed)
+    model = get_model(key, **kw).to(args.device).train()
+    shape = tuple(args.input) if args.input else DEFAULT_INPUT[key]
+    x = example_input(key, args.batch, shape, vocab=kw.get("vocab"), seed=args.seed, device=args.device)
+    step = memplan.compile_under_budget(
+        model, (x,), budget, loss_fn=classification_loss(seed=args.seed), backend=args.backend,
+        solver=args.solver, fractions=args.fractions, repeats=args.repeats, time_limit=args.time_limit,
+        chain=not args.no_chain, compiled_stages=not args.no_compiled_stages,
+        runtime_estimator=args.runtime_estimator)
+    print(f"{key}, batch {args.batch}, input {'x'.join(map(str, shape))}, on {args.device}, "
+          f"{args.threads} thread(s)")
+    print(step.report())
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "budget", help="the fastest training step of a zoo network within a byte budget",
+        description="Search torch.compile's activation_memory_budget fractions and memplan's rotor chain plans "
+                    "(eager and over compiled stages) for a zoo network's training step, measure each one's peak "
+                    "and step time, and print the fastest whose measured peak fits --memory "
+                    "(memplan.compile_under_budget).")
+    p.add_argument("--model", required=True, help="a zoo network (as for 'memplan profile')")
+    p.add_argument("--batch", type=positive_int, required=True)
+    p.add_argument("--input", type=_shape, default=None, help="per-sample input shape, e.g. 3x224x224 or 256")
+    p.add_argument("--memory", required=True, help="the budget: bytes above parameters, gradients and the input, "
+                   "e.g. 1.5GiB or 300MiB")
+    p.add_argument("--set", type=_kv, action="append", metavar="KEY=VALUE",
+                   help="model constructor argument, e.g. --set n_layer=4 (repeatable)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--backend", choices=["aot_eager_decomp_partition", "inductor"],
+                   default="aot_eager_decomp_partition")
+    p.add_argument("--solver", choices=["pytorch", "memplan", "memplan-peak", "both", "all"], default="pytorch",
+                   help="the partitioner's keep-or-recompute solver for the compiled fractions")
+    p.add_argument("--fractions", type=_fractions, default=None,
+                   help="PyTorch budget fractions to compile, comma-separated (default 1,0.7,0.5,0.3,0.2,0.1,0.05,0)")
+    p.add_argument("--runtime-estimator", choices=["flops", "measured"], default="flops")
+    p.add_argument("--no-chain", action="store_true", help="compiled fractions only, no rotor chain plans")
+    p.add_argument("--no-compiled-stages", action="store_true", help="chain plans over eager stages only")
+    p.add_argument("--repeats", type=positive_int, default=3, help="timed steps per candidate (median)")
+    p.add_argument("--time-limit", type=float, default=None, help="seconds for the search")
+    p.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_cmd_budget)

@@ -17,7 +17,10 @@ backward) is run by every contender:
   PyTorch's budget knob does not do: the least memory below PyTorch's lowest comes from it;
 - ``rotor-compiled``: the same over the chain's stages each compiled by ``torch.compile`` with the
   backend (:mod:`memplan.models.compiled`; the hierarchy: rotor across stages, the compiler's partitioner
-  and fusion within a stage), on the chain profiled with c10's allocator events (whole loss stage);
+  and fusion within a stage), on the chain profiled with c10's allocator events; its loss stage whole
+  (head + cross-entropy compiled as one stage) or, where the eager chain chunks it, over the same chunks
+  with each chunk's head and loss compiled (the label says "loss in k chunks"), from the compiled
+  chains' least memory;
 - ``memplan``: :meth:`BudgetSearch.under` (what ``memplan.compile_under_budget`` returns) at byte
   budgets equal to each PyTorch point's measured peak, then below PyTorch's lowest peak
   (x0.9, 0.75, 0.6, 0.5, ...) down to memplan's least measured peak.
@@ -202,7 +205,8 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
     progress(f"{name}: {len(search.compiled)} fractions compiled and measured, chain L = "
              f"{search.chain.L if search.chain else '-'} profiled ({search.profile_time:.1f} s), compiled stages "
              f"{'profiled' if search.compiled_chain else 'not available'} ({search.compiled_profile_time:.1f} s), "
-             f"{grid_time:.1f} s; {search.chain_note} {search.compiled_chain_note}")
+             f"{grid_time:.1f} s, loss chunks {search.loss_chunks} (compiled {search.compiled_loss_chunks}); "
+             f"{search.chain_note} {search.compiled_chain_note} {search.compiled_loss_chunks_note}")
 
     # contenders: tag -> (run once, row fields)
     runs: dict[str, callable] = {}
@@ -248,14 +252,15 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
                  "fraction": f, "memory_limit": lo + f * (hi - lo), "predicted_peak": cand.predicted_peak,
                  "solve_time": cand.compile_time, "_runner": step})
     if search.compiled_chain is not None:
-        lo, hi = search._cchain[4], store_all(search.compiled_chain).peak_memory
+        lo, hi = search.compiled_chain_minimum, store_all(search.compiled_chain).peak_memory
         for f in (0.0, 0.25, 0.5, 0.75, 1.0):
             cand = search.chain_plan(lo + f * (hi - lo), compiled=True)
             if cand is None:
                 continue
             step = search.compiled_chain_plans[(cand.loss_chunks, cand.ops)][1]
             add(f"crotor{f:g}", lambda step=step: step(x),
-                {"method": "rotor-compiled", "label": f"rotor, compiled stages, at {f:g} of [min, store-all]",
+                {"method": "rotor-compiled", "label": f"rotor, compiled stages, at {f:g} of [min, store-all]"
+                 + (f", loss in {cand.loss_chunks} chunks" if cand.loss_chunks > 1 else ""),
                  "status": "executed", "fraction": f, "memory_limit": lo + f * (hi - lo),
                  "predicted_peak": cand.predicted_peak, "solve_time": cand.compile_time,
                  "search_time": search.compiled_profile_time, "_runner": step})

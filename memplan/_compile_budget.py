@@ -239,7 +239,8 @@ class Candidate:
     and run eagerly by :func:`memplan.models.runtime.execute` (``fraction`` is nan);
     ``kind="chain-compiled"``: the same with every stage, the loss stage included, compiled by
     ``torch.compile`` with the search's backend (:mod:`memplan.models.compiled`), on the chain
-    profiled with the compiled stages."""
+    profiled with the compiled stages; ``loss_chunks`` > 1: its loss stage over chunks of tokens,
+    each chunk compiled."""
 
     solver: str
     fraction: float
@@ -261,7 +262,8 @@ class Candidate:
             return (f"chain rotor at {fmt_memory(self.memory_limit)}"
                     + (f", loss in {self.loss_chunks} chunks" if self.loss_chunks > 1 else ""))
         if self.kind == "chain-compiled":
-            return f"chain rotor, compiled stages, at {fmt_memory(self.memory_limit)}"
+            return (f"chain rotor, compiled stages, at {fmt_memory(self.memory_limit)}"
+                    + (f", loss in {self.loss_chunks} chunks" if self.loss_chunks > 1 else ""))
         return f"{self.solver} fraction {self.fraction:g}"
 
 
@@ -403,7 +405,9 @@ class BudgetSearch:
     :class:`~memplan.models.chunked_loss.TokenLoss`: a second chain with that loss stage is profiled
     where it lowers the least memory (:meth:`_build_chunked`, ``loss_chunks``), rotor is solved on
     both and the plan with the smaller predicted makespan is measured; its label names the chunks. The
-    compiled-stage chain keeps the whole loss stage (the chunked one is not compiled)."""
+    compiled-stage chain gets the same variant with each chunk's head and loss compiled
+    (:meth:`_build_compiled_chunked`, ``compiled_loss_chunks``): below the whole compiled loss stage's
+    floor its plans are compiled ones too; ``compiled_loss_chunks_note`` says why there is none."""
 
     def __init__(self, model, example_inputs: Sequence[Any], *, loss_fn: Callable | None = None,
                  example_targets: Sequence[Any] = (), backend: str = "aot_eager_decomp_partition",
@@ -454,6 +458,8 @@ class BudgetSearch:
         self._coffset = 0.0
         self._csolved: dict[tuple, Any] = {}
         self.compiled_chain_note = "" if chain and compiled_stages else "not asked for"
+        self._cchunked = None                  # (loss chunks, compiled chunked loss stage, its chain, min memory)
+        self.compiled_loss_chunks_note = "" if chain and compiled_stages else "not asked for"
         self.compiled_profile_time = 0.0
         self.profile_time = 0.0
 
@@ -464,13 +470,14 @@ class BudgetSearch:
                 if time_limit is not None and time.perf_counter() - self.t_start > time_limit:
                     self.chain_note = f"not tried within time_limit={time_limit:g} s"
                     if compiled_stages:
-                        self.compiled_chain_note = self.chain_note
+                        self.compiled_chain_note = self.compiled_loss_chunks_note = self.chain_note
                 else:
                     self._build_chain()
                     if compiled_stages and self._chain is not None:
                         self._build_compiled_chain()
                     elif compiled_stages:
                         self.compiled_chain_note = "no chain to compile (see chain_note)"
+                        self.compiled_loss_chunks_note = self.compiled_chain_note
         if not self.compiled and self._chain is None:
             raise InputError(f"compile_under_budget: nothing to try: fractions is empty and chain plans are not "
                              f"available ({self.chain_note})")
@@ -713,7 +720,66 @@ class BudgetSearch:
             break
         else:
             self.compiled_chain_note = note
+        if self._cchain is not None:
+            self._build_compiled_chunked(names, clock)
+        else:
+            self.compiled_loss_chunks_note = "no compiled chain (see compiled_chain_note)"
         self.compiled_profile_time = time.perf_counter() - t0
+
+    def _build_compiled_chunked(self, names: list, clock: str) -> None:
+        """The compiled chain with its loss stage over chunks of tokens, each chunk's head and loss
+        compiled (:class:`memplan.models.chunked_loss.ChunkedHeadLoss` with the search's backend: one
+        graph per chunk size, its training graph run in the forward and again, with its compiled
+        backward, chunk by chunk in the backward), at the eager chunked chain's chunk count
+        (:meth:`_build_chunked`). Its loss and input gradient must equal the whole loss stage's on a
+        sample (:func:`~memplan.models.chunked_loss.chunked_loss_check`, which also compiles it); the
+        chain is profiled with c10's allocator events (``memory="profiler"``), the compiled stages'
+        graphs reused. ``compiled_loss_chunks_note`` says why there is none."""
+        import torch
+
+        from memplan.baselines.remat_min_memory import min_memory
+        from memplan.models.chunked_loss import ChunkedHeadLoss, chunked_loss_check
+        from memplan.models.profiler import profile_chain
+
+        if self._chunked is None:
+            self.compiled_loss_chunks_note = f"no chunked loss stage ({self.loss_chunks_note})"
+            return
+        if self.time_limit is not None and time.perf_counter() - self.t_start > self.time_limit:
+            self.compiled_loss_chunks_note = f"not tried within time_limit={self.time_limit:g} s"
+            return
+        k, eager = self._chunked[0], self._chunked[1]
+        if not eager.loss.compilable:
+            self.compiled_loss_chunks_note = (f"the loss ({type(eager.loss).__name__}) does not give its chunks' "
+                                              f"targets (TokenLoss.chunk_targets, chunk_sum)")
+            return
+        cst, holder, x = self._cchain[0], self._cchain[2], self.inputs[0]
+        stage = ChunkedHeadLoss(eager.head, eager.loss, k, eager.targets, backend=self.backend,
+                                tag=f"{id(self):x}_{k}")
+        with _Preserved(self.model, self.params):
+            with torch.no_grad():
+                a = x
+                for s in self._chain[0]:
+                    a = s(a)
+            why = chunked_loss_check(self._chain[1], stage, a)
+            if why:
+                self.compiled_loss_chunks_note = f"compiled chunks: {why}"
+                return
+            try:
+                cchain = profile_chain(
+                    cst, x, stage, repeats=3, device=self.device, names=names[1:-1],
+                    name=f"compile_under_budget-compiled, loss in {k} chunks",
+                    loss_name=f"{names[-1]} in {k} chunks", input_grad=False, clock=clock, memory="profiler",
+                    provenance={"stages": f"torch.compile(backend={self.backend!r}) per stage (memplan.models.compiled)",
+                                "loss_chunks": k,
+                                "loss_chunking": "models.chunked_loss.ChunkedHeadLoss with each chunk's head and loss "
+                                                 f"compiled (backend {self.backend!r}), the logits recomputed chunk "
+                                                 "by chunk in the backward"})
+            except Exception as e:  # noqa: BLE001 - any compile or profiling failure: reported, no such plans
+                self.compiled_loss_chunks_note = (f"compiled chunks failed ({type(e).__name__}: "
+                                                  f"{str(e).splitlines()[0][:160] if str(e) else ''})")
+                return
+        self._cchunked = (k, stage, cchain, float(min_memory(cchain)))
+        self.compiled_loss_chunks_note = ""
 
     # -- chain plans -------------------------------------------------------------------------------
     @property
@@ -733,6 +799,18 @@ class BudgetSearch:
         return self._cchain[3] if self._cchain else None
 
     @property
+    def compiled_chain_minimum(self) -> float | None:
+        """The least memory of the compiled-stage chains' model (bytes; the compiled chunked loss
+        stage's chain included), or None."""
+        return min(v[3] for v in self._cvariants()) if self._cchain else None
+
+    @property
+    def compiled_loss_chunks(self) -> int:
+        """The chunk count of the compiled chunked loss stage's chain (1: none, ``compiled_loss_chunks_note``
+        says why)."""
+        return self._cchunked[0] if self._cchunked else 1
+
+    @property
     def loss_chunks(self) -> int:
         """The chunk count of the chunked loss stage's chain (1: none, ``loss_chunks_note`` says why)."""
         return self._chunked[0] if self._chunked else 1
@@ -743,6 +821,12 @@ class BudgetSearch:
         if self._chain is None:
             return []
         return [(1, self._chain[1], self._chain[3], self._chain[4])] + ([self._chunked] if self._chunked else [])
+
+    def _cvariants(self) -> list[tuple]:
+        """The same for the compiled-stage chains: the whole compiled loss stage, then the chunked one."""
+        if self._cchain is None:
+            return []
+        return [(1, self._cchain[1], self._cchain[3], self._cchain[4])] + ([self._cchunked] if self._cchunked else [])
 
     def _chain_step(self, ops: tuple, loss_stage: Callable | None = None, compiled: bool = False) -> Callable:
         import torch
@@ -764,8 +848,9 @@ class BudgetSearch:
         """Rotor's plan at ``limit`` bytes of the chain's model, measured (cached by its loss chunks and
         sequence); None when rotor has no plan there (below the chain's minimum). With a chunked loss
         stage's chain (:meth:`_build_chunked`) rotor is solved on both chains and the plan with the
-        smaller predicted makespan is kept. ``compiled``: on the chain of compiled stages (kind
-        ``"chain-compiled"``, the whole loss stage only)."""
+        smaller predicted makespan is kept. ``compiled``: on the chains of compiled stages (kind
+        ``"chain-compiled"``; the whole loss stage and, where :meth:`_build_compiled_chunked` made one,
+        the compiled chunked one, chosen the same way)."""
         from memplan.baselines.remat_rotor import persistent
 
         c, solved, plans = ((self._cchain, self._csolved, self.compiled_chain_plans) if compiled else
@@ -773,7 +858,7 @@ class BudgetSearch:
         if c is None:
             return None
         t0 = time.perf_counter()
-        variants = [(1, c[1], c[3], c[4])] if compiled else self._variants()
+        variants = self._cvariants() if compiled else self._variants()
         best = None
         for k, loss_stage, chain, lo in variants:
             if limit < lo:
@@ -817,7 +902,7 @@ class BudgetSearch:
         c = self._cchain if compiled else self._chain
         if c is None:
             return None
-        lo = c[4] if compiled else self.chain_minimum
+        lo = self.compiled_chain_minimum if compiled else self.chain_minimum
         limit = budget - max(0.0, self._coffset if compiled else self._offset)
         for _ in range(tries):
             limit = max(limit, lo)
@@ -846,7 +931,7 @@ class BudgetSearch:
         if self._chain is not None:
             self.chain_plan(self.chain_minimum)
         if self._cchain is not None:
-            self.chain_plan(self._cchain[4], compiled=True)
+            self.chain_plan(self.compiled_chain_minimum, compiled=True)
         return min(self.measured(), key=lambda c: c.peak)
 
     def _runner(self, cand: Candidate) -> tuple[Callable, dict]:

@@ -1087,7 +1087,9 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         with ``backend`` (:mod:`memplan.models.compiled`; kind ``"chain-compiled"``): rotor across
         stages, the compiler within a stage (fused kernels, its own keep-or-recompute choice).
         Their chain is profiled with c10's allocator events, which see compiled code. Costs one
-        compile per stage and grad mode.
+        compile per stage and grad mode. Where the eager chain chunks its loss stage, the compiled
+        chain also gets that loss stage with each chunk compiled (labels "compiled stages, ...,
+        loss in k chunks"): compiled plans below the whole compiled loss stage's floor.
 
     The search runs training steps on ``model``; the parameters' gradients and the model's buffers are
     restored when it ends (the parameters themselves do not change: there is no optimizer step). A

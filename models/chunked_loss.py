@@ -36,6 +36,21 @@ labels) implement it; an arbitrary ``loss_fn`` is not chunked (:func:`token_loss
 :func:`chunked_loss_check` runs the chunked and the whole stage on a sample input and refuses a head
 that mixes tokens (its chunked loss or input gradient differs).
 
+Compiled chunks (``ChunkedHeadLoss(..., backend=...)``, the loss stage of a chain of compiled stages,
+:mod:`models.compiled`): each chunk's computation runs through ``torch.compile(fullgraph=True,
+dynamic=False)`` as a function of tensors alone (the chunk and its targets,
+:meth:`TokenLoss.chunk_targets`), so one graph serves every chunk of a size (two sizes at most). A
+linear head: the chunk's logits are one matmul (the compiler would call the same kernel) and the
+compiled function is the loss of the logits, whose compiled backward gives their gradient (with
+Inductor the log-softmax and its gradient fuse: about two chunks of logits alive, against four
+eagerly); the weight's gradient is added in place as above. Any other head: the head and the loss
+compiled together, the chunk's backward its compiled backward (the head's parameter gradients
+returned whole, one transient of their size per chunk, then added by autograd). Both passes run the
+same training graph (the forward with autograd recording, its saved tensors dropped with the chunk),
+from the same random-number state: the backward draws the forward's masks, with any backend. A
+compiled chunked stage refuses to run under a dispatch mode, as compiled stages do; measure it with
+:func:`models.memory.profiler_peak`.
+
 Limits: the nested backward accumulates the head's parameter gradients into ``.grad`` itself, as
 ``torch.utils.checkpoint``'s reentrant variant does, so the stage is for ``loss.backward()`` (what the
 executor runs), not for ``torch.autograd.grad(loss, params)``. A head with dropout draws its masks

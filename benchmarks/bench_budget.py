@@ -246,7 +246,7 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
             cand = search.chain_plan(lo + f * (hi - lo))
             if cand is None:
                 continue
-            step = search.chain_plans[(cand.loss_chunks, cand.ops)][1]
+            step = search._runner(cand)[0]
             add(f"rotor{f:g}", lambda step=step: step(x),
                 {"method": "rotor", "label": f"rotor at {f:g} of [min, store-all]", "status": "executed",
                  "fraction": f, "memory_limit": lo + f * (hi - lo), "predicted_peak": cand.predicted_peak,
@@ -257,10 +257,11 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
             cand = search.chain_plan(lo + f * (hi - lo), compiled=True)
             if cand is None:
                 continue
-            step = search.compiled_chain_plans[(cand.loss_chunks, cand.ops)][1]
+            step = search._runner(cand)[0]
             add(f"crotor{f:g}", lambda step=step: step(x),
                 {"method": "rotor-compiled", "label": f"rotor, compiled stages, at {f:g} of [min, store-all]"
-                 + (f", loss in {cand.loss_chunks} chunks" if cand.loss_chunks > 1 else ""),
+                 + (f", loss in {cand.loss_chunks} chunks" if cand.loss_chunks > 1 else "")
+                 + (" (gradients in the forward)" if cand.loss_grad_in_forward else ""),
                  "status": "executed", "fraction": f, "memory_limit": lo + f * (hi - lo),
                  "predicted_peak": cand.predicted_peak, "solve_time": cand.compile_time,
                  "search_time": search.compiled_profile_time, "_runner": step})

@@ -255,6 +255,12 @@ class Candidate:
     predicted_peak: float | None = None
     ops: tuple = field(default=(), repr=False)
     loss_chunks: int = 1              # chain: the loss stage over this many slices of the tokens
+    loss_grad_in_forward: bool = False  # chain-compiled: the chunks' gradients taken in the forward
+
+    @property
+    def plan_key(self) -> tuple:
+        """A chain plan's key in :attr:`BudgetSearch.chain_plans` / ``compiled_chain_plans``."""
+        return (self.loss_chunks, self.loss_grad_in_forward, self.ops)
 
     @property
     def label(self) -> str:
@@ -263,7 +269,8 @@ class Candidate:
                     + (f", loss in {self.loss_chunks} chunks" if self.loss_chunks > 1 else ""))
         if self.kind == "chain-compiled":
             return (f"chain rotor, compiled stages, at {fmt_memory(self.memory_limit)}"
-                    + (f", loss in {self.loss_chunks} chunks" if self.loss_chunks > 1 else ""))
+                    + (f", loss in {self.loss_chunks} chunks" if self.loss_chunks > 1 else "")
+                    + (" (gradients in the forward)" if self.loss_grad_in_forward else ""))
         return f"{self.solver} fraction {self.fraction:g}"
 
 
@@ -458,7 +465,7 @@ class BudgetSearch:
         self._coffset = 0.0
         self._csolved: dict[tuple, Any] = {}
         self.compiled_chain_note = "" if chain and compiled_stages else "not asked for"
-        self._cchunked = None                  # (loss chunks, compiled chunked loss stage, its chain, min memory)
+        self._cchunked: list[tuple] = []       # (loss chunks, compiled chunked loss stage, its chain, min memory)
         self.compiled_loss_chunks_note = "" if chain and compiled_stages else "not asked for"
         self.compiled_profile_time = 0.0
         self.profile_time = 0.0
@@ -752,34 +759,45 @@ class BudgetSearch:
             self.compiled_loss_chunks_note = (f"the loss ({type(eager.loss).__name__}) does not give its chunks' "
                                               f"targets (TokenLoss.chunk_targets, chunk_sum)")
             return
-        cst, holder, x = self._cchain[0], self._cchain[2], self.inputs[0]
+        cst, x = self._cchain[0], self.inputs[0]
         stage = ChunkedHeadLoss(eager.head, eager.loss, k, eager.targets, backend=self.backend,
                                 tag=f"{id(self):x}_{k}")
+        stages = [stage]
+        if stage.compiled_linear is not None:      # the same compiled loss, its gradients taken in the forward
+            fused = ChunkedHeadLoss(eager.head, eager.loss, k, eager.targets, backend=self.backend,
+                                    tag=f"{id(self):x}_{k}_fwd", grad_in_forward=True)
+            fused.compiled_chunk = stage.compiled_chunk
+            stages.append(fused)
+        found, notes = [], []
         with _Preserved(self.model, self.params):
             with torch.no_grad():
                 a = x
                 for s in self._chain[0]:
                     a = s(a)
-            why = chunked_loss_check(self._chain[1], stage, a)
-            if why:
-                self.compiled_loss_chunks_note = f"compiled chunks: {why}"
-                return
-            try:
-                cchain = profile_chain(
-                    cst, x, stage, repeats=3, device=self.device, names=names[1:-1],
-                    name=f"compile_under_budget-compiled, loss in {k} chunks",
-                    loss_name=f"{names[-1]} in {k} chunks", input_grad=False, clock=clock, memory="profiler",
-                    provenance={"stages": f"torch.compile(backend={self.backend!r}) per stage (memplan.models.compiled)",
-                                "loss_chunks": k,
-                                "loss_chunking": "models.chunked_loss.ChunkedHeadLoss with each chunk's head and loss "
-                                                 f"compiled (backend {self.backend!r}), the logits recomputed chunk "
-                                                 "by chunk in the backward"})
-            except Exception as e:  # noqa: BLE001 - any compile or profiling failure: reported, no such plans
-                self.compiled_loss_chunks_note = (f"compiled chunks failed ({type(e).__name__}: "
-                                                  f"{str(e).splitlines()[0][:160] if str(e) else ''})")
-                return
-        self._cchunked = (k, stage, cchain, float(min_memory(cchain)))
-        self.compiled_loss_chunks_note = ""
+            for st in stages:
+                how = ("gradients in the forward, scaled in the backward" if st.grad_in_forward else
+                       "the logits recomputed chunk by chunk in the backward")
+                why = chunked_loss_check(self._chain[1], st, a)
+                if why:
+                    notes.append(f"compiled chunks ({how}): {why}")
+                    continue
+                try:
+                    cchain = profile_chain(
+                        cst, x, st, repeats=3, device=self.device, names=names[1:-1],
+                        name=f"compile_under_budget-compiled, loss in {k} chunks",
+                        loss_name=f"{names[-1]} in {k} chunks", input_grad=False, clock=clock, memory="profiler",
+                        provenance={"stages": f"torch.compile(backend={self.backend!r}) per stage "
+                                              f"(memplan.models.compiled)",
+                                    "loss_chunks": k, "loss_grad_in_forward": st.grad_in_forward,
+                                    "loss_chunking": "models.chunked_loss.ChunkedHeadLoss with each chunk's loss (and "
+                                                     f"head, unless linear) compiled (backend {self.backend!r}), {how}"})
+                except Exception as e:  # noqa: BLE001 - any compile or profiling failure: reported, no such plans
+                    notes.append(f"compiled chunks ({how}) failed ({type(e).__name__}: "
+                                 f"{str(e).splitlines()[0][:160] if str(e) else ''})")
+                    continue
+                found.append((k, st, cchain, float(min_memory(cchain))))
+        self._cchunked = found
+        self.compiled_loss_chunks_note = "; ".join(notes)
 
     # -- chain plans -------------------------------------------------------------------------------
     @property
@@ -808,7 +826,7 @@ class BudgetSearch:
     def compiled_loss_chunks(self) -> int:
         """The chunk count of the compiled chunked loss stage's chain (1: none, ``compiled_loss_chunks_note``
         says why)."""
-        return self._cchunked[0] if self._cchunked else 1
+        return self._cchunked[0][0] if self._cchunked else 1
 
     @property
     def loss_chunks(self) -> int:
@@ -826,7 +844,7 @@ class BudgetSearch:
         """The same for the compiled-stage chains: the whole compiled loss stage, then the chunked one."""
         if self._cchain is None:
             return []
-        return [(1, self._cchain[1], self._cchain[3], self._cchain[4])] + ([self._cchunked] if self._cchunked else [])
+        return [(1, self._cchain[1], self._cchain[3], self._cchain[4])] + list(self._cchunked)
 
     def _chain_step(self, ops: tuple, loss_stage: Callable | None = None, compiled: bool = False) -> Callable:
         import torch
@@ -863,7 +881,7 @@ class BudgetSearch:
         for k, loss_stage, chain, lo in variants:
             if limit < lo:
                 continue
-            key = (k, float(limit))
+            key = (k, _in_forward(loss_stage), float(limit))
             if key not in solved:                  # the least-memory limit is asked for more than once
                 solved[key] = persistent(chain, float(limit), time_limit=self.solver_time_limit)
             sol = solved[key]
@@ -874,20 +892,22 @@ class BudgetSearch:
             return None
         k, loss_stage, sol = best
         ops = tuple(tuple(o) for o in sol.schedule.ops)
-        if (k, ops) in plans:
-            return plans[(k, ops)][0]
+        pkey = (k, _in_forward(loss_stage), ops)
+        if pkey in plans:
+            return plans[pkey][0]
         step = self._chain_step(ops, loss_stage, compiled)
         with _Preserved(self.model, self.params):
             step(*self.inputs)                     # a warm-up run (first-call allocations, gradients)
             peak, ts = self._measure_step(step, {})
         cand = Candidate("rotor", math.nan, peak, statistics.median(ts), ts, solve_time,
                          kind="chain-compiled" if compiled else "chain",
-                         memory_limit=float(limit), predicted_peak=float(sol.peak_memory), ops=ops, loss_chunks=k)
+                         memory_limit=float(limit), predicted_peak=float(sol.peak_memory), ops=ops, loss_chunks=k,
+                         loss_grad_in_forward=_in_forward(loss_stage))
         if compiled:
             self._coffset = max(self._coffset, peak - float(sol.peak_memory))
         else:
             self._offset = max(self._offset, peak - float(sol.peak_memory))
-        plans[(k, ops)] = (cand, step)
+        plans[pkey] = (cand, step)
         return cand
 
     def chain_fit(self, budget: float, tries: int = 4, compiled: bool = False) -> Candidate | None:
@@ -936,9 +956,9 @@ class BudgetSearch:
 
     def _runner(self, cand: Candidate) -> tuple[Callable, dict]:
         if cand.kind == "chain":
-            return self.chain_plans[(cand.loss_chunks, cand.ops)][1], {}
+            return self.chain_plans[cand.plan_key][1], {}
         if cand.kind == "chain-compiled":
-            return self.compiled_chain_plans[(cand.loss_chunks, cand.ops)][1], {}
+            return self.compiled_chain_plans[cand.plan_key][1], {}
         for c, step, cfg in self.compiled:
             if c is cand:
                 return step, cfg
@@ -1018,6 +1038,11 @@ class BudgetSearch:
         raise InfeasibleError(
             f"memory {fmt_memory(budget)}: every candidate that fitted measured above it when run again{untried}",
             minimum=min(c.peak for c in cands))
+
+
+def _in_forward(loss_stage) -> bool:
+    """Whether a chunked loss stage takes its gradients in the forward (``ChunkedHeadLoss.grad_in_forward``)."""
+    return bool(getattr(loss_stage, "grad_in_forward", False))
 
 
 def _budget(memory) -> int:

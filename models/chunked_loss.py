@@ -233,9 +233,16 @@ class _ChunkedFn(torch.autograd.Function):
             shape = stage.logits_shape(x)
             want_x = bool(ctx.needs_input_grad[1])
             lin = stage.compiled_linear
+            if stage.grad_in_forward:      # gradients of every chunk now, scaled in the backward
+                gx = torch.empty_like(x) if want_x else None
+                gw, gb = (None if p is None or not p.requires_grad else torch.zeros_like(p)
+                          for p in (lin.weight, lin.bias))
             for lo, hi in bounds:          # the training graph, as in the backward: the same random draws
                 ct = stage.chunk_targets(lo, hi, shape, targets, x.device)
-                if lin is not None:
+                if stage.grad_in_forward:
+                    s = _linear_chunk(lin, x, lo, hi, lambda z, ct=ct: stage.compiled_chunk(z, *ct), None, gx,
+                                      into=(gw, gb))
+                elif lin is not None:
                     with torch.no_grad():
                         z = torch.nn.functional.linear(x[:, lo:hi], lin.weight, lin.bias)
                     with torch.enable_grad():
@@ -248,7 +255,10 @@ class _ChunkedFn(torch.autograd.Function):
                 total = s if total is None else total.add_(s)
             count = stage.loss.token_count(shape, *targets)
             ctx.stage, ctx.bounds, ctx.shape, ctx.count, ctx.n_params = stage, bounds, shape, count, len(params)
-            ctx.save_for_backward(x)
+            if stage.grad_in_forward:
+                ctx.grads = (gx, gw, gb)
+            else:
+                ctx.save_for_backward(x)
             return total / count
         for lo, hi in bounds:
             out = stage.head(x[:, lo:hi])
@@ -265,8 +275,10 @@ class _ChunkedFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
         stage = ctx.stage
+        if stage.grad_in_forward:
+            return _scaled_grads(ctx, grad)
+        (x,) = ctx.saved_tensors
         targets = stage.targets()
         want_x = ctx.needs_input_grad[1]
         gx = torch.empty_like(x) if want_x else None
@@ -290,6 +302,29 @@ class _ChunkedFn(torch.autograd.Function):
                 else:
                     _autograd_chunk(stage, x, lo, hi, ctx.shape, targets, scale, gx)
         return (None, gx) + (None,) * ctx.n_params
+
+
+def _scaled_grads(ctx, grad):
+    """The backward of a stage that computed its gradients in the forward (``grad_in_forward``): each
+    scaled in place by ``grad / count``, the parameters' added into ``.grad`` (or become it)."""
+    gx, gw, gb = ctx.grads
+    ctx.grads = None
+    scale = grad.detach() / ctx.count
+    lin = ctx.stage.compiled_linear
+    with torch.no_grad():
+        for p, g in ((lin.weight, gw), (lin.bias, gb)):
+            if g is None:
+                continue
+            g.mul_(scale)
+            if p.grad is None:
+                p.grad = g
+            else:
+                p.grad.add_(g)
+        if gx is not None and ctx.needs_input_grad[1]:
+            gx.mul_(scale)
+        else:
+            gx = None
+    return (None, gx) + (None,) * ctx.n_params
 
 
 def _autograd_chunk(stage, x, lo, hi, shape, targets, scale, gx) -> None:
@@ -324,27 +359,36 @@ def _compiled_chunk(stage, x, lo, hi, shape, targets, scale, gx) -> None:
         gx[:, lo:hi].copy_(xc.grad)
 
 
-def _linear_chunk(lin, x, lo, hi, chunk_sum: Callable, scale, gx) -> None:
+def _linear_chunk(lin, x, lo, hi, chunk_sum: Callable, scale, gx, into: tuple | None = None) -> torch.Tensor:
     """One chunk's backward through a linear head ``z = x W^T + b``: the logits z recomputed without
     a graph, their gradient g from the loss alone (``chunk_sum(z)``, the chunk's sum of token losses:
-    eager, or compiled), then ``W.grad += g^T x`` and ``b.grad += sum g`` in place (no transient
-    weight-sized gradient, which the autograd path pays once per chunk) and the input's gradient
-    ``g W``."""
+    eager, or compiled; weighted by ``scale``, None: 1), then ``W.grad += g^T x`` and
+    ``b.grad += sum g`` in place (no transient weight-sized gradient, which the autograd path pays
+    once per chunk) and the input's gradient ``g W``. ``into``: ``(buffer of W, buffer of b)`` to add
+    the gradients into instead of ``.grad`` (None entries skipped). Returns the chunk's sum (detached)."""
     xc = x[:, lo:hi]
     with torch.no_grad():
         z = torch.nn.functional.linear(xc, lin.weight, lin.bias)
     z.requires_grad_(True)
     with torch.enable_grad():
         s = chunk_sum(z)
-        (g,) = torch.autograd.grad(s, z, scale.to(s.dtype).reshape(s.shape))
-    del s, z
+        (g,) = torch.autograd.grad(s, z, None if scale is None else scale.to(s.dtype).reshape(s.shape))
+    del z
     with torch.no_grad():
         g2 = g.reshape(-1, g.shape[-1])
-        _add_grad(lin.weight, lambda w: w.addmm_(g2.t(), xc.reshape(-1, xc.shape[-1])))
-        if lin.bias is not None:
-            _add_grad(lin.bias, lambda b: b.add_(g2.sum(0)))
+        x2 = xc.reshape(-1, xc.shape[-1])
+        if into is None:
+            _add_grad(lin.weight, lambda w: w.addmm_(g2.t(), x2))
+            if lin.bias is not None:
+                _add_grad(lin.bias, lambda b: b.add_(g2.sum(0)))
+        else:
+            if into[0] is not None:
+                into[0].addmm_(g2.t(), x2)
+            if into[1] is not None:
+                into[1].add_(g2.sum(0))
         if gx is not None:
             gx[:, lo:hi].copy_(torch.matmul(g, lin.weight))
+    return s.detach()
 
 
 class ChunkedHeadLoss(torch.nn.Module):
@@ -353,7 +397,8 @@ class ChunkedHeadLoss(torch.nn.Module):
     of the current step (none for :class:`FixedLabelCrossEntropy`)."""
 
     def __init__(self, head: Callable, loss: TokenLoss, chunks: int, targets: Callable[[], tuple] | None = None,
-                 backend: str | None = None, options: dict | None = None, tag: str = ""):
+                 backend: str | None = None, options: dict | None = None, tag: str = "",
+                 grad_in_forward: bool = False):
         super().__init__()
         if not isinstance(loss, TokenLoss):
             raise TypeError(f"ChunkedHeadLoss: the loss must be a TokenLoss, got {type(loss).__name__}")
@@ -366,6 +411,7 @@ class ChunkedHeadLoss(torch.nn.Module):
         self.backend, self.options = backend, options
         self.compiled_chunk = None
         self.compiled_linear = None
+        self.grad_in_forward = bool(grad_in_forward)
         self._shapes: dict[tuple, list[int]] = {}
         if backend is not None:
             if not loss.compilable:
@@ -383,8 +429,11 @@ class ChunkedHeadLoss(torch.nn.Module):
                 return loss.chunk_sum(z, *chunk_targets)
 
             self.compiled_linear = linear_head(head)
-            self.compiled_chunk = torch.compile(_fresh_caller(chunk_fn if self.compiled_linear is None else loss_fn, f"chunk_{tag or f'{id(self):x}'}"),
-                                                backend=backend, fullgraph=True, dynamic=False, options=options)
+            self.compiled_chunk = torch.compile(
+                _fresh_caller(chunk_fn if self.compiled_linear is None else loss_fn, f"chunk_{tag or f'{id(self):x}'}"),
+                backend=backend, fullgraph=True, dynamic=False, options=options)
+        if self.grad_in_forward and self.compiled_linear is None:
+            raise ValueError("ChunkedHeadLoss: grad_in_forward needs compiled chunks (a backend) and a linear head")
 
     def chunk_targets(self, lo: int, hi: int, shape, targets: tuple, device) -> tuple:
         """The loss's tensors of tokens ``lo:hi`` (:meth:`TokenLoss.chunk_targets`), on ``device``."""

@@ -412,9 +412,10 @@ class BudgetSearch:
     :class:`~memplan.models.chunked_loss.TokenLoss`: a second chain with that loss stage is profiled
     where it lowers the least memory (:meth:`_build_chunked`, ``loss_chunks``), rotor is solved on
     both and the plan with the smaller predicted makespan is measured; its label names the chunks. The
-    compiled-stage chain gets the same variant with each chunk's head and loss compiled
-    (:meth:`_build_compiled_chunked`, ``compiled_loss_chunks``): below the whole compiled loss stage's
-    floor its plans are compiled ones too; ``compiled_loss_chunks_note`` says why there is none."""
+    compiled-stage chain gets the same variant with each chunk compiled, and for a linear head one
+    more whose chunks take their gradients in the forward (:meth:`_build_compiled_chunked`,
+    ``compiled_loss_chunks``): below the whole compiled loss stage's floor its plans are compiled
+    ones too; ``compiled_loss_chunks_note`` says why a variant is missing."""
 
     def __init__(self, model, example_inputs: Sequence[Any], *, loss_fn: Callable | None = None,
                  example_targets: Sequence[Any] = (), backend: str = "aot_eager_decomp_partition",
@@ -734,14 +735,18 @@ class BudgetSearch:
         self.compiled_profile_time = time.perf_counter() - t0
 
     def _build_compiled_chunked(self, names: list, clock: str) -> None:
-        """The compiled chain with its loss stage over chunks of tokens, each chunk's head and loss
-        compiled (:class:`memplan.models.chunked_loss.ChunkedHeadLoss` with the search's backend: one
-        graph per chunk size, its training graph run in the forward and again, with its compiled
-        backward, chunk by chunk in the backward), at the eager chunked chain's chunk count
-        (:meth:`_build_chunked`). Its loss and input gradient must equal the whole loss stage's on a
-        sample (:func:`~memplan.models.chunked_loss.chunked_loss_check`, which also compiles it); the
-        chain is profiled with c10's allocator events (``memory="profiler"``), the compiled stages'
-        graphs reused. ``compiled_loss_chunks_note`` says why there is none."""
+        """The compiled chain with its loss stage over chunks of tokens, each chunk compiled
+        (:class:`memplan.models.chunked_loss.ChunkedHeadLoss` with the search's backend: one graph per
+        chunk size; a linear head's logits one matmul and the loss compiled on them, any other head
+        compiled with the loss), at the eager chunked chain's chunk count (:meth:`_build_chunked`).
+        Two variants for a linear head: the logits recomputed chunk by chunk in the backward, and the
+        gradients taken in the forward (``grad_in_forward``: no recomputation, the head's gradient
+        buffers held to the backward); rotor is solved on each and the plan with the smaller predicted
+        makespan measured, as for the eager variants. Each stage's loss and input gradient must equal
+        the whole loss stage's on a sample (:func:`~memplan.models.chunked_loss.chunked_loss_check`,
+        which also compiles it); each chain is profiled with c10's allocator events
+        (``memory="profiler"``), the compiled stages' graphs reused. ``compiled_loss_chunks_note``
+        says why a variant is missing."""
         import torch
 
         from memplan.baselines.remat_min_memory import min_memory

@@ -51,6 +51,13 @@ from the same random-number state: the backward draws the forward's masks, with 
 compiled chunked stage refuses to run under a dispatch mode, as compiled stages do; measure it with
 :func:`models.memory.profiler_peak`.
 
+``grad_in_forward=True`` (compiled chunks, a linear head): no recomputation. The forward computes each
+chunk's logits, loss and logits' gradient, adds ``g^T x`` and ``sum g`` into buffers of the weight's
+and the bias's size and writes ``g W`` into the input's gradient; the backward only scales the three
+by ``grad / count`` and adds the parameters' into ``.grad``. One matmul per chunk fewer (the logits are
+not computed twice), the buffers (the head's weight, its bias and a^L's size) held from the forward to
+the backward: another point of the memory/time trade-off, offered to rotor beside the other.
+
 Limits: the nested backward accumulates the head's parameter gradients into ``.grad`` itself, as
 ``torch.utils.checkpoint``'s reentrant variant does, so the stage is for ``loss.backward()`` (what the
 executor runs), not for ``torch.autograd.grad(loss, params)``. A head with dropout draws its masks
@@ -373,6 +380,7 @@ def _linear_chunk(lin, x, lo, hi, chunk_sum: Callable, scale, gx, into: tuple | 
     with torch.enable_grad():
         s = chunk_sum(z)
         (g,) = torch.autograd.grad(s, z, None if scale is None else scale.to(s.dtype).reshape(s.shape))
+    s = s.detach()
     del z
     with torch.no_grad():
         g2 = g.reshape(-1, g.shape[-1])
@@ -388,7 +396,7 @@ def _linear_chunk(lin, x, lo, hi, chunk_sum: Callable, scale, gx, into: tuple | 
                 into[1].add_(g2.sum(0))
         if gx is not None:
             gx[:, lo:hi].copy_(torch.matmul(g, lin.weight))
-    return s.detach()
+    return s
 
 
 class ChunkedHeadLoss(torch.nn.Module):

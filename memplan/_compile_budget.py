@@ -296,6 +296,7 @@ class BudgetedStep:
     choice: Candidate | None = None
     chain_note: str = ""              # why chain plans were not tried, if they were not
     compiled_chain_note: str = ""     # why chain plans with compiled stages were not tried (or their loss stage is eager)
+    compiled_loss_chunks_note: str = ""   # why the compiled-stage chain has no (or one fewer) chunked loss stage
     _fn: Callable = field(repr=False, default=None)
     _config: dict = field(repr=False, default_factory=dict)
 
@@ -328,6 +329,8 @@ class BudgetedStep:
             lines.append(f"  chain plans: {self.chain_note}")
         if self.compiled_chain_note:
             lines.append(f"  chain plans with compiled stages: {self.compiled_chain_note}")
+        if self.compiled_loss_chunks_note:
+            lines.append(f"  compiled stages, chunked loss stage: {self.compiled_loss_chunks_note}")
         return "\n".join(lines)
 
 
@@ -700,6 +703,7 @@ class BudgetSearch:
 
         if self.time_limit is not None and time.perf_counter() - self.t_start > self.time_limit:
             self.compiled_chain_note = f"not tried within time_limit={self.time_limit:g} s"
+            self.compiled_loss_chunks_note = self.compiled_chain_note
             return
         stages, loss_stage, holder, chain, _ = self._chain
         names = list(chain.stage_names)
@@ -794,8 +798,9 @@ class BudgetSearch:
                         provenance={"stages": f"torch.compile(backend={self.backend!r}) per stage "
                                               f"(memplan.models.compiled)",
                                     "loss_chunks": k, "loss_grad_in_forward": st.grad_in_forward,
-                                    "loss_chunking": "models.chunked_loss.ChunkedHeadLoss with each chunk's loss (and "
-                                                     f"head, unless linear) compiled (backend {self.backend!r}), {how}"})
+                                    "loss_chunking": "models.chunked_loss.ChunkedHeadLoss with each chunk's loss "
+                                                     "(and head, unless linear) compiled (backend "
+                                                     f"{self.backend!r}), {how}"})
                 except Exception as e:  # noqa: BLE001 - any compile or profiling failure: reported, no such plans
                     notes.append(f"compiled chunks ({how}) failed ({type(e).__name__}: "
                                  f"{str(e).splitlines()[0][:160] if str(e) else ''})")
@@ -1039,6 +1044,7 @@ class BudgetSearch:
                                         choice.solver, list(self.skipped), time.perf_counter() - self.t_start,
                                         kind=choice.kind, choice=choice, chain_note=self.chain_note,
                                         compiled_chain_note=self.compiled_chain_note,
+                                        compiled_loss_chunks_note=self.compiled_loss_chunks_note,
                                         _fn=step, _config=cfg)
         raise InfeasibleError(
             f"memory {fmt_memory(budget)}: every candidate that fitted measured above it when run again{untried}",

@@ -468,7 +468,8 @@ class ChunkedHeadLoss(torch.nn.Module):
 
                 raise DispatchModeError(
                     "compiled chunked loss stage: called under a TorchDispatchMode, where torch.compile does not "
-                    "run compiled code; measure it with models.memory.profiler_peak or profile_chain(memory='profiler')")
+                    "run compiled code; measure it with models.memory.profiler_peak or "
+                    "profile_chain(memory='profiler')")
         params = list({id(p): p for p in self.parameters() if p.requires_grad}.values())
         return _ChunkedFn.apply(self, x, *params)
 

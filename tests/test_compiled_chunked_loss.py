@@ -170,9 +170,9 @@ def test_budget_search_plans_compiled_chunks_below_the_whole_compiled_floor():
     the head is linear: the logits recomputed in the backward, and the gradients taken in the
     forward): its least memory is below the whole compiled loss stage's, a measured candidate of kind
     chain-compiled with the chunks in its label reaches below the whole compiled loss stage chain's
-    least memory (its loss stage alone holds 3 N V floats there), and at a budget between the two the compiled chain's fitting plan and the search's
-    answer measure within it; every compiled chain plan measured trains (gradients equal eager
-    autograd's)."""
+    least memory (its loss stage alone holds 3 N V floats there), and at a budget between the two the
+    compiled chain's fitting plan and the search's answer measure within it; every compiled chain
+    plan measured trains (gradients equal eager autograd's)."""
     from memplan._compile_budget import BudgetSearch
 
     torch.manual_seed(0)

@@ -17,11 +17,13 @@ backward) is run by every contender:
   PyTorch's budget knob does not do: the least memory below PyTorch's lowest comes from it;
 - ``rotor-compiled``: the same over the chain's stages each compiled by ``torch.compile`` with the
   backend (:mod:`memplan.models.compiled`; the hierarchy: rotor across stages, the compiler's partitioner
-  and fusion within a stage), on the chain profiled with c10's allocator events (whole loss stage);
-  with ``--stage-fractions 1,0.5`` one such chain per fraction, its stages compiled with
-  ``activation_memory_budget`` at that fraction and ``--stage-solver`` (default ``memplan-peak``,
-  :mod:`memplan.formulations.peak_milp`) deciding keep-or-recompute inside each stage (column
-  ``stage_fraction``; the summary compares the chains' least-memory and store-all plans);
+  and fusion within a stage), on the chain profiled with c10's allocator events; its loss stage whole
+  (head + cross-entropy compiled as one stage) or, where the eager chain chunks it, over the same chunks
+  with each chunk's head and loss compiled (the label says "loss in k chunks"), from the compiled
+  chains' least memory; with ``--stage-fractions 1,0.5`` one more chain per fraction below 1, its stages
+  compiled with ``activation_memory_budget`` at that fraction and ``--stage-solver`` (default
+  ``memplan-peak``, :mod:`memplan.formulations.peak_milp`) deciding keep-or-recompute inside each stage
+  (column ``stage_fraction``; the summary compares the chains' least-memory and store-all plans);
 - ``memplan``: :meth:`BudgetSearch.under` (what ``memplan.compile_under_budget`` returns) at byte
   budgets equal to each PyTorch point's measured peak, then below PyTorch's lowest peak
   (x0.9, 0.75, 0.6, 0.5, ...) down to memplan's least measured peak.
@@ -220,7 +222,8 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
     progress(f"{name}: {len(search.compiled)} fractions compiled and measured, chain L = "
              f"{search.chain.L if search.chain else '-'} profiled ({search.profile_time:.1f} s), compiled stages "
              f"{'profiled' if search.compiled_chain else 'not available'} ({search.compiled_profile_time:.1f} s), "
-             f"{grid_time:.1f} s; {search.chain_note} {search.compiled_chain_note}")
+             f"{grid_time:.1f} s, loss chunks {search.loss_chunks} (compiled {search.compiled_loss_chunks}); "
+             f"{search.chain_note} {search.compiled_chain_note} {search.compiled_loss_chunks_note}")
     for sf, calls in search.stage_solver_calls.items():
         changed = sum(1 for c in calls if c.get("recompute_runtime") != c.get("dp_recompute_runtime"))
         progress(f"{name}: stages at partitioner budget {sf:g}: {stage_solver} asked {len(calls)} times "
@@ -265,13 +268,13 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
             cand = search.chain_plan(lo + f * (hi - lo))
             if cand is None:
                 continue
-            step = search.chain_plans[(cand.loss_chunks, cand.ops)][1]
+            step = search._runner(cand)[0]
             add(f"rotor{f:g}", lambda step=step: step(x),
                 {"method": "rotor", "label": f"rotor at {f:g} of [min, store-all]", "status": "executed",
                  "fraction": f, "memory_limit": lo + f * (hi - lo), "predicted_peak": cand.predicted_peak,
                  "solve_time": cand.compile_time, "_runner": step})
     for sf, cc in search._cchains.items():
-        lo, hi = cc[4], store_all(cc[3]).peak_memory
+        lo, hi = search.compiled_chain_minimum_at(sf), store_all(cc[3]).peak_memory
         what = "compiled stages" if sf >= 1 else f"stages at partitioner budget {sf:g} ({stage_solver})"
         for f in (0.0, 0.25, 0.5, 0.75, 1.0):
             cand = search.chain_plan(lo + f * (hi - lo), compiled=sf)
@@ -279,7 +282,9 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
                 continue
             step = search._runner(cand)[0]
             add(f"crotor{f:g}" + ("" if sf >= 1 else f"@{sf:g}"), lambda step=step: step(x),
-                {"method": "rotor-compiled", "label": f"rotor, {what}, at {f:g} of [min, store-all]",
+                {"method": "rotor-compiled", "label": f"rotor, {what}, at {f:g} of [min, store-all]"
+                 + (f", loss in {cand.loss_chunks} chunks" if cand.loss_chunks > 1 else "")
+                 + (" (gradients in the forward)" if cand.loss_grad_in_forward else ""),
                  "status": "executed", "fraction": f, "memory_limit": lo + f * (hi - lo),
                  "predicted_peak": cand.predicted_peak, "solve_time": cand.compile_time, "stage_fraction": sf,
                  "search_time": search.compiled_profile_times.get(sf), "_runner": step})

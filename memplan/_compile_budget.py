@@ -246,7 +246,8 @@ class Candidate:
     and run eagerly by :func:`memplan.models.runtime.execute` (``fraction`` is nan);
     ``kind="chain-compiled"``: the same with every stage, the loss stage included, compiled by
     ``torch.compile`` with the search's backend (:mod:`memplan.models.compiled`), on the chain
-    profiled with the compiled stages."""
+    profiled with the compiled stages; ``loss_chunks`` > 1: its loss stage over chunks of tokens,
+    each chunk compiled."""
 
     solver: str
     fraction: float
@@ -263,6 +264,14 @@ class Candidate:
     loss_chunks: int = 1              # chain: the loss stage over this many slices of the tokens
     stage_fraction: float = 1.0       # chain-compiled: the partitioner budget the stages were compiled at
     stage_solver: str = ""            # chain-compiled, stage_fraction < 1: its keep-or-recompute solver
+    loss_grad_in_forward: bool = False  # chain-compiled: the chunks' gradients taken in the forward
+
+    @property
+    def plan_key(self) -> tuple:
+        """A chain plan's key in :attr:`BudgetSearch.chain_plans` / ``compiled_chain_plans``."""
+        if self.kind == "chain-compiled":
+            return (self.stage_fraction, self.loss_chunks, self.loss_grad_in_forward, self.ops)
+        return (self.loss_chunks, self.loss_grad_in_forward, self.ops)
 
     @property
     def label(self) -> str:
@@ -273,7 +282,9 @@ class Candidate:
             if self.stage_fraction < 1:
                 return (f"chain rotor, compiled stages at partitioner budget {self.stage_fraction:g} "
                         f"({self.stage_solver}), at {fmt_memory(self.memory_limit)}")
-            return f"chain rotor, compiled stages, at {fmt_memory(self.memory_limit)}"
+            return (f"chain rotor, compiled stages, at {fmt_memory(self.memory_limit)}"
+                    + (f", loss in {self.loss_chunks} chunks" if self.loss_chunks > 1 else "")
+                    + (" (gradients in the forward)" if self.loss_grad_in_forward else ""))
         return f"{self.solver} fraction {self.fraction:g}"
 
 
@@ -299,6 +310,7 @@ class BudgetedStep:
     choice: Candidate | None = None
     chain_note: str = ""              # why chain plans were not tried, if they were not
     compiled_chain_note: str = ""     # why chain plans with compiled stages were not tried (or their loss stage is eager)
+    compiled_loss_chunks_note: str = ""   # why the compiled-stage chain has no (or one fewer) chunked loss stage
     _fn: Callable = field(repr=False, default=None)
     _config: dict = field(repr=False, default_factory=dict)
 
@@ -331,6 +343,8 @@ class BudgetedStep:
             lines.append(f"  chain plans: {self.chain_note}")
         if self.compiled_chain_note:
             lines.append(f"  chain plans with compiled stages: {self.compiled_chain_note}")
+        if self.compiled_loss_chunks_note:
+            lines.append(f"  compiled stages, chunked loss stage: {self.compiled_loss_chunks_note}")
         return "\n".join(lines)
 
 
@@ -426,7 +440,10 @@ class BudgetSearch:
     :class:`~memplan.models.chunked_loss.TokenLoss`: a second chain with that loss stage is profiled
     where it lowers the least memory (:meth:`_build_chunked`, ``loss_chunks``), rotor is solved on
     both and the plan with the smaller predicted makespan is measured; its label names the chunks. The
-    compiled-stage chain keeps the whole loss stage (the chunked one is not compiled)."""
+    compiled-stage chain (at the first stage fraction) gets the same variant with each chunk compiled,
+    and for a linear head one more whose chunks take their gradients in the forward
+    (:meth:`_build_compiled_chunked`, ``compiled_loss_chunks``): below the whole compiled loss stage's
+    floor its plans are compiled ones too; ``compiled_loss_chunks_note`` says why a variant is missing."""
 
     def __init__(self, model, example_inputs: Sequence[Any], *, loss_fn: Callable | None = None,
                  example_targets: Sequence[Any] = (), backend: str = "aot_eager_decomp_partition",
@@ -499,6 +516,8 @@ class BudgetSearch:
         self._coffsets: dict[float, float] = {}
         self._csolved: dict[tuple, Any] = {}
         self.compiled_chain_note = "" if chain and compiled_stages else "not asked for"
+        self._cchunked: list[tuple] = []       # (loss chunks, compiled chunked loss stage, its chain, min memory)
+        self.compiled_loss_chunks_note = "" if chain and compiled_stages else "not asked for"
         self.compiled_chain_notes: dict[float, str] = {}
         self.compiled_profile_times: dict[float, float] = {}
         self.stage_solver_calls: dict[float, list] = {}    # stage fraction < 1 -> its solver's calls
@@ -511,13 +530,14 @@ class BudgetSearch:
                 if time_limit is not None and time.perf_counter() - self.t_start > time_limit:
                     self.chain_note = f"not tried within time_limit={time_limit:g} s"
                     if compiled_stages:
-                        self.compiled_chain_note = self.chain_note
+                        self.compiled_chain_note = self.compiled_loss_chunks_note = self.chain_note
                 else:
                     self._build_chain()
                     if compiled_stages and self._chain is not None:
                         self._build_compiled_chains()
                     elif compiled_stages:
                         self.compiled_chain_note = "no chain to compile (see chain_note)"
+                        self.compiled_loss_chunks_note = self.compiled_chain_note
         if not self.compiled and self._chain is None:
             raise InputError(f"compile_under_budget: nothing to try: fractions is empty and chain plans are not "
                              f"available ({self.chain_note})")
@@ -730,6 +750,8 @@ class BudgetSearch:
             elapsed = time.perf_counter() - self.t_start
             if self.time_limit is not None and elapsed + last > self.time_limit:
                 self.compiled_chain_notes[sf] = f"not tried within time_limit={self.time_limit:g} s"
+                if sf == self.stage_fractions[0]:
+                    self.compiled_loss_chunks_note = self.compiled_chain_notes[sf]
                 continue
             t0 = time.perf_counter()
             self._build_compiled_chain(sf)
@@ -801,7 +823,87 @@ class BudgetSearch:
             break
         else:
             self.compiled_chain_notes[sf] = note
+        if sf == self.stage_fractions[0]:
+            if sf in self._cchains:
+                self._build_compiled_chunked(names, clock)
+            else:
+                self.compiled_loss_chunks_note = "no compiled chain (see compiled_chain_note)"
         self.compiled_profile_times[sf] = time.perf_counter() - t0
+
+    def _build_compiled_chunked(self, names: list, clock: str) -> None:
+        """The compiled chain with its loss stage over chunks of tokens, each chunk compiled
+        (:class:`memplan.models.chunked_loss.ChunkedHeadLoss` with the search's backend: one graph per
+        chunk size; a linear head's logits one matmul and the loss compiled on them, any other head
+        compiled with the loss), at the eager chunked chain's chunk count (:meth:`_build_chunked`).
+        Two variants for a linear head: the logits recomputed chunk by chunk in the backward, and the
+        gradients taken in the forward (``grad_in_forward``: no recomputation, the head's gradient
+        buffers held to the backward); rotor is solved on each and the plan with the smaller predicted
+        makespan measured, as for the eager variants. Each stage's loss and input gradient must equal
+        the whole loss stage's on a sample (:func:`~memplan.models.chunked_loss.chunked_loss_check`,
+        which also compiles it); each chain is profiled with c10's allocator events
+        (``memory="profiler"``), the compiled stages' graphs reused. ``compiled_loss_chunks_note``
+        says why a variant is missing."""
+        import torch
+
+        from memplan.baselines.remat_min_memory import min_memory
+        from memplan.models.chunked_loss import ChunkedHeadLoss, chunked_loss_check
+        from memplan.models.profiler import profile_chain
+
+        if self._chunked is None:
+            self.compiled_loss_chunks_note = f"no chunked loss stage ({self.loss_chunks_note})"
+            return
+        if self.time_limit is not None and time.perf_counter() - self.t_start > self.time_limit:
+            self.compiled_loss_chunks_note = f"not tried within time_limit={self.time_limit:g} s"
+            return
+        k, eager = self._chunked[0], self._chunked[1]
+        if not eager.loss.compilable:
+            self.compiled_loss_chunks_note = (f"the loss ({type(eager.loss).__name__}) does not give its chunks' "
+                                              f"targets (TokenLoss.chunk_targets, chunk_sum)")
+            return
+        cst, x = self._cchain[0], self.inputs[0]
+        stage = ChunkedHeadLoss(eager.head, eager.loss, k, eager.targets, backend=self.backend,
+                                tag=f"{id(self):x}_{k}")
+        stages = [stage]
+        if stage.compiled_linear is not None:      # the same compiled loss, its gradients taken in the forward
+            fused = ChunkedHeadLoss(eager.head, eager.loss, k, eager.targets, backend=self.backend,
+                                    tag=f"{id(self):x}_{k}_fwd", grad_in_forward=True)
+            fused.compiled_chunk = stage.compiled_chunk
+            stages.append(fused)
+        found, notes = [], []
+        with _Preserved(self.model, self.params):
+            with torch.no_grad():
+                a = x
+                for s in self._chain[0]:
+                    a = s(a)
+            for st in stages:
+                how = ("gradients in the forward, scaled in the backward" if st.grad_in_forward else
+                       "the logits recomputed chunk by chunk in the backward")
+                why = chunked_loss_check(self._chain[1], st, a)
+                if why:
+                    notes.append(f"compiled chunks ({how}): {why}")
+                    continue
+                try:
+                    cchain = profile_chain(
+                        cst, x, st, repeats=3, device=self.device, names=names[1:-1],
+                        name=f"compile_under_budget-compiled, loss in {k} chunks",
+                        loss_name=f"{names[-1]} in {k} chunks", input_grad=False, clock=clock, memory="profiler",
+                        deadline=None if self.time_limit is None else self.t_start + self.time_limit,
+                        provenance={"stages": f"torch.compile(backend={self.backend!r}) per stage "
+                                              f"(memplan.models.compiled)",
+                                    "loss_chunks": k, "loss_grad_in_forward": st.grad_in_forward,
+                                    "loss_chunking": "models.chunked_loss.ChunkedHeadLoss with each chunk's loss "
+                                                     "(and head, unless linear) compiled (backend "
+                                                     f"{self.backend!r}), {how}"})
+                except TimeoutError:
+                    notes.append(f"compiled chunks ({how}): not finished within time_limit={self.time_limit:g} s")
+                    break
+                except Exception as e:  # noqa: BLE001 - any compile or profiling failure: reported, no such plans
+                    notes.append(f"compiled chunks ({how}) failed ({type(e).__name__}: "
+                                 f"{str(e).splitlines()[0][:160] if str(e) else ''})")
+                    continue
+                found.append((k, st, cchain, float(min_memory(cchain))))
+        self._cchunked = found
+        self.compiled_loss_chunks_note = "; ".join(notes)
 
     # -- chain plans -------------------------------------------------------------------------------
     @property
@@ -846,6 +948,24 @@ class BudgetSearch:
             return self.stage_fractions[0]
         return float(compiled)
 
+    def compiled_chain_minimum_at(self, sf: float) -> float | None:
+        """The least memory of the compiled-stage chains at stage fraction ``sf`` (the compiled chunked
+        loss stage's chain included at the first one), or None."""
+        v = self._cvariants(sf)
+        return min(x[3] for x in v) if v else None
+
+    @property
+    def compiled_chain_minimum(self) -> float | None:
+        """The least memory of the compiled-stage chains' model at the first stage fraction (bytes; the
+        compiled chunked loss stage's chain included), or None."""
+        return self.compiled_chain_minimum_at(self.stage_fractions[0])
+
+    @property
+    def compiled_loss_chunks(self) -> int:
+        """The chunk count of the compiled chunked loss stage's chain (1: none, ``compiled_loss_chunks_note``
+        says why)."""
+        return self._cchunked[0][0] if self._cchunked else 1
+
     @property
     def loss_chunks(self) -> int:
         """The chunk count of the chunked loss stage's chain (1: none, ``loss_chunks_note`` says why)."""
@@ -857,6 +977,15 @@ class BudgetSearch:
         if self._chain is None:
             return []
         return [(1, self._chain[1], self._chain[3], self._chain[4])] + ([self._chunked] if self._chunked else [])
+
+    def _cvariants(self, sf: float | None = None) -> list[tuple]:
+        """The same for the compiled-stage chain at stage fraction ``sf`` (None: the first): the whole
+        compiled loss stage, then (at the first stage fraction) the compiled chunked ones."""
+        sf = self.stage_fractions[0] if sf is None else sf
+        c = self._cchains.get(sf)
+        if c is None:
+            return []
+        return [(1, c[1], c[3], c[4])] + (list(self._cchunked) if sf == self.stage_fractions[0] else [])
 
     def _chain_step(self, ops: tuple, loss_stage: Callable | None = None, compiled=False) -> Callable:
         import torch
@@ -879,8 +1008,9 @@ class BudgetSearch:
         """Rotor's plan at ``limit`` bytes of the chain's model, measured (cached by its loss chunks and
         sequence); None when rotor has no plan there (below the chain's minimum). With a chunked loss
         stage's chain (:meth:`_build_chunked`) rotor is solved on both chains and the plan with the
-        smaller predicted makespan is kept. ``compiled``: on the chain of compiled stages (kind
-        ``"chain-compiled"``, the whole loss stage only): True, the first stage fraction's; a number,
+        smaller predicted makespan is kept. ``compiled``: on the chains of compiled stages (kind
+        ``"chain-compiled"``; the whole loss stage and, where :meth:`_build_compiled_chunked` made one,
+        the compiled chunked one, chosen the same way): True, the first stage fraction's; a number,
         that stage fraction's."""
         from memplan.baselines.remat_rotor import persistent
 
@@ -891,12 +1021,12 @@ class BudgetSearch:
         if c is None:
             return None
         t0 = time.perf_counter()
-        variants = self._variants() if sf is None else [(1, c[1], c[3], c[4])]
+        variants = self._variants() if sf is None else self._cvariants(sf)
         best = None
         for k, loss_stage, chain, lo in variants:
             if limit < lo:
                 continue
-            key = pre + (k, float(limit))
+            key = pre + (k, _in_forward(loss_stage), float(limit))
             if key not in solved:                  # the least-memory limit is asked for more than once
                 solved[key] = persistent(chain, float(limit), time_limit=self.solver_time_limit)
             sol = solved[key]
@@ -907,8 +1037,9 @@ class BudgetSearch:
             return None
         k, loss_stage, sol = best
         ops = tuple(tuple(o) for o in sol.schedule.ops)
-        if pre + (k, ops) in plans:
-            return plans[pre + (k, ops)][0]
+        pkey = pre + (k, _in_forward(loss_stage), ops)
+        if pkey in plans:
+            return plans[pkey][0]
         step = self._chain_step(ops, loss_stage, sf if sf is not None else False)
         with _Preserved(self.model, self.params):
             step(*self.inputs)                     # a warm-up run (first-call allocations, gradients)
@@ -917,12 +1048,13 @@ class BudgetSearch:
                          kind="chain" if sf is None else "chain-compiled",
                          memory_limit=float(limit), predicted_peak=float(sol.peak_memory), ops=ops, loss_chunks=k,
                          stage_fraction=1.0 if sf is None else sf,
-                         stage_solver=self.stage_solver if sf is not None and sf < 1 else "")
+                         stage_solver=self.stage_solver if sf is not None and sf < 1 else "",
+                         loss_grad_in_forward=_in_forward(loss_stage))
         if sf is None:
             self._offset = max(self._offset, peak - float(sol.peak_memory))
         else:
             self._coffsets[sf] = max(self._coffsets.get(sf, 0.0), peak - float(sol.peak_memory))
-        plans[pre + (k, ops)] = (cand, step)
+        plans[pkey] = (cand, step)
         return cand
 
     def chain_fit(self, budget: float, tries: int = 4, compiled=False) -> Candidate | None:
@@ -939,7 +1071,7 @@ class BudgetSearch:
         if c is None:
             return None
         compiled = False if sf is None else sf
-        lo = self.chain_minimum if sf is None else c[4]
+        lo = self.chain_minimum if sf is None else self.compiled_chain_minimum_at(sf)
         limit = budget - max(0.0, self._offset if sf is None else self._coffsets.get(sf, 0.0))
         for _ in range(tries):
             limit = max(limit, lo)
@@ -968,14 +1100,14 @@ class BudgetSearch:
         if self._chain is not None:
             self.chain_plan(self.chain_minimum)
         for sf, c in self._cchains.items():
-            self.chain_plan(c[4], compiled=sf)
+            self.chain_plan(self.compiled_chain_minimum_at(sf), compiled=sf)
         return min(self.measured(), key=lambda c: c.peak)
 
     def _runner(self, cand: Candidate) -> tuple[Callable, dict]:
         if cand.kind == "chain":
-            return self.chain_plans[(cand.loss_chunks, cand.ops)][1], {}
+            return self.chain_plans[cand.plan_key][1], {}
         if cand.kind == "chain-compiled":
-            return self.compiled_chain_plans[(cand.stage_fraction, cand.loss_chunks, cand.ops)][1], {}
+            return self.compiled_chain_plans[cand.plan_key][1], {}
         for c, step, cfg in self.compiled:
             if c is cand:
                 return step, cfg
@@ -1051,10 +1183,16 @@ class BudgetSearch:
                                         choice.solver, list(self.skipped), time.perf_counter() - self.t_start,
                                         kind=choice.kind, choice=choice, chain_note=self.chain_note,
                                         compiled_chain_note=self.compiled_chain_note,
+                                        compiled_loss_chunks_note=self.compiled_loss_chunks_note,
                                         _fn=step, _config=cfg)
         raise InfeasibleError(
             f"memory {fmt_memory(budget)}: every candidate that fitted measured above it when run again{untried}",
             minimum=min(c.peak for c in cands))
+
+
+def _in_forward(loss_stage) -> bool:
+    """Whether a chunked loss stage takes its gradients in the forward (``ChunkedHeadLoss.grad_in_forward``)."""
+    return bool(getattr(loss_stage, "grad_in_forward", False))
 
 
 def _budget(memory) -> int:
@@ -1132,7 +1270,9 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         with ``backend`` (:mod:`memplan.models.compiled`; kind ``"chain-compiled"``): rotor across
         stages, the compiler within a stage (fused kernels, its own keep-or-recompute choice).
         Their chain is profiled with c10's allocator events, which see compiled code. Costs one
-        compile per stage and grad mode.
+        compile per stage and grad mode. Where the eager chain chunks its loss stage, the compiled
+        chain also gets that loss stage with each chunk compiled (labels "compiled stages, ...,
+        loss in k chunks"): compiled plans below the whole compiled loss stage's floor.
     stage_fractions : sequence of floats in [0, 1]
         With ``compiled_stages``: one compiled chain per fraction, its stages compiled with PyTorch's
         ``activation_memory_budget`` at that fraction (1, the default ``(1.0,)``: the partitioner's own

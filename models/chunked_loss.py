@@ -36,6 +36,28 @@ labels) implement it; an arbitrary ``loss_fn`` is not chunked (:func:`token_loss
 :func:`chunked_loss_check` runs the chunked and the whole stage on a sample input and refuses a head
 that mixes tokens (its chunked loss or input gradient differs).
 
+Compiled chunks (``ChunkedHeadLoss(..., backend=...)``, the loss stage of a chain of compiled stages,
+:mod:`models.compiled`): each chunk's computation runs through ``torch.compile(fullgraph=True,
+dynamic=False)`` as a function of tensors alone (the chunk and its targets,
+:meth:`TokenLoss.chunk_targets`), so one graph serves every chunk of a size (two sizes at most). A
+linear head: the chunk's logits are one matmul (the compiler would call the same kernel) and the
+compiled function is the loss of the logits, whose compiled backward gives their gradient (with
+Inductor the log-softmax and its gradient fuse: about two chunks of logits alive, against four
+eagerly); the weight's gradient is added in place as above. Any other head: the head and the loss
+compiled together, the chunk's backward its compiled backward (the head's parameter gradients
+returned whole, one transient of their size per chunk, then added by autograd). Both passes run the
+same training graph (the forward with autograd recording, its saved tensors dropped with the chunk),
+from the same random-number state: the backward draws the forward's masks, with any backend. A
+compiled chunked stage refuses to run under a dispatch mode, as compiled stages do; measure it with
+:func:`models.memory.profiler_peak`.
+
+``grad_in_forward=True`` (compiled chunks, a linear head): no recomputation. The forward computes each
+chunk's logits, loss and logits' gradient, adds ``g^T x`` and ``sum g`` into buffers of the weight's
+and the bias's size and writes ``g W`` into the input's gradient; the backward only scales the three
+by ``grad / count`` and adds the parameters' into ``.grad``. One matmul per chunk fewer (the logits are
+not computed twice), the buffers (the head's weight, its bias and a^L's size) held from the forward to
+the backward: another point of the memory/time trade-off, offered to rotor beside the other.
+
 Limits: the nested backward accumulates the head's parameter gradients into ``.grad`` itself, as
 ``torch.utils.checkpoint``'s reentrant variant does, so the stage is for ``loss.backward()`` (what the
 executor runs), not for ``torch.autograd.grad(loss, params)``. A head with dropout draws its masks
@@ -63,6 +85,23 @@ class TokenLoss:
     def token_count(self, shape: Sequence[int], *targets) -> float:
         raise NotImplementedError
 
+    def chunk_targets(self, lo: int, hi: int, shape: Sequence[int], *targets) -> tuple:
+        """Optional, for compiled chunks (:class:`ChunkedHeadLoss` with a ``backend``): the tensors
+        that tokens ``lo:hi`` of the loss read, such that ``chunk_sum(chunk, *chunk_targets(lo, hi,
+        shape, *targets)) == token_sum(chunk, lo, hi, shape, *targets)``. A compiled function of the
+        chunk and these tensors alone (no ``lo``, ``hi`` in it) is one graph for every chunk of a size."""
+        raise NotImplementedError
+
+    def chunk_sum(self, chunk: torch.Tensor, *chunk_targets) -> torch.Tensor:
+        """Optional, with :meth:`chunk_targets`: the chunk's sum of token losses."""
+        raise NotImplementedError
+
+    @property
+    def compilable(self) -> bool:
+        """Whether the loss gives its chunks' targets (:meth:`chunk_targets` and :meth:`chunk_sum`)."""
+        return (type(self).chunk_targets is not TokenLoss.chunk_targets
+                and type(self).chunk_sum is not TokenLoss.chunk_sum)
+
 
 def token_loss(loss_fn: Any) -> TokenLoss | None:
     """``loss_fn`` as a :class:`TokenLoss`, or None when it does not say how it splits over tokens."""
@@ -86,7 +125,13 @@ class TokenCrossEntropy(TokenLoss):
         return torch.nn.functional.cross_entropy(_flat(logits), targets.reshape(-1), ignore_index=self.ignore_index)
 
     def token_sum(self, chunk, lo, hi, shape, targets):
-        return torch.nn.functional.cross_entropy(_flat(chunk), targets[:, lo:hi].reshape(-1),
+        return self.chunk_sum(chunk, *self.chunk_targets(lo, hi, shape, targets))
+
+    def chunk_targets(self, lo, hi, shape, targets) -> tuple:
+        return (targets[:, lo:hi],)
+
+    def chunk_sum(self, chunk, targets):
+        return torch.nn.functional.cross_entropy(_flat(chunk), targets.reshape(-1),
                                                  ignore_index=self.ignore_index, reduction="sum")
 
     def token_count(self, shape, targets) -> float:
@@ -109,7 +154,9 @@ class FixedLabelCrossEntropy(TokenLoss):
         if self.target is None or self.target.shape[0] != rows:
             c = shape[-1] if self.num_classes is None else self.num_classes
             g = torch.Generator().manual_seed(self.seed)
-            self.target = torch.randint(0, c, (rows,), generator=g).to(device)
+            self.target = torch.randint(0, c, (rows,), generator=g)
+        if device is not None and self.target.device != torch.device(device):
+            self.target = self.target.to(device)
         return self.target
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
@@ -117,8 +164,13 @@ class FixedLabelCrossEntropy(TokenLoss):
         return torch.nn.functional.cross_entropy(flat, self._targets(logits.shape, logits.device))
 
     def token_sum(self, chunk, lo, hi, shape):
-        t = self._targets(shape, chunk.device).view(*shape[:-1])[:, lo:hi]
-        return torch.nn.functional.cross_entropy(_flat(chunk), t.reshape(-1), reduction="sum")
+        return self.chunk_sum(chunk, *self.chunk_targets(lo, hi, shape, device=chunk.device))
+
+    def chunk_targets(self, lo, hi, shape, device=None) -> tuple:
+        return (self._targets(shape, device).view(*shape[:-1])[:, lo:hi],)
+
+    def chunk_sum(self, chunk, targets):
+        return torch.nn.functional.cross_entropy(_flat(chunk), targets.reshape(-1), reduction="sum")
 
     def token_count(self, shape) -> float:
         rows = 1
@@ -184,6 +236,37 @@ class _ChunkedFn(torch.autograd.Function):
         bounds = chunk_bounds(x.shape[TOKEN_DIM], stage.chunks)
         ctx.rng = _rng_get(x.device)
         total, shape = None, None
+        if stage.compiled_chunk is not None:
+            shape = stage.logits_shape(x)
+            want_x = bool(ctx.needs_input_grad[1])
+            lin = stage.compiled_linear
+            if stage.grad_in_forward:      # gradients of every chunk now, scaled in the backward
+                gx = torch.empty_like(x) if want_x else None
+                gw, gb = (None if p is None or not p.requires_grad else torch.zeros_like(p)
+                          for p in (lin.weight, lin.bias))
+            for lo, hi in bounds:          # the training graph, as in the backward: the same random draws
+                ct = stage.chunk_targets(lo, hi, shape, targets, x.device)
+                if stage.grad_in_forward:
+                    s = _linear_chunk(lin, x, lo, hi, lambda z, ct=ct: stage.compiled_chunk(z, *ct), None, gx,
+                                      into=(gw, gb))
+                elif lin is not None:
+                    with torch.no_grad():
+                        z = torch.nn.functional.linear(x[:, lo:hi], lin.weight, lin.bias)
+                    with torch.enable_grad():
+                        s = stage.compiled_chunk(z.requires_grad_(True), *ct).detach()
+                    del z
+                else:
+                    with torch.enable_grad():
+                        xc = x[:, lo:hi].detach().requires_grad_(want_x)
+                        s = stage.compiled_chunk(xc, *ct).detach()
+                total = s if total is None else total.add_(s)
+            count = stage.loss.token_count(shape, *targets)
+            ctx.stage, ctx.bounds, ctx.shape, ctx.count, ctx.n_params = stage, bounds, shape, count, len(params)
+            if stage.grad_in_forward:
+                ctx.grads = (gx, gw, gb)
+            else:
+                ctx.save_for_backward(x)
+            return total / count
         for lo, hi in bounds:
             out = stage.head(x[:, lo:hi])
             if shape is None:
@@ -199,8 +282,10 @@ class _ChunkedFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
         stage = ctx.stage
+        if stage.grad_in_forward:
+            return _scaled_grads(ctx, grad)
+        (x,) = ctx.saved_tensors
         targets = stage.targets()
         want_x = ctx.needs_input_grad[1]
         gx = torch.empty_like(x) if want_x else None
@@ -212,11 +297,41 @@ class _ChunkedFn(torch.autograd.Function):
             if cuda:
                 torch.cuda.set_rng_state(ctx.rng[1], x.device)
             for lo, hi in ctx.bounds:
-                if lin is not None:
-                    _linear_chunk(stage, lin, x, lo, hi, ctx.shape, targets, scale, gx)
+                if stage.compiled_linear is not None:
+                    ct = stage.chunk_targets(lo, hi, ctx.shape, targets, x.device)
+                    _linear_chunk(stage.compiled_linear, x, lo, hi, lambda z, ct=ct: stage.compiled_chunk(z, *ct),
+                                  scale, gx)
+                elif stage.compiled_chunk is not None:
+                    _compiled_chunk(stage, x, lo, hi, ctx.shape, targets, scale, gx)
+                elif lin is not None:
+                    _linear_chunk(lin, x, lo, hi, lambda z: stage.loss.token_sum(z, lo, hi, ctx.shape, *targets),
+                                  scale, gx)
                 else:
                     _autograd_chunk(stage, x, lo, hi, ctx.shape, targets, scale, gx)
         return (None, gx) + (None,) * ctx.n_params
+
+
+def _scaled_grads(ctx, grad):
+    """The backward of a stage that computed its gradients in the forward (``grad_in_forward``): each
+    scaled in place by ``grad / count``, the parameters' added into ``.grad`` (or become it)."""
+    gx, gw, gb = ctx.grads
+    ctx.grads = None
+    scale = grad.detach() / ctx.count
+    lin = ctx.stage.compiled_linear
+    with torch.no_grad():
+        for p, g in ((lin.weight, gw), (lin.bias, gb)):
+            if g is None:
+                continue
+            g.mul_(scale)
+            if p.grad is None:
+                p.grad = g
+            else:
+                p.grad.add_(g)
+        if gx is not None and ctx.needs_input_grad[1]:
+            gx.mul_(scale)
+        else:
+            gx = None
+    return (None, gx) + (None,) * ctx.n_params
 
 
 def _autograd_chunk(stage, x, lo, hi, shape, targets, scale, gx) -> None:
@@ -237,26 +352,51 @@ def _autograd_chunk(stage, x, lo, hi, shape, targets, scale, gx) -> None:
         gx[:, lo:hi].copy_(xc.grad)
 
 
-def _linear_chunk(stage, lin, x, lo, hi, shape, targets, scale, gx) -> None:
+def _compiled_chunk(stage, x, lo, hi, shape, targets, scale, gx) -> None:
+    """One chunk's backward through the compiled chunk function (:class:`ChunkedHeadLoss` with a
+    ``backend``): its training graph run again on the chunk and its compiled backward given the
+    chunk's weight ``scale`` (autograd adds the parameters' gradients it returns into ``.grad``)."""
+    with torch.enable_grad():
+        xc = x[:, lo:hi].detach().requires_grad_(gx is not None)
+        s = stage.compiled_chunk(xc, *stage.chunk_targets(lo, hi, shape, targets, x.device))
+        if s.requires_grad:
+            torch.autograd.backward(s, scale.to(s.dtype).reshape(s.shape))
+        del s
+    if gx is not None:
+        gx[:, lo:hi].copy_(xc.grad)
+
+
+def _linear_chunk(lin, x, lo, hi, chunk_sum: Callable, scale, gx, into: tuple | None = None) -> torch.Tensor:
     """One chunk's backward through a linear head ``z = x W^T + b``: the logits z recomputed without
-    a graph, their gradient g from the loss alone, then ``W.grad += g^T x`` and ``b.grad += sum g`` in
-    place (no transient weight-sized gradient, which the autograd path pays once per chunk) and the
-    input's gradient ``g W``."""
+    a graph, their gradient g from the loss alone (``chunk_sum(z)``, the chunk's sum of token losses:
+    eager, or compiled; weighted by ``scale``, None: 1), then ``W.grad += g^T x`` and
+    ``b.grad += sum g`` in place (no transient weight-sized gradient, which the autograd path pays
+    once per chunk) and the input's gradient ``g W``. ``into``: ``(buffer of W, buffer of b)`` to add
+    the gradients into instead of ``.grad`` (None entries skipped). Returns the chunk's sum (detached)."""
     xc = x[:, lo:hi]
     with torch.no_grad():
         z = torch.nn.functional.linear(xc, lin.weight, lin.bias)
     z.requires_grad_(True)
     with torch.enable_grad():
-        s = stage.loss.token_sum(z, lo, hi, shape, *targets) * scale
-        (g,) = torch.autograd.grad(s, z)
-    del s, z
+        s = chunk_sum(z)
+        (g,) = torch.autograd.grad(s, z, None if scale is None else scale.to(s.dtype).reshape(s.shape))
+    s = s.detach()
+    del z
     with torch.no_grad():
         g2 = g.reshape(-1, g.shape[-1])
-        _add_grad(lin.weight, lambda w: w.addmm_(g2.t(), xc.reshape(-1, xc.shape[-1])))
-        if lin.bias is not None:
-            _add_grad(lin.bias, lambda b: b.add_(g2.sum(0)))
+        x2 = xc.reshape(-1, xc.shape[-1])
+        if into is None:
+            _add_grad(lin.weight, lambda w: w.addmm_(g2.t(), x2))
+            if lin.bias is not None:
+                _add_grad(lin.bias, lambda b: b.add_(g2.sum(0)))
+        else:
+            if into[0] is not None:
+                into[0].addmm_(g2.t(), x2)
+            if into[1] is not None:
+                into[1].add_(g2.sum(0))
         if gx is not None:
             gx[:, lo:hi].copy_(torch.matmul(g, lin.weight))
+    return s
 
 
 class ChunkedHeadLoss(torch.nn.Module):
@@ -264,7 +404,9 @@ class ChunkedHeadLoss(torch.nn.Module):
     (see the module). ``loss`` is a :class:`TokenLoss`; ``targets`` returns the loss's target tensors
     of the current step (none for :class:`FixedLabelCrossEntropy`)."""
 
-    def __init__(self, head: Callable, loss: TokenLoss, chunks: int, targets: Callable[[], tuple] | None = None):
+    def __init__(self, head: Callable, loss: TokenLoss, chunks: int, targets: Callable[[], tuple] | None = None,
+                 backend: str | None = None, options: dict | None = None, tag: str = "",
+                 grad_in_forward: bool = False):
         super().__init__()
         if not isinstance(loss, TokenLoss):
             raise TypeError(f"ChunkedHeadLoss: the loss must be a TokenLoss, got {type(loss).__name__}")
@@ -274,8 +416,60 @@ class ChunkedHeadLoss(torch.nn.Module):
         self.loss = loss
         self.chunks = int(chunks)
         self.targets = targets or (lambda: ())
+        self.backend, self.options = backend, options
+        self.compiled_chunk = None
+        self.compiled_linear = None
+        self.grad_in_forward = bool(grad_in_forward)
+        self._shapes: dict[tuple, list[int]] = {}
+        if backend is not None:
+            if not loss.compilable:
+                raise TypeError(f"ChunkedHeadLoss: compiled chunks need a loss that gives its chunks' targets "
+                                f"(TokenLoss.chunk_targets and chunk_sum); {type(loss).__name__} does not")
+            from .compiled import INDUCTOR_STAGE_OPTIONS, _fresh_caller
+
+            if options is None and backend == "inductor":
+                self.options = options = dict(INDUCTOR_STAGE_OPTIONS)
+
+            def chunk_fn(xc, *chunk_targets):
+                return loss.chunk_sum(head(xc), *chunk_targets)
+
+            def loss_fn(z, *chunk_targets):
+                return loss.chunk_sum(z, *chunk_targets)
+
+            self.compiled_linear = linear_head(head)
+            self.compiled_chunk = torch.compile(
+                _fresh_caller(chunk_fn if self.compiled_linear is None else loss_fn, f"chunk_{tag or f'{id(self):x}'}"),
+                backend=backend, fullgraph=True, dynamic=False, options=options)
+        if self.grad_in_forward and self.compiled_linear is None:
+            raise ValueError("ChunkedHeadLoss: grad_in_forward needs compiled chunks (a backend) and a linear head")
+
+    def chunk_targets(self, lo: int, hi: int, shape, targets: tuple, device) -> tuple:
+        """The loss's tensors of tokens ``lo:hi`` (:meth:`TokenLoss.chunk_targets`), on ``device``."""
+        return tuple(t.to(device) for t in self.loss.chunk_targets(lo, hi, shape, *targets))
+
+    def logits_shape(self, x: torch.Tensor) -> list[int]:
+        """The head's output shape on ``x`` (compiled chunks: the loss's targets depend on it): the
+        head run once on a one-token slice without autograd, random-number state put back."""
+        key = (tuple(x.shape), x.dtype, x.device)
+        if key not in self._shapes:
+            with torch.no_grad(), torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
+                out = self.head(x[:, :1])
+            shape = list(out.shape)
+            shape[TOKEN_DIM] = x.shape[TOKEN_DIM]
+            self._shapes[key] = shape
+        return self._shapes[key]
 
     def forward(self, x):
+        if self.compiled_chunk is not None:
+            from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+            if _get_current_dispatch_mode() is not None:
+                from .compiled import DispatchModeError
+
+                raise DispatchModeError(
+                    "compiled chunked loss stage: called under a TorchDispatchMode, where torch.compile does not "
+                    "run compiled code; measure it with models.memory.profiler_peak or "
+                    "profile_chain(memory='profiler')")
         params = list({id(p): p for p in self.parameters() if p.requires_grad}.values())
         return _ChunkedFn.apply(self, x, *params)
 

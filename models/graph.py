@@ -792,17 +792,19 @@ class LinearizedModel:
     def L(self) -> int:
         return len(self.stages)
 
-    def loss_stage(self, loss_fn: Callable, chunks: int = 1, targets: Callable[[], tuple] | None = None) -> Callable:
+    def loss_stage(self, loss_fn: Callable, chunks: int = 1, targets: Callable[[], tuple] | None = None,
+                   backend: str | None = None, tag: str = "") -> Callable:
         """Stage L+1 of the chain: ``loss_fn`` itself, or ``loss_fn`` after the folded head. ``chunks`` > 1:
         the head and the loss over that many slices of the tokens
         (:class:`models.chunked_loss.ChunkedHeadLoss`; ``loss_fn`` a :class:`models.chunked_loss.TokenLoss`,
-        ``targets`` returns its targets of the step)."""
+        ``targets`` returns its targets of the step; ``backend``: each chunk's head and loss compiled
+        by ``torch.compile`` with it)."""
         if chunks != 1:
             if self.head is None:
                 raise ValueError("linearize_model: no head is folded into the loss: there is nothing to chunk")
             from .chunked_loss import ChunkedHeadLoss
 
-            return ChunkedHeadLoss(self.head, loss_fn, chunks, targets)
+            return ChunkedHeadLoss(self.head, loss_fn, chunks, targets, backend=backend, tag=tag)
         return loss_fn if self.head is None else _head_loss(self.head, loss_fn)
 
     @property

@@ -66,3 +66,18 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+def token_loss_case():
+    """A token loss stage's sample, the same for the eager and the compiled chunked-loss tests: targets
+    3 x 10 over 50 classes with ignored tokens (-100: the mean's denominator counts the others),
+    ``TokenCrossEntropy``, hidden states 3 x 10 x 8 (seed 0)."""
+    import torch
+
+    from memplan.models.chunked_loss import TokenCrossEntropy
+
+    torch.manual_seed(0)
+    targets = torch.randint(0, 50, (3, 10))
+    targets[0, :4] = -100
+    targets[2, 7] = -100
+    return targets, TokenCrossEntropy(), torch.randn(3, 10, 8)

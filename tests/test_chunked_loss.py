@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+from conftest import token_loss_case
 
 torch = pytest.importorskip("torch")
 
@@ -38,12 +39,7 @@ def test_chunked_stage_gradients_equal_eager_both_paths(bias):
     """Uneven chunks, ignored targets (the mean's denominator is the counted tokens, not the tokens),
     a linear head (in-place weight gradient) and a head that is not one (layer norm + linear, through
     autograd): loss, input gradient and parameter gradients equal the whole stage's."""
-    torch.manual_seed(0)
-    targets = torch.randint(0, 50, (3, 10))
-    targets[0, :4] = -100
-    targets[2, 7] = -100
-    loss = TokenCrossEntropy()
-    x0 = torch.randn(3, 10, 8)
+    targets, loss, x0 = token_loss_case()
     heads = {"linear": torch.nn.Linear(8, 50, bias=bias),
              "norm+linear": torch.nn.Sequential(torch.nn.LayerNorm(8), torch.nn.Linear(8, 50, bias=bias))}
     assert linear_head(heads["linear"]) is heads["linear"] and linear_head(heads["norm+linear"]) is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+from conftest import token_loss_case
 
 torch = pytest.importorskip("torch")
 
@@ -42,12 +43,7 @@ def test_compiled_chunks_give_the_whole_stages_loss_and_gradients(head_kind, in_
     head and the loss compiled together): loss, input gradient and parameter gradients (the
     backward's incoming gradient 3, not 1) equal eager autograd's of the whole stage; the chunks ran
     compiled code."""
-    torch.manual_seed(0)
-    targets = torch.randint(0, 50, (3, 10))
-    targets[0, :4] = -100
-    targets[2, 7] = -100
-    loss = TokenCrossEntropy()
-    x0 = torch.randn(3, 10, 8)
+    targets, loss, x0 = token_loss_case()
     head = (torch.nn.Linear(8, 50) if head_kind == "linear"
             else torch.nn.Sequential(torch.nn.LayerNorm(8), torch.nn.Linear(8, 50)))
     ref_head = copy.deepcopy(head)

@@ -177,21 +177,13 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
     x = example_input(spec["model"], spec["batch"], spec["shape"], vocab=spec["kw"].get("vocab"), device=device)
     dev = torch.device(device)
 
-    requested: list[float] = [math.nan]
+    stats: dict[str, float] = {}
 
     def peak_of(fn) -> float:
         # one method for every row: the CUDA caching allocator's statistics on a GPU, the profiler's
         # view of c10's CPU allocator on the CPU (memplan._compile_budget._measure, as the search); on a
         # GPU the peak of requested bytes is kept too (``peak_requested``: no rounding, no unsplit rest)
-        if cuda:
-            from memplan.models.memory import CudaMemoryTracker
-
-            with CudaMemoryTracker(dev) as tr:
-                fn()
-                tr.sync()
-                requested[0] = float(tr.requested_peak)
-                return float(tr.peak)
-        return float(_measure(fn, dev))
+        return float(_measure(fn, dev, stats))
 
     loss_fn = classification_loss()     # a TokenLoss: the chain plans may chunk a language model's loss stage
 
@@ -299,7 +291,7 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
         fn()
         r["peak_memory"] = peak_of(fn)
         if cuda:
-            r["peak_requested"] = requested[0]
+            r["peak_requested"] = stats["requested"]
         for p in params:
             p.grad = None
         r["peak_set_to_none"] = peak_of(fn)

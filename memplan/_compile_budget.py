@@ -363,13 +363,18 @@ def _fresh_step(model, loss_fn, n_inputs: int, tag: str):
     return fresh
 
 
-def _measure(run, device) -> int:
+def _measure(run, device, stats: dict | None = None) -> int:
+    """The measured peak of ``run()`` (bytes above what existed before it); on CUDA ``stats``, when
+    given, also receives ``"requested"``: the peak of the bytes callers asked for
+    (:attr:`memplan.models.memory.CudaMemoryTracker.requested_peak`)."""
     from memplan.models.memory import CudaMemoryTracker, profiler_peak
 
     if device.type == "cuda":               # max_memory_allocated - base, after synchronizes
         with CudaMemoryTracker(device) as tr:
             run()
             tr.sync()
+            if stats is not None:
+                stats["requested"] = float(tr.requested_peak)
             return int(tr.peak)
     if device.type != "cpu":
         raise InputError(f"compile_under_budget: cannot measure memory on device {device.type!r} (cpu or cuda)")

@@ -6,7 +6,6 @@ whose measurements, and the runtime executor's (:mod:`models.runtime`), are take
 from __future__ import annotations
 
 import gc
-
 import weakref
 from typing import Any, Callable
 
@@ -201,17 +200,11 @@ def profiler_peak(fn) -> tuple[Any, int, int]:
     and kernels' scratch buffers. Same definition as the CUDA tracker's ``max_memory_allocated() -
     base``: start it after what should not count exists (parameters, their gradients); a tensor made
     before and freed inside counts negative. Profiling slows the step: time steps in separate runs.
-    The events are read by :func:`_memory_deltas`.
+    It is one window of :class:`ProfilerTracker`, whose events :func:`_memory_deltas` reads.
     """
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with ProfilerTracker() as tr:
         out = fn()
-    current = peak = 0
-    for d in _memory_deltas(prof):
-        current += d
-        peak = max(peak, current)
-    return out, peak, current
+    return out, tr.peak, tr.current
 
 
 class ProfilerTracker:

@@ -61,7 +61,6 @@ from __future__ import annotations
 import argparse
 import gc
 import math
-import statistics
 import sys
 import time
 from pathlib import Path

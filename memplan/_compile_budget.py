@@ -574,6 +574,11 @@ class BudgetSearch:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    @property
+    def _deadline(self) -> float | None:
+        """``time_limit`` as a ``time.perf_counter()`` value (None without one), for ``profile_chain``."""
+        return None if self.time_limit is None else self.t_start + self.time_limit
+
     def _clock_name(self) -> str:
         """The clock of the chain profiles and of the candidates' timings: ``"cpu"`` (the process's CPU
         time) on a CPU running one thread, ``"wall"`` otherwise (:data:`memplan.models.measure.CLOCKS`)."""
@@ -597,14 +602,16 @@ class BudgetSearch:
         clock = self._clock()
         with fconfig.patch(**cfg):
             peak = _measure(lambda: step(*self.inputs), self.device)
-            ts = []
-            for _ in range(int(self.repeats)):
-                self._sync()
-                t0 = clock()
-                step(*self.inputs)
-                self._sync()
-                ts.append(clock() - t0)
+            ts = [self._timed_run(step, clock) for _ in range(int(self.repeats))]
         return peak, ts
+
+    def _timed_run(self, step, clock) -> float:
+        """Seconds of one ``step(*inputs)`` on ``clock``, between synchronizes on CUDA."""
+        self._sync()
+        t0 = clock()
+        step(*self.inputs)
+        self._sync()
+        return clock() - t0
 
     def _compile_grid(self, fracs: list[float]) -> None:
         import torch
@@ -663,8 +670,7 @@ class BudgetSearch:
         try:
             lm = linearize_model(self.model, x, loss_of)
         except Exception as e:      # noqa: BLE001 - any tracing failure: no chain plans, the reason reported
-            self.chain_note = f"the model could not be traced and cut into a chain ({type(e).__name__}: " \
-                              f"{str(e).splitlines()[0][:160] if str(e) else ''})"
+            self.chain_note = f"the model could not be traced and cut into a chain ({_error_line(e)})"
             return
         loss_stage = lm.loss_stage(loss_of)
         clock = self._clock_name()
@@ -701,10 +707,7 @@ class BudgetSearch:
             self.loss_chunks_note = ("the loss does not say how it splits over tokens (a TokenLoss, e.g. "
                                      "memplan.TokenCrossEntropy)")
             return
-        with torch.no_grad():
-            a = x
-            for s in stages:
-                a = s(a)
+        a = self._head_input()
         if a.dim() < 3 or a.shape[1] < 2:
             self.loss_chunks_note = f"the head's input {tuple(a.shape)} has no token dimension (batch x tokens x ...)"
             return
@@ -745,6 +748,16 @@ class BudgetSearch:
                                           "chunk by chunk in the backward"})
         self._chunked = (best_k, stage, chain, float(min_memory(chain)))
         self.loss_chunks_note = ""
+
+    def _head_input(self):
+        """The loss stage's input on the example: the chain's (eager) stages run without autograd."""
+        import torch
+
+        with torch.no_grad():
+            a = self.inputs[0]
+            for s in self._chain[0]:
+                a = s(a)
+        return a
 
     def _build_compiled_chains(self) -> None:
         """One compiled chain per stage fraction (:meth:`_build_compiled_chain`), in the order given;
@@ -810,7 +823,7 @@ class BudgetSearch:
                         cst, self.inputs[0], cls, repeats=3, device=self.device, names=names[1:-1],
                         name="compile_under_budget-compiled", loss_name=names[-1], input_grad=False, clock=clock,
                         memory="profiler",
-                        deadline=None if self.time_limit is None else self.t_start + self.time_limit,
+                        deadline=self._deadline,
                         provenance={"stages": f"torch.compile(backend={self.backend!r}, fullgraph=True, "
                                               f"dynamic=False, options={cst[0].options if cst else None}) per stage "
                                               f"(memplan.models.compiled){within}, loss stage "
@@ -820,8 +833,7 @@ class BudgetSearch:
                                                  f"(profiling the compiled stages)")
                 break
             except Exception as e:  # noqa: BLE001 - any compile or profiling failure: reported, no such plans
-                note = (f"compiled stages failed ({type(e).__name__}: "
-                        f"{str(e).splitlines()[0][:160] if str(e) else ''})")
+                note = f"compiled stages failed ({_error_line(e)})"
                 continue
             self._cchains[sf] = (cst, cls, holder, cchain, float(min_memory(cchain)))
             self.compiled_chain_notes[sf] = "" if compile_loss else f"loss stage eager: {note}"
@@ -848,8 +860,6 @@ class BudgetSearch:
         which also compiles it); each chain is profiled with c10's allocator events
         (``memory="profiler"``), the compiled stages' graphs reused. ``compiled_loss_chunks_note``
         says why a variant is missing."""
-        import torch
-
         from memplan.baselines.remat_min_memory import min_memory
         from memplan.models.chunked_loss import ChunkedHeadLoss, chunked_loss_check
         from memplan.models.profiler import profile_chain
@@ -876,10 +886,7 @@ class BudgetSearch:
             stages.append(fused)
         found, notes = [], []
         with _Preserved(self.model, self.params):
-            with torch.no_grad():
-                a = x
-                for s in self._chain[0]:
-                    a = s(a)
+            a = self._head_input()
             for st in stages:
                 how = ("gradients in the forward, scaled in the backward" if st.grad_in_forward else
                        "the logits recomputed chunk by chunk in the backward")
@@ -892,7 +899,7 @@ class BudgetSearch:
                         cst, x, st, repeats=3, device=self.device, names=names[1:-1],
                         name=f"compile_under_budget-compiled, loss in {k} chunks",
                         loss_name=f"{names[-1]} in {k} chunks", input_grad=False, clock=clock, memory="profiler",
-                        deadline=None if self.time_limit is None else self.t_start + self.time_limit,
+                        deadline=self._deadline,
                         provenance={"stages": f"torch.compile(backend={self.backend!r}) per stage "
                                               f"(memplan.models.compiled)",
                                     "loss_chunks": k, "loss_grad_in_forward": st.grad_in_forward,
@@ -903,8 +910,7 @@ class BudgetSearch:
                     notes.append(f"compiled chunks ({how}): not finished within time_limit={self.time_limit:g} s")
                     break
                 except Exception as e:  # noqa: BLE001 - any compile or profiling failure: reported, no such plans
-                    notes.append(f"compiled chunks ({how}) failed ({type(e).__name__}: "
-                                 f"{str(e).splitlines()[0][:160] if str(e) else ''})")
+                    notes.append(f"compiled chunks ({how}) failed ({_error_line(e)})")
                     continue
                 found.append((k, st, cchain, float(min_memory(cchain))))
         self._cchunked = found
@@ -1139,11 +1145,7 @@ class BudgetSearch:
         for _ in range(int(self.repeats)):
             for c, step, cfg in runners:
                 with fconfig.patch(**cfg):
-                    self._sync()
-                    t0 = clock()
-                    step(*self.inputs)
-                    self._sync()
-                c.step_times.append(clock() - t0)
+                    c.step_times.append(self._timed_run(step, clock))
         for c in near:
             c.step_time = statistics.median(c.step_times)
 
@@ -1193,6 +1195,12 @@ class BudgetSearch:
         raise InfeasibleError(
             f"memory {fmt_memory(budget)}: every candidate that fitted measured above it when run again{untried}",
             minimum=min(c.peak for c in cands))
+
+
+def _error_line(e: BaseException) -> str:
+    """An exception as one short line for a note: its type and its message's first line (160 characters)."""
+    text = str(e)
+    return f"{type(e).__name__}: {text.splitlines()[0][:160] if text else ''}"
 
 
 def _in_forward(loss_stage) -> bool:

@@ -493,6 +493,7 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         if timing != "in-context":
             raise ValueError("profile_chain: stages with multi-tensor cuts are timed in context only")
         rows, resident, wa0 = _profile_multi_rows(stages, x, loss_fn, device=device, input_grad=input_grad)
+
     def _check_deadline(what: str) -> None:
         if deadline is not None and time.perf_counter() > deadline:
             raise TimeoutError(f"profile_chain: past the deadline before {what}")
@@ -508,11 +509,10 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         a = a_next
     in_context: dict[str, Any] = {}
     if timing == "in-context":
+        from .measure import clock as _clock
         from .runtime import time_in_context
 
         _check_deadline("the in-context timing")
-
-        from .measure import clock as _clock
 
         ic = time_in_context(stages, loss_fn, x, runs=max(3, repeats), device=device, input_grad=input_grad,
                              clock=_clock(clock, torch.get_num_threads()) if not _is_cuda(device) else time.perf_counter)

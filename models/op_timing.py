@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 #: the FLOP rate that turns PyTorch's FLOP estimate into seconds for an operation that could not be
 #: timed (a round number of a few GFLOP/s, one CPU core's order of magnitude); only fallbacks use it
@@ -100,23 +100,33 @@ class _Untimable(Exception):
     """The node has an argument this module cannot turn into a real value."""
 
 
+class _TensorSpec(NamedTuple):
+    """What a real tensor for a node's argument is made from."""
+
+    shape: tuple
+    stride: tuple
+    dtype: Any
+    device: Any
+
+
 def _materialize(node) -> tuple[Any, tuple, dict]:
     """(signature key, real args, real kwargs) for ``node``'s inputs."""
     import torch
     import torch.fx as fx
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.utils._pytree import tree_map
 
     if not isinstance(node.target, torch._ops.OpOverload):
         raise _Untimable(str(node.target))
     sig: list = [str(node.target)]
 
-    def real(x):
+    def spec(x):
         if isinstance(x, fx.Node):
             v = x.meta.get("val")
             if isinstance(v, torch.Tensor):
-                shape, stride = tuple(int(s) for s in v.shape), tuple(int(s) for s in v.stride())
-                sig.append(("t", shape, stride, str(v.dtype), str(v.device)))
-                return ("tensor", shape, stride, v.dtype, v.device)
+                t = _TensorSpec(tuple(int(d) for d in v.shape), tuple(int(d) for d in v.stride()), v.dtype, v.device)
+                sig.append(("t", t.shape, t.stride, str(t.dtype), str(t.device)))
+                return t
             if isinstance(v, (int, float, bool)):
                 sig.append(("v", v))
                 return v
@@ -126,24 +136,15 @@ def _materialize(node) -> tuple[Any, tuple, dict]:
         sig.append(("c", repr(x)))
         return x
 
-    spec_args, spec_kwargs = tree_map(real, (tuple(node.args), dict(node.kwargs)))
-
     def build(x):
-        if isinstance(x, tuple) and len(x) == 5 and x[0] == "tensor":
-            _, shape, stride, dtype, device = x
-            t = torch.empty_strided(shape, stride, dtype=dtype, device=device)
-            if dtype.is_floating_point or dtype.is_complex:
-                t.normal_()
-            else:
-                t.zero_()
-            return t
-        return x
+        if not isinstance(x, _TensorSpec):
+            return x
+        t = torch.empty_strided(x.shape, x.stride, dtype=x.dtype, device=x.device)
+        return t.normal_() if x.dtype.is_floating_point or x.dtype.is_complex else t.zero_()
 
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
+    specs = tree_map(spec, (tuple(node.args), dict(node.kwargs)))
     with unset_fake_temporarily():
-        args, kwargs = tree_map(build, (spec_args, spec_kwargs),
-                                is_leaf=lambda x: isinstance(x, tuple) and len(x) == 5 and x[:1] == ("tensor",))
+        args, kwargs = tree_map(build, specs, is_leaf=lambda x: isinstance(x, _TensorSpec))
     return tuple(sig), args, kwargs
 
 

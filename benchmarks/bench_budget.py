@@ -156,7 +156,10 @@ def _grads_fp64(model, x, loss_fn):
 def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: int, min_rounds: int,
                 stage_fractions=(1.0,), stage_solver: str = "memplan-peak", runtime_estimator: str = "flops",
                 timing_budget: float | None, clock_name: str, segments, progress=print, device: str = "cpu",
-                search_time_limit: float | None = None) -> list[dict]:
+                search_time_limit: float | None = None, deadline: float | None = None) -> list[dict]:
+    """Every row of one network (see the module docstring). ``deadline``: a ``time.perf_counter()``
+    value by which the timing rounds stop (at least two rounds), so that a caller under a hard limit
+    still writes its table; rows cut short are marked ``noisy``."""
     import torch
     from torch.utils.checkpoint import checkpoint_sequential
 
@@ -352,6 +355,10 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
             return clock() - t
         return once
 
+    if deadline is not None:
+        left = max(0.0, deadline - time.perf_counter())
+        timing_budget = left if timing_budget is None else min(timing_budget, left)
+        progress(f"{name}: {left:.0f} s left before the deadline; timing for {timing_budget:.0f} s at most")
     res = interleaved({tag: timed(fn) for tag, fn in runs.items()}, target=0.02, min_rounds=min_rounds,
                       max_rounds=max_rounds, budget=timing_budget, progress=lambda s: progress(f"{name}: {s}"))
     for r in rows:
@@ -469,6 +476,12 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", choices=["cpu", "gpu"], default=None, help="the networks' sizes: cpu (this file's "
                    "NETWORKS) or gpu (GPU: GPT-2 small b8 s1024, ResNet-50 b32 224x224, Llama 12x768 b4 s1024, "
                    "fractions 1, 0.5, 0.3, 0.1); default: gpu on cuda, cpu otherwise")
+    p.add_argument("--fractions", default=None, help="comma-separated activation_memory_budget values in (0, 1], "
+                   "compiled in this order until --search-time-limit (default: 1,0.7,0.5,0.3,0.2,0.1,0.05 on the CPU "
+                   "sizes, 1,0.5,0.3,0.1 on the GPU sizes)")
+    p.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
+                   help="seconds for the whole run: each network's timing rounds stop in time to write the table "
+                   "(for a caller under a hard limit, e.g. a device call)")
     p.add_argument("--search-time-limit", type=float, default=None,
                    help="seconds for each network's compiled grid (fractions not reached are reported untried)")
     p.add_argument("--backend", default="aot_eager_decomp_partition", choices=["aot_eager_decomp_partition", "inductor"])
@@ -516,6 +529,19 @@ def main(argv=None) -> int:
         print(f"bench_budget: --stage-fractions {a.stage_fractions!r}: give distinct numbers in [0, 1] separated "
               f"by commas, e.g. 1,0.5", file=sys.stderr)
         return 2
+    fractions = None
+    if a.fractions is not None:
+        try:
+            fractions = tuple(float(v) for v in a.fractions.split(","))
+        except ValueError:
+            fractions = ()
+        if not fractions or any(not 0 < v <= 1 for v in fractions) or len(set(fractions)) != len(fractions):
+            print(f"bench_budget: --fractions {a.fractions!r}: give distinct numbers in (0, 1] separated by commas, "
+                  f"e.g. 1,0.5,0.2", file=sys.stderr)
+            return 2
+    if a.deadline is not None and not a.deadline > 0:
+        print(f"bench_budget: --deadline {a.deadline:g}: give a positive number of seconds", file=sys.stderr)
+        return 2
     sizes = a.sizes or ("gpu" if cuda else "cpu")
     specs = QUICK if a.quick else GPU if sizes == "gpu" else NETWORKS
     names = [n for n in a.networks.split(",") if n]
@@ -525,7 +551,7 @@ def main(argv=None) -> int:
             return 2
     out = Path(a.out or ("/tmp/bench_budget_quick.csv" if a.quick else
                          RESULTS / ("bench_budget_gpu.csv" if cuda else "bench_budget_cpu.csv")))
-    fractions = (1.0, 0.5, 0.1) if a.quick else GPU_FRACTIONS if sizes == "gpu" else FRACTIONS
+    fractions = fractions or ((1.0, 0.5, 0.1) if a.quick else GPU_FRACTIONS if sizes == "gpu" else FRACTIONS)
     min_rounds = a.min_rounds or (2 if a.quick else 6)
     max_rounds = a.max_rounds or (2 if a.quick else 12)
     rows: list[dict] = []
@@ -545,13 +571,14 @@ def main(argv=None) -> int:
             else:
                 kept_note = f"rows of {nets} kept from the previous run" + (f": {head[0]}" if head else "")
     t0 = time.perf_counter()
+    deadline = None if a.deadline is None else t0 + a.deadline
     for n in names:
         t1 = time.perf_counter()
         rows += run_network(n, specs[n], fractions=fractions, backend=a.backend, max_rounds=max_rounds,
                             min_rounds=min_rounds, timing_budget=a.timing_budget, clock_name=a.clock,
                             segments=(2, 4), device=a.device, search_time_limit=a.search_time_limit,
                             stage_fractions=stage_fractions, stage_solver=a.stage_solver,
-                            runtime_estimator=a.runtime_estimator)
+                            runtime_estimator=a.runtime_estimator, deadline=deadline)
         print(f"{n}: done in {time.perf_counter() - t1:.0f} s", flush=True)
         write_csv(kept + rows, out)
     lines = [f"bench_budget {' '.join(sys.argv[1:] if argv is None else argv)} (torch {torch.__version__}, "

@@ -93,7 +93,7 @@ QUICK = {
                   batch=2),
 }
 COLUMNS = ["problem", "instance", "network", "method", "label", "batch", "input", "fraction", "memory_limit",
-           "status", "objective", "peak_memory", "peak_set_to_none", "predicted_peak", "time_low", "time_high", "rounds", "noisy",
+           "status", "objective", "peak_memory", "peak_set_to_none", "search_peak", "predicted_peak", "time_low", "time_high", "rounds", "noisy",
            "throughput", "grads_equal", "grad_rel_err", "grad_err_fp64", "solve_time", "search_time", "same_as", "clock",
            "backend", "message"]
 
@@ -255,7 +255,7 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
 
         add(f"pytorch{c.fraction:g}", comp, {"method": "pytorch", "label": f"activation_memory_budget {c.fraction:g}",
                                               "status": "executed", "fraction": c.fraction,
-                                              "solve_time": c.compile_time, "_runner": step})
+                                              "solve_time": c.compile_time, "search_peak": c.peak, "_runner": step})
     if search.chain is not None:
         lo, hi = search.chain_minimum, store_all(search.chain).peak_memory
         for f in (0.0, 0.25, 0.5, 0.75, 1.0):
@@ -322,6 +322,9 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
             continue
         runner = step._fn
         same = by_runner.get(id(runner))
+        if search.rechecked:
+            progress(f"{name}: budget {int(budget)} ({why}): measured again (label, search, again): "
+                     + "; ".join(f"{lab}: {a} -> {b}" for lab, a, b in search.rechecked))
         row = {"method": "memplan", "label": f"{why}: {step.choice.label}", "memory_limit": int(budget),
                "status": "executed", "fraction": step.fraction, "solve_time": step.choice.compile_time,
                "search_time": grid_time + time.perf_counter() - t1,

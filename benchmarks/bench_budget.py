@@ -67,6 +67,8 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FRACTIONS = (1.0, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05)
+#: measured windows per row on a GPU (its peak is their most)
+PEAK_WINDOWS = 3
 BELOW = (0.9, 0.75, 0.6, 0.5, 0.4, 0.3, 0.25, 0.2)
 NETWORKS = {
     "gpt2": dict(model="gpt2", kw=dict(n_layer=4, n_embd=256, n_head=4, n_ctx=256, dropout=0.0), shape=(256,),
@@ -156,10 +158,13 @@ def _grads_fp64(model, x, loss_fn):
 def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: int, min_rounds: int,
                 stage_fractions=(1.0,), stage_solver: str = "memplan-peak", runtime_estimator: str = "flops",
                 timing_budget: float | None, clock_name: str, segments, progress=print, device: str = "cpu",
-                search_time_limit: float | None = None, deadline: float | None = None) -> list[dict]:
+                search_time_limit: float | None = None, deadline: float | None = None,
+                steps_per_sample: int | None = None) -> list[dict]:
     """Every row of one network (see the module docstring). ``deadline``: a ``time.perf_counter()``
     value by which the timing rounds stop (at least two rounds), so that a caller under a hard limit
-    still writes its table; rows cut short are marked ``noisy``."""
+    still writes its table; rows cut short are marked ``noisy``. ``steps_per_sample``: steps run back
+    to back in one timed sample (None: 1 on a CPU, on CUDA enough for 0.1 s of eager's step, 10 at
+    most; see ``memplan.experiments.runtime_check.Case.set_steps_per_sample``)."""
     import torch
     from torch.utils.checkpoint import checkpoint_sequential
 
@@ -204,6 +209,15 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
         p.grad = None
     eager()
     ref = _grads(params)
+    if steps_per_sample is None:
+        steps_per_sample = 1
+        if cuda:
+            torch.cuda.synchronize(dev)
+            t = time.perf_counter()
+            eager()
+            torch.cuda.synchronize(dev)
+            steps_per_sample = int(min(10, max(1, math.ceil(0.1 / max(time.perf_counter() - t, 1e-6)))))
+    base["steps_per_sample"] = steps_per_sample
     eager64 = _rel_err(ref64, ref)
     progress(f"{name}: eager autograd's gradients are {eager64:.3g} (relative) from a float64 step's")
 
@@ -291,9 +305,14 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
         fn()
         r["grads_equal"], r["grad_rel_err"], r["grad_err_fp64"] = _close(ref, _grads(params), ref64, eager64)
         fn()
-        r["peak_memory"] = peak_of(fn)
+        # on a GPU the most of PEAK_WINDOWS windows: allocated bytes include the unsplit rest of a
+        # cached block, so one step measured 0.01% apart in two windows (a budget set to one window's
+        # peak then refused the very step measured there)
+        windows = [peak_of(fn) for _ in range(PEAK_WINDOWS if cuda else 1)]
+        r["peak_memory"] = max(windows)
         if cuda:
             r["peak_requested"] = stats["requested"]
+            r["peak_window_spread"] = max(windows) - min(windows)
         for p in params:
             p.grad = None
         r["peak_set_to_none"] = peak_of(fn)
@@ -343,6 +362,7 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
             rows.append({**base, **row, "same_as": same["label"], "_same": same["_tag"],
                          "peak_memory": same["peak_memory"], "peak_set_to_none": same.get("peak_set_to_none"),
                          "peak_requested": same.get("peak_requested"),
+                         "peak_window_spread": same.get("peak_window_spread"),
                          "grads_equal": same["grads_equal"], "grad_rel_err": same["grad_rel_err"],
                          "grad_err_fp64": same.get("grad_err_fp64")})
     progress(f"{name}: {len(budgets)} budgets answered; timing {len(runs)} distinct steps")
@@ -352,10 +372,11 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
             if cuda:
                 torch.cuda.synchronize(dev)
             t = clock()
-            fn()
+            for _ in range(steps_per_sample):
+                fn()
             if cuda:
                 torch.cuda.synchronize(dev)
-            return clock() - t
+            return (clock() - t) / steps_per_sample
         return once
 
     if deadline is not None:
@@ -496,6 +517,8 @@ def main(argv=None) -> int:
     p.add_argument("--runtime-estimator", default="flops", choices=["flops", "measured"],
                    help="recompute costs of the partitioner's knapsacks: PyTorch's FLOP count or each operation "
                    "timed alone (memplan.models.op_timing)")
+    p.add_argument("--steps-per-sample", type=int, default=None, help="steps run back to back in one timed sample "
+                   "(default: 1 on cpu; on cuda enough for 0.1 s of eager's step, 10 at most)")
     p.add_argument("--min-rounds", type=int, default=None)
     p.add_argument("--max-rounds", type=int, default=None)
     p.add_argument("--timing-budget", type=float, default=None, help="seconds of timing rounds per network")
@@ -542,6 +565,10 @@ def main(argv=None) -> int:
             print(f"bench_budget: --fractions {a.fractions!r}: give distinct numbers in (0, 1] separated by commas, "
                   f"e.g. 1,0.5,0.2", file=sys.stderr)
             return 2
+    if a.steps_per_sample is not None and a.steps_per_sample < 1:
+        print(f"bench_budget: --steps-per-sample {a.steps_per_sample}: give a whole number >= 1 (or leave it out)",
+              file=sys.stderr)
+        return 2
     if a.deadline is not None and not a.deadline > 0:
         print(f"bench_budget: --deadline {a.deadline:g}: give a positive number of seconds", file=sys.stderr)
         return 2
@@ -581,7 +608,8 @@ def main(argv=None) -> int:
                             min_rounds=min_rounds, timing_budget=a.timing_budget, clock_name=a.clock,
                             segments=(2, 4), device=a.device, search_time_limit=a.search_time_limit,
                             stage_fractions=stage_fractions, stage_solver=a.stage_solver,
-                            runtime_estimator=a.runtime_estimator, deadline=deadline)
+                            runtime_estimator=a.runtime_estimator, deadline=deadline,
+                            steps_per_sample=a.steps_per_sample)
         print(f"{n}: done in {time.perf_counter() - t1:.0f} s", flush=True)
         write_csv(kept + rows, out)
     lines = [f"bench_budget {' '.join(sys.argv[1:] if argv is None else argv)} (torch {torch.__version__}, "

@@ -94,7 +94,7 @@ COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic",
            "predicted_time", "predicted_time_profile", "measured_time", "time_rel_err", "time_min", "time_max",
            "time_low", "time_high",
            "repeats", "noisy",
-           "throughput", "predicted_throughput", "solve_seconds"]
+           "throughput", "predicted_throughput", "solve_seconds", "steps_per_sample"]
 THROUGHPUT_COLUMNS = ["device", "gpu", "clock", "network", "batch", "input", "L", "strategy", "segments", "memory_limit",
                       "status", "grads_equal", "predicted_peak", "measured_peak", "predicted_time",
                       "predicted_time_profile", "measured_time", "time_low", "time_high", "rounds", "noisy", "throughput", "rotor_gain",
@@ -182,6 +182,7 @@ class Case:
         self._contenders: dict[str, tuple] = {}  # tag -> (run once, its measurement dict), timed by time_all
         self.target, self.max_rounds, self.time_budget = 0.02, max(repeats, 40), None
         self.fuse = True                         # models.runtime.execute's fuse_backward
+        self.steps = 1                           # steps per timed sample (set_steps_per_sample)
         self.timed_chain = None                  # the chain re-timed during time_all (same rounds as the runs)
         self.traces: list[dict] = []            # per-operation memory, measured and simulated
 
@@ -195,15 +196,34 @@ class Case:
 
         return all(p.grad is not None and torch.equal(p.grad, self.grads[n]) for n, p in self.params)
 
+    def set_steps_per_sample(self, steps: int | None) -> int:
+        """Steps run back to back between the two synchronizes of one timed sample (the sample is
+        their mean). ``None``: 1 on a CPU; on CUDA enough for 0.1 s by the profiled store-all time, 10
+        at most. On an H100 one ResNet-50 step of 20 ms spread 14% (5th to 95th percentile) timed alone,
+        1.5% as the mean of 5 (``benchmarks/results/timing_noise_gpu.csv``): the CPU queues such a
+        step in 70% of its GPU time, so the CPU's jitter starves the GPU, and a synchronize per step adds
+        its own; back to back, as training runs, the GPU stays fed. Returns the number chosen."""
+        if steps is None:
+            if not self.device.startswith("cuda"):
+                steps = 1
+            else:
+                t = float(self.chain.uf.sum() + self.chain.ub.sum())
+                steps = int(min(10, max(1, math.ceil(0.1 / t)))) if t > 0 else 1
+        self.steps = int(steps)
+        return self.steps
+
     def _timed(self, fn, m: dict, tag: str) -> None:
-        """Register ``fn`` as a contender of :meth:`time_all`, which fills ``m``'s timing keys."""
+        """Register ``fn`` as a contender of :meth:`time_all`, which fills ``m``'s timing keys: one
+        sample is the mean of ``self.steps`` runs between two synchronizes, the gradients cleared
+        before the first (later runs accumulate into them, as training steps do)."""
         def once() -> float:
             self._clear_grads()
             _sync(self.device)
             t0 = self.clock()
-            fn()
+            for _ in range(self.steps):
+                fn()
             _sync(self.device)
-            return self.clock() - t0
+            return (self.clock() - t0) / self.steps
 
         m["times"] = []
         self._contenders[tag] = (once, m)
@@ -351,7 +371,7 @@ def _row(env: dict, case: Case, det: str, fraction: float, limit: float, method:
     row = {**env, "deterministic": det, "fused_backward": case.fuse, "network": case.name, "batch": case.batch,
            "input": "x".join(map(str, case.spec["shape"])), "L": c.L, "fraction": fraction, "memory_limit": limit,
            "method": method, "status": status, "message": message[:200], "same_as": same_as,
-           "solve_seconds": solve_s, "repeats": case.repeats}
+           "solve_seconds": solve_s, "repeats": case.repeats, "steps_per_sample": case.steps}
     tc = case.timed_chain
     if seq is not None or method == "autograd":
         s = seq if seq is not None else store_all_schedule(c)
@@ -600,6 +620,9 @@ def main(argv=None) -> int:
                    "B's in one call, as plain autograd")
     p.add_argument("--timing-budget", type=float, default=None, help="seconds of timing rounds per network at most "
                    "(default 120 when --max-rounds is not given)")
+    p.add_argument("--steps-per-sample", type=int, default=None, help="steps run back to back in one timed sample, "
+                   "its time their mean (default: 1 on cpu; on cuda enough for 0.1 s of the profiled store-all "
+                   "step, 10 at most: a short GPU step timed alone spreads with the CPU's jitter)")
     p.add_argument("--profile-repeats", type=int, help="timed runs per operation when profiling (default: --repeats)")
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds per solve")
     p.add_argument("--slots", type=int, default=0, help="memory slots of the DPs (default 0: the DP chooses and "
@@ -653,6 +676,8 @@ def _main(a: argparse.Namespace) -> int:
     repeats = a.repeats or (1 if a.quick else 8)
     if repeats < 1:
         raise InputError(f"--repeats {repeats}: give a whole number >= 1")
+    if a.steps_per_sample is not None and a.steps_per_sample < 1:
+        raise InputError(f"--steps-per-sample {a.steps_per_sample}: give a whole number >= 1 (or leave it out)")
     # rounds until every median's interval is within --target: short steps need hundreds (a 4 ms step's
     # CPU time varies by several % from run to run), long ones stop at the time budget
     max_rounds = a.max_rounds or (max(2, repeats) if a.quick else max(400, repeats))
@@ -702,7 +727,9 @@ def _main(a: argparse.Namespace) -> int:
                 case = Case(name, cases[name], device, repeats, a.profile_repeats, clock=a.clock)
                 case.target, case.max_rounds, case.time_budget = a.target, max_rounds, a.timing_budget
                 case.fuse = a.fuse_backward
-                print(f"{name}: L = {case.chain.L}, profiled in {time.perf_counter() - t0:.1f} s ({det})")
+                steps = case.set_steps_per_sample(a.steps_per_sample)
+                print(f"{name}: L = {case.chain.L}, profiled in {time.perf_counter() - t0:.1f} s ({det}); "
+                      f"{steps} step(s) per timed sample")
                 t1 = time.perf_counter()
                 segs = ((explicit_segments and [k for k in explicit_segments if k <= case.chain.L])
                         or segment_counts(case.chain.L, n_segments)) if thr_out else []

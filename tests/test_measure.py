@@ -77,3 +77,54 @@ def test_budget_stops_rounds():
 
     res = interleaved({"x": slow, "y": lambda: None}, min_rounds=6, max_rounds=1000, budget=0.1)
     assert 2 <= len(res["x"].times) < 20
+
+
+class _FakeChain:
+    def __init__(self, step_seconds: float):
+        import numpy as np
+
+        self.uf = np.array([0.0, step_seconds / 2])
+        self.ub = np.array([0.0, step_seconds / 2])
+
+
+def _case(device: str, step_seconds: float = 0.02):
+    """A runtime_check Case with only what its timing needs (no model is built)."""
+    from memplan.experiments.runtime_check import Case
+
+    c = Case.__new__(Case)
+    c.device, c.params, c._contenders, c.steps = device, [], {}, 1
+    c.chain = _FakeChain(step_seconds)
+    return c
+
+
+@pytest.mark.parametrize("device, step, expected", [
+    ("cpu", 0.001, 1),            # a CPU step is timed alone
+    ("cuda", 0.02, 5),            # 5 x 20 ms = 0.1 s
+    ("cuda", 0.03, 4),            # ceil(0.1 / 0.03)
+    ("cuda", 0.25, 1),            # already longer than 0.1 s
+    ("cuda", 0.0005, 10),         # at most 10
+])
+def test_steps_per_sample_chosen_from_the_profiled_step(device, step, expected):
+    assert _case(device, step).set_steps_per_sample(None) == expected
+
+
+def test_a_sample_is_the_mean_of_its_steps():
+    """With a clock that advances by the step number's seconds, a sample of 3 steps reads the
+    mean of 3 consecutive steps' lengths, and the function ran 3 times per sample."""
+    case = _case("cpu")
+    assert case.set_steps_per_sample(3) == 3
+    calls = []
+    now = [0.0]
+    case.clock = lambda: now[0]
+
+    def fn():
+        calls.append(1)
+        now[0] += len(calls)          # step k lasts k seconds
+
+    m: dict = {}
+    case._timed(fn, m, "x")
+    once, got = case._contenders["x"]
+    assert got is m
+    assert once() == pytest.approx((1 + 2 + 3) / 3)
+    assert once() == pytest.approx((4 + 5 + 6) / 3)
+    assert len(calls) == 6

@@ -10,6 +10,7 @@
 #   or, one call for both 28 and 27 (timeout_s 560):     bash benchmarks/gpu_campaign.sh both
 #   or, the six H200 chains again (timeout_s 560):      bash benchmarks/gpu_campaign.sh reprofile
 #   the next session lent 15 minutes (timeout_s 580):  bash benchmarks/gpu_campaign.sh next
+#   (the noise diagnosis alone, under a minute:        python benchmarks/gpu_timing_noise.py --device cuda)
 #   HERE, after each call (FILES = the call's files_at):  bash benchmarks/gpu_campaign.sh unpack FILES
 #   HERE, without a GPU (CPU dry run of every call):      bash benchmarks/gpu_campaign.sh dry-run
 # A session lent 15 minutes of device time (starts included) runs one call: pick the one it is for.
@@ -85,35 +86,27 @@ prepare)
     echo "next: device call 1 = 'bash benchmarks/gpu_campaign.sh profile' with carry [\".whl\"]"
     ;;
 next)
-    # DEVICE, one call (< 9.5 min): what the H100 session of 2026-11-26 left open. (1) where a short step's
-    # timing spread comes from (ResNet-50 b32, plain autograd; hard limit 60 s); (2) GPT-2 small's budget with
-    # PyTorch's fractions 1, 0.2, 0.5 (then 0.3, 0.1 if time is left; one Inductor compile took 23 s on the
-    # H100, 0.3's took 104 s on the H200), timing stopped in time to write the table (hard limit 300 s);
-    # (3) the six H200 chains profiled again (issue 27 item 6) in what is left of NEXT_TOTAL_S (default 560 s)
+    # DEVICE, one call (< 9.5 min): what the H100 runs of 2026-11-26 left open. (1) ResNet-50 b32's executed
+    # plans timed with several steps per sample (the noise diagnosis: 14% spread timed alone, 1.5% as the
+    # mean of 5), issue 27's 5% time model and 3% store-all gap on a GPU (hard limit 170 s); (2) GPT-2
+    # small's budget at PyTorch's fractions 1, 0.2, 0.5, 0.3, 0.1 with time for the compiled stages (the
+    # CUDA tracker no longer collects garbage per window; the last run's profile took 55 s for it and the
+    # compiled stages were cut), timing stopped in time to write the table (hard limit NEXT_TOTAL_S - used)
     mkdir -p "$OUTDIR" "$WORK"
     {
         t0=$(date +%s)
         setup_env || exit 3
-        log "timing noise of a short step (hard limit 60 s)"
-        PYTHONUNBUFFERED=1 timeout 60 "$PY" "$ROOT/benchmarks/gpu_timing_noise.py" --device cuda \
-            --out "$OUTDIR/timing_noise_gpu.csv"
-        log "gpu_timing_noise exit status $?"
-        log "bench_budget GPT-2 small on cuda (hard limit 300 s)"
-        PYTHONUNBUFFERED=1 timeout 300 "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
-            --networks gpt2 --fractions "${NEXT_FRACTIONS:-1,0.2,0.5,0.3,0.1}" --search-time-limit 170 \
-            --deadline 280 --timing-budget 25 --max-rounds 20 --out "$OUTDIR/bench_budget_gpu_gpt2.csv"
-        log "bench_budget exit status $?"
+        log "runtime check ResNet-50 on cuda, several steps per timed sample (hard limit 170 s)"
+        PYTHONUNBUFFERED=1 timeout 170 "$PY" -m memplan.experiments.runtime_check --device cuda --models resnet50 \
+            --out "$OUTDIR/runtime_gpu_resnet50.csv" --throughput "$OUTDIR/throughput_gpu_resnet50.csv" \
+            --traces "$OUTDIR/runtime_traces_resnet50.json" --max-rounds 40 --timing-budget 90
+        log "runtime_check exit status $?"
         left=$(( ${NEXT_TOTAL_S:-560} - ($(date +%s) - t0) ))
-        pb=$(( left > 60 ? left - 30 : 30 ))
-        log "re-profile the six H200 settings (hard limit $left s, budget $pb s)"
-        PYTHONUNBUFFERED=1 timeout "$left" "$PY" -m memplan.experiments.gpu_profile --device cuda \
-            --models resnet50-b32-224,gpt2-small-b8-s1024,resnet101-b32-224,densenet121-b32-224,resnet50-b8-224,resnet18-b8-1000 \
-            --out "$WORK/instances" --summary "$OUTDIR/gpu_profile_summary.csv" --no-host-link \
-            --tar "$OUTDIR/instances_gpu.tar.gz" --budget "$pb"
-        log "gpu_profile exit status $?"
-        if [ ! -f "$OUTDIR/instances_gpu.tar.gz" ] && ls "$WORK"/instances/*.json >/dev/null 2>&1; then
-            tar -czf "$OUTDIR/instances_gpu.tar.gz" -C "$WORK" instances && log "bundled what was written"
-        fi
+        log "bench_budget GPT-2 small on cuda (hard limit $left s)"
+        PYTHONUNBUFFERED=1 timeout "$left" "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
+            --networks gpt2 --fractions "${NEXT_FRACTIONS:-1,0.2,0.5,0.3,0.1}" --search-time-limit 200 \
+            --deadline $(( left - 20 )) --timing-budget 30 --max-rounds 20 --out "$OUTDIR/bench_budget_gpu_gpt2.csv"
+        log "bench_budget exit status $?"
         log "done"
     } 2>&1 | tee "$OUTDIR/campaign_next.log"
     ;;
@@ -222,7 +215,8 @@ unpack)
     fi
     for f in runtime_gpu.csv throughput_gpu.csv runtime_traces.json gpu_profile_summary.csv torchvision_check.csv \
         host_link.json bench_budget_gpu.csv bench_budget_gpu.txt campaign_both.log campaign_budget.log campaign_runtime.log \
-        campaign_next.log bench_budget_gpu_gpt2.csv bench_budget_gpu_gpt2.txt timing_noise_gpu.csv; do
+        campaign_next.log bench_budget_gpu_gpt2.csv bench_budget_gpu_gpt2.txt timing_noise_gpu.csv \
+        runtime_gpu_resnet50.csv throughput_gpu_resnet50.csv runtime_traces_resnet50.json; do
         [ -f "$FILES/$f" ] && cp -v "$FILES/$f" "$ROOT/benchmarks/results/$f"
     done
     echo "paper 003's sweeps from the GPU instances (CPU, 25-60 min each), e.g.:"

@@ -374,6 +374,15 @@ def _measure(run, device, stats: dict | None = None) -> int:
     from memplan.models.memory import CudaMemoryTracker, profiler_peak
 
     if device.type == "cuda":               # max_memory_allocated - base, after synchronizes
+        # from the same cache state in every window: with the cache emptied, what is left is the free
+        # rest of segments that hold parameters, gradients and inputs, the same each time. With a warm
+        # cache a block's unsplit rest (< 1 MiB) depends on the cache's history, and an H100 measured
+        # one GPT-2 step 0.005% apart in two windows (a budget set to one window's peak then refused the
+        # very step measured there); bench_budget's peak_window_spread shows whether this removes it
+        import torch
+
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
         with CudaMemoryTracker(device) as tr:
             run()
             tr.sync()

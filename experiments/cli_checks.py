@@ -132,4 +132,28 @@ def positive_int(text: str) -> int:
     return v
 
 
-__all__ = ["CliError", "guarded", "output_file", "output_dir", "positive_int"]
+def input_shape(text: str) -> tuple[int, ...]:
+    """argparse type: a per-sample input shape, ``3x224x224`` or ``512`` (``--input``)."""
+    try:
+        dims = tuple(int(p) for p in text.lower().replace("×", "x").split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"input shape {text!r}: expected e.g. 3x224x224 (or 512 for gpt2)")
+    if not dims or any(d <= 0 for d in dims):
+        raise argparse.ArgumentTypeError(f"input shape {text!r}: dimensions must be positive")
+    return dims
+
+
+def key_value(text: str) -> tuple[str, object]:
+    """argparse type: ``KEY=VALUE`` with VALUE read as an int, a float, true/false or text (``--set``)."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"--set {text!r}: expected KEY=VALUE, e.g. n_layer=6")
+    k, v = text.split("=", 1)
+    for conv in (int, float):
+        try:
+            return k, conv(v)
+        except ValueError:
+            pass
+    return k, {"true": True, "false": False}.get(v.lower(), v)
+
+
+__all__ = ["CliError", "guarded", "input_shape", "key_value", "output_file", "output_dir", "positive_int"]

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from memplan.experiments.cli_checks import positive_int
-from memplan.experiments.cmd_profile import _kv, _shape
+from memplan.experiments.cli_checks import input_shape, key_value, positive_int
 from memplan.models.solution import InputError
 
 
@@ -72,10 +71,10 @@ def add_parser(subparsers) -> None:
                     "(memplan.compile_under_budget).")
     p.add_argument("--model", required=True, help="a zoo network (as for 'memplan profile')")
     p.add_argument("--batch", type=positive_int, required=True)
-    p.add_argument("--input", type=_shape, default=None, help="per-sample input shape, e.g. 3x224x224 or 256")
+    p.add_argument("--input", type=input_shape, default=None, help="per-sample input shape, e.g. 3x224x224 or 256")
     p.add_argument("--memory", required=True, help="the budget: bytes above parameters, gradients and the input, "
                    "e.g. 1.5GiB or 300MiB")
-    p.add_argument("--set", type=_kv, action="append", metavar="KEY=VALUE",
+    p.add_argument("--set", type=key_value, action="append", metavar="KEY=VALUE",
                    help="model constructor argument, e.g. --set n_layer=4 (repeatable)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--backend", choices=["aot_eager_decomp_partition", "inductor"],

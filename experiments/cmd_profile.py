@@ -21,34 +21,12 @@ import sys
 from pathlib import Path
 
 from memplan.baselines.remat_heuristics import bisection_schedule, sequential_schedule, store_all_schedule
-from memplan.experiments.cli_checks import output_file, positive_int
+from memplan.experiments.cli_checks import input_shape, key_value, output_file, positive_int
 from memplan.models.instance import InstanceError, load_instance, read_text_file, save_instance
 from memplan.models.pipedream import import_graph
 from memplan.models.remat import RematSchedule, simulate_remat
 from memplan.models.solution import InputError
 from memplan.models.units import fmt_memory, fmt_time
-
-
-def _shape(text: str) -> tuple[int, ...]:
-    try:
-        dims = tuple(int(p) for p in text.lower().replace("×", "x").split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"input shape {text!r}: expected e.g. 3x224x224 (or 512 for gpt2)")
-    if not dims or any(d <= 0 for d in dims):
-        raise argparse.ArgumentTypeError(f"input shape {text!r}: dimensions must be positive")
-    return dims
-
-
-def _kv(text: str) -> tuple[str, object]:
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"--set {text!r}: expected KEY=VALUE, e.g. n_layer=6")
-    k, v = text.split("=", 1)
-    for conv in (int, float):
-        try:
-            return k, conv(v)
-        except ValueError:
-            pass
-    return k, {"true": True, "false": False}.get(v.lower(), v)
 
 
 def _warn_coarse(chain) -> None:
@@ -216,7 +194,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--model", required=True, help="resnet18..152, preact_resnet200/1001, densenet121..201, "
                    "inception_v3, vgg16/19, gpt2, llama, nasnet_a, unet, transformer")
     p.add_argument("--batch", type=positive_int, required=True)
-    p.add_argument("--input", type=_shape, default=None,
+    p.add_argument("--input", type=input_shape, default=None,
                    help="per-sample input shape, e.g. 3x224x224 (gpt2: the sequence length, e.g. 512; transformer: "
                    "src_len + tgt_len token ids, e.g. 128 with the default src_len 64)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -227,7 +205,7 @@ def add_parser(subparsers) -> None:
                    help="where to cut the network: auto (default) cuts where several tensors cross only for a "
                         "network whose single-tensor stages are too coarse: fewer than one per ten operations "
                         "(NASNet, the Transformer) or one holding most of the network (U-Net)")
-    p.add_argument("--set", type=_kv, action="append", metavar="KEY=VALUE",
+    p.add_argument("--set", type=key_value, action="append", metavar="KEY=VALUE",
                    help="model constructor argument, e.g. --set n_layer=6 --set n_embd=512 (repeatable)")
     _output_args(p, "instance name (default: model-bBATCH-INPUT-DEVICE)")
     p.set_defaults(func=_cmd_profile)

@@ -286,3 +286,42 @@ def test_cuda_runtime_check_quick(tmp_path):
         if r["measured_peak"]:
             assert r["grads_equal"] == "True", r
             assert r["within_limit"] in ("True", ""), r
+
+
+def _script(name: str):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_timing_noise_dry_run_on_cpu(tmp_path, capsys):
+    """gpu_timing_noise's CPU dry run: every way of timing has one row per run (the batched mean
+    one per --batch-steps runs), no CUDA events on a CPU, and on a CPU (nothing queued) the launch
+    time is the step's time within a millisecond."""
+    out = tmp_path / "noise.csv"
+    assert _script("gpu_timing_noise").main(["--device", "cpu", "--network", "resnet18", "--batch", "2",
+                                             "--size", "32", "--runs", "4", "--batch-steps", "2",
+                                             "--out", str(out)]) == 0
+    rows = _rows(out)
+    count = {}
+    for r in rows:
+        count[r["mode"]] = count.get(r["mode"], 0) + 1
+    assert count == {"wall": 4, "launch": 4, "batched": 2, "wall-det": 4, "launch-det": 4, "batched-det": 2}
+    wall = {int(r["run"]): float(r["seconds"]) for r in rows if r["mode"] == "wall"}
+    launch = {int(r["run"]): float(r["seconds"]) for r in rows if r["mode"] == "launch"}
+    assert all(0 <= wall[i] - launch[i] < 1e-3 for i in wall)
+    assert "launch / wall (median)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--fractions", "1,2"], "--fractions"), (["--fractions", "1,1"], "--fractions"),
+    (["--deadline", "0"], "--deadline"), (["--steps-per-sample", "0"], "--steps-per-sample"),
+])
+def test_bench_budget_refuses_bad_options_in_one_line(args, names, capsys):
+    assert _script("bench_budget").main(args + ["--quick"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"bench_budget: {names}")

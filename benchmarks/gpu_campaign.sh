@@ -238,9 +238,14 @@ dry-run)
     "$PY" -m memplan.experiments.runtime_check --device cpu --quick --out "$D/runtime_gpu.csv" \
         --throughput "$D/throughput_gpu.csv" --traces "$D/runtime_traces.json" || exit 1
     t2=$(date +%s)
-    "$PY" "$ROOT/benchmarks/bench_budget.py" --quick --networks llama --out "$D/bench_budget_gpu.csv" || exit 1
+    "$PY" "$ROOT/benchmarks/bench_budget.py" --quick --networks llama --fractions 1,0.2 --deadline 60 \
+        --out "$D/bench_budget_gpu.csv" || exit 1
     t3=$(date +%s)
-    echo "dry run in $D: profile step $((t1 - t0)) s, runtime step $((t2 - t1)) s, budget step $((t3 - t2)) s"
+    "$PY" "$ROOT/benchmarks/gpu_timing_noise.py" --device cpu --network resnet18 --batch 2 --size 32 --runs 6 \
+        --out "$D/timing_noise_gpu.csv" || exit 1
+    t4=$(date +%s)
+    echo "dry run in $D: profile step $((t1 - t0)) s, runtime step $((t2 - t1)) s, budget step $((t3 - t2)) s," \
+        "noise step $((t4 - t3)) s"
     ;;
 *)
     sed -n '2,14p' "$0"

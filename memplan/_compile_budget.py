@@ -57,11 +57,11 @@ STAGE_SOLVERS = ("pytorch", "memplan", "memplan-peak")
 #: :meth:`BudgetSearch.under` times again the fitting candidates whose step time is within this
 #: fraction of the fastest one's, the RETIME_MOST fastest of them
 RETIME_MARGIN = 0.5
+RETIME_MOST = 4
 #: a candidate measured above a budget by at most this share is measured again before it is ruled
 #: out (:meth:`BudgetSearch.under`): the same step's peak can differ by an allocator block or a
 #: workspace between two windows, and a budget set to a measured peak sits exactly on that edge
 PEAK_RECHECK = 0.01
-RETIME_MOST = 4
 
 
 def _solver_base():
@@ -540,6 +540,7 @@ class BudgetSearch:
         self.compiled_profile_times: dict[float, float] = {}
         self.stage_solver_calls: dict[float, list] = {}    # stage fraction < 1 -> its solver's calls
         self.profile_time = 0.0
+        self.rechecked: list[tuple[str, int, int]] = []   # the last under(): (label, peak, peak measured again)
 
         with _Preserved(model, self.params):
             self._check_loss()
@@ -1180,7 +1181,7 @@ class BudgetSearch:
         import torch._functorch.config as fconfig
 
         budget = _budget(memory)
-        self.rechecked = []     # (label, peak in the search, peak measured again) for this budget
+        self.rechecked = []
         with _Preserved(self.model, self.params):
             if self._chain is not None:
                 self.chain_fit(budget)
@@ -1192,7 +1193,8 @@ class BudgetSearch:
                     peaks[id(c)] = self._remeasured_peak(c)
                     self.rechecked.append((c.label, c.peak, peaks[id(c)]))
             self._retime([c for c in self.measured() if peaks[id(c)] <= budget])
-            pairs = [(c, dataclasses.replace(c, fits=peaks[id(c)] <= budget)) for c in self.measured()]
+            pairs = [(c, dataclasses.replace(c, peak=peaks[id(c)], fits=peaks[id(c)] <= budget))
+                     for c in self.measured()]
             untried = (f" (not tried within time_limit={self.time_limit:g} s: fractions "
                        f"{', '.join(f'{f:g}' for f in self.skipped)})" if self.skipped else "")
             fitting = sorted((p for p in pairs if p[1].fits), key=lambda p: (p[1].step_time, p[1].peak))

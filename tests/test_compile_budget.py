@@ -446,3 +446,33 @@ def test_measured_runtimes_inside_the_partitioner():
     with pytest.raises(memplan.InputError, match="runtime_estimator 'fast' is unknown; use one of flops, measured"):
         memplan.compile_under_budget(model, (x,), "64MiB", loss_fn=_loss, example_targets=(y,),
                                      runtime_estimator="fast")
+
+
+def test_a_candidate_measured_just_over_the_budget_is_measured_again():
+    """A GPU measured one step 0.005% apart in two windows, so a budget set to one window's peak
+    refused the very step measured there. Here the search's record of the only candidate is raised
+    by 100 bytes, as if its window had measured that much more: a budget 50 bytes above the true peak
+    is still met, through a second measurement (traced in ``rechecked``); a candidate recorded more than
+    PEAK_RECHECK over the budget is not measured again, and the budget is refused."""
+    from memplan._compile_budget import PEAK_RECHECK, BudgetSearch
+    from memplan.models.solution import InfeasibleError
+
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 4))
+    x, y = torch.randn(32, 16), torch.randn(32, 4)
+    search = BudgetSearch(model, (x,), loss_fn=_loss, example_targets=(y,), fractions=(1.0,), repeats=1,
+                          chain=False)
+    cand = search.compiled[0][0]
+    true_peak = cand.peak
+    assert true_peak > 0
+    cand.peak = true_peak + 100
+    step = search.under(true_peak + 50)
+    assert step.peak == true_peak and step.fraction == 1.0
+    assert search.rechecked == [(cand.label, true_peak + 100, true_peak)]
+    assert [c.peak for c in step.candidates] == [true_peak] and step.candidates[0].fits
+    cand.peak = int(true_peak * (1 + 2 * PEAK_RECHECK)) + 1
+    with pytest.raises(InfeasibleError):
+        search.under(true_peak)
+    assert search.rechecked == []
+    for p in model.parameters():
+        p.grad = None

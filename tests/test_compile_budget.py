@@ -476,3 +476,33 @@ def test_a_candidate_measured_just_over_the_budget_is_measured_again():
     assert search.rechecked == []
     for p in model.parameters():
         p.grad = None
+
+
+def test_first_fraction_then_chains_then_the_other_fractions(monkeypatch):
+    """The order under a time limit: the first fraction is compiled, then the chain is built (with
+    one compiled step in hand), then the other fractions while time is left. Here the chain's build
+    is made to look as if it spent the whole limit: the chain plans exist, the later fractions are
+    listed as not tried, and the answer is still measured within its budget."""
+    from memplan._compile_budget import BudgetSearch
+
+    seen = []
+    original = BudgetSearch._build_chain
+
+    def build_chain(self):
+        seen.append([c.fraction for c, _, _ in self.compiled])
+        original(self)
+        self.t_start -= 1e4                 # as if the chain had taken far longer than the limit
+
+    monkeypatch.setattr(BudgetSearch, "_build_chain", build_chain)
+    model = _deep_mlp()
+    x, y = torch.randn(16, 16, 32), torch.randn(16, 16, 8)
+    search = BudgetSearch(model, (x,), loss_fn=_loss, example_targets=(y,), fractions=(1.0, 0.5, 0.0), repeats=1,
+                          time_limit=600, compiled_stages=False)
+    assert seen == [[1.0]]
+    assert [c.fraction for c, _, _ in search.compiled] == [1.0] and search.skipped == [0.5, 0.0]
+    assert search.chain is not None
+    least = search.minimum()
+    step = search.under(least.peak)
+    assert step.peak <= least.peak
+    for p in model.parameters():
+        p.grad = None

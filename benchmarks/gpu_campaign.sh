@@ -104,7 +104,7 @@ next)
         left=$(( ${NEXT_TOTAL_S:-560} - ($(date +%s) - t0) ))
         log "bench_budget GPT-2 small on cuda (hard limit $left s)"
         PYTHONUNBUFFERED=1 timeout "$left" "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
-            --networks gpt2 --fractions "${NEXT_FRACTIONS:-1,0.2,0.5,0.3,0.1}" --search-time-limit 200 \
+            --networks gpt2 --fractions "${NEXT_FRACTIONS:-1,0.2,0.5,0.3,0.1}" --search-time-limit 230 \
             --deadline $(( left - 20 )) --timing-budget 30 --max-rounds 20 --out "$OUTDIR/bench_budget_gpu_gpt2.csv"
         log "bench_budget exit status $?"
         log "done"

@@ -225,7 +225,8 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
     search = BudgetSearch(model, (x,), loss_fn=loss_fn, backend=backend, fractions=fractions, repeats=2,
                           solver_time_limit=30.0, time_limit=search_time_limit,
                           stage_fractions=stage_fractions, stage_solver=stage_solver,
-                          runtime_estimator=runtime_estimator)
+                          runtime_estimator=runtime_estimator,
+                          progress=lambda line: progress(f"{name}: search: {line}"))
     grid_time = time.perf_counter() - t0
     progress(f"{name}: {len(search.compiled)} fractions compiled and measured, chain L = "
              f"{search.chain.L if search.chain else '-'} profiled ({search.profile_time:.1f} s), compiled stages "

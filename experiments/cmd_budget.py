@@ -14,6 +14,7 @@ when the command runs.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from memplan.experiments.cli_checks import input_shape, key_value, positive_int
 from memplan.models.solution import InputError
@@ -55,11 +56,22 @@ def _cmd_budget(args: argparse.Namespace) -> int:
         model, (x,), budget, loss_fn=classification_loss(seed=args.seed), backend=args.backend,
         solver=args.solver, fractions=args.fractions, repeats=args.repeats, time_limit=args.time_limit,
         chain=not args.no_chain, compiled_stages=not args.no_compiled_stages,
-        runtime_estimator=args.runtime_estimator)
+        runtime_estimator=args.runtime_estimator,
+        progress=_progress_printer(args.progress))
     print(f"{key}, batch {args.batch}, input {'x'.join(map(str, shape))}, on {args.device}, "
           f"{args.threads} thread(s)")
     print(step.report())
     return 0
+
+
+def _progress_printer(wanted: bool | None):
+    """The search's progress lines on stderr: with --progress, or by default when stderr is a
+    terminal (a script that reads stderr gets only the one-line error of a refusal)."""
+    if wanted is None:
+        wanted = sys.stderr.isatty()
+    if not wanted:
+        return None
+    return lambda line: print(f"memplan budget: {line}", file=sys.stderr, flush=True)
 
 
 def add_parser(subparsers) -> None:
@@ -88,6 +100,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-compiled-stages", action="store_true", help="chain plans over eager stages only")
     p.add_argument("--repeats", type=positive_int, default=3, help="timed steps per candidate (median)")
     p.add_argument("--time-limit", type=float, default=None, help="seconds for the search")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="a line on stderr as each part of the search ends (default: when stderr is a terminal)")
     p.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_cmd_budget)

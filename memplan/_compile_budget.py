@@ -469,7 +469,7 @@ class BudgetSearch:
                  solver_time_limit: float | None = 10.0, time_limit: float | None = None,
                  chain: bool = True, compiled_stages: bool = True,
                  stage_fractions: Sequence[float] = (1.0,), stage_solver: str = "memplan-peak",
-                 runtime_estimator: str = "flops"):
+                 runtime_estimator: str = "flops", progress: Callable[[str], None] | None = None):
         import torch
 
         if runtime_estimator not in RUNTIME_ESTIMATORS:
@@ -542,6 +542,7 @@ class BudgetSearch:
         self.profile_time = 0.0
         self.rechecked: list[tuple[str, int, int]] = []   # the last under(): (label, peak, peak measured again)
 
+        self._progress = progress or (lambda line: None)
         self._slowest = 0.0                    # the longest compile + measurement of the grid so far
         self._n_steps = 0                      # compiled steps built (each one's unique name)
         with _Preserved(model, self.params):
@@ -557,8 +558,17 @@ class BudgetSearch:
                         self.compiled_chain_note = self.compiled_loss_chunks_note = self.chain_note
                 else:
                     self._build_chain()
+                    self._progress(f"chain: L = {self._chain[3].L} stages profiled"
+                                   + (f", the loss in {self._chunked[0]} chunks too" if self._chunked else "")
+                                   + f" ({self.profile_time:.1f} s)" if self._chain else
+                                   f"chain: not available ({self.chain_note})")
                     if compiled_stages and self._chain is not None:
                         self._build_compiled_chains()
+                        for sf in self.stage_fractions:
+                            what = "compiled stages" + (f" at partitioner budget {sf:g}" if sf < 1 else "")
+                            self._progress(f"{what}: profiled ({self.compiled_profile_times[sf]:.1f} s)"
+                                           if sf in self._cchains else
+                                           f"{what}: not available ({self.compiled_chain_notes.get(sf, '')})")
                     elif compiled_stages:
                         self.compiled_chain_note = "no chain to compile (see chain_note)"
                         self.compiled_loss_chunks_note = self.compiled_chain_note
@@ -644,6 +654,8 @@ class BudgetSearch:
             elapsed = time.perf_counter() - self.t_start
             if self.compiled and self.time_limit is not None and elapsed + 2 * self._slowest > self.time_limit:
                 self.skipped = list(dict.fromkeys(self.skipped + [float(f) for f, _ in plan[k:]]))
+                self._progress(f"fractions {', '.join(f'{f:g}' for f in self.skipped)}: not tried within "
+                               f"time_limit={self.time_limit:g} s")
                 break
             t0 = time.perf_counter()
             cfg = self._config_for(frac, knapsack)
@@ -666,6 +678,9 @@ class BudgetSearch:
             self._slowest = max(self._slowest, time.perf_counter() - t0)
             self.compiled.append((Candidate(knapsack, float(frac), peak, statistics.median(ts), ts, compile_time),
                                   step, cfg))
+            self._progress(f"fraction {frac:g} ({knapsack}): compiled in {compile_time:.1f} s, peak "
+                           f"{fmt_memory(peak)}, {statistics.median(ts) * 1e3:.1f} ms a step "
+                           f"({time.perf_counter() - self.t_start:.0f} s into the search)")
 
     def _build_chain(self) -> None:
         import torch
@@ -1264,7 +1279,8 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
                          solver_time_limit: float | None = 10.0,
                          time_limit: float | None = None, chain: bool = True,
                          compiled_stages: bool = True, stage_fractions: Sequence[float] = (1.0,),
-                         stage_solver: str = "memplan-peak", runtime_estimator: str = "flops") -> BudgetedStep:
+                         stage_solver: str = "memplan-peak", runtime_estimator: str = "flops",
+                         progress: Callable[[str], None] | None = None) -> BudgetedStep:
     """A training step of ``model`` whose measured peak memory fits ``memory`` bytes: the fastest of
     ``torch.compile`` at PyTorch's budget fractions and memplan's chain plans.
 
@@ -1340,6 +1356,11 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         :class:`MemplanPeakSolver` (:mod:`memplan.formulations.peak_milp`), ``dp_knapsack``, or
         :class:`MemplanKnapsack`.
 
+    progress : callable or None
+        Called with one line of text as each part of the search ends (a fraction compiled and measured,
+        the chain profiled, the compiled stages profiled, fractions left out by ``time_limit``): a
+        search on a GPU can take minutes. ``memplan budget`` prints the lines on stderr.
+
     The search runs training steps on ``model``; the parameters' gradients and the model's buffers are
     restored when it ends (the parameters themselves do not change: there is no optimizer step). A
     chain plan that recomputes a batch-norm stage updates its running statistics once more per
@@ -1361,5 +1382,5 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
                           backend=backend, solver=solver, fractions=fractions, repeats=repeats,
                           solver_time_limit=solver_time_limit, time_limit=time_limit, chain=chain,
                           compiled_stages=compiled_stages, stage_fractions=stage_fractions,
-                          stage_solver=stage_solver, runtime_estimator=runtime_estimator)
+                          stage_solver=stage_solver, runtime_estimator=runtime_estimator, progress=progress)
     return search.under(budget)

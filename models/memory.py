@@ -5,6 +5,7 @@ whose measurements, and the runtime executor's (:mod:`models.runtime`), are take
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import weakref
 from typing import Any, Callable
@@ -214,6 +215,30 @@ def profiler_peak(fn) -> tuple[Any, int, int]:
     return out, tr.peak, tr.current
 
 
+@contextlib.contextmanager
+def _native_stderr_quiet():
+    """File descriptor 2 to /dev/null for the block: Kineto (torch 2.13) writes a "USDT: ...
+    profiler_start" and a "profiler_stop" line to the process's stderr at every profiler start and
+    stop, below Python (``KINETO_LOG_LEVEL`` does not silence them); a measurement opens and closes one
+    per window, and ``memplan budget`` printed dozens of them between its own lines."""
+    import os
+    import sys
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):      # no usable fd 2 (an embedding host): leave it
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 class ProfilerTracker:
     """The interface of :class:`TensorMemoryTracker` (``current``, ``peak``, :meth:`reset_peak`,
     :meth:`sync`, :meth:`is_tracked`) measured as :func:`profiler_peak` measures: c10's CPU allocator
@@ -248,11 +273,13 @@ class ProfilerTracker:
         from torch.profiler import ProfilerActivity, profile
 
         self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-        self._prof.__enter__()
+        with _native_stderr_quiet():
+            self._prof.__enter__()
 
     def _fold(self) -> None:
         prof, self._prof = self._prof, None
-        prof.__exit__(None, None, None)
+        with _native_stderr_quiet():
+            prof.__exit__(None, None, None)
         for d in _memory_deltas(prof):
             self.current += d
             self.peak = max(self.peak, self.current)

@@ -36,3 +36,16 @@ def test_budget_bad_model_argument_is_one_line(capsys):
     err = capsys.readouterr().err.strip()
     assert err == ("memplan: error: model gpt2: GPT2.__init__() got an unexpected keyword argument 'bogus' "
                    "(given: bogus=1)")
+
+
+def test_budget_progress_lines_on_request_and_no_profiler_noise(capfd, one_torch_thread):
+    """--progress: one line per part of the search on stderr (the fraction compiled, the chain
+    profiled), the report on stdout; the profiler's own start/stop lines (Kineto writes them to file
+    descriptor 2 at every CPU memory window) do not reach stderr."""
+    assert main(["budget", *TINY, "--memory", "1GiB", "--progress"]) == 0
+    out, err = capfd.readouterr()
+    lines = err.strip().splitlines()
+    assert lines and all(line.startswith("memplan budget: ") for line in lines), lines
+    assert any(re.match(r"memplan budget: fraction 1 \(pytorch\): compiled in [\d.]+ s, peak ", line) for line in lines)
+    assert any(line.startswith("memplan budget: chain: L = ") for line in lines)
+    assert "USDT" not in err and "budget 1.0 GiB: chose" in out

@@ -30,11 +30,14 @@ backward) is run by every contender:
 
 One measuring method for every row: the peak is :func:`memplan.models.memory.profiler_peak` (c10's CPU
 allocator, compiled code included; with ``--device cuda`` the caching allocator's ``max_memory_allocated``
-instead, for every row alike) of one step after a warm-up step, parameters' gradients already
-allocated (the window of ``compile_under_budget``). Times: every distinct step of a network runs once per
+instead, for every row alike, each window from an emptied cache, the most of :data:`PEAK_WINDOWS`
+windows, ``peak_window_spread`` their difference) of one step after a warm-up step, parameters'
+gradients already allocated (the window of ``compile_under_budget``). ``search_peak``: a PyTorch
+fraction's peak as the search measured it. Times: every distinct step of a network runs once per
 round in rotating order (:func:`memplan.models.measure.interleaved`) on the CPU clock (process time, one
-torch thread), until each median's 95% interval is within 2% of it or ``--max-rounds``; ``noisy`` marks
-the rows whose interval stayed wider. A ``memplan`` row whose step is the same object as another row's
+torch thread; on CUDA the wall clock between synchronizes, one sample the mean of ``steps_per_sample``
+steps back to back), until each median's 95% interval is within 2% of it or ``--max-rounds``;
+``noisy`` marks the rows whose interval stayed wider. A ``memplan`` row whose step is the same object as another row's
 (the same compiled step or the same chain plan) is timed once: ``same_as`` names that row. Gradients of
 every row are compared with eager autograd's (``grad_rel_err``: ||g - g_eager|| / ||g_eager|| over all
 parameters) and with a float64 copy's (``grad_err_fp64``; the eager row's is eager's own rounding);

@@ -478,6 +478,9 @@ class BudgetSearch:
         if backend not in BACKENDS:
             raise InputError(f"compile_under_budget: backend {backend!r} is not supported; use one of "
                              f"{', '.join(BACKENDS)}")
+        if progress is not None and not callable(progress):
+            raise InputError(f"compile_under_budget: progress must be a function of one line of text (e.g. "
+                             f"print) or None, got {type(progress).__name__}")
         if solver not in SOLVERS:
             raise InputError(f"compile_under_budget: solver {solver!r} is unknown; use one of {', '.join(SOLVERS)}")
         if not isinstance(model, torch.nn.Module):

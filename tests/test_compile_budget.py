@@ -179,6 +179,8 @@ def test_bad_options_are_refused():
         memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,), fractions=(1.5,))
     with pytest.raises(memplan.InputError, match="time_limit"):
         memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,), time_limit=0)
+    with pytest.raises(memplan.InputError, match="progress must be a function"):
+        memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=_loss, example_targets=(y,), progress="yes")
     with pytest.raises(memplan.InputError, match="scalar"):
         memplan.compile_under_budget(model, (x,), "1GiB")        # the output is not a loss
     with pytest.raises(memplan.UnitError):

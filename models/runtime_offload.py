@@ -74,11 +74,6 @@ from .remat_offload import (InvalidRematOffloadSchedule, RematOffloadReplay, Rem
                             simulate_remat_offload)
 from .runtime import RuntimeResult, _stage_info
 
-#: the bandwidth (bytes/s) with which :meth:`OffloadPlan.executed_schedule` is simulated: transfers of
-#: (practically) zero duration, as the CPU emulation's synchronous copies
-INSTANT_BANDWIDTH = 1e30
-
-
 # ------------------------------------------------------------------------------------------ planning
 @dataclass
 class OffloadPlan:

@@ -23,7 +23,17 @@ What is executed
   ``torch.autograd.graph.GradientEdge`` (node + output number, no data), and stage l+1 reads a^l
   through :class:`_Inject`, an autograd function whose output shares a^l's storage and whose backward
   hands delta^l to the executor (a leaf input would pin a^l through its ``AccumulateGrad`` node).
-  Dropping a box's entries therefore frees abar^j's memory.
+  The box holds its outputs' entries until B^j ends (the model's a^j); the intermediates' entries are
+  held by their packed tensors only (the box keeps weak references), so the engine frees them as it
+  passes each node of B^j, as it does without hooks. Dropping an entry's device tensor therefore
+  frees that storage: per operation, a run without transfers holds the bytes
+  :func:`models.runtime.execute` holds (checked on the tests' ResNet-18 and GPT-2: the same memory
+  after and during every operation of store-all).
+- A stage whose output is a view of its input (a flatten) shares abar^{l-1}'s storage: the profile
+  counts it in ``wabar[l]`` too, and moving either value would not free what the chain says; such
+  an offload raises :class:`InvalidRematOffloadSchedule` when it is reached. A saved tensor that
+  existed before the run and is neither a parameter nor a buffer (a constant kept as a plain module
+  attribute) would be boxed and copied without freeing anything; the zoo's networks have none.
 - ``B^l``: ``torch.autograd.backward`` from stage l's output edges with delta^l (one call per stage),
   then box l and delta^l are dropped (Table 1 of paper 004: B^l discards abar^l).
 - Transfers are issued at operation boundaries (boundary k: just before operation k; :func:`plan_offload`):
@@ -51,9 +61,12 @@ count it). Copies are synchronous: a transfer completes at its issue boundary, s
 is that of the schedule with transfers of zero duration at the issue boundaries
 (:meth:`OffloadPlan.executed_schedule`), which is what the tests compare with.
 
-Not validated here (no GPU on the development machine): the CUDA path's timing and its overlap of
-transfers with computation, and its memory figures (a block freed with ``record_stream`` is
-reusable only once the copy has ended, which the allocator's statistics may not show).
+Not validated (no GPU on the development machine): the CUDA path has not been run at all, so neither
+its correctness on a device nor its timing, its overlap of transfers with computation, or its memory
+figures (a block freed with ``record_stream`` is reusable only once the copy has ended, which the
+allocator's statistics may not show) are checked. On a device, a transfer is started at its issue
+boundary rather than at its simulated start, so the run is at least as long as the simulation's
+whenever a boundary comes after the transfer's start.
 Stages with multi-tensor cuts (resident tensors) are refused. RNG: every stage runs once, as in a
 plain forward, so dropout masks are those of plain autograd; with deterministic kernels the
 gradients are bit-identical to ``loss_fn(model(x)).backward()`` (the tests check ``torch.equal``).

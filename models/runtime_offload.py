@@ -27,8 +27,8 @@ What is executed
   held by their packed tensors only (the box keeps weak references), so the engine frees them as it
   passes each node of B^j, as it does without hooks. Dropping an entry's device tensor therefore
   frees that storage: per operation, a run without transfers holds the bytes
-  :func:`models.runtime.execute` holds (checked on the tests' ResNet-18 and GPT-2: the same memory
-  after and during every operation of store-all).
+  :func:`models.runtime.execute` holds (``tests/test_runtime_offload.py``: the same memory after and
+  during every operation of store-all on ResNet-18 and GPT-2).
 - A stage whose output is a view of its input (a flatten) shares abar^{l-1}'s storage: the profile
   counts it in ``wabar[l]`` too, and moving either value would not free what the chain says; such
   an offload raises :class:`InvalidRematOffloadSchedule` when it is reached. A saved tensor that
@@ -64,9 +64,8 @@ is that of the schedule with transfers of zero duration at the issue boundaries
 Not validated (no GPU on the development machine): the CUDA path has not been run at all, so neither
 its correctness on a device nor its timing, its overlap of transfers with computation, or its memory
 figures (a block freed with ``record_stream`` is reusable only once the copy has ended, which the
-allocator's statistics may not show) are checked. On a device, a transfer is started at its issue
-boundary rather than at its simulated start, so the run is at least as long as the simulation's
-whenever a boundary comes after the transfer's start.
+allocator's statistics may not show) are checked. On a device, a transfer starts at its issue
+boundary, not at its simulated start, so a run may take longer than the simulation says.
 Stages with multi-tensor cuts (resident tensors) are refused. RNG: every stage runs once, as in a
 plain forward, so dropout masks are those of plain autograd; with deterministic kernels the
 gradients are bit-identical to ``loss_fn(model(x)).backward()`` (the tests check ``torch.equal``).

@@ -10,6 +10,7 @@ GREEDY and DYNPROG, converted by memplan.remat_offload.offload_schedule_as_joint
   ``simulate_remat(store-all).memory_after[p] - sum of wabar[j] over the values on the host after
   operation p``; the measured peak equals the executed schedule's simulated peak and is at most the
   planned schedule's (the solver's);
+- without transfers it holds, per operation, the bytes models.runtime.execute holds;
 - schedules the executor does not run are refused with a message that says why.
 
 The chain's sizes are profiled on the same stages with the tracker the executor uses; its times are
@@ -160,6 +161,23 @@ def test_measured_memory_is_the_simulated_memory_of_the_executed_order(case):
         if f == FRACTIONS[0]:
             nothing = simulate_remat(chain, ops).peak_memory
             assert res.peak_memory < nothing        # it saved memory
+
+
+def test_without_transfers_it_holds_what_the_remat_executor_holds(case):
+    """Store-all with no transfer: per operation, the bytes after and the peak during equal those of
+    models.runtime.execute (one backward call per stage), which tests/test_runtime.py checks against
+    the simulator."""
+    from memplan.models.runtime import execute
+
+    c = case
+    ops = store_all_ops(c["chain"].L)
+    _, _, res = _run(c, RematOffloadSchedule(ops), measure_memory=True)
+    m = copy.deepcopy(c["model"])
+    lm = linearize_model(m, c["x"], c["loss_fn"])
+    torch.manual_seed(123)
+    ref = execute(lm.stages, lm.loss_stage(c["loss_fn"]), c["x"], ops, measure_memory=True, fuse_backward=False)
+    assert res.memory_after == ref.memory_after
+    assert res.memory_peak_during == ref.memory_peak_during
 
 
 def test_refused_schedules(case):

@@ -11,6 +11,7 @@
 #   or, the six H200 chains again (timeout_s 560):      bash benchmarks/gpu_campaign.sh reprofile
 #   the next session lent 15 minutes (timeout_s 580):  bash benchmarks/gpu_campaign.sh next
 #   (the noise diagnosis alone, under a minute:        python benchmarks/gpu_timing_noise.py --device cuda)
+#   paper 001's offloading executed (timeout_s 560):   bash benchmarks/gpu_campaign.sh offload
 #   HERE, after each call (FILES = the call's files_at):  bash benchmarks/gpu_campaign.sh unpack FILES
 #   HERE, without a GPU (CPU dry run of every call):      bash benchmarks/gpu_campaign.sh dry-run
 # A session lent 15 minutes of device time (starts included) runs one call: pick the one it is for.
@@ -109,6 +110,22 @@ next)
         log "bench_budget exit status $?"
         log "done"
     } 2>&1 | tee "$OUTDIR/campaign_next.log"
+    ;;
+offload)
+    # DEVICE (< 9 min): paper 001's offloading schedules executed on the GPU (models.runtime_offload's CUDA path,
+    # never run before): gradients, the caching allocator's peak against the simulator's, the step time against
+    # the simulated makespan with the measured host link, GPT-2 small b8 s1024 then ResNet-50 b32
+    mkdir -p "$OUTDIR" "$WORK"
+    {
+        setup_env || exit 3
+        for net in gpt2 resnet50; do
+            log "bench_offload_exec $net on cuda (hard limit 250 s)"
+            PYTHONUNBUFFERED=1 timeout 250 "$PY" "$ROOT/benchmarks/bench_offload_exec.py" --device cuda --network "$net" \
+                --timing-budget 60 --out "$OUTDIR/offload_exec_gpu_$net.csv"
+            log "bench_offload_exec exit status $?"
+        done
+        log "done"
+    } 2>&1 | tee "$OUTDIR/campaign_offload.log"
     ;;
 reprofile)
     # DEVICE (< 8 min): issue 27's item 6, the six chains shipped as instances/*-h200.json profiled again with
@@ -216,7 +233,8 @@ unpack)
     for f in runtime_gpu.csv throughput_gpu.csv runtime_traces.json gpu_profile_summary.csv torchvision_check.csv \
         host_link.json bench_budget_gpu.csv bench_budget_gpu.txt campaign_both.log campaign_budget.log campaign_runtime.log \
         campaign_next.log bench_budget_gpu_gpt2.csv bench_budget_gpu_gpt2.txt timing_noise_gpu.csv \
-        runtime_gpu_resnet50.csv throughput_gpu_resnet50.csv runtime_traces_resnet50.json; do
+        runtime_gpu_resnet50.csv throughput_gpu_resnet50.csv runtime_traces_resnet50.json \
+        offload_exec_gpu_gpt2.csv offload_exec_gpu_resnet50.csv campaign_offload.log; do
         [ -f "$FILES/$f" ] && cp -v "$FILES/$f" "$ROOT/benchmarks/results/$f"
     done
     echo "paper 003's sweeps from the GPU instances (CPU, 25-60 min each), e.g.:"
@@ -244,8 +262,11 @@ dry-run)
     "$PY" "$ROOT/benchmarks/gpu_timing_noise.py" --device cpu --network resnet18 --batch 2 --size 32 --runs 6 \
         --out "$D/timing_noise_gpu.csv" || exit 1
     t4=$(date +%s)
+    "$PY" "$ROOT/benchmarks/bench_offload_exec.py" --device cpu --quick --network gpt2 --out "$D/offload_exec_gpu_gpt2.csv" \
+        || exit 1
+    t5=$(date +%s)
     echo "dry run in $D: profile step $((t1 - t0)) s, runtime step $((t2 - t1)) s, budget step $((t3 - t2)) s," \
-        "noise step $((t4 - t3)) s"
+        "noise step $((t4 - t3)) s, offload step $((t5 - t4)) s"
     ;;
 *)
     sed -n '2,14p' "$0"

@@ -1,0 +1,238 @@
+"""Paper 001's offloading schedules executed on real stages (``models.runtime_offload``), against the
+simulator: gradients, peak and step time, measured side by side with the store-all step and plain
+autograd.
+
+For one zoo network: linearize, profile the chain on the device (times in context), take the host
+link's bandwidth (measured on CUDA, ``models.profiler.measure_host_link``, the slower direction; on a CPU
+``--bandwidth``, the host being emulated by memory the allocator does not see, so that only the
+memory columns mean something there), then at memory limits between paper 001's minimum (0) and the
+peak without offloading (1) solve GREEDY and DYNPROG (``memplan.offload.solve``), convert the
+schedule (``memplan.remat_offload.offload_schedule_as_joint``) and execute it
+(``execute_offload``). Each row: the values offloaded, the simulated peak and makespan of the
+planned schedule, the measured peak (one window, gradients allocated first), the median time of the
+step (``models.measure.interleaved``: every contender once per round in rotating order; on CUDA the
+wall clock between synchronizes, one sample the mean of ``--steps-per-sample`` steps), gradients
+against plain autograd (``torch.equal``; deterministic kernels).
+
+What the GPU run is for: the CUDA path (side stream, pinned buffers, events) has not run on a device;
+this checks its gradients, whether the caching allocator's peak follows the simulator's, and whether
+the transfers hide behind the computation as the simulated makespan says (a transfer starts at the
+operation boundary after its simulated start, so the measured time can only be later).
+
+    python benchmarks/bench_offload_exec.py --device cpu --quick            # a dry run, a minute
+    python benchmarks/bench_offload_exec.py --device cuda --network gpt2    # GPT-2 small b8 s1024
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import statistics
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SIZES = {   # (model kwargs, batch, per-sample input shape): GPU sizes, then --quick's
+    "gpt2": ({}, 8, (1024,)),          # dropout 0.1: at 0 the embedding's dropout returns its input (a view stage)
+    "resnet50": ({}, 32, (3, 224, 224)),
+}
+QUICK = {
+    "gpt2": (dict(n_layer=2, n_embd=64, n_head=2, n_ctx=64, vocab=512), 2, (64,)),
+    "resnet50": (dict(num_classes=10), 2, (3, 64, 64)),
+}
+COLUMNS = ["device", "network", "batch", "input", "L", "bandwidth", "fraction", "memory_limit", "method", "status",
+           "offloaded", "predicted_peak", "measured_peak", "peak_rel_err", "within_limit", "predicted_time",
+           "measured_time", "time_rel_err", "time_low", "time_high", "noisy", "store_all_time", "autograd_time",
+           "grads_equal", "steps_per_sample", "message"]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cpu", help="cpu (a dry run: the host emulated) or cuda")
+    p.add_argument("--network", default="gpt2", choices=sorted(SIZES))
+    p.add_argument("--quick", action="store_true", help="tiny sizes")
+    p.add_argument("--fractions", default="0.1,0.4,0.7", help="limits between paper 001's minimum (0) and the "
+                   "peak without offloading (1)")
+    p.add_argument("--methods", default="dynprog,greedy")
+    p.add_argument("--bandwidth", default=None, help="bytes/s of the link (e.g. 12GB/s); default on CUDA: measured, "
+                   "on a CPU: all of the chain's abar moved in one store-all step's time")
+    p.add_argument("--steps-per-sample", type=int, default=None, help="default: 1 on a CPU, enough for 0.1 s on CUDA")
+    p.add_argument("--max-rounds", type=int, default=20)
+    p.add_argument("--timing-budget", type=float, default=60.0, help="seconds of timing rounds at most")
+    p.add_argument("--time-limit", type=float, default=30.0, help="seconds per solve")
+    p.add_argument("--out", default=None, help="CSV (default benchmarks/results/offload_exec_<device>.csv)")
+    a = p.parse_args(argv)
+
+    import torch
+
+    from memplan import offload
+    from memplan.experiments.runtime_check import set_deterministic
+    from memplan.models.graph import linearize_model
+    from memplan.models.measure import interleaved
+    from memplan.models.networks import example_input, get_model
+    from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
+    from memplan.models.profiler import classification_loss, measure_host_link, profile_chain
+    from memplan.models.remat import simulate_remat, store_all_ops
+    from memplan.models.remat_offload import InvalidRematOffloadSchedule, simulate_remat_offload
+    from memplan.models.runtime import execute
+    from memplan.models.runtime_offload import execute_offload
+    from memplan.models.units import parse_bandwidth
+    from memplan.remat_offload import offload_schedule_as_joint
+
+    cuda = a.device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        print(f"bench_offload_exec: --device {a.device}: this torch sees no CUDA device; use --device cpu",
+              file=sys.stderr)
+        return 2
+    if a.device != "cpu" and not cuda:
+        print(f"bench_offload_exec: --device {a.device!r}: use cpu or cuda", file=sys.stderr)
+        return 2
+    try:
+        fractions = [float(v) for v in a.fractions.split(",")]
+    except ValueError:
+        fractions = []
+    if not fractions or any(not 0 <= f <= 1 for f in fractions):
+        print(f"bench_offload_exec: --fractions {a.fractions!r}: numbers in [0, 1] separated by commas",
+              file=sys.stderr)
+        return 2
+    methods = [m for m in a.methods.split(",") if m]
+    if not methods or any(m not in offload.METHODS for m in methods):
+        print(f"bench_offload_exec: --methods {a.methods!r}: choose from {', '.join(offload.METHODS)}",
+              file=sys.stderr)
+        return 2
+    if a.steps_per_sample is not None and a.steps_per_sample < 1:
+        print("bench_offload_exec: --steps-per-sample: a whole number >= 1", file=sys.stderr)
+        return 2
+    try:
+        bw_arg = None if a.bandwidth is None else float(parse_bandwidth(a.bandwidth))
+    except Exception as e:  # noqa: BLE001 - the units parser's message, on one line
+        print(f"bench_offload_exec: --bandwidth {a.bandwidth!r}: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    det = set_deterministic(a.device)
+    if not cuda:
+        torch.set_num_threads(1)
+    kw, batch, shape = (QUICK if a.quick else SIZES)[a.network]
+    dev = torch.device(a.device)
+    torch.manual_seed(0)
+    model = get_model(a.network, **kw).to(dev).train()
+    x = example_input(a.network, batch, shape, vocab=kw.get("vocab"), device=dev)
+    loss_fn = classification_loss()
+    lm = linearize_model(model, x, loss_fn)
+    stages, loss_stage = lm.stages, lm.loss_stage(loss_fn)
+    params = [q for q in model.parameters() if q.requires_grad]
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(dev)
+
+    def clear():
+        for q in params:
+            q.grad = None
+
+    clear()
+    torch.manual_seed(7)
+    loss_fn(model(x)).backward()
+    ref = [q.grad.clone() for q in params]
+    t0 = time.perf_counter()
+    chain = profile_chain(stages, x, loss_stage, repeats=3, device=dev, names=lm.names, loss_name=lm.loss_name,
+                          input_grad=False)
+    print(f"{a.network} b{batch} {'x'.join(map(str, shape))} on {a.device} ({det}): L = {chain.L}, profiled in "
+          f"{time.perf_counter() - t0:.1f} s, store-all {chain.store_all_time() * 1e3:.1f} ms", flush=True)
+    if bw_arg is not None:
+        beta, how = bw_arg, "given"
+    elif cuda:
+        link = measure_host_link(dev)
+        beta, how = min(link["h2d_bytes_per_s"], link["d2h_bytes_per_s"]), "measured (slower direction)"
+    else:
+        beta, how = float(chain.wabar[1:].sum() / chain.store_all_time()), "all of abar in one step (CPU emulation)"
+    print(f"link {beta / 1e9:.2f} GB/s, {how}", flush=True)
+    lo, hi = min_feasible_memory(chain), peak_memory_no_offload(chain)
+    steps = a.steps_per_sample or 1
+    if cuda and a.steps_per_sample is None:
+        steps = int(min(10, max(1, -(-0.1 // chain.store_all_time()))))
+
+    base = {"device": a.device + (f" ({torch.cuda.get_device_name(dev)})" if cuda else ""), "network": a.network,
+            "batch": batch, "input": "x".join(map(str, shape)), "L": chain.L, "bandwidth": beta,
+            "steps_per_sample": steps}
+    rows, runs = [], {}
+
+    def timed(fn):
+        def once():
+            clear()
+            sync()
+            t = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            sync()
+            return (time.perf_counter() - t) / steps
+        return once
+
+    runs["autograd"] = timed(lambda: loss_fn(model(x)).backward())
+    runs["store-all"] = timed(lambda: execute(stages, loss_stage, x, store_all_ops(chain.L), device=dev,
+                                              input_grad=False, fuse_backward=False))
+    for f in fractions:
+        mem = float(int(lo + f * (hi - lo)))
+        for m in methods:
+            row = {**base, "fraction": f, "memory_limit": mem, "method": m}
+            sol = offload.solve(chain, memory=mem, bandwidth=beta, method=m, time_limit=a.time_limit)
+            if not sol.success:
+                rows.append({**row, "status": str(sol.status), "message": sol.message[:200]})
+                continue
+            sched = offload_schedule_as_joint(chain, sol.schedule, beta)
+            rep = simulate_remat_offload(chain, sched, beta)
+            clear()
+            torch.manual_seed(7)
+            try:
+                res = execute_offload(stages, loss_stage, x, sched, chain, beta, device=dev, input_grad=False)
+            except InvalidRematOffloadSchedule as e:     # e.g. a value that is a view of another (a flatten)
+                rows.append({**row, "status": "not executed", "message": str(e)[:200],
+                             "offloaded": " ".join(str(t.index) for t in sched.transfers if t.kind == "offload"),
+                             "predicted_peak": rep.peak_memory, "predicted_time": rep.makespan})
+                continue
+            equal = all(torch.equal(q.grad, r) for q, r in zip(params, ref))
+            clear()
+            res = execute_offload(stages, loss_stage, x, sched, chain, beta, device=dev, input_grad=False,
+                                  measure_memory=True)
+            tag = f"{m}@{f:g}"
+            runs[tag] = timed(lambda s=sched: execute_offload(stages, loss_stage, x, s, chain, beta, device=dev,
+                                                              input_grad=False))
+            rows.append({**row, "status": str(sol.status), "_tag": tag,
+                         "offloaded": " ".join(str(t.index) for t in sched.transfers if t.kind == "offload"),
+                         "predicted_peak": rep.peak_memory, "measured_peak": res.peak_memory,
+                         "peak_rel_err": res.peak_memory / rep.peak_memory - 1, "within_limit": res.peak_memory <= mem,
+                         "predicted_time": rep.makespan, "grads_equal": equal})
+    t = interleaved(runs, target=0.02, min_rounds=4, max_rounds=a.max_rounds, budget=a.timing_budget,
+                    progress=print)
+    sa, ag = statistics.median(t["store-all"].times), statistics.median(t["autograd"].times)
+    for r in rows:
+        r.update(store_all_time=sa, autograd_time=ag)
+        tag = r.pop("_tag", None)
+        if tag:
+            tt = t[tag]
+            r.update(measured_time=tt.median, time_low=tt.low, time_high=tt.high, noisy=tt.noisy,
+                     time_rel_err=r["predicted_time"] / tt.median - 1)
+    out = Path(a.out or RESULTS / f"offload_exec_{'cuda' if cuda else 'cpu'}{'_quick' if a.quick else ''}.csv")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    sim_sa = simulate_remat(chain, store_all_ops(chain.L))
+    print(f"store-all {sa * 1e3:.2f} ms measured ({sim_sa.makespan * 1e3:.2f} predicted), autograd {ag * 1e3:.2f} ms; "
+          f"paper 001's minimum {lo / 2**20:.1f} MiB, no offloading {hi / 2**20:.1f} MiB")
+    for r in rows:
+        if r.get("measured_peak") is None:
+            print(f"  {r['method']:8s} f={r['fraction']:<4g} {r['status']}: {r.get('message', '')}")
+            continue
+        print(f"  {r['method']:8s} f={r['fraction']:<4g} limit {r['memory_limit'] / 2**20:8.1f} MiB: offloads "
+              f"[{r['offloaded']}], peak {r['measured_peak'] / 2**20:8.1f} MiB ({r['peak_rel_err']:+.2%} vs simulated), "
+              f"{r['measured_time'] * 1e3:8.2f} ms ({r['time_rel_err']:+.1%} predicted vs measured, "
+              f"{r['measured_time'] / sa - 1:+.1%} vs store-all){' noisy' if r['noisy'] else ''}, "
+              f"gradients {'equal' if r['grads_equal'] else 'DIFFER'}")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

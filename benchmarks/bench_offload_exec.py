@@ -25,7 +25,6 @@ operation boundary after its simulated start, so the measured time can only be l
 from __future__ import annotations
 
 import argparse
-import copy
 import csv
 import statistics
 import sys
@@ -63,6 +62,12 @@ def main(argv=None) -> int:
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds per solve")
     p.add_argument("--out", default=None, help="CSV (default benchmarks/results/offload_exec_<device>.csv)")
     a = p.parse_args(argv)
+    from memplan.experiments.cli_checks import device_problem
+
+    why = device_problem(a.device)          # before the heavier imports: a wrong device fails at once
+    if why:
+        print(f"bench_offload_exec: {why}", file=sys.stderr)
+        return 2
 
     import torch
 
@@ -81,13 +86,6 @@ def main(argv=None) -> int:
     from memplan.remat_offload import offload_schedule_as_joint
 
     cuda = a.device.startswith("cuda")
-    if cuda and not torch.cuda.is_available():
-        print(f"bench_offload_exec: --device {a.device}: this torch sees no CUDA device; use --device cpu",
-              file=sys.stderr)
-        return 2
-    if a.device != "cpu" and not cuda:
-        print(f"bench_offload_exec: --device {a.device!r}: use cpu or cuda", file=sys.stderr)
-        return 2
     try:
         fractions = [float(v) for v in a.fractions.split(",")]
     except ValueError:

@@ -70,14 +70,15 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     import torch
 
+    from memplan.experiments.cli_checks import device_problem
     from memplan.models.networks import example_input, get_model
     from memplan.models.profiler import classification_loss
 
-    cuda = a.device.startswith("cuda")
-    if cuda and not torch.cuda.is_available():
-        print(f"gpu_timing_noise: --device {a.device}: no CUDA device here; use --device cpu for a dry run",
-              file=sys.stderr)
+    why = device_problem(a.device)
+    if why:
+        print(f"gpu_timing_noise: {why}", file=sys.stderr)
         return 2
+    cuda = a.device.startswith("cuda")
     if a.runs < 2 or a.batch_steps < 1 or a.batch < 1 or a.size < 32:
         print("gpu_timing_noise: --runs >= 2, --batch-steps >= 1, --batch >= 1 and --size >= 32", file=sys.stderr)
         return 2

@@ -156,4 +156,19 @@ def key_value(text: str) -> tuple[str, object]:
     return k, {"true": True, "false": False}.get(v.lower(), v)
 
 
-__all__ = ["CliError", "guarded", "input_shape", "key_value", "output_file", "output_dir", "positive_int"]
+def device_problem(device: str) -> str | None:
+    """Why ``--device`` cannot be used here (one line naming it and what would work), or None: cpu,
+    or cuda[:n] where this torch sees a CUDA device."""
+    import torch
+
+    if device == "cpu":
+        return None
+    if not (device == "cuda" or device.startswith("cuda:")):
+        return f"--device {device!r}: use cpu or cuda"
+    if not torch.cuda.is_available():
+        return f"--device {device}: this torch ({torch.__version__}) sees no CUDA device; use --device cpu"
+    return None
+
+
+__all__ = ["CliError", "device_problem", "guarded", "input_shape", "key_value", "output_file", "output_dir",
+           "positive_int"]

@@ -132,17 +132,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     rng = _Rng(device, replayed=replayed)
     cuda = torch.device(device).type == "cuda"
     marks: list = []                  # CUDA events or perf_counter readings between operations
-    if measure_memory:
-        from .memory import memory_tracker
-
-        for s in fns:                    # the loss stage too: a head folded into it has parameters
-            if isinstance(s, torch.nn.Module):
-                for p in s.parameters():
-                    if p.requires_grad and p.grad is None:
-                        p.grad = torch.zeros_like(p)
-        tracker = memory_tracker(device)
-    else:
-        tracker = None
+    tracker = _tracker_for(fns, device) if measure_memory else None
     a: dict[int, tuple] = {}                       # a^l kept without graph (F_ck / F_none), as a tuple
     abar: dict[int, tuple] = {}      # l -> (inputs, outputs with graph, joined to abar^{l-1}, resident outputs)
     delta: dict[int, tuple] = {}     # delta^l: one gradient (or None) per tensor of a^l
@@ -344,15 +334,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         delta.clear()
         R.clear()
 
-    t0 = clock()
-    if tracker is not None:
-        with tracker:
-            run()
-    else:
-        run()
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-    elapsed = clock() - t0
+    elapsed = _run_timed(run, tracker, device, clock)
     if op_times is not None:
         op_times.clear()
         if cuda:
@@ -361,6 +343,34 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
             op_times.extend(b - a for a, b in zip(marks, marks[1:]))
     return RuntimeResult(loss=float(loss_value), time=elapsed, peak_memory=max(during) if during else None,
                          memory_after=after, memory_peak_during=during)
+
+
+def _tracker_for(fns: Sequence[Callable], device):
+    """The memory tracker of an executor's measured run (:func:`models.memory.memory_tracker`), the
+    stages' parameters (the loss stage's too: a head folded into it has some) given zero ``.grad``
+    buffers first, so that the persistent weight gradients stay out of the activation figures."""
+    from .memory import memory_tracker
+
+    for s in fns:
+        if isinstance(s, torch.nn.Module):
+            for p in s.parameters():
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
+    return memory_tracker(device)
+
+
+def _run_timed(run: Callable[[], None], tracker, device, clock: Callable[[], float]) -> float:
+    """Seconds of ``run()`` on ``clock``, inside ``tracker``'s window when there is one, up to the end
+    of its work on a CUDA device (a synchronize): the executors' whole-sequence time."""
+    t0 = clock()
+    if tracker is not None:
+        with tracker:
+            run()
+    else:
+        run()
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+    return clock() - t0
 
 
 class _Seed(torch.autograd.Function):

@@ -84,7 +84,7 @@ from .chain import Chain
 from .remat import store_all_ops
 from .remat_offload import (InvalidRematOffloadSchedule, RematOffloadReplay, RematOffloadSchedule, Transfer,
                             simulate_remat_offload)
-from .runtime import RuntimeResult, _stage_info
+from .runtime import RuntimeResult, _run_timed, _stage_info, _tracker_for
 
 # ------------------------------------------------------------------------------------------ planning
 @dataclass
@@ -316,17 +316,7 @@ def execute_offload(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
             keep.update(_key(p) for p in f.parameters())
             keep.update(_key(b) for b in f.buffers())
     keep.discard(0)
-    if measure_memory:
-        from .memory import memory_tracker
-
-        for f in fns:
-            if isinstance(f, torch.nn.Module):
-                for p in f.parameters():
-                    if p.requires_grad and p.grad is None:
-                        p.grad = torch.zeros_like(p)
-        tracker = memory_tracker(device)
-    else:
-        tracker = None
+    tracker = _tracker_for(fns, device) if measure_memory else None
     side = torch.cuda.Stream(device) if cuda else None
 
     # index -> entries of abar^j (a^0 for j = 0): the outputs' held here until B^j ends (the model's a^j),
@@ -507,15 +497,7 @@ def execute_offload(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
         edges.clear()
         current.clear()
 
-    t0 = clock()
-    if tracker is not None:
-        with tracker:
-            run()
-    else:
-        run()
-    if cuda:
-        torch.cuda.synchronize(device)
-    elapsed = clock() - t0
+    elapsed = _run_timed(run, tracker, device, clock)
     delta0 = holders.pop(0, {})
     holders.clear()
     del delta0

@@ -81,3 +81,26 @@ def token_loss_case():
     targets[0, :4] = -100
     targets[2, 7] = -100
     return targets, TokenCrossEntropy(), torch.randn(3, 10, 8)
+
+
+def zoo_autograd_reference(name: str, kw: dict, shape: tuple, batch: int = 2, vocab: int = 50):
+    """A zoo model (seed 0) in training mode, its example input, the classification loss, and plain
+    autograd's loss value and parameter gradients on a deep copy (seed 123 before the forward, for
+    dropout's masks): the reference the executors' tests compare with ``torch.equal``."""
+    import copy
+
+    import torch
+
+    from memplan.models.networks import example_input, get_model
+    from memplan.models.profiler import classification_loss
+
+    torch.manual_seed(0)
+    model = get_model(name, **kw).train()
+    x = example_input(name, batch, shape, vocab=vocab)
+    loss_fn = classification_loss()
+    ref = copy.deepcopy(model)
+    torch.manual_seed(123)
+    loss = loss_fn(ref(x))
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in ref.named_parameters()}
+    return model, x, loss_fn, float(loss.detach()), grads

@@ -8,6 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import zoo_autograd_reference  # noqa: E402
+
 from memplan.models.graph import linearize_model  # noqa: E402
 from memplan.models.networks import example_input, get_model  # noqa: E402
 from memplan.models.profiler import classification_loss, profile_chain  # noqa: E402
@@ -46,16 +48,8 @@ def _solver_sequences(chain):
 def setup(request):
     name = request.param
     kw, shape = CASES[name]
-    torch.manual_seed(0)
-    model = get_model(name, **kw).train()
-    x = example_input(name, 2, shape, vocab=50)
-    loss_fn = classification_loss()
-    ref = copy.deepcopy(model)
-    torch.manual_seed(123)
-    loss = loss_fn(ref(x))
-    loss.backward()
-    grads = {n: p.grad.clone() for n, p in ref.named_parameters()}
-    return name, model, x, loss_fn, float(loss.detach()), grads
+    model, x, loss_fn, loss, grads = zoo_autograd_reference(name, kw, shape)
+    return name, model, x, loss_fn, loss, grads
 
 
 def _run(model, x, loss_fn, seq, **kw):

@@ -24,13 +24,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import zoo_autograd_reference  # noqa: E402
+
 from memplan import offload  # noqa: E402
 from memplan.baselines.remat_heuristics import bisection_schedule  # noqa: E402
 from memplan.models.graph import linearize_model  # noqa: E402
 from memplan.models.memory import TensorMemoryTracker  # noqa: E402
-from memplan.models.networks import example_input, get_model  # noqa: E402
 from memplan.models.offload import min_feasible_memory, peak_memory_no_offload  # noqa: E402
-from memplan.models.profiler import classification_loss, profile_chain  # noqa: E402
+from memplan.models.profiler import profile_chain  # noqa: E402
 from memplan.models.remat import simulate_remat, store_all_ops  # noqa: E402
 from memplan.models.remat_offload import (InvalidRematOffloadSchedule, RematOffloadSchedule,  # noqa: E402
                                           Transfer, simulate_remat_offload)
@@ -63,15 +64,7 @@ def test_emulated_host_is_not_counted_by_the_tracker():
 def case(request):
     name = request.param
     kw, shape = CASES[name]
-    torch.manual_seed(0)
-    model = get_model(name, **kw).train()
-    x = example_input(name, 2, shape, vocab=50)
-    loss_fn = classification_loss()
-    ref = copy.deepcopy(model)
-    torch.manual_seed(123)
-    loss = loss_fn(ref(x))
-    loss.backward()
-    grads = {n: p.grad.clone() for n, p in ref.named_parameters()}
+    model, x, loss_fn, loss, grads = zoo_autograd_reference(name, kw, shape)
     lm = linearize_model(copy.deepcopy(model), x, loss_fn)
     prof = profile_chain(lm.stages, x, lm.loss_stage(loss_fn), repeats=1, names=lm.names)
     # sizes as profiled; fixed times (1 ms + 1 ms per 100 kB kept, backward twice as long)
@@ -87,7 +80,7 @@ def case(request):
             sol = offload.solve(chain, memory=mem, bandwidth=bandwidth, method=method, time_limit=10)
             assert sol.success, (name, method, f, sol.message)
             schedules[method, f] = (mem, offload_schedule_as_joint(chain, sol.schedule, bandwidth))
-    return dict(name=name, model=model, x=x, loss_fn=loss_fn, loss=float(loss.detach()), grads=grads, chain=chain,
+    return dict(name=name, model=model, x=x, loss_fn=loss_fn, loss=loss, grads=grads, chain=chain,
                 bandwidth=bandwidth, schedules=schedules)
 
 

@@ -162,7 +162,7 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
                 stage_fractions=(1.0,), stage_solver: str = "memplan-peak", runtime_estimator: str = "flops",
                 timing_budget: float | None, clock_name: str, segments, progress=print, device: str = "cpu",
                 search_time_limit: float | None = None, deadline: float | None = None,
-                steps_per_sample: int | None = None) -> list[dict]:
+                steps_per_sample: int | None = None, offload: bool = False) -> list[dict]:
     """Every row of one network (see the module docstring). ``deadline``: a ``time.perf_counter()``
     value by which the timing rounds stop (at least two rounds), so that a caller under a hard limit
     still writes its table; rows cut short are marked ``noisy``. ``steps_per_sample``: steps run back
@@ -229,7 +229,7 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
                           solver_time_limit=30.0, time_limit=search_time_limit,
                           stage_fractions=stage_fractions, stage_solver=stage_solver,
                           runtime_estimator=runtime_estimator,
-                          progress=lambda line: progress(f"{name}: search: {line}"))
+                          progress=lambda line: progress(f"{name}: search: {line}"), offload=offload)
     grid_time = time.perf_counter() - t0
     progress(f"{name}: {len(search.compiled)} fractions compiled and measured, chain L = "
              f"{search.chain.L if search.chain else '-'} profiled ({search.profile_time:.1f} s), compiled stages "
@@ -300,6 +300,22 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
                  "status": "executed", "fraction": f, "memory_limit": lo + f * (hi - lo),
                  "predicted_peak": cand.predicted_peak, "solve_time": cand.compile_time, "stage_fraction": sf,
                  "search_time": search.compiled_profile_times.get(sf), "_runner": step})
+
+    if search._offload is not None:
+        from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
+
+        ch = search._offload[3]
+        lo, hi = min_feasible_memory(ch), peak_memory_no_offload(ch)
+        for f in (0.25, 0.5, 0.75):
+            cand = search.offload_fit(lo + f * (hi - lo))
+            if cand is None:
+                progress(f"{name}: offloading at {f:g} of [min, no offloading]: none ({search.offload_note})")
+                continue
+            step = search._runner(cand)[0]
+            add(f"offload{f:g}", lambda step=step: step(x),
+                {"method": "offload", "label": f"{cand.label} ({f:g} of [min, no offloading])", "status": "executed",
+                 "fraction": f, "memory_limit": lo + f * (hi - lo), "predicted_peak": cand.predicted_peak,
+                 "solve_time": cand.compile_time, "_runner": step})
 
     def measure(r: dict, fn) -> None:
         """Gradients against eager's; the peak in compile_under_budget's window (gradients allocated, a
@@ -523,6 +539,8 @@ def main(argv=None) -> int:
                    "timed alone (memplan.models.op_timing)")
     p.add_argument("--steps-per-sample", type=int, default=None, help="steps run back to back in one timed sample "
                    "(default: 1 on cpu; on cuda enough for 0.1 s of eager's step, 10 at most)")
+    p.add_argument("--offload", action="store_true", help="also paper 001's offloading over the chain, executed "
+                   "(memplan.models.runtime_offload; --device cuda only: on a CPU the host is the same memory)")
     p.add_argument("--min-rounds", type=int, default=None)
     p.add_argument("--max-rounds", type=int, default=None)
     p.add_argument("--timing-budget", type=float, default=None, help="seconds of timing rounds per network")
@@ -573,6 +591,10 @@ def main(argv=None) -> int:
         print(f"bench_budget: --steps-per-sample {a.steps_per_sample}: give a whole number >= 1 (or leave it out)",
               file=sys.stderr)
         return 2
+    if a.offload and not cuda:
+        print("bench_budget: --offload needs --device cuda (on a CPU the host is the same memory: nothing would be "
+              "saved)", file=sys.stderr)
+        return 2
     if a.deadline is not None and not a.deadline > 0:
         print(f"bench_budget: --deadline {a.deadline:g}: give a positive number of seconds", file=sys.stderr)
         return 2
@@ -613,7 +635,7 @@ def main(argv=None) -> int:
                             segments=(2, 4), device=a.device, search_time_limit=a.search_time_limit,
                             stage_fractions=stage_fractions, stage_solver=a.stage_solver,
                             runtime_estimator=a.runtime_estimator, deadline=deadline,
-                            steps_per_sample=a.steps_per_sample)
+                            steps_per_sample=a.steps_per_sample, offload=a.offload)
         print(f"{n}: done in {time.perf_counter() - t1:.0f} s", flush=True)
         write_csv(kept + rows, out)
     lines = [f"bench_budget {' '.join(sys.argv[1:] if argv is None else argv)} (torch {torch.__version__}, "

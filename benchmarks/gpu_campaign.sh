@@ -114,16 +114,20 @@ next)
 offload)
     # DEVICE (< 9 min): paper 001's offloading schedules executed on the GPU (models.runtime_offload's CUDA path,
     # never run before): gradients, the caching allocator's peak against the simulator's, the step time against
-    # the simulated makespan with the measured host link, GPT-2 small b8 s1024 then ResNet-50 b32
+    # the simulated makespan with the measured host link (GPT-2 small b8 s1024); then GPT-2's budget with the
+    # offloading candidates (compile_under_budget(offload=True)) beside PyTorch's fractions 1, 0.2, 0.5
     mkdir -p "$OUTDIR" "$WORK"
     {
         setup_env || exit 3
-        for net in gpt2 resnet50; do
-            log "bench_offload_exec $net on cuda (hard limit 250 s)"
-            PYTHONUNBUFFERED=1 timeout 250 "$PY" "$ROOT/benchmarks/bench_offload_exec.py" --device cuda --network "$net" \
-                --timing-budget 60 --out "$OUTDIR/offload_exec_gpu_$net.csv"
-            log "bench_offload_exec exit status $?"
-        done
+        log "bench_offload_exec gpt2 on cuda (hard limit 200 s)"
+        PYTHONUNBUFFERED=1 timeout 200 "$PY" "$ROOT/benchmarks/bench_offload_exec.py" --device cuda --network gpt2 \
+            --timing-budget 50 --out "$OUTDIR/offload_exec_gpu_gpt2.csv"
+        log "bench_offload_exec exit status $?"
+        log "bench_budget gpt2 --offload on cuda (hard limit 320 s)"
+        PYTHONUNBUFFERED=1 timeout 320 "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
+            --networks gpt2 --offload --fractions 1,0.2,0.5 --search-time-limit 150 --deadline 300 --timing-budget 25 \
+            --max-rounds 20 --out "$OUTDIR/bench_budget_gpu_offload.csv"
+        log "bench_budget exit status $?"
         log "done"
     } 2>&1 | tee "$OUTDIR/campaign_offload.log"
     ;;
@@ -234,7 +238,7 @@ unpack)
         host_link.json bench_budget_gpu.csv bench_budget_gpu.txt campaign_both.log campaign_budget.log campaign_runtime.log \
         campaign_next.log bench_budget_gpu_gpt2.csv bench_budget_gpu_gpt2.txt timing_noise_gpu.csv \
         runtime_gpu_resnet50.csv throughput_gpu_resnet50.csv runtime_traces_resnet50.json \
-        offload_exec_gpu_gpt2.csv offload_exec_gpu_resnet50.csv campaign_offload.log; do
+        offload_exec_gpu_gpt2.csv bench_budget_gpu_offload.csv bench_budget_gpu_offload.txt campaign_offload.log; do
         [ -f "$FILES/$f" ] && cp -v "$FILES/$f" "$ROOT/benchmarks/results/$f"
     done
     echo "paper 003's sweeps from the GPU instances (CPU, 25-60 min each), e.g.:"

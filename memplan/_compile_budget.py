@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from memplan.models.solution import InfeasibleError, InputError
-from memplan.models.units import fmt_memory, parse_memory
+from memplan.models.units import UnitError, fmt_memory, parse_bandwidth, parse_memory
 
 #: the default grid of PyTorch's budget fractions (the fractions of issue 28's benchmark, and 0)
 DEFAULT_FRACTIONS = (1.0, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05, 0.0)
@@ -251,7 +251,9 @@ class Candidate:
     ``kind="chain-compiled"``: the same with every stage, the loss stage included, compiled by
     ``torch.compile`` with the search's backend (:mod:`memplan.models.compiled`), on the chain
     profiled with the compiled stages; ``loss_chunks`` > 1: its loss stage over chunks of tokens,
-    each chunk compiled."""
+    each chunk compiled; ``kind="chain-offload"``: paper 001's offloading schedule (``solver``
+    ``"dynprog"``) on the compiled chain (the eager one without it), every stage's forward kept and
+    the values in ``offloaded`` sent to the host and back (:mod:`memplan.models.runtime_offload`)."""
 
     solver: str
     fraction: float
@@ -269,16 +271,23 @@ class Candidate:
     stage_fraction: float = 1.0       # chain-compiled: the partitioner budget the stages were compiled at
     stage_solver: str = ""            # chain-compiled, stage_fraction < 1: its keep-or-recompute solver
     loss_grad_in_forward: bool = False  # chain-compiled: the chunks' gradients taken in the forward
+    offloaded: tuple = ()             # chain-offload: the indices j of the values abar^j moved to the host
 
     @property
     def plan_key(self) -> tuple:
-        """A chain plan's key in :attr:`BudgetSearch.chain_plans` / ``compiled_chain_plans``."""
+        """A chain plan's key in :attr:`BudgetSearch.chain_plans` / ``compiled_chain_plans`` /
+        ``offload_plans``."""
+        if self.kind == "chain-offload":
+            return (self.stage_fraction, self.offloaded, self.ops)
         if self.kind == "chain-compiled":
             return (self.stage_fraction, self.loss_chunks, self.loss_grad_in_forward, self.ops)
         return (self.loss_chunks, self.loss_grad_in_forward, self.ops)
 
     @property
     def label(self) -> str:
+        if self.kind == "chain-offload":
+            return (f"chain store-all{', compiled stages' if not math.isnan(self.stage_fraction) else ''}, "
+                    f"{len(self.offloaded)} values offloaded (paper 001), at {fmt_memory(self.memory_limit)}")
         if self.kind == "chain":
             return (f"chain rotor at {fmt_memory(self.memory_limit)}"
                     + (f", loss in {self.loss_chunks} chunks" if self.loss_chunks > 1 else ""))
@@ -469,7 +478,8 @@ class BudgetSearch:
                  solver_time_limit: float | None = 10.0, time_limit: float | None = None,
                  chain: bool = True, compiled_stages: bool = True,
                  stage_fractions: Sequence[float] = (1.0,), stage_solver: str = "memplan-peak",
-                 runtime_estimator: str = "flops", progress: Callable[[str], None] | None = None):
+                 runtime_estimator: str = "flops", progress: Callable[[str], None] | None = None,
+                 offload: bool | str = False, bandwidth: float | str | None = None):
         import torch
 
         if runtime_estimator not in RUNTIME_ESTIMATORS:
@@ -478,6 +488,16 @@ class BudgetSearch:
         if backend not in BACKENDS:
             raise InputError(f"compile_under_budget: backend {backend!r} is not supported; use one of "
                              f"{', '.join(BACKENDS)}")
+        if offload not in (False, True, "emulated"):
+            raise InputError(f"compile_under_budget: offload must be False, True (a CUDA device) or 'emulated' "
+                             f"(the host emulated on a CPU, for tests), got {offload!r}")
+        if bandwidth is not None:
+            try:
+                bandwidth = float(parse_bandwidth(bandwidth))
+            except (UnitError, ValueError) as e:
+                raise InputError(f"compile_under_budget: bandwidth {bandwidth!r}: {e}") from None
+            if not bandwidth > 0:
+                raise InputError(f"compile_under_budget: bandwidth must be positive, got {bandwidth!r}")
         if progress is not None and not callable(progress):
             raise InputError(f"compile_under_budget: progress must be a function of one line of text (e.g. "
                              f"print) or None, got {type(progress).__name__}")
@@ -519,6 +539,10 @@ class BudgetSearch:
         if not self.params:
             raise InputError("compile_under_budget: the model has no parameter that requires a gradient")
         self.device = self.params[0].device
+        if offload is True and self.device.type != "cuda":
+            raise InputError("compile_under_budget: offload=True needs the model on a CUDA device: on a CPU the "
+                             "host is the same memory (offload='emulated' runs the plans with the host emulated, "
+                             "for tests)")
         self.t_start = time.perf_counter()
         self.compiled: list[tuple[Candidate, Callable, dict]] = []
         self.chain_plans: dict[tuple, tuple[Candidate, Callable]] = {}
@@ -534,6 +558,14 @@ class BudgetSearch:
         # same four keyed by the fraction first, and why there are none
         self._cchains: dict[float, tuple] = {}
         self.compiled_chain_plans: dict[tuple, tuple[Candidate, Callable]] = {}   # (stage fraction, chunks, ops)
+        # paper 001's offloading on the chain (offload=True on CUDA, or 'emulated'): its plans, the
+        # excess of a measured over a simulated peak so far, the link, and why there are none
+        self.offload = offload
+        self.offload_plans: dict[tuple, tuple[Candidate, Callable]] = {}
+        self._off_offset = 0.0
+        self.bandwidth = bandwidth
+        self.offload_note = "" if offload else "not asked for"
+        self._offload = None                   # (stages, loss stage, targets holder, chain, view indices, stage fraction)
         self._coffsets: dict[float, float] = {}
         self._csolved: dict[tuple, Any] = {}
         self.compiled_chain_note = "" if chain and compiled_stages else "not asked for"
@@ -575,6 +607,8 @@ class BudgetSearch:
                     elif compiled_stages:
                         self.compiled_chain_note = "no chain to compile (see chain_note)"
                         self.compiled_loss_chunks_note = self.compiled_chain_note
+            if offload:
+                self._setup_offload()
             self._compile_grid(fracs[1:])
         if not self.compiled and self._chain is None:
             raise InputError(f"compile_under_budget: nothing to try: fractions is empty and chain plans are not "
@@ -1143,7 +1177,111 @@ class BudgetSearch:
     def measured(self) -> list[Candidate]:
         """Every candidate measured so far: the compiled grid, then the chain plans."""
         return ([c for c, _, _ in self.compiled] + [c for c, _ in self.chain_plans.values()]
-                + [c for c, _ in self.compiled_chain_plans.values()])
+                + [c for c, _ in self.compiled_chain_plans.values()] + [c for c, _ in self.offload_plans.values()])
+
+    # -- offloading (paper 001) ----------------------------------------------------------------------
+    def _setup_offload(self) -> None:
+        """The chain the offloading plans run on (the first stage fraction's compiled chain, else the
+        eager one: its whole loss stage, store-all order), the stages whose output is a view of their
+        input (their values cannot be moved apart: :mod:`memplan.models.runtime_offload`), and the
+        link: ``bandwidth``, else measured on CUDA (the slower direction), else (emulated) all of the
+        chain's abar in one store-all step."""
+        import torch
+
+        base = self._cchain or self._chain
+        if base is None:
+            self.offload_note = "no chain (see chain_note)"
+            return
+        stages, loss_stage, holder, chain, _ = base
+        views, a = set(), self.inputs[0]
+        with torch.no_grad(), _Preserved(self.model, self.params):
+            for l, st in enumerate(stages, start=1):
+                b = st(a)
+                if isinstance(b, torch.Tensor) and isinstance(a, torch.Tensor) and \
+                        b.untyped_storage().data_ptr() == a.untyped_storage().data_ptr():
+                    views.update((l - 1, l))
+                a = b
+        if self.bandwidth is None:
+            if self.device.type == "cuda":
+                from memplan.models.profiler import measure_host_link
+
+                link = measure_host_link(self.device)
+                self.bandwidth = float(min(link["h2d_bytes_per_s"], link["d2h_bytes_per_s"]))
+            else:
+                self.bandwidth = float(chain.wabar[1:].sum() / chain.store_all_time())
+        sf = self.stage_fractions[0] if base is self._cchain else math.nan      # nan: the eager chain
+        self._offload = (stages, loss_stage, holder, chain, frozenset(views), sf)
+        self._progress(f"offloading: on the {'compiled' if base is self._cchain else 'eager'} chain, link "
+                       f"{self.bandwidth / 1e9:.2f} GB/s" + (f", values {sorted(views)} not movable (views)"
+                                                           if views else ""))
+
+    def offload_fit(self, budget: float, tries: int = 3) -> Candidate | None:
+        """Paper 001's DYNPROG schedule on the offloading chain at ``budget`` minus the largest excess of
+        a measured over a simulated peak so far, executed and measured (lowered by the excess and solved
+        again while the measurement is over, ``tries`` solves at most); None where no offloading is
+        needed (the budget holds store-all), none is feasible, or the schedule would move a value
+        that is a view of another."""
+        from memplan.baselines.offload import dynprog
+        from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
+        from memplan.models.remat_offload import (InvalidRematOffloadSchedule, offload_schedule_as_joint,
+                                                  simulate_remat_offload)
+        from memplan.models.runtime_offload import plan_offload
+
+        if self._offload is None:
+            return None
+        stages, loss_stage, holder, chain, views, sf = self._offload
+        lo, hi = min_feasible_memory(chain), peak_memory_no_offload(chain)
+        limit = budget - self._off_offset
+        for _ in range(tries):
+            if limit < lo or limit >= hi:
+                return None
+            t0 = time.perf_counter()
+            sol = dynprog(chain, float(limit), self.bandwidth, time_limit=self.solver_time_limit)
+            if not sol.success:
+                return None
+            sched = offload_schedule_as_joint(chain, sol.schedule, self.bandwidth)
+            moved = tuple(sorted(t.index for t in sched.transfers if t.kind == "offload"))
+            if set(moved) & views:
+                self.offload_note = f"a schedule moved a value that is a view of another ({sorted(set(moved) & views)})"
+                return None
+            try:
+                plan_offload(chain, sched, self.bandwidth)         # what the executor runs, checked first
+            except InvalidRematOffloadSchedule as e:
+                self.offload_note = f"a schedule the executor does not run: {_error_line(e)}"
+                return None
+            key = (sf, moved, tuple((t.kind, t.index, round(t.release, 12)) for t in sched.transfers))
+            if key not in self.offload_plans:
+                step = self._offload_step(sched)
+                with _Preserved(self.model, self.params):
+                    step(*self.inputs)                 # a warm-up run (first-call allocations, gradients)
+                    peak, ts = self._measure_step(step, {})
+                predicted = float(simulate_remat_offload(chain, sched, self.bandwidth).peak_memory)
+                cand = Candidate("dynprog", math.nan, peak, statistics.median(ts), ts, time.perf_counter() - t0,
+                                 kind="chain-offload", memory_limit=float(limit), predicted_peak=predicted,
+                                 ops=key[2], stage_fraction=key[0], offloaded=moved)
+                self._off_offset = max(self._off_offset, peak - predicted)
+                self.offload_plans[key] = (cand, step)
+            cand = self.offload_plans[key][0]
+            if cand.peak <= budget:
+                return cand
+            limit -= cand.peak - budget
+        return None
+
+    def _offload_step(self, sched) -> Callable:
+        import torch
+
+        from memplan.models.runtime_offload import execute_offload
+
+        stages, loss_stage, holder, chain, _, _ = self._offload
+        n, beta = self.n_inputs, self.bandwidth
+
+        def step(*args):
+            holder[0] = tuple(args[n:])
+            res = execute_offload(stages, loss_stage, args[0], sched, chain, beta, device=self.device,
+                                  input_grad=False)
+            return torch.tensor(res.loss)
+
+        return step
 
     def minimum(self) -> Candidate:
         """The candidate with the smallest measured peak (the chain's least-memory plan measured first)."""
@@ -1156,6 +1294,8 @@ class BudgetSearch:
     def _runner(self, cand: Candidate) -> tuple[Callable, dict]:
         if cand.kind == "chain":
             return self.chain_plans[cand.plan_key][1], {}
+        if cand.kind == "chain-offload":
+            return self.offload_plans[cand.plan_key][1], {}
         if cand.kind == "chain-compiled":
             return self.compiled_chain_plans[cand.plan_key][1], {}
         for c, step, cfg in self.compiled:
@@ -1212,6 +1352,8 @@ class BudgetSearch:
                 self.chain_fit(budget)
             for sf in self._cchains:
                 self.chain_fit(budget, compiled=sf)
+            if self.offload:
+                self.offload_fit(budget)
             peaks = {id(c): c.peak for c in self.measured()}
             for c in self.measured():
                 if budget < c.peak <= budget * (1 + PEAK_RECHECK):
@@ -1283,7 +1425,8 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
                          time_limit: float | None = None, chain: bool = True,
                          compiled_stages: bool = True, stage_fractions: Sequence[float] = (1.0,),
                          stage_solver: str = "memplan-peak", runtime_estimator: str = "flops",
-                         progress: Callable[[str], None] | None = None) -> BudgetedStep:
+                         progress: Callable[[str], None] | None = None, offload: bool | str = False,
+                         bandwidth: float | str | None = None) -> BudgetedStep:
     """A training step of ``model`` whose measured peak memory fits ``memory`` bytes: the fastest of
     ``torch.compile`` at PyTorch's budget fractions and memplan's chain plans.
 
@@ -1359,6 +1502,16 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         :class:`MemplanPeakSolver` (:mod:`memplan.formulations.peak_milp`), ``dp_knapsack``, or
         :class:`MemplanKnapsack`.
 
+    offload : False, True or 'emulated'
+        Also try paper 001's offloading (:mod:`memplan.models.runtime_offload`): every stage's forward
+        kept, chosen values sent whole to the host and back while the step runs, on the compiled chain
+        (the eager one without it), DYNPROG's schedule for the budget (kind ``"chain-offload"``). True
+        needs a CUDA device; ``'emulated'`` runs it on a CPU with the host emulated by memory the
+        measurement does not see (for tests: the measured peak then leaves the host's bytes out, as a
+        GPU's would, but the copies cost what a memcpy costs). Its CUDA path has not yet run on a GPU.
+    bandwidth : float, str or None
+        The host link for ``offload`` (bytes/s or ``"12GB/s"``); None: measured on CUDA (the slower
+        direction), all of the chain's saved bytes in one store-all step when emulated.
     progress : callable or None
         Called with one line of text as each part of the search ends (a fraction compiled and measured,
         the chain profiled, the compiled stages profiled, fractions left out by ``time_limit``): a
@@ -1385,5 +1538,6 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
                           backend=backend, solver=solver, fractions=fractions, repeats=repeats,
                           solver_time_limit=solver_time_limit, time_limit=time_limit, chain=chain,
                           compiled_stages=compiled_stages, stage_fractions=stage_fractions,
-                          stage_solver=stage_solver, runtime_estimator=runtime_estimator, progress=progress)
+                          stage_solver=stage_solver, runtime_estimator=runtime_estimator, progress=progress,
+                          offload=offload, bandwidth=bandwidth)
     return search.under(budget)

@@ -55,10 +55,10 @@ from memplan.baselines.remat_offload_exhaustive import solve_exhaustive
 from memplan.baselines.remat_offload_min_memory import min_memory as ro_min_memory
 from memplan.models.budget import Budget, ProgressFn
 from memplan.models.chain import Chain
-from memplan.models.offload import OffloadData, OffloadSchedule, peak_memory_no_offload
+from memplan.models.offload import peak_memory_no_offload
 from memplan.models.offload import min_feasible_memory as off_min_memory
-from memplan.models.remat_offload import (InvalidRematOffloadSchedule, RematOffloadSchedule, Transfer, from_remat,
-                                          simulate_remat_offload)
+from memplan.models.remat_offload import (InvalidRematOffloadSchedule, RematOffloadSchedule, from_remat,
+                                          offload_schedule_as_joint, simulate_remat_offload)
 from memplan.models.solution import InputError, Solution, Status
 from memplan.models.units import UnitError, fmt_bandwidth, fmt_memory, fmt_time, parse_bandwidth
 
@@ -399,30 +399,6 @@ def _as_joint(sol: Solution, what: str) -> Solution:
     return Solution(PROBLEM, "dp", sol.status, schedule=from_remat(sol.schedule.ops), predicted=sol.objective,
                     bound=sol.bound, message=f"{what}: {sol.message}", times=dict(sol.times),
                     details={"rotor": sol.details.get("candidate"), "discretization": sol.details.get("discretization")})
-
-
-def offload_schedule_as_joint(chain: Chain, sched: OffloadSchedule, bandwidth: float) -> RematOffloadSchedule:
-    """Paper 001's offloading schedule as a re-materialization + offloading schedule.
-
-    Operations ``F_all^1..F_all^{L+1}`` then ``B^{L+1}..B^1`` at paper 001's start times (paper 001's
-    ``F_i``, ``B_i`` are stage ``i+1``); each offload of ``x_j`` (``abar^j``, ``a^0`` for j = 0) is
-    released so that it ends no earlier than the end of ``F_{j}`` (stage j+1, which reads it: this
-    simulator forbids freeing an input while it is read, paper 001 releases the memory at that end
-    anyway), each prefetch at paper 001's start. The simulator replays it; where the two memory
-    models differ (the seed gradient), the replay says so."""
-    L = chain.L
-    d = OffloadData.of(chain)
-    ops = [("F_all", l) for l in range(1, L + 2)] + [("B", l) for l in range(L + 1, 0, -1)]
-    release = [sched.tF[i] for i in range(L + 1)] + [sched.tB[i] for i in range(L, -1, -1)]
-    moves = []
-    for j in sched.offloaded:
-        size = float(chain.wa[0] if j == 0 else chain.wabar[j])
-        dur = size / bandwidth
-        reader_end = sched.tF[j] + d.uF[j]
-        moves.append(Transfer("offload", j, size, release=max(sched.offload[j], reader_end - dur)))
-        moves.append(Transfer("prefetch", j, size, release=sched.prefetch[j]))
-    moves.sort(key=lambda t: (t.release, t.kind != "offload"))
-    return RematOffloadSchedule(ops=ops, release=release, transfers=moves)
 
 
 def _dynprog_candidate(chain: Chain, memory: float, beta: float, b: Budget) -> tuple[Solution | None, str | None]:

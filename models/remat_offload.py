@@ -38,10 +38,13 @@ With no transfers and no release times the result agrees with :func:`models.rema
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from memplan.models.chain import Chain
 from memplan.models.remat import InvalidSequence, RematSchedule, simulate_remat
+
+if TYPE_CHECKING:
+    from memplan.models.offload import OffloadSchedule
 
 
 class InvalidRematOffloadSchedule(ValueError):
@@ -354,3 +357,29 @@ def simulate_remat_offload(chain: Chain, schedule: RematOffloadSchedule, bandwid
 def from_remat(ops: Iterable[Sequence]) -> RematOffloadSchedule:
     """A re-materialization + offloading schedule without transfers."""
     return RematOffloadSchedule(ops=[(op, l) for op, l in ops])
+
+
+def offload_schedule_as_joint(chain: Chain, sched: "OffloadSchedule", bandwidth: float) -> RematOffloadSchedule:
+    """Paper 001's offloading schedule as a re-materialization + offloading schedule.
+
+    Operations ``F_all^1..F_all^{L+1}`` then ``B^{L+1}..B^1`` at paper 001's start times (paper 001's
+    ``F_i``, ``B_i`` are stage ``i+1``); each offload of ``x_j`` (``abar^j``, ``a^0`` for j = 0) is
+    released so that it ends no earlier than the end of ``F_{j}`` (stage j+1, which reads it: this
+    simulator forbids freeing an input while it is read, paper 001 releases the memory at that end
+    anyway), each prefetch at paper 001's start. The simulator replays it; where the two memory
+    models differ (the seed gradient), the replay says so."""
+    L = chain.L
+    from memplan.models.offload import OffloadData
+
+    d = OffloadData.of(chain)
+    ops = [("F_all", l) for l in range(1, L + 2)] + [("B", l) for l in range(L + 1, 0, -1)]
+    release = [sched.tF[i] for i in range(L + 1)] + [sched.tB[i] for i in range(L, -1, -1)]
+    moves = []
+    for j in sched.offloaded:
+        size = float(chain.wa[0] if j == 0 else chain.wabar[j])
+        dur = size / bandwidth
+        reader_end = sched.tF[j] + d.uF[j]
+        moves.append(Transfer("offload", j, size, release=max(sched.offload[j], reader_end - dur)))
+        moves.append(Transfer("prefetch", j, size, release=sched.prefetch[j]))
+    moves.sort(key=lambda t: (t.release, t.kind != "offload"))
+    return RematOffloadSchedule(ops=ops, release=release, transfers=moves)

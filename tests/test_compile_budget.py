@@ -508,3 +508,35 @@ def test_first_fraction_then_chains_then_the_other_fractions(monkeypatch):
     assert step.peak <= least.peak
     for p in model.parameters():
         p.grad = None
+
+
+def test_offloading_candidates_with_the_host_emulated():
+    """offload='emulated' (CPU, the host's bytes invisible to the measurement, as a GPU's would be):
+    at a budget between paper 001's minimum and the peak without offloading, DYNPROG's schedule is
+    executed and measured within the budget, it moves values, its gradients are eager autograd's, and
+    under() can answer with it. Bad offloading options are refused up front."""
+    from memplan._compile_budget import BudgetSearch
+    from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
+
+    model = _deep_mlp()
+    x, y = torch.randn(16, 16, 32), torch.randn(16, 16, 8)
+    expected = _eager_grads(model, x, y)
+    search = BudgetSearch(model, (x,), loss_fn=_loss, example_targets=(y,), fractions=(1.0,), repeats=1,
+                          compiled_stages=False, offload="emulated")
+    chain = search._offload[3]
+    lo, hi = min_feasible_memory(chain), peak_memory_no_offload(chain)
+    assert lo < hi
+    budget = lo + 0.3 * (hi - lo)
+    cand = search.offload_fit(budget)
+    assert cand is not None and cand.kind == "chain-offload" and len(cand.offloaded) >= 1
+    assert cand.peak <= budget and cand.label.startswith("chain store-all, ")
+    _assert_step_grads_match(search._runner(cand)[0], model, x, y, expected)
+    assert search.offload_fit(hi + 1) is None                 # store-all fits: nothing to offload
+    step = search.under(budget)
+    assert step.peak <= budget and any(c.kind == "chain-offload" for c in step.candidates)
+    for p in model.parameters():
+        p.grad = None
+    for kw, match in (({"offload": True}, "needs the model on a CUDA device"), ({"offload": "yes"}, "offload must be"),
+                      ({"offload": "emulated", "bandwidth": "fast"}, "bandwidth")):
+        with pytest.raises(memplan.InputError, match=match):
+            BudgetSearch(model, (x,), loss_fn=_loss, example_targets=(y,), fractions=(1.0,), repeats=1, **kw)

@@ -274,33 +274,30 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
         add(f"pytorch{c.fraction:g}", comp, {"method": "pytorch", "label": f"activation_memory_budget {c.fraction:g}",
                                               "status": "executed", "fraction": c.fraction,
                                               "solve_time": c.compile_time, "search_peak": c.peak, "_runner": step})
+    def add_plan(tag: str, cand, f: float, limit: float, method: str, label: str, **extra) -> None:
+        """A chain plan measured by the search, as a contender: ``f`` of its range, at ``limit`` bytes."""
+        step = search._runner(cand)[0]
+        add(tag, lambda step=step: step(x),
+            {"method": method, "label": label, "status": "executed", "fraction": f, "memory_limit": limit,
+             "predicted_peak": cand.predicted_peak, "solve_time": cand.compile_time, "_runner": step, **extra})
+
     if search.chain is not None:
         lo, hi = search.chain_minimum, store_all(search.chain).peak_memory
         for f in (0.0, 0.25, 0.5, 0.75, 1.0):
             cand = search.chain_plan(lo + f * (hi - lo))
-            if cand is None:
-                continue
-            step = search._runner(cand)[0]
-            add(f"rotor{f:g}", lambda step=step: step(x),
-                {"method": "rotor", "label": f"rotor at {f:g} of [min, store-all]", "status": "executed",
-                 "fraction": f, "memory_limit": lo + f * (hi - lo), "predicted_peak": cand.predicted_peak,
-                 "solve_time": cand.compile_time, "_runner": step})
+            if cand is not None:
+                add_plan(f"rotor{f:g}", cand, f, lo + f * (hi - lo), "rotor", f"rotor at {f:g} of [min, store-all]")
     for sf, cc in search._cchains.items():
         lo, hi = search.compiled_chain_minimum_at(sf), store_all(cc[3]).peak_memory
         what = "compiled stages" if sf >= 1 else f"stages at partitioner budget {sf:g} ({stage_solver})"
         for f in (0.0, 0.25, 0.5, 0.75, 1.0):
             cand = search.chain_plan(lo + f * (hi - lo), compiled=sf)
-            if cand is None:
-                continue
-            step = search._runner(cand)[0]
-            add(f"crotor{f:g}" + ("" if sf >= 1 else f"@{sf:g}"), lambda step=step: step(x),
-                {"method": "rotor-compiled", "label": f"rotor, {what}, at {f:g} of [min, store-all]"
-                 + (f", loss in {cand.loss_chunks} chunks" if cand.loss_chunks > 1 else "")
-                 + (" (gradients in the forward)" if cand.loss_grad_in_forward else ""),
-                 "status": "executed", "fraction": f, "memory_limit": lo + f * (hi - lo),
-                 "predicted_peak": cand.predicted_peak, "solve_time": cand.compile_time, "stage_fraction": sf,
-                 "search_time": search.compiled_profile_times.get(sf), "_runner": step})
-
+            if cand is not None:
+                add_plan(f"crotor{f:g}" + ("" if sf >= 1 else f"@{sf:g}"), cand, f, lo + f * (hi - lo),
+                         "rotor-compiled", f"rotor, {what}, at {f:g} of [min, store-all]"
+                         + (f", loss in {cand.loss_chunks} chunks" if cand.loss_chunks > 1 else "")
+                         + (" (gradients in the forward)" if cand.loss_grad_in_forward else ""),
+                         stage_fraction=sf, search_time=search.compiled_profile_times.get(sf))
     if search._offload is not None:
         from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
 
@@ -310,12 +307,9 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
             cand = search.offload_fit(lo + f * (hi - lo))
             if cand is None:
                 progress(f"{name}: offloading at {f:g} of [min, no offloading]: none ({search.offload_note})")
-                continue
-            step = search._runner(cand)[0]
-            add(f"offload{f:g}", lambda step=step: step(x),
-                {"method": "offload", "label": f"{cand.label} ({f:g} of [min, no offloading])", "status": "executed",
-                 "fraction": f, "memory_limit": lo + f * (hi - lo), "predicted_peak": cand.predicted_peak,
-                 "solve_time": cand.compile_time, "_runner": step})
+            else:
+                add_plan(f"offload{f:g}", cand, f, lo + f * (hi - lo), "offload",
+                         f"{cand.label} ({f:g} of [min, no offloading])")
 
     def measure(r: dict, fn) -> None:
         """Gradients against eager's; the peak in compile_under_budget's window (gradients allocated, a

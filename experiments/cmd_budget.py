@@ -46,6 +46,8 @@ def _cmd_budget(args: argparse.Namespace) -> int:
     budget = parse_memory(args.memory)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: no CUDA device is available to this torch build")
+    if args.offload and args.device != "cuda":
+        raise InputError("--offload needs --device cuda: on a CPU the host is the same memory, nothing would be saved")
     torch.set_num_threads(args.threads)
     kw = dict(args.set or [])
     torch.manual_seed(args.seed)
@@ -57,7 +59,7 @@ def _cmd_budget(args: argparse.Namespace) -> int:
         solver=args.solver, fractions=args.fractions, repeats=args.repeats, time_limit=args.time_limit,
         chain=not args.no_chain, compiled_stages=not args.no_compiled_stages,
         runtime_estimator=args.runtime_estimator,
-        progress=_progress_printer(args.progress))
+        progress=_progress_printer(args.progress), offload=args.offload, bandwidth=args.bandwidth)
     print(f"{key}, batch {args.batch}, input {'x'.join(map(str, shape))}, on {args.device}, "
           f"{args.threads} thread(s)")
     print(step.report())
@@ -100,6 +102,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-compiled-stages", action="store_true", help="chain plans over eager stages only")
     p.add_argument("--repeats", type=positive_int, default=3, help="timed steps per candidate (median)")
     p.add_argument("--time-limit", type=float, default=None, help="seconds for the search")
+    p.add_argument("--offload", action="store_true", help="also paper 001's offloading over the chain, executed and "
+                   "measured (--device cuda only)")
+    p.add_argument("--bandwidth", default=None, help="the host link for --offload, e.g. 25GB/s (default: measured)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="a line on stderr as each part of the search ends (default: when stderr is a terminal)")
     p.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default 1)")

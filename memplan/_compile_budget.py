@@ -324,6 +324,7 @@ class BudgetedStep:
     chain_note: str = ""              # why chain plans were not tried, if they were not
     compiled_chain_note: str = ""     # why chain plans with compiled stages were not tried (or their loss stage is eager)
     compiled_loss_chunks_note: str = ""   # why the compiled-stage chain has no (or one fewer) chunked loss stage
+    offload_note: str = ""            # offload asked for: why a budget got no offloading candidate
     _fn: Callable = field(repr=False, default=None)
     _config: dict = field(repr=False, default_factory=dict)
 
@@ -358,6 +359,8 @@ class BudgetedStep:
             lines.append(f"  chain plans with compiled stages: {self.compiled_chain_note}")
         if self.compiled_loss_chunks_note:
             lines.append(f"  compiled stages, chunked loss stage: {self.compiled_loss_chunks_note}")
+        if self.offload_note:
+            lines.append(f"  offloading: {self.offload_note}")
         return "\n".join(lines)
 
 
@@ -1347,6 +1350,8 @@ class BudgetSearch:
 
         budget = _budget(memory)
         self.rechecked = []
+        if self.offload and self._offload is not None:
+            self.offload_note = ""
         with _Preserved(self.model, self.params):
             if self._chain is not None:
                 self.chain_fit(budget)
@@ -1393,6 +1398,7 @@ class BudgetSearch:
                                         kind=choice.kind, choice=choice, chain_note=self.chain_note,
                                         compiled_chain_note=self.compiled_chain_note,
                                         compiled_loss_chunks_note=self.compiled_loss_chunks_note,
+                                        offload_note=self.offload_note if self.offload else "",
                                         _fn=step, _config=cfg)
         raise InfeasibleError(
             f"memory {fmt_memory(budget)}: every candidate that fitted measured above it when run again{untried}",

@@ -49,3 +49,9 @@ def test_budget_progress_lines_on_request_and_no_profiler_noise(capfd, one_torch
     assert any(re.match(r"memplan budget: fraction 1 \(pytorch\): compiled in [\d.]+ s, peak ", line) for line in lines)
     assert any(line.startswith("memplan budget: chain: L = ") for line in lines)
     assert "USDT" not in err and "budget 1.0 GiB: chose" in out
+
+
+def test_budget_offload_on_a_cpu_is_one_line(capsys):
+    assert main(["budget", *TINY, "--memory", "1GiB", "--offload"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "memplan: error: --offload needs --device cuda: on a CPU the host is the same memory, nothing would be saved"

@@ -87,9 +87,10 @@ prepare)
     echo "next: device call 1 = 'bash benchmarks/gpu_campaign.sh profile' with carry [\".whl\"]"
     ;;
 next)
-    # DEVICE, one call (< 9.5 min): what the H100 runs of 2026-11-26 left open. (1) ResNet-50 b32's executed
+    # DEVICE, one call (< 9.5 min): what the H100 runs of 2026-11-26 left open. (0) a first run of the offloading
+    # executor's CUDA path on a tiny GPT-2 (45 s at most); (1) ResNet-50 b32's executed
     # plans timed with several steps per sample (the noise diagnosis: 14% spread timed alone, 1.5% as the
-    # mean of 5), issue 27's 5% time model and 3% store-all gap on a GPU (hard limit 170 s); (2) GPT-2
+    # mean of 5), issue 27's 5% time model and 3% store-all gap on a GPU (hard limit 150 s); (2) GPT-2
     # small's budget at PyTorch's fractions 1, 0.2, 0.5, 0.3, 0.1 with time for the compiled stages (the
     # CUDA tracker no longer collects garbage per window; the last run's profile took 55 s for it and the
     # compiled stages were cut), timing stopped in time to write the table (hard limit NEXT_TOTAL_S - used)
@@ -97,10 +98,14 @@ next)
     {
         t0=$(date +%s)
         setup_env || exit 3
-        log "runtime check ResNet-50 on cuda, several steps per timed sample (hard limit 170 s)"
-        PYTHONUNBUFFERED=1 timeout 170 "$PY" -m memplan.experiments.runtime_check --device cuda --models resnet50 \
+        log "offloading executor's CUDA path, a tiny GPT-2 (first run on a device; hard limit 45 s)"
+        PYTHONUNBUFFERED=1 timeout 45 "$PY" "$ROOT/benchmarks/bench_offload_exec.py" --device cuda --quick --network gpt2 \
+            --timing-budget 5 --out "$OUTDIR/offload_exec_gpu_quick.csv"
+        log "bench_offload_exec exit status $?"
+        log "runtime check ResNet-50 on cuda, several steps per timed sample (hard limit 150 s)"
+        PYTHONUNBUFFERED=1 timeout 150 "$PY" -m memplan.experiments.runtime_check --device cuda --models resnet50 \
             --out "$OUTDIR/runtime_gpu_resnet50.csv" --throughput "$OUTDIR/throughput_gpu_resnet50.csv" \
-            --traces "$OUTDIR/runtime_traces_resnet50.json" --max-rounds 40 --timing-budget 90
+            --traces "$OUTDIR/runtime_traces_resnet50.json" --max-rounds 40 --timing-budget 80
         log "runtime_check exit status $?"
         left=$(( ${NEXT_TOTAL_S:-560} - ($(date +%s) - t0) ))
         log "bench_budget GPT-2 small on cuda (hard limit $left s)"
@@ -238,7 +243,7 @@ unpack)
         host_link.json bench_budget_gpu.csv bench_budget_gpu.txt campaign_both.log campaign_budget.log campaign_runtime.log \
         campaign_next.log bench_budget_gpu_gpt2.csv bench_budget_gpu_gpt2.txt timing_noise_gpu.csv \
         runtime_gpu_resnet50.csv throughput_gpu_resnet50.csv runtime_traces_resnet50.json \
-        offload_exec_gpu_gpt2.csv bench_budget_gpu_offload.csv bench_budget_gpu_offload.txt campaign_offload.log; do
+        offload_exec_gpu_gpt2.csv offload_exec_gpu_quick.csv bench_budget_gpu_offload.csv bench_budget_gpu_offload.txt campaign_offload.log; do
         [ -f "$FILES/$f" ] && cp -v "$FILES/$f" "$ROOT/benchmarks/results/$f"
     done
     echo "paper 003's sweeps from the GPU instances (CPU, 25-60 min each), e.g.:"

@@ -9,6 +9,16 @@ whole before ``B^{j+1}``, its first backward reader. :func:`memplan.remat_offloa
 turns GREEDY's and DYNPROG's schedules (:func:`memplan.offload.solve`) into a
 :class:`models.remat_offload.RematOffloadSchedule`: those are what :func:`execute_offload` runs.
 
+Paper 000's joint schedules (re-materialization + offloading) are run by :func:`execute_joint`, with the
+same machinery (below): ``F_ck^l`` / ``F_none^l`` run stage l under ``torch.no_grad()`` and their
+output's storage is box l (the stored a^l, which a transfer of index l then moves; ``F_none^l`` drops
+a^{l-1}), ``F_all^l`` over a stored a^l replaces it, ``B^l`` also drops a^{l-1} when only a^{l-1} is
+stored (Table 1 of paper 004), a stored a^l is kept as its box entries and rebuilt for each reader,
+and a stage run more than once replays its RNG state (:class:`models.runtime._Rng`). Transfers
+move the whole value stored at their index at the issue boundary (a^l or abar^l;
+:func:`coalesce_parts` merges the joint DP's parts, :func:`plan_joint` maps them to boundaries).
+:func:`execute_offload` is the same executor behind paper 001's checks (:func:`plan_offload`).
+
 What is executed
 ----------------
 - ``F_all^l`` runs stage l with autograd under ``torch.autograd.graph.saved_tensors_hooks``. The pack
@@ -84,7 +94,7 @@ from .chain import Chain
 from .remat import store_all_ops
 from .remat_offload import (InvalidRematOffloadSchedule, RematOffloadReplay, RematOffloadSchedule, Transfer,
                             simulate_remat_offload)
-from .runtime import RuntimeResult, _run_timed, _stage_info, _tracker_for
+from .runtime import RuntimeResult, _plan, _Rng, _run_timed, _stage_info, _tracker_for
 
 # ------------------------------------------------------------------------------------------ planning
 @dataclass
@@ -251,7 +261,7 @@ def _flat_bytes(t: torch.Tensor) -> torch.Tensor:
 
 def _view(entry: _Entry, dtype, size, stride, offset) -> torch.Tensor:
     if entry.dev is None:
-        raise RuntimeError(f"execute_offload: a tensor saved in abar^{entry.index} is read while abar^{entry.index} "
+        raise RuntimeError(f"a tensor saved at index {entry.index} is read while index {entry.index} "
                            "is on the host (its prefetch was not issued before this operation)")
     base = entry.dev if dtype == torch.uint8 else entry.dev.view(dtype)
     return base.as_strided(size, stride, offset)
@@ -294,215 +304,12 @@ def execute_offload(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
 
     Raises :class:`InvalidRematOffloadSchedule` for a schedule it does not run (see the module
     docstring), ``ValueError`` for stages with multi-tensor cuts."""
-    L = len(stages)
-    if chain.L != L:
-        raise ValueError(f"execute_offload: the chain has L = {chain.L} stages, the model {L}")
+    if chain.L != len(stages):
+        raise ValueError(f"execute_offload: the chain has L = {chain.L} stages, the model {len(stages)}")
     plan = plan_offload(chain, schedule, bandwidth)
-    fns = list(stages) + [loss_fn]
-    if _stage_info(fns).multi:
-        raise ValueError("execute_offload: stages with multi-tensor cuts (resident tensors) are not supported")
-    device = torch.device(device if device is not None else x.device)
-    cuda = device.type == "cuda"
-    n = len(schedule.ops)
-    at: dict[int, list[int]] = {}
-    for q, b in enumerate(plan.issue):
-        at.setdefault(b, []).append(q)
-    for b in at:       # at one boundary: offloads first, then prefetches, each in list order
-        at[b].sort(key=lambda q: (schedule.transfers[q].kind != "offload", q))
-
-    keep: set[int] = set()
-    for f in fns:
-        if isinstance(f, torch.nn.Module):
-            keep.update(_key(p) for p in f.parameters())
-            keep.update(_key(b) for b in f.buffers())
-    keep.discard(0)
-    tracker = _tracker_for(fns, device) if measure_memory else None
-    side = torch.cuda.Stream(device) if cuda else None
-
-    # index -> entries of abar^j (a^0 for j = 0): the outputs' held here until B^j ends (the model's a^j),
-    # the intermediates' by weak reference: the packed tensors hold them, and the engine drops those as
-    # it passes each node in B^j, as it drops saved tensors without hooks
-    boxes: dict[int, list] = {}
-    # storage key -> entry, for storages on the device (weak: an entry lives as long as its box or its packed tensors)
-    owner: "weakref.WeakValueDictionary[int, _Entry]" = weakref.WeakValueDictionary()
-    edges: dict[int, list] = {}                # l -> (GradientEdge or None) per output of stage l
-    holders: dict[int, dict[int, torch.Tensor]] = {}   # l -> {slot: delta^l part}, filled by B^{l+1}
-    current: dict[str, Any] = {}                # a^{l}: the tensors stage l+1 reads next
-    moved: dict[int, int] = {}
-    shared: set[int] = set()                    # indices whose values share a storage (an output that is a view)
-    after: list[float] = []
-    during: list[float] = []
-    loss_value: Any = float("nan")
-
-    def add_entry(t: torch.Tensor, index: int, output: bool) -> _Entry | None:
-        k = _key(t)
-        if k == 0 or k in keep or t.layout != torch.strided:
-            return None
-        e = owner.get(k)
-        if e is None:
-            e = _Entry(_flat_bytes(t), index)
-            owner[k] = e
-            boxes.setdefault(index, []).append(e if output else weakref.ref(e))
-        elif output and e.index == index:           # an intermediate saved first, then returned: hold it
-            box = boxes[index]
-            box[:] = [r for r in box if r is not e and not (isinstance(r, weakref.ref) and r() is e)] + [e]
-        return e
-
-    def live(j: int) -> list[_Entry]:
-        out = []
-        for r in boxes.get(j, ()):
-            e = r() if isinstance(r, weakref.ref) else r
-            if e is not None:
-                out.append(e)
-        return out
-
-    def hooks(l: int):
-        def pack(t):
-            k = _key(t)
-            if k == 0 or k in keep or t.layout != torch.strided:
-                return _Kept(t.detach())
-            e = add_entry(t, l, output=False)
-            return _Saved(e, t)
-
-        def unpack(p):
-            if isinstance(p, _Kept):
-                return p.t
-            return _view(p.entry, p.dtype, p.size, p.stride, p.offset)
-        return pack, unpack
-
-    def on_device(j: int, pos: int) -> None:
-        for e in live(j):
-            if e.dev is None:
-                op, l = schedule.ops[pos]
-                raise InvalidRematOffloadSchedule(f"operation {pos} ({op}^{l}) reads abar^{j}, which is on the host")
-            if e.event is not None:
-                torch.cuda.current_stream(device).wait_event(e.event)
-                e.event = None
-
-    def offload(j: int) -> None:
-        if j in shared:
-            raise InvalidRematOffloadSchedule(
-                f"abar^{j} shares a storage with {', '.join(f'abar^{k}' for k in sorted(shared - {j}))} (a stage's "
-                "output is a view of its input, e.g. a flatten): offloading it would free nothing the chain "
-                "counts apart; execute_offload does not move such values")
-        entries = live(j)
-        if any(e.dev is None for e in entries):
-            raise InvalidRematOffloadSchedule(f"abar^{j} is offloaded twice")
-        moved[j] = sum(e.nbytes for e in entries)
-        if cuda:
-            side.wait_stream(torch.cuda.current_stream(device))
-        for e in entries:
-            owner.pop(_key(e.dev), None)
-            if cuda:
-                e.host = torch.empty(e.nbytes, dtype=torch.uint8, pin_memory=True)
-                with torch.cuda.stream(side):
-                    e.host.copy_(e.dev, non_blocking=True)
-                e.dev.record_stream(side)
-            else:   # the emulated host: bytes that neither c10's allocator nor the dispatch tracker sees
-                e.host = torch.from_numpy(np.empty(e.nbytes, dtype=np.uint8))
-                e.host.copy_(e.dev)
-            e.dev = None
-
-    def prefetch(j: int) -> None:
-        entries = live(j)
-        if cuda:
-            side.wait_stream(torch.cuda.current_stream(device))
-        for e in entries:
-            if e.dev is not None or e.host is None:
-                raise InvalidRematOffloadSchedule(f"abar^{j} is prefetched but is not on the host")
-            dev = torch.empty(e.nbytes, dtype=torch.uint8, device=device)
-            if cuda:
-                with torch.cuda.stream(side):
-                    dev.copy_(e.host, non_blocking=True)
-                    e.event = side.record_event()
-            else:
-                dev.copy_(e.host)
-            e.dev, e.host = dev, None
-            owner[_key(dev)] = e
-
-    def forward(pos: int, l: int, anchor: torch.Tensor) -> None:
-        """F_all^l. A function of its own: its locals (outputs, inputs) are gone when it returns."""
-        nonlocal loss_value
-        on_device(l - 1, pos)
-        src = current.pop("a")
-        grad_in = input_grad or l > 1
-        holders[l - 1] = {}
-        inp = tuple(_Inject.apply(anchor, holders[l - 1], i, s.detach())
-                    if isinstance(s, torch.Tensor) and grad_in and s.is_floating_point() else s
-                    for i, s in enumerate(src))
-        del src
-        pack, unpack = hooks(l)
-        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-            out = fns[l - 1](*inp)
-        del inp
-        out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
-        for o in out:
-            if isinstance(o, torch.Tensor):
-                e = add_entry(o, l, output=True)
-                if e is not None and e.index != l:      # a view of an earlier value (a flatten)
-                    shared.update((l, e.index))
-        edges[l] = [torch.autograd.graph.get_gradient_edge(o) if isinstance(o, torch.Tensor) and o.requires_grad
-                    else None for o in out]
-        if l == L + 1:
-            loss_value = out[0].detach() if cuda else float(out[0].detach())
-        else:
-            current["a"] = out
-
-    def backward(pos: int, l: int) -> None:
-        """B^l: one backward call from stage l's output edges with delta^l (delta^{l-1} lands in
-        ``holders[l-1]`` through stage l's :class:`_Inject`), then abar^l and delta^l go."""
-        on_device(l, pos)
-        on_device(l - 1, pos)
-        d = holders.pop(l)
-        pairs = [(e, d[i]) for i, e in enumerate(edges.pop(l)) if e is not None and d.get(i) is not None]
-        d.clear()
-        if pairs:
-            es, gs = [p[0] for p in pairs], [p[1] for p in pairs]
-            pairs.clear()
-            torch.autograd.backward(es, gs)
-        for j in ((l, 0) if l == 1 else (l,)):
-            for e in live(j):
-                if e.dev is not None:
-                    owner.pop(_key(e.dev), None)
-            boxes.pop(j, None)
-
-    def transfers(b: int) -> None:
-        for q in at.get(b, ()):
-            t = schedule.transfers[q]
-            (offload if t.kind == "offload" else prefetch)(t.index)
-
-    def run() -> None:
-        anchor = torch.empty(0, device=device, requires_grad=True)
-        x0 = x.detach().clone()
-        add_entry(x0, 0, output=True)
-        current["a"] = (x0,)
-        del x0
-        holders[L + 1] = {0: torch.ones((), device=device)}
-        for pos, (op, l) in enumerate(schedule.ops):
-            transfers(pos)
-            if tracker is not None:
-                tracker.sync()
-                tracker.reset_peak()
-            if op == "F_all":
-                forward(pos, l, anchor)
-            else:
-                backward(pos, l)
-            if tracker is not None:
-                tracker.sync()
-                during.append(float(tracker.peak))
-                after.append(float(tracker.current))
-        transfers(n)
-        boxes.clear()
-        owner.clear()
-        edges.clear()
-        current.clear()
-
-    elapsed = _run_timed(run, tracker, device, clock)
-    delta0 = holders.pop(0, {})
-    holders.clear()
-    del delta0
-    return OffloadResult(loss=float(loss_value), time=elapsed, peak_memory=max(during) if during else None,
-                         memory_after=after, memory_peak_during=during, issue=list(plan.issue), moved=moved)
+    plan = JointPlan(**vars(plan), states=_remat_states(schedule.ops, chain.L))
+    return _execute(stages, loss_fn, x, schedule, chain, plan, device=device, measure_memory=measure_memory,
+                    input_grad=input_grad, clock=clock, who="execute_offload")
 
 
 # ------------------------------------------------------------------ joint schedules (paper 000)
@@ -690,15 +497,22 @@ def execute_joint(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor
     (not run on a device). Raises :class:`InvalidRematOffloadSchedule` for a schedule it does not run
     (:func:`plan_joint`; the offload of a value sharing a storage with another index, e.g. a flatten's
     output, when it is reached), ``ValueError`` for stages with multi-tensor cuts."""
-    from .runtime import _Rng, _plan
+    if chain.L != len(stages):
+        raise ValueError(f"execute_joint: the chain has L = {chain.L} stages, the model {len(stages)}")
+    return _execute(stages, loss_fn, x, schedule, chain, plan_joint(chain, schedule, bandwidth), device=device,
+                    measure_memory=measure_memory, input_grad=input_grad, clock=clock, who="execute_joint")
 
+
+def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, schedule: RematOffloadSchedule,
+             chain: Chain, plan: JointPlan, *, device, measure_memory: bool, input_grad: bool,
+             clock: Callable[[], float], who: str) -> OffloadResult:
+    """The executor of :func:`execute_joint` and :func:`execute_offload`, on a checked ``plan``."""
     L = len(stages)
     if chain.L != L:
-        raise ValueError(f"execute_joint: the chain has L = {chain.L} stages, the model {L}")
-    plan = plan_joint(chain, schedule, bandwidth)
+        raise ValueError(f"{who}: the chain has L = {chain.L} stages, the model {L}")
     fns = list(stages) + [loss_fn]
     if _stage_info(fns).multi:
-        raise ValueError("execute_joint: stages with multi-tensor cuts (resident tensors) are not supported")
+        raise ValueError(f"{who}: stages with multi-tensor cuts (resident tensors) are not supported")
     device = torch.device(device if device is not None else x.device)
     cuda = device.type == "cuda"
     ops = list(schedule.ops)
@@ -788,7 +602,7 @@ def execute_joint(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor
             raise InvalidRematOffloadSchedule(
                 f"index {j} shares a storage with index {', '.join(str(k) for k in sorted(shared - {j}))} (a "
                 "stage's output is a view of its input, e.g. a flatten): offloading it would free nothing the "
-                "chain counts apart; execute_joint does not move such values")
+                f"chain counts apart; {who} does not move such values")
         entries = live(j)
         if any(e.dev is None for e in entries):
             raise InvalidRematOffloadSchedule(f"index {j} is offloaded twice")

@@ -129,7 +129,7 @@ def test_joint_dp_schedules_run_coalesced(case):
     c, chain = case, case["chain"]
     views = _views(c)
     assert views == ([13] if c["name"] == "resnet18" else [])
-    for f, (mem, sol) in c["joint"].items():
+    for mem, sol in c["joint"].values():
         what = f"{c['name']} at {mem:.0f} B"
         dp = sol.schedule
         # the DP both recomputes and offloads here, in parts of one memory slot
@@ -173,7 +173,7 @@ def test_joint_dp_schedules_run_coalesced(case):
 def test_refusals(case):
     c, chain = case, case["chain"]
     L = chain.L
-    mem, sol = next(iter(c["joint"].values()))
+    _, sol = next(iter(c["joint"].values()))
     dp = sol.schedule
     # the DP's parts, not merged: whole values only
     with pytest.raises(InvalidRematOffloadSchedule, match="whole values only"):

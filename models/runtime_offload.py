@@ -9,6 +9,16 @@ whole before ``B^{j+1}``, its first backward reader. :func:`memplan.remat_offloa
 turns GREEDY's and DYNPROG's schedules (:func:`memplan.offload.solve`) into a
 :class:`models.remat_offload.RematOffloadSchedule`: those are what :func:`execute_offload` runs.
 
+Paper 000's joint schedules (re-materialization + offloading) are run by :func:`execute_joint`, with the
+same machinery (below): ``F_ck^l`` / ``F_none^l`` run stage l under ``torch.no_grad()`` and their
+output's storage is box l (the stored a^l, which a transfer of index l then moves; ``F_none^l`` drops
+a^{l-1}), ``F_all^l`` over a stored a^l replaces it, ``B^l`` also drops a^{l-1} when only a^{l-1} is
+stored (Table 1 of paper 004), a stored a^l is kept as its box entries and rebuilt for each reader,
+and a stage run more than once replays its RNG state (:class:`models.runtime._Rng`). Transfers
+move the whole value stored at their index at the issue boundary (a^l or abar^l;
+:func:`coalesce_parts` merges the joint DP's parts, :func:`plan_joint` maps them to boundaries).
+:func:`execute_offload` is the same executor behind paper 001's checks (:func:`plan_offload`).
+
 What is executed
 ----------------
 - ``F_all^l`` runs stage l with autograd under ``torch.autograd.graph.saved_tensors_hooks``. The pack
@@ -84,7 +94,7 @@ from .chain import Chain
 from .remat import store_all_ops
 from .remat_offload import (InvalidRematOffloadSchedule, RematOffloadReplay, RematOffloadSchedule, Transfer,
                             simulate_remat_offload)
-from .runtime import RuntimeResult, _run_timed, _stage_info, _tracker_for
+from .runtime import RuntimeResult, _plan, _Rng, _run_timed, _stage_info, _tracker_for
 
 # ------------------------------------------------------------------------------------------ planning
 @dataclass
@@ -251,7 +261,7 @@ def _flat_bytes(t: torch.Tensor) -> torch.Tensor:
 
 def _view(entry: _Entry, dtype, size, stride, offset) -> torch.Tensor:
     if entry.dev is None:
-        raise RuntimeError(f"execute_offload: a tensor saved in abar^{entry.index} is read while abar^{entry.index} "
+        raise RuntimeError(f"a tensor saved at index {entry.index} is read while index {entry.index} "
                            "is on the host (its prefetch was not issued before this operation)")
     base = entry.dev if dtype == torch.uint8 else entry.dev.view(dtype)
     return base.as_strided(size, stride, offset)
@@ -294,16 +304,221 @@ def execute_offload(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
 
     Raises :class:`InvalidRematOffloadSchedule` for a schedule it does not run (see the module
     docstring), ``ValueError`` for stages with multi-tensor cuts."""
+    if chain.L != len(stages):
+        raise ValueError(f"execute_offload: the chain has L = {chain.L} stages, the model {len(stages)}")
+    plan = plan_offload(chain, schedule, bandwidth)
+    plan = JointPlan(**vars(plan), states=_remat_states(schedule.ops, chain.L))
+    return _execute(stages, loss_fn, x, schedule, chain, plan, device=device, measure_memory=measure_memory,
+                    input_grad=input_grad, clock=clock, who="execute_offload")
+
+
+# ------------------------------------------------------------------ joint schedules (paper 000)
+def _reads(op: str, l: int) -> tuple[int, ...]:
+    """Indices an operation reads: a^{l-1} for F^l; abar^l and a^{l-1} for B^l."""
+    return (l - 1,) if op != "B" else (l, l - 1)
+
+
+def _remat_states(ops: Sequence[tuple[str, int]], L: int) -> list[list[int]]:
+    """The stored value at each index (0 nothing, 1 a^l, 2 abar^l) before each operation and after the
+    last (Table 1 of paper 004, as :func:`models.remat.simulate_remat`; the sequence is checked there)."""
+    state = [0] * (L + 2)
+    state[0] = 1
+    out = []
+    for op, l in ops:
+        out.append(list(state))
+        if op == "B":
+            state[l] = 0
+            if state[l - 1] == 1:
+                state[l - 1] = 0
+        else:
+            state[l] = 2 if op == "F_all" else max(state[l], 1)
+            if op == "F_none":
+                state[l - 1] = 0
+    out.append(list(state))
+    return out
+
+
+def coalesce_parts(schedule: RematOffloadSchedule, chain: Chain) -> RematOffloadSchedule:
+    """``schedule`` with every run of consecutive transfers of one value (same kind and index, parts
+    numbered 0, 1, 2, ... in list order) merged into one transfer of the summed bytes, released at the
+    run's first part's release, at the run's place in the list (list order is kept). A sum within
+    a relative 1e-9 of ``chain.wa[l]`` or ``chain.wabar[l]`` is set to it exactly (the parts' floats
+    need not add up to the byte). The joint DP (:mod:`baselines.remat_offload_dp`) moves values in parts
+    of one memory slot; :func:`execute_joint` moves whole values only.
+
+    The memory model differs (:func:`models.remat_offload.simulate_remat_offload`): a part of an
+    offload frees its bytes when *it* ends, so the DP's offload frees memory gradually, one slot per
+    part time; the whole offload frees everything at its end, the last part's end at the earliest. A
+    part of a prefetch reserves its bytes when it starts; the whole prefetch reserves the whole value
+    at the first part's start, so the memory is taken earlier. The merged transfers also start no
+    earlier than the parts would (the link runs them in the same order, without gaps between the
+    parts of a run, and the first part's release is kept). Peaks can therefore be higher than the DP's
+    and the schedule can break its limit: replay the result with :func:`simulate_remat_offload` (with
+    the limit) before running it; the operations and their release times are unchanged."""
+    out: list[Transfer] = []
+    part = -1                       # the part number of the last transfer merged into out[-1]
+    for t in schedule.transfers:
+        last = out[-1] if out else None
+        if last is not None and last.kind == t.kind and last.index == t.index and t.part == part + 1:
+            last.nbytes += float(t.nbytes)
+        else:
+            out.append(Transfer(t.kind, t.index, float(t.nbytes), release=t.release, part=0))
+        part = t.part
+    for t in out:
+        if 0 <= t.index <= chain.L:
+            for whole in (float(chain.wa[t.index]), float(chain.wabar[t.index])):
+                if abs(t.nbytes - whole) <= 1e-9 * max(1.0, whole):
+                    t.nbytes = whole
+                    break
+    return RematOffloadSchedule(ops=list(schedule.ops), release=list(schedule.release), transfers=out)
+
+
+@dataclass
+class JointPlan(OffloadPlan):
+    """:class:`OffloadPlan` of a joint schedule; ``states[k]``: the value stored at each index before
+    operation k (0 nothing, 1 a^l, 2 abar^l; the last entry after the last operation)."""
+
+    states: list[list[int]] = field(default_factory=list)
+
+
+def plan_joint(chain: Chain, schedule: RematOffloadSchedule, bandwidth: float | None) -> JointPlan:
+    """Check a re-materialization + offloading ``schedule`` for :func:`execute_joint` and map each
+    transfer to the operation boundary where it is issued.
+
+    The schedule must replay (:func:`simulate_remat_offload` over ``bandwidth``; no limit is applied
+    here). A transfer is issued at the first boundary whose simulated time is at or after its
+    simulated start, an offload of index j not before the boundary after the last operation that
+    reads j and starts before the offload's simulated end (it may not free its input), and no
+    transfer before the previous one (one link, list order). Each transfer must move the whole value
+    stored at its index at that boundary (``wa[j]`` for a^j, ``wabar[j]`` for abar^j; see
+    :func:`coalesce_parts`); offloads and prefetches of an index alternate, starting with an offload;
+    no operation may read, recompute or discard an index between its offload and its prefetch, and
+    every offloaded index is prefetched. Raises :class:`InvalidRematOffloadSchedule` with the reason."""
+    L = chain.L
+    ops = list(schedule.ops)
+    n = len(ops)
+    for q, t in enumerate(schedule.transfers):
+        if t.kind not in ("offload", "prefetch"):
+            raise InvalidRematOffloadSchedule(f"transfer {q}: unknown kind {t.kind!r} (offload or prefetch)")
+        if not 0 <= t.index <= L:
+            raise InvalidRematOffloadSchedule(f"transfer {q} ({t.kind} of index {t.index}): index outside 0..{L}")
+    rep = simulate_remat_offload(chain, schedule, bandwidth)
+    states = _remat_states(ops, L)
+    times = list(rep.op_start) + [rep.makespan]
+    eps = 1e-9 * max([1e-12] + [abs(t) for t in times] + [abs(t) for t in rep.transfer_end])
+    issue: list[int] = []
+    prev = 0
+    away: dict[int, int] = {}           # index -> boundary of its pending offload
+    for q, t in enumerate(schedule.transfers):
+        j = t.index
+        where = f"transfer {q} ({t.kind} of index {j})"
+        b = next((k for k in range(n + 1) if times[k] >= rep.transfer_start[q] - eps), n)
+        if t.kind == "offload":
+            readers = [p for p in range(n) if j in _reads(*ops[p]) and rep.op_start[p] < rep.transfer_end[q] - eps]
+            if readers:
+                b = max(b, readers[-1] + 1)
+        b = max(b, prev)
+        st = states[b][j]
+        if t.kind == "offload":
+            if j in away:
+                raise InvalidRematOffloadSchedule(f"{where}: index {j} is already on the host")
+            if st == 0:
+                raise InvalidRematOffloadSchedule(
+                    f"{where}: nothing is stored at index {j} at boundary {b} (before operation {b}), where "
+                    "the transfer is issued: only a stored value (a^j or abar^j) can be offloaded")
+        elif j not in away:
+            raise InvalidRematOffloadSchedule(f"{where}: index {j} is not on the host (no offload before it)")
+        whole = float(chain.wa[j] if st == 1 else chain.wabar[j])
+        name = f"{'a' if st == 1 else 'abar'}^{j}"
+        if abs(t.nbytes - whole) > 1e-9 * max(1.0, whole):
+            raise InvalidRematOffloadSchedule(
+                f"{where}: moves {t.nbytes:.6g} B (part {t.part}); execute_joint moves whole values only: "
+                f"{name}, stored there at boundary {b}, has {whole:.6g} B (merge the parts with coalesce_parts)")
+        if t.kind == "offload":
+            away[j] = b
+        else:
+            o = away.pop(j)
+            for p in range(o, n):
+                op, l = ops[p]
+                if j in _reads(op, l) or (op != "B" and l == j):
+                    if p < b:
+                        raise InvalidRematOffloadSchedule(
+                            f"{where} would be issued at boundary {b}, after operation {p} ({op}^{l}) that "
+                            f"{'reads' if j in _reads(op, l) else 'recomputes'} index {j} while it is on the host")
+                    break
+            if states[b][j] != states[o][j]:
+                raise InvalidRematOffloadSchedule(f"{where}: the value at index {j} changed while it was on the host")
+        issue.append(b)
+        prev = b
+    if away:
+        j = sorted(away)[0]
+        raise InvalidRematOffloadSchedule(f"index {j} is offloaded but never prefetched")
+    return JointPlan(schedule=schedule, issue=issue, boundary_times=times, replay=rep, states=states)
+
+
+class _Val:
+    """One tensor of a stored a^l, kept without its data: its box entry and its view of the entry's
+    storage (``saved``), or the tensor itself (``kept``: a parameter, a non-strided tensor) or a
+    Python value crossing a cut (``raw``)."""
+
+    __slots__ = ("saved", "kept", "raw")
+
+    def __init__(self, saved=None, kept=None, raw=None) -> None:
+        self.saved, self.kept, self.raw = saved, kept, raw
+
+    def get(self):
+        if self.saved is not None:
+            p = self.saved
+            return _view(p.entry, p.dtype, p.size, p.stride, p.offset)
+        return self.kept if self.kept is not None else self.raw
+
+
+def execute_joint(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, schedule: RematOffloadSchedule,
+                  chain: Chain, bandwidth: float | None, *, device=None, measure_memory: bool = False,
+                  input_grad: bool = True, clock: Callable[[], float] = time.perf_counter) -> OffloadResult:
+    """Run a re-materialization + offloading ``schedule`` (paper 000: operations F_all, F_ck, F_none, B
+    of paper 004 with Table 1's semantics, and whole-value transfers; :func:`coalesce_parts` merges the
+    joint DP's parts) on ``stages`` (stage l computes a^l from a^{l-1}; ``loss_fn`` is stage L+1).
+    Parameter gradients are accumulated into the stages' ``.grad``. Arguments as
+    :func:`execute_offload`; the transfers are issued at the boundaries of :func:`plan_joint`.
+
+    - ``F_all^l``: stage l with autograd, its saved storages boxed as abar^l (see the module docstring;
+      a^{l-1} is read through :class:`_Inject`); over a stored a^l it replaces a^l (dropped at its end).
+    - ``F_ck^l``: stage l under ``torch.no_grad()``; its output's storage is box l (a^l), which an offload
+      of index l moves while a^l is what is stored there. ``F_none^l``: the same, then a^{l-1} goes.
+    - ``B^l``: one backward call from stage l's output edges with delta^l; then abar^l and delta^l go,
+      and a^{l-1} when only a^{l-1} (not abar^{l-1}) is stored (Table 1).
+    - A stage run more than once has its RNG state saved at its first run and replayed at every later
+      one (:class:`models.runtime._Rng`), so dropout masks are plain autograd's; the gradients are
+      bit-identical to ``loss_fn(model(x)).backward()`` with deterministic kernels.
+
+    Memory: without transfers it holds, after and during each operation, the bytes
+    :func:`models.runtime.execute` with ``fuse_backward=False`` holds. CUDA: as :func:`execute_offload`
+    (not run on a device). Raises :class:`InvalidRematOffloadSchedule` for a schedule it does not run
+    (:func:`plan_joint`; the offload of a value sharing a storage with another index, e.g. a flatten's
+    output, when it is reached), ``ValueError`` for stages with multi-tensor cuts."""
+    if chain.L != len(stages):
+        raise ValueError(f"execute_joint: the chain has L = {chain.L} stages, the model {len(stages)}")
+    return _execute(stages, loss_fn, x, schedule, chain, plan_joint(chain, schedule, bandwidth), device=device,
+                    measure_memory=measure_memory, input_grad=input_grad, clock=clock, who="execute_joint")
+
+
+def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, schedule: RematOffloadSchedule,
+             chain: Chain, plan: JointPlan, *, device, measure_memory: bool, input_grad: bool,
+             clock: Callable[[], float], who: str) -> OffloadResult:
+    """The executor of :func:`execute_joint` and :func:`execute_offload`, on a checked ``plan``."""
     L = len(stages)
     if chain.L != L:
-        raise ValueError(f"execute_offload: the chain has L = {chain.L} stages, the model {L}")
-    plan = plan_offload(chain, schedule, bandwidth)
+        raise ValueError(f"{who}: the chain has L = {chain.L} stages, the model {L}")
     fns = list(stages) + [loss_fn]
     if _stage_info(fns).multi:
-        raise ValueError("execute_offload: stages with multi-tensor cuts (resident tensors) are not supported")
+        raise ValueError(f"{who}: stages with multi-tensor cuts (resident tensors) are not supported")
     device = torch.device(device if device is not None else x.device)
     cuda = device.type == "cuda"
-    n = len(schedule.ops)
+    ops = list(schedule.ops)
+    n = len(ops)
+    _, replayed, _ = _plan(ops, False)
+    rng = _Rng(device, replayed=replayed)
     at: dict[int, list[int]] = {}
     for q, b in enumerate(plan.issue):
         at.setdefault(b, []).append(q)
@@ -319,17 +534,14 @@ def execute_offload(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
     tracker = _tracker_for(fns, device) if measure_memory else None
     side = torch.cuda.Stream(device) if cuda else None
 
-    # index -> entries of abar^j (a^0 for j = 0): the outputs' held here until B^j ends (the model's a^j),
-    # the intermediates' by weak reference: the packed tensors hold them, and the engine drops those as
-    # it passes each node in B^j, as it drops saved tensors without hooks
-    boxes: dict[int, list] = {}
-    # storage key -> entry, for storages on the device (weak: an entry lives as long as its box or its packed tensors)
+    boxes: dict[int, list] = {}       # index -> entries of the stored value (outputs strong, intermediates weak)
     owner: "weakref.WeakValueDictionary[int, _Entry]" = weakref.WeakValueDictionary()
-    edges: dict[int, list] = {}                # l -> (GradientEdge or None) per output of stage l
+    vals: dict[int, list[_Val]] = {}  # index -> the tensors of a^l (rebuilt from the entries when read)
+    edges: dict[int, list] = {}       # l -> GradientEdge (or None) per output of F_all^l
     holders: dict[int, dict[int, torch.Tensor]] = {}   # l -> {slot: delta^l part}, filled by B^{l+1}
-    current: dict[str, Any] = {}                # a^{l}: the tensors stage l+1 reads next
+    state = list(plan.states[0])
     moved: dict[int, int] = {}
-    shared: set[int] = set()                    # indices whose values share a storage (an output that is a view)
+    shared: set[int] = set()
     after: list[float] = []
     during: list[float] = []
     loss_value: Any = float("nan")
@@ -361,8 +573,7 @@ def execute_offload(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
             k = _key(t)
             if k == 0 or k in keep or t.layout != torch.strided:
                 return _Kept(t.detach())
-            e = add_entry(t, l, output=False)
-            return _Saved(e, t)
+            return _Saved(add_entry(t, l, output=False), t)
 
         def unpack(p):
             if isinstance(p, _Kept):
@@ -373,21 +584,28 @@ def execute_offload(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
     def on_device(j: int, pos: int) -> None:
         for e in live(j):
             if e.dev is None:
-                op, l = schedule.ops[pos]
-                raise InvalidRematOffloadSchedule(f"operation {pos} ({op}^{l}) reads abar^{j}, which is on the host")
+                op, l = ops[pos]
+                raise InvalidRematOffloadSchedule(f"operation {pos} ({op}^{l}) reads index {j}, which is on the host")
             if e.event is not None:
                 torch.cuda.current_stream(device).wait_event(e.event)
                 e.event = None
 
+    def drop(j: int) -> None:
+        for e in live(j):
+            if e.dev is not None:
+                owner.pop(_key(e.dev), None)
+        boxes.pop(j, None)
+        vals.pop(j, None)
+
     def offload(j: int) -> None:
         if j in shared:
             raise InvalidRematOffloadSchedule(
-                f"abar^{j} shares a storage with {', '.join(f'abar^{k}' for k in sorted(shared - {j}))} (a stage's "
-                "output is a view of its input, e.g. a flatten): offloading it would free nothing the chain "
-                "counts apart; execute_offload does not move such values")
+                f"index {j} shares a storage with index {', '.join(str(k) for k in sorted(shared - {j}))} (a "
+                "stage's output is a view of its input, e.g. a flatten): offloading it would free nothing the "
+                f"chain counts apart; {who} does not move such values")
         entries = live(j)
         if any(e.dev is None for e in entries):
-            raise InvalidRematOffloadSchedule(f"abar^{j} is offloaded twice")
+            raise InvalidRematOffloadSchedule(f"index {j} is offloaded twice")
         moved[j] = sum(e.nbytes for e in entries)
         if cuda:
             side.wait_stream(torch.cuda.current_stream(device))
@@ -398,7 +616,7 @@ def execute_offload(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
                 with torch.cuda.stream(side):
                     e.host.copy_(e.dev, non_blocking=True)
                 e.dev.record_stream(side)
-            else:   # the emulated host: bytes that neither c10's allocator nor the dispatch tracker sees
+            else:
                 e.host = torch.from_numpy(np.empty(e.nbytes, dtype=np.uint8))
                 e.host.copy_(e.dev)
             e.dev = None
@@ -409,7 +627,7 @@ def execute_offload(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
             side.wait_stream(torch.cuda.current_stream(device))
         for e in entries:
             if e.dev is not None or e.host is None:
-                raise InvalidRematOffloadSchedule(f"abar^{j} is prefetched but is not on the host")
+                raise InvalidRematOffloadSchedule(f"index {j} is prefetched but is not on the host")
             dev = torch.empty(e.nbytes, dtype=torch.uint8, device=device)
             if cuda:
                 with torch.cuda.stream(side):
@@ -420,37 +638,56 @@ def execute_offload(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
             e.dev, e.host = dev, None
             owner[_key(dev)] = e
 
-    def forward(pos: int, l: int, anchor: torch.Tensor) -> None:
-        """F_all^l. A function of its own: its locals (outputs, inputs) are gone when it returns."""
-        nonlocal loss_value
-        on_device(l - 1, pos)
-        src = current.pop("a")
-        grad_in = input_grad or l > 1
-        holders[l - 1] = {}
-        inp = tuple(_Inject.apply(anchor, holders[l - 1], i, s.detach())
-                    if isinstance(s, torch.Tensor) and grad_in and s.is_floating_point() else s
-                    for i, s in enumerate(src))
-        del src
-        pack, unpack = hooks(l)
-        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-            out = fns[l - 1](*inp)
-        del inp
-        out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    def keep_outputs(l: int, out: tuple) -> None:
+        vs = []
         for o in out:
             if isinstance(o, torch.Tensor):
                 e = add_entry(o, l, output=True)
                 if e is not None and e.index != l:      # a view of an earlier value (a flatten)
                     shared.update((l, e.index))
-        edges[l] = [torch.autograd.graph.get_gradient_edge(o) if isinstance(o, torch.Tensor) and o.requires_grad
-                    else None for o in out]
-        if l == L + 1:
-            loss_value = out[0].detach() if cuda else float(out[0].detach())
+                vs.append(_Val(saved=_Saved(e, o)) if e is not None else _Val(kept=o.detach()))
+            else:
+                vs.append(_Val(raw=o))
+        vals[l] = vs
+
+    def forward(pos: int, op: str, l: int, anchor: torch.Tensor) -> None:
+        """F_all^l, F_ck^l or F_none^l. A function of its own: its locals are gone when it returns."""
+        nonlocal loss_value
+        on_device(l - 1, pos)
+        old_box, old_vals = boxes.pop(l, None), vals.pop(l, None)     # a^l that F_all^l replaces
+        src = [v.get() for v in vals[l - 1]]
+        fn = fns[l - 1]
+        if op == "F_all":
+            grad_in = input_grad or l > 1
+            holders[l - 1] = {}
+            inp = tuple(_Inject.apply(anchor, holders[l - 1], i, s)
+                        if isinstance(s, torch.Tensor) and grad_in and s.is_floating_point() else s
+                        for i, s in enumerate(src))
+            del src
+            pack, unpack = hooks(l)
+            with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+                out = rng.run(l, lambda: fn(*inp)) if l in replayed else fn(*inp)
+            del inp
+            out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+            keep_outputs(l, out)
+            edges[l] = [torch.autograd.graph.get_gradient_edge(o) if isinstance(o, torch.Tensor) and o.requires_grad
+                        else None for o in out]
+            if l == L + 1:
+                loss_value = out[0].detach() if cuda else float(out[0].detach())
+            state[l] = 2
         else:
-            current["a"] = out
+            with torch.no_grad():
+                out = rng.run(l, lambda: fn(*src)) if l in replayed else fn(*src)
+            del src
+            out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+            keep_outputs(l, out)
+            state[l] = max(state[l], 1)
+            if op == "F_none":
+                drop(l - 1)
+                state[l - 1] = 0
+        del out, old_box, old_vals
 
     def backward(pos: int, l: int) -> None:
-        """B^l: one backward call from stage l's output edges with delta^l (delta^{l-1} lands in
-        ``holders[l-1]`` through stage l's :class:`_Inject`), then abar^l and delta^l go."""
         on_device(l, pos)
         on_device(l - 1, pos)
         d = holders.pop(l)
@@ -460,11 +697,11 @@ def execute_offload(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
             es, gs = [p[0] for p in pairs], [p[1] for p in pairs]
             pairs.clear()
             torch.autograd.backward(es, gs)
-        for j in ((l, 0) if l == 1 else (l,)):
-            for e in live(j):
-                if e.dev is not None:
-                    owner.pop(_key(e.dev), None)
-            boxes.pop(j, None)
+        drop(l)
+        state[l] = 0
+        if state[l - 1] == 1:
+            drop(l - 1)
+            state[l - 1] = 0
 
     def transfers(b: int) -> None:
         for q in at.get(b, ()):
@@ -474,28 +711,27 @@ def execute_offload(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
     def run() -> None:
         anchor = torch.empty(0, device=device, requires_grad=True)
         x0 = x.detach().clone()
-        add_entry(x0, 0, output=True)
-        current["a"] = (x0,)
+        keep_outputs(0, (x0,))
         del x0
         holders[L + 1] = {0: torch.ones((), device=device)}
-        for pos, (op, l) in enumerate(schedule.ops):
+        for pos, (op, l) in enumerate(ops):
             transfers(pos)
             if tracker is not None:
                 tracker.sync()
                 tracker.reset_peak()
-            if op == "F_all":
-                forward(pos, l, anchor)
-            else:
+            if op == "B":
                 backward(pos, l)
+            else:
+                forward(pos, op, l, anchor)
             if tracker is not None:
                 tracker.sync()
                 during.append(float(tracker.peak))
                 after.append(float(tracker.current))
         transfers(n)
         boxes.clear()
+        vals.clear()
         owner.clear()
         edges.clear()
-        current.clear()
 
     elapsed = _run_timed(run, tracker, device, clock)
     delta0 = holders.pop(0, {})

@@ -838,6 +838,13 @@ class RematOffloadDP:
             raise ValueError(f"the DP's tables for L={L} and {self.N} slots would need {need / 1e9:.1f} GB "
                              f"(at most {MAX_TABLE_BYTES / 1e9:.0f} GB); use fewer slots")
         args = (L, self.N, self.uf, self.ub, self.a, self.ab, self.d, self.of, self.ob, self.q)
+        # numba's OpenMP layer and torch share one OpenMP runtime: numba's first get_num_threads starts
+        # its layer and sets the runtime's default, and putting numba's count back sets it again, so
+        # torch's own intra-op thread count is read before any numba call and put back at the end (a
+        # caller on one torch thread came out on two: LayerNorm's weight gradients then differed in the
+        # last bits)
+        torch = sys.modules.get("torch")
+        torch_threads = torch.get_num_threads() if torch is not None else None
         # parallel stripes: numba's threads (NUMBA_NUM_THREADS / numba.set_num_threads) for large tables;
         # small ones run on the calling thread, where starting the ~2 L parallel loops would cost more
         # than they save (much more on a busy machine, where each start waits for a time slice)
@@ -860,6 +867,8 @@ class RematOffloadDP:
                                                                      rmt, nth, True)
         finally:
             set_num_threads(old)
+            if torch_threads is not None:
+                torch.set_num_threads(torch_threads)
         self.threads = nth
 
     # --- backward block lookup: (duration, spill) for C(i, j, m, D)

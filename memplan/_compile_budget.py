@@ -253,7 +253,9 @@ class Candidate:
     profiled with the compiled stages; ``loss_chunks`` > 1: its loss stage over chunks of tokens,
     each chunk compiled; ``kind="chain-offload"``: paper 001's offloading schedule (``solver``
     ``"dynprog"``) on the compiled chain (the eager one without it), every stage's forward kept and
-    the values in ``offloaded`` sent to the host and back (:mod:`memplan.models.runtime_offload`)."""
+    the values in ``offloaded`` sent to the host and back (:mod:`memplan.models.runtime_offload`);
+    ``kind="chain-joint"``: paper 000's joint DP (``solver`` ``"joint-dp"``): recomputation and
+    offloading together, its transfers merged into whole values."""
 
     solver: str
     fraction: float
@@ -277,17 +279,19 @@ class Candidate:
     def plan_key(self) -> tuple:
         """A chain plan's key in :attr:`BudgetSearch.chain_plans` / ``compiled_chain_plans`` /
         ``offload_plans``."""
-        if self.kind == "chain-offload":
-            return (self.stage_fraction, self.offloaded, self.ops)
+        if self.kind in ("chain-offload", "chain-joint"):
+            return (self.kind, self.stage_fraction, self.offloaded, self.ops)
         if self.kind == "chain-compiled":
             return (self.stage_fraction, self.loss_chunks, self.loss_grad_in_forward, self.ops)
         return (self.loss_chunks, self.loss_grad_in_forward, self.ops)
 
     @property
     def label(self) -> str:
-        if self.kind == "chain-offload":
-            return (f"chain store-all{', compiled stages' if not math.isnan(self.stage_fraction) else ''}, "
-                    f"{len(self.offloaded)} values offloaded (paper 001), at {fmt_memory(self.memory_limit)}")
+        if self.kind in ("chain-offload", "chain-joint"):
+            what = "store-all" if self.kind == "chain-offload" else "rotor + offloading"
+            return (f"chain {what}{', compiled stages' if not math.isnan(self.stage_fraction) else ''}, "
+                    f"{len(self.offloaded)} values offloaded (paper {'001' if self.kind == 'chain-offload' else '000'}), "
+                    f"at {fmt_memory(self.memory_limit)}")
         if self.kind == "chain":
             return (f"chain rotor at {fmt_memory(self.memory_limit)}"
                     + (f", loss in {self.loss_chunks} chunks" if self.loss_chunks > 1 else ""))
@@ -565,7 +569,7 @@ class BudgetSearch:
         # excess of a measured over a simulated peak so far, the link, and why there are none
         self.offload = offload
         self.offload_plans: dict[tuple, tuple[Candidate, Callable]] = {}
-        self._off_offset = 0.0
+        self._off_offsets: dict[str, float] = {}
         self.bandwidth = bandwidth
         self.offload_note = "" if offload else "not asked for"
         self._offload = None                   # (stages, loss stage, targets holder, chain, view indices, stage fraction)
@@ -1219,50 +1223,60 @@ class BudgetSearch:
                                                            if views else ""))
 
     def offload_fit(self, budget: float, tries: int = 3) -> Candidate | None:
-        """Paper 001's DYNPROG schedule on the offloading chain at ``budget`` minus the largest excess of
-        a measured over a simulated peak so far, executed and measured (lowered by the excess and solved
-        again while the measurement is over, ``tries`` solves at most); None where no offloading is
-        needed (the budget holds store-all), none is feasible, or the schedule would move a value
-        that is a view of another."""
-        from memplan.baselines.offload import dynprog
-        from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
-        from memplan.models.remat_offload import (InvalidRematOffloadSchedule, offload_schedule_as_joint,
-                                                  simulate_remat_offload)
-        from memplan.models.runtime_offload import plan_offload
+        """Paper 001's DYNPROG schedule on the offloading chain (every forward kept, values moved whole),
+        executed and measured (kind ``"chain-offload"``); see :meth:`_transfer_fit`."""
+        return self._transfer_fit(budget, "chain-offload", tries)
+
+    def joint_fit(self, budget: float, tries: int = 3) -> Candidate | None:
+        """Paper 000's joint DP (re-materialization and offloading, :mod:`memplan.baselines.remat_offload_dp`,
+        50 slots) on the offloading chain, its parts merged into whole transfers
+        (:func:`memplan.models.runtime_offload.coalesce_parts`) and replayed within the limit, executed
+        (:func:`~memplan.models.runtime_offload.execute_joint`) and measured (kind ``"chain-joint"``);
+        see :meth:`_transfer_fit`."""
+        return self._transfer_fit(budget, "chain-joint", tries)
+
+    def _transfer_fit(self, budget: float, kind: str, tries: int) -> Candidate | None:
+        """A schedule with transfers at ``budget`` minus the largest excess of a measured over a simulated
+        peak so far for ``kind``, executed and measured (lowered by the excess and solved again while the
+        measurement is over, ``tries`` solves at most); None where the budget needs no transfer (it holds
+        store-all), none is feasible, the schedule moves a value that is a view of another, or the
+        executor does not run it (``offload_note`` says which)."""
+        from memplan.models.remat_offload import InvalidRematOffloadSchedule, simulate_remat_offload
 
         if self._offload is None:
             return None
         stages, loss_stage, holder, chain, views, sf = self._offload
-        lo, hi = min_feasible_memory(chain), peak_memory_no_offload(chain)
-        limit = budget - self._off_offset
+        lo, hi, solve = self._transfer_solver(kind, chain)
+        limit = budget - self._off_offsets.get(kind, 0.0)
         for _ in range(tries):
             if limit < lo or limit >= hi:
                 return None
             t0 = time.perf_counter()
-            sol = dynprog(chain, float(limit), self.bandwidth, time_limit=self.solver_time_limit)
-            if not sol.success:
-                return None
-            sched = offload_schedule_as_joint(chain, sol.schedule, self.bandwidth)
-            moved = tuple(sorted(t.index for t in sched.transfers if t.kind == "offload"))
-            if set(moved) & views:
-                self.offload_note = f"a schedule moved a value that is a view of another ({sorted(set(moved) & views)})"
-                return None
             try:
-                plan_offload(chain, sched, self.bandwidth)         # what the executor runs, checked first
+                sched, run = solve(float(limit))
             except InvalidRematOffloadSchedule as e:
-                self.offload_note = f"a schedule the executor does not run: {_error_line(e)}"
+                self.offload_note = f"{kind}: a schedule the executor does not run: {_error_line(e)}"
                 return None
-            key = (sf, moved, tuple((t.kind, t.index, round(t.release, 12)) for t in sched.transfers))
+            if sched is None:
+                return None
+            moved = tuple(sorted({t.index for t in sched.transfers if t.kind == "offload"}))
+            if set(moved) & views:
+                self.offload_note = (f"{kind}: a schedule moved a value that is a view of another "
+                                     f"({sorted(set(moved) & views)})")
+                return None
+            key = (kind, sf, moved, (tuple(sched.ops), tuple((t.kind, t.index, round(t.release, 12))
+                                                            for t in sched.transfers)))
             if key not in self.offload_plans:
-                step = self._offload_step(sched)
+                step = self._transfer_step(sched, run)
                 with _Preserved(self.model, self.params):
                     step(*self.inputs)                 # a warm-up run (first-call allocations, gradients)
                     peak, ts = self._measure_step(step, {})
                 predicted = float(simulate_remat_offload(chain, sched, self.bandwidth).peak_memory)
-                cand = Candidate("dynprog", math.nan, peak, statistics.median(ts), ts, time.perf_counter() - t0,
-                                 kind="chain-offload", memory_limit=float(limit), predicted_peak=predicted,
-                                 ops=key[2], stage_fraction=key[0], offloaded=moved)
-                self._off_offset = max(self._off_offset, peak - predicted)
+                cand = Candidate("dynprog" if kind == "chain-offload" else "joint-dp", math.nan, peak,
+                                 statistics.median(ts), ts, time.perf_counter() - t0, kind=kind,
+                                 memory_limit=float(limit), predicted_peak=predicted, ops=key[3], stage_fraction=sf,
+                                 offloaded=moved)
+                self._off_offsets[kind] = max(self._off_offsets.get(kind, 0.0), peak - predicted)
                 self.offload_plans[key] = (cand, step)
             cand = self.offload_plans[key][0]
             if cand.peak <= budget:
@@ -1270,18 +1284,67 @@ class BudgetSearch:
             limit -= cand.peak - budget
         return None
 
-    def _offload_step(self, sched) -> Callable:
-        import torch
+    def _transfer_solver(self, kind: str, chain) -> tuple[float, float, Callable]:
+        """(least memory, memory above which no transfer is needed, ``solve(limit) -> (schedule or None,
+        executor)``) of ``kind``; ``solve`` raises ``InvalidRematOffloadSchedule`` for a schedule the
+        executor does not run."""
+        from memplan.models.remat import simulate_remat, store_all_ops
+        from memplan.models.remat_offload import simulate_remat_offload
+        from memplan.models.runtime_offload import (coalesce_parts, execute_joint, execute_offload, plan_joint,
+                                                    plan_offload)
 
-        from memplan.models.runtime_offload import execute_offload
+        beta = self.bandwidth
+        if kind == "chain-offload":
+            from memplan.baselines.offload import dynprog
+            from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
+            from memplan.models.remat_offload import offload_schedule_as_joint
+
+            def solve(limit):
+                sol = dynprog(chain, limit, beta, time_limit=self.solver_time_limit)
+                if not sol.success:
+                    return None, None
+                sched = offload_schedule_as_joint(chain, sol.schedule, beta)
+                plan_offload(chain, sched, beta)
+                return sched, execute_offload
+
+            return min_feasible_memory(chain), peak_memory_no_offload(chain), solve
+        from memplan.baselines.remat_offload_dp import solve_remat_offload_dp
+        from memplan.baselines.remat_offload_min_memory import min_memory as joint_min_memory
+
+        def solve(limit):
+            # merged into whole transfers a schedule can peak above the limit the DP kept (an offload frees
+            # at its end, a prefetch reserves at its start): the DP is asked again below by the overshoot
+            target = limit
+            for _ in range(3):
+                sol = solve_remat_offload_dp(chain, target, beta, slots=50)
+                if sol.schedule is None:
+                    return None, None
+                sched = coalesce_parts(sol.schedule, chain)
+                try:
+                    peak = simulate_remat_offload(chain, sched, beta).peak_memory
+                except ValueError as e:
+                    self.offload_note = f"chain-joint: merged into whole transfers it does not replay ({_error_line(e)})"
+                    return None, None
+                if peak <= limit:
+                    plan_joint(chain, sched, beta)
+                    return sched, execute_joint
+                target -= peak - limit
+            self.offload_note = (f"chain-joint: merged into whole transfers no schedule fitted {fmt_memory(limit)} "
+                                 f"(last {fmt_memory(peak)})")
+            return None, None
+
+        return (float(joint_min_memory(chain, beta).value),
+                float(simulate_remat(chain, store_all_ops(chain.L)).peak_memory), solve)
+
+    def _transfer_step(self, sched, run: Callable) -> Callable:
+        import torch
 
         stages, loss_stage, holder, chain, _, _ = self._offload
         n, beta = self.n_inputs, self.bandwidth
 
         def step(*args):
             holder[0] = tuple(args[n:])
-            res = execute_offload(stages, loss_stage, args[0], sched, chain, beta, device=self.device,
-                                  input_grad=False)
+            res = run(stages, loss_stage, args[0], sched, chain, beta, device=self.device, input_grad=False)
             return torch.tensor(res.loss)
 
         return step
@@ -1297,7 +1360,7 @@ class BudgetSearch:
     def _runner(self, cand: Candidate) -> tuple[Callable, dict]:
         if cand.kind == "chain":
             return self.chain_plans[cand.plan_key][1], {}
-        if cand.kind == "chain-offload":
+        if cand.kind in ("chain-offload", "chain-joint"):
             return self.offload_plans[cand.plan_key][1], {}
         if cand.kind == "chain-compiled":
             return self.compiled_chain_plans[cand.plan_key][1], {}
@@ -1359,6 +1422,7 @@ class BudgetSearch:
                 self.chain_fit(budget, compiled=sf)
             if self.offload:
                 self.offload_fit(budget)
+                self.joint_fit(budget)
             peaks = {id(c): c.peak for c in self.measured()}
             for c in self.measured():
                 if budget < c.peak <= budget * (1 + PEAK_RECHECK):

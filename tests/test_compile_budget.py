@@ -540,3 +540,43 @@ def test_offloading_candidates_with_the_host_emulated():
                       ({"offload": "emulated", "bandwidth": "fast"}, "bandwidth")):
         with pytest.raises(memplan.InputError, match=match):
             BudgetSearch(model, (x,), loss_fn=_loss, example_targets=(y,), fractions=(1.0,), repeats=1, **kw)
+
+
+def test_joint_candidates_with_the_host_emulated():
+    """The joint DP's schedule (recomputation and offloading, parts merged into whole transfers,
+    replayed within the limit) at 10% of the way from its least memory to store-all's peak on a small
+    GPT-2: executed and measured within the budget, values moved, gradients those of eager autograd
+    (dropout's masks replayed in the recomputations), and among under()'s candidates there."""
+    from memplan._compile_budget import BudgetSearch
+    from memplan.models.networks import example_input, get_model
+    from memplan.models.profiler import classification_loss
+
+    torch.manual_seed(0)
+    model = get_model("gpt2", n_layer=2, n_embd=64, n_head=2, n_ctx=64, vocab=512).train()
+    x = example_input("gpt2", 2, (64,), vocab=512)
+    loss_fn = classification_loss()
+    search = BudgetSearch(model, (x,), loss_fn=loss_fn, fractions=(1.0,), repeats=1, compiled_stages=False,
+                          offload="emulated")
+    lo, hi, _ = search._transfer_solver("chain-joint", search._offload[3])
+    budget = lo + 0.1 * (hi - lo)
+    cand = search.joint_fit(budget)
+    assert cand is not None and cand.kind == "chain-joint" and cand.offloaded and cand.peak <= budget
+    assert cand.label.startswith("chain rotor + offloading, ")
+    step = search._runner(cand)[0]
+    for p in model.parameters():
+        p.grad = None
+    torch.manual_seed(3)
+    loss_fn(model(x)).backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = None
+    torch.manual_seed(3)
+    step(x)
+    for e, p in zip(expected, model.parameters()):
+        torch.testing.assert_close(p.grad, e, rtol=1e-5, atol=1e-7)
+    for p in model.parameters():
+        p.grad = None
+    answer = search.under(budget)
+    assert answer.peak <= budget and any(c.kind == "chain-joint" for c in answer.candidates)
+    for p in model.parameters():
+        p.grad = None

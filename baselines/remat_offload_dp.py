@@ -1173,3 +1173,28 @@ def solve_remat_offload_dp(chain: Chain, memory: float, bandwidth: float | None,
     return Solution(problem="remat-offload", method="dp", status=status, objective=rep.makespan,
                     peak_memory=rep.peak_memory, schedule=sched, memory_limit=memory, predicted=float(best),
                     message=f"best within {within}; {dp.disc.describe()}", times=times, details=details)
+
+
+def solve_whole_transfers(chain: Chain, memory: float, bandwidth: float, *, slots: int = 50,
+                          tries: int = 3) -> tuple[RematOffloadSchedule | None, str]:
+    """The joint DP's schedule with each value's parts merged into one whole transfer
+    (:func:`memplan.models.remat_offload.coalesce_parts`: what an executor that moves whole values runs)
+    whose replay fits ``memory``: merged, a schedule can peak above the limit the DP kept (a whole
+    offload frees at its end, a whole prefetch reserves at its start), so the DP is asked again below
+    by the overshoot, ``tries`` times at most. Returns (the schedule, "") or (None, why)."""
+    from memplan.models.remat_offload import coalesce_parts
+
+    target, peak = float(memory), None
+    for _ in range(tries):
+        sol = solve_remat_offload_dp(chain, target, bandwidth, slots=slots)
+        if sol.schedule is None:
+            return None, f"the joint DP has no schedule at {target:.6g} B ({sol.message})"
+        sched = coalesce_parts(sol.schedule, chain)
+        try:
+            peak = simulate_remat_offload(chain, sched, bandwidth).peak_memory
+        except ValueError as e:
+            return None, f"merged into whole transfers it does not replay ({str(e).splitlines()[0][:160]})"
+        if peak <= memory:
+            return sched, ""
+        target -= peak - memory
+    return None, f"merged into whole transfers no schedule fitted {memory:.6g} B (the last peaked at {peak:.6g} B)"

@@ -53,7 +53,8 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny sizes")
     p.add_argument("--fractions", default="0.1,0.4,0.7", help="limits between paper 001's minimum (0) and the "
                    "peak without offloading (1)")
-    p.add_argument("--methods", default="dynprog,greedy")
+    p.add_argument("--methods", default="dynprog,greedy,joint", help="paper 001's methods (memplan.offload) and "
+                   "'joint': paper 000's DP, its parts merged into whole transfers")
     p.add_argument("--bandwidth", default=None, help="bytes/s of the link (e.g. 12GB/s); default on CUDA: measured, "
                    "on a CPU: all of the chain's abar moved in one store-all step's time")
     p.add_argument("--steps-per-sample", type=int, default=None, help="default: 1 on a CPU, enough for 0.1 s on CUDA")
@@ -81,9 +82,11 @@ def main(argv=None) -> int:
     from memplan.models.remat import simulate_remat, store_all_ops
     from memplan.models.remat_offload import InvalidRematOffloadSchedule, simulate_remat_offload
     from memplan.models.runtime import execute
-    from memplan.models.runtime_offload import execute_offload
+    from memplan.baselines.remat_offload_dp import solve_whole_transfers
+    from memplan.baselines.remat_offload_min_memory import min_memory as joint_min_memory
+    from memplan.models.runtime_offload import execute_joint, execute_offload
     from memplan.models.units import parse_bandwidth
-    from memplan.remat_offload import offload_schedule_as_joint
+    from memplan.models.remat_offload import offload_schedule_as_joint
 
     cuda = a.device.startswith("cuda")
     try:
@@ -95,8 +98,8 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     methods = [m for m in a.methods.split(",") if m]
-    if not methods or any(m not in offload.METHODS for m in methods):
-        print(f"bench_offload_exec: --methods {a.methods!r}: choose from {', '.join(offload.METHODS)}",
+    if not methods or any(m not in offload.METHODS + ["joint"] for m in methods):
+        print(f"bench_offload_exec: --methods {a.methods!r}: choose from {', '.join(offload.METHODS + ['joint'])}",
               file=sys.stderr)
         return 2
     if a.steps_per_sample is not None and a.steps_per_sample < 1:
@@ -169,20 +172,30 @@ def main(argv=None) -> int:
     runs["autograd"] = timed(lambda: loss_fn(model(x)).backward())
     runs["store-all"] = timed(lambda: execute(stages, loss_stage, x, store_all_ops(chain.L), device=dev,
                                               input_grad=False, fuse_backward=False))
+    jlo, jhi = joint_min_memory(chain, beta).value, simulate_remat(chain, store_all_ops(chain.L)).peak_memory
     for f in fractions:
-        mem = float(int(lo + f * (hi - lo)))
         for m in methods:
+            # paper 001's methods between their minimum and the peak without offloading; the joint DP (paper
+            # 000, its parts merged into whole transfers) between its least memory and store-all's peak
+            mem = float(int(jlo + f * (jhi - jlo))) if m == "joint" else float(int(lo + f * (hi - lo)))
             row = {**base, "fraction": f, "memory_limit": mem, "method": m}
-            sol = offload.solve(chain, memory=mem, bandwidth=beta, method=m, time_limit=a.time_limit)
-            if not sol.success:
-                rows.append({**row, "status": str(sol.status), "message": sol.message[:200]})
-                continue
-            sched = offload_schedule_as_joint(chain, sol.schedule, beta)
+            if m == "joint":
+                sched, why = solve_whole_transfers(chain, mem, beta)
+                run, status = execute_joint, "feasible"
+                if sched is None:
+                    rows.append({**row, "status": "no schedule", "message": why[:200]})
+                    continue
+            else:
+                sol = offload.solve(chain, memory=mem, bandwidth=beta, method=m, time_limit=a.time_limit)
+                if not sol.success:
+                    rows.append({**row, "status": str(sol.status), "message": sol.message[:200]})
+                    continue
+                sched, run, status = offload_schedule_as_joint(chain, sol.schedule, beta), execute_offload, str(sol.status)
             rep = simulate_remat_offload(chain, sched, beta)
             clear()
             torch.manual_seed(7)
             try:
-                res = execute_offload(stages, loss_stage, x, sched, chain, beta, device=dev, input_grad=False)
+                res = run(stages, loss_stage, x, sched, chain, beta, device=dev, input_grad=False)
             except InvalidRematOffloadSchedule as e:     # e.g. a value that is a view of another (a flatten)
                 rows.append({**row, "status": "not executed", "message": str(e)[:200],
                              "offloaded": " ".join(str(t.index) for t in sched.transfers if t.kind == "offload"),
@@ -190,12 +203,12 @@ def main(argv=None) -> int:
                 continue
             equal = all(torch.equal(q.grad, r) for q, r in zip(params, ref))
             clear()
-            res = execute_offload(stages, loss_stage, x, sched, chain, beta, device=dev, input_grad=False,
-                                  measure_memory=True)
+            torch.manual_seed(7)
+            res = run(stages, loss_stage, x, sched, chain, beta, device=dev, input_grad=False, measure_memory=True)
             tag = f"{m}@{f:g}"
-            runs[tag] = timed(lambda s=sched: execute_offload(stages, loss_stage, x, s, chain, beta, device=dev,
-                                                              input_grad=False))
-            rows.append({**row, "status": str(sol.status), "_tag": tag,
+            runs[tag] = timed(lambda s=sched, run=run: run(stages, loss_stage, x, s, chain, beta, device=dev,
+                                                           input_grad=False))
+            rows.append({**row, "status": status, "_tag": tag,
                          "offloaded": " ".join(str(t.index) for t in sched.transfers if t.kind == "offload"),
                          "predicted_peak": rep.peak_memory, "measured_peak": res.peak_memory,
                          "peak_rel_err": res.peak_memory / rep.peak_memory - 1, "within_limit": res.peak_memory <= mem,

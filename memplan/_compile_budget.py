@@ -1289,9 +1289,7 @@ class BudgetSearch:
         executor)``) of ``kind``; ``solve`` raises ``InvalidRematOffloadSchedule`` for a schedule the
         executor does not run."""
         from memplan.models.remat import simulate_remat, store_all_ops
-        from memplan.models.remat_offload import simulate_remat_offload
-        from memplan.models.runtime_offload import (coalesce_parts, execute_joint, execute_offload, plan_joint,
-                                                    plan_offload)
+        from memplan.models.runtime_offload import execute_joint, execute_offload, plan_joint, plan_offload
 
         beta = self.bandwidth
         if kind == "chain-offload":
@@ -1308,30 +1306,16 @@ class BudgetSearch:
                 return sched, execute_offload
 
             return min_feasible_memory(chain), peak_memory_no_offload(chain), solve
-        from memplan.baselines.remat_offload_dp import solve_remat_offload_dp
+        from memplan.baselines.remat_offload_dp import solve_whole_transfers
         from memplan.baselines.remat_offload_min_memory import min_memory as joint_min_memory
 
         def solve(limit):
-            # merged into whole transfers a schedule can peak above the limit the DP kept (an offload frees
-            # at its end, a prefetch reserves at its start): the DP is asked again below by the overshoot
-            target = limit
-            for _ in range(3):
-                sol = solve_remat_offload_dp(chain, target, beta, slots=50)
-                if sol.schedule is None:
-                    return None, None
-                sched = coalesce_parts(sol.schedule, chain)
-                try:
-                    peak = simulate_remat_offload(chain, sched, beta).peak_memory
-                except ValueError as e:
-                    self.offload_note = f"chain-joint: merged into whole transfers it does not replay ({_error_line(e)})"
-                    return None, None
-                if peak <= limit:
-                    plan_joint(chain, sched, beta)
-                    return sched, execute_joint
-                target -= peak - limit
-            self.offload_note = (f"chain-joint: merged into whole transfers no schedule fitted {fmt_memory(limit)} "
-                                 f"(last {fmt_memory(peak)})")
-            return None, None
+            sched, why = solve_whole_transfers(chain, limit, beta, slots=50)
+            if sched is None:
+                self.offload_note = f"chain-joint: {why}"
+                return None, None
+            plan_joint(chain, sched, beta)
+            return sched, execute_joint
 
         return (float(joint_min_memory(chain, beta).value),
                 float(simulate_remat(chain, store_all_ops(chain.L)).peak_memory), solve)

@@ -383,3 +383,38 @@ def offload_schedule_as_joint(chain: Chain, sched: "OffloadSchedule", bandwidth:
         moves.append(Transfer("prefetch", j, size, release=sched.prefetch[j]))
     moves.sort(key=lambda t: (t.release, t.kind != "offload"))
     return RematOffloadSchedule(ops=ops, release=release, transfers=moves)
+
+
+def coalesce_parts(schedule: RematOffloadSchedule, chain: Chain) -> RematOffloadSchedule:
+    """``schedule`` with every run of consecutive transfers of one value (same kind and index, parts
+    numbered 0, 1, 2, ... in list order) merged into one transfer of the summed bytes, released at the
+    run's first part's release, at the run's place in the list (list order is kept). A sum within
+    a relative 1e-9 of ``chain.wa[l]`` or ``chain.wabar[l]`` is set to it exactly (the parts' floats
+    need not add up to the byte). The joint DP (:mod:`baselines.remat_offload_dp`) moves values in parts
+    of one memory slot; :func:`execute_joint` moves whole values only.
+
+    The memory model differs (:func:`models.remat_offload.simulate_remat_offload`): a part of an
+    offload frees its bytes when *it* ends, so the DP's offload frees memory gradually, one slot per
+    part time; the whole offload frees everything at its end, the last part's end at the earliest. A
+    part of a prefetch reserves its bytes when it starts; the whole prefetch reserves the whole value
+    at the first part's start, so the memory is taken earlier. The merged transfers also start no
+    earlier than the parts would (the link runs them in the same order, without gaps between the
+    parts of a run, and the first part's release is kept). Peaks can therefore be higher than the DP's
+    and the schedule can break its limit: replay the result with :func:`simulate_remat_offload` (with
+    the limit) before running it; the operations and their release times are unchanged."""
+    out: list[Transfer] = []
+    part = -1                       # the part number of the last transfer merged into out[-1]
+    for t in schedule.transfers:
+        last = out[-1] if out else None
+        if last is not None and last.kind == t.kind and last.index == t.index and t.part == part + 1:
+            last.nbytes += float(t.nbytes)
+        else:
+            out.append(Transfer(t.kind, t.index, float(t.nbytes), release=t.release, part=0))
+        part = t.part
+    for t in out:
+        if 0 <= t.index <= chain.L:
+            for whole in (float(chain.wa[t.index]), float(chain.wabar[t.index])):
+                if abs(t.nbytes - whole) <= 1e-9 * max(1.0, whole):
+                    t.nbytes = whole
+                    break
+    return RematOffloadSchedule(ops=list(schedule.ops), release=list(schedule.release), transfers=out)

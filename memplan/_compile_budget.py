@@ -1193,21 +1193,15 @@ class BudgetSearch:
         input (their values cannot be moved apart: :mod:`memplan.models.runtime_offload`), and the
         link: ``bandwidth``, else measured on CUDA (the slower direction), else (emulated) all of the
         chain's abar in one store-all step."""
-        import torch
-
         base = self._cchain or self._chain
         if base is None:
             self.offload_note = "no chain (see chain_note)"
             return
+        from memplan.models.runtime_offload import view_stages
+
         stages, loss_stage, holder, chain, _ = base
-        views, a = set(), self.inputs[0]
-        with torch.no_grad(), _Preserved(self.model, self.params):
-            for l, st in enumerate(stages, start=1):
-                b = st(a)
-                if isinstance(b, torch.Tensor) and isinstance(a, torch.Tensor) and \
-                        b.untyped_storage().data_ptr() == a.untyped_storage().data_ptr():
-                    views.update((l - 1, l))
-                a = b
+        with _Preserved(self.model, self.params):
+            views = {j for l in view_stages(stages, self.inputs[0]) for j in (l - 1, l)}
         if self.bandwidth is None:
             if self.device.type == "cuda":
                 from memplan.models.profiler import measure_host_link

@@ -197,20 +197,7 @@ def simulate_remat_offload(chain: Chain, schedule: RematOffloadSchedule, bandwid
 
     # --- remat state (0 none, 1 a, 2 abar) before each op, to know sizes and discards
     wa, wab = chain.wa, chain.wabar
-    state = [0] * (L + 2)
-    state[0] = 1
-    states_before: list[list[int]] = []
-    for op, l in ops:
-        states_before.append(list(state))
-        if op == "B":
-            state[l] = 0
-            if state[l - 1] == 1:
-                state[l - 1] = 0
-        else:
-            state[l] = 2 if op == "F_all" else max(state[l], 1)
-            if op == "F_none":
-                state[l - 1] = 0
-    states_before.append(list(state))
+    states_before = remat_states(ops, L)
 
     # --- transfer stream
     ts, te = [], []
@@ -418,3 +405,23 @@ def coalesce_parts(schedule: RematOffloadSchedule, chain: Chain) -> RematOffload
                     t.nbytes = whole
                     break
     return RematOffloadSchedule(ops=list(schedule.ops), release=list(schedule.release), transfers=out)
+
+
+def remat_states(ops: Sequence[tuple[str, int]], L: int) -> list[list[int]]:
+    """The stored value at each index (0 nothing, 1 a^l, 2 abar^l) before each operation and after the
+    last (Table 1 of paper 004, as :func:`models.remat.simulate_remat`; the sequence is checked there)."""
+    state = [0] * (L + 2)
+    state[0] = 1
+    out = []
+    for op, l in ops:
+        out.append(list(state))
+        if op == "B":
+            state[l] = 0
+            if state[l - 1] == 1:
+                state[l - 1] = 0
+        else:
+            state[l] = 2 if op == "F_all" else max(state[l], 1)
+            if op == "F_none":
+                state[l - 1] = 0
+    out.append(list(state))
+    return out

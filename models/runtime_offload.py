@@ -93,6 +93,7 @@ import torch
 from .chain import Chain
 from .remat import store_all_ops
 from .remat_offload import coalesce_parts  # noqa: F401 (re-exported: it lived here first)
+from .remat_offload import remat_states
 from .remat_offload import (InvalidRematOffloadSchedule, RematOffloadReplay, RematOffloadSchedule, Transfer,
                             simulate_remat_offload)
 from .runtime import RuntimeResult, _plan, _Rng, _run_timed, _stage_info, _tracker_for
@@ -285,6 +286,21 @@ class _Inject(torch.autograd.Function):
         return None, None, None, None
 
 
+def view_stages(stages: Sequence[Callable], x: torch.Tensor) -> list[int]:
+    """The stages l (1-based) whose output is a view of their input on ``x`` (a flatten, a dropout of
+    rate 0): the chain counts that output apart although it shares a^{l-1}'s storage, and the
+    executors do not move such a value (run without autograd, once)."""
+    out, a = [], x
+    with torch.no_grad():
+        for l, s in enumerate(stages, start=1):
+            b = s(a)
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and \
+                    b.untyped_storage().data_ptr() == a.untyped_storage().data_ptr():
+                out.append(l)
+            a = b
+    return out
+
+
 def _key(t: torch.Tensor) -> int:
     try:
         return t.untyped_storage().data_ptr()
@@ -308,7 +324,7 @@ def execute_offload(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
     if chain.L != len(stages):
         raise ValueError(f"execute_offload: the chain has L = {chain.L} stages, the model {len(stages)}")
     plan = plan_offload(chain, schedule, bandwidth)
-    plan = JointPlan(**vars(plan), states=_remat_states(schedule.ops, chain.L))
+    plan = JointPlan(**vars(plan), states=remat_states(schedule.ops, chain.L))
     return _execute(stages, loss_fn, x, schedule, chain, plan, device=device, measure_memory=measure_memory,
                     input_grad=input_grad, clock=clock, who="execute_offload")
 
@@ -317,26 +333,6 @@ def execute_offload(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
 def _reads(op: str, l: int) -> tuple[int, ...]:
     """Indices an operation reads: a^{l-1} for F^l; abar^l and a^{l-1} for B^l."""
     return (l - 1,) if op != "B" else (l, l - 1)
-
-
-def _remat_states(ops: Sequence[tuple[str, int]], L: int) -> list[list[int]]:
-    """The stored value at each index (0 nothing, 1 a^l, 2 abar^l) before each operation and after the
-    last (Table 1 of paper 004, as :func:`models.remat.simulate_remat`; the sequence is checked there)."""
-    state = [0] * (L + 2)
-    state[0] = 1
-    out = []
-    for op, l in ops:
-        out.append(list(state))
-        if op == "B":
-            state[l] = 0
-            if state[l - 1] == 1:
-                state[l - 1] = 0
-        else:
-            state[l] = 2 if op == "F_all" else max(state[l], 1)
-            if op == "F_none":
-                state[l - 1] = 0
-    out.append(list(state))
-    return out
 
 
 @dataclass
@@ -369,7 +365,7 @@ def plan_joint(chain: Chain, schedule: RematOffloadSchedule, bandwidth: float | 
         if not 0 <= t.index <= L:
             raise InvalidRematOffloadSchedule(f"transfer {q} ({t.kind} of index {t.index}): index outside 0..{L}")
     rep = simulate_remat_offload(chain, schedule, bandwidth)
-    states = _remat_states(ops, L)
+    states = remat_states(ops, L)
     times = list(rep.op_start) + [rep.makespan]
     eps = 1e-9 * max([1e-12] + [abs(t) for t in times] + [abs(t) for t in rep.transfer_end])
     issue: list[int] = []

@@ -104,3 +104,25 @@ def zoo_autograd_reference(name: str, kw: dict, shape: tuple, batch: int = 2, vo
     loss.backward()
     grads = {n: p.grad.clone() for n, p in ref.named_parameters()}
     return model, x, loss_fn, float(loss.detach()), grads
+
+
+def offload_test_chain(name: str, kw: dict, shape: tuple):
+    """The offloading executors' test case: the zoo reference (:func:`zoo_autograd_reference`), the
+    chain profiled on the same stages (sizes as measured) with fixed times (1 ms + 1 ms per 100 kB
+    kept, the backward twice the forward: the solvers then choose the same schedules on any machine),
+    and a link that moves all of the chain's abar in one store-all step."""
+    import copy
+    import dataclasses
+
+    from memplan.models.graph import linearize_model
+    from memplan.models.profiler import profile_chain
+
+    model, x, loss_fn, loss, grads = zoo_autograd_reference(name, kw, shape)
+    lm = linearize_model(copy.deepcopy(model), x, loss_fn)
+    prof = profile_chain(lm.stages, x, lm.loss_stage(loss_fn), repeats=1, names=lm.names)
+    uf = 1e-3 * (1.0 + prof.wabar / 1e5)
+    uf[0] = 0.0
+    chain = dataclasses.replace(prof, uf=uf, ub=2 * uf)
+    bandwidth = float(chain.wabar[1:].sum() / chain.store_all_time())
+    return dict(name=name, model=model, x=x, loss_fn=loss_fn, loss=loss, grads=grads, chain=chain,
+                bandwidth=bandwidth)

@@ -20,26 +20,24 @@ numba's default through the OpenMP runtime torch shares; a different count chang
 weight-gradient reduction order): the fixture checks that it no longer does.
 """
 import copy
-import dataclasses
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import zoo_autograd_reference  # noqa: E402
+from conftest import offload_test_chain  # noqa: E402
 
 from memplan import remat  # noqa: E402
 from memplan.baselines.remat_heuristics import sequential_schedule  # noqa: E402
 from memplan.baselines.remat_offload_dp import solve_remat_offload_dp  # noqa: E402
 from memplan.baselines.remat_offload_min_memory import min_memory as joint_min_memory  # noqa: E402
 from memplan.models.graph import linearize_model  # noqa: E402
-from memplan.models.profiler import profile_chain  # noqa: E402
 from memplan.models.remat import simulate_remat, store_all_ops  # noqa: E402
 from memplan.models.remat_offload import (InvalidRematOffloadSchedule, RematOffloadSchedule,  # noqa: E402
                                           Transfer, simulate_remat_offload)
 from memplan.models.runtime import execute  # noqa: E402
-from memplan.models.runtime_offload import coalesce_parts, execute_joint, plan_joint  # noqa: E402
+from memplan.models.runtime_offload import coalesce_parts, execute_joint, plan_joint, view_stages  # noqa: E402
 
 GPT = dict(n_layer=2, n_embd=32, n_head=4, vocab=50, n_ctx=16, dropout=0.1)
 # name -> (model kwargs, input shape, joint DP slots, fractions of the way from the least memory of the
@@ -53,13 +51,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def case(request):
     name = request.param
     kw, shape, slots, fracs = CASES[name]
-    model, x, loss_fn, loss, grads = zoo_autograd_reference(name, kw, shape)
-    lm = linearize_model(copy.deepcopy(model), x, loss_fn)
-    prof = profile_chain(lm.stages, x, lm.loss_stage(loss_fn), repeats=1, names=lm.names)
-    uf = 1e-3 * (1.0 + prof.wabar / 1e5)
-    uf[0] = 0.0
-    chain = dataclasses.replace(prof, uf=uf, ub=2 * uf)
-    bandwidth = float(chain.wabar[1:].sum() / chain.store_all_time())
+    c = offload_test_chain(name, kw, shape)
+    chain, bandwidth = c["chain"], c["bandwidth"]
     lo = joint_min_memory(chain, bandwidth).value
     hi = simulate_remat(chain, store_all_ops(chain.L)).peak_memory
     joint = {}
@@ -70,8 +63,7 @@ def case(request):
         assert torch.get_num_threads() == threads     # the DP leaves torch's threads alone (module docstring)
         assert sol.schedule is not None, (name, f, sol.message)
         joint[f] = (mem, sol)
-    return dict(name=name, model=model, x=x, loss_fn=loss_fn, loss=loss, grads=grads, chain=chain,
-                bandwidth=bandwidth, joint=joint, hi=hi)
+    return dict(c, joint=joint, hi=hi)
 
 
 def _run(c, sched, **kw):
@@ -114,15 +106,7 @@ def test_remat_sequences_match_autograd_and_the_remat_executor(case):
 def _views(c):
     """Stages whose output is a view of their input (ResNet-18's flatten, 13): the chain counts that
     output apart although it shares the input's storage."""
-    lm = linearize_model(copy.deepcopy(c["model"]), c["x"], c["loss_fn"])
-    out, a = [], c["x"]
-    for l, s in enumerate(lm.stages, start=1):
-        with torch.no_grad():
-            b = s(a)
-        if isinstance(b, torch.Tensor) and b.untyped_storage().data_ptr() == a.untyped_storage().data_ptr():
-            out.append(l)
-        a = b
-    return out
+    return view_stages(linearize_model(copy.deepcopy(c["model"]), c["x"], c["loss_fn"]).stages, c["x"])
 
 
 def test_joint_dp_schedules_run_coalesced(case):

@@ -17,25 +17,23 @@ The chain's sizes are profiled on the same stages with the tracker the executor 
 replaced by fixed ones (the solvers' choices then do not depend on this machine's timings).
 """
 import copy
-import dataclasses
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import zoo_autograd_reference  # noqa: E402
+from conftest import offload_test_chain  # noqa: E402
 
 from memplan import offload  # noqa: E402
 from memplan.baselines.remat_heuristics import bisection_schedule  # noqa: E402
 from memplan.models.graph import linearize_model  # noqa: E402
 from memplan.models.memory import TensorMemoryTracker  # noqa: E402
 from memplan.models.offload import min_feasible_memory, peak_memory_no_offload  # noqa: E402
-from memplan.models.profiler import profile_chain  # noqa: E402
 from memplan.models.remat import simulate_remat, store_all_ops  # noqa: E402
 from memplan.models.remat_offload import (InvalidRematOffloadSchedule, RematOffloadSchedule,  # noqa: E402
                                           Transfer, simulate_remat_offload)
-from memplan.models.runtime_offload import execute_offload, plan_offload  # noqa: E402
+from memplan.models.runtime_offload import execute_offload, plan_offload, view_stages  # noqa: E402
 from memplan.remat_offload import offload_schedule_as_joint  # noqa: E402
 
 GPT = dict(n_layer=2, n_embd=32, n_head=4, vocab=50, n_ctx=16, dropout=0.1)
@@ -64,14 +62,8 @@ def test_emulated_host_is_not_counted_by_the_tracker():
 def case(request):
     name = request.param
     kw, shape = CASES[name]
-    model, x, loss_fn, loss, grads = zoo_autograd_reference(name, kw, shape)
-    lm = linearize_model(copy.deepcopy(model), x, loss_fn)
-    prof = profile_chain(lm.stages, x, lm.loss_stage(loss_fn), repeats=1, names=lm.names)
-    # sizes as profiled; fixed times (1 ms + 1 ms per 100 kB kept, backward twice as long)
-    uf = 1e-3 * (1.0 + prof.wabar / 1e5)
-    uf[0] = 0.0
-    chain = dataclasses.replace(prof, uf=uf, ub=2 * uf)
-    bandwidth = float(chain.wabar[1:].sum() / chain.store_all_time())     # moving all of it takes a step
+    c = offload_test_chain(name, kw, shape)
+    chain, bandwidth = c["chain"], c["bandwidth"]
     schedules = {}
     lo, hi = min_feasible_memory(chain), peak_memory_no_offload(chain)
     for method in ("dynprog", "greedy"):
@@ -80,8 +72,7 @@ def case(request):
             sol = offload.solve(chain, memory=mem, bandwidth=bandwidth, method=method, time_limit=10)
             assert sol.success, (name, method, f, sol.message)
             schedules[method, f] = (mem, offload_schedule_as_joint(chain, sol.schedule, bandwidth))
-    return dict(name=name, model=model, x=x, loss_fn=loss_fn, loss=loss, grads=grads, chain=chain,
-                bandwidth=bandwidth, schedules=schedules)
+    return dict(c, schedules=schedules)
 
 
 def _run(c, sched, **kw):
@@ -90,19 +81,6 @@ def _run(c, sched, **kw):
     torch.manual_seed(123)
     res = execute_offload(lm.stages, lm.loss_stage(c["loss_fn"]), c["x"], sched, c["chain"], c["bandwidth"], **kw)
     return m, lm, res
-
-
-def _aliases(lm, x):
-    """Stages whose output is a view of their input (a flatten): the profiler counts that output in
-    wa[l] and wabar[l] although it shares abar^{l-1}'s storage."""
-    out, a = [], x
-    for l, s in enumerate(lm.stages, start=1):
-        with torch.no_grad():
-            b = s(a)
-        if isinstance(b, torch.Tensor) and b.untyped_storage().data_ptr() == a.untyped_storage().data_ptr():
-            out.append(l)
-        a = b
-    return out
 
 
 def test_gradients_are_bit_identical_and_whole_values_move(case):
@@ -126,7 +104,7 @@ def test_gradients_are_bit_identical_and_whole_values_move(case):
 def test_measured_memory_is_the_simulated_memory_of_the_executed_order(case):
     c, chain = case, case["chain"]
     lm0 = linearize_model(copy.deepcopy(c["model"]), c["x"], c["loss_fn"])
-    alias = _aliases(lm0, c["x"])
+    alias = view_stages(lm0.stages, c["x"])
     assert alias == ([13] if c["name"] == "resnet18" else [])
     L = chain.L
     ops = store_all_ops(L)

@@ -271,7 +271,8 @@ dry-run)
     "$PY" "$ROOT/benchmarks/gpu_timing_noise.py" --device cpu --network resnet18 --batch 2 --size 32 --runs 6 \
         --out "$D/timing_noise_gpu.csv" || exit 1
     t4=$(date +%s)
-    "$PY" "$ROOT/benchmarks/bench_offload_exec.py" --device cpu --quick --network gpt2 --out "$D/offload_exec_gpu_gpt2.csv" \
+    "$PY" "$ROOT/benchmarks/bench_offload_exec.py" --device cpu --quick --network gpt2 --fixed-times \
+        --out "$D/offload_exec_gpu_gpt2.csv" \
         || exit 1
     t5=$(date +%s)
     echo "dry run in $D: profile step $((t1 - t0)) s, runtime step $((t2 - t1)) s, budget step $((t3 - t2)) s," \

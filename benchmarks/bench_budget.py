@@ -533,8 +533,9 @@ def main(argv=None) -> int:
                    "timed alone (memplan.models.op_timing)")
     p.add_argument("--steps-per-sample", type=int, default=None, help="steps run back to back in one timed sample "
                    "(default: 1 on cpu; on cuda enough for 0.1 s of eager's step, 10 at most)")
-    p.add_argument("--offload", action="store_true", help="also paper 001's offloading over the chain, executed "
-                   "(memplan.models.runtime_offload; --device cuda only: on a CPU the host is the same memory)")
+    p.add_argument("--offload", action="store_true", help="also offloading over the chain (paper 001 alone, paper 000 "
+                   "with recomputation), executed (memplan.models.runtime_offload; --device cuda only: on a CPU the "
+                   "host is the same memory)")
     p.add_argument("--min-rounds", type=int, default=None)
     p.add_argument("--max-rounds", type=int, default=None)
     p.add_argument("--timing-budget", type=float, default=None, help="seconds of timing rounds per network")

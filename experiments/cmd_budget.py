@@ -102,8 +102,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-compiled-stages", action="store_true", help="chain plans over eager stages only")
     p.add_argument("--repeats", type=positive_int, default=3, help="timed steps per candidate (median)")
     p.add_argument("--time-limit", type=float, default=None, help="seconds for the search")
-    p.add_argument("--offload", action="store_true", help="also paper 001's offloading over the chain, executed and "
-                   "measured (--device cuda only)")
+    p.add_argument("--offload", action="store_true", help="also offloading over the chain (paper 001 alone, and paper "
+                   "000 with recomputation), executed and measured (--device cuda only)")
     p.add_argument("--bandwidth", default=None, help="the host link for --offload, e.g. 25GB/s (default: measured)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="a line on stderr as each part of the search ends (default: when stderr is a terminal)")

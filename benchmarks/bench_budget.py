@@ -310,6 +310,14 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
             else:
                 add_plan(f"offload{f:g}", cand, f, lo + f * (hi - lo), "offload",
                          f"{cand.label} ({f:g} of [min, no offloading])")
+        jlo, jhi, _ = search._transfer_solver("chain-joint", ch)
+        for f in (0.1, 0.3, 0.5):
+            cand = search.joint_fit(jlo + f * (jhi - jlo))
+            if cand is None:
+                progress(f"{name}: joint at {f:g} of [min, store-all]: none ({search.offload_note})")
+            else:
+                add_plan(f"joint{f:g}", cand, f, jlo + f * (jhi - jlo), "offload-joint",
+                         f"{cand.label} ({f:g} of [min, store-all])")
 
     def measure(r: dict, fn) -> None:
         """Gradients against eager's; the peak in compile_under_budget's window (gradients allocated, a

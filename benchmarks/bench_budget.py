@@ -274,6 +274,7 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
         add(f"pytorch{c.fraction:g}", comp, {"method": "pytorch", "label": f"activation_memory_budget {c.fraction:g}",
                                               "status": "executed", "fraction": c.fraction,
                                               "solve_time": c.compile_time, "search_peak": c.peak, "_runner": step})
+
     def add_plan(tag: str, cand, f: float, limit: float, method: str, label: str, **extra) -> None:
         """A chain plan measured by the search, as a contender: ``f`` of its range, at ``limit`` bytes."""
         step = search._runner(cand)[0]
@@ -299,25 +300,19 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
                          + (" (gradients in the forward)" if cand.loss_grad_in_forward else ""),
                          stage_fraction=sf, search_time=search.compiled_profile_times.get(sf))
     if search._offload is not None:
-        from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
-
+        # both kinds with transfers over their own ranges: paper 001's between its minimum and the peak
+        # without offloading, the joint DP's between its least memory and store-all's peak
         ch = search._offload[3]
-        lo, hi = min_feasible_memory(ch), peak_memory_no_offload(ch)
-        for f in (0.25, 0.5, 0.75):
-            cand = search.offload_fit(lo + f * (hi - lo))
-            if cand is None:
-                progress(f"{name}: offloading at {f:g} of [min, no offloading]: none ({search.offload_note})")
-            else:
-                add_plan(f"offload{f:g}", cand, f, lo + f * (hi - lo), "offload",
-                         f"{cand.label} ({f:g} of [min, no offloading])")
-        jlo, jhi, _ = search._transfer_solver("chain-joint", ch)
-        for f in (0.1, 0.3, 0.5):
-            cand = search.joint_fit(jlo + f * (jhi - jlo))
-            if cand is None:
-                progress(f"{name}: joint at {f:g} of [min, store-all]: none ({search.offload_note})")
-            else:
-                add_plan(f"joint{f:g}", cand, f, jlo + f * (jhi - jlo), "offload-joint",
-                         f"{cand.label} ({f:g} of [min, store-all])")
+        for kind, fit, fracs, tag, method, span in (
+                ("chain-offload", search.offload_fit, (0.25, 0.5, 0.75), "offload", "offload", "min, no offloading"),
+                ("chain-joint", search.joint_fit, (0.1, 0.3, 0.5), "joint", "offload-joint", "min, store-all")):
+            lo, hi, _ = search._transfer_solver(kind, ch)
+            for f in fracs:
+                cand = fit(lo + f * (hi - lo))
+                if cand is None:
+                    progress(f"{name}: {method} at {f:g} of [{span}]: none ({search.offload_note})")
+                else:
+                    add_plan(f"{tag}{f:g}", cand, f, lo + f * (hi - lo), method, f"{cand.label} ({f:g} of [{span}])")
 
     def measure(r: dict, fn) -> None:
         """Gradients against eager's; the peak in compile_under_budget's window (gradients allocated, a

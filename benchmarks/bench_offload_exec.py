@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     from memplan.models.runtime import execute
     from memplan.baselines.remat_offload_dp import solve_whole_transfers
     from memplan.baselines.remat_offload_min_memory import min_memory as joint_min_memory
-    from memplan.models.runtime_offload import execute_joint, execute_offload
+    from memplan.models.runtime_offload import execute_joint, execute_offload, merge_view_stages, view_stages
     from memplan.models.units import parse_bandwidth
     from memplan.models.remat_offload import offload_schedule_as_joint
 
@@ -141,6 +141,10 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     chain = profile_chain(stages, x, loss_stage, repeats=3, device=dev, names=lm.names, loss_name=lm.loss_name,
                           input_grad=False)
+    views = [l for l in view_stages(stages, x) if l >= 2]
+    if views:        # a view stage (a flatten, a dropout of rate 0) runs with the stage before it: one value
+        stages, chain = merge_view_stages(stages, chain, views)
+        print(f"stages {views} are views of their inputs: merged with the stage before each, L = {chain.L}")
     if a.fixed_times:
         import dataclasses
 

@@ -1197,11 +1197,17 @@ class BudgetSearch:
         if base is None:
             self.offload_note = "no chain (see chain_note)"
             return
-        from memplan.models.runtime_offload import view_stages
+        from memplan.models.runtime_offload import merge_view_stages, view_stages
 
         stages, loss_stage, holder, chain, _ = base
         with _Preserved(self.model, self.params):
-            views = {j for l in view_stages(stages, self.inputs[0]) for j in (l - 1, l)}
+            # a stage whose output is a view of its input (a flatten, a dropout of rate 0) runs with the
+            # stage before it: one storage, one value to move; one left at the front cannot be moved
+            found = view_stages(stages, self.inputs[0])
+            if any(l >= 2 for l in found):
+                stages, chain = merge_view_stages(stages, chain, found)
+                found = view_stages(stages, self.inputs[0])
+            views = {j for l in found for j in (l - 1, l)}
         if self.bandwidth is None:
             if self.device.type == "cuda":
                 from memplan.models.profiler import measure_host_link

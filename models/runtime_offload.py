@@ -301,6 +301,40 @@ def view_stages(stages: Sequence[Callable], x: torch.Tensor) -> list[int]:
     return out
 
 
+def merge_view_stages(stages: Sequence[Callable], chain: Chain, views: Sequence[int]) -> tuple[list, Chain]:
+    """``stages`` and their ``chain`` with each view stage l of ``views`` (l >= 2: its output shares
+    a^{l-1}'s storage, :func:`view_stages`) run together with stage l-1 as one stage
+    (``torch.nn.Sequential``), so that the two values, one storage, are one value the executors can
+    move. The merged row: times added, the output's ``wa``/``wd`` those of a^l, ``wabar`` that of
+    abar^{l-1} plus what stage l keeps beyond its view (``wabar[l] - wa[l]``: the profile counts the
+    view's bytes in both), ``o_f``/``o_b`` the larger, weights added. Returns (stages, chain)."""
+    import dataclasses
+
+    stages = list(stages)
+    arrays = {f: [float(v) for v in getattr(chain, f)] for f in ("uf", "ub", "wa", "wabar", "wd", "of", "ob",
+                                                                  "weights")}
+    names = list(chain.stage_names)
+    for l in sorted({int(v) for v in views if v >= 2}, reverse=True):
+        k = l - 1
+        a = arrays
+        a["uf"][k] += a["uf"][l]
+        a["ub"][k] += a["ub"][l]
+        a["wabar"][k] += max(0.0, a["wabar"][l] - a["wa"][l])
+        a["wa"][k], a["wd"][k] = a["wa"][l], a["wd"][l]
+        a["of"][k], a["ob"][k] = max(a["of"][k], a["of"][l]), max(a["ob"][k], a["ob"][l])
+        a["weights"][k] += a["weights"][l]
+        for f in a:
+            del a[f][l]
+        if len(names) > l:
+            names[k] = f"{names[k]}+{names[l]}"
+            del names[l]
+        stages[k - 1] = torch.nn.Sequential(stages[k - 1], stages[l - 1])
+        del stages[l - 1]
+    merged = dataclasses.replace(chain, **{f: np.asarray(v) for f, v in arrays.items()}, stage_names=names,
+                                 provenance={**chain.provenance, "merged_view_stages": sorted(views)})
+    return stages, merged
+
+
 def _key(t: torch.Tensor) -> int:
     try:
         return t.untyped_storage().data_ptr()

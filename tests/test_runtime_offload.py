@@ -186,3 +186,48 @@ def test_a_value_sharing_its_storage_is_not_moved(case):
                                                  Transfer("prefetch", j, float(chain.wabar[j]), release=t0 + dur)])
     with pytest.raises(InvalidRematOffloadSchedule, match="shares a storage"):
         _run(c, sched)
+
+
+def test_merged_view_stages_move_as_one_value():
+    """GPT-2 with dropout 0: the embedding's dropout returns its input (stage 2 a view of a^1), so
+    a^1 and a^2 are one storage that the chain counts twice and the executor cannot move apart.
+    Merged (merge_view_stages), the chain has one stage fewer and no view; with no transfer the
+    memory after every operation is the merged chain's store-all simulation exactly (so the merged
+    row's sizes are right), and a DYNPROG schedule that moves the merged value 1 gives autograd's
+    gradients and the simulator's memory for the executed order."""
+    from memplan.models.runtime_offload import merge_view_stages
+
+    gpt = dict(GPT, dropout=0.0)
+    c = offload_test_chain("gpt2", gpt, (8,))
+    lm = linearize_model(copy.deepcopy(c["model"]), c["x"], c["loss_fn"])
+    assert view_stages(lm.stages, c["x"]) == [2]
+    chain = c["chain"]
+    assert chain.wa[2] == chain.wa[1]            # one storage, counted at both indices
+    m = copy.deepcopy(c["model"])
+    lm = linearize_model(m, c["x"], c["loss_fn"])
+    stages, merged = merge_view_stages(lm.stages, chain, [2])
+    assert merged.L == chain.L - 1 and view_stages(stages, c["x"]) == []
+    assert merged.stage_names[1] == f"{chain.stage_names[1]}+{chain.stage_names[2]}"
+    ops = store_all_ops(merged.L)
+    torch.manual_seed(123)
+    res = execute_offload(stages, lm.loss_stage(c["loss_fn"]), c["x"], RematOffloadSchedule(ops), merged,
+                          c["bandwidth"], measure_memory=True)
+    assert res.memory_after == simulate_remat(merged, ops).memory_after
+    lo, hi = min_feasible_memory(merged), peak_memory_no_offload(merged)
+    sol = offload.solve(merged, memory=float(np.floor(lo + 0.1 * (hi - lo))), bandwidth=c["bandwidth"],
+                        method="dynprog", time_limit=10)
+    sched = offload_schedule_as_joint(merged, sol.schedule, c["bandwidth"])
+    assert 1 in {t.index for t in sched.transfers if t.kind == "offload"}
+    for p in m.parameters():
+        p.grad = None
+    torch.manual_seed(123)
+    res = execute_offload(stages, lm.loss_stage(c["loss_fn"]), c["x"], sched, merged, c["bandwidth"],
+                          measure_memory=True)
+    for n, p in m.named_parameters():
+        assert torch.equal(p.grad, c["grads"][n]), n
+    plan = plan_offload(merged, sched, c["bandwidth"])
+    executed, bw = plan.executed_schedule(merged)
+    rep = simulate_remat_offload(merged, executed, bw)
+    trace = dict(rep.memory_trace)
+    ends = [r + (merged.ub[l] if op == "B" else merged.uf[l]) for r, (op, l) in zip(executed.release, ops)]
+    assert res.memory_after == [trace[e] for e in ends]

@@ -174,7 +174,8 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
     from memplan._compile_budget import BudgetSearch
     from memplan.baselines.remat_heuristics import store_all
     from memplan.models.measure import clock as pick_clock
-    from memplan.models.measure import interleaved
+    from memplan.models.measure import interleaved, mean_of_steps
+    from memplan.models.measure import steps_per_sample as sampled_steps
     from memplan._compile_budget import _measure
     from memplan.models.networks import example_input, get_model
     from memplan.models.profiler import classification_loss
@@ -219,7 +220,7 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
             t = time.perf_counter()
             eager()
             torch.cuda.synchronize(dev)
-            steps_per_sample = int(min(10, max(1, math.ceil(0.1 / max(time.perf_counter() - t, 1e-6)))))
+            steps_per_sample = sampled_steps(time.perf_counter() - t)
     base["steps_per_sample"] = steps_per_sample
     eager64 = _rel_err(ref64, ref)
     progress(f"{name}: eager autograd's gradients are {eager64:.3g} (relative) from a float64 step's")
@@ -384,17 +385,12 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
                          "grad_err_fp64": same.get("grad_err_fp64")})
     progress(f"{name}: {len(budgets)} budgets answered; timing {len(runs)} distinct steps")
 
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(dev)
+
     def timed(fn):
-        def once():
-            if cuda:
-                torch.cuda.synchronize(dev)
-            t = clock()
-            for _ in range(steps_per_sample):
-                fn()
-            if cuda:
-                torch.cuda.synchronize(dev)
-            return (clock() - t) / steps_per_sample
-        return once
+        return mean_of_steps(fn, steps_per_sample, sync=sync, clock=clock)
 
     if deadline is not None:
         left = max(0.0, deadline - time.perf_counter())

@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     from memplan import offload
     from memplan.experiments.runtime_check import set_deterministic
     from memplan.models.graph import linearize_model
-    from memplan.models.measure import interleaved
+    from memplan.models.measure import interleaved, mean_of_steps, steps_per_sample
     from memplan.models.networks import example_input, get_model
     from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
     from memplan.models.profiler import classification_loss, measure_host_link, profile_chain
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     lo, hi = min_feasible_memory(chain), peak_memory_no_offload(chain)
     steps = a.steps_per_sample or 1
     if cuda and a.steps_per_sample is None:
-        steps = int(min(10, max(1, -(-0.1 // chain.store_all_time()))))
+        steps = steps_per_sample(chain.store_all_time())
 
     base = {"device": a.device + (f" ({torch.cuda.get_device_name(dev)})" if cuda else ""), "network": a.network,
             "batch": batch, "input": "x".join(map(str, shape)), "L": chain.L, "bandwidth": beta,
@@ -172,15 +172,7 @@ def main(argv=None) -> int:
     rows, runs = [], {}
 
     def timed(fn):
-        def once():
-            clear()
-            sync()
-            t = time.perf_counter()
-            for _ in range(steps):
-                fn()
-            sync()
-            return (time.perf_counter() - t) / steps
-        return once
+        return mean_of_steps(fn, steps, sync=sync, before=clear)
 
     runs["autograd"] = timed(lambda: loss_fn(model(x)).backward())
     runs["store-all"] = timed(lambda: execute(stages, loss_stage, x, store_all_ops(chain.L), device=dev,

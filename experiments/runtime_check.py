@@ -203,12 +203,11 @@ class Case:
         1.5% as the mean of 5 (``benchmarks/results/timing_noise_gpu.csv``): the CPU queues such a
         step in 70% of its GPU time, so the CPU's jitter starves the GPU, and a synchronize per step adds
         its own; back to back, as training runs, the GPU stays fed. Returns the number chosen."""
+        from memplan.models.measure import steps_per_sample
+
         if steps is None:
-            if not self.device.startswith("cuda"):
-                steps = 1
-            else:
-                t = float(self.chain.uf.sum() + self.chain.ub.sum())
-                steps = int(min(10, max(1, math.ceil(0.1 / t)))) if t > 0 else 1
+            steps = (steps_per_sample(float(self.chain.uf.sum() + self.chain.ub.sum()))
+                     if self.device.startswith("cuda") else 1)
         self.steps = int(steps)
         return self.steps
 
@@ -216,17 +215,11 @@ class Case:
         """Register ``fn`` as a contender of :meth:`time_all`, which fills ``m``'s timing keys: one
         sample is the mean of ``self.steps`` runs between two synchronizes, the gradients cleared
         before the first (later runs accumulate into them, as training steps do)."""
-        def once() -> float:
-            self._clear_grads()
-            _sync(self.device)
-            t0 = self.clock()
-            for _ in range(self.steps):
-                fn()
-            _sync(self.device)
-            return (self.clock() - t0) / self.steps
+        from memplan.models.measure import mean_of_steps
 
         m["times"] = []
-        self._contenders[tag] = (once, m)
+        self._contenders[tag] = (mean_of_steps(fn, self.steps, sync=lambda: _sync(self.device), clock=self.clock,
+                                               before=self._clear_grads), m)
 
     def time_all(self, progress=print) -> None:
         """Time every registered run (plans, store-all, autograd, checkpoint_sequential) in alternation,

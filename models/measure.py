@@ -16,6 +16,7 @@ a run slower).
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -39,6 +40,40 @@ def clock(name: str, threads: int = 1):
         raise ValueError(f"clock 'cpu' sums the CPU time of every thread; with {threads} torch threads it is not a "
                          "step's duration: use one thread (torch.set_num_threads(1)) or the wall clock")
     return CLOCKS[name]
+
+
+#: a timed sample on a GPU lasts at least this long (several steps back to back, :func:`steps_per_sample`)
+SAMPLE_SECONDS = 0.1
+#: and holds at most this many steps
+MAX_SAMPLE_STEPS = 10
+
+
+def steps_per_sample(step_seconds: float) -> int:
+    """Steps run back to back in one timed sample on a GPU: enough for :data:`SAMPLE_SECONDS` of a step
+    of ``step_seconds``, :data:`MAX_SAMPLE_STEPS` at most, 1 at least. A short GPU step timed alone
+    spreads with the CPU's launch jitter (one ResNet-50 step of 20 ms on an H100: 14% from the 5th to
+    the 95th percentile alone, 1.5% as the mean of 5, ``benchmarks/results/timing_noise_gpu.csv``)."""
+    if not step_seconds > 0:
+        return 1
+    return int(min(MAX_SAMPLE_STEPS, max(1, math.ceil(SAMPLE_SECONDS / step_seconds))))
+
+
+def mean_of_steps(fn: Callable[[], None], steps: int, *, sync: Callable[[], None] = lambda: None,
+                  clock: Callable[[], float] = time.perf_counter,
+                  before: Callable[[], None] | None = None) -> Callable[[], float]:
+    """A contender for :func:`interleaved`: ``before()`` (e.g. clearing the gradients), then ``steps``
+    runs of ``fn`` back to back between two ``sync()`` (a CUDA synchronize), timed on ``clock``;
+    returns their mean in seconds."""
+    def once() -> float:
+        if before is not None:
+            before()
+        sync()
+        t0 = clock()
+        for _ in range(steps):
+            fn()
+        sync()
+        return (clock() - t0) / steps
+    return once
 
 
 def median_interval(xs: list[float], level: float = 0.95) -> tuple[float, float]:

@@ -132,6 +132,7 @@ class RematOffloadReplay:
 
 
 def _inputs(op: str, l: int) -> tuple[int, ...]:
+    """Indices an operation reads: a^{l-1} for F^l; abar^l and a^{l-1} for B^l."""
     return (l - 1,) if op != "B" else (l, l - 1)
 
 

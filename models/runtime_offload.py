@@ -90,10 +90,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from .chain import Chain
+from .chain import _ARRAYS, Chain
 from .remat import store_all_ops
 from .remat_offload import coalesce_parts  # noqa: F401 (re-exported: it lived here first)
-from .remat_offload import remat_states
+from .remat_offload import _inputs, remat_states
 from .remat_offload import (InvalidRematOffloadSchedule, RematOffloadReplay, RematOffloadSchedule, Transfer,
                             simulate_remat_offload)
 from .runtime import RuntimeResult, _plan, _Rng, _run_timed, _stage_info, _tracker_for
@@ -311,8 +311,7 @@ def merge_view_stages(stages: Sequence[Callable], chain: Chain, views: Sequence[
     import dataclasses
 
     stages = list(stages)
-    arrays = {f: [float(v) for v in getattr(chain, f)] for f in ("uf", "ub", "wa", "wabar", "wd", "of", "ob",
-                                                                  "weights")}
+    arrays = {f: [float(v) for v in getattr(chain, f)] for f in _ARRAYS}
     names = list(chain.stage_names)
     for l in sorted({int(v) for v in views if v >= 2}, reverse=True):
         k = l - 1
@@ -355,8 +354,6 @@ def execute_offload(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
 
     Raises :class:`InvalidRematOffloadSchedule` for a schedule it does not run (see the module
     docstring), ``ValueError`` for stages with multi-tensor cuts."""
-    if chain.L != len(stages):
-        raise ValueError(f"execute_offload: the chain has L = {chain.L} stages, the model {len(stages)}")
     plan = plan_offload(chain, schedule, bandwidth)
     plan = JointPlan(**vars(plan), states=remat_states(schedule.ops, chain.L))
     return _execute(stages, loss_fn, x, schedule, chain, plan, device=device, measure_memory=measure_memory,
@@ -364,11 +361,6 @@ def execute_offload(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
 
 
 # ------------------------------------------------------------------ joint schedules (paper 000)
-def _reads(op: str, l: int) -> tuple[int, ...]:
-    """Indices an operation reads: a^{l-1} for F^l; abar^l and a^{l-1} for B^l."""
-    return (l - 1,) if op != "B" else (l, l - 1)
-
-
 @dataclass
 class JointPlan(OffloadPlan):
     """:class:`OffloadPlan` of a joint schedule; ``states[k]``: the value stored at each index before
@@ -410,7 +402,7 @@ def plan_joint(chain: Chain, schedule: RematOffloadSchedule, bandwidth: float | 
         where = f"transfer {q} ({t.kind} of index {j})"
         b = next((k for k in range(n + 1) if times[k] >= rep.transfer_start[q] - eps), n)
         if t.kind == "offload":
-            readers = [p for p in range(n) if j in _reads(*ops[p]) and rep.op_start[p] < rep.transfer_end[q] - eps]
+            readers = [p for p in range(n) if j in _inputs(*ops[p]) and rep.op_start[p] < rep.transfer_end[q] - eps]
             if readers:
                 b = max(b, readers[-1] + 1)
         b = max(b, prev)
@@ -436,11 +428,11 @@ def plan_joint(chain: Chain, schedule: RematOffloadSchedule, bandwidth: float | 
             o = away.pop(j)
             for p in range(o, n):
                 op, l = ops[p]
-                if j in _reads(op, l) or (op != "B" and l == j):
+                if j in _inputs(op, l) or (op != "B" and l == j):
                     if p < b:
                         raise InvalidRematOffloadSchedule(
                             f"{where} would be issued at boundary {b}, after operation {p} ({op}^{l}) that "
-                            f"{'reads' if j in _reads(op, l) else 'recomputes'} index {j} while it is on the host")
+                            f"{'reads' if j in _inputs(op, l) else 'recomputes'} index {j} while it is on the host")
                     break
             if states[b][j] != states[o][j]:
                 raise InvalidRematOffloadSchedule(f"{where}: the value at index {j} changed while it was on the host")
@@ -493,8 +485,6 @@ def execute_joint(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor
     (not run on a device). Raises :class:`InvalidRematOffloadSchedule` for a schedule it does not run
     (:func:`plan_joint`; the offload of a value sharing a storage with another index, e.g. a flatten's
     output, when it is reached), ``ValueError`` for stages with multi-tensor cuts."""
-    if chain.L != len(stages):
-        raise ValueError(f"execute_joint: the chain has L = {chain.L} stages, the model {len(stages)}")
     return _execute(stages, loss_fn, x, schedule, chain, plan_joint(chain, schedule, bandwidth), device=device,
                     measure_memory=measure_memory, input_grad=input_grad, clock=clock, who="execute_joint")
 
@@ -535,7 +525,6 @@ def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, sch
     vals: dict[int, list[_Val]] = {}  # index -> the tensors of a^l (rebuilt from the entries when read)
     edges: dict[int, list] = {}       # l -> GradientEdge (or None) per output of F_all^l
     holders: dict[int, dict[int, torch.Tensor]] = {}   # l -> {slot: delta^l part}, filled by B^{l+1}
-    state = list(plan.states[0])
     moved: dict[int, int] = {}
     shared: set[int] = set()
     after: list[float] = []
@@ -670,17 +659,14 @@ def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, sch
                         else None for o in out]
             if l == L + 1:
                 loss_value = out[0].detach() if cuda else float(out[0].detach())
-            state[l] = 2
         else:
             with torch.no_grad():
                 out = rng.run(l, lambda: fn(*src)) if l in replayed else fn(*src)
             del src
             out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
             keep_outputs(l, out)
-            state[l] = max(state[l], 1)
             if op == "F_none":
                 drop(l - 1)
-                state[l - 1] = 0
         del out, old_box, old_vals
 
     def backward(pos: int, l: int) -> None:
@@ -694,10 +680,8 @@ def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, sch
             pairs.clear()
             torch.autograd.backward(es, gs)
         drop(l)
-        state[l] = 0
-        if state[l - 1] == 1:
+        if plan.states[pos][l - 1] == 1:     # only a^{l-1} stored (not abar^{l-1}): B^l discards it (Table 1)
             drop(l - 1)
-            state[l - 1] = 0
 
     def transfers(b: int) -> None:
         for q in at.get(b, ()):
@@ -730,8 +714,6 @@ def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, sch
         edges.clear()
 
     elapsed = _run_timed(run, tracker, device, clock)
-    delta0 = holders.pop(0, {})
     holders.clear()
-    del delta0
     return OffloadResult(loss=float(loss_value), time=elapsed, peak_memory=max(during) if during else None,
                          memory_after=after, memory_peak_during=during, issue=list(plan.issue), moved=moved)

@@ -570,6 +570,7 @@ class BudgetSearch:
         self.offload = offload
         self.offload_plans: dict[tuple, tuple[Candidate, Callable]] = {}
         self._off_offsets: dict[str, float] = {}
+        self._transfer_solvers: dict[str, tuple] = {}    # kind -> _transfer_solver's answer
         self.bandwidth = bandwidth
         self.offload_note = "" if offload else "not asked for"
         self._offload = None                   # (stages, loss stage, targets holder, chain, view indices, stage fraction)
@@ -1241,7 +1242,7 @@ class BudgetSearch:
         measurement is over, ``tries`` solves at most); None where the budget needs no transfer (it holds
         store-all), none is feasible, the schedule moves a value that is a view of another, or the
         executor does not run it (``offload_note`` says which)."""
-        from memplan.models.remat_offload import InvalidRematOffloadSchedule, simulate_remat_offload
+        from memplan.models.remat_offload import InvalidRematOffloadSchedule
 
         if self._offload is None:
             return None
@@ -1253,7 +1254,7 @@ class BudgetSearch:
                 return None
             t0 = time.perf_counter()
             try:
-                sched, run = solve(float(limit))
+                sched, run, predicted = solve(float(limit))
             except InvalidRematOffloadSchedule as e:
                 self.offload_note = f"{kind}: a schedule the executor does not run: {_error_line(e)}"
                 return None
@@ -1271,7 +1272,7 @@ class BudgetSearch:
                 with _Preserved(self.model, self.params):
                     step(*self.inputs)                 # a warm-up run (first-call allocations, gradients)
                     peak, ts = self._measure_step(step, {})
-                predicted = float(simulate_remat_offload(chain, sched, self.bandwidth).peak_memory)
+                predicted = float(predicted)
                 cand = Candidate("dynprog" if kind == "chain-offload" else "joint-dp", math.nan, peak,
                                  statistics.median(ts), ts, time.perf_counter() - t0, kind=kind,
                                  memory_limit=float(limit), predicted_peak=predicted, ops=key[3], stage_fraction=sf,
@@ -1286,8 +1287,14 @@ class BudgetSearch:
 
     def _transfer_solver(self, kind: str, chain) -> tuple[float, float, Callable]:
         """(least memory, memory above which no transfer is needed, ``solve(limit) -> (schedule or None,
-        executor)``) of ``kind``; ``solve`` raises ``InvalidRematOffloadSchedule`` for a schedule the
-        executor does not run."""
+        executor, simulated peak)``) of ``kind`` on the offloading ``chain``, computed once per kind (the
+        joint least memory is a search of its own); ``solve`` raises ``InvalidRematOffloadSchedule``
+        for a schedule the executor does not run."""
+        if kind not in self._transfer_solvers:
+            self._transfer_solvers[kind] = self._new_transfer_solver(kind, chain)
+        return self._transfer_solvers[kind]
+
+    def _new_transfer_solver(self, kind: str, chain) -> tuple[float, float, Callable]:
         from memplan.models.remat import simulate_remat, store_all_ops
         from memplan.models.runtime_offload import execute_joint, execute_offload, plan_joint, plan_offload
 
@@ -1300,10 +1307,9 @@ class BudgetSearch:
             def solve(limit):
                 sol = dynprog(chain, limit, beta, time_limit=self.solver_time_limit)
                 if not sol.success:
-                    return None, None
+                    return None, None, None
                 sched = offload_schedule_as_joint(chain, sol.schedule, beta)
-                plan_offload(chain, sched, beta)
-                return sched, execute_offload
+                return sched, execute_offload, plan_offload(chain, sched, beta).replay.peak_memory
 
             return min_feasible_memory(chain), peak_memory_no_offload(chain), solve
         from memplan.baselines.remat_offload_dp import solve_whole_transfers
@@ -1313,9 +1319,8 @@ class BudgetSearch:
             sched, why = solve_whole_transfers(chain, limit, beta, slots=50)
             if sched is None:
                 self.offload_note = f"chain-joint: {why}"
-                return None, None
-            plan_joint(chain, sched, beta)
-            return sched, execute_joint
+                return None, None, None
+            return sched, execute_joint, plan_joint(chain, sched, beta).replay.peak_memory
 
         return (float(joint_min_memory(chain, beta).value),
                 float(simulate_remat(chain, store_all_ops(chain.L)).peak_memory), solve)
@@ -1557,9 +1562,11 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         :class:`MemplanKnapsack`.
 
     offload : False, True or 'emulated'
-        Also try paper 001's offloading (:mod:`memplan.models.runtime_offload`): every stage's forward
-        kept, chosen values sent whole to the host and back while the step runs, on the compiled chain
-        (the eager one without it), DYNPROG's schedule for the budget (kind ``"chain-offload"``). True
+        Also try offloading (:mod:`memplan.models.runtime_offload`) on the compiled chain (the eager one
+        without it): paper 001's DYNPROG schedule for the budget, every stage's forward kept and chosen
+        values sent whole to the host and back while the step runs (kind ``"chain-offload"``), and paper
+        000's joint DP, recomputation and offloading, its transfers merged into whole values (kind
+        ``"chain-joint"``). True
         needs a CUDA device; ``'emulated'`` runs it on a CPU with the host emulated by memory the
         measurement does not see (for tests: the measured peak then leaves the host's bytes out, as a
         GPU's would, but the copies cost what a memcpy costs). Its CUDA path has not yet run on a GPU.

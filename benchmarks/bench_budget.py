@@ -554,14 +554,13 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    if a.device not in ("cpu", "cuda") and not a.device.startswith("cuda:"):
-        print(f"bench_budget: --device {a.device!r}: use cpu or cuda", file=sys.stderr)
+    from memplan.experiments.cli_checks import device_problem
+
+    why = device_problem(a.device)
+    if why:
+        print(f"bench_budget: {why}", file=sys.stderr)
         return 2
     cuda = a.device.startswith("cuda")
-    if cuda and not torch.cuda.is_available():
-        print(f"bench_budget: --device {a.device}: this torch ({torch.__version__}) sees no CUDA device; use --device cpu",
-              file=sys.stderr)
-        return 2
     try:
         stage_fractions = tuple(float(v) for v in a.stage_fractions.split(","))
     except ValueError:

@@ -124,10 +124,13 @@ offload)
     mkdir -p "$OUTDIR" "$WORK"
     {
         setup_env || exit 3
-        log "bench_offload_exec gpt2 on cuda (hard limit 200 s)"
-        PYTHONUNBUFFERED=1 timeout 200 "$PY" "$ROOT/benchmarks/bench_offload_exec.py" --device cuda --network gpt2 \
-            --timing-budget 50 --out "$OUTDIR/offload_exec_gpu_gpt2.csv"
+        # OFFLOAD_EXEC_S / OFFLOAD_BUDGET_S: the two hard limits (a short second call: OFFLOAD_BUDGET_S=0 skips the budget)
+        he=${OFFLOAD_EXEC_S:-200}
+        log "bench_offload_exec gpt2 on cuda (hard limit $he s)"
+        PYTHONUNBUFFERED=1 timeout "$he" "$PY" "$ROOT/benchmarks/bench_offload_exec.py" --device cuda --network gpt2 \
+            --timing-budget $(( he / 4 )) --out "$OUTDIR/offload_exec_gpu_gpt2.csv"
         log "bench_offload_exec exit status $?"
+        [ "${OFFLOAD_BUDGET_S:-320}" -le 0 ] && { log "done"; exit 0; }
         log "bench_budget gpt2 --offload on cuda (hard limit 320 s)"
         PYTHONUNBUFFERED=1 timeout 320 "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
             --networks gpt2 --offload --fractions 1,0.2,0.5 --search-time-limit 150 --deadline 300 --timing-budget 25 \

@@ -1091,8 +1091,10 @@ class BudgetSearch:
 
         def step(*args):
             holder[0] = tuple(args[n:])
-            res = execute(stages, loss_stage, args[0], list(ops), device=self.device, input_grad=False)
-            return torch.tensor(res.loss)
+            # no synchronize per step (as the compiled steps it is timed against): the loss stays a tensor
+            res = execute(stages, loss_stage, args[0], list(ops), device=self.device, input_grad=False,
+                          sync=False)
+            return res.loss_tensor if res.loss_tensor is not None else torch.tensor(res.loss)
 
         return step
 

@@ -3,6 +3,8 @@ measured peak memory on CPU against the simulator's prediction on the profiled c
 are the shared ones of memplan.baselines.remat_heuristics (the executor builds none) and those of
 memplan.remat.solve."""
 import copy
+import math
+import time
 
 import pytest
 
@@ -225,3 +227,44 @@ def test_cuda_profile_and_execute_agree_with_the_simulator():
         sim = simulate_remat(chain, seq)
         _, _, res = _run(model, x, loss_fn, seq, measure_memory=True, device="cuda")
         assert res.peak_memory == pytest.approx(sim.peak_memory, rel=0.10), kind
+
+
+def test_run_timed_synchronizes_only_when_asked(monkeypatch):
+    """``sync=False`` queues a CUDA step without a synchronize (as ``loss.backward()`` returns): the
+    executed plans had paid a drained queue per step that PyTorch's contenders did not."""
+    from memplan.models import runtime
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
+    ran = []
+    runtime._run_timed(lambda: ran.append(1), None, "cuda", time.perf_counter, sync=False)
+    assert ran == [1] and calls == []
+    runtime._run_timed(lambda: ran.append(2), None, "cuda", time.perf_counter)
+    assert ran == [1, 2] and calls == ["cuda"]
+    runtime._run_timed(lambda: ran.append(3), None, "cpu", time.perf_counter)    # nothing to wait for
+    assert calls == ["cuda"]
+
+
+def test_unsynchronized_execute_gives_the_same_step(setup):
+    """``sync=False`` changes nothing on a CPU (nothing is queued): same loss, same gradients."""
+    name, model, x, loss_fn, loss, grads = setup
+    L = linearize_model(copy.deepcopy(model), x).L
+    m, _, res = _run(model, x, loss_fn, sequential_schedule(L, 3), sync=False)
+    assert res.loss == loss and res.time > 0 and res.loss_tensor is None
+    for n, p in m.named_parameters():
+        assert torch.equal(p.grad, grads[n]), f"{name}: gradient of {n} differs"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_unsynchronized_execute_returns_the_loss_as_a_tensor():
+    kw, shape = CASES["resnet18"]
+    torch.manual_seed(0)
+    model = get_model("resnet18", **kw).cuda().train()
+    x = example_input("resnet18", 2, shape, device="cuda")
+    loss_fn = classification_loss()
+    seq = sequential_schedule(linearize_model(copy.deepcopy(model), x).L, 3)
+    m1, _, ref = _run(model, x, loss_fn, seq)
+    m2, _, res = _run(model, x, loss_fn, seq, sync=False)
+    assert math.isnan(res.loss) and math.isnan(res.time) and float(res.loss_tensor) == ref.loss
+    for (n, p), q in zip(m1.named_parameters(), m2.parameters()):
+        assert torch.equal(p.grad, q.grad), n

@@ -354,8 +354,9 @@ def offload_schedule_as_joint(chain: Chain, sched: "OffloadSchedule", bandwidth:
     ``F_i``, ``B_i`` are stage ``i+1``); each offload of ``x_j`` (``abar^j``, ``a^0`` for j = 0) is
     released so that it ends no earlier than the end of ``F_{j}`` (stage j+1, which reads it: this
     simulator forbids freeing an input while it is read, paper 001 releases the memory at that end
-    anyway), each prefetch at paper 001's start. The simulator replays it; where the two memory
-    models differ (the seed gradient), the replay says so."""
+    anyway), each prefetch at paper 001's start. A value whose prefetch starts before paper 001 frees
+    it (the end of its offload or of ``F_j``, whichever is later) gains nothing and is not moved. The
+    simulator replays it; where the two memory models differ (the seed gradient), the replay says so."""
     L = chain.L
     from memplan.models.offload import OffloadData
 
@@ -367,6 +368,13 @@ def offload_schedule_as_joint(chain: Chain, sched: "OffloadSchedule", bandwidth:
         size = float(chain.wa[0] if j == 0 else chain.wabar[j])
         dur = size / bandwidth
         reader_end = sched.tF[j] + d.uF[j]
+        if sched.prefetch[j] <= max(sched.offload[j] + dur, reader_end) * (1 + 1e-12):
+            # paper 001 frees x_j at max(end of its offload, end of F_j) and reserves it again when the
+            # prefetch starts: a prefetch that starts before that never lets the bytes go, and delaying
+            # the offload to the end of its reader (as this simulator needs) would delay the prefetch and
+            # then B_j past paper 001's times, into a later transfer's reservation (DYNPROG on GPT-2 small
+            # offloaded the loss's input while the loss ran: +1 GiB in the replay). Such a pair is left out
+            continue
         moves.append(Transfer("offload", j, size, release=max(sched.offload[j], reader_end - dur)))
         moves.append(Transfer("prefetch", j, size, release=sched.prefetch[j]))
     moves.sort(key=lambda t: (t.release, t.kind != "offload"))

@@ -87,38 +87,38 @@ prepare)
     echo "next: device call 1 = 'bash benchmarks/gpu_campaign.sh profile' with carry [\".whl\"]"
     ;;
 next)
-    # DEVICE, one call (< 9.5 min): what the H100 runs of 2026-11-26 left open. (0) a first run of the offloading
-    # executor's CUDA path on a tiny GPT-2 (45 s at most); (1) ResNet-50 b32's executed
-    # plans timed with several steps per sample (the noise diagnosis: 14% spread timed alone, 1.5% as the
-    # mean of 5), issue 27's 5% time model and 3% store-all gap on a GPU (hard limit 150 s); (2) GPT-2
-    # small's budget at PyTorch's fractions 1, 0.2, 0.5, 0.3, 0.1 with time for the compiled stages (the
-    # CUDA tracker no longer collects garbage per window; the last run's profile took 55 s for it and the
-    # compiled stages were cut), timing stopped in time to write the table (hard limit NEXT_TOTAL_S - used)
+    # DEVICE, one call (< 9.5 min): what the H100 runs of 2026-11-26 (third session) left open.
+    # (1) ResNet-50 b32's executed plans again: the executor no longer synchronizes per step (memplan's rows
+    # had paid a drained queue that PyTorch's did not once samples held 5 steps), issue 27's 3% store-all
+    # gap and 5% time model (hard limit 150 s); (2) ResNet-50's budget with time for the compiled stages
+    # (100 s was not enough: fraction 0.5 compiled in 51 s, then the stages) at PyTorch's 0.5 and 1
+    # (hard limit 270 s); (3) paper 001's schedules executed on GPT-2 small with the conversion fixed
+    # (DYNPROG's replay had said 1 GiB more than it holds; what is left of NEXT_TOTAL_S)
     mkdir -p "$OUTDIR" "$WORK"
     {
         t0=$(date +%s)
         setup_env || exit 3
-        log "offloading executor's CUDA path, a tiny GPT-2 (first run on a device; hard limit 45 s)"
-        PYTHONUNBUFFERED=1 timeout 45 "$PY" "$ROOT/benchmarks/bench_offload_exec.py" --device cuda --quick --network gpt2 \
-            --timing-budget 5 --out "$OUTDIR/offload_exec_gpu_quick.csv"
-        log "bench_offload_exec exit status $?"
-        log "runtime check ResNet-50 on cuda, several steps per timed sample (hard limit 150 s)"
+        log "runtime check ResNet-50 on cuda, several steps per timed sample, no synchronize per step (hard limit 150 s)"
         PYTHONUNBUFFERED=1 timeout 150 "$PY" -m memplan.experiments.runtime_check --device cuda --models resnet50 \
             --out "$OUTDIR/runtime_gpu_resnet50.csv" --throughput "$OUTDIR/throughput_gpu_resnet50.csv" \
             --traces "$OUTDIR/runtime_traces_resnet50.json" --max-rounds 40 --timing-budget 80
         log "runtime_check exit status $?"
-        left=$(( ${NEXT_TOTAL_S:-560} - ($(date +%s) - t0) ))
-        log "bench_budget GPT-2 small on cuda (hard limit $left s)"
-        PYTHONUNBUFFERED=1 timeout "$left" "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
-            --networks gpt2 --fractions "${NEXT_FRACTIONS:-1,0.2,0.5,0.3,0.1}" --search-time-limit 230 \
-            --deadline $(( left - 20 )) --timing-budget 30 --max-rounds 20 --out "$OUTDIR/bench_budget_gpu_gpt2.csv"
+        log "bench_budget ResNet-50 on cuda (hard limit 270 s)"
+        PYTHONUNBUFFERED=1 timeout 270 "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
+            --networks resnet50 --fractions "${NEXT_FRACTIONS:-0.5,1}" --search-time-limit 190 \
+            --deadline 250 --timing-budget 25 --max-rounds 30 --out "$OUTDIR/bench_budget_gpu_resnet50.csv"
         log "bench_budget exit status $?"
+        left=$(( ${NEXT_TOTAL_S:-560} - ($(date +%s) - t0) ))
+        log "bench_offload_exec gpt2 on cuda (hard limit $left s)"
+        PYTHONUNBUFFERED=1 timeout "$left" "$PY" "$ROOT/benchmarks/bench_offload_exec.py" --device cuda --network gpt2 \
+            --timing-budget $(( left / 3 )) --out "$OUTDIR/offload_exec_gpu_gpt2.csv"
+        log "bench_offload_exec exit status $?"
         log "done"
     } 2>&1 | tee "$OUTDIR/campaign_next.log"
     ;;
 offload)
     # DEVICE (< 9 min): paper 001's offloading schedules executed on the GPU (models.runtime_offload's CUDA path,
-    # never run before): gradients, the caching allocator's peak against the simulator's, the step time against
+    # first run on an H100 on 2026-11-26): gradients, the caching allocator's peak against the simulator's, the step time against
     # the simulated makespan with the measured host link (GPT-2 small b8 s1024); then GPT-2's budget with the
     # offloading candidates (compile_under_budget(offload=True)) beside PyTorch's fractions 1, 0.2, 0.5
     mkdir -p "$OUTDIR" "$WORK"

@@ -24,6 +24,10 @@ backward) is run by every contender:
   compiled with ``activation_memory_budget`` at that fraction and ``--stage-solver`` (default
   ``memplan-peak``, :mod:`memplan.formulations.peak_milp`) deciding keep-or-recompute inside each stage
   (column ``stage_fraction``; the summary compares the chains' least-memory and store-all plans);
+- ``rotor-per-stage`` (with two stage fractions or more): rotor's DP choosing, per stage, which of the
+  compiled chains' stages to run (:mod:`memplan.baselines.remat_variants`, exact over every
+  assignment), at 0, 0.25, 0.5, 0.75 of [the chains' least memory, the largest store-all peak]; a row
+  only where the best assignment mixes fractions;
 - ``memplan``: :meth:`BudgetSearch.under` (what ``memplan.compile_under_budget`` returns) at byte
   budgets equal to each PyTorch point's measured peak, then below PyTorch's lowest peak
   (x0.9, 0.75, 0.6, 0.5, ...) down to memplan's least measured peak.
@@ -300,6 +304,16 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
                          + (f", loss in {cand.loss_chunks} chunks" if cand.loss_chunks > 1 else "")
                          + (" (gradients in the forward)" if cand.loss_grad_in_forward else ""),
                          stage_fraction=sf, search_time=search.compiled_profile_times.get(sf))
+    if len(search._mixed_sources()) >= 2:
+        # a partitioner budget per stage (rotor's DP choosing among the compiled chains per stage): at
+        # fractions of [the least of the chains' minima, the largest store-all peak]
+        cms = [search._cchains[sf] for sf in search._mixed_sources()]
+        lo, hi = min(c[4] for c in cms), max(store_all(c[3]).peak_memory for c in cms)
+        for f in (0.0, 0.25, 0.5, 0.75):
+            cand = search.mixed_plan(lo + f * (hi - lo))
+            if cand is not None:
+                add_plan(f"mrotor{f:g}", cand, f, lo + f * (hi - lo), "rotor-per-stage",
+                         f"rotor, compiled stages at a partitioner budget per stage, at {f:g} of [min, store-all]")
     if search._offload is not None:
         # both kinds with transfers over their own ranges: paper 001's between its minimum and the peak
         # without offloading, the joint DP's between its least memory and store-all's peak
@@ -447,7 +461,7 @@ def summary(rows: list[dict]) -> list[str]:
         lowest_none = min(r["peak_set_to_none"] for r in pts)
         # every candidate memplan chooses from: the compiled fractions and the chain plans
         least_none = min((r["peak_set_to_none"] for r in d if r["method"] in ("pytorch", "rotor", "rotor-compiled",
-                                                                               "memplan")
+                                                                               "rotor-per-stage", "memplan")
                           and _num(r.get("peak_set_to_none")) is not None), default=math.nan)
         out.append(f"  set_to_none window (gradients allocated inside the step): eager "
                    f"{eager['peak_set_to_none'] / 2**20:.1f} MiB, PyTorch's lowest {lowest_none / 2**20:.1f} MiB, "
@@ -485,7 +499,11 @@ def summary(rows: list[dict]) -> list[str]:
                 out.append(f"  compiled stages at partitioner budget {sf:g}: {'; '.join(parts)}"
                            + (f" (compile and profile {_num(next(iter(rs.values())).get('search_time')) or 0:.1f} s)"
                               if rs else ""))
-        solves = [r["solve_time"] for r in d if r["method"] in ("rotor", "rotor-compiled")
+        pst = [r for r in d if r["method"] == "rotor-per-stage" and r["status"] == "executed"]
+        if pst:
+            out.append("  a partitioner budget per stage: " + "; ".join(
+                f"{r['peak_memory'] / 2**20:.2f} MiB {r['objective'] * 1e3:.1f} ms" for r in pst))
+        solves = [r["solve_time"] for r in d if r["method"] in ("rotor", "rotor-compiled", "rotor-per-stage")
                   and _num(r.get("solve_time")) is not None]
         comp = [r["solve_time"] for r in pts if r.get("solve_time") is not None]
         out.append(f"  solve: rotor DP {max(solves, default=0):.2f} s at most; compiles {min(comp):.1f}-"

@@ -31,6 +31,17 @@ def _fractions(text: str) -> tuple[float, ...]:
     return vals
 
 
+def _stage_fractions(text: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(v) for v in text.split(",") if v.strip() != "")
+    except ValueError:
+        vals = ()
+    if not vals or any(not 0 <= v <= 1 for v in vals) or len(set(vals)) != len(vals):
+        raise argparse.ArgumentTypeError(f"--stage-fractions {text!r}: expected distinct numbers in [0, 1] separated "
+                                         f"by commas, e.g. 1,0.5 (1: the partitioner's own choice in every stage)")
+    return vals
+
+
 def _cmd_budget(args: argparse.Namespace) -> int:
     import torch
 
@@ -58,8 +69,8 @@ def _cmd_budget(args: argparse.Namespace) -> int:
         model, (x,), budget, loss_fn=classification_loss(seed=args.seed), backend=args.backend,
         solver=args.solver, fractions=args.fractions, repeats=args.repeats, time_limit=args.time_limit,
         chain=not args.no_chain, compiled_stages=not args.no_compiled_stages,
-        runtime_estimator=args.runtime_estimator,
-        progress=_progress_printer(args.progress), offload=args.offload, bandwidth=args.bandwidth)
+        runtime_estimator=args.runtime_estimator, stage_fractions=args.stage_fractions,
+        stage_solver=args.stage_solver, progress=_progress_printer(args.progress), offload=args.offload, bandwidth=args.bandwidth)
     print(f"{key}, batch {args.batch}, input {'x'.join(map(str, shape))}, on {args.device}, "
           f"{args.threads} thread(s)")
     print(step.report())
@@ -98,6 +109,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--fractions", type=_fractions, default=None,
                    help="PyTorch budget fractions to compile, comma-separated (default 1,0.7,0.5,0.3,0.2,0.1,0.05,0)")
     p.add_argument("--runtime-estimator", choices=["flops", "measured"], default="flops")
+    p.add_argument("--stage-fractions", type=_stage_fractions, default=(1.0,),
+                   help="compiled-stage chains at these partitioner budgets, e.g. 1,0.5; with two or more, "
+                        "rotor also picks the budget per stage (default 1)")
+    p.add_argument("--stage-solver", choices=["memplan-peak", "pytorch", "memplan"], default="memplan-peak",
+                   help="the keep-or-recompute solver inside stages compiled below 1")
     p.add_argument("--no-chain", action="store_true", help="compiled fractions only, no rotor chain plans")
     p.add_argument("--no-compiled-stages", action="store_true", help="chain plans over eager stages only")
     p.add_argument("--repeats", type=positive_int, default=3, help="timed steps per candidate (median)")

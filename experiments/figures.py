@@ -311,6 +311,8 @@ BUDGET_STYLE = {"pytorch": dict(fmt="o-", color="tab:orange", label="PyTorch act
                 "rotor": dict(fmt="^:", color="tab:blue", label="memplan chain plans (rotor)"),
                 "rotor-compiled": dict(fmt="v:", color="tab:green",
                                        label="memplan chain plans, compiled stages (rotor + torch.compile)"),
+                "rotor-per-stage": dict(fmt="D:", color="tab:olive",
+                                        label="memplan chain plans, a partitioner budget per stage", ms=5),
                 "memplan": dict(fmt="*", color="tab:red", label="memplan at a byte budget", ms=10)}
 
 

@@ -255,7 +255,9 @@ class Candidate:
     ``"dynprog"``) on the compiled chain (the eager one without it), every stage's forward kept and
     the values in ``offloaded`` sent to the host and back (:mod:`memplan.models.runtime_offload`);
     ``kind="chain-joint"``: paper 000's joint DP (``solver`` ``"joint-dp"``): recomputation and
-    offloading together, its transfers merged into whole values."""
+    offloading together, its transfers merged into whole values; ``kind="chain-mixed"``: rotor with a
+    partitioner budget chosen per stage among the compiled chains (``per_stage``,
+    :mod:`memplan.baselines.remat_variants`)."""
 
     solver: str
     fraction: float
@@ -274,6 +276,7 @@ class Candidate:
     stage_solver: str = ""            # chain-compiled, stage_fraction < 1: its keep-or-recompute solver
     loss_grad_in_forward: bool = False  # chain-compiled: the chunks' gradients taken in the forward
     offloaded: tuple = ()             # chain-offload: the indices j of the values abar^j moved to the host
+    per_stage: tuple = ()             # chain-mixed: the partitioner budget each stage 1..L+1 was compiled at
 
     @property
     def plan_key(self) -> tuple:
@@ -281,6 +284,8 @@ class Candidate:
         ``offload_plans``."""
         if self.kind in ("chain-offload", "chain-joint"):
             return (self.kind, self.stage_fraction, self.offloaded, self.ops)
+        if self.kind == "chain-mixed":
+            return (self.per_stage, self.ops)
         if self.kind == "chain-compiled":
             return (self.stage_fraction, self.loss_chunks, self.loss_grad_in_forward, self.ops)
         return (self.loss_chunks, self.loss_grad_in_forward, self.ops)
@@ -292,6 +297,10 @@ class Candidate:
             return (f"chain {what}{', compiled stages' if not math.isnan(self.stage_fraction) else ''}, "
                     f"{len(self.offloaded)} values offloaded (paper {'001' if self.kind == 'chain-offload' else '000'}), "
                     f"at {fmt_memory(self.memory_limit)}")
+        if self.kind == "chain-mixed":
+            counts = ", ".join(f"{self.per_stage.count(f)} at {f:g}" for f in sorted(set(self.per_stage), reverse=True))
+            return (f"chain rotor, compiled stages at a partitioner budget per stage ({counts}; "
+                    f"{self.stage_solver}), at {fmt_memory(self.memory_limit)}")
         if self.kind == "chain":
             return (f"chain rotor at {fmt_memory(self.memory_limit)}"
                     + (f", loss in {self.loss_chunks} chunks" if self.loss_chunks > 1 else ""))
@@ -462,9 +471,11 @@ class BudgetSearch:
     ``activation_memory_budget`` at that fraction and ``stage_solver`` as the partitioner's
     keep-or-recompute solver (default ``"memplan-peak"``, :class:`MemplanPeakSolver`; ``"pytorch"``:
     ``dp_knapsack``; ``"memplan"``: :class:`MemplanKnapsack`), each profiled on its own and offered to
-    rotor: a stage's F_all then saves fewer bytes (``wabar``) and recomputes more in its backward. Rotor
-    keeps one fraction per chain (its chain has one F_all per stage); the measured peaks choose between
-    the chains' plans. Each extra chain costs a compile per stage and grad mode; one that would
+    rotor: a stage's F_all then saves fewer bytes (``wabar``) and recomputes more in its backward. Each
+    chain's plans are candidates, and with two chains or more so are plans that take each stage from
+    the chain rotor's DP picks for it (:meth:`mixed_plan`: every stage's F_all runs once in rotor's
+    persistent sequences, so the choice is one per stage and the DP stays exact); the measured peaks
+    choose. Each extra chain costs a compile per stage and grad mode; one that would
     overrun ``time_limit`` (estimated as the previous chain's build time) is not built
     (``compiled_chain_notes``).
 
@@ -576,6 +587,10 @@ class BudgetSearch:
         self._offload = None                   # (stages, loss stage, targets holder, chain, view indices, stage fraction)
         self._coffsets: dict[float, float] = {}
         self._csolved: dict[tuple, Any] = {}
+        # a partitioner budget chosen per stage (kind "chain-mixed", two compiled chains or more)
+        self.mixed_plans: dict[tuple, tuple[Candidate, Callable]] = {}
+        self._msolved: dict[float, Any] = {}
+        self._moffset = 0.0
         self.compiled_chain_note = "" if chain and compiled_stages else "not asked for"
         self._cchunked: list[tuple] = []       # (loss chunks, compiled chunked loss stage, its chain, min memory)
         self.compiled_loss_chunks_note = "" if chain and compiled_stages else "not asked for"
@@ -1080,13 +1095,18 @@ class BudgetSearch:
         return [(1, c[1], c[3], c[4])] + (list(self._cchunked) if sf == self.stage_fractions[0] else [])
 
     def _chain_step(self, ops: tuple, loss_stage: Callable | None = None, compiled=False) -> Callable:
+        sf = self._stage_key(compiled)
+        stages, own_loss, _, _, _ = self._chain if sf is None else self._cchains[sf]
+        return self._stages_step(ops, stages, own_loss if loss_stage is None else loss_stage)
+
+    def _stages_step(self, ops: tuple, stages, loss_stage) -> Callable:
+        """A training step running ``ops`` on ``stages`` and ``loss_stage`` (the chains share one
+        targets holder)."""
         import torch
 
         from memplan.models.runtime import execute
 
-        sf = self._stage_key(compiled)
-        stages, own_loss, holder, _, _ = self._chain if sf is None else self._cchains[sf]
-        loss_stage = own_loss if loss_stage is None else loss_stage
+        holder = self._chain[2]
         n = self.n_inputs
 
         def step(*args):
@@ -1183,11 +1203,75 @@ class BudgetSearch:
             limit -= cand.peak - budget
         return None
 
+    # -- a partitioner budget per stage ---------------------------------------------------------------
+    def _mixed_sources(self) -> list[float]:
+        """The stage fractions whose compiled chains (whole loss stage) a per-stage choice draws from."""
+        return [sf for sf in self.stage_fractions if sf in self._cchains]
+
+    def mixed_plan(self, limit: float) -> Candidate | None:
+        """Rotor's plan at ``limit`` bytes with a partitioner budget chosen per stage among the compiled
+        chains (:func:`memplan.baselines.remat_variants.persistent_variants`: exact over every
+        assignment, never slower in the model than any one chain's plan), measured (kind
+        ``"chain-mixed"``). None with fewer than two compiled chains, when nothing fits, or when the
+        best assignment gives every stage the same budget (that chain's own plan, :meth:`chain_plan`)."""
+        from memplan.baselines.remat_variants import persistent_variants
+
+        sfs = self._mixed_sources()
+        if len(sfs) < 2:
+            return None
+        t0 = time.perf_counter()
+        key = float(limit)
+        if key not in self._msolved:
+            self._msolved[key] = persistent_variants([self._cchains[sf][3] for sf in sfs], key)
+        plan = self._msolved[key]
+        if plan is None:
+            return None
+        per_stage = tuple(sfs[v] for v in plan.assign[1:])
+        if len(set(per_stage)) == 1:
+            return None
+        return self._mixed_candidate(tuple(tuple(o) for o in plan.schedule.ops), per_stage, key,
+                                     float(plan.peak_memory), time.perf_counter() - t0)
+
+    def _mixed_candidate(self, ops: tuple, per_stage: tuple, limit: float, predicted: float,
+                         solve_time: float) -> Candidate:
+        """``ops`` run with stage ``l`` taken from the chain compiled at ``per_stage[l - 1]`` (the loss
+        stage last), measured as the other chain plans are."""
+        pkey = (per_stage, ops)
+        if pkey in self.mixed_plans:
+            return self.mixed_plans[pkey][0]
+        stages = [self._cchains[sf][0][l] for l, sf in enumerate(per_stage[:-1])]
+        step = self._stages_step(ops, stages, self._cchains[per_stage[-1]][1])
+        with _Preserved(self.model, self.params):
+            step(*self.inputs)                     # a warm-up run (first-call allocations, gradients)
+            peak, ts = self._measure_step(step, {})
+        cand = Candidate("rotor", math.nan, peak, statistics.median(ts), ts, solve_time, kind="chain-mixed",
+                         memory_limit=limit, predicted_peak=predicted, ops=ops, stage_fraction=math.nan,
+                         stage_solver=self.stage_solver, per_stage=per_stage)
+        self._moffset = max(self._moffset, peak - predicted)
+        self.mixed_plans[pkey] = (cand, step)
+        return cand
+
+    def mixed_fit(self, budget: float, tries: int = 4) -> Candidate | None:
+        """The per-stage plan for ``budget`` whose measured peak fits it, as :meth:`chain_fit` does for
+        one chain (the limit lowered by the largest excess seen, then by each new excess)."""
+        if len(self._mixed_sources()) < 2:
+            return None
+        limit = budget - max(0.0, self._moffset)
+        for _ in range(tries):
+            cand = self.mixed_plan(limit)
+            if cand is None:
+                return None
+            if cand.peak <= budget:
+                return cand
+            limit -= cand.peak - budget
+        return None
+
     # -- answers -----------------------------------------------------------------------------------
     def measured(self) -> list[Candidate]:
         """Every candidate measured so far: the compiled grid, then the chain plans."""
         return ([c for c, _, _ in self.compiled] + [c for c, _ in self.chain_plans.values()]
-                + [c for c, _ in self.compiled_chain_plans.values()] + [c for c, _ in self.offload_plans.values()])
+                + [c for c, _ in self.compiled_chain_plans.values()] + [c for c, _ in self.mixed_plans.values()]
+                + [c for c, _ in self.offload_plans.values()])
 
     # -- offloading (paper 001) ----------------------------------------------------------------------
     def _setup_offload(self) -> None:
@@ -1355,6 +1439,8 @@ class BudgetSearch:
             return self.offload_plans[cand.plan_key][1], {}
         if cand.kind == "chain-compiled":
             return self.compiled_chain_plans[cand.plan_key][1], {}
+        if cand.kind == "chain-mixed":
+            return self.mixed_plans[cand.plan_key][1], {}
         for c, step, cfg in self.compiled:
             if c is cand:
                 return step, cfg
@@ -1411,6 +1497,7 @@ class BudgetSearch:
                 self.chain_fit(budget)
             for sf in self._cchains:
                 self.chain_fit(budget, compiled=sf)
+            self.mixed_fit(budget)
             if self.offload:
                 self.offload_fit(budget)
                 self.joint_fit(budget)
@@ -1556,8 +1643,10 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         With ``compiled_stages``: one compiled chain per fraction, its stages compiled with PyTorch's
         ``activation_memory_budget`` at that fraction (1, the default ``(1.0,)``: the partitioner's own
         choice), so that each stage's F_all saves fewer bytes and recomputes more inside its backward;
-        rotor's plans on every chain are candidates (labels name the fraction). Each extra fraction
-        costs a compile per stage and grad mode.
+        rotor's plans on every chain are candidates (labels name the fraction). With two fractions or
+        more, rotor's DP also chooses the fraction per stage (kind ``"chain-mixed"``,
+        :mod:`memplan.baselines.remat_variants`: exact over every assignment, so in the model never
+        slower than one fraction for all). Each extra fraction costs a compile per stage and grad mode.
     stage_solver : {'memplan-peak', 'pytorch', 'memplan'}
         The partitioner's keep-or-recompute solver in stages compiled at a fraction below 1:
         :class:`MemplanPeakSolver` (:mod:`memplan.formulations.peak_milp`), ``dp_knapsack``, or

@@ -55,3 +55,12 @@ def test_budget_offload_on_a_cpu_is_one_line(capsys):
     assert main(["budget", *TINY, "--memory", "1GiB", "--offload"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "memplan: error: --offload needs --device cuda: on a CPU the host is the same memory, nothing would be saved"
+
+
+@pytest.mark.parametrize("bad", ["1,1.5", "0.5,0.5", "half", ""])
+def test_budget_bad_stage_fractions_are_one_line(capsys, bad):
+    with pytest.raises(SystemExit) as e:
+        main(["budget", *TINY, "--memory", "1GiB", "--stage-fractions", bad])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--stage-fractions" in err and "distinct numbers in [0, 1]" in err

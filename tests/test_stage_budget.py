@@ -183,3 +183,39 @@ def test_bad_stage_options_are_refused(kw, match):
     model = torch.nn.Linear(4, 4)
     with pytest.raises(InputError, match=match):
         BudgetSearch(model, (torch.randn(2, 4),), fractions=(), **kw)       # refused before any work
+
+
+def test_a_partitioner_budget_per_stage(case):
+    """Stages drawn from both compiled chains in one plan (kind chain-mixed): the last block compiled at
+    fraction 1 (no recomputation in its backward), the others at 0.5. In the store-all plan the peak is
+    in the last block's backward with every block's saved tensors held: 2 x 4NH below fraction 1's (the
+    first two blocks save one hidden activation less each), as the all-0.5 chain, while the last block's
+    backward recomputes nothing. The measured peak follows the mixed chain's model as the single chains'
+    do (the two single chains' store-all peaks, measured in the same way, bracket it), with eager's
+    gradients; and the per-stage DP's model time is never above either chain's rotor time."""
+    from memplan.baselines.remat_rotor import persistent
+    from memplan.baselines.remat_variants import mixed_chain, persistent_variants
+    from memplan.models.remat import simulate_remat
+
+    model, x, y, expected, search = case
+    full, half = search.compiled_chains[1.0], search.compiled_chains[0.5]
+    names = list(full.stage_names)
+    last = names.index("2")
+    per_stage = tuple(1.0 if l == last else 0.5 for l in range(1, full.L + 2))
+    mixed = mixed_chain([full, half], [0] + [0 if f == 1.0 else 1 for f in per_stage])
+    ops = tuple(tuple(o) for o in store_all(mixed).schedule.ops)
+    predicted = simulate_remat(mixed, list(ops)).peak_memory
+    cand = search._mixed_candidate(ops, per_stage, predicted, predicted, 0.0)
+    assert cand.kind == "chain-mixed" and "partitioner budget per stage" in cand.label
+    assert mixed.wabar[last] == full.wabar[last] and mixed.ob[last] == full.ob[last]
+    assert mixed.wabar[names.index("0")] == half.wabar[names.index("0")]
+    sa = {sf: search.chain_plan(store_all(ch).peak_memory, compiled=sf).peak for sf, ch in ((1.0, full), (0.5, half))}
+    assert abs((sa[1.0] - cand.peak) - 2 * HID) <= 0.01 * 2 * HID, (sa, cand.peak)
+    assert abs(cand.peak - predicted) <= 0.02 * predicted
+    _assert_grads(search._runner(cand)[0], model, x, y, expected)
+    # the DP: at the mixed store-all peak it is at least as fast in the model as rotor on either chain
+    plan = persistent_variants([full, half], predicted)
+    for ch in (full, half):
+        sol = persistent(ch, predicted, slots=500)
+        if sol.success:
+            assert plan.value <= sol.objective * (1 + 1e-9)

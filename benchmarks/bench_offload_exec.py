@@ -42,7 +42,7 @@ QUICK = {
 }
 COLUMNS = ["device", "network", "batch", "input", "L", "bandwidth", "fraction", "memory_limit", "method", "status",
            "offloaded", "predicted_peak", "measured_peak", "peak_rel_err", "within_limit", "predicted_time",
-           "measured_time", "time_rel_err", "time_low", "time_high", "noisy", "store_all_time", "autograd_time",
+           "predicted_time_two_way", "bandwidth_d2h", "bandwidth_h2d", "measured_time", "time_rel_err", "time_low", "time_high", "noisy", "store_all_time", "autograd_time",
            "grads_equal", "steps_per_sample", "message"]
 
 
@@ -153,11 +153,14 @@ def main(argv=None) -> int:
         chain = dataclasses.replace(chain, uf=uf, ub=2 * uf)
     print(f"{a.network} b{batch} {'x'.join(map(str, shape))} on {a.device} ({det}): L = {chain.L}, profiled in "
           f"{time.perf_counter() - t0:.1f} s, store-all {chain.store_all_time() * 1e3:.1f} ms", flush=True)
+    two_way = None           # (device to host, host to device), where measured: a second prediction
     if bw_arg is not None:
         beta, how = bw_arg, "given"
     elif cuda:
         link = measure_host_link(dev)
-        beta, how = min(link["h2d_bytes_per_s"], link["d2h_bytes_per_s"]), "measured (slower direction)"
+        two_way = (float(link["d2h_bytes_per_s"]), float(link["h2d_bytes_per_s"]))
+        beta, how = min(two_way), (f"measured (slower direction; to the host {two_way[0] / 1e9:.2f}, to the device "
+                                   f"{two_way[1] / 1e9:.2f} GB/s)")
     else:
         beta, how = float(chain.wabar[1:].sum() / chain.store_all_time()), "all of abar in one step (CPU emulation)"
     print(f"link {beta / 1e9:.2f} GB/s, {how}", flush=True)
@@ -218,7 +221,12 @@ def main(argv=None) -> int:
                          "offloaded": " ".join(str(t.index) for t in sched.transfers if t.kind == "offload"),
                          "predicted_peak": rep.peak_memory, "measured_peak": res.peak_memory,
                          "peak_rel_err": res.peak_memory / rep.peak_memory - 1, "within_limit": res.peak_memory <= mem,
-                         "predicted_time": rep.makespan, "grads_equal": equal})
+                         "predicted_time": rep.makespan, "grads_equal": equal,
+                         # the same schedule replayed with each direction's own speed (the solvers take one)
+                         "predicted_time_two_way": (simulate_remat_offload(chain, sched, two_way).makespan
+                                                    if two_way else None),
+                         "bandwidth_d2h": two_way[0] if two_way else None,
+                         "bandwidth_h2d": two_way[1] if two_way else None})
     t = interleaved(runs, target=0.02, min_rounds=4, max_rounds=a.max_rounds, budget=a.timing_budget,
                     progress=print)
     sa, ag = statistics.median(t["store-all"].times), statistics.median(t["autograd"].times)
@@ -244,7 +252,9 @@ def main(argv=None) -> int:
             continue
         print(f"  {r['method']:8s} f={r['fraction']:<4g} limit {r['memory_limit'] / 2**20:8.1f} MiB: offloads "
               f"[{r['offloaded']}], peak {r['measured_peak'] / 2**20:8.1f} MiB ({r['peak_rel_err']:+.2%} vs simulated), "
-              f"{r['measured_time'] * 1e3:8.2f} ms ({r['time_rel_err']:+.1%} predicted vs measured, "
+              f"{r['measured_time'] * 1e3:8.2f} ms ({r['time_rel_err']:+.1%} predicted vs measured"
+              + (f"; each direction's speed: {r['predicted_time_two_way'] / r['measured_time'] - 1:+.1%}"
+                 if r.get("predicted_time_two_way") else "") + ", "
               f"{r['measured_time'] / sa - 1:+.1%} vs store-all){' noisy' if r['noisy'] else ''}, "
               f"gradients {'equal' if r['grads_equal'] else 'DIFFER'}")
     print(f"wrote {out}")

@@ -152,8 +152,11 @@ def simulate_remat_offload(chain: Chain, schedule: RematOffloadSchedule, bandwid
     ----------
     chain : Chain
     schedule : RematOffloadSchedule
-    bandwidth : float or None
-        Link bandwidth (bytes/s); None or 0 only for a schedule without transfers.
+    bandwidth : float, (float, float) or None
+        Link bandwidth (bytes/s); None or 0 only for a schedule without transfers. A pair is
+        (device to host, host to device): offloads then last ``nbytes / pair[0]`` and prefetches
+        ``nbytes / pair[1]`` (a PCIe or NVLink-C2C link is not equally fast both ways; the solvers
+        take one number, this lets a replay use both).
     memory_limit : float, optional
         Bytes; exceeding it at any instant raises.
     tol : float
@@ -193,7 +196,8 @@ def simulate_remat_offload(chain: Chain, schedule: RematOffloadSchedule, bandwid
         base = simulate_remat(chain, ops)
     except InvalidSequence as e:
         raise InvalidRematOffloadSchedule(str(e)) from None
-    if schedule.transfers and not bandwidth:
+    b_off, b_pre = bandwidth if isinstance(bandwidth, tuple) else (bandwidth, bandwidth)
+    if schedule.transfers and not (b_off and b_pre):
         raise InvalidRematOffloadSchedule("the schedule has transfers but the bandwidth is 0")
 
     # --- remat state (0 none, 1 a, 2 abar) before each op, to know sizes and discards
@@ -209,7 +213,7 @@ def simulate_remat_offload(chain: Chain, schedule: RematOffloadSchedule, bandwid
         if not 0 <= t.index <= L or t.nbytes <= 0:
             raise InvalidRematOffloadSchedule(f"transfer {k}: bad index {t.index} or size {t.nbytes}")
         s = max(t.release, free)
-        e = s + t.nbytes / bandwidth
+        e = s + t.nbytes / (b_off if t.kind == "offload" else b_pre)
         ts.append(s)
         te.append(e)
         free = e

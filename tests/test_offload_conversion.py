@@ -34,3 +34,26 @@ def test_converted_schedules_replay_as_paper_001_says(name):
             assert rep.peak_memory <= own.peak_memory * (1 + 1e-9) + float(chain.wd[chain.L + 1]), (method, frac)
             checked += 1
     assert checked == 8
+
+
+def test_a_link_with_two_speeds():
+    """``bandwidth=(to the host, to the device)``: offloads last nbytes / the first, prefetches nbytes /
+    the second; a pair of equal speeds is the single number. The docstring's two-stage chain: a^0
+    (4 B) offloaded from 1 s, brought back from 2 s."""
+    from memplan.models.chain import Chain
+    from memplan.models.remat_offload import RematOffloadSchedule, Transfer
+
+    c = Chain.from_stages(uf=[1, 1], ub=[2, 2], wa=[4, 2, 2])
+    ops = [("F_all", 1), ("F_all", 2), ("F_all", 3), ("B", 3), ("B", 2), ("B", 1)]
+
+    def run(bw):
+        moves = [Transfer("offload", 0, 4.0, release=1.0), Transfer("prefetch", 0, 4.0, release=2.0)]
+        return simulate_remat_offload(c, RematOffloadSchedule(ops, transfers=moves), bw)
+
+    one, pair = run(4.0), run((4.0, 4.0))
+    assert (one.makespan, one.peak_memory, one.transfer_end) == (pair.makespan, pair.peak_memory, pair.transfer_end)
+    slow_out = run((2.0, 4.0))          # the offload takes 2 s, so the prefetch starts at 3 s
+    assert slow_out.transfer_start == [1.0, 3.0] and slow_out.transfer_end == [3.0, 4.0]
+    slow_in = run((4.0, 2.0))           # the prefetch takes 2 s
+    assert slow_in.transfer_start == [1.0, 2.0] and slow_in.transfer_end == [2.0, 4.0]
+    assert slow_in.makespan >= one.makespan

@@ -1217,7 +1217,7 @@ class BudgetSearch:
         from memplan.baselines.remat_variants import persistent_variants
 
         sfs = self._mixed_sources()
-        if len(sfs) < 2:
+        if len(sfs) < 2 or not limit > 0:
             return None
         t0 = time.perf_counter()
         key = float(limit)

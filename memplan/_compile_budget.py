@@ -1419,8 +1419,9 @@ class BudgetSearch:
 
         def step(*args):
             holder[0] = tuple(args[n:])
-            res = run(stages, loss_stage, args[0], sched, chain, beta, device=self.device, input_grad=False)
-            return torch.tensor(res.loss)
+            res = run(stages, loss_stage, args[0], sched, chain, beta, device=self.device, input_grad=False,
+                      sync=False)
+            return res.loss_tensor if res.loss_tensor is not None else torch.tensor(res.loss)
 
         return step
 

@@ -343,21 +343,25 @@ def _key(t: torch.Tensor) -> int:
 
 def execute_offload(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, schedule: RematOffloadSchedule,
                     chain: Chain, bandwidth: float, *, device=None, measure_memory: bool = False,
-                    input_grad: bool = True, clock: Callable[[], float] = time.perf_counter) -> OffloadResult:
+                    input_grad: bool = True, clock: Callable[[], float] = time.perf_counter,
+                    sync: bool = True) -> OffloadResult:
     """Run paper 001's offloading ``schedule`` (store-all order, whole-value transfers) on ``stages``
     (stage l computes a^l from a^{l-1}; ``loss_fn`` is stage L+1) with input ``x``; parameter gradients
     are accumulated into the stages' ``.grad``. ``chain`` (the stages' profile) and ``bandwidth``
     give the simulated times from which the issue boundaries come (:func:`plan_offload`).
     ``measure_memory``: per-operation memory with :func:`models.memory.memory_tracker`, as
     :func:`models.runtime.execute` (parameters get zero ``.grad`` first; a^0 and delta^{L+1} are
-    created inside the window). ``input_grad``: B^1 computes delta^0 (float inputs).
+    created inside the window). ``input_grad``: B^1 computes delta^0 (float inputs). ``sync=False``
+    (CUDA): return once the work is queued, as :func:`models.runtime.execute` does (``loss_tensor``;
+    ``time`` and ``loss`` NaN); the compute stream then waits for the side stream, so the next step
+    is ordered after every transfer of this one.
 
     Raises :class:`InvalidRematOffloadSchedule` for a schedule it does not run (see the module
     docstring), ``ValueError`` for stages with multi-tensor cuts."""
     plan = plan_offload(chain, schedule, bandwidth)
     plan = JointPlan(**vars(plan), states=remat_states(schedule.ops, chain.L))
     return _execute(stages, loss_fn, x, schedule, chain, plan, device=device, measure_memory=measure_memory,
-                    input_grad=input_grad, clock=clock, who="execute_offload")
+                    input_grad=input_grad, clock=clock, who="execute_offload", sync=sync)
 
 
 # ------------------------------------------------------------------ joint schedules (paper 000)
@@ -463,7 +467,8 @@ class _Val:
 
 def execute_joint(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, schedule: RematOffloadSchedule,
                   chain: Chain, bandwidth: float | None, *, device=None, measure_memory: bool = False,
-                  input_grad: bool = True, clock: Callable[[], float] = time.perf_counter) -> OffloadResult:
+                  input_grad: bool = True, clock: Callable[[], float] = time.perf_counter,
+                  sync: bool = True) -> OffloadResult:
     """Run a re-materialization + offloading ``schedule`` (paper 000: operations F_all, F_ck, F_none, B
     of paper 004 with Table 1's semantics, and whole-value transfers; :func:`coalesce_parts` merges the
     joint DP's parts) on ``stages`` (stage l computes a^l from a^{l-1}; ``loss_fn`` is stage L+1).
@@ -481,17 +486,18 @@ def execute_joint(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor
       bit-identical to ``loss_fn(model(x)).backward()`` with deterministic kernels.
 
     Memory: without transfers it holds, after and during each operation, the bytes
-    :func:`models.runtime.execute` with ``fuse_backward=False`` holds. CUDA: as :func:`execute_offload`
-    (not run on a device). Raises :class:`InvalidRematOffloadSchedule` for a schedule it does not run
+    :func:`models.runtime.execute` with ``fuse_backward=False`` holds. CUDA and ``sync``: as
+    :func:`execute_offload` (run on an H100, ``benchmarks/results/offload_exec_gpu_gpt2.csv``). Raises :class:`InvalidRematOffloadSchedule` for a schedule it does not run
     (:func:`plan_joint`; the offload of a value sharing a storage with another index, e.g. a flatten's
     output, when it is reached), ``ValueError`` for stages with multi-tensor cuts."""
     return _execute(stages, loss_fn, x, schedule, chain, plan_joint(chain, schedule, bandwidth), device=device,
-                    measure_memory=measure_memory, input_grad=input_grad, clock=clock, who="execute_joint")
+                    measure_memory=measure_memory, input_grad=input_grad, clock=clock, who="execute_joint",
+                    sync=sync)
 
 
 def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, schedule: RematOffloadSchedule,
              chain: Chain, plan: JointPlan, *, device, measure_memory: bool, input_grad: bool,
-             clock: Callable[[], float], who: str) -> OffloadResult:
+             clock: Callable[[], float], who: str, sync: bool = True) -> OffloadResult:
     """The executor of :func:`execute_joint` and :func:`execute_offload`, on a checked ``plan``."""
     L = len(stages)
     if chain.L != L:
@@ -708,12 +714,18 @@ def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, sch
                 during.append(float(tracker.peak))
                 after.append(float(tracker.current))
         transfers(n)
+        if cuda:                  # the next step (or the caller's work) is ordered after every transfer
+            torch.cuda.current_stream(device).wait_stream(side)
         boxes.clear()
         vals.clear()
         owner.clear()
         edges.clear()
 
-    elapsed = _run_timed(run, tracker, device, clock)
+    wait = sync or tracker is not None
+    elapsed = _run_timed(run, tracker, device, clock, sync=wait)
     holders.clear()
+    if cuda and not wait:
+        return OffloadResult(loss=float("nan"), time=float("nan"), loss_tensor=loss_value, issue=list(plan.issue),
+                             moved=moved)
     return OffloadResult(loss=float(loss_value), time=elapsed, peak_memory=max(during) if during else None,
                          memory_after=after, memory_peak_during=during, issue=list(plan.issue), moved=moved)

@@ -231,3 +231,14 @@ def test_merged_view_stages_move_as_one_value():
     trace = dict(rep.memory_trace)
     ends = [r + (merged.ub[l] if op == "B" else merged.uf[l]) for r, (op, l) in zip(executed.release, ops)]
     assert res.memory_after == [trace[e] for e in ends]
+
+
+def test_unsynchronized_run_is_the_same_step(case):
+    """``sync=False`` (queued as ``loss.backward()``: no synchronize and no read of the loss on CUDA)
+    changes nothing on a CPU: the same loss and gradients."""
+    (method, f), (mem, sched) = next(iter(case["schedules"].items()))
+    m, _, res = _run(case, sched, sync=False)
+    assert res.loss == case["loss"] and res.loss_tensor is None
+    for n, p in m.named_parameters():
+        assert torch.equal(p.grad, case["grads"][n]), n
+

@@ -212,14 +212,18 @@ def test_sequential_replays_with_the_simulated_peak(setup, profiled):
             assert torch.equal(p.grad, grads[n]), f"{name} fused sequential {s}: gradient of {n} differs"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_profile_and_execute_agree_with_the_simulator():
-    """On a GPU: allocator statistics instead of the dispatch tracker; same checks (10% on the peak)."""
+def _cuda_resnet18():
+    """ResNet-18 (batch 2) on the GPU: model, input, loss."""
     kw, shape = CASES["resnet18"]
     torch.manual_seed(0)
     model = get_model("resnet18", **kw).cuda().train()
-    x = example_input("resnet18", 2, shape, device="cuda")
-    loss_fn = classification_loss()
+    return model, example_input("resnet18", 2, shape, device="cuda"), classification_loss()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_profile_and_execute_agree_with_the_simulator():
+    """On a GPU: allocator statistics instead of the dispatch tracker; same checks (10% on the peak)."""
+    model, x, loss_fn = _cuda_resnet18()
     lm = linearize_model(copy.deepcopy(model), x, loss_fn)
     chain = profile_chain(lm.stages, x, lm.loss_stage(loss_fn), repeats=1, device="cuda", names=lm.names)
     assert chain.provenance["device"].startswith("cuda")
@@ -257,11 +261,7 @@ def test_unsynchronized_execute_gives_the_same_step(setup):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_unsynchronized_execute_returns_the_loss_as_a_tensor():
-    kw, shape = CASES["resnet18"]
-    torch.manual_seed(0)
-    model = get_model("resnet18", **kw).cuda().train()
-    x = example_input("resnet18", 2, shape, device="cuda")
-    loss_fn = classification_loss()
+    model, x, loss_fn = _cuda_resnet18()
     seq = sequential_schedule(linearize_model(copy.deepcopy(model), x).L, 3)
     m1, _, ref = _run(model, x, loss_fn, seq)
     m2, _, res = _run(model, x, loss_fn, seq, sync=False)

@@ -21,7 +21,10 @@ quantities. The model a variant's stage is given (:func:`mixed_chain`):
   ``F_all`` + ``B`` keeps the variant's own total, and every ``u_b`` stays >= its own);
 - ``o_f^l``, ``wa^l``, ``wd^l``: the largest over the variants (they measure the same tensors; the
   largest keeps every plan within its limit);
-- ``wabar^l``, ``u_b^l`` (as above), ``o_b^l``: the chosen variant's.
+- ``wabar^l``, ``u_b^l`` (as above), ``o_b^l``: the chosen variant's;
+- the loss stage ``L+1`` only ever runs ``F_all`` then ``B`` (no split starts there), so its ``o_f`` is
+  the chosen variant's own too: a loss stage over chunks of tokens holds a chunk's logits where the
+  whole one holds all of them, and the largest would hide exactly what the chunks save.
 
 With one variant the DP is rotor's persistent DP (same table, ``tests/test_remat_variants.py``), and
 with several its value is the least over all assignments of rotor on the mixed chain (checked by
@@ -68,23 +71,27 @@ def mixed_chain(chains: Sequence[Chain], assign: Sequence[int], name: str | None
     idx = np.arange(L + 2)
     ub = np.array([c.ub for c in chains])[pick, idx] + uf_all[pick, idx] - uf
     ub[0] = 0.0
+    of = np.max([c.of for c in chains], axis=0)
+    of[L + 1] = chains[pick[L + 1]].of[L + 1]          # the loss stage runs F_all only: its own o_f
     return Chain(uf=uf, ub=np.maximum(ub, 0.0), wa=np.max([c.wa for c in chains], axis=0),
                  wabar=np.array([c.wabar for c in chains])[pick, idx],
-                 wd=np.max([c.wd for c in chains], axis=0), of=np.max([c.of for c in chains], axis=0),
+                 wd=np.max([c.wd for c in chains], axis=0), of=of,
                  ob=np.array([c.ob for c in chains])[pick, idx], weights=c0.weights.copy(),
                  name=name or f"{c0.name} (a variant per stage)", stage_names=list(c0.stage_names),
                  provenance={**c0.provenance, "variants": [str(v) for v in pick[1:]]}, resident=c0.resident)
 
 
 @njit(cache=True)
-def _kernel(L, S, uf, UB, wa, WAB, wd, of, OB):
-    """C[s, t, m] of the module docstring for 1 <= s <= t <= L+1, 0 <= m <= S (slots)."""
+def _kernel(L, S, uf, UB, wa, WAB, wd, of, OB, OF):
+    """C[s, t, m] of the module docstring for 1 <= s <= t <= L+1, 0 <= m <= S (slots). ``of``: the
+    forward overhead of F_ck/F_none (the largest); ``OF[v, s]``: that of F_all^s in variant v (the
+    largest too, but the loss stage's own)."""
     n = L + 2
     V = UB.shape[0]
     C = np.full((n, n, S + 1), np.inf)
     for s in range(1, L + 2):
         for v in range(V):
-            need = max(wd[s] + WAB[v, s] + of[s], wd[s] + wd[s - 1] + WAB[v, s] + OB[v, s])
+            need = max(wd[s] + WAB[v, s] + OF[v, s], wd[s] + wd[s - 1] + WAB[v, s] + OB[v, s])
             val = uf[s] + UB[v, s]
             for m in range(max(need, 0), S + 1):
                 if val < C[s, s, m]:
@@ -95,7 +102,7 @@ def _kernel(L, S, uf, UB, wa, WAB, wd, of, OB):
             buf = C[s, t]
             for v in range(V):                       # C_all: F_all^s (variant v), (s+1, t), B^s
                 w = WAB[v, s]
-                need = max(wd[t] + w + of[s], wd[s] + wd[s - 1] + w + OB[v, s], w)
+                need = max(wd[t] + w + OF[v, s], wd[s] + wd[s - 1] + w + OB[v, s], w)
                 sub = C[s + 1, t]
                 for m in range(need, S + 1):
                     val = uf[s] + sub[m - w] + UB[v, s]
@@ -146,6 +153,8 @@ def persistent_variants(chains: Sequence[Chain], memory: float, *, slots: int = 
     of = np.max([d.of for d in discs], axis=0)
     WAB = np.array([d.wab for d in discs], dtype=np.int64)
     OB = np.array([d.ob for d in discs], dtype=np.int64)
+    OF = np.array([of] * len(discs), dtype=np.int64)
+    OF[:, L + 1] = [d.of[L + 1] for d in discs]         # the loss stage runs F_all only: its own o_f
     uf_all = np.array([c.uf for c in chains], dtype=np.float64)
     uf = uf_all.min(axis=0)
     UB = np.array([c.ub for c in chains], dtype=np.float64) + uf_all - uf
@@ -153,7 +162,7 @@ def persistent_variants(chains: Sequence[Chain], memory: float, *, slots: int = 
     budget = S - int(wa[0])
     if budget < 0:
         return None
-    C = _kernel(L, S, uf, UB, wa.astype(np.int64), WAB, wd.astype(np.int64), of.astype(np.int64), OB)
+    C = _kernel(L, S, uf, UB, wa.astype(np.int64), WAB, wd.astype(np.int64), of.astype(np.int64), OB, OF)
     value = float(C[1, L + 1, budget])
     if not math.isfinite(value):
         return None
@@ -165,7 +174,7 @@ def persistent_variants(chains: Sequence[Chain], memory: float, *, slots: int = 
         if emit_b:
             ops.append(("B", s))
             continue
-        kind, arg = _choice(C, s, t, m, uf, UB, wa, WAB, wd, of, OB)
+        kind, arg = _choice(C, s, t, m, uf, UB, wa, WAB, wd, of, OB, OF)
         if kind == "all":
             assign[s] = arg
             ops.append(("F_all", s))
@@ -187,7 +196,7 @@ def persistent_variants(chains: Sequence[Chain], memory: float, *, slots: int = 
                        details={"slots": S, "slot_bytes": discs[0].q, "variants": len(chains)})
 
 
-def _choice(C, s, t, m, uf, UB, wa, WAB, wd, of, OB) -> tuple[str, int]:
+def _choice(C, s, t, m, uf, UB, wa, WAB, wd, of, OB, OF) -> tuple[str, int]:
     """Which case reaches C[s, t, m], by the kernel's arithmetic (1e-12 relative): ("all", v) for
     F_all^s in variant v (the first such v), ("ck", s') for F_ck^s keeping a^{s'-1}."""
     target = C[s, t, m]
@@ -195,11 +204,11 @@ def _choice(C, s, t, m, uf, UB, wa, WAB, wd, of, OB) -> tuple[str, int]:
     for v in range(WAB.shape[0]):
         w = int(WAB[v, s])
         if s == t:
-            need = max(wd[s] + w + of[s], wd[s] + wd[s - 1] + w + OB[v, s])
+            need = max(wd[s] + w + OF[v, s], wd[s] + wd[s - 1] + w + OB[v, s])
             if m >= need and abs(uf[s] + UB[v, s] - target) <= tol:
                 return "all", v
             continue
-        need = max(wd[t] + w + of[s], wd[s] + wd[s - 1] + w + OB[v, s], w)
+        need = max(wd[t] + w + OF[v, s], wd[s] + wd[s - 1] + w + OB[v, s], w)
         if m >= need and abs(uf[s] + C[s + 1, t, m - w] + UB[v, s] - target) <= tol:
             return "all", v
     acc = 0.0

@@ -304,11 +304,12 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
                          + (f", loss in {cand.loss_chunks} chunks" if cand.loss_chunks > 1 else "")
                          + (" (gradients in the forward)" if cand.loss_grad_in_forward else ""),
                          stage_fraction=sf, search_time=search.compiled_profile_times.get(sf))
-    if len(search._mixed_sources()) >= 2:
+    if search._mixed_sources():
         # a partitioner budget per stage (rotor's DP choosing among the compiled chains per stage): at
         # fractions of [the least of the chains' minima, the largest store-all peak]
-        cms = [search._cchains[sf] for sf in search._mixed_sources()]
-        lo, hi = min(c[4] for c in cms), max(store_all(c[3]).peak_memory for c in cms)
+        cms = [search._cchains[sf] for sf in search.compiled_chains]
+        lo = min([c[4] for c in cms] + [x[3] for x in search._cchunked])   # the chunked loss stages too
+        hi = max(store_all(c[3]).peak_memory for c in cms)
         for f in (0.0, 0.25, 0.5, 0.75):
             cand = search.mixed_plan(lo + f * (hi - lo))
             if cand is not None:

@@ -285,7 +285,7 @@ class Candidate:
         if self.kind in ("chain-offload", "chain-joint"):
             return (self.kind, self.stage_fraction, self.offloaded, self.ops)
         if self.kind == "chain-mixed":
-            return (self.per_stage, self.ops)
+            return (self.per_stage, self.loss_chunks, self.loss_grad_in_forward, self.ops)
         if self.kind == "chain-compiled":
             return (self.stage_fraction, self.loss_chunks, self.loss_grad_in_forward, self.ops)
         return (self.loss_chunks, self.loss_grad_in_forward, self.ops)
@@ -300,7 +300,9 @@ class Candidate:
         if self.kind == "chain-mixed":
             counts = ", ".join(f"{self.per_stage.count(f)} at {f:g}" for f in sorted(set(self.per_stage), reverse=True))
             return (f"chain rotor, compiled stages at a partitioner budget per stage ({counts}; "
-                    f"{self.stage_solver}), at {fmt_memory(self.memory_limit)}")
+                    f"{self.stage_solver}), at {fmt_memory(self.memory_limit)}"
+                    + (f", loss in {self.loss_chunks} chunks" if self.loss_chunks > 1 else "")
+                    + (" (gradients in the forward)" if self.loss_grad_in_forward else ""))
         if self.kind == "chain":
             return (f"chain rotor at {fmt_memory(self.memory_limit)}"
                     + (f", loss in {self.loss_chunks} chunks" if self.loss_chunks > 1 else ""))
@@ -1204,49 +1206,62 @@ class BudgetSearch:
         return None
 
     # -- a partitioner budget per stage ---------------------------------------------------------------
-    def _mixed_sources(self) -> list[float]:
-        """The stage fractions whose compiled chains (whole loss stage) a per-stage choice draws from."""
-        return [sf for sf in self.stage_fractions if sf in self._cchains]
+    def _mixed_sources(self) -> list[tuple]:
+        """What a per-stage choice draws from: ``(stage fraction, stages, loss stage, chain, loss chunks,
+        gradients in the forward)`` for each compiled chain with its whole loss stage, then the compiled
+        chunked loss stages (at the first stage fraction, whose stages they run with). Empty below two
+        stage fractions."""
+        sfs = [sf for sf in self.stage_fractions if sf in self._cchains]
+        if len(sfs) < 2:
+            return []
+        out = [(sf, self._cchains[sf][0], self._cchains[sf][1], self._cchains[sf][3], 1, False) for sf in sfs]
+        if sfs[0] == self.stage_fractions[0]:
+            out += [(sfs[0], self._cchains[sfs[0]][0], st, ch, k, _in_forward(st)) for k, st, ch, _ in self._cchunked]
+        return out
 
     def mixed_plan(self, limit: float) -> Candidate | None:
         """Rotor's plan at ``limit`` bytes with a partitioner budget chosen per stage among the compiled
-        chains (:func:`memplan.baselines.remat_variants.persistent_variants`: exact over every
-        assignment, never slower in the model than any one chain's plan), measured (kind
-        ``"chain-mixed"``). None with fewer than two compiled chains, when nothing fits, or when the
-        best assignment gives every stage the same budget (that chain's own plan, :meth:`chain_plan`)."""
+        chains, and the loss stage among their whole and chunked loss stages
+        (:func:`memplan.baselines.remat_variants.persistent_variants`: exact over every assignment, never
+        slower in the model than any one chain's plan), measured (kind ``"chain-mixed"``). None with
+        fewer than two compiled chains, when nothing fits, or when the best assignment gives every stage
+        the same budget (one chain's own plan: :meth:`chain_plan`)."""
         from memplan.baselines.remat_variants import persistent_variants
 
-        sfs = self._mixed_sources()
-        if len(sfs) < 2 or not limit > 0:
+        src = self._mixed_sources()
+        if not src or not limit > 0:
             return None
         t0 = time.perf_counter()
         key = float(limit)
         if key not in self._msolved:
-            self._msolved[key] = persistent_variants([self._cchains[sf][3] for sf in sfs], key)
+            self._msolved[key] = persistent_variants([v[3] for v in src], key)
         plan = self._msolved[key]
         if plan is None:
             return None
-        per_stage = tuple(sfs[v] for v in plan.assign[1:])
+        chosen = [src[v] for v in plan.assign[1:]]
+        per_stage = tuple(v[0] for v in chosen)
         if len(set(per_stage)) == 1:
             return None
-        return self._mixed_candidate(tuple(tuple(o) for o in plan.schedule.ops), per_stage, key,
-                                     float(plan.peak_memory), time.perf_counter() - t0)
+        stages = [v[1][l] for l, v in enumerate(chosen[:-1])]
+        return self._mixed_candidate(tuple(tuple(o) for o in plan.schedule.ops), per_stage, stages, chosen[-1],
+                                     key, float(plan.peak_memory), time.perf_counter() - t0)
 
-    def _mixed_candidate(self, ops: tuple, per_stage: tuple, limit: float, predicted: float,
-                         solve_time: float) -> Candidate:
-        """``ops`` run with stage ``l`` taken from the chain compiled at ``per_stage[l - 1]`` (the loss
-        stage last), measured as the other chain plans are."""
-        pkey = (per_stage, ops)
+    def _mixed_candidate(self, ops: tuple, per_stage: tuple, stages: list, loss_source: tuple, limit: float,
+                         predicted: float, solve_time: float) -> Candidate:
+        """``ops`` run on ``stages`` (stage ``l`` compiled at ``per_stage[l - 1]``) and the loss stage of
+        ``loss_source`` (an entry of :meth:`_mixed_sources`), measured as the other chain plans are."""
+        _, _, loss_stage, _, k, in_fwd = loss_source
+        pkey = (per_stage, k, in_fwd, ops)
         if pkey in self.mixed_plans:
             return self.mixed_plans[pkey][0]
-        stages = [self._cchains[sf][0][l] for l, sf in enumerate(per_stage[:-1])]
-        step = self._stages_step(ops, stages, self._cchains[per_stage[-1]][1])
+        step = self._stages_step(ops, stages, loss_stage)
         with _Preserved(self.model, self.params):
             step(*self.inputs)                     # a warm-up run (first-call allocations, gradients)
             peak, ts = self._measure_step(step, {})
         cand = Candidate("rotor", math.nan, peak, statistics.median(ts), ts, solve_time, kind="chain-mixed",
                          memory_limit=limit, predicted_peak=predicted, ops=ops, stage_fraction=math.nan,
-                         stage_solver=self.stage_solver, per_stage=per_stage)
+                         stage_solver=self.stage_solver, per_stage=per_stage, loss_chunks=k,
+                         loss_grad_in_forward=in_fwd)
         self._moffset = max(self._moffset, peak - predicted)
         self.mixed_plans[pkey] = (cand, step)
         return cand
@@ -1254,7 +1269,7 @@ class BudgetSearch:
     def mixed_fit(self, budget: float, tries: int = 4) -> Candidate | None:
         """The per-stage plan for ``budget`` whose measured peak fits it, as :meth:`chain_fit` does for
         one chain (the limit lowered by the largest excess seen, then by each new excess)."""
-        if len(self._mixed_sources()) < 2:
+        if not self._mixed_sources():
             return None
         limit = budget - max(0.0, self._moffset)
         for _ in range(tries):

@@ -203,3 +203,46 @@ def test_budget_search_plans_compiled_chunks_below_the_whole_compiled_floor():
             assert _rel(p.grad, r.grad) <= 1e-5, (cand.label, name)
     for p in model.parameters():
         p.grad = None
+
+
+def test_a_budget_per_stage_with_the_chunked_loss_stage():
+    """With stage fractions 1 and 0.5, the per-stage choice also draws the loss stage from the compiled
+    chunked ones: a plan whose transformer block runs compiled at 0.5, its other stages at 1 and its
+    loss stage in chunks trains (gradients as eager's), measures what the mixed chain's model says
+    (2%), and reaches below the whole compiled loss stage's floor."""
+    from memplan._compile_budget import BudgetSearch
+    from memplan.baselines.remat_heuristics import store_all
+    from memplan.baselines.remat_rotor import persistent
+    from memplan.baselines.remat_variants import mixed_chain
+
+    torch.manual_seed(0)
+    model = get_model("gpt2", n_layer=1, n_embd=C, n_head=2, vocab=V, n_ctx=T, dropout=0.0).train()
+    x = example_input("gpt2", B, (T,), vocab=V)
+    ref = copy.deepcopy(model)
+    classification_loss()(ref(x)).backward()
+    search = BudgetSearch(model, (x,), loss_fn=classification_loss(), fractions=(), repeats=1, backend=BACKEND,
+                          stage_fractions=(1.0, 0.5))
+    src = search._mixed_sources()
+    k = search.compiled_loss_chunks
+    assert [(v[0], v[4], v[5]) for v in src] == [(1.0, 1, False), (0.5, 1, False), (1.0, k, False), (1.0, k, True)]
+    chunked = 2                                           # the chunked loss stage, logits recomputed
+    names = list(src[0][3].stage_names)
+    block = names.index("blocks.0")
+    assign = [0] + [1 if l == block else 0 for l in range(1, len(names) - 1)] + [chunked]
+    mixed = mixed_chain([v[3] for v in src], assign)
+    sol = store_all(mixed)
+    lo_sol = persistent(mixed, float(search._cchain[4]) * 0.999, slots=500)           # below the whole floor
+    assert lo_sol.success
+    per_stage = tuple(src[v][0] for v in assign[1:])
+    stages = [src[v][1][l] for l, v in enumerate(assign[1:-1])]
+    for s in (sol, lo_sol):
+        ops = tuple(tuple(o) for o in s.schedule.ops)
+        cand = search._mixed_candidate(ops, per_stage, stages, src[chunked], s.memory_limit, s.peak_memory, 0.0)
+        assert cand.loss_chunks == k and f"loss in {k} chunks" in cand.label and "1 at 0.5" in cand.label
+        assert abs(cand.peak - s.peak_memory) <= 0.02 * s.peak_memory, (cand.peak, s.peak_memory)
+        for p in model.parameters():
+            p.grad = None
+        search._runner(cand)[0](x)
+        for (name, p), r in zip(model.named_parameters(), ref.parameters()):
+            assert _rel(p.grad, r.grad) <= 1e-5, (cand.label, name)
+    assert cand.peak < search._cchain[4]

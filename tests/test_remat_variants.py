@@ -20,15 +20,17 @@ from memplan.models.remat import simulate_remat
 
 def _variant(c, seed):
     """A variant of ``c``'s stages as a lower partitioner budget makes one: F_all saves less (wabar down
-    to wa at most), B recomputes more (u_b and o_b up), F_all a little slower; outputs unchanged."""
+    to wa at most), B recomputes more (u_b and o_b up), F_all a little slower and its transient o_f
+    up or down; outputs unchanged."""
     rng = np.random.default_rng(seed)
     n = c.L + 2
     wabar = np.maximum(c.wa, c.wabar - rng.integers(0, 6, n))
     ub = c.ub + rng.integers(0, 4, n)
     ob = c.ob + rng.integers(0, 3, n)
     uf = c.uf + rng.integers(0, 2, n)
+    of = np.maximum(0, c.of + rng.integers(-2, 3, n))      # F_all's transient may move either way
     return dataclasses.replace(c, wabar=wabar.astype(float), ub=ub.astype(float), ob=ob.astype(float),
-                               uf=uf.astype(float))
+                               uf=uf.astype(float), of=of.astype(float))
 
 
 def _rotor(chain, memory, slots):

@@ -593,6 +593,7 @@ class BudgetSearch:
         self.mixed_plans: dict[tuple, tuple[Candidate, Callable]] = {}
         self._msolved: dict[float, Any] = {}
         self._moffset = 0.0
+        self._mmin: float | None = None
         self.compiled_chain_note = "" if chain and compiled_stages else "not asked for"
         self._cchunked: list[tuple] = []       # (loss chunks, compiled chunked loss stage, its chain, min memory)
         self.compiled_loss_chunks_note = "" if chain and compiled_stages else "not asked for"
@@ -1266,6 +1267,33 @@ class BudgetSearch:
         self.mixed_plans[pkey] = (cand, step)
         return cand
 
+    def mixed_minimum(self) -> float | None:
+        """The least memory (bytes, within 0.1%) at which the per-stage DP has a plan: bisection from
+        half the least of the sources' minima up to where it first has one (the DP runs in
+        milliseconds); None without sources."""
+        from memplan.baselines.remat_min_memory import min_memory
+        from memplan.baselines.remat_variants import persistent_variants
+
+        src = self._mixed_sources()
+        if not src:
+            return None
+        if self._mmin is None:
+            chains = [v[3] for v in src]
+            lo = min(float(min_memory(c)) for c in chains) / 2
+            hi = 2 * lo
+            while persistent_variants(chains, hi) is None:        # sizes rounded up to slots need a little more
+                hi *= 1.01
+            if persistent_variants(chains, lo) is not None:
+                hi = lo
+            while hi - lo > 1e-3 * hi:
+                mid = (lo + hi) / 2
+                if persistent_variants(chains, mid) is None:
+                    lo = mid
+                else:
+                    hi = mid
+            self._mmin = hi
+        return self._mmin
+
     def mixed_fit(self, budget: float, tries: int = 4) -> Candidate | None:
         """The per-stage plan for ``budget`` whose measured peak fits it, as :meth:`chain_fit` does for
         one chain (the limit lowered by the largest excess seen, then by each new excess)."""
@@ -1446,6 +1474,8 @@ class BudgetSearch:
             self.chain_plan(self.chain_minimum)
         for sf, c in self._cchains.items():
             self.chain_plan(self.compiled_chain_minimum_at(sf), compiled=sf)
+        if self._mixed_sources():
+            self.mixed_plan(self.mixed_minimum())
         return min(self.measured(), key=lambda c: c.peak)
 
     def _runner(self, cand: Candidate) -> tuple[Callable, dict]:

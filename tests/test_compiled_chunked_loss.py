@@ -246,3 +246,12 @@ def test_a_budget_per_stage_with_the_chunked_loss_stage():
         for (name, p), r in zip(model.named_parameters(), ref.parameters()):
             assert _rel(p.grad, r.grad) <= 1e-5, (cand.label, name)
     assert cand.peak < search._cchain[4]
+    # the per-stage DP's least memory: a plan there, none 1% below, and not above any source's least
+    from memplan.baselines.remat_min_memory import min_memory
+    from memplan.baselines.remat_variants import persistent_variants
+
+    least = search.mixed_minimum()
+    chains = [v[3] for v in src]
+    assert persistent_variants(chains, least) is not None and persistent_variants(chains, 0.99 * least) is None
+    # (the DP rounds sizes up to 1/500 of the limit: a few values held at once, within 1%)
+    assert least <= min(min_memory(c) for c in chains) * 1.01

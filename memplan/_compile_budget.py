@@ -1281,8 +1281,12 @@ class BudgetSearch:
             chains = [v[3] for v in src]
             lo = min(float(min_memory(c)) for c in chains) / 2
             hi = 2 * lo
-            while persistent_variants(chains, hi) is None:        # sizes rounded up to slots need a little more
+            for _ in range(200):                 # sizes rounded up to slots need a little more
+                if persistent_variants(chains, hi) is not None:
+                    break
                 hi *= 1.01
+            else:
+                return None
             if persistent_variants(chains, lo) is not None:
                 hi = lo
             while hi - lo > 1e-3 * hi:

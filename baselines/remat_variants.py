@@ -82,6 +82,26 @@ def mixed_chain(chains: Sequence[Chain], assign: Sequence[int], name: str | None
 
 
 @njit(cache=True)
+def _split_runs(s, t, uf, wa, wd, of):
+    """For each split k = s..t-1 of cell (s, t) (C_ck: F_ck^s F_none^{s+1..k}, keep a^k): the forward
+    run's time (summed from 0.0 in stage order) and the memory the split needs (wd^t + the run's
+    peak, and a^k itself)."""
+    n = t - s
+    acc = np.empty(n)
+    need = np.empty(n, dtype=np.int64)
+    a = 0.0
+    pre = wa[s] + of[s]
+    for i in range(n):
+        k = s + i
+        a += uf[k]
+        if k > s:
+            pre = max(pre, wa[k - 1] + wa[k] + of[k])
+        acc[i] = a
+        need[i] = max(wd[t] + pre, wa[k])
+    return acc, need
+
+
+@njit(cache=True)
 def _kernel(L, S, uf, UB, wa, WAB, wd, of, OB, OF):
     """C[s, t, m] of the module docstring for 1 <= s <= t <= L+1, 0 <= m <= S (slots). ``of``: the
     forward overhead of F_ck/F_none (the largest); ``OF[v, s]``: that of F_all^s in variant v (the
@@ -108,17 +128,13 @@ def _kernel(L, S, uf, UB, wa, WAB, wd, of, OB, OF):
                     val = uf[s] + sub[m - w] + UB[v, s]
                     if val < buf[m]:
                         buf[m] = val
-            acc = 0.0                                # C_ck: F_ck^s F_none^{s+1..k}, keep a^k
-            pre = wa[s] + of[s]
-            for k in range(s, t):
-                acc += uf[k]
-                if k > s:
-                    pre = max(pre, wa[k - 1] + wa[k] + of[k])
-                need = max(wd[t] + pre, wa[k])
+            acc, need = _split_runs(s, t, uf, wa, wd, of)    # C_ck: F_ck^s F_none^{s+1..k}, keep a^k
+            for i in range(t - s):
+                k = s + i
                 first = C[k + 1, t]
                 second = C[s, k]
-                for m in range(need, S + 1):
-                    val = acc + first[m - wa[k]] + second[m]
+                for m in range(need[i], S + 1):
+                    val = acc[i] + first[m - wa[k]] + second[m]
                     if val < buf[m]:
                         buf[m] = val
     return C
@@ -211,13 +227,9 @@ def _choice(C, s, t, m, uf, UB, wa, WAB, wd, of, OB, OF) -> tuple[str, int]:
         need = max(wd[t] + w + OF[v, s], wd[s] + wd[s - 1] + w + OB[v, s], w)
         if m >= need and abs(uf[s] + C[s + 1, t, m - w] + UB[v, s] - target) <= tol:
             return "all", v
-    acc = 0.0
-    pre = wa[s] + of[s]
-    for k in range(s, t):
-        acc += uf[k]
-        if k > s:
-            pre = max(pre, wa[k - 1] + wa[k] + of[k])
-        need = max(wd[t] + pre, wa[k])
-        if m >= need and abs(acc + C[k + 1, t, m - wa[k]] + C[s, k, m] - target) <= tol:
+    acc, need = _split_runs(s, t, uf, wa, wd, of)
+    for i in range(t - s):
+        k = s + i
+        if m >= need[i] and abs(acc[i] + C[k + 1, t, m - wa[k]] + C[s, k, m] - target) <= tol:
             return "ck", k + 1
     raise RuntimeError(f"internal error: no case reaches C[{s},{t},{m}]")

@@ -25,9 +25,10 @@ backward) is run by every contender:
   ``memplan-peak``, :mod:`memplan.formulations.peak_milp`) deciding keep-or-recompute inside each stage
   (column ``stage_fraction``; the summary compares the chains' least-memory and store-all plans);
 - ``rotor-per-stage`` (with two stage fractions or more): rotor's DP choosing, per stage, which of the
-  compiled chains' stages to run (:mod:`memplan.baselines.remat_variants`, exact over every
-  assignment), at 0, 0.25, 0.5, 0.75 of [the chains' least memory, the largest store-all peak]; a row
-  only where the best assignment mixes fractions;
+  compiled chains' stages to run and which of their whole or chunked loss stages
+  (:mod:`memplan.baselines.remat_variants`, exact over every assignment), at 0, 0.25, 0.5, 0.75 of
+  [its least memory, the least store-all peak of its sources]; a row only where the best assignment
+  mixes fractions;
 - ``memplan``: :meth:`BudgetSearch.under` (what ``memplan.compile_under_budget`` returns) at byte
   budgets equal to each PyTorch point's measured peak, then below PyTorch's lowest peak
   (x0.9, 0.75, 0.6, 0.5, ...) down to memplan's least measured peak.
@@ -305,11 +306,11 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
                          + (" (gradients in the forward)" if cand.loss_grad_in_forward else ""),
                          stage_fraction=sf, search_time=search.compiled_profile_times.get(sf))
     if search._mixed_sources():
-        # a partitioner budget per stage (rotor's DP choosing among the compiled chains per stage): at
-        # fractions of [the least of the chains' minima, the largest store-all peak]
-        cms = [search._cchains[sf] for sf in search.compiled_chains]
-        lo = min([c[4] for c in cms] + [x[3] for x in search._cchunked])   # the chunked loss stages too
-        hi = max(store_all(c[3]).peak_memory for c in cms)
+        # a partitioner budget per stage (rotor's DP choosing among the compiled chains' stages and their
+        # whole and chunked loss stages): at fractions of [its least memory, the least store-all peak
+        # of its sources] (above that, storing all with one fraction is what it picks)
+        lo = search.mixed_minimum()
+        hi = min(store_all(v[3]).peak_memory for v in search._mixed_sources())
         for f in (0.0, 0.25, 0.5, 0.75):
             cand = search.mixed_plan(lo + f * (hi - lo))
             if cand is not None:

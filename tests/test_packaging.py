@@ -3,6 +3,7 @@ and a user's own `models/` package that neither shadows nor mixes with ours."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -14,8 +15,14 @@ from conftest import ROOT
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
+    """The wheel, built from a copy of the source: setuptools builds in the source's ``build/``, and
+    pytest-xdist can give this module's two tests to two workers, whose builds there collided
+    ("File exists: build/bdist.../memplan-0.2.0.dist-info")."""
     out = tmp_path_factory.mktemp("wheel")
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+    src = tmp_path_factory.mktemp("source") / "memplan"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__", ".venv",
+                                                            ".whl", ".pytest_cache", ".hypothesis", "gpu_out"))
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
                        capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         pytest.fail(f"pip wheel failed: {r.stderr[-1500:]}")

@@ -325,17 +325,25 @@ def figure_budget(df, out: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(7, 4.6))
         batch = float(g["batch"].iloc[0]) if "batch" in g and g["batch"].notna().any() else 1.0
         for method, st in BUDGET_STYLE.items():
-            h = g[g["method"] == method].sort_values("peak_memory")
-            if h.empty:
+            rows = g[g["method"] == method].sort_values("peak_memory")
+            if rows.empty:
                 continue
             if method == "memplan":       # one star per distinct step (rows answered by the same step overlap)
-                h = h.drop_duplicates(subset=["peak_memory", "objective"])
-            thr = batch / h["objective"]
-            err = None              # the 95% interval of the median time, as throughput
-            if "time_low" in h and h["time_low"].notna().all() and h["time_high"].notna().all():
-                err = [(thr - batch / h["time_high"]).clip(lower=0), (batch / h["time_low"] - thr).clip(lower=0)]
-            ax.errorbar(h["peak_memory"] / 2**20, thr, yerr=err, fmt=st["fmt"], color=st["color"],
-                        label=st["label"], ms=st.get("ms", 5), capsize=2, lw=1)
+                rows = rows.drop_duplicates(subset=["peak_memory", "objective"])
+            # compiled-stage chains at several partitioner budgets: one line each (a line across them
+            # would join plans of different chains)
+            sfs = (sorted(rows["stage_fraction"].fillna(1.0).unique(), reverse=True)
+                   if method == "rotor-compiled" and "stage_fraction" in rows else [None])
+            for k, sf in enumerate(sfs):
+                h = rows if sf is None else rows[rows["stage_fraction"].fillna(1.0) == sf]
+                thr = batch / h["objective"]
+                err = None              # the 95% interval of the median time, as throughput
+                if "time_low" in h and h["time_low"].notna().all() and h["time_high"].notna().all():
+                    err = [(thr - batch / h["time_high"]).clip(lower=0), (batch / h["time_low"] - thr).clip(lower=0)]
+                label = st["label"] + (f", partitioner budget {sf:g}" if sf is not None and len(sfs) > 1 else "")
+                ax.errorbar(h["peak_memory"] / 2**20, thr, yerr=err, fmt=st["fmt"], color=st["color"],
+                            label=label, ms=st.get("ms", 5), capsize=2, lw=1, alpha=1.0 if k == 0 else 0.5)
+            h = rows
             if method == "pytorch":
                 for _, r in h.iterrows():
                     ax.annotate(f"{r['fraction']:g}", (r["peak_memory"] / 2**20, batch / r["objective"]),

@@ -14,10 +14,13 @@ step (``models.measure.interleaved``: every contender once per round in rotating
 wall clock between synchronizes, one sample the mean of ``--steps-per-sample`` steps), gradients
 against plain autograd (``torch.equal``; deterministic kernels).
 
-What the GPU run is for: the CUDA path (side stream, pinned buffers, events) has not run on a device;
-this checks its gradients, whether the caching allocator's peak follows the simulator's, and whether
-the transfers hide behind the computation as the simulated makespan says (a transfer starts at the
-operation boundary after its simulated start, so the measured time can only be later).
+What the GPU run is for: the CUDA path (side stream, pinned buffers, events) first ran on an H100 on
+2026-11-26 (``benchmarks/results/offload_exec_gpu_gpt2.csv``); this checks its gradients, whether the
+caching allocator's peak follows the simulator's, and whether the transfers hide behind the
+computation as the simulated makespan says (a transfer starts at the operation boundary after its
+simulated start). On CUDA both directions of the link are measured, and each schedule is also
+replayed with each direction's own speed (``predicted_time_two_way``; the solvers take one number,
+the slower).
 
     python benchmarks/bench_offload_exec.py --device cpu --quick            # a dry run, a minute
     python benchmarks/bench_offload_exec.py --device cuda --network gpt2    # GPT-2 small b8 s1024

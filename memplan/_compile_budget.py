@@ -1710,7 +1710,8 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         ``"chain-joint"``). True
         needs a CUDA device; ``'emulated'`` runs it on a CPU with the host emulated by memory the
         measurement does not see (for tests: the measured peak then leaves the host's bytes out, as a
-        GPU's would, but the copies cost what a memcpy costs). Its CUDA path has not yet run on a GPU.
+        GPU's would, but the copies cost what a memcpy costs). The executors' CUDA path ran on an H100
+        (``benchmarks/results/offload_exec_gpu_gpt2.csv``); as candidates here they have not yet.
     bandwidth : float, str or None
         The host link for ``offload`` (bytes/s or ``"12GB/s"``); None: measured on CUDA (the slower
         direction), all of the chain's saved bytes in one store-all step when emulated.

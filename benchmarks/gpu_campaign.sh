@@ -92,9 +92,8 @@ next)
     # (1) ResNet-50 b32's executed plans again: the executor no longer synchronizes per step (memplan's rows
     # had paid a drained queue that PyTorch's did not once samples held 5 steps), issue 27's 3% store-all
     # gap and 5% time model (hard limit 150 s); (2) ResNet-50's budget with time for the compiled stages
-    # (100 s was not enough: fraction 0.5 compiled in 51 s, then the stages) at PyTorch's 0.5 and 1
-    # (hard limit 270 s); (3) paper 001's schedules executed on GPT-2 small with the conversion fixed
-    # (DYNPROG's replay had said 1 GiB more than it holds; what is left of NEXT_TOTAL_S)
+    # (100 s was not enough: fraction 0.5 compiled in 51 s, then the stages) at PyTorch's 0.5 and 1, in
+    # what is left of NEXT_TOTAL_S. Paper 001's schedules with the fixed conversion: the offload step.
     mkdir -p "$OUTDIR" "$WORK"
     {
         t0=$(date +%s)
@@ -104,16 +103,12 @@ next)
             --out "$OUTDIR/runtime_gpu_resnet50.csv" --throughput "$OUTDIR/throughput_gpu_resnet50.csv" \
             --traces "$OUTDIR/runtime_traces_resnet50.json" --max-rounds 40 --timing-budget 80
         log "runtime_check exit status $?"
-        log "bench_budget ResNet-50 on cuda (hard limit 270 s)"
-        PYTHONUNBUFFERED=1 timeout 270 "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
-            --networks resnet50 --fractions "${NEXT_FRACTIONS:-0.5,1}" --search-time-limit 190 \
-            --deadline 250 --timing-budget 25 --max-rounds 30 --out "$OUTDIR/bench_budget_gpu_resnet50.csv"
-        log "bench_budget exit status $?"
         left=$(( ${NEXT_TOTAL_S:-560} - ($(date +%s) - t0) ))
-        log "bench_offload_exec gpt2 on cuda (hard limit $left s)"
-        PYTHONUNBUFFERED=1 timeout "$left" "$PY" "$ROOT/benchmarks/bench_offload_exec.py" --device cuda --network gpt2 \
-            --timing-budget $(( left / 3 )) --out "$OUTDIR/offload_exec_gpu_gpt2.csv"
-        log "bench_offload_exec exit status $?"
+        log "bench_budget ResNet-50 on cuda (hard limit $left s)"
+        PYTHONUNBUFFERED=1 timeout "$left" "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
+            --networks resnet50 --fractions "${NEXT_FRACTIONS:-0.5,1}" --search-time-limit $(( left - 110 )) \
+            --deadline $(( left - 20 )) --timing-budget 30 --max-rounds 30 --out "$OUTDIR/bench_budget_gpu_resnet50.csv"
+        log "bench_budget exit status $?"
         log "done"
     } 2>&1 | tee "$OUTDIR/campaign_next.log"
     ;;

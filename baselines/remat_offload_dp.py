@@ -1178,19 +1178,21 @@ def solve_remat_offload_dp(chain: Chain, memory: float, bandwidth: float | None,
 def solve_whole_transfers(chain: Chain, memory: float, bandwidth: float, *, slots: int = 50,
                           tries: int = 3) -> tuple[RematOffloadSchedule | None, str]:
     """The joint DP's schedule with each value's parts merged into one whole transfer
-    (:func:`memplan.models.remat_offload.coalesce_parts`: what an executor that moves whole values runs)
-    whose replay fits ``memory``: merged, a schedule can peak above the limit the DP kept (a whole
+    (:func:`memplan.models.remat_offload.coalesce_parts`, then
+    :func:`~memplan.models.remat_offload.whole_values`: a fraction of a value rounded up to the value,
+    a value moved in separate runs moved once: what an executor that moves whole values runs) whose
+    replay fits ``memory``: merged, a schedule can peak above the limit the DP kept (a whole
     offload frees at its end, a whole prefetch reserves at its start), so the DP is asked again below
     by the overshoot, ``tries`` times at most. Returns (the schedule, "") or (None, why)."""
-    from memplan.models.remat_offload import coalesce_parts
+    from memplan.models.remat_offload import coalesce_parts, whole_values
 
     target, peak = float(memory), None
     for _ in range(tries):
         sol = solve_remat_offload_dp(chain, target, bandwidth, slots=slots)
         if sol.schedule is None:
             return None, f"the joint DP has no schedule at {target:.6g} B ({sol.message})"
-        sched = coalesce_parts(sol.schedule, chain)
         try:
+            sched = whole_values(coalesce_parts(sol.schedule, chain), chain, bandwidth)
             peak = simulate_remat_offload(chain, sched, bandwidth).peak_memory
         except ValueError as e:
             return None, f"merged into whole transfers it does not replay ({str(e).splitlines()[0][:160]})"

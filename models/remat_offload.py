@@ -420,6 +420,54 @@ def coalesce_parts(schedule: RematOffloadSchedule, chain: Chain) -> RematOffload
     return RematOffloadSchedule(ops=list(schedule.ops), release=list(schedule.release), transfers=out)
 
 
+def whole_values(schedule: RematOffloadSchedule, chain: Chain, bandwidth, rounds: int = 3) -> RematOffloadSchedule:
+    """``schedule`` (its parts merged, :func:`coalesce_parts`) with every trip of a value to the host and
+    back made of one whole transfer each way: the first offload of the trip moves the whole value
+    stored at its index (``wa[j]`` for a^j, ``wabar[j]`` for abar^j, at the operation boundary where
+    it is issued, as :func:`models.runtime_offload.plan_joint` finds it), later offloads of the same
+    index before its prefetch are left out, and the first prefetch brings the whole value back (later
+    ones left out). The joint DP's fluid moves a fraction of a value, or a value in separate runs;
+    an executor moves storages whole. Rounding up frees more memory at the offload's end but
+    reserves more at the prefetch's start and keeps the link busy longer, so replay the result with
+    the limit. The boundaries depend on the replay's times, which the rounding changes: repeated
+    until nothing changes, ``rounds`` times at most (then returned as it is, for the replay to judge)."""
+    L = chain.L
+    ops = list(schedule.ops)
+    n = len(ops)
+    states = remat_states(ops, L)
+    cur = schedule
+    for _ in range(rounds):
+        rep = simulate_remat_offload(chain, cur, bandwidth)
+        times = list(rep.op_start) + [rep.makespan]
+        eps = 1e-9 * max([1e-12] + [abs(t) for t in times] + [abs(t) for t in rep.transfer_end])
+        out: list[Transfer] = []
+        trip: dict[int, str] = {}          # index -> "off" (an offload kept, no prefetch yet) / "pre"
+        prev = 0
+        changed = False
+        for q, t in enumerate(cur.transfers):
+            j = t.index
+            b = next((k for k in range(n + 1) if times[k] >= rep.transfer_start[q] - eps), n)
+            if t.kind == "offload":
+                readers = [p for p in range(n) if j in _inputs(*ops[p]) and rep.op_start[p] < rep.transfer_end[q] - eps]
+                if readers:
+                    b = max(b, readers[-1] + 1)
+            b = max(b, prev)
+            prev = b
+            if (t.kind == "offload" and trip.get(j) == "off") or (t.kind == "prefetch" and trip.get(j) == "pre"):
+                changed = True             # a later run of a value already on its way: merged into the first
+                continue
+            st = states[b][j] if 0 <= j <= L else 0
+            whole = float(chain.wa[j] if st == 1 else chain.wabar[j]) if st else float(t.nbytes)
+            if abs(t.nbytes - whole) > 1e-9 * max(1.0, whole):
+                changed = True
+            out.append(Transfer(t.kind, j, whole, release=t.release, part=0))
+            trip[j] = "off" if t.kind == "offload" else "pre"
+        cur = RematOffloadSchedule(ops=list(ops), release=list(schedule.release), transfers=out)
+        if not changed:
+            break
+    return cur
+
+
 def remat_states(ops: Sequence[tuple[str, int]], L: int) -> list[list[int]]:
     """The stored value at each index (0 nothing, 1 a^l, 2 abar^l) before each operation and after the
     last (Table 1 of paper 004, as :func:`models.remat.simulate_remat`; the sequence is checked there)."""

@@ -57,3 +57,46 @@ def test_a_link_with_two_speeds():
     slow_in = run((4.0, 2.0))           # the prefetch takes 2 s
     assert slow_in.transfer_start == [1.0, 2.0] and slow_in.transfer_end == [2.0, 4.0]
     assert slow_in.makespan >= one.makespan
+
+
+def test_whole_values_round_up_a_part_and_merge_separate_runs():
+    """The docstring's two-stage chain (a^0 = 4 B, read by F^1 and B^1): an offload of a^0 in two
+    separate runs of 1 B and 2 B becomes one offload of all 4 B at the first run's place, and the
+    prefetch's two runs one whole prefetch at the first one's place."""
+    from memplan.models.chain import Chain
+    from memplan.models.remat_offload import RematOffloadSchedule, Transfer, whole_values
+
+    c = Chain.from_stages(uf=[1, 1], ub=[2, 2], wa=[4, 2, 2])
+    ops = [("F_all", 1), ("F_all", 2), ("F_all", 3), ("B", 3), ("B", 2), ("B", 1)]
+    moves = [Transfer("offload", 0, 1.0, release=1.0), Transfer("offload", 0, 2.0, release=1.5),
+             Transfer("prefetch", 0, 1.0, release=2.5), Transfer("prefetch", 0, 2.0, release=3.0)]
+    out = whole_values(RematOffloadSchedule(ops, transfers=moves), c, 100.0)
+    assert [(t.kind, t.index, t.nbytes, t.release) for t in out.transfers] == [
+        ("offload", 0, 4.0, 1.0), ("prefetch", 0, 4.0, 2.5)]
+    rep = simulate_remat_offload(c, out, 100.0)
+    assert rep.transfer_start == [1.0, 2.5] and rep.transfer_end == [1.04, 2.54]
+
+
+@pytest.mark.parametrize("frac", [0.05, 0.1, 0.2])
+def test_joint_dp_whole_transfers_are_what_the_executor_runs(frac):
+    """GPT-2 small's H100 profile at low memory, where the joint DP moves part of a value (the executor
+    refused the merged schedule on the H100, 'moves 1.31113e+08 B (part 0)'): solve_whole_transfers's
+    schedule replays within the limit and passes the executor's own check (plan_joint: whole values,
+    an offload then a prefetch per trip)."""
+    pytest.importorskip("torch")
+    from memplan.baselines.remat_offload_dp import solve_whole_transfers
+    from memplan.baselines.remat_offload_min_memory import min_memory as joint_min_memory
+    from memplan.models.remat import simulate_remat, store_all_ops
+    from memplan.models.runtime_offload import plan_joint
+
+    chain = memplan.load_instance("gpt2-small-b8-s1024-h100").chain
+    beta = 49e9
+    lo, hi = joint_min_memory(chain, beta).value, simulate_remat(chain, store_all_ops(chain.L)).peak_memory
+    mem = float(int(lo + frac * (hi - lo)))
+    sched, why = solve_whole_transfers(chain, mem, beta)
+    assert sched is not None, why
+    assert simulate_remat_offload(chain, sched, beta).peak_memory <= mem
+    plan = plan_joint(chain, sched, beta)
+    for t, b in zip(sched.transfers, plan.issue):
+        st = plan.states[b][t.index]
+        assert t.nbytes == (chain.wa if st == 1 else chain.wabar)[t.index]

@@ -94,7 +94,7 @@ COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic",
            "predicted_time", "predicted_time_profile", "measured_time", "time_rel_err", "time_min", "time_max",
            "time_low", "time_high",
            "repeats", "noisy",
-           "throughput", "predicted_throughput", "solve_seconds", "steps_per_sample"]
+           "throughput", "predicted_throughput", "solve_seconds", "steps_per_sample", "cuda_segments_after_round_1"]
 THROUGHPUT_COLUMNS = ["device", "gpu", "clock", "network", "batch", "input", "L", "strategy", "segments", "memory_limit",
                       "status", "grads_equal", "predicted_peak", "measured_peak", "predicted_time",
                       "predicted_time_profile", "measured_time", "time_low", "time_high", "rounds", "noisy", "throughput", "rotor_gain",
@@ -218,8 +218,10 @@ class Case:
         from memplan.models.measure import mean_of_steps
 
         m["times"] = []
-        self._contenders[tag] = (mean_of_steps(fn, self.steps, sync=lambda: _sync(self.device), clock=self.clock,
-                                               before=self._clear_grads), m)
+        once = mean_of_steps(fn, self.steps, sync=lambda: _sync(self.device), clock=self.clock, before=self._clear_grads)
+        if self.device.startswith("cuda"):
+            once = _counting_segments(once, self.device, m.setdefault("cuda_segments", []))
+        self._contenders[tag] = (once, m)
 
     def time_all(self, progress=print) -> None:
         """Time every registered run (plans, store-all, autograd, checkpoint_sequential) in alternation,
@@ -352,6 +354,21 @@ class Case:
         return m
 
 
+def _counting_segments(once, device: str, out: list):
+    """``once`` (a timed sample) that also appends how many segments the CUDA caching allocator newly
+    obtained from the driver (``cudaMalloc``, which synchronizes) during the sample: once the first
+    round has run, each contender's blocks should be cached and this 0; a sample that still grows the
+    cache pays a driver call inside its timing (a diagnosis of the GPU rows' spread)."""
+    import torch
+
+    def counted() -> float:
+        before = torch.cuda.memory_stats(device).get("segment.all.allocated", 0)
+        t = once()
+        out.append(int(torch.cuda.memory_stats(device).get("segment.all.allocated", 0) - before))
+        return t
+    return counted
+
+
 def _rel(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else a / b - 1
 
@@ -381,7 +398,8 @@ def _row(env: dict, case: Case, det: str, fraction: float, limit: float, method:
                    time_min=min(m["times"]), time_max=max(m["times"]), throughput=case.batch / t,
                    time_low=m.get("time_low"), time_high=m.get("time_high"), repeats=len(m["times"]),
                    noisy=m.get("noisy"),
-                   within_limit=(m["measured_peak"] <= limit) if is_plan else None)
+                   within_limit=(m["measured_peak"] <= limit) if is_plan else None,
+                   cuda_segments_after_round_1=sum(m["cuda_segments"][1:]) if m.get("cuda_segments") else None)
         row["peak_rel_err"] = _rel(m["measured_peak"], row.get("predicted_peak"))
         row["time_rel_err"] = _rel(t, row.get("predicted_time"))
     return row

@@ -128,3 +128,18 @@ def test_a_sample_is_the_mean_of_its_steps():
     assert once() == pytest.approx((1 + 2 + 3) / 3)
     assert once() == pytest.approx((4 + 5 + 6) / 3)
     assert len(calls) == 6
+
+
+def test_runtime_check_counts_the_allocator_segments_a_sample_obtains(monkeypatch):
+    """On CUDA each timed sample also records how many segments the caching allocator newly obtained
+    from the driver during it (``segment.all.allocated`` before and after); the sample's time is
+    passed through."""
+    torch = pytest.importorskip("torch")
+    from memplan.experiments.runtime_check import _counting_segments
+
+    counts = iter([10, 12, 12, 12, 12, 13])
+    monkeypatch.setattr(torch.cuda, "memory_stats", lambda device=None: {"segment.all.allocated": next(counts)})
+    out = []
+    once = _counting_segments(lambda: 0.25, "cuda", out)
+    assert [once(), once(), once()] == [0.25, 0.25, 0.25]
+    assert out == [2, 0, 1]

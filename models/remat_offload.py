@@ -420,11 +420,34 @@ def coalesce_parts(schedule: RematOffloadSchedule, chain: Chain) -> RematOffload
     return RematOffloadSchedule(ops=list(schedule.ops), release=list(schedule.release), transfers=out)
 
 
+def issue_boundaries(schedule: RematOffloadSchedule, rep: RematOffloadReplay) -> list[int]:
+    """The operation boundary (0..len(ops): before that operation) at which an executor issues each
+    transfer of ``schedule``, from its replay ``rep``: the first boundary whose time is at or after the
+    transfer's simulated start; an offload of index j not before the boundary after the last
+    operation that reads j and starts before the offload's simulated end (it may not free what is
+    read); never before the previous transfer's (one link, list order)."""
+    ops = list(schedule.ops)
+    n = len(ops)
+    times = list(rep.op_start) + [rep.makespan]
+    eps = 1e-9 * max([1e-12] + [abs(t) for t in times] + [abs(t) for t in rep.transfer_end])
+    out: list[int] = []
+    prev = 0
+    for q, t in enumerate(schedule.transfers):
+        b = next((k for k in range(n + 1) if times[k] >= rep.transfer_start[q] - eps), n)
+        if t.kind == "offload":
+            readers = [p for p in range(n) if t.index in _inputs(*ops[p]) and rep.op_start[p] < rep.transfer_end[q] - eps]
+            if readers:
+                b = max(b, readers[-1] + 1)
+        prev = max(b, prev)
+        out.append(prev)
+    return out
+
+
 def whole_values(schedule: RematOffloadSchedule, chain: Chain, bandwidth, rounds: int = 3) -> RematOffloadSchedule:
     """``schedule`` (its parts merged, :func:`coalesce_parts`) with every trip of a value to the host and
     back made of one whole transfer each way: the first offload of the trip moves the whole value
     stored at its index (``wa[j]`` for a^j, ``wabar[j]`` for abar^j, at the operation boundary where
-    it is issued, as :func:`models.runtime_offload.plan_joint` finds it), later offloads of the same
+    it is issued, :func:`issue_boundaries`), later offloads of the same
     index before its prefetch are left out, and the first prefetch brings the whole value back (later
     ones left out). The joint DP's fluid moves a fraction of a value, or a value in separate runs;
     an executor moves storages whole. Rounding up frees more memory at the offload's end but
@@ -433,26 +456,15 @@ def whole_values(schedule: RematOffloadSchedule, chain: Chain, bandwidth, rounds
     until nothing changes, ``rounds`` times at most (then returned as it is, for the replay to judge)."""
     L = chain.L
     ops = list(schedule.ops)
-    n = len(ops)
     states = remat_states(ops, L)
     cur = schedule
     for _ in range(rounds):
-        rep = simulate_remat_offload(chain, cur, bandwidth)
-        times = list(rep.op_start) + [rep.makespan]
-        eps = 1e-9 * max([1e-12] + [abs(t) for t in times] + [abs(t) for t in rep.transfer_end])
+        bounds = issue_boundaries(cur, simulate_remat_offload(chain, cur, bandwidth))
         out: list[Transfer] = []
         trip: dict[int, str] = {}          # index -> "off" (an offload kept, no prefetch yet) / "pre"
-        prev = 0
         changed = False
-        for q, t in enumerate(cur.transfers):
+        for t, b in zip(cur.transfers, bounds):
             j = t.index
-            b = next((k for k in range(n + 1) if times[k] >= rep.transfer_start[q] - eps), n)
-            if t.kind == "offload":
-                readers = [p for p in range(n) if j in _inputs(*ops[p]) and rep.op_start[p] < rep.transfer_end[q] - eps]
-                if readers:
-                    b = max(b, readers[-1] + 1)
-            b = max(b, prev)
-            prev = b
             if (t.kind == "offload" and trip.get(j) == "off") or (t.kind == "prefetch" and trip.get(j) == "pre"):
                 changed = True             # a later run of a value already on its way: merged into the first
                 continue

@@ -93,7 +93,7 @@ import torch
 from .chain import _ARRAYS, Chain
 from .remat import store_all_ops
 from .remat_offload import coalesce_parts  # noqa: F401 (re-exported: it lived here first)
-from .remat_offload import _inputs, remat_states
+from .remat_offload import _inputs, issue_boundaries, remat_states
 from .remat_offload import (InvalidRematOffloadSchedule, RematOffloadReplay, RematOffloadSchedule, Transfer,
                             simulate_remat_offload)
 from .runtime import RuntimeResult, _plan, _Rng, _run_timed, _stage_info, _tracker_for
@@ -186,17 +186,12 @@ def plan_offload(chain: Chain, schedule: RematOffloadSchedule, bandwidth: float)
     Raises :class:`InvalidRematOffloadSchedule` with the reason."""
     _check_shape(chain, schedule)
     rep = simulate_remat_offload(chain, schedule, bandwidth)
-    n = len(schedule.ops)
     L = chain.L
     times = list(rep.op_start) + [rep.makespan]
-    eps = 1e-9 * max([1e-12] + [abs(t) for t in times] + [abs(t) for t in rep.transfer_end])
     issue: list[int] = []
-    prev = 0
-    for q, t in enumerate(schedule.transfers):
-        b = next((k for k in range(n + 1) if times[k] >= rep.transfer_start[q] - eps), n)
-        if t.kind == "offload":
-            b = max(b, t.index + 1)            # after F^{j+1} (operation j), the value's forward reader
-        b = max(b, prev)
+    # an offload of index j after F^{j+1} (operation j), the value's forward reader, which starts
+    # before the offload ends in every schedule the simulator accepts
+    for q, (t, b) in enumerate(zip(schedule.transfers, issue_boundaries(schedule, rep))):
         if t.kind == "prefetch":
             reader = 2 * L + 1 - t.index       # B^{j+1}: the first backward operation that reads index j
             if b > reader:
@@ -204,7 +199,6 @@ def plan_offload(chain: Chain, schedule: RematOffloadSchedule, bandwidth: float)
                     f"transfer {q} (prefetch of index {t.index}) would be issued at boundary {b}, after "
                     f"B^{t.index + 1} (operation {reader}) that reads it")
         issue.append(b)
-        prev = b
     return OffloadPlan(schedule=schedule, issue=issue, boundary_times=times, replay=rep)
 
 
@@ -397,19 +391,11 @@ def plan_joint(chain: Chain, schedule: RematOffloadSchedule, bandwidth: float | 
     rep = simulate_remat_offload(chain, schedule, bandwidth)
     states = remat_states(ops, L)
     times = list(rep.op_start) + [rep.makespan]
-    eps = 1e-9 * max([1e-12] + [abs(t) for t in times] + [abs(t) for t in rep.transfer_end])
     issue: list[int] = []
-    prev = 0
     away: dict[int, int] = {}           # index -> boundary of its pending offload
-    for q, t in enumerate(schedule.transfers):
+    for q, (t, b) in enumerate(zip(schedule.transfers, issue_boundaries(schedule, rep))):
         j = t.index
         where = f"transfer {q} ({t.kind} of index {j})"
-        b = next((k for k in range(n + 1) if times[k] >= rep.transfer_start[q] - eps), n)
-        if t.kind == "offload":
-            readers = [p for p in range(n) if j in _inputs(*ops[p]) and rep.op_start[p] < rep.transfer_end[q] - eps]
-            if readers:
-                b = max(b, readers[-1] + 1)
-        b = max(b, prev)
         st = states[b][j]
         if t.kind == "offload":
             if j in away:
@@ -441,7 +427,6 @@ def plan_joint(chain: Chain, schedule: RematOffloadSchedule, bandwidth: float | 
             if states[b][j] != states[o][j]:
                 raise InvalidRematOffloadSchedule(f"{where}: the value at index {j} changed while it was on the host")
         issue.append(b)
-        prev = b
     if away:
         j = sorted(away)[0]
         raise InvalidRematOffloadSchedule(f"index {j} is offloaded but never prefetched")

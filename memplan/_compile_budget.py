@@ -1300,7 +1300,10 @@ class BudgetSearch:
 
     def mixed_fit(self, budget: float, tries: int = 4) -> Candidate | None:
         """The per-stage plan for ``budget`` whose measured peak fits it, as :meth:`chain_fit` does for
-        one chain (the limit lowered by the largest excess seen, then by each new excess)."""
+        the compiled chains: the limit lowered by the largest excess seen, then by each new excess; where
+        the measured peak leaves more than 1% of the budget (the model takes each stage's largest forward
+        transient over the variants), solved once more with that slack added and the faster fitting
+        plan returned."""
         if not self._mixed_sources():
             return None
         limit = budget - max(0.0, self._moffset)
@@ -1309,6 +1312,10 @@ class BudgetSearch:
             if cand is None:
                 return None
             if cand.peak <= budget:
+                if budget - cand.peak > 0.01 * budget:
+                    up = self.mixed_plan(limit + budget - cand.peak)
+                    if up is not None and up.peak <= budget and up.step_time < cand.step_time:
+                        return up
                 return cand
             limit -= cand.peak - budget
         return None

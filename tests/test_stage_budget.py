@@ -221,3 +221,27 @@ def test_a_partitioner_budget_per_stage(case):
         sol = persistent(ch, predicted, slots=500)
         if sol.success:
             assert plan.value <= sol.objective * (1 + 1e-9)
+
+
+def test_per_stage_fit_lowers_on_excess_and_uses_slack(case, monkeypatch):
+    """mixed_fit, as chain_fit: a plan measured over the budget is solved again lower by the excess;
+    one that leaves more than 1% of the budget is solved again with that slack added, and the faster
+    fitting plan is returned (the per-stage plans measured here are stand-ins: peak and time by limit)."""
+    from memplan._compile_budget import Candidate
+
+    _, _, _, _, search = case
+    asked = []
+    plans = {1000.0: (1010, 1.0), 990.0: (950, 1.0), 1040.0: (995, 0.9)}   # limit -> (measured peak, time)
+
+    def fake(limit):
+        asked.append(limit)
+        peak, t = plans[limit]
+        return Candidate("rotor", float("nan"), peak, t, [t], 0.0, kind="chain-mixed", memory_limit=limit)
+
+    monkeypatch.setattr(search, "mixed_plan", fake)
+    monkeypatch.setattr(search, "_moffset", 0.0)
+    got = search.mixed_fit(1000)
+    assert asked == [1000.0, 990.0, 1040.0]             # over by 10: lower by 10; 50 of slack: up by 50
+    assert got.memory_limit == 1040.0 and got.peak <= 1000
+    plans[1040.0] = (995, 1.1)                          # the slack plan is slower: the first fitting one
+    assert search.mixed_fit(1000).memory_limit == 990.0

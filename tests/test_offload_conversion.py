@@ -8,6 +8,8 @@ other schedules were refused (a value freed while B reads it), where the GPU ran
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import memplan
 from memplan import offload
@@ -100,3 +102,34 @@ def test_joint_dp_whole_transfers_are_what_the_executor_runs(frac):
     for t, b in zip(sched.transfers, plan.issue):
         st = plan.states[b][t.index]
         assert t.nbytes == (chain.wa if st == 1 else chain.wabar)[t.index]
+
+
+@settings(max_examples=40, deadline=None)
+@given(L=st.integers(3, 6), seed=st.integers(0, 10_000), f=st.floats(0.0, 0.8), beta=st.sampled_from([0.5, 2.0, 8.0]))
+def test_whole_values_are_what_the_executor_accepts(L, seed, f, beta):
+    """On random chains, the joint DP's schedule merged (coalesce_parts) and made of whole values
+    (whole_values) is accepted by the joint executor's own check wherever it replays: every transfer
+    moves the whole value stored at its index, each trip an offload then a prefetch."""
+    pytest.importorskip("torch")
+    from memplan.baselines.remat_offload_dp import solve_remat_offload_dp
+    from memplan.baselines.remat_offload_min_memory import min_memory as joint_min_memory
+    from memplan.models.chain import random_chain
+    from memplan.models.remat import simulate_remat, store_all_ops
+    from memplan.models.remat_offload import InvalidRematOffloadSchedule, coalesce_parts, whole_values
+    from memplan.models.runtime_offload import plan_joint
+
+    c = random_chain(L, seed)
+    lo = joint_min_memory(c, beta).value
+    hi = simulate_remat(c, store_all_ops(c.L)).peak_memory
+    sol = solve_remat_offload_dp(c, float(lo + f * (hi - lo)) + 1, beta, slots=40)
+    if sol.schedule is None:
+        return
+    sched = whole_values(coalesce_parts(sol.schedule, c), c, beta)
+    try:
+        simulate_remat_offload(c, sched, beta)
+    except InvalidRematOffloadSchedule:
+        return                              # the replay refuses it; solve_whole_transfers then says why
+    plan = plan_joint(c, sched, beta)
+    for t, b in zip(sched.transfers, plan.issue):
+        st_ = plan.states[b][t.index]
+        assert t.nbytes == (c.wa if st_ == 1 else c.wabar)[t.index]

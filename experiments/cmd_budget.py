@@ -33,10 +33,10 @@ def _fractions(text: str) -> tuple[float, ...]:
 
 def _stage_fractions(text: str) -> tuple[float, ...]:
     try:
-        vals = tuple(float(v) for v in text.split(",") if v.strip() != "")
-    except ValueError:
+        vals = _fractions(text)                # numbers in [0, 1]; here also at least one, and distinct
+    except argparse.ArgumentTypeError:
         vals = ()
-    if not vals or any(not 0 <= v <= 1 for v in vals) or len(set(vals)) != len(vals):
+    if not vals or len(set(vals)) != len(vals):
         raise argparse.ArgumentTypeError(f"--stage-fractions {text!r}: expected distinct numbers in [0, 1] separated "
                                          f"by commas, e.g. 1,0.5 (1: the partitioner's own choice in every stage)")
     return vals

@@ -698,6 +698,13 @@ class BudgetSearch:
             ts = [self._timed_run(step, clock) for _ in range(int(self.repeats))]
         return peak, ts
 
+    def _measure_plan(self, step) -> tuple[int, list[float]]:
+        """A chain plan's step measured as :meth:`_measure_step` does, after a warm-up run (first-call
+        allocations, the gradients), the model's gradients and buffers put back afterwards."""
+        with _Preserved(self.model, self.params):
+            step(*self.inputs)
+            return self._measure_step(step, {})
+
     def _timed_run(self, step, clock) -> float:
         """Seconds of one ``step(*inputs)`` on ``clock``, between synchronizes on CUDA."""
         self._sync()
@@ -1103,20 +1110,24 @@ class BudgetSearch:
         return self._stages_step(ops, stages, own_loss if loss_stage is None else loss_stage)
 
     def _stages_step(self, ops: tuple, stages, loss_stage) -> Callable:
-        """A training step running ``ops`` on ``stages`` and ``loss_stage`` (the chains share one
-        targets holder)."""
-        import torch
-
+        """A training step running ``ops`` on ``stages`` and ``loss_stage``."""
         from memplan.models.runtime import execute
+
+        return self._executor_step(lambda x: execute(stages, loss_stage, x, list(ops), device=self.device,
+                                                     input_grad=False, sync=False))
+
+    def _executor_step(self, run: Callable) -> Callable:
+        """A training step ``step(*inputs, *targets)`` of an executor call ``run(x)`` (made with
+        ``sync=False``: no synchronize per step, as the compiled steps it is timed against): the
+        targets go to the holder the chains' loss stages share, the loss comes back as a tensor."""
+        import torch
 
         holder = self._chain[2]
         n = self.n_inputs
 
         def step(*args):
             holder[0] = tuple(args[n:])
-            # no synchronize per step (as the compiled steps it is timed against): the loss stays a tensor
-            res = execute(stages, loss_stage, args[0], list(ops), device=self.device, input_grad=False,
-                          sync=False)
+            res = run(args[0])
             return res.loss_tensor if res.loss_tensor is not None else torch.tensor(res.loss)
 
         return step
@@ -1158,9 +1169,7 @@ class BudgetSearch:
         if pkey in plans:
             return plans[pkey][0]
         step = self._chain_step(ops, loss_stage, sf if sf is not None else False)
-        with _Preserved(self.model, self.params):
-            step(*self.inputs)                     # a warm-up run (first-call allocations, gradients)
-            peak, ts = self._measure_step(step, {})
+        peak, ts = self._measure_plan(step)
         cand = Candidate("rotor", math.nan, peak, statistics.median(ts), ts, solve_time,
                          kind="chain" if sf is None else "chain-compiled",
                          memory_limit=float(limit), predicted_peak=float(sol.peak_memory), ops=ops, loss_chunks=k,
@@ -1256,9 +1265,7 @@ class BudgetSearch:
         if pkey in self.mixed_plans:
             return self.mixed_plans[pkey][0]
         step = self._stages_step(ops, stages, loss_stage)
-        with _Preserved(self.model, self.params):
-            step(*self.inputs)                     # a warm-up run (first-call allocations, gradients)
-            peak, ts = self._measure_step(step, {})
+        peak, ts = self._measure_plan(step)
         cand = Candidate("rotor", math.nan, peak, statistics.median(ts), ts, solve_time, kind="chain-mixed",
                          memory_limit=limit, predicted_peak=predicted, ops=ops, stage_fraction=math.nan,
                          stage_solver=self.stage_solver, per_stage=per_stage, loss_chunks=k,
@@ -1371,7 +1378,7 @@ class BudgetSearch:
     def joint_fit(self, budget: float, tries: int = 3) -> Candidate | None:
         """Paper 000's joint DP (re-materialization and offloading, :mod:`memplan.baselines.remat_offload_dp`,
         50 slots) on the offloading chain, its parts merged into whole transfers
-        (:func:`memplan.models.runtime_offload.coalesce_parts`) and replayed within the limit, executed
+        (:func:`memplan.baselines.remat_offload_dp.solve_whole_transfers`) and replayed within the limit, executed
         (:func:`~memplan.models.runtime_offload.execute_joint`) and measured (kind ``"chain-joint"``);
         see :meth:`_transfer_fit`."""
         return self._transfer_fit(budget, "chain-joint", tries)
@@ -1409,9 +1416,7 @@ class BudgetSearch:
                                                             for t in sched.transfers)))
             if key not in self.offload_plans:
                 step = self._transfer_step(sched, run)
-                with _Preserved(self.model, self.params):
-                    step(*self.inputs)                 # a warm-up run (first-call allocations, gradients)
-                    peak, ts = self._measure_step(step, {})
+                peak, ts = self._measure_plan(step)
                 predicted = float(predicted)
                 cand = Candidate("dynprog" if kind == "chain-offload" else "joint-dp", math.nan, peak,
                                  statistics.median(ts), ts, time.perf_counter() - t0, kind=kind,
@@ -1466,18 +1471,9 @@ class BudgetSearch:
                 float(simulate_remat(chain, store_all_ops(chain.L)).peak_memory), solve)
 
     def _transfer_step(self, sched, run: Callable) -> Callable:
-        import torch
-
-        stages, loss_stage, holder, chain, _, _ = self._offload
-        n, beta = self.n_inputs, self.bandwidth
-
-        def step(*args):
-            holder[0] = tuple(args[n:])
-            res = run(stages, loss_stage, args[0], sched, chain, beta, device=self.device, input_grad=False,
-                      sync=False)
-            return res.loss_tensor if res.loss_tensor is not None else torch.tensor(res.loss)
-
-        return step
+        stages, loss_stage, _, chain, _, _ = self._offload
+        return self._executor_step(lambda x: run(stages, loss_stage, x, sched, chain, self.bandwidth,
+                                                 device=self.device, input_grad=False, sync=False))
 
     def minimum(self) -> Candidate:
         """The candidate with the smallest measured peak (the chain's least-memory plan measured first)."""

@@ -468,7 +468,7 @@ def whole_values(schedule: RematOffloadSchedule, chain: Chain, bandwidth, rounds
             if (t.kind == "offload" and trip.get(j) == "off") or (t.kind == "prefetch" and trip.get(j) == "pre"):
                 changed = True             # a later run of a value already on its way: merged into the first
                 continue
-            st = states[b][j] if 0 <= j <= L else 0
+            st = states[b][j]                  # the replay checked that j is an index of the chain
             whole = float(chain.wa[j] if st == 1 else chain.wabar[j]) if st else float(t.nbytes)
             if abs(t.nbytes - whole) > 1e-9 * max(1.0, whole):
                 changed = True

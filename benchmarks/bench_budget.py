@@ -34,9 +34,11 @@ backward) is run by every contender:
   (x0.9, 0.75, 0.6, 0.5, ...) down to memplan's least measured peak.
 
 One measuring method for every row: the peak is :func:`memplan.models.memory.profiler_peak` (c10's CPU
-allocator, compiled code included; with ``--device cuda`` the caching allocator's ``max_memory_allocated``
-instead, for every row alike, each window from an emptied cache, the most of :data:`PEAK_WINDOWS`
-windows, ``peak_window_spread`` their difference) of one step after a warm-up step, parameters'
+allocator, compiled code included; with ``--device cuda`` the caching allocator's peak instead, for every
+row and for the search's decisions alike: ``--cuda-peak requested`` (the default, the bytes the tensors
+asked for, which do not depend on what the cache held before) or ``allocated`` (``max_memory_allocated``);
+the other is kept in ``peak_requested`` / ``peak_allocated``; each window from an emptied cache, the most
+of :data:`PEAK_WINDOWS` windows, ``peak_window_spread`` their difference) of one step after a warm-up step, parameters'
 gradients already allocated (the window of ``compile_under_budget``). ``search_peak``: a PyTorch
 fraction's peak as the search measured it. Times: every distinct step of a network runs once per
 round in rotating order (:func:`memplan.models.measure.interleaved`) on the CPU clock (process time, one
@@ -167,7 +169,8 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
                 stage_fractions=(1.0,), stage_solver: str = "memplan-peak", runtime_estimator: str = "flops",
                 timing_budget: float | None, clock_name: str, segments, progress=print, device: str = "cpu",
                 search_time_limit: float | None = None, deadline: float | None = None,
-                steps_per_sample: int | None = None, offload: bool = False) -> list[dict]:
+                steps_per_sample: int | None = None, offload: bool = False,
+                cuda_peak: str = "requested") -> list[dict]:
     """Every row of one network (see the module docstring). ``deadline``: a ``time.perf_counter()``
     value by which the timing rounds stop (at least two rounds), so that a caller under a hard limit
     still writes its table; rows cut short are marked ``noisy``. ``steps_per_sample``: steps run back
@@ -196,10 +199,10 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
     stats: dict[str, float] = {}
 
     def peak_of(fn) -> float:
-        # one method for every row: the CUDA caching allocator's statistics on a GPU, the profiler's
-        # view of c10's CPU allocator on the CPU (memplan._compile_budget._measure, as the search); on a
-        # GPU the peak of requested bytes is kept too (``peak_requested``: no rounding, no unsplit rest)
-        return float(_measure(fn, dev, stats))
+        # one method for every row: the CUDA caching allocator's statistics on a GPU (the peak chosen
+        # by cuda_peak, the search deciding on the same), the profiler's view of c10's CPU allocator on
+        # the CPU (memplan._compile_budget._measure, as the search); on a GPU both peaks are kept
+        return float(_measure(fn, dev, stats, cuda_peak=cuda_peak))
 
     loss_fn = classification_loss()     # a TokenLoss: the chain plans may chunk a language model's loss stage
 
@@ -208,6 +211,7 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
     base = {"problem": "budget", "instance": f"{name}-b{batch}-{'x'.join(map(str, spec['shape']))}",
             "network": name, "batch": batch, "input": "x".join(map(str, spec["shape"])),
             "clock": "wall (synchronized)" if cuda else clock_name,
+            "peak_measure": f"cuda {cuda_peak} bytes" if cuda else "cpu profiler (c10 allocator)",
             "backend": backend}
 
     def eager():
@@ -235,7 +239,8 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
                           solver_time_limit=30.0, time_limit=search_time_limit,
                           stage_fractions=stage_fractions, stage_solver=stage_solver,
                           runtime_estimator=runtime_estimator,
-                          progress=lambda line: progress(f"{name}: search: {line}"), offload=offload)
+                          progress=lambda line: progress(f"{name}: search: {line}"), offload=offload,
+                          cuda_peak=cuda_peak)
     grid_time = time.perf_counter() - t0
     progress(f"{name}: {len(search.compiled)} fractions compiled and measured, chain L = "
              f"{search.chain.L if search.chain else '-'} profiled ({search.profile_time:.1f} s), compiled stages "
@@ -346,6 +351,7 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
         r["peak_memory"] = max(windows)
         if cuda:
             r["peak_requested"] = stats["requested"]
+            r["peak_allocated"] = stats["allocated"]
             r["peak_window_spread"] = max(windows) - min(windows)
         for p in params:
             p.grad = None
@@ -396,6 +402,7 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
             rows.append({**base, **row, "same_as": same["label"], "_same": same["_tag"],
                          "peak_memory": same["peak_memory"], "peak_set_to_none": same.get("peak_set_to_none"),
                          "peak_requested": same.get("peak_requested"),
+                         "peak_allocated": same.get("peak_allocated"),
                          "peak_window_spread": same.get("peak_window_spread"),
                          "grads_equal": same["grads_equal"], "grad_rel_err": same["grad_rel_err"],
                          "grad_err_fp64": same.get("grad_err_fp64")})
@@ -555,6 +562,9 @@ def main(argv=None) -> int:
     p.add_argument("--offload", action="store_true", help="also offloading over the chain (paper 001 alone, paper 000 "
                    "with recomputation), executed (memplan.models.runtime_offload; --device cuda only: on a CPU the "
                    "host is the same memory)")
+    p.add_argument("--cuda-peak", default="requested", choices=["requested", "allocated"],
+                   help="--device cuda: the caching allocator's peak for every row and for the search's decisions "
+                        "(default requested: the same in every window; allocated: max_memory_allocated)")
     p.add_argument("--min-rounds", type=int, default=None)
     p.add_argument("--max-rounds", type=int, default=None)
     p.add_argument("--timing-budget", type=float, default=None, help="seconds of timing rounds per network")
@@ -648,7 +658,7 @@ def main(argv=None) -> int:
                             segments=(2, 4), device=a.device, search_time_limit=a.search_time_limit,
                             stage_fractions=stage_fractions, stage_solver=a.stage_solver,
                             runtime_estimator=a.runtime_estimator, deadline=deadline,
-                            steps_per_sample=a.steps_per_sample, offload=a.offload)
+                            steps_per_sample=a.steps_per_sample, offload=a.offload, cuda_peak=a.cuda_peak)
         print(f"{n}: done in {time.perf_counter() - t1:.0f} s", flush=True)
         write_csv(kept + rows, out)
     lines = [f"bench_budget {' '.join(sys.argv[1:] if argv is None else argv)} (torch {torch.__version__}, "

@@ -70,7 +70,8 @@ def _cmd_budget(args: argparse.Namespace) -> int:
         solver=args.solver, fractions=args.fractions, repeats=args.repeats, time_limit=args.time_limit,
         chain=not args.no_chain, compiled_stages=not args.no_compiled_stages,
         runtime_estimator=args.runtime_estimator, stage_fractions=args.stage_fractions,
-        stage_solver=args.stage_solver, progress=_progress_printer(args.progress), offload=args.offload, bandwidth=args.bandwidth)
+        stage_solver=args.stage_solver, progress=_progress_printer(args.progress), offload=args.offload, bandwidth=args.bandwidth,
+        cuda_peak=args.cuda_peak)
     print(f"{key}, batch {args.batch}, input {'x'.join(map(str, shape))}, on {args.device}, "
           f"{args.threads} thread(s)")
     print(step.report())
@@ -121,6 +122,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--offload", action="store_true", help="also offloading over the chain (paper 001 alone, and paper "
                    "000 with recomputation), executed and measured (--device cuda only)")
     p.add_argument("--bandwidth", default=None, help="the host link for --offload, e.g. 25GB/s (default: measured)")
+    p.add_argument("--cuda-peak", choices=["requested", "allocated"], default="requested",
+                   help="--device cuda: the caching allocator's peak compared with the budget, the bytes the "
+                        "tensors asked for (default; the same in every window) or max_memory_allocated")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="a line on stderr as each part of the search ends (default: when stderr is a terminal)")
     p.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default 1)")

@@ -62,6 +62,8 @@ RETIME_MOST = 4
 #: out (:meth:`BudgetSearch.under`): the same step's peak can differ by an allocator block or a
 #: workspace between two windows, and a budget set to a measured peak sits exactly on that edge
 PEAK_RECHECK = 0.01
+#: the CUDA caching allocator's peaks a search can decide on (:func:`_measure`)
+CUDA_PEAKS = ("requested", "allocated")
 
 
 def _solver_base():
@@ -340,6 +342,7 @@ class BudgetedStep:
     compiled_chain_note: str = ""     # why chain plans with compiled stages were not tried (or their loss stage is eager)
     compiled_loss_chunks_note: str = ""   # why the compiled-stage chain has no (or one fewer) chunked loss stage
     offload_note: str = ""            # offload asked for: why a budget got no offloading candidate
+    peak_measure: str = ""            # what every peak here is: the CUDA allocator's requested or allocated peak, or the CPU profiler's
     _fn: Callable = field(repr=False, default=None)
     _config: dict = field(repr=False, default_factory=dict)
 
@@ -361,7 +364,8 @@ class BudgetedStep:
                 else f"chose {self.choice.label if self.choice else 'a chain plan'}")
         lines = [f"budget {fmt_memory(self.budget)}: {what} "
                  f"(peak {fmt_memory(self.peak)}, step {self.step_time * 1e3:.2f} ms), "
-                 f"backend {self.backend}, solver {self.solver}, search {self.search_time:.1f} s"]
+                 f"backend {self.backend}, solver {self.solver}, search {self.search_time:.1f} s"
+                 + (f"; peaks: {self.peak_measure}" if self.peak_measure else "")]
         for c in self.candidates:
             lines.append(f"  {c.label:<32} peak {fmt_memory(c.peak):>10}  step "
                          f"{c.step_time * 1e3:8.2f} ms  {'compile' if c.kind == 'compiled' else 'solve  '} "
@@ -394,10 +398,21 @@ def _fresh_step(model, loss_fn, n_inputs: int, tag: str):
     return fresh
 
 
-def _measure(run, device, stats: dict | None = None) -> int:
-    """The measured peak of ``run()`` (bytes above what existed before it); on CUDA ``stats``, when
-    given, also receives ``"requested"``: the peak of the bytes callers asked for
-    (:attr:`memplan.models.memory.CudaMemoryTracker.requested_peak`)."""
+def _measure(run, device, stats: dict | None = None, cuda_peak: str = "requested") -> int:
+    """The measured peak of ``run()`` (bytes above what existed before it). On CUDA, ``cuda_peak``
+    says which of the caching allocator's peaks: ``"requested"`` (the bytes the tensors asked for,
+    :attr:`memplan.models.memory.CudaMemoryTracker.requested_peak`) or ``"allocated"``
+    (``max_memory_allocated``: those bytes rounded to 512 and, where a cached block was reused
+    without being split, its unsplit rest, under 1 MiB per block). ``stats``, when given, receives
+    both (``"requested"``, ``"allocated"``). On a CPU there is one method (the profiler's view of
+    c10's allocator) and ``cuda_peak`` is not used.
+
+    Why requested is the default: the allocated peak of one step depends on what the cache held
+    before the window (which blocks get reused unsplit), so the same step measured in two windows of
+    one process differed by up to 0.09% on an H100 (ResNet-50, batch 32: 1,578,223,104 B in the
+    benchmark's window, 1,578,419,712 and 1,579,664,896 B in the search's), and a budget set to
+    one window's reading refused the very step measured there. The requested bytes leave that out
+    and depend only on the tensors the step creates."""
     from memplan.models.memory import CudaMemoryTracker, profiler_peak
 
     if device.type == "cuda":               # max_memory_allocated - base, after synchronizes
@@ -410,12 +425,16 @@ def _measure(run, device, stats: dict | None = None) -> int:
 
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
+        if cuda_peak not in CUDA_PEAKS:
+            raise InputError(f"compile_under_budget: cuda_peak {cuda_peak!r} is unknown; use one of "
+                             f"{', '.join(CUDA_PEAKS)}")
         with CudaMemoryTracker(device) as tr:
             run()
             tr.sync()
+            both = {"requested": int(tr.requested_peak), "allocated": int(tr.peak)}
             if stats is not None:
-                stats["requested"] = float(tr.requested_peak)
-            return int(tr.peak)
+                stats.update({k: float(v) for k, v in both.items()})
+            return both[cuda_peak]
     if device.type != "cpu":
         raise InputError(f"compile_under_budget: cannot measure memory on device {device.type!r} (cpu or cuda)")
     _, peak, _ = profiler_peak(run)
@@ -499,9 +518,15 @@ class BudgetSearch:
                  chain: bool = True, compiled_stages: bool = True,
                  stage_fractions: Sequence[float] = (1.0,), stage_solver: str = "memplan-peak",
                  runtime_estimator: str = "flops", progress: Callable[[str], None] | None = None,
-                 offload: bool | str = False, bandwidth: float | str | None = None):
+                 offload: bool | str = False, bandwidth: float | str | None = None,
+                 cuda_peak: str = "requested"):
         import torch
 
+        if cuda_peak not in CUDA_PEAKS:
+            raise InputError(f"compile_under_budget: cuda_peak {cuda_peak!r} is unknown; use one of "
+                             f"{', '.join(CUDA_PEAKS)} (which of the CUDA caching allocator's peaks the "
+                             "budget is compared with)")
+        self.cuda_peak = cuda_peak
         if runtime_estimator not in RUNTIME_ESTIMATORS:
             raise InputError(f"compile_under_budget: runtime_estimator {runtime_estimator!r} is unknown; use one of "
                              f"{', '.join(RUNTIME_ESTIMATORS)}")
@@ -559,6 +584,8 @@ class BudgetSearch:
         if not self.params:
             raise InputError("compile_under_budget: the model has no parameter that requires a gradient")
         self.device = self.params[0].device
+        self.peak_measure = (f"the CUDA caching allocator's {cuda_peak} bytes" if self.device.type == "cuda"
+                             else "the profiler's view of c10's CPU allocator")
         if offload is True and self.device.type != "cuda":
             raise InputError("compile_under_budget: offload=True needs the model on a CUDA device: on a CPU the "
                              "host is the same memory (offload='emulated' runs the plans with the host emulated, "
@@ -694,7 +721,7 @@ class BudgetSearch:
 
         clock = self._clock()
         with fconfig.patch(**cfg):
-            peak = _measure(lambda: step(*self.inputs), self.device)
+            peak = _measure(lambda: step(*self.inputs), self.device, cuda_peak=self.cuda_peak)
             ts = [self._timed_run(step, clock) for _ in range(int(self.repeats))]
         return peak, ts
 
@@ -1506,7 +1533,7 @@ class BudgetSearch:
         step, cfg = self._runner(cand)
         with fconfig.patch(**cfg):
             step(*self.inputs)
-            return _measure(lambda: step(*self.inputs), self.device)
+            return _measure(lambda: step(*self.inputs), self.device, cuda_peak=self.cuda_peak)
 
     def _retime(self, fitting: list[Candidate]) -> None:
         """Time the fitting candidates within :data:`RETIME_MARGIN` of the fastest (the
@@ -1584,7 +1611,7 @@ class BudgetSearch:
                 peak, ts = self._measure_step(step, cfg)
                 if self.device.type == "cuda" and peak <= budget:     # a second window: see PEAK_RECHECK
                     with fconfig.patch(**cfg):
-                        peak = max(peak, _measure(lambda: step(*self.inputs), self.device))
+                        peak = max(peak, _measure(lambda: step(*self.inputs), self.device, cuda_peak=self.cuda_peak))
                 if peak > budget:
                     self.rechecked.append((f"{choice.label} (chosen)", choice.peak, peak))
                 if peak <= budget:
@@ -1594,7 +1621,7 @@ class BudgetSearch:
                                         compiled_chain_note=self.compiled_chain_note,
                                         compiled_loss_chunks_note=self.compiled_loss_chunks_note,
                                         offload_note=self.offload_note if self.offload else "",
-                                        _fn=step, _config=cfg)
+                                        peak_measure=self.peak_measure, _fn=step, _config=cfg)
         raise InfeasibleError(
             f"memory {fmt_memory(budget)}: every candidate that fitted measured above it when run again{untried}",
             minimum=min(c.peak for c in cands))
@@ -1627,7 +1654,8 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
                          compiled_stages: bool = True, stage_fractions: Sequence[float] = (1.0,),
                          stage_solver: str = "memplan-peak", runtime_estimator: str = "flops",
                          progress: Callable[[str], None] | None = None, offload: bool | str = False,
-                         bandwidth: float | str | None = None) -> BudgetedStep:
+                         bandwidth: float | str | None = None,
+                         cuda_peak: str = "requested") -> BudgetedStep:
     """A training step of ``model`` whose measured peak memory fits ``memory`` bytes: the fastest of
     ``torch.compile`` at PyTorch's budget fractions and memplan's chain plans.
 
@@ -1722,6 +1750,13 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         Called with one line of text as each part of the search ends (a fraction compiled and measured,
         the chain profiled, the compiled stages profiled, fractions left out by ``time_limit``): a
         search on a GPU can take minutes. ``memplan budget`` prints the lines on stderr.
+    cuda_peak : {'requested', 'allocated'}
+        On CUDA, which of the caching allocator's peaks is compared with the budget, for every
+        candidate alike: the bytes the step's tensors asked for (``requested_bytes``, the default:
+        the same in every measuring window), or ``max_memory_allocated`` (those bytes rounded to 512,
+        plus the unsplit rest of reused cached blocks, which depends on what ran before: up to 0.09%
+        apart between two windows of one step on an H100). The other is kept in the report. Not used
+        on a CPU (one method there).
 
     The search runs training steps on ``model``; the parameters' gradients and the model's buffers are
     restored when it ends (the parameters themselves do not change: there is no optimizer step). A
@@ -1745,5 +1780,5 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
                           solver_time_limit=solver_time_limit, time_limit=time_limit, chain=chain,
                           compiled_stages=compiled_stages, stage_fractions=stage_fractions,
                           stage_solver=stage_solver, runtime_estimator=runtime_estimator, progress=progress,
-                          offload=offload, bandwidth=bandwidth)
+                          offload=offload, bandwidth=bandwidth, cuda_peak=cuda_peak)
     return search.under(budget)

@@ -133,10 +133,15 @@ class CudaMemoryTracker:
     def requested_peak(self) -> int:
         """The peak of the bytes callers asked for (the allocator's ``requested_bytes``), above the
         base: unlike ``peak`` it leaves out the 512-byte rounding and a cached block's unsplit rest
-        (under 1 MiB), which depend on what the cache held before. An H100 measured one ResNet-50 plan
-        at 729,164,288 and 729,950,720 allocated bytes in two windows; this is recorded beside it to
-        tell the two apart."""
-        return int(torch.cuda.memory_stats(self.device).get("requested_bytes.all.peak", 0) - self.base_requested)
+        (under 1 MiB), the latter depending on what the cache held before. An H100 measured one
+        ResNet-50 plan at 729,164,288 and 729,950,720 allocated bytes in two windows. Raises
+        RuntimeError where this build of torch keeps no ``requested_bytes`` statistic (a missing
+        statistic read as 0 would let every step fit any budget)."""
+        stats = torch.cuda.memory_stats(self.device)
+        if "requested_bytes.all.peak" not in stats:
+            raise RuntimeError("this build of torch's CUDA caching allocator keeps no requested_bytes "
+                               "statistic: measure the allocated peak instead (cuda_peak='allocated')")
+        return int(stats["requested_bytes.all.peak"] - self.base_requested)
 
     def reset_peak(self) -> None:
         torch.cuda.synchronize(self.device)

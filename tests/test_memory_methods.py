@@ -69,3 +69,79 @@ def test_cuda_tracker_holds_the_cyclic_collector_during_its_window(monkeypatch):
         assert not gc.isenabled()
     finally:
         gc.enable() if was else gc.disable()
+
+
+class _FakeAllocator:
+    """A stand-in for the CUDA caching allocator's counters (no GPU on this machine): the step run in a
+    window allocates ``step_bytes`` requested bytes, which the allocator rounds up and, reusing an
+    unsplit cached block, inflates by ``rest`` bytes, a figure that depends on the window."""
+
+    def __init__(self, base=1000, base_requested=900, step_bytes=5000, rest=0, requested_stat=True):
+        self.base, self.base_requested = base, base_requested
+        self.step_bytes, self.rest, self.requested_stat = step_bytes, rest, requested_stat
+        self.peak, self.peak_requested = base, base_requested
+
+    def run(self):
+        self.peak = max(self.peak, self.base + -(-self.step_bytes // 512) * 512 + self.rest)
+        self.peak_requested = max(self.peak_requested, self.base_requested + self.step_bytes)
+
+    def install(self, monkeypatch):
+        import torch
+
+        def stats(*a):
+            out = {"requested_bytes.all.current": self.base_requested}
+            if self.requested_stat:
+                out["requested_bytes.all.peak"] = self.peak_requested
+            return out
+
+        def reset(*a):
+            self.peak, self.peak_requested = self.base, self.base_requested
+
+        for name, fn in {"synchronize": lambda *a: None, "empty_cache": lambda *a: None,
+                         "memory_allocated": lambda *a: self.base, "memory_stats": stats,
+                         "reset_peak_memory_stats": reset, "max_memory_allocated": lambda *a: self.peak}.items():
+            monkeypatch.setattr(torch.cuda, name, fn)
+
+
+def test_cuda_peak_choice_requested_is_the_same_in_every_window(monkeypatch):
+    """``_measure`` on CUDA (the search's and bench_budget's one method): ``cuda_peak="requested"`` gives
+    the bytes the step asked for whatever unsplit rest the allocator counted in that window, so the
+    same step measured in two windows compares equal with a budget set to either reading;
+    ``"allocated"`` gives max_memory_allocated above the base (rounded to 512 B, the rest included);
+    ``stats`` receives both; an unknown choice is an InputError naming the two."""
+    from memplan._compile_budget import _measure
+    from memplan.models.solution import InputError
+
+    fake = _FakeAllocator(step_bytes=5000)
+    fake.install(monkeypatch)
+    dev = torch.device("cuda")
+    readings = []
+    for rest in (0, 196_608, 1_441_792):          # the three H100 windows of ResNet-50's fraction 0.5
+        fake.rest = rest
+        stats = {}
+        req = _measure(fake.run, dev, stats, cuda_peak="requested")
+        readings.append((req, stats["allocated"]))
+        assert _measure(fake.run, dev, cuda_peak="allocated") == 5120 + rest
+    assert [r for r, _ in readings] == [5000, 5000, 5000]
+    assert [a for _, a in readings] == [5120, 5120 + 196_608, 5120 + 1_441_792]
+    with pytest.raises(InputError, match="requested, allocated"):
+        _measure(fake.run, dev, cuda_peak="reserved")
+
+
+def test_cuda_requested_peak_missing_statistic_is_an_error_not_zero(monkeypatch):
+    """A torch whose allocator keeps no requested_bytes would read as a peak of 0 (every step fits
+    every budget): the tracker refuses instead and names the other choice."""
+    from memplan._compile_budget import _measure
+
+    _FakeAllocator(requested_stat=False).install(monkeypatch)
+    with pytest.raises(RuntimeError, match="cuda_peak='allocated'"):
+        _measure(lambda: None, torch.device("cuda"), cuda_peak="requested")
+
+
+def test_budget_search_refuses_an_unknown_cuda_peak():
+    import memplan
+    from memplan.models.solution import InputError
+
+    m = torch.nn.Linear(4, 1)
+    with pytest.raises(InputError, match="cuda_peak 'max'.*requested, allocated"):
+        memplan.compile_under_budget(m, (torch.randn(2, 4),), "1MiB", cuda_peak="max")

@@ -22,7 +22,12 @@ Proposition 1 (:func:`models.offload.no_wait_schedule`) and returns a :class:`So
 * :func:`vdnn`, :func:`tflms`, :func:`autoswap` -- the peers of section 6 (see each docstring).
 * :func:`exhaustive` -- every offloaded set and every pair of transfer orders (tests, tiny chains).
 
-Every function takes ``(chain, memory, bandwidth, ...)`` in that order (bytes, bytes/s). The searches
+Every function takes ``(chain, memory, bandwidth, ...)`` in that order (bytes, bytes/s). ``bandwidth``
+may also be a pair ``(to_host, to_device)`` (:func:`models.offload.link_speeds`): offloads last
+``|x_j|/beta_out``, prefetches ``|x_j|/beta_in``. Every schedule is then built and replayed with the two
+speeds; where the paper's reasoning needs one speed it is said in the function's docstring (GREEDY's
+fractional bound is not used as a bound; Algorithm 1's states count forward bytes at ``beta_out`` and
+backward bytes at ``beta_in``). The searches
 (:func:`dynprog`, :func:`vdnn`, :func:`tflms`, :func:`autoswap`) take a keyword ``time_limit`` (seconds)
 and keep the best schedule found when it runs out; :mod:`memplan.offload` gives each a share of the
 call's budget. Memory below :func:`models.offload.min_feasible_memory` raises :class:`InfeasibleError`.
@@ -52,8 +57,8 @@ import numpy as np
 
 from memplan.models.chain import Chain
 from memplan.models.offload import (PROBLEM, NoWaitInfeasible, OffloadData, OffloadSchedule, fractional_makespan,
-                                    lower_bound_value, make_solution, min_feasible_memory, no_wait_schedule,
-                                    peak_memory_no_offload, validate_offload)
+                                    has_link, link_speeds, lower_bound_value, make_solution, min_feasible_memory,
+                                    no_wait_schedule, peak_memory_no_offload, same_speed, validate_offload)
 from memplan.models.solution import InfeasibleError, Solution, Status
 
 __all__ = ["lower_bound", "fractional_makespan", "greedy", "dynprog_sets", "dynprog",
@@ -61,12 +66,16 @@ __all__ = ["lower_bound", "fractional_makespan", "greedy", "dynprog_sets", "dynp
 
 
 # ----------------------------------------------------------------------------------------- helpers
-def _check(chain: Chain, memory: float, bandwidth: float | None) -> None:
+def _check(chain: Chain, memory: float, bandwidth) -> None:
     mf = min_feasible_memory(chain)
     if memory < mf * (1 - 1e-12):
         raise InfeasibleError(f"memory limit {memory:.6g} B is below the minimum feasible memory {mf:.6g} B "
                               "(an operation's own inputs, outputs and temporary memory)", minimum=mf)
-    if memory < peak_memory_no_offload(chain) and not (bandwidth and bandwidth > 0 and math.isfinite(bandwidth)):
+    try:
+        link_speeds(bandwidth)
+    except (TypeError, ValueError):
+        raise ValueError(f"bandwidth must be bytes/s or a pair (to the host, to the device), got {bandwidth!r}") from None
+    if memory < peak_memory_no_offload(chain) and not has_link(bandwidth):
         raise ValueError("offloading needs the link bandwidth (bytes/s): give --bandwidth or a platform "
                          "bandwidth in the instance")
 
@@ -100,7 +109,8 @@ def lower_bound(chain: Chain, memory: float, bandwidth: float | None) -> Solutio
 def greedy(chain: Chain, memory: float, bandwidth: float) -> Solution:
     """GREEDY (section 4): offload ``x_0..x_k``, the smallest prefix of at least ``M_peak - M`` bytes,
     no-wait and ordered. ``details['fractional']`` holds the optimal fractional value (Theorem 2), also
-    used as the ``bound`` (it is a valid lower bound for Problem 1)."""
+    used as the ``bound`` (it is a valid lower bound for Problem 1) when the link has one speed; with
+    two the bound is LB (Theorem 2 is proven for one rate)."""
     _check(chain, memory, bandwidth)
     t0 = time.perf_counter()
     d = OffloadData.of(chain)
@@ -116,7 +126,7 @@ def greedy(chain: Chain, memory: float, bandwidth: float) -> Solution:
         if res is not None:
             best, k_used = res[0], k
             break
-    bound = max(lb, frac)
+    bound = max(lb, frac) if same_speed(bandwidth) is not None else lb
     return make_solution(chain, "greedy", best, memory, bound=bound, predicted=frac,
                          message=f"offloads x_0..x_{k_used}" if k_used is not None and k_used >= 0 else "no offload",
                          times={"total": time.perf_counter() - t0},
@@ -131,9 +141,18 @@ def dynprog_sets(chain: Chain, memory: float, bandwidth: float, *, slots: int = 
     States are kept with exact values; two states whose ``(M_F, Delta_F, Delta_B)`` fall in the same
     cell of a grid of ``M_GPU/slots`` bytes are merged (the cheaper one is kept), and at most
     ``max_states`` states (the cheapest) are kept per level. ``info['truncated']`` counts the levels
-    where that cap was hit."""
+    where that cap was hit.
+
+    Two link speeds (memplan's extension): ``Delta_F`` counts bytes still to offload, sent at
+    ``beta_out``, and ``Delta_B`` bytes still to prefetch (the backward phase in reversed time), at
+    ``beta_in``; in eq. (9) the pending transfers take ``Delta_F/beta_out + Delta_B/beta_in``, bytes
+    that must leave before a backward operation fits go at ``beta_out`` and bytes that must arrive
+    before a forward one's end go at ``beta_in``, the conditions on ``j`` converting each phase's
+    time with its own speed. This is our reading, not the paper's; the DP only ranks offloaded sets:
+    each one kept is built and replayed with both speeds."""
     d = OffloadData.of(chain)
-    L, M, beta = d.L, float(memory), float(bandwidth)
+    L, M = d.L, float(memory)
+    b_out, b_in = link_speeds(bandwidth)
     q = 1.0 if exact else M / max(1, slots)
     x, y = d.x, d.y
     # idle-link credit (negative Delta) beyond one memory's worth of transfers is clamped: it only
@@ -155,10 +174,10 @@ def dynprog_sets(chain: Chain, memory: float, bandwidth: float, *, slots: int = 
         needB = mb + d.exB[i] + x[i + 1] + y[i + 1] - M
         tolm = 1e-9 * max(1.0, M)
         feas = (needF <= dfp + tolm) & (needB <= dbp + tolm)
-        epsF = np.maximum(0, needF) / beta
-        epsB = np.maximum(0, needB) / beta
-        wF = (epsF + d.uF[i]) * beta
-        wB = (epsB + d.uB[i]) * beta
+        epsF = np.maximum(0, needF) / b_out
+        epsB = np.maximum(0, needB) / b_in
+        wF = (epsF + d.uF[i]) * b_out
+        wB = (epsB + d.uB[i]) * b_in
         # offload x_i: eqs. (2), (3), (7); keep x_i: eqs. (4), (5), (8)
         dF1 = dfp + x[i] - wF
         mF1 = mf + x[i + 1] - np.minimum(dfp + x[i], wF)
@@ -201,15 +220,15 @@ def dynprog_sets(chain: Chain, memory: float, bandwidth: float, *, slots: int = 
     RB = d.exB + y[:L + 1] + y[1:L + 2] - sx_after
     RF = d.exF - sx_after
     # suffix maxima over j >= j0 (cum is non-increasing in j)
-    gB = RB / beta - cumB
-    gF = RF / beta - cumF
+    gB = RB / b_out - cumB
+    gF = RF / b_in - cumF
     sufB = np.maximum.accumulate(gB[::-1])[::-1]
     sufF = np.maximum.accumulate(gF[::-1])[::-1]
-    j0B = np.searchsorted(-beta * cumB, db, side="right")   # first j with beta*cumB[j] < -db
-    j0F = np.searchsorted(-beta * cumF, df, side="right")
-    t3 = np.where(j0B <= L, (mf - M) / beta + sufB[np.minimum(j0B, L)], -np.inf)
-    t4 = np.where(j0F <= L, (mb - M) / beta + sufF[np.minimum(j0F, L)], -np.inf)
-    eG = np.maximum.reduce([np.zeros_like(mf), (df + db) / beta, t3, t4])
+    j0B = np.searchsorted(-b_in * cumB, db, side="right")   # first j with beta_in*cumB[j] < -db
+    j0F = np.searchsorted(-b_out * cumF, df, side="right")
+    t3 = np.where(j0B <= L, (mf - M) / b_out + sufB[np.minimum(j0B, L)], -np.inf)
+    t4 = np.where(j0F <= L, (mb - M) / b_in + sufF[np.minimum(j0F, L)], -np.inf)
+    eG = np.maximum.reduce([np.zeros_like(mf), df / b_out + db / b_in, t3, t4])
     total = cost + eG
     comp = float(d.uF.sum() + d.uB.sum())
     best = np.argsort(total, kind="stable")
@@ -352,11 +371,12 @@ def vdnn(chain: Chain, memory: float, bandwidth: float, *, time_limit: float | N
                          times={"total": time.perf_counter() - t0})
 
 
-def _tflms_schedule(d: OffloadData, beta: float, n: int, dist: int) -> OffloadSchedule:
+def _tflms_schedule(d: OffloadData, bandwidth, n: int, dist: int) -> OffloadSchedule:
     """TFLMS: offload the first ``n`` activations as soon as they exist; forward computations never
     wait for memory (TFLMS has no profile); the prefetch of ``x_j`` is triggered when ``B_{j+dist}``
     starts (``B_L`` for the last ones) and ``B_j`` waits for it."""
     L = d.L
+    b_out, b_in = link_speeds(bandwidth)
     tF, t = [], 0.0
     for i in range(L + 1):
         tF.append(t)
@@ -366,7 +386,7 @@ def _tflms_schedule(d: OffloadData, beta: float, n: int, dist: int) -> OffloadSc
     for j in range(min(n, L + 1)):
         ready = 0.0 if j == 0 else tF[j - 1] + d.uF[j - 1]
         off[j] = max(link, ready)
-        link = off[j] + d.x[j] / beta
+        link = off[j] + d.x[j] / b_out
     tB = [0.0] * (L + 1)
     pre = {}
     endF = t
@@ -378,17 +398,18 @@ def _tflms_schedule(d: OffloadData, beta: float, n: int, dist: int) -> OffloadSc
         tB[i] = t
         # the prefetches triggered by B_i start now (in decreasing j), once the link is free
         for j in sorted(trig.get(i, []), reverse=True):
-            pre[j] = max(link, tB[i], off[j] + d.x[j] / beta)
-            link = pre[j] + d.x[j] / beta
+            pre[j] = max(link, tB[i], off[j] + d.x[j] / b_out)
+            link = pre[j] + d.x[j] / b_in
         if i in pre:   # B_i waits for x_i (only the prefetches triggered by B_L can be its own)
-            tB[i] = max(tB[i], pre[i] + d.x[i] / beta)
+            tB[i] = max(tB[i], pre[i] + d.x[i] / b_in)
         t = tB[i] + d.uB[i]
-    return OffloadSchedule(tF=tF, tB=tB, offload=off, prefetch=pre, bandwidth=beta)
+    return OffloadSchedule(tF=tF, tB=tB, offload=off, prefetch=pre, bandwidth=(b_out, b_in))
 
 
-def _tflms_forward_fits(d: OffloadData, M: float, beta: float, n: int) -> bool:
+def _tflms_forward_fits(d: OffloadData, M: float, bandwidth, n: int) -> bool:
     """Memory check of the TFLMS forward phase alone (it never waits): at the start of each F_i."""
     L = d.L
+    beta = link_speeds(bandwidth)[0]            # the forward phase only offloads
     tF = np.concatenate([[0.0], np.cumsum(d.uF)[:-1]])
     eF = tF + d.uF
     link, rel = 0.0, []
@@ -460,8 +481,10 @@ def autoswap_scores(chain: Chain, memory: float, bandwidth: float) -> np.ndarray
     """The four AutoSwap priority scores of each candidate ``x_j`` (rows j = 0..L), each scaled to [0, 1]:
     DOA (duration of absence: from the end of ``F_j`` to the start of ``B_j`` with no offloading), AOA
     (size x DOA), WDOA (DOA weighted by how much the memory exceeds the limit during the absence), and
-    SWDOA (WDOA times the fraction of the round trip ``2|x_j|/beta`` that fits in the absence)."""
+    SWDOA (WDOA times the fraction of the round trip ``2|x_j|/beta`` that fits in the absence; with two
+    link speeds ``|x_j|/beta_out + |x_j|/beta_in``)."""
     d = OffloadData.of(chain)
+    b_out, b_in = link_speeds(bandwidth)
     L = d.L
     tF = np.concatenate([[0], np.cumsum(d.uF)[:-1]])
     eFL = d.uF.sum()
@@ -479,7 +502,7 @@ def autoswap_scores(chain: Chain, memory: float, bandwidth: float) -> np.ndarray
         a, b = tF[j] + d.uF[j], sB[j]
         doa = max(0.0, b - a)
         w = sum(ex * max(0.0, min(e, b) - max(s, a)) for s, e, ex in over)
-        rt = 2 * d.x[j] / bandwidth if d.x[j] > 0 else 0.0
+        rt = d.x[j] / b_out + d.x[j] / b_in if d.x[j] > 0 else 0.0
         S[j] = [doa, d.x[j] * doa, w, w * (min(1.0, doa / rt) if rt > 0 else 1.0)]
     mx = S.max(axis=0)
     mx[mx == 0] = 1.0

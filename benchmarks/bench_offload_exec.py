@@ -18,9 +18,11 @@ What the GPU run is for: the CUDA path (side stream, pinned buffers, events) fir
 2026-11-26 (``benchmarks/results/offload_exec_gpu_gpt2.csv``); this checks its gradients, whether the
 caching allocator's peak follows the simulator's, and whether the transfers hide behind the
 computation as the simulated makespan says (a transfer starts at the operation boundary after its
-simulated start). On CUDA both directions of the link are measured, and each schedule is also
-replayed with each direction's own speed (``predicted_time_two_way``; the solvers take one number,
-the slower).
+simulated start). On CUDA both directions of the link are measured: paper 001's methods plan with
+the two speeds (``memplan.models.offload.link_speeds``; ``--one-speed``: the slower for both, as the
+first H100 run did), their rows keep the same schedule replayed at the slower speed
+(``predicted_time_one_speed``); the joint DP takes one speed, the slower, and its rows keep its
+schedule replayed with the two (``predicted_time_two_way``).
 
     python benchmarks/bench_offload_exec.py --device cpu --quick            # a dry run, a minute
     python benchmarks/bench_offload_exec.py --device cuda --network gpt2    # GPT-2 small b8 s1024
@@ -45,7 +47,7 @@ QUICK = {
 }
 COLUMNS = ["device", "network", "batch", "input", "L", "bandwidth", "fraction", "memory_limit", "method", "status",
            "offloaded", "predicted_peak", "measured_peak", "peak_rel_err", "within_limit", "predicted_time",
-           "predicted_time_two_way", "bandwidth_d2h", "bandwidth_h2d", "measured_time", "time_rel_err", "time_low", "time_high", "noisy", "store_all_time", "autograd_time",
+           "predicted_time_two_way", "predicted_time_one_speed", "link", "bandwidth_d2h", "bandwidth_h2d", "measured_time", "time_rel_err", "time_low", "time_high", "noisy", "store_all_time", "autograd_time",
            "grads_equal", "steps_per_sample", "message"]
 
 
@@ -58,8 +60,11 @@ def main(argv=None) -> int:
                    "peak without offloading (1)")
     p.add_argument("--methods", default="dynprog,greedy,joint", help="paper 001's methods (memplan.offload) and "
                    "'joint': paper 000's DP, its parts merged into whole transfers")
-    p.add_argument("--bandwidth", default=None, help="bytes/s of the link (e.g. 12GB/s); default on CUDA: measured, "
+    p.add_argument("--bandwidth", default=None, help="bytes/s of the link (e.g. 12GB/s, or two: to the host, to the device, 12GB/s,16GB/s); "
+                   "default on CUDA: measured, "
                    "on a CPU: all of the chain's abar moved in one store-all step's time")
+    p.add_argument("--one-speed", action="store_true", help="CUDA: plan paper 001's methods with the slower "
+                   "direction's speed for both (default: each direction's own)")
     p.add_argument("--steps-per-sample", type=int, default=None, help="default: 1 on a CPU, enough for 0.1 s on CUDA")
     p.add_argument("--fixed-times", action="store_true", help="the chain's times set by formula (1 ms + 1 ms per "
                    "100 kB kept, backward twice forward) instead of measured: the same schedules on every machine "
@@ -112,7 +117,11 @@ def main(argv=None) -> int:
         print("bench_offload_exec: --steps-per-sample: a whole number >= 1", file=sys.stderr)
         return 2
     try:
-        bw_arg = None if a.bandwidth is None else float(parse_bandwidth(a.bandwidth))
+        bw_arg = (None if a.bandwidth is None else
+                  tuple(float(parse_bandwidth(v)) for v in a.bandwidth.split(",")) if "," in a.bandwidth
+                  else float(parse_bandwidth(a.bandwidth)))
+        if isinstance(bw_arg, tuple) and len(bw_arg) != 2:
+            raise ValueError("one bandwidth, or two: to the host, to the device (e.g. 12GB/s,16GB/s)")
     except Exception as e:  # noqa: BLE001 - the units parser's message, on one line
         print(f"bench_offload_exec: --bandwidth {a.bandwidth!r}: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -157,7 +166,10 @@ def main(argv=None) -> int:
     print(f"{a.network} b{batch} {'x'.join(map(str, shape))} on {a.device} ({det}): L = {chain.L}, profiled in "
           f"{time.perf_counter() - t0:.1f} s, store-all {chain.store_all_time() * 1e3:.1f} ms", flush=True)
     two_way = None           # (device to host, host to device), where measured: a second prediction
-    if bw_arg is not None:
+    if isinstance(bw_arg, tuple):
+        two_way = bw_arg
+        beta, how = min(two_way), "given, the slower of the two"
+    elif bw_arg is not None:
         beta, how = bw_arg, "given"
     elif cuda:
         link = measure_host_link(dev)
@@ -167,6 +179,8 @@ def main(argv=None) -> int:
     else:
         beta, how = float(chain.wabar[1:].sum() / chain.store_all_time()), "all of abar in one step (CPU emulation)"
     print(f"link {beta / 1e9:.2f} GB/s, {how}", flush=True)
+    # paper 001's methods plan with the two measured speeds where there are two (and --one-speed is not given)
+    link001 = two_way if two_way is not None and not a.one_speed else beta
     lo, hi = min_feasible_memory(chain), peak_memory_no_offload(chain)
     steps = a.steps_per_sample or 1
     if cuda and a.steps_per_sample is None:
@@ -197,18 +211,20 @@ def main(argv=None) -> int:
                     rows.append({**row, "status": "no schedule", "message": why[:200]})
                     continue
             else:
-                sol = offload.solve(chain, memory=mem, bandwidth=beta, method=m, time_limit=a.time_limit)
+                sol = offload.solve(chain, memory=mem, bandwidth=link001, method=m, time_limit=a.time_limit)
                 if not sol.success:
                     rows.append({**row, "status": str(sol.status), "message": sol.message[:200]})
                     continue
-                sched, run, status = offload_schedule_as_joint(chain, sol.schedule, beta), execute_offload, str(sol.status)
+                sched, run, status = (offload_schedule_as_joint(chain, sol.schedule, link001), execute_offload,
+                                      str(sol.status))
+            link = beta if m == "joint" else link001
             clear()
             torch.manual_seed(7)
             try:
                 # paper 001's schedule converted can break the joint model's rules (a value freed while
                 # read); the executor refuses a value that is a view of another (a flatten)
-                rep = simulate_remat_offload(chain, sched, beta)
-                res = run(stages, loss_stage, x, sched, chain, beta, device=dev, input_grad=False)
+                rep = simulate_remat_offload(chain, sched, link)
+                res = run(stages, loss_stage, x, sched, chain, link, device=dev, input_grad=False)
             except InvalidRematOffloadSchedule as e:
                 rows.append({**row, "status": "not executed", "message": str(e)[:200],
                              "offloaded": " ".join(str(t.index) for t in sched.transfers if t.kind == "offload")})
@@ -216,18 +232,20 @@ def main(argv=None) -> int:
             equal = all(torch.equal(q.grad, r) for q, r in zip(params, ref))
             clear()
             torch.manual_seed(7)
-            res = run(stages, loss_stage, x, sched, chain, beta, device=dev, input_grad=False, measure_memory=True)
+            res = run(stages, loss_stage, x, sched, chain, link, device=dev, input_grad=False, measure_memory=True)
             tag = f"{m}@{f:g}"
-            runs[tag] = timed(lambda s=sched, run=run: run(stages, loss_stage, x, s, chain, beta, device=dev,
-                                                           input_grad=False))
+            runs[tag] = timed(lambda s=sched, run=run, link=link: run(stages, loss_stage, x, s, chain, link, device=dev,
+                                                                      input_grad=False))
             rows.append({**row, "status": status, "_tag": tag,
                          "offloaded": " ".join(str(t.index) for t in sched.transfers if t.kind == "offload"),
                          "predicted_peak": rep.peak_memory, "measured_peak": res.peak_memory,
                          "peak_rel_err": res.peak_memory / rep.peak_memory - 1, "within_limit": res.peak_memory <= mem,
                          "predicted_time": rep.makespan, "grads_equal": equal,
-                         # the same schedule replayed with each direction's own speed (the solvers take one)
+                         "link": ("two speeds" if isinstance(link, tuple) else "one speed"),
+                         # the same schedule replayed with each direction's own speed, and at the slower one
                          "predicted_time_two_way": (simulate_remat_offload(chain, sched, two_way).makespan
                                                     if two_way else None),
+                         "predicted_time_one_speed": simulate_remat_offload(chain, sched, beta).makespan,
                          "bandwidth_d2h": two_way[0] if two_way else None,
                          "bandwidth_h2d": two_way[1] if two_way else None})
     t = interleaved(runs, target=0.02, min_rounds=4, max_rounds=a.max_rounds, budget=a.timing_budget,

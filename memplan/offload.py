@@ -52,7 +52,7 @@ from memplan.baselines.offload_bound import milp_bounds
 from memplan.formulations.offload_milp import solve_offload_milp
 from memplan.models.budget import Budget, ProgressFn
 from memplan.models.chain import Chain
-from memplan.models.offload import (PROBLEM, OffloadData, lower_bound_value, make_solution, min_feasible_memory,
+from memplan.models.offload import (PROBLEM, OffloadData, link_speeds, lower_bound_value, make_solution, min_feasible_memory,
                                     no_wait_schedule, peak_memory_no_offload, timeline, validate_offload)
 from memplan.models.solution import InputError, Solution, Status
 from memplan.models.units import fmt_bandwidth, fmt_memory, fmt_time
@@ -92,7 +92,7 @@ def _infeasible(method: str, memory: float, mf: float) -> Solution:
 
 
 # ------------------------------------------------------------------------------------------ solve
-def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = None, method: str | None = None,
+def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | tuple | None = None, method: str | None = None,
           time_limit: float | None = 60.0, gap: float | None = 1e-4, threads: int | None = None,
           slots: int | None = None, exact: bool = False, solver_log: str | Path | None = None,
           progress: ProgressFn | None = None) -> Solution:
@@ -105,9 +105,11 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
         :mod:`memplan.models.offload` for the mapping).
     memory : float or str
         Device memory for activations (``M_GPU``): bytes, or a string with units (``"80MiB"``).
-    bandwidth : float or str, optional
+    bandwidth : float, str or a pair, optional
         Link bandwidth ``beta``: bytes/s or a string (``"12GB/s"``). Needed when offloading is
-        (``memory`` below ``M_peak``, the peak without offloading).
+        (``memory`` below ``M_peak``, the peak without offloading). Two speeds, to the host then to the
+        device (a pair, or ``"49GB/s,56GB/s"``): offloads and prefetches then last what each direction
+        allows (:func:`memplan.models.offload.link_speeds`); every method but ``milp`` takes them.
     method : str, optional
         One of :data:`METHODS`; :data:`DEFAULT_METHOD` (``"dynprog"``) when None.
     time_limit : float or None
@@ -181,8 +183,12 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
         raise InputError(f"{PROBLEM}: memory is required (e.g. memory='90MiB', bytes as a number, or a platform "
                          f"in the instance file); this chain needs at least {fmt_memory(min_feasible_memory(chain))}")
     M = _frontend.memory_arg(memory, PROBLEM)
-    beta = _frontend.bandwidth_arg(bandwidth, PROBLEM)
+    beta = _frontend.link_arg(bandwidth, PROBLEM)
     method = _frontend.method_arg(method, METHODS, DEFAULT_METHOD, PROBLEM)
+    if method == "milp" and isinstance(beta, tuple):
+        raise InputError(f"{PROBLEM}: method='milp' models one link speed, and bandwidth gives two "
+                         f"({fmt_bandwidth(beta[0])} to the host, {fmt_bandwidth(beta[1])} to the device): give "
+                         f"one bandwidth, or a method that takes two ({', '.join(HEURISTICS)})")
     slots = _frontend.count_arg(slots, "slots", PROBLEM, required=False)
     threads = _frontend.count_arg(threads, "threads", PROBLEM, required=False)
     gap = _frontend.gap_arg(gap, PROBLEM)
@@ -295,6 +301,13 @@ def _milp(chain: Chain, memory: float, bandwidth: float, b: Budget, *, gap, thre
 
 
 # ------------------------------------------------------------------------------------------ report
+def _fmt_link(bw) -> str:
+    """One bandwidth, or two as 'A to the host, B to the device'."""
+    if isinstance(bw, (tuple, list)):
+        return f"{fmt_bandwidth(bw[0])} to the host, {fmt_bandwidth(bw[1])} to the device"
+    return fmt_bandwidth(bw)
+
+
 def report(solution: Solution, chain: Chain) -> str:
     """The text report of ``memplan solve --problem offload``.
 
@@ -331,14 +344,14 @@ def report(solution: Solution, chain: Chain) -> str:
     bw = sol.bandwidth
     if bw is None:
         bw = sol.details.get("bandwidth")
-    if bw is None and sol.schedule is not None and math.isfinite(sol.schedule.bandwidth):
+    if bw is None and sol.schedule is not None and all(map(math.isfinite, link_speeds(sol.schedule.bandwidth))):
         bw = sol.schedule.bandwidth
     M = sol.memory_limit
     mp = peak_memory_no_offload(chain)
     lb = lower_bound_value(chain, M, bw) if M is not None else None
     lines = [f"{chain.name}: L = {chain.L} (+ loss), problem offload (paper 001), method {sol.method}",
              f"memory limit {fmt_memory(M)}  (M_peak without offloading {fmt_memory(mp)}, minimum feasible "
-             f"{fmt_memory(min_feasible_memory(chain))}), bandwidth {fmt_bandwidth(bw)}",
+             f"{fmt_memory(min_feasible_memory(chain))}), bandwidth {_fmt_link(bw)}",
              f"status       {sol.status}: {sol.message}",
              f"lower bound  {fmt_time(lb)}  (Proposition 3; compute alone {fmt_time(d.uF.sum() + d.uB.sum())})"]
     if "fractional" in sol.details:
@@ -402,12 +415,13 @@ def gantt(solution: Solution, chain: Chain, path: str | Path) -> None:
     for i in range(d.L + 1):
         ax.broken_barh([(s.tF[i], d.uF[i])], (1, 0.8), color="tab:blue", edgecolor="k", lw=0.3)
         ax.broken_barh([(s.tB[i], d.uB[i])], (1, 0.8), color="tab:orange", edgecolor="k", lw=0.3)
+    b_out, b_in = link_speeds(s.bandwidth)
     for j in s.offloaded:
-        c = d.x[j] / s.bandwidth
+        c, ci = d.x[j] / b_out, d.x[j] / b_in
         ax.broken_barh([(s.offload[j], c)], (0, 0.8), color="tab:green", edgecolor="k", lw=0.3)
-        ax.broken_barh([(s.prefetch[j], c)], (0, 0.8), color="tab:red", edgecolor="k", lw=0.3)
+        ax.broken_barh([(s.prefetch[j], ci)], (0, 0.8), color="tab:red", edgecolor="k", lw=0.3)
         ax.text(s.offload[j] + c / 2, 0.4, str(j), ha="center", va="center", fontsize=6)
-        ax.text(s.prefetch[j] + c / 2, 0.4, str(j), ha="center", va="center", fontsize=6)
+        ax.text(s.prefetch[j] + ci / 2, 0.4, str(j), ha="center", va="center", fontsize=6)
     ax.set_yticks([0.4, 1.4], ["link", "device"])
     ax.set_title(f"{chain.name}: {sol.method}, makespan {fmt_time(sol.objective)}")
     trace: list = []

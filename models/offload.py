@@ -24,7 +24,8 @@ paper 001            chain field                  remark
 ``ex^B_i``           ``ob[i+1]``
 ``M_GPU``            ``memory_limit``             activation budget, bytes (parameters
                                                   ``weights`` are not modelled, as in the paper)
-``beta``             ``bandwidth``                bytes/s, one link, one transfer at a time
+``beta``             ``bandwidth``                bytes/s, one link, one transfer at a time; or
+                                                  a pair ``(to_host, to_device)``, below
 ===================  ===========================  ===============================================
 
 Memory model (section 3.1, and ``m_{F_i}``, ``m_{B_i}`` of section 3.2)
@@ -44,6 +45,13 @@ Memory model (section 3.1, and ``m_{F_i}``, ``m_{B_i}`` of section 3.2)
   ``max(end of offload, end of F_j)``. The prefetch starts after the offload ended, *reserves*
   ``|x_j|`` when it starts, and must end before ``B_j`` starts (``B_j`` is the first backward reader
   of ``x_j``); the memory is then freed with ``B_{j-1}`` as usual.
+* **Two link speeds** (memplan's extension; paper 001 has one ``beta``). A measured host link is
+  often faster in one direction than the other, and the paper's model then needs one number for
+  both: the slower (too long a prefetch when copies to the device are faster) or the faster (too
+  short an offload). ``bandwidth`` may be a pair ``(beta_out, beta_in)``: an offload of ``x_j``
+  lasts ``|x_j|/beta_out``, its prefetch ``|x_j|/beta_in``, still one transfer at a time. Every
+  rule above holds with those durations; with ``beta_out == beta_in`` everything is the paper's.
+  :func:`link_speeds` reads either form.
 * Computations run one at a time in the order ``F_0..F_L, B_L..B_0`` (the data dependencies of Fig. 1
   force that order). The makespan is the end of ``B_0``.
 
@@ -131,8 +139,40 @@ def min_feasible_memory(chain: Chain) -> float:
     return float(max(f.max(), b.max()))
 
 
-def lower_bound_value(chain: Chain, memory: float, bandwidth: float | None) -> float:
-    """Proposition 3 of paper 001: ``LB = max(sum_i (u_{F_i} + u_{B_i}), 2 (M_peak - M_GPU) / beta)``.
+def link_speeds(bandwidth) -> tuple[float, float]:
+    """``(beta_out, beta_in)``: the link's speed to the host (offloads) and to the device (prefetches),
+    bytes/s, from one number (both directions) or a pair ``(to_host, to_device)``; None or 0 gives
+    ``(0.0, 0.0)`` (no link). Raises ValueError for anything else (a pair must be two numbers).
+
+    >>> link_speeds(4.0), link_speeds((2, 8)), link_speeds(None)
+    ((4.0, 4.0), (2.0, 8.0), (0.0, 0.0))
+    """
+    if bandwidth is None:
+        return 0.0, 0.0
+    if isinstance(bandwidth, (tuple, list)):
+        if len(bandwidth) != 2:
+            raise ValueError(f"a link is one bandwidth or a pair (to the host, to the device), got {bandwidth!r}")
+        out, inn = (float(v) for v in bandwidth)
+        return out, inn
+    b = float(bandwidth)
+    return b, b
+
+
+def has_link(bandwidth) -> bool:
+    """Whether ``bandwidth`` (one number or a pair) allows transfers: finite and positive both ways."""
+    out, inn = link_speeds(bandwidth)
+    return out > 0 and inn > 0 and math.isfinite(out) and math.isfinite(inn)
+
+
+def same_speed(bandwidth) -> float | None:
+    """The one speed of a link that has the same speed both ways (paper 001's ``beta``), else None."""
+    out, inn = link_speeds(bandwidth)
+    return out if out == inn else None
+
+
+def lower_bound_value(chain: Chain, memory: float, bandwidth) -> float:
+    """Proposition 3 of paper 001: ``LB = max(sum_i (u_{F_i} + u_{B_i}), 2 (M_peak - M_GPU) / beta)``;
+    with two link speeds ``(M_peak - M_GPU) (1/beta_out + 1/beta_in)``.
 
     Every schedule computes everything, and the ``M_peak - M_GPU`` bytes that must leave the device
     (Proposition 2) are sent and fetched back on the one link. ``inf`` when offloading is needed and
@@ -155,24 +195,29 @@ def lower_bound_value(chain: Chain, memory: float, bandwidth: float | None) -> f
     excess = max(0.0, peak_memory_no_offload(chain) - memory)
     if excess <= 0:
         return comp
-    if not bandwidth:
+    out, inn = link_speeds(bandwidth)
+    if not (out > 0 and inn > 0):
         return math.inf
-    return max(comp, 2 * excess / bandwidth)
+    return max(comp, excess / out + excess / inn)
 
 
 # ------------------------------------------------------------------------------------------- schedule
 @dataclass
 class OffloadSchedule:
     """Start times (seconds) of every ``F_i``, ``B_i`` (paper indices 0..L) and of the offload and
-    prefetch of every offloaded ``x_j``. ``bandwidth`` (bytes/s) fixes the transfer durations."""
+    prefetch of every offloaded ``x_j``. ``bandwidth`` (bytes/s, or a pair ``(to_host, to_device)``)
+    fixes the transfer durations."""
 
     tF: list[float]
     tB: list[float]
     offload: dict[int, float] = field(default_factory=dict)
     prefetch: dict[int, float] = field(default_factory=dict)
-    bandwidth: float = math.inf
+    bandwidth: float | tuple[float, float] = math.inf
 
     def __post_init__(self) -> None:
+        if isinstance(self.bandwidth, (list, tuple)):
+            out, inn = link_speeds(self.bandwidth)
+            self.bandwidth = out if out == inn else (out, inn)
         self.tF = [float(t) for t in self.tF]
         self.tB = [float(t) for t in self.tB]
         self.offload = {int(j): float(t) for j, t in self.offload.items()}
@@ -193,7 +238,8 @@ class OffloadSchedule:
 
     def to_json(self) -> dict:
         return {"model": "paper001-offload", "index": "paper 001: F_i, B_i, x_i for i = 0..L (chain stage i+1)",
-                "bandwidth": self.bandwidth, "tF": self.tF, "tB": self.tB,
+                "bandwidth": list(self.bandwidth) if isinstance(self.bandwidth, tuple) else self.bandwidth,
+                "tF": self.tF, "tB": self.tB,
                 "offload": {str(j): t for j, t in sorted(self.offload.items())},
                 "prefetch": {str(j): t for j, t in sorted(self.prefetch.items())},
                 "offloaded": self.offloaded}
@@ -233,7 +279,7 @@ def _cluster_times(times: Iterable[float], eps: float) -> dict[float, float]:
 
 
 def validate_offload(chain: Chain, schedule: OffloadSchedule, memory_limit: float | None = None,
-                     bandwidth: float | None = None, *, tol: float = 1e-7,
+                     bandwidth=None, *, tol: float = 1e-7,
                      trace: list | None = None) -> OffloadReplay:
     """Replay a timed offloading schedule; return makespan and peak memory or raise
     :class:`InvalidOffloadSchedule` with the rule that is broken.
@@ -247,7 +293,7 @@ def validate_offload(chain: Chain, schedule: OffloadSchedule, memory_limit: floa
     d = OffloadData.of(chain)
     L = d.L
     S = schedule
-    beta = float(bandwidth if bandwidth is not None else S.bandwidth)
+    b_out, b_in = link_speeds(bandwidth if bandwidth is not None else S.bandwidth)
     if len(S.tF) != L + 1 or len(S.tB) != L + 1:
         raise InvalidOffloadSchedule(f"schedule has {len(S.tF)} forward / {len(S.tB)} backward times, "
                                      f"the chain needs {L + 1} of each (F_0..F_{L}, B_0..B_{L})")
@@ -257,7 +303,7 @@ def validate_offload(chain: Chain, schedule: OffloadSchedule, memory_limit: floa
     for j in S.offload:
         if not 0 <= j <= L:
             raise InvalidOffloadSchedule(f"x_{j} cannot be offloaded (candidates are x_0..x_{L})")
-    if S.offload and not (beta > 0 and math.isfinite(beta)):
+    if S.offload and not (b_out > 0 and b_in > 0 and math.isfinite(b_out) and math.isfinite(b_in)):
         raise InvalidOffloadSchedule("transfers need a finite positive bandwidth")
     allt = [*S.tF, *S.tB, *S.offload.values(), *S.prefetch.values()]
     if not all(math.isfinite(t) for t in allt):
@@ -266,7 +312,8 @@ def validate_offload(chain: Chain, schedule: OffloadSchedule, memory_limit: floa
     eps = tol * max(1.0, abs(makespan)) if makespan > 0 else tol
     eF = [S.tF[i] + d.uF[i] for i in range(L + 1)]
     eB = [S.tB[i] + d.uB[i] for i in range(L + 1)]
-    c = {j: d.x[j] / beta for j in S.offload}
+    c = {j: d.x[j] / b_out for j in S.offload}          # offload durations
+    ci = {j: d.x[j] / b_in for j in S.offload}          # prefetch durations
 
     # -- computations: order and dependencies (Fig. 1)
     if S.tF[0] < -eps:
@@ -291,12 +338,12 @@ def validate_offload(chain: Chain, schedule: OffloadSchedule, memory_limit: floa
         if p < o + c[j] - eps:
             raise InvalidOffloadSchedule(f"prefetch of x_{j} starts at {p:.6g} before its offload ends "
                                          f"({o + c[j]:.6g})")
-        if p + c[j] > S.tB[j] + eps:
-            raise InvalidOffloadSchedule(f"prefetch of x_{j} ends at {p + c[j]:.6g} after B_{j} starts "
+        if p + ci[j] > S.tB[j] + eps:
+            raise InvalidOffloadSchedule(f"prefetch of x_{j} ends at {p + ci[j]:.6g} after B_{j} starts "
                                          f"({S.tB[j]:.6g}), which needs x_{j}")
     # -- one transfer at a time
     tr = sorted([(S.offload[j], c[j], f"offload of x_{j}") for j in S.offload]
-                + [(S.prefetch[j], c[j], f"prefetch of x_{j}") for j in S.prefetch])
+                + [(S.prefetch[j], ci[j], f"prefetch of x_{j}") for j in S.prefetch])
     tr = [t for t in tr if t[1] > 0]
     for (a0, l0, n0), (a1, l1, n1) in zip(tr, tr[1:]):
         if a1 < a0 + l0 - eps:
@@ -374,7 +421,7 @@ def validate_offload(chain: Chain, schedule: OffloadSchedule, memory_limit: floa
                 raise InvalidOffloadSchedule(
                     f"memory {mem:.6g} B exceeds the limit {memory_limit:.6g} B at time {t:.6g} "
                     f"(when {what} is reserved)")
-    busy = sum(2 * c[j] for j in S.offload)
+    busy = sum(c[j] + ci[j] for j in S.offload)
     comp = float(d.uF.sum() + d.uB.sum())
     return OffloadReplay(makespan=float(makespan), peak_memory=float(peak), peak_time=float(peak_t),
                          offloaded=S.offloaded, offloaded_bytes=float(sum(d.x[j] for j in S.offload)),
@@ -501,7 +548,7 @@ def _phase(dur: Sequence[float], extra: Sequence[float], items: list[tuple[float
     return start, tstart, release
 
 
-def no_wait_schedule(chain: Chain, memory_limit: float, bandwidth: float, offloaded: Iterable[int] = (),
+def no_wait_schedule(chain: Chain, memory_limit: float, bandwidth, offloaded: Iterable[int] = (),
                      offload_order: Sequence[int] | None = None,
                      prefetch_order: Sequence[int] | None = None) -> OffloadSchedule:
     """The no-wait schedule of Proposition 1 for a set of offloaded activations and transfer orders.
@@ -512,7 +559,9 @@ def no_wait_schedule(chain: Chain, memory_limit: float, bandwidth: float, offloa
     from time 0, backward actions as late as possible before the end (no-wait in reversed time), and the
     smallest idle time between the phases that the validator accepts is used (monotone in that idle
     time, so found by bisection over the instants where the phases can collide).
-    Raises :class:`NoWaitInfeasible` when no such schedule fits in ``memory_limit``.
+    Raises :class:`NoWaitInfeasible` when no such schedule fits in ``memory_limit``. ``bandwidth``:
+    one speed or a pair ``(to_host, to_device)`` (:func:`link_speeds`): the forward phase's transfers
+    are offloads, the backward phase's prefetches.
     """
     d = OffloadData.of(chain)
     L, M = d.L, float(memory_limit)
@@ -524,31 +573,31 @@ def no_wait_schedule(chain: Chain, memory_limit: float, bandwidth: float, offloa
     po = sorted(S, reverse=True) if prefetch_order is None else [int(j) for j in prefetch_order]
     if sorted(oo) != S or sorted(po) != S:
         raise ValueError("offload_order and prefetch_order must be permutations of the offloaded set")
-    beta = float(bandwidth) if S else (float(bandwidth) if bandwidth else math.inf)
-    if S and not (beta > 0 and math.isfinite(beta)):
+    if S and not has_link(bandwidth):
         raise ValueError("offloading needs a finite positive bandwidth")
+    b_out, b_in = link_speeds(bandwidth) if S else (math.inf, math.inf)
     Sset = set(S)
     # forward phase: operations F_0..F_L; item j = x_j
     itemsF = [(d.x[0], -1, -1, 0, 0 in Sset)] + [(d.x[j], j - 1, j - 1, j, j in Sset) for j in range(1, L + 2)]
-    tF, oF, relF = _phase(list(d.uF), list(d.exF), itemsF, oo, M, beta, "forward phase")
+    tF, oF, relF = _phase(list(d.uF), list(d.exF), itemsF, oo, M, b_out, "forward phase")
     # backward phase in reversed time: operations R_i = B_i for i = 0..L; x_j reserved by R_{j-1}
     # (x_0 from the start), transferable after R_j, released at the end of its reversed transfer.
     itemsB = [(d.x[0], -1, 0, 0, 0 in Sset)] + [(d.x[j], j - 1, j, j, j in Sset) for j in range(1, L + 2)]
     extraB = [d.y[i] + d.y[i + 1] + d.exB[i] for i in range(L + 1)]
-    rB, rP, _ = _phase(list(d.uB), extraB, itemsB, list(reversed(po)), M, beta, "backward phase")
+    rB, rP, _ = _phase(list(d.uB), extraB, itemsB, list(reversed(po)), M, b_in, "backward phase")
     DB = rB[L] + d.uB[L]
-    rev_link_end = max((rP[j] + d.x[j] / beta for j in S), default=0.0)
+    rev_link_end = max((rP[j] + d.x[j] / b_in for j in S), default=0.0)
     eFL = tF[L] + d.uF[L]
-    last_off = max((oF[j] + d.x[j] / beta for j in S), default=0.0)
+    last_off = max((oF[j] + d.x[j] / b_out for j in S), default=0.0)
     T_low = max(eFL + DB, last_off + rev_link_end)
     fwd_end = max([eFL, last_off] + list(relF.values()))
     T_high = max(T_low, fwd_end + max(DB, rev_link_end))
 
     def build(T: float) -> OffloadSchedule:
         tB = [T - (rB[i] + d.uB[i]) for i in range(L + 1)]
-        pre = {j: T - (rP[j] + d.x[j] / beta) for j in S}
+        pre = {j: T - (rP[j] + d.x[j] / b_in) for j in S}
         return OffloadSchedule(tF=tF, tB=tB, offload={j: oF[j] for j in S}, prefetch=pre,
-                               bandwidth=beta if S else (bandwidth or math.inf))
+                               bandwidth=(b_out, b_in) if S else (bandwidth or math.inf))
 
     def ok(T: float) -> bool:
         return is_valid(chain, build(T), M)
@@ -561,9 +610,9 @@ def no_wait_schedule(chain: Chain, memory_limit: float, bandwidth: float, offloa
         except InvalidOffloadSchedule as e:
             raise NoWaitInfeasible(f"phases cannot be joined: {e}") from None
     # collision instants: forward releases f and backward reservations at T - b
-    fr = sorted(set([eFL] + [relF[j] for j in S] + [oF[j] + d.x[j] / beta for j in S]
+    fr = sorted(set([eFL] + [relF[j] for j in S] + [oF[j] + d.x[j] / b_out for j in S]
                     + [tF[i] + d.uF[i] for i in range(L + 1)]))
-    bk = sorted(set([rB[i] + d.uB[i] for i in range(L + 1)] + [rP[j] + d.x[j] / beta for j in S]))
+    bk = sorted(set([rB[i] + d.uB[i] for i in range(L + 1)] + [rP[j] + d.x[j] / b_in for j in S]))
     cand = np.add.outer(np.array(fr), np.array(bk)).ravel()
     cand = np.unique(cand[(cand > T_low) & (cand < T_high)])
     cand = list(cand) + [T_high]
@@ -585,7 +634,7 @@ def timeline(chain: Chain, schedule: OffloadSchedule, width: int = 72) -> str:
     T = schedule.tB[0] + d.uB[0]
     if T <= 0:
         return "(empty schedule)"
-    beta = schedule.bandwidth
+    b_out, b_in = link_speeds(schedule.bandwidth)
 
     def row(intervals):
         cells = ["."] * width
@@ -598,8 +647,8 @@ def timeline(chain: Chain, schedule: OffloadSchedule, width: int = 72) -> str:
 
     comp = [(schedule.tF[i], schedule.tF[i] + d.uF[i], "F") for i in range(d.L + 1) if d.uF[i] > 0]
     comp += [(schedule.tB[i], schedule.tB[i] + d.uB[i], "B") for i in range(d.L + 1) if d.uB[i] > 0]
-    link = [(t, t + d.x[j] / beta, ">") for j, t in schedule.offload.items()]
-    link += [(t, t + d.x[j] / beta, "<") for j, t in schedule.prefetch.items()]
+    link = [(t, t + d.x[j] / b_out, ">") for j, t in schedule.offload.items()]
+    link += [(t, t + d.x[j] / b_in, "<") for j, t in schedule.prefetch.items()]
     return f"compute |{row(comp)}|\nlink    |{row(link)}|\n         0{' ' * (width - 1)}{T:.4g}s"
 
 
@@ -644,7 +693,7 @@ def _frac_phase(dur, alloc0, alloc, extra, elig0, elig_end, Q, M, beta, what):
     return starts, [tuple(b) for b in bursts], sent
 
 
-def fractional_makespan(chain: Chain, memory: float, bandwidth: float, amount: float | None = None,
+def fractional_makespan(chain: Chain, memory: float, bandwidth, amount: float | None = None,
                         *, return_parts: bool = False):
     """Makespan of the no-wait, eager, ordered schedule of the fully fractional relaxation (section 4)
     that offloads ``amount`` bytes (default ``Q = M_peak - M_GPU``, optimal by Theorem 2).
@@ -654,17 +703,22 @@ def fractional_makespan(chain: Chain, memory: float, bandwidth: float, amount: f
     reserved as they arrive, and byte of ``x_j`` must be back before ``B_j``. The forward phase runs as
     early as possible, the backward phase as late as possible (reversed time), and the smallest idle
     time between them that keeps memory and the single link valid is found by bisection (memory is
-    piecewise linear in time, so it is checked at every breakpoint)."""
+    piecewise linear in time, so it is checked at every breakpoint). With two link speeds
+    (:func:`link_speeds`) the forward phase sends at ``beta_out`` and the backward phase fetches at
+    ``beta_in``. Theorem 2 (this schedule is optimal for the relaxation, hence a lower bound of
+    Problem 1) is proven for one rate only: with two, the value is a makespan of the relaxation, not
+    a proven bound, and the callers do not use it as one."""
     d = OffloadData.of(chain)
-    L, M, beta = d.L, float(memory), float(bandwidth)
+    L, M = d.L, float(memory)
+    b_out, b_in = link_speeds(bandwidth)
     Q = max(0.0, peak_memory_no_offload(chain) - M) if amount is None else float(amount)
     total = float(d.x[:L + 1].sum())
     Q = min(Q, total)
     sF, bF, _ = _frac_phase(list(d.uF), d.x[0], list(d.x[1:L + 2]), list(d.exF), d.x[0],
-                            list(d.x[1:L + 1]) + [0.0], Q, M, beta, "forward")
+                            list(d.x[1:L + 1]) + [0.0], Q, M, b_out, "forward")
     sR, bR, _ = _frac_phase(list(d.uB), d.x[0], list(d.x[1:L + 2]),
                             [d.y[i] + d.y[i + 1] + d.exB[i] for i in range(L + 1)], 0.0,
-                            list(d.x[:L + 1]), Q, M, beta, "backward")
+                            list(d.x[:L + 1]), Q, M, b_in, "backward")
     eF = [sF[i] + d.uF[i] for i in range(L + 1)]
     DB = sR[L] + d.uB[L]
     f_link_end = bF[-1][1] if bF else 0.0
@@ -675,7 +729,7 @@ def fractional_makespan(chain: Chain, memory: float, bandwidth: float, amount: f
     bF_a = np.array([a for a, _ in bF]); bF_b = np.array([b for _, b in bF])
     bR_a = np.array([a for a, _ in bR]); bR_b = np.array([b for _, b in bR])
 
-    def sent_by(A, Bb, t):
+    def sent_by(A, Bb, t, beta):
         """Bytes sent by time(s) t through bursts [A, B) at rate beta (vectorised over t)."""
         if len(A) == 0:
             return np.zeros_like(t)
@@ -698,7 +752,7 @@ def fractional_makespan(chain: Chain, memory: float, bandwidth: float, amount: f
         yend = np.concatenate([[np.inf], eB[:-1]])          # y_i freed by B_{i-1}
         m = m + ((tB[None, :] <= t) & (t < yend[None, :])) @ d.y[:L + 1]
         m = m + ((tB[L] <= tau) & (tau < eB[L])) * d.y[L + 1]
-        m = m - sent_by(bF_a, bF_b, tau) + (Q - sent_by(bR_a, bR_b, T - tau))
+        m = m - sent_by(bF_a, bF_b, tau, b_out) + (Q - sent_by(bR_a, bR_b, T - tau, b_in))
         return m
 
     def ok(T):

@@ -351,7 +351,7 @@ def from_remat(ops: Iterable[Sequence]) -> RematOffloadSchedule:
     return RematOffloadSchedule(ops=[(op, l) for op, l in ops])
 
 
-def offload_schedule_as_joint(chain: Chain, sched: "OffloadSchedule", bandwidth: float) -> RematOffloadSchedule:
+def offload_schedule_as_joint(chain: Chain, sched: "OffloadSchedule", bandwidth) -> RematOffloadSchedule:
     """Paper 001's offloading schedule as a re-materialization + offloading schedule.
 
     Operations ``F_all^1..F_all^{L+1}`` then ``B^{L+1}..B^1`` at paper 001's start times (paper 001's
@@ -360,9 +360,13 @@ def offload_schedule_as_joint(chain: Chain, sched: "OffloadSchedule", bandwidth:
     simulator forbids freeing an input while it is read, paper 001 releases the memory at that end
     anyway), each prefetch at paper 001's start. A value whose prefetch starts before paper 001 frees
     it (the end of its offload or of ``F_j``, whichever is later) gains nothing and is not moved. The
-    simulator replays it; where the two memory models differ (the seed gradient), the replay says so."""
+    simulator replays it; where the two memory models differ (the seed gradient), the replay says so.
+    ``bandwidth``: one speed or ``(to_host, to_device)`` (:func:`memplan.models.offload.link_speeds`),
+    as the schedule was planned with."""
     L = chain.L
-    from memplan.models.offload import OffloadData
+    from memplan.models.offload import OffloadData, link_speeds
+
+    b_out = link_speeds(bandwidth)[0]
 
     d = OffloadData.of(chain)
     ops = [("F_all", l) for l in range(1, L + 2)] + [("B", l) for l in range(L + 1, 0, -1)]
@@ -370,7 +374,7 @@ def offload_schedule_as_joint(chain: Chain, sched: "OffloadSchedule", bandwidth:
     moves = []
     for j in sched.offloaded:
         size = float(chain.wa[0] if j == 0 else chain.wabar[j])
-        dur = size / bandwidth
+        dur = size / b_out
         reader_end = sched.tF[j] + d.uF[j]
         if sched.prefetch[j] <= max(sched.offload[j] + dur, reader_end) * (1 + 1e-12):
             # paper 001 frees x_j at max(end of its offload, end of F_j) and reserves it again when the

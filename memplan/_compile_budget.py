@@ -612,6 +612,7 @@ class BudgetSearch:
         self._off_offsets: dict[str, float] = {}
         self._transfer_solvers: dict[str, tuple] = {}    # kind -> _transfer_solver's answer
         self.bandwidth = bandwidth
+        self.link001 = None          # (to the host, to the device) where both were measured (CUDA)
         self.offload_note = "" if offload else "not asked for"
         self._offload = None                   # (stages, loss stage, targets holder, chain, view indices, stage fraction)
         self._coffsets: dict[float, float] = {}
@@ -1389,12 +1390,17 @@ class BudgetSearch:
 
                 link = measure_host_link(self.device)
                 self.bandwidth = float(min(link["h2d_bytes_per_s"], link["d2h_bytes_per_s"]))
+                # paper 001's DYNPROG plans with each direction's speed (models.offload.link_speeds); the
+                # joint DP takes one, the slower
+                self.link001 = (float(link["d2h_bytes_per_s"]), float(link["h2d_bytes_per_s"]))
             else:
                 self.bandwidth = float(chain.wabar[1:].sum() / chain.store_all_time())
         sf = self.stage_fractions[0] if base is self._cchain else math.nan      # nan: the eager chain
         self._offload = (stages, loss_stage, holder, chain, frozenset(views), sf)
+        two = (f" (to the host {self.link001[0] / 1e9:.2f}, to the device {self.link001[1] / 1e9:.2f} GB/s: "
+               "DYNPROG plans with both, the joint DP with the slower)" if isinstance(self.link001, tuple) else "")
         self._progress(f"offloading: on the {'compiled' if base is self._cchain else 'eager'} chain, link "
-                       f"{self.bandwidth / 1e9:.2f} GB/s" + (f", values {sorted(views)} not movable (views)"
+                       f"{self.bandwidth / 1e9:.2f} GB/s{two}" + (f", values {sorted(views)} not movable (views)"
                                                            if views else ""))
 
     def offload_fit(self, budget: float, tries: int = 3) -> Candidate | None:
@@ -1476,12 +1482,14 @@ class BudgetSearch:
             from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
             from memplan.models.remat_offload import offload_schedule_as_joint
 
+            link = self.link001 if self.link001 is not None else beta
+
             def solve(limit):
-                sol = dynprog(chain, limit, beta, time_limit=self.solver_time_limit)
+                sol = dynprog(chain, limit, link, time_limit=self.solver_time_limit)
                 if not sol.success:
                     return None, None, None
-                sched = offload_schedule_as_joint(chain, sol.schedule, beta)
-                return sched, execute_offload, plan_offload(chain, sched, beta).replay.peak_memory
+                sched = offload_schedule_as_joint(chain, sol.schedule, link)
+                return sched, execute_offload, plan_offload(chain, sched, link).replay.peak_memory
 
             return min_feasible_memory(chain), peak_memory_no_offload(chain), solve
         from memplan.baselines.remat_offload_dp import solve_whole_transfers
@@ -1499,7 +1507,10 @@ class BudgetSearch:
 
     def _transfer_step(self, sched, run: Callable) -> Callable:
         stages, loss_stage, _, chain, _, _ = self._offload
-        return self._executor_step(lambda x: run(stages, loss_stage, x, sched, chain, self.bandwidth,
+        from memplan.models.runtime_offload import execute_offload
+
+        link = self.link001 if run is execute_offload and self.link001 is not None else self.bandwidth
+        return self._executor_step(lambda x: run(stages, loss_stage, x, sched, chain, link,
                                                  device=self.device, input_grad=False, sync=False))
 
     def minimum(self) -> Candidate:
@@ -1744,8 +1755,9 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         GPU's would, but the copies cost what a memcpy costs). The executors' CUDA path ran on an H100
         (``benchmarks/results/offload_exec_gpu_gpt2.csv``); as candidates here they have not yet.
     bandwidth : float, str or None
-        The host link for ``offload`` (bytes/s or ``"12GB/s"``); None: measured on CUDA (the slower
-        direction), all of the chain's saved bytes in one store-all step when emulated.
+        The host link for ``offload`` (bytes/s or ``"12GB/s"``); None: measured on CUDA (DYNPROG plans
+        and runs with each direction's speed, the joint DP, which takes one, with the slower), all of the
+        chain's saved bytes in one store-all step when emulated.
     progress : callable or None
         Called with one line of text as each part of the search ends (a fraction compiled and measured,
         the chain profiled, the compiled stages profiled, fractions left out by ``time_limit``): a

@@ -556,6 +556,34 @@ def test_offloading_candidates_with_the_host_emulated():
             BudgetSearch(model, (x,), loss_fn=_loss, example_targets=(y,), fractions=(1.0,), repeats=1, **kw)
 
 
+def test_offloading_candidates_plan_with_two_measured_speeds():
+    """Where both directions of the link were measured (``link001``, set here as CUDA's measurement
+    would), DYNPROG's candidate is planned and executed with the two speeds: its schedule replays with
+    them within the budget, its replay differs from the one-speed replay of the same schedule, and
+    the executed step measures within the budget with eager's gradients."""
+    from memplan._compile_budget import BudgetSearch
+    from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
+    from memplan.models.remat_offload import simulate_remat_offload
+
+    model = _deep_mlp()
+    x, y = torch.randn(16, 16, 32), torch.randn(16, 16, 8)
+    expected = _eager_grads(model, x, y)
+    search = BudgetSearch(model, (x,), loss_fn=_loss, example_targets=(y,), fractions=(1.0,), repeats=1,
+                          compiled_stages=False, offload="emulated")
+    chain = _fixed_offload_times(search)
+    search.link001 = (search.bandwidth, 3 * search.bandwidth)      # prefetches three times faster
+    lo, hi = min_feasible_memory(chain), peak_memory_no_offload(chain)
+    budget = lo + 0.3 * (hi - lo)
+    _, _, solve = search._transfer_solver("chain-offload", chain)
+    sched, _, peak = solve(budget)
+    two = simulate_remat_offload(chain, sched, search.link001, budget)
+    assert two.peak_memory == peak <= budget
+    assert two.makespan < simulate_remat_offload(chain, sched, search.bandwidth).makespan
+    cand = search.offload_fit(budget)
+    assert cand is not None and cand.peak <= budget
+    _assert_step_grads_match(search._runner(cand)[0], model, x, y, expected)
+
+
 def test_joint_candidates_with_the_host_emulated():
     """The joint DP's schedule (recomputation and offloading, parts merged into whole transfers,
     replayed within the limit) at 10% of the way from its least memory to store-all's peak on a small

@@ -524,6 +524,20 @@ def _fixed_offload_times(search):
     return search._offload[3]
 
 
+def _emulated_offload_search():
+    """A deep MLP's search with offloading emulated on the CPU and the chain's times fixed by formula:
+    (model, x, y, eager's gradients, search, chain)."""
+    from memplan._compile_budget import BudgetSearch
+
+    model = _deep_mlp()
+    x, y = torch.randn(16, 16, 32), torch.randn(16, 16, 8)
+    expected = _eager_grads(model, x, y)
+    search = BudgetSearch(model, (x,), loss_fn=_loss, example_targets=(y,), fractions=(1.0,), repeats=1,
+                          compiled_stages=False, offload="emulated")
+    chain = _fixed_offload_times(search)
+    return model, x, y, expected, search, chain
+
+
 def test_offloading_candidates_with_the_host_emulated():
     """offload='emulated' (CPU, the host's bytes invisible to the measurement, as a GPU's would be):
     at a budget between paper 001's minimum and the peak without offloading, DYNPROG's schedule is
@@ -532,12 +546,7 @@ def test_offloading_candidates_with_the_host_emulated():
     from memplan._compile_budget import BudgetSearch
     from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
 
-    model = _deep_mlp()
-    x, y = torch.randn(16, 16, 32), torch.randn(16, 16, 8)
-    expected = _eager_grads(model, x, y)
-    search = BudgetSearch(model, (x,), loss_fn=_loss, example_targets=(y,), fractions=(1.0,), repeats=1,
-                          compiled_stages=False, offload="emulated")
-    chain = _fixed_offload_times(search)
+    model, x, y, expected, search, chain = _emulated_offload_search()
     lo, hi = min_feasible_memory(chain), peak_memory_no_offload(chain)
     assert lo < hi
     budget = lo + 0.3 * (hi - lo)
@@ -561,16 +570,10 @@ def test_offloading_candidates_plan_with_two_measured_speeds():
     would), DYNPROG's candidate is planned and executed with the two speeds: its schedule replays with
     them within the budget, its replay differs from the one-speed replay of the same schedule, and
     the executed step measures within the budget with eager's gradients."""
-    from memplan._compile_budget import BudgetSearch
     from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
     from memplan.models.remat_offload import simulate_remat_offload
 
-    model = _deep_mlp()
-    x, y = torch.randn(16, 16, 32), torch.randn(16, 16, 8)
-    expected = _eager_grads(model, x, y)
-    search = BudgetSearch(model, (x,), loss_fn=_loss, example_targets=(y,), fractions=(1.0,), repeats=1,
-                          compiled_stages=False, offload="emulated")
-    chain = _fixed_offload_times(search)
+    model, x, y, expected, search, chain = _emulated_offload_search()
     search.link001 = (search.bandwidth, 3 * search.bandwidth)      # prefetches three times faster
     lo, hi = min_feasible_memory(chain), peak_memory_no_offload(chain)
     budget = lo + 0.3 * (hi - lo)

@@ -5,8 +5,11 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import memplan
+from memplan import remat
 from memplan import remat_offload as ro
 from memplan.baselines.remat_exhaustive import exhaustive_remat
 from memplan.baselines.remat_heuristics import min_memory, store_all
@@ -349,3 +352,25 @@ def test_zero_duration_operations_hold_their_memory_for_an_instant():
     assert simulate_remat_offload(c, from_remat(seq), None).peak_memory == expected
     with pytest.raises(Exception, match="exceeds the limit"):
         simulate_remat_offload(c, from_remat(seq), None, memory_limit=4.0)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(2, 6), st.integers(0, 10_000), st.floats(0.0, 1.0), st.integers(-3, 12),
+       st.sampled_from([5, 20, 50]))
+def test_the_dp_answers_at_any_link_speed_without_raising(L, seed, frac, log_beta, slots):
+    """Whatever the link's speed against the chain's sizes and times (here from 1e-3 to 1e12 bytes per
+    time unit, on chains of a few bytes), the joint DP answers with a Solution whose schedule the
+    simulator accepts within the limit, or says why there is none; it never raises. A link fast
+    enough to move a slot in less than the simulator's time tolerance had made its own schedule
+    "offload more than is stored" (random_chain(6, seed=0), 1e9 B/s, 20 slots)."""
+    c = random_chain(L, seed=seed)
+    lo, hi = remat.memory_range(c)
+    mem = float(lo + frac * (hi - lo))
+    beta = 10.0 ** log_beta
+    sol = solve_remat_offload_dp(c, mem, beta, slots=slots)
+    if sol.schedule is not None:
+        rep = simulate_remat_offload(c, sol.schedule, beta, mem)
+        assert rep.makespan == pytest.approx(sol.objective, rel=1e-9)
+        assert rep.peak_memory <= mem * (1 + 1e-9)
+    else:
+        assert sol.status in (Status.INFEASIBLE, Status.NO_SOLUTION) and sol.message

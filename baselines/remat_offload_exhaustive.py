@@ -47,7 +47,9 @@ _OPS = ("F_all", "F_ck", "F_none", "B")
 def _grid(chain: Chain, beta: float | None, max_den: int = 1000) -> Fraction:
     vals = [Fraction(float(x)).limit_denominator(max_den) for x in list(chain.uf[1:]) + list(chain.ub[1:])]
     if beta:
-        vals.append(Fraction(1) / Fraction(float(beta)).limit_denominator(max_den))
+        # the time per byte, as a fraction itself: 1 / (beta as a fraction) had made a link slower
+        # than 1 / (2 max_den) bytes/s a fraction 0 and the grid a ZeroDivisionError
+        vals.append(Fraction(1.0 / float(beta)).limit_denominator(max_den))
     g = Fraction(0)
     for v in vals:
         if v == 0:
@@ -117,6 +119,9 @@ def solve_exhaustive(chain: Chain, memory: float, bandwidth: float | None, *, up
     uf = [int(round(float(x) / float(tau))) for x in chain.uf]
     ub = [int(round(float(x) / float(tau))) for x in chain.ub]
     part = int(round(1.0 / beta / float(tau))) if beta > 0 else 0
+    if beta > 0 and (part < 1 or abs(1.0 / beta / float(tau) - part) > 1e-9 * max(1.0, part)):
+        raise ValueError(f"the link's time per byte (1/bandwidth = {1.0 / beta:.6g}s) is not a multiple of the "
+                         f"operation times' common grid ({float(tau):.6g}s)")
     wa = [int(x) for x in chain.wa]
     wab = [int(x) for x in chain.wabar]
     wd = [int(x) for x in chain.wd]

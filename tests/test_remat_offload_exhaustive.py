@@ -66,3 +66,14 @@ def test_exhaustive_finds_offloading_below_remat_minimum():
     f = floating(c, lo - 1, exact=True)
     assert f.objective is None
     assert e.objective is not None and e.peak_memory <= lo - 1
+
+
+def test_a_very_slow_link_is_on_the_grid():
+    """A link slower than 1/2000 B/s: the time per byte is taken as a fraction itself (the bandwidth's
+    own fraction was 0 and the grid a ZeroDivisionError). The one-stage chain fits without moving
+    anything at 30 B, so the answer is its store-all time, proven."""
+    from memplan import remat_offload
+
+    c = random_chain(1, seed=475003)
+    sol = remat_offload.solve(c, memory=30.0, bandwidth=1.768e-4, method="exhaustive", time_limit=10)
+    assert sol.status == Status.OPTIMAL and sol.objective == c.store_all_time() == 26.0

@@ -355,8 +355,10 @@ def report(solution: Solution, chain: Chain) -> str:
              f"status       {sol.status}: {sol.message}",
              f"lower bound  {fmt_time(lb)}  (Proposition 3; compute alone {fmt_time(d.uF.sum() + d.uB.sum())})"]
     if "fractional" in sol.details:
-        lines.append(f"fractional   {fmt_time(sol.details['fractional'])}  (Theorem 2: optimum when "
-                     "activations may be split)")
+        lines.append(f"fractional   {fmt_time(sol.details['fractional'])}  "
+                     + ("(Theorem 2: optimum when activations may be split)" if not isinstance(bw, (tuple, list))
+                        else "(the relaxation with activations split; Theorem 2 proves it a bound for one link "
+                             "speed only)"))
     if sol.objective is not None:
         ratio = sol.objective / lb if lb else math.nan
         lines += [f"makespan     {fmt_time(sol.objective)}  (ratio to LB {ratio:.4f})",

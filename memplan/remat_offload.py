@@ -78,6 +78,9 @@ EXACT_BOUND_MEMORY = 500
 
 def _bandwidth_arg(bandwidth: Any) -> float:
     """Bytes/s; None or 0 mean no link (re-materialization alone)."""
+    if isinstance(bandwidth, (tuple, list)) or (isinstance(bandwidth, str) and "," in bandwidth):
+        raise InputError(f"{PROBLEM}: bandwidth={bandwidth!r} gives two link speeds; the joint DP takes one: give "
+                         "one bandwidth (e.g. the slower direction's); --problem offload takes two")
     if bandwidth is None:
         return 0.0
     try:

@@ -136,3 +136,24 @@ def test_front_end_takes_two_speeds_and_the_milp_refuses_them():
         offload.solve(chain, memory=M, bandwidth=("1GB/s", "2GB/s", "3GB/s"), method="greedy")
     with pytest.raises(InputError, match="bandwidth"):
         offload.solve(chain, memory=M, bandwidth="1GB/s,0GB/s", method="greedy")
+
+
+def test_the_report_and_the_joint_dp_say_what_two_speeds_change(capsys):
+    """GREEDY's report does not call its fractional value Theorem 2's optimum with two speeds (the
+    theorem is proven for one); the joint DP (paper 000) takes one speed and says so for a pair, on
+    the command line too (exit status 2, one line)."""
+    from memplan import remat_offload
+    from memplan.experiments.cli import main
+
+    chain = memplan.load_instance("paper004_table2").chain
+    two = offload.solve(chain, memory="80MiB", bandwidth="1GB/s,2GB/s", method="greedy")
+    one = offload.solve(chain, memory="80MiB", bandwidth="1GB/s", method="greedy")
+    assert "proves it a bound for one link speed only" in offload.report(two, chain)
+    assert "Theorem 2: optimum when activations may be split" in offload.report(one, chain)
+    for bw in ("1GB/s,2GB/s", (1e9, 2e9)):
+        with pytest.raises(InputError, match="two link speeds; the joint DP takes one"):
+            remat_offload.solve(chain, memory="80MiB", bandwidth=bw)
+    assert main(["solve", "instances/paper004_table2.json", "--problem", "remat-offload", "--memory", "80MiB",
+                 "--bandwidth", "1GB/s,2GB/s"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the joint DP takes one" in err[0]

@@ -10,7 +10,10 @@ Time model
 * ``s_q``: start of computation ``q``; ``c_seq``: ``s_{q+1} >= s_q + u_q`` (the data dependencies of
   Fig. 1 force the order ``F_0..F_L, B_L..B_0``); the makespan ``C = s_{2L+1} + u_{B_0}`` is minimised.
 * ``y_j`` = 1 when ``x_j`` is offloaded; ``o_j``, ``p_j`` the starts of its offload and prefetch, each
-  lasting ``c_j y_j`` with ``c_j = |x_j|/beta``: ``c_ready`` (offload after ``F_{j-1}``),
+  lasting ``c_j y_j`` with ``c_j = |x_j|/beta`` (a link of two speeds, memplan's extension: the offload
+  lasts ``|x_j|/beta_out`` and the prefetch ``|x_j|/beta_in``; below, ``c_j`` is the offload's
+  duration wherever an offload is meant and the prefetch's wherever a prefetch is, and ``2 c_j`` their
+  sum): ``c_ready`` (offload after ``F_{j-1}``),
   ``c_prefetch_after`` (prefetch after the offload), ``c_prefetch_before`` (prefetch ends before
   ``B_j``). A non-offloaded ``x_j`` gets zero-length transfers, which constrain nothing.
 * ``c_link_*``: disjunctive ordering of the single link (section 3.1, one transfer at a time): one
@@ -125,8 +128,8 @@ from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_arrays, so
 from memplan.models import budget as _budget
 from memplan.models.chain import Chain
 from memplan.models.offload import (PROBLEM, InvalidOffloadSchedule, OffloadData, OffloadSchedule, fractional_makespan,
-                                    lower_bound_value, make_solution, peak_memory_no_offload,
-                                    validate_offload, window_memory)
+                                    link_speeds, lower_bound_value, make_solution, peak_memory_no_offload,
+                                    same_speed, validate_offload, window_memory)
 from memplan.models.solution import InfeasibleError, Solution, Status
 
 
@@ -172,8 +175,10 @@ def build_offload_milp(chain: Chain, memory: float, bandwidth: float, *, horizon
     mu = float(memory)
     dur = [u / tu for u in dur_raw]
     J = [j for j in range(L + 1) if d.x[j] > 0]
-    c = {j: d.x[j] / bandwidth / tu for j in J}
-    H = sum(dur) + 2 * sum(c.values())
+    b_out, b_in = link_speeds(bandwidth)
+    c = {j: d.x[j] / b_out / tu for j in J}            # offload durations
+    ci = {j: d.x[j] / b_in / tu for j in J}            # prefetch durations
+    H = sum(dur) + sum(c.values()) + sum(ci.values())
     if horizon is not None:
         H = min(H, horizon / tu * (1 + 1e-6) + 1e-9)
     Hm = float(d.x.sum() + d.y.sum() + d.exF.max() + d.exB.max()) / mu + 1.0
@@ -193,7 +198,7 @@ def build_offload_milp(chain: Chain, memory: float, bandwidth: float, *, horizon
     m.c_makespan = pyo.Constraint(expr=m.C >= m.s[nq - 1] + dur[nq - 1])
     m.c_ready = pyo.Constraint(m.J, rule=lambda m, j: m.o[j] >= (m.s[j - 1] + dur[j - 1] if j > 0 else 0))
     m.c_prefetch_after = pyo.Constraint(m.J, rule=lambda m, j: m.p[j] >= m.o[j] + c[j] * m.y[j])
-    m.c_prefetch_before = pyo.Constraint(m.J, rule=lambda m, j: m.p[j] + c[j] * m.y[j] <= m.s[qB[j]])
+    m.c_prefetch_before = pyo.Constraint(m.J, rule=lambda m, j: m.p[j] + ci[j] * m.y[j] <= m.s[qB[j]])
 
     # link: transfers ("O", j), ("P", j)
     T = [(k, j) for j in J for k in ("O", "P")]
@@ -216,14 +221,14 @@ def build_offload_milp(chain: Chain, memory: float, bandwidth: float, *, horizon
             return pyo.Constraint.Skip
         A, B = pairs[n]
         relax = H * (2 - m.y[A[1]] - m.y[B[1]])
-        return start(B) >= start(A) + c[A[1]] - H * (1 - m.z[n]) - relax
+        return start(B) >= start(A) + (c if A[0] == "O" else ci)[A[1]] - H * (1 - m.z[n]) - relax
 
     def link2(m, n):
         if clock.out():
             return pyo.Constraint.Skip
         A, B = pairs[n]
         relax = H * (2 - m.y[A[1]] - m.y[B[1]])
-        return start(A) >= start(B) + c[B[1]] - H * m.z[n] - relax
+        return start(A) >= start(B) + (c if B[0] == "O" else ci)[B[1]] - H * m.z[n] - relax
 
     m.c_link_ab = pyo.Constraint(m.PAIRS, rule=link1)
     m.c_link_ba = pyo.Constraint(m.PAIRS, rule=link2)
@@ -416,9 +421,11 @@ def build_offload_arrays(chain: Chain, memory: float, bandwidth: float, *, horiz
     mu = float(memory)
     dur = [u / tu for u in dur_raw]
     J = [j for j in range(L + 1) if d.x[j] > 0]
-    c = {j: float(d.x[j]) / bandwidth / tu for j in J}
+    b_out, b_in = link_speeds(bandwidth)
+    c = {j: float(d.x[j]) / b_out / tu for j in J}     # offload durations
+    ci = {j: float(d.x[j]) / b_in / tu for j in J}     # prefetch durations
     X = {j: float(d.x[j]) / mu for j in range(L + 2)}          # sizes in units of M
-    H = sum(dur) + 2 * sum(c.values())
+    H = sum(dur) + sum(c.values()) + sum(ci.values())
     if horizon is not None:
         H = min(H, horizon / tu * (1 + 1e-6) + 1e-9)
     lb_C = max(sum(dur), lower_bound_value(chain, memory, bandwidth) / tu * (1 - 1e-9))
@@ -448,12 +455,12 @@ def build_offload_arrays(chain: Chain, memory: float, bandwidth: float, *, horiz
     ready_lb = {j: (0.0 if j == 0 else ES[j - 1] + dur[j - 1]) for j in J}
     y, o, p = {}, {}, {}
     for j in J:
-        can = ready_lb[j] + 2 * c[j] <= LS[qB[j]] + 1e-12
+        can = ready_lb[j] + c[j] + ci[j] <= LS[qB[j]] + 1e-12
         y[j] = mdl.var(0, 1 if can else 0, True)
         # o_j: at most the latest ready time (where a non-offloaded x_j's zero-length offload sits) or
         # the latest start of an offload that leaves room for the prefetch before B_j
         ready_ub = 0.0 if j == 0 else LS[j - 1] + dur[j - 1]
-        o[j] = mdl.var(ready_lb[j], max(ready_ub, LS[qB[j]] - 2 * c[j]))
+        o[j] = mdl.var(ready_lb[j], max(ready_ub, LS[qB[j]] - c[j] - ci[j]))
         p[j] = mdl.var(ready_lb[j], LS[qB[j]])
     lbv = lambda col: mdl.lb[col]
     ubv = lambda col: mdl.ub[col]
@@ -467,7 +474,7 @@ def build_offload_arrays(chain: Chain, memory: float, bandwidth: float, *, horiz
         if j > 0:
             mdl.row("ready", [o[j], s[j - 1]], [1, -1], lo=dur[j - 1])
         mdl.row("prefetch_after", [p[j], o[j], y[j]], [1, -1, -c[j]], lo=0)
-        mdl.row("prefetch_before", [s[qB[j]], p[j], y[j]], [1, -1, -c[j]], lo=0)
+        mdl.row("prefetch_before", [s[qB[j]], p[j], y[j]], [1, -1, -ci[j]], lo=0)
     clock.check()
 
     # -- prefetch windows: G[j][w] = 1 when the prefetch of x_j starts in window w or later
@@ -477,7 +484,7 @@ def build_offload_arrays(chain: Chain, memory: float, bandwidth: float, *, horiz
     static_cache = {w: window_memory(d, w) for w in range(2 * nq)}
     for j in J:
         plo = ready_lb[j] + c[j]
-        phi = LS[qB[j]] - c[j]
+        phi = LS[qB[j]] - ci[j]
         ws = []
         for w in range(2 * j + 1, 2 * (2 * L - j) + 2):
             if wstart_lb(w) > phi + 1e-9 or wstart_ub(w + 1) < plo - 1e-9:
@@ -610,7 +617,9 @@ def build_offload_arrays(chain: Chain, memory: float, bandwidth: float, *, horiz
         # z = 1: B starts after A ends; z = 0: A starts after B ends. Each row is relaxed by its own
         # big-M (from the time windows) unless both activations are offloaded:
         #   second - first >= c_first - M (1 - order) - M (2 - y_a - y_b)
-        for first, second, cl, zsign in ((sa, sb, c[a_], 1), (sb, sa, c[b_], -1)):
+        dur_a = (c if Aa[0] == "O" else ci)[a_]
+        dur_b = (c if Bb[0] == "O" else ci)[b_]
+        for first, second, cl, zsign in ((sa, sb, dur_a, 1), (sb, sa, dur_b, -1)):
             M = ubv(first) + cl - lbv(second)
             if M <= 0:
                 continue
@@ -708,11 +717,11 @@ def build_offload_arrays(chain: Chain, memory: float, bandwidth: float, *, horiz
                         g = G(j, 2 * (k + 1)) if qB[j] <= r else None
                         if g is not None:
                             cols.append(g)
-                            vals.append(-c[j])
+                            vals.append(-ci[j])
                         continue
                     if r >= qB[j]:
                         cols.append(y[j])
-                        vals.append(-2 * c[j])
+                        vals.append(-(c[j] + ci[j]))
                     elif j + 1 <= r:
                         cols.append(y[j])
                         vals.append(-c[j])
@@ -736,7 +745,7 @@ def build_offload_arrays(chain: Chain, memory: float, bandwidth: float, *, horiz
                     g = G(j, 2 * q)
                     if g is not None:
                         cols.append(g)
-                        vals.append(-c[j])
+                        vals.append(-ci[j])
                 if len(cols) > 2:
                     mdl.row("cut_backward", cols, vals, lo=0.0)
             if clock.out():
@@ -823,6 +832,8 @@ def fractional_bound(chain: Chain, memory: float, bandwidth: float) -> float | N
     is Theorem 2's schedule. So its makespan never exceeds Problem 1's optimum (tests compare it with
     proven optima of the reference model on random chains). On ResNet-18 (issue 21) it is 5.221 s where
     HiGHS's bound after 60 s is about 5.06 s."""
+    if same_speed(bandwidth) is None:
+        return None             # Theorem 2 is proven for one link speed
     try:
         if memory >= peak_memory_no_offload(chain) or not bandwidth or not math.isfinite(bandwidth):
             return None
@@ -954,14 +965,14 @@ def _cover_search(chain: Chain, memory: float, bandwidth: float, incumbent: Offl
 
     d = OffloadData.of(chain)
     need = peak_memory_no_offload(chain) - float(memory)
-    beta = float(bandwidth)
+    b_out, b_in = link_speeds(bandwidth)
     best: list[tuple[float, int, list[int], OffloadSchedule]] = []    # max-heap on makespan (negated)
     S0 = sorted(incumbent.offload)
     heapq.heappush(best, (-value, 0, S0, incumbent))
     state = {"value": value, "sets": 0, "done": True}
 
     def max_excess():
-        return max(0.0, state["value"] - bound) * beta / 2
+        return max(0.0, state["value"] - bound) / (1 / b_out + 1 / b_in)
 
     def stop():
         if _time.monotonic() >= deadline:
@@ -980,7 +991,7 @@ def _cover_search(chain: Chain, memory: float, bandwidth: float, incumbent: Offl
             continue
         seen.add(tuple(S))
         state["sets"] += 1
-        sc, v = _no_wait_value(chain, memory, beta, S)
+        sc, v = _no_wait_value(chain, memory, bandwidth, S)
         if sc is None:
             continue
         if len(best) < keep or v < -best[0][0]:

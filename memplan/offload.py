@@ -109,7 +109,9 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | tuple |
         Link bandwidth ``beta``: bytes/s or a string (``"12GB/s"``). Needed when offloading is
         (``memory`` below ``M_peak``, the peak without offloading). Two speeds, to the host then to the
         device (a pair, or ``"49GB/s,56GB/s"``): offloads and prefetches then last what each direction
-        allows (:func:`memplan.models.offload.link_speeds`); every method but ``milp`` takes them.
+        allows (:func:`memplan.models.offload.link_speeds`); every method takes them (``milp``'s
+        bound is then HiGHS's and Proposition 3's: the fractional and split relaxations are proven for
+        one speed).
     method : str, optional
         One of :data:`METHODS`; :data:`DEFAULT_METHOD` (``"dynprog"``) when None.
     time_limit : float or None
@@ -185,10 +187,6 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | tuple |
     M = _frontend.memory_arg(memory, PROBLEM)
     beta = _frontend.link_arg(bandwidth, PROBLEM)
     method = _frontend.method_arg(method, METHODS, DEFAULT_METHOD, PROBLEM)
-    if method == "milp" and isinstance(beta, tuple):
-        raise InputError(f"{PROBLEM}: method='milp' models one link speed, and bandwidth gives two "
-                         f"({fmt_bandwidth(beta[0])} to the host, {fmt_bandwidth(beta[1])} to the device): give "
-                         f"one bandwidth, or a method that takes two ({', '.join(HEURISTICS)})")
     slots = _frontend.count_arg(slots, "slots", PROBLEM, required=False)
     threads = _frontend.count_arg(threads, "threads", PROBLEM, required=False)
     gap = _frontend.gap_arg(gap, PROBLEM)
@@ -276,7 +274,9 @@ def _milp(chain: Chain, memory: float, bandwidth: float, b: Budget, *, gap, thre
     # L = 73, where 40% then goes to the neighbourhood search around the best schedule: offloaded-set
     # moves, then sub-MIPs over windows of activations); the full MIP gets the rest
     # the split relaxation (whole transfers): the MILP's bound, and the filter of its set descent
-    bound, set_bound = milp_bounds(chain, memory, bandwidth)
+    # the split relaxation is proven for one link speed: with two, the MILP's own bound and LB only
+    bound, set_bound = (milp_bounds(chain, memory, bandwidth) if not isinstance(bandwidth, tuple)
+                        else (None, None))
     sol = solve_offload_milp(chain, memory, bandwidth, start=start.schedule if start else None,
                              time_limit=b.limit(), gap=gap, threads=threads, log_file=solver_log,
                              lns=LNS_SHARE if chain.L >= LNS_MIN_STAGES and start is not None else 0.0,

@@ -67,7 +67,7 @@ def main(argv=None) -> int:
                    "peak without offloading (1)")
     p.add_argument("--methods", default="dynprog,greedy,joint", help="paper 001's methods (memplan.offload) and "
                    "'joint': paper 000's DP, its parts merged into whole transfers")
-    p.add_argument("--bandwidth", default=None, help="bytes/s of the link (e.g. 12GB/s, or two: to the host, to the device, 12GB/s,16GB/s); "
+    p.add_argument("--bandwidth", default=None, help="bytes/s of the link (e.g. 12GB/s, or two: to the host, to the device, 12GB/s:16GB/s); "
                    "default on CUDA: measured, "
                    "on a CPU: all of the chain's abar moved in one store-all step's time")
     p.add_argument("--one-speed", action="store_true", help="CUDA: plan paper 001's methods with the slower "
@@ -125,10 +125,10 @@ def main(argv=None) -> int:
         return 2
     try:
         bw_arg = (None if a.bandwidth is None else
-                  tuple(float(parse_bandwidth(v)) for v in a.bandwidth.split(",")) if "," in a.bandwidth
+                  tuple(float(parse_bandwidth(v)) for v in a.bandwidth.split(":")) if ":" in a.bandwidth
                   else float(parse_bandwidth(a.bandwidth)))
         if isinstance(bw_arg, tuple) and len(bw_arg) != 2:
-            raise ValueError("one bandwidth, or two: to the host, to the device (e.g. 12GB/s,16GB/s)")
+            raise ValueError("one bandwidth, or two: to the host, to the device (e.g. 12GB/s:16GB/s)")
     except Exception as e:  # noqa: BLE001 - the units parser's message, on one line
         print(f"bench_offload_exec: --bandwidth {a.bandwidth!r}: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2

@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--method", help="method (default depends on the problem; see the README)")
     s.add_argument("--memory", help="memory limit, e.g. 90MiB, 1.5GB (default: the instance's platform)")
     s.add_argument("--bandwidth", help="link bandwidth, e.g. 12GB/s (default: the instance's platform); --problem "
-                   "offload also takes two, to the host then to the device, e.g. 49GB/s,56GB/s")
+                   "offload also takes two, to the host then to the device, e.g. 49GB/s:56GB/s")
     s.add_argument("--gpus", type=int, help="number of GPUs (pipeline; default: the instance's platform, else 1)")
     s.add_argument("--slots", type=int, help="memory discretization of the DPs, used as given (default: the DP "
                    "chooses and refines the grid until the answer is proven or stops changing)")

@@ -76,14 +76,17 @@ def bandwidth_arg(value: Any, problem: str, *, required: bool = False) -> float 
 
 def link_arg(value: Any, problem: str) -> float | tuple[float, float] | None:
     """The host link: one bandwidth (``"12GB/s"`` or bytes/s, both directions) or two, to the host
-    then to the device, as a pair or a string ``"49GB/s,56GB/s"``. A pair with equal speeds is one
-    number (paper 001's single ``beta``)."""
+    then to the device, as a pair or a string ``"49GB/s:56GB/s"`` (a colon: in ``memplan sweep`` a comma
+    separates the values swept). A pair with equal speeds is one number (paper 001's single ``beta``)."""
     if isinstance(value, str) and "," in value:
-        value = tuple(v.strip() for v in value.split(","))
+        raise InputError(f"{problem}: bandwidth={value!r}: one link here; for two speeds write them to the host, "
+                         "then to the device, with a colon, e.g. '49GB/s:56GB/s' (a comma lists the values of a sweep)")
+    if isinstance(value, str) and ":" in value:
+        value = tuple(v.strip() for v in value.split(":"))
     if isinstance(value, (tuple, list)):
         if len(value) != 2:
             raise InputError(f"{problem}: bandwidth={value!r} must be one bandwidth or two (to the host, to the "
-                             "device), e.g. '12GB/s' or '12GB/s,16GB/s'")
+                             "device), e.g. '12GB/s' or '12GB/s:16GB/s'")
         out, inn = (bandwidth_arg(v, problem, required=True) for v in value)
         return out if out == inn else (out, inn)
     return bandwidth_arg(value, problem)

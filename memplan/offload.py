@@ -108,7 +108,7 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | tuple |
     bandwidth : float, str or a pair, optional
         Link bandwidth ``beta``: bytes/s or a string (``"12GB/s"``). Needed when offloading is
         (``memory`` below ``M_peak``, the peak without offloading). Two speeds, to the host then to the
-        device (a pair, or ``"49GB/s,56GB/s"``): offloads and prefetches then last what each direction
+        device (a pair, or ``"49GB/s:56GB/s"``): offloads and prefetches then last what each direction
         allows (:func:`memplan.models.offload.link_speeds`); every method takes them (``milp``'s
         bound is then HiGHS's and Proposition 3's: the fractional and split relaxations are proven for
         one speed).

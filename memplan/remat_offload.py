@@ -78,7 +78,7 @@ EXACT_BOUND_MEMORY = 500
 
 def _bandwidth_arg(bandwidth: Any) -> float:
     """Bytes/s; None or 0 mean no link (re-materialization alone)."""
-    if isinstance(bandwidth, (tuple, list)) or (isinstance(bandwidth, str) and "," in bandwidth):
+    if isinstance(bandwidth, (tuple, list)) or (isinstance(bandwidth, str) and ":" in bandwidth):
         raise InputError(f"{PROBLEM}: bandwidth={bandwidth!r} gives two link speeds; the joint DP takes one: give "
                          "one bandwidth (e.g. the slower direction's); --problem offload takes two")
     if bandwidth is None:

@@ -124,16 +124,19 @@ def test_front_end_takes_two_speeds():
     chain = memplan.load_instance("paper004_table2").chain
     lo, hi = min_feasible_memory(chain), peak_memory_no_offload(chain)
     M = (lo + hi) / 2
-    sol = offload.solve(chain, memory=M, bandwidth="1GB/s,2GB/s", method="greedy")
+    sol = offload.solve(chain, memory=M, bandwidth="1GB/s:2GB/s", method="greedy")
     assert sol.success and sol.bandwidth == (1e9, 2e9)
     assert "1.0 GB/s to the host, 2.0 GB/s to the device" in offload.report(sol, chain)
     same = offload.solve(chain, memory=M, bandwidth=("1GB/s", "1GB/s"), method="greedy")
     assert same.bandwidth == 1e9 and same.objective == offload.solve(chain, memory=M, bandwidth="1GB/s",
                                                                      method="greedy").objective
+    # a comma lists the values of a sweep (memplan sweep --bandwidth 1GB/s,2GB/s): here it is refused, with the colon named
+    with pytest.raises(InputError, match="with a colon, e.g. '49GB/s:56GB/s'"):
+        offload.solve(chain, memory=M, bandwidth="1GB/s,2GB/s", method="greedy")
     with pytest.raises(InputError, match="one bandwidth or two"):
         offload.solve(chain, memory=M, bandwidth=("1GB/s", "2GB/s", "3GB/s"), method="greedy")
     with pytest.raises(InputError, match="bandwidth"):
-        offload.solve(chain, memory=M, bandwidth="1GB/s,0GB/s", method="greedy")
+        offload.solve(chain, memory=M, bandwidth="1GB/s:0GB/s", method="greedy")
 
 
 @pytest.mark.parametrize("L, seed, frac", [(4, 0, 0.4), (4, 1, 0.4), (3, 2, 0.4), (3, 9, 0.7), (3, 6, 0.1), (3, 21, 0.1)])
@@ -178,14 +181,14 @@ def test_the_report_and_the_joint_dp_say_what_two_speeds_change(capsys):
     from memplan.experiments.cli import main
 
     chain = memplan.load_instance("paper004_table2").chain
-    two = offload.solve(chain, memory="80MiB", bandwidth="1GB/s,2GB/s", method="greedy")
+    two = offload.solve(chain, memory="80MiB", bandwidth="1GB/s:2GB/s", method="greedy")
     one = offload.solve(chain, memory="80MiB", bandwidth="1GB/s", method="greedy")
     assert "proves it a bound for one link speed only" in offload.report(two, chain)
     assert "Theorem 2: optimum when activations may be split" in offload.report(one, chain)
-    for bw in ("1GB/s,2GB/s", (1e9, 2e9)):
+    for bw in ("1GB/s:2GB/s", (1e9, 2e9)):
         with pytest.raises(InputError, match="two link speeds; the joint DP takes one"):
             remat_offload.solve(chain, memory="80MiB", bandwidth=bw)
     assert main(["solve", "instances/paper004_table2.json", "--problem", "remat-offload", "--memory", "80MiB",
-                 "--bandwidth", "1GB/s,2GB/s"]) == 2
+                 "--bandwidth", "1GB/s:2GB/s"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the joint DP takes one" in err[0]

@@ -103,7 +103,8 @@ def main(argv=None) -> int:
     from memplan.baselines.remat_offload_dp import solve_whole_transfers
     from memplan.baselines.remat_offload_min_memory import min_memory as joint_min_memory
     from memplan.models.runtime_offload import execute_joint, execute_offload, merge_view_stages, view_stages
-    from memplan.models.units import parse_bandwidth
+    from memplan._frontend import link_arg
+    from memplan.models.solution import InputError
     from memplan.models.remat_offload import offload_schedule_as_joint
 
     cuda = a.device.startswith("cuda")
@@ -123,14 +124,10 @@ def main(argv=None) -> int:
     if a.steps_per_sample is not None and a.steps_per_sample < 1:
         print("bench_offload_exec: --steps-per-sample: a whole number >= 1", file=sys.stderr)
         return 2
-    try:
-        bw_arg = (None if a.bandwidth is None else
-                  tuple(float(parse_bandwidth(v)) for v in a.bandwidth.split(":")) if ":" in a.bandwidth
-                  else float(parse_bandwidth(a.bandwidth)))
-        if isinstance(bw_arg, tuple) and len(bw_arg) != 2:
-            raise ValueError("one bandwidth, or two: to the host, to the device (e.g. 12GB/s:16GB/s)")
-    except Exception as e:  # noqa: BLE001 - the units parser's message, on one line
-        print(f"bench_offload_exec: --bandwidth {a.bandwidth!r}: {str(e).splitlines()[0]}", file=sys.stderr)
+    try:        # one speed, or two written to-host:to-device (memplan.offload.solve's reading)
+        bw_arg = link_arg(a.bandwidth, "bench_offload_exec")
+    except InputError as e:
+        print(str(e).splitlines()[0], file=sys.stderr)
         return 2
     det = set_deterministic(a.device)
     if not cuda:

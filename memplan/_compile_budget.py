@@ -66,6 +66,15 @@ PEAK_RECHECK = 0.01
 CUDA_PEAKS = ("requested", "allocated")
 
 
+def _cuda_peak_arg(cuda_peak) -> str:
+    """``cuda_peak`` when it is one of :data:`CUDA_PEAKS`, else an InputError naming them."""
+    if cuda_peak not in CUDA_PEAKS:
+        raise InputError(f"compile_under_budget: cuda_peak {cuda_peak!r} is unknown; use one of "
+                         f"{', '.join(CUDA_PEAKS)} (which of the CUDA caching allocator's peaks the budget is "
+                         "compared with)")
+    return cuda_peak
+
+
 def _solver_base():
     """The base of memplan's partitioner solvers, built on first use (torch's ``CustomKnapsackSolver``
     is imported lazily): a time limit and threads for HiGHS, ``calls`` recording each call, and
@@ -425,9 +434,7 @@ def _measure(run, device, stats: dict | None = None, cuda_peak: str = "requested
 
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
-        if cuda_peak not in CUDA_PEAKS:
-            raise InputError(f"compile_under_budget: cuda_peak {cuda_peak!r} is unknown; use one of "
-                             f"{', '.join(CUDA_PEAKS)}")
+        _cuda_peak_arg(cuda_peak)
         with CudaMemoryTracker(device) as tr:
             run()
             tr.sync()
@@ -522,11 +529,7 @@ class BudgetSearch:
                  cuda_peak: str = "requested"):
         import torch
 
-        if cuda_peak not in CUDA_PEAKS:
-            raise InputError(f"compile_under_budget: cuda_peak {cuda_peak!r} is unknown; use one of "
-                             f"{', '.join(CUDA_PEAKS)} (which of the CUDA caching allocator's peaks the "
-                             "budget is compared with)")
-        self.cuda_peak = cuda_peak
+        self.cuda_peak = _cuda_peak_arg(cuda_peak)
         if runtime_estimator not in RUNTIME_ESTIMATORS:
             raise InputError(f"compile_under_budget: runtime_estimator {runtime_estimator!r} is unknown; use one of "
                              f"{', '.join(RUNTIME_ESTIMATORS)}")
@@ -1448,7 +1451,7 @@ class BudgetSearch:
             key = (kind, sf, moved, (tuple(sched.ops), tuple((t.kind, t.index, round(t.release, 12))
                                                             for t in sched.transfers)))
             if key not in self.offload_plans:
-                step = self._transfer_step(sched, run)
+                step = self._transfer_step(sched, run, kind)
                 peak, ts = self._measure_plan(step)
                 predicted = float(predicted)
                 cand = Candidate("dynprog" if kind == "chain-offload" else "joint-dp", math.nan, peak,
@@ -1476,20 +1479,18 @@ class BudgetSearch:
         from memplan.models.remat import simulate_remat, store_all_ops
         from memplan.models.runtime_offload import execute_joint, execute_offload, plan_joint, plan_offload
 
-        beta = self.bandwidth
+        beta = self._link(kind)
         if kind == "chain-offload":
             from memplan.baselines.offload import dynprog
             from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
             from memplan.models.remat_offload import offload_schedule_as_joint
 
-            link = self.link001 if self.link001 is not None else beta
-
             def solve(limit):
-                sol = dynprog(chain, limit, link, time_limit=self.solver_time_limit)
+                sol = dynprog(chain, limit, beta, time_limit=self.solver_time_limit)
                 if not sol.success:
                     return None, None, None
-                sched = offload_schedule_as_joint(chain, sol.schedule, link)
-                return sched, execute_offload, plan_offload(chain, sched, link).replay.peak_memory
+                sched = offload_schedule_as_joint(chain, sol.schedule, beta)
+                return sched, execute_offload, plan_offload(chain, sched, beta).replay.peak_memory
 
             return min_feasible_memory(chain), peak_memory_no_offload(chain), solve
         from memplan.baselines.remat_offload_dp import solve_whole_transfers
@@ -1505,11 +1506,15 @@ class BudgetSearch:
         return (float(joint_min_memory(chain, beta).value),
                 float(simulate_remat(chain, store_all_ops(chain.L)).peak_memory), solve)
 
-    def _transfer_step(self, sched, run: Callable) -> Callable:
-        stages, loss_stage, _, chain, _, _ = self._offload
-        from memplan.models.runtime_offload import execute_offload
+    def _link(self, kind: str):
+        """The host link a transfer candidate of ``kind`` plans and runs with: paper 001's DYNPROG
+        (``chain-offload``) takes both measured speeds where there are two (``link001``), the joint DP
+        one, the slower (``bandwidth``)."""
+        return self.link001 if kind == "chain-offload" and self.link001 is not None else self.bandwidth
 
-        link = self.link001 if run is execute_offload and self.link001 is not None else self.bandwidth
+    def _transfer_step(self, sched, run: Callable, kind: str) -> Callable:
+        stages, loss_stage, _, chain, _, _ = self._offload
+        link = self._link(kind)
         return self._executor_step(lambda x: run(stages, loss_stage, x, sched, chain, link,
                                                  device=self.device, input_grad=False, sync=False))
 
@@ -1767,8 +1772,9 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         candidate alike: the bytes the step's tensors asked for (``requested_bytes``, the default:
         the same in every measuring window), or ``max_memory_allocated`` (those bytes rounded to 512,
         plus the unsplit rest of reused cached blocks, which depends on what ran before: up to 0.09%
-        apart between two windows of one step on an H100). The other is kept in the report. Not used
-        on a CPU (one method there).
+        apart between two windows of one step on an H100). The report names the one used
+        (``BudgetedStep.peak_measure``); ``bench_budget.py`` keeps both. Not used on a CPU (one method
+        there).
 
     The search runs training steps on ``model``; the parameters' gradients and the model's buffers are
     restored when it ends (the parameters themselves do not change: there is no optimizer step). A

@@ -303,7 +303,7 @@ def validate_offload(chain: Chain, schedule: OffloadSchedule, memory_limit: floa
     for j in S.offload:
         if not 0 <= j <= L:
             raise InvalidOffloadSchedule(f"x_{j} cannot be offloaded (candidates are x_0..x_{L})")
-    if S.offload and not (b_out > 0 and b_in > 0 and math.isfinite(b_out) and math.isfinite(b_in)):
+    if S.offload and not has_link((b_out, b_in)):
         raise InvalidOffloadSchedule("transfers need a finite positive bandwidth")
     allt = [*S.tF, *S.tB, *S.offload.values(), *S.prefetch.values()]
     if not all(math.isfinite(t) for t in allt):

@@ -15,11 +15,13 @@ wall clock between synchronizes, one sample the mean of ``--steps-per-sample`` s
 against plain autograd (``torch.equal``; deterministic kernels).
 
 On CUDA each row also measures the whole step in one window of the caching allocator, both its
-allocated and its requested peak (``window_peak_allocated``, ``window_peak_requested``): the allocated
-bytes of an offloaded block drop when the executor drops it at the transfer's issue (``record_stream``
-only keeps the block from reuse until the copy ends), the requested bytes when the allocator processes
-the copy's event, so the first H100 run's measured peaks, 0.3-6% below the replay, may be the
-statistic and not the executor.
+allocated and its requested peak (``window_peak_allocated``, ``window_peak_requested``). On the H100
+(2026-11-27) the executor as it was, which dropped an offloaded block with ``record_stream`` at the
+copy's issue, showed allocated peaks 0-5% below the replay and requested peaks up to 2.6 times it:
+the host ran ahead of the copies and the allocator could not reuse the pending blocks. The executor
+now frees each storage where the plan says its copy has ended, the compute stream waiting for the
+copy there (``OffloadPlan.release_boundaries``); ``predicted_peak_stream`` is the replay of that
+order (``OffloadPlan.stream_schedule``), which both statistics should now follow.
 
 What the GPU run is for: the CUDA path (side stream, pinned buffers, events) first ran on an H100 on
 2026-11-26 (``benchmarks/results/offload_exec_gpu_gpt2.csv``); this checks its gradients, whether the
@@ -54,7 +56,7 @@ QUICK = {
 }
 COLUMNS = ["device", "network", "batch", "input", "L", "bandwidth", "fraction", "memory_limit", "method", "status",
            "offloaded", "predicted_peak", "measured_peak", "peak_rel_err", "within_limit", "predicted_time",
-           "predicted_time_two_way", "predicted_time_one_speed", "link", "window_peak_allocated", "window_peak_requested", "bandwidth_d2h", "bandwidth_h2d", "measured_time", "time_rel_err", "time_low", "time_high", "noisy", "store_all_time", "autograd_time",
+           "predicted_time_two_way", "predicted_time_one_speed", "link", "window_peak_allocated", "window_peak_requested", "predicted_peak_stream", "bandwidth_d2h", "bandwidth_h2d", "measured_time", "time_rel_err", "time_low", "time_high", "noisy", "store_all_time", "autograd_time",
            "grads_equal", "steps_per_sample", "message"]
 
 
@@ -102,7 +104,8 @@ def main(argv=None) -> int:
     from memplan.models.runtime import execute
     from memplan.baselines.remat_offload_dp import solve_whole_transfers
     from memplan.baselines.remat_offload_min_memory import min_memory as joint_min_memory
-    from memplan.models.runtime_offload import execute_joint, execute_offload, merge_view_stages, view_stages
+    from memplan.models.runtime_offload import (execute_joint, execute_offload, merge_view_stages, plan_joint,
+                                                plan_offload, view_stages)
     from memplan._frontend import link_arg
     from memplan.models.solution import InputError
     from memplan.models.remat_offload import offload_schedule_as_joint
@@ -201,6 +204,12 @@ def main(argv=None) -> int:
     runs["autograd"] = timed(lambda: loss_fn(model(x)).backward())
     runs["store-all"] = timed(lambda: execute(stages, loss_stage, x, store_all_ops(chain.L), device=dev,
                                               input_grad=False, fuse_backward=False))
+    def stream_peak(sched, run, link) -> float:
+        """The replay of what the executor holds in the allocator's order (OffloadPlan.stream_schedule)."""
+        plan = (plan_offload if run is execute_offload else plan_joint)(chain, sched, link)
+        st, bw = plan.stream_schedule(chain)
+        return simulate_remat_offload(chain, st, bw).peak_memory
+
     jlo, jhi = joint_min_memory(chain, beta).value, simulate_remat(chain, store_all_ops(chain.L)).peak_memory
     for f in fractions:
         for m in methods:
@@ -239,11 +248,8 @@ def main(argv=None) -> int:
             res = run(stages, loss_stage, x, sched, chain, link, device=dev, input_grad=False, measure_memory=True)
             window = {}
             if cuda:
-                # the whole step in one window of the caching allocator, as the budget search measures
-                # (memplan._compile_budget._measure): allocated bytes drop when an offloaded block is
-                # dropped, at the transfer's issue, though record_stream keeps it from reuse until the
-                # copy ends; requested bytes drop only then (when the allocator processes the copy's
-                # event), as the replay frees it at the offload's end
+                # the whole step in one window of the caching allocator, both statistics, as the budget
+                # search measures (memplan._compile_budget._measure)
                 from memplan._compile_budget import _measure
 
                 _measure(lambda s=sched, run=run, link=link: run(stages, loss_stage, x, s, chain, link, device=dev,
@@ -254,6 +260,7 @@ def main(argv=None) -> int:
             rows.append({**row, "status": status, "_tag": tag,
                          "offloaded": " ".join(str(t.index) for t in sched.transfers if t.kind == "offload"),
                          "predicted_peak": rep.peak_memory, "measured_peak": res.peak_memory,
+                         "predicted_peak_stream": stream_peak(sched, run, link),
                          "peak_rel_err": res.peak_memory / rep.peak_memory - 1, "within_limit": res.peak_memory <= mem,
                          "predicted_time": rep.makespan, "grads_equal": equal,
                          "link": ("two speeds" if isinstance(link, tuple) else "one speed"),

@@ -51,31 +51,45 @@ What is executed
   time and each transfer's start; a transfer is issued at the first boundary whose time is at or after
   its start, an offload of j not before the boundary after ``F^{j+1}`` (its reader; the converted
   schedules end it no earlier, :func:`memplan.remat_offload.offload_schedule_as_joint`), and no
-  transfer before the previous one (one link, in list order). At a boundary the offloads go first,
-  then the prefetches. An offload copies every entry of box j to the host and drops the device
-  storage; a prefetch allocates it again and copies back. Before an operation reads index j (B^{j+1},
+  transfer before the previous one (one link, in list order). An offload copies every entry of
+  box j to the host and drops the device storage (where, next item); a prefetch allocates it again
+  at its issue and copies back. Before an operation reads index j (B^{j+1},
   B^j) the prefetch must have completed. Only store-all orders and whole-value transfers are accepted
   (one offload then one prefetch per index, ``part`` 0, ``nbytes`` = ``wabar[j]``, ``wa[0]`` for
   j = 0); anything else raises :class:`InvalidRematOffloadSchedule`.
-- CUDA: one side stream; the side stream waits for the compute stream at the issue boundary (the
-  transfer starts there), copies with ``non_blocking=True`` to / from pinned host buffers; an
-  offloaded device tensor gets ``record_stream(side)`` before it is dropped (the caching allocator
-  does not reuse it before the copy ends); a prefetch's device buffer is allocated on the compute
-  stream and the compute stream waits on the prefetch's event before the first operation that reads it.
+- Where an offload's copy starts and where its device storage is freed are two boundaries
+  (:meth:`OffloadPlan.copy_boundaries`, :meth:`OffloadPlan.release_boundaries`): the copy at the
+  last boundary at or before the replay's start once the value exists (a transfer that the replay
+  starts inside a long operation starts before it, not after it), never after the issue; the
+  storage stays readable until the first boundary at or after the replay's end, and not before the
+  issue (after its readers). At a boundary the storages freed there go first, then the copies that
+  start there in list order. The memory held, in that order, is :meth:`OffloadPlan.stream_schedule`'s
+  replay, never above the plan's peak (``tests/test_offload_stream_order.py``).
+- CUDA: one side stream; the side stream waits for the compute stream where a copy starts, copies
+  with ``non_blocking=True`` to / from pinned host buffers, and records an event after each offload.
+  Where the storage is freed the compute stream waits for that event and the storage is dropped
+  without ``record_stream``, so the caching allocator reuses its bytes at once, in stream order,
+  for work that runs after the copy. (Until 2026-11-27 the storage was dropped with
+  ``record_stream`` at the copy's issue: the host ran ahead of the copies, the pending blocks could
+  not be reused, and on an H100 the allocator's requested bytes peaked at 2.6 times the plan for
+  GREEDY on GPT-2 small while ``max_memory_allocated`` stayed below it.) A prefetch's device buffer
+  is allocated on the compute stream and the compute stream waits on the prefetch's event before
+  the first operation that reads it.
 
 CPU emulation (tests). The host is a ``numpy.empty`` byte buffer wrapped by ``torch.from_numpy``:
 neither the dispatch-mode :class:`models.memory.TensorMemoryTracker` (it counts storages that come
 out of ATen operations; ``from_numpy`` is none) nor c10's CPU allocator sees it, so the measured
 memory is the device side only (``tests/test_runtime_offload.py`` checks that the tracker does not
-count it). Copies are synchronous: a transfer completes at its issue boundary, so the measured memory
-is that of the schedule with transfers of zero duration at the issue boundaries
-(:meth:`OffloadPlan.executed_schedule`), which is what the tests compare with.
+count it). Copies are synchronous (at the boundary where they start) and the storages are freed at
+the same boundaries as on CUDA, so the measured memory is that of :meth:`OffloadPlan.stream_schedule`,
+which is what the tests compare with.
 
-Not validated (no GPU on the development machine): the CUDA path has not been run at all, so neither
-its correctness on a device nor its timing, its overlap of transfers with computation, or its memory
-figures (a block freed with ``record_stream`` is reusable only once the copy has ended, which the
-allocator's statistics may not show) are checked. On a device, a transfer starts at its issue
-boundary, not at its simulated start, so a run may take longer than the simulation says.
+Validated on a GPU: the CUDA path as it was before 2026-11-27 (``record_stream`` at the copy's issue)
+ran on an H100 (gradients bit-identical; ``benchmarks/results/offload_exec_gpu_gpt2*.csv``). The
+copies started before the issue and the storages freed at their release boundaries have not run on
+a GPU yet. A prefetch still starts at the first boundary at or after its simulated start (its
+buffer, allocated there, must not be counted earlier), so a run may take longer than the simulation
+says.
 Stages with multi-tensor cuts (resident tensors) are refused. RNG: every stage runs once, as in a
 plain forward, so dropout masks are those of plain autograd; with deterministic kernels the
 gradients are bit-identical to ``loss_fn(model(x)).backward()`` (the tests check ``torch.equal``).
@@ -102,7 +116,9 @@ from .runtime import RuntimeResult, _plan, _Rng, _run_timed, _stage_info, _track
 @dataclass
 class OffloadPlan:
     """Where :func:`execute_offload` issues each transfer of ``schedule``: ``issue[q]`` is the
-    boundary (0..n, boundary k is just before operation k) of transfer q; ``boundary_times[k]`` the
+    boundary (0..n, boundary k is just before operation k) of transfer q (where its prefetch buffer
+    is allocated; an offload's copy may start earlier and its storage is freed later:
+    :meth:`copy_boundaries`, :meth:`release_boundaries`); ``boundary_times[k]`` the
     simulated time of boundary k (start of operation k; the last one is the makespan); ``replay`` the
     simulation the times come from."""
 
@@ -112,8 +128,9 @@ class OffloadPlan:
     replay: RematOffloadReplay
 
     def executed_schedule(self, chain: Chain, gap: float = 1.0) -> tuple[RematOffloadSchedule, float]:
-        """The schedule as the executor runs it on CPU, for :func:`simulate_remat_offload`: ``(schedule,
-        bandwidth)``. Operation k is released ``gap`` seconds after operation k-1 ends (its duration is
+        """The schedule with every transfer taking effect at its issue boundary, for
+        :func:`simulate_remat_offload`: ``(schedule, bandwidth)`` (:meth:`stream_schedule` is what the
+        executor holds: offloads there take effect at their release boundaries). Operation k is released ``gap`` seconds after operation k-1 ends (its duration is
         the chain's); the transfers issued at boundary k (offloads first, then prefetches, each in list
         order, as :func:`execute_offload` issues them) are released a quarter of ``gap`` into that idle
         time and all end within a quarter more (the returned bandwidth), so each takes effect between
@@ -138,12 +155,73 @@ class OffloadPlan:
             moves.append(Transfer(tr.kind, tr.index, tr.nbytes, release=at, part=tr.part))
         return RematOffloadSchedule(ops=ops, release=release, transfers=moves), bandwidth
 
+    def _eps(self) -> float:
+        rep = self.replay
+        return 1e-9 * max([1e-12] + [abs(t) for t in self.boundary_times] + [abs(t) for t in rep.transfer_end])
+
+    def copy_boundaries(self) -> list[int]:
+        """The boundary at which the CUDA executor starts each transfer's copy: a prefetch at its
+        issue (its device buffer is allocated there); an offload at the last boundary at or before
+        its simulated start that follows the value's producer, so that the copy runs when the
+        replay says although the executor frees the storage only later (:meth:`release_boundaries`);
+        never before the previous transfer's (the side stream runs them in list order)."""
+        times, eps = self.boundary_times, self._eps()
+        rep = self.replay
+        out, prev = [], 0
+        for q, (t, b) in enumerate(zip(self.schedule.transfers, self.issue)):
+            c = b
+            if t.kind == "offload":
+                # the value must be on the device: the last operation before b that produced index j
+                # (F^j), or boundary 0 for the input
+                p = next((k for k in range(b - 1, -1, -1) if self.schedule.ops[k][0] != "B"
+                          and self.schedule.ops[k][1] == t.index), -1)
+                last = max(k for k in range(b + 1) if k == 0 or times[k] <= rep.transfer_start[q] + eps)
+                c = min(b, max(p + 1, last))
+            prev = max(prev, c)
+            out.append(prev)
+        return out
+
+    def release_boundaries(self) -> dict[int, int]:
+        """Offload q -> the boundary k at which the CUDA executor frees the device storage it copied:
+        the first boundary whose simulated time is at or after the offload's simulated end, and not
+        before its issue (:attr:`issue`: after the operations that read the value). There the compute
+        stream waits for the copy's end event and the storage is dropped without ``record_stream``,
+        so operation k and everything after it may reuse the bytes and nothing before it does: the
+        caching allocator then holds, in stream order, what :meth:`stream_schedule` replays. An
+        offload issued at the last boundary is left out (the executor frees it after the step's
+        final wait for the side stream)."""
+        times, eps = self.boundary_times, self._eps()
+        n = len(times) - 1
+        rep = self.replay
+        out: dict[int, int] = {}
+        for q, (t, b) in enumerate(zip(self.schedule.transfers, self.issue)):
+            if t.kind == "offload" and b < n:
+                first = next((k for k in range(n + 1) if times[k] >= rep.transfer_end[q] - eps), n)
+                out[q] = max(b, first)
+        return out
+
+    def stream_schedule(self, chain: Chain, gap: float = 1.0) -> tuple[RematOffloadSchedule, float]:
+        """What the CUDA executor holds, in the caching allocator's (stream) order, as a schedule for
+        :func:`simulate_remat_offload`: :meth:`executed_schedule` with each offload taking effect at
+        its :meth:`release_boundaries` boundary (where its storage is freed) instead of its issue,
+        and each prefetch at its issue (where its device buffer is allocated). ``(schedule,
+        bandwidth)``; its replay's peak is the most the executor's stream order holds."""
+        import dataclasses
+
+        rel = self.release_boundaries()
+        n = len(self.boundary_times) - 1
+        moved = [rel.get(q, n) if t.kind == "offload" else b
+                 for q, (t, b) in enumerate(zip(self.schedule.transfers, self.issue))]
+        return dataclasses.replace(self, issue=moved).executed_schedule(chain, gap)
+
     def host_intervals(self) -> dict[int, tuple[int, int]]:
-        """Index j -> (boundary of its offload, boundary of its prefetch): abar^j is off the device
-        during the operations o..p-1."""
+        """Index j -> (boundary where its offload frees the device storage, :meth:`release_boundaries`;
+        boundary of its prefetch): abar^j is off the device during the operations o..p-1."""
         out: dict[int, list[int]] = {}
-        for t, b in zip(self.schedule.transfers, self.issue):
-            out.setdefault(t.index, [0, 0])[0 if t.kind == "offload" else 1] = b
+        rel = self.release_boundaries()
+        n = len(self.boundary_times) - 1
+        for q, (t, b) in enumerate(zip(self.schedule.transfers, self.issue)):
+            out.setdefault(t.index, [0, 0])[0 if t.kind == "offload" else 1] = rel.get(q, n) if t.kind == "offload" else b
         return {j: (o, p) for j, (o, p) in out.items()}
 
 
@@ -496,11 +574,18 @@ def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, sch
     n = len(ops)
     _, replayed, _ = _plan(ops, False)
     rng = _Rng(device, replayed=replayed)
-    at: dict[int, list[int]] = {}
-    for q, b in enumerate(plan.issue):
-        at.setdefault(b, []).append(q)
-    for b in at:       # at one boundary: offloads first, then prefetches, each in list order
-        at[b].sort(key=lambda q: (schedule.transfers[q].kind != "offload", q))
+    # boundary -> transfers whose copy starts there (list order: the side stream's order), and
+    # offload q -> the boundary where its device storage is freed (OffloadPlan.copy_boundaries,
+    # release_boundaries); an offload issued at the last boundary is freed at the end
+    copy_at = plan.copy_boundaries()
+    starts: dict[int, list[int]] = {}
+    for q, b in enumerate(copy_at):
+        starts.setdefault(b, []).append(q)
+    frees: dict[int, list[int]] = {}
+    for q, k in plan.release_boundaries().items():
+        frees.setdefault(k, []).append(q)
+    held: dict[int, tuple[Any, list]] = {}     # offload q -> (its copy's end event, the entries it moved)
+    started: set[int] = set()
 
     keep: set[int] = set()
     for f in fns:
@@ -573,29 +658,47 @@ def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, sch
         boxes.pop(j, None)
         vals.pop(j, None)
 
-    def offload(j: int) -> None:
+    def offload(j: int, q: int) -> None:
+        """Start offload q's copy of index j to the host. The device storage stays readable (the
+        value's readers may still run) until :func:`release` frees it at its release boundary."""
         if j in shared:
             raise InvalidRematOffloadSchedule(
                 f"index {j} shares a storage with index {', '.join(str(k) for k in sorted(shared - {j}))} (a "
                 "stage's output is a view of its input, e.g. a flatten): offloading it would free nothing the "
                 f"chain counts apart; {who} does not move such values")
         entries = live(j)
-        if any(e.dev is None for e in entries):
+        if any(e.dev is None or e.host is not None for e in entries):
             raise InvalidRematOffloadSchedule(f"index {j} is offloaded twice")
         moved[j] = sum(e.nbytes for e in entries)
         if cuda:
             side.wait_stream(torch.cuda.current_stream(device))
         for e in entries:
-            owner.pop(_key(e.dev), None)
             if cuda:
                 e.host = torch.empty(e.nbytes, dtype=torch.uint8, pin_memory=True)
                 with torch.cuda.stream(side):
                     e.host.copy_(e.dev, non_blocking=True)
-                e.dev.record_stream(side)
             else:
                 e.host = torch.from_numpy(np.empty(e.nbytes, dtype=np.uint8))
                 e.host.copy_(e.dev)
+        held[q] = (side.record_event() if cuda else None, entries)
+        started.add(q)
+
+    def release(q: int) -> None:
+        """Free offload q's device storage. CUDA: the compute stream first waits for the copy's end
+        event, and the storage is dropped without ``record_stream``, so the caching allocator reuses
+        it at once for work ordered after the copy, and the host cannot run ahead of it. (Dropped
+        with ``record_stream`` at the copy's issue, a block stays pending until the GPU reaches the
+        copy's end while the host runs ahead, so the allocator takes fresh memory meanwhile, which
+        ``max_memory_allocated`` does not show: an H100 run of GREEDY on GPT-2 small measured the
+        requested bytes at 2.6 times the plan's peak.)"""
+        ev, entries = held.pop(q)
+        if ev is not None:
+            torch.cuda.current_stream(device).wait_event(ev)
+        for e in entries:
+            if e.dev is not None:
+                owner.pop(_key(e.dev), None)
             e.dev = None
+        entries.clear()
 
     def prefetch(j: int) -> None:
         entries = live(j)
@@ -675,9 +778,18 @@ def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, sch
             drop(l - 1)
 
     def transfers(b: int) -> None:
-        for q in at.get(b, ()):
+        """Boundary b: the offloads freed here first (their copies started here if not before), then
+        the other copies that start here, in list order (OffloadPlan.stream_schedule's order)."""
+        for q in frees.get(b, ()):
+            if q not in started:
+                offload(schedule.transfers[q].index, q)
+            release(q)
+        for q in starts.get(b, ()):
             t = schedule.transfers[q]
-            (offload if t.kind == "offload" else prefetch)(t.index)
+            if t.kind == "prefetch":
+                prefetch(t.index)
+            elif q not in started:
+                offload(t.index, q)
 
     def run() -> None:
         anchor = torch.empty(0, device=device, requires_grad=True)
@@ -701,6 +813,8 @@ def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, sch
         transfers(n)
         if cuda:                  # the next step (or the caller's work) is ordered after every transfer
             torch.cuda.current_stream(device).wait_stream(side)
+        for q in list(held):      # offloads issued at the last boundary: freed after that wait
+            release(q)
         boxes.clear()
         vals.clear()
         owner.clear()

@@ -9,8 +9,8 @@ coalesce_parts:
 - joint DP schedules at limits where the DP both recomputes and offloads: the coalesced schedule
   replays within the limit, its execution gives bit-identical gradients, each offload moves the
   profiled size of the value stored at its index then (a^l or abar^l), the memory after every
-  operation equals the simulator's for the executed order (transfers of zero duration at the issue
-  boundaries, :meth:`OffloadPlan.executed_schedule`), and the measured peak is at most the coalesced
+  operation equals the simulator's for the executed order (offloads taking effect where the
+  executor frees the storage, prefetches where it allocates, :meth:`OffloadPlan.stream_schedule`), and the measured peak is at most the coalesced
   schedule's simulated peak and below store-all's;
 - schedules it does not run are refused with a message that says why.
 
@@ -138,7 +138,7 @@ def test_joint_dp_schedules_run_coalesced(case):
                 assert res.moved[t.index] == (chain.wa if st == 1 else chain.wabar)[t.index] == t.nbytes, what
         # memory after every operation: the simulator's for the executed order, less the flatten's
         # output, counted by the chain apart from its input while both are stored
-        executed, bw = plan.executed_schedule(chain)
+        executed, bw = plan.stream_schedule(chain)
         rep = simulate_remat_offload(chain, executed, bw)
         trace = dict(rep.memory_trace)
         ends = [r + (chain.ub[l] if op == "B" else chain.uf[l]) for r, (op, l) in zip(executed.release, sched.ops)]

@@ -10,10 +10,11 @@
 #   or, one call for both 28 and 27 (timeout_s 560):     bash benchmarks/gpu_campaign.sh both
 #   or, the six H200 chains again (timeout_s 560):      bash benchmarks/gpu_campaign.sh reprofile
 #   the next session lent 15 minutes (timeout_s 580):  bash benchmarks/gpu_campaign.sh next
+#   ResNet-50 b32's executed plans and budget (as `next` ran on 2026-11-27, timeout_s 580): ... r50
 #   (the noise diagnosis alone, under a minute:        python benchmarks/gpu_timing_noise.py --device cuda)
 #   paper 001's offloading executed (timeout_s 560):   bash benchmarks/gpu_campaign.sh offload
 #   GPT-2's budget at fractions 0.3 and 0.1 (timeout_s 470): bash benchmarks/gpu_campaign.sh gpt2-low
-#   HERE, after each call (FILES = the call's files_at):  bash benchmarks/gpu_campaign.sh unpack FILES
+#   HERE, after each call (FILES = the call's files_at):  bash benchmarks/gpu_campaign.sh unpack FILES [SUFFIX]
 #   HERE, without a GPU (CPU dry run of every call):      bash benchmarks/gpu_campaign.sh dry-run
 # A session lent 15 minutes of device time (starts included) runs one call: pick the one it is for.
 #
@@ -88,7 +89,33 @@ prepare)
     echo "next: device call 1 = 'bash benchmarks/gpu_campaign.sh profile' with carry [\".whl\"]"
     ;;
 next)
-    # DEVICE, one call (< 9.5 min): what the H100 runs of 2026-11-26 (third session) left open.
+    # DEVICE, one call (< 9.5 min): what the H100 session of 2026-11-27 left open. (1) Paper 001's schedules
+    # and the joint DP executed with the executor that frees each offloaded storage where its copy ends
+    # (OffloadPlan.release_boundaries): requested and allocated peaks against predicted_peak_stream, and
+    # the step times, now waiting for the copies (hard limit NEXT_OFFLOAD_S, default 170 s); (2) GPT-2's
+    # budget at PyTorch's fraction 0.1 (not reached before) with the offloading candidates (--offload),
+    # in what is left of NEXT_TOTAL_S
+    mkdir -p "$OUTDIR" "$WORK"
+    {
+        t0=$(date +%s)
+        setup_env || exit 3
+        he=${NEXT_OFFLOAD_S:-170}
+        log "bench_offload_exec gpt2 on cuda (hard limit $he s)"
+        PYTHONUNBUFFERED=1 timeout "$he" "$PY" "$ROOT/benchmarks/bench_offload_exec.py" --device cuda --network gpt2 \
+            --timing-budget $(( he / 5 )) --out "$OUTDIR/offload_exec_gpu_gpt2.csv"
+        log "bench_offload_exec exit status $?"
+        left=$(( ${NEXT_TOTAL_S:-560} - ($(date +%s) - t0) ))
+        log "bench_budget gpt2 --offload on cuda, fraction ${NEXT_FRACTIONS:-0.1} (hard limit $left s)"
+        PYTHONUNBUFFERED=1 timeout "$left" "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
+            --networks gpt2 --offload --fractions "${NEXT_FRACTIONS:-0.1}" --search-time-limit $(( left - 130 )) \
+            --deadline $(( left - 20 )) --timing-budget 25 --max-rounds 20 --out "$OUTDIR/bench_budget_gpu_offload.csv"
+        log "bench_budget exit status $?"
+        log "done"
+    } 2>&1 | tee "$OUTDIR/campaign_next.log"
+    ;;
+r50)
+    # DEVICE, one call (< 9.5 min): what the H100 runs of 2026-11-26 (third session) left open; run as `next`
+    # on 2026-11-27 (benchmarks/results/*_2026-11-27.*).
     # (1) ResNet-50 b32's executed plans again: the executor no longer synchronizes per step (memplan's rows
     # had paid a drained queue that PyTorch's did not once samples held 5 steps), issue 27's 3% store-all
     # gap and 5% time model (hard limit 150 s); (2) ResNet-50's budget with time for the compiled stages
@@ -259,8 +286,11 @@ unpack)
         offload_exec_gpu_gpt2.csv offload_exec_gpu_quick.csv bench_budget_gpu_offload.csv bench_budget_gpu_offload.txt campaign_offload.log \
         bench_budget_gpu_resnet50.csv bench_budget_gpu_resnet50.txt bench_budget_gpu_gpt2_low.csv bench_budget_gpu_gpt2_low.txt \
         campaign_gpt2_low.log; do
-        [ -f "$FILES/$f" ] && cp -v "$FILES/$f" "$ROOT/benchmarks/results/$f"
+        # dated copies (name_YYYY-MM-DD.ext, UTC; SUFFIX as the third argument), so that a later run does not
+        # overwrite the files the README cites for an earlier one
+        [ -f "$FILES/$f" ] && cp -v "$FILES/$f" "$ROOT/benchmarks/results/${f%.*}_${3:-$(date -u +%F)}.${f##*.}"
     done
+    echo "logs are ignored by git (*.log): add them with 'git add -f'"
     echo "paper 003's sweeps from the GPU instances (CPU, 25-60 min each), e.g.:"
     for n in resnet18-b8-1000 resnet50-b8-224; do
         g=$(ls "$ROOT"/instances/$n-*.json 2>/dev/null | grep -v -- -cpu.json | head -n 1)

@@ -208,10 +208,16 @@ class Exhaustive:
     _memo: dict
 
     def replay(self, i: int) -> SimResult:
+        """Candidate i's pattern and its replay. Many structures share their LP optimum (on the
+        tests' chains 7344 structures give 900 distinct patterns): a pattern equal to one already
+        replayed, float for float, reuses that replay (the simulator is a function of the pattern)."""
         if i not in self._memo:
             T, s, x, ci = self.candidates[i]
             pat = to_pattern(self.td, s, x, ci)
-            self._memo[i] = (pat, simulate_pattern(pat, self.td, gpus=self.P))
+            key = ("pattern", tuple(pat.gpu), tuple(pat.tau), tuple(pat.tau_c), pat.T)
+            if key not in self._memo:
+                self._memo[key] = simulate_pattern(pat, self.td, gpus=self.P)
+            self._memo[i] = (pat, self._memo[key])
         return self._memo[i]
 
     def best(self, memory: float | None) -> tuple[Pattern, SimResult] | None:

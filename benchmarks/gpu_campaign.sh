@@ -94,24 +94,9 @@ next)
     # (OffloadPlan.release_boundaries): requested and allocated peaks against predicted_peak_stream, and
     # the step times, now waiting for the copies (hard limit NEXT_OFFLOAD_S, default 170 s); (2) GPT-2's
     # budget at PyTorch's fraction 0.1 (not reached before) with the offloading candidates (--offload),
-    # in what is left of NEXT_TOTAL_S
-    mkdir -p "$OUTDIR" "$WORK"
-    {
-        t0=$(date +%s)
-        setup_env || exit 3
-        he=${NEXT_OFFLOAD_S:-170}
-        log "bench_offload_exec gpt2 on cuda (hard limit $he s)"
-        PYTHONUNBUFFERED=1 timeout "$he" "$PY" "$ROOT/benchmarks/bench_offload_exec.py" --device cuda --network gpt2 \
-            --timing-budget $(( he / 5 )) --out "$OUTDIR/offload_exec_gpu_gpt2.csv"
-        log "bench_offload_exec exit status $?"
-        left=$(( ${NEXT_TOTAL_S:-560} - ($(date +%s) - t0) ))
-        log "bench_budget gpt2 --offload on cuda, fraction ${NEXT_FRACTIONS:-0.1} (hard limit $left s)"
-        PYTHONUNBUFFERED=1 timeout "$left" "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
-            --networks gpt2 --offload --fractions "${NEXT_FRACTIONS:-0.1}" --search-time-limit $(( left - 130 )) \
-            --deadline $(( left - 20 )) --timing-budget 25 --max-rounds 20 --out "$OUTDIR/bench_budget_gpu_offload.csv"
-        log "bench_budget exit status $?"
-        log "done"
-    } 2>&1 | tee "$OUTDIR/campaign_next.log"
+    # in NEXT_BUDGET_S (default 370 s): the `offload` step with those limits
+    OFFLOAD_EXEC_S=${NEXT_OFFLOAD_S:-170} OFFLOAD_BUDGET_S=${NEXT_BUDGET_S:-370} OFFLOAD_FRACTIONS=${NEXT_FRACTIONS:-0.1} \
+        exec bash "$0" offload
     ;;
 r50)
     # DEVICE, one call (< 9.5 min): what the H100 runs of 2026-11-26 (third session) left open; run as `next`
@@ -161,16 +146,19 @@ offload)
     mkdir -p "$OUTDIR" "$WORK"
     {
         setup_env || exit 3
-        # OFFLOAD_EXEC_S / OFFLOAD_BUDGET_S: the two hard limits (a short second call: OFFLOAD_BUDGET_S=0 skips the budget)
+        # OFFLOAD_EXEC_S / OFFLOAD_BUDGET_S: the two hard limits (a short second call: OFFLOAD_BUDGET_S=0 skips the
+        # budget); OFFLOAD_FRACTIONS: PyTorch's fractions measured beside the budget's rows
         he=${OFFLOAD_EXEC_S:-200}
         log "bench_offload_exec gpt2 on cuda (hard limit $he s)"
         PYTHONUNBUFFERED=1 timeout "$he" "$PY" "$ROOT/benchmarks/bench_offload_exec.py" --device cuda --network gpt2 \
             --timing-budget $(( he / 4 )) --out "$OUTDIR/offload_exec_gpu_gpt2.csv"
         log "bench_offload_exec exit status $?"
-        [ "${OFFLOAD_BUDGET_S:-320}" -le 0 ] && { log "done"; exit 0; }
-        log "bench_budget gpt2 --offload on cuda (hard limit 320 s)"
-        PYTHONUNBUFFERED=1 timeout 320 "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
-            --networks gpt2 --offload --fractions 1,0.2,0.5 --search-time-limit 150 --deadline 300 --timing-budget 25 \
+        hb=${OFFLOAD_BUDGET_S:-320}
+        [ "$hb" -le 0 ] && { log "done"; exit 0; }
+        log "bench_budget gpt2 --offload on cuda, fractions ${OFFLOAD_FRACTIONS:-1,0.2,0.5} (hard limit $hb s)"
+        PYTHONUNBUFFERED=1 timeout "$hb" "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
+            --networks gpt2 --offload --fractions "${OFFLOAD_FRACTIONS:-1,0.2,0.5}" --search-time-limit $(( hb - 170 )) \
+            --deadline $(( hb - 20 )) --timing-budget 25 \
             --max-rounds 20 --out "$OUTDIR/bench_budget_gpu_offload.csv"
         log "bench_budget exit status $?"
         log "done"

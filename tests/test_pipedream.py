@@ -90,6 +90,7 @@ def test_bad_line_names_file_and_line(tmp_path):
         read_graph(bad)
 
 
+@pytest.mark.long
 def test_ilp_is_never_slower_than_a_baseline_eager_schedule():
     """PipeDream's ResNet-18 (batch 8) on 8 GPUs at 534 MiB per GPU, 12 GB/s: PipeDream's best point is
     an eager 1F1B run of 5 stages whose steady state is not 1-periodic (period 9.172 ms), faster than

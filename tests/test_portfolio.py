@@ -138,7 +138,7 @@ def test_resnet18_at_102_7_mib(resnet18):
         assert sol.status == Status.OPTIMAL and sol.bound == pytest.approx(sol.objective)
 
 
-@pytest.mark.parametrize("name", ["paper004_table2", "resnet18-b8-224-cpu"])
+@pytest.mark.parametrize("name", ["paper004_table2", pytest.param("resnet18-b8-224-cpu", marks=pytest.mark.long)])
 def test_optimal_remat_methods_never_lose_to_baselines_near_the_minimum(name):
     chain = memplan.load_instance(name)[0]
     lo, hi = remat.memory_range(chain)

@@ -77,6 +77,7 @@ def test_two_workers_write_table_and_figure_and_agree_with_one(one_worker, tmp_p
     assert (tmp_path / "fig" / "remat_paper004-table2.png").exists()
 
 
+@pytest.mark.long
 def test_external_scheduler_gives_the_same_rows(one_worker, tmp_path):
     out1, df1 = one_worker
     sched_file = tmp_path / "scheduler.json"

@@ -302,6 +302,11 @@ def main(argv=None) -> int:
                  if r.get("predicted_time_two_way") else "") + ", "
               f"{r['measured_time'] / sa - 1:+.1%} vs store-all){' noisy' if r['noisy'] else ''}, "
               f"gradients {'equal' if r['grads_equal'] else 'DIFFER'}")
+        if r.get("window_peak_requested"):
+            ps = r["predicted_peak_stream"]
+            print(f"{'':17s}one window: requested {r['window_peak_requested'] / ps - 1:+.2%}, allocated "
+                  f"{r['window_peak_allocated'] / ps - 1:+.2%} vs the executor's order simulated "
+                  f"({ps / 2**20:.1f} MiB; the plan {r['predicted_peak'] / 2**20:.1f} MiB)")
     print(f"wrote {out}")
     return 0
 

@@ -16,7 +16,9 @@
 #   GPT-2's budget at fractions 0.3 and 0.1 (timeout_s 470): bash benchmarks/gpu_campaign.sh gpt2-low
 #   HERE, after each call (FILES = the call's files_at):  bash benchmarks/gpu_campaign.sh unpack FILES [SUFFIX]
 #   HERE, without a GPU (CPU dry run of every call):      bash benchmarks/gpu_campaign.sh dry-run
-# A session lent 15 minutes of device time (starts included) runs one call: pick the one it is for.
+# A session lent 15 minutes of device time (starts included) runs one long call, and another right after
+# it while the machine is warm (it goes back after 30 s idle): on 2026-11-27 `next` (375 s) then
+# `offload` (111 s) then a GPT-2 budget (239 s) fitted in 13 minutes.
 #
 # The device machine has torch (CUDA), torchvision, numpy, pandas, networkx, scipy, numba, pytest, but
 # not pydantic (memplan's instance files need it) and no network: `prepare` downloads pydantic's wheels
@@ -312,6 +314,6 @@ dry-run)
         "noise step $((t4 - t3)) s, offload step $((t5 - t4)) s"
     ;;
 *)
-    sed -n '2,14p' "$0"
+    sed -n '2,21p' "$0"
     ;;
 esac

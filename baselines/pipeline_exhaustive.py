@@ -39,7 +39,7 @@ limit (then 24 x 2 x 3^4).
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -206,6 +206,7 @@ class Exhaustive:
     P: int
     candidates: list[tuple[float, Structure, np.ndarray, dict]]
     _memo: dict
+    _replays: dict = field(default_factory=dict)    # pattern (gpu, tau, tau_c, T) -> its replay
 
     def replay(self, i: int) -> SimResult:
         """Candidate i's pattern and its replay. Many structures share their LP optimum (on the
@@ -214,10 +215,10 @@ class Exhaustive:
         if i not in self._memo:
             T, s, x, ci = self.candidates[i]
             pat = to_pattern(self.td, s, x, ci)
-            key = ("pattern", tuple(pat.gpu), tuple(pat.tau), tuple(pat.tau_c), pat.T)
-            if key not in self._memo:
-                self._memo[key] = simulate_pattern(pat, self.td, gpus=self.P)
-            self._memo[i] = (pat, self._memo[key])
+            key = (tuple(pat.gpu), tuple(pat.tau), tuple(pat.tau_c), pat.T)
+            if key not in self._replays:
+                self._replays[key] = simulate_pattern(pat, self.td, gpus=self.P)
+            self._memo[i] = (pat, self._replays[key])
         return self._memo[i]
 
     def best(self, memory: float | None) -> tuple[Pattern, SimResult] | None:

@@ -430,6 +430,12 @@ def coalesce_parts(schedule: RematOffloadSchedule, chain: Chain) -> RematOffload
     return RematOffloadSchedule(ops=list(schedule.ops), release=list(schedule.release), transfers=out)
 
 
+def boundary_eps(times: Sequence[float], rep: RematOffloadReplay) -> float:
+    """The tolerance within which a boundary time (``times``: the operations' starts and the
+    makespan) counts as at or after a transfer's start or end of ``rep``."""
+    return 1e-9 * max([1e-12] + [abs(t) for t in times] + [abs(t) for t in rep.transfer_end])
+
+
 def issue_boundaries(schedule: RematOffloadSchedule, rep: RematOffloadReplay) -> list[int]:
     """The operation boundary (0..len(ops): before that operation) at which an executor issues each
     transfer of ``schedule``, from its replay ``rep``: the first boundary whose time is at or after the
@@ -439,7 +445,7 @@ def issue_boundaries(schedule: RematOffloadSchedule, rep: RematOffloadReplay) ->
     ops = list(schedule.ops)
     n = len(ops)
     times = list(rep.op_start) + [rep.makespan]
-    eps = 1e-9 * max([1e-12] + [abs(t) for t in times] + [abs(t) for t in rep.transfer_end])
+    eps = boundary_eps(times, rep)
     out: list[int] = []
     prev = 0
     for q, t in enumerate(schedule.transfers):

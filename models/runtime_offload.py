@@ -107,7 +107,7 @@ import torch
 from .chain import _ARRAYS, Chain
 from .remat import store_all_ops
 from .remat_offload import coalesce_parts  # noqa: F401 (re-exported: it lived here first)
-from .remat_offload import _inputs, issue_boundaries, remat_states
+from .remat_offload import _inputs, boundary_eps, issue_boundaries, remat_states
 from .remat_offload import (InvalidRematOffloadSchedule, RematOffloadReplay, RematOffloadSchedule, Transfer,
                             simulate_remat_offload)
 from .runtime import RuntimeResult, _plan, _Rng, _run_timed, _stage_info, _tracker_for
@@ -155,18 +155,14 @@ class OffloadPlan:
             moves.append(Transfer(tr.kind, tr.index, tr.nbytes, release=at, part=tr.part))
         return RematOffloadSchedule(ops=ops, release=release, transfers=moves), bandwidth
 
-    def _eps(self) -> float:
-        rep = self.replay
-        return 1e-9 * max([1e-12] + [abs(t) for t in self.boundary_times] + [abs(t) for t in rep.transfer_end])
-
     def copy_boundaries(self) -> list[int]:
         """The boundary at which the CUDA executor starts each transfer's copy: a prefetch at its
         issue (its device buffer is allocated there); an offload at the last boundary at or before
         its simulated start that follows the value's producer, so that the copy runs when the
         replay says although the executor frees the storage only later (:meth:`release_boundaries`);
         never before the previous transfer's (the side stream runs them in list order)."""
-        times, eps = self.boundary_times, self._eps()
-        rep = self.replay
+        times, rep = self.boundary_times, self.replay
+        eps = boundary_eps(times, rep)
         out, prev = [], 0
         for q, (t, b) in enumerate(zip(self.schedule.transfers, self.issue)):
             c = b
@@ -190,9 +186,9 @@ class OffloadPlan:
         caching allocator then holds, in stream order, what :meth:`stream_schedule` replays. An
         offload issued at the last boundary is left out (the executor frees it after the step's
         final wait for the side stream)."""
-        times, eps = self.boundary_times, self._eps()
+        times, rep = self.boundary_times, self.replay
+        eps = boundary_eps(times, rep)
         n = len(times) - 1
-        rep = self.replay
         out: dict[int, int] = {}
         for q, (t, b) in enumerate(zip(self.schedule.transfers, self.issue)):
             if t.kind == "offload" and b < n:
@@ -208,20 +204,22 @@ class OffloadPlan:
         bandwidth)``; its replay's peak is the most the executor's stream order holds."""
         import dataclasses
 
+        return dataclasses.replace(self, issue=self._effect_boundaries()).executed_schedule(chain, gap)
+
+    def _effect_boundaries(self) -> list[int]:
+        """Per transfer, the boundary where it takes effect in stream order: an offload where its
+        storage is freed (the last boundary if it is issued there), a prefetch at its issue."""
         rel = self.release_boundaries()
         n = len(self.boundary_times) - 1
-        moved = [rel.get(q, n) if t.kind == "offload" else b
-                 for q, (t, b) in enumerate(zip(self.schedule.transfers, self.issue))]
-        return dataclasses.replace(self, issue=moved).executed_schedule(chain, gap)
+        return [rel.get(q, n) if t.kind == "offload" else b
+                for q, (t, b) in enumerate(zip(self.schedule.transfers, self.issue))]
 
     def host_intervals(self) -> dict[int, tuple[int, int]]:
         """Index j -> (boundary where its offload frees the device storage, :meth:`release_boundaries`;
         boundary of its prefetch): abar^j is off the device during the operations o..p-1."""
         out: dict[int, list[int]] = {}
-        rel = self.release_boundaries()
-        n = len(self.boundary_times) - 1
-        for q, (t, b) in enumerate(zip(self.schedule.transfers, self.issue)):
-            out.setdefault(t.index, [0, 0])[0 if t.kind == "offload" else 1] = rel.get(q, n) if t.kind == "offload" else b
+        for t, b in zip(self.schedule.transfers, self._effect_boundaries()):
+            out.setdefault(t.index, [0, 0])[0 if t.kind == "offload" else 1] = b
         return {j: (o, p) for j, (o, p) in out.items()}
 
 

@@ -447,6 +447,24 @@ def _truthy(v) -> bool:
     return v is True or (isinstance(v, str) and v.strip().lower() == "true") or (v is not None and v == 1)
 
 
+def _round_times(r: dict) -> list[float] | None:
+    v = r.get("round_times_ms")
+    if not isinstance(v, str) or not v.strip():
+        return None
+    return [float(t) for t in v.split()]
+
+
+def _paired(a: dict, b: dict):
+    """Row ``a``'s time over row ``b``'s, paired round by round (:func:`memplan.models.measure.paired_ratio`:
+    every distinct step is timed once per round), or None without both rows' round times."""
+    from memplan.models.measure import paired_ratio
+
+    ta, tb = _round_times(a), _round_times(b)
+    if not ta or not tb or len(ta) != len(tb):
+        return None
+    return paired_ratio(ta, tb)
+
+
 def summary(rows: list[dict]) -> list[str]:
     """The acceptance of issue 28 on these rows (from a run, or from its CSV: ``--summary``)."""
     out = []
@@ -481,14 +499,20 @@ def summary(rows: list[dict]) -> list[str]:
             if m is None:
                 out.append(f"  fraction {p['fraction']:g}: no memplan row")
                 continue
-            faster = m["objective"] <= p["objective"]
-            overlap = m["time_low"] <= p["time_high"]
+            pr = _paired(m, p)
+            same = m.get("same_as") == p.get("label") or m["label"].endswith(f": {p['label']}")
+            if pr is not None:      # the verdict from the rounds: memplan's time over PyTorch's in each
+                faster, overlap = pr.median <= 1, not pr.shown_slower
+            else:                   # a CSV from before round_times_ms: the two intervals
+                faster = m["objective"] <= p["objective"]
+                overlap = m["time_low"] <= p["time_high"]
             out.append(f"  fraction {p['fraction']:<4g} peak {p['peak_memory'] / 2**20:7.1f} MiB "
                        f"{p['objective'] * 1e3:7.1f} ms [{p['time_low'] * 1e3:.1f}, {p['time_high'] * 1e3:.1f}]"
                        f"{' noisy' if p['noisy'] else ''} | memplan {m['peak_memory'] / 2**20:7.1f} MiB "
                        f"{m['objective'] * 1e3:7.1f} ms [{m['time_low'] * 1e3:.1f}, {m['time_high'] * 1e3:.1f}]"
                        f"{' noisy' if m['noisy'] else ''} ({p['objective'] / m['objective'] - 1:+.1%} throughput; "
-                       f"{'faster' if faster else 'within noise' if overlap else 'SLOWER'}) <- "
+                       + (f"paired {pr.text()}; " if pr is not None else "")
+                       + f"{'the same step' if same else 'faster' if faster else 'within noise' if overlap else 'SLOWER'}) <- "
                        f"{m['label'].split(': ', 1)[1]}")
         for m in mp:
             if "pytorch's lowest" in m["label"] or "least" in m["label"]:

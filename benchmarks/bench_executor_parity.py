@@ -9,8 +9,9 @@ ratios the issue asks for, measured side by side in that run:
   with k segments over the same stages (peak; k = 2, 4, ...);
 - every executed row: predicted / measured - 1 for the time and the peak;
 - paper 004's comparison redone: rotor at the memory of each ``checkpoint_sequential`` point against
-  ``checkpoint_sequential`` itself, "not slower" meaning its median is faster or the two 95% intervals
-  overlap.
+  ``checkpoint_sequential`` itself, "not slower" meaning that the 95% interval of the per-round time
+  ratio (rotor's over checkpoint_sequential's in the same round, ``models.measure.paired_ratio``)
+  reaches down to 1 or below. Every time comparison is also printed paired in that way.
 
     python benchmarks/bench_executor_parity.py                       # both networks (20-40 min on 1 core)
     python benchmarks/bench_executor_parity.py --clock cpu           # on a shared machine: CPU time
@@ -41,7 +42,9 @@ def summary(rt: pd.DataFrame, thr: pd.DataFrame) -> list[str]:
                    f"({sa['measured_peak'] / 2**20:.2f} vs {ag['measured_peak'] / 2**20:.2f} MiB), time "
                    f"{sa['measured_time'] / ag['measured_time']:.4f} ({sa['measured_time'] * 1e3:.1f} ms "
                    f"[{sa['time_low'] * 1e3:.1f}, {sa['time_high'] * 1e3:.1f}] vs {ag['measured_time'] * 1e3:.1f} ms "
-                   f"[{ag['time_low'] * 1e3:.1f}, {ag['time_high'] * 1e3:.1f}])")
+                   f"[{ag['time_low'] * 1e3:.1f}, {ag['time_high'] * 1e3:.1f}])"
+                   + (f"; paired round by round {sa['vs_autograd']:.4f} [{sa['vs_autograd_low']:.4f}, "
+                      f"{sa['vs_autograd_high']:.4f}]" if pd.notna(sa.get("vs_autograd")) else ""))
         plans = ex[ex["method"] != "autograd"]
         te, pe = plans["time_rel_err"].abs(), plans["peak_rel_err"].abs()
         out.append(f"  {len(plans)} executed plans: |predicted/measured - 1| time max {te.max() * 100:.1f}% "
@@ -58,11 +61,18 @@ def summary(rt: pd.DataFrame, thr: pd.DataFrame) -> list[str]:
             seq, ck = seq.iloc[0], ck.iloc[0]
             line = (f"  k = {int(k)}: sequential / checkpoint_sequential peak "
                     f"{seq['measured_peak'] / ck['measured_peak']:.4f}")
+            if pd.notna(seq.get("vs_checkpoint_sequential")):
+                line += (f", time {seq['vs_checkpoint_sequential']:.3f} [{seq['vs_checkpoint_sequential_low']:.3f}, "
+                         f"{seq['vs_checkpoint_sequential_high']:.3f}]")
             if not rot.empty and pd.notna(rot.iloc[0]["measured_time"]):
                 r = rot.iloc[0]
                 line += (f"; rotor at that memory {r['gain_vs_checkpoint_sequential'] * 100:+.1f}% throughput vs "
                          f"checkpoint_sequential ({'not slower' if r['not_slower_than_checkpoint_sequential'] else 'SLOWER'}"
-                         f" within the noise), peak {r['measured_peak'] / ck['measured_peak']:.4f} of its")
+                         f" within the noise"
+                         + (f"; time ratio {r['vs_checkpoint_sequential']:.3f} [{r['vs_checkpoint_sequential_low']:.3f}, "
+                            f"{r['vs_checkpoint_sequential_high']:.3f}]" if pd.notna(r.get("vs_checkpoint_sequential"))
+                            else "")
+                         + f"), peak {r['measured_peak'] / ck['measured_peak']:.4f} of its")
             out.append(line)
     return out
 

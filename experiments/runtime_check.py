@@ -25,6 +25,8 @@ one CSV row per (network, limit, method):
   one run each per round in rotating order, until the 95% interval of every median is within
   ``--target`` (2%) of it (:mod:`memplan.models.measure`); ``time_low`` / ``time_high`` are that
   interval, ``repeats`` the rounds, and ``noisy`` marks a row whose interval stayed wider.
+  ``vs_autograd`` (``_low``/``_high``): the row's time over plain autograd's, paired round by round
+  (:func:`memplan.models.measure.paired_ratio`), with the 95% interval of that median.
 
 A method without a plan at a limit (store-all below its peak) gets a row with its status and no
 measurement; store-all and plain autograd (``loss.backward()`` on the unsplit model) are also run at
@@ -60,6 +62,7 @@ from typing import Any
 
 from memplan import remat
 from memplan.baselines.remat_heuristics import sequential_schedule, store_all_schedule
+from memplan.models.measure import paired_ratio
 from memplan.models.remat import simulate_remat
 from memplan.models.solution import InputError
 from memplan.models.units import fmt_memory
@@ -93,12 +96,13 @@ COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic",
            "predicted_peak", "measured_peak", "peak_rel_err", "within_limit",
            "predicted_time", "predicted_time_profile", "measured_time", "time_rel_err", "time_min", "time_max",
            "time_low", "time_high",
-           "repeats", "noisy",
+           "repeats", "noisy", "vs_autograd", "vs_autograd_low", "vs_autograd_high",
            "throughput", "predicted_throughput", "solve_seconds", "steps_per_sample", "cuda_segments_after_round_1"]
 THROUGHPUT_COLUMNS = ["device", "gpu", "clock", "network", "batch", "input", "L", "strategy", "segments", "memory_limit",
                       "status", "grads_equal", "predicted_peak", "measured_peak", "predicted_time",
                       "predicted_time_profile", "measured_time", "time_low", "time_high", "rounds", "noisy", "throughput", "rotor_gain",
-                      "gain_vs_checkpoint_sequential", "not_slower_than_checkpoint_sequential"]
+                      "gain_vs_checkpoint_sequential", "vs_checkpoint_sequential", "vs_checkpoint_sequential_low",
+                      "vs_checkpoint_sequential_high", "not_slower_than_checkpoint_sequential"]
 
 
 # ------------------------------------------------------------------------------------------ set-up
@@ -284,7 +288,10 @@ class Case:
 
         key = tuple(seq.ops)
         if key in self._cache:
-            return self._cache[key]
+            got = self._cache[key]
+            if tag != got[0]:
+                got[1].setdefault("also", []).append(tag)     # timed once, under the first tag
+            return got
         self._clear_grads()
         torch.manual_seed(7)
         _sync(self.device)
@@ -402,6 +409,10 @@ def _row(env: dict, case: Case, det: str, fraction: float, limit: float, method:
                    cuda_segments_after_round_1=sum(m["cuda_segments"][1:]) if m.get("cuda_segments") else None)
         row["peak_rel_err"] = _rel(m["measured_peak"], row.get("predicted_peak"))
         row["time_rel_err"] = _rel(t, row.get("predicted_time"))
+        ag = case._cache.get("autograd")
+        if method != "autograd" and ag is not None and ag[1].get("times"):
+            r = paired_ratio(m["times"], ag[1]["times"])
+            row.update(vs_autograd=r.median, vs_autograd_low=r.low, vs_autograd_high=r.high)
     return row
 
 
@@ -509,11 +520,14 @@ def throughput_case(case: Case, env: dict, segments: list[int], solved: dict) ->
     rotor at the memory each sequential point needs (solutions from :func:`plan`), store-all.
     Returns row builders to call after :meth:`Case.time_all` (as :func:`check_case`).
 
-    ``rotor_gain`` is rotor's throughput over memplan's sequential sequence's, minus 1;
-    ``gain_vs_checkpoint_sequential`` over PyTorch's ``checkpoint_sequential`` itself; and
-    ``not_slower_than_checkpoint_sequential`` says whether rotor is at least as fast within the
-    measured noise: rotor's median time is at most checkpoint_sequential's, or their 95% intervals
-    overlap."""
+    Every comparison is paired round by round (:func:`memplan.models.measure.paired_ratio`: the
+    median of the per-round time ratios and its 95% interval). ``vs_checkpoint_sequential`` (with
+    ``_low``/``_high``) is this row's time over PyTorch's ``checkpoint_sequential``'s with the same
+    segments (memplan's ``sequential`` rows and rotor's); ``gain_vs_checkpoint_sequential`` = 1 / that
+    - 1; ``rotor_gain`` the same over memplan's sequential sequence; and
+    ``not_slower_than_checkpoint_sequential`` says that rotor is not shown slower: the interval's low
+    end is at most 1. (Before 2026-11-27 these compared the two medians and their separate intervals,
+    which a slow round widens for both.)"""
     c = case.chain
     base = {**env, "network": case.name, "batch": case.batch, "input": "x".join(map(str, case.spec["shape"])),
             "L": c.L}
@@ -532,11 +546,13 @@ def throughput_case(case: Case, env: dict, segments: list[int], solved: dict) ->
              "rounds": m.get("rounds") if m else None, "noisy": m.get("noisy") if m else None,
              "throughput": case.batch / t if t else None}
         if m and seq_m:
-            r["rotor_gain"] = statistics.median(seq_m["times"]) / t - 1
-        if m and ck_m:
-            r["gain_vs_checkpoint_sequential"] = statistics.median(ck_m["times"]) / t - 1
-            r["not_slower_than_checkpoint_sequential"] = bool(
-                t <= statistics.median(ck_m["times"]) or m["time_low"] <= ck_m["time_high"])
+            r["rotor_gain"] = 1 / paired_ratio(m["times"], seq_m["times"]).median - 1
+        if m and ck_m and m is not ck_m:
+            p = paired_ratio(m["times"], ck_m["times"])
+            r.update(vs_checkpoint_sequential=p.median, vs_checkpoint_sequential_low=p.low,
+                     vs_checkpoint_sequential_high=p.high, gain_vs_checkpoint_sequential=1 / p.median - 1)
+            if strategy == "rotor":
+                r["not_slower_than_checkpoint_sequential"] = not p.shown_slower
         return r
 
     rows: list = []
@@ -547,8 +563,8 @@ def throughput_case(case: Case, env: dict, segments: list[int], solved: dict) ->
         seq = sequential_schedule(c, s)
         limit = simulate_remat(c, seq).peak_memory
         seq_m = case.execute(seq, f"sequential:{s}")[1]
-        rows.append(partial(row, "sequential", s, limit, seq, seq_m))
         ck = case.checkpoint_sequential(s)
+        rows.append(partial(row, "sequential", s, limit, seq, seq_m, ck_m=ck))
         if ck is not None:
             rows.append(partial(row, "checkpoint_sequential", s, limit, seq, ck))
         sol = solved[("rotor@sequential", s)][0]
@@ -648,7 +664,8 @@ def main(argv=None) -> int:
                    "--quick 3)")
     p.add_argument("--segment-counts", help="comma-separated numbers of segments of the comparison (instead of "
                    "--segments' spread from 2 to 2 sqrt(L)); those above L are left out")
-    p.add_argument("--traces", help="JSON with every contender's time in every round (seconds; 'timings') and "
+    p.add_argument("--traces", help="JSON with every contender's time in every round (seconds; 'timings', with "
+                   "'also': the tags of the identical sequences timed under that one) and "
                    "the per-operation memory (measured and simulated, bytes) of every "
                    "executed sequence, to find where a prediction misses")
     p.add_argument("--budget", type=float, default=None, help="seconds after which no new network is started")
@@ -761,7 +778,8 @@ def _main(a: argparse.Namespace) -> int:
                 rows += new
                 thr_rows += new_thr
                 traces += case.traces
-                timings += [{"network": name, "contender": tag, "times": list(m.get("times", []))}
+                timings += [{"network": name, "contender": tag, "times": list(m.get("times", [])),
+                             "also": list(dict.fromkeys(m.get("also", [])))}
                             for tag, (_, m) in case._contenders.items()]
                 break
             except RuntimeError as e:

@@ -5,6 +5,7 @@ gradients and the simulator's peaks; the paper 004 comparison has its strategies
 name says cuda run only on a GPU machine (the campaign runs them there: ``pytest -k cuda``)."""
 import csv
 import json
+import statistics
 import math
 import tarfile
 
@@ -154,7 +155,8 @@ def runtime_rows(tmp_path_factory):
 
 
 def test_dry_run_runtime_rows(runtime_rows):
-    rc, rows, _, _ = runtime_rows
+    rc, rows, _, traces = runtime_rows
+    times = {(t["network"], tag): t["times"] for t in traces["timings"] for tag in [t["contender"], *t["also"]]}
     assert rc == 0
     assert list(rows[0]) == runtime_check.COLUMNS
     nets = runtime_check.PRESETS["quick"]
@@ -170,6 +172,13 @@ def test_dry_run_runtime_rows(runtime_rows):
             assert r["status"] == "no_solution" and r["measured_peak"] == ""
             continue
         assert r["grads_equal"] == "True", r
+        if r["method"] != "autograd":
+            # the time over plain autograd's, paired round by round: the median of the rounds' ratios
+            tag = r["same_as"] or f"{r['method']}@{float(r['fraction']):g}"
+            ta, tb = times[(r["network"], tag)], times[(r["network"], "autograd")]
+            v = statistics.median(x / y for x, y in zip(ta, tb))
+            assert float(r["vs_autograd"]) == pytest.approx(v)
+            assert float(r["vs_autograd_low"]) <= v <= float(r["vs_autograd_high"])
         batch, t = int(r["batch"]), float(r["measured_time"])
         assert float(r["throughput"]) == pytest.approx(batch / t)
         pred, meas = float(r["predicted_peak"]), float(r["measured_peak"])
@@ -199,7 +208,16 @@ def test_dry_run_runtime_rows(runtime_rows):
 
 
 def test_dry_run_throughput_comparison(runtime_rows):
-    _, rows, thr, _ = runtime_rows
+    _, rows, thr, traces = runtime_rows
+    times = {(t["network"], tag): t["times"] for t in traces["timings"] for tag in [t["contender"], *t["also"]]}
+
+    def paired(net, a, b):
+        """the median of the per-round ratios, recomputed from the rounds' times"""
+        ta, tb = times[(net, a)], times[(net, b)]
+        assert len(ta) == len(tb) >= 2
+        return statistics.median(x / y for x, y in zip(ta, tb))
+
+    checked = 0
     assert list(thr[0]) == runtime_check.THROUGHPUT_COLUMNS
     by = {}
     for r in thr:
@@ -220,7 +238,22 @@ def test_dry_run_throughput_comparison(runtime_rows):
                 assert float(r["predicted_peak"]) <= float(r["memory_limit"]) * (1 + 1e-9)
                 # on the chain it was solved on (the re-timed chain of predicted_time is measured later)
                 assert float(r["predicted_time_profile"]) <= float(s["predicted_time_profile"]) * (1 + 1e-9)
-                assert float(r["rotor_gain"]) == pytest.approx(float(r["throughput"]) / float(s["throughput"]) - 1)
+                # its gains are paired round by round: the median of rotor's time over the other's in
+                # the same round (not the ratio of the two medians)
+                k = int(float(r["segments"]))
+                tag = f"rotor@sequential:{k}"
+                checked += 1
+                assert float(r["rotor_gain"]) == pytest.approx(1 / paired(net, tag, f"sequential:{k}") - 1)
+                v = paired(net, tag, f"checkpoint_sequential:{k}")
+                assert float(r["vs_checkpoint_sequential"]) == pytest.approx(v)
+                assert float(r["gain_vs_checkpoint_sequential"]) == pytest.approx(1 / v - 1)
+                lo, hi = float(r["vs_checkpoint_sequential_low"]), float(r["vs_checkpoint_sequential_high"])
+                assert lo <= v <= hi
+                assert (r["not_slower_than_checkpoint_sequential"] == "True") == (lo <= 1)
+            if r["strategy"] == "sequential":
+                k = int(float(r["segments"]))
+                v = paired(net, f"sequential:{k}", f"checkpoint_sequential:{k}")
+                assert float(r["vs_checkpoint_sequential"]) == pytest.approx(v)
             if r["strategy"] == "checkpoint_sequential":
                 # PyTorch's implementation keeps what memplan's model of it says (and autograd's gradients)
                 s = seq[int(float(r["segments"]))]
@@ -235,6 +268,8 @@ def test_dry_run_throughput_comparison(runtime_rows):
             elif r["measured_peak"]:
                 # memplan's executor (store-all, sequential, rotor) and the simulator agree to the byte
                 assert float(r["measured_peak"]) == float(r["predicted_peak"]), r
+
+    assert checked == sum(len(runtime_check.segment_counts(int(rs[0]["L"]), 3)) for rs in by.values())
 
 
 def test_dry_run_traces(runtime_rows):

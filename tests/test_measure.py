@@ -6,7 +6,7 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from memplan.models.measure import interleaved, median_interval
+from memplan.models.measure import interleaved, median_interval, paired_ratio
 
 
 def _coverage(n: int, j: int) -> float:
@@ -44,6 +44,51 @@ def test_interval_contains_the_median_and_lies_within_the_values(xs):
 
     lo, hi = median_interval(xs)
     assert min(xs) <= lo <= statistics.median(xs) <= hi <= max(xs)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.01, 10.0), min_size=1, max_size=40), st.floats(0.5, 2.0))
+def test_a_contender_that_is_c_times_another_every_round_has_ratio_c_exactly(bs, c):
+    # whatever the rounds do to both, a round-by-round ratio of c is c with no spread
+    r = paired_ratio([c * b for b in bs], bs)
+    assert r.median == pytest.approx(c) and r.low == pytest.approx(c) and r.high == pytest.approx(c)
+    assert r.n == len(bs)
+
+
+def test_paired_interval_separates_what_two_separate_intervals_cannot():
+    # rounds slowed by a shared factor (a busy machine) and a 3% difference between the contenders:
+    # the two medians' intervals overlap, the paired interval lies above 1 and covers 1.03
+    rng = random.Random(5)
+    slow = [rng.choice([1.0, 1.0, 1.0, 1.2, 1.5]) for _ in range(24)]
+    b = [10.0 * s * (1 + rng.uniform(-0.005, 0.005)) for s in slow]
+    a = [10.3 * s * (1 + rng.uniform(-0.005, 0.005)) for s in slow]
+    (alo, ahi), (blo, bhi) = median_interval(a), median_interval(b)
+    assert alo <= bhi                                       # unpaired: overlapping, no verdict
+    r = paired_ratio(a, b)
+    assert r.shown_slower and not r.shown_faster and r.low <= 1.03 <= r.high
+    assert r.high - r.low < 0.015
+
+
+def test_paired_ratio_covers_the_true_ratio_in_simulation():
+    # a log-normal ratio of median 1.05 on top of a shared, skewed round effect
+    import math
+
+    rng = random.Random(11)
+    n, trials, hits = 16, 3000, 0
+    for _ in range(trials):
+        shared = [rng.expovariate(1.0) + 1 for _ in range(n)]
+        b = [s for s in shared]
+        a = [s * 1.05 * math.exp(rng.gauss(0, 0.03)) for s in shared]
+        r = paired_ratio(a, b)
+        hits += r.low <= 1.05 <= r.high
+    assert hits / trials >= 0.95 - 0.015                   # exact coverage 97.9% at n = 16
+
+
+def test_paired_ratio_skips_rounds_without_both_times_and_refuses_none():
+    r = paired_ratio([2.0, float("nan"), 3.0, 0.0], [1.0, 1.0, 1.0, 1.0])
+    assert r.n == 2 and r.median == pytest.approx(2.5)
+    with pytest.raises(ValueError, match="no round"):
+        paired_ratio([float("nan")], [1.0])
 
 
 def test_steady_contenders_stop_at_the_minimum_and_rotate():

@@ -1,0 +1,90 @@
+"""Issue 27's comparisons read again from the rounds themselves: every pair that the issue compares,
+paired round by round (:func:`memplan.models.measure.paired_ratio`: the median of the per-round time
+ratios and its 95% interval), from a ``runtime_check --traces`` file (its ``timings``: every
+contender's time in every round).
+
+Why: ``runtime_check`` times its contenders once per round in rotating order, so a slow period of the
+machine (a GPU starved by its host, a shared CPU) stretches every contender of that round. Two
+medians with their own intervals keep that spread twice; the ratio within a round cancels it.
+
+    python benchmarks/paired_ratios.py benchmarks/results/runtime_traces_resnet50_2026-11-27.json
+
+Prints, per network: memplan's store-all over plain autograd; memplan's ``sequential``(k) over
+``checkpoint_sequential``(k); rotor at that memory over ``checkpoint_sequential``(k); and for the
+second and third the ratio of the fastest samples too (what each is at its best). A ratio is
+"shown slower" when its interval lies above 1, "shown faster" below 1, "within the noise" else.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+
+def verdict(r) -> str:
+    return "shown slower" if r.shown_slower else "shown faster" if r.shown_faster else "within the noise"
+
+
+def comparisons(timings: list[dict]) -> list[str]:
+    from memplan.models.measure import paired_ratio
+
+    out: list[str] = []
+    nets = list(dict.fromkeys(t["network"] for t in timings))
+    for net in nets:
+        T = {}
+        for t in timings:
+            if t["network"] == net and t["times"]:
+                for tag in [t["contender"], *t.get("also", [])]:     # identical sequences, timed once
+                    T.setdefault(tag, t["times"])
+        rounds = max((len(v) for v in T.values()), default=0)
+        out.append(f"{net} ({rounds} rounds):")
+
+        def line(a: str, b: str, label: str) -> None:
+            r = paired_ratio(T[a], T[b])
+            best = min(T[a]) / min(T[b])
+            out.append(f"  {label:48s} {r.text()}  {verdict(r):16s} (fastest samples {best:.3f})")
+
+        if "store-all@1" in T and "autograd" in T:
+            line("store-all@1", "autograd", "store-all / autograd")
+        ks = sorted(int(m.group(1)) for c in T if (m := re.fullmatch(r"checkpoint_sequential:(\d+)", c)))
+        for k in ks:
+            ck = f"checkpoint_sequential:{k}"
+            if f"sequential:{k}" in T:
+                line(f"sequential:{k}", ck, f"sequential({k}) / checkpoint_sequential({k})")
+        for k in ks:
+            ck = f"checkpoint_sequential:{k}"
+            if f"rotor@sequential:{k}" in T:
+                line(f"rotor@sequential:{k}", ck, f"rotor at that memory / checkpoint_sequential({k})")
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("traces", nargs="+", help="runtime_check --traces JSON files (with 'timings')")
+    p.add_argument("--out", help="also write the lines here")
+    a = p.parse_args(argv)
+    lines: list[str] = []
+    for f in a.traces:
+        try:
+            d = json.loads(Path(f).read_text())
+        except (OSError, ValueError) as e:
+            print(f"paired_ratios: {f}: cannot read a JSON file ({e})", file=sys.stderr)
+            return 2
+        if not d.get("timings"):
+            print(f"paired_ratios: {f}: no 'timings' (runtime_check --traces writes them since 2026-11-26)",
+                  file=sys.stderr)
+            return 2
+        env = d.get("env", {})
+        lines.append(f"# {f}: {env.get('device', '?')}, torch {env.get('torch', '?')}, {env.get('date', '?')}")
+        lines += comparisons(d["timings"])
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if a.out:
+        Path(a.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

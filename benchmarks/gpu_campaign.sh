@@ -14,11 +14,12 @@
 #   (the noise diagnosis alone, under a minute:        python benchmarks/gpu_timing_noise.py --device cuda)
 #   paper 001's offloading executed (timeout_s 560):   bash benchmarks/gpu_campaign.sh offload
 #   GPT-2's budget at fractions 0.3 and 0.1 (timeout_s 470): bash benchmarks/gpu_campaign.sh gpt2-low
+#   what slows some of ResNet-50's samples (timeout_s 200):  bash benchmarks/gpu_campaign.sh spikes
 #   HERE, after each call (FILES = the call's files_at):  bash benchmarks/gpu_campaign.sh unpack FILES [SUFFIX]
 #   HERE, without a GPU (CPU dry run of every call):      bash benchmarks/gpu_campaign.sh dry-run
 # A session lent 15 minutes of device time (starts included) runs one long call, and another right after
 # it while the machine is warm (it goes back after 30 s idle): on 2026-11-27 `next` (375 s) then
-# `offload` (111 s) then a GPT-2 budget (239 s) fitted in 13 minutes.
+# `offload` (111 s) then a GPT-2 budget (239 s) fitted in 13 minutes. Next time: `next`, then `spikes`.
 #
 # The device machine has torch (CUDA), torchvision, numpy, pandas, networkx, scipy, numba, pytest, but
 # not pydantic (memplan's instance files need it) and no network: `prepare` downloads pydantic's wheels
@@ -125,6 +126,22 @@ r50)
         log "bench_budget exit status $?"
         log "done"
     } 2>&1 | tee "$OUTDIR/campaign_next.log"
+    ;;
+spikes)
+    # DEVICE (< 3 min): what slows some samples of ResNet-50 b32's sequential plans (issue 27: the fastest samples
+    # are within 3% of every plan's prediction, the medians of memplan's sequential 2-19% above): every sample
+    # dissected (per-step CUDA events, host return times, garbage collections, allocator counters), autograd,
+    # store-all, sequential(k) and checkpoint_sequential(k) for k = 4, 8, in rotating rounds
+    mkdir -p "$OUTDIR" "$WORK"
+    {
+        setup_env || exit 3
+        log "gpu_step_spikes resnet50 b32 on cuda (hard limit ${SPIKES_S:-150} s)"
+        PYTHONUNBUFFERED=1 timeout "${SPIKES_S:-150}" "$PY" "$ROOT/benchmarks/gpu_step_spikes.py" --device cuda \
+            --network resnet50 --batch 32 --segments 4,8 --rounds 40 --steps 4 --budget $(( ${SPIKES_S:-150} - 50 )) \
+            --out "$OUTDIR/step_spikes_gpu_resnet50.csv"
+        log "gpu_step_spikes exit status $?"
+        log "done"
+    } 2>&1 | tee "$OUTDIR/campaign_spikes.log"
     ;;
 gpt2-low)
     # DEVICE (< 8 min): GPT-2 small's budget at PyTorch's fractions 0.3 and 0.1, which the third H100 session's
@@ -275,7 +292,7 @@ unpack)
         runtime_gpu_resnet50.csv throughput_gpu_resnet50.csv runtime_traces_resnet50.json \
         offload_exec_gpu_gpt2.csv offload_exec_gpu_quick.csv bench_budget_gpu_offload.csv bench_budget_gpu_offload.txt campaign_offload.log \
         bench_budget_gpu_resnet50.csv bench_budget_gpu_resnet50.txt bench_budget_gpu_gpt2_low.csv bench_budget_gpu_gpt2_low.txt \
-        campaign_gpt2_low.log; do
+        campaign_gpt2_low.log step_spikes_gpu_resnet50.csv step_spikes_gpu_resnet50.txt campaign_spikes.log; do
         # dated copies (name_YYYY-MM-DD.ext, UTC; SUFFIX as the third argument), so that a later run does not
         # overwrite the files the README cites for an earlier one
         [ -f "$FILES/$f" ] && cp -v "$FILES/$f" "$ROOT/benchmarks/results/${f%.*}_${3:-$(date -u +%F)}.${f##*.}"
@@ -310,10 +327,13 @@ dry-run)
         --out "$D/offload_exec_gpu_gpt2.csv" \
         || exit 1
     t5=$(date +%s)
+    "$PY" "$ROOT/benchmarks/gpu_step_spikes.py" --device cpu --network resnet18 --batch 2 --size 32 --rounds 3 \
+        --steps 2 --out "$D/step_spikes_gpu_resnet50.csv" || exit 1
+    t6=$(date +%s)
     echo "dry run in $D: profile step $((t1 - t0)) s, runtime step $((t2 - t1)) s, budget step $((t3 - t2)) s," \
-        "noise step $((t4 - t3)) s, offload step $((t5 - t4)) s"
+        "noise step $((t4 - t3)) s, offload step $((t5 - t4)) s, spikes step $((t6 - t5)) s"
     ;;
 *)
-    sed -n '2,21p' "$0"
+    sed -n '2,22p' "$0"
     ;;
 esac

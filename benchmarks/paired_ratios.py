@@ -60,10 +60,45 @@ def comparisons(timings: list[dict]) -> list[str]:
     return out
 
 
+def _tag(r: dict) -> str | None:
+    """The contender a throughput-CSV row was timed as (runtime_check's tags)."""
+    k = r.get("segments")
+    k = int(float(k)) if k not in (None, "") else None
+    return {"store-all": "store-all@1", "sequential": f"sequential:{k}",
+            "checkpoint_sequential": f"checkpoint_sequential:{k}", "rotor": f"rotor@sequential:{k}"}.get(r["strategy"])
+
+
+def predictions(timings: list[dict], throughput_csv: str) -> list[str]:
+    """Each executed row of a ``runtime_check --throughput`` CSV: its predicted time against the
+    fastest, the 10th-percentile and the median sample of its rounds. A model that predicts the
+    undisturbed step sits near the first two; disturbances that hit some steps move only the median."""
+    import csv
+
+    out = [f"predicted time against the rounds' samples ({throughput_csv}): min, 10th percentile, median"]
+    with open(throughput_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        tag = _tag(r)
+        T = {}
+        for t in timings:
+            if t["network"] == r["network"] and t["times"]:
+                for name in [t["contender"], *t.get("also", [])]:
+                    T.setdefault(name, t["times"])
+        if tag not in T or not r.get("predicted_time"):
+            continue
+        ts, pred = sorted(T[tag]), float(r["predicted_time"])
+        q10, med = ts[len(ts) // 10], ts[len(ts) // 2] if len(ts) % 2 else (ts[len(ts) // 2 - 1] + ts[len(ts) // 2]) / 2
+        out.append(f"  {r['network']} {tag:28s} predicted {pred * 1e3:8.2f} ms; min {ts[0] / pred - 1:+6.1%}, "
+                   f"10th percentile {q10 / pred - 1:+6.1%}, median {med / pred - 1:+6.1%}")
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("traces", nargs="+", help="runtime_check --traces JSON files (with 'timings')")
     p.add_argument("--out", help="also write the lines here")
+    p.add_argument("--throughput", help="the same run's --throughput CSV: also each row's predicted time against "
+                   "its fastest, 10th-percentile and median samples (one traces file only)")
     a = p.parse_args(argv)
     lines: list[str] = []
     for f in a.traces:
@@ -79,6 +114,8 @@ def main(argv=None) -> int:
         env = d.get("env", {})
         lines.append(f"# {f}: {env.get('device', '?')}, torch {env.get('torch', '?')}, {env.get('date', '?')}")
         lines += comparisons(d["timings"])
+        if a.throughput:
+            lines += predictions(d["timings"], a.throughput)
     text = "\n".join(lines) + "\n"
     print(text, end="")
     if a.out:

@@ -78,3 +78,24 @@ def test_paired_ratios_script_refuses_a_file_without_rounds(tmp_path, capsys):
     assert pr.main([str(f)]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "old.json" in err and "timings" in err
+
+
+def test_spike_summary_names_what_the_slow_samples_had():
+    sp = _script("gpu_step_spikes")
+    rows = []
+    for i, w in enumerate([0.020, 0.021, 0.020, 0.030, 0.032]):
+        slow = w > 0.022
+        rows.append({"contender": "sequential:8", "wall": w, "gc_n": 1 if i == 4 else 0, "gc_gen2": 0,
+                     "num_alloc_retries": 0, "num_device_alloc": 0, "one_step_slow": slow and i == 3,
+                     "host_late": slow})
+    line = sp.summarize(rows, slow=1.1)[0]
+    assert "2 of 5 samples over 1.1x the fastest" in line
+    assert "any gc 1/2" in line and "one step >1.5x the sample's median step 1/2" in line and "host late 2/2" in line
+    assert "mean excess +55.0%" in line                      # (0.030 + 0.032) / 2 / 0.020 - 1
+
+
+@pytest.mark.parametrize("args", [["--segments", "4,x"], ["--segments", "1"], ["--rounds", "0"]])
+def test_spike_script_refuses_bad_options_in_one_line(args, capsys):
+    assert _script("gpu_step_spikes").main(["--device", "cpu"] + args) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("gpu_step_spikes: --")

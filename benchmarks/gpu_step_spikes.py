@@ -16,6 +16,9 @@ each sample several steps back to back between two synchronizes, and records for
 - ``host_ms``: when each step's Python call returned (seconds from the sample's start): a host that
   returns late, near the step's end, is what the GPU waited for;
 - ``gc``: the garbage collections during the sample (``gc.callbacks``: count per generation, seconds);
+- the same store-all and the largest k's ``sequential`` run with ``execute(hold=False)`` too: without
+  the Python hooks that hold a^j and delta^j of a fused group until B^j ends (about 10 us a stage on a
+  CPU), to see how much of the host's time, and of the gap to PyTorch, they are;
 - the caching allocator's counters over the sample (``torch.cuda.memory_stats``: ``num_alloc_retries``
   (a full free-and-retry, which synchronizes), ``num_device_alloc``/``num_device_free``
   (``cudaMalloc``/``cudaFree``), ``num_sync_all_streams``).
@@ -147,8 +150,8 @@ def main(argv=None) -> int:
     def autograd_step():
         loss_fn(model(leaf())).backward()
 
-    def plan_step(ops):
-        return lambda: execute(stages, loss_stage, x, ops, device=a.device, sync=False)
+    def plan_step(ops, hold=True):
+        return lambda: execute(stages, loss_stage, x, ops, device=a.device, sync=False, hold=hold)
 
     def ck_step(k):
         return lambda: loss_stage(checkpoint_sequential(seqmod, k, leaf(), use_reentrant=reentrant)).backward()
@@ -157,6 +160,9 @@ def main(argv=None) -> int:
     for k in segs:
         contenders[f"sequential:{k}"] = plan_step(sequential_schedule(L, k))
         contenders[f"checkpoint_sequential:{k}"] = ck_step(k)
+    # without the holds' hooks (execute(hold=False)): how much of the gap to PyTorch they are
+    contenders["store-all hold=False"] = plan_step(store_all_ops(L), hold=False)
+    contenders[f"sequential:{max(segs)} hold=False"] = plan_step(sequential_schedule(L, max(segs)), hold=False)
 
     def sync():
         if cuda:

@@ -570,8 +570,7 @@ def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, sch
     cuda = device.type == "cuda"
     ops = list(schedule.ops)
     n = len(ops)
-    _, replayed, _ = _plan(ops, False)
-    rng = _Rng(device, replayed=replayed)
+    rng = _Rng(device, _plan(ops, False)[3])
     # boundary -> transfers whose copy starts there (list order: the side stream's order), and
     # offload q -> the boundary where its device storage is freed (OffloadPlan.copy_boundaries,
     # release_boundaries); an offload issued at the last boundary is freed at the end
@@ -743,7 +742,7 @@ def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, sch
             del src
             pack, unpack = hooks(l)
             with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-                out = rng.run(l, lambda: fn(*inp)) if l in replayed else fn(*inp)
+                out = rng.run(l, lambda: fn(*inp))
             del inp
             out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
             keep_outputs(l, out)
@@ -753,7 +752,7 @@ def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, sch
                 loss_value = out[0].detach() if cuda else float(out[0].detach())
         else:
             with torch.no_grad():
-                out = rng.run(l, lambda: fn(*src)) if l in replayed else fn(*src)
+                out = rng.run(l, lambda: fn(*src))
             del src
             out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
             keep_outputs(l, out)
@@ -762,6 +761,7 @@ def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, sch
         del out, old_box, old_vals
 
     def backward(pos: int, l: int) -> None:
+        rng.moved()
         on_device(l, pos)
         on_device(l - 1, pos)
         d = holders.pop(l)
@@ -818,8 +818,14 @@ def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, sch
         owner.clear()
         edges.clear()
 
+    def guarded() -> None:
+        try:
+            run()
+        finally:                  # the global RNG as a plain forward leaves it, even after an error
+            rng.restore()
+
     wait = sync or tracker is not None
-    elapsed = _run_timed(run, tracker, device, clock, sync=wait)
+    elapsed = _run_timed(guarded, tracker, device, clock, sync=wait)
     holders.clear()
     if cuda and not wait:
         return OffloadResult(loss=float("nan"), time=float("nan"), loss_tensor=loss_value, issue=list(plan.issue),

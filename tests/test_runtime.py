@@ -268,3 +268,31 @@ def test_cuda_unsynchronized_execute_returns_the_loss_as_a_tensor():
     assert math.isnan(res.loss) and math.isnan(res.time) and float(res.loss_tensor) == ref.loss
     for (n, p), q in zip(m1.named_parameters(), m2.parameters()):
         assert torch.equal(p.grad, q.grad), n
+
+
+@pytest.mark.parametrize("kind", ["store_all", "sequential", "bisection"])
+def test_without_holds_the_same_gradients_and_at_most_the_held_memory(setup, kind):
+    """``execute(hold=False)``: the fused groups' a^j and delta^j go when the engine is done with them,
+    not when B^j ends. The same gradients, bit for bit; its peak, measured from outside by the same
+    tracker as the held run's, is at most that one (the same allocations, some freed sooner)."""
+    from memplan.models.profiler import memory_tracker
+
+    name, model, x, loss_fn, loss, grads = setup
+    L = linearize_model(copy.deepcopy(model), x).L
+    seq = _sequences(L)[kind]
+    peaks = {}
+    for hold in (True, False):
+        m = copy.deepcopy(model)
+        lm = linearize_model(m, x, loss_fn)
+        for p in m.parameters():
+            p.grad = torch.zeros_like(p)            # outside the window, as the executor's measured runs
+        with memory_tracker("cpu") as tr:
+            torch.manual_seed(123)
+            execute(lm.stages, lm.loss_stage(loss_fn), x, seq, hold=hold)
+            tr.sync()
+            peaks[hold] = float(tr.peak)
+        for n, p in m.named_parameters():
+            assert torch.equal(p.grad, grads[n]), f"{name} {kind} hold={hold}: gradient of {n} differs"
+    assert peaks[False] <= peaks[True], peaks
+    with pytest.raises(ValueError, match="hold=True"):
+        execute(lm.stages, lm.loss_stage(loss_fn), x, seq, hold=False, measure_memory=True)

@@ -813,9 +813,49 @@ def _main(a: argparse.Namespace) -> int:
     print(f"{len(measured)} executed rows: gradients differ in {len(bad_grads)}, measured peak above the limit in "
           f"{len(over)}, peak off by more than 3% in {len(miss_peak)}, time off by more than 5% in {len(miss_time)}, "
           f"too noisy to use (95% interval of the median wider than {a.target:.0%}) in {len(noisy)}")
+    for line in paired_summary(rows, thr_rows):
+        print(line)
     for line in throughput_summary(thr_rows):
         print(line)
     return 1 if bad_grads or over else 0
+
+
+def _verdict(ratio: float | None, low: float | None, high: float | None, target: float = 1.0) -> str:
+    """What a paired ratio's interval says against ``target``: shown at most, shown above, or not shown."""
+    if ratio is None or low is None or high is None:
+        return "not measured"
+    if high <= target:
+        return f"shown <= {target:g}"
+    if low > target:
+        return f"shown > {target:g}"
+    return f"within the noise of {target:g}"
+
+
+def paired_summary(rows: list[dict], thr_rows: list[dict]) -> list[str]:
+    """Issue 27's time comparisons, paired round by round, per network: store-all over plain autograd
+    against 1.03, and memplan's ``sequential``(k) and rotor at its memory over ``checkpoint_sequential``(k)
+    against 1."""
+    out = []
+    for net in dict.fromkeys(r["network"] for r in rows):
+        sa = next((r for r in rows if r["network"] == net and r["method"] == "store-all" and r.get("vs_autograd")),
+                  None)
+        if sa is not None:
+            out.append(f"{net}: store-all / autograd {sa['vs_autograd']:.3f} [{sa['vs_autograd_low']:.3f}, "
+                       f"{sa['vs_autograd_high']:.3f}] (paired; "
+                       f"{_verdict(sa['vs_autograd'], sa['vs_autograd_low'], sa['vs_autograd_high'], 1.03)})")
+        for strategy in ("sequential", "rotor"):
+            rs = [r for r in thr_rows if r["network"] == net and r["strategy"] == strategy
+                  and r.get("vs_checkpoint_sequential") is not None]
+            if rs:
+                parts = [f"k={r['segments']} {r['vs_checkpoint_sequential']:.3f} "
+                         f"[{r['vs_checkpoint_sequential_low']:.3f}, {r['vs_checkpoint_sequential_high']:.3f}]"
+                         for r in rs]
+                slower = [r["segments"] for r in rs if r["vs_checkpoint_sequential_low"] > 1]
+                out.append(f"{net}: {'memplan sequential' if strategy == 'sequential' else 'rotor at its memory'} / "
+                           f"checkpoint_sequential, paired: {'; '.join(parts)}"
+                           + (f" -- shown slower at k = {', '.join(map(str, slower))}" if slower else
+                              " -- not shown slower at any k"))
+    return out
 
 
 if __name__ == "__main__":

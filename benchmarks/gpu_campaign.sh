@@ -9,7 +9,8 @@
 #   device call 3 (carry [".whl"], timeout_s 600):        bash benchmarks/gpu_campaign.sh budget   (issue 28)
 #   or, one call for both 28 and 27 (timeout_s 560):     bash benchmarks/gpu_campaign.sh both
 #   or, the six H200 chains again (timeout_s 560):      bash benchmarks/gpu_campaign.sh reprofile
-#   the next session lent 15 minutes (timeout_s 580):  bash benchmarks/gpu_campaign.sh next
+#   the next session lent 15 minutes (timeout_s 450):  bash benchmarks/gpu_campaign.sh next
+#     then, warm (timeout_s 470):                        GPT2_LOW_FRACTIONS=0.1 bash benchmarks/gpu_campaign.sh gpt2-low
 #   ResNet-50 b32's executed plans and budget (as `next` ran on 2026-11-27, timeout_s 580): ... r50
 #   (the noise diagnosis alone, under a minute:        python benchmarks/gpu_timing_noise.py --device cuda)
 #   paper 001's offloading executed (timeout_s 560):   bash benchmarks/gpu_campaign.sh offload
@@ -19,7 +20,8 @@
 #   HERE, without a GPU (CPU dry run of every call):      bash benchmarks/gpu_campaign.sh dry-run
 # A session lent 15 minutes of device time (starts included) runs one long call, and another right after
 # it while the machine is warm (it goes back after 30 s idle): on 2026-11-27 `next` (375 s) then
-# `offload` (111 s) then a GPT-2 budget (239 s) fitted in 13 minutes. Next time: `next`, then `spikes`.
+# `offload` (111 s) then a GPT-2 budget (239 s) fitted in 13 minutes. Next time: `next` (about 6 minutes with
+# its start), then `gpt2-low` at 0.1 while the machine is warm.
 #
 # The device machine has torch (CUDA), torchvision, numpy, pandas, networkx, scipy, numba, pytest, but
 # not pydantic (memplan's instance files need it) and no network: `prepare` downloads pydantic's wheels
@@ -92,12 +94,19 @@ prepare)
     echo "next: device call 1 = 'bash benchmarks/gpu_campaign.sh profile' with carry [\".whl\"]"
     ;;
 next)
-    # DEVICE, one call (< 9.5 min): what the H100 session of 2026-11-27 left open. (1) Paper 001's schedules
-    # and the joint DP executed with the executor that frees each offloaded storage where its copy ends
-    # (OffloadPlan.release_boundaries): requested and allocated peaks against predicted_peak_stream, and
-    # the step times, now waiting for the copies (hard limit NEXT_OFFLOAD_S, default 170 s); (2) GPT-2's
-    # budget at PyTorch's fraction 0.1 (not reached before) with the offloading candidates (--offload),
-    # in NEXT_BUDGET_S (default 370 s): the `offload` step with those limits
+    # DEVICE, one call (< 7 min): what the H100 sessions of 2026-11-27 left open, most telling first.
+    # (1) issue 27: what slows some samples of ResNet-50 b32's sequential plans, and how much of the gap to
+    # PyTorch the holds' hooks are (gpu_step_spikes, hard limit NEXT_SPIKES_S, default 150 s); (2) issue 28: paper
+    # 001's schedules and the joint DP with the executor that frees each offloaded storage where its copy
+    # ends (OffloadPlan.release_boundaries): requested and allocated peaks against predicted_peak_stream, the
+    # step times (hard limit NEXT_OFFLOAD_S, default 170 s). With time left, chain `gpt2-low` at fraction 0.1
+    # alone (GPT2_LOW_FRACTIONS=0.1, timeout_s 470): GPT-2's budget below PyTorch's 0.3, not reached so far.
+    SPIKES_S=${NEXT_SPIKES_S:-150} bash "$0" spikes || true
+    OFFLOAD_EXEC_S=${NEXT_OFFLOAD_S:-170} OFFLOAD_BUDGET_S=0 exec bash "$0" offload
+    ;;
+offload-budget)
+    # DEVICE (< 9.5 min): `next` as it was after 2026-11-27's fourth session: the fixed offloading executor, then
+    # GPT-2's budget at PyTorch's fraction 0.1 with the offloading candidates (--offload)
     OFFLOAD_EXEC_S=${NEXT_OFFLOAD_S:-170} OFFLOAD_BUDGET_S=${NEXT_BUDGET_S:-370} OFFLOAD_FRACTIONS=${NEXT_FRACTIONS:-0.1} \
         exec bash "$0" offload
     ;;
@@ -149,9 +158,9 @@ gpt2-low)
     mkdir -p "$OUTDIR" "$WORK"
     {
         setup_env || exit 3
-        log "bench_budget GPT-2 small on cuda, fractions 0.3 and 0.1 (hard limit 440 s)"
+        log "bench_budget GPT-2 small on cuda, fractions ${GPT2_LOW_FRACTIONS:-0.3,0.1} (hard limit 440 s)"
         PYTHONUNBUFFERED=1 timeout 440 "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
-            --networks gpt2 --fractions 0.3,0.1 --search-time-limit 250 --deadline 420 --timing-budget 40 \
+            --networks gpt2 --fractions "${GPT2_LOW_FRACTIONS:-0.3,0.1}" --search-time-limit 250 --deadline 420 --timing-budget 40 \
             --max-rounds 20 --out "$OUTDIR/bench_budget_gpu_gpt2_low.csv"
         log "bench_budget exit status $?"
         log "done"
@@ -334,6 +343,6 @@ dry-run)
         "noise step $((t4 - t3)) s, offload step $((t5 - t4)) s, spikes step $((t6 - t5)) s"
     ;;
 *)
-    sed -n '2,22p' "$0"
+    sed -n '2,24p' "$0"
     ;;
 esac

@@ -1597,17 +1597,26 @@ class BudgetSearch:
             if self.offload:
                 self.offload_fit(budget)
                 self.joint_fit(budget)
-            peaks = {id(c): c.peak for c in self.measured()}
-            for c in self.measured():
-                if budget < c.peak <= budget * (1 + PEAK_RECHECK):
-                    peaks[id(c)] = self._remeasured_peak(c)
-                    self.rechecked.append((c.label, c.peak, peaks[id(c)]))
-            self._retime([c for c in self.measured() if peaks[id(c)] <= budget])
-            pairs = [(c, dataclasses.replace(c, peak=peaks[id(c)], fits=peaks[id(c)] <= budget))
-                     for c in self.measured()]
+            for attempt in range(2):
+                peaks = {id(c): c.peak for c in self.measured()}
+                for c in self.measured():
+                    if budget < c.peak <= budget * (1 + PEAK_RECHECK):
+                        peaks[id(c)] = self._remeasured_peak(c)
+                        self.rechecked.append((c.label, c.peak, peaks[id(c)]))
+                self._retime([c for c in self.measured() if peaks[id(c)] <= budget])
+                pairs = [(c, dataclasses.replace(c, peak=peaks[id(c)], fits=peaks[id(c)] <= budget))
+                         for c in self.measured()]
+                fitting = sorted((p for p in pairs if p[1].fits), key=lambda p: (p[1].step_time, p[1].peak))
+                if fitting or attempt:
+                    break
+                # the plans solved for this budget measured above it: the least-memory plans may still fit
+                # (a refusal must not state a smallest peak that is within the budget)
+                known = len(self.measured())
+                self.minimum()
+                if len(self.measured()) == known:
+                    break
             untried = (f" (not tried within time_limit={self.time_limit:g} s: fractions "
                        f"{', '.join(f'{f:g}' for f in self.skipped)})" if self.skipped else "")
-            fitting = sorted((p for p in pairs if p[1].fits), key=lambda p: (p[1].step_time, p[1].peak))
             if not fitting:
                 best = self.minimum()
                 cands = [dataclasses.replace(c, fits=c.peak <= budget) for c in self.measured()]

@@ -69,7 +69,8 @@ class _Rng:
     ``torch.utils.checkpoint`` pays per segment, not four calls per stage (3.8 us each for the CPU
     generator's state here: 0.25 ms of a ``sequential``(4) step of 40 tiny stages). The global state
     is put back before the next first run and at the end, so the generator advances exactly as in a
-    plain forward pass. ``starts``: the stages some replay of which starts a run (their state is saved
+    plain forward pass (the copy of the global state lives only while the replays run, as
+    ``torch.utils.checkpoint``'s does). ``starts``: the stages some replay of which starts a run (their state is saved
     at their first run; :func:`_plan`). Every forward goes through :meth:`run`, every other operation
     calls :meth:`moved`, and :meth:`restore` ends the sequence."""
 
@@ -106,7 +107,9 @@ class _Rng:
         return out
 
     def moved(self) -> None:
-        """An operation other than a forward ran: the next replay starts from a saved state."""
+        """An operation other than a forward ran: the global state goes back now (its saved copy is not
+        kept through the backward, where the peaks are) and the next replay starts from a saved state."""
+        self.restore()
         self.at = None
 
     def restore(self) -> None:

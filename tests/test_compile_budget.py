@@ -625,3 +625,25 @@ def test_joint_candidates_with_the_host_emulated():
     assert answer.peak <= budget and any(c.kind == "chain-joint" for c in answer.candidates)
     for p in model.parameters():
         p.grad = None
+
+
+def test_a_budget_the_least_memory_plan_fits_is_answered_even_when_the_plans_solved_for_it_do_not(monkeypatch):
+    """``under`` solves rotor for the budget; where those plans measure above it (a model a few KiB
+    short on a tiny chain), the chain's least-memory plan may still fit. It must be answered with that
+    plan, not refused with a stated minimum that is within the budget."""
+    from memplan._compile_budget import BudgetSearch
+
+    model = _deep_mlp()
+    x, y = torch.randn(16, 16, 32), torch.randn(16, 16, 8)
+    search = BudgetSearch(model, (x,), loss_fn=_loss, example_targets=(y,), fractions=(), repeats=1,
+                          compiled_stages=False)
+    monkeypatch.setattr(search, "chain_fit", lambda *a, **k: None)     # no plan solved for the budget fits
+    assert search.measured() == []
+    least = BudgetSearch.minimum(search)          # measured here only to know the answer; then forgotten
+    budget = least.peak + 1024
+    search.chain_plans.clear()
+    assert search.measured() == []
+    step = search.under(budget)
+    assert step.kind == "chain" and step.peak <= budget
+    for p in model.parameters():
+        p.grad = None

@@ -94,7 +94,7 @@ def test_slack_trades_load_for_fewer_cuts():
     assert all(allocation_load(td, lg) > t_load * 1.3 * (1 + 1e-9) for lg in fewer)
 
 
-@pytest.mark.parametrize("alloc", [(0, 1, 0, 1, 0), (0, 1, 2, 0, 2), (0, 0, 1, 2, 1)])
+@pytest.mark.parametrize("alloc", [pytest.param((0, 1, 0, 1, 0), marks=pytest.mark.long), (0, 1, 2, 0, 2), (0, 0, 1, 2, 1)])
 def test_every_allocation_has_a_pattern_at_its_load_without_memory_limit(alloc):
     chain = random_chain(5, 7, integer=False)
     bw = 4e9

@@ -19,7 +19,8 @@ from memplan.models.pipeline import CyclicSchedule, InvalidPattern, simulate_cyc
 from memplan.models.solution import Status
 
 
-@pytest.mark.parametrize("seed,bw,alloc", [(0, 1.0, (0, 0, 1)), (1, 1.0, (0, 1, 1)), (2, None, (0, 1, 0)),
+@pytest.mark.parametrize("seed,bw,alloc", [(0, 1.0, (0, 0, 1)), pytest.param(1, 1.0, (0, 1, 1), marks=pytest.mark.long),
+                                           (2, None, (0, 1, 0)),
                                            (3, None, (0, 1, 1))])
 def test_one_periodic_equals_exhaustive_on_fixed_allocation(seed, bw, alloc):
     c = random_chain(3, seed, integer=True)
@@ -32,7 +33,8 @@ def test_one_periodic_equals_exhaustive_on_fixed_allocation(seed, bw, alloc):
     assert below.status == Status.INFEASIBLE and below.schedule is None
 
 
-@pytest.mark.parametrize("seed,bw,alloc", [(0, 1.0, (0, 0, 1)), (4, 1.0, (0, 1, 1)), (6, None, (0, 1, 0))])
+@pytest.mark.parametrize("seed,bw,alloc", [pytest.param(0, 1.0, (0, 0, 1), marks=pytest.mark.long), (4, 1.0, (0, 1, 1)),
+                                           (6, None, (0, 1, 0))])
 def test_exact_one_periodic_memory_equals_exhaustive_front(seed, bw, alloc):
     """With memory limits: the K = 1 MILP with the exact memory model is feasible at every point
     (period, memory) of the exhaustive front of the allocation and infeasible 0.1% faster there."""
@@ -51,7 +53,8 @@ def test_exact_one_periodic_memory_equals_exhaustive_front(seed, bw, alloc):
         assert below.status == Status.INFEASIBLE, (T1, M)
 
 
-@pytest.mark.parametrize("seed,bw,alloc", [(0, 1.0, (0, 0, 1)), (4, 1.0, (0, 1, 1)), (6, None, (0, 1, 0))])
+@pytest.mark.parametrize("seed,bw,alloc", [(0, 1.0, (0, 0, 1)), pytest.param(4, 1.0, (0, 1, 1), marks=pytest.mark.long),
+                                           (6, None, (0, 1, 0))])
 def test_min_memory_at_period_equals_exhaustive_front(seed, bw, alloc):
     """At the period T of each point of the exhaustive front of an allocation, the memory-minimizing
     K = 1 MILP finds, proven, the least memory of the exhaustive patterns of period at most T (the
@@ -73,7 +76,7 @@ def test_min_memory_at_period_equals_exhaustive_front(seed, bw, alloc):
     assert r.status == Status.INFEASIBLE and r.schedule is None
 
 
-@pytest.mark.parametrize("seed,bw", [(0, 1.0), (4, 1.0), (6, None)])
+@pytest.mark.parametrize("seed,bw", [(0, 1.0), pytest.param(4, 1.0, marks=pytest.mark.long), (6, None)])
 def test_full_ilp_min_memory_at_a_period_equals_the_best_allocation(seed, bw):
     """The paper's ILP with the memory as objective and T <= Tmax (any allocation) finds, proven, the
     least memory over every allocation of the fixed-allocation K = 1 model (a second formulation,
@@ -170,7 +173,7 @@ def test_cli_cyclic(tmp_path):
     assert data["objective"] <= data["details"]["best_known_period"] * (1 + 1e-9)
 
 
-@pytest.mark.parametrize("seed,alloc", [(5, (0, 1, 1)), (11, (0, 0, 1))])
+@pytest.mark.parametrize("seed,alloc", [(5, (0, 1, 1)), pytest.param(11, (0, 0, 1), marks=pytest.mark.long)])
 def test_two_periodic_beats_every_pattern_of_the_allocation(seed, alloc):
     """At a memory limit on the exhaustive front of this allocation, a 2-periodic schedule is
     strictly faster than the best pattern (found by the exhaustive search) within the same memory."""

@@ -64,7 +64,7 @@ def test_ilp_equals_exhaustive_under_memory_limits(L, bw, seed):
     _check_against(ex, solve, c, bw, 2)
 
 
-@pytest.mark.parametrize("L,bw,alloc", [(3, 1.0, (0, 0, 1)), (4, None, (0, 0, 1, 1))])
+@pytest.mark.parametrize("L,bw,alloc", [pytest.param(3, 1.0, (0, 0, 1), marks=pytest.mark.long), (4, None, (0, 0, 1, 1))])
 def test_fixed_allocation_ilp_equals_exhaustive(L, bw, alloc):
     """Allocations whose whole structure space fits in the suite (the non-contiguous L = 3
     allocation with a bandwidth limit has 7.5 million structures)."""

@@ -140,7 +140,8 @@ def test_ilp_adds_stage_input_rows_only_where_h_is_positive():
             assert len(ilp.model.c36h_stage_input) == td.n * int((td.H > 0).sum()) == 8 * 3
 
 
-@pytest.mark.parametrize("seed,bw,alloc,with_h", [(4, 1.0, (0, 1, 1), False), (9, 1.0, (0, 1, 1), True)])
+@pytest.mark.parametrize("seed,bw,alloc,with_h", [(4, 1.0, (0, 1, 1), False),
+                                                    pytest.param(9, 1.0, (0, 1, 1), True, marks=pytest.mark.long)])
 def test_exact_cyclic_memory_equals_exhaustive_front_under_the_autograd_model(seed, bw, alloc, with_h):
     c = random_chain(3, seed, integer=True)
     if with_h:

@@ -72,7 +72,7 @@ def _never_worse(chain, M, beta, time_limit=30):
     return ro
 
 
-@pytest.mark.parametrize("beta", [1e3, 20e6, 3e9])
+@pytest.mark.parametrize("beta", [pytest.param(1e3, marks=pytest.mark.long), 20e6, 3e9])
 def test_toy_sweep_never_worse_than_rotor_or_dynprog(toy, beta):
     lo, hi = ro_min_memory(toy, beta).value, store_all(toy).peak_memory
     for f in (0.0, 0.3, 0.6, 1.0):

@@ -206,7 +206,7 @@ def test_tables_too_large_name_slots_and_say_what_fits():
 
 
 # ----------------------------------------------------------------------------- exhaustive
-@pytest.mark.parametrize("L,seed,beta", [(2, 0, 1.0), (3, 1, 0.5), (3, 2, 1.0)])
+@pytest.mark.parametrize("L,seed,beta", [(2, 0, 1.0), pytest.param(3, 1, 0.5, marks=pytest.mark.long), (3, 2, 1.0)])
 def test_exhaustive_is_the_optimum_and_at_most_the_dp(L, seed, beta):
     c = random_chain(L, seed, max_size=4, max_time=4)
     M = _memories(c)[0]

@@ -17,7 +17,8 @@ ratios the issue asks for, measured side by side in that run:
     python benchmarks/bench_executor_parity.py --clock cpu           # on a shared machine: CPU time
     python benchmarks/bench_executor_parity.py --models gpt2 --max-rounds 10
 
-Writes ``benchmarks/results/executor_parity_cpu{,_throughput}.csv`` and the summary printed here to
+Writes ``benchmarks/results/executor_parity_cpu{,_throughput}.csv``, every round's times
+(``executor_parity_cpu_traces.json``, for ``benchmarks/paired_ratios.py``) and the summary printed here to
 ``benchmarks/results/executor_parity_cpu.txt``.
 """
 from __future__ import annotations
@@ -93,7 +94,8 @@ def main(argv=None) -> int:
     rc = runtime_check.main(["--device", "cpu", "--preset", "cpu-parity", "--models", a.models, "--clock", a.clock,
                              "--repeats", str(a.repeats), "--max-rounds", str(a.max_rounds),
                              "--segment-counts", a.segment_counts, "--timing-budget", str(a.timing_budget),
-                             "--methods", "rotor,sequential,store-all", "--out", str(rt), "--throughput", str(thr)])
+                             "--methods", "rotor,sequential,store-all", "--out", str(rt), "--throughput", str(thr),
+                             "--traces", a.out + "_traces.json"])
     lines = summary(pd.read_csv(rt), pd.read_csv(thr))
     text = "\n".join(["bench_executor_parity: " + " ".join(sys.argv[1:] if argv is None else argv)] + lines) + "\n"
     print(text)

@@ -179,6 +179,9 @@ def test_dry_run_runtime_rows(runtime_rows):
             v = statistics.median(x / y for x, y in zip(ta, tb))
             assert float(r["vs_autograd"]) == pytest.approx(v)
             assert float(r["vs_autograd_low"]) <= v <= float(r["vs_autograd_high"])
+            # the 10th-percentile sample, from the rounds
+            assert float(r["time_q10"]) == pytest.approx(sorted(ta)[len(ta) // 10])
+            assert float(r["time_min"]) <= float(r["time_q10"]) <= float(r["measured_time"])
         batch, t = int(r["batch"]), float(r["measured_time"])
         assert float(r["throughput"]) == pytest.approx(batch / t)
         pred, meas = float(r["predicted_peak"]), float(r["measured_peak"])

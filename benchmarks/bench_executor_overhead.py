@@ -101,9 +101,9 @@ def main(argv=None) -> int:
         per = (res[num].median - res[den].median) / L * 1e6
         lines.append(f"  {num + ' / ' + den:58s} {r.text()}  ({per:+.1f} us a stage)")
     text = "\n".join(lines) + "\n"
-    print(text, end="")
-    if a.out:
+    if a.out:                       # the file first: an interrupted print leaves it whole
         Path(a.out).write_text(text)
+    sys.stdout.write(text)
     return 0
 
 

@@ -89,6 +89,23 @@ def summarize(rows: list[dict], slow: float = 1.1) -> list[str]:
     return out
 
 
+def paired_lines(rows: list[dict], pairs: list[tuple[str, str]]) -> list[str]:
+    """Each pair's time ratio, round by round (:func:`memplan.models.measure.paired_ratio`)."""
+    from memplan.models.measure import paired_ratio
+
+    by: dict[str, dict[int, float]] = {}
+    for r in rows:
+        by.setdefault(r["contender"], {})[r["round"]] = r["wall"]
+    out = ["paired round by round (median of the per-round ratios, 95% interval):"]
+    for num, den in pairs:
+        if num in by and den in by:
+            common = sorted(set(by[num]) & set(by[den]))
+            if common:
+                r = paired_ratio([by[num][i] for i in common], [by[den][i] for i in common])
+                out.append(f"  {num + ' / ' + den:50s} {r.text()}")
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda")
@@ -227,6 +244,9 @@ def main(argv=None) -> int:
         gc.callbacks.remove(watch)
     lines = [f"gpu_step_spikes: {a.network} batch {a.batch} on {a.device} ({det}), {L} stages, "
              f"{len({r['round'] for r in rows})} rounds of {a.steps} steps per sample"] + summarize(rows, a.slow)
+    lines += paired_lines(rows, [("store-all", "autograd"), ("store-all hold=False", "autograd")]
+                          + [(f"sequential:{k}", f"checkpoint_sequential:{k}") for k in segs]
+                          + [(f"sequential:{max(segs)} hold=False", f"checkpoint_sequential:{max(segs)}")])
     print("\n".join(lines))
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)

@@ -99,3 +99,12 @@ def test_spike_script_refuses_bad_options_in_one_line(args, capsys):
     assert _script("gpu_step_spikes").main(["--device", "cpu"] + args) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("gpu_step_spikes: --")
+
+
+def test_spike_pairs_are_read_round_by_round():
+    sp = _script("gpu_step_spikes")
+    slow = _rounds(8, seed=2)
+    rows = [{"round": i, "contender": c, "wall": base * s} for i, s in enumerate(slow)
+            for c, base in (("autograd", 0.02), ("store-all", 0.0206))]
+    lines = sp.paired_lines(rows, [("store-all", "autograd"), ("missing", "autograd")])
+    assert len(lines) == 2 and "store-all / autograd" in lines[1] and "1.030 [1.030, 1.030]" in lines[1]

@@ -66,8 +66,9 @@ class _Rng:
     operation was not a run of stage l-1: after running l-1 from its own state the generator already
     holds l's (the first runs of the stages are in order, 1, 2, ..., and only forwards draw random
     numbers). So a segment recomputed stage by stage costs one save, one read and two writes, as
-    ``torch.utils.checkpoint`` pays per segment, not four calls per stage (3.8 us each for the CPU
-    generator's state here: 0.25 ms of a ``sequential``(4) step of 40 tiny stages). The global state
+    ``torch.utils.checkpoint`` pays per segment, not four calls per stage (a read 1.5 us, a write
+    0.4 us alone on this CPU; with the Python around them about 5 us a recomputed stage, 0.15 ms of a
+    ``sequential``(4) step of 40 tiny stages, ``benchmarks/bench_executor_overhead.py``). The global state
     is put back before the next first run and at the end, so the generator advances exactly as in a
     plain forward pass (the copy of the global state lives only while the replays run, as
     ``torch.utils.checkpoint``'s does). ``starts``: the stages some replay of which starts a run (their state is saved

@@ -27,17 +27,24 @@ def verdict(r) -> str:
     return "shown slower" if r.shown_slower else "shown faster" if r.shown_faster else "within the noise"
 
 
+def times_by_tag(timings: list[dict], net: str) -> dict[str, list[float]]:
+    """Every contender's round times on network ``net``, under its own tag and under the tags of the
+    identical sequences timed once with it (``also``)."""
+    T: dict[str, list[float]] = {}
+    for t in timings:
+        if t["network"] == net and t["times"]:
+            for tag in [t["contender"], *t.get("also", [])]:
+                T.setdefault(tag, t["times"])
+    return T
+
+
 def comparisons(timings: list[dict]) -> list[str]:
     from memplan.models.measure import paired_ratio
 
     out: list[str] = []
     nets = list(dict.fromkeys(t["network"] for t in timings))
     for net in nets:
-        T = {}
-        for t in timings:
-            if t["network"] == net and t["times"]:
-                for tag in [t["contender"], *t.get("also", [])]:     # identical sequences, timed once
-                    T.setdefault(tag, t["times"])
+        T = times_by_tag(timings, net)
         rounds = max((len(v) for v in T.values()), default=0)
         out.append(f"{net} ({rounds} rounds):")
 
@@ -73,21 +80,18 @@ def predictions(timings: list[dict], throughput_csv: str) -> list[str]:
     fastest, the 10th-percentile and the median sample of its rounds. A model that predicts the
     undisturbed step sits near the first two; disturbances that hit some steps move only the median."""
     import csv
+    import statistics
 
     out = [f"predicted time against the rounds' samples ({throughput_csv}): min, 10th percentile, median"]
     with open(throughput_csv, newline="") as f:
         rows = list(csv.DictReader(f))
+    by_net = {net: times_by_tag(timings, net) for net in dict.fromkeys(r["network"] for r in rows)}
     for r in rows:
-        tag = _tag(r)
-        T = {}
-        for t in timings:
-            if t["network"] == r["network"] and t["times"]:
-                for name in [t["contender"], *t.get("also", [])]:
-                    T.setdefault(name, t["times"])
+        tag, T = _tag(r), by_net[r["network"]]
         if tag not in T or not r.get("predicted_time"):
             continue
         ts, pred = sorted(T[tag]), float(r["predicted_time"])
-        q10, med = ts[len(ts) // 10], ts[len(ts) // 2] if len(ts) % 2 else (ts[len(ts) // 2 - 1] + ts[len(ts) // 2]) / 2
+        q10, med = ts[len(ts) // 10], statistics.median(ts)
         out.append(f"  {r['network']} {tag:28s} predicted {pred * 1e3:8.2f} ms; min {ts[0] / pred - 1:+6.1%}, "
                    f"10th percentile {q10 / pred - 1:+6.1%}, median {med / pred - 1:+6.1%}")
     return out
@@ -100,6 +104,10 @@ def main(argv=None) -> int:
     p.add_argument("--throughput", help="the same run's --throughput CSV: also each row's predicted time against "
                    "its fastest, 10th-percentile and median samples (one traces file only)")
     a = p.parse_args(argv)
+    if a.throughput and len(a.traces) > 1:
+        print(f"paired_ratios: --throughput belongs to one run: give one traces file with it, not {len(a.traces)}",
+              file=sys.stderr)
+        return 2
     lines: list[str] = []
     for f in a.traces:
         try:

@@ -119,6 +119,16 @@ class _Rng:
             self._set(self.outer)
             self.outer, self.at = None, None
 
+    def guarded(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """``fn`` (a whole sequence) that leaves the global state as a plain forward does, also when it
+        raises (an invalid sequence)."""
+        def run() -> None:
+            try:
+                fn()
+            finally:
+                self.restore()
+        return run
+
 
 def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
             schedule: RematSchedule | Sequence[tuple[str, int]], *, measure_memory: bool = False,
@@ -392,14 +402,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         R.clear()
 
     wait = sync or tracker is not None or op_times is not None
-    def guarded() -> None:
-        try:
-            run()
-        finally:                   # an invalid sequence leaves the global RNG as a plain forward would
-            if rng is not None:
-                rng.restore()
-
-    elapsed = _run_timed(guarded, tracker, device, clock, sync=wait)
+    elapsed = _run_timed(rng.guarded(run) if rng is not None else run, tracker, device, clock, sync=wait)
     if cuda and not wait:
         return RuntimeResult(loss=float("nan"), time=float("nan"), loss_tensor=loss_value)
     if op_times is not None:
@@ -539,24 +542,23 @@ def _plan(ops, fuse_backward: bool, shared: frozenset = frozenset()) -> tuple[tu
         key, got = None, None
     if got is None:
         norm = tuple((str(o), int(l)) for o, l in ops)
-        forwards: dict[int, int] = {}
-        for op, l in norm:
-            if op != "B":
-                forwards[l] = forwards.get(l, 0) + 1
-        join = _split_shared(norm, _joined_forwards(norm), shared) if fuse_backward else set()
         seen: set[int] = set()
+        replayed: set[int] = set()
         starts: set[int] = set()
         prev = None                      # the stage the operation before replayed, if it was a replay
         for op, l in norm:
             if op != "B":
                 again = l in seen
-                if again and prev != l - 1:
-                    starts.add(l)
+                if again:
+                    replayed.add(l)
+                    if prev != l - 1:
+                        starts.add(l)
                 seen.add(l)
                 prev = l if again else None
             else:
                 prev = None
-        got = (norm, {l for l, n in forwards.items() if n > 1}, join, starts)
+        join = _split_shared(norm, _joined_forwards(norm), shared) if fuse_backward else set()
+        got = (norm, replayed, join, starts)
         if key is not None:
             if len(_PLANS) >= 64:
                 _PLANS.clear()

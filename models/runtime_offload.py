@@ -818,14 +818,8 @@ def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, sch
         owner.clear()
         edges.clear()
 
-    def guarded() -> None:
-        try:
-            run()
-        finally:                  # the global RNG as a plain forward leaves it, even after an error
-            rng.restore()
-
     wait = sync or tracker is not None
-    elapsed = _run_timed(guarded, tracker, device, clock, sync=wait)
+    elapsed = _run_timed(rng.guarded(run), tracker, device, clock, sync=wait)
     holders.clear()
     if cuda and not wait:
         return OffloadResult(loss=float("nan"), time=float("nan"), loss_tensor=loss_value, issue=list(plan.issue),

@@ -78,6 +78,10 @@ def test_paired_ratios_script_refuses_a_file_without_rounds(tmp_path, capsys):
     assert pr.main([str(f)]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "old.json" in err and "timings" in err
+    # a throughput CSV belongs to one run: two traces files with it are refused, not paired silently
+    assert pr.main([str(f), str(f), "--throughput", str(tmp_path / "thr.csv")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("paired_ratios: --throughput")
 
 
 def test_spike_summary_names_what_the_slow_samples_had():

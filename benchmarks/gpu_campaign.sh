@@ -158,9 +158,12 @@ gpt2-low)
     mkdir -p "$OUTDIR" "$WORK"
     {
         setup_env || exit 3
-        log "bench_budget GPT-2 small on cuda, fractions ${GPT2_LOW_FRACTIONS:-0.3,0.1} (hard limit 440 s)"
-        PYTHONUNBUFFERED=1 timeout 440 "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
-            --networks gpt2 --fractions "${GPT2_LOW_FRACTIONS:-0.3,0.1}" --search-time-limit 250 --deadline 420 --timing-budget 40 \
+        # GPT2_LOW_S: the hard limit (default 440 s), to fit what is left of a session's device time
+        hl=${GPT2_LOW_S:-440}
+        log "bench_budget GPT-2 small on cuda, fractions ${GPT2_LOW_FRACTIONS:-0.3,0.1} (hard limit $hl s)"
+        PYTHONUNBUFFERED=1 timeout "$hl" "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
+            --networks gpt2 --fractions "${GPT2_LOW_FRACTIONS:-0.3,0.1}" --search-time-limit $(( hl - 190 )) \
+            --deadline $(( hl - 20 )) --timing-budget 40 \
             --max-rounds 20 --out "$OUTDIR/bench_budget_gpu_gpt2_low.csv"
         log "bench_budget exit status $?"
         log "done"

@@ -78,6 +78,10 @@ def main(argv=None) -> int:
     p.add_argument("--fixed-times", action="store_true", help="the chain's times set by formula (1 ms + 1 ms per "
                    "100 kB kept, backward twice forward) instead of measured: the same schedules on every machine "
                    "(dry runs and tests; the time columns then compare nothing)")
+    p.add_argument("--times-from", default=None, help="an instance file whose stage times (uf, ub) replace the "
+                   "profiled ones (same L): a GPU plan's shape replayed on a CPU, e.g. "
+                   "instances/gpt2-small-b8-s1024-h100.json with --batch 1 and the GPU's link divided by 8")
+    p.add_argument("--batch", type=int, default=None, help="the batch size (default: the network's GPU or --quick size)")
     p.add_argument("--max-rounds", type=int, default=20)
     p.add_argument("--timing-budget", type=float, default=60.0, help="seconds of timing rounds at most")
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds per solve")
@@ -136,6 +140,24 @@ def main(argv=None) -> int:
     if not cuda:
         torch.set_num_threads(1)
     kw, batch, shape = (QUICK if a.quick else SIZES)[a.network]
+    if a.batch is not None:
+        if a.batch < 1:
+            print("bench_offload_exec: --batch: a whole number >= 1", file=sys.stderr)
+            return 2
+        batch = a.batch
+    if a.times_from and a.fixed_times:
+        print("bench_offload_exec: --times-from and --fixed-times both set the times: give one", file=sys.stderr)
+        return 2
+    src_chain = None
+    if a.times_from:
+        from memplan.models.instance import load_chain
+
+        try:
+            src_chain = load_chain(a.times_from)
+        except Exception as e:      # a missing or malformed file: one line naming it
+            print(f"bench_offload_exec: --times-from {a.times_from}: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+                  file=sys.stderr)
+            return 2
     dev = torch.device(a.device)
     torch.manual_seed(0)
     model = get_model(a.network, **kw).to(dev).train()
@@ -170,6 +192,14 @@ def main(argv=None) -> int:
         uf = 1e-3 * (1.0 + chain.wabar / 1e5)
         uf[0] = 0.0
         chain = dataclasses.replace(chain, uf=uf, ub=2 * uf)
+    if src_chain is not None:
+        import dataclasses
+
+        if src_chain.L != chain.L:
+            print(f"bench_offload_exec: --times-from {a.times_from}: L = {src_chain.L}, the network's chain has "
+                  f"L = {chain.L}", file=sys.stderr)
+            return 2
+        chain = dataclasses.replace(chain, uf=src_chain.uf.copy(), ub=src_chain.ub.copy())
     print(f"{a.network} b{batch} {'x'.join(map(str, shape))} on {a.device} ({det}): L = {chain.L}, profiled in "
           f"{time.perf_counter() - t0:.1f} s, store-all {chain.store_all_time() * 1e3:.1f} ms", flush=True)
     two_way = None           # (device to host, host to device), where measured: a second prediction

@@ -8,6 +8,7 @@ import json
 import statistics
 import math
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -381,3 +382,19 @@ def test_offload_exec_dry_run_on_cpu(tmp_path):
         assert float(r["measured_peak"]) <= float(r["memory_limit"])
         assert float(r["measured_peak"]) <= float(r["predicted_peak"]) + 1e-6
     assert len(rows[0]["offloaded"].split()) >= 2
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--times-from", "instances/no-such-file.json"], "--times-from instances/no-such-file.json"),
+    (["--times-from", "instances/gpt2-small-b8-s1024-h100.json"], "L = 26, the network's chain has L = 6"),
+    (["--times-from", "instances/gpt2-small-b8-s1024-h100.json", "--fixed-times"], "--times-from and --fixed-times"),
+    (["--batch", "0"], "--batch"),
+])
+def test_offload_exec_times_from_refuses_in_one_line(args, says, capsys, monkeypatch):
+    """--times-from takes another chain's stage times (a GPU plan's shape replayed on a CPU): a missing
+    file, a chain of another length, or two sources of times are refused with exit status 2 and one
+    line saying which."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    assert _script("bench_offload_exec").main(["--device", "cpu", "--quick", "--network", "gpt2"] + args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("bench_offload_exec: ") and says in err

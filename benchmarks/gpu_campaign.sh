@@ -9,8 +9,9 @@
 #   device call 3 (carry [".whl"], timeout_s 600):        bash benchmarks/gpu_campaign.sh budget   (issue 28)
 #   or, one call for both 28 and 27 (timeout_s 560):     bash benchmarks/gpu_campaign.sh both
 #   or, the six H200 chains again (timeout_s 560):      bash benchmarks/gpu_campaign.sh reprofile
-#   the next session lent 15 minutes (timeout_s 450):  bash benchmarks/gpu_campaign.sh next
-#     then, warm (timeout_s 470):                        GPT2_LOW_FRACTIONS=0.1 bash benchmarks/gpu_campaign.sh gpt2-low
+#   the next session lent 15 minutes (timeout_s 470):  bash benchmarks/gpu_campaign.sh next   (GPT-2's budget, --offload)
+#     then, warm, with what is left (timeout_s GPT2_LOW_S + 40): GPT2_LOW_S=... GPT2_LOW_FRACTIONS=0.2 ... gpt2-low
+#   what the H200 session of 2026-11-27 ran first (timeout_s 450): ... spikes-offload
 #   ResNet-50 b32's executed plans and budget (as `next` ran on 2026-11-27, timeout_s 580): ... r50
 #   (the noise diagnosis alone, under a minute:        python benchmarks/gpu_timing_noise.py --device cuda)
 #   paper 001's offloading executed (timeout_s 560):   bash benchmarks/gpu_campaign.sh offload
@@ -20,8 +21,9 @@
 #   HERE, without a GPU (CPU dry run of every call):      bash benchmarks/gpu_campaign.sh dry-run
 # A session lent 15 minutes of device time (starts included) runs one long call, and another right after
 # it while the machine is warm (it goes back after 30 s idle): on 2026-11-27 `next` (375 s) then
-# `offload` (111 s) then a GPT-2 budget (239 s) fitted in 13 minutes. Next time: `next` (about 6 minutes with
-# its start), then `gpt2-low` at 0.1 while the machine is warm.
+# `offload` (111 s) then a GPT-2 budget (239 s) fitted in 13 minutes; the H200 session of the same day ran
+# `spikes-offload` (206 s with the start), `gpt2-low` at 0.1 (259 s) and 0.3 (206 s) and a 90 s
+# runtime_check in 789 s. Next time: `next` (about 8 minutes with its start), then `gpt2-low` with what is left.
 #
 # The device machine has torch (CUDA), torchvision, numpy, pandas, networkx, scipy, numba, pytest, but
 # not pydantic (memplan's instance files need it) and no network: `prepare` downloads pydantic's wheels
@@ -94,7 +96,15 @@ prepare)
     echo "next: device call 1 = 'bash benchmarks/gpu_campaign.sh profile' with carry [\".whl\"]"
     ;;
 next)
-    # DEVICE, one call (< 7 min): what the H100 sessions of 2026-11-27 left open, most telling first.
+    # DEVICE, one call (< 8 min): what the H200 session of 2026-11-27 left open for issue 28: GPT-2 small's budget
+    # with the offloading candidates (compile_under_budget(offload=True)) at PyTorch's fraction 0.1, where
+    # memplan's chain plans were 8.6% faster than PyTorch's step (hard limit NEXT_BUDGET_S, default 420 s)
+    OFFLOAD_EXEC_S=0 OFFLOAD_BUDGET_S=${NEXT_BUDGET_S:-420} OFFLOAD_FRACTIONS=${NEXT_FRACTIONS:-0.1} \
+        exec bash "$0" offload
+    ;;
+spikes-offload)
+    # DEVICE, one call (< 7 min; `next` as the H200 session of 2026-11-27 ran it): what the H100 sessions of
+    # 2026-11-27 left open, most telling first.
     # (1) issue 27: what slows some samples of ResNet-50 b32's sequential plans, and how much of the gap to
     # PyTorch the holds' hooks are (gpu_step_spikes, hard limit NEXT_SPIKES_S, default 150 s); (2) issue 28: paper
     # 001's schedules and the joint DP with the executor that frees each offloaded storage where its copy
@@ -180,10 +190,12 @@ offload)
         # OFFLOAD_EXEC_S / OFFLOAD_BUDGET_S: the two hard limits (a short second call: OFFLOAD_BUDGET_S=0 skips the
         # budget); OFFLOAD_FRACTIONS: PyTorch's fractions measured beside the budget's rows
         he=${OFFLOAD_EXEC_S:-200}
-        log "bench_offload_exec gpt2 on cuda (hard limit $he s)"
-        PYTHONUNBUFFERED=1 timeout "$he" "$PY" "$ROOT/benchmarks/bench_offload_exec.py" --device cuda --network gpt2 \
-            --timing-budget $(( he / 4 )) --out "$OUTDIR/offload_exec_gpu_gpt2.csv"
-        log "bench_offload_exec exit status $?"
+        if [ "$he" -gt 0 ]; then       # OFFLOAD_EXEC_S=0 skips the executor's rows
+            log "bench_offload_exec gpt2 on cuda (hard limit $he s)"
+            PYTHONUNBUFFERED=1 timeout "$he" "$PY" "$ROOT/benchmarks/bench_offload_exec.py" --device cuda --network gpt2 \
+                --timing-budget $(( he / 4 )) --out "$OUTDIR/offload_exec_gpu_gpt2.csv"
+            log "bench_offload_exec exit status $?"
+        fi
         hb=${OFFLOAD_BUDGET_S:-320}
         [ "$hb" -le 0 ] && { log "done"; exit 0; }
         log "bench_budget gpt2 --offload on cuda, fractions ${OFFLOAD_FRACTIONS:-1,0.2,0.5} (hard limit $hb s)"

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import statistics
 import sys
 import time
@@ -187,14 +188,10 @@ def main(argv=None) -> int:
         stages, chain = merge_view_stages(stages, chain, views)
         print(f"stages {views} are views of their inputs: merged with the stage before each, L = {chain.L}")
     if a.fixed_times:
-        import dataclasses
-
         uf = 1e-3 * (1.0 + chain.wabar / 1e5)
         uf[0] = 0.0
         chain = dataclasses.replace(chain, uf=uf, ub=2 * uf)
     if src_chain is not None:
-        import dataclasses
-
         if src_chain.L != chain.L:
             print(f"bench_offload_exec: --times-from {a.times_from}: L = {src_chain.L}, the network's chain has "
                   f"L = {chain.L}", file=sys.stderr)

@@ -16,6 +16,7 @@ forward's overhead, the papers' one overhead for both, ``models.profiler``).
 from __future__ import annotations
 
 import argparse
+import bisect
 import dataclasses
 import sys
 
@@ -96,14 +97,11 @@ def main(argv=None) -> int:
             torch.manual_seed(7)
             res = run(stages, loss_stage, x, sched, chain, beta, device="cpu", input_grad=False, measure_memory=True)
             trace = rep.memory_trace
+            times = [tt for tt, _ in trace]
 
-            def at(t):
-                v = 0.0
-                for tt, b in trace:
-                    if tt > t + 1e-12:
-                        break
-                    v = b
-                return v
+            def at(t):          # the replay's memory at time t (after every instant up to t)
+                i = bisect.bisect_right(times, t + 1e-12)
+                return trace[i - 1][1] if i else 0.0
 
             diffs = []
             for k, (op, l) in enumerate(stream.ops):

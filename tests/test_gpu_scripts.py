@@ -398,3 +398,19 @@ def test_offload_exec_times_from_refuses_in_one_line(args, says, capsys, monkeyp
     assert _script("bench_offload_exec").main(["--device", "cpu", "--quick", "--network", "gpt2"] + args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("bench_offload_exec: ") and says in err
+
+
+def test_offload_exec_times_from_takes_the_files_times(tmp_path, capsys):
+    """--times-from replaces the profiled stage times by the file's: the benchmark's store-all time (the
+    sum of the chain's forward and backward times) is then the file's chain's, a seeded random chain
+    with the quick GPT-2's L = 6 whose times (about 100 s a step) no CPU profile of that network gives."""
+    import memplan
+    from memplan.models.instance import save_instance
+
+    src = memplan.random_chain(6, 3)
+    path = save_instance(src, tmp_path / "times.json")
+    assert _script("bench_offload_exec").main(["--device", "cpu", "--quick", "--network", "gpt2", "--times-from",
+                                               str(path), "--fractions", "0.7", "--methods", "greedy",
+                                               "--max-rounds", "4", "--out", str(tmp_path / "o.csv")]) == 0
+    out = capsys.readouterr().out
+    assert f"store-all {src.store_all_time() * 1e3:.1f} ms" in out.splitlines()[0]

@@ -8,8 +8,10 @@ and the link scaled by the ratio of the two chains' stored bytes, so that the pl
 plans' shape. Each schedule is planned (``plan_offload``/``plan_joint``), replayed in the executor's
 stream order (``OffloadPlan.stream_schedule``) and executed with ``measure_memory``. The script
 prints, per schedule, the operations whose peak during the operation differs between replay and
-executor, with the stage's ``o_f`` as the chain has it (the larger of F_all's and the no-grad
-forward's overhead, the papers' one overhead for both, ``models.profiler``).
+executor, with the stage's ``o_f`` (the larger of F_all's and the no-grad forward's overhead, the
+papers' one overhead for both, ``models.profiler``) and the forward's own (``Chain.of_all``,
+``Chain.of_ng``); then the same replay with each forward's own overhead (``executed=True``), which
+should differ from the executor nowhere.
 
     python benchmarks/offload_peak_gap.py                      # about 20 s
 """
@@ -19,6 +21,25 @@ import argparse
 import bisect
 import dataclasses
 import sys
+
+
+def _gaps(rep, ops, res) -> tuple[list, bool]:
+    """The operations whose peak during them differs between a replay and an executed run, as
+    (op, stage, replay - executed), and whether the memory after every operation is equal."""
+    trace = rep.memory_trace
+    times = [tt for tt, _ in trace]
+
+    def at(t):          # the replay's memory at time t (after every instant up to t)
+        i = bisect.bisect_right(times, t + 1e-12)
+        return trace[i - 1][1] if i else 0.0
+
+    diffs = []
+    for k, (op, l) in enumerate(ops):
+        s0, e0 = rep.op_start[k], rep.op_end[k]
+        peak = max([b for tt, b in trace if s0 - 1e-12 <= tt <= e0 + 1e-12] + [at(s0)])
+        if abs(peak - res.memory_peak_during[k]) > 1:
+            diffs.append((op, l, peak - res.memory_peak_during[k]))
+    return diffs, all(abs(at(rep.op_end[k]) - res.memory_after[k]) <= 1 for k in range(len(ops)))
 
 
 def main(argv=None) -> int:
@@ -94,32 +115,25 @@ def main(argv=None) -> int:
                 plan, run = plan_offload(chain, sched, beta), execute_offload
             stream, bw = plan.stream_schedule(chain)
             rep = simulate_remat_offload(chain, stream, bw)
+            own = simulate_remat_offload(chain, stream, bw, executed=True)   # each forward's own overhead
             torch.manual_seed(7)
             res = run(stages, loss_stage, x, sched, chain, beta, device="cpu", input_grad=False, measure_memory=True)
-            trace = rep.memory_trace
-            times = [tt for tt, _ in trace]
-
-            def at(t):          # the replay's memory at time t (after every instant up to t)
-                i = bisect.bisect_right(times, t + 1e-12)
-                return trace[i - 1][1] if i else 0.0
-
-            diffs = []
-            for k, (op, l) in enumerate(stream.ops):
-                s0, e0 = rep.op_start[k], rep.op_end[k]
-                peak = max([b for tt, b in trace if s0 - 1e-12 <= tt <= e0 + 1e-12] + [at(s0)])
-                if abs(peak - res.memory_peak_during[k]) > 1:
-                    diffs.append((op, l, peak - res.memory_peak_during[k]))
-            after_equal = all(abs(at(rep.op_end[k]) - res.memory_after[k]) <= 1 for k in range(len(stream.ops)))
+            diffs, after_equal = _gaps(rep, stream.ops, res)
+            own_diffs, own_after = _gaps(own, stream.ops, res)
             lines.append(f"{m} {f:g}: replay peak {rep.peak_memory:.0f} B, executed {res.peak_memory:.0f} B "
                          f"({res.peak_memory / rep.peak_memory - 1:+.2%}); memory after every operation equal: "
-                         f"{after_equal}; operations whose peak differs: {len(diffs)}")
+                         f"{after_equal}; operations whose peak differs: {len(diffs)}; replayed with each forward's "
+                         f"own overhead (executed=True): {own.peak_memory:.0f} B "
+                         f"({res.peak_memory / own.peak_memory - 1:+.2%}), operations that differ: {len(own_diffs)}, "
+                         f"after every operation equal: {own_after}")
             kinds = {}
             for op, l, d in diffs:
                 kinds.setdefault((op, round(d)), []).append(l)
             for (op, d), ls in sorted(kinds.items()):
-                ofs = sorted({round(float(chain.of[l])) for l in ls})
-                lines.append(f"    {op} at stages {sorted(ls)}: replay {d:+d} B over the executor; o_f there "
-                             f"{', '.join(map(str, ofs))} B, so F_all's own overhead is o_f less that")
+                own_f = chain.of_all if op == "F_all" else chain.of_ng
+                pairs = sorted({(round(float(chain.of[l])), round(float(own_f[l]))) for l in ls})
+                lines.append(f"    {op} at stages {sorted(ls)}: replay {d:+d} B over the executor; o_f and the "
+                             f"forward's own there: {'; '.join(f'{a} and {b} B' for a, b in pairs)}")
     print("\n".join(lines))
     if a.out:
         with open(a.out, "w") as fh:

@@ -9,11 +9,21 @@ array             indices      meaning (paper 004, Table 1 and section 3.1)
 ================  ===========  =====================================================================
 ``uf``, ``ub``    1..L+1       forward / backward time of stage l (seconds); index 0 is unused (0)
 ``of``, ``ob``    1..L+1       memory overhead of F^l / B^l beyond inputs and outputs (bytes)
+``of_all``        1..L+1       F_all^l's own forward overhead (<= ``of``; default ``of``)
+``of_ng``         1..L+1       the no-grad forward's (F_ck^l, F_none^l) own overhead (<= ``of``; default ``of``)
 ``wa``            0..L+1       size of the activation a^l (output of F^l); ``wa[0]`` is the input
 ``wabar``         0..L+1       size of abar^l, everything autograd keeps for B^l (contains a^l)
 ``wd``            0..L+1       size of the gradient delta^l = dLoss/da^l (usually equal to ``wa``)
 ``weights``       1..L+1       parameter bytes W^l of stage l (pipeline and offload problems)
 ================  ===========  =====================================================================
+
+The papers' model has one forward overhead for F_all and the no-grad forwards, and every solver plans
+with it: ``of`` is the larger of the two, as measured. ``of_all`` and ``of_ng`` keep each forward's own
+(:mod:`models.profiler` measures both before taking the larger); a simulator run with
+``executed=True`` charges each forward its own, which is what the executors hold (an attention stage's
+no-grad forward keeps a transient 26 times F_all's on a small GPT-2, so an offloading plan whose peak
+falls in an F_all measured up to 8% below the one-overhead replay). Where they are not given they equal
+``of``, and both replays agree.
 
 For the loss stage L+1, ``wa[L+1]``, ``wabar[L+1]`` and ``wd[L+1]`` are the (usually zero) sizes of
 the loss value and of delta^{L+1} = 1.
@@ -42,6 +52,8 @@ import numpy as np
 
 #: the per-stage arrays of a :class:`Chain`
 _ARRAYS = ("uf", "ub", "wa", "wabar", "wd", "of", "ob", "weights")
+#: each forward's own overhead (optional arrays, default ``of``; see the module docstring)
+_OWN_OVERHEADS = ("of_all", "of_ng")
 
 #: Largest accepted size (bytes): 1 PB, far beyond any device or host memory a network is trained in.
 MAX_BYTES = 1e15
@@ -121,6 +133,8 @@ class Chain:
     stage_names: list[str] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)
     resident: float = 0.0
+    of_all: Any = None       # F_all^l's own forward overhead (default: of), at most of
+    of_ng: Any = None        # the no-grad forward's own overhead (default: of), at most of
 
     # ------------------------------------------------------------------ construction
     def __post_init__(self) -> None:
@@ -139,6 +153,22 @@ class Chain:
             check_range(arr, f"Chain.{f}", "time" if f in ("uf", "ub") else "size")
         for f in ("uf", "ub", "of", "ob", "weights"):
             getattr(self, f)[0] = 0.0
+        for f in _OWN_OVERHEADS:
+            v = getattr(self, f)
+            if v is None:
+                setattr(self, f, self.of.copy())
+                continue
+            try:
+                arr = np.asarray(v, dtype=float)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"Chain.{f} must be an array of numbers ({e})") from None
+            if arr.shape != (n,):
+                raise ValueError(f"Chain.{f} has shape {arr.shape}, expected ({n},) = L+2 entries")
+            check_range(arr, f"Chain.{f}", "size")
+            arr[0] = 0.0
+            # at most of (the larger of the two): a copy whose of was lowered (a relaxation,
+            # dataclasses.replace(chain, of=...)) lowers them with it; instance files refuse a larger one
+            setattr(self, f, np.minimum(arr, self.of))
         r = self.resident
         if isinstance(r, bool) or not isinstance(r, (int, float, np.number)):
             raise ValueError(f"Chain.resident = {r!r} must be a number of bytes (0 when no tensor crosses two cuts)")
@@ -196,7 +226,7 @@ class Chain:
     @property
     def is_integer(self) -> bool:
         """True when every memory size is an integer (the DPs can then run in exact mode)."""
-        arr = np.concatenate([self.wa, self.wabar, self.wd, self.of, self.ob])
+        arr = np.concatenate([self.wa, self.wabar, self.wd, self.of, self.ob, self.of_all, self.of_ng])
         return bool(np.all(arr == np.round(arr)))
 
     def store_all_time(self) -> float:
@@ -211,14 +241,15 @@ class Chain:
         return dataclasses.replace(
             self, uf=self.uf * time, ub=self.ub * time, wa=self.wa * memory, wabar=self.wabar * memory,
             wd=self.wd * memory, of=self.of * memory, ob=self.ob * memory, weights=self.weights * memory,
-            stage_names=list(self.stage_names), provenance=dict(self.provenance), resident=self.resident * memory)
+            of_all=self.of_all * memory, of_ng=self.of_ng * memory, stage_names=list(self.stage_names), provenance=dict(self.provenance), resident=self.resident * memory)
 
     def without_resident(self) -> "Chain":
         """A copy with ``resident = 0``: what the front ends hand to their DPs and MILPs, under the
         memory limit minus ``resident``."""
         return dataclasses.replace(self, uf=self.uf.copy(), ub=self.ub.copy(), wa=self.wa.copy(),
                                    wabar=self.wabar.copy(), wd=self.wd.copy(), of=self.of.copy(), ob=self.ob.copy(),
-                                   weights=self.weights.copy(), stage_names=list(self.stage_names),
+                                   weights=self.weights.copy(), of_all=self.of_all.copy(), of_ng=self.of_ng.copy(),
+                                   stage_names=list(self.stage_names),
                                    provenance=dict(self.provenance), resident=0.0)
 
     def sub_chain(self, first: int, last: int) -> "Chain":
@@ -227,12 +258,14 @@ class Chain:
             raise ValueError(f"sub_chain({first}, {last}) out of range 1..{self.L}")
         sl = slice(first, last + 1)
         acts = slice(first - 1, last + 1)
+        zero = np.zeros(1)
         return Chain.from_stages(
             uf=self.uf[sl], ub=self.ub[sl], of=self.of[sl], ob=self.ob[sl], weights=self.weights[sl],
             wa=self.wa[acts], wabar=self.wabar[acts], wd=self.wd[acts],
             name=f"{self.name}[{first}:{last}]",
             stage_names=["input"] + self.stage_names[first:last + 1] + ["loss"],
             provenance={**self.provenance, "sub_chain": [first, last]}, resident=self.resident,
+            of_all=np.concatenate([zero, self.of_all[sl], zero]), of_ng=np.concatenate([zero, self.of_ng[sl], zero]),
         )
 
     def table(self):
@@ -241,7 +274,8 @@ class Chain:
 
         return pd.DataFrame(
             {"name": self.stage_names, "uf": self.uf, "ub": self.ub, "wa": self.wa, "wabar": self.wabar,
-             "wd": self.wd, "of": self.of, "ob": self.ob, "weights": self.weights},
+             "wd": self.wd, "of": self.of, "of_all": self.of_all, "of_ng": self.of_ng, "ob": self.ob,
+             "weights": self.weights},
             index=pd.RangeIndex(0, self.L + 2, name="stage"))
 
     def __repr__(self) -> str:

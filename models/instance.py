@@ -51,6 +51,9 @@ A stage row takes ``stage``, ``name``, ``u_f``, ``u_b``, ``a``, ``abar``, ``delt
   nothing, as in paper 004's Table 2 and :meth:`Chain.from_stages`); row 0 (the input) has none
   (left out, or 0);
 - ``abar``, ``delta`` default to ``a``; ``o_f``, ``o_b``, ``W`` default to 0 (row 0: left out or 0);
+- ``o_f_all``, ``o_f_ng`` (optional, default ``o_f``, at most ``o_f``): F_all's own forward overhead
+  and the no-grad forward's (F_ck, F_none), where ``o_f`` is the larger of the two
+  (:attr:`Chain.of_all`, :attr:`Chain.of_ng`); written only where one differs from ``o_f``;
 - ``name`` defaults to "input", "stage<l>", "loss".
 
 ``abar`` should be at least ``a`` (abar^l contains a^l) but measured tables carry rounding noise
@@ -128,10 +131,12 @@ class _Stage(BaseModel):
     abar: float | None = Field(None, **_NUMBER)     # default: a
     delta: float | None = Field(None, **_NUMBER)    # default: a
     o_f: float = Field(0.0, **_NUMBER)
+    o_f_all: float | None = Field(None, **_NUMBER)  # default: o_f
+    o_f_ng: float | None = Field(None, **_NUMBER)   # default: o_f
     o_b: float = Field(0.0, **_NUMBER)
     W: float = Field(0.0, **_NUMBER)
 
-    @field_validator("u_f", "u_b", "abar", "delta", mode="before")
+    @field_validator("u_f", "u_b", "abar", "delta", "o_f_all", "o_f_ng", mode="before")
     @classmethod
     def _no_null(cls, v: Any) -> Any:
         # None stands for "left out"; an explicit null in the file is not a number
@@ -255,7 +260,7 @@ def _check_rows(inst: _Instance, tf: float, mf: float) -> list[str]:
             problems.append(f"field 'stages[{i}].stage': is {row.stage}; rows must be numbered 0..L+1 in order "
                             f"(row {i} must have \"stage\": {i})")
             break
-    for key in ("u_f", "u_b", "o_f", "o_b", "W"):
+    for key in ("u_f", "u_b", "o_f", "o_f_all", "o_f_ng", "o_b", "W"):
         if getattr(rows[0], key):
             problems.append(f"field 'stages[0].{key}': row 0 is the input a^0 and has no {key} "
                             "(leave it out or give 0)")
@@ -274,11 +279,16 @@ def _check_rows(inst: _Instance, tf: float, mf: float) -> list[str]:
             if v is not None and not (0 <= v * tf <= MAX_SECONDS * RANGE_TOLERANCE):
                 problems.append(f"field 'stages[{i}].{key}': {v:g} {tu} is out of range; times must be "
                                 f"between 0 and {_fmt_range(MAX_SECONDS, tf, tu, 's', '11.6 days')}")
-        for key in ("a", "abar", "delta", "o_f", "o_b", "W"):
+        for key in ("a", "abar", "delta", "o_f", "o_f_all", "o_f_ng", "o_b", "W"):
             v = getattr(row, key)
             if v is not None and not (0 <= v * mf <= MAX_BYTES * RANGE_TOLERANCE):
                 problems.append(f"field 'stages[{i}].{key}': {v:g} {mu} is out of range; sizes must be "
                                 f"between 0 and {_fmt_range(MAX_BYTES, mf, mu, 'bytes', '1 PB')}")
+        for key in ("o_f_all", "o_f_ng"):
+            v = getattr(row, key)
+            if v is not None and v > row.o_f:
+                problems.append(f"field 'stages[{i}].{key}': {v:g} {mu} is more than o_f ({row.o_f:g} {mu}); o_f is "
+                                f"the larger of the two forwards' overheads, so give {key} <= o_f (or leave it out)")
     return problems
 
 
@@ -347,6 +357,8 @@ def chain_from_dict(data: dict[str, Any], source: str = "<dict>") -> tuple[Chain
     a = col("a")
     abar = np.array([r.abar if r.abar is not None else r.a for r in rows], dtype=float)
     delta = np.array([r.delta if r.delta is not None else r.a for r in rows], dtype=float)
+    own = {key: np.array([getattr(r, key) if getattr(r, key) is not None else r.o_f for r in rows], dtype=float) * mf
+           for key in ("o_f_all", "o_f_ng")}
     try:
         chain = Chain(
             uf=col("u_f") * tf, ub=col("u_b") * tf, of=col("o_f") * mf, ob=col("o_b") * mf,
@@ -356,6 +368,7 @@ def chain_from_dict(data: dict[str, Any], source: str = "<dict>") -> tuple[Chain
                          for i, r in enumerate(rows)],
             provenance={**inst.provenance, "description": inst.description} if inst.description
             else dict(inst.provenance), resident=inst.resident * mf,
+            of_all=own["o_f_all"], of_ng=own["o_f_ng"],
         )
     except ValueError as e:   # pragma: no cover - the checks above cover the Chain's
         raise InstanceError(f"{source}: field 'stages': {e}") from None
@@ -473,11 +486,14 @@ def chain_to_dict(chain: Chain, platform: Platform | None = None, *, time_unit: 
 
     ``digits`` rounds every number to that many decimals of its unit (``None``: no rounding, the
     numbers as the division by the unit gives them, which loads back within one rounding error).
-    Every field is written, so the file does not depend on the defaults.
+    Every field is written, so the file does not depend on the defaults (``o_f_all`` and ``o_f_ng``
+    where some stage's differs from its ``o_f``, their default).
     """
     tf, mf = time_factor(time_unit), memory_factor(memory_unit)
     r = (lambda x: float(x)) if digits is None else (lambda x: float(round(float(x), digits)))  # noqa: E731
     L = chain.L
+    # each forward's own overhead, where some stage's differs from o_f (else the files stay as they were)
+    own = {"o_f_all": bool(np.any(chain.of_all != chain.of)), "o_f_ng": bool(np.any(chain.of_ng != chain.of))}
     stages = []
     for l in range(L + 2):
         row: dict[str, Any] = {"stage": l, "name": chain.stage_names[l]}
@@ -486,6 +502,9 @@ def chain_to_dict(chain: Chain, platform: Platform | None = None, *, time_unit: 
         row.update(a=r(chain.wa[l] / mf), abar=r(chain.wabar[l] / mf), delta=r(chain.wd[l] / mf))
         if l > 0:
             row.update(o_f=r(chain.of[l] / mf), o_b=r(chain.ob[l] / mf), W=r(chain.weights[l] / mf))
+            for key, arr in (("o_f_all", chain.of_all), ("o_f_ng", chain.of_ng)):
+                if own[key]:
+                    row[key] = r(arr[l] / mf)
         stages.append(row)
     prov = dict(chain.provenance)
     desc = description or prov.pop("description", "")

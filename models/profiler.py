@@ -14,7 +14,9 @@ For every stage l = 1..L and for the loss L+1, on a sample input a^{l-1}_sample:
   peak of the no-grad forward - omega_a). The papers' model has one o_f for F_all and F_ck; taking the
   larger of the two keeps the simulator an upper bound for both (for F_all it then over-estimates by
   the difference, e.g. up to ~30% during a transformer block's F_all on CPU; peaks of whole sequences
-  stay within a few percent, see experiments/runtime_check.py);
+  stay within a few percent, see experiments/runtime_check.py); each forward's own is kept too,
+  ``o_f_all^l`` and ``o_f_ng^l`` (:attr:`Chain.of_all`, :attr:`Chain.of_ng`), which a simulator run
+  with ``executed=True`` charges instead (the executors' peaks);
 - ``o_b^l``: peak during B^l beyond what was stored before it and beyond delta^{l-1};
 - ``W^l``: bytes of the distinct parameters of the stage.
 
@@ -169,7 +171,9 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
     peak 1.1-2.2% too high).
 
     ``values`` has keys ``uf``, ``ub`` (seconds), ``wa``, ``wabar``, ``wd_in`` (bytes of the gradient of
-    the input), ``of``, ``ob``, ``weights`` (bytes), ``saved`` (bytes autograd saved, by hooks).
+    the input), ``of``, ``of_all``, ``of_ng`` (F_all's and the no-grad forward's own overheads, ``of`` the
+    larger; ``of_ng`` is ``of`` for a stage with ``no_grad_forward=False``), ``ob``, ``weights``
+    (bytes), ``saved`` (bytes autograd saved, by hooks).
 
     ``memory``: how the sizes are measured on CPU (:data:`MEMORY_METHODS`): ``"dispatch"`` (default)
     by :class:`TensorMemoryTracker`; ``"profiler"`` by :class:`models.memory.ProfilerTracker`, c10's
@@ -246,14 +250,17 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
             wd_in = storage_bytes(xi.grad) if xi.grad is not None else 0
             ob = max(0.0, tr.peak - base - wd_in)
         del out
-    of = max(0.0, peak_f - kept_f, peak_ng - kept_ng if no_grad_forward else 0.0)
+    of_all = max(0.0, peak_f - kept_f)
+    of_ng = max(0.0, peak_ng - kept_ng) if no_grad_forward else None
+    of = max(of_all, of_ng or 0.0)
     if ng_run:
         with torch.no_grad():
             y = stage(_as_input(x, False))
     values = dict(uf=statistics.median(tf), ub=statistics.median(tb) if needs_backward else 0.0, wa=float(wa),
                   wabar=float(max(wabar, wa)), wd_in=float(wd_in), of=float(of), ob=float(ob),
                   weights=float(sum(p.numel() * p.element_size() for p in params)), saved=float(saved),
-                  saved_input=float(saved_input))
+                  saved_input=float(saved_input), of_all=float(of_all),
+                  of_ng=float(of if of_ng is None else of_ng))
     return values, y.detach()
 
 
@@ -350,11 +357,13 @@ def profile_multi_stage(stage: Callable, xs: Sequence[torch.Tensor], res: Sequen
         wd_in = storage_bytes([t.grad for t in xi if isinstance(t, torch.Tensor) and t.grad is not None])
         ob = max(0.0, tr.peak - base - wd_in)
         del outs, routs
-    of = max(0.0, peak_f - (kept_f - r_f), peak_ng - (kept_ng - r_ng))
+    of_all = max(0.0, peak_f - (kept_f - r_f))
+    of_ng = max(0.0, peak_ng - (kept_ng - r_ng))
+    of = max(of_all, of_ng)
     with torch.no_grad():
         y, r_out = split(stage(*inputs(False), *res))
     values = dict(uf=0.0, ub=0.0, wa=float(wa), wabar=float(max(wabar, wa)), wd_in=float(wd_in), of=float(of),
-                  ob=float(ob), weights=float(sum(p.numel() * p.element_size() for p in params)), saved=0.0,
+                  of_all=float(of_all), of_ng=float(of_ng), ob=float(ob), weights=float(sum(p.numel() * p.element_size() for p in params)), saved=0.0,
                   saved_input=0.0)
     det = lambda t: t.detach() if isinstance(t, torch.Tensor) else t  # noqa: E731
     return values, tuple(det(t) for t in y), tuple(det(t) for t in r_out)
@@ -563,7 +572,8 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         uf=[0.0] + [r["uf"] for r in rows], ub=[0.0] + [r["ub"] for r in rows],
         wa=wa, wabar=wabar, wd=wd, of=[0.0] + [r["of"] for r in rows], ob=[0.0] + [r["ob"] for r in rows],
         weights=[0.0] + [r["weights"] for r in rows], name=name, stage_names=stage_names, provenance=prov,
-        resident=resident)
+        resident=resident, of_all=[0.0] + [r.get("of_all", r["of"]) for r in rows],
+        of_ng=[0.0] + [r.get("of_ng", r["of"]) for r in rows])
 
 
 #: how :func:`profile_model` cuts a network, as its instances' provenance records it

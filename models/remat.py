@@ -119,12 +119,16 @@ class RematReplay:
 
 
 def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, int]],
-                   memory_limit: float | None = None, *, tol: float = 1e-9) -> RematReplay:
+                   memory_limit: float | None = None, *, tol: float = 1e-9, executed: bool = False) -> RematReplay:
     """Replay a sequence; return makespan and peak memory, or raise :class:`InvalidSequence`.
 
     With ``memory_limit``, an operation whose memory exceeds it is rejected (relative tolerance
     ``tol`` for float sizes). The sequence must end with ``delta^0`` computed. Times and sizes in
     the result are Python floats (seconds, bytes).
+
+    ``executed``: charge each forward its own overhead (``chain.of_all`` for F_all, ``chain.of_ng`` for
+    F_ck and F_none), what the executors hold, instead of the papers' one ``o_f`` (the larger of the
+    two), which the solvers plan with. The peaks then predict a measurement; the default's bound it.
 
     Examples
     --------
@@ -201,7 +205,7 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
                 raise InvalidSequence(pos, (op, l), f"{what}^{l} is already in memory; recomputing a stored "
                                       f"value is not an operation of the model")
             out = wab[l] if op == "F_all" else wa[l]
-            cur = mem + out + chain.of[l]
+            cur = mem + out + (chain.of[l] if not executed else chain.of_all[l] if op == "F_all" else chain.of_ng[l])
             old = size(l)
             new_state = ABAR if op == "F_all" else max(act[l], A)
             act[l] = new_state

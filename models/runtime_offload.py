@@ -104,7 +104,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from .chain import _ARRAYS, Chain
+from .chain import _ARRAYS, _OWN_OVERHEADS, Chain
 from .remat import store_all_ops
 from .remat_offload import coalesce_parts  # noqa: F401 (re-exported: it lived here first)
 from .remat_offload import _inputs, boundary_eps, issue_boundaries, remat_states
@@ -377,11 +377,11 @@ def merge_view_stages(stages: Sequence[Callable], chain: Chain, views: Sequence[
     (``torch.nn.Sequential``), so that the two values, one storage, are one value the executors can
     move. The merged row: times added, the output's ``wa``/``wd`` those of a^l, ``wabar`` that of
     abar^{l-1} plus what stage l keeps beyond its view (``wabar[l] - wa[l]``: the profile counts the
-    view's bytes in both), ``o_f``/``o_b`` the larger, weights added. Returns (stages, chain)."""
+    view's bytes in both), ``o_f``/``o_b`` and each forward's own overheads the larger, weights added. Returns (stages, chain)."""
     import dataclasses
 
     stages = list(stages)
-    arrays = {f: [float(v) for v in getattr(chain, f)] for f in _ARRAYS}
+    arrays = {f: [float(v) for v in getattr(chain, f)] for f in _ARRAYS + _OWN_OVERHEADS}
     names = list(chain.stage_names)
     for l in sorted({int(v) for v in views if v >= 2}, reverse=True):
         k = l - 1
@@ -390,7 +390,8 @@ def merge_view_stages(stages: Sequence[Callable], chain: Chain, views: Sequence[
         a["ub"][k] += a["ub"][l]
         a["wabar"][k] += max(0.0, a["wabar"][l] - a["wa"][l])
         a["wa"][k], a["wd"][k] = a["wa"][l], a["wd"][l]
-        a["of"][k], a["ob"][k] = max(a["of"][k], a["of"][l]), max(a["ob"][k], a["ob"][l])
+        for f in ("of", "ob") + _OWN_OVERHEADS:
+            a[f][k] = max(a[f][k], a[f][l])
         a["weights"][k] += a["weights"][l]
         for f in a:
             del a[f][l]

@@ -381,6 +381,8 @@ def test_offload_exec_dry_run_on_cpu(tmp_path):
         assert r["grads_equal"] == "True"
         assert float(r["measured_peak"]) <= float(r["memory_limit"])
         assert float(r["measured_peak"]) <= float(r["predicted_peak"]) + 1e-6
+        # the executor's stream order with each forward's own overhead is what it measures, to the byte
+        assert abs(float(r["measured_peak"]) - float(r["predicted_peak_executed"])) <= 1.0
     assert len(rows[0]["offloaded"].split()) >= 2
 
 

@@ -762,6 +762,8 @@ def measurement_notes(device="cpu", repeats: int = 3, timing: str = "isolated",
         "delta": f"bytes of the gradient of the stage input left by B^(l+1); {mem}",
         "o_f": f"peak during the forward beyond inputs and outputs, max over F_all and the no-grad forward"
                f"{' (the loss stage L+1: F_all only, the only forward it runs)' if memory == 'profiler' else ''}; {mem}",
+        "o_f_all": "F_all's own peak beyond its inputs and outputs (o_f is the larger of it and o_f_ng)",
+        "o_f_ng": "the no-grad forward's own peak beyond its input and output (o_f where the stage runs F_all only)",
         "o_b": f"peak during B beyond what was stored before it and beyond delta^(l-1); {mem}",
         "W": "bytes of the stage's distinct parameters (numel x element size)",
     }

@@ -9,8 +9,8 @@ array             indices      meaning (paper 004, Table 1 and section 3.1)
 ================  ===========  =====================================================================
 ``uf``, ``ub``    1..L+1       forward / backward time of stage l (seconds); index 0 is unused (0)
 ``of``, ``ob``    1..L+1       memory overhead of F^l / B^l beyond inputs and outputs (bytes)
-``of_all``        1..L+1       F_all^l's own forward overhead (<= ``of``; default ``of``)
-``of_ng``         1..L+1       the no-grad forward's (F_ck^l, F_none^l) own overhead (<= ``of``; default ``of``)
+``of_all``        1..L+1       F_all^l's own forward overhead (default ``of``; a larger value is lowered to it)
+``of_ng``         1..L+1       the no-grad forward's (F_ck^l, F_none^l) own overhead (likewise)
 ``wa``            0..L+1       size of the activation a^l (output of F^l); ``wa[0]`` is the input
 ``wabar``         0..L+1       size of abar^l, everything autograd keeps for B^l (contains a^l)
 ``wd``            0..L+1       size of the gradient delta^l = dLoss/da^l (usually equal to ``wa``)
@@ -182,11 +182,12 @@ class Chain:
     def from_stages(
         cls,
         uf, ub, wa, wabar=None, wd=None, of=None, ob=None, weights=None, *,
-        loss: dict[str, float] | None = None, name: str = "chain", **kw,
+        loss: dict[str, float] | None = None, name: str = "chain", of_all=None, of_ng=None, **kw,
     ) -> "Chain":
-        """Build from per-stage lists for stages 1..L (``uf``, ``ub``, ``of``, ``ob``, ``weights``:
-        L values) and activations a^0..a^L (``wa``, ``wabar``, ``wd``: L+1 values). The loss stage
-        L+1 takes the values in ``loss`` (keys uf, ub, of, ob, wa, wabar, wd; all default to 0).
+        """Build from per-stage lists for stages 1..L (``uf``, ``ub``, ``of``, ``ob``, ``weights`` and,
+        where given, ``of_all``, ``of_ng``: L values) and activations a^0..a^L (``wa``, ``wabar``,
+        ``wd``: L+1 values). The loss stage L+1 takes the values in ``loss`` (keys uf, ub, of, ob, wa,
+        wabar, wd, of_all, of_ng; all default to 0, of_all and of_ng to the loss's of).
 
         >>> c = Chain.from_stages(uf=[1, 2], ub=[2, 3], wa=[4, 5, 6])
         >>> c.L, c.uf.tolist(), c.wa.tolist()
@@ -210,8 +211,12 @@ class Chain:
                 raise ValueError(f"{key} needs L+1 = {L + 1} values (indices 0..L), got {len(x)}")
             return x + [float(loss.get(key, 0.0))]
 
+        for key in ("of_all", "of_ng"):
+            loss.setdefault(key, loss.get("of", 0.0))
         return cls(
             uf=stage(uf, "uf"), ub=stage(ub, "ub"), of=stage(of, "of"), ob=stage(ob, "ob"),
+            of_all=None if of_all is None else stage(of_all, "of_all"),
+            of_ng=None if of_ng is None else stage(of_ng, "of_ng"),
             weights=stage(weights, "weights"),
             wa=act(wa, "wa", wa), wabar=act(wabar, "wabar", wa), wd=act(wd, "wd", wa),
             name=name, **kw,
@@ -241,7 +246,8 @@ class Chain:
         return dataclasses.replace(
             self, uf=self.uf * time, ub=self.ub * time, wa=self.wa * memory, wabar=self.wabar * memory,
             wd=self.wd * memory, of=self.of * memory, ob=self.ob * memory, weights=self.weights * memory,
-            of_all=self.of_all * memory, of_ng=self.of_ng * memory, stage_names=list(self.stage_names), provenance=dict(self.provenance), resident=self.resident * memory)
+            of_all=self.of_all * memory, of_ng=self.of_ng * memory, stage_names=list(self.stage_names),
+            provenance=dict(self.provenance), resident=self.resident * memory)
 
     def without_resident(self) -> "Chain":
         """A copy with ``resident = 0``: what the front ends hand to their DPs and MILPs, under the
@@ -258,14 +264,13 @@ class Chain:
             raise ValueError(f"sub_chain({first}, {last}) out of range 1..{self.L}")
         sl = slice(first, last + 1)
         acts = slice(first - 1, last + 1)
-        zero = np.zeros(1)
         return Chain.from_stages(
             uf=self.uf[sl], ub=self.ub[sl], of=self.of[sl], ob=self.ob[sl], weights=self.weights[sl],
             wa=self.wa[acts], wabar=self.wabar[acts], wd=self.wd[acts],
             name=f"{self.name}[{first}:{last}]",
             stage_names=["input"] + self.stage_names[first:last + 1] + ["loss"],
             provenance={**self.provenance, "sub_chain": [first, last]}, resident=self.resident,
-            of_all=np.concatenate([zero, self.of_all[sl], zero]), of_ng=np.concatenate([zero, self.of_ng[sl], zero]),
+            of_all=self.of_all[sl], of_ng=self.of_ng[sl],
         )
 
     def table(self):

@@ -363,8 +363,8 @@ def profile_multi_stage(stage: Callable, xs: Sequence[torch.Tensor], res: Sequen
     with torch.no_grad():
         y, r_out = split(stage(*inputs(False), *res))
     values = dict(uf=0.0, ub=0.0, wa=float(wa), wabar=float(max(wabar, wa)), wd_in=float(wd_in), of=float(of),
-                  of_all=float(of_all), of_ng=float(of_ng), ob=float(ob), weights=float(sum(p.numel() * p.element_size() for p in params)), saved=0.0,
-                  saved_input=0.0)
+                  of_all=float(of_all), of_ng=float(of_ng), ob=float(ob),
+                  weights=float(sum(p.numel() * p.element_size() for p in params)), saved=0.0, saved_input=0.0)
     det = lambda t: t.detach() if isinstance(t, torch.Tensor) else t  # noqa: E731
     return values, tuple(det(t) for t in y), tuple(det(t) for t in r_out)
 

@@ -147,6 +147,8 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
     ops = schedule.ops if isinstance(schedule, RematSchedule) else [(str(o), int(l)) for o, l in schedule]
     L = chain.L
     wa, wab, wd = chain.wa, chain.wabar, chain.wd
+    # each forward's overhead: the papers' one o_f for both, or (executed) each its own
+    of_all, of_ng = (chain.of_all, chain.of_ng) if executed else (chain.of, chain.of)
     act = [NONE] * (L + 2)
     delta = [False] * (L + 2)
     gone: dict[int, tuple[int, str]] = {}   # index -> (position, op) that discarded a^index
@@ -205,7 +207,7 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
                 raise InvalidSequence(pos, (op, l), f"{what}^{l} is already in memory; recomputing a stored "
                                       f"value is not an operation of the model")
             out = wab[l] if op == "F_all" else wa[l]
-            cur = mem + out + (chain.of[l] if not executed else chain.of_all[l] if op == "F_all" else chain.of_ng[l])
+            cur = mem + out + (of_all[l] if op == "F_all" else of_ng[l])
             old = size(l)
             new_state = ABAR if op == "F_all" else max(act[l], A)
             act[l] = new_state

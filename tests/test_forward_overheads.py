@@ -60,7 +60,7 @@ def test_executed_replay_is_the_executor_operation_by_operation(gpt2, segments):
 def test_executed_replay_by_hand():
     """Two stages; F_all^1 charged its own 2 B instead of o_f's 10 B, F_ck^1 its no-grad 10 B."""
     c = Chain.from_stages(uf=[1, 1], ub=[1, 1], wa=[1, 1, 1], wabar=[1, 3, 3], of=[10, 0], ob=[0, 0],
-                          of_all=[0, 2, 0, 0], of_ng=[0, 10, 0, 0])
+                          of_all=[2, 0], of_ng=[10, 0])
     seq = [("F_ck", 1), ("F_all", 2), ("F_all", 3), ("B", 3), ("B", 2), ("F_all", 1), ("B", 1)]
     one, own = simulate_remat(c, seq), simulate_remat(c, seq, executed=True)
     # F_ck^1: a^0 (1) + delta^3 (0) + a^1 (1) + 10 either way; F_all^1 (op 5) after B^2: a^0 1 + delta^1 1

@@ -58,7 +58,8 @@ def test_dry_run_profile_writes_instances_with_provenance(profiled):
         raw = json.loads((d / "inst" / name).read_text())
         prov = raw["provenance"]
         assert PROVENANCE <= set(prov), PROVENANCE - set(prov)
-        assert set(raw["provenance"]["measurement"]) == {"u_f", "u_b", "a", "abar", "delta", "o_f", "o_b", "W"}
+        assert set(raw["provenance"]["measurement"]) == {"u_f", "u_b", "a", "abar", "delta", "o_f", "o_f_all", "o_f_ng",
+                                                      "o_b", "W"}
         # nothing about a GPU is made up on a CPU: no GPU key, no platform, no host-link number
         assert not GPU_KEYS & set(prov), GPU_KEYS & set(prov)
         assert "platform" not in raw

@@ -86,7 +86,10 @@ Memory unit and validity (the proof of the bound).
      ``S_B - wabar^{j+1} - wd^{j+1} + wd^j + o_f^j`` (index j: abar^j in the original, now its
      output), at most the original B^{j+1}'s ``S_B + wd^j + o_b^{j+1}`` when ``o_f^j <= N^j``.
 
-   Both keep the makespan (one F^j dropped, one added) and need ``wa^j <= wabar^j``; with ``o_f^j``
+   Every ``o_f^j`` above is F_all's own overhead (:attr:`Chain.of_all`): the ``up`` and the F_all^j
+   that replaces it are both F_all, and the dropped ``pi`` only lowers memory, so the no-grad forwards'
+   overhead (:attr:`Chain.of_ng`) is not lowered. Both keep the makespan (one F^j dropped, one added)
+   and need ``wa^j <= wabar^j``; with ``o_f^j``
    lowered to ``min(o_f^j, max(A^j, N^j))`` one of the two applies at every stage. On the H200
    ResNet-50 (b32) at 10% of the range (998 MiB) the first alone needs ``o_f^5`` lowered from 196 MiB
    to 98 MiB, and the bound was 0.52% below the optimum; ``N^5`` is only 2 KiB below ``o_f^5``, and the
@@ -152,8 +155,8 @@ def equal_gradient_sizes(chain: Chain) -> Chain:
 
 
 def relaxed_chain(chain: Chain) -> Chain:
-    """The chain with ``wa^l = min(wa^l, wabar^l)`` and
-    ``o_f^l = min(o_f^l, max(wd^{l-1} + o_b^l, wabar^{l+1} + wd^{l+1} + o_b^{l+1}))`` for l = 1..L
+    """The chain with ``wa^l = min(wa^l, wabar^l)`` and F_all's own overhead
+    ``o_f_all^l = min(o_f_all^l, max(wd^{l-1} + o_b^l, wabar^{l+1} + wd^{l+1} + o_b^{l+1}))`` for l = 1..L
     (rule 3 of the module docstring: in it no ``up`` is needed): the same chain object when nothing
     changes. Where ``wa^l`` is lowered, ``wd^l`` is too when it was equal (a chain of
     :func:`equal_gradient_sizes` keeps ``wd == wa``)."""
@@ -162,7 +165,7 @@ def relaxed_chain(chain: Chain) -> Chain:
     L = chain.L
     wa = chain.wa.copy()
     wd = chain.wd.copy()
-    of = chain.of.copy()
+    ofa = chain.of_all.copy()          # the up is an F_all, and so is what replaces it: F_all's own o_f
     for j in range(1, L + 1):
         low = min(wa[j], chain.wabar[j])
         if wd[j] == wa[j]:
@@ -171,18 +174,19 @@ def relaxed_chain(chain: Chain) -> Chain:
     for j in range(1, L + 1):
         before_backward = wd[j - 1] + chain.ob[j]
         after_next_backward = chain.wabar[j + 1] + wd[j + 1] + chain.ob[j + 1]
-        of[j] = min(of[j], max(before_backward, after_next_backward))
-    if np.array_equal(wa, chain.wa) and np.array_equal(wd, chain.wd) and np.array_equal(of, chain.of):
+        ofa[j] = min(ofa[j], max(before_backward, after_next_backward))
+    if np.array_equal(wa, chain.wa) and np.array_equal(wd, chain.wd) and np.array_equal(ofa, chain.of_all):
         return chain
-    return dataclasses.replace(chain, wa=wa, wd=wd, of=of, name=chain.name + " (relaxed: up dominated)")
+    return dataclasses.replace(chain, wa=wa, wd=wd, of_all=ofa, name=chain.name + " (relaxed: up dominated)")
 
 
 def fine_units(chain: Chain, memory: float, units: int | None = None, mode: str = "down"):
-    """``(wa, wab, wd, of, ob, budget, exact)``: the sizes in the units of rule 1 or 2 of the module
-    docstring (``units`` forces rule 2 with that budget, e.g. to compare with the dense DP).
+    """``(wa, wab, wd, ofa, ofn, ob, budget, exact)``: the sizes (``ofa``, ``ofn``: F_all's and the
+    no-grad forwards' own overheads, :attr:`Chain.of_all`, :attr:`Chain.of_ng`) in the units of rule 1
+    or 2 of the module docstring (``units`` forces rule 2 with that budget, e.g. to compare with the dense DP).
     ``mode="up"`` rounds rule 2's sizes **up** instead (``ceil(x / q * (1 + 1e-12))``, at least
     ``x / q``): every plan of that instance fits the real limit (the plans of :func:`floating_plan`)."""
-    arrays = (chain.wa, chain.wabar, chain.wd, chain.of, chain.ob)
+    arrays = (chain.wa, chain.wabar, chain.wd, chain.of_all, chain.of_ng, chain.ob)
     if units is None and chain.is_integer and float(memory) >= 0:
         budget = int(math.floor(float(memory)))
         cap = budget + 1
@@ -312,7 +316,7 @@ def _grow(X, V, used, need):
 
 # ----------------------------------------------------------------------------- the kernel, one l
 @njit(cache=True)
-def _sparse_stage(l, S, uf, ub, wa, wab, wd, of, ob, IC, IG, U, PX, PV, pused, COFF, CLEN,
+def _sparse_stage(l, S, uf, ub, wa, wab, wd, ofa, ofn, ob, IC, IG, U, PX, PV, pused, COFF, CLEN,
                   QX, QV, qused, GOFF, GLEN, AX, AV, BX, BV, TX, TV):
     """Cells C(s, t, l) for s = l..1 (all t) and G(s, t', l): ``_floating_kernel``'s loop body for one
     l, on step functions. C rows go to the pool PX, PV (row ``IC[s, t, l]`` at COFF, CLEN), G rows to
@@ -323,11 +327,11 @@ def _sparse_stage(l, S, uf, ub, wa, wab, wd, of, ob, IC, IG, U, PX, PV, pused, C
         if s < l:
             for tp in range(s + 1, l + 1):
                 rn = 0
-                need = wd[l] + wa[s] + of[s]
+                need = wd[l] + wa[s] + ofn[s]
                 for sp in range(s + 1, tp + 1):
                     if sp - 1 > s:
                         j = sp - 1
-                        need = max(need, wd[l] + wa[j - 1] + wa[j] + of[j])
+                        need = max(need, wd[l] + wa[j - 1] + wa[j] + ofn[j])
                     if need > S:
                         break
                     ci = IC[sp, tp, l]
@@ -358,14 +362,14 @@ def _sparse_stage(l, S, uf, ub, wa, wab, wd, of, ob, IC, IG, U, PX, PV, pused, C
         for t in range(s, l + 1):
             rn = 0
             if s == t == l:
-                need = max(wd[s] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+                need = max(wd[s] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
                 if need <= S:
                     AX[0] = need
                     AV[0] = uf[s] + ub[s]
                     rn = 1
             else:
                 if s == t:   # C_all (Eq. 5)
-                    need = max(wd[l] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+                    need = max(wd[l] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
                     ci = IC[s + 1, s + 1, l]
                     k = CLEN[ci]
                     if TX.shape[0] < k or AX.shape[0] < k:
@@ -376,9 +380,9 @@ def _sparse_stage(l, S, uf, ub, wa, wab, wd, of, ob, IC, IG, U, PX, PV, pused, C
                     rn = _sf_shift(PX, PV, COFF[ci], k, wab[s], uf[s], ub[s], max(need, wab[s]), S, AX, AV)
                 # floating move to a^{t-1} then C(t, t, l) (case -2)
                 if t > s and not (wa[t - 1] < wa[s - 1]):
-                    lo = wd[l] + wa[s] + of[s]
+                    lo = wd[l] + wa[s] + ofn[s]
                     for j in range(s + 1, t):
-                        lo = max(lo, wd[l] + wa[j - 1] + wa[j] + of[j] - wa[s - 1])
+                        lo = max(lo, wd[l] + wa[j - 1] + wa[j] + ofn[j] - wa[s - 1])
                     delta_m = wa[t - 1] - wa[s - 1]
                     lo = max(lo, delta_m)
                     ci = IC[t, t, l]
@@ -396,12 +400,12 @@ def _sparse_stage(l, S, uf, ub, wa, wab, wd, of, ob, IC, IG, U, PX, PV, pused, C
                     AX, BX = BX, AX
                     AV, BV = BV, AV
                 if t < l:    # C_ck (Eq. 3-4)
-                    pre = wd[l] + wa[s] + of[s]
+                    pre = wd[l] + wa[s] + ofn[s]
                     mid = 0
                     for r in range(s, t + 1):
                         if r > s + 1:
                             j = r - 1
-                            mid = max(mid, wd[l] + wa[j - 1] + wa[j] + of[j])
+                            mid = max(mid, wd[l] + wa[j - 1] + wa[j] + ofn[j])
                         if wa[r - 1] < wa[s - 1]:
                             continue
                         if pre > S:
@@ -469,8 +473,8 @@ def floating_plan(chain: Chain, memory: float, *, deadline: float | None = None)
     DP's makespan for it (``ops`` the operations, replay them with ``simulate_remat``). On integer
     chains this is the same run as :func:`floating_bound` and the plan is optimal among all
     sequences."""
-    wa, wab, wd, of, ob, budget, exact = fine_units(chain, memory, None, "up")
-    return bound_of_sizes(chain, wa, wab, wd, of, ob, budget, exact, deadline=deadline, plan=True)
+    wa, wab, wd, ofa, ofn, ob, budget, exact = fine_units(chain, memory, None, "up")
+    return bound_of_sizes(chain, wa, wab, wd, ofa, ofn, ob, budget, exact, deadline=deadline, plan=True)
 
 
 def floating_bound(chain: Chain, memory: float, *, deadline: float | None = None,
@@ -497,20 +501,20 @@ def floating_bound(chain: Chain, memory: float, *, deadline: float | None = None
     47.42
     """
     relaxed = relaxed_chain(equal_gradient_sizes(chain))
-    wa, wab, wd, of, ob, budget, exact = fine_units(relaxed, memory, units)
-    res = bound_of_sizes(relaxed, wa, wab, wd, of, ob, budget, exact, deadline=deadline, plan=plan)
+    wa, wab, wd, ofa, ofn, ob, budget, exact = fine_units(relaxed, memory, units)
+    res = bound_of_sizes(relaxed, wa, wab, wd, ofa, ofn, ob, budget, exact, deadline=deadline, plan=plan)
     res.relaxed = relaxed is not chain
     return res
 
 
-def bound_of_sizes(chain: Chain, wa, wab, wd, of, ob, budget: int, exact: bool = False, *,
+def bound_of_sizes(chain: Chain, wa, wab, wd, ofa, ofn, ob, budget: int, exact: bool = False, *,
                    deadline: float | None = None, plan: bool = False) -> BoundResult:
     """:func:`floating_bound` on sizes already in integer units (``budget`` units of memory): the
     value of the floating DP of that integer instance (the tests feed it ``Discretization``'s
     rounded-down sizes and compare with the dense kernel). ``plan``: also rebuild an optimal
     sequence of that instance (``ops``; None when nothing fits)."""
     t0 = time.perf_counter()
-    wa, wab, wd, of, ob = (np.asarray(a, dtype=np.int64) for a in (wa, wab, wd, of, ob))
+    wa, wab, wd, ofa, ofn, ob = (np.asarray(a, dtype=np.int64) for a in (wa, wab, wd, ofa, ofn, ob))
     L = chain.L
     S = budget - int(wa[0])
     if S < 0:
@@ -540,7 +544,7 @@ def bound_of_sizes(chain: Chain, wa, wab, wd, of, ob, budget: int, exact: bool =
             return BoundResult(None, exact, budget, pused / max(1, nc), time.perf_counter() - t0, False)
         ts = time.perf_counter()
         PX, PV, pused, QX, QV, qused, AX, AV, BX, BV, TX, TV = _sparse_stage(
-            l, S, uf, ub, wa, wab, wd, of, ob, IC, IG, U, PX, PV, pused, COFF, CLEN,
+            l, S, uf, ub, wa, wab, wd, ofa, ofn, ob, IC, IG, U, PX, PV, pused, COFF, CLEN,
             QX, QV, qused, GOFF, GLEN, AX, AV, BX, BV, TX, TV)
         if l > 1:     # the first call may include numba's compilation (or loading its cache)
             done.append((l, time.perf_counter() - ts))
@@ -554,13 +558,13 @@ def bound_of_sizes(chain: Chain, wa, wab, wd, of, ob, budget: int, exact: bool =
             value = float(PV[o + idx])
     res = BoundResult(value, exact, budget, pused / max(1, nc), time.perf_counter() - t0, True)
     if plan and math.isfinite(value):
-        tables = (S, uf, ub, wa, wab, wd, of, ob, IC, IG, U, PX, PV, COFF, CLEN, QX, QV, GOFF, GLEN)
+        tables = (S, uf, ub, wa, wab, wd, ofa, ofn, ob, IC, IG, U, PX, PV, COFF, CLEN, QX, QV, GOFF, GLEN)
         res.ops = _sequence(tables, L)
     return res
 
 
 @njit(cache=True)
-def _choose(s, t, l, m, S, uf, ub, wa, wab, wd, of, ob, IC, IG, U, PX, PV, COFF, CLEN, QX, QV, GOFF, GLEN):
+def _choose(s, t, l, m, S, uf, ub, wa, wab, wd, ofa, ofn, ob, IC, IG, U, PX, PV, COFF, CLEN, QX, QV, GOFF, GLEN):
     """Which case of the recurrence gives C(s, t, l) its value at ``m``, recomputed with the kernel's
     arithmetic (as ``remat_rotor._persistent_choice`` does): ``(kind, r, t', s')`` with kind -1
     (C_all), -2 (floating move to a^{t-1}), 1 (C_ck: F_none^s..F_ck^r..F_none^{s'-1}, split t'),
@@ -573,16 +577,16 @@ def _choose(s, t, l, m, S, uf, ub, wa, wab, wd, of, ob, IC, IG, U, PX, PV, COFF,
     if s == t == l:
         return 0, 0, 0, 0
     if s == t:
-        need = max(wd[l] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+        need = max(wd[l] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
         if m >= max(need, wab[s]):
             c2 = IC[s + 1, s + 1, l]
             k = _sf_at(PX, COFF[c2], CLEN[c2], m - wab[s])
             if k >= 0 and (uf[s] + PV[COFF[c2] + k]) + ub[s] == target:
                 return -1, 0, 0, 0
     if t > s and not (wa[t - 1] < wa[s - 1]):
-        lo = wd[l] + wa[s] + of[s]
+        lo = wd[l] + wa[s] + ofn[s]
         for j in range(s + 1, t):
-            lo = max(lo, wd[l] + wa[j - 1] + wa[j] + of[j] - wa[s - 1])
+            lo = max(lo, wd[l] + wa[j - 1] + wa[j] + ofn[j] - wa[s - 1])
         delta_m = wa[t - 1] - wa[s - 1]
         lo = max(lo, delta_m)
         if m >= max(lo, 0):
@@ -591,12 +595,12 @@ def _choose(s, t, l, m, S, uf, ub, wa, wab, wd, of, ob, IC, IG, U, PX, PV, COFF,
             if k >= 0 and U[s, t - 1] + PV[COFF[c2] + k] == target:
                 return -2, 0, 0, 0
     if t < l:
-        pre = wd[l] + wa[s] + of[s]
+        pre = wd[l] + wa[s] + ofn[s]
         mid = 0
         for r in range(s, t + 1):
             if r > s + 1:
                 j = r - 1
-                mid = max(mid, wd[l] + wa[j - 1] + wa[j] + of[j])
+                mid = max(mid, wd[l] + wa[j - 1] + wa[j] + ofn[j])
             if wa[r - 1] < wa[s - 1]:
                 continue
             if pre > S:
@@ -617,11 +621,11 @@ def _choose(s, t, l, m, S, uf, ub, wa, wab, wd, of, ob, IC, IG, U, PX, PV, COFF,
                 if (u + QV[GOFF[gi] + a]) + PV[COFF[c2] + b] == target:
                     # which s' gives G(r, t', l) its value at m2
                     gval = QV[GOFF[gi] + a]
-                    need = wd[l] + wa[r] + of[r]
+                    need = wd[l] + wa[r] + ofn[r]
                     for sp in range(r + 1, tp + 1):
                         if sp - 1 > r:
                             j = sp - 1
-                            need = max(need, wd[l] + wa[j - 1] + wa[j] + of[j])
+                            need = max(need, wd[l] + wa[j - 1] + wa[j] + ofn[j])
                         if need > S:
                             break
                         if m2 < max(need, 0):

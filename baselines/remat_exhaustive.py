@@ -51,7 +51,8 @@ def _moves(chain: Chain, act: tuple, k: int, up: bool = True):
                 new[l] = max(new[l], _A)
             if op == "F_none":
                 new[l - 1] = _N
-            out.append(((op, l), tuple(new), k, chain.uf[l], base + (wab[l] if op == "F_all" else wa[l]) + chain.of[l]))
+            out.append(((op, l), tuple(new), k, chain.uf[l], base + (wab[l] + chain.of_all[l] if op == "F_all"
+                                                                  else wa[l] + chain.of_ng[l])))
     return out
 
 

@@ -197,7 +197,7 @@ CODES = {"F_all": 0, "F_ck": 1, "F_none": 2, "B": 3}
 
 
 @njit(cache=True)
-def _replay_codes(codes, stages, n, L, uf, ub, wa, wab, wd, of, ob):
+def _replay_codes(codes, stages, n, L, uf, ub, wa, wab, wd, ofa, ofn, ob):
     """``(makespan, peak)`` of the first ``n`` operations (codes of :data:`CODES`), a sequence known to
     be valid: :func:`~memplan.models.remat.simulate_remat`'s arithmetic in the same order."""
     act = np.zeros(L + 2, np.int64)       # 0 nothing, 1 a^l, 2 abar^l
@@ -218,7 +218,7 @@ def _replay_codes(codes, stages, n, L, uf, ub, wa, wab, wd, of, ob):
             dt = ub[l]
         else:
             out = wab[l] if op == 0 else wa[l]
-            cur = mem + out + of[l]
+            cur = mem + out + (ofa[l] if op == 0 else ofn[l])     # each forward's own overhead
             old = wab[l] if act[l] == 2 else (wa[l] if act[l] == 1 else 0.0)
             new = 2 if op == 0 else max(act[l], 1)
             act[l] = new
@@ -273,14 +273,14 @@ def _sequential_codes(L, s, codes, stages):
 
 
 @njit(cache=True)
-def _sequential_kernel(L, uf, ub, wa, wab, wd, of, ob):
+def _sequential_kernel(L, uf, ub, wa, wab, wd, ofa, ofn, ob):
     codes = np.zeros(3 * L + 3, np.int64)
     stages = np.zeros(3 * L + 3, np.int64)
     mk = np.zeros(L + 1)
     pk = np.zeros(L + 1)
     for s in range(1, L + 1):
         n = _sequential_codes(L, s, codes, stages)
-        mk[s], pk[s] = _replay_codes(codes, stages, n, L, uf, ub, wa, wab, wd, of, ob)
+        mk[s], pk[s] = _replay_codes(codes, stages, n, L, uf, ub, wa, wab, wd, ofa, ofn, ob)
     return mk, pk
 
 
@@ -306,7 +306,8 @@ def _recompute_all_codes(L, codes, stages):
 
 def _arrays(chain: Chain):
     f = lambda x: np.ascontiguousarray(x, dtype=np.float64)  # noqa: E731
-    return chain.L, f(chain.uf), f(chain.ub), f(chain.wa), f(chain.wabar), f(chain.wd), f(chain.of), f(chain.ob)
+    return (chain.L, f(chain.uf), f(chain.ub), f(chain.wa), f(chain.wabar), f(chain.wd), f(chain.of_all),
+            f(chain.of_ng), f(chain.ob))
 
 
 def schedule_stats(chain: Chain, sched: RematSchedule) -> tuple[float, float]:

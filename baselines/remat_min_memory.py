@@ -109,7 +109,7 @@ def _better(c, tm, best, best_t):
 
 
 @njit(cache=True)
-def _persistent_threshold(L, uf, ub, wa, wab, wd, of, ob, allow_carry):
+def _persistent_threshold(L, uf, ub, wa, wab, wd, ofa, ofn, ob, allow_carry):
     """T[s, t] (least memory not counting a^{s-1}), TM[s, t] (makespan of the chosen sequence) and
     CH[s, t] (-1: F_all^s first; s': F_ck^s keeping a^{s'-1})."""
     n = L + 2
@@ -117,7 +117,7 @@ def _persistent_threshold(L, uf, ub, wa, wab, wd, of, ob, allow_carry):
     TM = np.full((n, n), np.inf)
     CH = np.zeros((n, n), dtype=np.int64)
     for s in range(1, L + 2):
-        T[s, s] = max(wd[s] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+        T[s, s] = max(wd[s] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
         TM[s, s] = uf[s] + ub[s]
         CH[s, s] = -1
     for d in range(1, L + 1):
@@ -127,17 +127,17 @@ def _persistent_threshold(L, uf, ub, wa, wab, wd, of, ob, allow_carry):
             best_t = np.inf
             ch = 0
             if allow_carry:
-                c = max(max(wd[t] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s]), wab[s] + T[s + 1, t])
+                c = max(max(wd[t] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s]), wab[s] + T[s + 1, t])
                 tm = uf[s] + TM[s + 1, t] + ub[s]
                 if _better(c, tm, best, best_t):
                     best, best_t, ch = c, tm, -1
-            need = wd[t] + wa[s] + of[s]
+            need = wd[t] + wa[s] + ofn[s]
             fsum = 0.0
             for sp in range(s + 1, t + 1):
                 fsum += uf[sp - 1]
                 if sp - 1 > s:
                     j = sp - 1
-                    need = max(need, wd[t] + wa[j - 1] + wa[j] + of[j])
+                    need = max(need, wd[t] + wa[j - 1] + wa[j] + ofn[j])
                 c = max(need, max(wa[sp - 1] + T[sp, t], T[s, sp - 1]))
                 tm = fsum + TM[sp, t] + TM[s, sp - 1]
                 if _better(c, tm, best, best_t):
@@ -149,7 +149,7 @@ def _persistent_threshold(L, uf, ub, wa, wab, wd, of, ob, allow_carry):
 
 
 @njit(cache=True)
-def _floating_threshold(L, uf, ub, wa, wab, wd, of, ob, prune):
+def _floating_threshold(L, uf, ub, wa, wab, wd, ofa, ofn, ob, prune):
     """The floating DP of :func:`remat_rotor._floating_kernel` with the peak as objective: T[s, t, l],
     the choice R (-1 F_all^s, -2 floating move to a^{t-1}, r >= 1 the C_ck case) and TP (t'); TG/GS
     for the factored minimum G over s'."""
@@ -166,14 +166,14 @@ def _floating_threshold(L, uf, ub, wa, wab, wd, of, ob, prune):
         for s in range(l, 0, -1):
             if s < l:
                 for tp in range(s + 1, l + 1):
-                    need = wd[l] + wa[s] + of[s]
+                    need = wd[l] + wa[s] + ofn[s]
                     best = np.inf
                     best_t = np.inf
                     gs = 0
                     for sp in range(s + 1, tp + 1):
                         if sp - 1 > s:
                             j = sp - 1
-                            need = max(need, wd[l] + wa[j - 1] + wa[j] + of[j])
+                            need = max(need, wd[l] + wa[j - 1] + wa[j] + ofn[j])
                         shift = wa[sp - 1]
                         c = max(max(need, shift), shift + T[sp, tp, l])
                         tm = U[s, sp - 1] + TM[sp, tp, l]
@@ -188,20 +188,20 @@ def _floating_threshold(L, uf, ub, wa, wab, wd, of, ob, prune):
                 r_best = 0
                 tp_best = 0
                 if s == t and t == l:
-                    T[s, t, l] = max(wd[s] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+                    T[s, t, l] = max(wd[s] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
                     TM[s, t, l] = uf[s] + ub[s]
                     R[s, t, l] = -1
                     continue
                 if s == t:
-                    need = max(wd[l] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+                    need = max(wd[l] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
                     c = max(max(need, wab[s]), wab[s] + T[s + 1, s + 1, l])
                     tm = uf[s] + TM[s + 1, s + 1, l] + ub[s]
                     if _better(c, tm, best, best_t):
                         best, best_t, r_best, tp_best = c, tm, -1, 0
                 if t > s and not (prune and wa[t - 1] < wa[s - 1]):
-                    lo = wd[l] + wa[s] + of[s]
+                    lo = wd[l] + wa[s] + ofn[s]
                     for j in range(s + 1, t):
-                        lo = max(lo, wd[l] + wa[j - 1] + wa[j] + of[j] - wa[s - 1])
+                        lo = max(lo, wd[l] + wa[j - 1] + wa[j] + ofn[j] - wa[s - 1])
                     delta_m = wa[t - 1] - wa[s - 1]
                     lo = max(max(lo, delta_m), 0.0)
                     c = max(lo, delta_m + T[t, t, l])
@@ -209,12 +209,12 @@ def _floating_threshold(L, uf, ub, wa, wab, wd, of, ob, prune):
                     if _better(c, tm, best, best_t):
                         best, best_t, r_best, tp_best = c, tm, -2, t
                 if t < l:
-                    pre = wd[l] + wa[s] + of[s]
+                    pre = wd[l] + wa[s] + ofn[s]
                     mid = 0.0
                     for r in range(s, t + 1):
                         if r > s + 1:
                             j = r - 1
-                            mid = max(mid, wd[l] + wa[j - 1] + wa[j] + of[j])
+                            mid = max(mid, wd[l] + wa[j - 1] + wa[j] + ofn[j])
                         if prune and wa[r - 1] < wa[s - 1]:
                             continue
                         delta_m = wa[r - 1] - wa[s - 1]
@@ -320,11 +320,13 @@ class MinMemory:
 
 def _arrays(chain: Chain):
     f = lambda x: np.ascontiguousarray(x, dtype=np.float64)  # noqa: E731
-    return (chain.L, f(chain.uf), f(chain.ub), f(chain.wa), f(chain.wabar), f(chain.wd), f(chain.of), f(chain.ob))
+    return (chain.L, f(chain.uf), f(chain.ub), f(chain.wa), f(chain.wabar), f(chain.wd), f(chain.of_all), f(chain.of_ng),
+            f(chain.ob))
 
 
 def _key(chain: Chain) -> tuple:
-    return tuple(np.concatenate([chain.uf, chain.ub, chain.wa, chain.wabar, chain.wd, chain.of, chain.ob]).tolist())
+    return tuple(np.concatenate([chain.uf, chain.ub, chain.wa, chain.wabar, chain.wd, chain.of, chain.ob,
+                                 chain.of_all, chain.of_ng]).tolist())
 
 
 _CACHE: "OrderedDict[tuple, MinMemory]" = OrderedDict()
@@ -341,10 +343,10 @@ def min_memory_seconds(L: int, kind: str = "all") -> float:
 
 
 def _compute(key: tuple, kind: str) -> MinMemory:
-    n = len(key) // 7
-    arr = np.array(key, dtype=float).reshape(7, n)
+    n = len(key) // 9
+    arr = np.array(key, dtype=float).reshape(9, n)
     chain = Chain(uf=arr[0], ub=arr[1], wa=arr[2], wabar=arr[3], wd=arr[4], of=arr[5], ob=arr[6],
-                  weights=np.zeros(n))
+                  weights=np.zeros(n), of_all=arr[7], of_ng=arr[8])
     args = _arrays(chain)
     L = chain.L
     if kind == "all" and L > FLOATING_MAX_L:
@@ -415,9 +417,10 @@ def necessary_memory(chain: Chain) -> float:
     """A lower bound on the peak of every valid sequence (bytes), from operations every sequence runs.
 
     a^0 stays in memory until B^1 (nothing can recompute it) and one gradient is always held. Every
-    stage l is computed once while delta^{L+1} is held (its input and output at least
-    ``min(wa, wabar)``), ``F_all^l`` runs at some point with a gradient delta^k, ``k >= l``, held,
-    and ``B^l`` holds ``abar^l``, its input, delta^l, delta^{l-1} and ``o_b^l``.
+    stage l is computed once while delta^{L+1} is held (its input, and its output with that forward's
+    own overhead: at least ``min(wabar + o_f_all, wa + o_f_ng)``), ``F_all^l`` runs at some point with a
+    gradient delta^k, ``k >= l``, held (``wabar + o_f_all``), and ``B^l`` holds ``abar^l``, its input,
+    delta^l, delta^{l-1} and ``o_b^l``.
 
     >>> from memplan.models.chain import Chain
     >>> necessary_memory(Chain.from_stages(uf=[1, 1], ub=[1, 1], wa=[1, 1, 1], of=[0, 20]))
@@ -426,17 +429,19 @@ def necessary_memory(chain: Chain) -> float:
     L = chain.L
     wa, wab, wd = chain.wa, chain.wabar, chain.wd
     small = np.minimum(wa, wab)
+    ofa, ofn = chain.of_all, chain.of_ng
+    first = np.minimum(wab + ofa, wa + ofn)                   # the first forward of stage l, either kind
     suffix_wd = np.minimum.accumulate(wd[::-1])[::-1]        # min_{k >= l} wd^k
     best = wa[0] + wd[L + 1]
     for l in range(1, L + 2):
         inp = small[l - 1] if l >= 2 else 0.0
         best = max(best,
-                   wa[0] + inp + small[l] + chain.of[l] + wd[L + 1],
-                   wa[0] + inp + wab[l] + chain.of[l] + suffix_wd[l],
+                   wa[0] + inp + first[l] + wd[L + 1],
+                   wa[0] + inp + wab[l] + ofa[l] + suffix_wd[l],
                    wa[0] + inp + wab[l] + wd[l] + wd[l - 1] + chain.ob[l])
         if l <= L:     # index l is abar^l at B^{l+1}, or a^l and then F_all^l runs while delta^l is held
             best = max(best, wa[0] + min(wab[l] + wab[l + 1] + wd[l + 1] + wd[l] + chain.ob[l + 1],
-                                         inp + wab[l] + chain.of[l] + wd[l]))
+                                         inp + wab[l] + ofa[l] + wd[l]))
     return float(best)
 
 

@@ -25,7 +25,10 @@ How the garbled formulas were read, and the one change of model that makes the D
 ``F_all^k`` needs ``delta^j + abar^k + o_f^k``, ``F_ck^k`` needs ``delta^j + a^k + o_f^k``,
 ``F_none^k`` needs ``delta^j + a^{k-1} + a^k + o_f^k`` and ``B^k`` needs ``abar^k + delta^k +
 delta^{k-1} + o_b^k`` -- exactly :func:`models.remat.simulate_remat`'s accounting (as in
-:mod:`baselines.remat_rotor`).
+:mod:`baselines.remat_rotor`). The paper's one ``o_f^k`` is each forward's own here: F_all^k's
+(:attr:`Chain.of_all`, ``ofa`` in the kernels) in F_all's conditions, here and in case 1 of ``OC`` and
+the loss junction, and the no-grad forwards' (:attr:`Chain.of_ng`, ``ofn``) in F_ck's and F_none's;
+with both equal to ``of`` (the default) the recurrences are the paper's.
 
 *Transfers and Lemma 1.* The paper treats a transfer as a fluid: offloading frees memory at rate
 beta, prefetching fills it at rate beta, and Lemma 1 gives the idle time ``epsilon = max(max_o (M_o -
@@ -191,7 +194,7 @@ def _relax(T, SP, CH, p, m, D, v, spill, choice):
 
 
 @njit(cache=True, parallel=True)
-def _backward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, nth):
+def _backward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, nth):
     """Tables over pairs p = pid[i, j] (1 <= i <= j <= L), free memory m and prefetch demand D <= m:
     T[p, m, D] block duration, SP[p, m, D] parts spilled before the block, CH[p, m, D] choice
     (-1: F_all^i first, -2: single stage, i' >= i: F_ck^i F_none^{i+1..i'} keeping a^{i'}).
@@ -229,7 +232,7 @@ def _backward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, nth):
                 p = pid[i, j]
                 mb = ab[i] + d[i] + d[i - 1] + ob[i]
                 if ln == 0:
-                    mf = d[i] + ab[i] + of[i]
+                    mf = d[i] + ab[i] + ofa[i]          # F_all^i
                     if m >= mf and m >= mb:
                         for D in range(0, m + 1):
                             e3 = _wait(D - (m - mb), q)
@@ -240,7 +243,7 @@ def _backward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, nth):
                             _relax(T, SP, CH, p, m, D, uf[i] + e1 + ub[i] + e3, R - k1, -2)
                 else:
                     # case 1: F_all^i, C(i+1, j, m - abar^i), B^i
-                    mf = d[j] + ab[i] + of[i]
+                    mf = d[j] + ab[i] + ofa[i]
                     m2 = m - ab[i]
                     if m >= mf and m >= mb and m2 >= 0:
                         p2 = pid[i + 1, j]
@@ -263,9 +266,9 @@ def _backward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, nth):
                     minroom = 1 << 40
                     for ip in range(i, j):
                         if ip == i:
-                            mem = d[j] + a[i] + of[i]
+                            mem = d[j] + a[i] + ofn[i]                  # F_ck^i
                         else:
-                            mem = d[j] + a[ip - 1] + a[ip] + of[ip]
+                            mem = d[j] + a[ip - 1] + a[ip] + ofn[ip]    # F_none^{ip}
                         Tf = Tf + uf[ip]
                         room = m - mem
                         if room < minroom:
@@ -471,11 +474,12 @@ def _chunk_end_nb(c, F, zs, q):
 
 
 @njit(cache=True)
-def _loss_eval(L, N, uf, ub, a, ab, d, of, ob, q, x, A, F, P):
-    """The loss junction (B.2); returns (s1, s2, E) or E = inf. Used by the table and by RematOffloadDP.loss."""
+def _loss_eval(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, x, A, F, P):
+    """The loss junction (B.2); returns (s1, s2, E) or E = inf. Used by the table and by RematOffloadDP.loss.
+    ``ofn`` is unused (the loss runs F_all^{L+1} only); it is taken for the kernels' common signature."""
     z = ab[L] if x else a[L]
     res = A + d[L + 1] + z
-    r1 = N - (res + ab[L + 1] + of[L + 1])
+    r1 = N - (res + ab[L + 1] + ofa[L + 1])      # F_all^{L+1}
     r2 = N - (res + ab[L + 1] + d[L] + ob[L + 1])
     if r1 < 0 or r2 < 0:
         return 0.0, 0.0, np.inf
@@ -494,7 +498,7 @@ def _loss_eval(L, N, uf, ub, a, ab, d, of, ob, q, x, A, F, P):
 
 
 @njit(cache=True, parallel=True)
-def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP, DLO, DHI, RMT, nth, prune):
+def _forward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, T, SP, DLO, DHI, RMT, nth, prune):
     """OC[i, x, A, F, P] (B.1, B.2) bottom-up over i = L+1..1 and its choice
     CH = 4 j + 2 f + v (j = 0: F_all^i first; j >= i: F_ck^i F_none^{i+1..j}; f = 1: "flush", the
     level's backward block first waits until all of Delta_B it could not host is prefetched, so that
@@ -546,7 +550,7 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP, DLO, DHI, RMT
             for A in range(t, N + 1, nth):
                 for F in range(N - A + 1):
                     for P in range(N - A + 1):
-                        _, _, E = _loss_eval(L, N, uf, ub, a, ab, d, of, ob, q, x, A, F, P)
+                        _, _, E = _loss_eval(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, x, A, F, P)
                         if E < np.inf:
                             OC[L + 1, x, off[A] + F * (N - A + 1) + P] = E
                             CH[L + 1, x, off[A] + F * (N - A + 1) + P] = 0
@@ -606,7 +610,7 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP, DLO, DHI, RMT
                         vz = v * z
                         lim = N - cA
                         # ---- case 1: F_all^i, OC_1(i+1), B^i
-                        room1 = N - (base + z + ab[i] + of[i])
+                        room1 = N - (base + z + ab[i] + ofa[i])       # F_all^i
                         if room1 >= 0 and mfree >= mb1:
                             for F in range(W):
                                 n_tot = F + vz
@@ -635,7 +639,7 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP, DLO, DHI, RMT
                                                             best[F * (N + 1) + P] = tot
                                                             bch[F * (N + 1) + P] = 2 * fl + v
                         # ---- case 2: F_ck^i F_none^{i+1..j}, OC_0(j+1), C_A(i, j)
-                        room1 = N - (base + z + a[i] + of[i])
+                        room1 = N - (base + z + a[i] + ofn[i])        # F_ck^i
                         if room1 < 0:
                             continue
                         # Pruning, per row F: a candidate with this j or a later one lasts at least
@@ -658,7 +662,7 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP, DLO, DHI, RMT
                         for j in range(i, L + 1):
                             room = 0
                             if j > i:
-                                room = N - (res + a[j - 1] + a[j] + of[j])
+                                room = N - (res + a[j - 1] + a[j] + ofn[j])   # F_none^j
                                 if room < 0:
                                     break
                             p = pid[i, j]
@@ -772,14 +776,14 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP, DLO, DHI, RMT
     return OC, CH, off, work.sum()
 
 
-def _region_idle(i, ip, j, m, s2, uf, a, d, of, q):
+def _region_idle(i, ip, j, m, s2, uf, a, d, ofn, q):
     """(Tf, eps, op ends) of the forward run F_ck^i F_none^{i+1..i'} in a block, computed with the same
-    operations, in the same order, as the kernel."""
+    operations, in the same order, as the kernel (no-grad forwards: their own overhead ``ofn``)."""
     Tf = 0.0
     G = -INF
     ends = []
     for k in range(i, ip + 1):
-        mem = d[j] + a[i] + of[i] if k == i else d[j] + a[k - 1] + a[k] + of[k]
+        mem = d[j] + a[i] + ofn[i] if k == i else d[j] + a[k - 1] + a[k] + ofn[k]
         Tf = Tf + uf[k]
         ends.append(Tf)
         room = m - mem
@@ -816,8 +820,9 @@ class RematOffloadDP:
         self.beta = float(bandwidth or 0.0)
         self.q = self.S / self.beta if self.beta > 0 else INF
         d = self.disc
-        self.a, self.ab, self.d, self.of, self.ob = (np.asarray(x, dtype=np.int64) for x in
-                                                      (d.wa, d.wab, d.wd, d.of, d.ob))
+        # each forward's own overhead in slots: F_all's (ofa), the no-grad forwards' F_ck / F_none (ofn)
+        self.a, self.ab, self.d, self.ofa, self.ofn, self.ob = (np.asarray(x, dtype=np.int64) for x in
+                                                                (d.wa, d.wab, d.wd, d.ofa, d.ofn, d.ob))
         self.uf = chain.uf.astype(np.float64)
         self.ub = chain.ub.astype(np.float64)
         L = chain.L
@@ -837,7 +842,7 @@ class RematOffloadDP:
         if need > MAX_TABLE_BYTES:
             raise ValueError(f"the DP's tables for L={L} and {self.N} slots would need {need / 1e9:.1f} GB "
                              f"(at most {MAX_TABLE_BYTES / 1e9:.0f} GB); use fewer slots")
-        args = (L, self.N, self.uf, self.ub, self.a, self.ab, self.d, self.of, self.ob, self.q)
+        args = (L, self.N, self.uf, self.ub, self.a, self.ab, self.d, self.ofa, self.ofn, self.ob, self.q)
         # numba's OpenMP layer and torch share one OpenMP runtime: numba's first get_num_threads starts
         # its layer and sets the runtime's default, and putting numba's count back sets it again, so
         # torch's own intra-op thread count is read before any numba call and put back at the end (a
@@ -883,14 +888,15 @@ class RematOffloadDP:
     def level(self, i, x, A, F, P, v, j, fl=0):
         """Evaluate level ``i`` (state x, A, F, P) with offload decision ``v`` and, for case 2, last
         forward stage ``j`` (``j = 0`` means case 1, F_all^i). Returns None if infeasible, else a dict."""
-        a, ab, d, of, ob, uf, ub, q, N = self.a, self.ab, self.d, self.of, self.ob, self.uf, self.ub, self.q, self.N
+        a, ab, d, ofa, ofn, ob = self.a, self.ab, self.d, self.ofa, self.ofn, self.ob
+        uf, ub, q, N = self.uf, self.ub, self.q, self.N
         L = self.chain.L
         z = int(ab[i - 1] if x else a[i - 1])
         base = A + int(d[L + 1])
         n_tot = F + v * z
         # first op reads Z^i: Z counts in full during it
-        out1 = ab[i] if j == 0 else a[i]
-        room1 = N - (base + z + out1 + of[i])
+        out1 = ab[i] + ofa[i] if j == 0 else a[i] + ofn[i]     # F_all^i or F_ck^i, own overhead
+        room1 = N - (base + z + out1)
         if room1 < 0:
             return None
         s1 = _wait(F - room1, q)
@@ -900,7 +906,7 @@ class RematOffloadDP:
         res = base + (1 - v) * z
         if j:
             for k in range(i + 1, j + 1):
-                room = N - (res + a[k - 1] + a[k] + of[k])
+                room = N - (res + a[k - 1] + a[k] + ofn[k])       # F_none^k
                 if room < 0:
                     return None
                 c = n_tot - room
@@ -941,8 +947,8 @@ class RematOffloadDP:
 
     def loss(self, x, A, F, P):
         """The loss junction (B.2) for the rebuild: the kernel's own arithmetic (``_loss_eval``)."""
-        s1, s2, E = _loss_eval(self.chain.L, self.N, self.uf, self.ub, self.a, self.ab, self.d, self.of,
-                               self.ob, self.q, x, A, F, P)
+        s1, s2, E = _loss_eval(self.chain.L, self.N, self.uf, self.ub, self.a, self.ab, self.d, self.ofa,
+                               self.ofn, self.ob, self.q, x, A, F, P)
         if not E < INF:
             return None
         return dict(s1=float(s1), s2=float(s2), E=float(E))
@@ -1037,7 +1043,8 @@ class RematOffloadDP:
 
     def _block(self, i, j, m, demand, t0):
         """Rebuild C(i, j, m, D) starting at t0; ``demand`` lists the D parts; returns the end time."""
-        a, ab, d, of, ob, uf, ub, q = self.a, self.ab, self.d, self.of, self.ob, self.uf, self.ub, self.q
+        a, ab, d, ofa, ofn, ob = self.a, self.ab, self.d, self.ofa, self.ofn, self.ob
+        uf, ub, q = self.uf, self.ub, self.q
         D = len(demand)
         p = self.pid[i, j]
         ch = int(self.CH[p, m, D])
@@ -1050,7 +1057,7 @@ class RematOffloadDP:
             rest = demand[:D - k3]
             self._emit("F_all", i, t0)
             if ch == -2:
-                mf = d[i] + ab[i] + of[i]
+                mf = d[i] + ab[i] + ofa[i]
                 R = len(rest)
                 e1 = _wait(R - (m - mf), q)
                 t1 = t0 + uf[i] + e1
@@ -1058,7 +1065,7 @@ class RematOffloadDP:
             else:
                 m2 = m - ab[i]
                 T2, s2 = self.block(i + 1, j, m2, len(rest))
-                mf = d[j] + ab[i] + of[i]
+                mf = d[j] + ab[i] + ofa[i]
                 e1 = _wait(s2 - (m - mf), q)
                 tsub = t0 + uf[i] + e1
                 self._place(rest[spill:s2], tsub)
@@ -1070,7 +1077,7 @@ class RematOffloadDP:
         T1, s1 = self.block(i, ip, m, D)
         m2 = m - a[ip]
         T2, s2 = self.block(ip + 1, j, m2, s1)
-        Tf, eps, ends = _region_idle(i, ip, j, m, s2, uf, a, d, of, q)
+        Tf, eps, ends = _region_idle(i, ip, j, m, s2, uf, a, d, ofn, q)
         self._emit("F_ck", i, t0)
         for k, e in zip(range(i + 1, ip + 1), ends[:-1]):
             self._emit("F_none", k, t0 + e)

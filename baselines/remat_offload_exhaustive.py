@@ -18,7 +18,8 @@ stages beyond the current gradient (``F^l`` with ``l > k`` once ``delta^k`` is t
 gradient) are not tried, and an input of the running operation is not offloaded (its memory would be
 freed while it is read; the simulator rejects that too). Gradients are never offloaded.
 
-Memory is counted exactly as the simulator does (offloaded bytes free at the end of the part,
+Memory is counted exactly as the simulator does (each forward with its own overhead, ``of_all`` for
+F_all and ``of_ng`` for F_ck / F_none; offloaded bytes free at the end of the part,
 prefetched bytes reserved at its start, releases before allocations at equal instants). The search is
 a breadth-first search over time steps of ``tau`` on states (stored values, bytes on the host, current
 gradient, running operation and transfer with their remaining steps); a state reached again later is
@@ -125,7 +126,8 @@ def solve_exhaustive(chain: Chain, memory: float, bandwidth: float | None, *, up
     wa = [int(x) for x in chain.wa]
     wab = [int(x) for x in chain.wabar]
     wd = [int(x) for x in chain.wd]
-    of = [int(x) for x in chain.of]
+    ofa = [int(x) for x in chain.of_all]      # F_all's own forward overhead
+    ofn = [int(x) for x in chain.of_ng]       # the no-grad forwards' (F_ck, F_none)
     ob = [int(x) for x in chain.ob]
     M = int(math.floor(memory + 1e-9))
     ub_steps = None if upper_bound is None else int(math.floor(upper_bound / float(tau) + 1e-9))
@@ -137,7 +139,7 @@ def solve_exhaustive(chain: Chain, memory: float, bandwidth: float | None, *, up
         m = sum(size(st, l) - host[l] for l in range(L + 1)) + size(st, L + 1) + wd[dl]
         if cop is not None:
             op, l, _ = cop
-            m += (wab[l] + of[l]) if op == 0 else (wa[l] + of[l]) if op in (1, 2) else (wd[l - 1] + ob[l])
+            m += (wab[l] + ofa[l]) if op == 0 else (wa[l] + ofn[l]) if op in (1, 2) else (wd[l - 1] + ob[l])
         if ctr is not None and ctr[0] == 1:
             m += 1
         return m
@@ -159,6 +161,11 @@ def solve_exhaustive(chain: Chain, memory: float, bandwidth: float | None, *, up
             ins = (l, l - 1)
         else:
             if st[l - 1] == 0 or (op == 2 and st[l - 1] == 2):
+                return False
+            # recomputing a stored value is not an operation of the model (models.remat): F_all^l
+            # over abar^l, F_ck^l / F_none^l over a^l or abar^l (F_none^l over abar^l was tried and
+            # acted as a free deletion of a^{l-1}; the replay then refused the schedule found)
+            if st[l] == 2 or (op != 0 and st[l] != 0):
                 return False
             if l == L + 1 and op != 0:
                 return False

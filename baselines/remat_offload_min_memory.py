@@ -6,9 +6,11 @@ loss stage's values cannot. So the least memory is set by what the operations th
 
 Lower bound (:func:`necessary_memory`, valid for every schedule the simulator accepts). Every
 stage ``l`` is computed once while delta^{L+1} is held (its input, ``a^0`` for ``l = 1`` else at least
-``min(wa, wabar)^{l-1}``, and its output, at least ``min(wa, wabar)^l``, plus ``o_f^l``); ``F_all^l``
-runs once while some delta^k, ``k >= l``, is held; ``B^l`` holds ``abar^l``, its input, delta^l,
-delta^{l-1} and ``o_b^l``.
+``min(wa, wabar)^{l-1}``, and its output with its forward's overhead, at least
+``min(wabar^l + o_f^l, wa^l + o_f^l)``); ``F_all^l`` runs once while some delta^k, ``k >= l``, is held;
+``B^l`` holds ``abar^l``, its input, delta^l, delta^{l-1} and ``o_b^l``. Each forward is charged its own
+overhead, as the simulator does: ``o_f^l`` is :attr:`Chain.of_all` with ``abar^l`` (F_all) and
+:attr:`Chain.of_ng` with ``a^l`` (F_ck, F_none).
 
 A schedule that reaches a value (:func:`min_memory_schedule`): the forward pass runs every stage
 choosing, by a min-max dynamic program over the chain (:func:`_options`), ``F_all^l`` (keeps
@@ -70,15 +72,17 @@ def necessary_memory(chain: Chain) -> float:
     small = np.minimum(wa, wab)
     suffix_wd = np.minimum.accumulate(wd[::-1])[::-1]
     best = 0.0
+    ofa, ofn = chain.of_all, chain.of_ng     # F_all's own overhead, the no-grad forwards'
     for l in range(1, L + 2):
         inp = wa[0] if l == 1 else small[l - 1]
+        first = min(wab[l] + ofa[l], wa[l] + ofn[l])     # the first forward of l: F_all, or F_ck / F_none
         best = max(best,
-                   inp + small[l] + chain.of[l] + wd[L + 1],
-                   inp + wab[l] + chain.of[l] + suffix_wd[l],
+                   inp + first + wd[L + 1],
+                   inp + wab[l] + ofa[l] + suffix_wd[l],
                    inp + wab[l] + wd[l] + wd[l - 1] + chain.ob[l])
         if l <= L:     # index l is abar^l at B^{l+1}, or a^l and then F_all^l runs while delta^l is held
             best = max(best, min(wab[l] + wab[l + 1] + wd[l + 1] + wd[l] + chain.ob[l + 1],
-                                 inp + wab[l] + chain.of[l] + wd[l]))
+                                 inp + wab[l] + ofa[l] + wd[l]))
     return float(best)
 
 
@@ -92,9 +96,10 @@ def _options(chain: Chain) -> tuple[list[int], float]:
       ``F_all^l`` still runs while the seed gradient is held (readers after it see abar^l).
 
     After ``_E`` at l - 1, ``F^l`` was first computed by that ``F_none^l``: only ``_A`` or ``_E``
-    (without its ``F_ck^l``) remain. Returns the options and the largest memory of an operation."""
+    (without its ``F_ck^l``) remain. Returns the options and the largest memory of an operation.
+    Each forward is charged its own overhead: ``ofa`` (F_all), ``ofn`` (F_ck, F_none)."""
     L = chain.L
-    wa, wab, wd, of, ob = chain.wa, chain.wabar, chain.wd, chain.of, chain.ob
+    wa, wab, wd, ofa, ofn, ob = chain.wa, chain.wabar, chain.wd, chain.of_all, chain.of_ng, chain.ob
     dL = wd[L + 1]
 
     def seen(p, k, late):
@@ -110,15 +115,15 @@ def _options(chain: Chain) -> tuple[list[int], float]:
         done = p == _E                              # F^l already computed (F_none^l of the E at l-1)
         m = f2 + wab[l] + wd[l] + wd[l - 1] + ob[l]   # B^l
         if o == _AB:
-            m = max(m, f1 + wab[l] + of[l] + dL)
+            m = max(m, f1 + wab[l] + ofa[l] + dL)                                 # F_all^l
         elif o == _A:
-            m = max(m, f2 + wab[l] + of[l] + wd[l])
+            m = max(m, f2 + wab[l] + ofa[l] + wd[l])                              # F_all^l after B^{l+1}
             if not done:
-                m = max(m, f1 + wa[l] + of[l] + dL)
+                m = max(m, f1 + wa[l] + ofn[l] + dL)                              # F_ck^l
         else:
-            m = max(m, wa[l] + wa[l + 1] + of[l + 1] + dL, f2 + wab[l] + of[l] + dL)
+            m = max(m, wa[l] + wa[l + 1] + ofn[l + 1] + dL, f2 + wab[l] + ofa[l] + dL)  # F_none^{l+1}, F_all^l
             if not done:
-                m = max(m, f1 + wa[l] + of[l] + dL)
+                m = max(m, f1 + wa[l] + ofn[l] + dL)                              # F_ck^l
         return m
 
     best = {_A: 0.0}                                # index 0: a^0

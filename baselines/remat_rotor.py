@@ -24,7 +24,12 @@ valid for the rounded ones), so its value is a lower bound; when the two values 
 rounded-up plan is optimal for the chain as given. Doubling ``S`` never loses a plan
 (``2 ceil(x) >= ceil(2x)``) and never lowers the bound, so the refinement converges monotonically.
 
-Reading of the paper's recurrences (the extracted text is garbled in places):
+Reading of the paper's recurrences (the extracted text is garbled in places). The paper has one forward
+overhead ``o_f^s``; below, in F_all's conditions (``wabar^s + o_f^s``) it is F_all's own
+(:attr:`Chain.of_all`, ``ofa`` in the kernels) and in the no-grad forwards' (``wa^s + o_f^s`` for F_ck,
+F_none) theirs (:attr:`Chain.of_ng`, ``ofn``), what the executor holds; with both equal to ``of`` (the
+default) the recurrences are the paper's. Every condition bounds one operation, so the proofs carry over
+unchanged.
 
 *Persistent, Theorem 4.8.* ``C(s, t, m)``: best time to compute delta^{s-1} from a^{s-1} and delta^t
 with ``m`` memory not counting a^{s-1} (a^{s-1} may be stored as abar^{s-1}; it is outside ``m``).
@@ -122,7 +127,8 @@ class Discretization:
             f = lambda x: np.floor(np.minimum(np.asarray(x, dtype=float) / self.q, cap) * (1 + 1e-12))  # noqa: E731
         conv = lambda x: f(x).clip(min=0).astype(np.int64)  # noqa: E731
         self.wa, self.wab, self.wd = conv(chain.wa), conv(chain.wabar), conv(chain.wd)
-        self.of, self.ob = conv(chain.of), conv(chain.ob)
+        # each forward's own overhead: F_all's (ofa), the no-grad forwards' F_ck / F_none (ofn)
+        self.ofa, self.ofn, self.ob = conv(chain.of_all), conv(chain.of_ng), conv(chain.ob)
 
     def describe(self) -> str:
         if self.exact:
@@ -180,7 +186,7 @@ def _persistent_split(C, lo, top, P, U, wa, wd, S, s, k, t):
 
 
 @njit(cache=True)
-def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry, block=_BLOCK):
+def _persistent_kernel(L, S, uf, ub, wa, wab, wd, ofa, ofn, ob, allow_carry, block=_BLOCK):
     """Table C[s, t, m] for 1 <= s <= t <= L+1, 0 <= m <= S (Eq. 6-7). ``allow_carry=False`` forbids
     F_all^s unless B^s follows immediately (revolve / AD model).
 
@@ -216,7 +222,7 @@ def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry, block=_BL
     top = np.full((n, n), S + 1, dtype=np.int64)
     base = np.zeros((n, n))
     for s in range(1, L + 2):
-        need = max(wd[s] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+        need = max(wd[s] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
         for m in range(need, S + 1):
             C[s, s, m] = uf[s] + ub[s]
         lo[s, s] = min(need, S + 1)
@@ -226,7 +232,7 @@ def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry, block=_BL
         for d in range(1, L + 1):
             for s in range(1, L + 2 - d):
                 t = s + d
-                full[s, t] = max(wd[t] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s],
+                full[s, t] = max(wd[t] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s],
                                  wab[s] + full[s + 1, t])
                 base[s, t] = uf[s] + base[s + 1, t] + ub[s]   # same order as C_all: exact match
                 if full[s, t] <= S:
@@ -238,11 +244,11 @@ def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry, block=_BL
     P = np.zeros((n, n), dtype=np.int64)
     for s in range(1, n):
         acc = 0.0
-        pre = wa[s] + of[s]
+        pre = wa[s] + ofn[s]
         for k in range(s, n):
             acc += uf[k]
             if k > s:
-                pre = max(pre, wa[k - 1] + wa[k] + of[k])
+                pre = max(pre, wa[k - 1] + wa[k] + ofn[k])
             U[s, k] = acc
             P[s, k] = pre
     B = max(1, block)
@@ -269,7 +275,7 @@ def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry, block=_BL
                 for t in range(max(t0, s + 1), t1 + 1):
                     buf = C[s, t]
                     if allow_carry:                  # F_all^s first (C_all)
-                        need = max(wd[t] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+                        need = max(wd[t] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
                         sub = C[s + 1, t]
                         w = wab[s]
                         for m in range(max(need, w + lo[s + 1, t]), top[s, t]):
@@ -288,7 +294,7 @@ def _persistent_kernel(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry, block=_BL
     return C
 
 
-def _persistent_choice(C, s, t, m, uf, ub, wa, wab, wd, of, ob, allow_carry):
+def _persistent_choice(C, s, t, m, uf, ub, wa, wab, wd, ofa, ofn, ob, allow_carry):
     """Which case achieves C[s, t, m]: -1 (F_all^s first) or s' (F_ck^s keeping a^{s'-1}), by the same
     arithmetic as the kernel (compared with a 1e-12 relative tolerance)."""
     target = C[s, t, m]
@@ -296,16 +302,16 @@ def _persistent_choice(C, s, t, m, uf, ub, wa, wab, wd, of, ob, allow_carry):
     if s == t:
         return -1
     if allow_carry:
-        need = max(wd[t] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+        need = max(wd[t] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
         if m >= need and m >= wab[s] and abs(uf[s] + C[s + 1, t, m - wab[s]] + ub[s] - target) <= tol:
             return -1
-    need = wd[t] + wa[s] + of[s]
+    need = wd[t] + wa[s] + ofn[s]
     fsum = 0.0
     for sp in range(s + 1, t + 1):
         fsum += uf[sp - 1]
         if sp - 1 > s:
             j = sp - 1
-            need = max(need, wd[t] + wa[j - 1] + wa[j] + of[j])
+            need = max(need, wd[t] + wa[j - 1] + wa[j] + ofn[j])
         if m >= need and m >= wa[sp - 1] and abs(fsum + C[sp, t, m - wa[sp - 1]] + C[s, sp - 1, m] - target) <= tol:
             return sp
     raise RuntimeError(f"internal error: no case reaches C[{s},{t},{m}]")
@@ -313,7 +319,7 @@ def _persistent_choice(C, s, t, m, uf, ub, wa, wab, wd, of, ob, allow_carry):
 
 def _persistent_sequence(C, s, t, m, disc: Discretization, chain: Chain, allow_carry: bool, out: list) -> None:
     """Algorithm 4 (OptRecP): rebuild the sequence from the table."""
-    args = (chain.uf, chain.ub, disc.wa, disc.wab, disc.wd, disc.of, disc.ob, allow_carry)
+    args = (chain.uf, chain.ub, disc.wa, disc.wab, disc.wd, disc.ofa, disc.ofn, disc.ob, allow_carry)
     stack = [(s, t, m, False)]
     while stack:
         s, t, m, emit_b = stack.pop()
@@ -364,7 +370,7 @@ def _floating_index(L):
 
 
 @njit(cache=True)
-def _floating_kernel(L, S, uf, ub, wa, wab, wd, of, ob, prune):
+def _floating_kernel(L, S, uf, ub, wa, wab, wd, ofa, ofn, ob, prune):
     """Tables for Theorem 4.7. C[s, t, l, m]; choice R[s,t,l,m] = r (0: infeasible, -1: F_all^s,
     -2: floating move to a^{t-1} then C(t, t, l)),
     TP[s,t,l,m] = t'. G[r, t', l, m] = min over s' of U(r, s'-1) + C[s', t', l, m - wa^{s'-1}] with the
@@ -391,11 +397,11 @@ def _floating_kernel(L, S, uf, ub, wa, wab, wd, of, ob, prune):
                 for tp in range(s + 1, l + 1):
                     g = G[IG[s, tp, l]]
                     gs = GS[IG[s, tp, l]]
-                    need = wd[l] + wa[s] + of[s]          # F_ck^s
+                    need = wd[l] + wa[s] + ofn[s]          # F_ck^s
                     for sp in range(s + 1, tp + 1):
                         if sp - 1 > s:
                             j = sp - 1
-                            need = max(need, wd[l] + wa[j - 1] + wa[j] + of[j])
+                            need = max(need, wd[l] + wa[j - 1] + wa[j] + ofn[j])
                         if need > S:
                             break
                         sub = C[IC[sp, tp, l]]
@@ -412,13 +418,13 @@ def _floating_kernel(L, S, uf, ub, wa, wab, wd, of, ob, prune):
                 rr = R[IC[s, t, l]]
                 tt = TP[IC[s, t, l]]
                 if s == t == l:
-                    need = max(wd[s] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+                    need = max(wd[s] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
                     for m in range(need, S + 1):
                         row[m] = uf[s] + ub[s]
                         rr[m] = -1
                     continue
                 if s == t:  # C_all (Eq. 5)
-                    need = max(wd[l] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+                    need = max(wd[l] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
                     sub = C[IC[s + 1, s + 1, l]]
                     for m in range(max(need, wab[s]), S + 1):
                         v = uf[s] + sub[m - wab[s]] + ub[s]
@@ -429,9 +435,9 @@ def _floating_kernel(L, S, uf, ub, wa, wab, wd, of, ob, prune):
                 # floating activation to a^{t-1}, then C(t, t, l, m2) (which starts with F_all^t or
                 # F_ck^t). Needed e.g. for C(s, t, t) with s < t, which Eq. 2 leaves infinite.
                 if t > s and not (prune and wa[t - 1] < wa[s - 1]):
-                    lo = wd[l] + wa[s] + of[s]
+                    lo = wd[l] + wa[s] + ofn[s]
                     for j in range(s + 1, t):
-                        lo = max(lo, wd[l] + wa[j - 1] + wa[j] + of[j] - wa[s - 1])
+                        lo = max(lo, wd[l] + wa[j - 1] + wa[j] + ofn[j] - wa[s - 1])
                     delta_m = wa[t - 1] - wa[s - 1]
                     lo = max(lo, delta_m)
                     sub = C[IC[t, t, l]]
@@ -448,12 +454,12 @@ def _floating_kernel(L, S, uf, ub, wa, wab, wd, of, ob, prune):
                 if t == l:
                     continue
                 # C_ck (Eq. 3-4): F_none^s..F_none^{r-1} F_ck^r ... ; needs t < t' <= l, r <= t
-                pre = wd[l] + wa[s] + of[s]    # F_none^s (r > s) or F_ck^s (r = s), checked against m
+                pre = wd[l] + wa[s] + ofn[s]    # F_none^s (r > s) or F_ck^s (r = s), checked against m
                 mid = 0                        # max over s<j<r of wd^l + wa^{j-1} + wa^j + o_f^j (<= m + wa^{s-1})
                 for r in range(s, t + 1):
                     if r > s + 1:
                         j = r - 1
-                        mid = max(mid, wd[l] + wa[j - 1] + wa[j] + of[j])
+                        mid = max(mid, wd[l] + wa[j - 1] + wa[j] + ofn[j])
                     if prune and wa[r - 1] < wa[s - 1]:
                         continue
                     if pre > S:
@@ -601,7 +607,7 @@ def _dp(chain: Chain, memory: float, kind: str, slots: int, exact: bool, mode: s
 
 def _args(disc: Discretization, chain: Chain):
     return (chain.L, disc.budget, chain.uf.astype(np.float64), chain.ub.astype(np.float64), disc.wa, disc.wab,
-            disc.wd, disc.of, disc.ob)
+            disc.wd, disc.ofa, disc.ofn, disc.ob)
 
 
 def _same(a: float, b: float) -> bool:

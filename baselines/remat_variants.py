@@ -11,7 +11,7 @@ choice made where the DP takes the ``C_all`` branch, and the DP stays exact over
 variants:
 
     C_all(s, t, m) = min over variants v of  u_f^s + C(s+1, t, m - wabar_v^s) + u_b,v^s
-                     where m >= max(wd^t + wabar_v^s + o_f^s, wd^s + wd^{s-1} + wabar_v^s + o_b,v^s)
+                     where m >= max(wd^t + wabar_v^s + o_f_all,v^s, wd^s + wd^{s-1} + wabar_v^s + o_b,v^s)
 
 and the split branch ``C_ck`` (F_ck^s F_none^{s+1..k}, keep a^k) is rotor's, on the shared forward
 quantities. The model a variant's stage is given (:func:`mixed_chain`):
@@ -19,12 +19,13 @@ quantities. The model a variant's stage is given (:func:`mixed_chain`):
 - ``u_f^l``: the smallest of the variants' forward times (a forward without autograd is the same
   function; the extra time a variant's ``F_all`` takes over it is moved into its ``u_b``, so that
   ``F_all`` + ``B`` keeps the variant's own total, and every ``u_b`` stays >= its own);
-- ``o_f^l``, ``wa^l``, ``wd^l``: the largest over the variants (they measure the same tensors; the
-  largest keeps every plan within its limit);
-- ``wabar^l``, ``u_b^l`` (as above), ``o_b^l``: the chosen variant's;
-- the loss stage ``L+1`` only ever runs ``F_all`` then ``B`` (no split starts there), so its ``o_f`` is
-  the chosen variant's own too: a loss stage over chunks of tokens holds a chunk's logits where the
-  whole one holds all of them, and the largest would hide exactly what the chunks save.
+- the no-grad forward's overhead ``o_f_ng^l`` (:attr:`Chain.of_ng`), ``wa^l``, ``wd^l``: the largest
+  over the variants (they measure the same tensors; the largest keeps every plan within its limit);
+- ``wabar^l``, ``u_b^l`` (as above), ``o_b^l`` and F_all's own overhead ``o_f_all^l``
+  (:attr:`Chain.of_all`): the chosen variant's, since F_all runs as that variant. This includes the
+  loss stage ``L+1``, which only ever runs ``F_all`` then ``B``: a loss stage over chunks of tokens
+  holds a chunk's logits where the whole one holds all of them, and the largest would hide exactly
+  what the chunks save. ``o_f^l`` is the larger of the two.
 
 With one variant the DP is rotor's persistent DP (same table, ``tests/test_remat_variants.py``), and
 with several its value is the least over all assignments of rotor on the mixed chain (checked by
@@ -71,11 +72,13 @@ def mixed_chain(chains: Sequence[Chain], assign: Sequence[int], name: str | None
     idx = np.arange(L + 2)
     ub = np.array([c.ub for c in chains])[pick, idx] + uf_all[pick, idx] - uf
     ub[0] = 0.0
-    of = np.max([c.of for c in chains], axis=0)
-    of[L + 1] = chains[pick[L + 1]].of[L + 1]          # the loss stage runs F_all only: its own o_f
+    of_ng = np.max([c.of_ng for c in chains], axis=0)      # the no-grad forward: the same in every variant
+    of_all = np.array([c.of_all for c in chains])[pick, idx]   # F_all runs as the chosen variant
+    of_ng[L + 1] = of_all[L + 1]                         # the loss stage runs F_all only
     return Chain(uf=uf, ub=np.maximum(ub, 0.0), wa=np.max([c.wa for c in chains], axis=0),
                  wabar=np.array([c.wabar for c in chains])[pick, idx],
-                 wd=np.max([c.wd for c in chains], axis=0), of=of,
+                 wd=np.max([c.wd for c in chains], axis=0), of=np.maximum(of_all, of_ng),
+                 of_all=of_all, of_ng=of_ng,
                  ob=np.array([c.ob for c in chains])[pick, idx], weights=c0.weights.copy(),
                  name=name or f"{c0.name} (a variant per stage)", stage_names=list(c0.stage_names),
                  provenance={**c0.provenance, "variants": [str(v) for v in pick[1:]]}, resident=c0.resident)
@@ -104,8 +107,8 @@ def _split_runs(s, t, uf, wa, wd, of):
 @njit(cache=True)
 def _kernel(L, S, uf, UB, wa, WAB, wd, of, OB, OF):
     """C[s, t, m] of the module docstring for 1 <= s <= t <= L+1, 0 <= m <= S (slots). ``of``: the
-    forward overhead of F_ck/F_none (the largest); ``OF[v, s]``: that of F_all^s in variant v (the
-    largest too, but the loss stage's own)."""
+    forward overhead of F_ck/F_none (the largest of the variants' ``of_ng``); ``OF[v, s]``: F_all^s's
+    own in variant v (its ``of_all``)."""
     n = L + 2
     V = UB.shape[0]
     C = np.full((n, n, S + 1), np.inf)
@@ -166,11 +169,10 @@ def persistent_variants(chains: Sequence[Chain], memory: float, *, slots: int = 
     S = discs[0].budget
     wa = np.max([d.wa for d in discs], axis=0)
     wd = np.max([d.wd for d in discs], axis=0)
-    of = np.max([d.of for d in discs], axis=0)
+    of = np.max([d.ofn for d in discs], axis=0)        # F_ck / F_none: the same function in every variant
     WAB = np.array([d.wab for d in discs], dtype=np.int64)
     OB = np.array([d.ob for d in discs], dtype=np.int64)
-    OF = np.array([of] * len(discs), dtype=np.int64)
-    OF[:, L + 1] = [d.of[L + 1] for d in discs]         # the loss stage runs F_all only: its own o_f
+    OF = np.array([d.ofa for d in discs], dtype=np.int64)      # F_all^s as variant v: its own overhead
     uf_all = np.array([c.uf for c in chains], dtype=np.float64)
     uf = uf_all.min(axis=0)
     UB = np.array([c.ub for c in chains], dtype=np.float64) + uf_all - uf

@@ -109,7 +109,8 @@ def grid_chain(chain: Chain, memory: float, slots: int) -> Chain:
     """``chain`` with sizes snapped to the slots of ``memory / slots`` bytes (rounded up, as the DP
     does) and ``o_b`` raised so that F_all's forward memory check never binds (module docstring)."""
     disc = rotor.Discretization(chain, memory, slots)
-    wa, of, ob = (x.astype(float) for x in (disc.wa, disc.of, disc.ob))
+    # one forward overhead, the larger of the two (Rockmate's model has one for F_ck/F_none)
+    wa, of, ob = (x.astype(float) for x in (disc.wa, np.maximum(disc.ofa, disc.ofn), disc.ob))
     for s in range(1, chain.L + 2):
         ob[s] = max(ob[s], of[s] + wa[s:].max() - wa[s] - wa[s - 1])
     q = disc.q
@@ -120,7 +121,7 @@ def grid_chain(chain: Chain, memory: float, slots: int) -> Chain:
 def rockmate_chain(chain: Chain, disc: rotor.Discretization) -> types.SimpleNamespace:
     """Rockmate's ``RkChain`` attributes for ``chain`` discretized by ``disc`` (module docstring)."""
     ln = chain.L
-    A, B, of, ob = (x.astype(int).tolist() for x in (disc.wa, disc.wab, disc.of, disc.ob))
+    A, B, of, ob = (x.astype(int).tolist() for x in (disc.wa, disc.wab, np.maximum(disc.ofa, disc.ofn), disc.ob))
     uf, ub = chain.uf.tolist(), chain.ub.tolist()
     return types.SimpleNamespace(
         ln=ln, nb_sol=[1] * (ln + 1),

@@ -48,7 +48,7 @@ def drawn_chain(seed: int):
             ob[j] = float(rng.integers(0, 3))
         if fam == 3 and rng.random() < 0.3:
             wab[j] = float(rng.integers(1, int(c.wa[j]) + 1))
-    return dataclasses.replace(c, of=of, wd=wd, ob=ob, wabar=wab), fam
+    return dataclasses.replace(c, of=of, of_all=of, of_ng=of, wd=wd, ob=ob, wabar=wab), fam
 
 
 def _opt(c, M, up=True):
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     for seed in range(a.chains):
         c, fam = drawn_chain(seed)
         rc = B.relaxed_chain(c)
-        first = dataclasses.replace(rc, of=np.minimum(rc.of, np.r_[np.inf, c.wd[:-1] + c.ob[1:]]))
+        first = dataclasses.replace(rc, of_all=np.minimum(rc.of_all, np.r_[np.inf, c.wd[:-1] + c.ob[1:]]))
         lo, hi = remat.memory_range(c)
         s = stats[fam]
         for f in FRACTIONS:

@@ -12,10 +12,9 @@ one CSV row per (network, limit, method):
   deterministic kernel and the run fell back to ``warn_only``);
 * ``predicted_peak`` / ``measured_peak``: the simulator's peak on the profiled chain against the
   measured one (CPU: the dispatch-mode tracker; CUDA: caching-allocator statistics), and
-  ``within_limit``: measured peak <= the limit; ``predicted_peak_executed`` (``peak_rel_err_executed``):
-  the replay with each forward charged its own overhead (``simulate_remat(..., executed=True)``,
-  :attr:`Chain.of_all`, :attr:`Chain.of_ng`), what the executor should measure; ``predicted_peak``
-  charges both forwards the larger, as the solvers plan;
+  ``within_limit``: measured peak <= the limit. The replay charges each forward its own overhead
+  (:attr:`Chain.of_all`, :attr:`Chain.of_ng`), as the solvers plan (files before 2026-11-28 have a
+  column ``predicted_peak_executed`` for it, when ``predicted_peak`` charged both forwards the larger);
 * ``predicted_time`` / ``measured_time``: the simulator's makespan against the executor's time, CUDA
   synchronized before and after, and ``throughput`` = batch / measured time (samples per second).
   The plans are solved on the chain profiled first (in context, :func:`memplan.models.runtime.time_in_context`);
@@ -100,7 +99,7 @@ COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic",
            "network", "batch", "input", "L", "fraction", "memory_limit", "method", "status", "message",
            "ops", "recomputations", "same_as", "grads_equal",
            "predicted_peak", "measured_peak", "peak_rel_err", "within_limit",
-           "predicted_peak_executed", "peak_rel_err_executed",
+
            "predicted_time", "predicted_time_profile", "measured_time", "time_rel_err", "time_min", "time_max",
            "time_q10", "time_rel_err_q10",
            "time_low", "time_high",
@@ -404,7 +403,6 @@ def _row(env: dict, case: Case, det: str, fraction: float, limit: float, method:
         sim = simulate_remat(c, s)
         t_pred = simulate_remat(tc, s).makespan if tc is not None else sim.makespan
         row.update(predicted_peak=sim.peak_memory, predicted_time=t_pred, predicted_time_profile=sim.makespan,
-                   predicted_peak_executed=simulate_remat(c, s, executed=True).peak_memory,
                    predicted_throughput=case.batch / t_pred if t_pred else None)
         if seq is not None:
             row.update(ops=len(seq), recomputations=seq.count("F_ck") + seq.count("F_none"))
@@ -417,7 +415,6 @@ def _row(env: dict, case: Case, det: str, fraction: float, limit: float, method:
                    within_limit=(m["measured_peak"] <= limit) if is_plan else None,
                    cuda_segments_after_round_1=sum(m["cuda_segments"][1:]) if m.get("cuda_segments") else None)
         row["peak_rel_err"] = _rel(m["measured_peak"], row.get("predicted_peak"))
-        row["peak_rel_err_executed"] = _rel(m["measured_peak"], row.get("predicted_peak_executed"))
         row["time_rel_err"] = _rel(t, row.get("predicted_time"))
         ts = sorted(m["times"])
         row["time_q10"] = ts[len(ts) // 10]           # the undisturbed step: what a slow sample does not move

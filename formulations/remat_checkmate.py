@@ -17,6 +17,16 @@ stored forward value is charged as the tape abar^l, never as the smaller a^l), B
 other stages): paper 004's model, like autograd, runs each B^l once. Overheads o_f / o_b are added to the memory of the node while it runs (the
 original has none; paper 004's reimplementation measured them), see ``c_u_budget``.
 
+The forward overhead is each forward's own (``o_f_all`` = :attr:`Chain.of_all` for F_all, ``o_f_ng`` =
+:attr:`Chain.of_ng` for F_ck / F_none), the paper's ``o_f`` when they are equal. Checkmate's model runs
+only one kind of forward: a forward node has one value, charged as the tape abar^l (above), which only
+F_all stores (no node stores the plain a^l of F_ck / F_none), so every forward node is an F_all^l and
+its overhead is F_all's own, ``o_f_all^l`` (in ``c_u_budget``). The F_ck^l / F_none^l that the
+conversion below makes of some of its computations are charged ``o_f_ng^l`` (with the smaller a^l) by
+the replay; where ``o_f_ng^l`` exceeds ``o_f_all^l`` by more than ``wabar^l - wa^l`` such an operation
+can need more memory than Checkmate's node did, one more way in which the converted sequence can
+exceed the limit (reported, see below).
+
 The MILP (Checkmate, section 4; equation names in the constraint names)
 -----------------------------------------------------------------------
 Stage t = 1..n computes node t (frontier-advancing): ``R[t,t] = 1``, ``R[t,i] = 0`` for i > t,
@@ -30,7 +40,8 @@ Stage t = 1..n computes node t (frontier-advancing): ``R[t,t] = 1``, ``R[t,i] = 
 - ``c_free_lo`` / ``c_free_hi``: ``FREE[t,i,k] = R[t,k] (1 - S[t+1,i]) prod_{j in USERS[i], j > k}
   (1 - R[t,j])`` linearized with the hazard count ``h = (1 - R[t,k]) + S[t+1,i] + sum R[t,j]``:
   ``1 - FREE <= h`` and ``h_max (1 - FREE) >= h``;
-- ``c_u_budget``: ``U[t,k] + o_k R[t,k] <= M``;
+- ``c_u_budget``: ``U[t,k] + o_k R[t,k] <= M`` (``o_k``: ``o_f_all^l`` for the forward node F^l, an
+  F_all in Checkmate's model; ``o_b^l`` for B^l);
 - objective ``sum_t sum_i C_i R[t,i]``.
 
 From R, S to a sequence of paper 004 (the conversion of section 5.4)
@@ -100,7 +111,9 @@ class ChainGraph:
             f, b = self.F(l), self.B(l)
             self.cost[f], self.cost[b] = chain.uf[l], chain.ub[l]
             self.size[f], self.size[b] = chain.wabar[l], chain.wd[l - 1]
-            self.over[f], self.over[b] = chain.of[l], chain.ob[l]
+            # every forward node of Checkmate's model is an F_all (its value is charged as the tape
+            # abar^l): F_all's own overhead o_f_all (module docstring; c_u_budget)
+            self.over[f], self.over[b] = chain.of_all[l], chain.ob[l]
         self.static = float(chain.wa[0] + chain.wd[L + 1])
 
     def F(self, l: int) -> int:

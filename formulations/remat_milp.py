@@ -43,11 +43,17 @@ is stored at the start of phase t. Along the sweep, the state of index j is ``x0
 Table 1 second line); the next phase starts from ``x2``/``xb2`` with index t-1 reduced to its abar.
 
 **Memory (Definitions 3.3 and 3.4).** For F^j in phase t:
-``wd^t + wa^0 + sum_{k<j-1} size2[k] + size1[j-1] + sum_{k>=j} size0[k] + out_j + o_f^j <= M``
+``wd^t + wa^0 + sum_{k<j-1} size2[k] + size1[j-1] + sum_{k>=j} size0[k] + out_j + o_j <= M``
 (stored before the operation + its output + its overhead; the input a^{j-1} is still stored while
-F_none^j runs, as in Table 1). When F^j does not run the same left side without output and overhead
-is the memory stored between two operations, which is at most the next operation's memory, so the
-constraint can be written without big-M. For B^t:
+F_none^j runs, as in Table 1). The forward overhead is each forward's own: ``o_j = o_f_all^j``
+(:attr:`Chain.of_all`) for F_all (kinds ``all`` and ``up``, which store abar^j) and
+``o_j = o_f_ng^j`` (:attr:`Chain.of_ng`) for the no-grad F_ck / F_none (kinds ``ck`` and ``none``,
+which store a^j), the paper's one ``o_f^j`` when they are equal (the default). At most one kind runs
+per (t, j) (``c_t1_one_op``), so ``out_j + o_j`` is linear in the op binaries:
+``(wabar^j + o_f_all^j) (all + up) + (wa^j + o_f_ng^j) (ck + none)``, no added variable.
+When F^j does not run the same left side without output and overhead is the memory stored between
+two operations, which is at most the next operation's memory, so the constraint can be written
+without big-M. For B^t:
 ``wd^t + wa^0 + sum_{k<t} size2[k] + wabar^t + wd^{t-1} + o_b^t <= M``.
 With ``cumulative=True`` (the default) the stored memory before F^j is a variable ``P[t,j]`` updated
 by the change F^{j-1} made (``c_d34_stored_step``), which gives O(L^2) instead of O(L^3) nonzeros;
@@ -80,6 +86,13 @@ about 4,000 (instance, memory limit) pairs with L <= 7, including float sizes, c
 without overheads, delta sizes independent of (and up to 40x) the activation sizes, large forward
 overheads, and abar^l < a^l (as in paper 004's Table 2); and on paper 004's toy example
 (Table 2, 90 MB: 47.42 ms, the paper's sequence). ``tests/test_remat_milp.py`` keeps a sample.
+With each forward's own overhead (o_f_all != o_f_ng), paper 004's structural results were not
+re-derived here (their rewritings move or remove operations, and an operation that keeps its kind
+keeps its own overhead, which is why they are expected to carry over); the exactness was checked the
+same way instead: on 120 chains ``random_chain(L, seed, own_overheads=True)`` with
+L = 2..6, at 7 limits each from 3 B below the least feasible memory to 80% of the range, with and
+without the ``up`` pruning (1,418 solves), the MILP and the exhaustive search agree on every optimum
+and every infeasibility; ``tests/test_own_overheads_milp.py`` keeps a sample.
 (The floating DP is not exact on every chain with delta sizes unlike the activations':
 ``benchmarks/counterexample_floating_dp_deltas.py`` has one where the DP gives 106 and this MILP and
 the exhaustive search 102; the bound given to this module therefore runs with both sizes lowered to
@@ -91,9 +104,10 @@ Dominance: ``up`` left out where it cannot help
 without it the model has a quarter fewer binaries, the root LP bound is the same (measured on the
 zoo's ResNet-50 and ResNet-101 chains), and HiGHS's cuts and branching close the gap faster
 (``benchmarks/bench_remat_milp.py --zoo --compare-up``). It is left out at every stage j with
-``wabar^j >= wa^j`` and ``o_f^j <= wd^{j-1} + o_b^j`` (:func:`up_dominated`; all stages but one
-on the zoo's ResNets, the DenseNet has none), because then any valid sequence with ``up`` at stage
-j, in phase t > j, has a rewriting without it of the same makespan in which no operation needs
+``wabar^j >= wa^j`` and ``o_f_all^j <= wd^{j-1} + o_b^j`` (:func:`up_dominated`; all stages but one
+on the zoo's ResNets, the DenseNet has none; ``o_f_all^j`` is F_all's own overhead, the paper's
+``o_f^j`` when the two forwards' overheads are equal), because then any valid sequence with
+``up`` at stage j, in phase t > j, has a rewriting without it of the same makespan in which no operation needs
 more memory:
 
 *Rewriting.* Drop the ``up``; keep the plain a^j (instead of abar^j) through phases t, ..., j+1;
@@ -111,8 +125,12 @@ position j-1 frees it.
 *Memory, operation by operation.* Before the ``up``: unchanged. The ``up`` itself is gone. From
 it to B^{j+1} included: index j holds wa^j instead of wabar^j, no more. Phase j before position
 j: index j empty instead of wabar^j. The new F_all^j: with S0 the memory stored before B^j in
-the original (abar^j included), it needs ``S0 - wabar^j + wabar^j + o_f^j = S0 + o_f^j``, at
-most the original B^j's ``S0 + wd^{j-1} + o_b^j`` (Definition 3.4) by the second condition.
+the original (abar^j included), it needs ``S0 - wabar^j + wabar^j + o_f_all^j = S0 + o_f_all^j``,
+at most the original B^j's ``S0 + wd^{j-1} + o_b^j`` (Definition 3.4) by the second condition.
+*Own overheads:* the rewriting removes one F_all (the ``up``) and adds one F_all (kind ``all``);
+every other operation keeps its kind, so its own overhead (``o_f_all`` or ``o_f_ng``) is unchanged.
+The only new overhead is F_all's, hence ``o_f_all^j`` in the condition; ``o_f_ng^j`` does not
+enter it.
 Each rewriting removes one ``up`` (a stage has at most one: after it, abar^j stays until B^j),
 so repeating it removes all of them. The tests compare the optimum with and without ``up``,
 and with the exhaustive search, on chains where the conditions hold and where they fail.
@@ -158,9 +176,13 @@ def _rel(expr, kind: str, rhs: float = 0.0):
 
 def up_dominated(chain: Chain, j: int) -> bool:
     """Whether ``up`` at stage ``j`` (F_all^j over a stored plain a^j) can be left out of the MILP
-    without changing its optimum: ``wabar^j >= wa^j`` and ``o_f^j <= wd^{j-1} + o_b^j`` (the proof
+    without changing its optimum: ``wabar^j >= wa^j`` and ``o_f_all^j <= wd^{j-1} + o_b^j`` (the proof
     is in the module docstring, "Dominance")."""
-    return bool(chain.wabar[j] >= chain.wa[j] and chain.of[j] <= chain.wd[j - 1] + chain.ob[j])
+    # The rewriting trades the up (an F_all) for an F_all^j right before B^j; every other operation
+    # keeps its kind and so its own overhead. The one new overhead is F_all's (of_all, not of_ng), and
+    # it must fit under B^j's wd^{j-1} + o_b^j (Definition 3.4). of_all <= of, so this prunes at least
+    # the stages the papers' one-overhead condition (of <= wd^{j-1} + o_b^j) pruned.
+    return bool(chain.wabar[j] >= chain.wa[j] and chain.of_all[j] <= chain.wd[j - 1] + chain.ob[j])
 
 
 def _op_index(L: int, up_stages=None):
@@ -204,7 +226,8 @@ def build_remat_milp(chain: Chain, memory: float, *, cumulative: bool = True, pr
     wa = [float(x) * ms for x in chain.wa]
     wab = [float(x) * ms for x in chain.wabar]
     wd = [float(x) * ms for x in chain.wd]
-    of = [float(x) * ms for x in chain.of]
+    ofa = [float(x) * ms for x in chain.of_all]   # F_all's own forward overhead (kinds all, up)
+    ofn = [float(x) * ms for x in chain.of_ng]    # the no-grad forwards' (kinds ck, none)
     ob = [float(x) * ms for x in chain.ob]
     ts = chain.store_all_time() or 1.0
     uf = [float(x) / ts for x in chain.uf]
@@ -283,6 +306,9 @@ def build_remat_milp(chain: Chain, memory: float, *, cumulative: bool = True, pr
     def out(t, j):
         return wab[j] * (o(t, j, "all") + o(t, j, "up")) + wa[j] * (o(t, j, "ck") + o(t, j, "none"))
 
+    def over(t, j):   # the running forward's own overhead: F_all's (all, up), the no-grad one's (ck, none)
+        return ofa[j] * (o(t, j, "all") + o(t, j, "up")) + ofn[j] * (o(t, j, "ck") + o(t, j, "none"))
+
     if not cumulative:
         def stored(t, j):   # memory stored just before F^j of phase t (j = t+1: before B^t)
             e = wd[t] + wa[0] + sum(size2(t, k) for k in range(1, j - 1))
@@ -307,8 +333,10 @@ def build_remat_milp(chain: Chain, memory: float, *, cumulative: bool = True, pr
         def stored(t, j):
             return m.P[t, j]
 
+    # F^j: stored before it + its output + its own overhead (Definitions 3.3 / 3.4; o_f_all for F_all,
+    # o_f_ng for F_ck / F_none, the paper's o_f when equal; one kind at most runs, c_t1_one_op)
     m.c_d34_memory_forward = pyo.Constraint(
-        pair_idx, rule=lambda m_, t, j: _rel(stored(t, j) + out(t, j) + of[j] * anyop(t, j), "<=", 1.0))
+        pair_idx, rule=lambda m_, t, j: _rel(stored(t, j) + out(t, j) + over(t, j), "<=", 1.0))
     # B^t: stored before it (everything of the sweep, abar^t included) + delta^{t-1} + o_b^t
     m.c_d34_memory_backward = pyo.Constraint(
         ph, rule=lambda m_, t: _rel(stored(t, t + 1) + wd[t - 1] + ob[t], "<=", 1.0))

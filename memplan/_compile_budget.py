@@ -864,6 +864,7 @@ class BudgetSearch:
             c = base.without_resident()
             c.resident = base.resident
             c.wa[L + 1], c.wabar[L + 1], c.of[L + 1], c.ob[L + 1] = vals["wa"], vals["wabar"], vals["of"], vals["ob"]
+            c.of_all[L + 1], c.of_ng[L + 1] = vals["of_all"], vals["of_ng"]     # each forward's own
             m = float(min_memory(c))
             self.loss_chunk_minima[k] = m
             if m > prev * (1 - 0.01):
@@ -1218,9 +1219,9 @@ class BudgetSearch:
         """The rotor plan for ``budget`` whose measured peak fits it: rotor solved at ``budget`` minus
         the largest excess of measured over simulated peak seen so far, lowered by the excess and
         solved again while the measurement is over (``tries`` solves at most); None if none fits.
-        ``compiled``: on the chain of compiled stages. Their model over-estimates a forward's peak (one
-        ``o_f`` for F_all and F_ck, the larger; Inductor's inference graphs can hold more temporaries
-        than its training graphs), so where the measured peak leaves more than 1% of the budget, rotor
+        ``compiled``: on the chain of compiled stages. Their model can over-estimate a peak (each
+        forward's own overhead is profiled, but a stage's overheads are measured alone, not in the
+        sequence), so where the measured peak leaves more than 1% of the budget, rotor
         is solved once more with that slack added (measured as a candidate; the faster fitting one is
         returned). ``compiled`` as in :meth:`chain_plan`."""
         sf = self._stage_key(compiled)

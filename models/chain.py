@@ -17,13 +17,16 @@ array             indices      meaning (paper 004, Table 1 and section 3.1)
 ``weights``       1..L+1       parameter bytes W^l of stage l (pipeline and offload problems)
 ================  ===========  =====================================================================
 
-The papers' model has one forward overhead for F_all and the no-grad forwards, and every solver plans
-with it: ``of`` is the larger of the two, as measured. ``of_all`` and ``of_ng`` keep each forward's own
-(:mod:`models.profiler` measures both before taking the larger); a simulator run with
-``executed=True`` charges each forward its own, which is what the executors hold (an attention stage's
-no-grad forward keeps a transient 26 times F_all's on a small GPT-2, so an offloading plan whose peak
-falls in an F_all measured up to 8% below the one-overhead replay). Where they are not given they equal
-``of``, and both replays agree.
+The papers' model has one forward overhead ``o_f`` for F_all and the no-grad forwards (F_ck, F_none).
+The two differ in practice (an attention stage's no-grad forward keeps a transient 26 times F_all's on a
+small GPT-2), so the chain keeps each forward's own: ``of_all`` for F_all, ``of_ng`` for F_ck and
+F_none. Every simulator charges them, and every solver (DPs, MILPs, bounds, heuristics) plans with them,
+so a plan that fits only because F_all's own overhead is small is found, and the replay's peak is what
+the executors hold (to the byte on the CPU). ``of`` is the profiler's larger of the two and the default
+of both: where they are not given, they equal ``of`` and the model is the papers' exactly.
+``simulate_remat(..., one_overhead=True)`` charges ``of`` for every forward, the papers' replay.
+A copy made with ``dataclasses.replace(chain, of=x)`` lowers ``of_all`` and ``of_ng`` to at most ``x``
+(a relaxation stays one) but never raises them: pass ``of_all=`` and ``of_ng=`` too to raise them.
 
 For the loss stage L+1, ``wa[L+1]``, ``wabar[L+1]`` and ``wd[L+1]`` are the (usually zero) sizes of
 the loss value and of delta^{L+1} = 1.
@@ -289,13 +292,16 @@ class Chain:
 
 
 def random_chain(L: int, seed: int = 0, *, integer: bool = True, max_size: int = 10, max_time: int = 10,
-                 overheads: bool = True, name: str | None = None) -> Chain:
+                 overheads: bool = True, own_overheads: bool = False, name: str | None = None) -> Chain:
     """A random chain for tests and benchmarks, reproducible from ``seed``.
 
     With ``integer=True`` (the default) all sizes are small integers in ``1..max_size`` so the DPs can
     run in exact mode and an exhaustive search is cheap; times are integers in ``1..max_time``.
     ``abar^l >= a^l`` always (abar contains a), ``delta^l = a^l``, the loss stage costs nothing.
     With ``integer=False`` the values are floats in realistic units (bytes ~ 1e6..1e8, seconds ~ 1e-3).
+    ``own_overheads=True``: each forward's own overhead differs (``of_all``, ``of_ng``): per stage one of
+    the two is ``of`` (as the profiler's larger) and the other is drawn in ``0..of``, from a second
+    random stream, so the other arrays are those of the same seed without it.
     """
     rng = np.random.default_rng(seed)
     if integer:
@@ -316,7 +322,13 @@ def random_chain(L: int, seed: int = 0, *, integer: bool = True, max_size: int =
         ob = rng.uniform(0, 1e8, L) if overheads else np.zeros(L)
         weights = rng.uniform(1e5, 1e8, L)
     wabar[0] = wa[0]
+    own = {}
+    if own_overheads:
+        r2 = np.random.default_rng([seed, 1])
+        other = np.floor(of * r2.uniform(0, 1, L)) if integer else of * r2.uniform(0, 1, L)
+        first = r2.integers(0, 2, L).astype(bool)      # which forward keeps the larger (of)
+        own = dict(of_all=np.where(first, of, other), of_ng=np.where(first, other, of))
     return Chain.from_stages(uf=uf, ub=ub, wa=wa, wabar=wabar, wd=wa, of=of, ob=ob, weights=weights,
                              name=name or f"random-L{L}-seed{seed}",
                              provenance={"generator": "models.chain.random_chain", "L": L, "seed": seed,
-                                         "integer": integer})
+                                         "integer": integer, "own_overheads": own_overheads}, **own)

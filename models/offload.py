@@ -20,7 +20,9 @@ paper 001            chain field                  remark
 ``|x_i|``            ``wabar[i]``                 i = 0..L+1; what autograd keeps of the forward
                                                   value (abar contains a), so what is offloaded
 ``|y_i|``            ``wd[i]``                    gradient delta^i, i = 0..L+1
-``ex^F_i``           ``of[i+1]``                  temporary memory of F_i beyond inputs/outputs
+``ex^F_i``           ``of_all[i+1]``              temporary memory of F_i beyond inputs/outputs:
+                                                  every forward here keeps its abar, so F_all's own
+                                                  overhead (``of`` where it is not given)
 ``ex^B_i``           ``ob[i+1]``
 ``M_GPU``            ``memory_limit``             activation budget, bytes (parameters
                                                   ``weights`` are not modelled, as in the paper)
@@ -110,7 +112,7 @@ class OffloadData:
     def of(cls, chain: Chain) -> "OffloadData":
         L = chain.L
         return cls(L=L, uF=chain.uf[1:L + 2].copy(), uB=chain.ub[1:L + 2].copy(), x=chain.wabar.copy(),
-                   y=chain.wd.copy(), exF=chain.of[1:L + 2].copy(), exB=chain.ob[1:L + 2].copy())
+                   y=chain.wd.copy(), exF=chain.of_all[1:L + 2].copy(), exB=chain.ob[1:L + 2].copy())
 
     @property
     def candidates(self) -> list[int]:

@@ -11,12 +11,10 @@ For every stage l = 1..L and for the loss L+1, on a sample input a^{l-1}_sample:
   simulator stores a^{l-1} on its own, weights are not activations);
 - ``omega_delta^{l-1}``: bytes of the gradient with respect to the stage input produced by B^l;
 - ``o_f^l``: peak during the forward beyond its inputs and outputs: max(peak of F_all - omega_abar,
-  peak of the no-grad forward - omega_a). The papers' model has one o_f for F_all and F_ck; taking the
-  larger of the two keeps the simulator an upper bound for both (for F_all it then over-estimates by
-  the difference, e.g. up to ~30% during a transformer block's F_all on CPU; peaks of whole sequences
-  stay within a few percent, see experiments/runtime_check.py); each forward's own is kept too,
-  ``o_f_all^l`` and ``o_f_ng^l`` (:attr:`Chain.of_all`, :attr:`Chain.of_ng`), which a simulator run
-  with ``executed=True`` charges instead (the executors' peaks);
+  peak of the no-grad forward - omega_a). The papers' model has one o_f for F_all and F_ck, the larger
+  of the two (for F_all it over-estimates by the difference, e.g. up to ~30% during a transformer
+  block's F_all on CPU); each forward's own is kept too, ``o_f_all^l`` and ``o_f_ng^l``
+  (:attr:`Chain.of_all`, :attr:`Chain.of_ng`), which the simulators charge and the solvers plan with;
 - ``o_b^l``: peak during B^l beyond what was stored before it and beyond delta^{l-1};
 - ``W^l``: bytes of the distinct parameters of the stage.
 

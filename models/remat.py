@@ -119,16 +119,17 @@ class RematReplay:
 
 
 def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, int]],
-                   memory_limit: float | None = None, *, tol: float = 1e-9, executed: bool = False) -> RematReplay:
+                   memory_limit: float | None = None, *, tol: float = 1e-9, one_overhead: bool = False) -> RematReplay:
     """Replay a sequence; return makespan and peak memory, or raise :class:`InvalidSequence`.
 
     With ``memory_limit``, an operation whose memory exceeds it is rejected (relative tolerance
     ``tol`` for float sizes). The sequence must end with ``delta^0`` computed. Times and sizes in
     the result are Python floats (seconds, bytes).
 
-    ``executed``: charge each forward its own overhead (``chain.of_all`` for F_all, ``chain.of_ng`` for
-    F_ck and F_none), what the executors hold, instead of the papers' one ``o_f`` (the larger of the
-    two), which the solvers plan with. The peaks then predict a measurement; the default's bound it.
+    Each forward is charged its own overhead (``chain.of_all`` for F_all, ``chain.of_ng`` for F_ck and
+    F_none), what the executors hold and what the solvers plan with. ``one_overhead=True`` charges the
+    papers' one ``o_f`` (``chain.of``, the larger of the two) for every forward instead: the replay of
+    papers 002/004 exactly, an upper bound of the default's peak.
 
     Examples
     --------
@@ -147,8 +148,8 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
     ops = schedule.ops if isinstance(schedule, RematSchedule) else [(str(o), int(l)) for o, l in schedule]
     L = chain.L
     wa, wab, wd = chain.wa, chain.wabar, chain.wd
-    # each forward's overhead: the papers' one o_f for both, or (executed) each its own
-    of_all, of_ng = (chain.of_all, chain.of_ng) if executed else (chain.of, chain.of)
+    # each forward's own overhead, or (one_overhead) the papers' one o_f for both
+    of_all, of_ng = (chain.of, chain.of) if one_overhead else (chain.of_all, chain.of_ng)
     act = [NONE] * (L + 2)
     delta = [False] * (L + 2)
     gone: dict[int, tuple[int, str]] = {}   # index -> (position, op) that discarded a^index

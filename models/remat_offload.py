@@ -143,9 +143,10 @@ def _discards(op: str, l: int, before: list[int], after: list[int]) -> list[int]
 
 def simulate_remat_offload(chain: Chain, schedule: RematOffloadSchedule, bandwidth: float | None,
                            memory_limit: float | None = None, *, tol: float = 1e-9,
-                           executed: bool = False) -> RematOffloadReplay:
+                           one_overhead: bool = False) -> RematOffloadReplay:
     """Replay a re-materialization + offloading schedule: makespan, peak, recomputation and idle times.
-    ``executed``: each forward charged its own overhead, as :func:`models.remat.simulate_remat`'s.
+    Each forward is charged its own overhead (``one_overhead=True``: the papers' one ``o_f``), as in
+    :func:`models.remat.simulate_remat`.
 
     The timing and memory rules are those of the module docstring. Time ``O(n (n + k))`` for ``n``
     operations and ``k`` transfers.
@@ -195,7 +196,7 @@ def simulate_remat_offload(chain: Chain, schedule: RematOffloadSchedule, bandwid
     ops = schedule.ops
     L = chain.L
     try:
-        base = simulate_remat(chain, ops, executed=executed)
+        base = simulate_remat(chain, ops, one_overhead=one_overhead)
     except InvalidSequence as e:
         raise InvalidRematOffloadSchedule(str(e)) from None
     b_off, b_pre = bandwidth if isinstance(bandwidth, tuple) else (bandwidth, bandwidth)

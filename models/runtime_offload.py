@@ -377,7 +377,8 @@ def merge_view_stages(stages: Sequence[Callable], chain: Chain, views: Sequence[
     (``torch.nn.Sequential``), so that the two values, one storage, are one value the executors can
     move. The merged row: times added, the output's ``wa``/``wd`` those of a^l, ``wabar`` that of
     abar^{l-1} plus what stage l keeps beyond its view (``wabar[l] - wa[l]``: the profile counts the
-    view's bytes in both), ``o_f``/``o_b`` and each forward's own overheads the larger, weights added. Returns (stages, chain)."""
+    view's bytes in both), ``o_f``/``o_b`` and each forward's own overheads the larger, weights added. Returns (stages,
+    chain)."""
     import dataclasses
 
     stages = list(stages)

@@ -1,7 +1,7 @@
 """Each forward's own overhead (Chain.of_all, Chain.of_ng): the papers' model charges F_all and the
-no-grad forwards one o_f, the larger of the two; the executors hold each its own. A replay with
-``executed=True`` must then equal what the executors measure, operation by operation, while the
-default replay (what the solvers plan with) stays an upper bound of it."""
+no-grad forwards one o_f, the larger of the two; the executors hold each its own. The replay, which
+charges each its own (as the solvers plan), must equal what the executors measure, operation by
+operation, while the papers' one-overhead replay (``one_overhead=True``) is an upper bound of it."""
 from __future__ import annotations
 
 import dataclasses
@@ -38,7 +38,7 @@ def gpt2():
 def test_executed_replay_is_the_executor_operation_by_operation(gpt2, segments):
     """Store-all and sequential(2) on a small GPT-2 (its attention stages' no-grad forward keeps
     several times F_all's transient): the executor's measured peak during every operation and memory
-    after it equal the executed=True replay to the byte; the one-overhead replay is above it at some
+    after it equal the replay to the byte; the one-overhead replay is above it at some
     F_all and never below it."""
     stages, loss_stage, x, chain = gpt2
     assert np.all(chain.of_all <= chain.of) and np.all(chain.of_ng <= chain.of)
@@ -46,8 +46,8 @@ def test_executed_replay_is_the_executor_operation_by_operation(gpt2, segments):
     ops = store_all_ops(chain.L) if segments is None else sequential_schedule(chain.L, segments)
     ops = ops.ops if hasattr(ops, "ops") else ops
     run = execute(stages, loss_stage, x, ops, device="cpu", input_grad=False, measure_memory=True)
-    own = simulate_remat(chain, ops, executed=True)
-    one = simulate_remat(chain, ops)
+    own = simulate_remat(chain, ops)
+    one = simulate_remat(chain, ops, one_overhead=True)
     assert own.memory_during == pytest.approx(run.memory_peak_during, abs=1.0)
     assert own.memory_after == pytest.approx(run.memory_after, abs=1.0)
     assert own.peak_memory == pytest.approx(run.peak_memory, abs=1.0)
@@ -62,7 +62,7 @@ def test_executed_replay_by_hand():
     c = Chain.from_stages(uf=[1, 1], ub=[1, 1], wa=[1, 1, 1], wabar=[1, 3, 3], of=[10, 0], ob=[0, 0],
                           of_all=[2, 0], of_ng=[10, 0])
     seq = [("F_ck", 1), ("F_all", 2), ("F_all", 3), ("B", 3), ("B", 2), ("F_all", 1), ("B", 1)]
-    one, own = simulate_remat(c, seq), simulate_remat(c, seq, executed=True)
+    one, own = simulate_remat(c, seq, one_overhead=True), simulate_remat(c, seq)
     # F_ck^1: a^0 (1) + delta^3 (0) + a^1 (1) + 10 either way; F_all^1 (op 5) after B^2: a^0 1 + delta^1 1
     # + abar^1 3 + overhead: 10 in the papers' model, 2 as executed
     assert one.memory_during[0] == own.memory_during[0] == 12

@@ -196,15 +196,11 @@ def test_dry_run_runtime_rows(runtime_rows):
             assert float(sa["measured_peak"]) <= 1.03 * meas, (r, sa)
         else:
             # the executor runs the sequence on the stages the chain was profiled from, and the CPU
-            # tracker counts exact storage bytes: the simulated peak to the byte on ResNet-18. The
-            # model has one o_f for F_all and F_ck, the larger of the two (models.profiler), so where a
-            # sequence peaks in a forward whose o_f came from the other kind the simulator is above the
-            # measure: on this tiny GPT-2 (width 32) by up to 6.4% (57984 vs 61952 bytes, seen when the
-            # solver's sequence, which depends on the timings, peaks in an F_all), never below it
-            if r["network"] == "resnet18":
-                assert meas == pred, r
-            else:
-                assert 0.9 * pred <= meas <= pred, r
+            # tracker counts exact storage bytes: the simulated peak to the byte. The replay charges
+            # each forward its own overhead (Chain.of_all, of_ng); when it charged both the larger
+            # o_f, the tiny GPT-2 here measured up to 6.4% below it (57984 vs 61952 bytes) wherever
+            # the solver's sequence, which depends on the timings, peaked in an F_all
+            assert meas == pred, r
         if float(r["fraction"]) < 1:
             limit = float(r["memory_limit"])
             assert pred <= limit * (1 + 1e-9) and r["within_limit"] == "True"
@@ -383,7 +379,7 @@ def test_offload_exec_dry_run_on_cpu(tmp_path):
         assert float(r["measured_peak"]) <= float(r["memory_limit"])
         assert float(r["measured_peak"]) <= float(r["predicted_peak"]) + 1e-6
         # the executor's stream order with each forward's own overhead is what it measures, to the byte
-        assert abs(float(r["measured_peak"]) - float(r["predicted_peak_executed"])) <= 1.0
+        assert abs(float(r["measured_peak"]) - float(r["predicted_peak_stream"])) <= 1.0
     assert len(rows[0]["offloaded"].split()) >= 2
 
 

@@ -7,6 +7,7 @@ backward overheads (up to 10x the activation sizes) included.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import re
@@ -182,10 +183,23 @@ def _exhaustive_ro_min(c, beta, lo, hi):
     return None
 
 
+def _own_overheads(L, seed, k):
+    """A small random chain whose forwards have their own overheads (``of_all``, ``of_ng``), all three
+    forward-overhead arrays multiplied by ``k`` (so that forwards, not only backward steps, can set
+    the least memory)."""
+    c = random_chain(L, seed, max_size=4, max_time=2, own_overheads=True)
+    return dataclasses.replace(c, of=c.of * k, of_all=c.of_all * k, of_ng=c.of_ng * k)
+
+
 @pytest.mark.parametrize("kind, L, seed", [("random", 1, 0), ("random", 2, 1), ("random", 3, 2),
-                                           ("heavy", 1, 3), ("heavy", 2, 4), ("heavy", 2, 5), ("heavy", 3, 1)])
+                                           ("heavy", 1, 3), ("heavy", 2, 4), ("heavy", 2, 5), ("heavy", 3, 1),
+                                           ("own", 1, 11), ("own", 2, 27), ("own", 3, 21), ("own1", 3, 38)])
 def test_remat_offload_min_memory_is_the_exhaustive_minimum(kind, L, seed):
-    c = random_chain(L, seed, max_size=4, max_time=2) if kind == "random" else heavy(L, seed)
+    if kind in ("own", "own1"):                      # each forward's own overhead: of_all, of_ng
+        c = _own_overheads(L, seed, 4 if kind == "own" else 1)
+        assert (c.of_all != c.of_ng).any()
+    else:
+        c = random_chain(L, seed, max_size=4, max_time=2) if kind == "random" else heavy(L, seed)
     if kind == "heavy":                              # keep the search small: sizes <= 4, times <= 2
         c = Chain(uf=np.minimum(c.uf, 2), ub=np.minimum(c.ub, 2), wa=np.minimum(c.wa, 4),
                   wabar=np.minimum(c.wabar, 4), wd=np.minimum(c.wd, 4), of=np.minimum(c.of, 40),
@@ -200,6 +214,10 @@ def test_remat_offload_min_memory_is_the_exhaustive_minimum(kind, L, seed):
     assert at.success and at.peak_memory <= mm.value
     below = remat_offload.solve(c, memory=mm.value - 1, bandwidth=1.0)
     assert below.status == Status.INFEASIBLE and below.details["min_memory"] == mm.value
+    if kind in ("own", "own1"):
+        # the papers' one overhead (of_all = of_ng = of) needs more: nothing fits at this minimum
+        twin = dataclasses.replace(c, of_all=c.of.copy(), of_ng=c.of.copy())
+        assert solve_exhaustive(twin, mm.value, 1.0, time_limit=60).status == Status.INFEASIBLE
 
 
 def test_remat_offload_min_memory_on_the_shipped_instances_is_exact():

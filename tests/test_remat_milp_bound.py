@@ -36,7 +36,7 @@ def test_equals_the_dense_floating_dp_on_the_same_sizes(L, integer):
             for S in (37, 160):
                 d = R.Discretization(c, M, S, False, "down")
                 dense = R._dp(c, M, "all", S, False, "down")[0]
-                sparse = B.bound_of_sizes(c, d.wa, d.wab, d.wd, d.of, d.ob, d.budget).value
+                sparse = B.bound_of_sizes(c, d.wa, d.wab, d.wd, d.ofa, d.ofn, d.ob, d.budget).value
                 assert sparse == (math.inf if dense is None else dense)
 
 
@@ -95,9 +95,10 @@ def test_fine_units_never_exceed_the_real_share_of_the_limit():
         L = 12
         c = random_chain(L, int(rng.integers(1000)), integer=False)
         M = float(rng.uniform(0.5, 3.0) * c.wa.sum())
-        wa, wab, wd, of, ob, budget, exact = B.fine_units(c, M)
+        wa, wab, wd, ofa, ofn, ob, budget, exact = B.fine_units(c, M)
         assert not exact and budget == B.FINE_UNITS
-        for real, units in ((c.wa, wa), (c.wabar, wab), (c.wd, wd), (c.of, of), (c.ob, ob)):
+        for real, units in ((c.wa, wa), (c.wabar, wab), (c.wd, wd), (c.of_all, ofa), (c.of_ng, ofn),
+                            (c.ob, ob)):
             assert np.all(units.astype(float) <= np.asarray(real) * budget / M)
         # the worst case: all sizes at once (when they fit), computed in exact integers
         if c.wa.sum() + c.wabar.sum() <= M:
@@ -157,7 +158,7 @@ def _up_helps_chain():
     for j in range(1, L + 1):
         of[j] = float(rng.integers(0, 4 * int(max(c.wa) + 1)))
         wd[j] = float(rng.integers(1, 3 * int(max(c.wa) + 1)))
-    return dataclasses.replace(c, of=of, wd=wd)
+    return dataclasses.replace(c, of=of, wd=wd, of_all=of.copy(), of_ng=of.copy())   # one o_f for both
 
 
 def test_the_relaxation_keeps_the_bound_valid_where_up_helps():
@@ -167,8 +168,8 @@ def test_the_relaxation_keeps_the_bound_valid_where_up_helps():
     lo, hi = remat.memory_range(c)
     M = math.floor(lo)
     opt, _ = exhaustive_remat(c, M)
-    wa, wab, wd, of, ob, budget, exact = B.fine_units(c, M)
-    raw = B.bound_of_sizes(c, wa, wab, wd, of, ob, budget, exact).value
+    wa, wab, wd, ofa, ofn, ob, budget, exact = B.fine_units(c, M)
+    raw = B.bound_of_sizes(c, wa, wab, wd, ofa, ofn, ob, budget, exact).value
     assert raw > opt                             # without the relaxation: not a bound here
     res = B.floating_bound(c, M)
     assert res.relaxed and res.value <= opt
@@ -191,7 +192,7 @@ def _drawn_chain(seed):
         wd[j] = float(rng.integers(1, 3 * int(max(c.wa) + 1)))
         if seed % 4 == 2:
             ob[j] = float(rng.integers(0, 3))
-    return dataclasses.replace(c, of=of, wd=wd, ob=ob)
+    return dataclasses.replace(c, of=of, wd=wd, ob=ob, of_all=of.copy(), of_ng=of.copy())   # one o_f for both
 
 
 @pytest.mark.parametrize("seed, M", [(14, 81), (209, 72)])
@@ -209,8 +210,9 @@ def test_the_second_rewriting_of_up_is_valid_and_tight(seed, M):
     rc = B.relaxed_chain(c)
     relaxed = exhaustive_remat(rc, M, up=False)[0]
     assert relaxed == opt                                      # valid (<=) and tight (==)
-    first_only = np.minimum(c.of, np.r_[np.inf, c.wd[:-1] + c.ob[1:]])
-    old = dataclasses.replace(rc, of=np.minimum(rc.of, first_only))
+    # the relaxation lowers F_all's own overhead (the up and its replacement are F_all)
+    first_only = np.minimum(c.of_all, np.r_[np.inf, c.wd[:-1] + c.ob[1:]])
+    old = dataclasses.replace(rc, of_all=np.minimum(rc.of_all, first_only))
     assert exhaustive_remat(old, M, up=False)[0] < opt         # the first rewriting alone: weaker
 
 
@@ -251,9 +253,9 @@ def test_resnet50_h200_at_10pct_proven_by_the_dp_bound():
     bound = B.floating_bound(c, M).value
     assert mk * (1 - 1e-4) <= bound <= mk * (1 + 1e-12)
     rc = B.relaxed_chain(c)
-    first_only = dataclasses.replace(rc, of=np.minimum(rc.of, np.r_[np.inf, c.wd[:-1] + c.ob[1:]]))
-    wa, wab, wd, of, ob, budget, exact = B.fine_units(first_only, M)
-    old = B.bound_of_sizes(first_only, wa, wab, wd, of, ob, budget, exact).value
+    first_only = dataclasses.replace(rc, of_all=np.minimum(rc.of_all, np.r_[np.inf, c.wd[:-1] + c.ob[1:]]))
+    wa, wab, wd, ofa, ofn, ob, budget, exact = B.fine_units(first_only, M)
+    old = B.bound_of_sizes(first_only, wa, wab, wd, ofa, ofn, ob, budget, exact).value
     assert old < mk * (1 - 4e-3)
 
 
@@ -263,10 +265,11 @@ def _wd_apart_chain():
     import dataclasses
 
     f = lambda *v: np.array(v, dtype=float)  # noqa: E731
+    of = f(0, 0, 21, 33, 24, 5, 43, 0)
     return dataclasses.replace(
         random_chain(6, 230), name="wd-apart",
         wa=f(6, 1, 9, 6, 2, 10, 1, 0), wabar=f(6, 5, 13, 6, 12, 14, 11, 0), wd=f(6, 22, 31, 28, 31, 21, 29, 0),
-        of=f(0, 0, 21, 33, 24, 5, 43, 0), ob=f(0, 0, 1, 1, 0, 1, 2, 0),
+        of=of, of_all=of.copy(), of_ng=of.copy(), ob=f(0, 0, 1, 1, 0, 1, 2, 0),   # one o_f for both forwards
         uf=f(0, 4, 3, 1, 4, 8, 4, 0), ub=f(0, 8, 10, 8, 5, 16, 4, 0))
 
 

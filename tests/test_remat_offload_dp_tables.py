@@ -5,8 +5,9 @@ forward table loops over Delta_B innermost with each forward run computed once, 
 with a lower bound, and both kernels run in parallel stripes; then (slow links) the forward table
 loops over j outside Delta_F, and both kernels skip candidates by exact bounds built from row minima
 (``(Tf + RMO) + RMT``, ``(Tf + RMB) + T_1``). The previous kernels are kept below, verbatim
-(``_ref_backward_kernel``, ``_ref_forward_kernel`` and the helpers they call), as the slow
-reference: every table (block time, spill and choice; forward value and choice) must be bit-identical,
+(``_ref_backward_kernel``, ``_ref_forward_kernel`` and the helpers they call) but for each forward's
+own overhead, as in the kernels (F_all's ``ofa`` in F_all's conditions, the no-grad forwards' ``ofn``
+in F_ck's and F_none's, where the paper has one ``o_f``), as the slow reference: every table (block time, spill and choice; forward value and choice) must be bit-identical,
 hence the DP's value and schedule too. A bound that were ever too high would drop a candidate that
 wins, and an equal value found later would change a choice: both show up here, on every entry.
 """
@@ -51,7 +52,7 @@ def _relax(T, SP, CH, p, m, D, v, spill, choice):
 
 
 @njit(cache=True)
-def _ref_backward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid):
+def _ref_backward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid):
     """Tables over pairs p = pid[i, j] (1 <= i <= j <= L), free memory m and prefetch demand D <= m:
     T[p, m, D] block duration, SP[p, m, D] parts spilled before the block, CH[p, m, D] choice
     (-1: F_all^i first, -2: single stage, i' >= i: F_ck^i F_none^{i+1..i'} keeping a^{i'})."""
@@ -69,7 +70,7 @@ def _ref_backward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid):
             for m in range(0, N + 1):
                 mb = ab[i] + d[i] + d[i - 1] + ob[i]
                 if ln == 0:
-                    mf = d[i] + ab[i] + of[i]
+                    mf = d[i] + ab[i] + ofa[i]
                     if m < mf or m < mb:
                         continue
                     for D in range(0, m + 1):
@@ -81,7 +82,7 @@ def _ref_backward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid):
                         _relax(T, SP, CH, p, m, D, uf[i] + e1 + ub[i] + e3, R - k1, -2)
                     continue
                 # case 1: F_all^i, C(i+1, j, m - abar^i), B^i
-                mf = d[j] + ab[i] + of[i]
+                mf = d[j] + ab[i] + ofa[i]
                 m2 = m - ab[i]
                 if m >= mf and m >= mb and m2 >= 0:
                     p2 = pid[i + 1, j]
@@ -105,9 +106,9 @@ def _ref_backward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid):
                 minroom = 1 << 40
                 for ip in range(i, j):
                     if ip == i:
-                        mem = d[j] + a[i] + of[i]
+                        mem = d[j] + a[i] + ofn[i]
                     else:
-                        mem = d[j] + a[ip - 1] + a[ip] + of[ip]
+                        mem = d[j] + a[ip - 1] + a[ip] + ofn[ip]
                     Tf = Tf + uf[ip]
                     room = m - mem
                     if room < minroom:
@@ -161,11 +162,11 @@ def _chunk_end_nb(c, F, zs, q):
 
 
 @njit(cache=True)
-def _loss_eval(L, N, uf, ub, a, ab, d, of, ob, q, x, A, F, P):
+def _loss_eval(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, x, A, F, P):
     """The loss junction (B.2); returns (s1, s2, E) or E = inf. Used by the table and by RematOffloadDP.loss."""
     z = ab[L] if x else a[L]
     res = A + d[L + 1] + z
-    r1 = N - (res + ab[L + 1] + of[L + 1])
+    r1 = N - (res + ab[L + 1] + ofa[L + 1])
     r2 = N - (res + ab[L + 1] + d[L] + ob[L + 1])
     if r1 < 0 or r2 < 0:
         return 0.0, 0.0, np.inf
@@ -184,7 +185,7 @@ def _loss_eval(L, N, uf, ub, a, ab, d, of, ob, q, x, A, F, P):
 
 
 @njit(cache=True)
-def _ref_forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP):
+def _ref_forward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, T, SP):
     """OC[i, x, A, F, P] (B.1, B.2) bottom-up over i = L+1..1 and its choice
     CH = 4 j + 2 f + v (j = 0: F_all^i first; j >= i: F_ck^i F_none^{i+1..j}; f = 1: "flush", the
     level's backward block first waits until all of Delta_B it could not host is prefetched, so that
@@ -203,7 +204,7 @@ def _ref_forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP):
         for A in range(N + 1):
             for F in range(N - A + 1):
                 for P in range(N - A + 1):
-                    _, _, E = _loss_eval(L, N, uf, ub, a, ab, d, of, ob, q, x, A, F, P)
+                    _, _, E = _loss_eval(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, x, A, F, P)
                     if E < np.inf:
                         OC[L + 1, x, off[A] + F * (N - A + 1) + P] = E
                         CH[L + 1, x, off[A] + F * (N - A + 1) + P] = 0
@@ -225,7 +226,7 @@ def _ref_forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP):
                             res = base + (1 - v) * z
                             cA = A + (1 - v) * z
                             # ---- case 1: F_all^i, OC_1(i+1), B^i
-                            room1 = N - (base + z + ab[i] + of[i])
+                            room1 = N - (base + z + ab[i] + ofa[i])
                             if room1 >= 0 and mfree >= mb1:
                                 s1 = _wait(F - room1, q)
                                 e = s1 + uf[i]
@@ -254,7 +255,7 @@ def _ref_forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP):
                                                     best = tot
                                                     bch = 2 * fl + v
                             # ---- case 2: F_ck^i F_none^{i+1..j}, OC_0(j+1), C_A(i, j)
-                            room1 = N - (base + z + a[i] + of[i])
+                            room1 = N - (base + z + a[i] + ofn[i])
                             if room1 < 0:
                                 continue
                             s1 = _wait(F - room1, q)
@@ -262,7 +263,7 @@ def _ref_forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP):
                             zs = max(F * q, e) if v else 0.0
                             for j in range(i, L + 1):
                                 if j > i:
-                                    room = N - (res + a[j - 1] + a[j] + of[j])
+                                    room = N - (res + a[j - 1] + a[j] + ofn[j])
                                     if room < 0:
                                         break
                                     c = n_tot - room
@@ -306,7 +307,7 @@ def _ref_forward_kernel(L, N, uf, ub, a, ab, d, of, ob, q, pid, T, SP):
 
 # ----------------------------------------------------------------------------- comparisons
 def _ref_tables(dp):
-    args = (dp.chain.L, dp.N, dp.uf, dp.ub, dp.a, dp.ab, dp.d, dp.of, dp.ob, dp.q)
+    args = (dp.chain.L, dp.N, dp.uf, dp.ub, dp.a, dp.ab, dp.d, dp.ofa, dp.ofn, dp.ob, dp.q)
     T, SP, CH = _ref_backward_kernel(*args, dp.pid)
     OC, FCH, off = _ref_forward_kernel(*args, dp.pid, T, SP)
     return T, SP, CH, OC, FCH, off
@@ -319,7 +320,7 @@ def _memory(chain, frac):
 
 def _assert_same_tables(dp, ref, stripes=(1, 2, 5)):
     T0, SP0, CH0, OC0, FCH0, off0 = ref
-    args = (dp.chain.L, dp.N, dp.uf, dp.ub, dp.a, dp.ab, dp.d, dp.of, dp.ob, dp.q)
+    args = (dp.chain.L, dp.N, dp.uf, dp.ub, dp.a, dp.ab, dp.d, dp.ofa, dp.ofn, dp.ob, dp.q)
     for nth in stripes:          # the parallel stripes must not change anything (no race, no order effect)
         T, SP, CH, dlo, dhi, rmb = rod._backward_kernel(*args, dp.pid, nth)
         np.testing.assert_array_equal(T, T0)
@@ -366,6 +367,29 @@ def test_exact_mode_tables_equal_the_serial_recurrence(seed):
             ref = _ref_tables(dp)
             _assert_same_tables(dp, ref, stripes=(1, 3) if beta == 1.0 else (1,))
             _assert_same_solution(c, M, beta, ref, exact=True)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_own_overheads_tables_equal_the_serial_recurrence(seed):
+    """Chains whose forwards have their own overheads (F_all's and the no-grad forwards' differ, one
+    of them equal to ``of``): exact mode, and a float chain with slots."""
+    c = random_chain(6, seed, max_size=5, max_time=5, own_overheads=True)
+    assert (c.of_all != c.of_ng).sum() >= 3
+    for frac in (0.0, 0.3, 1.0):
+        M = math.ceil(_memory(c, frac))
+        for beta in (0.0, 0.5, 2.0):
+            dp = rod.RematOffloadDP(c, M, beta, exact=True)
+            ref = _ref_tables(dp)
+            _assert_same_tables(dp, ref, stripes=(1, 3) if beta == 0.5 else (1,))
+            _assert_same_solution(c, M, beta, ref, exact=True)
+    c = random_chain(12, seed, integer=False, own_overheads=True)
+    M = _memory(c, 0.2)
+    for beta in (1e9, 1.2e10):
+        dp = rod.RematOffloadDP(c, M, beta, slots=20)
+        assert (dp.ofa != dp.ofn).any()
+        ref = _ref_tables(dp)
+        _assert_same_tables(dp, ref, stripes=(1, 2))
+        _assert_same_solution(c, M, beta, ref, slots=20)
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -417,7 +441,7 @@ def test_pruning_is_exercised(case):
         c = random_chain(6, 0, max_size=5, max_time=5)
         dp = rod.RematOffloadDP(c, math.ceil(_memory(c, 1.0)), 3.0, exact=True)
     ref = _ref_tables(dp)
-    args = (dp.chain.L, dp.N, dp.uf, dp.ub, dp.a, dp.ab, dp.d, dp.of, dp.ob, dp.q)
+    args = (dp.chain.L, dp.N, dp.uf, dp.ub, dp.a, dp.ab, dp.d, dp.ofa, dp.ofn, dp.ob, dp.q)
     T, SP, CH, dlo, dhi, rmb = rod._backward_kernel(*args, dp.pid, 1)
     work = {}
     for prune in (True, False):

@@ -18,7 +18,7 @@ from memplan.models.chain import random_chain
 
 
 @njit(cache=True)
-def dense_persistent(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry):
+def dense_persistent(L, S, uf, ub, wa, wab, wd, ofa, ofn, ob, allow_carry):
     """The persistent DP as it was before the pruned, tiled kernel: diagonal by diagonal, every
     split point over the whole memory range. Table C[s, t, m] for 1 <= s <= t <= L+1, 0 <= m <= S (Eq. 6-7). ``allow_carry=False`` forbids
     F_all^s unless B^s follows immediately (revolve / AD model).
@@ -36,7 +36,7 @@ def dense_persistent(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry):
     full = np.zeros((n, n), dtype=np.int64)
     base = np.zeros((n, n))
     for s in range(1, L + 2):
-        need = max(wd[s] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+        need = max(wd[s] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
         for m in range(need, S + 1):
             C[s, s, m] = uf[s] + ub[s]
         lo[s, s] = min(need, S + 1)
@@ -47,7 +47,7 @@ def dense_persistent(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry):
         for d in range(1, L + 1):
             for s in range(1, L + 2 - d):
                 t = s + d
-                full[s, t] = max(wd[t] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s],
+                full[s, t] = max(wd[t] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s],
                                  wab[s] + full[s + 1, t])
                 base[s, t] = uf[s] + base[s + 1, t] + ub[s]   # same order as C_all: exact match
     for d in range(1, L + 1):
@@ -61,18 +61,18 @@ def dense_persistent(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry):
                     buf[m] = base[s, t]
             # F_all^s first (C_all)
             if allow_carry:
-                need = max(wd[t] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+                need = max(wd[t] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
                 sub = C[s + 1, t]
                 for m in range(max(need, wab[s] + lo[s + 1, t]), top):
                     buf[m] = uf[s] + sub[m - wab[s]] + ub[s]
             # F_ck^s, F_none^{s+1..s'-1} (C_ck)
-            need = wd[t] + wa[s] + of[s]
+            need = wd[t] + wa[s] + ofn[s]
             fsum = 0.0
             for sp in range(s + 1, t + 1):
                 fsum += uf[sp - 1]
                 if sp - 1 > s:   # F_none^{sp-1} joins the run
                     j = sp - 1
-                    need = max(need, wd[t] + wa[j - 1] + wa[j] + of[j])
+                    need = max(need, wd[t] + wa[j - 1] + wa[j] + ofn[j])
                 if need > S:
                     break
                 first = C[sp, t]
@@ -92,7 +92,7 @@ def dense_persistent(L, S, uf, ub, wa, wab, wd, of, ob, allow_carry):
 
 
 @njit(cache=True)
-def dense_floating(L, S, uf, ub, wa, wab, wd, of, ob, prune):
+def dense_floating(L, S, uf, ub, wa, wab, wd, ofa, ofn, ob, prune):
     """The floating DP with the dense (L+2)^3 (S+1) tables it had before the compact layout.
     Tables for Theorem 4.7. C[s, t, l, m]; choice R[s,t,l,m] = r (0: infeasible, -1: F_all^s,
     -2: floating move to a^{t-1} then C(t, t, l)),
@@ -118,11 +118,11 @@ def dense_floating(L, S, uf, ub, wa, wab, wd, of, ob, prune):
                 for tp in range(s + 1, l + 1):
                     g = G[s, tp, l]
                     gs = GS[s, tp, l]
-                    need = wd[l] + wa[s] + of[s]          # F_ck^s
+                    need = wd[l] + wa[s] + ofn[s]          # F_ck^s
                     for sp in range(s + 1, tp + 1):
                         if sp - 1 > s:
                             j = sp - 1
-                            need = max(need, wd[l] + wa[j - 1] + wa[j] + of[j])
+                            need = max(need, wd[l] + wa[j - 1] + wa[j] + ofn[j])
                         if need > S:
                             break
                         sub = C[sp, tp, l]
@@ -139,13 +139,13 @@ def dense_floating(L, S, uf, ub, wa, wab, wd, of, ob, prune):
                 rr = R[s, t, l]
                 tt = TP[s, t, l]
                 if s == t == l:
-                    need = max(wd[s] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+                    need = max(wd[s] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
                     for m in range(need, S + 1):
                         row[m] = uf[s] + ub[s]
                         rr[m] = -1
                     continue
                 if s == t:  # C_all (Eq. 5)
-                    need = max(wd[l] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+                    need = max(wd[l] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
                     sub = C[s + 1, s + 1, l]
                     for m in range(max(need, wab[s]), S + 1):
                         v = uf[s] + sub[m - wab[s]] + ub[s]
@@ -156,9 +156,9 @@ def dense_floating(L, S, uf, ub, wa, wab, wd, of, ob, prune):
                 # floating activation to a^{t-1}, then C(t, t, l, m2) (which starts with F_all^t or
                 # F_ck^t). Needed e.g. for C(s, t, t) with s < t, which Eq. 2 leaves infinite.
                 if t > s and not (prune and wa[t - 1] < wa[s - 1]):
-                    lo = wd[l] + wa[s] + of[s]
+                    lo = wd[l] + wa[s] + ofn[s]
                     for j in range(s + 1, t):
-                        lo = max(lo, wd[l] + wa[j - 1] + wa[j] + of[j] - wa[s - 1])
+                        lo = max(lo, wd[l] + wa[j - 1] + wa[j] + ofn[j] - wa[s - 1])
                     delta_m = wa[t - 1] - wa[s - 1]
                     lo = max(lo, delta_m)
                     sub = C[t, t, l]
@@ -175,12 +175,12 @@ def dense_floating(L, S, uf, ub, wa, wab, wd, of, ob, prune):
                 if t == l:
                     continue
                 # C_ck (Eq. 3-4): F_none^s..F_none^{r-1} F_ck^r ... ; needs t < t' <= l, r <= t
-                pre = wd[l] + wa[s] + of[s]    # F_none^s (r > s) or F_ck^s (r = s), checked against m
+                pre = wd[l] + wa[s] + ofn[s]    # F_none^s (r > s) or F_ck^s (r = s), checked against m
                 mid = 0                        # max over s<j<r of wd^l + wa^{j-1} + wa^j + o_f^j (<= m + wa^{s-1})
                 for r in range(s, t + 1):
                     if r > s + 1:
                         j = r - 1
-                        mid = max(mid, wd[l] + wa[j - 1] + wa[j] + of[j])
+                        mid = max(mid, wd[l] + wa[j - 1] + wa[j] + ofn[j])
                     if prune and wa[r - 1] < wa[s - 1]:
                         continue
                     if pre > S:
@@ -209,7 +209,12 @@ def _cases():
         L = 1 + (3 * seed) % 14
         integer = seed % 2 == 0
         out.append((L, seed, integer))
+    out += [(5, 11, True), (7, 12, False)]      # each forward's own overhead (of_all, of_ng below of)
     return out
+
+
+def _chain(L, seed, integer):
+    return random_chain(L, seed, integer=integer, own_overheads=seed > 10)
 
 
 def _discs(c, slots):
@@ -221,7 +226,7 @@ def _discs(c, slots):
 
 @pytest.mark.parametrize("L, seed, integer", _cases())
 def test_persistent_kernel_bit_identical(L, seed, integer):
-    c = random_chain(3 * L, seed, integer=integer)
+    c = _chain(3 * L, seed, integer)
     finite = 0
     for disc in _discs(c, 120):
         args = rotor._args(disc, c)
@@ -238,7 +243,7 @@ def test_persistent_kernel_bit_identical(L, seed, integer):
 
 @pytest.mark.parametrize("L, seed, integer", _cases())
 def test_floating_compact_tables_match_dense(L, seed, integer):
-    c = random_chain(L, seed, integer=integer)
+    c = _chain(L, seed, integer)
     n = L + 2
     finite = 0
     for disc in _discs(c, 60):

@@ -41,8 +41,10 @@ from memplan.models.runtime_offload import coalesce_parts, execute_joint, plan_j
 
 GPT = dict(n_layer=2, n_embd=32, n_head=4, vocab=50, n_ctx=16, dropout=0.1)
 # name -> (model kwargs, input shape, joint DP slots, fractions of the way from the least memory of the
-# joint problem to store-all's peak where the DP recomputes and offloads and the coalesced schedule replays)
-CASES = {"resnet18": ({}, (3, 32, 32), 200, (0.3, 0.6, 0.9)), "gpt2": (GPT, (8,), 50, (0.1, 0.2, 0.5))}
+# joint problem to store-all's peak where the DP recomputes and offloads and the coalesced schedule replays;
+# GPT-2's 0.15 was 0.2 before the solvers planned with each forward's own overhead: from 0.2 to 0.3 the DP
+# now fits by re-materialization alone)
+CASES = {"resnet18": ({}, (3, 32, 32), 200, (0.3, 0.6, 0.9)), "gpt2": (GPT, (8,), 50, (0.1, 0.15, 0.5))}
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -16,8 +16,12 @@
 #     test_pipeline_cyclic (five families), test_pipeline_exhaustive (the fixed-allocation ILP at L = 3),
 #     test_pipeline_memory_model (the exact cyclic front with the autograd model, seed 9),
 #     test_pipeline_balance (one allocation of three), test_offload_two_speeds (one chain of six) and
-#     test_remat_offload (the exhaustive search at L = 3, seed 1); the other parametrizations stay.
-# About a minute on 2 cores (16 cases):  bash benchmarks/long_checks.sh   (extra arguments go to pytest)
+#     test_remat_offload (the exhaustive search at L = 3, seed 1); the other parametrizations stay;
+#   - since 2026-11-28, when the solvers' own-overhead tests were added: two of the three slow-link
+#     limits of the ResNet-101 table check and exact-mode seed 3 (test_remat_offload_dp_tables), the
+#     joint least memory on heavy-3-1 (test_minimum_memory), and the pipeline front end's default
+#     method on the pattern the simulator rejects (test_pipeline; method "ilp" stays).
+# About a minute on 2 cores (21 cases):  bash benchmarks/long_checks.sh   (extra arguments go to pytest)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python -m pytest -q -m long -n auto "$@"

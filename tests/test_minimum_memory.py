@@ -192,7 +192,8 @@ def _own_overheads(L, seed, k):
 
 
 @pytest.mark.parametrize("kind, L, seed", [("random", 1, 0), ("random", 2, 1), ("random", 3, 2),
-                                           ("heavy", 1, 3), ("heavy", 2, 4), ("heavy", 2, 5), ("heavy", 3, 1),
+                                           ("heavy", 1, 3), ("heavy", 2, 4), ("heavy", 2, 5),
+                                           pytest.param("heavy", 3, 1, marks=pytest.mark.long),
                                            ("own", 1, 11), ("own", 2, 27), ("own", 3, 21), ("own1", 3, 38)])
 def test_remat_offload_min_memory_is_the_exhaustive_minimum(kind, L, seed):
     if kind in ("own", "own1"):                      # each forward's own overhead: of_all, of_ng

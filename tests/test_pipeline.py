@@ -482,12 +482,14 @@ def test_task_data_is_built_once_per_solve(monkeypatch, method):
     assert sol.success and calls == [BW]
 
 
-def test_ilp_pattern_the_simulator_rejects_is_never_reported(monkeypatch):
+@pytest.mark.parametrize("method", ["ilp", pytest.param(None, marks=pytest.mark.long)])
+def test_ilp_pattern_the_simulator_rejects_is_never_reported(monkeypatch, method):
     """Transfers of 1e6 s beside computations of 1e-3 s (100 MB at 5 B/s) are beyond HiGHS's tolerances:
     the ILP's optimal pattern replays over the limit. The call must not raise nor report that pattern.
     The pattern the ILP returns inside the call is captured and replayed here: it really is over the
     limit (so the case exercises the rejection), and the Solution then has no schedule, status ERROR
-    and a message with the replayed memory and the reason; the default method (the ILP) the same."""
+    and a message with the replayed memory and the reason; the default method (the ILP) the same
+    (marked long: benchmarks/long_checks.sh)."""
     import memplan
     from memplan import pipeline as front
     from memplan.baselines.pipeline_modular import snap_period
@@ -505,7 +507,7 @@ def test_ilp_pattern_the_simulator_rejects_is_never_reported(monkeypatch):
     c = random_chain(6, 1, integer=False)
     M = 942956035.9005135
     td = task_data(c, 5, "paper")
-    for method in ("ilp", None):
+    for method in (method,):
         captured.clear()
         sol = memplan.pipeline.solve(c, memory=M, bandwidth=5, gpus=2, method=method, memory_model="paper",
                                      n_batches=60, threads=1, time_limit=60)

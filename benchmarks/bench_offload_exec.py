@@ -6,8 +6,8 @@ For one zoo network: linearize, profile the chain on the device (times in contex
 link's bandwidth (measured on CUDA, ``models.profiler.measure_host_link``, the slower direction; on a CPU
 ``--bandwidth``, the host being emulated by memory the allocator does not see, so that only the
 memory columns mean something there), then at memory limits between paper 001's minimum (0) and the
-peak without offloading (1) solve GREEDY and DYNPROG (``memplan.offload.solve``), convert the
-schedule (``memplan.remat_offload.offload_schedule_as_joint``) and execute it
+peak without offloading (1) solve GREEDY and DYNPROG (``memplan.baselines.transfer_plans``: paper 001's
+heuristics), convert the schedule (``memplan.models.remat_offload.offload_schedule_as_joint``) and execute it
 (``execute_offload``). Each row: the values offloaded, the simulated peak and makespan of the
 planned schedule, the measured peak (one window, gradients allocated first), the median time of the
 step (``models.measure.interleaved``: every contender once per round in rotating order; on CUDA the
@@ -71,8 +71,9 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny sizes")
     p.add_argument("--fractions", default="0.1,0.4,0.7", help="limits between paper 001's minimum (0) and the "
                    "peak without offloading (1)")
-    p.add_argument("--methods", default="dynprog,greedy,joint", help="paper 001's methods (memplan.offload) and "
-                   "'joint': paper 000's DP, its parts merged into whole transfers")
+    p.add_argument("--methods", default="dynprog,greedy,joint", help="paper 001's methods (greedy, dynprog, vdnn, "
+                   "tflms, autoswap) and 'joint': paper 000's DP, its parts merged into whole transfers "
+                   "(memplan.baselines.transfer_plans)")
     p.add_argument("--bandwidth", default=None, help="bytes/s of the link (e.g. 12GB/s, or two: to the host, to the device, 12GB/s:16GB/s); "
                    "default on CUDA: measured, "
                    "on a CPU: all of the chain's abar moved in one store-all step's time")
@@ -100,23 +101,18 @@ def main(argv=None) -> int:
 
     import torch
 
-    from memplan import offload
     from memplan.experiments.runtime_check import set_deterministic
     from memplan.models.graph import linearize_model
     from memplan.models.measure import interleaved, mean_of_steps, steps_per_sample
     from memplan.models.networks import example_input, get_model
-    from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
     from memplan.models.profiler import classification_loss, measure_host_link, profile_chain
     from memplan.models.remat import simulate_remat, store_all_ops
     from memplan.models.remat_offload import InvalidRematOffloadSchedule, simulate_remat_offload
     from memplan.models.runtime import execute
-    from memplan.baselines.remat_offload_dp import solve_whole_transfers
-    from memplan.baselines.remat_offload_min_memory import min_memory as joint_min_memory
-    from memplan.models.runtime_offload import (execute_joint, execute_offload, merge_view_stages, plan_joint,
-                                                plan_offload, view_stages)
+    from memplan.baselines.transfer_plans import TRANSFER_METHODS, executable_transfers, transfer_range
+    from memplan.models.runtime_offload import merge_view_stages, view_stages
     from memplan._frontend import link_arg
     from memplan.models.solution import InputError
-    from memplan.models.remat_offload import offload_schedule_as_joint
 
     cuda = a.device.startswith("cuda")
     try:
@@ -128,8 +124,8 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     methods = [m for m in a.methods.split(",") if m]
-    if not methods or any(m not in offload.METHODS + ["joint"] for m in methods):
-        print(f"bench_offload_exec: --methods {a.methods!r}: choose from {', '.join(offload.METHODS + ['joint'])}",
+    if not methods or any(m not in TRANSFER_METHODS for m in methods):
+        print(f"bench_offload_exec: --methods {a.methods!r}: choose from {', '.join(TRANSFER_METHODS)}",
               file=sys.stderr)
         return 2
     if a.steps_per_sample is not None and a.steps_per_sample < 1:
@@ -218,7 +214,7 @@ def main(argv=None) -> int:
     print(f"link {beta / 1e9:.2f} GB/s, {how}", flush=True)
     # paper 001's methods plan with the two measured speeds where there are two (and --one-speed is not given)
     link001 = two_way if two_way is not None and not a.one_speed else beta
-    lo, hi = min_feasible_memory(chain), peak_memory_no_offload(chain)
+    lo, hi = transfer_range(chain, "dynprog", link001)
     steps = a.steps_per_sample or 1
     if cuda and a.steps_per_sample is None:
         steps = steps_per_sample(chain.store_all_time())
@@ -234,34 +230,28 @@ def main(argv=None) -> int:
     runs["autograd"] = timed(lambda: loss_fn(model(x)).backward())
     runs["store-all"] = timed(lambda: execute(stages, loss_stage, x, store_all_ops(chain.L), device=dev,
                                               input_grad=False, fuse_backward=False))
-    jlo, jhi = joint_min_memory(chain, beta).value, simulate_remat(chain, store_all_ops(chain.L)).peak_memory
+    jlo, jhi = transfer_range(chain, "joint", beta)
     for f in fractions:
         for m in methods:
             # paper 001's methods between their minimum and the peak without offloading; the joint DP (paper
             # 000, its parts merged into whole transfers) between its least memory and store-all's peak
             mem = float(int(jlo + f * (jhi - jlo))) if m == "joint" else float(int(lo + f * (hi - lo)))
             row = {**base, "fraction": f, "memory_limit": mem, "method": m}
-            if m == "joint":
-                sched, why = solve_whole_transfers(chain, mem, beta)
-                run, status = execute_joint, "feasible"
-                if sched is None:
-                    rows.append({**row, "status": "no schedule", "message": why[:200]})
-                    continue
-            else:
-                sol = offload.solve(chain, memory=mem, bandwidth=link001, method=m, time_limit=a.time_limit)
-                if not sol.success:
-                    rows.append({**row, "status": str(sol.status), "message": sol.message[:200]})
-                    continue
-                sched, run, status = (offload_schedule_as_joint(chain, sol.schedule, link001), execute_offload,
-                                      str(sol.status))
             link = beta if m == "joint" else link001
+            # the schedule and the executor's own plan (its replay, the boundaries where it frees and
+            # allocates); paper 001's schedule converted can break the joint model's rules (a value freed
+            # while read): status "not executed"
+            ex = executable_transfers(chain, m, mem, link, time_limit=a.time_limit)
+            sched, plan, run, status = ex.schedule, ex.plan, ex.run, ex.status
+            if sched is None:
+                rows.append({**row, "status": status, "message": ex.message[:200]})
+                continue
             clear()
             torch.manual_seed(7)
             try:
-                # paper 001's schedule converted can break the joint model's rules (a value freed while
-                # read); the executor refuses a value that is a view of another (a flatten). The plan is
-                # the executor's own (its replay, the boundaries where it frees and allocates)
-                plan = (plan_joint if m == "joint" else plan_offload)(chain, sched, link)
+                # the executor refuses a value that is a view of another (a flatten)
+                if plan is None:
+                    raise InvalidRematOffloadSchedule(ex.message)
                 rep = plan.replay
                 res = run(stages, loss_stage, x, sched, chain, link, device=dev, input_grad=False)
             except InvalidRematOffloadSchedule as e:

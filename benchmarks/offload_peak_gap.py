@@ -57,19 +57,19 @@ def main(argv=None) -> int:
     if not fractions or any(not 0 <= f <= 1 for f in fractions):
         print(f"offload_peak_gap: --fractions {a.fractions!r}: numbers in [0, 1] separated by commas", file=sys.stderr)
         return 2
+    from memplan.baselines.transfer_plans import TRANSFER_METHODS, executable_transfers, transfer_range
+
+    methods = [v for v in a.methods.split(",") if v]
+    if not methods or any(m not in TRANSFER_METHODS for m in methods):
+        print(f"offload_peak_gap: --methods {a.methods!r}: choose from {', '.join(TRANSFER_METHODS)}", file=sys.stderr)
+        return 2
     import torch
 
-    from memplan import offload
-    from memplan.baselines.remat_offload_dp import solve_whole_transfers
-    from memplan.baselines.remat_offload_min_memory import min_memory as joint_min_memory
     from memplan.models.graph import linearize_model
     from memplan.models.instance import load_chain
     from memplan.models.networks import example_input, get_model
-    from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
     from memplan.models.profiler import classification_loss, profile_chain
-    from memplan.models.remat import simulate_remat, store_all_ops
-    from memplan.models.remat_offload import offload_schedule_as_joint, simulate_remat_offload
-    from memplan.models.runtime_offload import execute_joint, execute_offload, plan_joint, plan_offload
+    from memplan.models.remat_offload import simulate_remat_offload
 
     try:
         gpu = load_chain(a.times_from)
@@ -95,25 +95,17 @@ def main(argv=None) -> int:
     beta = 53.28e9 * float(chain.wabar[1:].sum() / gpu.wabar[1:].sum())
     lines = [f"offload_peak_gap: GPT-2 12 blocks, width 64, sequence 256, batch 2 on the CPU emulation; times from "
              f"{a.times_from}; link {beta / 1e6:.1f} MB/s (53.28 GB/s scaled by the chains' stored bytes)"]
-    lo, hi = min_feasible_memory(chain), peak_memory_no_offload(chain)
-    jlo, jhi = joint_min_memory(chain, beta).value, simulate_remat(chain, store_all_ops(chain.L)).peak_memory
+    # paper 001's methods between their minimum and the peak without offloading, the joint DP between its
+    # least memory and store-all's peak
+    ranges = {False: transfer_range(chain, "dynprog", beta), True: transfer_range(chain, "joint", beta)}
     for f in fractions:
-        for m in [v for v in a.methods.split(",") if v]:
-            if m == "joint":
-                mem = float(int(jlo + f * (jhi - jlo)))
-                sched, _why = solve_whole_transfers(chain, mem, beta)
-                if sched is None:
-                    lines.append(f"{m} {f:g}: no schedule")
-                    continue
-                plan, run = plan_joint(chain, sched, beta), execute_joint
-            else:
-                mem = float(int(lo + f * (hi - lo)))
-                sol = offload.solve(chain, memory=mem, bandwidth=beta, method=m, time_limit=30)
-                if not sol.success:
-                    lines.append(f"{m} {f:g}: {sol.status}")
-                    continue
-                sched = offload_schedule_as_joint(chain, sol.schedule, beta)
-                plan, run = plan_offload(chain, sched, beta), execute_offload
+        for m in methods:
+            lo, hi = ranges[m == "joint"]
+            ex = executable_transfers(chain, m, float(int(lo + f * (hi - lo))), beta, time_limit=30)
+            if ex.plan is None:
+                lines.append(f"{m} {f:g}: {ex.status}")
+                continue
+            sched, plan, run = ex.schedule, ex.plan, ex.run
             stream, bw = plan.stream_schedule(chain)
             rep = simulate_remat_offload(chain, stream, bw, one_overhead=True)   # the papers' one o_f
             own = simulate_remat_offload(chain, stream, bw)   # each forward's own overhead

@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import sys
 import time
+from pathlib import Path
 
 FRACTIONS = (0.05, 0.2, 0.5)
 
@@ -149,10 +150,9 @@ def main(argv=None) -> int:
                 if method == "rotor" and f == FRACTIONS[0]:
                     lines.append(f"      rotor's own-overhead plan {_executed(run, chain, s_own.schedule, m)}")
     lines.append(f"({time.perf_counter() - t0:.0f} s)")
-    print("\n".join(lines))
+    print(*lines, sep="\n")
     if a.out:
-        with open(a.out, "w") as fh:
-            fh.write("\n".join(lines) + "\n")
+        Path(a.out).write_text("\n".join(lines) + "\n")
     return 0
 
 

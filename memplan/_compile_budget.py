@@ -1477,35 +1477,23 @@ class BudgetSearch:
         return self._transfer_solvers[kind]
 
     def _new_transfer_solver(self, kind: str, chain) -> tuple[float, float, Callable]:
-        from memplan.models.remat import simulate_remat, store_all_ops
-        from memplan.models.runtime_offload import execute_joint, execute_offload, plan_joint, plan_offload
+        from memplan.baselines.transfer_plans import executable_transfers, transfer_range
+        from memplan.models.remat_offload import InvalidRematOffloadSchedule
 
         beta = self._link(kind)
-        if kind == "chain-offload":
-            from memplan.baselines.offload import dynprog
-            from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
-            from memplan.models.remat_offload import offload_schedule_as_joint
-
-            def solve(limit):
-                sol = dynprog(chain, limit, beta, time_limit=self.solver_time_limit)
-                if not sol.success:
-                    return None, None, None
-                sched = offload_schedule_as_joint(chain, sol.schedule, beta)
-                return sched, execute_offload, plan_offload(chain, sched, beta).replay.peak_memory
-
-            return min_feasible_memory(chain), peak_memory_no_offload(chain), solve
-        from memplan.baselines.remat_offload_dp import solve_whole_transfers
-        from memplan.baselines.remat_offload_min_memory import min_memory as joint_min_memory
+        method = "dynprog" if kind == "chain-offload" else "joint"
 
         def solve(limit):
-            sched, why = solve_whole_transfers(chain, limit, beta, slots=50)
-            if sched is None:
-                self.offload_note = f"chain-joint: {why}"
+            ex = executable_transfers(chain, method, limit, beta, time_limit=self.solver_time_limit)
+            if ex.schedule is None:
+                if method == "joint":
+                    self.offload_note = f"chain-joint: {ex.message}"
                 return None, None, None
-            return sched, execute_joint, plan_joint(chain, sched, beta).replay.peak_memory
+            if ex.plan is None:
+                raise InvalidRematOffloadSchedule(ex.message)
+            return ex.schedule, ex.run, ex.plan.replay.peak_memory
 
-        return (float(joint_min_memory(chain, beta).value),
-                float(simulate_remat(chain, store_all_ops(chain.L)).peak_memory), solve)
+        return (*transfer_range(chain, method, beta), solve)
 
     def _link(self, kind: str):
         """The host link a transfer candidate of ``kind`` plans and runs with: paper 001's DYNPROG

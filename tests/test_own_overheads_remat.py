@@ -169,3 +169,20 @@ def test_offload_problem_charges_f_all_own_overhead():
         ex = OB.exhaustive(c, M, 1.0)
         m = solve_offload_milp(c, M, 1.0, threads=1, time_limit=20)
         assert m.objective == pytest.approx(ex.objective, rel=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 5), st.integers(0, 10_000), st.integers(1, 5), st.floats(0.0, 1.0))
+def test_own_overheads_never_slower_nor_need_more_memory(L, seed, scale, frac):
+    """On every chain, at every limit: the floating DP's optimum with each forward's own overhead is at
+    most its optimum in the papers' one-overhead model (every one-overhead plan is valid with the own
+    overheads, which are at most o_f), and so is the least memory; the plan replays within the limit."""
+    c = _chain(L, seed, scale)
+    lo_one, hi = min_memory_of(_one(c), "all").value, H.store_all(_one(c)).peak_memory
+    assert min_memory_of(c, "all").value <= lo_one + 1e-9
+    M = int(lo_one + frac * (hi - lo_one))
+    own, one = rotor.floating(c, M, exact=True), rotor.floating(_one(c), M, exact=True)
+    if one.success:
+        assert own.success and own.objective <= one.objective + 1e-9
+    if own.success:
+        assert simulate_remat(c, own.schedule, M).makespan == pytest.approx(own.objective)

@@ -186,3 +186,18 @@ def test_own_overheads_never_slower_nor_need_more_memory(L, seed, scale, frac):
         assert own.success and own.objective <= one.objective + 1e-9
     if own.success:
         assert simulate_remat(c, own.schedule, M).makespan == pytest.approx(own.objective)
+
+
+def test_the_report_says_which_overheads_the_plan_was_made_with():
+    import memplan
+    from memplan.models.units import fmt_memory
+
+    c = _chain(5, 2)
+    lo, hi = rotor.min_memory(c), H.store_all(c).peak_memory
+    sol = memplan.remat.solve(c, memory=float(int((lo + hi) / 2)), time_limit=20)
+    text = memplan.remat.report(sol, c)
+    own = int(np.sum((c.of_all != c.of) | (c.of_ng != c.of)))
+    one = simulate_remat(c, sol.schedule, one_overhead=True).peak_memory
+    assert own > 0 and f"each forward's own at {own} stage(s)" in text
+    assert f"would put this sequence's peak at {fmt_memory(one)}" in text and one >= sol.peak_memory
+    assert "overheads" not in memplan.remat.report(memplan.remat.solve(_one(c), memory=sol.memory_limit), _one(c))

@@ -158,6 +158,19 @@ def finish(sol: Solution, b: Budget, *, memory: float | None = None, bandwidth: 
     return sol
 
 
+def overheads_line(chain: Chain, one_overhead_peak: float) -> list[str]:
+    """The reports' line on the forward overheads, where the chain has each forward's own
+    (:attr:`Chain.own_overhead_stages`): what the plan was made and replayed with, and the peak the
+    papers' one-overhead model gives the same schedule (``one_overhead_peak``). Empty otherwise."""
+    from memplan.models.units import fmt_memory
+
+    if not chain.own_overhead_stages:
+        return []
+    return [f"overheads    each forward's own at {chain.own_overhead_stages} stage(s) (o_f_all, o_f_ng), as "
+            f"planned and executed; the papers' one o_f would put this schedule's peak at "
+            f"{fmt_memory(one_overhead_peak)}"]
+
+
 def solve_without_resident(solve_fn, chain: Chain, memory: float, kwargs: dict[str, Any]) -> Solution:
     """Solve a chain whose ``resident`` bytes (tensors crossing two or more cuts, issue 30) are > 0:
     ``solve_fn`` runs on ``chain.without_resident()`` under ``memory - resident`` (the DPs and MILPs

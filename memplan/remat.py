@@ -569,11 +569,8 @@ def report(solution: Solution, chain: Chain) -> str:
             f"makespan     {fmt_time(sol.objective)}  ({over:+.1f}% vs store-all {fmt_time(base.objective)})",
             f"peak memory  {fmt_memory(sol.peak_memory)}  (store-all {fmt_memory(base.peak_memory)})",
         ]
-        own = sum(1 for l in range(1, chain.L + 2) if chain.of_all[l] != chain.of[l] or chain.of_ng[l] != chain.of[l])
-        if own:     # the chain has each forward's own overhead (o_f_all, o_f_ng) somewhere: say so
-            one = simulate_remat(chain, sol.schedule, one_overhead=True).peak_memory
-            lines.append(f"overheads    each forward's own at {own} stage(s) (o_f_all, o_f_ng), as planned and "
-                         f"executed; the papers' one o_f would put this sequence's peak at {fmt_memory(one)}")
+        if chain.own_overhead_stages:
+            lines += _frontend.overheads_line(chain, simulate_remat(chain, sol.schedule, one_overhead=True).peak_memory)
         if sol.details.get("recompute_time") is not None:
             lines.append(f"recompute    {fmt_time(sol.details['recompute_time'])}")
         if sol.bound is not None:

@@ -46,7 +46,7 @@ import time
 from typing import Any
 
 from memplan._frontend import (bandwidth_arg, budget, chain_arg, count_arg, finish, memory_arg, method_arg,
-                               solve_without_resident)
+                               overheads_line, solve_without_resident)
 from memplan.baselines import offload as off_baselines
 from memplan.baselines import remat_rotor
 from memplan.baselines.remat_heuristics import min_memory, store_all
@@ -578,6 +578,9 @@ def report(solution: Solution, chain: Chain) -> str:
         f"makespan     {fmt_time(sol.objective)}",
         f"peak memory  {fmt_memory(sol.peak_memory)}  (store-all {fmt_memory(base.peak_memory)})",
     ]
+    if chain.own_overhead_stages:
+        lines += overheads_line(chain, simulate_remat_offload(chain, sol.schedule, beta or None,
+                                                              one_overhead=True).peak_memory)
     if sol.predicted is not None:
         lines.append(f"predicted    {fmt_time(sol.predicted)} (the method's own value; replayed "
                      f"{'equal' if abs(sol.predicted - sol.objective) <= 1e-9 * max(1.0, sol.objective) else 'DIFFERENT'})")

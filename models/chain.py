@@ -237,6 +237,17 @@ class Chain:
         arr = np.concatenate([self.wa, self.wabar, self.wd, self.of, self.ob, self.of_all, self.of_ng])
         return bool(np.all(arr == np.round(arr)))
 
+    @property
+    def own_overhead_stages(self) -> int:
+        """Number of stages (1..L+1) where a forward's own overhead differs from ``of``: 0 for a chain in
+        the papers' one-overhead model."""
+        return int(np.sum((self.of_all[1:] != self.of[1:]) | (self.of_ng[1:] != self.of[1:])))
+
+    def one_overhead(self) -> "Chain":
+        """The same chain in the papers' model: ``of`` for F_all and the no-grad forwards alike (an
+        upper bound of each forward's own, so every plan of it is valid on this chain)."""
+        return dataclasses.replace(self, of_all=self.of.copy(), of_ng=self.of.copy())
+
     def store_all_time(self) -> float:
         """Makespan with no re-materialization: sum of u_f + u_b over stages 1..L+1."""
         return float(self.uf[1:].sum() + self.ub[1:].sum())

@@ -199,5 +199,35 @@ def test_the_report_says_which_overheads_the_plan_was_made_with():
     own = int(np.sum((c.of_all != c.of) | (c.of_ng != c.of)))
     one = simulate_remat(c, sol.schedule, one_overhead=True).peak_memory
     assert own > 0 and f"each forward's own at {own} stage(s)" in text
-    assert f"would put this sequence's peak at {fmt_memory(one)}" in text and one >= sol.peak_memory
+    assert f"would put this schedule's peak at {fmt_memory(one)}" in text and one >= sol.peak_memory
     assert "overheads" not in memplan.remat.report(memplan.remat.solve(_one(c), memory=sol.memory_limit), _one(c))
+
+
+def test_every_report_names_the_overheads_and_the_one_overhead_peak():
+    """remat, offload and remat-offload: the line where the chain has each forward's own overhead, with
+    the peak the one-overhead replay gives the same schedule; no line on a one-overhead chain."""
+    import memplan
+    from memplan.models.offload import validate_offload
+    from memplan.models.remat_offload import simulate_remat_offload
+    from memplan.models.units import fmt_memory
+
+    c = _chain(4, 0)
+    assert c.own_overhead_stages == int(np.sum((c.of_all[1:] != c.of[1:]) | (c.of_ng[1:] != c.of[1:]))) > 0
+    assert c.one_overhead().own_overhead_stages == 0
+    hi = H.store_all(c).peak_memory
+    runs = {
+        "remat": (lambda ch: memplan.remat.solve(ch, memory=hi * 0.8), memplan.remat.report,
+                  lambda s: simulate_remat(c, s.schedule, one_overhead=True).peak_memory),
+        "offload": (lambda ch: memplan.offload.solve(ch, memory=hi * 0.8, bandwidth=1.0), memplan.offload.report,
+                    lambda s: validate_offload(_one(c), s.schedule).peak_memory),
+        "remat-offload": (lambda ch: memplan.remat_offload.solve(ch, memory=hi * 0.8, bandwidth=1.0),
+                          memplan.remat_offload.report,
+                          lambda s: simulate_remat_offload(_one(c), s.schedule, 1.0).peak_memory),
+    }
+    for problem, (solve, report, one_peak) in runs.items():
+        sol = solve(c)
+        assert sol.success, (problem, sol.message)
+        text = report(sol, c)
+        assert f"each forward's own at {c.own_overhead_stages} stage(s)" in text, problem
+        assert f"this schedule's peak at {fmt_memory(one_peak(sol))}" in text, problem
+        assert "overheads" not in report(solve(_one(c)), _one(c)), problem

@@ -33,7 +33,9 @@ def _chain(L: int, seed: int, scale: float = 5.0) -> Chain:
 
 def _one(c: Chain) -> Chain:
     """The same chain in the papers' model: one overhead, of, for every forward."""
-    return dataclasses.replace(c, of_all=c.of.copy(), of_ng=c.of.copy())
+    one = c.one_overhead()
+    assert np.array_equal(one.of_all, c.of) and np.array_equal(one.of_ng, c.of) and one.own_overhead_stages == 0
+    return one
 
 
 def _limits(c: Chain) -> list[int]:

@@ -23,9 +23,10 @@ only one kind of forward: a forward node has one value, charged as the tape abar
 F_all stores (no node stores the plain a^l of F_ck / F_none), so every forward node is an F_all^l and
 its overhead is F_all's own, ``o_f_all^l`` (in ``c_u_budget``). The F_ck^l / F_none^l that the
 conversion below makes of some of its computations are charged ``o_f_ng^l`` (with the smaller a^l) by
-the replay; where ``o_f_ng^l`` exceeds ``o_f_all^l`` by more than ``wabar^l - wa^l`` such an operation
-can need more memory than Checkmate's node did, one more way in which the converted sequence can
-exceed the limit (reported, see below).
+the replay, so the node is charged ``max(o_f_all^l, o_f_ng^l - (wabar^l - wa^l))``: its memory
+``wabar^l + o`` then covers both kinds, as the papers' one ``o_f`` (the larger) did, and where the
+no-grad forward's extra transient is at most what F_all stores beyond a^l (GPT-2's attention: the
+attention weights, a transient without autograd and part of abar with it) the charge is F_all's own.
 
 The MILP (Checkmate, section 4; equation names in the constraint names)
 -----------------------------------------------------------------------
@@ -40,8 +41,9 @@ Stage t = 1..n computes node t (frontier-advancing): ``R[t,t] = 1``, ``R[t,i] = 
 - ``c_free_lo`` / ``c_free_hi``: ``FREE[t,i,k] = R[t,k] (1 - S[t+1,i]) prod_{j in USERS[i], j > k}
   (1 - R[t,j])`` linearized with the hazard count ``h = (1 - R[t,k]) + S[t+1,i] + sum R[t,j]``:
   ``1 - FREE <= h`` and ``h_max (1 - FREE) >= h``;
-- ``c_u_budget``: ``U[t,k] + o_k R[t,k] <= M`` (``o_k``: ``o_f_all^l`` for the forward node F^l, an
-  F_all in Checkmate's model; ``o_b^l`` for B^l);
+- ``c_u_budget``: ``U[t,k] + o_k R[t,k] <= M`` (``o_k``: ``max(o_f_all^l, o_f_ng^l - (wabar^l - wa^l))``
+  for the forward node F^l, an F_all in Checkmate's model that the conversion may turn into F_ck^l or
+  F_none^l, see above; ``o_b^l`` for B^l);
 - objective ``sum_t sum_i C_i R[t,i]``.
 
 From R, S to a sequence of paper 004 (the conversion of section 5.4)
@@ -112,8 +114,10 @@ class ChainGraph:
             self.cost[f], self.cost[b] = chain.uf[l], chain.ub[l]
             self.size[f], self.size[b] = chain.wabar[l], chain.wd[l - 1]
             # every forward node of Checkmate's model is an F_all (its value is charged as the tape
-            # abar^l): F_all's own overhead o_f_all (module docstring; c_u_budget)
-            self.over[f], self.over[b] = chain.of_all[l], chain.ob[l]
+            # abar^l): F_all's own overhead o_f_all, raised where the F_ck / F_none the conversion may
+            # make of it would need more (module docstring; c_u_budget)
+            self.over[f] = max(chain.of_all[l], chain.of_ng[l] - (chain.wabar[l] - chain.wa[l]))
+            self.over[b] = chain.ob[l]
         self.static = float(chain.wa[0] + chain.wd[L + 1])
 
     def F(self, l: int) -> int:

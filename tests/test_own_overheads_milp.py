@@ -93,8 +93,15 @@ def test_up_dominance_uses_f_all_s_own_overhead():
 
 
 def test_checkmate_charges_f_all_s_own_overhead():
-    """Every forward node of Checkmate's model is an F_all (its value is charged as abar^l)."""
+    """Every forward node of Checkmate's model is an F_all (its value is charged as abar^l), charged
+    F_all's own overhead, raised where a no-grad forward the conversion may make of it needs more:
+    wabar + charge >= max(wabar + of_all, wa + of_ng), with equality."""
     chain = random_chain(4, 2, own_overheads=True)
     g = ChainGraph(chain)
+    raised = 0
     for l in range(1, chain.L + 2):
-        assert g.over[g.F(l)] == chain.of_all[l] and g.over[g.B(l)] == chain.ob[l]
+        need = max(chain.wabar[l] + chain.of_all[l], chain.wa[l] + chain.of_ng[l])
+        assert chain.wabar[l] + g.over[g.F(l)] == need and g.over[g.B(l)] == chain.ob[l]
+        assert g.over[g.F(l)] <= chain.of[l] + max(0.0, chain.wa[l] - chain.wabar[l])
+        raised += g.over[g.F(l)] > chain.of_all[l]
+    assert raised          # the case exists on this chain

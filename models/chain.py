@@ -245,8 +245,10 @@ class Chain:
 
     def one_overhead(self) -> "Chain":
         """The same chain in the papers' model: ``of`` for F_all and the no-grad forwards alike (an
-        upper bound of each forward's own, so every plan of it is valid on this chain)."""
-        return dataclasses.replace(self, of_all=self.of.copy(), of_ng=self.of.copy())
+        upper bound of each forward's own, so every plan of it is valid on this chain). Its arrays are
+        copies."""
+        return dataclasses.replace(self.without_resident(), resident=self.resident, of_all=self.of.copy(),
+                                   of_ng=self.of.copy())
 
     def store_all_time(self) -> float:
         """Makespan with no re-materialization: sum of u_f + u_b over stages 1..L+1."""

@@ -32,11 +32,6 @@ from pathlib import Path
 FRACTIONS = (0.05, 0.2, 0.5)
 
 
-def _one(c):
-    """The chain in the papers' model: one forward overhead, of, for F_all and the no-grad forwards."""
-    return dataclasses.replace(c, of_all=c.of.copy(), of_ng=c.of.copy())
-
-
 def _chains():
     import torch
 
@@ -115,7 +110,7 @@ def main(argv=None) -> int:
     lines = ["own_overheads_gain: each forward's own overhead (own) against the papers' one o_f (one), same "
              "limits, predicted step times; ratio = one / own"]
     for name, chain, beta, run in _chains():
-        one = _one(chain)
+        one = chain.one_overhead()
         lines.append(f"{name}: L = {chain.L}, link {beta / 1e6:.0f} MB/s; stages whose two forward overheads "
                      f"differ: {int(np.sum(chain.of_all != chain.of_ng))}; F_all's own below o_f by up to "
                      f"{float((chain.of - chain.of_all).max()) / 2**20:.2f} MiB, the no-grad forward's by up to "

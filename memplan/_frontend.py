@@ -13,7 +13,7 @@ schedule in the problem's simulator, and stamp the solution (:func:`finish`).
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from memplan.models.budget import Budget, ProgressFn
 from memplan.models.chain import Chain
@@ -158,17 +158,18 @@ def finish(sol: Solution, b: Budget, *, memory: float | None = None, bandwidth: 
     return sol
 
 
-def overheads_line(chain: Chain, one_overhead_peak: float) -> list[str]:
+def overheads_line(chain: Chain, one_overhead_peak: Callable[[], float]) -> list[str]:
     """The reports' line on the forward overheads, where the chain has each forward's own
     (:attr:`Chain.own_overhead_stages`): what the plan was made and replayed with, and the peak the
-    papers' one-overhead model gives the same schedule (``one_overhead_peak``). Empty otherwise."""
+    papers' one-overhead model gives the same schedule (``one_overhead_peak()``, a replay, run only
+    then). Empty otherwise."""
     from memplan.models.units import fmt_memory
 
     if not chain.own_overhead_stages:
         return []
     return [f"overheads    each forward's own at {chain.own_overhead_stages} stage(s) (o_f_all, o_f_ng), as "
             f"planned and executed; the papers' one o_f would put this schedule's peak at "
-            f"{fmt_memory(one_overhead_peak)}"]
+            f"{fmt_memory(one_overhead_peak())}"]
 
 
 def solve_without_resident(solve_fn, chain: Chain, memory: float, kwargs: dict[str, Any]) -> Solution:

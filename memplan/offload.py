@@ -363,8 +363,8 @@ def report(solution: Solution, chain: Chain) -> str:
         ratio = sol.objective / lb if lb else math.nan
         lines += [f"makespan     {fmt_time(sol.objective)}  (ratio to LB {ratio:.4f})",
                   f"peak memory  {fmt_memory(sol.peak_memory)}"]
-        if chain.own_overhead_stages:      # ex^F is F_all's own overhead here (every forward keeps abar)
-            lines += _frontend.overheads_line(chain, validate_offload(chain.one_overhead(), sol.schedule).peak_memory)
+        # ex^F is F_all's own overhead here (every forward keeps abar)
+        lines += _frontend.overheads_line(chain, lambda: validate_offload(chain.one_overhead(), sol.schedule).peak_memory)
         if sol.bound is not None and sol.method == "milp":
             gap = sol.gap
             lines.append(f"bound        {fmt_time(sol.bound)}" + (f"  (gap {gap * 100:.3f}%)" if gap is not None else ""))

@@ -569,8 +569,8 @@ def report(solution: Solution, chain: Chain) -> str:
             f"makespan     {fmt_time(sol.objective)}  ({over:+.1f}% vs store-all {fmt_time(base.objective)})",
             f"peak memory  {fmt_memory(sol.peak_memory)}  (store-all {fmt_memory(base.peak_memory)})",
         ]
-        if chain.own_overhead_stages:
-            lines += _frontend.overheads_line(chain, simulate_remat(chain, sol.schedule, one_overhead=True).peak_memory)
+        lines += _frontend.overheads_line(
+            chain, lambda: simulate_remat(chain, sol.schedule, one_overhead=True).peak_memory)
         if sol.details.get("recompute_time") is not None:
             lines.append(f"recompute    {fmt_time(sol.details['recompute_time'])}")
         if sol.bound is not None:

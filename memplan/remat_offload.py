@@ -578,9 +578,8 @@ def report(solution: Solution, chain: Chain) -> str:
         f"makespan     {fmt_time(sol.objective)}",
         f"peak memory  {fmt_memory(sol.peak_memory)}  (store-all {fmt_memory(base.peak_memory)})",
     ]
-    if chain.own_overhead_stages:
-        lines += overheads_line(chain, simulate_remat_offload(chain, sol.schedule, beta or None,
-                                                              one_overhead=True).peak_memory)
+    lines += overheads_line(chain, lambda: simulate_remat_offload(chain, sol.schedule, beta or None,
+                                                                 one_overhead=True).peak_memory)
     if sol.predicted is not None:
         lines.append(f"predicted    {fmt_time(sol.predicted)} (the method's own value; replayed "
                      f"{'equal' if abs(sol.predicted - sol.objective) <= 1e-9 * max(1.0, sol.objective) else 'DIFFERENT'})")

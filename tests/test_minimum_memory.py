@@ -217,7 +217,7 @@ def test_remat_offload_min_memory_is_the_exhaustive_minimum(kind, L, seed):
     assert below.status == Status.INFEASIBLE and below.details["min_memory"] == mm.value
     if kind in ("own", "own1"):
         # the papers' one overhead (of_all = of_ng = of) needs more: nothing fits at this minimum
-        twin = dataclasses.replace(c, of_all=c.of.copy(), of_ng=c.of.copy())
+        twin = c.one_overhead()
         assert solve_exhaustive(twin, mm.value, 1.0, time_limit=60).status == Status.INFEASIBLE
 
 

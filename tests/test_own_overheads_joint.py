@@ -10,7 +10,7 @@ overheads is ``of``, the other is drawn below it), most with the three forward-o
 multiplied by ``k = 4``: a random chain's forward overhead is at most half an activation, so a
 backward step nearly always sets the peak and the own overheads rarely change anything (on L = 2..5,
 50 seeds each, with the default sizes, they changed no store-all peak and no least memory). The
-one-overhead twin of a chain is the same chain with ``of_all = of_ng = of`` (the papers' model).
+one-overhead twin of a chain is ``Chain.one_overhead()``: ``of_all = of_ng = of`` (the papers' model).
 
 The DP plans over a restricted space (persistent sequences, top-level inputs offloaded, transfers in
 slot parts), so it is not the optimum of every instance (``tests/test_remat_offload_exhaustive.py``
@@ -47,11 +47,6 @@ def _chain(L, seed, k=4):
 def _default_chain(L, seed):
     """``random_chain`` with its default sizes (1..10) and short times."""
     return random_chain(L, seed, max_time=2, own_overheads=True)
-
-
-def _twin(c):
-    """The same chain with the papers' one forward overhead."""
-    return dataclasses.replace(c, of_all=c.of.copy(), of_ng=c.of.copy())
 
 
 def _value(sol):
@@ -103,7 +98,7 @@ def test_joint_dp_is_the_exhaustive_optimum(spec, M, beta):
         e = solve_exhaustive(c, M, beta, upper_bound=j.objective, time_limit=30)
         assert e.status == Status.OPTIMAL and e.details.get("proven_optimal_at_upper_bound"), e.message
     # planning with the larger one overhead never does better
-    assert j.objective <= _value(solve_remat_offload_dp(_twin(c), M, beta, exact=True)) + 1e-9
+    assert j.objective <= _value(solve_remat_offload_dp(c.one_overhead(), M, beta, exact=True)) + 1e-9
 
 
 # (chain, memory limit, bandwidth) where each forward's own overhead makes the optimum strictly
@@ -118,7 +113,7 @@ STRICT = [
 @pytest.mark.parametrize("spec, M, beta", STRICT, ids=[f"{s[0]}-L{s[1]}-s{s[2]}-M{m}-b{b}" for s, m, b in STRICT])
 def test_own_overheads_lower_the_optimum_and_the_dp_finds_it(spec, M, beta):
     c = _make(spec)
-    twin = _twin(c)
+    twin = c.one_overhead()
     j = _check_dp(c, M, beta)
     j1 = solve_remat_offload_dp(twin, M, beta, exact=True)
     if c.L <= 3:
@@ -169,7 +164,7 @@ def test_joint_least_memory_is_the_exhaustive_least_memory(spec, beta, lower):
     dp_below = solve_remat_offload_dp(c, M - 1, beta, exact=True)
     assert dp_below.status == Status.INFEASIBLE and dp_below.details["min_memory"] == M
     # the twin needs at least as much, strictly more where the own overheads matter
-    twin = _twin(c)
+    twin = c.one_overhead()
     assert ro_min_memory(twin, beta).value >= M
     if lower:
         assert solve_exhaustive(twin, M, beta, time_limit=30).status == Status.INFEASIBLE

@@ -4,8 +4,6 @@ wabar + of_all for F_all and wa + of_ng for the no-grad forwards), and Checkmate
 replays within the limit, never below that optimum."""
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from memplan.baselines.remat_exhaustive import exhaustive_remat
@@ -16,11 +14,6 @@ from memplan.models.remat import simulate_remat
 from memplan.models.solution import Status
 
 from conftest import remat_limits
-
-
-def _one_overhead(chain):
-    """The same chain with the papers' one o_f for both forwards."""
-    return dataclasses.replace(chain, of_all=chain.of.copy(), of_ng=chain.of.copy())
 
 
 def _milp_equals_oracle(chain, memory):
@@ -65,7 +58,7 @@ def test_own_overheads_beat_the_one_overhead_optimum(L, seed, memory):
     """Not vacuous: on these chains and limits each forward's own overhead admits a faster sequence than
     the papers' one o_f (the larger of the two) for both, by the oracle; the MILP finds both optima."""
     chain = random_chain(L, seed, own_overheads=True)
-    one = _one_overhead(chain)
+    one = chain.one_overhead()
     own_opt = exhaustive_remat(chain, memory)[0]
     one_ex = exhaustive_remat(one, memory)
     assert one_ex is not None and own_opt < one_ex[0]

@@ -160,9 +160,11 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     gradients with the same kernels in the same order and frees each stage's saved tensors as the
     engine passes them; per-stage calls cost a Python round trip and, on a GPU, an engine hand-off each
     (the executed store-all plan was 15-21% slower than autograd on an H200 with one call per B).
-    A fused run reports the group's time on its first B (the others' time is 0); with ``measure_memory``
-    each B of the group gets its own memory, read by a hook on each junction's gradient (the moment
-    delta^{j-1} is complete: B^j has ended, B^{j-1} starts).
+    With ``measure_memory`` each B of the group gets its own memory, and with ``op_times`` its own
+    time, both read by a hook on each junction's gradient (the moment delta^{j-1} is complete: B^j has
+    ended, B^{j-1} starts; the engine runs a stage's nodes before the stage below's, by sequence
+    number). Without the holds (``hold=False``) there are no hooks and a group's time is reported on
+    its first B (the others' about 0).
 
     Memory of a fused group: the engine would free a^j as soon as B^{j+1} is done with it and delta^j
     as soon as B^j's first node has used it; the model, the profiler's ``ob^l`` and an unfused run keep
@@ -228,13 +230,17 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
             elif graph and isinstance(t, torch.Tensor):      # F_all recomputes it: hand its storage to the resident leaf
                 R[v].data = t.detach()   # (one copy; the leaf, its .grad and the readers' graphs stay)
 
-    def _mark() -> None:
+    def _stamp():
         if cuda:
             e = torch.cuda.Event(enable_timing=True)
             e.record()
-            marks.append(e)
-        else:
-            marks.append(clock())
+            return e
+        return clock()
+
+    def _mark() -> None:
+        marks.append(_stamp())
+
+    ended: dict[int, Any] = {}       # op_times of a fused group: j -> when B^j ended (its junction's hook)
 
     queued: list[tuple[float, float]] = []     # (peak, current) of B's of a fused group not yet reported
     held: dict[int, torch.Tensor] = {}          # a^j of a fused group, kept until B^j ends (as the model)
@@ -244,6 +250,8 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         def hook(grad):
             # delta^{j-1} is complete: B^j of a fused group has ended, B^{j-1} starts. ``grad``: the
             # gradient (tensor hook) or the tuple of gradients of a^{j-1}'s node (node pre-hook)
+            if op_times is not None:
+                ended[j] = _stamp()
             held.pop(j, None)
             held_delta.pop(j, None)
             held_delta[j - 1] = grad
@@ -272,7 +280,8 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                     during.append(peak_now)
                     after.append(current_now)
                 if op_times is not None:
-                    _mark()
+                    got = ended.pop(l + 1, None)       # B^{l+1} ended, B^l started, inside the call
+                    marks.append(got if got is not None else _stamp())
                 continue
             if tracker is not None:
                 tracker.reset_peak()

@@ -305,7 +305,8 @@ class Chain:
 
 
 def random_chain(L: int, seed: int = 0, *, integer: bool = True, max_size: int = 10, max_time: int = 10,
-                 overheads: bool = True, own_overheads: bool = False, name: str | None = None) -> Chain:
+                 overheads: bool = True, own_overheads: bool = False, forward_overhead_scale: float = 1,
+                 name: str | None = None) -> Chain:
     """A random chain for tests and benchmarks, reproducible from ``seed``.
 
     With ``integer=True`` (the default) all sizes are small integers in ``1..max_size`` so the DPs can
@@ -315,6 +316,8 @@ def random_chain(L: int, seed: int = 0, *, integer: bool = True, max_size: int =
     ``own_overheads=True``: each forward's own overhead differs (``of_all``, ``of_ng``): per stage one of
     the two is ``of`` (as the profiler's larger) and the other is drawn in ``0..of``, from a second
     random stream, so the other arrays are those of the same seed without it.
+    ``forward_overhead_scale``: ``of`` (and ``of_all``, ``of_ng``) multiplied by it after the draw, so
+    that forwards, not only backward steps, can set the least memory; the other arrays are unchanged.
     """
     rng = np.random.default_rng(seed)
     if integer:
@@ -340,8 +343,12 @@ def random_chain(L: int, seed: int = 0, *, integer: bool = True, max_size: int =
         r2 = np.random.default_rng([seed, 1])
         other = np.floor(of * r2.uniform(0, 1, L)) if integer else of * r2.uniform(0, 1, L)
         first = r2.integers(0, 2, L).astype(bool)      # which forward keeps the larger (of)
-        own = dict(of_all=np.where(first, of, other), of_ng=np.where(first, other, of))
+        own = dict(of_all=np.where(first, of, other) * forward_overhead_scale,
+                   of_ng=np.where(first, other, of) * forward_overhead_scale)
+    of = of * forward_overhead_scale
     return Chain.from_stages(uf=uf, ub=ub, wa=wa, wabar=wabar, wd=wa, of=of, ob=ob, weights=weights,
                              name=name or f"random-L{L}-seed{seed}",
                              provenance={"generator": "models.chain.random_chain", "L": L, "seed": seed,
-                                         "integer": integer, "own_overheads": own_overheads}, **own)
+                                         "integer": integer, "own_overheads": own_overheads,
+                                         **({"forward_overhead_scale": forward_overhead_scale}
+                                            if forward_overhead_scale != 1 else {})}, **own)

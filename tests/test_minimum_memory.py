@@ -7,7 +7,6 @@ backward overheads (up to 10x the activation sizes) included.
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import re
@@ -187,8 +186,7 @@ def _own_overheads(L, seed, k):
     """A small random chain whose forwards have their own overheads (``of_all``, ``of_ng``), all three
     forward-overhead arrays multiplied by ``k`` (so that forwards, not only backward steps, can set
     the least memory)."""
-    c = random_chain(L, seed, max_size=4, max_time=2, own_overheads=True)
-    return dataclasses.replace(c, of=c.of * k, of_all=c.of_all * k, of_ng=c.of_ng * k)
+    return random_chain(L, seed, max_size=4, max_time=2, own_overheads=True, forward_overhead_scale=k)
 
 
 @pytest.mark.parametrize("kind, L, seed", [("random", 1, 0), ("random", 2, 1), ("random", 3, 2),

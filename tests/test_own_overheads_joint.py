@@ -20,7 +20,6 @@ its twin), never one taken from the DP.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pytest
@@ -37,9 +36,7 @@ INF = math.inf
 
 
 def _chain(L, seed, k=4):
-    c = random_chain(L, seed, max_size=4, max_time=2, own_overheads=True)
-    if k != 1:
-        c = dataclasses.replace(c, of=c.of * k, of_all=c.of_all * k, of_ng=c.of_ng * k)
+    c = random_chain(L, seed, max_size=4, max_time=2, own_overheads=True, forward_overhead_scale=k)
     assert (c.of_all != c.of_ng).any()          # the forwards' own overheads differ somewhere
     return c
 

@@ -27,8 +27,7 @@ def _chain(L: int, seed: int, scale: float = 5.0) -> Chain:
     """A random chain whose forwards have their own overheads, ``scale`` times random_chain's (up to
     25 units where the sizes are 1..10: large enough to bind, as an attention block's no-grad forward
     does on GPT-2)."""
-    c = random_chain(L, seed, own_overheads=True)
-    return dataclasses.replace(c, of=c.of * scale, of_all=c.of_all * scale, of_ng=c.of_ng * scale)
+    return random_chain(L, seed, own_overheads=True, forward_overhead_scale=scale)
 
 
 def _one(c: Chain) -> Chain:
@@ -49,6 +48,11 @@ def test_random_chains_with_own_overheads_keep_the_other_arrays():
         assert np.array_equal(getattr(c, f), getattr(d, f))
     assert np.all(np.maximum(d.of_all, d.of_ng) == d.of)        # one of the two is of, as profiled
     assert np.any(d.of_all < d.of) and np.any(d.of_ng < d.of)
+    e = random_chain(6, 4, own_overheads=True, forward_overhead_scale=3)
+    for f in ("uf", "ub", "wa", "wabar", "wd", "ob"):
+        assert np.array_equal(getattr(d, f), getattr(e, f))
+    for f in ("of", "of_all", "of_ng"):                        # the three scaled, nothing else
+        assert np.array_equal(getattr(e, f), 3 * getattr(d, f))
 
 
 @pytest.mark.parametrize("L, seed", CASES)

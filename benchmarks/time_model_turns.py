@@ -24,9 +24,11 @@ differ from store-all's for the same stage:
   store-all's (the executor's work between operations, and the per-operation medians' own bias).
 
 Then a one-parameter fit, seconds per turn, by least squares over the plans of the first size (the
-tuning set), applied unchanged to the second, with the error it leaves on each: a check of whether
-a per-turn cost would be a model worth adding, not a model in use (the solvers and the simulator do
-not charge turns).
+tuning set), applied unchanged to the second, with the error it leaves on each: whether a per-turn
+cost is a model worth having. The column ``turn model`` is the model in use since: the chain's
+no-grad forward times and turn cost (:attr:`Chain.uf_ng`, :attr:`Chain.u_turn`) calibrated, as
+``runtime_check`` does, from :func:`memplan.models.remat.turn_ops` timed in the same rounds (a
+sequence that is none of the plans), so nothing in it is fitted on the plans it predicts.
 
     python benchmarks/time_model_turns.py --out benchmarks/results/time_model_turns_cpu.txt
 """
@@ -90,17 +92,20 @@ def plans_of(chain):
 
 
 def measure(name: str, spec: dict, min_rounds: int, max_rounds: int, say):
-    """{plan: (ops, measured median, predicted, per-op medians)} and store-all's per-op medians."""
+    """{plan: (ops, measured median, predicted, per-op medians, predicted by the turn model)}."""
     import torch
 
     from memplan.experiments.runtime_check import Case
     from memplan.models.measure import interleaved
     from memplan.models.remat import simulate_remat
+    from memplan.models.remat import turn_ops
     from memplan.models.runtime import InContextTimes, execute
 
     case = Case("gpt2", spec, "cpu", repeats=min_rounds, clock="cpu")
     plans = plans_of(case.chain)
     per: dict[str, list[list[float]]] = {k: [] for k in plans}
+    cal = turn_ops(case.chain.L)           # the turn model's calibration (not one of the plans)
+    per_cal: list[list[float]] = []
 
     def runner(seq, store):
         def run():
@@ -121,6 +126,8 @@ def measure(name: str, spec: dict, min_rounds: int, max_rounds: int, say):
     for k, seq in plans.items():
         runs[k] = runner(seq, None)
         runs[k + " (timed ops)"] = runner(seq, per[k])
+    runs["turn_ops"] = runner(cal, None)
+    runs["turn_ops (timed ops)"] = runner(cal, per_cal)
     t0 = time.perf_counter()
     res = interleaved(runs, target=0.01, min_rounds=min_rounds, max_rounds=max_rounds)
     say(f"{name}: L = {case.chain.L}, {len(plans)} sequences, {len(res['store-all'].times)} rounds "
@@ -128,29 +135,34 @@ def measure(name: str, spec: dict, min_rounds: int, max_rounds: int, say):
     ic = InContextTimes.from_runs(per["store-all"], res["store-all"].times, case.chain.L)
     uf, ub, _ = ic.calibrated()
     timed = dataclasses.replace(case.chain, uf=uf, ub=ub)
+    uf_ng, u_turn = ic.turn_model(per_cal, res["turn_ops"].times)
+    turned = dataclasses.replace(timed, uf_ng=uf_ng, u_turn=u_turn)
+    say(f"{name}: turn model from models.remat.turn_ops in the same rounds: no-grad forwards "
+        f"{sum(uf_ng[1:-1]) / sum(uf[1:-1]):.3f} x F_all's, a turn {u_turn * 1e6:.0f} us")
     out = {}
     for k, seq in plans.items():
         med = [statistics.median(col) for col in zip(*per[k])]
-        out[k] = (list(seq.ops), statistics.median(res[k].times), simulate_remat(timed, seq).makespan, med)
+        out[k] = (list(seq.ops), statistics.median(res[k].times), simulate_remat(timed, seq).makespan, med,
+                  simulate_remat(turned, seq).makespan)
     return out
 
 
-def report(name: str, rows: dict, say) -> list[tuple[int, float, float]]:
-    """Prints the table; returns (turns, measured, predicted) per plan."""
-    sa_ops, sa_meas, _, sa_med = rows["store-all"]
+def report(name: str, rows: dict, say) -> list[tuple[int, float, float, float]]:
+    """Prints the table; returns (turns, measured, predicted, predicted by the turn model) per plan."""
+    sa_ops, sa_meas, _, sa_med, _ = rows["store-all"]
     ref = {op: t for op, t in zip(sa_ops, sa_med)}
     sa_out = sa_meas - sum(sa_med)
-    say(f"  {'plan':15s} {'ops':>3s} {'turns':>5s} {'measured':>9s} {'predicted':>9s} {'error':>6s}   "
-        f"differences from store-all's operations, microseconds: " + ", ".join(KINDS) + ", outside")
+    say(f"  {'plan':15s} {'ops':>3s} {'turns':>5s} {'measured':>9s} {'predicted':>9s} {'error':>6s} {'turn model':>10s}"
+        f"   differences from store-all's operations, microseconds: " + ", ".join(KINDS) + ", outside")
     got = []
-    for k, (ops, meas, pred, med) in rows.items():
+    for k, (ops, meas, pred, med, turned) in rows.items():
         diff = {c: 0.0 for c in KINDS}
         for p, ((op, l), t) in enumerate(zip(ops, med)):
             diff[kind(ops, p)] += t - ref[("B", l) if op == "B" else ("F_all", l)]
         outside = (meas - sum(med)) - sa_out
-        say(f"  {k:15s} {len(ops):3d} {turns(ops):5d} {meas * 1e3:7.3f}ms {pred * 1e3:7.3f}ms {pred / meas - 1:+6.1%}   "
-            + " ".join(f"{diff[c] * 1e6:+7.0f}" for c in KINDS) + f" {outside * 1e6:+7.0f}")
-        got.append((turns(ops), meas, pred))
+        say(f"  {k:15s} {len(ops):3d} {turns(ops):5d} {meas * 1e3:7.3f}ms {pred * 1e3:7.3f}ms {pred / meas - 1:+6.1%} "
+            f"{turned / meas - 1:+10.1%}   " + " ".join(f"{diff[c] * 1e6:+7.0f}" for c in KINDS) + f" {outside * 1e6:+7.0f}")
+        got.append((turns(ops), meas, pred, turned))
     return got
 
 
@@ -182,17 +194,21 @@ def main(argv=None) -> int:
     for n in names:
         results[n] = report(n, measure(n, SIZES[n], a.min_rounds, a.max_rounds, say), say)
     tune = results[names[0]]
-    num = sum(t * (m - p) for t, m, p in tune)
-    den = sum(t * t for t, _, _ in tune)
+    num = sum(t * (m - p) for t, m, p, _ in tune)
+    den = sum(t * t for t, _, _, _ in tune)
     per_turn = num / den if den else 0.0
     say(f"per-turn cost fitted on {names[0]} (least squares, measured - predicted = c x turns): "
         f"c = {per_turn * 1e6:.0f} us")
     for n in names:
-        errs = [(p + per_turn * t) / m - 1 for t, m, p in results[n]]
-        base = [p / m - 1 for t, m, p in results[n]]
+        errs = [(p + per_turn * t) / m - 1 for t, m, p, _ in results[n]]
+        base = [p / m - 1 for t, m, p, _ in results[n]]
         say(f"  {n}: |error| without the term max {max(map(abs, base)):.1%} (mean {statistics.mean(map(abs, base)):.1%}), "
             f"with c x turns max {max(map(abs, errs)):.1%} (mean {statistics.mean(map(abs, errs)):.1%})"
             + ("  [tuning set]" if n == names[0] else "  [not tuned on]"))
+    say("the turn model (Chain.uf_ng, Chain.u_turn from turn_ops in the rounds, as runtime_check; fitted on no plan):")
+    for n in names:
+        tm = [q / m - 1 for t, m, p, q in results[n]]
+        say(f"  {n}: |error| max {max(map(abs, tm)):.1%} (mean {statistics.mean(map(abs, tm)):.1%})")
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text("\n".join(lines) + "\n")

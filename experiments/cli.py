@@ -113,13 +113,17 @@ def _cmd_show(args: argparse.Namespace) -> int:
               f"{platform.gpus} GPU(s)")
     for k, v in chain.provenance.items():
         print(f"  {k}: {v}")
+    if chain.u_turn:
+        print(f"  turn cost (a backward step followed by a forward): {fmt_time(chain.u_turn)}")
     df = chain.table()
-    for col in ("uf", "ub"):
-        df[col] = df[col] * 1e3
-    for col in ("wa", "wabar", "wd", "of", "ob", "weights"):
+    for col in ("uf", "uf_ng", "ub"):
+        if col in df:
+            df[col] = df[col] * 1e3
+    for col in ("wa", "wabar", "wd", "of", "of_all", "of_ng", "ob", "weights"):
         df[col] = df[col] / 2**20
-    df = df.rename(columns={"uf": "u_f[ms]", "ub": "u_b[ms]", "wa": "a[MiB]", "wabar": "abar[MiB]",
-                            "wd": "delta[MiB]", "of": "o_f[MiB]", "ob": "o_b[MiB]", "weights": "W[MiB]"})
+    df = df.rename(columns={"uf": "u_f[ms]", "uf_ng": "u_f_ng[ms]", "ub": "u_b[ms]", "wa": "a[MiB]",
+                            "wabar": "abar[MiB]", "wd": "delta[MiB]", "of": "o_f[MiB]", "of_all": "o_f_all[MiB]",
+                            "of_ng": "o_f_ng[MiB]", "ob": "o_b[MiB]", "weights": "W[MiB]"})
     with pd.option_context("display.max_rows", args.rows, "display.width", 160):
         print(df.round(3).to_string(max_rows=args.rows))
     return 0

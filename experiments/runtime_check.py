@@ -19,10 +19,15 @@ one CSV row per (network, limit, method):
   synchronized before and after, and ``throughput`` = batch / measured time (samples per second).
   The plans are solved on the chain profiled first (in context, :func:`memplan.models.runtime.time_in_context`);
   their predicted time is the makespan on that chain re-timed during the timing rounds themselves
-  (one more contender: a store-all run with per-operation timers, the medians scaled to the store-all
-  runs of the same rounds), so that a machine whose pace drifts between the profile and the runs
-  (a shared CPU) does not count as model error; ``predicted_time_profile`` is the makespan on the
-  first profile.
+  (more contenders: a store-all run with per-operation timers, the medians scaled to the store-all
+  runs of the same rounds; and :func:`memplan.models.remat.turn_ops`, every stage once without a tape
+  and recomputed with one right before its backward step, timed per operation and whole, which gives
+  the no-grad forwards' own times ``uf_ng`` and the cost of a turn ``u_turn``, :class:`Chain`), so that
+  a machine whose pace drifts between the profile and the runs (a shared CPU) does not count as model
+  error; ``predicted_time_profile`` is the makespan on the first profile (the papers' time model).
+  The plans are solved in the papers' time model (no solver models ``uf_ng`` and ``u_turn`` yet).
+  Before the turn model (2026-11-27) the tiny GPT-2's rotor plans were up to 6.6% slower than
+  predicted (``benchmarks/time_model_turns.py``).
   Every run of a network (plans, store-all, autograd, checkpoint_sequential) is timed in alternation,
   one run each per round in rotating order, until the 95% interval of every median is within
   ``--target`` (2%) of it (:mod:`memplan.models.measure`); ``time_low`` / ``time_high`` are that
@@ -92,7 +97,9 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
               "gpt2": dict(kw={}, shape=(1024,), batch=8)},
 }
 CASES = PRESETS["small"]
-_RETIME = "__stages_in_context__"          # the contender that re-times the stages during time_all          # the name this module had before issue 20
+_RETIME = "__stages_in_context__"          # the contender that re-times the stages during time_all
+_RETIME_TURNS = "__turns_in_context__"     # models.remat.turn_ops with per-operation timers (no-grad forwards)
+_TURNS = "__turns__"                       # the same sequence untimed (the turn cost)
 METHODS = ["rotor", "rotor-floating", "sequential", "store-all"]
 
 COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic", "date", "clock", "fused_backward",
@@ -239,21 +246,32 @@ class Case:
         until each median's 95% interval is within ``self.target`` (``models.measure.interleaved``),
         at least ``self.repeats`` rounds (``self.max_rounds`` at most); fills ``times``, ``time_low``,
         ``time_high``, ``rounds`` and ``noisy`` of each measurement."""
-        from memplan.models.measure import interleaved
+        import torch
 
-        from memplan.models.runtime import execute, store_all_ops
+        from memplan.models.measure import interleaved
+        from memplan.models.runtime import execute, store_all_ops, turn_ops
 
         per_op: list[list[float]] = []
+        per_op_turn: list[list[float]] = []
+        turn_seq = turn_ops(self.chain.L)
 
-        def retime() -> None:
-            """One store-all run with per-operation timers: the stages re-timed in context, in the
+        def retime(ops, out) -> None:
+            """One run of ``ops`` with per-operation timers: the stages re-timed in context, in the
             same rounds as the runs they predict."""
             times: list[float] = []
-            execute(self.stages, self.loss_stage, self.x, store_all_ops(self.chain.L), device=self.device,
-                    op_times=times, clock=self.clock)
-            per_op.append(times)
+            execute(self.stages, self.loss_stage, self.x, ops, device=self.device, op_times=times,
+                    clock=self.clock, fuse_backward=self.fuse)
+            out.append(times)
 
-        self._timed(retime, {}, _RETIME)
+        def turn_run() -> None:
+            torch.manual_seed(7)
+            execute(self.stages, self.loss_stage, self.x, turn_seq, device=self.device, fuse_backward=self.fuse,
+                    sync=False)
+
+        self._timed(partial(retime, store_all_ops(self.chain.L), per_op), {}, _RETIME)
+        turn_m: dict = {}
+        self._timed(partial(retime, turn_seq, per_op_turn), {}, _RETIME_TURNS)
+        self._timed(turn_run, turn_m, _TURNS)
         runs = {tag: once for tag, (once, _) in self._contenders.items()}
         res = interleaved(runs, target=self.target, min_rounds=max(2, self.repeats), max_rounds=self.max_rounds,
                           budget=self.time_budget, progress=lambda line: progress(f"{self.name}: {line}"))
@@ -263,9 +281,15 @@ class Case:
 
             ic = InContextTimes.from_runs(per_op, res[sa[0]].times, self.chain.L)
             uf, ub, factor = ic.calibrated()
-            self.timed_chain = dataclasses.replace(self.chain, uf=uf, ub=ub, provenance={
+            uf_ng, u_turn = ic.turn_model(per_op_turn, res[_TURNS].times)
+            self.timed_chain = dataclasses.replace(self.chain, uf=uf, ub=ub, uf_ng=uf_ng, u_turn=u_turn, provenance={
                 **self.chain.provenance, "retimed": f"in context during runtime_check's timing rounds "
-                                                    f"({ic.runs} runs), scaled by {factor:.4f}"})
+                                                    f"({ic.runs} runs), scaled by {factor:.4f}; no-grad forward "
+                                                    f"times and a turn cost of {u_turn * 1e6:.1f} us from "
+                                                    f"{len(per_op_turn)} runs of models.remat.turn_ops"})
+            ratio = sum(uf_ng[1:-1]) / sum(uf[1:-1]) if sum(uf[1:-1]) > 0 else 1.0
+            progress(f"{self.name}: time model re-timed in the rounds: no-grad forwards {ratio:.3f} x F_all's, "
+                     f"a turn {u_turn * 1e6:.0f} us")
         for tag, (_, m) in self._contenders.items():
             t = res[tag]
             m.update(times=t.times, time_low=t.low, time_high=t.high, rounds=len(t.times), noisy=t.noisy,

@@ -417,6 +417,28 @@ def _replay(chain: Chain, memory: float, method: str, sol: Solution) -> Solution
     return sol
 
 
+def _solve_in_papers_times(chain: Chain, sol: Solution, method: str) -> Solution:
+    """A chain with its own no-grad forward times or a turn cost (:attr:`Chain.own_times`): no method
+    models them yet, so ``sol`` was solved on :meth:`Chain.papers_times` (one forward time per stage,
+    no turn cost) and its schedule is replayed here on ``chain`` itself, which charges them (the memory
+    is the same). A proof of the papers' model proves nothing here: OPTIMAL becomes FEASIBLE and the
+    bound goes (a no-grad forward may be cheaper than the ``uf`` the bound charges)."""
+    if sol.schedule is None:
+        return sol
+    papers = sol.objective
+    rep = simulate_remat(chain, sol.schedule)
+    sol.objective, sol.bound = rep.makespan, None
+    sol.details["makespan_papers_times"] = papers
+    if "recompute_time" in sol.details:
+        sol.details["recompute_time"] = rep.recompute_time
+    if sol.status == Status.OPTIMAL:
+        sol.status = Status.FEASIBLE
+    note = (f"planned in the papers' time model ({method} does not model the chain's no-grad forward times "
+            f"and turn cost); replayed with them: {fmt_time(rep.makespan)} (papers' model: {fmt_time(papers)})")
+    sol.message = f"{sol.message}; {note}" if sol.message else note
+    return sol
+
+
 def _explain_infeasible(chain: Chain, memory: float, sol: Solution, time_limit: float | None = None) -> Solution:
     """An INFEASIBLE result always carries the minimum feasible memory (``details['min_memory']``),
     and is INFEASIBLE only below it: a method whose own model finds nothing where some sequence fits
@@ -526,6 +548,10 @@ def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_
         return _frontend.solve_without_resident(solve, chain, memory, dict(
             method=method, time_limit=time_limit, gap=gap, threads=threads, slots=slots, exact=exact,
             solver_log=solver_log, progress=progress))
+    if chain.own_times:
+        return _solve_in_papers_times(chain, solve(chain.papers_times(), memory=memory, method=method,
+                                                   time_limit=time_limit, gap=gap, threads=threads, slots=slots,
+                                                   exact=exact, solver_log=solver_log, progress=progress), method)
     n_slots = _frontend.count_arg(slots, "slots", PROBLEM, required=False)
     opts = _Options(slots=n_slots,
                     exact=_exact_arg(exact, chain, memory, method), gap=_frontend.gap_arg(gap, PROBLEM),

@@ -8,6 +8,7 @@ array uses the papers' indexing directly, so ``chain.uf[l]`` is ``u_f^l``:
 array             indices      meaning (paper 004, Table 1 and section 3.1)
 ================  ===========  =====================================================================
 ``uf``, ``ub``    1..L+1       forward / backward time of stage l (seconds); index 0 is unused (0)
+``uf_ng``         1..L+1       the no-grad forward's (F_ck^l, F_none^l) own time (optional; default ``uf``)
 ``of``, ``ob``    1..L+1       memory overhead of F^l / B^l beyond inputs and outputs (bytes)
 ``of_all``        1..L+1       F_all^l's own forward overhead (default ``of``; a larger value is lowered to it)
 ``of_ng``         1..L+1       the no-grad forward's (F_ck^l, F_none^l) own overhead (likewise)
@@ -27,6 +28,17 @@ of both: where they are not given, they equal ``of`` and the model is the papers
 ``simulate_remat(..., one_overhead=True)`` charges ``of`` for every forward, the papers' replay.
 A copy made with ``dataclasses.replace(chain, of=x)`` lowers ``of_all`` and ``of_ng`` to at most ``x``
 (a relaxation stays one) but never raises them: pass ``of_all=`` and ``of_ng=`` too to raise them.
+
+Times in context (issue 27, item 3). ``uf`` is F_all's time and, in the papers' model, every
+forward's. On a CPU a no-grad forward took 5-10% less than F_all (no tape to record), and every
+*turn*, a backward step followed by a forward (the backward call stops, forwards run, another
+backward call starts), cost 45-150 us more than the same operations in store-all's step
+(``benchmarks/time_model_turns.py``): a re-materialization plan of a 5-8 ms step was then up to
+6.6% slower than its makespan. The chain may carry both: ``uf_ng`` (default ``uf``: the attribute
+is None, and :attr:`ufn` reads ``uf``) and ``u_turn`` (a scalar, seconds per turn, default 0).
+:func:`memplan.models.remat.simulate_remat` charges them; :meth:`papers_times` is the chain without
+them; :attr:`own_times` says whether a chain has them. ``dataclasses.replace(chain, uf=x)`` keeps
+``uf_ng`` where it was given: pass ``uf_ng=`` too.
 
 For the loss stage L+1, ``wa[L+1]``, ``wabar[L+1]`` and ``wd[L+1]`` are the (usually zero) sizes of
 the loss value and of delta^{L+1} = 1.
@@ -138,6 +150,8 @@ class Chain:
     resident: float = 0.0
     of_all: Any = None       # F_all^l's own forward overhead (default: of), at most of
     of_ng: Any = None        # the no-grad forward's own overhead (default: of), at most of
+    uf_ng: Any = None        # the no-grad forward's own time (default None: uf's)
+    u_turn: float = 0.0      # seconds per turn (a B followed by a forward)
 
     # ------------------------------------------------------------------ construction
     def __post_init__(self) -> None:
@@ -172,6 +186,22 @@ class Chain:
             # at most of (the larger of the two): a copy whose of was lowered (a relaxation,
             # dataclasses.replace(chain, of=...)) lowers them with it; instance files refuse a larger one
             setattr(self, f, np.minimum(arr, self.of))
+        if self.uf_ng is not None:
+            try:
+                arr = np.asarray(self.uf_ng, dtype=float)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"Chain.uf_ng must be an array of numbers ({e})") from None
+            if arr.shape != (n,):
+                raise ValueError(f"Chain.uf_ng has shape {arr.shape}, expected ({n},) = L+2 entries")
+            check_range(arr, "Chain.uf_ng", "time")
+            arr[0] = 0.0
+            self.uf_ng = arr
+        t = self.u_turn
+        if isinstance(t, bool) or not isinstance(t, (int, float, np.number)):
+            raise ValueError(f"Chain.u_turn = {t!r} must be a number of seconds (0: a turn costs nothing more)")
+        if not (np.isfinite(t) and 0 <= t <= MAX_SECONDS * RANGE_TOLERANCE):
+            raise ValueError(f"Chain.u_turn = {t:g} is out of range: {_RANGE_TEXT['time']}")
+        self.u_turn = float(t)
         r = self.resident
         if isinstance(r, bool) or not isinstance(r, (int, float, np.number)):
             raise ValueError(f"Chain.resident = {r!r} must be a number of bytes (0 when no tensor crosses two cuts)")
@@ -185,12 +215,13 @@ class Chain:
     def from_stages(
         cls,
         uf, ub, wa, wabar=None, wd=None, of=None, ob=None, weights=None, *,
-        loss: dict[str, float] | None = None, name: str = "chain", of_all=None, of_ng=None, **kw,
+        loss: dict[str, float] | None = None, name: str = "chain", of_all=None, of_ng=None, uf_ng=None, **kw,
     ) -> "Chain":
         """Build from per-stage lists for stages 1..L (``uf``, ``ub``, ``of``, ``ob``, ``weights`` and,
-        where given, ``of_all``, ``of_ng``: L values) and activations a^0..a^L (``wa``, ``wabar``,
-        ``wd``: L+1 values). The loss stage L+1 takes the values in ``loss`` (keys uf, ub, of, ob, wa,
-        wabar, wd, of_all, of_ng; all default to 0, of_all and of_ng to the loss's of).
+        where given, ``of_all``, ``of_ng``, ``uf_ng``: L values) and activations a^0..a^L (``wa``,
+        ``wabar``, ``wd``: L+1 values). The loss stage L+1 takes the values in ``loss`` (keys uf, ub, of,
+        ob, wa, wabar, wd, of_all, of_ng, uf_ng; all default to 0, of_all and of_ng to the loss's of,
+        uf_ng to the loss's uf).
 
         >>> c = Chain.from_stages(uf=[1, 2], ub=[2, 3], wa=[4, 5, 6])
         >>> c.L, c.uf.tolist(), c.wa.tolist()
@@ -216,10 +247,12 @@ class Chain:
 
         for key in ("of_all", "of_ng"):
             loss.setdefault(key, loss.get("of", 0.0))
+        loss.setdefault("uf_ng", loss.get("uf", 0.0))
         return cls(
             uf=stage(uf, "uf"), ub=stage(ub, "ub"), of=stage(of, "of"), ob=stage(ob, "ob"),
             of_all=None if of_all is None else stage(of_all, "of_all"),
             of_ng=None if of_ng is None else stage(of_ng, "of_ng"),
+            uf_ng=None if uf_ng is None else stage(uf_ng, "uf_ng"),
             weights=stage(weights, "weights"),
             wa=act(wa, "wa", wa), wabar=act(wabar, "wabar", wa), wd=act(wd, "wd", wa),
             name=name, **kw,
@@ -250,6 +283,22 @@ class Chain:
         return dataclasses.replace(self.without_resident(), resident=self.resident, of_all=self.of.copy(),
                                    of_ng=self.of.copy())
 
+    @property
+    def ufn(self) -> np.ndarray:
+        """The no-grad forwards' (F_ck, F_none) times: ``uf_ng`` where given, else ``uf``."""
+        return self.uf if self.uf_ng is None else self.uf_ng
+
+    @property
+    def own_times(self) -> bool:
+        """True when the chain charges a no-grad forward other than ``uf`` or a turn (``u_turn`` > 0):
+        not the papers' time model (see the module docstring)."""
+        return self.u_turn > 0 or (self.uf_ng is not None and bool(np.any(self.uf_ng[1:] != self.uf[1:])))
+
+    def papers_times(self) -> "Chain":
+        """The same chain in the papers' time model: ``uf`` for every forward, no turn cost (what the
+        solvers that do not model them plan with; see :func:`memplan.remat.solve`)."""
+        return dataclasses.replace(self, uf_ng=None, u_turn=0.0)
+
     def store_all_time(self) -> float:
         """Makespan with no re-materialization: sum of u_f + u_b over stages 1..L+1."""
         return float(self.uf[1:].sum() + self.ub[1:].sum())
@@ -263,6 +312,7 @@ class Chain:
             self, uf=self.uf * time, ub=self.ub * time, wa=self.wa * memory, wabar=self.wabar * memory,
             wd=self.wd * memory, of=self.of * memory, ob=self.ob * memory, weights=self.weights * memory,
             of_all=self.of_all * memory, of_ng=self.of_ng * memory, stage_names=list(self.stage_names),
+            uf_ng=None if self.uf_ng is None else self.uf_ng * time, u_turn=self.u_turn * time,
             provenance=dict(self.provenance), resident=self.resident * memory)
 
     def without_resident(self) -> "Chain":
@@ -271,6 +321,7 @@ class Chain:
         return dataclasses.replace(self, uf=self.uf.copy(), ub=self.ub.copy(), wa=self.wa.copy(),
                                    wabar=self.wabar.copy(), wd=self.wd.copy(), of=self.of.copy(), ob=self.ob.copy(),
                                    weights=self.weights.copy(), of_all=self.of_all.copy(), of_ng=self.of_ng.copy(),
+                                   uf_ng=None if self.uf_ng is None else self.uf_ng.copy(),
                                    stage_names=list(self.stage_names),
                                    provenance=dict(self.provenance), resident=0.0)
 
@@ -287,17 +338,19 @@ class Chain:
             stage_names=["input"] + self.stage_names[first:last + 1] + ["loss"],
             provenance={**self.provenance, "sub_chain": [first, last]}, resident=self.resident,
             of_all=self.of_all[sl], of_ng=self.of_ng[sl],
+            uf_ng=None if self.uf_ng is None else self.uf_ng[sl], u_turn=self.u_turn,
         )
 
     def table(self):
         """The per-stage table as a pandas DataFrame (index = stage 0..L+1), in seconds and bytes."""
         import pandas as pd
 
-        return pd.DataFrame(
-            {"name": self.stage_names, "uf": self.uf, "ub": self.ub, "wa": self.wa, "wabar": self.wabar,
-             "wd": self.wd, "of": self.of, "of_all": self.of_all, "of_ng": self.of_ng, "ob": self.ob,
-             "weights": self.weights},
-            index=pd.RangeIndex(0, self.L + 2, name="stage"))
+        cols = {"name": self.stage_names, "uf": self.uf}
+        if self.uf_ng is not None:
+            cols["uf_ng"] = self.uf_ng
+        cols.update({"ub": self.ub, "wa": self.wa, "wabar": self.wabar, "wd": self.wd, "of": self.of,
+                     "of_all": self.of_all, "of_ng": self.of_ng, "ob": self.ob, "weights": self.weights})
+        return pd.DataFrame(cols, index=pd.RangeIndex(0, self.L + 2, name="stage"))
 
     def __repr__(self) -> str:
         return (f"Chain({self.name!r}, L={self.L}, store-all time={self.store_all_time():.4g}s, "

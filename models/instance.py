@@ -35,6 +35,9 @@ field              required  meaning, default when left out
 ``resident``       no        bytes, in the file's memory unit (default 0), of the tensors that cross
                              two or more stage boundaries and of their gradients, charged once for
                              the whole step (:attr:`Chain.resident`, issue 30); written only when > 0
+``u_turn``         no        seconds per turn, in the file's time unit (default 0): the extra time of a
+                             backward step followed by a forward (:attr:`Chain.u_turn`); written only
+                             when > 0
 ``platform``       no        ``memory`` (> 0), ``bandwidth`` (> 0): strings with units
                              ("16GiB", "12GB/s") or numbers in the file's memory unit (bandwidth:
                              memory unit per second), null or left out when unknown; ``gpus``
@@ -54,6 +57,8 @@ A stage row takes ``stage``, ``name``, ``u_f``, ``u_b``, ``a``, ``abar``, ``delt
 - ``o_f_all``, ``o_f_ng`` (optional, default ``o_f``, at most ``o_f``): F_all's own forward overhead
   and the no-grad forward's (F_ck, F_none), where ``o_f`` is the larger of the two
   (:attr:`Chain.of_all`, :attr:`Chain.of_ng`); written only where one differs from ``o_f``;
+- ``u_f_ng`` (optional, default ``u_f``): the no-grad forward's (F_ck, F_none) own time
+  (:attr:`Chain.uf_ng`; rows 1..L+1);
 - ``name`` defaults to "input", "stage<l>", "loss".
 
 ``abar`` should be at least ``a`` (abar^l contains a^l) but measured tables carry rounding noise
@@ -133,10 +138,11 @@ class _Stage(BaseModel):
     o_f: float = Field(0.0, **_NUMBER)
     o_f_all: float | None = Field(None, **_NUMBER)  # default: o_f
     o_f_ng: float | None = Field(None, **_NUMBER)   # default: o_f
+    u_f_ng: float | None = Field(None, **_NUMBER)   # default: u_f
     o_b: float = Field(0.0, **_NUMBER)
     W: float = Field(0.0, **_NUMBER)
 
-    @field_validator("u_f", "u_b", "abar", "delta", "o_f_all", "o_f_ng", mode="before")
+    @field_validator("u_f", "u_b", "abar", "delta", "o_f_all", "o_f_ng", "u_f_ng", mode="before")
     @classmethod
     def _no_null(cls, v: Any) -> Any:
         # None stands for "left out"; an explicit null in the file is not a number
@@ -162,6 +168,7 @@ class _Instance(BaseModel):
     units: _Units
     provenance: dict[str, Any] = {}
     resident: float = Field(0.0, **_NUMBER)
+    u_turn: float = Field(0.0, **_NUMBER)
     platform: _Platform | None = None
     stages: list[_Stage] = Field(min_length=2)
 
@@ -260,7 +267,7 @@ def _check_rows(inst: _Instance, tf: float, mf: float) -> list[str]:
             problems.append(f"field 'stages[{i}].stage': is {row.stage}; rows must be numbered 0..L+1 in order "
                             f"(row {i} must have \"stage\": {i})")
             break
-    for key in ("u_f", "u_b", "o_f", "o_f_all", "o_f_ng", "o_b", "W"):
+    for key in ("u_f", "u_b", "u_f_ng", "o_f", "o_f_all", "o_f_ng", "o_b", "W"):
         if getattr(rows[0], key):
             problems.append(f"field 'stages[0].{key}': row 0 is the input a^0 and has no {key} "
                             "(leave it out or give 0)")
@@ -273,8 +280,11 @@ def _check_rows(inst: _Instance, tf: float, mf: float) -> list[str]:
     if not (0 <= inst.resident * mf <= MAX_BYTES * RANGE_TOLERANCE):
         problems.append(f"field 'resident': {inst.resident:g} {mu} is out of range; sizes must be "
                         f"between 0 and {_fmt_range(MAX_BYTES, mf, mu, 'bytes', '1 PB')}")
+    if not (0 <= inst.u_turn * tf <= MAX_SECONDS * RANGE_TOLERANCE):
+        problems.append(f"field 'u_turn': {inst.u_turn:g} {tu} is out of range; times must be "
+                        f"between 0 and {_fmt_range(MAX_SECONDS, tf, tu, 's', '11.6 days')}")
     for i, row in enumerate(rows):
-        for key in ("u_f", "u_b"):
+        for key in ("u_f", "u_b", "u_f_ng"):
             v = getattr(row, key)
             if v is not None and not (0 <= v * tf <= MAX_SECONDS * RANGE_TOLERANCE):
                 problems.append(f"field 'stages[{i}].{key}': {v:g} {tu} is out of range; times must be "
@@ -369,6 +379,9 @@ def chain_from_dict(data: dict[str, Any], source: str = "<dict>") -> tuple[Chain
             provenance={**inst.provenance, "description": inst.description} if inst.description
             else dict(inst.provenance), resident=inst.resident * mf,
             of_all=own["o_f_all"], of_ng=own["o_f_ng"],
+            uf_ng=(np.array([r.u_f_ng if r.u_f_ng is not None else (r.u_f or 0.0) for r in rows], dtype=float) * tf
+                   if any(r.u_f_ng is not None for r in rows) else None),
+            u_turn=inst.u_turn * tf,
         )
     except ValueError as e:   # pragma: no cover - the checks above cover the Chain's
         raise InstanceError(f"{source}: field 'stages': {e}") from None
@@ -505,6 +518,8 @@ def chain_to_dict(chain: Chain, platform: Platform | None = None, *, time_unit: 
             for key, arr in (("o_f_all", chain.of_all), ("o_f_ng", chain.of_ng)):
                 if own[key]:
                     row[key] = r(arr[l] / mf)
+            if chain.uf_ng is not None:
+                row["u_f_ng"] = r(chain.uf_ng[l] / tf)
         stages.append(row)
     prov = dict(chain.provenance)
     desc = description or prov.pop("description", "")
@@ -512,6 +527,8 @@ def chain_to_dict(chain: Chain, platform: Platform | None = None, *, time_unit: 
                            "units": {"time": time_unit, "memory": memory_unit}, "provenance": prov}
     if chain.resident:
         out["resident"] = r(chain.resident / mf)
+    if chain.u_turn:
+        out["u_turn"] = r(chain.u_turn / tf)
     if platform is not None:
         out["platform"] = {"memory": None if platform.memory is None else f"{_plain(platform.memory)}B",
                            "bandwidth": None if platform.bandwidth is None else f"{_plain(platform.bandwidth)}B/s",

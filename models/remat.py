@@ -47,6 +47,22 @@ def store_all_ops(L: int) -> list[tuple[str, int]]:
     """The store-all sequence of a chain of L stages (plain autograd: every forward with autograd
     recording, then every backward): ``F_all^1..F_all^{L+1}, B^{L+1}..B^1``."""
     return [("F_all", l) for l in range(1, L + 2)] + [("B", l) for l in range(L + 1, 0, -1)]
+
+
+def turn_ops(L: int) -> list[tuple[str, int]]:
+    """The sequence that calibrates the no-grad forward times and the turn cost (every stage once without
+    and once with a tape, L turns): ``F_ck^1..F_ck^L, F_all^{L+1}, B^{L+1}``, then ``F_all^l, B^l`` for
+    l = L..1 (each stage recomputed from its stored input right before its backward step)."""
+    ops = [("F_ck", l) for l in range(1, L + 1)] + [("F_all", L + 1), ("B", L + 1)]
+    for l in range(L, 0, -1):
+        ops += [("F_all", l), ("B", l)]
+    return ops
+
+
+def turns(ops: Sequence[tuple[str, int]]) -> int:
+    """The turns of a sequence: a B followed by a forward (the backward call stops, forwards run, another
+    call starts)."""
+    return sum(1 for a, b in zip(ops, ops[1:]) if a[0] == "B" and b[0] != "B")
 _PRETTY = {"F_all": "F_all", "F_ck": "F_ck", "F_none": "F_∅", "B": "B"}
 NONE, A, ABAR = 0, 1, 2
 
@@ -131,6 +147,11 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
     papers' one ``o_f`` (``chain.of``, the larger of the two) for every forward instead: the replay of
     papers 002/004 exactly, an upper bound of the default's peak.
 
+    Times: F_all^l takes ``chain.uf[l]``, F_ck^l and F_none^l ``chain.ufn[l]`` (the no-grad forward's
+    own time, ``uf`` unless the chain gives ``uf_ng``), B^l ``chain.ub[l]``, and a forward right after a
+    B (a turn) ``chain.u_turn`` more (0 unless given; see :mod:`memplan.models.chain`). A chain without
+    them is timed as in the papers.
+
     Examples
     --------
     Paper 004, section 3.2: the toy chain's optimal sequence at 90 MiB takes 47.42 ms and peaks at
@@ -150,6 +171,8 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
     wa, wab, wd = chain.wa, chain.wabar, chain.wd
     # each forward's own overhead, or (one_overhead) the papers' one o_f for both
     of_all, of_ng = (chain.of, chain.of) if one_overhead else (chain.of_all, chain.of_ng)
+    ufn, u_turn = chain.ufn, chain.u_turn
+    prev_b = False                  # the operation before was a B: a forward now is a turn
     act = [NONE] * (L + 2)
     delta = [False] * (L + 2)
     gone: dict[int, tuple[int, str]] = {}   # index -> (position, op) that discarded a^index
@@ -217,10 +240,13 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
                 mem_after -= wa[l - 1]
                 act[l - 1] = NONE
                 gone[l - 1] = (pos, f"F_∅^{l}")
-            dt = chain.uf[l]
+            dt = chain.uf[l] if op == "F_all" else ufn[l]
             if computed_once[l]:
                 recompute += dt
             computed_once[l] = True
+            if prev_b:              # only a re-materialization makes a turn: counted as recompute time
+                dt += u_turn
+                recompute += u_turn
         if limit is not None and cur > limit:
             raise InvalidSequence(pos, (op, l), f"memory {cur:.6g} B exceeds the limit {memory_limit:.6g} B")
         if cur > peak:
@@ -229,6 +255,7 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
         mem = mem_after
         after.append(mem)
         makespan += dt
+        prev_b = op == "B"
     if not delta[0]:
         last_b = min((l for o, l in ops if o == "B"), default=None)
         raise InvalidSequence(len(ops), None, "delta^0 was never computed"

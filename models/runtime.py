@@ -41,7 +41,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .resident import mark_resident
-from .remat import OPS, InvalidSequence, RematSchedule, store_all_ops  # noqa: F401 (re-exported)
+from .remat import OPS, InvalidSequence, RematSchedule, store_all_ops, turn_ops  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -694,6 +694,30 @@ class InContextTimes:
         total = sum(self.uf) + sum(self.ub)
         factor = statistics.median(self.run_times) / total if total > 0 else 1.0
         return [v * factor for v in self.uf], [v * factor for v in self.ub], factor
+
+    def turn_model(self, per_op: Sequence[Sequence[float]], run_times: Sequence[float]) -> tuple[list[float], float]:
+        """``(uf_ng, u_turn)`` (:attr:`Chain.uf_ng`, :attr:`Chain.u_turn`) from the ``op_times`` of runs of
+        :func:`models.remat.turn_ops` (every stage once without a tape, then recomputed with one right
+        before its backward step: L turns) and the times of whole untimed runs of it, taken in the same
+        rounds as this store-all's: ``uf_ng[l]`` is the median in-context time of its F_ck^l, scaled by
+        :meth:`calibrated`'s factor (the loss stage keeps ``uf``); ``u_turn`` is what the median whole run
+        takes beyond the sum of its operations' calibrated times, per turn (at least 0). On the CPU a
+        no-grad forward took 5-10% less than F_all and a turn 45-150 us (``benchmarks/time_model_turns.py``)."""
+        import statistics
+
+        uf, ub, factor = self.calibrated()
+        L = len(uf) - 2
+        ops = turn_ops(L)
+        med = [statistics.median(col) for col in zip(*per_op)]
+        if len(med) != len(ops):
+            raise ValueError(f"turn_model: {len(med)} operation times for a sequence of {len(ops)} operations")
+        uf_ng = list(uf)
+        for (op, l), t in zip(ops, med):
+            if op == "F_ck":
+                uf_ng[l] = t * factor
+        body = sum(uf_ng[1:L + 1]) + sum(uf[1:]) + sum(ub[1:])
+        u_turn = max(0.0, (statistics.median(run_times) - body) / L) if L > 0 else 0.0
+        return uf_ng, u_turn
 
 
 def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, *, runs: int = 5,

@@ -1,0 +1,130 @@
+"""The time model's no-grad forward times and turn cost (Chain.uf_ng, Chain.u_turn; issue 27, item 3):
+the simulator charges them as written in models.remat, instance files carry them, the solvers'
+plans are replayed with them and no proof of the papers' model is claimed for them, and
+InContextTimes.turn_model recovers them from the runs it is given."""
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memplan import remat
+from memplan.baselines.remat_heuristics import sequential_schedule, store_all_schedule
+from memplan.models.chain import Chain, random_chain
+from memplan.models.instance import InstanceError, chain_from_dict, chain_to_dict
+from memplan.models.remat import simulate_remat, store_all_ops, turn_ops, turns
+from memplan.models.solution import Status
+
+# F_ck^1, stages 2..3 and the loss kept, their backward, one turn, stage 1 again and its backward
+SEQ = [("F_ck", 1), ("F_all", 2), ("F_all", 3), ("F_all", 4), ("B", 4), ("B", 3), ("B", 2), ("F_all", 1), ("B", 1)]
+
+
+def _chain(**kw) -> Chain:
+    return Chain.from_stages(uf=[1, 2, 4], ub=[10, 20, 40], wa=[1, 1, 1, 1], loss={"uf": 8, "ub": 16}, **kw)
+
+
+def test_simulator_charges_no_grad_times_and_turns_by_hand():
+    c = _chain(uf_ng=[0.5, 1.5, 3], u_turn=100)
+    rep = simulate_remat(c, SEQ)
+    # F_ck^1 at its no-grad time, F_all^2,3,4 at uf, B's at ub, F_all^1 after B^2: uf + one turn
+    assert rep.makespan == 0.5 + 2 + 4 + 8 + 16 + 40 + 20 + (1 + 100) + 10
+    assert rep.recompute_time == 1 + 100                 # the recomputed F_all^1 and the turn it made
+    assert simulate_remat(c.papers_times(), SEQ).makespan == 1 + 2 + 4 + 8 + 16 + 40 + 20 + 1 + 10
+    # store-all has no turn and no no-grad forward: the papers' time
+    assert simulate_remat(c, store_all_ops(3)).makespan == c.store_all_time()
+
+
+def test_turn_ops_is_valid_with_one_turn_per_stage():
+    for L in (1, 3, 7):
+        c = random_chain(L, L)
+        ops = turn_ops(L)
+        assert turns(ops) == L and sorted(ops) == sorted(set(ops))
+        rep = simulate_remat(c, ops)
+        assert rep.makespan == pytest.approx(c.store_all_time() + c.uf[1:L + 1].sum())
+    assert turns(SEQ) == 1 and turns(store_all_ops(4)) == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(L=st.integers(1, 8), seed=st.integers(0, 10_000), k=st.integers(1, 6), turn=st.floats(0, 50),
+       ng=st.floats(0.1, 1.0))
+def test_makespan_is_papers_plus_turns_plus_no_grad_savings(L, seed, k, turn, ng):
+    """On every sequence: makespan = the papers' makespan + u_turn x turns - (uf - uf_ng) over the
+    no-grad forwards; the memory is not touched."""
+    c = random_chain(L, seed)
+    d = dataclasses.replace(c, uf_ng=c.uf * ng, u_turn=turn)
+    for seq in (sequential_schedule(c, min(k, L)), store_all_schedule(c)):
+        a, b = simulate_remat(c, seq), simulate_remat(d, seq)
+        saved = sum(c.uf[l] * (1 - ng) for op, l in seq.ops if op in ("F_ck", "F_none"))
+        assert b.makespan == pytest.approx(a.makespan + turn * turns(seq.ops) - saved, abs=1e-9)
+        assert b.memory_during == a.memory_during and b.peak_memory == a.peak_memory
+
+
+def test_instance_files_carry_them_and_refuse_bad_values():
+    c = _chain(uf_ng=[0.5, 1.5, 3], u_turn=0.25)
+    d = chain_to_dict(c, time_unit="s", memory_unit="B", digits=None)
+    assert d["u_turn"] == 0.25 and [r.get("u_f_ng") for r in d["stages"]] == [None, 0.5, 1.5, 3, 8]
+    back, _ = chain_from_dict(json.loads(json.dumps(d)), "t.json")
+    assert np.array_equal(back.uf_ng, c.uf_ng) and back.u_turn == 0.25 and back.own_times
+    plain = chain_to_dict(_chain(), time_unit="s", memory_unit="B")
+    assert "u_turn" not in plain and all("u_f_ng" not in r for r in plain["stages"])
+    assert chain_from_dict(plain, "t.json")[0].uf_ng is None
+    # milliseconds in the file: converted like u_f
+    d_ms = chain_to_dict(c, time_unit="ms", memory_unit="B", digits=None)
+    back_ms, _ = chain_from_dict(d_ms, "t.json")
+    assert back_ms.u_turn == pytest.approx(0.25) and np.allclose(back_ms.uf_ng, c.uf_ng)
+    for field, value, where in (("u_turn", -1, "'u_turn'"), ("u_turn", None, "'u_turn'")):
+        bad = dict(d, **{field: value})
+        with pytest.raises(InstanceError, match=where):
+            chain_from_dict(bad, "t.json")
+    bad = json.loads(json.dumps(d))
+    bad["stages"][2]["u_f_ng"] = -3
+    with pytest.raises(InstanceError, match=r"stages\[2\]\.u_f_ng"):
+        chain_from_dict(bad, "t.json")
+    with pytest.raises(ValueError, match="u_turn"):
+        _chain(u_turn=math.inf)
+
+
+@pytest.mark.parametrize("method", ["rotor", "rotor-floating", "remat-milp", "sequential"])
+def test_solvers_plan_in_the_papers_model_and_the_replay_charges_the_rest(method):
+    c = random_chain(5, 2)
+    d = dataclasses.replace(c, uf_ng=c.uf * 0.5, u_turn=3.0)
+    lo, hi = remat.memory_range(c)
+    mem = (lo + hi) / 2
+    a = remat.solve(c, memory=mem, method=method, time_limit=20)
+    b = remat.solve(d, memory=mem, method=method, time_limit=20)
+    assert b.schedule.ops == a.schedule.ops and b.peak_memory == a.peak_memory
+    assert b.objective == pytest.approx(simulate_remat(d, b.schedule).makespan)
+    assert b.details["makespan_papers_times"] == pytest.approx(a.objective)
+    assert b.status != Status.OPTIMAL and b.bound is None        # nothing proven for this model
+    assert "papers' time model" in b.message
+    if "recompute_time" in a.details:
+        assert b.details["recompute_time"] == pytest.approx(simulate_remat(d, b.schedule).recompute_time)
+    if a.status == Status.OPTIMAL:
+        assert b.status == Status.FEASIBLE
+
+
+def test_turn_model_recovers_known_times():
+    """Synthetic runs: each operation's in-context time is known, the whole untimed runs add a known
+    cost per turn; turn_model gives them back (store-all's factor 1: its runs add nothing)."""
+    from memplan.models.runtime import InContextTimes
+
+    L = 4
+    uf = [0, 1.0, 2.0, 3.0, 4.0, 0.5]
+    ub = [0, 2.0, 4.0, 6.0, 8.0, 1.0]
+    ng = [0, 0.9, 1.7, 2.5, 3.9]
+    turn = 0.3
+    sa = [uf[l] if op == "F_all" else ub[l] for op, l in store_all_ops(L)]
+    ic = InContextTimes.from_runs([sa, sa, sa], [sum(sa)] * 3, L)
+    ops = turn_ops(L)
+    per = [ng[l] if op == "F_ck" else uf[l] if op == "F_all" else ub[l] for op, l in ops]
+    whole = sum(per) + turn * L
+    uf_ng, u_turn = ic.turn_model([per, per], [whole, whole + 1.0, whole - 1.0])
+    assert uf_ng[1:L + 1] == pytest.approx(ng[1:]) and uf_ng[L + 1] == uf[L + 1]
+    assert u_turn == pytest.approx(turn)
+    # a run that is faster than its operations: no negative turn
+    assert ic.turn_model([per], [sum(per) - 1.0])[1] == 0.0
+    with pytest.raises(ValueError, match="operation times"):
+        ic.turn_model([per[:-1]], [whole])

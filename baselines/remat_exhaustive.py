@@ -20,13 +20,16 @@ from memplan.models.remat import RematSchedule
 _N, _A, _AB = 0, 1, 2
 
 
-def _moves(chain: Chain, act: tuple, k: int, up: bool = True):
+def _moves(chain: Chain, act: tuple, k: int, up: bool = True, last_b: bool = False):
     """Every operation valid in state ``(act, k)``: ``(op, new act, new k, duration, memory during)``.
-    ``up=False`` leaves out F_all^l over a stored plain a^l (Table 1 does not have it)."""
+    ``up=False`` leaves out F_all^l over a stored plain a^l (Table 1 does not have it). ``last_b``: the
+    operation before was a B, so a forward now is a turn (``chain.u_turn`` more); a no-grad forward
+    takes ``chain.ufn``."""
     L = chain.L
     wa, wab, wd = chain.wa, chain.wabar, chain.wd
     base = sum(wab[l] if s == _AB else wa[l] if s == _A else 0.0 for l, s in enumerate(act)) + wd[k]
     out = []
+    turn = chain.u_turn if last_b else 0.0
     # backward step B^k
     if act[k] == _AB and act[k - 1] != _N:
         new = list(act)
@@ -51,8 +54,9 @@ def _moves(chain: Chain, act: tuple, k: int, up: bool = True):
                 new[l] = max(new[l], _A)
             if op == "F_none":
                 new[l - 1] = _N
-            out.append(((op, l), tuple(new), k, chain.uf[l], base + (wab[l] + chain.of_all[l] if op == "F_all"
-                                                                  else wa[l] + chain.of_ng[l])))
+            dt = (chain.uf[l] if op == "F_all" else chain.ufn[l]) + turn
+            out.append(((op, l), tuple(new), k, dt, base + (wab[l] + chain.of_all[l] if op == "F_all"
+                                                            else wa[l] + chain.of_ng[l])))
     return out
 
 
@@ -64,7 +68,7 @@ def exhaustive_remat(chain: Chain, memory: float, *, tol: float = 1e-9, up: bool
     """
     L = chain.L
     limit = memory * (1 + tol) + tol
-    start = (tuple([_A] + [_N] * (L + 1)), L + 1)
+    start = (tuple([_A] + [_N] * (L + 1)), L + 1, False)      # what is stored, delta^k, last op a B
     dist = {start: 0.0}
     prev: dict = {}
     heap = [(0.0, 0, start)]
@@ -73,13 +77,13 @@ def exhaustive_remat(chain: Chain, memory: float, *, tol: float = 1e-9, up: bool
         d, _, state = heapq.heappop(heap)
         if d > dist.get(state, float("inf")):
             continue
-        act, k = state
+        act, k, last_b = state
         if k == 0:
             return d, _path(prev, start, state)
-        for op, nact, nk, dt, mem in _moves(chain, act, k, up):
+        for op, nact, nk, dt, mem in _moves(chain, act, k, up, last_b):
             if mem > limit:
                 continue
-            ns = (nact, nk)
+            ns = (nact, nk, op[0] == "B")
             nd = d + dt
             if nd < dist.get(ns, float("inf")) - 1e-15:
                 dist[ns] = nd

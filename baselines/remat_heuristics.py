@@ -197,14 +197,16 @@ CODES = {"F_all": 0, "F_ck": 1, "F_none": 2, "B": 3}
 
 
 @njit(cache=True)
-def _replay_codes(codes, stages, n, L, uf, ub, wa, wab, wd, ofa, ofn, ob):
+def _replay_codes(codes, stages, n, L, uf, ub, wa, wab, wd, ofa, ofn, ob, ufn, u_turn):
     """``(makespan, peak)`` of the first ``n`` operations (codes of :data:`CODES`), a sequence known to
-    be valid: :func:`~memplan.models.remat.simulate_remat`'s arithmetic in the same order."""
+    be valid: :func:`~memplan.models.remat.simulate_remat`'s arithmetic in the same order (``ufn``: the
+    no-grad forwards' times, ``u_turn``: a forward right after a B)."""
     act = np.zeros(L + 2, np.int64)       # 0 nothing, 1 a^l, 2 abar^l
     act[0] = 1
     mem = wa[0] + wd[L + 1]
     peak = mem
     makespan = 0.0
+    prev_b = False
     for i in range(n):
         op = codes[i]
         l = stages[i]
@@ -226,11 +228,14 @@ def _replay_codes(codes, stages, n, L, uf, ub, wa, wab, wd, ofa, ofn, ob):
             if op == 2:
                 mem_after -= wa[l - 1]
                 act[l - 1] = 0
-            dt = uf[l]
+            dt = uf[l] if op == 0 else ufn[l]
+            if prev_b:
+                dt += u_turn
         if cur > peak:
             peak = cur
         mem = mem_after
         makespan += dt
+        prev_b = op == 3
     return makespan, peak
 
 
@@ -273,14 +278,14 @@ def _sequential_codes(L, s, codes, stages):
 
 
 @njit(cache=True)
-def _sequential_kernel(L, uf, ub, wa, wab, wd, ofa, ofn, ob):
+def _sequential_kernel(L, uf, ub, wa, wab, wd, ofa, ofn, ob, ufn, u_turn):
     codes = np.zeros(3 * L + 3, np.int64)
     stages = np.zeros(3 * L + 3, np.int64)
     mk = np.zeros(L + 1)
     pk = np.zeros(L + 1)
     for s in range(1, L + 1):
         n = _sequential_codes(L, s, codes, stages)
-        mk[s], pk[s] = _replay_codes(codes, stages, n, L, uf, ub, wa, wab, wd, ofa, ofn, ob)
+        mk[s], pk[s] = _replay_codes(codes, stages, n, L, uf, ub, wa, wab, wd, ofa, ofn, ob, ufn, u_turn)
     return mk, pk
 
 
@@ -307,7 +312,7 @@ def _recompute_all_codes(L, codes, stages):
 def _arrays(chain: Chain):
     f = lambda x: np.ascontiguousarray(x, dtype=np.float64)  # noqa: E731
     return (chain.L, f(chain.uf), f(chain.ub), f(chain.wa), f(chain.wabar), f(chain.wd), f(chain.of_all),
-            f(chain.of_ng), f(chain.ob))
+            f(chain.of_ng), f(chain.ob), f(chain.ufn), float(chain.u_turn))
 
 
 def schedule_stats(chain: Chain, sched: RematSchedule) -> tuple[float, float]:

@@ -186,9 +186,16 @@ def _persistent_split(C, lo, top, P, U, wa, wd, S, s, k, t):
 
 
 @njit(cache=True)
-def _persistent_kernel(L, S, uf, ub, wa, wab, wd, ofa, ofn, ob, allow_carry, block=_BLOCK):
+def _persistent_kernel(L, S, uf, ub, wa, wab, wd, ofa, ofn, ob, ufn, u_turn, allow_carry, block=_BLOCK):
     """Table C[s, t, m] for 1 <= s <= t <= L+1, 0 <= m <= S (Eq. 6-7). ``allow_carry=False`` forbids
     F_all^s unless B^s follows immediately (revolve / AD model).
+
+    The time model (:attr:`Chain.uf_ng`, :attr:`Chain.u_turn`): the forward run F_ck^s F_none^{s+1..s'-1}
+    of a split costs the no-grad times ``ufn``, and a split makes exactly one turn (the sub-chain
+    (s', t) ends with B^{s'}, then (s, s'-1) starts with a forward; the C_all case makes none: its
+    sub-chain's B^{s+1} is followed by B^s), so ``u_turn`` is added once to each split's forward run
+    ``U[s, k]``. With ``ufn = uf`` and ``u_turn = 0`` the table is the papers' (adding 0.0 changes no
+    float).
 
     The arg-min is not stored: :func:`_persistent_choice` recomputes it along the reconstructed path
     only (O(L) per visited entry), which keeps the O(S L^3) inner loop a plain ``min``.
@@ -246,10 +253,10 @@ def _persistent_kernel(L, S, uf, ub, wa, wab, wd, ofa, ofn, ob, allow_carry, blo
         acc = 0.0
         pre = wa[s] + ofn[s]
         for k in range(s, n):
-            acc += uf[k]
+            acc += ufn[k]
             if k > s:
                 pre = max(pre, wa[k - 1] + wa[k] + ofn[k])
-            U[s, k] = acc
+            U[s, k] = acc + u_turn
             P[s, k] = pre
     B = max(1, block)
     nb = (L + B) // B        # blocks of B indices over 1..L+1
@@ -294,7 +301,7 @@ def _persistent_kernel(L, S, uf, ub, wa, wab, wd, ofa, ofn, ob, allow_carry, blo
     return C
 
 
-def _persistent_choice(C, s, t, m, uf, ub, wa, wab, wd, ofa, ofn, ob, allow_carry):
+def _persistent_choice(C, s, t, m, uf, ub, wa, wab, wd, ofa, ofn, ob, ufn, u_turn, allow_carry):
     """Which case achieves C[s, t, m]: -1 (F_all^s first) or s' (F_ck^s keeping a^{s'-1}), by the same
     arithmetic as the kernel (compared with a 1e-12 relative tolerance)."""
     target = C[s, t, m]
@@ -308,18 +315,20 @@ def _persistent_choice(C, s, t, m, uf, ub, wa, wab, wd, ofa, ofn, ob, allow_carr
     need = wd[t] + wa[s] + ofn[s]
     fsum = 0.0
     for sp in range(s + 1, t + 1):
-        fsum += uf[sp - 1]
+        fsum += ufn[sp - 1]
         if sp - 1 > s:
             j = sp - 1
             need = max(need, wd[t] + wa[j - 1] + wa[j] + ofn[j])
-        if m >= need and m >= wa[sp - 1] and abs(fsum + C[sp, t, m - wa[sp - 1]] + C[s, sp - 1, m] - target) <= tol:
+        if m >= need and m >= wa[sp - 1] and abs(fsum + u_turn + C[sp, t, m - wa[sp - 1]] + C[s, sp - 1, m]
+                                                 - target) <= tol:
             return sp
     raise RuntimeError(f"internal error: no case reaches C[{s},{t},{m}]")
 
 
 def _persistent_sequence(C, s, t, m, disc: Discretization, chain: Chain, allow_carry: bool, out: list) -> None:
     """Algorithm 4 (OptRecP): rebuild the sequence from the table."""
-    args = (chain.uf, chain.ub, disc.wa, disc.wab, disc.wd, disc.ofa, disc.ofn, disc.ob, allow_carry)
+    args = (chain.uf, chain.ub, disc.wa, disc.wab, disc.wd, disc.ofa, disc.ofn, disc.ob, chain.ufn,
+            float(chain.u_turn), allow_carry)
     stack = [(s, t, m, False)]
     while stack:
         s, t, m, emit_b = stack.pop()
@@ -594,7 +603,7 @@ def _dp(chain: Chain, memory: float, kind: str, slots: int, exact: bool, mode: s
             _floating_sequence(R, TP, GS, IC, IG, 1, 1, L + 1, budget, disc, ops)
         return float(v), ops, disc
     carry = kind == "persistent"
-    C = _persistent_kernel(*_args(disc, chain), carry)
+    C = _persistent_kernel(*_args(disc, chain), *_time_model(chain), carry)
     v = C[1, L + 1, budget]
     if not math.isfinite(v):
         return None, None, disc
@@ -608,6 +617,11 @@ def _dp(chain: Chain, memory: float, kind: str, slots: int, exact: bool, mode: s
 def _args(disc: Discretization, chain: Chain):
     return (chain.L, disc.budget, chain.uf.astype(np.float64), chain.ub.astype(np.float64), disc.wa, disc.wab,
             disc.wd, disc.ofa, disc.ofn, disc.ob)
+
+
+def _time_model(chain: Chain):
+    """The persistent kernel's no-grad forward times and turn cost (the papers' where not given)."""
+    return np.ascontiguousarray(chain.ufn, dtype=np.float64), float(chain.u_turn)
 
 
 def _same(a: float, b: float) -> bool:
@@ -1016,6 +1030,10 @@ def floating(chain: Chain, memory: float, *, slots: int | None = None, exact: bo
     >>> float(floating(chain, 15, exact=True).objective), float(persistent(chain, 15, exact=True).objective)
     (14.0, 16.0)
     """
+    if chain.own_times:
+        raise ValueError("floating: the floating DP plans in the papers' time model; this chain has its own "
+                         "no-grad forward times or turn cost: solve chain.papers_times() (memplan.remat.solve "
+                         "does, and replays the plan with them) or use persistent()")
     if exact or slots is not None:
         return _given(chain, memory, "all", "rotor-floating", slots, exact, prune)
     t0 = time.perf_counter()

@@ -25,7 +25,8 @@ one CSV row per (network, limit, method):
   the no-grad forwards' own times ``uf_ng`` and the cost of a turn ``u_turn``, :class:`Chain`), so that
   a machine whose pace drifts between the profile and the runs (a shared CPU) does not count as model
   error; ``predicted_time_profile`` is the makespan on the first profile (the papers' time model).
-  The plans are solved in the papers' time model (no solver models ``uf_ng`` and ``u_turn`` yet).
+  The plans are solved on the first profile, which has no turn model (the profiler does not
+  calibrate one yet; rotor would plan with it).
   Before the turn model (2026-11-27) the tiny GPT-2's rotor plans were up to 6.6% slower than
   predicted (``benchmarks/time_model_turns.py``).
   Every run of a network (plans, store-all, autograd, checkpoint_sequential) is timed in alternation,

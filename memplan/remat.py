@@ -32,6 +32,11 @@ or ``recompute-all`` has a schedule; status ``optimal`` only when proven for the
 per byte, integer sizes) are honoured as given. INFEASIBLE means below the minimum feasible memory,
 which is exact (:mod:`memplan.baselines.remat_min_memory`).
 
+A chain with its own no-grad forward times or a turn cost (:attr:`Chain.uf_ng`, :attr:`Chain.u_turn`)
+is planned with them by the methods of :data:`TIME_MODEL_METHODS` (the persistent DP, the baselines);
+the others plan it in the papers' time model (:meth:`Chain.papers_times`), their plan is replayed
+with them, and no optimality is claimed (``details["makespan_papers_times"]``).
+
 Examples
 --------
 The toy chain of paper 004 (section 3.2, Table 2) at 90 MiB: 47.42 ms at a peak of 86.75 MiB.
@@ -417,12 +422,19 @@ def _replay(chain: Chain, memory: float, method: str, sol: Solution) -> Solution
     return sol
 
 
+#: the methods that plan with a chain's own no-grad forward times and turn cost (:attr:`Chain.uf_ng`,
+#: :attr:`Chain.u_turn`): the persistent DP (rotor, revolve: one turn per split of the recursion) and
+#: the baselines, whose replays charge them
+TIME_MODEL_METHODS = ("rotor", "revolve", "sequential", "store-all", "recompute-all")
+
+
 def _solve_in_papers_times(chain: Chain, sol: Solution, method: str) -> Solution:
-    """A chain with its own no-grad forward times or a turn cost (:attr:`Chain.own_times`): no method
-    models them yet, so ``sol`` was solved on :meth:`Chain.papers_times` (one forward time per stage,
-    no turn cost) and its schedule is replayed here on ``chain`` itself, which charges them (the memory
-    is the same). A proof of the papers' model proves nothing here: OPTIMAL becomes FEASIBLE and the
-    bound goes (a no-grad forward may be cheaper than the ``uf`` the bound charges)."""
+    """A chain with its own no-grad forward times or a turn cost (:attr:`Chain.own_times`) and a method
+    that does not model them (not in :data:`TIME_MODEL_METHODS`): ``sol`` was solved on
+    :meth:`Chain.papers_times` (one forward time per stage, no turn cost) and its schedule is replayed
+    here on ``chain`` itself, which charges them (the memory is the same). A proof of the papers' model
+    proves nothing here: OPTIMAL becomes FEASIBLE and the bound goes (a no-grad forward may be cheaper
+    than the ``uf`` the bound charges)."""
     if sol.schedule is None:
         return sol
     papers = sol.objective
@@ -548,7 +560,7 @@ def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_
         return _frontend.solve_without_resident(solve, chain, memory, dict(
             method=method, time_limit=time_limit, gap=gap, threads=threads, slots=slots, exact=exact,
             solver_log=solver_log, progress=progress))
-    if chain.own_times:
+    if chain.own_times and method not in TIME_MODEL_METHODS:
         return _solve_in_papers_times(chain, solve(chain.papers_times(), memory=memory, method=method,
                                                    time_limit=time_limit, gap=gap, threads=threads, slots=slots,
                                                    exact=exact, solver_log=solver_log, progress=progress), method)

@@ -36,9 +36,11 @@ backward call starts), cost 45-150 us more than the same operations in store-all
 (``benchmarks/time_model_turns.py``): a re-materialization plan of a 5-8 ms step was then up to
 6.6% slower than its makespan. The chain may carry both: ``uf_ng`` (default ``uf``: the attribute
 is None, and :attr:`ufn` reads ``uf``) and ``u_turn`` (a scalar, seconds per turn, default 0).
-:func:`memplan.models.remat.simulate_remat` charges them; :meth:`papers_times` is the chain without
-them; :attr:`own_times` says whether a chain has them. ``dataclasses.replace(chain, uf=x)`` keeps
-``uf_ng`` where it was given: pass ``uf_ng=`` too.
+:func:`memplan.models.remat.simulate_remat` charges them, and the persistent DP and the baselines'
+compiled replay plan with them; :meth:`papers_times` is the chain without them (what
+:func:`memplan.remat.solve` gives the methods that do not model them); :attr:`own_times` says whether
+a chain has them. The joint and offloading problems keep the papers' times.
+``dataclasses.replace(chain, uf=x)`` keeps ``uf_ng`` where it was given: pass ``uf_ng=`` too.
 
 For the loss stage L+1, ``wa[L+1]``, ``wabar[L+1]`` and ``wd[L+1]`` are the (usually zero) sizes of
 the loss value and of delta^{L+1} = 1.

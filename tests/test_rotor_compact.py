@@ -236,7 +236,7 @@ def test_persistent_kernel_bit_identical(L, seed, integer):
             # the default tiles, and small ones: many tiles, split points between blocks, a last
             # block cut short (3 L + 1 indices), one cell per tile
             for block in (rotor._BLOCK, 1, 2, 5):
-                new = rotor._persistent_kernel(*args, carry, block)
+                new = rotor._persistent_kernel(*args, *rotor._time_model(c), carry, block)
                 assert np.array_equal(ref, new)     # same floats, same infinities
     assert finite >= 8       # not vacuous: most limits have a sequence
 

@@ -1,6 +1,8 @@
 """The time model's no-grad forward times and turn cost (Chain.uf_ng, Chain.u_turn; issue 27, item 3):
-the simulator charges them as written in models.remat, instance files carry them, the solvers'
-plans are replayed with them and no proof of the papers' model is claimed for them, and
+the simulator charges them as written in models.remat, instance files carry them, the persistent DP
+(rotor, revolve) and the baselines' compiled replay plan with them (checked against the exhaustive
+search, which charges them move by move, and against the other persistent sequences), the methods
+that do not model them plan in the papers' model with no proof claimed, and
 InContextTimes.turn_model recovers them from the runs it is given."""
 import dataclasses
 import json
@@ -12,6 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memplan import remat
+from memplan.baselines import remat_heuristics as H
+from memplan.baselines import remat_rotor as rotor
+from memplan.baselines.remat_exhaustive import exhaustive_min_memory, exhaustive_remat
 from memplan.baselines.remat_heuristics import sequential_schedule, store_all_schedule
 from memplan.models.chain import Chain, random_chain
 from memplan.models.instance import InstanceError, chain_from_dict, chain_to_dict
@@ -87,8 +92,8 @@ def test_instance_files_carry_them_and_refuse_bad_values():
         _chain(u_turn=math.inf)
 
 
-@pytest.mark.parametrize("method", ["rotor", "rotor-floating", "remat-milp", "sequential"])
-def test_solvers_plan_in_the_papers_model_and_the_replay_charges_the_rest(method):
+@pytest.mark.parametrize("method", ["rotor-floating", "remat-milp", "checkmate"])
+def test_methods_without_the_model_plan_in_the_papers_model_and_claim_nothing(method):
     c = random_chain(5, 2)
     d = dataclasses.replace(c, uf_ng=c.uf * 0.5, u_turn=3.0)
     lo, hi = remat.memory_range(c)
@@ -104,6 +109,67 @@ def test_solvers_plan_in_the_papers_model_and_the_replay_charges_the_rest(method
         assert b.details["recompute_time"] == pytest.approx(simulate_remat(d, b.schedule).recompute_time)
     if a.status == Status.OPTIMAL:
         assert b.status == Status.FEASIBLE
+    with pytest.raises(ValueError, match="papers' time model"):
+        rotor.floating(d, mem)
+
+
+def _own_times_chain(L, seed):
+    c = random_chain(L, seed, max_size=4, max_time=3)
+    return dataclasses.replace(c, uf_ng=np.floor(c.uf * 0.5), u_turn=float(2 * (1 + seed % 3)))
+
+
+@pytest.mark.parametrize("L, seed", [(2, 0), (3, 1), (4, 2), (4, 5), (5, 3), (5, 6), (6, 4), (6, 7)])
+def test_persistent_dp_plans_with_the_time_model(L, seed):
+    """The persistent DP charges the no-grad forwards their own time and one turn per split: its value
+    is its sequence's replay, never below the exhaustive search over all sequences (which charges
+    them move by move), and never above any other persistent sequence that fits: the plan chosen in
+    the papers' model, every checkpoint_sequential cut, revolve's."""
+    c = _own_times_chain(L, seed)
+    lo, hi = exhaustive_min_memory(c)[0], H.store_all(c).peak_memory
+    for M in sorted({int(lo), int((2 * lo + hi) / 3), int((lo + hi) / 2), int(hi)}):
+        pe = rotor.persistent(c, M, exact=True)
+        assert pe.success and pe.status == Status.OPTIMAL
+        assert pe.objective == pytest.approx(simulate_remat(c, pe.schedule, M).makespan)
+        opt, seq = exhaustive_remat(c, M)
+        assert simulate_remat(c, seq, M).makespan == pytest.approx(opt)
+        assert pe.objective >= opt - 1e-9
+        papers = rotor.persistent(c.papers_times(), M, exact=True)
+        assert pe.objective <= simulate_remat(c, papers.schedule).makespan + 1e-9
+        rev = rotor.revolve(c, M, exact=True)
+        if rev.success:
+            assert rev.objective == pytest.approx(simulate_remat(c, rev.schedule).makespan)
+            assert pe.objective <= rev.objective + 1e-9
+        for k in range(1, L + 1):
+            rep = simulate_remat(c, H.sequential_schedule(c, k))
+            if rep.peak_memory <= M:
+                assert pe.objective <= rep.makespan + 1e-9
+
+
+def test_the_time_model_changes_plans():
+    """Not vacuous: on some of these chains and limits the plan chosen with the no-grad times and the
+    turn cost is strictly faster, replayed with them, than the papers' model's plan; the front end's
+    rotor is then that plan, proven."""
+    better = 0
+    for L, seed in [(4, 6), (5, 0), (5, 3), (6, 2)]:
+        c = _own_times_chain(L, seed)
+        lo, hi = exhaustive_min_memory(c)[0], H.store_all(c).peak_memory
+        for M in sorted({int(lo), int((2 * lo + hi) / 3), int((lo + hi) / 2)}):
+            own = remat.solve(c, memory=M, method="rotor", exact=True)
+            papers = rotor.persistent(c.papers_times(), M, exact=True)
+            assert own.status == Status.OPTIMAL and "papers' time model" not in own.message
+            better += own.objective < simulate_remat(c, papers.schedule).makespan - 1e-9
+    assert better >= 5
+
+
+def test_compiled_replay_charges_them():
+    c = _own_times_chain(6, 4)
+    for k in range(1, 7):
+        seq = H.sequential_schedule(c, k)
+        rep = simulate_remat(c, seq)
+        assert H.schedule_stats(c, seq) == (rep.makespan, rep.peak_memory)
+        assert H.sequential_points(c)[k - 1][1:] == (rep.makespan, rep.peak_memory)
+    rep = simulate_remat(c, H.recompute_all_schedule(c))
+    assert H.recompute_all_stats(c) == (rep.makespan, rep.peak_memory)
 
 
 def test_turn_model_recovers_known_times():

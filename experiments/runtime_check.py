@@ -25,8 +25,9 @@ one CSV row per (network, limit, method):
   the no-grad forwards' own times ``uf_ng`` and the cost of a turn ``u_turn``, :class:`Chain`), so that
   a machine whose pace drifts between the profile and the runs (a shared CPU) does not count as model
   error; ``predicted_time_profile`` is the makespan on the first profile (the papers' time model).
-  The plans are solved on the first profile, which has no turn model (the profiler does not
-  calibrate one yet; rotor would plan with it).
+  The first profile calibrates the turn model too (``profile_chain(turns=True)``), so rotor,
+  ``sequential`` and store-all plan with it; rotor-floating plans in the papers' time model and says
+  so (:func:`memplan.remat.solve`).
   Before the turn model (2026-11-27) the tiny GPT-2's rotor plans were up to 6.6% slower than
   predicted (``benchmarks/time_model_turns.py``).
   Every run of a network (plans, store-all, autograd, checkpoint_sequential) is timed in alternation,
@@ -195,7 +196,8 @@ class Case:
         self.loss_stage = lm.loss_stage(self.loss_fn)      # stage L+1 (a folded head, then the loss)
         self.chain = profile_chain(lm.stages, self.x, self.loss_stage, repeats=profile_repeats or repeats,
                                    device=device, names=lm.names, name=f"{name}-b{self.batch}",
-                                   loss_name=lm.loss_name, clock=clock if not device.startswith("cuda") else "wall")
+                                   loss_name=lm.loss_name, clock=clock if not device.startswith("cuda") else "wall",
+                                   turns=True)
         self.params = list(model.named_parameters())
         self._cache: dict[tuple, tuple[str, dict]] = {}
         self._contenders: dict[str, tuple] = {}  # tag -> (run once, its measurement dict), timed by time_all

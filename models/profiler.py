@@ -457,7 +457,7 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
                   repeats: int = 3, device="cpu", names: Sequence[str] | None = None, name: str = "chain",
                   provenance: dict[str, Any] | None = None, input_grad: bool = True,
                   loss_name: str = "loss", timing: str = "in-context", clock: str = "wall",
-                  memory: str = "dispatch", deadline: float | None = None) -> Chain:
+                  memory: str = "dispatch", deadline: float | None = None, turns: bool = False) -> Chain:
     """Profile stages 1..L and the loss stage L+1 on sample input ``x`` and build the Chain (seconds,
     bytes). ``loss_name``: the name of stage L+1 (``fc+loss`` where a head is folded into the loss,
     :meth:`models.graph.LinearizedModel.loss_stage`). ``input_grad``: whether B^1 computes delta^0 (the gradient of the network input), as the
@@ -476,6 +476,12 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     cuts, recorded in the provenance's ``memory_measurement``; with it the loss stage's ``o_f`` is
     that of F_all alone (the loss stage runs F_all only, and a compiled one's inference graph, 2x the
     training graph's transients under Inductor on a small Llama, was never run).
+
+    ``turns`` (in-context timing only): also calibrate the no-grad forwards' own times and the cost of a
+    turn (:attr:`Chain.uf_ng`, :attr:`Chain.u_turn`; :meth:`models.runtime.InContextTimes.turn_model`,
+    from runs of :func:`models.remat.turn_ops` between the store-all runs), recorded in the provenance
+    as ``turn_model``. Off by default: only rotor, revolve and the baselines plan with them (the other
+    methods then plan in the papers' time model and claim no optimality, :func:`memplan.remat.solve`).
 
     ``deadline``: a ``time.perf_counter()`` value; past it, before the next stage is profiled (a compiled
     stage compiles on its first call) or the in-context timing starts, :class:`TimeoutError` is raised
@@ -515,6 +521,9 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         rows.append(vals)
         a = a_next
     in_context: dict[str, Any] = {}
+    own_times: dict[str, Any] = {}
+    if turns and timing != "in-context":
+        raise ValueError("profile_chain: turns=True calibrates in context; use timing='in-context'")
     if timing == "in-context":
         from .measure import clock as _clock
         from .runtime import time_in_context
@@ -522,14 +531,22 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         _check_deadline("the in-context timing")
 
         ic = time_in_context(stages, loss_fn, x, runs=max(3, repeats), device=device, input_grad=input_grad,
-                             clock=_clock(clock, torch.get_num_threads()) if not _is_cuda(device) else time.perf_counter)
+                             clock=_clock(clock, torch.get_num_threads()) if not _is_cuda(device) else time.perf_counter,
+                             turns=turns)
         uf, ub, factor = ic.calibrated()
+        if turns:
+            uf_ng, u_turn = ic.turn_model(ic.turn_per_op, ic.turn_run_times)
+            own_times = {"uf_ng": uf_ng, "u_turn": u_turn}
         for l, r in enumerate(rows, start=1):
             r["uf"], r["ub"] = uf[l], ub[l]
         in_context = {"timing_clock": "cpu (time.process_time, one thread)" if clock == "cpu" else "wall",
                       "timing_calibration": round(factor, 6), "timing_runs": ic.runs,
                       "timing_run_seconds": [round(t, 6) for t in ic.run_times],
                       "timing_spread_max": round(max(ic.spread), 4)}
+        if turns:
+            in_context["turn_model"] = (f"uf_ng and u_turn ({u_turn * 1e6:.1f} us a turn) from {len(ic.turn_run_times)} "
+                                        "runs of models.remat.turn_ops between the store-all runs "
+                                        "(models.runtime.InContextTimes.turn_model)")
     wa = [wa0] + [r["wa"] for r in rows]
     wabar = [wa[0]] + [r["wabar"] for r in rows]
     wd = [r["wd_in"] for r in rows] + [4.0]     # delta^{l-1} from B^l; delta^{L+1} = dLoss/dLoss (fp32)
@@ -571,7 +588,7 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         wa=wa, wabar=wabar, wd=wd, of=[0.0] + [r["of"] for r in rows], ob=[0.0] + [r["ob"] for r in rows],
         weights=[0.0] + [r["weights"] for r in rows], name=name, stage_names=stage_names, provenance=prov,
         resident=resident, of_all=[0.0] + [r.get("of_all", r["of"]) for r in rows],
-        of_ng=[0.0] + [r.get("of_ng", r["of"]) for r in rows])
+        of_ng=[0.0] + [r.get("of_ng", r["of"]) for r in rows], **own_times)
 
 
 #: how :func:`profile_model` cuts a network, as its instances' provenance records it

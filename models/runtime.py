@@ -666,6 +666,8 @@ class InContextTimes:
     spread: list[float]
     run_times: list[float]
     overhead: float
+    turn_per_op: list = field(default_factory=list)     # op_times of runs of models.remat.turn_ops (turns=True)
+    turn_run_times: list = field(default_factory=list)  # whole untimed runs of it
 
     @classmethod
     def from_runs(cls, per_op: Sequence[Sequence[float]], run_times: Sequence[float], L: int) -> "InContextTimes":
@@ -723,7 +725,7 @@ class InContextTimes:
 def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, *, runs: int = 5,
                     warmup: int = 1, device=None, input_grad: bool = True,
                     clear_grads: Callable[[], None] | None = None,
-                    clock: Callable[[], float] = time.perf_counter) -> InContextTimes:
+                    clock: Callable[[], float] = time.perf_counter, turns: bool = False) -> InContextTimes:
     """Time every F_all^l and B^l as the executor really runs them: inside whole store-all sequences,
     back to back, with timers between the operations only (see ``op_times`` of :func:`execute`).
 
@@ -735,6 +737,8 @@ def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
     the executor spends outside the operations (median run time without timers minus the sum of the
     medians), reported, not added to the chain. ``clear_grads`` is called before each run (the
     default sets every parameter's ``.grad`` to None, as a training step after ``zero_grad``).
+    ``turns``: each run also runs :func:`models.remat.turn_ops`, timed per operation and whole, for
+    :meth:`InContextTimes.turn_model` (``turn_per_op``, ``turn_run_times``).
     """
     device = device if device is not None else x.device
     ops = store_all_ops(len(stages))
@@ -749,6 +753,9 @@ def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
 
     per_op: list[list[float]] = []
     whole: list[float] = []
+    t_ops = turn_ops(len(stages))
+    t_per_op: list[list[float]] = []
+    t_whole: list[float] = []
     for i in range(max(0, warmup) + max(1, runs)):
         clear()
         times: list[float] = []
@@ -758,5 +765,17 @@ def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
             per_op.append(times)
         clear()
         whole.append(execute(stages, loss_fn, x, ops, device=device, input_grad=input_grad, clock=clock).time)
+        if turns:
+            clear()
+            times = []
+            execute(stages, loss_fn, x, t_ops, device=device, input_grad=input_grad, op_times=times, clock=clock,
+                    fuse_backward=False)
+            clear()
+            t = execute(stages, loss_fn, x, t_ops, device=device, input_grad=input_grad, clock=clock).time
+            if i >= warmup:
+                t_per_op.append(times)
+                t_whole.append(t)
     whole = whole[max(0, warmup):]
-    return InContextTimes.from_runs(per_op, whole, len(stages))
+    ic = InContextTimes.from_runs(per_op, whole, len(stages))
+    ic.turn_per_op, ic.turn_run_times = t_per_op, t_whole
+    return ic

@@ -194,3 +194,24 @@ def test_turn_model_recovers_known_times():
     assert ic.turn_model([per], [sum(per) - 1.0])[1] == 0.0
     with pytest.raises(ValueError, match="operation times"):
         ic.turn_model([per[:-1]], [whole])
+
+
+def test_profile_chain_calibrates_the_turn_model():
+    """profile_chain(turns=True) fills uf_ng (the no-grad forwards' in-context times) and u_turn from
+    runs of turn_ops, and says so in the provenance; a plan solved on it replays with them."""
+    torch = pytest.importorskip("torch")
+    from memplan.models.profiler import profile_chain
+
+    torch.manual_seed(0)
+    stages = [torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Tanh()) for _ in range(4)]
+    x = torch.randn(8, 32)
+    c = profile_chain(stages, x, repeats=3, turns=True)
+    assert c.uf_ng is not None and np.all(c.uf_ng[1:5] > 0) and c.u_turn >= 0
+    assert c.uf_ng[5] == c.uf[5]                        # the loss stage is never recomputed without a tape
+    assert "turn_model" in c.provenance and "turn_ops" in c.provenance["turn_model"]
+    assert profile_chain(stages, x, repeats=3).uf_ng is None     # off by default
+    with pytest.raises(ValueError, match="in context"):
+        profile_chain(stages, x, repeats=3, timing="isolated", turns=True)
+    lo, hi = remat.memory_range(c)
+    sol = remat.solve(c, memory=(lo + hi) / 2, method="rotor")
+    assert sol.objective == pytest.approx(simulate_remat(c, sol.schedule).makespan)

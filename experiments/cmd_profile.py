@@ -60,7 +60,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     chain = profile_model(key, args.batch, args.input, device=args.device, repeats=args.repeats,
-                          seed=args.seed, model_kw=dict(args.set or []), cuts=args.cuts)
+                          seed=args.seed, model_kw=dict(args.set or []), cuts=args.cuts, turns=args.turn_model)
     if args.name:
         chain.name = args.name
     save_instance(chain, out, overwrite=args.force, time_unit="ms", memory_unit="MiB", digits=9,
@@ -208,6 +208,10 @@ def add_parser(subparsers) -> None:
                    help="where to cut the network: auto (default) cuts where several tensors cross only for a "
                         "network whose single-tensor stages are too coarse: fewer than one per ten operations "
                         "(NASNet, the Transformer) or one holding most of the network (U-Net)")
+    p.add_argument("--turn-model", action="store_true",
+                   help="also record the no-grad forwards' own times (u_f_ng) and the cost of a turn (u_turn), "
+                        "calibrated in context: rotor, revolve and the baselines plan with them; the other "
+                        "re-materialization methods then plan in the papers' time model and claim no optimality")
     p.add_argument("--set", type=key_value, action="append", metavar="KEY=VALUE",
                    help="model constructor argument, e.g. --set n_layer=6 --set n_embd=512 (repeatable)")
     _output_args(p, "instance name (default: model-bBATCH-INPUT-DEVICE)")

@@ -116,3 +116,10 @@ def test_cli_profile_then_solve(tmp_path):
     # checkpoint_sequential's sequence (baselines.remat_heuristics), executed: autograd's gradients
     assert main(["run", str(out), "--sequence", "sequential:2", "--check-grads", "--threads", "1"]) == 0
     assert main(["run", str(out), "--sequence", "sequential:7"]) == 2          # L = 6: at most 6 segments
+    # --turn-model: the no-grad forwards' own times and the turn cost in the file; rotor plans with them
+    turned = tmp_path / "t.json"
+    assert main(args[:-2] + ["--turn-model", "-o", str(turned)]) == 0
+    t = load_chain(turned)
+    assert t.uf_ng is not None and t.u_turn >= 0 and "turn_model" in t.provenance
+    assert all("u_f_ng" in r for r in json.loads(turned.read_text())["stages"][1:])
+    assert main(["solve", str(turned), "--problem", "remat", "--memory", "60KiB", "--method", "rotor"]) == 0

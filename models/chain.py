@@ -134,6 +134,30 @@ class Platform:
         return dataclasses.asdict(self)
 
 
+def _optional_array(v, name: str, n: int, kind: str):
+    """``Chain.<name>`` as a float array of ``n`` entries in range, index 0 set to 0; None stays None."""
+    if v is None:
+        return None
+    try:
+        arr = np.array(v, dtype=float)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"Chain.{name} must be an array of numbers ({e})") from None
+    if arr.shape != (n,):
+        raise ValueError(f"Chain.{name} has shape {arr.shape}, expected ({n},) = L+2 entries")
+    check_range(arr, f"Chain.{name}", kind)
+    arr[0] = 0.0
+    return arr
+
+
+def _scalar(v, name: str, kind: str, what: str) -> float:
+    """``Chain.<name>`` as a float in range (``kind``: size or time), else a ValueError saying ``what``."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
+        raise ValueError(f"Chain.{name} = {v!r} must be {what}")
+    if not (np.isfinite(v) and 0 <= v <= _RANGE_MAX[kind] * RANGE_TOLERANCE):
+        raise ValueError(f"Chain.{name} = {v:g} is out of range: {_RANGE_TEXT[kind]}")
+    return float(v)
+
+
 @dataclass
 class Chain:
     """A chain of L stages with its loss stage L+1 (see the module docstring for the arrays)."""
@@ -173,43 +197,14 @@ class Chain:
         for f in ("uf", "ub", "of", "ob", "weights"):
             getattr(self, f)[0] = 0.0
         for f in _OWN_OVERHEADS:
-            v = getattr(self, f)
-            if v is None:
-                setattr(self, f, self.of.copy())
-                continue
-            try:
-                arr = np.asarray(v, dtype=float)
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"Chain.{f} must be an array of numbers ({e})") from None
-            if arr.shape != (n,):
-                raise ValueError(f"Chain.{f} has shape {arr.shape}, expected ({n},) = L+2 entries")
-            check_range(arr, f"Chain.{f}", "size")
-            arr[0] = 0.0
+            arr = _optional_array(getattr(self, f), f, n, "size")
             # at most of (the larger of the two): a copy whose of was lowered (a relaxation,
             # dataclasses.replace(chain, of=...)) lowers them with it; instance files refuse a larger one
-            setattr(self, f, np.minimum(arr, self.of))
-        if self.uf_ng is not None:
-            try:
-                arr = np.asarray(self.uf_ng, dtype=float)
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"Chain.uf_ng must be an array of numbers ({e})") from None
-            if arr.shape != (n,):
-                raise ValueError(f"Chain.uf_ng has shape {arr.shape}, expected ({n},) = L+2 entries")
-            check_range(arr, "Chain.uf_ng", "time")
-            arr[0] = 0.0
-            self.uf_ng = arr
-        t = self.u_turn
-        if isinstance(t, bool) or not isinstance(t, (int, float, np.number)):
-            raise ValueError(f"Chain.u_turn = {t!r} must be a number of seconds (0: a turn costs nothing more)")
-        if not (np.isfinite(t) and 0 <= t <= MAX_SECONDS * RANGE_TOLERANCE):
-            raise ValueError(f"Chain.u_turn = {t:g} is out of range: {_RANGE_TEXT['time']}")
-        self.u_turn = float(t)
-        r = self.resident
-        if isinstance(r, bool) or not isinstance(r, (int, float, np.number)):
-            raise ValueError(f"Chain.resident = {r!r} must be a number of bytes (0 when no tensor crosses two cuts)")
-        if not (np.isfinite(r) and 0 <= r <= MAX_BYTES * RANGE_TOLERANCE):
-            raise ValueError(f"Chain.resident = {r:g} is out of range: {_RANGE_TEXT['size']}")
-        self.resident = float(r)
+            setattr(self, f, self.of.copy() if arr is None else np.minimum(arr, self.of))
+        self.uf_ng = _optional_array(self.uf_ng, "uf_ng", n, "time")
+        self.u_turn = _scalar(self.u_turn, "u_turn", "time", "a number of seconds (0: a turn costs nothing more)")
+        self.resident = _scalar(self.resident, "resident", "size",
+                                "a number of bytes (0 when no tensor crosses two cuts)")
         if not self.stage_names:
             self.stage_names = ["input"] + [f"stage{l}" for l in range(1, n - 1)] + ["loss"]
 

@@ -473,6 +473,7 @@ def floating_plan(chain: Chain, memory: float, *, deadline: float | None = None)
     DP's makespan for it (``ops`` the operations, replay them with ``simulate_remat``). On integer
     chains this is the same run as :func:`floating_bound` and the plan is optimal among all
     sequences."""
+    chain.check_papers_times("remat_bound.floating_plan")
     wa, wab, wd, ofa, ofn, ob, budget, exact = fine_units(chain, memory, None, "up")
     return bound_of_sizes(chain, wa, wab, wd, ofa, ofn, ob, budget, exact, deadline=deadline, plan=True)
 
@@ -500,6 +501,7 @@ def floating_bound(chain: Chain, memory: float, *, deadline: float | None = None
     >>> round(floating_bound(chain, 90 * 2**20).value * 1e3, 2)
     47.42
     """
+    chain.check_papers_times("remat_bound.floating_bound")
     relaxed = relaxed_chain(equal_gradient_sizes(chain))
     wa, wab, wd, ofa, ofn, ob, budget, exact = fine_units(relaxed, memory, units)
     res = bound_of_sizes(relaxed, wa, wab, wd, ofa, ofn, ob, budget, exact, deadline=deadline, plan=plan)

@@ -1030,10 +1030,7 @@ def floating(chain: Chain, memory: float, *, slots: int | None = None, exact: bo
     >>> float(floating(chain, 15, exact=True).objective), float(persistent(chain, 15, exact=True).objective)
     (14.0, 16.0)
     """
-    if chain.own_times:
-        raise ValueError("floating: the floating DP plans in the papers' time model; this chain has its own "
-                         "no-grad forward times or turn cost: solve chain.papers_times() (memplan.remat.solve "
-                         "does, and replays the plan with them) or use persistent()")
+    chain.check_papers_times("rotor-floating (the floating DP; persistent() plans with them)")
     if exact or slots is not None:
         return _given(chain, memory, "all", "rotor-floating", slots, exact, prune)
     t0 = time.perf_counter()

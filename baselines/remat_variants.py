@@ -163,6 +163,8 @@ def persistent_variants(chains: Sequence[Chain], memory: float, *, slots: int = 
     """Rotor's persistent sequence with a variant chosen per stage (module docstring), sizes in
     ``slots`` slots of ``memory / slots`` bytes rounded up (the plan never exceeds ``memory``); None
     when no sequence fits."""
+    for c in chains:
+        c.check_papers_times("remat_variants.persistent_variants")
     chains = _check(chains)
     L = chains[0].L
     discs = [Discretization(c, memory, slots) for c in chains]

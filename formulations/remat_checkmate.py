@@ -328,6 +328,7 @@ def solve_checkmate(chain: Chain, memory: float, *, time_limit: float | None = 6
     ``bound`` stays None; FEASIBLE with ``details['limit_exceeded']`` when the converted
     sequence breaks the limit.
     """
+    chain.check_papers_times("checkmate")
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     with timed(times, "build"):
@@ -383,6 +384,7 @@ def solve_checkmate_lp(chain: Chain, memory: float, *, time_limit: float | None 
     the memory it really uses (status FEASIBLE, ``details['limit_exceeded'] = True`` when above the
     limit).
     """
+    chain.check_papers_times("checkmate-lp")
     times: dict[str, float] = {}
     t0 = time.perf_counter()
     with timed(times, "build"):

@@ -458,6 +458,7 @@ def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 
     >>> str(sol.status), round(sol.objective * 1e3, 2), round(sol.bound * 1e3, 2)
     ('optimal', 47.42, 47.42)
     """
+    chain.check_papers_times("remat-milp")
     times: dict[str, float] = {}
     t_all = time.perf_counter()
     with timed(times, "build"):

@@ -296,6 +296,15 @@ class Chain:
         solvers that do not model them plan with; see :func:`memplan.remat.solve`)."""
         return dataclasses.replace(self, uf_ng=None, u_turn=0.0)
 
+    def check_papers_times(self, what: str) -> None:
+        """Raise a ValueError naming ``what`` when the chain has its own no-grad forward times or turn
+        cost: for the solvers and bounds that plan in the papers' time model only (their values would not
+        be the simulator's, and a bound would not be one)."""
+        if self.own_times:
+            raise ValueError(f"{what}: plans in the papers' time model; this chain has its own no-grad forward "
+                             "times or turn cost (Chain.uf_ng, Chain.u_turn): solve chain.papers_times() "
+                             "(memplan.remat.solve does, and replays the plan with them)")
+
     def store_all_time(self) -> float:
         """Makespan with no re-materialization: sum of u_f + u_b over stages 1..L+1."""
         return float(self.uf[1:].sum() + self.ub[1:].sum())

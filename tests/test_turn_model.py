@@ -109,8 +109,17 @@ def test_methods_without_the_model_plan_in_the_papers_model_and_claim_nothing(me
         assert b.details["recompute_time"] == pytest.approx(simulate_remat(d, b.schedule).recompute_time)
     if a.status == Status.OPTIMAL:
         assert b.status == Status.FEASIBLE
-    with pytest.raises(ValueError, match="papers' time model"):
-        rotor.floating(d, mem)
+    # called directly, the solvers and bounds that plan in the papers' time model refuse such a chain
+    from memplan.baselines.remat_bound import floating_bound, floating_plan
+    from memplan.baselines.remat_variants import persistent_variants
+    from memplan.formulations.remat_checkmate import solve_checkmate, solve_checkmate_lp
+    from memplan.formulations.remat_milp import solve_remat_milp
+
+    for call in (lambda: rotor.floating(d, mem), lambda: floating_bound(d, mem), lambda: floating_plan(d, mem),
+                 lambda: solve_remat_milp(d, mem), lambda: solve_checkmate(d, mem), lambda: solve_checkmate_lp(d, mem),
+                 lambda: persistent_variants([d], mem)):
+        with pytest.raises(ValueError, match="papers' time model"):
+            call()
 
 
 def _own_times_chain(L, seed):

@@ -445,9 +445,10 @@ def _solve_in_papers_times(chain: Chain, sol: Solution, method: str) -> Solution
         sol.details["recompute_time"] = rep.recompute_time
     if sol.status == Status.OPTIMAL:
         sol.status = Status.FEASIBLE
-    note = (f"planned in the papers' time model ({method} does not model the chain's no-grad forward times "
-            f"and turn cost); replayed with them: {fmt_time(rep.makespan)} (papers' model: {fmt_time(papers)})")
-    sol.message = f"{sol.message}; {note}" if sol.message else note
+    head = (f"planned in the papers' time model ({method} does not model the chain's no-grad forward times "
+            f"and turn cost)")
+    tail = f"replayed with them: {fmt_time(rep.makespan)} (papers' model: {fmt_time(papers)})"
+    sol.message = f"{head}: {sol.message}; {tail}" if sol.message else f"{head}; {tail}"
     return sol
 
 

@@ -250,6 +250,15 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
         return solve_without_resident(solve, chain, memory, dict(
             bandwidth=bandwidth, method=method, time_limit=time_limit, slots=slots, exact=exact,
             progress=progress))
+    if chain.own_times:
+        # the joint model (paper 000) times every forward u_f and charges no turn: solved, and replayed,
+        # on the chain without them, and the message says so
+        sol = solve(chain.papers_times(), memory=memory, bandwidth=bandwidth, method=method,
+                    time_limit=time_limit, slots=slots, exact=exact, progress=progress)
+        note = ("the joint model (paper 000) times every forward with u_f and charges no turn: this chain's "
+                "no-grad forward times and turn cost (Chain.uf_ng, Chain.u_turn) are not used")
+        sol.message = f"{sol.message}; {note}" if sol.message else note
+        return sol
     if method == "exhaustive" and not chain.is_integer:
         raise InputError(f"{PROBLEM}: method='exhaustive' needs integer sizes (it is meant for tiny test chains); "
                          "use method='dp'")

@@ -30,9 +30,9 @@ A copy made with ``dataclasses.replace(chain, of=x)`` lowers ``of_all`` and ``of
 (a relaxation stays one) but never raises them: pass ``of_all=`` and ``of_ng=`` too to raise them.
 
 Times in context (issue 27, item 3). ``uf`` is F_all's time and, in the papers' model, every
-forward's. On a CPU a no-grad forward took 5-10% less than F_all (no tape to record), and every
+forward's. On a CPU a no-grad forward took 1-12% less than F_all (no tape to record), and every
 *turn*, a backward step followed by a forward (the backward call stops, forwards run, another
-backward call starts), cost 45-150 us more than the same operations in store-all's step
+backward call starts), cost up to 180 us more than the same operations in store-all's step
 (``benchmarks/time_model_turns.py``): a re-materialization plan of a 5-8 ms step was then up to
 6.6% slower than its makespan. The chain may carry both: ``uf_ng`` (default ``uf``: the attribute
 is None, and :attr:`ufn` reads ``uf``) and ``u_turn`` (a scalar, seconds per turn, default 0).

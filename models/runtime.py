@@ -704,7 +704,8 @@ class InContextTimes:
         rounds as this store-all's: ``uf_ng[l]`` is the median in-context time of its F_ck^l, scaled by
         :meth:`calibrated`'s factor (the loss stage keeps ``uf``); ``u_turn`` is what the median whole run
         takes beyond the sum of its operations' calibrated times, per turn (at least 0). On the CPU a
-        no-grad forward took 5-10% less than F_all and a turn 45-150 us (``benchmarks/time_model_turns.py``)."""
+        no-grad forward took 1-12% less than F_all and a turn 0-180 us (``benchmarks/time_model_turns.py``,
+        ``runtime_check``; the turn cost is the least steady of the two)."""
         import statistics
 
         uf, ub, factor = self.calibrated()

@@ -224,3 +224,17 @@ def test_profile_chain_calibrates_the_turn_model():
     lo, hi = remat.memory_range(c)
     sol = remat.solve(c, memory=(lo + hi) / 2, method="rotor")
     assert sol.objective == pytest.approx(simulate_remat(c, sol.schedule).makespan)
+
+
+def test_joint_problem_keeps_the_papers_times_and_says_so():
+    """Paper 000's joint model times every forward u_f and charges no turn: a chain with its own times
+    gets the plan and makespan of the same chain without them, and the message says they were not used."""
+    from memplan import remat_offload
+
+    c = random_chain(4, 3)
+    d = dataclasses.replace(c, uf_ng=c.uf * 0.5, u_turn=3.0)
+    lo, hi = remat.memory_range(c)
+    a = remat_offload.solve(c, memory=(lo + hi) / 2, bandwidth=2.0, time_limit=20)
+    b = remat_offload.solve(d, memory=(lo + hi) / 2, bandwidth=2.0, time_limit=20)
+    assert b.objective == a.objective and b.peak_memory == a.peak_memory
+    assert "not used" in b.message and "u_turn" in b.message

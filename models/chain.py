@@ -34,7 +34,7 @@ forward's. On a CPU a no-grad forward took 1-12% less than F_all (no tape to rec
 *turn*, a backward step followed by a forward (the backward call stops, forwards run, another
 backward call starts), cost up to 180 us more than the same operations in store-all's step
 (``benchmarks/time_model_turns.py``): a re-materialization plan of a 5-8 ms step was then up to
-6.6% slower than its makespan. The chain may carry both: ``uf_ng`` (default ``uf``: the attribute
+6.9% slower than its makespan. The chain may carry both: ``uf_ng`` (default ``uf``: the attribute
 is None, and :attr:`ufn` reads ``uf``) and ``u_turn`` (a scalar, seconds per turn, default 0).
 :func:`memplan.models.remat.simulate_remat` charges them, and the persistent DP and the baselines'
 compiled replay plan with them; :meth:`papers_times` is the chain without them (what

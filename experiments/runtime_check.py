@@ -205,7 +205,6 @@ class Case:
         self.fuse = True                         # models.runtime.execute's fuse_backward
         self.steps = 1                           # steps per timed sample (set_steps_per_sample)
         self.timed_chain = None                  # the chain re-timed during time_all (same rounds as the runs)
-        self.turn_interval = None                # (low, high) of its u_turn, from turn_ops' 95% interval
         self.traces: list[dict] = []            # per-operation memory, measured and simulated
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -298,7 +297,6 @@ class Case:
             if t.low is not None and t.high is not None and math.isfinite(t.low) and math.isfinite(t.high):
                 lo_t, hi_t = (ic.turn_model(per_op_turn, [v])[1] for v in (t.low, t.high))
                 span = f" [{lo_t * 1e6:.0f}, {hi_t * 1e6:.0f}]"
-                self.turn_interval = (lo_t, hi_t)
             progress(f"{self.name}: time model re-timed in the rounds: no-grad forwards {ratio:.3f} x F_all's, "
                      f"a turn {u_turn * 1e6:.0f} us{span} (95% interval of turn_ops' median run)")
         for tag, (_, m) in self._contenders.items():

@@ -35,7 +35,8 @@ which is exact (:mod:`memplan.baselines.remat_min_memory`).
 A chain with its own no-grad forward times or a turn cost (:attr:`Chain.uf_ng`, :attr:`Chain.u_turn`)
 is planned with them by the methods of :data:`TIME_MODEL_METHODS` (the persistent DP, the baselines);
 the others plan it in the papers' time model (:meth:`Chain.papers_times`), their plan is replayed
-with them, and no optimality is claimed (``details["makespan_papers_times"]``).
+with them, rotor's plan is returned instead where it replays faster, and no optimality is claimed
+(``details["makespan_papers_times"]``).
 
 Examples
 --------
@@ -428,13 +429,16 @@ def _replay(chain: Chain, memory: float, method: str, sol: Solution) -> Solution
 TIME_MODEL_METHODS = ("rotor", "revolve", "sequential", "store-all", "recompute-all")
 
 
-def _solve_in_papers_times(chain: Chain, sol: Solution, method: str) -> Solution:
+def _solve_in_papers_times(chain: Chain, sol: Solution, method: str, memory: float,
+                           time_left: float | None) -> Solution:
     """A chain with its own no-grad forward times or a turn cost (:attr:`Chain.own_times`) and a method
     that does not model them (not in :data:`TIME_MODEL_METHODS`): ``sol`` was solved on
     :meth:`Chain.papers_times` (one forward time per stage, no turn cost) and its schedule is replayed
     here on ``chain`` itself, which charges them (the memory is the same). A proof of the papers' model
     proves nothing here: OPTIMAL becomes FEASIBLE and the bound goes (a no-grad forward may be cheaper
-    than the ``uf`` the bound charges)."""
+    than the ``uf`` the bound charges). Never worse than rotor, which plans with them: where rotor's
+    plan (in ``time_left`` seconds) replays faster, it is returned instead and the message says so
+    (``details["candidate"]``)."""
     if sol.schedule is None:
         return sol
     papers = sol.objective
@@ -449,6 +453,14 @@ def _solve_in_papers_times(chain: Chain, sol: Solution, method: str) -> Solution
             f"and turn cost)")
     tail = f"replayed with them: {fmt_time(rep.makespan)} (papers' model: {fmt_time(papers)})"
     sol.message = f"{head}: {sol.message}; {tail}" if sol.message else f"{head}; {tail}"
+    rot = remat_rotor.persistent(chain, memory, time_limit=time_left)
+    if rot.success and rot.peak_memory <= memory * (1 + 1e-9) and rot.objective < sol.objective * (1 - 1e-12):
+        sol.message += (f"; rotor's plan, made with them, replays faster ({fmt_time(rot.objective)}) and is "
+                        f"returned instead")
+        sol.schedule, sol.objective, sol.peak_memory = rot.schedule, rot.objective, rot.peak_memory
+        sol.details["recompute_time"] = rot.details.get("recompute_time")
+        sol.details.pop("limit_exceeded", None)
+        sol.details["candidate"] = "rotor"
     return sol
 
 
@@ -562,9 +574,11 @@ def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_
             method=method, time_limit=time_limit, gap=gap, threads=threads, slots=slots, exact=exact,
             solver_log=solver_log, progress=progress))
     if chain.own_times and method not in TIME_MODEL_METHODS:
-        return _solve_in_papers_times(chain, solve(chain.papers_times(), memory=memory, method=method,
-                                                   time_limit=time_limit, gap=gap, threads=threads, slots=slots,
-                                                   exact=exact, solver_log=solver_log, progress=progress), method)
+        t0 = time.perf_counter()
+        inner = solve(chain.papers_times(), memory=memory, method=method, time_limit=time_limit, gap=gap,
+                      threads=threads, slots=slots, exact=exact, solver_log=solver_log, progress=progress)
+        left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
+        return _solve_in_papers_times(chain, inner, method, memory, left)
     n_slots = _frontend.count_arg(slots, "slots", PROBLEM, required=False)
     opts = _Options(slots=n_slots,
                     exact=_exact_arg(exact, chain, memory, method), gap=_frontend.gap_arg(gap, PROBLEM),

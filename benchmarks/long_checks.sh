@@ -20,8 +20,10 @@
 #   - since 2026-11-28, when the solvers' own-overhead tests were added: two of the three slow-link
 #     limits of the ResNet-101 table check and exact-mode seed 3 (test_remat_offload_dp_tables), the
 #     joint least memory on heavy-3-1 (test_minimum_memory), and the pipeline front end's default
-#     method on the pattern the simulator rejects (test_pipeline; method "ilp" stays).
-# About a minute on 2 cores (21 cases):  bash benchmarks/long_checks.sh   (extra arguments go to pytest)
+#     method on the pattern the simulator rejects (test_pipeline; method "ilp" stays);
+#   - since 2026-11-27 (the turn model): exact-mode seed 2 (test_remat_offload_dp_tables; seeds 0 and 1
+#     stay) and the persistent DP's check on chain (6, 7) (test_turn_model; seven chains stay).
+# About a minute on 2 cores (23 cases):  bash benchmarks/long_checks.sh   (extra arguments go to pytest)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python -m pytest -q -m long -n auto "$@"

@@ -129,7 +129,8 @@ def _own_times_chain(L, seed):
     return dataclasses.replace(c, uf_ng=np.floor(c.uf * 0.5), u_turn=float(2 * (1 + seed % 3)))
 
 
-@pytest.mark.parametrize("L, seed", [(2, 0), (3, 1), (4, 2), (4, 5), (5, 3), (5, 6), (6, 4), (6, 7)])
+@pytest.mark.parametrize("L, seed", [(2, 0), (3, 1), (4, 2), (4, 5), (5, 3), (5, 6), (6, 4),
+                                     pytest.param(6, 7, marks=pytest.mark.long)])
 def test_persistent_dp_plans_with_the_time_model(L, seed):
     """The persistent DP charges the no-grad forwards their own time and one turn per split: its value
     is its sequence's replay, never below the exhaustive search over all sequences (which charges

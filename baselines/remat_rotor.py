@@ -327,8 +327,8 @@ def _persistent_choice(C, s, t, m, uf, ub, wa, wab, wd, ofa, ofn, ob, ufn, u_tur
 
 def _persistent_sequence(C, s, t, m, disc: Discretization, chain: Chain, allow_carry: bool, out: list) -> None:
     """Algorithm 4 (OptRecP): rebuild the sequence from the table."""
-    args = (chain.uf, chain.ub, disc.wa, disc.wab, disc.wd, disc.ofa, disc.ofn, disc.ob, chain.ufn,
-            float(chain.u_turn), allow_carry)
+    args = (chain.uf, chain.ub, disc.wa, disc.wab, disc.wd, disc.ofa, disc.ofn, disc.ob, *_time_model(chain),
+            allow_carry)
     stack = [(s, t, m, False)]
     while stack:
         s, t, m, emit_b = stack.pop()

@@ -41,6 +41,8 @@ import sys
 import time
 from pathlib import Path
 
+from memplan.models.remat import turns  # B's followed by a forward
+
 SIZES = {
     # runtime_check's default preset's GPT-2 (5-8 ms steps on this CPU)
     "gpt2-tiny": dict(kw=dict(n_layer=4, n_embd=64, n_head=4, vocab=256, n_ctx=64, dropout=0.1), shape=(32,),
@@ -52,11 +54,6 @@ SIZES = {
 FRACTIONS = (0.02, 0.1, 0.2, 0.3, 0.4, 0.6, 0.8)
 SEGMENTS = (2, 3, 4, 5, 6)
 KINDS = ("first B", "other B", "F after B", "F_all", "F_ck/F_none")
-
-
-def turns(ops) -> int:
-    """B's followed by a forward: the backward calls a sequence makes after its first."""
-    return sum(1 for a, b in zip(ops, ops[1:]) if a[0] == "B" and b[0] != "B")
 
 
 def kind(ops, p: int) -> str:

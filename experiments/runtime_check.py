@@ -28,7 +28,7 @@ one CSV row per (network, limit, method):
   The first profile calibrates the turn model too (``profile_chain(turns=True)``), so rotor,
   ``sequential`` and store-all plan with it; rotor-floating plans in the papers' time model and says
   so (:func:`memplan.remat.solve`).
-  Before the turn model (2026-11-27) the tiny GPT-2's rotor plans were up to 6.6% slower than
+  Before the turn model (2026-11-27) the tiny GPT-2's rotor plans were up to 6.9% slower than
   predicted (``benchmarks/time_model_turns.py``).
   Every run of a network (plans, store-all, autograd, checkpoint_sequential) is timed in alternation,
   one run each per round in rotating order, until the 95% interval of every median is within
@@ -108,7 +108,6 @@ COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic",
            "network", "batch", "input", "L", "fraction", "memory_limit", "method", "status", "message",
            "ops", "recomputations", "same_as", "grads_equal",
            "predicted_peak", "measured_peak", "peak_rel_err", "within_limit",
-
            "predicted_time", "predicted_time_profile", "measured_time", "time_rel_err", "time_min", "time_max",
            "time_q10", "time_rel_err_q10",
            "time_low", "time_high",
@@ -272,9 +271,8 @@ class Case:
                     sync=False)
 
         self._timed(partial(retime, store_all_ops(self.chain.L), per_op), {}, _RETIME)
-        turn_m: dict = {}
         self._timed(partial(retime, turn_seq, per_op_turn), {}, _RETIME_TURNS)
-        self._timed(turn_run, turn_m, _TURNS)
+        self._timed(turn_run, {}, _TURNS)
         runs = {tag: once for tag, (once, _) in self._contenders.items()}
         res = interleaved(runs, target=self.target, min_rounds=max(2, self.repeats), max_rounds=self.max_rounds,
                           budget=self.time_budget, progress=lambda line: progress(f"{self.name}: {line}"))

@@ -190,5 +190,10 @@ def solve_without_resident(solve_fn, chain: Chain, memory: float, kwargs: dict[s
     sol.details["resident_bytes"] = r
     note = (f"{r:.6g} B of resident tensors (Chain.resident: tensors crossing two or more cuts and their "
             f"gradients) are charged for the whole step; the chain was planned under {max(memory - r, 0.0):.6g} B")
+    return add_note(sol, note)
+
+
+def add_note(sol: Solution, note: str) -> Solution:
+    """``sol`` with ``note`` appended to its message (after a semicolon, or as the message)."""
     sol.message = f"{sol.message}; {note}" if sol.message else note
     return sol

@@ -45,8 +45,8 @@ import math
 import time
 from typing import Any
 
-from memplan._frontend import (bandwidth_arg, budget, chain_arg, count_arg, finish, memory_arg, method_arg,
-                               overheads_line, solve_without_resident)
+from memplan._frontend import (add_note, bandwidth_arg, budget, chain_arg, count_arg, finish, memory_arg,
+                               method_arg, overheads_line, solve_without_resident)
 from memplan.baselines import offload as off_baselines
 from memplan.baselines import remat_rotor
 from memplan.baselines.remat_heuristics import min_memory, store_all
@@ -255,10 +255,8 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
         # on the chain without them, and the message says so
         sol = solve(chain.papers_times(), memory=memory, bandwidth=bandwidth, method=method,
                     time_limit=time_limit, slots=slots, exact=exact, progress=progress)
-        note = ("the joint model (paper 000) times every forward with u_f and charges no turn: this chain's "
-                "no-grad forward times and turn cost (Chain.uf_ng, Chain.u_turn) are not used")
-        sol.message = f"{sol.message}; {note}" if sol.message else note
-        return sol
+        return add_note(sol, "the joint model (paper 000) times every forward with u_f and charges no turn: this "
+                             "chain's no-grad forward times and turn cost (Chain.uf_ng, Chain.u_turn) are not used")
     if method == "exhaustive" and not chain.is_integer:
         raise InputError(f"{PROBLEM}: method='exhaustive' needs integer sizes (it is meant for tiny test chains); "
                          "use method='dp'")

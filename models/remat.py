@@ -63,6 +63,8 @@ def turns(ops: Sequence[tuple[str, int]]) -> int:
     """The turns of a sequence: a B followed by a forward (the backward call stops, forwards run, another
     call starts)."""
     return sum(1 for a, b in zip(ops, ops[1:]) if a[0] == "B" and b[0] != "B")
+
+
 _PRETTY = {"F_all": "F_all", "F_ck": "F_ck", "F_none": "F_∅", "B": "B"}
 NONE, A, ABAR = 0, 1, 2
 

@@ -752,31 +752,20 @@ def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
             for p in params:
                 p.grad = None
 
-    per_op: list[list[float]] = []
-    whole: list[float] = []
-    t_ops = turn_ops(len(stages))
-    t_per_op: list[list[float]] = []
-    t_whole: list[float] = []
+    # (sequence, its per-operation times, its whole runs' times): store-all, and turn_ops with ``turns``
+    kinds = [(ops, [], [])] + ([(turn_ops(len(stages)), [], [])] if turns else [])
     for i in range(max(0, warmup) + max(1, runs)):
-        clear()
-        times: list[float] = []
-        execute(stages, loss_fn, x, ops, device=device, input_grad=input_grad, op_times=times, clock=clock,
-                fuse_backward=False)
-        if i >= warmup:
-            per_op.append(times)
-        clear()
-        whole.append(execute(stages, loss_fn, x, ops, device=device, input_grad=input_grad, clock=clock).time)
-        if turns:
+        for seq, per_op, whole in kinds:
             clear()
-            times = []
-            execute(stages, loss_fn, x, t_ops, device=device, input_grad=input_grad, op_times=times, clock=clock,
+            times: list[float] = []
+            execute(stages, loss_fn, x, seq, device=device, input_grad=input_grad, op_times=times, clock=clock,
                     fuse_backward=False)
             clear()
-            t = execute(stages, loss_fn, x, t_ops, device=device, input_grad=input_grad, clock=clock).time
+            t = execute(stages, loss_fn, x, seq, device=device, input_grad=input_grad, clock=clock).time
             if i >= warmup:
-                t_per_op.append(times)
-                t_whole.append(t)
-    whole = whole[max(0, warmup):]
-    ic = InContextTimes.from_runs(per_op, whole, len(stages))
-    ic.turn_per_op, ic.turn_run_times = t_per_op, t_whole
+                per_op.append(times)
+                whole.append(t)
+    ic = InContextTimes.from_runs(kinds[0][1], kinds[0][2], len(stages))
+    if turns:
+        ic.turn_per_op, ic.turn_run_times = kinds[1][1], kinds[1][2]
     return ic

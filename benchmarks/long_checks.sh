@@ -21,9 +21,13 @@
 #     limits of the ResNet-101 table check and exact-mode seed 3 (test_remat_offload_dp_tables), the
 #     joint least memory on heavy-3-1 (test_minimum_memory), and the pipeline front end's default
 #     method on the pattern the simulator rejects (test_pipeline; method "ilp" stays);
-#   - since 2026-11-27 (the turn model): exact-mode seed 2 (test_remat_offload_dp_tables; seeds 0 and 1
-#     stay) and the persistent DP's check on chain (6, 7) (test_turn_model; seven chains stay).
-# About a minute on 2 cores (23 cases):  bash benchmarks/long_checks.sh   (extra arguments go to pytest)
+#   - since 2026-11-27 (the turn model, whose tests the default run gained): exact-mode seed 2
+#     (test_remat_offload_dp_tables; seeds 0 and 1 stay), the persistent DP's check on chain (6, 7) and
+#     Checkmate's two parametrizations (test_turn_model; seven chains, rotor-floating and remat-milp
+#     stay), DenseNet-121's saved cuts (test_linearize; ResNet-18 and GPT-2 stay), the joint least
+#     memory on random-3-2 (test_minimum_memory; the L = 3 own-overhead case stays) and the second
+#     L = 4 chain of test_offload_two_speeds (the four L = 3 chains stay).
+# About a minute on 2 cores (28 cases):  bash benchmarks/long_checks.sh   (extra arguments go to pytest)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python -m pytest -q -m long -n auto "$@"

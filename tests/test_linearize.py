@@ -257,7 +257,7 @@ def test_saved_cuts_resnet18_by_hand():
 
 @pytest.mark.parametrize("name,kw,shape", [("resnet18", {}, (3, 32, 32)),
                                            ("gpt2", dict(n_layer=2, n_embd=32, n_head=4, vocab=50, n_ctx=16), (8,)),
-                                           ("densenet121", {}, (3, 32, 32))])
+                                           pytest.param("densenet121", {}, (3, 32, 32), marks=pytest.mark.long)])
 def test_every_saved_cut_is_a_tensor_autograd_keeps(name, kw, shape):
     """A second method: run stages l..l+3 from a^{l-1} with saved-tensor hooks and check that one of
     them saves the storage of a^l (stage l+1 mostly; a flatten's view of the pooled features is saved

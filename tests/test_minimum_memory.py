@@ -189,7 +189,7 @@ def _own_overheads(L, seed, k):
     return random_chain(L, seed, max_size=4, max_time=2, own_overheads=True, forward_overhead_scale=k)
 
 
-@pytest.mark.parametrize("kind, L, seed", [("random", 1, 0), ("random", 2, 1), ("random", 3, 2),
+@pytest.mark.parametrize("kind, L, seed", [("random", 1, 0), ("random", 2, 1), pytest.param("random", 3, 2, marks=pytest.mark.long),
                                            ("heavy", 1, 3), ("heavy", 2, 4), ("heavy", 2, 5),
                                            pytest.param("heavy", 3, 1, marks=pytest.mark.long),
                                            ("own", 1, 11), ("own", 2, 27), ("own", 3, 21), ("own1", 3, 38)])

@@ -139,7 +139,7 @@ def test_front_end_takes_two_speeds():
         offload.solve(chain, memory=M, bandwidth="1GB/s:0GB/s", method="greedy")
 
 
-@pytest.mark.parametrize("L, seed, frac", [pytest.param(4, 0, 0.4, marks=pytest.mark.long), (4, 1, 0.4), (3, 2, 0.4), (3, 9, 0.7), (3, 6, 0.1), (3, 21, 0.1)])
+@pytest.mark.parametrize("L, seed, frac", [pytest.param(4, 0, 0.4, marks=pytest.mark.long), pytest.param(4, 1, 0.4, marks=pytest.mark.long), (3, 2, 0.4), (3, 9, 0.7), (3, 6, 0.1), (3, 21, 0.1)])
 def test_milp_with_two_speeds_is_the_exhaustive_optimum_or_better(L, seed, frac):
     """The MILP with an offload lasting |x_j|/beta_out and a prefetch |x_j|/beta_in: on tiny chains it
     proves an optimum that is at most the best schedule of every offloaded set and pair of transfer

@@ -92,7 +92,7 @@ def test_instance_files_carry_them_and_refuse_bad_values():
         _chain(u_turn=math.inf)
 
 
-@pytest.mark.parametrize("method", ["rotor-floating", "remat-milp", "checkmate"])
+@pytest.mark.parametrize("method", ["rotor-floating", "remat-milp", pytest.param("checkmate", marks=pytest.mark.long)])
 def test_methods_without_the_model_plan_in_the_papers_model_and_claim_nothing(method):
     c = random_chain(5, 2)
     d = dataclasses.replace(c, uf_ng=c.uf * 0.5, u_turn=3.0)
@@ -243,7 +243,7 @@ def test_joint_problem_keeps_the_papers_times_and_says_so():
     assert "not used" in b.message and "u_turn" in b.message
 
 
-@pytest.mark.parametrize("method", ["rotor-floating", "remat-milp", "checkmate"])
+@pytest.mark.parametrize("method", ["rotor-floating", "remat-milp", pytest.param("checkmate", marks=pytest.mark.long)])
 def test_methods_without_the_model_are_never_worse_than_rotor(method):
     """rotor plans with the chain's own times; a method that plans without them returns rotor's plan
     where that replays faster, and says so. On these chains the papers' model's plan is slower than

@@ -118,8 +118,9 @@ tables):
   the entry is already at most that. At 100 MB/s on ResNet-101 (N = 100) these tests skip about 40%
   of the forward candidates, where the bound above skips 4%;
 - *parallel stripes*: the entries of one diagonal ``j - i`` of ``C_A`` and the states of one level
-  of ``OC`` are independent; numba's threads take every ``nth``-th of them (``prange``). Each entry
-  still tries its candidates in the serial order with the same arithmetic.
+  of ``OC`` are independent; ``nth`` threads take every ``nth``-th of them (:func:`_stripes`: numba
+  functions compiled with ``nogil=True``, run on Python threads). Each entry still tries its
+  candidates in the serial order with the same arithmetic.
 
 Memory: ``L^2/2 (N+1)^2`` entries for ``C_A`` (time, spill, choice: 12 bytes) and
 about ``2 (L+2) N^3 / 3`` for ``OC`` (10 bytes, states with ``A + Delta > N`` are not stored): 0.2 GB
@@ -130,9 +131,12 @@ from __future__ import annotations
 import math
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 
 import numpy as np
-from numba import get_num_threads, njit, prange, set_num_threads
+from numba import config as numba_config
+from numba import njit
 
 from memplan.baselines.remat_offload_min_memory import min_memory as ro_min_memory
 from memplan.baselines.remat_rotor import Discretization
@@ -148,6 +152,32 @@ _SAFE = 1.0 - 1e-9
 MAX_TABLE_BYTES = 3e9
 #: tables with L^2 (N + 1)^3 below this are computed on one thread (L = 73: N <= 56)
 PARALLEL_WORK = 1e9
+
+
+@lru_cache(maxsize=None)
+def _pool(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="memplan-dp")
+
+
+def _stripes(fn, nth, *args):
+    """Runs ``fn(t, nth, *args)`` for the stripes ``t < nth`` and returns when all are done: stripe 0
+    on the calling thread, the others on a pool of ``nth - 1`` threads. The stripe functions are
+    compiled with ``nogil=True``, so the stripes run in parallel; they write disjoint entries of the
+    tables and read only finished ones (the kernels' docstrings).
+
+    Python threads rather than numba's ``parallel=True``: a ``prange`` kernel cost 12 s more to
+    compile (21 s against 9 s for both kernels on a fresh cache, every fresh clone and every test
+    worker) for the same run time, and numba's OpenMP threading layer shares its runtime with torch's,
+    which changed torch's intra-op thread count."""
+    if nth == 1:
+        fn(0, 1, *args)
+        return
+    futures = [_pool(nth - 1).submit(fn, t, nth, *args) for t in range(1, nth)]
+    try:
+        fn(0, nth, *args)
+    finally:
+        for f in futures:
+            f.result()
 
 
 def table_bytes(L: int, slots: int) -> int:
@@ -193,7 +223,168 @@ def _relax(T, SP, CH, p, m, D, v, spill, choice):
         CH[p, m, D] = choice
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True)
+def _backward_stripe(t, nth, ln, L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, fin, pid, T, SP, CH, DLO, DHI, RMB):
+    """Stripe ``t`` of the diagonal ``j - i = ln`` of :func:`_backward_kernel`: the entries (p, m) numbered
+    ``t, t + nth, ...`` (serial; the kernel runs the ``nth`` stripes of a diagonal in parallel,
+    :func:`_stripes`)."""
+    npairs = L - ln
+    nitems = npairs * (N + 1)
+    Gs = np.empty(L + 2)
+    Tfs = np.empty(L + 2)
+    rooms = np.empty(L + 2, dtype=np.int64)
+    act = np.empty(N + 1, dtype=np.int64)
+    for it in range(t, nitems, nth):
+        i = 1 + it // (N + 1)
+        m = it % (N + 1)
+        j = i + ln
+        p = pid[i, j]
+        mb = ab[i] + d[i] + d[i - 1] + ob[i]
+        if ln == 0:
+            mf = d[i] + ab[i] + ofa[i]          # F_all^i
+            if m >= mf and m >= mb:
+                for D in range(0, m + 1):
+                    e3 = _wait(D - (m - mb), q)
+                    k3 = min(D, _nch(ub[i] + e3, q))
+                    R = D - k3
+                    e1 = _wait(R - (m - mf), q)
+                    k1 = min(R, _nch(uf[i] + e1, q))
+                    _relax(T, SP, CH, p, m, D, uf[i] + e1 + ub[i] + e3, R - k1, -2)
+        else:
+            # case 1: F_all^i, C(i+1, j, m - abar^i), B^i
+            mf = d[j] + ab[i] + ofa[i]
+            m2 = m - ab[i]
+            if m >= mf and m >= mb and m2 >= 0:
+                p2 = pid[i + 1, j]
+                for D in range(0, m + 1):
+                    e3 = _wait(D - (m - mb), q)
+                    k3 = min(D, _nch(ub[i] + e3, q))
+                    D2 = D - k3
+                    if D2 > m2:
+                        continue
+                    T2 = T[p2, m2, D2]
+                    if not T2 < np.inf:
+                        continue
+                    s2 = SP[p2, m2, D2]
+                    e1 = _wait(s2 - (m - mf), q)
+                    k1 = min(s2, _nch(uf[i] + e1, q))
+                    _relax(T, SP, CH, p, m, D, uf[i] + e1 + T2 + ub[i] + e3, s2 - k1, -1)
+            # case 2: F_ck^i F_none^{i+1..i'}, C(i'+1, j, m - a^{i'}), C(i, i', m)
+            Tf = 0.0
+            G = -np.inf
+            minroom = 1 << 40
+            for ip in range(i, j):
+                if ip == i:
+                    mem = d[j] + a[i] + ofn[i]                  # F_ck^i
+                else:
+                    mem = d[j] + a[ip - 1] + a[ip] + ofn[ip]    # F_none^{ip}
+                Tf = Tf + uf[ip]
+                room = m - mem
+                if room < minroom:
+                    minroom = room
+                if fin:
+                    g = Tf - room * q
+                    if g > G:
+                        G = g
+                Tfs[ip] = Tf
+                Gs[ip] = G
+                rooms[ip] = minroom
+            # every candidate of case 2 lasts at least Tf(i..i') + sum_{k=i..j} (uf^k + ub^k)
+            # (both sub-blocks run every F_all^k and B^k once at least), which grows with i':
+            # once an entry D is at most that bound, no later i' can improve it (strict <).
+            sblk = 0.0
+            for k in range(i, j + 1):
+                sblk += uf[k] + ub[k]
+            na = 0
+            for D in range(0, m + 1):
+                act[na] = D
+                na += 1
+            for ip in range(i, j):
+                if rooms[ip] < 0:
+                    break
+                Tf = Tfs[ip]
+                thr = (Tf + sblk) * _SAFE
+                kk = 0
+                for ia in range(na):
+                    D = act[ia]
+                    if T[p, m, D] > thr:
+                        act[kk] = D
+                        kk += 1
+                na = kk
+                if na == 0:
+                    break
+                m2 = m - a[ip]
+                if m2 < 0:
+                    continue
+                p1 = pid[i, ip]
+                p2 = pid[ip + 1, j]
+                dlo = DLO[p1, m]
+                dhi = DHI[p1, m]
+                # exact skip: a candidate lasts ((Tf + eps) + T2) + T1 >= (Tf + RMB) + T1
+                # (eps >= 0, T2 >= its row's minimum RMB, rounding is monotone), so an
+                # entry already at most that cannot pass "<": T2 is not looked up
+                lb2 = Tf + RMB[p2, m2]
+                for ia in range(na):
+                    D = act[ia]
+                    if D < dlo:
+                        continue
+                    if D > dhi:
+                        break
+                    T1 = T[p1, m, D]
+                    if not T1 < np.inf:
+                        continue
+                    if T[p, m, D] <= lb2 + T1:
+                        continue
+                    s1 = SP[p1, m, D]
+                    if s1 > m2:
+                        continue
+                    T2 = T[p2, m2, s1]
+                    if not T2 < np.inf:
+                        continue
+                    s2 = SP[p2, m2, s1]
+                    if s2 == 0:
+                        eps = 0.0
+                    elif not fin:
+                        continue
+                    else:
+                        eps = s2 * q + Gs[ip] - Tf
+                        if eps < 0.0:
+                            eps = 0.0
+                    k = min(s2, _nch(Tf + eps, q)) if s2 > 0 else 0
+                    _relax(T, SP, CH, p, m, D, Tf + eps + T2 + T1, s2 - k, ip)
+        mn = np.inf
+        for D in range(0, m + 1):
+            if T[p, m, D] < np.inf:
+                if DLO[p, m] > D:
+                    DLO[p, m] = D
+                DHI[p, m] = D
+                if T[p, m, D] < mn:
+                    mn = T[p, m, D]
+        RMB[p, m] = mn
+
+
+@njit(cache=True)
+def _backward_tables(P, N):
+    """The backward kernel's tables, filled with their initial values. Allocated by numba, as when the
+    kernels were numba functions: numpy asks the kernel for huge pages on large arrays, which made the
+    first solve after start-up about 2 s slower and the rebuild's scattered reads slower on ResNet-101
+    at N = 100."""
+    T = np.full((P, N + 1, N + 1), np.inf)
+    SP = np.zeros((P, N + 1, N + 1), dtype=np.int16)
+    CH = np.zeros((P, N + 1, N + 1), dtype=np.int16)
+    DLO = np.full((P, N + 1), N + 1, dtype=np.int32)
+    DHI = np.full((P, N + 1), -1, dtype=np.int32)
+    RMB = np.full((P, N + 1), np.inf)          # min_D T[p, m, D], once the entry (p, m) is done
+    return T, SP, CH, DLO, DHI, RMB
+
+
+@njit(cache=True)
+def _forward_tables(L, S3):
+    """The forward kernel's tables ``OC`` (inf) and ``CH`` (-1), allocated by numba (as
+    :func:`_backward_tables`)."""
+    return np.full((L + 2, 2, S3), np.inf), np.full((L + 2, 2, S3), -1, dtype=np.int16)
+
+
 def _backward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, nth):
     """Tables over pairs p = pid[i, j] (1 <= i <= j <= L), free memory m and prefetch demand D <= m:
     T[p, m, D] block duration, SP[p, m, D] parts spilled before the block, CH[p, m, D] choice
@@ -209,149 +400,11 @@ def _backward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, nth):
     bit-identical to a serial run. Case-2 candidates that cannot pass "<" are dropped before their
     second look-up by the exact bound ``(Tf + RMB) + T_1`` (module docstring, *exact skip tests*;
     RMB[p, m] is the minimum of the finished row T[p, m, .])."""
-    P = pid.max() + 1
-    T = np.full((P, N + 1, N + 1), np.inf)
-    SP = np.zeros((P, N + 1, N + 1), dtype=np.int16)
-    CH = np.zeros((P, N + 1, N + 1), dtype=np.int16)
-    DLO = np.full((P, N + 1), N + 1, dtype=np.int32)
-    DHI = np.full((P, N + 1), -1, dtype=np.int32)
-    RMB = np.full((P, N + 1), np.inf)          # min_D T[p, m, D], once the entry (p, m) is done
+    T, SP, CH, DLO, DHI, RMB = _backward_tables(pid.max() + 1, N)
     fin = math.isfinite(q)
     for ln in range(0, L):
-        npairs = L - ln
-        nitems = npairs * (N + 1)
-        for t in prange(nth):
-            Gs = np.empty(L + 2)
-            Tfs = np.empty(L + 2)
-            rooms = np.empty(L + 2, dtype=np.int64)
-            act = np.empty(N + 1, dtype=np.int64)
-            for it in range(t, nitems, nth):
-                i = 1 + it // (N + 1)
-                m = it % (N + 1)
-                j = i + ln
-                p = pid[i, j]
-                mb = ab[i] + d[i] + d[i - 1] + ob[i]
-                if ln == 0:
-                    mf = d[i] + ab[i] + ofa[i]          # F_all^i
-                    if m >= mf and m >= mb:
-                        for D in range(0, m + 1):
-                            e3 = _wait(D - (m - mb), q)
-                            k3 = min(D, _nch(ub[i] + e3, q))
-                            R = D - k3
-                            e1 = _wait(R - (m - mf), q)
-                            k1 = min(R, _nch(uf[i] + e1, q))
-                            _relax(T, SP, CH, p, m, D, uf[i] + e1 + ub[i] + e3, R - k1, -2)
-                else:
-                    # case 1: F_all^i, C(i+1, j, m - abar^i), B^i
-                    mf = d[j] + ab[i] + ofa[i]
-                    m2 = m - ab[i]
-                    if m >= mf and m >= mb and m2 >= 0:
-                        p2 = pid[i + 1, j]
-                        for D in range(0, m + 1):
-                            e3 = _wait(D - (m - mb), q)
-                            k3 = min(D, _nch(ub[i] + e3, q))
-                            D2 = D - k3
-                            if D2 > m2:
-                                continue
-                            T2 = T[p2, m2, D2]
-                            if not T2 < np.inf:
-                                continue
-                            s2 = SP[p2, m2, D2]
-                            e1 = _wait(s2 - (m - mf), q)
-                            k1 = min(s2, _nch(uf[i] + e1, q))
-                            _relax(T, SP, CH, p, m, D, uf[i] + e1 + T2 + ub[i] + e3, s2 - k1, -1)
-                    # case 2: F_ck^i F_none^{i+1..i'}, C(i'+1, j, m - a^{i'}), C(i, i', m)
-                    Tf = 0.0
-                    G = -np.inf
-                    minroom = 1 << 40
-                    for ip in range(i, j):
-                        if ip == i:
-                            mem = d[j] + a[i] + ofn[i]                  # F_ck^i
-                        else:
-                            mem = d[j] + a[ip - 1] + a[ip] + ofn[ip]    # F_none^{ip}
-                        Tf = Tf + uf[ip]
-                        room = m - mem
-                        if room < minroom:
-                            minroom = room
-                        if fin:
-                            g = Tf - room * q
-                            if g > G:
-                                G = g
-                        Tfs[ip] = Tf
-                        Gs[ip] = G
-                        rooms[ip] = minroom
-                    # every candidate of case 2 lasts at least Tf(i..i') + sum_{k=i..j} (uf^k + ub^k)
-                    # (both sub-blocks run every F_all^k and B^k once at least), which grows with i':
-                    # once an entry D is at most that bound, no later i' can improve it (strict <).
-                    sblk = 0.0
-                    for k in range(i, j + 1):
-                        sblk += uf[k] + ub[k]
-                    na = 0
-                    for D in range(0, m + 1):
-                        act[na] = D
-                        na += 1
-                    for ip in range(i, j):
-                        if rooms[ip] < 0:
-                            break
-                        Tf = Tfs[ip]
-                        thr = (Tf + sblk) * _SAFE
-                        kk = 0
-                        for ia in range(na):
-                            D = act[ia]
-                            if T[p, m, D] > thr:
-                                act[kk] = D
-                                kk += 1
-                        na = kk
-                        if na == 0:
-                            break
-                        m2 = m - a[ip]
-                        if m2 < 0:
-                            continue
-                        p1 = pid[i, ip]
-                        p2 = pid[ip + 1, j]
-                        dlo = DLO[p1, m]
-                        dhi = DHI[p1, m]
-                        # exact skip: a candidate lasts ((Tf + eps) + T2) + T1 >= (Tf + RMB) + T1
-                        # (eps >= 0, T2 >= its row's minimum RMB, rounding is monotone), so an
-                        # entry already at most that cannot pass "<": T2 is not looked up
-                        lb2 = Tf + RMB[p2, m2]
-                        for ia in range(na):
-                            D = act[ia]
-                            if D < dlo:
-                                continue
-                            if D > dhi:
-                                break
-                            T1 = T[p1, m, D]
-                            if not T1 < np.inf:
-                                continue
-                            if T[p, m, D] <= lb2 + T1:
-                                continue
-                            s1 = SP[p1, m, D]
-                            if s1 > m2:
-                                continue
-                            T2 = T[p2, m2, s1]
-                            if not T2 < np.inf:
-                                continue
-                            s2 = SP[p2, m2, s1]
-                            if s2 == 0:
-                                eps = 0.0
-                            elif not fin:
-                                continue
-                            else:
-                                eps = s2 * q + Gs[ip] - Tf
-                                if eps < 0.0:
-                                    eps = 0.0
-                            k = min(s2, _nch(Tf + eps, q)) if s2 > 0 else 0
-                            _relax(T, SP, CH, p, m, D, Tf + eps + T2 + T1, s2 - k, ip)
-                mn = np.inf
-                for D in range(0, m + 1):
-                    if T[p, m, D] < np.inf:
-                        if DLO[p, m] > D:
-                            DLO[p, m] = D
-                        DHI[p, m] = D
-                        if T[p, m, D] < mn:
-                            mn = T[p, m, D]
-                RMB[p, m] = mn
+        _stripes(_backward_stripe, nth, ln, L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, fin, pid, T, SP, CH, DLO, DHI,
+                 RMB)
     return T, SP, CH, DLO, DHI, RMB
 
 
@@ -497,7 +550,240 @@ def _loss_eval(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, x, A, F, P):
     return s1, s2, E
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, nogil=True)
+def _loss_stripe(t, nth, x, L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, off, OC, CH):
+    """Stripe ``t`` of the loss level ``L + 1`` of :func:`_forward_kernel` (every ``nth``-th A)."""
+    for A in range(t, N + 1, nth):
+        for F in range(N - A + 1):
+            for P in range(N - A + 1):
+                _, _, E = _loss_eval(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, x, A, F, P)
+                if E < np.inf:
+                    OC[L + 1, x, off[A] + F * (N - A + 1) + P] = E
+                    CH[L + 1, x, off[A] + F * (N - A + 1) + P] = 0
+
+
+@njit(cache=True, nogil=True)
+def _forward_stripe(t, nth, i, x, L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, DLO, DHI, RMT, prune,
+                    off, OC, CH, OCf, Tf1, SPf, Ssuf, RMO, work):
+    """Stripe ``t`` of level ``(i, x)`` of :func:`_forward_kernel`: the states of every ``nth``-th A
+    from ``t`` (serial; the kernel runs the ``nth`` stripes of a level on threads)."""
+    fin = math.isfinite(q)
+    nv = 2 if fin else 1
+    dL1 = d[L + 1]
+    S3 = off[N + 1]
+    z = ab[i - 1] if x else a[i - 1]
+    mb1 = ab[i] + d[i] + d[i - 1] + ob[i]
+    nA = N - z + 1
+    # per thread: rows F of the states (A, F, .) of one A
+    # (flat rows F of N + 1 entries at F (N + 1): no array view is made in the loops,
+    # a view costs two atomic reference counts)
+    best = np.empty((N + 1) * (N + 1))
+    bch = np.empty((N + 1) * (N + 1), dtype=np.int16)
+    act = np.empty((N + 1) * (N + 1), dtype=np.int64)
+    gbuf = np.empty(N + 1)
+    nact = np.empty(N + 1, dtype=np.int64)
+    dense = np.empty(N + 1, dtype=np.bool_)
+    minb = np.empty(N + 1)
+    eF = np.empty(N + 1)
+    zsF = np.empty(N + 1)
+    oF = np.empty(N + 1, dtype=np.int64)
+    e3a = np.empty(N + 1)
+    e3b = np.empty(N + 1)
+    ka = np.empty(N + 1, dtype=np.int64)
+    kb = np.empty(N + 1, dtype=np.int64)
+    fla = np.empty(N + 1, dtype=np.int64)
+    lbF = np.empty(N + 1)
+    for A in range(t, nA, nth):
+        base = A + dL1
+        mfree = N - A - z
+        W = N - A + 1
+        for F in range(W):
+            for P in range(W):
+                best[F * (N + 1) + P] = np.inf
+                bch[F * (N + 1) + P] = -1
+        # B^i of case 1 with Delta_B = P: its wait e3 and the parts k it hosts, without
+        # (a) and with (b, fla = 1) the flush; the same for every F and v
+        for P in range(W):
+            e3 = _wait(P - (mfree - mb1), q)
+            e3a[P] = e3
+            fla[P] = 0
+            if e3 < np.inf:
+                k = min(P, _nch(ub[i] + e3, q))
+                ka[P] = k
+                if k != P and fin:
+                    fla[P] = 1
+                    e3 = max(e3, P * q - ub[i])
+                    e3b[P] = e3
+                    kb[P] = min(P, _nch(ub[i] + e3, q))
+        for v in range(nv):
+            res = base + (1 - v) * z
+            cA = A + (1 - v) * z
+            vz = v * z
+            lim = N - cA
+            # ---- case 1: F_all^i, OC_1(i+1), B^i
+            room1 = N - (base + z + ab[i] + ofa[i])       # F_all^i
+            if room1 >= 0 and mfree >= mb1:
+                for F in range(W):
+                    n_tot = F + vz
+                    s1 = _wait(F - room1, q)
+                    e = s1 + uf[i]
+                    zs = max(F * q, e) if v else 0.0
+                    Tf = e
+                    F2 = 0
+                    if n_tot > 0:
+                        tend = _chunk_end_nb(n_tot, F, zs, q)
+                        F2 = max(0, int(math.ceil((tend - Tf) / q - 1e-9)))
+                    if cA <= N and F2 <= lim:
+                        row = off[cA] + F2 * (N - cA + 1)
+                        for P in range(W):
+                            if e3a[P] < np.inf:
+                                for fl in range(1 + fla[P]):
+                                    # fl = 1: flush, idle after B^i until all of Delta_B is hosted
+                                    e3 = e3a[P] if fl == 0 else e3b[P]
+                                    k = ka[P] if fl == 0 else kb[P]
+                                    P2 = vz + P - k
+                                    if P2 <= lim:
+                                        sub = OC[i + 1, 1, row + P2]
+                                        if sub < np.inf:
+                                            tot = Tf + sub + (ub[i] + e3)
+                                            if tot < best[F * (N + 1) + P]:
+                                                best[F * (N + 1) + P] = tot
+                                                bch[F * (N + 1) + P] = 2 * fl + v
+            # ---- case 2: F_ck^i F_none^{i+1..j}, OC_0(j+1), C_A(i, j)
+            room1 = N - (base + z + a[i] + ofn[i])        # F_ck^i
+            if room1 < 0:
+                continue
+            # Pruning, per row F: a candidate with this j or a later one lasts at least
+            # Tf(j) + S_i (Tf grows with j), so a state whose best is at most that bound
+            # is final for this v. The states still open are all P (dense) until the
+            # first one closes, then the list act[r0 : r0 + nact[F]]; the list is only
+            # filtered when the bound reaches the smallest open best (minb).
+            for F in range(W):
+                s1 = _wait(F - room1, q)
+                e = s1 + uf[i]
+                eF[F] = e
+                zsF[F] = max(F * q, e) if v else 0.0
+                dense[F] = True
+                nact[F] = W
+                mb = np.inf
+                for P in range(W):
+                    if best[F * (N + 1) + P] < mb:
+                        mb = best[F * (N + 1) + P]
+                minb[F] = mb
+            for j in range(i, L + 1):
+                room = 0
+                if j > i:
+                    room = N - (res + a[j - 1] + a[j] + ofn[j])   # F_none^j
+                    if room < 0:
+                        break
+                p = pid[i, j]
+                lo = DLO[p, mfree]
+                hi = DHI[p, mfree]          # <= mfree: D <= m in C_A
+                tb = (p * (N + 1) + mfree) * (N + 1)         # T[p, mfree, 0] in Tf1
+                jc = 4 * j + v
+                rmT = RMT[p, mfree]
+                # pass 1 over the rows F: the forward run's end Tf, the pruning of states
+                # by the bound Tf + S_i, and the sub-chain's row (Delta_F' = F2)
+                nlive = 0
+                for F in range(W):
+                    oF[F] = -1
+                    na = nact[F]
+                    if na == 0:
+                        continue            # every state of the row is final for this v
+                    work[t] += 1
+                    n_tot = F + vz
+                    if j > i:
+                        c = n_tot - room
+                        s = eF[F]
+                        if c > 0:
+                            s = max(s, _chunk_end_nb(c, F, zsF[F], q))
+                        eF[F] = s + uf[j]
+                    Tf = eF[F]
+                    thr = (Tf + Ssuf[i]) * _SAFE if prune else -np.inf
+                    r0 = F * (N + 1)            # row F in best, bch, act
+                    dn = dense[F]
+                    if (j - i) % 4 == 3:
+                        # best only decreases: minb stays an upper bound of the open
+                        # minimum between refreshes (a late refresh only delays a filter)
+                        minb[F] = _open_min(best, act, r0, na, dn)
+                    if thr >= minb[F]:
+                        kk = 0
+                        mb = np.inf
+                        for ia in range(na):
+                            P = ia if dn else act[r0 + ia]
+                            if best[r0 + P] > thr:
+                                act[r0 + kk] = P
+                                kk += 1
+                                if best[r0 + P] < mb:
+                                    mb = best[r0 + P]
+                        nact[F] = kk
+                        minb[F] = mb
+                        dense[F] = False
+                        if kk == 0:
+                            continue
+                    nlive += 1
+                    if hi < lo:
+                        continue
+                    F2 = 0
+                    if n_tot > 0:
+                        tend = _chunk_end_nb(n_tot, F, zsF[F], q)
+                        F2 = max(0, int(math.ceil((tend - Tf) / q - 1e-9)))
+                    if F2 > lim:
+                        continue
+                    row = off[cA] + F2 * (N - cA + 1)
+                    oF[F] = (j + 1) * 2 * S3 + row + vz      # OC[j + 1, 0, row + vz] in OCf
+                    # Exact skip bound: both candidates of this j are at least
+                    # lb = (Tf + RMO) + RMT (rounding is monotone: fl(fl(Tf + x) + y) grows
+                    # with x and y, and OC[.., P2] >= RMO, sp q + Tb >= Tb >= RMT)
+                    lbF[F] = (Tf + RMO[j + 1, cA, F2]) + rmT
+                if nlive == 0:
+                    break                   # every state of every row is final for this v
+                if hi < lo:
+                    continue
+                # pass 2: the candidates of this j
+                for F in range(W):
+                    o0 = oF[F]
+                    if o0 < 0:
+                        continue
+                    Tf = eF[F]
+                    r0 = F * (N + 1)
+                    na = nact[F]
+                    dn = dense[F]
+                    # The lookups below need no bound checks: sp <= P <= hi <= mfree, so
+                    # P2 = v z + sp <= v z + N - A - z = N - cA = lim, and v z <= lim.
+                    # An infinite T or OC makes tot infinite, which never passes "<".
+                    # Flush (idle before the block while its spilled parts are
+                    # prefetched, the sub-chain then prefetches Z^i only): the serial
+                    # recurrence skips it when sp = 0, where it equals the f = 0
+                    # candidate just tried (0 q + Tb = Tb), so it cannot pass "<" either.
+                    # A state with best <= lb cannot pass "<" with this j: the range
+                    # lo..hi is trimmed to the first and last P with best > lb.
+                    l2, h2 = _trim(best, r0, lo, hi, lbF[F])
+                    if h2 < l2:
+                        continue
+                    subfl = OCf[o0]
+                    if dn or 2 * na >= W:
+                        # closed states are visited too: their candidates cannot pass "<"
+                        if fin:
+                            _run_dense(best, bch, r0, l2, h2, Tf, Tf1, SPf, tb, OCf, o0, subfl, q, jc, gbuf)
+                        else:
+                            _run_dense_nf(best, bch, r0, l2, h2, Tf, Tf1, SPf, tb, OCf, o0, jc)
+                    else:
+                        for ia in range(na):
+                            P = act[r0 + ia]
+                            if P < l2:
+                                continue
+                            if P > h2:
+                                break
+                            _cand(best, bch, r0 + P, Tf, Tf1[tb + P], SPf[tb + P], OCf, o0, subfl, q,
+                                  fin, jc)
+        for F in range(W):
+            k0 = off[A] + F * W
+            for P in range(W):
+                OC[i, x, k0 + P] = best[F * (N + 1) + P]
+                CH[i, x, k0 + P] = bch[F * (N + 1) + P]
+
+
 def _forward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, T, SP, DLO, DHI, RMT, nth, prune):
     """OC[i, x, A, F, P] (B.1, B.2) bottom-up over i = L+1..1 and its choice
     CH = 4 j + 2 f + v (j = 0: F_all^i first; j >= i: F_ck^i F_none^{i+1..j}; f = 1: "flush", the
@@ -525,18 +811,13 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, T, SP, DLO, DH
     that the loops over j visit (a row whose states are all closed is skipped, and the loop over j
     stops when every row is), the work the pruning saves."""
     off = np.zeros(N + 2, dtype=np.int64)      # packed index of (A, F, P), F, P <= N - A
-    for A in range(N + 1):
-        off[A + 1] = off[A] + (N - A + 1) ** 2
-    OC = np.full((L + 2, 2, off[N + 1]), np.inf)
-    CH = np.full((L + 2, 2, off[N + 1]), -1, dtype=np.int16)
-    fin = math.isfinite(q)
-    nv = 2 if fin else 1
-    dL1 = d[L + 1]
-    S3 = off[N + 1]                            # flat views: no array view is made in the loops
-    OCf = OC.reshape(-1)
+    off[1:] = np.cumsum((N - np.arange(N + 1) + 1) ** 2)
+    OC, CH = _forward_tables(L, off[N + 1])
+    OCf = OC.reshape(-1)                       # flat views: no array view is made in the loops
     Tf1 = T.reshape(-1)
     SPf = SP.reshape(-1)
-    Ssuf = np.zeros(L + 3)                     # S_i = sum_{k >= i} (uf^k + ub^k): OC(i, ...) >= S_i
+    # S_i = sum_{k >= i} (uf^k + ub^k): OC(i, ...) >= S_i (summed from the end, as a loop would)
+    Ssuf = np.zeros(L + 3)
     for k in range(L + 1, -1, -1):
         Ssuf[k] = Ssuf[k + 1] + (uf[k] + ub[k])
     # Lower bounds of the two parts of a case-2 candidate, for the exact skip test below:
@@ -546,231 +827,14 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, T, SP, DLO, DH
     RMO = np.full((L + 2, N + 1, N + 1), np.inf)
     work = np.zeros(nth, dtype=np.int64)       # per stripe: rows (j, Delta_F) visited by case 2
     for x in range(2):
-        for t in prange(nth):
-            for A in range(t, N + 1, nth):
-                for F in range(N - A + 1):
-                    for P in range(N - A + 1):
-                        _, _, E = _loss_eval(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, x, A, F, P)
-                        if E < np.inf:
-                            OC[L + 1, x, off[A] + F * (N - A + 1) + P] = E
-                            CH[L + 1, x, off[A] + F * (N - A + 1) + P] = 0
+        _stripes(_loss_stripe, nth, x, L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, off, OC, CH)
     _row_min(OC, off, N, L + 1, RMO)
     for i in range(L, 0, -1):
         for x in range(2):
             if i == 1 and x == 1:
                 continue
-            z = ab[i - 1] if x else a[i - 1]
-            mb1 = ab[i] + d[i] + d[i - 1] + ob[i]
-            nA = N - z + 1
-            for t in prange(nth):
-                # per thread: rows F of the states (A, F, .) of one A
-                # (flat rows F of N + 1 entries at F (N + 1): no array view is made in the loops,
-                # a view costs two atomic reference counts)
-                best = np.empty((N + 1) * (N + 1))
-                bch = np.empty((N + 1) * (N + 1), dtype=np.int16)
-                act = np.empty((N + 1) * (N + 1), dtype=np.int64)
-                gbuf = np.empty(N + 1)
-                nact = np.empty(N + 1, dtype=np.int64)
-                dense = np.empty(N + 1, dtype=np.bool_)
-                minb = np.empty(N + 1)
-                eF = np.empty(N + 1)
-                zsF = np.empty(N + 1)
-                oF = np.empty(N + 1, dtype=np.int64)
-                e3a = np.empty(N + 1)
-                e3b = np.empty(N + 1)
-                ka = np.empty(N + 1, dtype=np.int64)
-                kb = np.empty(N + 1, dtype=np.int64)
-                fla = np.empty(N + 1, dtype=np.int64)
-                lbF = np.empty(N + 1)
-                for A in range(t, nA, nth):
-                    base = A + dL1
-                    mfree = N - A - z
-                    W = N - A + 1
-                    for F in range(W):
-                        for P in range(W):
-                            best[F * (N + 1) + P] = np.inf
-                            bch[F * (N + 1) + P] = -1
-                    # B^i of case 1 with Delta_B = P: its wait e3 and the parts k it hosts, without
-                    # (a) and with (b, fla = 1) the flush; the same for every F and v
-                    for P in range(W):
-                        e3 = _wait(P - (mfree - mb1), q)
-                        e3a[P] = e3
-                        fla[P] = 0
-                        if e3 < np.inf:
-                            k = min(P, _nch(ub[i] + e3, q))
-                            ka[P] = k
-                            if k != P and fin:
-                                fla[P] = 1
-                                e3 = max(e3, P * q - ub[i])
-                                e3b[P] = e3
-                                kb[P] = min(P, _nch(ub[i] + e3, q))
-                    for v in range(nv):
-                        res = base + (1 - v) * z
-                        cA = A + (1 - v) * z
-                        vz = v * z
-                        lim = N - cA
-                        # ---- case 1: F_all^i, OC_1(i+1), B^i
-                        room1 = N - (base + z + ab[i] + ofa[i])       # F_all^i
-                        if room1 >= 0 and mfree >= mb1:
-                            for F in range(W):
-                                n_tot = F + vz
-                                s1 = _wait(F - room1, q)
-                                e = s1 + uf[i]
-                                zs = max(F * q, e) if v else 0.0
-                                Tf = e
-                                F2 = 0
-                                if n_tot > 0:
-                                    tend = _chunk_end_nb(n_tot, F, zs, q)
-                                    F2 = max(0, int(math.ceil((tend - Tf) / q - 1e-9)))
-                                if cA <= N and F2 <= lim:
-                                    row = off[cA] + F2 * (N - cA + 1)
-                                    for P in range(W):
-                                        if e3a[P] < np.inf:
-                                            for fl in range(1 + fla[P]):
-                                                # fl = 1: flush, idle after B^i until all of Delta_B is hosted
-                                                e3 = e3a[P] if fl == 0 else e3b[P]
-                                                k = ka[P] if fl == 0 else kb[P]
-                                                P2 = vz + P - k
-                                                if P2 <= lim:
-                                                    sub = OC[i + 1, 1, row + P2]
-                                                    if sub < np.inf:
-                                                        tot = Tf + sub + (ub[i] + e3)
-                                                        if tot < best[F * (N + 1) + P]:
-                                                            best[F * (N + 1) + P] = tot
-                                                            bch[F * (N + 1) + P] = 2 * fl + v
-                        # ---- case 2: F_ck^i F_none^{i+1..j}, OC_0(j+1), C_A(i, j)
-                        room1 = N - (base + z + a[i] + ofn[i])        # F_ck^i
-                        if room1 < 0:
-                            continue
-                        # Pruning, per row F: a candidate with this j or a later one lasts at least
-                        # Tf(j) + S_i (Tf grows with j), so a state whose best is at most that bound
-                        # is final for this v. The states still open are all P (dense) until the
-                        # first one closes, then the list act[r0 : r0 + nact[F]]; the list is only
-                        # filtered when the bound reaches the smallest open best (minb).
-                        for F in range(W):
-                            s1 = _wait(F - room1, q)
-                            e = s1 + uf[i]
-                            eF[F] = e
-                            zsF[F] = max(F * q, e) if v else 0.0
-                            dense[F] = True
-                            nact[F] = W
-                            mb = np.inf
-                            for P in range(W):
-                                if best[F * (N + 1) + P] < mb:
-                                    mb = best[F * (N + 1) + P]
-                            minb[F] = mb
-                        for j in range(i, L + 1):
-                            room = 0
-                            if j > i:
-                                room = N - (res + a[j - 1] + a[j] + ofn[j])   # F_none^j
-                                if room < 0:
-                                    break
-                            p = pid[i, j]
-                            lo = DLO[p, mfree]
-                            hi = DHI[p, mfree]          # <= mfree: D <= m in C_A
-                            tb = (p * (N + 1) + mfree) * (N + 1)         # T[p, mfree, 0] in Tf1
-                            jc = 4 * j + v
-                            rmT = RMT[p, mfree]
-                            # pass 1 over the rows F: the forward run's end Tf, the pruning of states
-                            # by the bound Tf + S_i, and the sub-chain's row (Delta_F' = F2)
-                            nlive = 0
-                            for F in range(W):
-                                oF[F] = -1
-                                na = nact[F]
-                                if na == 0:
-                                    continue            # every state of the row is final for this v
-                                work[t] += 1
-                                n_tot = F + vz
-                                if j > i:
-                                    c = n_tot - room
-                                    s = eF[F]
-                                    if c > 0:
-                                        s = max(s, _chunk_end_nb(c, F, zsF[F], q))
-                                    eF[F] = s + uf[j]
-                                Tf = eF[F]
-                                thr = (Tf + Ssuf[i]) * _SAFE if prune else -np.inf
-                                r0 = F * (N + 1)            # row F in best, bch, act
-                                dn = dense[F]
-                                if (j - i) % 4 == 3:
-                                    # best only decreases: minb stays an upper bound of the open
-                                    # minimum between refreshes (a late refresh only delays a filter)
-                                    minb[F] = _open_min(best, act, r0, na, dn)
-                                if thr >= minb[F]:
-                                    kk = 0
-                                    mb = np.inf
-                                    for ia in range(na):
-                                        P = ia if dn else act[r0 + ia]
-                                        if best[r0 + P] > thr:
-                                            act[r0 + kk] = P
-                                            kk += 1
-                                            if best[r0 + P] < mb:
-                                                mb = best[r0 + P]
-                                    nact[F] = kk
-                                    minb[F] = mb
-                                    dense[F] = False
-                                    if kk == 0:
-                                        continue
-                                nlive += 1
-                                if hi < lo:
-                                    continue
-                                F2 = 0
-                                if n_tot > 0:
-                                    tend = _chunk_end_nb(n_tot, F, zsF[F], q)
-                                    F2 = max(0, int(math.ceil((tend - Tf) / q - 1e-9)))
-                                if F2 > lim:
-                                    continue
-                                row = off[cA] + F2 * (N - cA + 1)
-                                oF[F] = (j + 1) * 2 * S3 + row + vz      # OC[j + 1, 0, row + vz] in OCf
-                                # Exact skip bound: both candidates of this j are at least
-                                # lb = (Tf + RMO) + RMT (rounding is monotone: fl(fl(Tf + x) + y) grows
-                                # with x and y, and OC[.., P2] >= RMO, sp q + Tb >= Tb >= RMT)
-                                lbF[F] = (Tf + RMO[j + 1, cA, F2]) + rmT
-                            if nlive == 0:
-                                break                   # every state of every row is final for this v
-                            if hi < lo:
-                                continue
-                            # pass 2: the candidates of this j
-                            for F in range(W):
-                                o0 = oF[F]
-                                if o0 < 0:
-                                    continue
-                                Tf = eF[F]
-                                r0 = F * (N + 1)
-                                na = nact[F]
-                                dn = dense[F]
-                                # The lookups below need no bound checks: sp <= P <= hi <= mfree, so
-                                # P2 = v z + sp <= v z + N - A - z = N - cA = lim, and v z <= lim.
-                                # An infinite T or OC makes tot infinite, which never passes "<".
-                                # Flush (idle before the block while its spilled parts are
-                                # prefetched, the sub-chain then prefetches Z^i only): the serial
-                                # recurrence skips it when sp = 0, where it equals the f = 0
-                                # candidate just tried (0 q + Tb = Tb), so it cannot pass "<" either.
-                                # A state with best <= lb cannot pass "<" with this j: the range
-                                # lo..hi is trimmed to the first and last P with best > lb.
-                                l2, h2 = _trim(best, r0, lo, hi, lbF[F])
-                                if h2 < l2:
-                                    continue
-                                subfl = OCf[o0]
-                                if dn or 2 * na >= W:
-                                    # closed states are visited too: their candidates cannot pass "<"
-                                    if fin:
-                                        _run_dense(best, bch, r0, l2, h2, Tf, Tf1, SPf, tb, OCf, o0, subfl, q, jc, gbuf)
-                                    else:
-                                        _run_dense_nf(best, bch, r0, l2, h2, Tf, Tf1, SPf, tb, OCf, o0, jc)
-                                else:
-                                    for ia in range(na):
-                                        P = act[r0 + ia]
-                                        if P < l2:
-                                            continue
-                                        if P > h2:
-                                            break
-                                        _cand(best, bch, r0 + P, Tf, Tf1[tb + P], SPf[tb + P], OCf, o0, subfl, q,
-                                              fin, jc)
-                    for F in range(W):
-                        k0 = off[A] + F * W
-                        for P in range(W):
-                            OC[i, x, k0 + P] = best[F * (N + 1) + P]
-                            CH[i, x, k0 + P] = bch[F * (N + 1) + P]
+            _stripes(_forward_stripe, nth, i, x, L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, DLO, DHI, RMT,
+                     prune, off, OC, CH, OCf, Tf1, SPf, Ssuf, RMO, work)
             if x == 0:
                 _row_min(OC, off, N, i, RMO)
     return OC, CH, off, work.sum()
@@ -843,37 +907,23 @@ class RematOffloadDP:
             raise ValueError(f"the DP's tables for L={L} and {self.N} slots would need {need / 1e9:.1f} GB "
                              f"(at most {MAX_TABLE_BYTES / 1e9:.0f} GB); use fewer slots")
         args = (L, self.N, self.uf, self.ub, self.a, self.ab, self.d, self.ofa, self.ofn, self.ob, self.q)
-        # numba's OpenMP layer and torch share one OpenMP runtime: numba's first get_num_threads starts
-        # its layer and sets the runtime's default, and putting numba's count back sets it again, so
-        # torch's own intra-op thread count is read before any numba call and put back at the end (a
-        # caller on one torch thread came out on two: LayerNorm's weight gradients then differed in the
-        # last bits)
-        torch = sys.modules.get("torch")
-        torch_threads = torch.get_num_threads() if torch is not None else None
-        # parallel stripes: numba's threads (NUMBA_NUM_THREADS / numba.set_num_threads) for large tables;
-        # small ones run on the calling thread, where starting the ~2 L parallel loops would cost more
-        # than they save (much more on a busy machine, where each start waits for a time slice)
-        nth = max(1, int(get_num_threads()))
+        # parallel stripes (:func:`_stripes`) for large tables, as many as numba's thread count
+        # (NUMBA_NUM_THREADS, default: the cores); small ones run on the calling thread, where starting
+        # the ~3 L parallel rounds would cost more than they save (much more on a busy machine)
+        nth = max(1, int(numba_config.NUMBA_NUM_THREADS))
         if L * L * (self.N + 1) ** 3 < PARALLEL_WORK:
             nth = 1
-        old = get_num_threads()
-        set_num_threads(nth)
-        try:
-            if L >= 1:
-                self.T, self.SP, self.CH, dlo, dhi, rmt = _backward_kernel(*args, self.pid, nth)
-            else:
-                self.T = np.full((1, self.N + 1, self.N + 1), np.inf)
-                self.SP = np.zeros((1, self.N + 1, self.N + 1), dtype=np.int16)
-                self.CH = np.zeros((1, self.N + 1, self.N + 1), dtype=np.int16)
-                dlo = np.full((1, self.N + 1), self.N + 1, dtype=np.int32)
-                dhi = np.full((1, self.N + 1), -1, dtype=np.int32)
-                rmt = np.full((1, self.N + 1), np.inf)
-            self.OC, self.FCH, self.off, self.work = _forward_kernel(*args, self.pid, self.T, self.SP, dlo, dhi,
-                                                                     rmt, nth, True)
-        finally:
-            set_num_threads(old)
-            if torch_threads is not None:
-                torch.set_num_threads(torch_threads)
+        if L >= 1:
+            self.T, self.SP, self.CH, dlo, dhi, rmt = _backward_kernel(*args, self.pid, nth)
+        else:
+            self.T = np.full((1, self.N + 1, self.N + 1), np.inf)
+            self.SP = np.zeros((1, self.N + 1, self.N + 1), dtype=np.int16)
+            self.CH = np.zeros((1, self.N + 1, self.N + 1), dtype=np.int16)
+            dlo = np.full((1, self.N + 1), self.N + 1, dtype=np.int32)
+            dhi = np.full((1, self.N + 1), -1, dtype=np.int32)
+            rmt = np.full((1, self.N + 1), np.inf)
+        self.OC, self.FCH, self.off, self.work = _forward_kernel(*args, self.pid, self.T, self.SP, dlo, dhi,
+                                                                 rmt, nth, True)
         self.threads = nth
 
     # --- backward block lookup: (duration, spill) for C(i, j, m, D)

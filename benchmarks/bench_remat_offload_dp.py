@@ -12,7 +12,7 @@
 
 3. The zoo's ResNet-101 chain (L = 73, ``instances/resnet101-b8-224-cpu.json``), issue 21 item 3: at a
    memory limit 30% of the way from rotor's minimum to the store-all peak, for each bandwidth and N,
-   the DP's run time (target: N = 100 within 10 s on the 2-core machine, numba's default threads) and,
+   the DP's run time (target: N = 100 within 10 s on the 2-core machine, NUMBA_NUM_THREADS threads) and,
    with ``--reference``, the previous serial kernels' time on the same inputs (kept in
    ``tests/test_remat_offload_dp_tables.py``), their ratio and a check that the tables are identical.
    It also prints the share of the re-materialization overhead that offloading removes,
@@ -123,7 +123,7 @@ def _reference_kernels():
 
 def bench_zoo(instance: str, fracs, bandwidths, Ns, reference: bool) -> None:
     import numpy as np
-    from numba import get_num_threads
+    from numba import config as numba_config
 
     from memplan.baselines.remat_heuristics import min_memory, store_all
     from memplan.baselines.remat_offload_dp import RematOffloadDP, solve_remat_offload_dp
@@ -136,7 +136,7 @@ def bench_zoo(instance: str, fracs, bandwidths, Ns, reference: bool) -> None:
     if reference and ref is None:
         print("(no tests/test_remat_offload_dp_tables.py here: no reference timing)")
     print(f"{instance}: L = {c.L}, store-all {sa.objective:.4g} s at {hi / 2**20:.1f} MiB, rotor's minimum "
-          f"{lo / 2**20:.1f} MiB; numba threads: {get_num_threads()}")
+          f"{lo / 2**20:.1f} MiB; DP threads (NUMBA_NUM_THREADS): {numba_config.NUMBA_NUM_THREADS}")
     solve_remat_offload_dp(c, lo + 0.3 * (hi - lo), 1e9, slots=8)       # compile / load outside the timings
     head = (f"{'frac':>5} {'MiB':>7} {'beta':>8} {'N':>4} {'DP s':>7} {'target':>7} {'makespan':>9} {'rotor(N)':>9} "
             f"{'share':>6} {'paper':>6}")

@@ -302,6 +302,15 @@ def _sf_min(RX, RV, rn, CX, CV, cn, OX, OV):
 
 
 @njit(cache=True)
+def _copy2(DX, DV, o, SX, SV, n):
+    """``DX[o:o+n], DV[o:o+n] = SX[:n], SV[:n]`` as a loop: numba compiles a slice assignment with its
+    shape checks and their error message (about 4 s on a fresh cache for this module's sites)."""
+    for i in range(n):
+        DX[o + i] = SX[i]
+        DV[o + i] = SV[i]
+
+
+@njit(cache=True)
 def _grow(X, V, used, need):
     """The pool arrays with room for ``need`` more entries (doubled when full)."""
     if used + need <= X.shape[0]:
@@ -309,8 +318,7 @@ def _grow(X, V, used, need):
     cap = max(2 * X.shape[0], used + need)
     NX = np.empty(cap, dtype=np.int64)
     NV = np.empty(cap)
-    NX[:used] = X[:used]
-    NV[:used] = V[:used]
+    _copy2(NX, NV, 0, X, V, used)
     return NX, NV
 
 
@@ -343,8 +351,7 @@ def _sparse_stage(l, S, uf, ub, wa, wab, wd, ofa, ofn, ob, IC, IG, U, PX, PV, pu
                         w = 2 * (rn + k)
                         TX, TV = np.empty(w, dtype=np.int64), np.empty(w)
                         NX, NV = np.empty(w, dtype=np.int64), np.empty(w)
-                        NX[:rn] = AX[:rn]
-                        NV[:rn] = AV[:rn]
+                        _copy2(NX, NV, 0, AX, AV, rn)
                         AX, AV = NX, NV
                         BX, BV = np.empty(w, dtype=np.int64), np.empty(w)
                     cn = _sf_shift(PX, PV, o, k, wa[sp - 1], U[s, sp - 1], 0.0, max(need, 0), S, TX, TV)
@@ -355,8 +362,7 @@ def _sparse_stage(l, S, uf, ub, wa, wab, wd, ofa, ofn, ob, IC, IG, U, PX, PV, pu
                 gi = IG[s, tp, l]
                 GOFF[gi] = qused
                 GLEN[gi] = rn
-                QX[qused:qused + rn] = AX[:rn]
-                QV[qused:qused + rn] = AV[:rn]
+                _copy2(QX, QV, qused, AX, AV, rn)
                 qused += rn
         # --- C(s, t, l) for s <= t <= l
         for t in range(s, l + 1):
@@ -391,8 +397,7 @@ def _sparse_stage(l, S, uf, ub, wa, wab, wd, ofa, ofn, ob, IC, IG, U, PX, PV, pu
                         w = 2 * (rn + k)
                         TX, TV = np.empty(w, dtype=np.int64), np.empty(w)
                         NX, NV = np.empty(w, dtype=np.int64), np.empty(w)
-                        NX[:rn] = AX[:rn]
-                        NV[:rn] = AV[:rn]
+                        _copy2(NX, NV, 0, AX, AV, rn)
                         AX, AV = NX, NV
                         BX, BV = np.empty(w, dtype=np.int64), np.empty(w)
                     cn = _sf_shift(PX, PV, COFF[ci], k, delta_m, U[s, t - 1], 0.0, max(lo, 0), S, TX, TV)
@@ -435,8 +440,7 @@ def _sparse_stage(l, S, uf, ub, wa, wab, wd, ofa, ofn, ob, IC, IG, U, PX, PV, pu
                                 w = 2 * (rn + gn + sn)
                                 TX, TV = np.empty(w, dtype=np.int64), np.empty(w)
                                 NX, NV = np.empty(w, dtype=np.int64), np.empty(w)
-                                NX[:rn] = AX[:rn]
-                                NV[:rn] = AV[:rn]
+                                _copy2(NX, NV, 0, AX, AV, rn)
                                 AX, AV = NX, NV
                                 BX, BV = np.empty(w, dtype=np.int64), np.empty(w)
                             cn = _sf_sum(QX, QV, go, gn, PX, PV, so, sn, delta_m, u, lo, S, TX, TV)
@@ -447,8 +451,7 @@ def _sparse_stage(l, S, uf, ub, wa, wab, wd, ofa, ofn, ob, IC, IG, U, PX, PV, pu
             ci = IC[s, t, l]
             COFF[ci] = pused
             CLEN[ci] = rn
-            PX[pused:pused + rn] = AX[:rn]
-            PV[pused:pused + rn] = AV[:rn]
+            _copy2(PX, PV, pused, AX, AV, rn)
             pused += rn
     return PX, PV, pused, QX, QV, qused, AX, AV, BX, BV, TX, TV
 

@@ -603,7 +603,7 @@ def _dp(chain: Chain, memory: float, kind: str, slots: int, exact: bool, mode: s
             _floating_sequence(R, TP, GS, IC, IG, 1, 1, L + 1, budget, disc, ops)
         return float(v), ops, disc
     carry = kind == "persistent"
-    C = _persistent_kernel(*_args(disc, chain), *_time_model(chain), carry)
+    C = _persistent_kernel(*_args(disc, chain), *_time_model(chain), carry, _BLOCK)
     v = C[1, L + 1, budget]
     if not math.isfinite(v):
         return None, None, disc

@@ -36,6 +36,19 @@ def test_the_public_surface_has_examples():
         assert mod in DOCTEST_MODULES, f"{mod} has no docstring example"
 
 
+_FOLDERS = ("models", "formulations", "baselines", "experiments", "instances", "benchmarks")
+
+
+def test_examples_import_the_installed_name():
+    """An example imports ``memplan.models...``, never the folder ``models...``: the folder name only
+    resolves when the repository root happens to be on ``sys.path`` (``python -m pytest`` from the
+    root), not for a user of the installed package (the zoo's example did, and failed in one process)."""
+    pat = re.compile(r"^\s*(?:>>>|\.\.\.)\s+(?:from|import)\s+(\w+)", re.M)
+    bad = [f"{path.relative_to(ROOT)}: {m.group(0).strip()}" for name, path in sorted(MODULES.items())
+           for m in pat.finditer(path.read_text()) if m.group(1) in _FOLDERS]
+    assert not bad, bad
+
+
 @pytest.mark.parametrize("name", DOCTEST_MODULES)
 def test_docstring_examples(name):
     if name.startswith(_TORCH):

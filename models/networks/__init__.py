@@ -1,7 +1,7 @@
 """The memplan network zoo: PyTorch definitions written for this project (random initialization,
 nothing is downloaded, torchvision is not used).
 
->>> from models.networks import get_model, example_input, MODELS
+>>> from memplan.models.networks import get_model, example_input, MODELS
 >>> m = get_model("resnet18")
 >>> x = example_input("resnet18", batch=2, input_shape=(3, 64, 64))
 

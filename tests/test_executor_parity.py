@@ -155,6 +155,34 @@ def test_fused_backward_gives_autograds_gradients_and_the_same_memory(net, kind)
         assert op == "F_all" and seq.ops[q + 1] == ("B", l - 1)
 
 
+@pytest.mark.parametrize("kind", ["store_all", "sequential"])
+def test_an_unmeasured_run_calls_the_loss_group_directly_with_the_same_gradients(net, kind, monkeypatch):
+    """Without a memory measurement, a fused group whose outputs and gradients are scalars (the one
+    that starts at the loss) is back-propagated by a direct call instead of through the empty root
+    (``_backward_from(exact=False)``): one root less, and gradients bit-identical to the measured run,
+    which keeps every root so that its bytes are the model's."""
+    import memplan.models.runtime as rt
+
+    name, model, x, loss, lm, chain = net
+    seq = store_all_schedule(chain) if kind == "store_all" else sequential_schedule(chain, 3)
+    roots = []
+    apply = rt._Seed.apply
+    monkeypatch.setattr(rt._Seed, "apply", staticmethod(lambda *a: (roots.append(a[1].shape), apply(*a))[1]))
+    grads, count = {}, {}
+    for measured in (True, False):
+        for p in model.parameters():
+            p.grad = None
+        torch.manual_seed(5)
+        roots.clear()
+        execute(lm.stages, lm.loss_stage(loss), x, seq, measure_memory=measured)
+        grads[measured] = [p.grad.clone() for p in model.parameters()]
+        count[measured] = list(roots)
+    assert all(torch.equal(a, b) for a, b in zip(grads[True], grads[False])), name
+    # the measured run's first root is the loss group's (a scalar loss); the unmeasured run has the others
+    assert count[True] and count[True][0] == torch.Size([]), (name, count[True])
+    assert count[False] == count[True][1:], name
+
+
 class _SlowBackward(torch.autograd.Function):
     """Identity whose backward sleeps ``seconds``: a stage whose backward time is known."""
 

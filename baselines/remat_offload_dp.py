@@ -154,6 +154,17 @@ MAX_TABLE_BYTES = 3e9
 PARALLEL_WORK = 1e9
 
 
+class OutOfTime(Exception):
+    """The DP's tables were not finished by the deadline (:func:`solve_remat_offload_dp`'s
+    ``time_limit``): raised between two rounds of the kernels (a diagonal of ``C_A``, a level of
+    ``OC``)."""
+
+
+def _check(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() >= deadline:
+        raise OutOfTime
+
+
 @lru_cache(maxsize=None)
 def _pool(workers: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="memplan-dp")
@@ -385,7 +396,7 @@ def _forward_tables(L, S3):
     return np.full((L + 2, 2, S3), np.inf), np.full((L + 2, 2, S3), -1, dtype=np.int16)
 
 
-def _backward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, nth):
+def _backward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, nth, deadline=None):
     """Tables over pairs p = pid[i, j] (1 <= i <= j <= L), free memory m and prefetch demand D <= m:
     T[p, m, D] block duration, SP[p, m, D] parts spilled before the block, CH[p, m, D] choice
     (-1: F_all^i first, -2: single stage, i' >= i: F_ck^i F_none^{i+1..i'} keeping a^{i'}).
@@ -399,10 +410,12 @@ def _backward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, nth):
     recurrence (case 1, then i' ascending, D ascending) with the same arithmetic, so the tables are
     bit-identical to a serial run. Case-2 candidates that cannot pass "<" are dropped before their
     second look-up by the exact bound ``(Tf + RMB) + T_1`` (module docstring, *exact skip tests*;
-    RMB[p, m] is the minimum of the finished row T[p, m, .])."""
+    RMB[p, m] is the minimum of the finished row T[p, m, .]). ``deadline`` (``time.monotonic()``):
+    :class:`OutOfTime` before a diagonal that would start after it."""
     T, SP, CH, DLO, DHI, RMB = _backward_tables(pid.max() + 1, N)
     fin = math.isfinite(q)
     for ln in range(0, L):
+        _check(deadline)
         _stripes(_backward_stripe, nth, ln, L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, fin, pid, T, SP, CH, DLO, DHI,
                  RMB)
     return T, SP, CH, DLO, DHI, RMB
@@ -784,7 +797,8 @@ def _forward_stripe(t, nth, i, x, L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, 
                 CH[i, x, k0 + P] = bch[F * (N + 1) + P]
 
 
-def _forward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, T, SP, DLO, DHI, RMT, nth, prune):
+def _forward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, T, SP, DLO, DHI, RMT, nth, prune,
+                    deadline=None):
     """OC[i, x, A, F, P] (B.1, B.2) bottom-up over i = L+1..1 and its choice
     CH = 4 j + 2 f + v (j = 0: F_all^i first; j >= i: F_ck^i F_none^{i+1..j}; f = 1: "flush", the
     level's backward block first waits until all of Delta_B it could not host is prefetched, so that
@@ -809,7 +823,8 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, T, SP, DLO, DH
     ``prune=False`` switches the pruning by ``Tf + S_i`` off (same tables, more work: the tests
     compare both). Returns ``(OC, CH, off, work)``; ``work`` counts the rows (j, Delta_F) of case 2
     that the loops over j visit (a row whose states are all closed is skipped, and the loop over j
-    stops when every row is), the work the pruning saves."""
+    stops when every row is), the work the pruning saves. ``deadline`` (``time.monotonic()``):
+    :class:`OutOfTime` before a level that would start after it."""
     off = np.zeros(N + 2, dtype=np.int64)      # packed index of (A, F, P), F, P <= N - A
     off[1:] = np.cumsum((N - np.arange(N + 1) + 1) ** 2)
     OC, CH = _forward_tables(L, off[N + 1])
@@ -833,6 +848,7 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, T, SP, DLO, DH
         for x in range(2):
             if i == 1 and x == 1:
                 continue
+            _check(deadline)
             _stripes(_forward_stripe, nth, i, x, L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, DLO, DHI, RMT,
                      prune, off, OC, CH, OCf, Tf1, SPf, Ssuf, RMO, work)
             if x == 0:
@@ -900,7 +916,9 @@ class RematOffloadDP:
         self.threads = 1
         self.work = 0          # rows (j, Delta_F) the forward kernel's case 2 visited
 
-    def tables(self):
+    def tables(self, deadline: float | None = None):
+        """Fills the tables; ``deadline`` (``time.monotonic()``): :class:`OutOfTime` between two rounds
+        of the kernels once it has passed."""
         L = self.chain.L
         need = table_bytes(L, self.N)
         if need > MAX_TABLE_BYTES:
@@ -914,7 +932,7 @@ class RematOffloadDP:
         if L * L * (self.N + 1) ** 3 < PARALLEL_WORK:
             nth = 1
         if L >= 1:
-            self.T, self.SP, self.CH, dlo, dhi, rmt = _backward_kernel(*args, self.pid, nth)
+            self.T, self.SP, self.CH, dlo, dhi, rmt = _backward_kernel(*args, self.pid, nth, deadline)
         else:
             self.T = np.full((1, self.N + 1, self.N + 1), np.inf)
             self.SP = np.zeros((1, self.N + 1, self.N + 1), dtype=np.int16)
@@ -923,7 +941,7 @@ class RematOffloadDP:
             dhi = np.full((1, self.N + 1), -1, dtype=np.int32)
             rmt = np.full((1, self.N + 1), np.inf)
         self.OC, self.FCH, self.off, self.work = _forward_kernel(*args, self.pid, self.T, self.SP, dlo, dhi,
-                                                                 rmt, nth, True)
+                                                                 rmt, nth, True, deadline)
         self.threads = nth
 
     # --- backward block lookup: (duration, spill) for C(i, j, m, D)
@@ -1138,7 +1156,7 @@ class RematOffloadDP:
 
 
 def solve_remat_offload_dp(chain: Chain, memory: float, bandwidth: float | None, *, slots: int = 50,
-                           exact: bool = False) -> Solution:
+                           exact: bool = False, time_limit: float | None = None) -> Solution:
     """Best re-materialization + offloading schedule of the joint DP of paper 000 (appendix B).
 
     See the module docstring for the model. The schedule is replayed by
@@ -1157,6 +1175,11 @@ def solve_remat_offload_dp(chain: Chain, memory: float, bandwidth: float | None,
         The number N of memory slots (50 in the paper); ignored with ``exact``.
     exact : bool
         One slot per byte (integer sizes and an integer memory limit only).
+    time_limit : float or None
+        Seconds for the tables: the kernels stop between two of their rounds (a diagonal of the
+        backward table, a level of the forward table: a fraction of a second at N = 100 on
+        ResNet-101) once it has passed, and the call returns NO_SOLUTION with
+        ``details["stopped"] = True``. None: no limit.
 
     Returns
     -------
@@ -1186,7 +1209,15 @@ def solve_remat_offload_dp(chain: Chain, memory: float, bandwidth: float | None,
     t0 = time.perf_counter()
     times: dict[str, float] = {}
     dp = RematOffloadDP(chain, memory, bandwidth, slots=slots, exact=exact)
-    dp.tables()
+    try:
+        dp.tables(None if time_limit is None else time.monotonic() + max(0.0, float(time_limit)) - (
+            time.perf_counter() - t0))
+    except OutOfTime:
+        times["tables"] = times["total"] = time.perf_counter() - t0
+        return Solution(problem="remat-offload", method="dp", status=Status.NO_SOLUTION, memory_limit=memory,
+                        message=f"the joint DP's tables ({dp.disc.describe()}) were not finished within "
+                                f"time_limit={float(time_limit):g} s (stopped after {times['total']:.3g} s)",
+                        times=times, details={"stopped": True, "slots": dp.N, "threads": dp.threads})
     times["tables"] = time.perf_counter() - t0
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old, 20 * chain.L + 1000))

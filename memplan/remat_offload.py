@@ -185,8 +185,10 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
     method : {'dp', 'exhaustive'}, optional
         :data:`DEFAULT_METHOD` (``'dp'``) when None; see the module docstring.
     time_limit : float or None
-        Seconds for the whole call. A DP run is not interrupted; the automatic choices (slots of the
-        joint DP, rotor's refinement) stop before a run that would not fit in what is left. The
+        Seconds for the whole call. A joint DP run stops between two rounds of its tables once the
+        time is up (status TIME_LIMIT, with the best of the other candidates, or NO_SOLUTION when none
+        has a schedule); the automatic choices (slots of the joint DP, rotor's refinement) stop
+        before a run that would not fit in what is left. The
         exhaustive search gets what is left after the portfolio, and returns its best schedule with
         status TIME_LIMIT and the search's lower bound when it runs out.
     slots : int, optional
@@ -352,6 +354,8 @@ def _portfolio(chain: Chain, memory: float, beta: float, n: int, exact: bool, au
             break
         d = _run_dp(chain, memory, beta, nn, exact, b)
         dps.append((nn, d))
+        if d.details.get("stopped"):
+            break                    # the time limit is reached
         if d.objective is not None and abs(d.objective - others) <= 1e-12 * d.objective:
             break                    # it matches another candidate
         if k and d.objective is not None and dps[-2][1].objective is not None and \
@@ -392,6 +396,11 @@ def _portfolio(chain: Chain, memory: float, beta: float, n: int, exact: bool, au
         sol.bound = rot.bound if proven else None
         why = ("optimal among memory-persistent sequences (paper 004, Theorem 4.8; no link)" if proven else
                "best of the joint DP and rotor (no link)")
+    stopped = [nn for nn, d in dps if d.details.get("stopped")]
+    if stopped and sol.status != Status.OPTIMAL:
+        sol.status = Status.TIME_LIMIT
+        why = (f"time limit: the joint DP with N = {stopped[0]} slots was stopped before its tables were "
+               f"finished; {why}")
     sol.message = f"{why}; schedule from {name}" + (f" ({last.details.get('discretization')})"
                                                      if name.startswith("joint") else "")
     if not name.startswith("joint"):
@@ -474,6 +483,8 @@ def _infeasible(chain: Chain, memory: float, beta: float, mm, last: Solution, de
                         message=msg, times=times, details={**last.details, **details})
     msg = (f"no candidate found a schedule within {fmt_memory(memory)} {what}; one fits in {mm.value:.6g} B and "
            f"none below {mm.lower:.6g} B")
+    if last.details.get("stopped"):
+        msg = f"time limit: {last.message}; {msg}"
     return Solution(problem=PROBLEM, method="dp", status=Status.NO_SOLUTION, memory_limit=memory, message=msg,
                     times=times, details={**last.details, **details})
 
@@ -481,7 +492,7 @@ def _infeasible(chain: Chain, memory: float, beta: float, mm, last: Solution, de
 def _run_dp(chain: Chain, memory: float, beta: float, n: int, exact: bool, b: Budget) -> Solution:
     what = "exact (one slot per byte)" if exact else f"N = {n} slots"
     b.log(f"dp: joint DP of paper 000, {what}, bandwidth {fmt_bandwidth(beta) if beta else '0'}")
-    sol = solve_remat_offload_dp(chain, memory, beta, slots=n, exact=exact)
+    sol = solve_remat_offload_dp(chain, memory, beta, slots=n, exact=exact, time_limit=b.limit())
     if sol.objective is None:
         b.log(f"dp: {sol.status} ({sol.times.get('total', 0.0):.3g}s)")
     else:

@@ -247,6 +247,33 @@ def test_whole_call_time_limit_keeps_the_dp_schedule():
     assert "stopped (time or state limit)" in ro.report(sol, c)
 
 
+def test_the_joint_dp_stops_at_its_time_limit_and_the_front_end_keeps_its_limit():
+    """The DP's kernels stop between two rounds once ``time_limit`` has passed (the whole run: 1.2-1.6 s
+    on one core here, L = 40, N = 80); the front end then returns the best other candidate, replayed,
+    with status TIME_LIMIT, within its own limit."""
+    c = random_chain(40, 0, integer=False)
+    lo, hi = min_memory(c), store_all(c).peak_memory
+    M = lo + 0.3 * (hi - lo)
+    solve_remat_offload_dp(c, M, 1e10, slots=8)          # load the compiled DP outside the timing
+    t0 = time.monotonic()
+    sol = solve_remat_offload_dp(c, M, 1e10, slots=80, time_limit=0.15)
+    wall = time.monotonic() - t0
+    assert sol.status == Status.NO_SOLUTION and sol.schedule is None and sol.details["stopped"]
+    assert "were not finished within time_limit=0.15 s" in sol.message
+    assert wall < 0.8
+    lines = []
+    t0 = time.monotonic()
+    fe = ro.solve(c, memory=M, bandwidth=1e10, slots=80, time_limit=0.4, progress=lines.append)
+    wall = time.monotonic() - t0
+    assert wall < 1.2
+    assert fe.status == Status.TIME_LIMIT and fe.success
+    assert fe.message.startswith("time limit: the joint DP with N = 80 slots was stopped")
+    assert fe.details["candidate"] != "joint DP (N = 80)"
+    rep = simulate_remat_offload(c, fe.schedule, 1e10, M)
+    assert rep.makespan == pytest.approx(fe.objective) and rep.peak_memory <= M * (1 + 1e-12)
+    assert fe.objective <= persistent(c, M).objective * (1 + 1e-12)      # never worse than rotor
+
+
 # ----------------------------------------------------------------------------- report, Gantt, CLI
 def test_report_numbers_and_no_drawing(table2, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

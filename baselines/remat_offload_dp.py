@@ -129,10 +129,10 @@ for L = 100, N = 50; 1.3 GB for L = 100, N = 100.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
 
 import numpy as np
 from numba import config as numba_config
@@ -165,9 +165,18 @@ def _check(deadline: float | None) -> None:
         raise OutOfTime
 
 
-@lru_cache(maxsize=None)
+_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
+
+
 def _pool(workers: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="memplan-dp")
+    """The threads of :func:`_stripes`, made once per process (keyed by the process id: a child made
+    by ``fork`` inherits the parent's pool object but none of its threads, and would wait forever on
+    it)."""
+    key = (os.getpid(), workers)
+    pool = _POOLS.get(key)
+    if pool is None:
+        pool = _POOLS[key] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="memplan-dp")
+    return pool
 
 
 def _stripes(fn, nth, *args):

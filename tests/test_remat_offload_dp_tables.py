@@ -464,3 +464,34 @@ def test_pruning_is_exercised(case):
         assert (v >= S[i] * (1 - 1e-12)).all()
         tight += int(np.isclose(v, S[i], rtol=1e-12, atol=0).sum())
     assert tight > 0
+
+
+def _stripes_in_child(args, pid, conn):
+    T = rod._backward_kernel(*args, pid, 3)[0]
+    conn.send(float(np.nansum(np.where(np.isfinite(T), T, 0.0))))
+    conn.close()
+
+
+def test_striped_tables_in_a_forked_child():
+    """The stripes' threads are made once per process: a child made by ``fork`` after the parent ran
+    striped tables (it inherits the pool object, not its threads) makes its own and finishes, with
+    the parent's tables."""
+    import multiprocessing as mp
+
+    c = random_chain(5, 2, integer=False)
+    dp = rod.RematOffloadDP(c, _memory(c, 0.5), 1e9, slots=12)
+    args = (c.L, dp.N, dp.uf, dp.ub, dp.a, dp.ab, dp.d, dp.ofa, dp.ofn, dp.ob, dp.q)
+    T = rod._backward_kernel(*args, dp.pid, 3)[0]           # the parent's pool of 2 threads exists now
+    here = float(np.nansum(np.where(np.isfinite(T), T, 0.0)))
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_stripes_in_child, args=(args, dp.pid, send))
+    child.start()
+    try:
+        assert recv.poll(60), "the forked child's striped tables did not finish"
+        assert recv.recv() == here
+    finally:
+        child.join(10)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0

@@ -493,7 +493,9 @@ def _run_dp(chain: Chain, memory: float, beta: float, n: int, exact: bool, b: Bu
     what = "exact (one slot per byte)" if exact else f"N = {n} slots"
     b.log(f"dp: joint DP of paper 000, {what}, bandwidth {fmt_bandwidth(beta) if beta else '0'}")
     sol = solve_remat_offload_dp(chain, memory, beta, slots=n, exact=exact, time_limit=b.limit())
-    if sol.objective is None:
+    if sol.details.get("stopped"):
+        b.log(f"dp: stopped at the time limit, its tables unfinished ({sol.times.get('total', 0.0):.3g}s)")
+    elif sol.objective is None:
         b.log(f"dp: {sol.status} ({sol.times.get('total', 0.0):.3g}s)")
     else:
         b.log(f"dp: makespan {fmt_time(sol.objective)}, {len(sol.details.get('offloaded') or [])} values offloaded "

@@ -269,6 +269,7 @@ def test_the_joint_dp_stops_at_its_time_limit_and_the_front_end_keeps_its_limit(
     assert fe.status == Status.TIME_LIMIT and fe.success
     assert fe.message.startswith("time limit: the joint DP with N = 80 slots was stopped")
     assert fe.details["candidate"] != "joint DP (N = 80)"
+    assert any(line.endswith("s)") and "dp: stopped at the time limit" in line for line in lines), lines
     rep = simulate_remat_offload(c, fe.schedule, 1e10, M)
     assert rep.makespan == pytest.approx(fe.objective) and rep.peak_memory <= M * (1 + 1e-12)
     assert fe.objective <= persistent(c, M).objective * (1 + 1e-12)      # never worse than rotor

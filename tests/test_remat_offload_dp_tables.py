@@ -478,6 +478,8 @@ def test_striped_tables_in_a_forked_child():
     the parent's tables."""
     import multiprocessing as mp
 
+    if "fork" not in mp.get_all_start_methods():
+        pytest.skip("this platform has no fork")
     c = random_chain(5, 2, integer=False)
     dp = rod.RematOffloadDP(c, _memory(c, 0.5), 1e9, slots=12)
     args = (c.L, dp.N, dp.uf, dp.ub, dp.a, dp.ab, dp.d, dp.ofa, dp.ofn, dp.ob, dp.q)

@@ -405,7 +405,7 @@ def _forward_tables(L, S3):
     return np.full((L + 2, 2, S3), np.inf), np.full((L + 2, 2, S3), -1, dtype=np.int16)
 
 
-def _backward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, nth, deadline=None):
+def _backward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, nth, deadline=None, tick=None):
     """Tables over pairs p = pid[i, j] (1 <= i <= j <= L), free memory m and prefetch demand D <= m:
     T[p, m, D] block duration, SP[p, m, D] parts spilled before the block, CH[p, m, D] choice
     (-1: F_all^i first, -2: single stage, i' >= i: F_ck^i F_none^{i+1..i'} keeping a^{i'}).
@@ -420,13 +420,16 @@ def _backward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, nth, deadline
     bit-identical to a serial run. Case-2 candidates that cannot pass "<" are dropped before their
     second look-up by the exact bound ``(Tf + RMB) + T_1`` (module docstring, *exact skip tests*;
     RMB[p, m] is the minimum of the finished row T[p, m, .]). ``deadline`` (``time.monotonic()``):
-    :class:`OutOfTime` before a diagonal that would start after it."""
+    :class:`OutOfTime` before a diagonal that would start after it. ``tick(phase, k, n)``: called after
+    each diagonal (progress)."""
     T, SP, CH, DLO, DHI, RMB = _backward_tables(pid.max() + 1, N)
     fin = math.isfinite(q)
     for ln in range(0, L):
         _check(deadline)
         _stripes(_backward_stripe, nth, ln, L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, fin, pid, T, SP, CH, DLO, DHI,
                  RMB)
+        if tick is not None:
+            tick("backward", ln + 1, L)
     return T, SP, CH, DLO, DHI, RMB
 
 
@@ -807,7 +810,7 @@ def _forward_stripe(t, nth, i, x, L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, 
 
 
 def _forward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, T, SP, DLO, DHI, RMT, nth, prune,
-                    deadline=None):
+                    deadline=None, tick=None):
     """OC[i, x, A, F, P] (B.1, B.2) bottom-up over i = L+1..1 and its choice
     CH = 4 j + 2 f + v (j = 0: F_all^i first; j >= i: F_ck^i F_none^{i+1..j}; f = 1: "flush", the
     level's backward block first waits until all of Delta_B it could not host is prefetched, so that
@@ -833,7 +836,8 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, T, SP, DLO, DH
     compare both). Returns ``(OC, CH, off, work)``; ``work`` counts the rows (j, Delta_F) of case 2
     that the loops over j visit (a row whose states are all closed is skipped, and the loop over j
     stops when every row is), the work the pruning saves. ``deadline`` (``time.monotonic()``):
-    :class:`OutOfTime` before a level that would start after it."""
+    :class:`OutOfTime` before a level that would start after it. ``tick(phase, k, n)``: called after
+    each level (progress)."""
     off = np.zeros(N + 2, dtype=np.int64)      # packed index of (A, F, P), F, P <= N - A
     off[1:] = np.cumsum((N - np.arange(N + 1) + 1) ** 2)
     OC, CH = _forward_tables(L, off[N + 1])
@@ -862,6 +866,8 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, T, SP, DLO, DH
                      prune, off, OC, CH, OCf, Tf1, SPf, Ssuf, RMO, work)
             if x == 0:
                 _row_min(OC, off, N, i, RMO)
+        if tick is not None:
+            tick("forward", L - i + 1, L)
     return OC, CH, off, work.sum()
 
 
@@ -925,9 +931,9 @@ class RematOffloadDP:
         self.threads = 1
         self.work = 0          # rows (j, Delta_F) the forward kernel's case 2 visited
 
-    def tables(self, deadline: float | None = None):
+    def tables(self, deadline: float | None = None, tick=None):
         """Fills the tables; ``deadline`` (``time.monotonic()``): :class:`OutOfTime` between two rounds
-        of the kernels once it has passed."""
+        of the kernels once it has passed; ``tick(phase, k, n)`` after each round."""
         L = self.chain.L
         need = table_bytes(L, self.N)
         if need > MAX_TABLE_BYTES:
@@ -941,7 +947,7 @@ class RematOffloadDP:
         if L * L * (self.N + 1) ** 3 < PARALLEL_WORK:
             nth = 1
         if L >= 1:
-            self.T, self.SP, self.CH, dlo, dhi, rmt = _backward_kernel(*args, self.pid, nth, deadline)
+            self.T, self.SP, self.CH, dlo, dhi, rmt = _backward_kernel(*args, self.pid, nth, deadline, tick)
         else:
             self.T = np.full((1, self.N + 1, self.N + 1), np.inf)
             self.SP = np.zeros((1, self.N + 1, self.N + 1), dtype=np.int16)
@@ -950,7 +956,7 @@ class RematOffloadDP:
             dhi = np.full((1, self.N + 1), -1, dtype=np.int32)
             rmt = np.full((1, self.N + 1), np.inf)
         self.OC, self.FCH, self.off, self.work = _forward_kernel(*args, self.pid, self.T, self.SP, dlo, dhi,
-                                                                 rmt, nth, True, deadline)
+                                                                 rmt, nth, True, deadline, tick)
         self.threads = nth
 
     # --- backward block lookup: (duration, spill) for C(i, j, m, D)
@@ -1164,8 +1170,26 @@ class RematOffloadDP:
         return self._block(i, ip, m, demand, t2)
 
 
+#: seconds between two progress lines of :func:`solve_remat_offload_dp`
+PROGRESS_EVERY = 5.0
+
+
+def _ticker(progress, t0: float):
+    """A ``tick(phase, k, n)`` for the kernels that passes a line to ``progress`` at most every
+    :data:`PROGRESS_EVERY` seconds."""
+    last = [time.perf_counter()]
+
+    def tick(phase: str, k: int, n: int) -> None:
+        now = time.perf_counter()
+        if now - last[0] >= PROGRESS_EVERY:
+            last[0] = now
+            progress(f"tables: {phase} round {k}/{n} after {now - t0:.1f}s")
+    return tick
+
+
 def solve_remat_offload_dp(chain: Chain, memory: float, bandwidth: float | None, *, slots: int = 50,
-                           exact: bool = False, time_limit: float | None = None) -> Solution:
+                           exact: bool = False, time_limit: float | None = None,
+                           progress=None) -> Solution:
     """Best re-materialization + offloading schedule of the joint DP of paper 000 (appendix B).
 
     See the module docstring for the model. The schedule is replayed by
@@ -1189,6 +1213,9 @@ def solve_remat_offload_dp(chain: Chain, memory: float, bandwidth: float | None,
         backward table, a level of the forward table: a fraction of a second at N = 100 on
         ResNet-101) once it has passed, and the call returns NO_SOLUTION with
         ``details["stopped"] = True``. None: no limit.
+    progress : callable, optional
+        Called with a line (``"tables: forward round 30/73 after 12.4s"``) at most every
+        :data:`PROGRESS_EVERY` seconds while the tables are filled: a long run shows where it is.
 
     Returns
     -------
@@ -1220,7 +1247,7 @@ def solve_remat_offload_dp(chain: Chain, memory: float, bandwidth: float | None,
     dp = RematOffloadDP(chain, memory, bandwidth, slots=slots, exact=exact)
     try:
         dp.tables(None if time_limit is None else time.monotonic() + max(0.0, float(time_limit)) - (
-            time.perf_counter() - t0))
+            time.perf_counter() - t0), None if progress is None else _ticker(progress, t0))
     except OutOfTime:
         times["tables"] = times["total"] = time.perf_counter() - t0
         return Solution(problem="remat-offload", method="dp", status=Status.NO_SOLUTION, memory_limit=memory,

@@ -492,7 +492,8 @@ def _infeasible(chain: Chain, memory: float, beta: float, mm, last: Solution, de
 def _run_dp(chain: Chain, memory: float, beta: float, n: int, exact: bool, b: Budget) -> Solution:
     what = "exact (one slot per byte)" if exact else f"N = {n} slots"
     b.log(f"dp: joint DP of paper 000, {what}, bandwidth {fmt_bandwidth(beta) if beta else '0'}")
-    sol = solve_remat_offload_dp(chain, memory, beta, slots=n, exact=exact, time_limit=b.limit())
+    sol = solve_remat_offload_dp(chain, memory, beta, slots=n, exact=exact, time_limit=b.limit(),
+                                 progress=lambda line: b.log(f"dp: N = {n}: {line}"))
     if sol.details.get("stopped"):
         b.log(f"dp: stopped at the time limit, its tables unfinished ({sol.times.get('total', 0.0):.3g}s)")
     elif sol.objective is None:

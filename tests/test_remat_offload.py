@@ -275,6 +275,29 @@ def test_the_joint_dp_stops_at_its_time_limit_and_the_front_end_keeps_its_limit(
     assert fe.objective <= persistent(c, M).objective * (1 + 1e-12)      # never worse than rotor
 
 
+def test_the_joint_dp_reports_its_rounds(monkeypatch):
+    """A long DP run shows where it is: a line per round of its tables, throttled to one every
+    PROGRESS_EVERY seconds (0 here: every round), backward diagonals then forward levels, and through
+    the front end's progress sink with the slots named."""
+    import re
+
+    import memplan.baselines.remat_offload_dp as rod
+
+    monkeypatch.setattr(rod, "PROGRESS_EVERY", 0.0)
+    c = random_chain(6, 1, integer=False)
+    lo, hi = min_memory(c), store_all(c).peak_memory
+    lines = []
+    sol = solve_remat_offload_dp(c, lo + 0.5 * (hi - lo), 1e9, slots=10, progress=lines.append)
+    assert sol.success
+    got = [re.fullmatch(r"tables: (backward|forward) round (\d+)/6 after [\d.]+s", line) for line in lines]
+    assert all(got), lines
+    assert [(m.group(1), int(m.group(2))) for m in got] == (
+        [("backward", k) for k in range(1, 7)] + [("forward", k) for k in range(1, 7)])
+    fe_lines = []
+    ro.solve(c, memory=lo + 0.5 * (hi - lo), bandwidth=1e9, slots=10, progress=fe_lines.append)
+    assert sum("dp: N = 10: tables: forward round 6/6" in line for line in fe_lines) == 1, fe_lines
+
+
 # ----------------------------------------------------------------------------- report, Gantt, CLI
 def test_report_numbers_and_no_drawing(table2, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -378,18 +378,18 @@ def _floating_index(L):
     return IC, IG
 
 
-@njit(cache=True)
-def _floating_kernel(L, S, uf, ub, wa, wab, wd, ofa, ofn, ob, prune):
-    """Tables for Theorem 4.7. C[s, t, l, m]; choice R[s,t,l,m] = r (0: infeasible, -1: F_all^s,
-    -2: floating move to a^{t-1} then C(t, t, l)),
-    TP[s,t,l,m] = t'. G[r, t', l, m] = min over s' of U(r, s'-1) + C[s', t', l, m - wa^{s'-1}] with the
-    F_ck^r and F_none^{r+1..s'-1} memory checks; GS = the arg-min s'. Order: l increasing, s
-    decreasing, so that G(r=s, ., l) only needs C(s' > s, ., l) and C(r, t, t'-1 < l).
+class DPStopped(Exception):
+    """A DP run stopped at its deadline before its tables were finished (``stage``: the first stage l
+    of the floating DP's outer loop not computed)."""
 
-    Compact layout: only the cells that exist are stored, C, R, TP for 1 <= s <= t <= l <= L+1 and
-    G, GS for 1 <= r < t' <= l <= L+1, one row of S+1 entries each; ``IC[s, t, l]`` and
-    ``IG[r, t', l]`` give the row (-1 elsewhere). That is about a sixth of the dense
-    (L+2)^3 (S+1) layout (:func:`floating_table_bytes`)."""
+    def __init__(self, stage: int, stages: int):
+        super().__init__(f"stopped at stage {stage} of {stages}")
+        self.stage, self.stages = stage, stages
+
+
+@njit(cache=True)
+def _floating_tables(L, S, uf):
+    """The floating DP's compact tables, filled with their initial values (:func:`_floating_kernel`)."""
     n = L + 2
     IC, IG = _floating_index(L)
     nc, ng = _floating_cells(L)
@@ -399,96 +399,123 @@ def _floating_kernel(L, S, uf, ub, wa, wab, wd, ofa, ofn, ob, prune):
     G = np.full((ng, S + 1), np.inf)
     GS = np.zeros((ng, S + 1), dtype=np.int16)
     U = forward_sums(uf, n)        # U[a, b] = sum_{k=a}^{b} uf[k]
+    return C, R, TP, G, GS, IC, IG, U
+
+
+def _floating_kernel(L, S, uf, ub, wa, wab, wd, ofa, ofn, ob, prune, deadline=None):
+    """Tables for Theorem 4.7. C[s, t, l, m]; choice R[s,t,l,m] = r (0: infeasible, -1: F_all^s,
+    -2: floating move to a^{t-1} then C(t, t, l)),
+    TP[s,t,l,m] = t'. G[r, t', l, m] = min over s' of U(r, s'-1) + C[s', t', l, m - wa^{s'-1}] with the
+    F_ck^r and F_none^{r+1..s'-1} memory checks; GS = the arg-min s'. Order: l increasing, s
+    decreasing, so that G(r=s, ., l) only needs C(s' > s, ., l) and C(r, t, t'-1 < l).
+
+    Compact layout: only the cells that exist are stored, C, R, TP for 1 <= s <= t <= l <= L+1 and
+    G, GS for 1 <= r < t' <= l <= L+1, one row of S+1 entries each; ``IC[s, t, l]`` and
+    ``IG[r, t', l]`` give the row (-1 elsewhere). That is about a sixth of the dense
+    (L+2)^3 (S+1) layout (:func:`floating_table_bytes`).
+
+    The outer loop over l runs here, one compiled :func:`_floating_stage` per l, so that a run stops
+    between two stages once ``deadline`` (``time.perf_counter()``) has passed (:class:`DPStopped`;
+    the work of stage l grows about as l^4, the last one is about 5/L of the whole)."""
+    C, R, TP, G, GS, IC, IG, U = _floating_tables(L, S, uf)
     for l in range(1, L + 2):
-        for s in range(l, 0, -1):
-            # --- G(s, t', l, .) for s < t' <= l (needs C(s' > s, t', l))
-            if s < l:
-                for tp in range(s + 1, l + 1):
-                    g = G[IG[s, tp, l]]
-                    gs = GS[IG[s, tp, l]]
-                    need = wd[l] + wa[s] + ofn[s]          # F_ck^s
-                    for sp in range(s + 1, tp + 1):
-                        if sp - 1 > s:
-                            j = sp - 1
-                            need = max(need, wd[l] + wa[j - 1] + wa[j] + ofn[j])
-                        if need > S:
-                            break
-                        sub = C[IC[sp, tp, l]]
-                        shift = wa[sp - 1]
-                        u = U[s, sp - 1]
-                        for m in range(max(need, shift), S + 1):
-                            v = u + sub[m - shift]
-                            if v < g[m]:
-                                g[m] = v
-                                gs[m] = sp
-            # --- C(s, t, l, .) for s <= t <= l
-            for t in range(s, l + 1):
-                row = C[IC[s, t, l]]
-                rr = R[IC[s, t, l]]
-                tt = TP[IC[s, t, l]]
-                if s == t == l:
-                    need = max(wd[s] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
-                    for m in range(need, S + 1):
-                        row[m] = uf[s] + ub[s]
+        if deadline is not None and time.perf_counter() >= deadline:
+            raise DPStopped(l, L + 1)
+        _floating_stage(l, S, uf, ub, wa, wab, wd, ofa, ofn, ob, prune, C, R, TP, G, GS, IC, IG, U)
+    return C, R, TP, GS, IC, IG
+
+
+@njit(cache=True)
+def _floating_stage(l, S, uf, ub, wa, wab, wd, ofa, ofn, ob, prune, C, R, TP, G, GS, IC, IG, U):
+    """Stage l of :func:`_floating_kernel`: the cells C(s, t, l) and G(s, t', l) for s = l..1."""
+    for s in range(l, 0, -1):
+        # --- G(s, t', l, .) for s < t' <= l (needs C(s' > s, t', l))
+        if s < l:
+            for tp in range(s + 1, l + 1):
+                g = G[IG[s, tp, l]]
+                gs = GS[IG[s, tp, l]]
+                need = wd[l] + wa[s] + ofn[s]          # F_ck^s
+                for sp in range(s + 1, tp + 1):
+                    if sp - 1 > s:
+                        j = sp - 1
+                        need = max(need, wd[l] + wa[j - 1] + wa[j] + ofn[j])
+                    if need > S:
+                        break
+                    sub = C[IC[sp, tp, l]]
+                    shift = wa[sp - 1]
+                    u = U[s, sp - 1]
+                    for m in range(max(need, shift), S + 1):
+                        v = u + sub[m - shift]
+                        if v < g[m]:
+                            g[m] = v
+                            gs[m] = sp
+        # --- C(s, t, l, .) for s <= t <= l
+        for t in range(s, l + 1):
+            row = C[IC[s, t, l]]
+            rr = R[IC[s, t, l]]
+            tt = TP[IC[s, t, l]]
+            if s == t == l:
+                need = max(wd[s] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+                for m in range(need, S + 1):
+                    row[m] = uf[s] + ub[s]
+                    rr[m] = -1
+                continue
+            if s == t:  # C_all (Eq. 5)
+                need = max(wd[l] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+                sub = C[IC[s + 1, s + 1, l]]
+                for m in range(max(need, wab[s]), S + 1):
+                    v = uf[s] + sub[m - wab[s]] + ub[s]
+                    if v < row[m]:
+                        row[m] = v
                         rr[m] = -1
+            # Floating move then F_all (not in the paper's text): F_none^s..F_none^{t-1} moves the
+            # floating activation to a^{t-1}, then C(t, t, l, m2) (which starts with F_all^t or
+            # F_ck^t). Needed e.g. for C(s, t, t) with s < t, which Eq. 2 leaves infinite.
+            if t > s and not (prune and wa[t - 1] < wa[s - 1]):
+                lo = wd[l] + wa[s] + ofn[s]
+                for j in range(s + 1, t):
+                    lo = max(lo, wd[l] + wa[j - 1] + wa[j] + ofn[j] - wa[s - 1])
+                delta_m = wa[t - 1] - wa[s - 1]
+                lo = max(lo, delta_m)
+                sub = C[IC[t, t, l]]
+                u = U[s, t - 1]
+                for m in range(max(lo, 0), S + 1):
+                    m2 = m - delta_m
+                    if m2 > S:
+                        continue
+                    v = u + sub[m2]
+                    if v < row[m]:
+                        row[m] = v
+                        rr[m] = -2
+                        tt[m] = t
+            if t == l:
+                continue
+            # C_ck (Eq. 3-4): F_none^s..F_none^{r-1} F_ck^r ... ; needs t < t' <= l, r <= t
+            pre = wd[l] + wa[s] + ofn[s]    # F_none^s (r > s) or F_ck^s (r = s), checked against m
+            mid = 0                        # max over s<j<r of wd^l + wa^{j-1} + wa^j + o_f^j (<= m + wa^{s-1})
+            for r in range(s, t + 1):
+                if r > s + 1:
+                    j = r - 1
+                    mid = max(mid, wd[l] + wa[j - 1] + wa[j] + ofn[j])
+                if prune and wa[r - 1] < wa[s - 1]:
                     continue
-                if s == t:  # C_all (Eq. 5)
-                    need = max(wd[l] + wab[s] + ofa[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
-                    sub = C[IC[s + 1, s + 1, l]]
-                    for m in range(max(need, wab[s]), S + 1):
-                        v = uf[s] + sub[m - wab[s]] + ub[s]
-                        if v < row[m]:
-                            row[m] = v
-                            rr[m] = -1
-                # Floating move then F_all (not in the paper's text): F_none^s..F_none^{t-1} moves the
-                # floating activation to a^{t-1}, then C(t, t, l, m2) (which starts with F_all^t or
-                # F_ck^t). Needed e.g. for C(s, t, t) with s < t, which Eq. 2 leaves infinite.
-                if t > s and not (prune and wa[t - 1] < wa[s - 1]):
-                    lo = wd[l] + wa[s] + ofn[s]
-                    for j in range(s + 1, t):
-                        lo = max(lo, wd[l] + wa[j - 1] + wa[j] + ofn[j] - wa[s - 1])
-                    delta_m = wa[t - 1] - wa[s - 1]
-                    lo = max(lo, delta_m)
-                    sub = C[IC[t, t, l]]
-                    u = U[s, t - 1]
+                if pre > S:
+                    break
+                delta_m = wa[r - 1] - wa[s - 1]      # m2 = m - delta_m
+                lo = max(pre, mid - wa[s - 1], delta_m)
+                u = U[s, r - 1] if r > s else 0.0
+                for tp in range(t + 1, l + 1):
+                    g = G[IG[r, tp, l]]
+                    second = C[IC[r, t, tp - 1]]
                     for m in range(max(lo, 0), S + 1):
                         m2 = m - delta_m
                         if m2 > S:
                             continue
-                        v = u + sub[m2]
+                        v = u + g[m2] + second[m2]
                         if v < row[m]:
                             row[m] = v
-                            rr[m] = -2
-                            tt[m] = t
-                if t == l:
-                    continue
-                # C_ck (Eq. 3-4): F_none^s..F_none^{r-1} F_ck^r ... ; needs t < t' <= l, r <= t
-                pre = wd[l] + wa[s] + ofn[s]    # F_none^s (r > s) or F_ck^s (r = s), checked against m
-                mid = 0                        # max over s<j<r of wd^l + wa^{j-1} + wa^j + o_f^j (<= m + wa^{s-1})
-                for r in range(s, t + 1):
-                    if r > s + 1:
-                        j = r - 1
-                        mid = max(mid, wd[l] + wa[j - 1] + wa[j] + ofn[j])
-                    if prune and wa[r - 1] < wa[s - 1]:
-                        continue
-                    if pre > S:
-                        break
-                    delta_m = wa[r - 1] - wa[s - 1]      # m2 = m - delta_m
-                    lo = max(pre, mid - wa[s - 1], delta_m)
-                    u = U[s, r - 1] if r > s else 0.0
-                    for tp in range(t + 1, l + 1):
-                        g = G[IG[r, tp, l]]
-                        second = C[IC[r, t, tp - 1]]
-                        for m in range(max(lo, 0), S + 1):
-                            m2 = m - delta_m
-                            if m2 > S:
-                                continue
-                            v = u + g[m2] + second[m2]
-                            if v < row[m]:
-                                row[m] = v
-                                rr[m] = r
-                                tt[m] = tp
-    return C, R, TP, GS, IC, IG
+                            rr[m] = r
+                            tt[m] = tp
 
 
 def _floating_sequence(R, TP, GS, IC, IG, s, t, l, m, disc: Discretization, out: list) -> None:
@@ -585,15 +612,18 @@ def check_tables(kind: str, L: int, slots: int, *, what: str | None = None) -> N
 
 
 # ----------------------------------------------------------------------------- one DP run
-def _dp(chain: Chain, memory: float, kind: str, slots: int, exact: bool, mode: str, prune: bool = True):
-    """One run: ``(value or None, ops or None, Discretization)``; ops only for ``mode="up"``."""
+def _dp(chain: Chain, memory: float, kind: str, slots: int, exact: bool, mode: str, prune: bool = True,
+        deadline: float | None = None):
+    """One run: ``(value or None, ops or None, Discretization)``; ops only for ``mode="up"``.
+    ``deadline`` (``time.perf_counter()``, the floating DP only): :class:`DPStopped` between two of
+    its stages once passed."""
     disc = Discretization(chain, memory, slots, exact, mode)
     budget = disc.budget - int(disc.wa[0])
     if budget < 0:
         return None, None, disc
     L = chain.L
     if kind == "all":
-        C, R, TP, GS, IC, IG = _floating_kernel(*_args(disc, chain), prune)
+        C, R, TP, GS, IC, IG = _floating_kernel(*_args(disc, chain), prune, deadline)
         v = C[IC[1, 1, L + 1], budget]
         if not math.isfinite(v):
             return None, None, disc
@@ -790,15 +820,31 @@ def _solution(chain: Chain, memory: float, method: str, kind: str, sched: RematS
                     bound=bound, message=message, times=times, details=details)
 
 
-def _given(chain: Chain, memory: float, kind: str, method: str, slots: int, exact: bool, prune: bool) -> Solution:
+def _given(chain: Chain, memory: float, kind: str, method: str, slots: int, exact: bool, prune: bool,
+           time_limit: float | None = None) -> Solution:
     """The DP with the discretization given by the caller (``slots`` or ``exact``), honoured as given.
 
     OPTIMAL (within the class) in exact mode, or when the DP with sizes rounded down (a relaxation:
-    its value is a lower bound) gives the same value; else FEASIBLE with that bound."""
+    its value is a lower bound) gives the same value; else FEASIBLE with that bound.
+
+    ``time_limit`` bounds the floating DP (``kind="all"``, O(S L^5): minutes at 1000 slots on
+    ResNet-101), which stops between two of its stages: a plan run stopped at 85% of the limit (or
+    not started, where :func:`dp_seconds` puts it beyond twice the limit) leaves the rest to the
+    persistent DP with slots of its own choosing, whose schedule is returned with status
+    TIME_LIMIT; a bound run stopped at the limit leaves the plan without a bound. The persistent DPs
+    (O(S L^2)) run as given."""
     t0 = time.perf_counter()
     n = int(memory) if exact else int(slots)
     check_tables(kind, chain.L, n, what="exact=True (one slot per byte)" if exact else None)
-    value, ops, disc = _dp(chain, memory, kind, n, exact, "up", prune)
+    timed = time_limit is not None and kind == "all"
+    if timed and dp_seconds(kind, chain.L, n) > 2 * float(time_limit):
+        # not started: at twice the limit by its estimate, its tables would be wasted
+        return _stopped(chain, memory, method, kind, n, exact, None, t0, float(time_limit))
+    try:
+        value, ops, disc = _dp(chain, memory, kind, n, exact, "up", prune,
+                               t0 + 0.85 * float(time_limit) if timed else None)
+    except DPStopped as e:
+        return _stopped(chain, memory, method, kind, n, exact, e, t0, float(time_limit))
     times = {"dp": time.perf_counter() - t0}
     details = {"discretization": disc.describe(), "slot_bytes": disc.q, "slots": "exact" if exact else n}
     if ops is None:
@@ -806,8 +852,15 @@ def _given(chain: Chain, memory: float, kind: str, method: str, slots: int, exac
         return _no_schedule(chain, memory, method, kind, times, details, disc.describe())
     bound = value
     proven = exact
+    stopped = ""
     if not exact:
-        low, _, _ = _dp(chain, memory, kind, n, False, "down", prune)
+        try:
+            low, _, _ = _dp(chain, memory, kind, n, False, "down", prune,
+                            t0 + float(time_limit) if timed else None)
+        except DPStopped as e:
+            low = None
+            stopped = f"; the rounded-down DP (the bound) was stopped at the time limit ({e})"
+            details["skipped"] = [f"the lower bound (sizes rounded down) at {n} slots: {e} at the time limit"]
         times["bound"] = time.perf_counter() - t0 - times["dp"]
         bound = low
         proven = low is not None and _same(low, value)
@@ -819,10 +872,30 @@ def _given(chain: Chain, memory: float, kind: str, method: str, slots: int, exac
     else:
         status = Status.FEASIBLE
         gap = "" if bound is None else f"; the optimum is at least {bound:.6g} s (sizes rounded down)"
-        msg = f"best within {disc.describe()}{gap}"
+        msg = f"best within {disc.describe()}{gap}{stopped}"
     sol = _solution(chain, memory, method, kind, RematSchedule(ops), value, status, msg, times, details, bound)
     sol.details["proven"] = proven and (kind != "all" or floating_is_exact(chain))
     return sol
+
+
+def _stopped(chain: Chain, memory: float, method: str, kind: str, n: int, exact: bool, e: DPStopped | None,
+             t0: float, time_limit: float) -> Solution:
+    """:func:`_given`'s answer when its plan run was stopped (``e``) or not started (None): the
+    persistent DP's, with what is left."""
+    spent = time.perf_counter() - t0
+    pers = _auto(chain, memory, "persistent", "rotor", True, max(0.0, t0 + time_limit - time.perf_counter()))
+    what = "exact mode" if exact else f"{n} slots"
+    how = (f"was {e} after {spent:.3g} s" if e is not None else
+           f"was not started: about {dp_seconds(kind, chain.L, n):.3g} s by its estimate")
+    times = {"dp": spent, "persistent": pers.times.get("total", 0.0), "total": time.perf_counter() - t0}
+    details = {"slots": "exact" if exact else n, "stopped": True,
+               "skipped": [f"the floating DP at {what} {how} (time_limit={time_limit:g} s)"],
+               "candidate": "the persistent DP (rotor)"}
+    if pers.schedule is None:
+        return _no_schedule(chain, memory, method, kind, times, {**details, **pers.details}, None)
+    msg = (f"time limit: the floating DP ({what}) {how}; the persistent DP's schedule within the time "
+           f"left ({pers.message})")
+    return _solution(chain, memory, method, kind, pers.schedule, None, Status.TIME_LIMIT, msg, times, details, None)
 
 
 def _fitting_slots(kind: str, L: int, seconds: float, runs: int) -> int:
@@ -857,6 +930,7 @@ def _auto(chain: Chain, memory: float, kind: str, method: str, prune: bool, time
     t0 = time.perf_counter()
     deadline = math.inf if time_limit is None else t0 + float(time_limit)
     left = lambda: deadline - time.perf_counter()  # noqa: E731
+    stop = deadline if math.isfinite(deadline) else None      # the floating DP's runs stop there too
     L = chain.L
     runs: list[dict] = []
     best_dp = None           # (value, ops, disc)
@@ -872,14 +946,18 @@ def _auto(chain: Chain, memory: float, kind: str, method: str, prune: bool, time
     if (chain.is_integer and float(memory).is_integer() and memory <= EXACT_MAX
             and table_bytes(kind, L, int(memory)) <= AUTO_TABLE_LIMIT
             and dp_seconds(kind, L, int(memory)) <= left()):
-        value, ops, disc = _dp(chain, memory, kind, int(memory), True, "up", prune)
-        runs.append({"slots": "exact", "value": value, "bound": value})
-        proven_exact = True
-        if ops is not None:
-            best_dp = (value, ops, disc)
-            bound = value
+        try:
+            value, ops, disc = _dp(chain, memory, kind, int(memory), True, "up", prune, stop)
+        except DPStopped as e:
+            skipped.append(f"the exact DP ({e} at the time limit)")
         else:
-            bound = math.inf     # exact: nothing of the class fits
+            runs.append({"slots": "exact", "value": value, "bound": value})
+            proven_exact = True
+            if ops is not None:
+                best_dp = (value, ops, disc)
+                bound = value
+            else:
+                bound = math.inf     # exact: nothing of the class fits
     else:
         top = min(AUTO_START_SLOTS, max_slots(kind, L, AUTO_TABLE_LIMIT))
         S = min(top, _fitting_slots(kind, L, left(), 2))
@@ -896,14 +974,23 @@ def _auto(chain: Chain, memory: float, kind: str, method: str, prune: bool, time
             S = 0
         while S >= 1:
             ts = time.perf_counter()
-            value, ops, disc = _dp(chain, memory, kind, S, False, "up", prune)
+            try:
+                value, ops, disc = _dp(chain, memory, kind, S, False, "up", prune, stop)
+            except DPStopped as e:
+                skipped.append(f"the DP at {S} slots ({e} at the time limit)")
+                break
             if ops is not None and (best_dp is None or value < best_dp[0] - 1e-15):
                 best_dp = (value, ops, disc)
             if dp_seconds(kind, L, S) > left():
                 runs.append({"slots": S, "value": value, "bound": None, "seconds": time.perf_counter() - ts})
                 skipped.append(f"the lower bound (sizes rounded down) at {S} slots")
                 break
-            low, _, _ = _dp(chain, memory, kind, S, False, "down", prune)
+            try:
+                low, _, _ = _dp(chain, memory, kind, S, False, "down", prune, stop)
+            except DPStopped as e:
+                runs.append({"slots": S, "value": value, "bound": None, "seconds": time.perf_counter() - ts})
+                skipped.append(f"the lower bound (sizes rounded down) at {S} slots ({e} at the time limit)")
+                break
             dt = time.perf_counter() - ts
             runs.append({"slots": S, "value": value, "bound": low, "seconds": dt})
             if low is None:
@@ -1003,7 +1090,7 @@ def persistent(chain: Chain, memory: float, *, slots: int | None = None, exact: 
     """
     kind = "persistent" if _allow_carry else "revolve"
     if exact or slots is not None:
-        return _given(chain, memory, kind, _method, slots, exact, True)
+        return _given(chain, memory, kind, _method, slots, exact, True, time_limit)
     return _auto(chain, memory, kind, _method, True, time_limit)
 
 
@@ -1032,7 +1119,7 @@ def floating(chain: Chain, memory: float, *, slots: int | None = None, exact: bo
     """
     chain.check_papers_times("rotor-floating (the floating DP; persistent() plans with them)")
     if exact or slots is not None:
-        return _given(chain, memory, "all", "rotor-floating", slots, exact, prune)
+        return _given(chain, memory, "all", "rotor-floating", slots, exact, prune, time_limit)
     t0 = time.perf_counter()
     pers = _auto(chain, memory, "persistent", "rotor", True, time_limit)
     extra = [("the persistent DP (rotor)", pers.schedule)] if pers.schedule is not None else []

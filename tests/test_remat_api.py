@@ -175,6 +175,51 @@ def test_remat_milp_whole_call_time_limit():
     assert sol.times["total"] == pytest.approx(wall, abs=0.2) and sol.details["time_limit"] == 2
 
 
+def test_floating_dp_with_given_slots_keeps_the_time_limit(monkeypatch):
+    """rotor-floating with explicit slots (O(S L^5): 1.4 s for its two runs at L = 50, 400 slots, 40 s at
+    1000 slots on ResNet-101) keeps the call's time limit: a run its estimate puts beyond twice the
+    limit is not started, one that is started stops between two stages at 85% of the limit, and
+    either way the persistent DP's schedule, made with what is left, is returned with status
+    TIME_LIMIT; a bound run stopped at the limit leaves the plan unproven, without a bound."""
+    import memplan.baselines.remat_rotor as rr
+
+    c = random_chain(50, 0, integer=False)
+    lo, hi = remat.memory_range(c)
+    memory = lo + 0.3 * (hi - lo)
+    rr.floating(c, memory, slots=8)                    # load the compiled DP outside the timings
+    pers = persistent(c, memory)
+    # not started: 4000 slots are about 13 s by the estimate, the limit is 1 s
+    t0 = time.perf_counter()
+    sol = remat.solve(c, memory=memory, method="rotor-floating", slots=4000, time_limit=1.0)
+    assert time.perf_counter() - t0 < 1.5
+    assert sol.status == Status.TIME_LIMIT and sol.message.startswith(
+        "time limit: the floating DP (4000 slots) was not started")
+    assert simulate_remat(c, sol.schedule, memory_limit=memory).makespan == pytest.approx(sol.objective)
+    assert sol.bound is None and sol.details["candidate"] == "the persistent DP (rotor)"
+    # started and stopped: the estimate is made to fit, and 0.05 s is far from the run's 0.7 s
+    monkeypatch.setattr(rr, "dp_seconds", lambda kind, L, slots: 0.0)
+    t0 = time.perf_counter()
+    sol = remat.solve(c, memory=memory, method="rotor-floating", slots=400, time_limit=0.05)
+    assert time.perf_counter() - t0 < 0.5
+    assert sol.status == Status.TIME_LIMIT and "(400 slots) was stopped at stage " in sol.message
+    simulate_remat(c, sol.schedule, memory_limit=memory)
+    # the bound run stopped: the plan of the first run, FEASIBLE, no bound
+    kernel, calls = rr._floating_kernel, []
+
+    def second_stops(*args):
+        calls.append(args[-1])
+        if len(calls) == 2:
+            raise rr.DPStopped(7, c.L + 1)
+        return kernel(*args)
+    monkeypatch.setattr(rr, "_floating_kernel", second_stops)
+    sol = remat.solve(c, memory=memory, method="rotor-floating", slots=50, time_limit=30)
+    plan = rr._given(c, memory, "all", "rotor-floating", 50, False, True)        # the same run, no limit
+    assert calls[0] is not None and calls[1] is not None        # both runs had a deadline
+    assert sol.status == Status.FEASIBLE and sol.bound is None
+    assert "the rounded-down DP (the bound) was stopped at the time limit (stopped at stage 7 of 51)" in sol.message
+    assert sol.objective == pytest.approx(plan.objective)
+
+
 def test_remat_milp_out_of_time_before_highs_keeps_the_start():
     """Time runs out while the model is built: no MILP incumbent, the MIP start is returned."""
     c = random_chain(60, 5, integer=False)

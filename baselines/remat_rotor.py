@@ -836,9 +836,9 @@ def _given(chain: Chain, memory: float, kind: str, method: str, slots: int, exac
     t0 = time.perf_counter()
     n = int(memory) if exact else int(slots)
     check_tables(kind, chain.L, n, what="exact=True (one slot per byte)" if exact else None)
-    timed = time_limit is not None and kind == "all"
-    if timed and dp_seconds(kind, chain.L, n) > 2 * float(time_limit):
-        # not started: at twice the limit by its estimate, its tables would be wasted
+    timed = time_limit is not None and kind == "all"          # the floating DP stops at a deadline
+    if time_limit is not None and dp_seconds(kind, chain.L, n) > (2 if timed else 1) * float(time_limit):
+        # not started: beyond the limit by its estimate (the floating DP: twice, since it can stop)
         return _stopped(chain, memory, method, kind, n, exact, None, t0, float(time_limit))
     try:
         value, ops, disc = _dp(chain, memory, kind, n, exact, "up", prune,
@@ -853,7 +853,14 @@ def _given(chain: Chain, memory: float, kind: str, method: str, slots: int, exac
     bound = value
     proven = exact
     stopped = ""
-    if not exact:
+    left = None if time_limit is None else t0 + float(time_limit) - time.perf_counter()
+    if not exact and left is not None and not timed and dp_seconds(kind, chain.L, n) > left:
+        low = None
+        stopped = (f"; the rounded-down DP (the bound) was not run: about {dp_seconds(kind, chain.L, n):.3g} s by "
+                   f"its estimate, {max(left, 0.0):.3g} s left")
+        details["skipped"] = [f"the lower bound (sizes rounded down) at {n} slots (not run in the time limit)"]
+        bound, proven = None, False
+    elif not exact:
         try:
             low, _, _ = _dp(chain, memory, kind, n, False, "down", prune,
                             t0 + float(time_limit) if timed else None)
@@ -878,24 +885,31 @@ def _given(chain: Chain, memory: float, kind: str, method: str, slots: int, exac
     return sol
 
 
+#: what :func:`_stopped` calls each DP, and the class of its fallback
+_DP_NAMES = {"all": "the floating DP", "persistent": "the persistent DP", "revolve": "the revolve DP"}
+
+
 def _stopped(chain: Chain, memory: float, method: str, kind: str, n: int, exact: bool, e: DPStopped | None,
              t0: float, time_limit: float) -> Solution:
-    """:func:`_given`'s answer when its plan run was stopped (``e``) or not started (None): the
-    persistent DP's, with what is left."""
+    """:func:`_given`'s answer when its plan run was stopped (``e``) or not started (None): the DP of
+    the same class with slots of its own choosing, made with what is left (the persistent DP for the
+    floating one, whose automatic runs would not fit), status TIME_LIMIT."""
     spent = time.perf_counter() - t0
-    pers = _auto(chain, memory, "persistent", "rotor", True, max(0.0, t0 + time_limit - time.perf_counter()))
+    fb = "persistent" if kind == "all" else kind
+    fallback = {"persistent": "rotor", "revolve": "revolve"}[fb]
+    sub = _auto(chain, memory, fb, fallback, True, max(0.0, t0 + time_limit - time.perf_counter()))
     what = "exact mode" if exact else f"{n} slots"
     how = (f"was {e} after {spent:.3g} s" if e is not None else
            f"was not started: about {dp_seconds(kind, chain.L, n):.3g} s by its estimate")
-    times = {"dp": spent, "persistent": pers.times.get("total", 0.0), "total": time.perf_counter() - t0}
+    times = {"dp": spent, "fallback": sub.times.get("total", 0.0), "total": time.perf_counter() - t0}
     details = {"slots": "exact" if exact else n, "stopped": True,
-               "skipped": [f"the floating DP at {what} {how} (time_limit={time_limit:g} s)"],
-               "candidate": "the persistent DP (rotor)"}
-    if pers.schedule is None:
-        return _no_schedule(chain, memory, method, kind, times, {**details, **pers.details}, None)
-    msg = (f"time limit: the floating DP ({what}) {how}; the persistent DP's schedule within the time "
-           f"left ({pers.message})")
-    return _solution(chain, memory, method, kind, pers.schedule, None, Status.TIME_LIMIT, msg, times, details, None)
+               "skipped": [f"{_DP_NAMES[kind]} at {what} {how} (time_limit={time_limit:g} s)"],
+               "candidate": f"{_DP_NAMES[fb]} ({fallback}) with its own slots"}
+    if sub.schedule is None:
+        return _no_schedule(chain, memory, method, kind, times, {**details, **sub.details}, None)
+    msg = (f"time limit: {_DP_NAMES[kind]} ({what}) {how}; the schedule of {_DP_NAMES[fb]} with its own slots "
+           f"within the time left ({sub.message})")
+    return _solution(chain, memory, method, kind, sub.schedule, None, Status.TIME_LIMIT, msg, times, details, None)
 
 
 def _fitting_slots(kind: str, L: int, seconds: float, runs: int) -> int:

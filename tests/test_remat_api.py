@@ -175,12 +175,13 @@ def test_remat_milp_whole_call_time_limit():
     assert sol.times["total"] == pytest.approx(wall, abs=0.2) and sol.details["time_limit"] == 2
 
 
-def test_floating_dp_with_given_slots_keeps_the_time_limit(monkeypatch):
-    """rotor-floating with explicit slots (O(S L^5): 1.4 s for its two runs at L = 50, 400 slots, 40 s at
-    1000 slots on ResNet-101) keeps the call's time limit: a run its estimate puts beyond twice the
-    limit is not started, one that is started stops between two stages at 85% of the limit, and
-    either way the persistent DP's schedule, made with what is left, is returned with status
-    TIME_LIMIT; a bound run stopped at the limit leaves the plan unproven, without a bound."""
+def test_dps_with_given_slots_keep_the_time_limit(monkeypatch):
+    """The DPs with explicit slots keep the call's time limit. rotor-floating (O(S L^5): 1.4 s for its two
+    runs at L = 50, 400 slots, 40 s at 1000 slots on ResNet-101): a run its estimate puts beyond
+    twice the limit is not started, one that is started stops between two stages at 85% of the
+    limit, and either way the persistent DP's schedule, made with what is left, is returned with
+    status TIME_LIMIT; a bound run stopped at the limit leaves the plan unproven, without a bound.
+    rotor (it cannot stop): not started beyond the limit, its bound skipped beyond what is left."""
     import memplan.baselines.remat_rotor as rr
 
     c = random_chain(50, 0, integer=False)
@@ -195,7 +196,21 @@ def test_floating_dp_with_given_slots_keeps_the_time_limit(monkeypatch):
     assert sol.status == Status.TIME_LIMIT and sol.message.startswith(
         "time limit: the floating DP (4000 slots) was not started")
     assert simulate_remat(c, sol.schedule, memory_limit=memory).makespan == pytest.approx(sol.objective)
-    assert sol.bound is None and sol.details["candidate"] == "the persistent DP (rotor)"
+    assert sol.bound is None and sol.details["candidate"] == "the persistent DP (rotor) with its own slots"
+    # the persistent DP cannot stop: with slots its estimate puts beyond the limit it is not started,
+    # and its bound run is skipped where the estimate exceeds what is left
+    t0 = time.perf_counter()
+    sol = remat.solve(c, memory=memory, method="rotor", slots=100_000, time_limit=1.0)
+    assert time.perf_counter() - t0 < 1.5 and rr.dp_seconds("persistent", c.L, 100_000) > 1.0
+    assert sol.status == Status.TIME_LIMIT and sol.message.startswith(
+        "time limit: the persistent DP (100000 slots) was not started")
+    simulate_remat(c, sol.schedule, memory_limit=memory)
+    with monkeypatch.context() as m:
+        m.setattr(rr, "dp_seconds", lambda kind, L, slots: 0.999)       # fits once, not twice
+        sol = remat.solve(c, memory=memory, method="rotor", slots=200, time_limit=1.0)
+    assert sol.status == Status.FEASIBLE and sol.bound is None
+    assert "the rounded-down DP (the bound) was not run: about 0.999 s by its estimate" in sol.message
+    assert sol.objective == pytest.approx(persistent(c, memory, slots=200).objective)
     # started and stopped: the estimate is made to fit, and 0.05 s is far from the run's 0.7 s
     monkeypatch.setattr(rr, "dp_seconds", lambda kind, L, slots: 0.0)
     t0 = time.perf_counter()

@@ -1090,7 +1090,10 @@ def persistent(chain: Chain, memory: float, *, slots: int | None = None, exact: 
     exact : bool
         One slot per byte (integer sizes and limit only).
     time_limit : float, optional
-        Seconds the automatic refinement may take (None: until proven or the table limit).
+        Seconds the automatic refinement may take (None: until proven or the table limit). With
+        ``slots`` or ``exact``: a run whose estimate exceeds it is not started (the automatic DP
+        answers, status TIME_LIMIT) and the bound run is skipped where it would not fit in what is
+        left (:func:`_given`).
 
     Examples
     --------

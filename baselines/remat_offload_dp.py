@@ -139,7 +139,7 @@ from numba import config as numba_config
 from numba import njit
 
 from memplan.baselines.remat_offload_min_memory import min_memory as ro_min_memory
-from memplan.baselines.remat_rotor import Discretization
+from memplan.baselines.remat_rotor import Discretization, DPStopped, check_deadline
 from memplan.models.chain import Chain
 from memplan.models.remat_offload import RematOffloadSchedule, Transfer, simulate_remat_offload
 from memplan.models.solution import Solution, Status
@@ -152,17 +152,6 @@ _SAFE = 1.0 - 1e-9
 MAX_TABLE_BYTES = 3e9
 #: tables with L^2 (N + 1)^3 below this are computed on one thread (L = 73: N <= 56)
 PARALLEL_WORK = 1e9
-
-
-class OutOfTime(Exception):
-    """The DP's tables were not finished by the deadline (:func:`solve_remat_offload_dp`'s
-    ``time_limit``): raised between two rounds of the kernels (a diagonal of ``C_A``, a level of
-    ``OC``)."""
-
-
-def _check(deadline: float | None) -> None:
-    if deadline is not None and time.monotonic() >= deadline:
-        raise OutOfTime
 
 
 _POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
@@ -419,13 +408,13 @@ def _backward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, nth, deadline
     recurrence (case 1, then i' ascending, D ascending) with the same arithmetic, so the tables are
     bit-identical to a serial run. Case-2 candidates that cannot pass "<" are dropped before their
     second look-up by the exact bound ``(Tf + RMB) + T_1`` (module docstring, *exact skip tests*;
-    RMB[p, m] is the minimum of the finished row T[p, m, .]). ``deadline`` (``time.monotonic()``):
-    :class:`OutOfTime` before a diagonal that would start after it. ``tick(phase, k, n)``: called after
-    each diagonal (progress)."""
+    RMB[p, m] is the minimum of the finished row T[p, m, .]). ``deadline`` (``time.perf_counter()``):
+    :class:`~memplan.baselines.remat_rotor.DPStopped` before a diagonal that would start after it.
+    ``tick(phase, k, n)``: called after each diagonal (progress)."""
     T, SP, CH, DLO, DHI, RMB = _backward_tables(pid.max() + 1, N)
     fin = math.isfinite(q)
     for ln in range(0, L):
-        _check(deadline)
+        check_deadline(deadline, ln + 1, L)
         _stripes(_backward_stripe, nth, ln, L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, fin, pid, T, SP, CH, DLO, DHI,
                  RMB)
         if tick is not None:
@@ -835,9 +824,9 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, T, SP, DLO, DH
     ``prune=False`` switches the pruning by ``Tf + S_i`` off (same tables, more work: the tests
     compare both). Returns ``(OC, CH, off, work)``; ``work`` counts the rows (j, Delta_F) of case 2
     that the loops over j visit (a row whose states are all closed is skipped, and the loop over j
-    stops when every row is), the work the pruning saves. ``deadline`` (``time.monotonic()``):
-    :class:`OutOfTime` before a level that would start after it. ``tick(phase, k, n)``: called after
-    each level (progress)."""
+    stops when every row is), the work the pruning saves. ``deadline`` (``time.perf_counter()``):
+    :class:`~memplan.baselines.remat_rotor.DPStopped` before a level that would start after it.
+    ``tick(phase, k, n)``: called after each level (progress)."""
     off = np.zeros(N + 2, dtype=np.int64)      # packed index of (A, F, P), F, P <= N - A
     off[1:] = np.cumsum((N - np.arange(N + 1) + 1) ** 2)
     OC, CH = _forward_tables(L, off[N + 1])
@@ -861,7 +850,7 @@ def _forward_kernel(L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, T, SP, DLO, DH
         for x in range(2):
             if i == 1 and x == 1:
                 continue
-            _check(deadline)
+            check_deadline(deadline, L - i + 1, L)
             _stripes(_forward_stripe, nth, i, x, L, N, uf, ub, a, ab, d, ofa, ofn, ob, q, pid, DLO, DHI, RMT,
                      prune, off, OC, CH, OCf, Tf1, SPf, Ssuf, RMO, work)
             if x == 0:
@@ -932,8 +921,8 @@ class RematOffloadDP:
         self.work = 0          # rows (j, Delta_F) the forward kernel's case 2 visited
 
     def tables(self, deadline: float | None = None, tick=None):
-        """Fills the tables; ``deadline`` (``time.monotonic()``): :class:`OutOfTime` between two rounds
-        of the kernels once it has passed; ``tick(phase, k, n)`` after each round."""
+        """Fills the tables; ``deadline`` (``time.perf_counter()``): ``DPStopped`` between two rounds of
+        the kernels once it has passed; ``tick(phase, k, n)`` after each round."""
         L = self.chain.L
         need = table_bytes(L, self.N)
         if need > MAX_TABLE_BYTES:
@@ -949,12 +938,7 @@ class RematOffloadDP:
         if L >= 1:
             self.T, self.SP, self.CH, dlo, dhi, rmt = _backward_kernel(*args, self.pid, nth, deadline, tick)
         else:
-            self.T = np.full((1, self.N + 1, self.N + 1), np.inf)
-            self.SP = np.zeros((1, self.N + 1, self.N + 1), dtype=np.int16)
-            self.CH = np.zeros((1, self.N + 1, self.N + 1), dtype=np.int16)
-            dlo = np.full((1, self.N + 1), self.N + 1, dtype=np.int32)
-            dhi = np.full((1, self.N + 1), -1, dtype=np.int32)
-            rmt = np.full((1, self.N + 1), np.inf)
+            self.T, self.SP, self.CH, dlo, dhi, rmt = _backward_tables(1, self.N)
         self.OC, self.FCH, self.off, self.work = _forward_kernel(*args, self.pid, self.T, self.SP, dlo, dhi,
                                                                  rmt, nth, True, deadline, tick)
         self.threads = nth
@@ -1246,9 +1230,9 @@ def solve_remat_offload_dp(chain: Chain, memory: float, bandwidth: float | None,
     times: dict[str, float] = {}
     dp = RematOffloadDP(chain, memory, bandwidth, slots=slots, exact=exact)
     try:
-        dp.tables(None if time_limit is None else time.monotonic() + max(0.0, float(time_limit)) - (
-            time.perf_counter() - t0), None if progress is None else _ticker(progress, t0))
-    except OutOfTime:
+        dp.tables(None if time_limit is None else t0 + max(0.0, float(time_limit)),
+                  None if progress is None else _ticker(progress, t0))
+    except DPStopped:
         times["tables"] = times["total"] = time.perf_counter() - t0
         return Solution(problem="remat-offload", method="dp", status=Status.NO_SOLUTION, memory_limit=memory,
                         message=f"the joint DP's tables ({dp.disc.describe()}) were not finished within "

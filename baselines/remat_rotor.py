@@ -379,12 +379,19 @@ def _floating_index(L):
 
 
 class DPStopped(Exception):
-    """A DP run stopped at its deadline before its tables were finished (``stage``: the first stage l
-    of the floating DP's outer loop not computed)."""
+    """A DP run stopped at its deadline before its tables were finished (``stage``: the first round not
+    computed: a stage l of the floating DP's outer loop, a diagonal or level of the joint DP's)."""
 
     def __init__(self, stage: int, stages: int):
         super().__init__(f"stopped at stage {stage} of {stages}")
         self.stage, self.stages = stage, stages
+
+
+def check_deadline(deadline: float | None, stage: int, stages: int) -> None:
+    """:class:`DPStopped` before round ``stage`` of ``stages`` once ``deadline`` (``time.perf_counter()``;
+    None: never) has passed: the DPs whose rounds run from Python call it between two rounds."""
+    if deadline is not None and time.perf_counter() >= deadline:
+        raise DPStopped(stage, stages)
 
 
 @njit(cache=True)
@@ -419,8 +426,7 @@ def _floating_kernel(L, S, uf, ub, wa, wab, wd, ofa, ofn, ob, prune, deadline=No
     the work of stage l grows about as l^4, the last one is about 5/L of the whole)."""
     C, R, TP, G, GS, IC, IG, U = _floating_tables(L, S, uf)
     for l in range(1, L + 2):
-        if deadline is not None and time.perf_counter() >= deadline:
-            raise DPStopped(l, L + 1)
+        check_deadline(deadline, l, L + 1)
         _floating_stage(l, S, uf, ub, wa, wab, wd, ofa, ofn, ob, prune, C, R, TP, G, GS, IC, IG, U)
     return C, R, TP, GS, IC, IG
 
@@ -853,22 +859,21 @@ def _given(chain: Chain, memory: float, kind: str, method: str, slots: int, exac
     bound = value
     proven = exact
     stopped = ""
-    left = None if time_limit is None else t0 + float(time_limit) - time.perf_counter()
-    if not exact and left is not None and not timed and dp_seconds(kind, chain.L, n) > left:
+    if not exact:
         low = None
-        stopped = (f"; the rounded-down DP (the bound) was not run: about {dp_seconds(kind, chain.L, n):.3g} s by "
-                   f"its estimate, {max(left, 0.0):.3g} s left")
-        details["skipped"] = [f"the lower bound (sizes rounded down) at {n} slots (not run in the time limit)"]
-        bound, proven = None, False
-    elif not exact:
-        try:
-            low, _, _ = _dp(chain, memory, kind, n, False, "down", prune,
-                            t0 + float(time_limit) if timed else None)
-        except DPStopped as e:
-            low = None
-            stopped = f"; the rounded-down DP (the bound) was stopped at the time limit ({e})"
-            details["skipped"] = [f"the lower bound (sizes rounded down) at {n} slots: {e} at the time limit"]
-        times["bound"] = time.perf_counter() - t0 - times["dp"]
+        left = None if time_limit is None else t0 + float(time_limit) - time.perf_counter()
+        if left is not None and not timed and dp_seconds(kind, chain.L, n) > left:
+            stopped = (f"; the rounded-down DP (the bound) was not run: about {dp_seconds(kind, chain.L, n):.3g} s "
+                       f"by its estimate, {max(left, 0.0):.3g} s left")
+            details["skipped"] = [f"the lower bound (sizes rounded down) at {n} slots (not run in the time limit)"]
+        else:
+            try:
+                low, _, _ = _dp(chain, memory, kind, n, False, "down", prune,
+                                t0 + float(time_limit) if timed else None)
+            except DPStopped as e:
+                stopped = f"; the rounded-down DP (the bound) was stopped at the time limit ({e})"
+                details["skipped"] = [f"the lower bound (sizes rounded down) at {n} slots: {e} at the time limit"]
+            times["bound"] = time.perf_counter() - t0 - times["dp"]
         bound = low
         proven = low is not None and _same(low, value)
     times["total"] = time.perf_counter() - t0
@@ -885,7 +890,7 @@ def _given(chain: Chain, memory: float, kind: str, method: str, slots: int, exac
     return sol
 
 
-#: what :func:`_stopped` calls each DP, and the class of its fallback
+#: how :func:`_stopped`'s messages name each class's DP
 _DP_NAMES = {"all": "the floating DP", "persistent": "the persistent DP", "revolve": "the revolve DP"}
 
 

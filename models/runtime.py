@@ -485,12 +485,12 @@ def _backward_from(pairs: list, exact: bool = True) -> None:
     autograd function: about 35 us a call alone, 6% of a store-all step of 40 tiny stages on this
     CPU (``benchmarks/bench_executor_overhead.py``). Measured runs keep the root, so that their
     bytes are the model's exactly."""
+    outs = [o for o, _ in pairs]
     if not exact and all(o.numel() <= 1 and g.numel() <= 1 for o, g in pairs):
-        outs, grads = [o for o, _ in pairs], [g for _, g in pairs]
+        grads = [g for _, g in pairs]
         pairs.clear()
         torch.autograd.backward(outs, grads)
         return
-    outs = [o for o, _ in pairs]
     root = _Seed.apply([[g for _, g in pairs]], *outs)
     pairs.clear()
     del outs

@@ -108,6 +108,7 @@ lower the row where the pair becomes finite is skipped (the row is non-increasin
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import numpy as np
@@ -129,9 +130,10 @@ class BoundResult:
     byte: the value is the optimum itself), ``units`` (the budget in units), ``steps`` (mean steps per
     row), ``seconds``, ``complete`` (False when stopped at the deadline)."""
 
-    def __init__(self, value, exact, units, steps, seconds, complete):
+    def __init__(self, value, exact, units, steps, seconds, complete, note=None):
         self.value, self.exact, self.units, self.steps = value, exact, units, steps
         self.seconds, self.complete = seconds, complete
+        self.note = note      # why the run was not started (None when it ran)
         self.ops = None      # the plan's operations, when asked for (``plan=True``)
         self.relaxed = False  # the bound ran on relaxed_chain (rule 3), which differs from the chain
 
@@ -456,6 +458,45 @@ def _sparse_stage(l, S, uf, ub, wa, wab, wd, ofa, ofn, ob, IC, IG, U, PX, PV, pu
     return PX, PV, pused, QX, QV, qused, AX, AV, BX, BV, TX, TV
 
 
+#: seconds per (L+2)^5 below every run measured (2-core CPU, chains of 40 to 100 stages, 10% to 60% of
+#: store-all's peak: 6.5e-11 with few breakpoints at tight limits, up to 7e-9): a run predicted longer
+#: than what is left even at this rate is not started
+_MIN_SECONDS_PER_N5 = 3e-11
+#: the tables of a run (two (L+2)^3 index arrays and four arrays of rows) may take at most this share of
+#: the machine's memory; a longer chain is refused at once instead of paging for minutes
+_MAX_MEMORY_SHARE = 0.25
+
+
+def table_bytes(L: int) -> int:
+    """Bytes of the index and row-offset tables of :func:`bound_of_sizes` for ``L`` stages (the step
+    functions themselves come on top, growing as the run goes)."""
+    nc, ng = _floating_cells(L)
+    return 8 * (2 * (L + 2) ** 3 + 2 * int(nc) + 2 * max(int(ng), 1))
+
+
+def _physical_memory() -> float:
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return math.inf
+
+
+def not_started(L: int, deadline: float | None) -> str | None:
+    """Why a run on ``L`` stages would not be started, or None: its tables would take more than
+    :data:`_MAX_MEMORY_SHARE` of the machine's memory, or (with a ``deadline``) even the fastest rate
+    seen (:data:`_MIN_SECONDS_PER_N5`) would not finish by then."""
+    need = table_bytes(L)
+    if need > _MAX_MEMORY_SHARE * _physical_memory():
+        return (f"its tables would need {need / 1e9:.3g} GB for L = {L}, more than "
+                f"{_MAX_MEMORY_SHARE:.0%} of this machine's memory")
+    if deadline is not None:
+        est = _MIN_SECONDS_PER_N5 * float(L + 2) ** 5
+        left = deadline - time.perf_counter()
+        if est > left:
+            return f"it would take at least {est:.3g} s for L = {L}, more than the {max(0.0, left):.3g} s left"
+    return None
+
+
 def _estimate_left(done: list[tuple[int, float]], L: int) -> float:
     """Seconds the stages after the last one done should take: the work of stage l grows about as l^4
     (its loops over s <= t <= l, r, t'), scaled from the time of the stages done so far."""
@@ -486,7 +527,9 @@ def floating_bound(chain: Chain, memory: float, *, deadline: float | None = None
     """Lower bound on the makespan of every valid sequence within ``memory`` bytes (the module
     docstring proves it): the floating DP on step functions at one unit per byte (integer chains)
     or ``2^32`` units. ``deadline`` (``time.perf_counter()`` value): stop between two stages when the
-    next ones would not finish in time (``value`` None, ``complete`` False). ``units``: force the
+    next ones would not finish in time (``value`` None, ``complete`` False), or do not start when
+    even the fastest rate seen would not (:func:`not_started`; ``note`` says why). A chain whose
+    tables would not fit in a quarter of the machine's memory is not started either, deadline or not. ``units``: force the
     rounded-down rule with that many units (the tests compare it with the dense DP).
 
     The DP runs on :func:`relaxed_chain` (rule 3: ``up`` dominated). ``value`` is ``math.inf`` when
@@ -524,6 +567,9 @@ def bound_of_sizes(chain: Chain, wa, wab, wd, ofa, ofn, ob, budget: int, exact: 
     S = budget - int(wa[0])
     if S < 0:
         return BoundResult(math.inf, exact, budget, 0.0, time.perf_counter() - t0, True)
+    why = not_started(L, deadline)
+    if why is not None:
+        return BoundResult(None, exact, budget, 0.0, time.perf_counter() - t0, False, note=f"not started: {why}")
     n = L + 2
     IC, IG = _floating_index(L)
     nc, ng = _floating_cells(L)

@@ -98,8 +98,9 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         print(f"solution written to {args.json}")
     if sol.details.get("limit_exceeded"):
         return 1   # a valid schedule, but over the limit (e.g. Checkmate's LP rounding): not a success
-    # a bound-only method (e.g. the offloading lower bound) succeeds when it produced its bound
-    return 0 if sol.success or (sol.schedule is None and sol.bound is not None) else 1
+    # the bound-only methods (`lb`) succeed when they produced their bound; any other method succeeds
+    # only with a schedule (a no_solution that carries a bound, e.g. an ILP not run, is not a success)
+    return 0 if sol.success or (sol.method == "lb" and sol.bound is not None) else 1
 
 
 def _cmd_show(args: argparse.Namespace) -> int:

@@ -191,6 +191,9 @@ def _dp_bound(chain: Chain, memory: float, b: Budget):
     left = b.limit(share=_BOUND_SHARE)
     deadline = None if left is None else time.perf_counter() + left
     res = remat_bound.floating_bound(chain, memory, deadline=deadline, plan=chain.is_integer)
+    if res.note is not None:
+        b.log(f"remat-milp: DP bound {res.note}")
+        return None, res
     if not res.complete or res.value is None or not math.isfinite(res.value):
         b.log(f"remat-milp: DP bound stopped at its share of the time ({res.seconds:.1f} s)")
         return None, res
@@ -254,7 +257,8 @@ def _remat_milp(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution
     t_bound = time.perf_counter() - t_b
     bound_info = {} if bres is None else {"dp_bound": lb, "dp_bound_method": bres.describe(),
                                           "dp_bound_exact_sizes": bres.exact, "dp_bound_seconds": bres.seconds,
-                                          "dp_bound_complete": bres.complete, "dp_bound_relaxed": bres.relaxed}
+                                          "dp_bound_complete": bres.complete, "dp_bound_relaxed": bres.relaxed,
+                                          **({"dp_bound_note": bres.note} if bres.note else {})}
     if lb is not None and start_time - lb > gap * abs(start_time):
         # the start is not proven: the floating DP's own sequence may be better (non-persistent)
         t_p = time.perf_counter()

@@ -103,8 +103,11 @@ def _max_slots(L: int) -> int:
     return lo
 
 
-def _discretization(chain: Chain, memory: float, slots: Any, exact: Any) -> tuple[int, bool, str, dict]:
-    """(N, exact, note for the report, details) after checking ``slots`` and ``exact``."""
+def _discretization(chain: Chain, memory: float, slots: Any, exact: Any,
+                    auto: bool = False) -> tuple[int, bool, str, dict]:
+    """(N, exact, note for the report, details) after checking ``slots`` and ``exact``. ``auto`` (no
+    slots given, method ``dp``): the tables' size is not checked here, :func:`_auto_slots` chooses N
+    within it (a long chain gets fewer slots, not an error about a value the user never gave)."""
     if isinstance(exact, str) or exact not in (0, 1):       # True, False, 0, 1 (numpy's bools too)
         raise InputError(f"{PROBLEM}: exact={exact!r} must be True or False")
     exact = bool(exact)
@@ -140,7 +143,7 @@ def _discretization(chain: Chain, memory: float, slots: Any, exact: Any) -> tupl
                     f"more slots are too slow)")
             n = MAX_SLOTS
     need = table_bytes(chain.L, n)
-    if need > MAX_TABLE_BYTES:
+    if need > MAX_TABLE_BYTES and not auto:
         raise InputError(f"{PROBLEM}: slots={n}: the DP's tables would need {need / 1e9:.3g} GB for L = {chain.L} "
                          f"(at most {MAX_TABLE_BYTES / 1e9:.0f} GB); give slots <= {_max_slots(chain.L)}")
     return n, False, note, info
@@ -267,7 +270,7 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
         exact_bound = memory == math.floor(memory) and memory <= EXACT_BOUND_MEMORY
         n, exact, note, info = _discretization(chain, memory, None, exact_bound)
     else:
-        n, exact, note, info = _discretization(chain, memory, slots, exact)
+        n, exact, note, info = _discretization(chain, memory, slots, exact, auto)
     if method == "exhaustive":
         note = f"the bounding DP: {note}"
     b = budget(time_limit, progress, PROBLEM)
@@ -292,20 +295,17 @@ _DP_SECONDS = 1e-8
 
 def _auto_slots(chain: Chain, b: Budget) -> list[int]:
     """The joint DP's slots to try when none are given: 50, 100, 200 (fewer when the chain is long:
-    the first run is predicted to take at most half of what is left)."""
+    the tables fit in :data:`MAX_TABLE_BYTES` and the first run is predicted to take at most half of
+    what is left, 4 slots at least). Empty when not even one slot's tables fit (tens of thousands of
+    stages): the DP is not run."""
     L = chain.L
     left = b.remaining()
-    out = []
-    for n in (50, 100, 200):
-        if table_bytes(L, n) > MAX_TABLE_BYTES:
-            break
-        out.append(n)
+    most = _max_slots(L)
+    out = [n for n in (50, 100, 200) if n <= most]
     if not out:
-        out = [max(1, min(50, _max_slots(L)))]
-    first = out[0]
-    if math.isfinite(left) and _DP_SECONDS * L * L * first ** 3 > 0.5 * left:
-        first = max(4, int((0.5 * left / (_DP_SECONDS * L * L)) ** (1 / 3)))
-        out = [first]
+        out = [min(50, most)] if most >= 1 else []
+    if out and math.isfinite(left) and _DP_SECONDS * L * L * out[0] ** 3 > 0.5 * left:
+        out = [min(most, max(4, int((0.5 * left / (_DP_SECONDS * L * L)) ** (1 / 3))))]
     return out
 
 
@@ -362,14 +362,22 @@ def _portfolio(chain: Chain, memory: float, beta: float, n: int, exact: bool, au
                 abs(d.objective - dps[-2][1].objective) <= 1e-12 * d.objective:
             break                    # the answer stopped changing
     times["dp"] = time.perf_counter() - t0
+    if not dp_runs:
+        why = (f"not run: its tables would need {table_bytes(chain.L, 1) / 1e9:.3g} GB for L = {chain.L} even with "
+               f"one slot (at most {MAX_TABLE_BYTES / 1e9:.0f} GB)")
+        b.log(f"dp: {why}")
+        dps = [(0, Solution(PROBLEM, "dp", Status.NO_SOLUTION, memory_limit=memory, message=f"the joint DP was {why}"))]
     best_dp = None
     for nn, d in dps:
         if d.schedule is not None and (best_dp is None or d.objective < best_dp[1].objective):
             best_dp = (nn, d)
-    dp_name = ("joint DP (exact)" if exact else f"joint DP (N = {best_dp[0] if best_dp else dps[-1][0]})")
+    dp_name = ("joint DP (exact)" if exact else "joint DP" if not dp_runs else
+               f"joint DP (N = {best_dp[0] if best_dp else dps[-1][0]})")
     consider(dp_name, best_dp[1] if best_dp else dps[-1][1])
     details_base = {"candidates": notes, "bandwidth": beta}
-    if auto:
+    if auto and not dp_runs:
+        details_base["slots_auto"] = "no slots: " + dps[0][1].message
+    elif auto:
         details_base["slots_auto"] = ("N = " + ", ".join(str(nn) for nn, _ in dps) + " memory slots (chosen by "
                                       "the DP: more while its answer changes, matches no other candidate and "
                                       "time allows)")

@@ -37,6 +37,7 @@ With no transfers and no release times the result agrees with :func:`models.rema
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Sequence
 
@@ -148,8 +149,9 @@ def simulate_remat_offload(chain: Chain, schedule: RematOffloadSchedule, bandwid
     Each forward is charged its own overhead (``one_overhead=True``: the papers' one ``o_f``), as in
     :func:`models.remat.simulate_remat`.
 
-    The timing and memory rules are those of the module docstring. Time ``O(n (n + k))`` for ``n``
-    operations and ``k`` transfers.
+    The timing and memory rules are those of the module docstring. Time ``O(n L + (n + k) log(n + k))``
+    for ``n`` operations and ``k`` transfers (the remat states of every operation, then each operation
+    checked against the transfers of the values it reads or discards only).
 
     Parameters
     ----------
@@ -229,6 +231,11 @@ def simulate_remat_offload(chain: Chain, schedule: RematOffloadSchedule, bandwid
         host_events.setdefault(t.index, []).append((te[k], t.nbytes if t.kind == "offload" else -t.nbytes))
     for v in host_events.values():
         v.sort()
+    # the offloads of each index, in list order (the checks below look at those of one value only)
+    offloads_of: dict[int, list[int]] = {}
+    for q, t in enumerate(schedule.transfers):
+        if t.kind == "offload":
+            offloads_of.setdefault(t.index, []).append(q)
 
     def host_at(l: int, time: float) -> float:
         return sum(d for (tt, d) in host_events.get(l, ()) if tt <= time + eps)
@@ -266,14 +273,14 @@ def simulate_remat_offload(chain: Chain, schedule: RematOffloadSchedule, bandwid
         prev = start + dt
         # an offload part may not free bytes of an input while the operation reads it
         for k in _inputs(op, l):
-            for q, t in enumerate(schedule.transfers):
-                if t.index == k and t.kind == "offload" and start + eps < te[q] < prev - eps:
+            for q in offloads_of.get(k, ()):
+                if start + eps < te[q] < prev - eps:
                     raise InvalidRematOffloadSchedule(f"transfer {q} frees bytes of value {k} at {te[q]:.6g}s while "
                                                       f"operation {pos} ({op}^{l}) reads it")
         # a value may not be discarded while part of it is on the host or being offloaded
         for k in _discards(op, l, states_before[pos], states_before[pos + 1]):
-            for q, t in enumerate(schedule.transfers):
-                if t.index == k and t.kind == "offload" and ts[q] < prev - eps and te[q] > start + eps:
+            for q in offloads_of.get(k, ()):
+                if ts[q] < prev - eps and te[q] > start + eps:
                     raise InvalidRematOffloadSchedule(f"operation {pos} ({op}^{l}) discards value {k} while "
                                                       f"transfer {q} offloads it")
             if host_events.get(k) and host_at(k, prev) > 1e-9 * max(1.0, wab[k]):
@@ -283,11 +290,9 @@ def simulate_remat_offload(chain: Chain, schedule: RematOffloadSchedule, bandwid
 
     # --- offload/prefetch validity against the remat states
     def state_at(time: float) -> list[int]:
-        """Remat state at ``time`` (an op's effect applies at its end)."""
-        n = 0
-        while n < len(ops) and ends[n] <= time + eps:
-            n += 1
-        return states_before[n]
+        """Remat state at ``time`` (an op's effect applies at its end): before the first operation that
+        ends after it (the ends never decrease: each operation starts after the previous one ends)."""
+        return states_before[bisect.bisect_right(ends, time + eps)]
 
     # the bytes of each value on the host before transfer k: the link runs the transfers one at a time
     # in list order, so those of the transfers before k (counted by time instead, with the time

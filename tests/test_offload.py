@@ -4,6 +4,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memplan.baselines import offload as B
 from memplan.formulations.offload_milp import solve_offload_milp
@@ -496,3 +498,25 @@ def test_front_end_milp_reports_the_split_bound():
         if seen == 4:
             break
     assert seen == 4
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-5, 20), st.integers(-5, 20), st.integers(0, 9)), max_size=12),
+       st.lists(st.integers(-8, 25), min_size=1, max_size=20))
+def test_memory_profile_sums_equal_the_dense_comparison(intervals, instants):
+    """fractional_makespan's memory profile (sorted endpoints and prefix sums) against the dense
+    comparison of every interval with every instant it replaced: sum_j w_j [a_j <= t < b_j] (empty
+    intervals weigh nothing) and a burst's bytes sent by t, sum_j max(0, min(t, b_j) - a_j)."""
+    from memplan.models.offload import _interval_sum, _ramp_sum
+
+    a = np.array([float(i[0]) for i in intervals])
+    b = np.array([float(i[1]) for i in intervals])
+    w = np.array([float(i[2]) for i in intervals])
+    t = np.array(instants, dtype=float)
+    dense = [sum(wj for aj, bj, wj in zip(a, b, w) if aj <= tk < bj) for tk in t]
+    assert _interval_sum(a, b, w, t).tolist() == pytest.approx(dense, abs=1e-12)
+    bursts = [(aj, bj) for aj, bj in zip(a, b) if aj <= bj]
+    A = np.array([p for p, _ in bursts]); Bb = np.array([q for _, q in bursts])
+    sent = [sum(max(0.0, min(tk, q) - p) for p, q in bursts) for tk in t]
+    assert (_ramp_sum(A, t) - _ramp_sum(Bb, t)).tolist() == pytest.approx(sent, abs=1e-12)
+

@@ -112,6 +112,29 @@ def test_deadline_stops_before_the_work():
     assert res.value is None and not res.complete
 
 
+
+def test_a_run_that_cannot_fit_is_not_started(monkeypatch, toy_chain):
+    """The index tables are (L+2)^3 cells each: on 1000 stages 21.5 GB, allocated before the first
+    deadline check (remat-milp with a 5 s limit took 42 s, paging). A run is not started when even
+    the fastest rate seen, (L+2)^5 * 3e-11 s, overruns the deadline, or when its tables would take
+    more than a quarter of the machine's memory; ``note`` says which, and remat-milp reports it."""
+    c = random_chain(300, 1, integer=False)
+    lo, hi = remat.memory_range(c)
+    t0 = time.perf_counter()
+    res = B.floating_bound(c, (lo + hi) / 2, deadline=t0 + 60)     # 302^5 * 3e-11 s = 75 s > 60 s
+    assert res.value is None and not res.complete
+    assert res.note.startswith("not started: it would take at least 75") and "L = 300" in res.note
+    # its tables: two (L+2)^3 index arrays and the offsets of C's and G's rows, 8 bytes each
+    assert B.table_bytes(300) == 8 * (2 * 302 ** 3 + 2 * 301 * 302 * 303 // 6 + 2 * 300 * 301 * 302 // 6)
+    monkeypatch.setattr(B, "_physical_memory", lambda: 4 * B.table_bytes(toy_chain.L) - 4)
+    small = B.floating_bound(toy_chain, 90 * MiB)
+    assert not small.complete and "its tables would need" in small.note and "L = 6" in small.note
+    sol = remat.solve(toy_chain, memory=90 * MiB, method="remat-milp", time_limit=30, threads=1)
+    assert sol.details["dp_bound_note"] == small.note and sol.details["proved_by"] != "dp bound"
+    assert sol.objective == pytest.approx(47.42e-3)       # the MILP proves it without the bound
+    monkeypatch.setattr(B, "_physical_memory", lambda: 4 * B.table_bytes(toy_chain.L))
+    assert B.floating_bound(toy_chain, 90 * MiB).value == pytest.approx(47.42e-3)
+
 def test_remat_milp_proven_by_the_dp_bound(toy_chain):
     """Paper 004's toy chain at 90 MiB: 47.42 ms (the paper's number), proven by the DP bound alone."""
     sol = remat.solve(toy_chain, memory=90 * MiB, method="remat-milp", time_limit=30, threads=1)

@@ -205,6 +205,35 @@ def test_tables_too_large_name_slots_and_say_what_fits():
         ro.solve(big, memory=50_000_000, exact=True)
 
 
+
+def test_automatic_slots_fit_the_tables_of_a_long_chain(monkeypatch, table2):
+    """Without slots the DP chooses N within the tables' limit instead of refusing paper 000's 50
+    that the user never gave (a 1000-stage chain was an exit-2 error); where not even one slot fits,
+    the DP is not run and the best other candidate answers, saying so. Given slots are still
+    refused when their tables do not fit. The limit is lowered here to make the toy chain 'long'."""
+    from memplan.baselines import remat_offload_dp as dp_mod
+    from memplan.baselines.remat_offload_dp import table_bytes
+
+    L = table2.L
+    monkeypatch.setattr(ro, "MAX_TABLE_BYTES", table_bytes(L, 20))
+    monkeypatch.setattr(dp_mod, "MAX_TABLE_BYTES", table_bytes(L, 20))
+    assert ro._max_slots(L) == 20
+    sol = ro.solve(table2, memory="85MiB", bandwidth="3GB/s")
+    assert sol.success and sol.details["slots_note"].startswith("N = 20 memory slots")
+    assert sol.details["candidates"]["joint DP (N = 20)"] == pytest.approx(
+        solve_remat_offload_dp(table2, 85 * MiB, 3e9, slots=20).objective)
+    with pytest.raises(InputError, match="slots=50: .* give slots <= 20"):
+        ro.solve(table2, memory="85MiB", bandwidth="3GB/s", slots=50)
+    # not even one slot: the other candidates answer (rotor, DYNPROG, least-memory), replayed
+    monkeypatch.setattr(ro, "MAX_TABLE_BYTES", table_bytes(L, 1) - 1)
+    none = ro.solve(table2, memory="85MiB", bandwidth="3GB/s")
+    others = [v for k, v in none.details["candidates"].items() if not k.startswith("joint") and isinstance(v, float)]
+    assert none.success and none.objective == pytest.approx(min(others))
+    assert none.details["candidates"]["joint DP"].startswith("the joint DP was not run: its tables would need")
+    assert none.details["slots_note"].startswith("no slots: the joint DP was not run")
+    rep = simulate_remat_offload(table2, none.schedule, 3e9, 85 * MiB)
+    assert rep.makespan == pytest.approx(none.objective)
+
 # ----------------------------------------------------------------------------- exhaustive
 @pytest.mark.parametrize("L,seed,beta", [(2, 0, 1.0), pytest.param(3, 1, 0.5, marks=pytest.mark.long), (3, 2, 1.0)])
 def test_exhaustive_is_the_optimum_and_at_most_the_dp(L, seed, beta):

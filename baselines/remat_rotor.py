@@ -708,7 +708,12 @@ def _candidates(chain: Chain, memory: float, kind: str, left) -> tuple[list, lis
 
     if kind != "revolve":
         add("store-all", H.schedule_stats(chain, H.store_all_schedule(chain)), H.store_all_schedule(chain))
-        pts = H.sequential_points(chain)
+        need = H.sequential_points_seconds(chain)
+        pts = []
+        if need > left():
+            skipped.append(f"sequential (the {chain.L} checkpoint_sequential cuts: about {need:.3g} s)")
+        else:
+            pts = H.sequential_points(chain)
         fit = [p for p in pts if p[2] <= memory * (1 + 1e-9)]
         if fit:
             seg = min(fit, key=lambda p: (p[1], p[2]))

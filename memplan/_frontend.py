@@ -17,8 +17,8 @@ from typing import Any, Callable, Sequence
 
 from memplan.models.budget import Budget, ProgressFn
 from memplan.models.chain import Chain
-from memplan.models.solution import InputError, Solution
-from memplan.models.units import UnitError, parse_bandwidth, parse_memory
+from memplan.models.solution import InputError, Solution, Status
+from memplan.models.units import UnitError, fmt_memory, parse_bandwidth, parse_memory
 
 DEFAULT_TIME_LIMIT = 60.0
 
@@ -105,7 +105,7 @@ def count_arg(value: Any, name: str, problem: str, *, minimum: int = 1, maximum:
         whole = False
     if not whole:
         raise InputError(f"{problem}: {name}={value!r} must be a whole number >= {minimum}")
-    v = int(value)
+    v = int(float(value))          # '1e1' is whole too
     if v < minimum or (maximum is not None and v > maximum):
         rng = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
         raise InputError(f"{problem}: {name}={value!r} is out of range; give a whole number {rng}")
@@ -128,6 +128,8 @@ def method_arg(method: str | None, methods: Sequence[str], default: str, problem
 def time_limit_arg(time_limit: Any, problem: str) -> float | None:
     if time_limit is None:
         return None
+    if isinstance(time_limit, bool):      # float(True) is 1.0: not a limit anyone means
+        raise InputError(f"{problem}: time_limit={time_limit!r} must be a number of seconds (or None for no limit)")
     try:
         t = float(time_limit)
     except (TypeError, ValueError):
@@ -140,6 +142,8 @@ def time_limit_arg(time_limit: Any, problem: str) -> float | None:
 
 def budget(time_limit: Any, progress: ProgressFn | None, problem: str) -> Budget:
     """The :class:`Budget` of one ``solve`` call (activate it with ``with b.active():``)."""
+    if progress is not None and not callable(progress):
+        raise InputError(f"{problem}: progress={progress!r:.40} must be a function of one line of text (or None)")
     return Budget(time_limit_arg(time_limit, problem), progress)
 
 
@@ -188,6 +192,15 @@ def solve_without_resident(solve_fn, chain: Chain, memory: float, kwargs: dict[s
         sol.details["min_memory"] = float(sol.details["min_memory"]) + r
     sol.memory_limit = memory
     sol.details["resident_bytes"] = r
+    if sol.status == Status.INFEASIBLE and sol.details.get("min_memory") is not None:
+        # the inner call's message names its own limit (1 B when the resident bytes alone exceed the
+        # limit) and its own minimum: say it with the limit given and the whole minimum
+        need = float(sol.details["min_memory"])
+        sol.message = (f"nothing fits in {fmt_memory(memory)} ({memory:.6g} B): the minimum feasible memory is "
+                       f"{fmt_memory(need)} ({need:.6g} B), of which {fmt_memory(r)} of resident tensors "
+                       f"(Chain.resident: tensors crossing two or more cuts and their gradients), charged for "
+                       f"the whole step")
+        return sol
     note = (f"{r:.6g} B of resident tensors (Chain.resident: tensors crossing two or more cuts and their "
             f"gradients) are charged for the whole step; the chain was planned under {max(memory - r, 0.0):.6g} B")
     return add_note(sol, note)

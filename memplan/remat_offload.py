@@ -549,7 +549,8 @@ def _run_exhaustive(chain: Chain, memory: float, beta: float, dp: Solution, b: B
         return dp
     if sol.objective is not None and ub is not None:
         sol.details["dp_makespan"] = ub
-        sol.message += f"; the portfolio's makespan is {ub:.6g}s ({(ub / sol.objective - 1) * 100:.2f}% above)"
+        sol.message += f"; the portfolio's makespan is {ub:.6g}s" + (
+            f" ({(ub / sol.objective - 1) * 100:.2f}% above)" if sol.objective > 0 else "")
     sol.times = {**dp.times, "search": search}
     return sol
 
@@ -614,8 +615,9 @@ def report(solution: Solution, chain: Chain) -> str:
                      f"{'equal' if abs(sol.predicted - sol.objective) <= 1e-9 * max(1.0, sol.objective) else 'DIFFERENT'})")
     d = sol.details
     if d.get("recompute_time") is not None:
-        lines.append(f"recompute    {fmt_time(d['recompute_time'])}  "
-                     f"({100 * d['recompute_time'] / sol.objective:.1f}% of the makespan)")
+        lines.append(f"recompute    {fmt_time(d['recompute_time'])}"
+                     + (f"  ({100 * d['recompute_time'] / sol.objective:.1f}% of the makespan)" if sol.objective > 0
+                        else ""))
     if d.get("idle_time") is not None:
         lines.append(f"idle         {fmt_time(d['idle_time'])} waiting for transfers "
                      f"({fmt_time(d.get('idle_data', 0.0))} of it for prefetched inputs, the rest for memory "

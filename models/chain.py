@@ -187,8 +187,10 @@ class Chain:
             except (TypeError, ValueError) as e:
                 raise ValueError(f"Chain.{f} must be an array of numbers ({e})") from None
         n = len(self.wa)
-        if n < 2:
-            raise ValueError("a chain needs at least a^0 and the loss stage (len(wa) >= 2)")
+        if n < 3:
+            # L = 0 (the input and the loss alone) has nothing to schedule; every problem's methods
+            # assume one stage at least (they crashed on it with index and division errors)
+            raise ValueError(f"a chain needs at least one stage besides the loss (L >= 1: len(wa) >= 3, got {n})")
         for f in _ARRAYS:
             arr = getattr(self, f)
             if arr.shape != (n,):
@@ -378,6 +380,9 @@ def random_chain(L: int, seed: int = 0, *, integer: bool = True, max_size: int =
     ``forward_overhead_scale``: ``of`` (and ``of_all``, ``of_ng``) multiplied by it after the draw, so
     that forwards, not only backward steps, can set the least memory; the other arrays are unchanged.
     """
+    for arg, v in (("L", L), ("max_size", max_size), ("max_time", max_time)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"random_chain: {arg}={v!r} must be a whole number >= 1")
     rng = np.random.default_rng(seed)
     if integer:
         wa = rng.integers(1, max_size + 1, L + 1).astype(float)

@@ -29,7 +29,7 @@ field              required  meaning, default when left out
 ``name``           yes       the chain's name
 ``units``          yes       ``{"time": T, "memory": M}``, both required: T in s, ms, us, ns, min;
                              M in B, KB, MB, GB, TB (10^3 steps), KiB, MiB, GiB, TiB (2^10 steps)
-``stages``         yes       rows 0..L+1 in order, ``"stage"`` numbering them (at least 2 rows)
+``stages``         yes       rows 0..L+1 in order, ``"stage"`` numbering them (at least 3 rows: L >= 1)
 ``description``    no        free text (default "")
 ``provenance``     no        free-form object (default {}): its keys are not checked
 ``resident``       no        bytes, in the file's memory unit (default 0), of the tensors that cross
@@ -80,6 +80,7 @@ import datetime as _dt
 import difflib
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -170,7 +171,7 @@ class _Instance(BaseModel):
     resident: float = Field(0.0, **_NUMBER)
     u_turn: float = Field(0.0, **_NUMBER)
     platform: _Platform | None = None
-    stages: list[_Stage] = Field(min_length=2)
+    stages: list[_Stage] = Field(min_length=3)
 
 
 #: the schema's object at the head of an error location (for the names an unknown field is compared to)
@@ -412,6 +413,12 @@ def shipped_instances() -> list[str]:
 
 def _resolve(path: str | Path) -> Path:
     """A path as given, else a shipped instance of that name (with or without ``.json``)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"an instance is a file path or a shipped instance's name (str or path), not "
+                        f"{type(path).__name__} {path!r:.40}")
+    if not str(path).strip():
+        raise InstanceError("no instance given: name a file (instances/*.json) or a shipped instance "
+                            f"({', '.join(shipped_instances())})")
     p = Path(path)
     if p.exists():
         return p
@@ -478,6 +485,8 @@ def load_instance(path: str | Path) -> Instance:
         data = json.loads(read_text_file(path, "instance file"))
     except json.JSONDecodeError as e:
         raise InstanceError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise InstanceError(f"{path}: not an instance: its JSON is nested too deeply to read") from None
     if not isinstance(data, dict):
         raise InstanceError(f"{path}: the top level must be a JSON object")
     return Instance(*chain_from_dict(data, str(path)))
@@ -539,7 +548,13 @@ def chain_to_dict(chain: Chain, platform: Platform | None = None, *, time_unit: 
 
 def save_instance(chain: Chain, path: str | Path, platform: Platform | None = None, *,
                   overwrite: bool = False, **kw) -> Path:
-    """Write an instance file (refuses to overwrite an existing file unless ``overwrite=True``)."""
+    """Write an instance file (refuses to overwrite an existing file unless ``overwrite=True``).
+    ``chain``: a :class:`Chain`, or an :class:`Instance` (its platform is written unless ``platform``
+    is given)."""
+    if isinstance(chain, Instance):
+        chain, platform = chain.chain, platform if platform is not None else chain.platform
+    if not isinstance(chain, Chain):
+        raise TypeError(f"save_instance: chain must be a Chain or an Instance, not {type(chain).__name__}")
     path = Path(path)
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} exists; pass overwrite=True (or --force) to replace it")

@@ -6,7 +6,9 @@ command line and the instance files.
 Conventions (as in the papers and in PyTorch's memory reports):
 - ``B``, ``KB``/``kB``, ``MB``, ``GB``, ``TB`` are decimal (10^3 steps);
 - ``KiB``, ``MiB``, ``GiB``, ``TiB`` are binary (2^10 steps);
-- a bare number is bytes (memory) or seconds (time).
+- a bare number is bytes (memory) or seconds (time);
+- a lowercase ``b`` after a prefix (``Mb``, ``Gb/s``, ``Gbps``, ``mb``) is refused: it reads as bits,
+  and taking it for bytes (as case-insensitive matching did) would make a link 8 times too fast.
 
 Paper 004 writes "MB" for MiB (7.63 MB = 4*1000*2000 bytes); an instance file says which it means
 through its ``units`` block, so no guessing is needed there.
@@ -51,8 +53,19 @@ def _finite(value: float, text, what: str) -> float:
     return value
 
 
+def _bits(unit: str, what: str, shown, suffix: str = "") -> None:
+    """Refuse a unit written with a lowercase ``b`` after a prefix (``Mb``, ``kib``, ``Gbps``): it
+    reads as bits; say what to write instead."""
+    if len(unit) >= 2 and unit.endswith("b") and unit[:-1].lower() in ("k", "m", "g", "t", "ki", "mi", "gi", "ti"):
+        fixed = unit[:-1].upper().replace("I", "i") + "B"
+        fixed = "kB" if fixed == "KB" and unit[0] == "k" else fixed
+        raise UnitError(f"{what} {shown!r}: {unit + suffix!r} reads as bits; memplan counts bytes: write "
+                        f"{fixed + ('/s' if suffix else '')!r} for bytes (a bit is 1/8 byte)")
+
+
 def _size(text, what: str, shown, suffix: str = "") -> float:
     value, unit = _split(text, what)
+    _bits(unit, what, shown, suffix)
     key = unit.lower()
     if key not in _MEM:
         per = "/s" if what == "bandwidth" else ""
@@ -94,6 +107,7 @@ def parse_bandwidth(text: str | float) -> float:
 
 def memory_factor(unit: str) -> float:
     """Bytes in one ``unit`` (``"MiB"`` -> 1048576)."""
+    _bits(unit, "memory unit", unit)
     key = unit.lower()
     if key not in _MEM:
         raise UnitError(f"unknown memory unit {unit!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")

@@ -310,13 +310,13 @@ def rows_out_of_order(draw, doc):
     if kind == "delete":          # any row but the last: the rows after it are misnumbered
         i = draw(st.integers(0, n - 2))
         del rows[i]
-        return (("stages", i, "stage"), "numbered 0..L+1 in order") if len(rows) >= 2 else (("stages",), "")
+        return (("stages", i, "stage"), "numbered 0..L+1 in order") if len(rows) >= 3 else (("stages",), "at least 3")
     if kind == "duplicate":
         i = draw(st.integers(0, n - 1))
         rows.insert(i, copy.deepcopy(rows[i]))
         return ("stages", i + 1, "stage"), "numbered 0..L+1 in order"
-    del rows[1:]
-    return ("stages",), "at least 2"
+    del rows[2:]                  # the input and the loss alone: L = 0, nothing to schedule
+    return ("stages",), "at least 3"
 
 
 MUTATIONS = [unknown_key, wrong_type, missing_field, out_of_range, bad_unit, rows_out_of_order]

@@ -28,6 +28,19 @@ def test_units_parse_and_print():
         parse_memory("lots")
 
 
+
+@pytest.mark.parametrize("text, parse, fixed", [
+    ("90Mb", parse_memory, "'MB'"), ("90mb", parse_memory, "'MB'"), ("4kb", parse_memory, "'kB'"),
+    ("2Gib", parse_memory, "'GiB'"), ("1Gb/s", parse_bandwidth, "'GB/s'"), ("1Gbps", parse_bandwidth, "'GB/s'"),
+    ("10gb/s", parse_bandwidth, "'GB/s'")])
+def test_bits_are_refused_not_read_as_bytes(text, parse, fixed):
+    """A lowercase b after a prefix is a bit: '1Gbps' was read as 1 GB/s, a link 8 times too fast,
+    and '90Mb' as 90 MB. Refused, saying what to write for bytes; the byte spellings still parse."""
+    with pytest.raises(UnitError, match=f"reads as bits; memplan counts bytes: write {fixed} for bytes"):
+        parse(text)
+    assert parse_memory("90kB") == parse_memory("90KB") == 90e3 and parse_memory("2GiB") == 2 * 2**30
+    assert parse_bandwidth("1GBps") == parse_bandwidth("1GB/s") == 1e9 and parse_memory("7b") == 7
+
 def test_toy_instance_values(toy_chain):
     c = toy_chain
     assert c.L == 6

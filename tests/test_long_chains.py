@@ -158,3 +158,21 @@ def test_milps_and_recompute_all_refuse_what_cannot_fit_the_limit(tmp_path):
         remat.solve(repeated_toy(5000, tmp_path), memory="500MiB", method="recompute-all", time_limit=5)
 
 
+
+
+def test_the_sequential_cuts_are_skipped_when_they_would_not_fit(monkeypatch):
+    """The L checkpoint_sequential cuts cost 3 L^2 replay steps (8 s at L = 20000, twice in one
+    rotor-floating call, which took 17 s on a 5 s limit): their estimate is checked against what is
+    left, the answer says they were skipped, and a chain's cuts are computed once (kept by content)."""
+    c = random_chain(30, seed=4)
+    memory = H.schedule_stats(c, H.sequential_schedule(c, 3))[1]
+    full = remat.solve(c, memory=memory, method="rotor", time_limit=30)
+    assert H.sequential_points_seconds(c) == 0.0          # computed once by that call, then kept
+    assert H.sequential_points(c) == [(s, *H.schedule_stats(c, H.sequential_schedule(c, s))) for s in range(1, 31)]
+    H._SEQUENTIAL_CACHE.clear()
+    assert H.sequential_points_seconds(c) == pytest.approx(H.SEQUENTIAL_STEP_SECONDS * 3 * 30 ** 2)
+    monkeypatch.setattr(H, "SEQUENTIAL_STEP_SECONDS", 1.0)          # 2700 s: never fits in 30 s
+    cut = remat.solve(c, memory=memory, method="rotor", time_limit=30)
+    assert "sequential (the 30 checkpoint_sequential cuts: about 2.7e+03 s)" in " ".join(cut.details["skipped"])
+    assert not H._SEQUENTIAL_CACHE
+    assert cut.objective == pytest.approx(full.objective)       # the DP still finds the optimum here

@@ -454,3 +454,19 @@ def test_the_dp_answers_at_any_link_speed_without_raising(L, seed, frac, log_bet
         assert rep.peak_memory <= mem * (1 + 1e-9)
     else:
         assert sol.status in (Status.INFEASIBLE, Status.NO_SOLUTION) and sol.message
+
+
+def test_a_chain_of_free_operations_is_reported(table2):
+    """Every u_f and u_b 0 (the schema allows it): recomputing is free, so the DP's answer is 0 s at
+    the least memory of re-materialization, and the report, which gave each time as a share of the
+    makespan, divided by zero."""
+    import dataclasses
+
+    import numpy as np
+
+    free = dataclasses.replace(table2, uf=np.zeros_like(table2.uf), ub=np.zeros_like(table2.ub))
+    sol = ro.solve(free, memory="85MiB", bandwidth="1GB/s")
+    assert sol.status == Status.OPTIMAL and sol.objective == 0.0
+    assert sol.peak_memory <= 85 * MiB and simulate_remat_offload(free, sol.schedule, 1e9, 85 * MiB).makespan == 0.0
+    text = ro.report(sol, free)
+    assert "makespan     0 s" in text and "% of the makespan" not in text

@@ -24,11 +24,11 @@ import time
 
 import memplan
 from memplan.models.instance import load_instance
-from memplan.models.solution import InfeasibleError, Status
+from memplan.models.solution import InfeasibleError, Status, instance_record
 from memplan.models.units import fmt_bandwidth, fmt_memory, fmt_time
 
 from memplan.experiments import cmd_budget, cmd_profile, figures, sweeps
-from memplan.experiments.cli_checks import CliError, guarded, output_file
+from memplan.experiments.cli_checks import CliError, guarded, image_file, output_file, positive_int
 from memplan.formulations.highs_driver import silence_banner
 
 #: modules with ``add_parser(subparsers)`` adding verbs (sweep, plot; profile, import-pipedream, run; budget)
@@ -77,13 +77,16 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     chain, platform = load_instance(args.instance)
     # every output is checked (its folder made) before the solve, so a long solve's result is not lost
     for flag, key in (("--json", "json"), ("--gantt", "gantt"), ("--solver-log", "solver_log")):
-        if getattr(args, key):
+        if getattr(args, key) is not None:       # an empty name is an error, not 'no file'
             output_file(getattr(args, key), flag)
+    if args.gantt is not None:
+        image_file(args.gantt, "--gantt")
     if args.quiet:
         silence_banner()
     sol = memplan.solve((chain, platform), args.problem, args.method, memory=args.memory,
                         bandwidth=args.bandwidth, progress=None if args.quiet else _Progress(), **options)
     if args.json:
+        sol.instance = instance_record(chain, args.instance)   # 'memplan run' refuses it on another instance
         sol.write_json(args.json)
     if sol.status == Status.INFEASIBLE:
         raise InfeasibleError(sol.message, sol.details.get("min_memory"))
@@ -177,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sh = sub.add_parser("show", help="print an instance's stage table")
     sh.add_argument("instance")
-    sh.add_argument("--rows", type=int, default=60)
+    sh.add_argument("--rows", type=positive_int, default=60, help="stage rows to print (default 60)")
     sh.set_defaults(func=_cmd_show)
 
     for mod in COMMANDS:

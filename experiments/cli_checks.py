@@ -106,11 +106,11 @@ def output_dir(path: str | Path, flag: str) -> Path:
 def output_file(path: str | Path, flag: str) -> Path:
     """The file ``path``, its folder created, once it is known that it can be written (an existing file
     is checked by opening it for appending, which leaves it as it is)."""
+    if not str(path).strip():
+        raise InputError(f"{flag}: an empty file name; give one, e.g. results/out")
     p = Path(path)
     if p.is_dir():
         raise InputError(f"{flag} {path}: is a folder; give a file name, e.g. {p / 'out'}")
-    if not p.name:
-        raise InputError(f"{flag}: an empty file name")
     _make_dir(p.parent, flag, path)
     if p.exists():
         try:
@@ -120,6 +120,22 @@ def output_file(path: str | Path, flag: str) -> Path:
             raise InputError(f"{flag} {path}: cannot write this file ({e.strerror or e})") from None
     return p
 
+
+
+def image_file(path: str | Path, flag: str) -> Path:
+    """An image file name whose extension matplotlib can write (``png``, ``pdf``, ``svg``, ...):
+    checked before the solve, since the drawing comes after it (``g.xyz`` failed after the report,
+    and a name without an extension was silently written as ``g.png``)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    p = Path(path)
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    ext = p.suffix[1:].lower()
+    if ext not in kinds:
+        what = f"extension {p.suffix!r}" if ext else "no extension"
+        raise InputError(f"{flag} {path}: {what}; give an image file name ending in one of "
+                         + ", ".join(f".{k}" for k in sorted(kinds)))
+    return p
 
 def positive_int(text: str) -> int:
     """argparse type: a whole number >= 1 (``--workers``, ``--batch``)."""

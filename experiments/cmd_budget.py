@@ -47,7 +47,7 @@ def _cmd_budget(args: argparse.Namespace) -> int:
 
     import memplan
     from memplan.models.networks import DEFAULT_INPUT, canonical_name, example_input, get_model
-    from memplan.models.profiler import classification_loss
+    from memplan.models.profiler import check_example_input, classification_loss
     from memplan.models.units import parse_memory
 
     try:
@@ -55,6 +55,8 @@ def _cmd_budget(args: argparse.Namespace) -> int:
     except KeyError as e:
         raise InputError(str(e.args[0])) from None
     budget = parse_memory(args.memory)
+    if not 0 < budget < float("inf"):      # before the search: a budget of 0 took 29 s to be refused
+        raise InputError(f"--memory {args.memory!r}: the budget must be a positive, finite quantity, e.g. 300MiB")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: no CUDA device is available to this torch build")
     if args.offload and args.device != "cuda":
@@ -65,6 +67,7 @@ def _cmd_budget(args: argparse.Namespace) -> int:
     model = get_model(key, **kw).to(args.device).train()
     shape = tuple(args.input) if args.input else DEFAULT_INPUT[key]
     x = example_input(key, args.batch, shape, vocab=kw.get("vocab"), seed=args.seed, device=args.device)
+    check_example_input(key, model, x, shape)      # a wrong --input: one line, not a traceback
     step = memplan.compile_under_budget(
         model, (x,), budget, loss_fn=classification_loss(seed=args.seed), backend=args.backend,
         solver=args.solver, fractions=args.fractions, repeats=args.repeats, time_limit=args.time_limit,

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from memplan.baselines.remat_heuristics import bisection_schedule, sequential_schedule, store_all_schedule
-from memplan.experiments.cli_checks import input_shape, key_value, output_file, positive_int
+from memplan.experiments.cli_checks import device_problem, input_shape, key_value, output_file, positive_int
 from memplan.models.instance import InstanceError, load_instance, read_text_file, save_instance
 from memplan.models.pipedream import import_graph
 from memplan.models.remat import RematSchedule, simulate_remat
@@ -92,7 +92,6 @@ def _cmd_import(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     """Execute a remat sequence on the network an instance was profiled from; compare with the simulator."""
     import copy
-    import json
 
     import torch
 
@@ -108,9 +107,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                        "input, groups), so there is no network to run")
     L = chain.L
     if args.solution:
-        data = json.loads(read_text_file(args.solution, "solution file (JSON)", InputError))
-        sched = RematSchedule.from_json(data["schedule"] if isinstance(data, dict) else data)
-        label = args.solution
+        sched, label = _read_remat_solution(args.solution, chain, args.instance), args.solution
     elif args.sequence == "store-all":
         sched, label = store_all_schedule(chain), "store-all"
     elif args.sequence == "bisection":
@@ -118,9 +115,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         k = _segments_arg(args.sequence, L)
         sched, label = sequential_schedule(chain, k), f"sequential ({k} segments, checkpoint_sequential)"
+    device = args.device or ("cuda" if str(prov.get("device", "cpu")).startswith("cuda") else "cpu")
+    problem = device_problem(device)
+    if problem and args.device is None:     # the instance's own device, not an option the user gave
+        problem = (f"{args.instance}: profiled on {prov.get('device')}, but this torch ({torch.__version__}) "
+                   f"sees no CUDA device; run it with --device cpu")
+    if problem:
+        raise InputError(problem)
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = args.device or ("cuda" if str(prov.get("device", "cpu")).startswith("cuda") else "cpu")
     seed = int(prov.get("seed", 0))
     kw = dict(prov.get("model_kw") or {})
     torch.manual_seed(seed)
@@ -165,6 +168,56 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _read_remat_solution(path: str, chain, instance: str) -> RematSchedule:
+    """The re-materialization sequence of a Solution JSON (``memplan solve --problem remat --json``, or a
+    bare list of ``[op, stage]``), checked for ``chain``: an error naming the file and what is wrong for
+    a file that is not JSON, another problem's solution (pipeline, offload), one without a schedule (an
+    infeasible limit), a sequence that is not valid on the chain, or a solution recorded as solved on
+    another instance (its ``instance`` fingerprint differs: the plan would run, but to another peak
+    than the one it was solved for; solutions written without the record are run as before)."""
+    import json
+
+    from memplan.models.remat import InvalidSequence
+    from memplan.models.solution import chain_fingerprint
+
+    text = read_text_file(path, "solution file (JSON)", InputError)
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise InputError(f"--solution {path}: not a JSON file ({'empty' if not text.strip() else e}); give a "
+                         "Solution written by 'memplan solve --problem remat --json'") from None
+    if isinstance(data, dict):
+        problem = data.get("problem")
+        if problem is None or "schedule" not in data:
+            what = ("an instance file" if str(data.get("format", "")).startswith("memplan-instance")
+                    else "not a Solution (no 'problem' and 'schedule')")
+            raise InputError(f"--solution {path}: {what}; give a Solution written by 'memplan solve --problem "
+                             "remat --json'")
+        if problem != "remat":
+            raise InputError(f"--solution {path}: a remat solution with a schedule is needed; this one is problem "
+                             f"{problem!r} (solve with --problem remat)")
+        if data["schedule"] is None:
+            why = str(data.get("message") or "").splitlines()
+            raise InputError(f"--solution {path}: has no schedule (status {data.get('status')}"
+                             + (f": {why[0]}" if why else "") + "); solve again with a larger --memory")
+        rec, mine = data.get("instance"), chain_fingerprint(chain)
+        if isinstance(rec, dict) and rec.get("sha256") and rec["sha256"] != mine:
+            where = f" ({rec['file']})" if rec.get("file") else ""
+            raise InputError(f"--solution {path}: solved on instance {rec.get('name')!r}{where}, L = {rec.get('L')}, "
+                             f"sha256 {str(rec['sha256'])[:12]}, not on {instance}: {chain.name!r}, L = {chain.L}, "
+                             f"sha256 {mine[:12]}; solve {instance} again")
+        data = data["schedule"]
+    try:
+        sched = RematSchedule.from_json(data)
+    except (TypeError, ValueError):
+        raise InputError(f"--solution {path}: its schedule is not a list of [op, stage] pairs") from None
+    try:
+        simulate_remat(chain, sched)
+    except InvalidSequence as e:
+        raise InputError(f"--solution {path}: not a valid sequence on {instance} (L = {chain.L}): {e}") from None
+    return sched
+
+
 def _segments_arg(text: str, L: int) -> int:
     """``sequential[:K]``: K segments (default about sqrt(L), as Chen et al. suggest), 1 <= K <= L."""
     name, _, k = text.partition(":")
@@ -201,9 +254,9 @@ def add_parser(subparsers) -> None:
                    help="per-sample input shape, e.g. 3x224x224 (gpt2: the sequence length, e.g. 512; transformer: "
                    "src_len + tgt_len token ids, e.g. 128 with the default src_len 64)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--repeats", type=int, default=3, help="timed runs per operation; the median is kept")
+    p.add_argument("--repeats", type=positive_int, default=3, help="timed runs per operation; the median is kept")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     p.add_argument("--cuts", choices=["auto", "saved", "multi"], default="auto",
                    help="where to cut the network: auto (default) cuts where several tensors cross only for a "
                         "network whose single-tensor stages are too coarse: fewer than one per ten operations "
@@ -235,10 +288,11 @@ def add_parser(subparsers) -> None:
                     "sequence (a solution JSON from 'memplan solve --json', or a built-in one) with the "
                     "runtime executor, and print measured vs simulated peak memory and time.")
     r.add_argument("instance")
-    r.add_argument("--solution", help="Solution JSON written by 'memplan solve --problem remat --json'")
+    r.add_argument("--solution", help="Solution JSON written by 'memplan solve --problem remat --json' on this "
+                   "instance")
     r.add_argument("--sequence", default="store-all",
                    help="when no --solution: store-all, bisection, or sequential[:SEGMENTS]")
     r.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: the instance's device")
-    r.add_argument("--threads", type=int, default=None)
+    r.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     r.add_argument("--check-grads", action="store_true", help="also compare gradients with plain autograd")
     r.set_defaults(func=_cmd_run)

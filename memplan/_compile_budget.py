@@ -1565,6 +1565,21 @@ class BudgetSearch:
         for c in near:
             c.step_time = statistics.median(c.step_times)
 
+    def _cut_by_time(self) -> list[str]:
+        """What ``time_limit`` left untried, one entry per kind (empty when it cut nothing): the skipped
+        fractions, the chain plans, the compiled-stage chains and the compiled loss chunks, from the
+        notes the search wrote when it stopped each (they all say "within time_limit=")."""
+        cut = []
+        if self.skipped:
+            cut.append(f"fractions {', '.join(f'{f:g}' for f in self.skipped)}")
+        if "within time_limit=" in self.chain_note:
+            return cut + ["chain plans"]          # none built: the compiled ones neither
+        if any("within time_limit=" in n for n in self.compiled_chain_notes.values()):
+            cut.append("chain plans with compiled stages")
+        if "within time_limit=" in self.compiled_loss_chunks_note:
+            cut.append("compiled loss chunks")
+        return cut
+
     def under(self, memory: float | str) -> BudgetedStep:
         """The fastest measured candidate whose measured peak is within ``memory`` (the smaller peak
         among equally fast ones; those within :data:`RETIME_MARGIN` of the fastest are first timed
@@ -1611,10 +1626,18 @@ class BudgetSearch:
                 cands = [dataclasses.replace(c, fits=c.peak <= budget) for c in self.measured()]
                 what = (best.label if best.kind.startswith("chain")
                         else f"fraction {best.fraction:g}, knapsack {best.solver}")
-                err = InfeasibleError(
-                    f"memory {fmt_memory(budget)} is below every measured peak: the smallest is "
-                    f"{best.peak} bytes ({fmt_memory(best.peak)}, {what}); give at least "
-                    f"that, or try other fractions{untried}", minimum=best.peak)
+                cut = self._cut_by_time()
+                if cut:     # the smallest measured is not the smallest there is: say what was not tried
+                    err = InfeasibleError(
+                        f"memory {fmt_memory(budget)} is below every peak measured before time_limit="
+                        f"{self.time_limit:g} s stopped the search ({len(cands)} candidate(s) measured; not "
+                        f"tried: {'; '.join(cut)}): the smallest is {best.peak} bytes ({fmt_memory(best.peak)}, "
+                        f"{what}); a longer time_limit may find smaller ones", minimum=best.peak)
+                else:
+                    err = InfeasibleError(
+                        f"memory {fmt_memory(budget)} is below every measured peak: the smallest is "
+                        f"{best.peak} bytes ({fmt_memory(best.peak)}, {what}); give at least "
+                        f"that, or try other fractions{untried}", minimum=best.peak)
                 err.candidates = cands
                 raise err
             cands = [c for _, c in pairs]
@@ -1653,9 +1676,13 @@ def _in_forward(loss_stage) -> bool:
 
 
 def _budget(memory) -> int:
+    """The budget in bytes; a non-positive one is refused at once (every candidate's peak is above it,
+    so the whole search ran, 29 s on a tiny GPT-2, only to refuse it)."""
     budget = parse_memory(memory)
     if not math.isfinite(budget):
         raise InputError(f"compile_under_budget: memory {memory!r} is not finite")
+    if budget <= 0:
+        raise InputError(f"compile_under_budget: memory {memory!r} must be a positive quantity, e.g. '300MiB'")
     return int(budget)
 
 

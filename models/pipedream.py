@@ -57,7 +57,7 @@ from typing import Any
 
 import networkx as nx
 
-from .chain import Chain
+from .chain import MAX_BYTES, MAX_SECONDS, Chain
 from .cost_graph import CostGraph, chain_of
 from .cut_report import coarse_chain_warning, cut_tensors
 from .graph import MULTI_MAX_NODES, join_terminals, linearize, multi_cut_groups
@@ -74,14 +74,28 @@ class PipeDreamFormatError(ValueError):
     """A line of a graph.txt file could not be read; the message names the file and line."""
 
 
-def _number(text: str, where: str) -> float:
+def _number(text: str, where: str, field: str = "") -> float:
+    """The number of a node's ``field`` (a list ``[a; b]`` is summed), or a
+    :class:`PipeDreamFormatError` naming the place and the field when it cannot be read or is not a
+    time or size: negative, NaN, infinite, or past the chain's ranges (:data:`models.chain.MAX_BYTES`;
+    times, in ms, :data:`models.chain.MAX_SECONDS`). Such a value was taken as it was (a negative time)
+    or refused only later by the chain without the file or node (``Chain.uf[5] = nan is out of range``)."""
     text = text.strip()
     try:
         if text.startswith("["):
-            return float(sum(float(p) for p in text.strip("[]").replace(",", ";").split(";") if p.strip()))
-        return float(text)
+            parts = [float(p) for p in text.strip("[]").replace(",", ";").split(";") if p.strip()]
+        else:
+            parts = [float(text)]
     except ValueError:
         raise PipeDreamFormatError(f"{where}: cannot read number {text!r}") from None
+    if field:
+        top = MAX_SECONDS * 1e3 if field.endswith("_time") else MAX_BYTES
+        for v in parts:
+            if not 0 <= v <= top:      # NaN fails too
+                raise PipeDreamFormatError(
+                    f"{where}: {field}={text} is not a {'time' if field.endswith('_time') else 'size'}: give a "
+                    f"finite number in [0, {top:g}] ({'milliseconds' if field.endswith('_time') else 'bytes'})")
+    return float(sum(parts))
 
 
 def read_graph(path: str | Path) -> nx.DiGraph:
@@ -105,9 +119,12 @@ def read_graph(path: str | Path) -> nx.DiGraph:
         if not m:
             raise PipeDreamFormatError(f"{where}: not a node or edge line: {line[:80]!r}")
         nid, desc = m.group(1), m.group(2).strip()
+        at = f"{where}: node {nid}"
         G.add_node(nid, desc=desc, type=desc.split("(")[0].strip(),
-                   uf=_number(m.group(3), where) * 1e-3, ub=_number(m.group(4), where) * 1e-3,
-                   out_bytes=_number(m.group(5), where), weight_bytes=_number(m.group(6), where))
+                   uf=_number(m.group(3), at, "forward_compute_time") * 1e-3,
+                   ub=_number(m.group(4), at, "backward_compute_time") * 1e-3,
+                   out_bytes=_number(m.group(5), at, "activation_size"),
+                   weight_bytes=_number(m.group(6), at, "parameter_size"))
     for u, v, where in edges:
         for n in (u, v):
             if n not in G:

@@ -622,6 +622,46 @@ def multi_cut_provenance(lm) -> dict[str, Any]:
     return {"cuts": cuts, "resident": resident}
 
 
+def check_example_input(model_name: str, model, x: torch.Tensor, shape: Sequence[int]) -> None:
+    """Run ``model`` once on its example input ``x`` (batch ``x.shape[0]``, per-sample ``shape``), before
+    it is traced or compiled, and turn an error of that run into an
+    :class:`~memplan.models.solution.InputError` of one line: the model, the input shape, the error's
+    first line and what would work (the zoo's default shape; for a token model, at most its context
+    length). A wrong ``--input`` (rank, channels, a sequence past ``n_ctx``, one value per batch-norm
+    channel) otherwise failed deep inside torch.fx's shape propagation with two chained tracebacks;
+    only this first plain run is caught, so an error in the tracing or profiling after it still shows
+    in full. The run leaves no trace: no gradients, RNG states and buffers (batch-norm statistics) put
+    back, as :func:`models.graph.capture` does."""
+    from .networks import DEFAULT_INPUT, TOKEN_MODELS
+    from .solution import InputError
+
+    devices = [x.device] if x.device.type == "cuda" else []
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+            saved = {name: b.clone() for name, b in model.named_buffers()}
+            try:
+                model(x)
+            finally:
+                for name, b in model.named_buffers():
+                    b.copy_(saved[name])
+    except (RuntimeError, ValueError, IndexError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        given = "x".join(map(str, shape))
+        default = "x".join(map(str, DEFAULT_INPUT.get(model_name, ())))
+        config = getattr(model, "config", None)      # the zoo's token models record their n_ctx there
+        n_ctx = config.get("n_ctx") if isinstance(config, dict) else None
+        if model_name in TOKEN_MODELS and len(shape) != 1:
+            hint = f"a token model takes a sequence length, e.g. --input {default}"
+        elif n_ctx and len(shape) == 1 and shape[0] > n_ctx:
+            hint = (f"the sequence is longer than the model's n_ctx = {n_ctx}: give --input {n_ctx} or less "
+                    f"(or --set n_ctx={shape[0]})")
+        elif "more than 1 value per channel" in first:
+            hint = "batch normalization needs more than one value per channel: a larger --batch or --input"
+        else:
+            hint = f"its default input is {default}" if default else "give another --input"
+        raise InputError(f"{model_name} cannot run on input {given} (batch {x.shape[0]}): {first}; {hint}") from None
+
+
 def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None = None, *, device="cpu",
                   repeats: int = 3, seed: int = 0, model_kw: dict[str, Any] | None = None,
                   provenance: dict[str, Any] | None = None, name: str | None = None,
@@ -647,6 +687,7 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
     shape = tuple(input_shape) if input_shape else DEFAULT_INPUT[model_name]
     vocab = model_kw.get("vocab")       # None: the model's default (networks.TOKEN_MODELS)
     x = example_input(model_name, batch, shape, vocab=vocab, seed=seed, device=device)
+    check_example_input(model_name, model, x, shape)     # a wrong input shape: one line, not a traceback
     t0 = time.perf_counter()
     loss_fn = classification_loss(seed=seed)
     lm = linearize_model(model, x, loss_fn, cuts=cuts)

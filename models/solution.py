@@ -6,6 +6,7 @@ claimed (DP table value, MILP objective), so the two can be compared.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ class Solution:
     details: dict[str, Any] = field(default_factory=dict)
     bandwidth: float | None = None        # bytes/s of the link the schedule uses (offloading, pipeline)
     gpus: int | None = None               # GPUs of a pipeline schedule
+    instance: dict[str, Any] | None = None   # what it was solved on (:func:`instance_record`), if recorded
 
     @property
     def success(self) -> bool:
@@ -84,13 +86,16 @@ class Solution:
                 except (ValueError, AttributeError):
                     pass
             return x
-        return clean({
+        out = {
             "problem": self.problem, "method": self.method, "status": str(self.status),
             "objective": self.objective, "peak_memory": self.peak_memory, "memory_limit": self.memory_limit,
             "bandwidth": self.bandwidth, "gpus": self.gpus,
             "bound": self.bound, "gap": self.gap, "predicted": self.predicted, "message": self.message,
             "times": dict(self.times), "details": dict(self.details), "schedule": sched,
-        })
+        }
+        if self.instance is not None:     # optional: files without it read as before
+            out["instance"] = dict(self.instance)
+        return clean(out)
 
     def write_json(self, path: str | Path) -> None:
         """Write :meth:`to_dict` as JSON; a path that cannot be written raises :class:`InputError`
@@ -100,3 +105,29 @@ class Solution:
             Path(path).write_text(text)
         except OSError as e:
             raise InputError(f"{path}: cannot write the solution here ({e.strerror or e})") from None
+
+
+def chain_fingerprint(chain) -> str:
+    """sha256 (hex) of everything about ``chain`` a solver plans with: every per-stage array (the
+    optional ones as the chain resolves them), ``u_turn`` and ``resident``, as float64 bytes. Its name,
+    stage names and provenance are left out: renaming an instance does not change its plans. Two loads
+    of one instance file give the same fingerprint (the file's numbers parse to the same floats)."""
+    import numpy as np
+
+    h = hashlib.sha256()
+    for key in ("uf", "ub", "wa", "wabar", "wd", "of", "ob", "weights", "of_all", "of_ng", "ufn"):
+        h.update(key.encode() + b"=")
+        h.update(np.ascontiguousarray(np.asarray(getattr(chain, key), dtype="<f8")).tobytes())
+    h.update(np.asarray([chain.u_turn, chain.resident], dtype="<f8").tobytes())
+    return h.hexdigest()
+
+
+def instance_record(chain, file: str | Path | None = None) -> dict[str, Any]:
+    """What :attr:`Solution.instance` records of the instance a solution was solved on: the chain's
+    ``name``, ``L`` and :func:`chain_fingerprint` (``sha256``), and the ``file`` it was read from when
+    given. ``memplan run`` compares it with the instance it is asked to run the solution on: a plan
+    solved on another chain replays to another peak, over the limit it was solved for."""
+    rec: dict[str, Any] = {"name": chain.name, "L": int(chain.L), "sha256": chain_fingerprint(chain)}
+    if file is not None:
+        rec["file"] = str(file)
+    return rec

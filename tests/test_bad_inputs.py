@@ -314,3 +314,91 @@ def test_the_api_names_a_path_it_cannot_write(tmp_path):
         sol.write_json(tmp_path)
     with pytest.raises(InputError, match="cannot write the solution"):
         sol.write_json(tmp_path / "missing" / "x.json")
+
+
+@pytest.mark.parametrize("flag", ["--json", "--gantt", "--solver-log"])
+def test_an_empty_output_name_is_an_error_not_no_file(flag, capsys, no_solve):
+    """``--json ''`` was taken as 'no file' (nothing written, exit 0)."""
+    base = ["solve", TOY, "--memory", "90MiB", "--problem", "offload", "--bandwidth", "1GB/s"]
+    rc, out, err = _run(base + [flag, ""], capsys)
+    assert rc == 2 and out == "" and _one_line(err).endswith(f"{flag}: an empty file name; give one, e.g. results/out")
+
+
+@pytest.mark.parametrize("name, what", [("g.xyz", "extension '.xyz'"), ("g", "no extension")])
+def test_a_gantt_chart_name_matplotlib_cannot_write_is_refused_before_the_solve(name, what, tmp_path, capsys, no_solve):
+    """The drawing comes after the solve: 'g.xyz' failed after the report, 'g' became 'g.png'."""
+    base = ["solve", TOY, "--memory", "90MiB", "--problem", "offload", "--bandwidth", "1GB/s"]
+    rc, out, err = _run(base + ["--gantt", str(tmp_path / name)], capsys)
+    line = _one_line(err)
+    assert rc == 2 and out == "" and f"{what}; give an image file name ending in one of" in line
+    assert ".png" in line and ".pdf" in line and not list(tmp_path.iterdir())
+
+
+def test_show_rows_below_one_names_the_option(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["show", TOY, "--rows", "-1"])
+    assert e.value.code == 2 and "argument --rows: '-1': give a whole number >= 1" in capsys.readouterr().err
+
+
+def test_instances_that_cannot_be_chains(tmp_path, capsys):
+    """JSON nested past the decoder's recursion limit, a chain of the input and the loss alone (L = 0:
+    every problem's methods failed on it with index or division errors), no name at all; the Python
+    API refuses what is not a path."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100000 + "]" * 100000)
+    rc, _, err = _run(["show", str(deep)], capsys)
+    assert rc == 2 and _one_line(err).endswith("deep.json: not an instance: its JSON is nested too deeply to read")
+    doc = json.loads(Path(TOY).read_text())
+    doc["stages"] = [doc["stages"][0], dict(doc["stages"][-1], stage=1)]
+    l0 = tmp_path / "l0.json"
+    l0.write_text(json.dumps(doc))
+    rc, _, err = _run(["solve", str(l0), "--memory", "90MiB"], capsys)
+    assert rc == 2 and "field 'stages': List should have at least 3 items" in _one_line(err)
+    with pytest.raises(ValueError, match=r"at least one stage besides the loss \(L >= 1"):
+        memplan.random_chain(0)
+    rc, _, err = _run(["show", ""], capsys)
+    assert rc == 2 and "no instance given: name a file (instances/*.json) or a shipped instance (" in _one_line(err)
+    for bad in (None, 5, b"instances/paper004_table2.json"):
+        with pytest.raises(TypeError, match="an instance is a file path or a shipped instance's name"):
+            load_instance(bad)
+
+
+def test_the_python_api_names_what_it_cannot_take(tmp_path):
+    """Raw numpy, int() and call errors became messages naming the argument; save_instance takes the
+    Instance that load_instance gives (it failed on it with an AttributeError)."""
+    inst = memplan.load_instance("paper004_table2")
+    back = memplan.load_instance(memplan.save_instance(inst, tmp_path / "toy.json"))
+    assert back.platform == inst.platform and back.chain.L == 6
+    assert back.chain.store_all_time() == pytest.approx(inst.chain.store_all_time())
+    with pytest.raises(TypeError, match="chain must be a Chain or an Instance, not str"):
+        memplan.save_instance("paper004_table2", tmp_path / "x.json")
+    for kw, arg in ((dict(L=-1), "L=-1"), (dict(L="5"), "L='5'"), (dict(L=2.5), "L=2.5"),
+                    (dict(L=3, max_size=0), "max_size=0"), (dict(L=3, max_time=0), "max_time=0")):
+        with pytest.raises(ValueError, match=f"random_chain: {arg} must be a whole number >= 1"):
+            memplan.random_chain(**kw)
+    with pytest.raises(InputError, match="progress=5 must be a function of one line of text"):
+        memplan.solve(inst, "remat", memory="90MiB", progress=5)
+    with pytest.raises(InputError, match="time_limit=True must be a number of seconds"):
+        memplan.solve(inst, "remat", memory="90MiB", time_limit=True)
+    given = memplan.solve(inst, "remat", memory="90MiB", method="rotor", slots="1e3")
+    assert given.objective == memplan.solve(inst, "remat", memory="90MiB", method="rotor", slots=1000).objective
+
+
+def test_below_the_resident_bytes_the_message_gives_the_whole_minimum():
+    """A chain whose resident tensors alone exceed the limit: the inner solve ran at 1 B and its message
+    ('no valid sequence fits in 1 B: the minimum feasible memory is 82.1 MiB ... planned under 0 B')
+    named neither the limit given nor the minimum that works."""
+    import dataclasses
+
+    from memplan.models.solution import Status
+
+    toy = memplan.load_instance("paper004_table2").chain
+    alone = memplan.solve(toy, "remat", memory="50MiB", method="rotor")
+    r = 1000 * 2**20
+    sol = memplan.solve(dataclasses.replace(toy, resident=r), "remat", memory="90MiB", method="rotor")
+    assert alone.status == sol.status == Status.INFEASIBLE
+    need = alone.details["min_memory"] + r
+    assert sol.details["min_memory"] == pytest.approx(need)
+    assert sol.message == (f"nothing fits in 90.0 MiB ({90 * 2**20:.6g} B): the minimum feasible memory is 1.1 GiB "
+                           f"({need:.6g} B), of which 1000.0 MiB of resident tensors (Chain.resident: tensors "
+                           "crossing two or more cuts and their gradients), charged for the whole step")

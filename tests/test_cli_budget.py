@@ -64,3 +64,38 @@ def test_budget_bad_stage_fractions_are_one_line(capsys, bad):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--stage-fractions" in err and "distinct numbers in [0, 1]" in err
+
+
+def test_budget_zero_is_refused_before_any_search(capsys):
+    """--memory 0 ran the whole search (29 s on the README's GPT-2) before refusing it; the API refuses
+    it before it builds anything too."""
+    import time
+
+    from memplan import compile_under_budget
+    from memplan.models.solution import InputError
+
+    t0 = time.perf_counter()
+    assert main(["budget", *TINY, "--memory", "0"]) == 2
+    assert time.perf_counter() - t0 < 5
+    err = capsys.readouterr().err.strip()
+    assert err == "memplan: error: --memory '0': the budget must be a positive, finite quantity, e.g. 300MiB"
+    with pytest.raises(InputError, match=r"memory 0 must be a positive quantity"):
+        compile_under_budget(None, (), 0)
+
+
+def test_budget_refusal_says_when_the_time_limit_cut_the_search(capsys, one_torch_thread):
+    """A time limit that stops the search after the first fraction: the refusal says the smallest peak is
+    among the candidates measured before it, what was not tried, and that a longer limit may find smaller
+    ones (it said "give at least that" while the chain plans, untried, fit far lower)."""
+    assert main(["budget", *TINY, "--memory", "1KiB", "--time-limit", "0.001"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert err.startswith("memplan: error: memory 1.0 KiB is below every peak measured before time_limit=0.001 s "
+                          "stopped the search (1 candidate(s) measured; not tried: chain plans): the smallest is ")
+    assert err.endswith("; a longer time_limit may find smaller ones") and "give at least" not in err
+    cut = int(re.search(r"the smallest is (\d+) bytes", err).group(1))
+    # with the time to try them, the chain plans go below it; the refusal then says to give at least that
+    assert main(["budget", *TINY, "--memory", "1KiB"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is below every measured peak" in err and "give at least that" in err
+    assert int(re.search(r"the smallest is (\d+) bytes", err).group(1)) < cut

@@ -1,5 +1,6 @@
 """The PipeDream graph.txt importer, checked against sums read by hand from the published profiles."""
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,25 @@ def test_ilp_is_never_slower_than_a_baseline_eager_schedule():
     assert ilp.details["ilp"]["period"] is None or ilp.details["ilp"]["period"] > ilp.objective
     assert ilp.bound == pytest.approx(period_lower_bound(task_data(chain, 12e9, "autograd"), 8))
     assert str(ilp.status) in ("feasible", "time_limit") and "eager" in ilp.message
+
+
+@pytest.mark.parametrize("field,value", [("forward_compute_time", "-1.042"), ("backward_compute_time", "inf"),
+                                         ("activation_size", "nan"), ("activation_size", "[4.0; -2.0]"),
+                                         ("parameter_size", "-512.000")])
+def test_a_value_that_is_not_a_time_or_size_names_file_node_and_field(field, value, tmp_path, capsys):
+    """A negative, NaN or infinite time or size (one entry of a list included) is refused by the importer
+    with the file, line, node and field, not taken as it is (a negative time went through) or refused
+    later by the chain without them (``Chain.uf[5] = nan is out of range``)."""
+    from memplan.experiments.cli import main
+
+    lines = (PD / "resnet18.graph.txt").read_text().splitlines()
+    k = next(i for i, line in enumerate(lines) if line.startswith("node10 -- "))
+    lines[k] = re.sub(rf"{field}=[^,]+(?=,|$)", f"{field}={value}", lines[k])
+    assert f"{field}={value}" in lines[k]
+    bad = tmp_path / "bad.graph.txt"
+    bad.write_text("\n".join(lines) + "\n")
+    assert main(["import-pipedream", str(bad), "-o", str(tmp_path / "out.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"bad.graph.txt:{k + 1}: node node10: {field}={value} is not a " in err
+    assert not (tmp_path / "out.json").exists()

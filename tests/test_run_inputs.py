@@ -1,0 +1,138 @@
+"""Bad input to ``memplan run`` and ``memplan profile``: one line on stderr naming the file or option and
+what would work, exit status 2; never a traceback or a silent default."""
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from memplan.experiments.cli import main  # noqa: E402
+
+PROFILE = ["--model", "resnet18", "--batch", "2", "--input", "3x32x32", "--threads", "1"]
+TINY_GPT2 = ["--set", "n_layer=1", "--set", "n_embd=32", "--set", "n_head=2", "--set", "vocab=100"]
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory, one_torch_thread):
+    """A ResNet-18 instance made by 'memplan profile' (batch 2, 3x32x32: 5 s on one thread)."""
+    path = tmp_path_factory.mktemp("run") / "r18.json"
+    assert main(["profile", *PROFILE, "-o", str(path)]) == 0
+    return path
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err.strip()
+
+
+def test_a_solution_without_a_schedule_is_named(profiled, tmp_path, capsys):
+    """A Solution written for an infeasible limit (status infeasible, schedule null) crashed with
+    ``TypeError: 'NoneType' object is not iterable``."""
+    sol = tmp_path / "inf.json"
+    assert main(["solve", str(profiled), "--memory", "1KiB", "--json", str(sol), "-q"]) == 2
+    capsys.readouterr()
+    assert json.loads(sol.read_text())["schedule"] is None
+    assert main(["run", str(profiled), "--solution", str(sol)]) == 2
+    err = _one_line(capsys)
+    assert f"--solution {sol}: has no schedule (status infeasible: no valid sequence fits" in err
+
+
+@pytest.mark.parametrize("problem", [
+    ["--problem", "pipeline", "--gpus", "2", "--memory", "1GiB", "--bandwidth", "12GB/s", "--method", "pipedream"],
+    ["--problem", "offload", "--memory", "1GiB", "--bandwidth", "1GB/s", "--method", "greedy"]])
+def test_another_problems_solution_is_named(problem, profiled, tmp_path, capsys):
+    """A pipeline or offloading Solution has a schedule that is no sequence (TypeError, 'too many values
+    to unpack (expected 2)')."""
+    sol = tmp_path / "other.json"
+    assert main(["solve", str(profiled), *problem, "--json", str(sol), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(profiled), "--solution", str(sol)]) == 2
+    assert _one_line(capsys) == (f"memplan: error: --solution {sol}: a remat solution with a schedule is needed; "
+                                 f"this one is problem '{problem[1]}' (solve with --problem remat)")
+
+
+def test_an_instance_or_an_empty_file_as_solution_is_named(profiled, tmp_path, capsys):
+    """An instance file as the solution (KeyError: 'schedule'), an empty file (the JSON error without
+    the file's name)."""
+    assert main(["run", str(profiled), "--solution", str(profiled)]) == 2
+    assert f"--solution {profiled}: an instance file; give a Solution" in _one_line(capsys)
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    assert main(["run", str(profiled), "--solution", str(empty)]) == 2
+    assert f"--solution {empty}: not a JSON file (empty)" in _one_line(capsys)
+
+
+def test_a_solution_of_another_instance_is_refused_and_an_old_one_still_runs(profiled, tmp_path, capsys):
+    """A Solution records the instance it was solved on (name, L, sha256 of the chain's arrays); run
+    refuses it on another one (it ran, to a peak over the limit it was solved for), naming both.
+    A Solution without the record (written before it existed) runs as before."""
+    sol = tmp_path / "a.json"
+    assert main(["solve", str(profiled), "--memory", "1GiB", "--json", str(sol), "-q"]) == 0
+    rec = json.loads(sol.read_text())["instance"]
+    assert rec["name"] == "resnet18-b2-3x32x32-cpu" and rec["L"] > 1 and len(rec["sha256"]) == 64
+    other = tmp_path / "b.json"
+    data = json.loads(profiled.read_text())
+    data["name"] = "other"
+    data["stages"][3]["abar"] *= 4
+    other.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(["run", str(other), "--solution", str(sol)]) == 2
+    err = _one_line(capsys)
+    assert (f"--solution {sol}: solved on instance 'resnet18-b2-3x32x32-cpu' ({profiled}), L = {rec['L']}, "
+            f"sha256 {rec['sha256'][:12]}, not on {other}: 'other', L = {rec['L']}, sha256 ") in err
+    assert err.endswith(f"; solve {other} again")
+    # the same instance, read again: the same fingerprint
+    assert main(["run", str(profiled), "--solution", str(sol)]) == 0
+    old = json.loads(sol.read_text())
+    del old["instance"]
+    sol.write_text(json.dumps(old))
+    capsys.readouterr()
+    assert main(["run", str(other), "--solution", str(sol)]) == 0
+    assert "peak memory  measured" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args,what", [
+    (["--model", "resnet18", "--batch", "2", "--input", "3x32"],
+     "resnet18 cannot run on input 3x32 (batch 2): Given groups=1"),
+    (["--model", "resnet18", "--batch", "2", "--input", "4x32x32"],
+     "resnet18 cannot run on input 4x32x32 (batch 2): Given groups=1"),
+    (["--model", "resnet18", "--batch", "1", "--input", "3x32x32"],
+     "resnet18 cannot run on input 3x32x32 (batch 1): Expected more than 1 value per channel"),
+    (["--model", "gpt2", "--batch", "2", "--input", "3x32x32", *TINY_GPT2],
+     "gpt2 cannot run on input 3x32x32 (batch 2): "),
+    (["--model", "gpt2", "--batch", "2", "--input", "2000", *TINY_GPT2],
+     "gpt2 cannot run on input 2000 (batch 2): index out of range in self; the sequence is longer than the "
+     "model's n_ctx = 1024: give --input 1024 or less (or --set n_ctx=2000)")])
+def test_an_input_the_model_cannot_take_is_one_line(args, what, tmp_path, capsys, one_torch_thread):
+    """A wrong --input (rank, channels, one value per batch-norm channel, an image for GPT-2, a sequence
+    past n_ctx) printed torch.fx's chained tracebacks."""
+    assert main(["profile", *args, "-o", str(tmp_path / "x.json")]) == 2
+    err = _one_line(capsys)
+    assert err.startswith(f"memplan: error: {what}")
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_budget_input_the_model_cannot_take_is_one_line(capsys, one_torch_thread):
+    assert main(["budget", "--model", "resnet18", "--batch", "2", "--input", "3x32", "--memory", "10MiB"]) == 2
+    assert _one_line(capsys).startswith("memplan: error: resnet18 cannot run on input 3x32 (batch 2): Given groups=1")
+
+
+@pytest.mark.parametrize("verb,flag,value", [("profile", "--threads", "-1"), ("profile", "--threads", "0"),
+                                             ("profile", "--repeats", "0"), ("run", "--threads", "-1")])
+def test_threads_and_repeats_below_one_are_refused(verb, flag, value, profiled, tmp_path, capsys):
+    """--threads -1 was a RuntimeError traceback, --threads 0 silently ignored, --repeats 0 silently 3."""
+    args = ([verb, *PROFILE[:-2], "-o", str(tmp_path / "x.json")] if verb == "profile" else [verb, str(profiled)])
+    with pytest.raises(SystemExit) as e:
+        main([*args, flag, value])
+    assert e.value.code == 2
+    assert f"argument {flag}: '{value}': give a whole number >= 1" in _one_line(capsys)
+    assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a torch that sees a CUDA device")
+def test_run_on_cuda_without_one_is_one_line(profiled, capsys):
+    """An AssertionError traceback ('Torch not compiled with CUDA enabled'); profile and budget said so."""
+    assert main(["run", str(profiled), "--sequence", "store-all", "--device", "cuda"]) == 2
+    assert _one_line(capsys) == (f"memplan: error: --device cuda: this torch ({torch.__version__}) sees no CUDA "
+                                 "device; use --device cpu")

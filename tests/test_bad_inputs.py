@@ -354,8 +354,11 @@ def test_instances_that_cannot_be_chains(tmp_path, capsys):
     l0.write_text(json.dumps(doc))
     rc, _, err = _run(["solve", str(l0), "--memory", "90MiB"], capsys)
     assert rc == 2 and "field 'stages': List should have at least 3 items" in _one_line(err)
-    with pytest.raises(ValueError, match=r"at least one stage besides the loss \(L >= 1"):
+    with pytest.raises(ValueError, match=r"random_chain: L=0 must be a whole number >= 1"):
         memplan.random_chain(0)
+    toy = memplan.load_instance("paper004_table2").chain
+    with pytest.raises(ValueError, match=r"at least one stage besides the loss \(L >= 1: len\(wa\) >= 3, got 2\)"):
+        memplan.Chain(**{f: getattr(toy, f)[:2] for f in ("uf", "ub", "wa", "wabar", "wd", "of", "ob", "weights")})
     rc, _, err = _run(["show", ""], capsys)
     assert rc == 2 and "no instance given: name a file (instances/*.json) or a shipped instance (" in _one_line(err)
     for bad in (None, 5, b"instances/paper004_table2.json"):

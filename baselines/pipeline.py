@@ -98,6 +98,11 @@ def _expired(deadline: float) -> bool:
     return time.monotonic() >= deadline
 
 
+class _Stopped(Exception):
+    """A partition DP given a ``deadline`` reached it (O(P L^2) in Python: 34 s for one PipeDream DP at
+    L = 20000, so the sweeps cannot only check their deadline between DPs)."""
+
+
 # ----------------------------------------------------------------------------- memory of contiguous partitions
 def _planner_activation(td: TaskData, l: int) -> float:
     """The activation bytes PipeDream's planner counts for layer l: the layer's output ``a^l`` (its
@@ -164,6 +169,15 @@ def _serial_stage_memories(td: TaskData) -> np.ndarray:
     return M
 
 
+def min_memory_contiguous_seconds(L: int, P: int) -> float:
+    """A generous estimate of the seconds :func:`min_memory_contiguous` takes (it cannot be stopped):
+    the O(L^2) table, then per (stages, last layer) one vectorized step over the first layers
+    (measured on 2 cores: 0.1 s at L = 1000, P = 4; 1.1 s at L = 4000; 39 s at L = 20000; margin x2).
+    Callers under a time limit skip it when it would not fit."""
+    L, P = int(L), max(1, min(int(P), int(L)))
+    return 8e-8 * L * L + 4e-8 * P * L * L + 2e-5 * P * L
+
+
 def min_memory_contiguous(td: TaskData, P: int) -> tuple[float, list[tuple[int, int]]]:
     """The smallest peak memory of a *serial* pattern (no pipelining, every shift 0) over contiguous
     partitions into at most P stages: a memory that certainly suffices (DP over partitions on the
@@ -203,9 +217,10 @@ def _link_time(td: TaskData, last: int) -> float:
     return float(td.dc[last] + td.dc[td.n - last])
 
 
-def balanced_partition(td: TaskData, S: int) -> list[tuple[int, int]]:
+def balanced_partition(td: TaskData, S: int, *, deadline: float = math.inf) -> list[tuple[int, int]]:
     """GPipe-style: the contiguous partition into exactly S stages minimizing the largest of the stage
-    loads (u_F + u_B) and of the boundary link loads (DP, O(S L^2))."""
+    loads (u_F + u_B) and of the boundary link loads (DP, O(S L^2)). Raises :class:`_Stopped` when
+    the :func:`time.monotonic` ``deadline`` comes first (checked once per O(L) row)."""
     L = td.L
     if not 1 <= S <= L:
         raise ValueError(f"cannot cut {L} layers into {S} stages")
@@ -216,6 +231,8 @@ def balanced_partition(td: TaskData, S: int) -> list[tuple[int, int]]:
     best[0][0] = 0.0
     for k in range(1, S + 1):
         for j in range(k, L + 1):
+            if _expired(deadline):
+                raise _Stopped
             for i in range(k - 1, j):
                 if best[k - 1][i] == INF:
                     continue
@@ -230,13 +247,15 @@ def balanced_partition(td: TaskData, S: int) -> list[tuple[int, int]]:
     return stages[::-1]
 
 
-def pipedream_partition(td: TaskData, P: int, memory_target: float, noam: int) -> list[tuple[int, int]] | None:
+def pipedream_partition(td: TaskData, P: int, memory_target: float, noam: int, *,
+                        deadline: float = math.inf) -> list[tuple[int, int]] | None:
     """PipeDream's DP with its simplified memory model (module docstring): contiguous partition into
     at most P stages minimizing the slowest stage ``max(u_F + u_B, 2 x boundary transfer)``, where
     stage s must satisfy ``max(1, noam - s) x (activations + weights of the stage) <= memory_target``
     (activations: the chain's layer outputs ``td.wa`` under the paper's memory model; under the
     autograd model the stored bytes ``S`` of the stage's layers plus ``H`` of its first layer). None
-    when no partition satisfies the estimate. O(P L^2)."""
+    when no partition satisfies the estimate. O(P L^2). Raises :class:`_Stopped` when the
+    :func:`time.monotonic` ``deadline`` comes first (checked once per O(L) row)."""
     L = td.L
     cum = _stage_times(td)
     act = np.concatenate([[0.0], np.cumsum([_planner_activation(td, l) for l in range(1, L + 1)])])
@@ -248,6 +267,8 @@ def pipedream_partition(td: TaskData, P: int, memory_target: float, noam: int) -
     for k in range(1, P + 1):
         inflight = max(1, noam - (k - 1))
         for j in range(k, L + 1):
+            if _expired(deadline):
+                raise _Stopped
             for i in range(k - 1, j):
                 if best[k - 1][i] == INF:
                     continue
@@ -271,6 +292,11 @@ def pipedream_partition(td: TaskData, P: int, memory_target: float, noam: int) -
 
 
 # ----------------------------------------------------------------------------- sweeps
+#: seconds per task instance (n_batches x 2L) of one eager simulation: measured 0.3e-6 to 0.6e-6 at
+#: L >= 50 and 1.5e-6 at L = 6 on 2 loaded cores; x2 for a busier machine (see _simulate_all)
+_SIM_S_PER_TASK = 1.2e-6
+
+
 def _simulate_all(td: TaskData, cands: Sequence[tuple[tuple, int, float | None]], method: str, n_batches: int,
                   deadline: float, order: Sequence[int] | None = None) -> Points:
     """Simulate every distinct (partition, NOAM) of ``cands`` (in the order of the indices ``order``,
@@ -282,11 +308,16 @@ def _simulate_all(td: TaskData, cands: Sequence[tuple[tuple, int, float | None]]
     kept = set(keep)
     todo = [i for i in (order if order is not None else range(len(cands))) if i in kept]
     done: dict[int, Point] = {}
+    rate = _SIM_S_PER_TASK        # seconds per task instance: the estimate, or the slowest run seen
     for i in todo:
-        if _expired(deadline):
+        # a simulation cannot be stopped once started (O(n_batches L): about 0.3 s at L = 1000):
+        # none is started that would end after the deadline
+        if time.monotonic() + rate * n_batches * td.n > deadline:
             break
         stages, noam, target = cands[i]
+        t0 = time.monotonic()
         r = simulate_eager(td, stages, noam, n_batches)
+        rate = max(rate, (time.monotonic() - t0) / (n_batches * td.n))
         done[i] = Point(method, list(stages), noam, r.period, r.peak_memory, r, target, td.memory_model)
     out = Points(done[i] for i in keep if i in done)
     out.complete = len(done) == len(keep)
@@ -317,7 +348,11 @@ def pipedream_points(td: TaskData, P: int, *, n_targets: int = 24, noams: Sequen
             if _expired(deadline):
                 stopped = True
                 break
-            st = pipedream_partition(td, P, float(t), noam)
+            try:
+                st = pipedream_partition(td, P, float(t), noam, deadline=deadline)
+            except _Stopped:
+                stopped = True
+                break
             if st is not None:
                 where[len(cands)] = (b, a)
                 cands.append((tuple(st), noam, float(t)))
@@ -340,7 +375,11 @@ def gpipe_points(td: TaskData, P: int, *, n_batches: int = 500, time_limit: floa
         if _expired(deadline):
             stopped = True
             break
-        st = tuple(balanced_partition(td, S))
+        try:
+            st = tuple(balanced_partition(td, S, deadline=deadline))
+        except _Stopped:
+            stopped = True
+            break
         for noam in range(1, S + 1):
             cands.append((st, noam, None))
     pts = _simulate_all(td, cands, "gpipe", n_batches, deadline)
@@ -519,7 +558,9 @@ def start_pattern(td: TaskData, P: int, memory: float | None, points: Sequence[P
     :func:`partition_search` over all contiguous partitions (exhaustive or local, seeded with the
     baselines' partitions), and last the serial pattern of the memory-smallest contiguous partition.
     Every candidate is replayed; None when none fits. With ``time_limit`` the searches stop when it
-    runs out (the first candidates and the serial fallback are always tried)."""
+    runs out (the first candidates and the serial fallback are always tried, the fallback unless its
+    partition search, :func:`min_memory_contiguous_seconds`, would not fit in what the call's budget
+    has left)."""
     deadline = _deadline(time_limit)
     cands: list[tuple[float, int, Pattern | None, tuple, float]] = []
     for i, p in enumerate(points):
@@ -567,6 +608,9 @@ def start_pattern(td: TaskData, P: int, memory: float | None, points: Sequence[P
                 best, Tbest = q, q.T
     if best is not None:
         return best
+    b = _budget.current()
+    if b.time_limit is not None and min_memory_contiguous_seconds(td.L, P) > b.remaining():
+        return None       # the fallback's search would overrun the call's limit (39 s at L = 20000)
     mem, stages = min_memory_contiguous(td, P)
     if memory is None or mem <= memory * (1 + 1e-9):
         pat = serial_pattern(td, stages_to_layer_gpu(stages, td.L))

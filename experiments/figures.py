@@ -382,7 +382,7 @@ def draw(df, figure: str, out: str | Path, **kw) -> list[Path]:
     paths = fn(df, out, **kw)
     if not paths:
         raise ValueError(f"--figure {figure}: the table has no rows this figure draws (problems in it: "
-                         f"{', '.join(sorted(set(df['problem'])) or ['none'])})")
+                         f"{', '.join(sorted({str(x) for x in df['problem'].dropna()}) or ['none'])})")
     return paths
 
 

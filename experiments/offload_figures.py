@@ -7,6 +7,9 @@
   at 1x, 2x and 3x the bandwidth, and for optimal re-materialization (``memplan.solve(chain, "remat",
   "rotor", slots=500)``, paper 004's persistent DP) at the same limits.
 
+The link is each value of ``--bandwidth`` (Figure 2 is drawn at the lowest), or the instance's platform
+bandwidth; one of them is required.
+
 Every point is one task of the sweep engine (one :func:`memplan.solve` call, ``--time-limit`` each); a
 limit where no schedule exists is status ``infeasible`` (or ``no_solution``), an exception is status
 ``error`` with its message, never a NaN curve.
@@ -14,7 +17,7 @@ limit where no schedule exists is status ``infeasible`` (or ``no_solution``), an
 Usage::
 
     memplan sweep offload --instance instances/paper004_table2.json --bandwidth 1GB/s
-    python -m memplan.experiments.offload_figures --instance FILE --points 30 --milp-max-L 10 --out results/offload
+    python -m memplan.experiments.offload_figures --instance FILE --bandwidth 1GB/s --points 30 --milp-max-L 10 --out results/offload
 """
 from __future__ import annotations
 
@@ -26,9 +29,7 @@ import numpy as np
 
 from memplan.experiments import figures, sweeps
 from memplan.experiments.cli_checks import guarded
-from memplan.experiments.sweep_engine import Source
 from memplan.models.solution import InputError
-from memplan.models.units import parse_bandwidth
 
 ALL = ["greedy", "dynprog", "vdnn", "tflms", "autoswap", "milp"]
 DEFAULT_INSTANCE = "instances/paper004_table2.json"
@@ -57,23 +58,27 @@ def grids(args) -> list:
         raise InputError(f"--figures: expected 2, 3 or 2,3, got {args.figures!r}")
     opts = {"gap": 1e-4, "threads": args.threads, "slots": args.slots}
     out = []
+    given = sweeps.bandwidths(args)
     for src in sweeps.sources(args, DEFAULT_INSTANCE):
         chain, platform = src.load()
-        given = sweeps.split_list(args.bandwidth)
-        bw = (parse_bandwidth(given[0]) if given else
-              platform.bandwidth if platform is not None and platform.bandwidth else 12.5e9)
+        # every --bandwidth value is swept (Figure 2 is drawn at the lowest); none given: the platform's.
+        # Never a made-up link: the figures are about its speed
+        bws = given or ([platform.bandwidth] if platform is not None and platform.bandwidth else [])
+        if not bws:
+            raise InputError(f"--bandwidth: required, {src.spec} has no platform bandwidth; give the link's, e.g. "
+                             "--bandwidth 12GB/s (or 1GB/s,2GB/s for several)")
         one = argparse.Namespace(**{**vars(args), "instance": [src.spec] if not src.pipedream else None,
                                     "pipedream": [src.spec] if src.pipedream else None})
         if "2" in figs:
             ms = [m for m in methods if m != "milp" or chain.L <= args.milp_max_L] + ["lb"]
-            out.append(sweeps.base_grid(one, "offload", methods=ms, bandwidth=[bw], options=opts))
+            out.append(sweeps.base_grid(one, "offload", methods=ms, bandwidth=bws, options=opts))
         if "3" in figs:
             mf, mp = min_feasible_memory(chain), peak_memory_no_offload(chain)
             lo = min(mf, remat_min_memory(chain))
             mems = [float(m) for m in np.linspace(lo, mp, args.points)] if not args.memory else None
             heur = [m for m in methods if m != "milp"]
-            out.append(sweeps.base_grid(one, "offload", methods=heur, memory=mems, bandwidth=[k * bw for k in (1, 2, 3)],
-                                        options=opts))
+            out.append(sweeps.base_grid(one, "offload", methods=heur, memory=mems,
+                                        bandwidth=sorted({k * bw for bw in bws for k in (1, 2, 3)}), options=opts))
             out.append(sweeps.base_grid(one, "remat", methods=["rotor"], memory=mems, bandwidth=[None],
                                         options={"slots": 500}))
     return out

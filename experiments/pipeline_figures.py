@@ -1,7 +1,8 @@
 """Figures 6-11 of paper 003, in spirit: (memory, period) of PipeDream, GPipe and the ILP, from a table.
 
 A grid and a figure. For one chain (``--instance``, ``--pipedream GRAPH_TXT --batch B`` or
-``--random L``) and each P of ``--gpus`` (default 4 and 8): ``--points`` memory limits per GPU between
+``--random L``), each link bandwidth of ``--bandwidth`` (required unless the instance's platform gives one)
+and each P of ``--gpus`` (default 4 and 8): ``--points`` memory limits per GPU between
 the smallest memory any pattern may need (at least 0.6 x PipeDream's smallest point) and the largest
 memory of PipeDream's simulated points (:func:`memplan.experiments.sweep_engine.memory_range`), and
 at each limit every method of ``--methods`` (default ``ilp,pipedream``; ``gpipe``, and ``cyclic``
@@ -12,10 +13,12 @@ is an ``error`` row with its message (and the command exits with status 1), neve
 limit. Output: the table under ``<out>/results/`` and as ``<out>/results.csv``, ``<out>/pipeline_<chain>_P<P>.png`` and
 ``<out>/pipeline_summary.csv`` (ILP / PipeDream at each limit).
 
-    python -m memplan.experiments.pipeline_figures --instance instances/resnet18.json --gpus 4 8 --time-limit 600
+    python -m memplan.experiments.pipeline_figures --instance instances/resnet18-b8-224-cpu.json --bandwidth 12GB/s \\
+        --gpus 4 8 --time-limit 600
     python -m memplan.experiments.pipeline_figures --pipedream instances/pipedream/resnet18.graph.txt \\
         --batch 8 --bandwidth 12GB/s --gpus 4 8 --points 6 --time-limit 120
-    python -m memplan.experiments.pipeline_figures --random 12 --seed 0 --gpus 4 --points 6 --time-limit 30
+    python -m memplan.experiments.pipeline_figures --random 12 --seed 0 --bandwidth 12GB/s --gpus 4 --points 6 \\
+        --time-limit 30
 
 As in the serial script it replaces, the ILP never gets worse with more memory and starts from every
 baseline pattern that fits: the baseline points of each P are computed once, completely (no time
@@ -32,7 +35,7 @@ import sys
 from pathlib import Path
 
 from memplan.experiments import figures, sweeps
-from memplan.experiments.cli_checks import guarded
+from memplan.experiments.cli_checks import guarded, positive_int
 from memplan.models.solution import InputError
 
 
@@ -44,8 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--gap", type=float, default=None)
     e.add_argument("--threads", type=int, default=1)
     e.add_argument("--n-batches", type=int, default=500, help="mini-batches of each eager simulation")
-    e.add_argument("--periodicity", type=int, default=0, metavar="K",
-                   help="also search K-periodic schedules (method cyclic) at every limit (default 0: off)")
+    e.add_argument("--periodicity", type=positive_int, default=None, metavar="K",
+                   help="also search K-periodic schedules (method cyclic) at every limit, K >= 1 (default: off)")
     e.add_argument("--memory-model", choices=("paper", "autograd"), default="paper",
                    help="stored activations: paper 003's model (default, to reproduce its figures) or what "
                         "autograd keeps")
@@ -58,12 +61,18 @@ def grids(args) -> list:
         raise InputError("one of --instance, --pipedream or --random is required")
     if args.gpus is None:
         args.gpus = ["4", "8"]
+    if not args.bandwidth:      # the period depends on the link: never a row computed without one
+        for src in sweeps.sources(args):
+            platform = src.load()[1]
+            if platform is None or not platform.bandwidth:
+                raise InputError(f"--bandwidth: required, {src.spec} has no platform bandwidth; give the link "
+                                 "between GPUs, e.g. --bandwidth 12GB/s (or 1GB/s,2GB/s for several)")
     methods = sweeps.split_list(args.methods)
     opts = {"threads": args.threads, "n_batches": args.n_batches, "memory_model": args.memory_model}
     if args.gap is not None:
         opts["gap"] = args.gap
     out = [sweeps.base_grid(args, "pipeline", methods=methods, options=opts)]
-    if args.periodicity:
+    if args.periodicity is not None:
         out.append(sweeps.base_grid(args, "pipeline", methods=["cyclic"],
                                     options={**opts, "periodicity": args.periodicity}))
     return out

@@ -1,8 +1,9 @@
 """Re-materialization + offloading (paper 000, section 5): throughput against the memory limit.
 
 A grid and a figure. For each memory limit between ``--low`` x rotor's minimum feasible memory and
-1.02 x the store-all peak, and each bandwidth ``beta x f`` (f in ``--factors``, default 1, 2, 3), the
-tasks are (each one :func:`memplan.solve` call of the sweep engine):
+1.02 x the store-all peak, and each bandwidth ``beta x f`` (beta each value of ``--bandwidth``, or the
+instance's platform bandwidth, one of them required; f in ``--factors``, default 1, 2, 3), the tasks
+are (each one :func:`memplan.solve` call of the sweep engine):
 
 - ``store-all`` (``memplan.solve(chain, "remat", "store-all")``: feasible only above its peak),
 - ``rotor`` -- optimal persistent re-materialization (paper 004) with the first of ``--slots``, and
@@ -38,7 +39,7 @@ from memplan.baselines.remat_offload_dp import MAX_TABLE_BYTES, table_bytes
 from memplan.experiments import figures, sweeps
 from memplan.experiments.cli_checks import guarded
 from memplan.models.solution import InputError
-from memplan.models.units import fmt_memory, parse_bandwidth
+from memplan.models.units import fmt_memory
 
 #: DYNPROG's state grid for the offloading-only curve (the figures were always made with 100)
 OFFLOAD_SLOTS = 100
@@ -66,12 +67,19 @@ def grids(args) -> list:
     except ValueError:
         raise InputError(f"--factors/--slots: expected comma-separated numbers, got {args.factors!r} / "
                          f"{args.slots!r}") from None
+    if not factors or not slot_list:         # an empty axis would silently become the default
+        raise InputError(f"--factors/--slots: give at least one value each, e.g. --factors 1,2,3 --slots 50,100, got "
+                         f"{args.factors!r} / {args.slots!r}")
+    given = sweeps.bandwidths(args)
     out = []
     for src in sweeps.sources(args, DEFAULT_INSTANCE):
         chain, platform = src.load()
-        given = sweeps.split_list(args.bandwidth)
-        beta = (parse_bandwidth(given[0]) if given else
-                platform.bandwidth if platform is not None and platform.bandwidth else parse_bandwidth("12GB/s"))
+        # every --bandwidth value is swept, each times every factor; none given: the platform's. Never
+        # a made-up link: the figure is about its speed
+        betas = given or ([platform.bandwidth] if platform is not None and platform.bandwidth else [])
+        if not betas:
+            raise InputError(f"--bandwidth: required, {src.spec} has no platform bandwidth; give the link's, e.g. "
+                             "--bandwidth 12GB/s (or 1GB/s,2GB/s for several)")
         skipped = [n for n in slot_list if table_bytes(chain.L, n) > MAX_TABLE_BYTES]
         slots = [n for n in slot_list if n not in skipped] or [50]
         if skipped:
@@ -82,7 +90,7 @@ def grids(args) -> list:
         else:
             lo, hi = min_memory(chain) * args.low, store_all(chain).peak_memory * 1.02
             mems = [lo + (hi - lo) * k / max(1, args.points - 1) for k in range(args.points)]
-        bws = [beta * f for f in factors]
+        bws = sorted({beta * f for beta in betas for f in factors})
         one = argparse.Namespace(**{**vars(args), "instance": [src.spec] if not src.pipedream else None,
                                     "pipedream": [src.spec] if src.pipedream else None})
         out.append(sweeps.base_grid(one, "remat", methods=["store-all"], memory=mems, bandwidth=[None]))

@@ -90,6 +90,9 @@ _POINTS_NEED = {"ilp": ("pipedream", "gpipe"), "cyclic": ("pipedream", "gpipe"),
                 "gpipe": ("gpipe",)}
 #: the order of the table's rows (the grid's coordinates)
 ORDER = ["instance_id", "problem", "method", "bandwidth", "gpus", "options", "memory_limit"]
+#: the most memory limits one grid spaces (``points``): more is a typo, not an experiment (every
+#: limit is a task and a part file per method)
+MAX_POINTS = 1000
 
 
 def _schema():
@@ -218,14 +221,71 @@ class Grid:
             raise InputError(f"options: {self.problem} has no option {bad[0]!r}; its options: " + ", ".join(
                 k for k in params if k not in ("chain", "memory", "bandwidth", "gpus", "method", "time_limit",
                                                "progress")))
+        if self.methods is not None and not list(self.methods):
+            raise InputError(f"methods: an empty list; name {self.problem}'s methods (e.g. {mod.DEFAULT_METHOD}) or "
+                             "leave it out for its default")
         if not self.instances:
             raise InputError("instances: give at least one instance (--instance FILE or --pipedream GRAPH_TXT)")
         if self.memory is None and not self.points and not self.fractions:
             raise InputError("memory: give absolute limits (--memory 80MiB,90MiB) or a number of points (--points N)")
-        if self.points is not None and self.points < 1:
-            raise InputError(f"points: must be at least 1, got {self.points}")
+        if self.memory is not None and (self.points or self.fractions):
+            raise InputError("memory and points: give absolute limits (memory) or spaced ones (points or fractions), "
+                             "not both: the one would silently replace the other")
+        if self.points is not None and not 1 <= self.points <= MAX_POINTS:
+            raise InputError(f"points: must be between 1 and {MAX_POINTS}, got {self.points}")
         if self.time_limit is not None and not (self.time_limit > 0):
             raise InputError(f"time_limit: must be positive seconds, got {self.time_limit}")
+        self.check_values()
+
+    def check_values(self) -> None:
+        """The grid's memory limits, bandwidths, GPU counts and option values, each distinct value
+        checked once with the checks of the problem's front end (:mod:`memplan._frontend`), before
+        any task runs: a value every task would refuse is one error naming it, not an ``error`` row
+        per task after the whole grid has run. What depends on the chain or the limit (``exact`` on
+        fractional sizes, tables too large) is left to each task's solve."""
+        from memplan import _frontend as fe
+
+        mod = memplan.problems[self.problem]
+        params = inspect.signature(mod.solve).parameters
+        try:
+            for m in self.memory or []:
+                fe.memory_arg(m, self.problem)
+        except InputError as e:
+            raise InputError(f"memory: {e}") from None
+        try:
+            for b in self.bandwidth or []:
+                if b is None or "bandwidth" not in params or b == math.inf:
+                    continue        # None: the platform's; inf: free links, the front end's to judge;
+                    #                 a problem without a link: refused in expand
+                if self.problem == "offload":
+                    fe.link_arg(b, self.problem)
+                elif self.problem == "remat-offload":
+                    memplan.remat_offload._bandwidth_arg(b)      # 0: no link, re-materialization alone
+                else:
+                    fe.bandwidth_arg(b, self.problem)
+        except InputError as e:
+            raise InputError(f"bandwidth: {e}") from None
+        if "gpus" in params:
+            try:
+                for P in self.gpus or []:
+                    fe.count_arg(P, "gpus", self.problem, required=False)
+            except InputError as e:
+                raise InputError(f"gpus: {e}") from None
+        counts = {"slots": 1, "threads": 1, "periodicity": 1}
+        if self.problem == "pipeline":
+            counts["n_batches"] = memplan.pipeline._MIN_N_BATCHES
+        try:
+            for k, vals in self.options.items():
+                for v in (vals if isinstance(vals, list) else [vals]):
+                    if k in counts:      # None is the default where the solve's default is None
+                        fe.count_arg(v, k, self.problem, minimum=counts[k],
+                                     required=params[k].default is not None)
+                    elif k == "gap":
+                        fe.gap_arg(v, self.problem)
+                    elif k == "memory_model" and self.problem == "pipeline":
+                        memplan.pipeline._memory_model_arg(v)
+        except InputError as e:
+            raise InputError(f"options: {e}") from None
 
 
 def _jsonable(x):
@@ -288,8 +348,10 @@ def expand(grids: Iterable[Grid]) -> tuple[list[dict], dict[str, Any]]:
     (``points@... -> [Point]``, named by a task's ``inputs``)."""
     tasks, instances, seen = [], {}, set()
     shared = _Points(instances)
-    for g in grids:
+    grids = list(grids)
+    for g in grids:         # every grid's values before any work (a pipeline grid's baseline points)
         g.check()
+    for g in grids:
         mod = memplan.problems[g.problem]
         methods = list(g.methods or [mod.DEFAULT_METHOD])
         params = inspect.signature(mod.solve).parameters
@@ -471,6 +533,34 @@ def _read_part(f: Path):
     return t
 
 
+def _checked_table(df, path):
+    """A table read from a file (CSV or Parquet, perhaps edited or cut short) as the figures need it,
+    or an error naming the file, the column and the row: every row has its problem, method, status
+    and memory limit, and the number columns hold numbers (an empty cell is a missing value). The
+    part files of a sweep folder are checked against the schema when read (:func:`_read_part`)."""
+    import numpy as np
+    import pandas as pd
+
+    df = df.reset_index(drop=True)
+    for c in ("problem", "method", "status", "memory_limit"):
+        bad = np.flatnonzero(df[c].isna())
+        if len(bad):
+            raise InputError(f"{path}: row {bad[0] + 1} has no {c} (cut short or edited?); every row of a results "
+                             "table has one: delete that row or run the sweep again")
+    for c, t in COLUMNS:
+        if t != "float64" or c not in df.columns or df[c].dtype.kind in "fiu":
+            continue
+        num = pd.to_numeric(df[c], errors="coerce")
+        bad = np.flatnonzero(num.isna() & df[c].notna())
+        if len(bad):
+            raise InputError(f"{path}: column {c!r} holds {df[c][bad[0]]!r} in row {bad[0] + 1}, not a number; "
+                             "fix or delete that row, or run the sweep again")
+        df[c] = num.astype("float64")
+    for c in ("problem", "method", "status"):
+        df[c] = df[c].astype(str)
+    return df
+
+
 def read_results(path: str | Path):
     """The results table (a pandas DataFrame, rows in grid order) from a sweep folder, its
     ``results/`` folder, a Parquet file or a CSV file."""
@@ -487,14 +577,25 @@ def read_results(path: str | Path):
             return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMN_NAMES})
         df = pa.concat_tables([_read_part(f) for f in parts]).to_pandas()
     elif p.suffix == ".parquet" and p.is_file():
-        df = pq.read_table(p).to_pandas()
+        try:
+            df = pq.read_table(p).to_pandas()
+        except (OSError, pa.ArrowException, ValueError) as e:
+            raise InputError(f"{path}: cannot be read as a Parquet results table ({str(e).splitlines()[0]})") from None
     elif p.suffix == ".csv" and p.is_file():
-        df = pd.read_csv(p)
+        try:
+            df = pd.read_csv(p)
+        except pd.errors.EmptyDataError:
+            raise InputError(f"{path}: an empty file, not a results table of memplan sweep (its first line names "
+                             "the columns: key, instance, ..., status, objective, ...)") from None
+        except (pd.errors.ParserError, UnicodeDecodeError) as e:
+            raise InputError(f"{path}: not a readable CSV results table ({str(e).splitlines()[0]})") from None
     else:
         raise FileNotFoundError(f"{path}: not a sweep folder (with results/), a .parquet or a .csv results table")
     missing = [c for c in ("problem", "method", "memory_limit", "status", "objective") if c not in df.columns]
     if missing:
         raise InputError(f"{path}: not a results table of memplan sweep (no column {missing[0]!r})")
+    if not p.is_dir():
+        df = _checked_table(df, path)
     df["gpus"] = df["gpus"].astype("Int64") if "gpus" in df else None
     keys = [c for c in ORDER if c in df.columns]
     return df.sort_values(keys, kind="stable", na_position="first").reset_index(drop=True)

@@ -45,8 +45,10 @@ from pathlib import Path
 
 from memplan.experiments import figures
 from memplan.experiments.cli_checks import output_dir, positive_int
-from memplan.experiments.sweep_engine import Grid, Source, expand, read_results, run_sweep, write_csv
+from memplan.experiments.sweep_engine import (MAX_POINTS, Grid, Source, expand, read_results, run_sweep,
+                                              write_csv)
 from memplan.models.solution import InputError
+from memplan.models.units import UnitError, parse_bandwidth, parse_memory
 
 EXPERIMENTS = {
     "remat": ("memplan.experiments.remat_sweep", "re-materialization: throughput vs memory, all methods (paper 004 Fig. 6-8)"),
@@ -86,6 +88,15 @@ def parse_options(pairs) -> dict:
     return out
 
 
+class _Given(argparse.Action):
+    """Store the value and note that the option was given (``args.<dest>_given``): ``--points`` has a
+    default, and only a ``--points`` the user gave conflicts with ``--memory``."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
+
+
 def add_engine_arguments(p: argparse.ArgumentParser, *, methods: str | None = None, points: int | None = 10,
                          time_limit: float | None = 60.0, instance: str | None = None, out: str | None = None) -> None:
     """The options every experiment shares (grid axes, where to run, where to write)."""
@@ -97,11 +108,14 @@ def add_engine_arguments(p: argparse.ArgumentParser, *, methods: str | None = No
                    help="a PipeDream profile (e.g. instances/pipedream/resnet18.graph.txt)")
     g.add_argument("--batch", type=positive_int, default=None, help="--pipedream: rescale the profile to this batch")
     g.add_argument("--methods", default=methods, help=f"comma-separated methods (default {methods or 'the problem default'})")
-    g.add_argument("--points", type=int, default=points,
-                   help=f"memory limits evenly spaced from the problem's minimum to store-all (default {points})")
-    g.add_argument("--memory", default=None, help="absolute memory limits instead, e.g. 80MiB,90MiB")
+    g.add_argument("--points", type=int, default=points, action=_Given,
+                   help=f"memory limits evenly spaced from the problem's minimum to store-all (default {points}; "
+                        f"at most {MAX_POINTS})")
+    g.add_argument("--memory", default=None, help="absolute memory limits instead, e.g. 80MiB,90MiB (not with "
+                   "--points)")
     g.add_argument("--bandwidth", action="append", default=None,
-                   help="link bandwidth(s), e.g. 1GB/s or 1GB/s,2GB/s (default: the instance's platform)")
+                   help="link bandwidth(s), each one swept, e.g. 1GB/s or 1GB/s,2GB/s (default: the instance's "
+                        "platform's; offload, remat-offload and pipeline refuse to run without one)")
     g.add_argument("--gpus", nargs="+", default=None, help="GPU counts (pipeline), e.g. --gpus 4 8")
     g.add_argument("--time-limit", type=float, default=time_limit,
                    help="seconds for each task, every phase included (default "
@@ -130,6 +144,52 @@ def sources(args, default: str | None = None) -> list[Source]:
     return out
 
 
+def bandwidths(args) -> list[float]:
+    """The values of ``--bandwidth`` (repeated or comma-separated: every one is swept), in bytes/s."""
+    out = []
+    for b in split_list(args.bandwidth):
+        try:
+            v = parse_bandwidth(b)
+        except UnitError as e:
+            raise InputError(f"--bandwidth {b}: {e}") from None
+        if not v > 0:
+            raise InputError(f"--bandwidth {b}: give a positive bandwidth, e.g. --bandwidth 12GB/s")
+        out.append(v)
+    return out
+
+
+def check_args(args) -> None:
+    """The shared options, checked before the experiment builds its grid (some compute their memory
+    limits from ``--points`` themselves): one error naming the option, not a grid that silently
+    does something else (an empty ``--methods`` running the default, ``--points`` dropped for
+    ``--memory``) or a task per point that fails."""
+    if args.methods is not None and not split_list(args.methods):
+        raise InputError(f"--methods {args.methods!r}: no method named; give comma-separated methods, e.g. "
+                         "--methods rotor,revolve, or leave it out for the default")
+    if args.memory is not None:
+        if getattr(args, "points_given", False):
+            raise InputError("--points and --memory: give one (--points N spaces N limits between the minimum and "
+                             "store-all; --memory lists absolute limits)")
+        if not split_list(args.memory):
+            raise InputError("--memory: no limit given; e.g. --memory 80MiB,90MiB")
+        for m in split_list(args.memory):
+            try:
+                if not parse_memory(m) > 0:
+                    raise UnitError("must be positive")
+            except UnitError as e:
+                raise InputError(f"--memory {args.memory}: {m!r} is not a memory limit ({e}); e.g. "
+                                 "--memory 80MiB,90MiB") from None
+    elif args.points is not None and not 1 <= args.points <= MAX_POINTS:
+        raise InputError(f"--points {args.points}: give a number of memory limits between 1 and {MAX_POINTS}")
+    bandwidths(args)
+    try:
+        gpus = [int(x) for x in split_list(args.gpus)]
+    except ValueError:
+        raise InputError(f"--gpus: expected integers, e.g. --gpus 4 8, got {' '.join(args.gpus)}") from None
+    if any(p < 1 for p in gpus):
+        raise InputError(f"--gpus {' '.join(args.gpus)}: give GPU counts >= 1, e.g. --gpus 4 8")
+
+
 def base_grid(args, problem: str, *, methods=None, options=None, memory=None, bandwidth=None, gpus=None) -> Grid:
     """The grid the shared options describe (experiments add their axes on top)."""
     if args.points is not None and args.points < 1:
@@ -139,12 +199,17 @@ def base_grid(args, problem: str, *, methods=None, options=None, memory=None, ba
         gp = [int(x) for x in gp] if gp else None
     except ValueError:
         raise InputError(f"--gpus: expected integers, e.g. --gpus 4 8, got {' '.join(args.gpus)}") from None
+    given = parse_options(args.option)
+    both = sorted(set(given) & set(options or {}))
+    if both:        # the experiment's own value would silently replace the one given
+        raise InputError(f"--option {both[0]}: this experiment sets {both[0]} itself (see its --help for the option "
+                         "that changes it); leave it out of --option")
     return Grid(problem=problem, instances=sources(args),
                 methods=methods if methods is not None else (split_list(args.methods) or None),
                 memory=memory if memory is not None else (split_list(args.memory) or None),
-                points=None if args.memory else args.points,
+                points=None if args.memory or memory is not None else args.points,
                 bandwidth=bandwidth if bandwidth is not None else (split_list(args.bandwidth) or None),
-                gpus=gpus if gpus is not None else gp, options={**parse_options(args.option), **(options or {})},
+                gpus=gpus if gpus is not None else gp, options={**given, **(options or {})},
                 time_limit=args.time_limit, batch=args.batch)
 
 
@@ -188,6 +253,7 @@ def run_experiment(mod, args) -> int:
     """``memplan sweep PROBLEM``: the module's grid, the engine, its figure."""
     merge_run_options(args)
     out = Path(args.out or mod.default_out(args))
+    check_args(args)                       # before anything is made or computed
     output_dir(out, "-o/--out")            # before the grid's own work (the pipeline's baseline points)
     grids = mod.grids(args)
     df, stats = execute(grids, out, workers=args.workers, scheduler=args.scheduler, fresh=args.fresh,
@@ -227,6 +293,9 @@ def run_config(args) -> int:
         cfg = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"{path}: not valid TOML ({e})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"--config {path}: cannot read this file ({getattr(e, 'strerror', None) or e}); give a "
+                         "TOML file listing grids (format: memplan sweep --help)") from None
     bad = set(cfg) - TOP_KEYS
     if bad:
         raise InputError(f"{path}: unknown key {sorted(bad)[0]!r}; the file takes {', '.join(sorted(TOP_KEYS))}")

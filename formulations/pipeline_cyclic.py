@@ -76,6 +76,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp
 from memplan.models.pipeline import (CyclicSchedule, InvalidPattern, SimResult, TaskData, constant_memory, link_key,
                                      simulate_cyclic, task_gpus)
@@ -216,7 +218,12 @@ def _exact_memory(md, td, gpu, pk: dict[tuple[int, int], int], memory: float, mi
             if gpu[m - 1] == g and gpu[m] == g and td.A[m] > 0:
                 expr = expr + td.A[m] / ms * (E(m, x) - E(m + 1, x) - (1 if x == m + 1 else 0))
         rhs = md.peak if minimize else memory / ms
-        md.exact_memory.add(expr <= rhs - (const[g]["weights"] + const[g]["buffers"]) / ms)
+        row = expr <= rhs - (const[g]["weights"] + const[g]["buffers"]) / ms
+        if isinstance(row, (bool, np.bool_)):
+            # nothing of x's GPU is stored (every size 0): the row is a constant, which Pyomo does not
+            # take as a constraint; it holds (no row) or the GPU's constant memory is over the limit
+            row = pyo.Constraint.Feasible if row else pyo.Constraint.Infeasible
+        md.exact_memory.add(row)
 
 
 def _layer_memory(md, td, gpu, d, st, K: int, PK: float, most: int, memory: float) -> None:

@@ -137,8 +137,22 @@ def exact_refine(td: TaskData, P: int, memory: float | None, allocations: Sequen
 #: seconds to build the exact 1-periodic MILP of pipeline_cyclic: a + c L^2 (measured 2.9 s at L = 400,
 #: about 35 s at L = 1000, on 2 cores; margin x2)
 _CYCLIC_BUILD_S = (0.5, 3e-5)
-#: seconds per P L^2 to build the balancing MILP (measured 0.6e-6 on 2 cores; margin x1.7)
-_BALANCE_BUILD_S = 1e-6
+#: seconds per row and per nonzero to build and compile the balancing MILP (fitted on 2 loaded cores:
+#: 1.05 s at L = 73, P = 16; 3.4 s at P = 32; 5.8 s at L = 1000, P = 4; margin x1.5)
+_BALANCE_BUILD_S = (4.5e-5, 3.6e-6)
+
+
+def _balance_build_seconds(L: int, P: int) -> float:
+    """Seconds to build and compile one model of :func:`memplan.formulations.pipeline_balance.
+    balanced_allocation` (not interruptible): rows ``3 L P`` (one GPU per layer, GPU order, cuts) plus
+    ``L P^2`` (the link of each boundary and GPU pair), nonzeros ``P L^2 / 2`` (GPU order) plus
+    ``3.5 L P^2``. The ``L P^2`` part dominates on many GPUs: ResNet-101 (L = 73) on 64 GPUs builds
+    300,000 rows, about 20 s per model, which a P L^2 estimate put at 0.3 s (issue: a 5 s call took
+    35 s)."""
+    P = max(1, min(int(P), int(L)))
+    rows = 3 * L * P + L * P * P
+    nonzeros = P * L * L / 2 + 3.5 * L * P * P
+    return _BALANCE_BUILD_S[0] * rows + _BALANCE_BUILD_S[1] * nonzeros
 
 
 def known_allocations(td: TaskData, points: Sequence[Point], memory: float | None, start: Pattern | None,
@@ -162,9 +176,10 @@ def known_allocations(td: TaskData, points: Sequence[Point], memory: float | Non
     if P is not None and P > 1:
         periods = [None] + ([goal] if goal is not None and memory is not None else [])
         for period in periods:
-            # its model is built before HiGHS can be stopped: about 0.6e-6 P L^2 s here (2.3 s for
-            # P = 4, L = 1000), skipped with a margin when that does not fit in what is left
-            if expired(deadline) or left(deadline, math.inf) < _BALANCE_BUILD_S * P * td.L ** 2:
+            # its models are built before HiGHS can be stopped (:func:`_balance_build_seconds`; the
+            # cut-minimizing second solve compiles the model again): skipped when two builds do not
+            # fit in what is left
+            if expired(deadline) or left(deadline, math.inf) < 2 * _balance_build_seconds(td.L, P):
                 break
             bal = balanced_allocation(td, P, memory, period=period, threads=threads,
                                       time_limit=left(deadline, 300.0))

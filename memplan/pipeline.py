@@ -67,7 +67,7 @@ from memplan import _frontend
 from memplan._pipeline_search import (cyclic_search, deadline_of, exact_refine, expired, known_allocations,
                                       memory_at_period, min_memory_pattern, phase, quiet)
 from memplan.baselines.pipeline import (Point, Points, best_feasible, gpipe_points, min_memory_contiguous,
-                                        pipedream_points, start_pattern)
+                                        min_memory_contiguous_seconds, pipedream_points, start_pattern)
 from memplan.baselines.pipeline_dag import MAX_STATES, DagPoint, DagPoints, dag_points
 from memplan.baselines.pipeline_modular import snap_period
 from memplan.formulations.pipeline_ilp import solve_ilp
@@ -78,7 +78,7 @@ from memplan.models.pipeline import (CyclicSchedule, EagerResult, InvalidPattern
                                      link_key, memory_lower_bound, period_lower_bound, simulate_pattern,
                                      stages_to_layer_gpu, task_data, MEMORY_MODELS)
 from memplan.models.solution import InputError, Solution, Status
-from memplan.models.units import fmt_bandwidth, fmt_memory, fmt_time
+from memplan.models.units import UnitError, fmt_bandwidth, fmt_memory, fmt_time, parse_bandwidth
 
 __all__ = ["PROBLEM", "METHODS", "DEFAULT_METHOD", "GRAPH_METHODS", "solve", "solve_graph", "report", "gantt",
            "baseline_points"]
@@ -138,10 +138,19 @@ def _infeasible_message(c: _Call, what: str, found_min: float | None = None,
     """The message of an INFEASIBLE answer. For a baseline (``found_min`` given) the minimum memory
     that works for that method is its smallest simulated point; for the ILP it lies between the
     memory lower bound and the memory of the serial pattern of the memory-smallest contiguous
-    partition (which always works). Returns (message, minimum known to work, lower bound)."""
+    partition (which always works). Returns (message, minimum known to work, lower bound). That
+    partition's search is skipped when it would not fit in what is left of the time limit (O(L^2):
+    39 s at L = 20000); the minimum known to work is then None."""
     lb = memory_lower_bound(c.td, c.P)
-    ub, stages = min_memory_contiguous(c.td, c.P)
     head = f"{what} within {fmt_memory(c.memory)} per GPU on {c.P} GPU(s)"
+    if c.b.time_limit is not None and min_memory_contiguous_seconds(c.td.L, c.P) > c.b.remaining():
+        tail = f"no pattern exists below {fmt_memory(lb)}"
+        if found_min is not None:
+            return (f"{head}; minimum memory that works for {found_label}: {fmt_memory(found_min)} "
+                    f"(its smallest point); {tail}", found_min, lb)
+        return (f"{head}; {tail} (the memory that surely works, the serial pattern's, was not computed: "
+                f"no time left)", None, lb)
+    ub, stages = min_memory_contiguous(c.td, c.P)
     tail = (f"the serial pattern of stages {stages} needs {fmt_memory(ub)}; no pattern exists below "
             f"{fmt_memory(lb)}")
     if found_min is not None:
@@ -201,17 +210,30 @@ def _baseline(c: _Call, method: str) -> Solution:
     pts, note = _sweep(c, [method], {method: None})
     times = {"total": time.perf_counter() - t0}
     best = best_feasible(pts, c.memory)
+    if best is None and note:
+        return _sweep_cut(c, method, pts, note, times)
     if best is None:
         found = min((p.memory for p in pts), default=None)
         msg, minimum, mlb = _infeasible_message(c, f"no {method} point fits", found, method)
-        if note:
-            msg += f" ({note})"
-        return Solution(PROBLEM, method, Status.INFEASIBLE if not note else Status.NO_SOLUTION,
-                        memory_limit=c.memory, message=msg, times=times,
+        return Solution(PROBLEM, method, Status.INFEASIBLE, memory_limit=c.memory, message=msg, times=times,
                         details={"min_memory": minimum, "memory_lower_bound": mlb, "points": len(pts)})
     return _point_solution(c, method, best, Status.FEASIBLE if not note else Status.TIME_LIMIT, lb,
                            f"best of {len(pts)} simulated (partition, NOAM) points; stages {best.stages}, "
                            f"NOAM {best.noam}" + (f" ({note})" if note else ""), times, {"points": len(pts)})
+
+
+def _sweep_cut(c: _Call, method: str, pts: Sequence[Point], note: str, times: dict,
+               details: dict | None = None) -> Solution:
+    """A baseline whose sweep the time limit stopped before any point fitting ``memory`` was found:
+    status TIME_LIMIT, not INFEASIBLE (the points not simulated may fit: nothing is proven) nor
+    NO_SOLUTION; nothing more is computed (the minimum-memory bounds of :func:`_infeasible_message`
+    would be work after the limit)."""
+    found = min((p.memory for p in pts), default=None)
+    seen = (f"; the {len(pts)} simulated need at least {fmt_memory(found)}" if found is not None else "")
+    return Solution(PROBLEM, method, Status.TIME_LIMIT, memory_limit=c.memory,
+                    message=f"no {method} point within {fmt_memory(c.memory)} per GPU on {c.P} GPU(s) found "
+                            f"before the time limit ({note}){seen}",
+                    times=times, details={**(details or {}), "points": len(pts)})
 
 
 def _point_solution(c: _Call, method: str, best: Point, status: Status, bound: float, message: str,
@@ -354,8 +376,10 @@ def _ilp_pattern(c: _Call) -> tuple[Solution, Point | None, float]:
                                status=Status.OPTIMAL if res.status == Status.OPTIMAL else None), bb, lb)
         if res.status == Status.INFEASIBLE:
             return (_ilp_infeasible(c, details, times), bb, lb)
-        return (Solution(PROBLEM, "ilp", res.status, memory_limit=memory, bound=bound, message=res.message,
-                        times=times, details=details), bb, lb)
+        # HiGHS stopped at the time limit before any incumbent: a time-out (TIME_LIMIT), nothing proven
+        status = Status.TIME_LIMIT if res.status == Status.NO_SOLUTION else res.status
+        return (Solution(PROBLEM, "ilp", status, memory_limit=memory, bound=bound,
+                        message=res.message + (f" ({note})" if note else ""), times=times, details=details), bb, lb)
     pattern = snap_period(pattern, td, bound, memory=memory, gpus=P)   # the ILP's bound
     try:
         sim = simulate_pattern(pattern, td, gpus=P)
@@ -400,10 +424,12 @@ def _start_only(c: _Call, start: Pattern | None, bound: float, why: str, details
                 note: str, status: Status | None = None) -> Solution:
     """The answer when the ILP did not improve on (or did not run from) the best start pattern."""
     if start is None:
+        # the ILP did not run for lack of time and no heuristic found a pattern: a time-out, not a
+        # claim that nothing fits
         msg, minimum, mlb = _infeasible_message(c, "no pattern found (the ILP did not run)")
         details.update(min_memory=minimum, memory_lower_bound=mlb)
-        return Solution(PROBLEM, "ilp", Status.NO_SOLUTION, memory_limit=c.memory, bound=bound,
-                        message=f"{why}; {msg}", times=times, details=details)
+        return Solution(PROBLEM, "ilp", Status.TIME_LIMIT, memory_limit=c.memory, bound=bound,
+                        message=f"{why}; {msg}" + (f" ({note})" if note else ""), times=times, details=details)
     sim = simulate_pattern(start, c.td, gpus=c.P)
     details.update(memory_per_gpu={str(g): v for g, v in sim.memory.items()}, shifts=sim.shifts,
                    contiguous=start.is_contiguous())
@@ -446,7 +472,8 @@ def _cyclic(c: _Call) -> Solution:
     cands = known_allocations(td, points, memory, start, c.allocations)
     if not known or not cands:
         msg, minimum, mlb = _infeasible_message(c, "no allocation known to fit (no pattern or baseline point)")
-        return Solution(PROBLEM, "cyclic", Status.NO_SOLUTION, memory_limit=memory, bound=lb, message=msg,
+        return Solution(PROBLEM, "cyclic", Status.TIME_LIMIT if note or b.expired() else Status.NO_SOLUTION,
+                        memory_limit=memory, bound=lb, message=msg + (f" ({note})" if note else ""),
                         times=times, details={"min_memory": minimum, "memory_lower_bound": mlb})
     hi = min(known)
     per_solve = max(15.0, (c.time_limit or 60.0) / (2 * len(cands)))   # one MILP; a search runs <= 2 x 8
@@ -471,7 +498,8 @@ def _cyclic(c: _Call) -> Solution:
     details = {"periodicity": K, "allocations_tried": tried, "best_known_period": hi}
     stopped = " (stopped at the time limit)" if cut else ""
     if best is None:
-        return Solution(PROBLEM, "cyclic", Status.NO_SOLUTION, memory_limit=memory, bound=lb, times=times,
+        return Solution(PROBLEM, "cyclic", Status.TIME_LIMIT if cut else Status.NO_SOLUTION, memory_limit=memory,
+                        bound=lb, times=times,
                         message=f"no {K}-periodic schedule found at or below {fmt_time(hi)} on "
                                 f"{tried} allocation(s){stopped}", details=details)
     sched, sim = best.schedule, best.sim
@@ -494,8 +522,55 @@ assert list(_RUNNERS) == METHODS
 
 
 # ----------------------------------------------------------------------------- input checks
+#: spellings of an infinite bandwidth (free communications), given explicitly
+_FREE_BANDWIDTH = ("inf", "+inf", "infinity", "infinite")
 
 
+def _bandwidth_arg(bandwidth: Any, P: int) -> float | None:
+    """The links' bandwidth in bytes/s; None for free communications, which must be asked for
+    explicitly (``bandwidth="inf"`` or ``math.inf``). On P > 1 GPUs a missing bandwidth is refused
+    like ``offload`` refuses one it needs: assuming free links would silently change the answer (the
+    toy at 600 MiB on 2 GPUs: 18.77 ms free, 23.19 ms at 1 GB/s). One GPU sends nothing, so it needs
+    none. A bandwidth of 0 is refused too: here it would be links that carry nothing (``remat-offload``
+    reads 0 as "no link", which for a pipeline is ``gpus=1``), not free ones."""
+    if isinstance(bandwidth, str) and bandwidth.strip().lower() in _FREE_BANDWIDTH:
+        return None
+    if isinstance(bandwidth, (int, float)) and not isinstance(bandwidth, bool) and bandwidth == math.inf:
+        return None
+    free = "bandwidth='inf' (--bandwidth inf) for free communications"
+    try:
+        zero = bandwidth is not None and not isinstance(bandwidth, bool) and float(
+            parse_bandwidth(bandwidth) if isinstance(bandwidth, str) else bandwidth) == 0
+    except (UnitError, TypeError, ValueError):
+        zero = False                 # bandwidth_arg below says what is wrong
+    if zero:
+        raise InputError(f"{PROBLEM}: bandwidth={bandwidth!r} would let no data cross between GPUs; give the "
+                         f"links' bandwidth (e.g. '12GB/s'), {free}, or gpus=1")
+    bw = _frontend.bandwidth_arg(bandwidth, PROBLEM)
+    if bw is None and P > 1:
+        raise InputError(f"{PROBLEM}: bandwidth is required on gpus={P} (it sets the time of every transfer "
+                         f"between two GPUs): give bandwidth, e.g. bandwidth='12GB/s' (or --bandwidth, or a "
+                         f"platform bandwidth in the instance file), or {free}")
+    return bw
+
+
+def _fmt_bandwidth(bandwidth: float | None, P: int | None) -> str:
+    """The bandwidth as reports print it: None on several GPUs is the explicit ``inf``."""
+    return "inf (free communications)" if bandwidth is None and (P or 1) > 1 else fmt_bandwidth(bandwidth)
+
+
+def _check_times(chain: Chain, td: TaskData) -> None:
+    """Refuse a chain whose every task takes 0 s (``u_f = u_b = 0`` for every layer). Its period lower
+    bound is 0 and every schedule that keeps all layers on one GPU has period 0: there is no
+    computation to pipeline, and the period searches (modular patterns, bisection between the load
+    bound and the serial period, the MILPs scaled by the period) are undefined at a period of 0. Such
+    a profile is almost always a measurement that did not happen, so it is refused rather than
+    answered with a degenerate schedule. (A chain whose sizes are all 0 is a real problem, free
+    memory and free transfers, and is solved.)"""
+    if not float(td.d[1:].sum()) > 0:
+        raise InputError(f"{PROBLEM}: every layer of {chain.name} takes 0 s (u_f = u_b = 0 for all {chain.L} "
+                         f"layers): there is no computation to pipeline and no period to minimize; give the "
+                         f"layers' measured forward and backward times (u_f, u_b) in the instance")
 
 
 def _memory_model_arg(memory_model: Any) -> str:
@@ -584,8 +659,9 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
         The chain (``memplan.load_instance(name)[0]``, ``memplan.random_chain(...)``).
     memory : float or str
         Memory limit per GPU: bytes, or a string with units (``"600MiB"``).
-    bandwidth : float or str, optional
-        Bandwidth of every link between two GPUs (bytes/s or ``"12GB/s"``); None: free communications.
+    bandwidth : float or str
+        Bandwidth of every link between two GPUs (bytes/s or ``"12GB/s"``); required when ``gpus`` > 1
+        (``"inf"`` or ``math.inf``: free communications, asked for explicitly; see :func:`_bandwidth_arg`).
     gpus : int
         Number of GPUs P (at least 1).
     method : str, optional
@@ -627,15 +703,18 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
         pipeline.simulate_cyclic` (``CyclicSchedule``) or measured on the eager run
         (``EagerResult``); ``bound`` the best lower bound on the period (ILP's dual bound or the
         period lower bound); ``status`` OPTIMAL (the ILP proved its pattern optimal among patterns),
-        TIME_LIMIT (stopped by the time limit, with the best schedule found), FEASIBLE (a heuristic's
-        answer), INFEASIBLE (``details["min_memory"]`` and the message give the memory that works),
-        NO_SOLUTION (``lb``, or nothing found in time); ``gpus`` and ``bandwidth`` as used.
+        TIME_LIMIT (stopped by the time limit, with the best schedule found, or with none when the
+        limit came before anything within ``memory`` was found: a time-out proves nothing), FEASIBLE
+        (a heuristic's answer), INFEASIBLE (``details["min_memory"]`` and the message give the memory
+        that works), NO_SOLUTION (``lb``, or a search that ran to its end and found nothing);
+        ``gpus`` and ``bandwidth`` as used (None with several GPUs: ``"inf"``, free communications).
 
     Raises
     ------
     InputError
-        Missing or malformed memory, bandwidth, gpus < 1, unknown method, bad points, allocations or
-        starts.
+        Missing or malformed memory, bandwidth (missing on several GPUs, or 0), gpus < 1, unknown
+        method, bad points, allocations or starts; a chain whose every layer takes 0 s
+        (:func:`_check_times`).
 
     Examples
     --------
@@ -654,14 +733,16 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
     """
     chain = _frontend.chain_arg(chain, PROBLEM)
     memory = _frontend.memory_arg(memory, PROBLEM)
-    bandwidth = _frontend.bandwidth_arg(bandwidth, PROBLEM)
     P = _frontend.count_arg(gpus, "gpus", PROBLEM, required=False) or 1
+    bandwidth = _bandwidth_arg(bandwidth, P)
     method = _frontend.method_arg(method, METHODS, DEFAULT_METHOD, PROBLEM)
     memory_model = _memory_model_arg(memory_model)
     if not isinstance(refine, bool):
         raise InputError(f"{PROBLEM}: refine={refine!r} must be True or False")
     b = _frontend.budget(time_limit, progress, PROBLEM)
-    c = _Call(chain=chain, td=task_data(chain, bandwidth, memory_model), P=P, memory=memory, bandwidth=bandwidth, b=b,
+    td = task_data(chain, bandwidth, memory_model)
+    _check_times(chain, td)
+    c = _Call(chain=chain, td=td, P=P, memory=memory, bandwidth=bandwidth, b=b,
               time_limit=b.time_limit, gap=_frontend.gap_arg(gap, PROBLEM),
               threads=_frontend.count_arg(threads, "threads", PROBLEM, required=False), solver_log=solver_log,
               periodicity=_frontend.count_arg(periodicity, "periodicity", PROBLEM),
@@ -670,7 +751,7 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
               refine=refine, starts=_starts_arg(starts, chain.L))
     with b.active():
         b.log(f"pipeline: {method} on {chain.name} (L = {chain.L}), {P} GPU(s), memory limit "
-              f"{fmt_memory(memory)} per GPU, bandwidth {fmt_bandwidth(bandwidth)}, memory model {memory_model}")
+              f"{fmt_memory(memory)} per GPU, bandwidth {_fmt_bandwidth(bandwidth, P)}, memory model {memory_model}")
         sol = _RUNNERS[method](c)
         sol.details["memory_model"] = memory_model
         b.log(f"pipeline: {sol.status}" + ("" if sol.objective is None else
@@ -701,8 +782,8 @@ def baseline_points(chain: Chain, *, bandwidth: float | str | None = None, gpus:
     58.0
     """
     chain = _frontend.chain_arg(chain, PROBLEM)
-    bw = _frontend.bandwidth_arg(bandwidth, PROBLEM)
     P = _frontend.count_arg(gpus, "gpus", PROBLEM, required=False) or 1
+    bw = _bandwidth_arg(bandwidth, P)
     nb = _frontend.count_arg(n_batches, "n_batches", PROBLEM, minimum=_MIN_N_BATCHES)
     memory_model = _memory_model_arg(memory_model)
     unknown = [m for m in methods if m not in ("pipedream", "gpipe")]
@@ -710,6 +791,7 @@ def baseline_points(chain: Chain, *, bandwidth: float | str | None = None, gpus:
         raise InputError(f"{PROBLEM}: methods={list(methods)!r}: choose from 'pipedream', 'gpipe'")
     b = _frontend.budget(time_limit, progress, PROBLEM)
     td = task_data(chain, bw, memory_model)
+    _check_times(chain, td)
     out: list[Point] = []
     with b.active():
         for m in methods:
@@ -798,9 +880,9 @@ def solve_graph(graph: CostGraph, *, memory: float | str, bandwidth: float | str
     >>> for v, (f, b) in {"x": (0, 0), "b1": (1, 2), "b2": (1, 2), "c1": (2, 4), "c2": (2, 4), "j": (0, 0)}.items():
     ...     H.nodes[v].update(uf=f, ub=b, out_bytes=1.0)
     >>> cg = CostGraph(H, "x", "j", [["b1"], ["b2"], ["c1"], ["c2"], ["j"]])
-    >>> dag, _ = solve_graph(cg, memory=100, gpus=2, method="pipedream-dag", n_batches=40)
-    >>> chain_pd, _ = solve_graph(cg, memory=100, gpus=2, method="pipedream", n_batches=40)
-    >>> ilp, chain = solve_graph(cg, memory=100, gpus=2, time_limit=30, threads=1, n_batches=40)
+    >>> dag, _ = solve_graph(cg, memory=100, bandwidth="inf", gpus=2, method="pipedream-dag", n_batches=40)
+    >>> chain_pd, _ = solve_graph(cg, memory=100, bandwidth="inf", gpus=2, method="pipedream", n_batches=40)
+    >>> ilp, chain = solve_graph(cg, memory=100, bandwidth="inf", gpus=2, time_limit=30, threads=1, n_batches=40)
     >>> float(chain_pd.objective), float(dag.objective), float(ilp.objective)
     (12.0, 9.0, 9.0)
     >>> chain.provenance["groups"], ilp.details["graph"]["ilp_chain"]
@@ -810,8 +892,8 @@ def solve_graph(graph: CostGraph, *, memory: float | str, bandwidth: float | str
         raise InputError(f"{PROBLEM}: graph must be a CostGraph (memplan.models.pipedream.cost_graph(...), "
                          f"memplan.models.cost_graph.from_linearized(...)), got {type(graph).__name__}")
     memory = _frontend.memory_arg(memory, PROBLEM)
-    bw = _frontend.bandwidth_arg(bandwidth, PROBLEM)
     P = _frontend.count_arg(gpus, "gpus", PROBLEM, required=False) or 1
+    bw = _bandwidth_arg(bandwidth, P)
     method = _frontend.method_arg(method, GRAPH_METHODS, "ilp", PROBLEM)
     memory_model = _memory_model_arg(memory_model)
     nb = _frontend.count_arg(n_batches, "n_batches", PROBLEM, minimum=_MIN_N_BATCHES)
@@ -822,6 +904,7 @@ def solve_graph(graph: CostGraph, *, memory: float | str, bandwidth: float | str
         t0 = time.perf_counter()
         base = chain_of(graph, graph.base_groups)
         td0 = task_data(base, bw, memory_model)
+        _check_times(base, td0)
         b.log(f"pipeline over a graph: {method} on {graph.name} ({graph.H.number_of_nodes()} nodes, base chain "
               f"L = {base.L}), {P} GPU(s), memory limit {fmt_memory(memory)} per GPU")
         dag: DagPoints = DagPoints()
@@ -853,11 +936,12 @@ def solve_graph(graph: CostGraph, *, memory: float | str, bandwidth: float | str
             chain = bp.chain if isinstance(bp, DagPoint) else base
             c = _graph_call(chain, task_data(chain, bw, memory_model), P, memory, bw, b, nb)
             times = {"total": time.perf_counter() - t0}
-            if bp is None:
+            if bp is None and note:
+                sol = _sweep_cut(c, method, pts, note, times, {"graph": info})
+            elif bp is None:
                 found = min((p.memory for p in pts), default=None)
                 msg, minimum, mlb = _infeasible_message(c, f"no {method} point fits", found, method)
-                sol = Solution(PROBLEM, method, Status.INFEASIBLE if not note else Status.NO_SOLUTION,
-                               memory_limit=memory, message=msg + (f" ({note})" if note else ""), times=times,
+                sol = Solution(PROBLEM, method, Status.INFEASIBLE, memory_limit=memory, message=msg, times=times,
                                details={"min_memory": minimum, "memory_lower_bound": mlb, "points": len(pts),
                                         "graph": info})
             else:
@@ -898,7 +982,7 @@ def solve_graph(graph: CostGraph, *, memory: float | str, bandwidth: float | str
                                       f"the time limit ran out before the ILP's phase; returning {top.method}'s "
                                       f"eager 1F1B schedule", {}, {})
         else:
-            sol = solve(chain, memory=memory, bandwidth=bw, gpus=P, method="ilp",
+            sol = solve(chain, memory=memory, bandwidth=math.inf if bw is None else bw, gpus=P, method="ilp",
                         time_limit=None if b.time_limit is None else left, gap=gap, threads=threads,
                         solver_log=solver_log, progress=progress, n_batches=nb, points=star,
                         memory_model=memory_model)
@@ -961,15 +1045,16 @@ def report(solution: Solution, chain: Chain) -> str:
     # periods and memories with enough digits to compare methods that differ by 0.1%
     _t, _m = partial(fmt_time, digits=6), partial(fmt_memory, digits=3)
     lines = [f"{chain.name}: L = {chain.L}, problem pipeline, method {sol.method}, GPUs {P}, "
-             f"memory limit {_m(sol.memory_limit)}, bandwidth {fmt_bandwidth(sol.bandwidth)}, "
+             f"memory limit {_m(sol.memory_limit)}, bandwidth {_fmt_bandwidth(sol.bandwidth, P)}, "
              f"memory model {sol.details.get('memory_model', 'paper')}",
              f"status       {sol.status}: {sol.message}"]
     if sol.bound is not None:
         lines.append(f"lower bound  {_t(sol.bound)} per period")
     if sol.objective is not None:
         B = _batch(chain)
-        thr = f"  throughput {B / sol.objective:.4g} samples/s (batch {B:g})" if B else \
-              f"  throughput {1 / sol.objective:.4g} mini-batches/s"
+        thr = ("" if not sol.objective > 0 else      # (solve refuses chains with no work: never 0 there)
+               f"  throughput {B / sol.objective:.4g} samples/s (batch {B:g})" if B else
+               f"  throughput {1 / sol.objective:.4g} mini-batches/s")
         lines.append(f"period       {_t(sol.objective)}{thr}")
         if sol.gap is not None and sol.bound is not None:
             lines.append(f"gap          {sol.gap * 100:.2f}% (vs bound {_t(sol.bound)})")

@@ -102,7 +102,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -576,21 +576,34 @@ def unroll(pattern: Pattern, td: TaskData, n_batches: int | None = None) -> tupl
                     rank=pattern.rank), h
 
 
-def _check_exclusive(intervals: list[tuple[float, float, str]], what: str, tol: float) -> None:
-    """No two intervals overlap by more than tol; an instantaneous task (zero length) may touch an
-    interval's ends but not lie strictly inside it."""
-    pos = sorted(iv for iv in intervals if iv[1] - iv[0] > tol)
-    for (s0, e0, n0), (s1, e1, n1) in zip(pos, pos[1:]):
-        if s1 < e0 - tol:
-            raise InvalidPattern(f"{what}: {n0} [{s0:.6g}, {e0:.6g}) overlaps {n1} [{s1:.6g}, {e1:.6g})")
-    if len(pos) == len(intervals) or not pos:
+def _check_exclusive(s: np.ndarray, e: np.ndarray, name: Callable[[int], str], what: str, tol: float) -> None:
+    """No two intervals ``[s[i], e[i])`` overlap by more than tol; an instantaneous task (zero length)
+    may touch an interval's ends but not lie strictly inside it. ``name(i)`` names interval i in
+    the messages. Vectorized (sorted by start, then end; an eager run of 1000 layers has a million
+    intervals, which as Python tuples took seconds); the first overlap in that order is reported."""
+    s = np.asarray(s, dtype=float)
+    e = np.asarray(e, dtype=float)
+    long = (e - s) > tol
+    idx = np.nonzero(long)[0]
+    order = idx[np.lexsort((e[idx], s[idx]))]
+    ss, ee = s[order], e[order]
+    if len(order) > 1:
+        bad = np.nonzero(ss[1:] < ee[:-1] - tol)[0]
+        if len(bad):
+            k = int(bad[0])
+            raise InvalidPattern(f"{what}: {name(int(order[k]))} [{ss[k]:.6g}, {ee[k]:.6g}) overlaps "
+                                 f"{name(int(order[k + 1]))} [{ss[k + 1]:.6g}, {ee[k + 1]:.6g})")
+    if len(order) == len(s) or not len(order):
         return
-    starts = np.array([iv[0] for iv in pos])
-    ends = np.array([iv[1] for iv in pos])
-    for t, _, name in (iv for iv in intervals if iv[1] - iv[0] <= tol):
-        k = int(np.searchsorted(starts, t - tol, side="left")) - 1
-        if k >= 0 and ends[k] > t + tol:
-            raise InvalidPattern(f"{what}: {name} at {t:.6g} lies inside {pos[k][2]} [{starts[k]:.6g}, {ends[k]:.6g})")
+    zero = np.nonzero(~long)[0]
+    t = s[zero]
+    k = np.searchsorted(ss, t - tol, side="left") - 1
+    bad = np.nonzero((k >= 0) & (ee[np.maximum(k, 0)] > t + tol))[0]
+    if len(bad):
+        z = int(bad[0])
+        kk = int(k[z])
+        raise InvalidPattern(f"{what}: {name(int(zero[z]))} at {t[z]:.6g} lies inside {name(int(order[kk]))} "
+                             f"[{ss[kk]:.6g}, {ee[kk]:.6g})")
 
 
 def constant_memory(td: TaskData, gpu: Sequence[int]) -> dict[int, dict[str, float]]:
@@ -629,24 +642,23 @@ def check_and_measure(un: Unrolled, td: TaskData, tol: float, *, timeline: bool 
             j = bad[0]
             raise InvalidPattern(f"mini-batch {j}: T_{m + 1} starts at {nxt[j]:.6g} before its input "
                                  f"(from T_{m}) is available at {prev_end[j]:.6g}")
-    # --- exclusivity of GPUs and links
-    per_gpu: dict[int, list] = {}
-    per_link: dict[tuple[int, int], list] = {}
+    # --- exclusivity of GPUs and links (in the order in which tasks first use them)
+    per_gpu: dict[int, list[int]] = {}
+    per_link: dict[tuple[int, int], list[int]] = {}
     for m in range(1, n + 1):
-        for j, (s, e) in enumerate(un.tasks[m]):
-            per_gpu.setdefault(gpu[m - 1], []).append((s, e, f"T_{m}(batch {j})"))
+        per_gpu.setdefault(gpu[m - 1], []).append(m)
     for m in range(1, n):
-        c = un.comms[m]
-        if c is None:
-            continue
-        lk = _link(gpu[m - 1], gpu[m])
-        for j, (s, e) in enumerate(c):
-            if e - s > 0:
-                per_link.setdefault(lk, []).append((s, e, f"comm A[{m}](batch {j})"))
-    for g, iv in per_gpu.items():
-        _check_exclusive(iv, f"GPU {g}", tol)
-    for lk, iv in per_link.items():
-        _check_exclusive(iv, f"link {lk}", tol)
+        if un.comms[m] is not None:
+            per_link.setdefault(_link(gpu[m - 1], gpu[m]), []).append(m)
+    for g, ms in per_gpu.items():
+        iv = np.concatenate([un.tasks[m] for m in ms])
+        _check_exclusive(iv[:, 0], iv[:, 1], lambda i, ms=ms: f"T_{ms[i // B]}(batch {i % B})", f"GPU {g}", tol)
+    for lk, ms in per_link.items():
+        iv = np.concatenate([un.comms[m] for m in ms])
+        keep = np.nonzero(iv[:, 1] - iv[:, 0] > 0)[0]          # zero-length transfers take no link time
+        _check_exclusive(iv[keep, 0], iv[keep, 1],
+                         lambda i, ms=ms, keep=keep: f"comm A[{ms[keep[i] // B]}](batch {keep[i] % B})",
+                         f"link {lk}", tol)
 
     # --- memory: constant parts
     gpus = sorted(set(gpu))

@@ -18,7 +18,7 @@ from typing import Any
 class Status(str, Enum):
     OPTIMAL = "optimal"              # proven optimal (within the method's model / discretization)
     FEASIBLE = "feasible"            # valid schedule, no optimality claim (heuristic) or gap > target
-    TIME_LIMIT = "time_limit"        # stopped at the time limit with a valid schedule
+    TIME_LIMIT = "time_limit"        # stopped at the time limit: with the best schedule found, or none (nothing proven)
     INFEASIBLE = "infeasible"        # proven: no schedule fits; ``message`` says why
     NO_SOLUTION = "no_solution"      # the method found nothing (e.g. time limit before any incumbent)
     ERROR = "error"

@@ -405,7 +405,8 @@ def test_memplan_solve_dispatches_and_report_reads_the_solution():
 
 def test_sweep_stopped_by_its_time_limit_keeps_what_it_has():
     """A sweep given no time returns no point and says it is incomplete; PipeDream's method then
-    answers 'no solution' (nothing was tried), never 'infeasible' (which would claim a proof)."""
+    answers 'time_limit' (the limit cut it before anything was tried), never 'infeasible' (which
+    would claim a proof) nor 'no_solution'."""
     c = random_chain(6, 1)
     td = task_data(c, BW)
     full = pipedream_points(td, 2, n_batches=40)
@@ -413,7 +414,8 @@ def test_sweep_stopped_by_its_time_limit_keeps_what_it_has():
     cut = pipedream_points(td, 2, n_batches=40, time_limit=0.0)
     assert not cut.complete and len(cut) == 0 and cut.candidates == 0   # stopped before the first DP
     sol = solve(c, memory_model="paper", memory=10**6, bandwidth=BW, gpus=2, method="pipedream", n_batches=40, time_limit=1e-6)
-    assert sol.status == Status.NO_SOLUTION and "stopped at the time limit" in sol.message
+    assert sol.status == Status.TIME_LIMIT and "stopped at the time limit" in sol.message
+    assert sol.schedule is None and not sol.success and "fits" not in sol.message
 
 
 def test_whole_call_time_limit_with_progress():

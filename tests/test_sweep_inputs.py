@@ -1,0 +1,156 @@
+"""Bad input to ``memplan sweep`` and ``memplan plot``: exit status 2 and one line naming the option,
+field or file, before any task runs (no ``error`` row per task, no empty figure), never a traceback
+or a silent default that changes the answer."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from memplan.experiments.cli import main
+from memplan.experiments.sweep_engine import Grid, expand, read_results
+from memplan.models.solution import InputError
+
+from conftest import ROOT
+
+pytest.importorskip("pyarrow")
+
+TOY = str(ROOT / "instances" / "paper004_table2.json")      # its platform gives no bandwidth
+
+
+def _rc(argv) -> int:
+    """The exit status of ``memplan ARGV`` (argparse's own errors exit through SystemExit)."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, needles", [
+    # option values the front ends refuse: checked once, up front, not by every task after the grid ran
+    (["remat", "--slots", "0"], ["slots=0"]),
+    (["remat", "--option", "slots=abc"], ["slots='abc'"]),
+    (["remat", "--gap", "3"], ["gap=3"]),
+    (["pipeline", "--bandwidth", "1GB/s", "--gpus", "0"], ["--gpus"]),
+    (["offload", "--bandwidth", "0GB/s"], ["--bandwidth", "0GB/s"]),
+    (["pipeline", "--bandwidth", "1GB/s", "--gpus", "2", "--periodicity", "0"], ["--periodicity"]),
+    # grids that silently did something else
+    (["remat", "--methods", ""], ["--methods"]),
+    (["remat", "--memory", "90MiB", "--points", "3"], ["--points", "--memory"]),
+    (["remat", "--points", "100000"], ["--points", "1000"]),
+    (["remat", "--option", "gap=0.5"], ["--option gap"]),          # --gap's default would replace it
+    # no bandwidth given and none in the instance's platform: no made-up link
+    (["offload"], ["--bandwidth"]),
+    (["remat-offload"], ["--bandwidth"]),
+    (["pipeline", "--gpus", "2"], ["--bandwidth"]),
+    (["remat", "--memory", "80MiB,abc"], ["--memory", "abc"]),
+])
+def test_sweep_refuses_bad_arguments_before_any_task(argv, needles, tmp_path, capsys):
+    out = tmp_path / "o"
+    args = ["sweep", argv[0], "--instance", TOY] + argv[1:]
+    if "--memory" not in argv and "--points" not in argv:
+        args += ["--points", "2"]
+    assert _rc(args + ["--workers", "1", "-q", "-o", str(out)]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert all(n in line for n in needles), line
+    assert not (out / "results").exists()          # no task ran, no error rows, no figure
+    assert not list(out.glob("*.png"))
+
+
+def test_config_that_cannot_be_read_names_the_option_and_file(tmp_path, capsys):
+    missing = tmp_path / "nope.toml"
+    assert main(["sweep", "--config", str(missing)]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "--config" in line and str(missing) in line and "Errno" not in line
+
+
+@pytest.mark.parametrize("grid, needles", [
+    (Grid("remat", [TOY], memory=["90MiB"], options={"slots": [200, 0]}), ["options", "slots=0"]),
+    (Grid("remat", [TOY], memory=["90MiB", "abc"]), ["memory", "'abc'"]),
+    (Grid("remat", [TOY], memory=["90MiB"], methods=[]), ["methods"]),
+    (Grid("remat", [TOY], memory=["90MiB"], points=3), ["memory", "points"]),
+    (Grid("remat", [TOY], points=5000), ["points", "1000"]),
+    (Grid("offload", [TOY], memory=["90MiB"], bandwidth=["0GB/s"]), ["bandwidth"]),
+    (Grid("pipeline", [TOY], memory=["1GiB"], bandwidth=["1GB/s"], gpus=[0]), ["gpus=0"]),
+    (Grid("pipeline", [TOY], memory=["1GiB"], bandwidth=["1GB/s"], options={"periodicity": 0}), ["periodicity=0"]),
+])
+def test_a_grid_is_checked_before_anything_is_computed(grid, needles):
+    """The same checks for --config grids and the Python API: every grid is refused before the first
+    grid's work (a pipeline grid's baseline points) starts."""
+    ok = Grid("pipeline", ["random:6:1"], memory=["1GiB"], bandwidth=["1GB/s"], gpus=[2])
+    with pytest.raises(InputError) as e:
+        expand([ok, grid])
+    assert all(n in str(e.value) for n in needles), str(e.value)
+
+
+def test_every_bandwidth_given_is_swept(tmp_path, capsys):
+    """--bandwidth 1GB/s --bandwidth 5GB/s (or 1GB/s,5GB/s) sweeps both, as the help says; it kept
+    only the first. Offloading's lower bound (Proposition 3) cannot grow with the bandwidth."""
+    out = tmp_path / "off"
+    assert main(["sweep", "offload", "--instance", TOY, "--bandwidth", "1GB/s", "--bandwidth", "5GB/s",
+                 "--methods", "greedy", "--points", "2", "--workers", "1", "-q", "--no-plot", "-o", str(out)]) == 0
+    df = read_results(out)
+    lb = df[df.method == "lb"].pivot_table(index="memory_limit", columns="bandwidth", values="bound")
+    assert list(lb.columns) == [1e9, 5e9] and len(lb) == 2
+    assert (lb[5e9] <= lb[1e9] * (1 + 1e-12)).all()
+    greedy = set(df[df.method == "greedy"].bandwidth)      # Figure 3: 1x, 2x and 3x of each
+    assert greedy == {k * b for b in (1e9, 5e9) for k in (1, 2, 3)}
+
+    out = tmp_path / "ro"
+    assert main(["sweep", "remat-offload", "--instance", TOY, "--bandwidth", "1GB/s,5GB/s", "--factors", "1",
+                 "--slots", "20", "--no-offload", "--points", "2", "--workers", "1", "-q", "--no-plot",
+                 "-o", str(out)]) == 0
+    df = read_results(out)
+    assert set(df[df.problem == "remat-offload"].bandwidth) == {1e9, 5e9}
+
+
+def test_memory_alone_still_takes_the_default_points(tmp_path, capsys):
+    """--points has a default: only a --points given together with --memory is refused."""
+    out = tmp_path / "m"
+    assert main(["sweep", "remat", "--instance", TOY, "--methods", "store-all", "--memory", "100MiB,120MiB",
+                 "--workers", "1", "-q", "--no-plot", "-o", str(out)]) == 0
+    assert sorted(read_results(out).memory_limit) == [100 * 2**20, 120 * 2**20]
+
+
+# ---------------------------------------------------------------------------------- memplan plot
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    """A real results table: store-all on the toy chain at two limits."""
+    out = tmp_path_factory.mktemp("t")
+    assert main(["sweep", "remat", "--instance", TOY, "--methods", "store-all", "--memory", "100MiB,120MiB",
+                 "--workers", "1", "-q", "--no-plot", "-o", str(out)]) == 0
+    return out / "results.csv"
+
+
+def _damaged(kind: str, good, path):
+    text = good.read_text()
+    header, first = text.splitlines()[:2]
+    if kind == "partial row":                 # a copy cut short in its first row
+        path.write_text(header + "\n" + first[:40] + "\n")
+    elif kind == "objective not a number":
+        df = pd.read_csv(good)
+        df["objective"] = df["objective"].astype(object)
+        df.loc[1, "objective"] = "fast"
+        df.to_csv(path, index=False)
+    else:
+        path.write_text("")
+    return path
+
+
+@pytest.mark.parametrize("kind, needles", [
+    ("partial row", ["row 1", "problem"]),
+    ("objective not a number", ["'objective'", "'fast'", "row 2"]),
+    ("empty", ["empty"]),
+])
+def test_plot_of_a_damaged_table_is_one_line_naming_the_file(kind, needles, table, tmp_path, capsys):
+    bad = _damaged(kind, table, tmp_path / "bad.csv")
+    assert main(["plot", str(bad), "--figure", "remat", "-o", str(tmp_path / "fig")]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert str(bad) in line and all(n in line for n in needles), line
+    # the intact table still draws
+    assert main(["plot", str(table), "--figure", "remat", "-o", str(tmp_path / "fig")]) == 0

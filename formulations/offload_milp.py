@@ -134,7 +134,12 @@ from memplan.models.solution import InfeasibleError, Solution, Status
 
 
 class BuildInterrupted(RuntimeError):
-    """The call's time budget ran out while the model was being built."""
+    """The call's time budget ran out while the model was being built (``stage`` "build"), or would
+    run out before the build ends, which then is not started ("not built")."""
+
+    def __init__(self, message: str, stage: str = "build"):
+        super().__init__(message)
+        self.stage = stage
 
 
 #: seconds to build the model, ``BUILD_SECONDS_PER_L3 * L^3``: below what was measured (the strong
@@ -1337,22 +1342,16 @@ def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: 
         if best_val < horizon * (1 - 1e-12):
             _budget.current().log(f"MILP set enumeration ({cstats['sets']} sets): makespan {best_val:.6g} s")
         horizon = best_val
-    left = math.inf if cap is None else cap - (_time.monotonic() - t_call)
-    if build_seconds(d.L) > left:
-        # it would be interrupted anyway, after the budget is spent (a constraint family of a long
-        # chain is not interrupted in the middle): not started
-        need = build_seconds(d.L)
-        e = BuildInterrupted(f"building the MILP on L = {d.L} stages takes at least {need:.3g} s here, more than the "
-                             f"{max(0.0, left):.3g} s left: give a time limit of at least {math.ceil(need * 2)} s, "
-                             f"or use method 'dynprog' (it answers within any limit)")
-        details["interrupted"] = "not built"
-        if best is not None and best is not start:
-            return make_solution(chain, "milp", best, memory, bound=lb, predicted=best_val,
-                                 status=Status.TIME_LIMIT, message=f"{e}; the set enumeration's schedule",
-                                 times=times, details=details, tol=1e-6)
-        return Solution(PROBLEM, "milp", Status.NO_SOLUTION, bound=lb, memory_limit=memory,
-                        message=f"not solved: {e}", times=times, details=details)
     try:
+        left = math.inf if cap is None else cap - (_time.monotonic() - t_call)
+        if build_seconds(d.L) > left:
+            # it would be interrupted anyway, after the budget is spent (a constraint family of a long
+            # chain is not interrupted in the middle): not started
+            need = build_seconds(d.L)
+            raise BuildInterrupted(f"building the MILP on L = {d.L} stages takes at least {need:.3g} s here, more "
+                                   f"than the {max(0.0, left):.3g} s left: give a time limit of at least "
+                                   f"{math.ceil(need * 2)} s, or use method 'dynprog' (it answers within any limit)",
+                                   "not built")
         with timed(times, "build"):
             if formulation == "strong":
                 mdl, info = build_offload_arrays(chain, memory, bandwidth, horizon=horizon, phased=phased)
@@ -1362,7 +1361,7 @@ def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: 
                 m, info = build_offload_milp(chain, memory, bandwidth, horizon=horizon, phased=phased)
                 mip_start = _mip_start(m, info, d, start) if start is not None else None
     except BuildInterrupted as e:
-        details["interrupted"] = "build"
+        details["interrupted"] = e.stage
         if best is not None and best is not start:      # the enumeration's schedule is still an answer
             return make_solution(chain, "milp", best, memory, bound=lb, predicted=best_val,
                                  status=Status.TIME_LIMIT, message=f"{e}; the set enumeration's schedule",

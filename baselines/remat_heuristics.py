@@ -182,7 +182,7 @@ def best_bisection(chain: Chain, memory: float | None, max_leaf: int | None = No
     top = chain.L + 1 if max_leaf is None else max_leaf
     best = None
     leaf = 1
-    key = _sequential_key(chain)
+    key = _content_key(chain)
     while leaf <= top:
         # the stats of one chain's schedules are kept (one solve asks from several phases; building
         # the sequences is most of the time: 3.7 s at L = 20000)
@@ -416,12 +416,12 @@ _BISECTION_CACHE: "OrderedDict[tuple[bytes, int], tuple[float, float]]" = Ordere
 
 def sequential_points_seconds(chain: Chain) -> float:
     """Estimated seconds of :func:`sequential_points` on ``chain`` (0 when its answer is cached)."""
-    if _sequential_key(chain) in _SEQUENTIAL_CACHE:
+    if _content_key(chain) in _SEQUENTIAL_CACHE:
         return 0.0
     return SEQUENTIAL_STEP_SECONDS * 3.0 * float(chain.L) ** 2
 
 
-def _sequential_key(chain: Chain) -> bytes:
+def _content_key(chain: Chain) -> bytes:
     import hashlib
 
     h = hashlib.blake2b(digest_size=16)
@@ -435,7 +435,7 @@ def sequential_points(chain: Chain) -> list[tuple[int, float, float]]:
     """``(segments, makespan, peak memory)`` of :func:`sequential_schedule` for 1..L segments (compiled
     replay: O(L^2) steps in all; the last few chains' answers are kept, since one solve asks for them
     from several phases: 8 s each at L = 20000)."""
-    key = _sequential_key(chain)
+    key = _content_key(chain)
     if key in _SEQUENTIAL_CACHE:
         _SEQUENTIAL_CACHE.move_to_end(key)
         return list(_SEQUENTIAL_CACHE[key])

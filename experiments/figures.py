@@ -278,24 +278,32 @@ def pipeline_summary(df):
 
 
 def figure_pipeline(df, out: Path) -> list[Path]:
-    """Period against the memory per GPU, ``OUT/pipeline_<instance>_P<gpus>.png``, and
-    ``OUT/pipeline_summary.csv`` (ILP / PipeDream at each limit)."""
+    """Period against the memory per GPU, ``OUT/pipeline_<instance>_P<gpus>.png``, one panel per link
+    bandwidth swept (each titled with its bandwidth: points at different links are never drawn as one
+    curve), and ``OUT/pipeline_summary.csv`` (ILP / PipeDream at each limit)."""
+    from memplan.models.units import fmt_bandwidth
+
     plt = _plt()
     written = []
     d = df[df["problem"] == "pipeline"]
     for (inst, P), g in d.groupby(["instance", "gpus"], sort=True):
-        fig, ax = plt.subplots(figsize=(6.5, 4.5))
-        ok = _ok(g)
-        for method, h in ok.groupby("method", sort=True):
-            style = dict(PIPE_STYLE.get(method, dict(s=16, marker="x", label=method)))
-            ax.scatter(h["peak_memory"] / 2**30, h["objective"] * 1e3, **style)
-        ax.set_xlabel("measured memory per GPU (GiB)")
-        ax.set_ylabel("period (ms)")
+        links = sorted(g["bandwidth"].unique(), key=lambda b: (math.isnan(b), b))
+        fig, axes = plt.subplots(1, len(links), figsize=(6.5 * len(links), 4.5), squeeze=False)
         tl = g[g["method"] == "ilp"]["time_limit"].dropna().unique()
-        ax.set_title(f"{inst}, {P} GPUs" + (f" (ILP time limit {tl[0]:g}s)" if len(tl) else "") + _errors(g),
-                     fontsize=9)
-        ax.legend()
-        ax.grid(alpha=0.3)
+        for ax, bw in zip(axes[0], links):
+            gb = g[g["bandwidth"].isna()] if math.isnan(bw) else g[g["bandwidth"] == bw]
+            for method, h in _ok(gb).groupby("method", sort=True):
+                style = dict(PIPE_STYLE.get(method, dict(s=16, marker="x", label=method)))
+                ax.scatter(h["peak_memory"] / 2**30, h["objective"] * 1e3, **style)
+            ax.set_xlabel("measured memory per GPU (GiB)")
+            ax.set_ylabel("period (ms)")
+            ax.ticklabel_format(useOffset=False)     # one period: "1e-11+2.3e1" helps no reader
+            link = ("free links" if math.isinf(bw) else "no link" if math.isnan(bw)
+                    else f"links {fmt_bandwidth(bw)}")
+            ax.set_title(f"{inst}, {P} GPUs, {link}" + (f" (ILP time limit {tl[0]:g}s)" if len(tl) else "")
+                         + _errors(gb), fontsize=9)
+            ax.legend()
+            ax.grid(alpha=0.3)
         written.append(_save(fig, out / f"pipeline_{_slug(inst)}_P{P}.png", 120))
     s = pipeline_summary(df)
     if len(s):

@@ -59,7 +59,7 @@ import memplan
 from memplan.formulations.highs_driver import silence_banner
 from memplan.models.instance import InstanceError, load_instance
 from memplan.models.solution import InfeasibleError, InputError
-from memplan.models.units import parse_bandwidth, parse_memory
+from memplan.models.units import FREE_LINKS, parse_bandwidth, parse_memory
 
 #: the table's columns and their Arrow types (one row per (point, method))
 COLUMNS: list[tuple[str, str]] = [
@@ -254,9 +254,13 @@ class Grid:
             raise InputError(f"memory: {e}") from None
         try:
             for b in self.bandwidth or []:
-                if b is None or "bandwidth" not in params or b == math.inf:
-                    continue        # None: the platform's; inf: free links, the front end's to judge;
-                    #                 a problem without a link: refused in expand
+                if b is None or "bandwidth" not in params:
+                    continue        # None: the platform's; a problem without a link: refused in expand
+                if b == math.inf or (isinstance(b, str) and b.strip().lower() in FREE_LINKS):
+                    if self.problem != "pipeline":
+                        raise InputError(f"{self.problem}: bandwidth={b!r}: free links are a pipeline's option "
+                                         "only; give the host link's bandwidth, e.g. 12GB/s")
+                    continue
                 if self.problem == "offload":
                     fe.link_arg(b, self.problem)
                 elif self.problem == "remat-offload":
@@ -355,8 +359,8 @@ def expand(grids: Iterable[Grid]) -> tuple[list[dict], dict[str, Any]]:
         mod = memplan.problems[g.problem]
         methods = list(g.methods or [mod.DEFAULT_METHOD])
         params = inspect.signature(mod.solve).parameters
-        bws = [None if b is None else parse_bandwidth(b) if isinstance(b, str) else float(b)
-               for b in (g.bandwidth or [None])]
+        bws = [None if b is None else (math.inf if b.strip().lower() in FREE_LINKS else parse_bandwidth(b))
+               if isinstance(b, str) else float(b) for b in (g.bandwidth or [None])]
         gpus = list(g.gpus or [None])
         if "bandwidth" not in params and any(b is not None for b in bws):
             raise InputError(f"bandwidth: problem {g.problem} takes no bandwidth")
@@ -490,8 +494,8 @@ def write_row(out: str | Path, row: dict) -> Path:
     tmp = d / f".tmp-{row['key']}-{os.getpid()}.parquet"
     clean = {c: row.get(c) for c in COLUMN_NAMES}
     for c, t in COLUMNS:
-        if t == "float64":
-            clean[c] = _num(clean[c])
+        if t == "float64":       # a bandwidth may be inf (free links); no other column is
+            clean[c] = _num(clean[c]) if c != "bandwidth" or clean[c] != math.inf else math.inf
         elif t == "int64" and clean[c] is not None:
             clean[c] = int(clean[c])
     pq.write_table(pa.Table.from_pylist([clean], schema=_schema()), tmp)

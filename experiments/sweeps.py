@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -48,7 +49,7 @@ from memplan.experiments.cli_checks import output_dir, positive_int
 from memplan.experiments.sweep_engine import (MAX_POINTS, Grid, Source, expand, read_results, run_sweep,
                                               write_csv)
 from memplan.models.solution import InputError
-from memplan.models.units import UnitError, parse_bandwidth, parse_memory
+from memplan.models.units import FREE_LINKS, UnitError, parse_bandwidth, parse_memory
 
 EXPERIMENTS = {
     "remat": ("memplan.experiments.remat_sweep", "re-materialization: throughput vs memory, all methods (paper 004 Fig. 6-8)"),
@@ -145,9 +146,14 @@ def sources(args, default: str | None = None) -> list[Source]:
 
 
 def bandwidths(args) -> list[float]:
-    """The values of ``--bandwidth`` (repeated or comma-separated: every one is swept), in bytes/s."""
+    """The values of ``--bandwidth`` (repeated or comma-separated: every one is swept), in bytes/s;
+    ``inf`` is free links (``math.inf``), which only the pipeline takes (the grid's check refuses it
+    for the others, naming the problem)."""
     out = []
     for b in split_list(args.bandwidth):
+        if b.strip().lower() in FREE_LINKS:
+            out.append(math.inf)
+            continue
         try:
             v = parse_bandwidth(b)
         except UnitError as e:

@@ -78,7 +78,7 @@ from memplan.models.pipeline import (CyclicSchedule, EagerResult, InvalidPattern
                                      link_key, memory_lower_bound, period_lower_bound, simulate_pattern,
                                      stages_to_layer_gpu, task_data, MEMORY_MODELS)
 from memplan.models.solution import InputError, Solution, Status
-from memplan.models.units import UnitError, fmt_bandwidth, fmt_memory, fmt_time, parse_bandwidth
+from memplan.models.units import FREE_LINKS, UnitError, fmt_bandwidth, fmt_memory, fmt_time, parse_bandwidth
 
 __all__ = ["PROBLEM", "METHODS", "DEFAULT_METHOD", "GRAPH_METHODS", "solve", "solve_graph", "report", "gantt",
            "baseline_points"]
@@ -522,10 +522,6 @@ assert list(_RUNNERS) == METHODS
 
 
 # ----------------------------------------------------------------------------- input checks
-#: spellings of an infinite bandwidth (free communications), given explicitly
-_FREE_BANDWIDTH = ("inf", "+inf", "infinity", "infinite")
-
-
 def _bandwidth_arg(bandwidth: Any, P: int) -> float | None:
     """The links' bandwidth in bytes/s; None for free communications, which must be asked for
     explicitly (``bandwidth="inf"`` or ``math.inf``). On P > 1 GPUs a missing bandwidth is refused
@@ -533,7 +529,7 @@ def _bandwidth_arg(bandwidth: Any, P: int) -> float | None:
     toy at 600 MiB on 2 GPUs: 18.77 ms free, 23.19 ms at 1 GB/s). One GPU sends nothing, so it needs
     none. A bandwidth of 0 is refused too: here it would be links that carry nothing (``remat-offload``
     reads 0 as "no link", which for a pipeline is ``gpus=1``), not free ones."""
-    if isinstance(bandwidth, str) and bandwidth.strip().lower() in _FREE_BANDWIDTH:
+    if isinstance(bandwidth, str) and bandwidth.strip().lower() in FREE_LINKS:
         return None
     if isinstance(bandwidth, (int, float)) and not isinstance(bandwidth, bool) and bandwidth == math.inf:
         return None

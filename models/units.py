@@ -90,6 +90,12 @@ def parse_time(text: str | float) -> float:
     return _finite(value * _TIME[key], text, "time")
 
 
+#: How a user spells free links (a pipeline's communications taking no time): ``--bandwidth inf``.
+#: ``parse_bandwidth`` itself refuses them (an offloading link cannot be free); the pipeline front end
+#: and the sweeps read them as ``math.inf``.
+FREE_LINKS = ("inf", "+inf", "infinity", "infinite")
+
+
 def parse_bandwidth(text: str | float) -> float:
     """Bytes per second from ``"12.5GB/s"``, ``"16GiB/s"``, or a bare number of bytes/s."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
@@ -153,4 +159,6 @@ def fmt_time(seconds: float | None, digits: int = 3) -> str:
 def fmt_bandwidth(bps: float | None) -> str:
     if bps is None:
         return "-"
+    if bps == math.inf:
+        return "inf (free links)"
     return fmt_memory(bps, binary=False).replace(" ", " ") + "/s"

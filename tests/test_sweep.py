@@ -198,6 +198,7 @@ bandwidth = ["1GB/s", "2GB/s"]
     (["sweep", "remat", "--instance", TOY, "--option", "bogus=1", "--points", "2"], "options"),
     (["sweep", "remat", "--instance", TOY, "--memory", "90 parsecs"], "90 parsecs"),
     (["sweep"], "--config"),
+    (["sweep", "offload", "--instance", TOY, "--bandwidth", "inf", "--points", "2"], "free links"),
 ])
 def test_bad_input_is_one_line(argv, needle, tmp_path, capsys):
     assert main(argv + ["-o", str(tmp_path / "o")] if argv != ["sweep"] else argv) == 2
@@ -211,6 +212,28 @@ def test_bad_config_names_the_key(tmp_path, capsys):
     assert main(["sweep", "--config", str(cfg)]) == 2
     err = capsys.readouterr().err
     assert "bad.toml" in err and "'method'" in err
+
+
+def test_pipeline_sweep_takes_free_links_beside_a_bandwidth(tmp_path):
+    """``--bandwidth inf,10MB/s``: both swept, the table keeps inf (not a missing value), each row is
+    the front end's answer at its own link, and the two differ (inf is not silently dropped)."""
+    import memplan
+
+    out = tmp_path / "pipe"
+    assert main(["sweep", "pipeline", "--random", "8", "--seed", "3", "--methods", "pipedream", "--gpus", "2",
+                 "--bandwidth", "inf,10MB/s", "--points", "2", "--workers", "1", "-o", str(out), "-q"]) == 0
+    df = pd.read_csv(out / "results.csv")
+    assert sorted(df.bandwidth.unique()) == [1e7, math.inf]
+    chain = memplan.random_chain(8, seed=3, integer=False)      # what the sweep's random:8:3 is
+    at = {}
+    for r in df[df.objective.notna()].itertuples():     # the lowest limit may be below PipeDream's reach
+        opts = {k: v for k, v in json.loads(r.options).items() if v is not None}
+        own = memplan.pipeline.solve(chain, memory=r.memory_limit, bandwidth="inf" if math.isinf(r.bandwidth) else
+                                     "10MB/s", gpus=2, method="pipedream", **opts)
+        assert r.objective == pytest.approx(own.objective, rel=1e-9)
+        at[(r.fraction, r.bandwidth)] = r.objective
+    assert at[(1.0, math.inf)] < at[(1.0, 1e7)]
+    assert (out / "pipeline_random-L8-seed3_P2.png").exists()
 
 
 def test_volatile_columns_are_the_timings_only():

@@ -73,6 +73,25 @@ def _ok(df):
     return df[df["objective"].notna() & (df["status"] != "error")]
 
 
+def curve_labels(df):
+    """One curve label per row: the method, plus the options whose values differ between that
+    method's rows (``rotor (slots=20)``, ``rotor (slots=500)``), so that a sweep over an option never
+    draws or summarizes two settings as one zigzagging curve. ``threads`` is not a setting of the
+    answer and never splits a curve."""
+    import pandas as pd
+
+    opts = df["options"].map(lambda o: {k: v for k, v in json.loads(o or "{}").items() if k != "threads"}
+                             if isinstance(o, str) else {})
+    labels = pd.Series(df["method"].astype(str).values, index=df.index)
+    for method in df["method"].dropna().unique():
+        rows = df.index[df["method"] == method]
+        keys = sorted({k for i in rows for k in opts[i]})
+        varying = [k for k in keys if len({json.dumps(opts[i].get(k), sort_keys=True) for i in rows}) > 1]
+        if varying:
+            labels[rows] = [f"{method} (" + ", ".join(f"{k}={opts[i].get(k)}" for k in varying) + ")" for i in rows]
+    return labels
+
+
 # ------------------------------------------------------------------------------------------ remat
 STYLE = {"rotor": ("tab:blue", "^-"), "rotor-floating": ("tab:cyan", "v--"), "revolve": ("tab:green", "o-"),
          "recompute-all": ("tab:gray", "s:"), "remat-milp": ("tab:purple", "D--"),
@@ -87,20 +106,23 @@ def figure_remat(df, out: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(6.4, 4.4))
         ok = _ok(d).copy()
         ok["throughput"] = ok["batch"].fillna(1.0) / ok["objective"]
-        for method, g in ok.groupby("method", sort=True):
+        ok["curve"] = curve_labels(ok)
+        for (method, curve), g in ok.groupby(["method", "curve"], sort=True):
             g = g.sort_values("memory_limit")
             x = g["peak_memory"] / 2**20
+            split = curve != method          # one of several settings: matplotlib's own colours tell them apart
             if method == "sequential":
-                ax.plot(x, g["throughput"], "x", color="tab:purple", label="sequential")
+                ax.plot(x, g["throughput"], "x", color=None if split else "tab:purple", label=curve)
             elif method == "store-all":
-                ax.plot(x, g["throughput"], "s", color="tab:red", markersize=9, label="store-all (PyTorch)")
+                ax.plot(x, g["throughput"], "s", color=None if split else "tab:red", markersize=9,
+                        label="store-all (PyTorch)" if not split else curve)
             else:
                 color, fmt = STYLE.get(method, (None, "o-"))
-                ax.plot(x, g["throughput"], fmt, color=color, label=method, markersize=5)
+                ax.plot(x, g["throughput"], fmt, color=None if split else color, label=curve, markersize=5)
             bad = g[g["peak_memory"] > g["memory_limit"] * (1 + 1e-9)]
             if len(bad):   # schedules over their limit (Checkmate's LP rounding): hollow red rings
                 ax.plot(bad["peak_memory"] / 2**20, bad["throughput"], "o", mfc="none", mec="red", markersize=10,
-                        label=f"{method}: over its limit")
+                        label=f"{curve}: over its limit")
         batch = d["batch"].dropna()
         unit = "images/s" if len(batch) and batch.iloc[0] != 1 else "iterations/s"
         ax.set_xlabel("peak memory (MiB, replayed)")
@@ -125,7 +147,8 @@ def figure_offload(df, out: Path, *, show_dynprog: bool = False) -> list[Path]:
         # Figure 2: makespan / LB at the base bandwidth
         lb = off[(off["method"] == "lb") & (off["bandwidth"] == base)].set_index("memory_limit")["bound"]
         fig, ax = plt.subplots(figsize=(7, 4))
-        for meth, g in _ok(off[(off["bandwidth"] == base) & (off["method"] != "lb")]).groupby("method", sort=True):
+        at_base = _ok(off[(off["bandwidth"] == base) & (off["method"] != "lb")])
+        for meth, g in at_base.assign(curve=curve_labels(at_base)).groupby("curve", sort=True):
             g = g[g["memory_limit"].isin(lb.index)].sort_values("memory_limit")
             ratio = g["objective"].values / lb.reindex(g["memory_limit"]).values
             ax.plot(g["memory_limit"] / 2**20, ratio, marker="o", ms=3, label=meth)
@@ -292,8 +315,11 @@ def figure_pipeline(df, out: Path) -> list[Path]:
         tl = g[g["method"] == "ilp"]["time_limit"].dropna().unique()
         for ax, bw in zip(axes[0], links):
             gb = g[g["bandwidth"].isna()] if math.isnan(bw) else g[g["bandwidth"] == bw]
-            for method, h in _ok(gb).groupby("method", sort=True):
+            okb = _ok(gb)
+            for (method, curve), h in okb.assign(curve=curve_labels(okb)).groupby(["method", "curve"], sort=True):
                 style = dict(PIPE_STYLE.get(method, dict(s=16, marker="x", label=method)))
+                if curve != method:          # one of several settings of the method: its own colour
+                    style.update(label=curve, c=None)
                 ax.scatter(h["peak_memory"] / 2**30, h["objective"] * 1e3, **style)
             ax.set_xlabel("measured memory per GPU (GiB)")
             ax.set_ylabel("period (ms)")

@@ -69,6 +69,7 @@ def summary(df, args) -> None:
     if ok.empty:
         return
     ok["throughput"] = ok["batch"] / ok["objective"]
+    ok["method"] = figures.curve_labels(ok)     # a setting swept (--option slots=20,500) is a row of its own
     print(ok.groupby("method").agg(points=("objective", "size"), best_throughput=("throughput", "max"),
                                    min_peak_MiB=("peak_memory", lambda x: x.min() / 2**20)).round(3).to_string())
 

@@ -236,6 +236,30 @@ def test_pipeline_sweep_takes_free_links_beside_a_bandwidth(tmp_path):
     assert (out / "pipeline_random-L8-seed3_P2.png").exists()
 
 
+def test_a_swept_option_is_a_curve_of_its_own_in_the_figure_and_the_summary(tmp_path, capsys):
+    """``--option slots=20,500``: rotor at 20 slots and at 500 slots are two curves (the coarse
+    discretization cannot reach the lower limits), not one line zigzagging between them; threads
+    never split a curve."""
+    from memplan.experiments.figures import curve_labels
+
+    out = tmp_path / "slots"
+    assert main(["sweep", "remat", "--instance", TOY, "--memory", "85MiB,110MiB", "--option", "slots=20,500",
+                 "--methods", "rotor", "--workers", "1", "-o", str(out), "-q"]) == 0
+    df = pd.read_csv(out / "results.csv")
+    labels = curve_labels(df)
+    assert sorted(set(labels)) == ["rotor (slots=20)", "rotor (slots=500)"]
+    for lab, slots in (("rotor (slots=20)", 20), ("rotor (slots=500)", 500)):
+        assert all(json.loads(o)["slots"] == slots for o in df.options[labels == lab])
+    summary = capsys.readouterr().out
+    ok = df[df.objective.notna()]
+    for lab in ("rotor (slots=20)", "rotor (slots=500)"):
+        line = next(x for x in summary.splitlines() if x.startswith(lab))
+        assert int(line.split()[2]) == int((ok.options.map(lambda o: json.loads(o)["slots"]) ==
+                                             int(lab.split("=")[1][:-1])).sum())
+    same = df.assign(options=['{"threads": %d}' % (i % 2 + 1) for i in range(len(df))])
+    assert set(curve_labels(same)) == {"rotor"}
+
+
 def test_volatile_columns_are_the_timings_only():
     assert set(VOLATILE) == {"solve_time", "wall_time", "times", "worker", "run_id", "finished_at"}
 

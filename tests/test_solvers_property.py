@@ -206,3 +206,30 @@ def test_remat_offload_minimum_against_the_exhaustive_search(chain):
     assert at.success and at.peak_memory <= mm.value * (1 + 1e-9)
     sol = remat_offload.solve(chain, memory=M, bandwidth=1.0, time_limit=20)
     assert sol.status == Status.INFEASIBLE and sol.details["min_memory"] > M
+
+
+# ----------------------------------------------------------------------------- pipeline
+@settings(max_examples=10, **SETTINGS)
+@given(chain=chains(max_L=4, positive_times=True), P=st.integers(2, 3), bw_exp=st.integers(-2, 12),
+       frac=st.sampled_from([0.0, 0.4, 1.0]), mm=st.sampled_from(["autograd", "paper"]))
+def test_pipeline_ilp_is_never_slower_than_its_baselines(chain, P, bw_exp, frac, mm):
+    """The guide's "never worse than what we already have" for paper 003: at a memory limit between
+    the least and the most memory of PipeDream's and GPipe's points, the method ``ilp`` (whether it
+    proves optimality or stops at its limit) answers a schedule whose replayed period is at most the
+    better of the two baselines' at the same limit, within the limit, with a bound below it; the
+    links from 1/100 to 10^12 of the largest activation per second."""
+    import memplan
+
+    if chain.L < P:
+        return
+    kw = dict(bandwidth=10.0 ** bw_exp * float(chain.wa.max()), gpus=P, memory_model=mm, n_batches=60, threads=1)
+    pts = memplan.pipeline.baseline_points(chain, **{k: v for k, v in kw.items() if k != "threads"})
+    mems = sorted(p.memory for p in pts)
+    M = mems[0] + frac * (mems[-1] - mems[0])
+    base = [memplan.pipeline.solve(chain, memory=M, method=m, points=pts, **kw).objective
+            for m in ("pipedream", "gpipe")]
+    best = min(b for b in base if b is not None)          # M is at least one baseline point's memory
+    ilp = memplan.pipeline.solve(chain, memory=M, method="ilp", points=pts, time_limit=5, **kw)
+    assert ilp.objective is not None and ilp.objective <= best * (1 + 1e-9), (ilp.status, ilp.message)
+    assert ilp.peak_memory <= M * (1 + 1e-9)
+    assert ilp.bound <= ilp.objective * (1 + 1e-9)

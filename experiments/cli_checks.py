@@ -59,6 +59,15 @@ def guarded(call: Callable[[], int | None], prog: str = "memplan") -> int:
         where = f"{e.filename}: " if e.filename else ""
         print(f"{prog}: error: {where}{e.strerror or e}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as e:   # an optional dependency the command needs (torch for profile, run, budget)
+        top = (e.name or "").split(".")[0]
+        if not top or top == "memplan":
+            raise                          # memplan's own modules: a bug, keep the traceback
+        how = ("pip install -e '.[torch]' (torch==2.13.0, the CPU wheel; an unpinned torch pulls GBs of CUDA)"
+               if top in ("torch", "torchvision") else f"pip install {top}")
+        print(f"{prog}: error: this command needs the Python package {top!r}, which is not installed; {how}",
+              file=sys.stderr)
+        return 2
     except KeyboardInterrupt:  # pragma: no cover
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130

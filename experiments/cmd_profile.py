@@ -122,8 +122,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
                    f"sees no CUDA device; run it with --device cpu")
     if problem:
         raise InputError(problem)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    threads = args.threads
+    if threads is None and device == "cpu" and str(prov.get("device", "cpu")) == "cpu" and prov.get("threads"):
+        threads = int(prov["threads"])      # the profile's: measured and simulated times are then like for like
+    if threads:
+        torch.set_num_threads(threads)
     seed = int(prov.get("seed", 0))
     kw = dict(prov.get("model_kw") or {})
     torch.manual_seed(seed)
@@ -157,7 +160,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
              f"the larger o_f)" if one.peak_memory != sim.peak_memory else ""))
     print(f"time         measured {fmt_time(timed.time)}   simulated {fmt_time(sim.makespan)}   "
           f"({(timed.time / sim.makespan - 1) * 100:+.1f}%; profiled with {prov.get('threads', '?')} thread(s) "
-          f"on {prov.get('device', '?')})")
+          f"on {prov.get('device', '?')}, run with {torch.get_num_threads() if device == 'cpu' else '-'})")
     ok = True
     if ref is not None:
         torch.manual_seed(seed + 1)
@@ -293,6 +296,7 @@ def add_parser(subparsers) -> None:
     r.add_argument("--sequence", default="store-all",
                    help="when no --solution: store-all, bisection, or sequential[:SEGMENTS]")
     r.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: the instance's device")
-    r.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
+    r.add_argument("--threads", type=positive_int, default=None,
+                   help="torch CPU threads (default on CPU: the profile's, so that its times compare)")
     r.add_argument("--check-grads", action="store_true", help="also compare gradients with plain autograd")
     r.set_defaults(func=_cmd_run)

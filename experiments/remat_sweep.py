@@ -65,7 +65,15 @@ def draw(df, out: Path, args) -> list[Path]:
 
 
 def summary(df, args) -> None:
-    ok = df[df["objective"].notna()].copy()
+    """Per curve: the points within their limit, the best throughput and the least replayed peak.
+    Schedules over their limit (status ``limit_exceeded``, Checkmate's rounding) are not plans for it:
+    counted on a line of their own, never in the best throughput or least peak."""
+    over = df[df["status"] == "limit_exceeded"]
+    ok = df[df["objective"].notna() & (df["status"] != "limit_exceeded")].copy()
+    if len(over):
+        counts = figures.curve_labels(over).value_counts().sort_index()
+        print("over their limit (status limit_exceeded, left out below): "
+              + ", ".join(f"{m} {n}" for m, n in counts.items()))
     if ok.empty:
         return
     ok["throughput"] = ok["batch"] / ok["objective"]

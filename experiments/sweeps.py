@@ -334,7 +334,10 @@ def _cmd_sweep(args) -> int:
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("sweep", help="run an experiment grid (table + figure; resumable, on Dask)",
                               description=__doc__.split("\n\n")[0],
-                              epilog="See `memplan sweep PROBLEM --help`.")
+                              epilog="See `memplan sweep PROBLEM --help` for an experiment's options.\n\n"
+                              "--config FILE, a TOML file listing grids, e.g.:"
+                              + __doc__[__doc__.index("A config file lists grids::") + len("A config file lists grids::"):],
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     # the run options may come before the experiment's name too (memplan sweep --workers 2 remat ...):
     # kept as top_<name> (an experiment parser's defaults would overwrite them), see merge_run_options
     p.add_argument("--config", help="a TOML file listing grids (several instances and problems)")

@@ -57,7 +57,7 @@ inserted right before it from a^{l-1} (a recomputation Checkmate did not pay for
 value no (live) computation uses, or that are already resident, are skipped. The sequence is then replayed by
 :func:`models.remat.simulate_remat`: its peak can exceed the limit Checkmate was given (a value Checkmate
 frees may be one paper 004's model cannot free, F_all keeps a^{l-1}, abar may be smaller than a);
-then the result says so (status FEASIBLE, ``details["limit_exceeded"] = True``).
+then the result says so (status LIMIT_EXCEEDED, ``details["limit_exceeded"] = True``).
 
 LP relaxation + two-phase rounding (Checkmate section 5): solve the relaxation, round S (deterministic
 threshold 0.5 and randomized rounding S = 1 with probability S*), then take the cheapest R that satisfies
@@ -325,7 +325,7 @@ def solve_checkmate(chain: Chain, memory: float, *, time_limit: float | None = 6
     Status OPTIMAL means "optimal within Checkmate's model". Its dual bound is a bound in that model
     only, neither for paper 004's model nor for the converted sequence, so it is reported as
     ``details['milp_bound']`` / ``details['milp_gap']`` (``predicted`` is the MILP objective) and
-    ``bound`` stays None; FEASIBLE with ``details['limit_exceeded']`` when the converted
+    ``bound`` stays None; LIMIT_EXCEEDED with ``details["limit_exceeded"]`` when the converted
     sequence breaks the limit.
     """
     chain.check_papers_times("checkmate")
@@ -365,7 +365,7 @@ def solve_checkmate(chain: Chain, memory: float, *, time_limit: float | None = 6
     if status == Status.OPTIMAL:
         msg = f"optimal within Checkmate's model (MILP {res.message})"
     if not ok:
-        status = Status.FEASIBLE
+        status = Status.LIMIT_EXCEEDED
         msg = (f"the converted sequence uses {fmt_memory(rep.peak_memory)}, more than the limit "
                f"{fmt_memory(memory)} (Checkmate's memory model differs from paper 004's)")
     times["total"] = time.perf_counter() - t0
@@ -381,7 +381,7 @@ def solve_checkmate_lp(chain: Chain, memory: float, *, time_limit: float | None 
     Tries the deterministic rounding at 0.5 and ``samples`` randomized roundings (fewer when the
     ``memplan.remat.solve`` call's time runs out; ``details['roundings']`` says how many); returns
     the fastest converted sequence within the limit, else the one with the smallest peak, reporting
-    the memory it really uses (status FEASIBLE, ``details['limit_exceeded'] = True`` when above the
+    the memory it really uses (status LIMIT_EXCEEDED, ``details["limit_exceeded"] = True`` when above the
     limit).
     """
     chain.check_papers_times("checkmate-lp")
@@ -431,6 +431,6 @@ def solve_checkmate_lp(chain: Chain, memory: float, *, time_limit: float | None 
     else:
         msg = (f"LP relaxation + two-phase rounding: the best rounded sequence uses {fmt_memory(rep.peak_memory)}, "
                f"more than the limit {fmt_memory(memory)} (the rounding ignores memory)")
-    return Solution("remat", "checkmate-lp", Status.FEASIBLE, objective=rep.makespan, peak_memory=rep.peak_memory,
-                    schedule=sched, bound=None, memory_limit=memory, predicted=None, message=msg, times=times,
-                    details=details)
+    return Solution("remat", "checkmate-lp", Status.FEASIBLE if ok else Status.LIMIT_EXCEEDED, objective=rep.makespan,
+                    peak_memory=rep.peak_memory, schedule=sched, bound=None, memory_limit=memory, predicted=None,
+                    message=msg, times=times, details=details)

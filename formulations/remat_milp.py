@@ -504,7 +504,8 @@ def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 
         try:
             rep = simulate_remat(chain, sched)
             details["limit_exceeded"] = rep.peak_memory > memory
-            status, msg = Status.FEASIBLE, f"the MILP schedule does not replay under the limit ({e})"
+            status = Status.LIMIT_EXCEEDED if details["limit_exceeded"] else Status.FEASIBLE
+            msg = f"the MILP schedule does not replay under the limit ({e})"
         except InvalidSequence as e2:
             times["total"] = time.perf_counter() - t_all
             return Solution("remat", "remat-milp", Status.ERROR, memory_limit=memory, predicted=pred,

@@ -372,11 +372,14 @@ class BudgetedStep:
         what = (f"chose fraction {self.fraction:g}" if self.kind == "compiled"
                 else f"chose {self.choice.label if self.choice else 'a chain plan'}")
         lines = [f"budget {fmt_memory(self.budget)}: {what} "
-                 f"(peak {fmt_memory(self.peak)}, step {self.step_time * 1e3:.2f} ms), "
-                 f"backend {self.backend}, solver {self.solver}, search {self.search_time:.1f} s"
+                 f"(peak {fmt_memory(self.peak)}, step {self.step_time * 1e3:.2f} ms: the returned step, "
+                 f"measured again), backend {self.backend}, solver {self.solver}, search {self.search_time:.1f} s"
                  + (f"; peaks: {self.peak_measure}" if self.peak_measure else "")]
+        if self.candidates:
+            lines.append("  candidates, as measured during the search (median step of its timings):")
+        width = max([32] + [len(c.label) for c in self.candidates])
         for c in self.candidates:
-            lines.append(f"  {c.label:<32} peak {fmt_memory(c.peak):>10}  step "
+            lines.append(f"  {c.label:<{width}} peak {fmt_memory(c.peak):>10}  step "
                          f"{c.step_time * 1e3:8.2f} ms  {'compile' if c.kind == 'compiled' else 'solve  '} "
                          f"{c.compile_time:6.2f} s  {'fits' if c.fits else 'over'}")
         if self.skipped:

@@ -424,6 +424,8 @@ def _replay(chain: Chain, memory: float, method: str, sol: Solution) -> Solution
         raise RuntimeError(f"{method}: the simulator does not confirm the solution (replayed makespan "
                            f"{rep.makespan}, peak {rep.peak_memory}; reported {sol.objective}, {sol.peak_memory})")
     sol.objective, sol.peak_memory = rep.makespan, rep.peak_memory
+    if over:        # a valid schedule, not a plan for this limit: never "feasible", never a success
+        sol.status = Status.LIMIT_EXCEEDED
     return sol
 
 
@@ -465,6 +467,8 @@ def _solve_in_papers_times(chain: Chain, sol: Solution, method: str, memory: flo
         sol.details["recompute_time"] = rot.details.get("recompute_time")
         sol.details.pop("limit_exceeded", None)
         sol.details["candidate"] = "rotor"
+        if sol.status == Status.LIMIT_EXCEEDED:      # rotor's plan is within the limit
+            sol.status = Status.FEASIBLE
     return sol
 
 

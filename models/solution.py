@@ -21,6 +21,8 @@ class Status(str, Enum):
     TIME_LIMIT = "time_limit"        # stopped at the time limit: with the best schedule found, or none (nothing proven)
     INFEASIBLE = "infeasible"        # proven: no schedule fits; ``message`` says why
     NO_SOLUTION = "no_solution"      # the method found nothing (e.g. time limit before any incumbent)
+    LIMIT_EXCEEDED = "limit_exceeded"  # a schedule the simulator replays, but above the memory limit
+    #                                    (Checkmate's rounding): reported as replayed, not a plan for it
     ERROR = "error"
 
     def __str__(self) -> str:

@@ -405,3 +405,34 @@ def test_below_the_resident_bytes_the_message_gives_the_whole_minimum():
     assert sol.message == (f"nothing fits in 90.0 MiB ({90 * 2**20:.6g} B): the minimum feasible memory is 1.1 GiB "
                            f"({need:.6g} B), of which 1000.0 MiB of resident tensors (Chain.resident: tensors "
                            "crossing two or more cuts and their gradients), charged for the whole step")
+
+
+@pytest.mark.parametrize("argv", [
+    ["profile", "--model", "resnet18", "--batch", "2", "--input", "3x64x64", "-o", "OUT/r.json"],
+    ["budget", "--model", "gpt2", "--batch", "2", "--input", "64", "--memory", "20MiB"],
+])
+def test_a_command_that_needs_torch_says_how_to_install_it(argv, tmp_path):
+    """Without PyTorch (the README's first command does not install it) ``profile``, ``run`` and
+    ``budget`` print one line naming the package and the install command, exit 2, no traceback."""
+    code = ("import sys; sys.modules['torch'] = None\n"       # import torch then raises ModuleNotFoundError
+            "from memplan.experiments.cli import main\n"
+            f"sys.exit(main({[a.replace('OUT', str(tmp_path)) for a in argv]!r}))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    err = r.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+    assert "'torch'" in err and "pip install -e '.[torch]'" in err and "torch==2.13.0" in err
+
+
+def test_a_schedule_over_its_limit_is_not_a_success(capsys):
+    """Checkmate's LP rounding on paper 004's toy at 90 MiB replays at 107 MiB: reported as replayed,
+    with status limit_exceeded (not feasible) and success False, so a script that keeps successes
+    never plots it; the CLI exits 1."""
+    from memplan.models.remat import simulate_remat
+
+    chain = load_instance("paper004_table2").chain
+    sol = memplan.solve(chain, "remat", "checkmate-lp", memory="90MiB", threads=1, time_limit=30)
+    assert simulate_remat(chain, sol.schedule).peak_memory == sol.peak_memory > 90 * 2**20
+    assert str(sol.status) == "limit_exceeded" and not sol.success and sol.details["limit_exceeded"]
+    assert main(["solve", "paper004_table2", "--method", "checkmate-lp", "--memory", "90MiB", "--quiet"]) == 1
+    assert "LIMIT EXCEEDED" in capsys.readouterr().out

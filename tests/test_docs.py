@@ -88,7 +88,7 @@ def test_readme_python_example_runs_as_written(tmp_path):
                        timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     # the script sweeps three methods over memory limits into a DataFrame and plots it
-    assert (tmp_path / "remat_sweep.png").stat().st_size > 10_000
+    assert (tmp_path / "results" / "remat_sweep.png").stat().st_size > 10_000
     # the printed pivot table: a header "method rotor rotor-floating sequential", then one row per limit
     lines = r.stdout.splitlines()
     header = next(l.split() for l in lines if l.split()[:1] == ["method"])

@@ -140,7 +140,9 @@ class BoundResult:
     def describe(self) -> str:
         if self.exact:
             return "floating DP on step functions, one unit per byte (exact sizes)"
-        return f"floating DP on step functions, {self.units} units (sizes rounded down)"
+        u = int(self.units)
+        units = f"2^{u.bit_length() - 1}" if u > 1024 and u & (u - 1) == 0 else f"{u}"
+        return f"floating DP on step functions, {units} units (sizes rounded down)"
 
 
 def equal_gradient_sizes(chain: Chain) -> Chain:

@@ -11,7 +11,10 @@ networks, and re-materialization sequences executed on them.
 ``memplan-instance/1`` file (times in ms, sizes in MiB with enough digits to keep exact byte counts)
 with the provenance: network, batch, input, device, torch version, date, linearization and groups.
 ``run`` rebuilds the network from that provenance (same seed, same linearization), executes the
-sequence with :func:`models.runtime.execute` and prints measured vs simulated peak memory and time.
+sequence with :func:`models.runtime.execute` and prints measured vs simulated peak memory and time,
+and the same against plain ``loss.backward()`` on the unsplit model: its peak by the same tracker,
+both timed in alternating rounds (:func:`models.measure.interleaved`) with 95% intervals and the
+paired ratio, so that "does the plan beat what PyTorch gives me?" has an answer with its spread.
 torch is imported only when ``profile`` or ``run`` runs.
 """
 from __future__ import annotations
@@ -122,6 +125,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                    f"sees no CUDA device; run it with --device cpu")
     if problem:
         raise InputError(problem)
+    if not args.time_budget > 0:
+        raise InputError(f"--time-budget {args.time_budget:g}: give positive seconds, e.g. --time-budget 10")
     threads = args.threads
     if threads is None and device == "cpu" and str(prov.get("device", "cpu")) == "cpu" and prov.get("threads"):
         threads = int(prov["threads"])      # the profile's: measured and simulated times are then like for like
@@ -148,27 +153,106 @@ def _cmd_run(args: argparse.Namespace) -> int:
     one = simulate_remat(chain, sched, one_overhead=True)   # the papers' one o_f for both forwards
     torch.manual_seed(seed + 1)
     res = execute(lm.stages, loss_stage, x, sched, measure_memory=True, device=device)
-    for p in model.parameters():       # a second, untracked run for the time (and the gradients)
-        p.grad = None
-    torch.manual_seed(seed + 1)
-    timed = execute(lm.stages, loss_stage, x, sched, device=device)
+    ag_peak = _autograd_peak(model, loss_fn, x, device, seed)
+    plan_t, ag_t, ratio = _time_against_autograd(lm.stages, loss_stage, model, loss_fn, x, sched, device, seed,
+                                                 args.time_budget)
     print(f"{chain.name}: {label}, {len(sched)} operations, {sched.count('F_ck') + sched.count('F_none')} "
           f"recomputations")
     print(f"peak memory  measured {fmt_memory(res.peak_memory)}   simulated {fmt_memory(sim.peak_memory)}   "
           f"({(res.peak_memory / sim.peak_memory - 1) * 100:+.1f}%)"
           + (f"; the papers' one-overhead model says {fmt_memory(one.peak_memory)} (both forwards charged "
              f"the larger o_f)" if one.peak_memory != sim.peak_memory else ""))
-    print(f"time         measured {fmt_time(timed.time)}   simulated {fmt_time(sim.makespan)}   "
-          f"({(timed.time / sim.makespan - 1) * 100:+.1f}%; profiled with {prov.get('threads', '?')} thread(s) "
+    print(f"time         measured {_timing_text(plan_t)}   simulated {fmt_time(sim.makespan)}   "
+          f"({(plan_t.median / sim.makespan - 1) * 100:+.1f}%; profiled with {prov.get('threads', '?')} thread(s) "
           f"on {prov.get('device', '?')}, run with {torch.get_num_threads() if device == 'cpu' else '-'})")
+    print(f"autograd     plain loss.backward() on the same model and input: peak {fmt_memory(ag_peak)} "
+          f"({(res.peak_memory / ag_peak - 1) * 100:+.1f}% for the plan), time {_timing_text(ag_t)}; "
+          f"plan / autograd time {ratio.text()} (paired over {ratio.n} rounds)")
+    if plan_t.noisy or ag_t.noisy:
+        print(f"             noisy: the 95% interval of a median is wider than {TIME_TARGET:.0%} after "
+              f"{len(plan_t.times)} rounds (--time-budget {args.time_budget:g} s); a busy machine, or too short "
+              f"a budget")
     ok = True
     if ref is not None:
+        for p in model.parameters():       # one more untracked run of the plan for the gradients
+            p.grad = None
+        torch.manual_seed(seed + 1)
+        execute(lm.stages, loss_stage, x, sched, device=device)
         torch.manual_seed(seed + 1)
         loss_fn(ref(x)).backward()
         same = all(torch.equal(p.grad, q.grad) for p, q in zip(model.parameters(), ref.parameters()))
         ok = same
         print(f"gradients    {'bit-identical to' if same else 'DIFFERENT from'} plain autograd")
     return 0 if ok else 1
+
+
+#: ``run`` times the plan and plain autograd until each median's 95% interval is within this
+TIME_TARGET = 0.02
+
+
+def _autograd_peak(model, loss_fn, x, device: str, seed: int) -> float:
+    """Plain ``loss_fn(model(x)).backward()``'s peak above what existed before, measured by the
+    tracker the executor's own measurement uses (:func:`models.memory.memory_tracker`), with the
+    weight gradients allocated before the window as the executor has them: one method for both."""
+    import torch
+
+    from memplan.models.memory import memory_tracker
+
+    for p in model.parameters():
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p)
+    xi = _input_for_autograd(x)
+    with memory_tracker(device) as tr:
+        torch.manual_seed(seed + 1)
+        loss_fn(model(xi)).backward()
+        tr.sync()
+        peak = float(tr.peak)
+    for p in model.parameters():
+        p.grad = None
+    return peak
+
+
+def _input_for_autograd(x):
+    """A float input requires grad, as the executed chain's B^1 computes delta^0 for it."""
+    xi = x.detach().clone()
+    if xi.is_floating_point():
+        xi.requires_grad_(True)
+    return xi
+
+
+def _time_against_autograd(stages, loss_stage, model, loss_fn, x, sched, device: str, seed: int, budget: float):
+    """The plan and plain autograd timed in alternating rounds (:func:`models.measure.interleaved`:
+    at least 8 rounds, until both medians' 95% intervals are within :data:`TIME_TARGET`, or
+    ``budget`` seconds, but never fewer than 6 rounds), one CUDA synchronize around each sample; returns both
+    :class:`~models.measure.Timing` and the paired ratio plan / autograd."""
+    import torch
+
+    from memplan.models.measure import interleaved, mean_of_steps, paired_ratio
+    from memplan.models.runtime import execute
+
+    def clear():
+        for p in model.parameters():
+            p.grad = None
+
+    sync = (lambda: torch.cuda.synchronize(device)) if str(device).startswith("cuda") else (lambda: None)
+
+    def plan():
+        torch.manual_seed(seed + 1)
+        execute(stages, loss_stage, x, sched, device=device, sync=False)
+
+    def autograd():
+        torch.manual_seed(seed + 1)
+        loss_fn(model(_input_for_autograd(x))).backward()
+
+    res = interleaved({"plan": mean_of_steps(plan, 1, sync=sync, before=clear),
+                       "autograd": mean_of_steps(autograd, 1, sync=sync, before=clear)},
+                      target=TIME_TARGET, budget=budget, floor=6)     # 6: a 95% interval exists
+    clear()
+    return res["plan"], res["autograd"], paired_ratio(res["plan"].times, res["autograd"].times)
+
+
+def _timing_text(t) -> str:
+    return f"{fmt_time(t.median)} [95%: {fmt_time(t.low)}, {fmt_time(t.high)}]"
 
 
 def _read_remat_solution(path: str, chain, instance: str) -> RematSchedule:
@@ -299,4 +383,7 @@ def add_parser(subparsers) -> None:
     r.add_argument("--threads", type=positive_int, default=None,
                    help="torch CPU threads (default on CPU: the profile's, so that its times compare)")
     r.add_argument("--check-grads", action="store_true", help="also compare gradients with plain autograd")
+    r.add_argument("--time-budget", type=float, default=10.0, metavar="SECONDS",
+                   help="seconds for timing the plan against plain autograd in alternating rounds until both "
+                        "medians are known within 2%% (default 10; at least 6 rounds run whatever the budget)")
     r.set_defaults(func=_cmd_run)

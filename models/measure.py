@@ -170,12 +170,13 @@ class Timing:
 
 def interleaved(contenders: dict[str, Callable[[], float | None]], *, target: float = 0.02,
                 level: float = 0.95, min_rounds: int = 8, max_rounds: int = 60, budget: float | None = None,
-                progress: Callable[[str], None] | None = None) -> dict[str, Timing]:
+                progress: Callable[[str], None] | None = None, floor: int = 2) -> dict[str, Timing]:
     """Time ``contenders`` (name -> a function that runs once and returns its own time in seconds,
     or None to be timed here with ``time.perf_counter`` around the call) in rotating rounds; see the
     module docstring. ``min_rounds`` >= 6 so that the 95% interval exists. ``budget``: seconds after
     which no new round starts (at least ``min_rounds`` are run only while the budget allows; the
-    contenders are then reported ``noisy`` if their interval is still wide)."""
+    contenders are then reported ``noisy`` if their interval is still wide). ``floor``: rounds run
+    whatever the budget (6 gives every median a 95% interval: :func:`median_interval`)."""
     names = list(contenders)
     out = {n: Timing(n) for n in names}
     if not names:
@@ -194,7 +195,7 @@ def interleaved(contenders: dict[str, Callable[[], float | None]], *, target: fl
                 t.update(target, level)
         if rounds >= min_rounds and not any(t.noisy for t in out.values()):
             break
-        if budget is not None and time.perf_counter() - t0 > budget and rounds >= 2:
+        if budget is not None and time.perf_counter() - t0 > budget and rounds >= max(2, floor):
             break
     for t in out.values():
         if len(t.times) < 2:

@@ -83,12 +83,12 @@ def test_a_solution_of_another_instance_is_refused_and_an_old_one_still_runs(pro
             f"sha256 {rec['sha256'][:12]}, not on {other}: 'other', L = {rec['L']}, sha256 ") in err
     assert err.endswith(f"; solve {other} again")
     # the same instance, read again: the same fingerprint
-    assert main(["run", str(profiled), "--solution", str(sol)]) == 0
+    assert main(["run", str(profiled), "--solution", str(sol), "--time-budget", "1"]) == 0
     old = json.loads(sol.read_text())
     del old["instance"]
     sol.write_text(json.dumps(old))
     capsys.readouterr()
-    assert main(["run", str(other), "--solution", str(sol)]) == 0
+    assert main(["run", str(other), "--solution", str(sol), "--time-budget", "1"]) == 0
     assert "peak memory  measured" in capsys.readouterr().out
 
 

@@ -170,6 +170,10 @@ gpt2-low)
         setup_env || exit 3
         # GPT2_LOW_S: the hard limit (default 440 s), to fit what is left of a session's device time
         hl=${GPT2_LOW_S:-440}
+        if [ "$hl" -lt 230 ]; then      # the search gets hl - 190 s: below 40 s it would be refused at once
+            log "GPT2_LOW_S=$hl: too short (the search needs hl - 190 >= 40 s); give at least 230, or skip gpt2-low"
+            exit 2
+        fi
         log "bench_budget GPT-2 small on cuda, fractions ${GPT2_LOW_FRACTIONS:-0.3,0.1} (hard limit $hl s)"
         PYTHONUNBUFFERED=1 timeout "$hl" "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
             --networks gpt2 --fractions "${GPT2_LOW_FRACTIONS:-0.3,0.1}" --search-time-limit $(( hl - 190 )) \

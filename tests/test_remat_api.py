@@ -181,7 +181,9 @@ def test_dps_with_given_slots_keep_the_time_limit(monkeypatch):
     twice the limit is not started, one that is started stops between two stages at 85% of the
     limit, and either way the persistent DP's schedule, made with what is left, is returned with
     status TIME_LIMIT; a bound run stopped at the limit leaves the plan unproven, without a bound.
-    rotor (it cannot stop): not started beyond the limit, its bound skipped beyond what is left."""
+    rotor (it cannot stop): not started beyond the limit, its bound skipped beyond what is left.
+    The durations are this process's CPU seconds: what the call did, which a loaded machine does not
+    stretch (its wall clock had taken 0.8 s for the stopped run's 0.5 s under two CPU hogs)."""
     import memplan.baselines.remat_rotor as rr
 
     c = random_chain(50, 0, integer=False)
@@ -190,18 +192,18 @@ def test_dps_with_given_slots_keep_the_time_limit(monkeypatch):
     rr.floating(c, memory, slots=8)                    # load the compiled DP outside the timings
     pers = persistent(c, memory)
     # not started: 4000 slots are about 13 s by the estimate, the limit is 1 s
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     sol = remat.solve(c, memory=memory, method="rotor-floating", slots=4000, time_limit=1.0)
-    assert time.perf_counter() - t0 < 1.5
+    assert time.process_time() - t0 < 1.5
     assert sol.status == Status.TIME_LIMIT and sol.message.startswith(
         "time limit: the floating DP (4000 slots) was not started")
     assert simulate_remat(c, sol.schedule, memory_limit=memory).makespan == pytest.approx(sol.objective)
     assert sol.bound is None and sol.details["candidate"] == "the persistent DP (rotor) with its own slots"
     # the persistent DP cannot stop: with slots its estimate puts beyond the limit it is not started,
     # and its bound run is skipped where the estimate exceeds what is left
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     sol = remat.solve(c, memory=memory, method="rotor", slots=100_000, time_limit=1.0)
-    assert time.perf_counter() - t0 < 1.5 and rr.dp_seconds("persistent", c.L, 100_000) > 1.0
+    assert time.process_time() - t0 < 1.5 and rr.dp_seconds("persistent", c.L, 100_000) > 1.0
     assert sol.status == Status.TIME_LIMIT and sol.message.startswith(
         "time limit: the persistent DP (100000 slots) was not started")
     simulate_remat(c, sol.schedule, memory_limit=memory)
@@ -213,9 +215,9 @@ def test_dps_with_given_slots_keep_the_time_limit(monkeypatch):
     assert sol.objective == pytest.approx(persistent(c, memory, slots=200).objective)
     # started and stopped: the estimate is made to fit, and 0.05 s is far from the run's 0.7 s
     monkeypatch.setattr(rr, "dp_seconds", lambda kind, L, slots: 0.0)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     sol = remat.solve(c, memory=memory, method="rotor-floating", slots=400, time_limit=0.05)
-    assert time.perf_counter() - t0 < 0.5
+    assert time.process_time() - t0 < 0.5
     assert sol.status == Status.TIME_LIMIT and "(400 slots) was stopped at stage " in sol.message
     simulate_remat(c, sol.schedule, memory_limit=memory)
     # the bound run stopped: the plan of the first run, FEASIBLE, no bound

@@ -4,10 +4,10 @@
 # smaller cases stay in the default run:
 #   - test_portfolio: rotor and rotor-floating never lose to the baselines near ResNet-18's minimum
 #     (rotor-floating at 16000 slots, 7 s a call; paper 004's Table 2 chain stays in the default run);
-#     and the toy sweep at the slowest link (1 kB/s; 20 MB/s and 3 GB/s stay);
+#     and the toy sweep at the slowest link (1 kB/s; 3 GB/s stays, 20 MB/s is long since 2026-11-27, below);
 #   - test_remat_offload_exhaustive: the joint DP within its measured gap of the exhaustive search at
-#     L = 5 and on the chain of seed 101 (L = 2, 3 with seed 102, 4 with seeds 103 and 104, the largest
-#     held-out gap, stay);
+#     L = 5 and on the chain of seed 101 (L = 2 with seed 100 and L = 4 with seed 103 stay; seeds 102
+#     and 104, the largest held-out gap, are long since 2026-11-27, below);
 #   - test_sweep: a sweep through an external Dask scheduler gives the same rows (local workers stay);
 #   - test_pipedream: the pipeline ILP never slower than a baseline's eager schedule on PipeDream's
 #     profiles;
@@ -27,7 +27,20 @@
 #     stay), DenseNet-121's saved cuts (test_linearize; ResNet-18 and GPT-2 stay), the joint least
 #     memory on random-3-2 (test_minimum_memory; the L = 3 own-overhead case stays) and the second
 #     L = 4 chain of test_offload_two_speeds (the four L = 3 chains stay).
-# About a minute on 2 cores (28 cases):  bash benchmarks/long_checks.sh   (extra arguments go to pytest)
+#   - since 2026-11-27 (the README's command measured 5:59.6; these 28 cases are about 50 s of its CPU
+#     time): test_pipeline_exhaustive's memory-limit ILP at L = 3 (seeds 0, 1; the four L = 2 chains stay);
+#     test_multi_cut's executor on the transformer and NASNet-A (U-Net stays); test_remat_offload_exhaustive
+#     seeds 102 and 104; test_minimum_memory's joint least memory on heavy-2-4, heavy-2-5 and
+#     own-3-21 (random-1-0, random-2-1, heavy-1-3, own-1-11, own-2-27, own1-3-38 stay); test_portfolio at 20 MB/s
+#     (ResNet-18's points and the toy sweep; 3 GB/s stays); test_runtime's sequential replay on ResNet-18
+#     (GPT-2 stays); test_pipeline_memory_model's ILP rows with stage inputs (without stays);
+#     test_pipeline_cyclic's full ILP at seed 6, the K = 1 period check at seed 0 and the memory fronts at
+#     seeds 0 and 4 (one parametrization of each stays); test_executor_parity's ResNet-50 and Inception-v3
+#     with the sequential schedule (fused, unmeasured) and 4 segments (DenseNet-121, GPT-2, ResNet-18 and
+#     their other parametrizations stay); test_own_overheads_milp at (5, 0) ((5, 95) stays); test_remat_milp's
+#     (6, 3) chain in the exhaustive and prune-up checks ((6, 2), (6, 4) stay); test_rotor's DPs against the
+#     exhaustive search on the L = 6 chains of seeds 17 and 23 (seeds 5 and 11 stay).
+# About 1.6 minutes on 2 cores (56 cases):  bash benchmarks/long_checks.sh   (extra arguments go to pytest)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python -m pytest -q -m long -n auto "$@"

@@ -9,6 +9,8 @@ the dispatch-mode tracker (exact tensor bytes), against PyTorch itself as the re
 The networks of the zoo the issue names, at small inputs (the rule that decides the cuts does not
 depend on the input size). Before the cut rule (models.graph.merge_unsaved_cuts) ResNet-50's
 store-all needed +28% and GPT-2's +28% (the logits)."""
+import functools
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -40,9 +42,9 @@ def _peak(model, fn):
         return tr.peak
 
 
-@pytest.fixture(scope="module", params=sorted(NETS))
-def net(request):
-    name = request.param
+@functools.lru_cache(maxsize=None)
+def _built(name):
+    """A network of NETS, linearized and profiled once per module run (see ``net``)."""
     kw, shape = NETS[name]
     torch.manual_seed(0)
     model = get_model(name, **kw).train()
@@ -51,6 +53,27 @@ def net(request):
     lm = linearize_model(model, x, loss)
     chain = profile_chain(lm.stages, x, lm.loss_stage(loss), repeats=1, names=lm.names, timing="isolated")
     return name, model, x, loss, lm, chain
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _drop_built_networks():
+    yield
+    _built.cache_clear()
+
+
+@pytest.fixture(scope="module", params=sorted(NETS))
+def net(request):
+    """The tests below that pair a network with a second parameter list it through ``_with_net``
+    (indirect, so at function scope, not grouped by network): ``_built`` keeps each network built once."""
+    return _built(request.param)
+
+
+def _with_net(values, long=()):
+    """(network, value) for every network of NETS and every value, as the ``net`` fixture's parameters
+    times ``values``; the pairs in ``long`` are the costliest duplicates (ResNet-50 and Inception-v3,
+    whose smaller cases run here) and get the ``long`` mark. The ids are those of the product."""
+    return [pytest.param(n, v, marks=pytest.mark.long) if (n, v) in long else (n, v)
+            for n in sorted(NETS) for v in values]
 
 
 def test_store_all_holds_what_autograd_holds(net):
@@ -69,7 +92,8 @@ def test_store_all_holds_what_autograd_holds(net):
     assert res.peak_memory == pytest.approx(sim, rel=0.01), name
 
 
-@pytest.mark.parametrize("k", [2, 4])
+@pytest.mark.parametrize("net,k", _with_net([2, 4], long={("resnet50", 4), ("inception_v3", 4)}),
+                         indirect=["net"])
 def test_sequential_holds_what_checkpoint_sequential_holds(net, k):
     from torch.utils.checkpoint import checkpoint_sequential
 
@@ -110,7 +134,9 @@ def test_in_context_times_add_up_to_the_run():
     assert t.ub[lm.L + 1] > 0 and lm.head_group == ["fc"]
 
 
-@pytest.mark.parametrize("kind", ["store_all", "sequential", "rotor"])
+@pytest.mark.parametrize("net,kind", _with_net(["store_all", "sequential", "rotor"],
+                                                long={("resnet50", "sequential"), ("inception_v3", "sequential")}),
+                         indirect=["net"])
 def test_fused_backward_gives_autograds_gradients_and_the_same_memory(net, kind):
     """fuse_backward (the default) joins the graphs of consecutive B's into one backward call: the
     gradients are those of the unfused run bit for bit, the B's a fused run skips are those
@@ -155,7 +181,9 @@ def test_fused_backward_gives_autograds_gradients_and_the_same_memory(net, kind)
         assert op == "F_all" and seq.ops[q + 1] == ("B", l - 1)
 
 
-@pytest.mark.parametrize("kind", ["store_all", "sequential"])
+@pytest.mark.parametrize("net,kind", _with_net(["store_all", "sequential"],
+                                                long={("resnet50", "sequential"), ("inception_v3", "sequential")}),
+                         indirect=["net"])
 def test_an_unmeasured_run_calls_the_loss_group_directly_with_the_same_gradients(net, kind, monkeypatch):
     """Without a memory measurement, a fused group whose outputs and gradients are scalars (the one
     that starts at the loss) is back-propagated by a direct call instead of through the empty root

@@ -190,9 +190,12 @@ def _own_overheads(L, seed, k):
 
 
 @pytest.mark.parametrize("kind, L, seed", [("random", 1, 0), ("random", 2, 1), pytest.param("random", 3, 2, marks=pytest.mark.long),
-                                           ("heavy", 1, 3), ("heavy", 2, 4), ("heavy", 2, 5),
+                                           ("heavy", 1, 3), pytest.param("heavy", 2, 4, marks=pytest.mark.long),
+                                           pytest.param("heavy", 2, 5, marks=pytest.mark.long),
                                            pytest.param("heavy", 3, 1, marks=pytest.mark.long),
-                                           ("own", 1, 11), ("own", 2, 27), ("own", 3, 21), ("own1", 3, 38)])
+                                           ("own", 1, 11), ("own", 2, 27),
+                                           pytest.param("own", 3, 21, marks=pytest.mark.long),
+                                           ("own1", 3, 38)])      # own1's only case: stays
 def test_remat_offload_min_memory_is_the_exhaustive_minimum(kind, L, seed):
     if kind in ("own", "own1"):                      # each forward's own overhead: of_all, of_ng
         c = _own_overheads(L, seed, 4 if kind == "own" else 1)

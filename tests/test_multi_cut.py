@@ -181,9 +181,10 @@ def test_front_ends_charge_resident_once(problem):
 @pytest.mark.parametrize("name,kw,shape,max_nodes", [
     ("unet", dict(base=8, depth=2), (3, 32, 32), 4),
     # the encoder's output is resident and read twice (keys and values) in every cross-attention
-    ("transformer", dict(n_enc=2, n_dec=2, d_model=32, d_ff=64, src_len=8), (16,), 6),
+    pytest.param("transformer", dict(n_enc=2, n_dec=2, d_model=32, d_ff=64, src_len=8), (16,), 6,
+                 marks=pytest.mark.long),
     # the cell states get slices of the cell's cat gradient: they stay inside a stage (strided_gradients)
-    ("nasnet_a", dict(channels=4, cells=1), (3, 8, 8), 6),
+    pytest.param("nasnet_a", dict(channels=4, cells=1), (3, 8, 8), 6, marks=pytest.mark.long),
 ])
 def test_executor_on_multi_cuts(name, kw, shape, max_nodes, one_torch_thread):
     """Small multi-branch networks with multi-tensor cuts: parameter gradients bit-identical to

@@ -31,7 +31,8 @@ def _milp_equals_oracle(chain, memory):
     return ex[0]
 
 
-@pytest.mark.parametrize("L,seed", [(2, 3), (3, 1), (4, 2), (4, 113), (5, 0), (5, 95)])
+@pytest.mark.parametrize("L,seed", [(2, 3), (3, 1), (4, 2), (4, 113), pytest.param(5, 0, marks=pytest.mark.long),
+                                    (5, 95)])
 def test_milps_on_own_overheads_against_the_exhaustive_search(L, seed):
     chain = random_chain(L, seed, own_overheads=True)
     assert (chain.of_all != chain.of_ng).any()          # the two forwards' overheads really differ

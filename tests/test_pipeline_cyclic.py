@@ -19,7 +19,8 @@ from memplan.models.pipeline import CyclicSchedule, InvalidPattern, simulate_cyc
 from memplan.models.solution import Status
 
 
-@pytest.mark.parametrize("seed,bw,alloc", [(0, 1.0, (0, 0, 1)), pytest.param(1, 1.0, (0, 1, 1), marks=pytest.mark.long),
+@pytest.mark.parametrize("seed,bw,alloc", [pytest.param(0, 1.0, (0, 0, 1), marks=pytest.mark.long),
+                                           pytest.param(1, 1.0, (0, 1, 1), marks=pytest.mark.long),
                                            (2, None, (0, 1, 0)),
                                            (3, None, (0, 1, 1))])
 def test_one_periodic_equals_exhaustive_on_fixed_allocation(seed, bw, alloc):
@@ -33,7 +34,8 @@ def test_one_periodic_equals_exhaustive_on_fixed_allocation(seed, bw, alloc):
     assert below.status == Status.INFEASIBLE and below.schedule is None
 
 
-@pytest.mark.parametrize("seed,bw,alloc", [pytest.param(0, 1.0, (0, 0, 1), marks=pytest.mark.long), (4, 1.0, (0, 1, 1)),
+@pytest.mark.parametrize("seed,bw,alloc", [pytest.param(0, 1.0, (0, 0, 1), marks=pytest.mark.long),
+                                           pytest.param(4, 1.0, (0, 1, 1), marks=pytest.mark.long),
                                            (6, None, (0, 1, 0))])
 def test_exact_one_periodic_memory_equals_exhaustive_front(seed, bw, alloc):
     """With memory limits: the K = 1 MILP with the exact memory model is feasible at every point
@@ -53,7 +55,8 @@ def test_exact_one_periodic_memory_equals_exhaustive_front(seed, bw, alloc):
         assert below.status == Status.INFEASIBLE, (T1, M)
 
 
-@pytest.mark.parametrize("seed,bw,alloc", [(0, 1.0, (0, 0, 1)), pytest.param(4, 1.0, (0, 1, 1), marks=pytest.mark.long),
+@pytest.mark.parametrize("seed,bw,alloc", [pytest.param(0, 1.0, (0, 0, 1), marks=pytest.mark.long),
+                                           pytest.param(4, 1.0, (0, 1, 1), marks=pytest.mark.long),
                                            (6, None, (0, 1, 0))])
 def test_min_memory_at_period_equals_exhaustive_front(seed, bw, alloc):
     """At the period T of each point of the exhaustive front of an allocation, the memory-minimizing
@@ -76,7 +79,8 @@ def test_min_memory_at_period_equals_exhaustive_front(seed, bw, alloc):
     assert r.status == Status.INFEASIBLE and r.schedule is None
 
 
-@pytest.mark.parametrize("seed,bw", [(0, 1.0), pytest.param(4, 1.0, marks=pytest.mark.long), (6, None)])
+@pytest.mark.parametrize("seed,bw", [(0, 1.0), pytest.param(4, 1.0, marks=pytest.mark.long),
+                                     pytest.param(6, None, marks=pytest.mark.long)])
 def test_full_ilp_min_memory_at_a_period_equals_the_best_allocation(seed, bw):
     """The paper's ILP with the memory as objective and T <= Tmax (any allocation) finds, proven, the
     least memory over every allocation of the fixed-allocation K = 1 model (a second formulation,

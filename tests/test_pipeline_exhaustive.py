@@ -51,7 +51,8 @@ def _check_against(ex, solve, chain, bw, P):
 
 
 @pytest.mark.parametrize("L,bw,seed", [(2, 1.0, 0), (2, 1.0, 1), (2, 1.0, 2), (2, 1.0, 3),
-                                       (3, None, 0), (3, None, 1)])
+                                       pytest.param(3, None, 0, marks=pytest.mark.long),
+                                       pytest.param(3, None, 1, marks=pytest.mark.long)])
 def test_ilp_equals_exhaustive_under_memory_limits(L, bw, seed):
     c = random_chain(L, seed, integer=True)
     td = task_data(c, bw)

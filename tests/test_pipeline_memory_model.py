@@ -103,7 +103,7 @@ def _with_stage_inputs(c: Chain) -> Chain:
     return c
 
 
-@pytest.mark.parametrize("with_h", [False, True])
+@pytest.mark.parametrize("with_h", [False, pytest.param(True, marks=pytest.mark.long)])
 def test_ilp_memory_rows_equal_the_simulator_under_the_autograd_model(with_h):
     c = random_chain(5, 3)
     assert np.any(c.wabar[1:6] > c.wa[1:6])

@@ -72,14 +72,15 @@ def _never_worse(chain, M, beta, time_limit=30):
     return ro
 
 
-@pytest.mark.parametrize("beta", [pytest.param(1e3, marks=pytest.mark.long), 20e6, 3e9])
+@pytest.mark.parametrize("beta", [pytest.param(1e3, marks=pytest.mark.long), pytest.param(20e6, marks=pytest.mark.long),
+                                  3e9])
 def test_toy_sweep_never_worse_than_rotor_or_dynprog(toy, beta):
     lo, hi = ro_min_memory(toy, beta).value, store_all(toy).peak_memory
     for f in (0.0, 0.3, 0.6, 1.0):
         _never_worse(toy, lo + f * (hi - lo), beta, time_limit=4)
 
 
-@pytest.mark.parametrize("beta", [20e6, 3e9])
+@pytest.mark.parametrize("beta", [pytest.param(20e6, marks=pytest.mark.long), 3e9])
 def test_resnet18_a_few_points(resnet18, beta):
     lo, hi = ro_min_memory(resnet18, beta).value, store_all(resnet18).peak_memory
     for f in (0.05, 0.5):

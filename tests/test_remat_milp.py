@@ -47,7 +47,8 @@ def _dp_start(chain, memory):
     return dp.schedule
 
 
-@pytest.mark.parametrize("L,seed", [(2, 0), (3, 1), (4, 0), (4, 3), (5, 1), (5, 5), (6, 2), (6, 3)])
+@pytest.mark.parametrize("L,seed", [(2, 0), (3, 1), (4, 0), (4, 3), (5, 1), (5, 5), (6, 2),
+                                    pytest.param(6, 3, marks=pytest.mark.long)])
 def test_matches_exhaustive_and_floating(L, seed):
     chain = random_chain(L, seed)
     for memory in remat_limits(chain, (0.0, 0.2, 0.45, 0.75)):
@@ -163,7 +164,7 @@ def test_up_kept_where_not_dominated_in_paper004_table2():
     assert build_remat_milp(chain, 90 * MIB, prune_up=False).up_stages == list(range(1, chain.L + 1))
 
 
-@pytest.mark.parametrize("make,L,seed", [(random_chain, 5, 1), (random_chain, 6, 3),
+@pytest.mark.parametrize("make,L,seed", [(random_chain, 5, 1), pytest.param(random_chain, 6, 3, marks=pytest.mark.long),
                                          (_abar_smaller, 5, 2), (_abar_smaller, 6, 4)])
 def test_prune_up_keeps_the_optimum(make, L, seed):
     """With and without the dominated ``up``: both MILPs reach the exhaustive search's optimum (which tries

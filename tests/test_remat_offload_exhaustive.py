@@ -19,7 +19,8 @@ from memplan.models.solution import Status
 # known) then gave at most 9.4% (L = 4, seed 104, beta = 0.5), 3 of their 22 cases above 0.
 CALIBRATION_SEEDS = range(4)
 MEASURED_MAX_GAP = 0.1305
-HELD_OUT = [(2, 100), pytest.param(3, 101, marks=pytest.mark.long), (3, 102), (4, 103), (4, 104), pytest.param(5, 105, marks=pytest.mark.long)]
+HELD_OUT = [(2, 100), pytest.param(3, 101, marks=pytest.mark.long), pytest.param(3, 102, marks=pytest.mark.long),
+            (4, 103), pytest.param(4, 104, marks=pytest.mark.long), pytest.param(5, 105, marks=pytest.mark.long)]
 
 
 def _memories(c, fracs):

@@ -191,6 +191,7 @@ def test_sequential_schedule_is_what_checkpoint_sequential_runs(L, s):
     assert log == expected
 
 
+@pytest.mark.parametrize("setup", ["gpt2", pytest.param("resnet18", marks=pytest.mark.long)], indirect=True)
 def test_sequential_replays_with_the_simulated_peak(setup, profiled):
     """The executor runs sequential_schedule for every number of segments with the peak the
     simulator predicts on the profiled chain (and autograd's gradients)."""

@@ -158,9 +158,11 @@ def solve(instance: Instance | Chain | str | Path, problem: str, method: str | N
     Raises
     ------
     InputError
-        A missing limit, an unknown problem, method or option, a value out of range.
-    InfeasibleError
-        No schedule fits; ``minimum`` is the smallest limit that works, where known.
+        A missing limit, an unknown problem, method or option, a value out of range; an instance
+        name or file that cannot be read (:class:`InstanceError`, a subclass).
+
+    A limit below what any schedule needs is not an exception: the Solution has status
+    ``infeasible`` and ``details["min_memory"]`` where known.
 
     Examples
     --------

@@ -158,9 +158,25 @@ def _scalar(v, name: str, kind: str, what: str) -> float:
     return float(v)
 
 
-@dataclass
+@dataclass(eq=False)
 class Chain:
     """A chain of L stages with its loss stage L+1 (see the module docstring for the arrays)."""
+
+    def __eq__(self, other: object) -> bool:
+        """Field by field, arrays element by element (the generated ``__eq__`` compared arrays as
+        truth values and raised). Unhashable, as a mutable dataclass is."""
+        if not isinstance(other, Chain):
+            return NotImplemented
+        for f in dataclasses.fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+                if a is None or b is None or not np.array_equal(a, b):
+                    return False
+            elif a != b:
+                return False
+        return True
+
+    __hash__ = None   # type: ignore[assignment]
 
     uf: np.ndarray
     ub: np.ndarray

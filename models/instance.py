@@ -88,6 +88,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .chain import MAX_BANDWIDTH, MAX_BYTES, MAX_GPUS, MAX_SECONDS, RANGE_TOLERANCE, Chain, Platform
+from .solution import InputError
 from .units import UnitError, memory_factor, parse_bandwidth, parse_memory, time_factor
 
 FORMAT = "memplan-instance/1"
@@ -97,8 +98,10 @@ TIME_UNITS = ("s", "ms", "us", "ns", "min")
 MEMORY_UNITS = ("B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB")
 
 
-class InstanceError(ValueError):
-    """A malformed instance file; the message names the file, the field and the problem."""
+class InstanceError(InputError):
+    """A malformed instance file, or a name that is not one; the message names the file, the field
+    and the problem. An :class:`~memplan.models.solution.InputError` (hence a ValueError): bad input,
+    as the API's front door documents."""
 
 
 _STRICT = ConfigDict(extra="forbid", strict=True)

@@ -436,3 +436,21 @@ def test_a_schedule_over_its_limit_is_not_a_success(capsys):
     assert str(sol.status) == "limit_exceeded" and not sol.success and sol.details["limit_exceeded"]
     assert main(["solve", "paper004_table2", "--method", "checkmate-lp", "--memory", "90MiB", "--quiet"]) == 1
     assert "LIMIT EXCEEDED" in capsys.readouterr().out
+
+
+def test_chains_compare_by_value_and_instance_errors_are_input_errors():
+    """Two chains with the same arrays are equal and one that differs in a single value is not (the
+    generated __eq__ raised 'truth value of an array is ambiguous'); an unknown instance is an
+    InputError, as solve's docstring says bad input is."""
+    import dataclasses
+
+    a, b = memplan.random_chain(4, seed=2), memplan.random_chain(4, seed=2)
+    assert a == b and not (a != b)
+    wa = a.wa.copy()
+    wa[2] += 1
+    assert a != dataclasses.replace(a, wa=wa) and a != dataclasses.replace(a, u_turn=1e-3)
+    assert a != "a chain"
+    with pytest.raises(TypeError):
+        hash(a)
+    with pytest.raises(InputError, match="nosuch: no such instance file"):
+        memplan.solve("nosuch", "remat", memory="90MiB")

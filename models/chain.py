@@ -108,7 +108,9 @@ def check_range(values, what: str, kind: str) -> None:
 
 @dataclass
 class Platform:
-    """Where a chain is trained: device memory (bytes), host link bandwidth (bytes/s), GPU count."""
+    """Where a chain is trained: device memory (bytes), host link bandwidth (bytes/s), GPU count.
+    Memory and bandwidth may be strings with units, as everywhere in the API (``"80GiB"``,
+    ``"12GB/s"``)."""
 
     memory: float | None = None
     bandwidth: float | None = None
@@ -116,10 +118,17 @@ class Platform:
     name: str = ""
 
     def __post_init__(self) -> None:
+        from .units import UnitError, parse_bandwidth, parse_memory
+
         for key, limit, unit in (("memory", MAX_BYTES, "bytes"), ("bandwidth", MAX_BANDWIDTH, "bytes/s")):
             v = getattr(self, key)
             if v is None:
                 continue
+            if isinstance(v, str):
+                try:
+                    v = (parse_memory if key == "memory" else parse_bandwidth)(v)
+                except UnitError as e:
+                    raise ValueError(f"Platform.{key} = {v!r}: {e}") from None
             number = isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
             if not number or not 0 < v <= limit * RANGE_TOLERANCE:
                 raise ValueError(f"Platform.{key} = {v!r} is out of range: give a positive number of {unit} "

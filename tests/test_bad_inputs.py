@@ -454,3 +454,8 @@ def test_chains_compare_by_value_and_instance_errors_are_input_errors():
         hash(a)
     with pytest.raises(InputError, match="nosuch: no such instance file"):
         memplan.solve("nosuch", "remat", memory="90MiB")
+    # a Platform takes quantities with units, as the rest of the API does
+    p = memplan.Platform(memory="100MiB", bandwidth="1GB/s")
+    assert (p.memory, p.bandwidth) == (100 * 2**20, 1e9)
+    with pytest.raises(ValueError, match=r"Platform.memory = '100Mb': .*bits"):
+        memplan.Platform(memory="100Mb")

@@ -475,7 +475,20 @@ def _solve_in_papers_times(chain: Chain, sol: Solution, method: str, memory: flo
 def _explain_infeasible(chain: Chain, memory: float, sol: Solution, time_limit: float | None = None) -> Solution:
     """An INFEASIBLE result always carries the minimum feasible memory (``details['min_memory']``),
     and is INFEASIBLE only below it: a method whose own model finds nothing where some sequence fits
-    (Checkmate's, which does not tell a^l from abar^l) gets NO_SOLUTION, saying so."""
+    (Checkmate's, which does not tell a^l from abar^l) gets NO_SOLUTION, saying so. Conversely a
+    method that found nothing within the limit (NO_SOLUTION, a TIME_LIMIT without a schedule) or only a
+    schedule above it (LIMIT_EXCEEDED: Checkmate's rounding) below the proven minimum is INFEASIBLE,
+    as every method answers there (Checkmate's MILP had said no_solution after its whole limit)."""
+    found_nothing = sol.status in (Status.NO_SOLUTION, Status.LIMIT_EXCEEDED) or (
+        sol.status == Status.TIME_LIMIT and sol.schedule is None)
+    if found_nothing:
+        need = proven_infeasible_below(chain, time_limit=time_limit)
+        if memory < need * (1 - 1e-12):
+            sol.status = Status.INFEASIBLE
+            sol.details["min_memory"] = need
+            sol.message = (f"no valid sequence fits in {fmt_memory(memory)}: none fits below {fmt_memory(need)} "
+                           f"({need:.0f} B, proven); {sol.method}: {sol.message}")
+        return sol
     if sol.status != Status.INFEASIBLE:
         return sol
     need = proven_infeasible_below(chain, time_limit=time_limit)

@@ -143,3 +143,18 @@ def test_any_rounding_converts_into_a_valid_sequence(L, seed):
         R, _ = round_two_phase(g, S, None, rng)
         sched = sequence_from_events(chain, g, events_from_rs(g, R))
         simulate_remat(chain, sched)          # raises InvalidSequence if the conversion were wrong
+
+
+@pytest.mark.parametrize("method", ["checkmate", "checkmate-lp"])
+def test_below_the_minimum_every_method_says_infeasible(method):
+    """Paper 004's toy at 80 MiB, below its minimum 82.12 MiB (exhaustive search: tests/test_minimum_memory):
+    Checkmate's methods answer infeasible with that minimum, as the others do, instead of no_solution
+    (the MILP) or an over-limit rounding (the LP)."""
+    import memplan
+
+    chain = memplan.load_instance("paper004_table2").chain
+    sol = memplan.solve(chain, "remat", method, memory=80 * MIB, time_limit=20, threads=1)
+    assert sol.status == Status.INFEASIBLE and not sol.success
+    assert sol.details["min_memory"] == pytest.approx(memplan.solve(chain, "remat", "rotor", memory=80 * MIB)
+                                                      .details["min_memory"])
+    assert round(sol.details["min_memory"] / MIB, 2) == 82.12

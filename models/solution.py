@@ -43,15 +43,20 @@ class InfeasibleError(ValueError):
         self.minimum = minimum
 
 
-@dataclass
+@dataclass(repr=False)
 class Solution:
+    """What a ``solve`` call answers. ``bound`` is proven for the schedules of the method's own class
+    (rotor's memory-persistent sequences, revolve's AD model, the pipeline ILP's 1-periodic patterns;
+    the message names it), so it may exceed another class's answer: compare methods by ``objective``.
+    ``repr``/``str`` are one line (the schedule summarized, not dumped)."""
+
     problem: str
     method: str
     status: Status
     objective: float | None = None        # seconds, as replayed by the simulator
     peak_memory: float | None = None      # bytes, as replayed by the simulator
     schedule: Any = None                  # problem-specific schedule object (has .to_json())
-    bound: float | None = None            # best proven lower bound on the objective, if any
+    bound: float | None = None            # best proven lower bound on the objective in the method's class, if any
     memory_limit: float | None = None
     predicted: float | None = None        # the method's own value for the objective
     message: str = ""
@@ -60,6 +65,23 @@ class Solution:
     bandwidth: float | None = None        # bytes/s of the link the schedule uses (offloading, pipeline)
     gpus: int | None = None               # GPUs of a pipeline schedule
     instance: dict[str, Any] | None = None   # what it was solved on (:func:`instance_record`), if recorded
+
+    def __repr__(self) -> str:
+        from .units import fmt_memory, fmt_time
+
+        sched = self.schedule
+        if sched is not None:
+            n = len(getattr(sched, "ops", ())) if hasattr(sched, "ops") else None
+            sched = f"<{type(sched).__name__}{f', {n} operations' if n else ''}>"
+        parts = [f"{self.problem}/{self.method}", f"status={self.status}",
+                 f"objective={fmt_time(self.objective)}", f"peak_memory={fmt_memory(self.peak_memory)}",
+                 f"memory_limit={fmt_memory(self.memory_limit)}"]
+        if self.bound is not None:
+            parts.append(f"bound={fmt_time(self.bound)}")
+        parts.append(f"schedule={sched}")
+        return "Solution(" + ", ".join(parts) + ")"
+
+    __str__ = __repr__
 
     @property
     def success(self) -> bool:

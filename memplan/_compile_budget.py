@@ -1681,7 +1681,10 @@ def _in_forward(loss_stage) -> bool:
 def _budget(memory) -> int:
     """The budget in bytes; a non-positive one is refused at once (every candidate's peak is above it,
     so the whole search ran, 29 s on a tiny GPT-2, only to refuse it)."""
-    budget = parse_memory(memory)
+    try:
+        budget = parse_memory(memory)
+    except UnitError as e:
+        raise InputError(f"compile_under_budget: memory {memory!r} is not understood ({e}); e.g. '300MiB'") from None
     if not math.isfinite(budget):
         raise InputError(f"compile_under_budget: memory {memory!r} is not finite")
     if budget <= 0:
@@ -1821,6 +1824,9 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         A bad option. ``InfeasibleError`` (``minimum``: the smallest peak measured) when no candidate fits.
     """
     budget = _budget(memory)
+    if not isinstance(example_inputs, (tuple, list)):      # a tensor would be unpacked row by row
+        raise InputError(f"compile_under_budget: example_inputs must be a tuple or list of the model's inputs, "
+                         f"e.g. (x,), not a {type(example_inputs).__name__}")
     search = BudgetSearch(model, example_inputs, loss_fn=loss_fn, example_targets=example_targets,
                           backend=backend, solver=solver, fractions=fractions, repeats=repeats,
                           solver_time_limit=solver_time_limit, time_limit=time_limit, chain=chain,

@@ -469,3 +469,14 @@ def test_a_solution_prints_on_one_line():
     assert text == str(sol) and "\n" not in text and len(text) < 200
     assert text.startswith("Solution(remat/rotor, status=optimal, objective=47.4 ms, peak_memory=86.8 MiB")
     assert f"<RematSchedule, {len(sol.schedule.ops)} operations>" in text
+
+
+def test_compile_under_budget_bad_input_is_an_input_error():
+    """A budget in bits, a negative one, or a bare tensor for example_inputs: memplan.InputError naming
+    the argument (had been a UnitError, and a TypeError from deep inside torch)."""
+    torch = pytest.importorskip("torch")
+    m, x = torch.nn.Sequential(torch.nn.Linear(4, 4)), torch.randn(2, 4)
+    for args, needle in ((((x,), "1Mb"), "reads as bits"), (((x,), -5), "negative"),
+                         ((x, "1MiB"), "must be a tuple or list")):
+        with pytest.raises(InputError, match=needle):
+            memplan.compile_under_budget(m, *args)

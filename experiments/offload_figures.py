@@ -62,12 +62,7 @@ def grids(args) -> list:
     given = sweeps.bandwidths(args)
     for src in sweeps.sources(args, DEFAULT_INSTANCE):
         chain, platform = src.load()
-        # every --bandwidth value is swept (Figure 2 is drawn at the lowest); none given: the platform's.
-        # Never a made-up link: the figures are about its speed
-        bws = given or ([platform.bandwidth] if platform is not None and platform.bandwidth else [])
-        if not bws:
-            raise InputError(f"--bandwidth: required, {src.spec} has no platform bandwidth; give the link's, e.g. "
-                             "--bandwidth 12GB/s (or 1GB/s,2GB/s for several)")
+        bws = sweeps.links(given, src, platform)          # Figure 2 is drawn at the lowest
         one = argparse.Namespace(**{**vars(args), "instance": [src.spec] if not src.pipedream else None,
                                     "pipedream": [src.spec] if src.pipedream else None})
         if "2" in figs:

@@ -63,10 +63,7 @@ def grids(args) -> list:
         args.gpus = ["4", "8"]
     if not args.bandwidth:      # the period depends on the link: never a row computed without one
         for src in sweeps.sources(args):
-            platform = src.load()[1]
-            if platform is None or not platform.bandwidth:
-                raise InputError(f"--bandwidth: required, {src.spec} has no platform bandwidth; give the link "
-                                 "between GPUs, e.g. --bandwidth 12GB/s (or 1GB/s,2GB/s for several)")
+            sweeps.links([], src, src.load()[1], "the link between GPUs")
     methods = sweeps.split_list(args.methods)
     opts = {"threads": args.threads, "n_batches": args.n_batches, "memory_model": args.memory_model}
     if args.gap is not None:

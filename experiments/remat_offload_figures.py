@@ -74,12 +74,7 @@ def grids(args) -> list:
     out = []
     for src in sweeps.sources(args, DEFAULT_INSTANCE):
         chain, platform = src.load()
-        # every --bandwidth value is swept, each times every factor; none given: the platform's. Never
-        # a made-up link: the figure is about its speed
-        betas = given or ([platform.bandwidth] if platform is not None and platform.bandwidth else [])
-        if not betas:
-            raise InputError(f"--bandwidth: required, {src.spec} has no platform bandwidth; give the link's, e.g. "
-                             "--bandwidth 12GB/s (or 1GB/s,2GB/s for several)")
+        betas = sweeps.links(given, src, platform)        # each times every factor
         skipped = [n for n in slot_list if table_bytes(chain.L, n) > MAX_TABLE_BYTES]
         slots = [n for n in slot_list if n not in skipped] or [50]
         if skipped:

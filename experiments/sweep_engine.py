@@ -59,7 +59,7 @@ import memplan
 from memplan.formulations.highs_driver import silence_banner
 from memplan.models.instance import InstanceError, load_instance
 from memplan.models.solution import InfeasibleError, InputError
-from memplan.models.units import FREE_LINKS, parse_bandwidth, parse_memory
+from memplan.models.units import is_free_link, parse_bandwidth, parse_memory
 
 #: the table's columns and their Arrow types (one row per (point, method))
 COLUMNS: list[tuple[str, str]] = [
@@ -256,7 +256,7 @@ class Grid:
             for b in self.bandwidth or []:
                 if b is None or "bandwidth" not in params:
                     continue        # None: the platform's; a problem without a link: refused in expand
-                if b == math.inf or (isinstance(b, str) and b.strip().lower() in FREE_LINKS):
+                if is_free_link(b):
                     if self.problem != "pipeline":
                         raise InputError(f"{self.problem}: bandwidth={b!r}: free links are a pipeline's option "
                                          "only; give the host link's bandwidth, e.g. 12GB/s")
@@ -359,8 +359,8 @@ def expand(grids: Iterable[Grid]) -> tuple[list[dict], dict[str, Any]]:
         mod = memplan.problems[g.problem]
         methods = list(g.methods or [mod.DEFAULT_METHOD])
         params = inspect.signature(mod.solve).parameters
-        bws = [None if b is None else (math.inf if b.strip().lower() in FREE_LINKS else parse_bandwidth(b))
-               if isinstance(b, str) else float(b) for b in (g.bandwidth or [None])]
+        bws = [None if b is None else math.inf if is_free_link(b) else parse_bandwidth(b) if isinstance(b, str)
+               else float(b) for b in (g.bandwidth or [None])]
         gpus = list(g.gpus or [None])
         if "bandwidth" not in params and any(b is not None for b in bws):
             raise InputError(f"bandwidth: problem {g.problem} takes no bandwidth")

@@ -49,7 +49,7 @@ from memplan.experiments.cli_checks import output_dir, positive_int
 from memplan.experiments.sweep_engine import (MAX_POINTS, Grid, Source, expand, read_results, run_sweep,
                                               write_csv)
 from memplan.models.solution import InputError
-from memplan.models.units import FREE_LINKS, UnitError, parse_bandwidth, parse_memory
+from memplan.models.units import UnitError, is_free_link, parse_bandwidth, parse_memory
 
 EXPERIMENTS = {
     "remat": ("memplan.experiments.remat_sweep", "re-materialization: throughput vs memory, all methods (paper 004 Fig. 6-8)"),
@@ -151,7 +151,7 @@ def bandwidths(args) -> list[float]:
     for the others, naming the problem)."""
     out = []
     for b in split_list(args.bandwidth):
-        if b.strip().lower() in FREE_LINKS:
+        if is_free_link(b):
             out.append(math.inf)
             continue
         try:
@@ -162,6 +162,17 @@ def bandwidths(args) -> list[float]:
             raise InputError(f"--bandwidth {b}: give a positive bandwidth, e.g. --bandwidth 12GB/s")
         out.append(v)
     return out
+
+
+def links(given: list[float], src: Source, platform, what: str = "the link's") -> list[float]:
+    """The bandwidths a figure sweeps for one source: every ``--bandwidth`` value given, else the
+    instance's platform bandwidth; none is an error naming the source (never a made-up link: the
+    figures are about its speed). ``what`` names the link in the message."""
+    bws = given or ([platform.bandwidth] if platform is not None and platform.bandwidth else [])
+    if not bws:
+        raise InputError(f"--bandwidth: required, {src.spec} has no platform bandwidth; give {what}, e.g. "
+                         "--bandwidth 12GB/s (or 1GB/s,2GB/s for several)")
+    return bws
 
 
 def check_args(args) -> None:

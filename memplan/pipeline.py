@@ -78,7 +78,7 @@ from memplan.models.pipeline import (CyclicSchedule, EagerResult, InvalidPattern
                                      link_key, memory_lower_bound, period_lower_bound, simulate_pattern,
                                      stages_to_layer_gpu, task_data, MEMORY_MODELS)
 from memplan.models.solution import InputError, Solution, Status
-from memplan.models.units import FREE_LINKS, UnitError, fmt_bandwidth, fmt_memory, fmt_time, parse_bandwidth
+from memplan.models.units import UnitError, fmt_bandwidth, fmt_memory, fmt_time, is_free_link, parse_bandwidth
 
 __all__ = ["PROBLEM", "METHODS", "DEFAULT_METHOD", "GRAPH_METHODS", "solve", "solve_graph", "report", "gantt",
            "baseline_points"]
@@ -210,16 +210,24 @@ def _baseline(c: _Call, method: str) -> Solution:
     pts, note = _sweep(c, [method], {method: None})
     times = {"total": time.perf_counter() - t0}
     best = best_feasible(pts, c.memory)
-    if best is None and note:
-        return _sweep_cut(c, method, pts, note, times)
     if best is None:
-        found = min((p.memory for p in pts), default=None)
-        msg, minimum, mlb = _infeasible_message(c, f"no {method} point fits", found, method)
-        return Solution(PROBLEM, method, Status.INFEASIBLE, memory_limit=c.memory, message=msg, times=times,
-                        details={"min_memory": minimum, "memory_lower_bound": mlb, "points": len(pts)})
+        return _no_point(c, method, pts, note, times)
     return _point_solution(c, method, best, Status.FEASIBLE if not note else Status.TIME_LIMIT, lb,
                            f"best of {len(pts)} simulated (partition, NOAM) points; stages {best.stages}, "
                            f"NOAM {best.noam}" + (f" ({note})" if note else ""), times, {"points": len(pts)})
+
+
+def _no_point(c: _Call, method: str, pts: Sequence[Point], note: str, times: dict,
+              details: dict | None = None) -> Solution:
+    """A baseline none of whose points fits ``memory``: INFEASIBLE with the minimum memory that works
+    for it when its sweep ran to the end, TIME_LIMIT (:func:`_sweep_cut`) when the limit cut it."""
+    if note:
+        return _sweep_cut(c, method, pts, note, times, details)
+    found = min((p.memory for p in pts), default=None)
+    msg, minimum, mlb = _infeasible_message(c, f"no {method} point fits", found, method)
+    return Solution(PROBLEM, method, Status.INFEASIBLE, memory_limit=c.memory, message=msg, times=times,
+                    details={**(details or {}), "min_memory": minimum, "memory_lower_bound": mlb,
+                             "points": len(pts)})
 
 
 def _sweep_cut(c: _Call, method: str, pts: Sequence[Point], note: str, times: dict,
@@ -529,9 +537,7 @@ def _bandwidth_arg(bandwidth: Any, P: int) -> float | None:
     toy at 600 MiB on 2 GPUs: 18.77 ms free, 23.19 ms at 1 GB/s). One GPU sends nothing, so it needs
     none. A bandwidth of 0 is refused too: here it would be links that carry nothing (``remat-offload``
     reads 0 as "no link", which for a pipeline is ``gpus=1``), not free ones."""
-    if isinstance(bandwidth, str) and bandwidth.strip().lower() in FREE_LINKS:
-        return None
-    if isinstance(bandwidth, (int, float)) and not isinstance(bandwidth, bool) and bandwidth == math.inf:
+    if is_free_link(bandwidth):
         return None
     free = "bandwidth='inf' (--bandwidth inf) for free communications"
     try:
@@ -932,14 +938,8 @@ def solve_graph(graph: CostGraph, *, memory: float | str, bandwidth: float | str
             chain = bp.chain if isinstance(bp, DagPoint) else base
             c = _graph_call(chain, task_data(chain, bw, memory_model), P, memory, bw, b, nb)
             times = {"total": time.perf_counter() - t0}
-            if bp is None and note:
-                sol = _sweep_cut(c, method, pts, note, times, {"graph": info})
-            elif bp is None:
-                found = min((p.memory for p in pts), default=None)
-                msg, minimum, mlb = _infeasible_message(c, f"no {method} point fits", found, method)
-                sol = Solution(PROBLEM, method, Status.INFEASIBLE, memory_limit=memory, message=msg, times=times,
-                               details={"min_memory": minimum, "memory_lower_bound": mlb, "points": len(pts),
-                                        "graph": info})
+            if bp is None:
+                sol = _no_point(c, method, pts, note, times, {"graph": info})
             else:
                 sol = _point_solution(c, method, bp, Status.FEASIBLE if not note else Status.TIME_LIMIT,
                                       period_lower_bound(c.td, P),

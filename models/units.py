@@ -96,6 +96,13 @@ def parse_time(text: str | float) -> float:
 FREE_LINKS = ("inf", "+inf", "infinity", "infinite")
 
 
+def is_free_link(value) -> bool:
+    """``math.inf`` or one of :data:`FREE_LINKS` (any case, spaces around)."""
+    if isinstance(value, str):
+        return value.strip().lower() in FREE_LINKS
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == math.inf
+
+
 def parse_bandwidth(text: str | float) -> float:
     """Bytes per second from ``"12.5GB/s"``, ``"16GiB/s"``, or a bare number of bytes/s."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):

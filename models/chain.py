@@ -66,6 +66,8 @@ from typing import Any
 
 import numpy as np
 
+from .units import UnitError, parse_bandwidth, parse_memory
+
 
 #: the per-stage arrays of a :class:`Chain`
 _ARRAYS = ("uf", "ub", "wa", "wabar", "wd", "of", "ob", "weights")
@@ -118,8 +120,6 @@ class Platform:
     name: str = ""
 
     def __post_init__(self) -> None:
-        from .units import UnitError, parse_bandwidth, parse_memory
-
         for key, limit, unit in (("memory", MAX_BYTES, "bytes"), ("bandwidth", MAX_BANDWIDTH, "bytes/s")):
             v = getattr(self, key)
             if v is None:

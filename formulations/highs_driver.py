@@ -37,6 +37,20 @@ EXACT_TOLERANCES = {"mip_feasibility_tolerance": 1e-9, "primal_feasibility_toler
 _UNSET = object()
 _SCHEDULER_THREADS: Any = _UNSET     # the ``threads`` of the last run (see solve_milp)
 
+# HiGHS does not look at its time limit everywhere in a MIP's set-up (known: ERGO-Code/HiGHS issues
+# 1501, 2226, 2478). Measured on paper 004's toy chain repeated (offload MILP, 2 shared cores): its
+# presolve ran 2.6-5.1 s whatever the limit (0.5-4 s) on 0.57 M nonzeros, and 7 s on 2.2 M; with
+# presolve off, the root's set-up (the MIP start's LP, feasibility jump, the first LP) still ran
+# 1.2 s over on 0.57 M and 3-4.5 s on 2.2 M, with feasibility jump off 0.2 s and 1.5 s. Hence, for a
+# MIP, by the time its limit leaves (seconds per nonzero of the matrix):
+#: below this, presolve and feasibility jump are switched off (their cost is not bounded by the limit)
+SLOW_SETUP_SECONDS_PER_NNZ = 1e-5
+#: below this, the MIP is not started at all: its set-up alone would overrun the call
+SETUP_SECONDS_PER_NNZ = 1e-6
+#: a MIP run gets this share of what the call has left: the root's cut rounds also run past the limit
+#: (offload MILP, L = 30, 0.1 M nonzeros: 9.4 s for 7.5 s left), and the call still replays the answer
+MIP_LIMIT_SHARE = 0.9
+
 
 @dataclass
 class MilpResult:
@@ -283,6 +297,17 @@ def _run_highs(lp, integer, *, size, times, offset, time_limit, gap, threads, st
     if time_limit is not None and time_limit <= 0.01:
         return MilpResult(status=Status.NO_SOLUTION, objective=None, bound=None, size=size, times=times,
                           message="not solved: the call's time limit was reached before this MILP"), None
+    is_mip = any(integer) and not relax
+    if is_mip and time_limit is not None and math.isfinite(budget.remaining()):
+        time_limit = min(time_limit, MIP_LIMIT_SHARE * budget.remaining())
+    nnz = int(size.get("nonzeros", 0))
+    if is_mip and time_limit is not None and time_limit < SETUP_SECONDS_PER_NNZ * nnz:
+        return MilpResult(status=Status.NO_SOLUTION, objective=None, bound=None, size=size, times=times,
+                          message=f"not solved: the {time_limit:.3g} s left are less than HiGHS's set-up of this "
+                                  f"model ({nnz:,} nonzeros, about {SETUP_SECONDS_PER_NNZ * nnz:.2g} s), which "
+                                  "its time limit does not stop"), None
+    if is_mip and time_limit is not None and time_limit < SLOW_SETUP_SECONDS_PER_NNZ * nnz:
+        options = {"presolve": "off", "mip_heuristic_run_feasibility_jump": False, **(options or {})}
     h = _new_highs()
     h.setOptionValue("output_flag", bool(verbose or log_file))
     h.setOptionValue("log_to_console", bool(verbose))
@@ -321,7 +346,6 @@ def _run_highs(lp, integer, *, size, times, offset, time_limit, gap, threads, st
     ms = h.getModelStatus()
     hinfo = h.getInfo()
     has_sol = hinfo.primal_solution_status == 2  # kSolutionStatusFeasible
-    is_mip = any(integer) and not relax
     objective = float(hinfo.objective_function_value) if has_sol else None
     if is_mip:
         bound = float(hinfo.mip_dual_bound)

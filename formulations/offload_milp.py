@@ -1334,9 +1334,13 @@ def solve_offload_milp(chain: Chain, memory: float, bandwidth: float, *, start: 
 
     polish = None
     if formulation == "strong" and start is not None and cover > 0 and not proven(best_val):
+        # when the model cannot be built in the whole limit, the enumeration is all that runs: it may
+        # take all of it (on long chains it then finds better sets than in half of its share)
+        builds = cap is None or build_seconds(d.L) <= cap
         with timed(times, "cover"):
             best, best_val, cstats = _cover_search(chain, memory, bandwidth, start, horizon, lb,
-                                                   share_end(cover / 2), log=_budget.current().log)
+                                                   share_end(cover / 2 if builds else 0.95),
+                                                   log=_budget.current().log)
         polish = cstats.pop("best_sets")
         details["cover"] = cstats
         if best_val < horizon * (1 - 1e-12):

@@ -12,6 +12,7 @@ schedule in the problem's simulator, and stamp the solution (:func:`finish`).
 """
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Any, Callable, Sequence
 
@@ -49,6 +50,27 @@ def chain_arg(chain: Any, problem: str) -> Chain:
         raise InputError(f"{problem}: chain must be a Chain (e.g. memplan.load_instance(name).chain or "
                          f"memplan.random_chain(6, seed=0)), got {type(chain).__name__}")
     return chain
+
+
+#: the module of each problem's ``report`` and ``gantt``
+_MODULES = {"remat": "memplan.remat", "offload": "memplan.offload", "remat-offload": "memplan.remat_offload",
+            "pipeline": "memplan.pipeline"}
+
+
+def solution_arg(solution: Any, chain: Any, problem: str, what: str) -> tuple[Solution, Chain]:
+    """The ``(solution, chain)`` given to ``problem``'s ``report``/``gantt`` (``what``): a Solution of
+    this problem and its Chain, else an InputError naming the function that takes it."""
+    if not isinstance(solution, Solution):
+        raise InputError(f"{problem}: {what} takes a Solution (what {_MODULES[problem]}.solve returns), got "
+                         f"{type(solution).__name__}")
+    if solution.problem != problem:
+        other = _MODULES.get(solution.problem)
+        has = other is not None and hasattr(importlib.import_module(other), what)
+        raise InputError(f"{problem}: this Solution is of problem {solution.problem!r}: "
+                         + (f"use {other}.{what}, not {_MODULES[problem]}.{what}" if has else
+                            f"{_MODULES[problem]}.{what} draws {problem} schedules only"
+                            + (f" ({other} has no {what})" if other else "")))
+    return solution, chain_arg(chain, problem)
 
 
 def gap_arg(gap: Any, problem: str) -> float | None:

@@ -1036,6 +1036,7 @@ def report(solution: Solution, chain: Chain) -> str:
     NOAM         2
     time         total ...s
     """
+    solution, chain = _frontend.solution_arg(solution, chain, PROBLEM, "report")
     sol = solution
     P = sol.gpus
     # periods and memories with enough digits to compare methods that differ by 0.1%
@@ -1117,6 +1118,7 @@ def gantt(solution: Solution, chain: Chain, path: str | Path, periods: int = 3) 
     >>> gantt(sol, chain, path) is None and os.path.getsize(path) > 1000
     True
     """
+    solution, chain = _frontend.solution_arg(solution, chain, PROBLEM, "gantt")
     pattern = solution.schedule
     if not isinstance(pattern, Pattern):
         return "not drawn: the schedule is not a periodic pattern"

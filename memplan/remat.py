@@ -155,11 +155,28 @@ def _too_long(chain: Chain, method: str, time_limit: float | None) -> str | None
             f"limit of at least {math.ceil(need * 1.5)} s, or use method 'rotor' (it answers within any limit)")
 
 
+#: remat-milp gives its MIP start (the persistent DP) ``_START_SHARE`` of the call's time when the
+#: call has at least ``_MILP_ROOM`` times the model's build time; with less, the MILP would have next
+#: to no time to improve on its start, and a DP stopped early can lose to rotor run alone with the
+#: same limit (ResNet-101 at 1-5 s: 4.870 and 4.8516 s against rotor's 4.8513 s), so the DP gets all
+#: of it (it stops by itself once its discretization stops paying: 1.2-2.6 s there)
+_START_SHARE = 0.25
+_MILP_ROOM = 10.0
+
+
+def _start_share(chain: Chain, b: Budget) -> float:
+    """The share of what is left that remat-milp's MIP start may take (see ``_MILP_ROOM``)."""
+    a, c = _BUILD_SECONDS["remat-milp"]
+    left = b.remaining()
+    return _START_SHARE if not math.isfinite(left) or left >= _MILP_ROOM * (a + c * chain.L ** 2) else 1.0
+
+
 def _milp_start(chain: Chain, memory: float, o: _Options, b: Budget) -> tuple[RematSchedule | None, str]:
     """remat-milp's MIP start: the persistent DP's answer (with ``slots=None``, the best of the DP
     and the baselines, the least-memory sequence included, so there is a start whenever anything
-    fits), else the least-memory sequence when it fits, else none."""
-    dp = remat_rotor.persistent(chain, memory, slots=o.slots, exact=o.exact, time_limit=b.limit(share=0.2))
+    fits), else the least-memory sequence when it fits, else none. The DP's time: :func:`_start_share`."""
+    dp = remat_rotor.persistent(chain, memory, slots=o.slots, exact=o.exact,
+                                time_limit=b.limit(share=_start_share(chain, b)))
     if dp.success:
         src = dp.details.get("candidate", "dp")
         return dp.schedule, "the persistent DP" + ("" if src == "dp" else f" ({src})")
@@ -241,11 +258,7 @@ def _remat_milp(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution
     objective cut, and the better of the two bounds is reported (``proved_by`` says which one
     closed the gap, None when none did)."""
     t0 = time.perf_counter()
-    try:
-        need = min_memory_of(chain, "all", time_limit=b.limit()).value
-    except TooCostly:
-        need = None        # not computed in the time left; _explain_infeasible says what is proven
-    start, source = _milp_start(chain, memory, o, b)
+    start, source = _milp_start(chain, memory, o, b)     # first: it may take the whole call (_start_share)
     t_start = time.perf_counter() - t0
     start_time = None if start is None else simulate_remat(chain, start).makespan
     b.log(f"remat-milp: MIP start: {source}" + ("" if start is None else f" ({fmt_time(start_time)})"))
@@ -281,6 +294,10 @@ def _remat_milp(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution
         return Solution(PROBLEM, "remat-milp", Status.OPTIMAL, objective=rep.makespan, peak_memory=rep.peak_memory,
                         schedule=start, bound=min(lb, rep.makespan), memory_limit=memory, predicted=start_time,
                         message=msg, times=times, details=details)
+    try:
+        need = min_memory_of(chain, "all", time_limit=b.limit()).value
+    except TooCostly:
+        need = None        # not computed in the time left; _explain_infeasible says what is proven
     why = _too_long(chain, "remat-milp", b.limit())
     if why:                   # the model's build alone would overrun the call
         sol = Solution(PROBLEM, "remat-milp", Status.NO_SOLUTION, memory_limit=memory, message=f"not solved: {why}",
@@ -632,6 +649,7 @@ def report(solution: Solution, chain: Chain) -> str:
     >>> print(text.splitlines()[2])
     makespan     47.4 ms  (+26.9% vs store-all 37.4 ms)
     """
+    solution, chain = _frontend.solution_arg(solution, chain, PROBLEM, "report")
     sol = solution
     base = remat_heuristics.store_all(chain)
     lines = [f"{chain.name}: L = {chain.L}, problem remat, method {sol.method}, "

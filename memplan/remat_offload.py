@@ -46,7 +46,7 @@ import time
 from typing import Any
 
 from memplan._frontend import (add_note, bandwidth_arg, budget, chain_arg, count_arg, finish, memory_arg,
-                               method_arg, overheads_line, solve_without_resident)
+                               method_arg, overheads_line, solution_arg, solve_without_resident)
 from memplan.baselines import offload as off_baselines
 from memplan.baselines import remat_rotor
 from memplan.baselines.remat_heuristics import min_memory, store_all
@@ -589,6 +589,7 @@ def report(solution: Solution, chain: Chain) -> str:
     >>> print(report(sol, chain).splitlines()[3])
     makespan     38.4 ms  (+2.8% vs store-all 37.4 ms; throughput 26.03 iterations/s)
     """
+    solution, chain = solution_arg(solution, chain, PROBLEM, "report")
     sol = solution
     base = store_all(chain)
     beta = sol.bandwidth if sol.bandwidth is not None else sol.details.get("bandwidth")
@@ -665,6 +666,7 @@ def gantt(solution: Solution, chain: Chain, path: str) -> None:
     >>> os.path.getsize(path) > 10_000
     True
     """
+    solution, chain = solution_arg(solution, chain, PROBLEM, "gantt")
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -223,16 +223,19 @@ def test_a_build_that_cannot_end_in_time_is_not_started(monkeypatch):
     """The model has O(L^2) rows of O(L) terms: on 1000 stages it takes about 20 minutes to build,
     and a 5 s call took 35 s (a constraint family is not interrupted in the middle). A build whose
     least estimated time exceeds what is left is not started: the best schedule known answers at
-    once (status time_limit) with a message that says how long the build takes and what to do."""
+    once the set enumeration (which then may use the whole limit) is done (status time_limit) with a
+    message that says how long the build takes and what to do."""
     from memplan.formulations import offload_milp
 
     assert offload_milp.build_seconds(1000) >= 1000       # 1.2e-6 s * L^3 (measured: 106 s at L = 400)
     monkeypatch.setattr(offload_milp, "BUILD_SECONDS_PER_L3", 1.0)        # 40 stages now 'take' 64000 s
     c, M = random_case(40, 0, 0.1)
     best = best_heuristic(c, M, 1.0)
-    sol = offload.solve(c, memory=M, bandwidth=1.0, method="milp", time_limit=20, threads=1)
+    t0 = time.monotonic()
+    sol = offload.solve(c, memory=M, bandwidth=1.0, method="milp", time_limit=4, threads=1)
+    assert time.monotonic() - t0 < 4 + 0.5
     assert sol.status == Status.TIME_LIMIT and sol.details["interrupted"] == "not built"
-    assert "build" not in sol.times and sol.times["total"] < 10
+    assert "build" not in sol.times and "solve" not in sol.times
     assert re.search(r"building the MILP on L = 40 stages takes at least 6\.4e\+04 s here, more than the [0-9.]+ s "
                      r"left: give a time limit of at least 128000 s, or use method 'dynprog'", sol.message), sol.message
     assert sol.objective <= best * (1 + 1e-9)

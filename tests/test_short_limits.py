@@ -1,0 +1,140 @@
+"""Short time limits and fixed costs (session 28): what the guards added for them must not change
+an answer, and the pieces rewritten for speed must compute what the direct formulas compute."""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import memplan
+from memplan.baselines import offload as B
+from memplan.formulations import highs_driver
+from memplan.models.chain import random_chain
+from memplan.models.offload import OffloadData, min_feasible_memory, peak_memory_no_offload, validate_offload
+from memplan.models.solution import InputError, Status
+
+
+def _direct_scores(chain, memory, bandwidth):
+    """AutoSwap's scores by their definition: for each candidate, its absence and the excess over the
+    limit of every computation overlapping it, interval by interval (O(L^2))."""
+    d = OffloadData.of(chain)
+    L = d.L
+    b_out, b_in = (bandwidth, bandwidth) if not isinstance(bandwidth, tuple) else bandwidth
+    t, comps = 0.0, []
+    fwd_end = []
+    for i in range(L + 1):
+        mF = d.exF[i] + sum(d.x[:i + 2])
+        comps.append((t, t + d.uF[i], max(0.0, mF - memory)))
+        t += d.uF[i]
+        fwd_end.append(t)
+    b_start = [0.0] * (L + 1)
+    for i in range(L, -1, -1):
+        mB = d.exB[i] + d.y[i] + d.y[i + 1] + sum(d.x[:i + 2])
+        comps.append((t, t + d.uB[i], max(0.0, mB - memory)))
+        b_start[i] = t
+        t += d.uB[i]
+    rows = []
+    for j in range(L + 1):
+        a, b = fwd_end[j], b_start[j]
+        doa = max(0.0, b - a)
+        w = sum(ex * max(0.0, min(e, b) - max(s, a)) for s, e, ex in comps)
+        rt = d.x[j] / b_out + d.x[j] / b_in if d.x[j] > 0 else 0.0
+        rows.append([doa, d.x[j] * doa, w, w * (min(1.0, doa / rt) if rt > 0 else 1.0)])
+    S = np.array(rows)
+    mx = S.max(axis=0)
+    mx[mx == 0] = 1.0
+    return S / mx
+
+
+@settings(max_examples=40, deadline=None)
+@given(L=st.integers(1, 25), seed=st.integers(0, 10_000), frac=st.floats(0.05, 1.2),
+       beta=st.sampled_from([0.5, 3.0, 1e3, (2.0, 5.0)]))
+def test_autoswap_scores_match_their_definition(L, seed, frac, beta):
+    """The vectorized scores (prefix integral of the excess) equal the interval-by-interval sums."""
+    c = random_chain(L, seed)
+    M = peak_memory_no_offload(c) * frac
+    got = B.autoswap_scores(c, M, beta)
+    want = _direct_scores(c, M, beta)
+    assert np.allclose(got, want, rtol=1e-9, atol=1e-12), (got, want)
+
+
+# -------------------------------------------------------------------------- HiGHS's set-up guard
+def _offload_case(L=12, seed=3, frac=0.1):
+    """A case where the offload MILP's full model runs (no bound proves a heuristic optimal first)."""
+    c = random_chain(L, seed)
+    mf, mp = min_feasible_memory(c), peak_memory_no_offload(c)
+    return c, mf + frac * (mp - mf)
+
+
+def _record_options(monkeypatch):
+    """The options every HiGHS run of the call is given, as a list of dicts."""
+    seen = []
+    real = highs_driver._new_highs
+
+    def new():
+        h = real()
+        opts = {}
+        seen.append(opts)
+        set_option = h.setOptionValue
+
+        def record(name, value):
+            opts[name] = value
+            return set_option(name, value)
+        h.setOptionValue = record
+        return h
+    monkeypatch.setattr(highs_driver, "_new_highs", new)
+    return seen
+
+
+def test_a_mip_whose_setup_cannot_end_in_time_is_not_started(monkeypatch):
+    """HiGHS's presolve and root set-up do not watch its time limit (0.57 M nonzeros: 2.6-5 s
+    whatever the limit): a MIP whose set-up estimate exceeds what is left is not handed to HiGHS; the
+    call still answers, with its best heuristic's schedule, within its limit."""
+    c, M = _offload_case()
+    monkeypatch.setattr(highs_driver, "SETUP_SECONDS_PER_NNZ", 1e3)      # every model 'needs' hours
+    seen = _record_options(monkeypatch)
+    t0 = time.monotonic()
+    sol = memplan.offload.solve(c, memory=M, bandwidth=1.0, method="milp", time_limit=3, threads=1)
+    assert time.monotonic() - t0 < 3.5
+    assert seen == []                                                     # HiGHS never ran
+    best = min(s.objective for s in (B.greedy(c, M, 1.0), B.dynprog(c, M, 1.0), B.autoswap(c, M, 1.0)) if s.success)
+    assert sol.status == Status.TIME_LIMIT and "set-up of this model" in sol.message, sol.message
+    assert sol.schedule is not None and sol.objective <= best * (1 + 1e-9)
+    assert validate_offload(c, sol.schedule, M).makespan == pytest.approx(sol.objective, rel=1e-12)
+
+
+def test_presolve_off_under_a_short_limit_gives_the_same_optimum(monkeypatch):
+    """Below SLOW_SETUP_SECONDS_PER_NNZ per nonzero of what is left, presolve and feasibility jump
+    are off: the optimum found is the same (checked against the default run)."""
+    c, M = _offload_case()
+    seen = _record_options(monkeypatch)
+    ref = memplan.offload.solve(c, memory=M, bandwidth=1.0, method="milp", time_limit=30, threads=1)
+    assert seen and all("presolve" not in o for o in seen)
+    seen.clear()
+    monkeypatch.setattr(highs_driver, "SLOW_SETUP_SECONDS_PER_NNZ", 1e3)
+    off = memplan.offload.solve(c, memory=M, bandwidth=1.0, method="milp", time_limit=30, threads=1)
+    assert seen and all(o.get("presolve") == "off" and o.get("mip_heuristic_run_feasibility_jump") is False
+                        for o in seen)
+    assert ref.status == off.status == Status.OPTIMAL
+    assert off.objective == pytest.approx(ref.objective, rel=1e-6)
+
+
+# ----------------------------------------------------------------------- report/gantt of a problem
+@pytest.mark.parametrize("module", ["offload", "pipeline", "remat_offload"])
+def test_report_of_another_problems_solution_is_refused(module):
+    chain = random_chain(6, seed=1)
+    sol = memplan.remat.solve(chain, memory=1e12, method="rotor")
+    with pytest.raises(InputError, match=r"this Solution is of problem 'remat': use memplan\.remat\.report"):
+        getattr(memplan, module).report(sol, chain)
+
+
+def test_gantt_of_a_problem_without_one_says_so(tmp_path):
+    chain = random_chain(6, seed=1)
+    sol = memplan.remat.solve(chain, memory=1e12, method="rotor")
+    with pytest.raises(InputError, match=r"draws offload schedules only \(memplan\.remat has no gantt\)"):
+        memplan.offload.gantt(sol, chain, tmp_path / "g.png")
+    with pytest.raises(InputError, match="report takes a Solution"):
+        memplan.remat.report("rotor", chain)

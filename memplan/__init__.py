@@ -32,9 +32,13 @@ from pathlib import Path as _Path
 # In a source checkout the sub-packages are the folders beside this one (pyproject.toml maps
 # memplan.models -> models/, ...). Where this very folder was imported from a checkout (no install,
 # or a non-editable install while the working directory is the checkout), look for them there too.
+# Only when nothing else provides them (an editable install maps them itself): the root on __path__
+# also shows the checkout's other folders as sub-packages (help(memplan) listed memplan.memplan).
 _ROOT = _Path(__file__).resolve().parent.parent
 if (_ROOT / "pyproject.toml").is_file() and (_ROOT / "models" / "chain.py").is_file():
-    __path__.append(str(_ROOT))  # type: ignore[name-defined]  # noqa: F821
+    import importlib.util as _ilu
+    if _ilu.find_spec(__name__ + ".models") is None:
+        __path__.append(str(_ROOT))  # type: ignore[name-defined]  # noqa: F821
 
 import importlib
 import importlib.metadata as _metadata

@@ -265,6 +265,9 @@ def _milp(chain: Chain, memory: float, bandwidth: float, b: Budget, *, gap, thre
     t0 = time.perf_counter()
     heur = []
     for name in HEURISTICS:
+        if b.expired() and any(h.success for h in heur):
+            b.log(f"{name}: not run (the time limit is reached and a start is known)")
+            continue
         share = DYNPROG_SHARE if name == "dynprog" else HEURISTIC_SHARE
         h = _heuristic(chain, memory, bandwidth, name, time_limit=b.limit(share=share), slots=slots, exact=exact)
         b.log(f"{name}: " + (f"makespan {fmt_time(h.objective)}" if h.success else h.message))

@@ -92,6 +92,11 @@ _SHARE_PIPEDREAM = 0.20     # PipeDream's sweep (methods ilp and cyclic)
 _SHARE_GPIPE = 0.10         # GPipe's points
 _SHARE_START = 0.15         # the start pattern search (modular patterns, partition search)
 _SHARE_REFINE = 0.35        # the exact refinement of the ILP's start
+#: the baselines' shares when the ILP cannot be built in the call anyway (DenseNet-121, L = 79, 4 GPUs
+#: at 1 s: with 0.2 and 0.1 neither sweep simulated a point, and the serial pattern, 3.7x slower than
+#: GPipe's alone at 1 s, was the answer)
+_SHARE_PIPEDREAM_NO_ILP = 0.4
+_SHARE_GPIPE_NO_ILP = 0.5
 _REFINE_MILP_CAP = 30.0     # seconds per MILP of the refinement and of the last checks
 #: seconds per row of the ILP to build (Pyomo) and compile it, measured on a loaded 2-core machine
 #: (ResNet-18, L = 23: 42,000 rows in 3.5 s; DenseNet-121, L = 77: 643,000 rows in 39 s)
@@ -273,8 +278,11 @@ def _points_and_start(c: _Call, times: dict[str, float]) -> tuple[list[Point], P
     """Methods ilp and cyclic: the baseline points, then the best start pattern within the memory
     (heuristic searches, then the caller's ``starts`` that replay within the limit)."""
     t0 = time.perf_counter()
+    left = c.b.remaining()
+    no_ilp = math.isfinite(left) and _ilp_build_seconds(c.td.L) > 0.5 * left
     points, note = _sweep(c, ["pipedream", "pipedream-dag", "gpipe"],
-                          {"pipedream": _SHARE_PIPEDREAM, "gpipe": _SHARE_GPIPE})
+                          {"pipedream": _SHARE_PIPEDREAM_NO_ILP if no_ilp else _SHARE_PIPEDREAM,
+                           "gpipe": _SHARE_GPIPE_NO_ILP if no_ilp else _SHARE_GPIPE})
     t1 = time.perf_counter()
     start = start_pattern(c.td, c.P, c.memory, points, time_limit=c.b.limit(None, _SHARE_START))
     for i, q in enumerate(c.starts):

@@ -115,6 +115,11 @@ def parse_bandwidth(text: str | float) -> float:
         s, suffix = s[:-2], "/s"
     elif s.lower().endswith("ps"):  # "GBps"
         s, suffix = s[:-2], "ps"
+    else:
+        _, unit = _split(s, "bandwidth")
+        if unit:      # "1GB" is a size: read as 1 GB/s it would silently change the answer
+            raise UnitError(f"bandwidth {text!r} has a size unit but no '/s': write e.g. {s + '/s'!r} "
+                            "(bytes per second), or a bare number of bytes/s")
     return _size(s, "bandwidth", text, suffix)
 
 

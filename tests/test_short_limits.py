@@ -138,3 +138,46 @@ def test_gantt_of_a_problem_without_one_says_so(tmp_path):
         memplan.offload.gantt(sol, chain, tmp_path / "g.png")
     with pytest.raises(InputError, match="report takes a Solution"):
         memplan.remat.report("rotor", chain)
+
+
+# ------------------------------------------------------------------ heuristics' fixed costs, bounded
+def test_dynprog_stops_between_levels_and_falls_back_on_greedy():
+    """Algorithm 1 costs about 3 ms per level at 20,000 states: past its deadline it stops between
+    two levels, and DYNPROG answers with GREEDY's schedule, saying why."""
+    c, M = _offload_case(L=40, seed=1, frac=0.3)
+    sets, info = B.dynprog_sets(c, M, 1.0, slots=500, deadline=time.monotonic() - 1.0)
+    assert sets == [] and info["stopped"] and info["levels"] == 0
+    full, info_full = B.dynprog_sets(c, M, 1.0, slots=500)
+    assert full and not info_full.get("stopped")
+    sol = B.dynprog(c, M, 1.0, time_limit=0.0)
+    g = B.greedy(c, M, 1.0)
+    assert sol.success and g.success and sol.objective == pytest.approx(g.objective, rel=1e-12)
+    assert "Algorithm 1 stopped at the time limit before its last level" in sol.message, sol.message
+    given = B.dynprog(c, M, 1.0, slots=500, time_limit=0.0)
+    assert given.objective == pytest.approx(g.objective, rel=1e-12)
+    assert "stopped at the time limit after 0 of its 41 levels; GREEDY's set is used" in given.message
+
+
+def _forward_fits_direct(d, M, beta, n):
+    """TFLMS's forward-phase check, operation by operation (the definition the vectorized check follows)."""
+    tF = np.concatenate([[0.0], np.cumsum(d.uF)[:-1]])
+    eF = tF + d.uF
+    link, rel = 0.0, []
+    for j in range(min(n, d.L + 1)):
+        link = max(link, 0.0 if j == 0 else eF[j - 1]) + d.x[j] / beta
+        rel.append((max(link, eF[j]), d.x[j]))
+    for i in range(d.L + 1):
+        freed = sum(sz for t, sz in rel if t <= tF[i])
+        if sum(d.x[:i + 2]) + d.exF[i] - freed > M + 1e-9 * max(1.0, M):
+            return False
+    return True
+
+
+@settings(max_examples=40, deadline=None)
+@given(L=st.integers(1, 20), seed=st.integers(0, 10_000), frac=st.floats(0.1, 1.1), beta=st.sampled_from([0.3, 2.0, 50.0]))
+def test_tflms_forward_check_matches_its_definition(L, seed, frac, beta):
+    c = random_chain(L, seed)
+    d = OffloadData.of(c)
+    M = peak_memory_no_offload(c) * frac
+    for n in range(L + 2):
+        assert B._tflms_forward_fits(d, M, beta, n) == _forward_fits_direct(d, M, beta, n), n

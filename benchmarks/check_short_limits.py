@@ -12,8 +12,12 @@ with gets the whole limit. For each instance, memory limit and time limit it sol
 
 and prints the exact method's wall time, both objectives and their ratio. ``OVER`` marks a call that
 took more than ``limit + slack`` seconds (default slack 0.5 s), ``LOSES`` an exact method slower than
-its baseline by more than 1e-7 (relative: replays of one schedule differ by less) while the baseline has a schedule. Exit status 1 when a
-row is ``OVER`` or ``LOSES``.
+its baseline by more than 1e-7 (relative; replays of one schedule differ by less) while the baseline
+has a schedule. Exit status 1 when a row is ``OVER`` or ``LOSES``.
+
+Both sides are time-dependent: rotor and DYNPROG refine their discretization while time allows, so
+a baseline given the whole limit can end one refinement further than the same baseline inside an
+exact method's call, and the other way round (a ``LOSES`` row that moves between runs is that).
 
 The default instances were not used to tune the shares of the exact methods (tuned on ResNet-101 at
 1-5 s and on paper 004's toy chain repeated to 60 stages): the CPU zoo's DenseNet-121, Inception v3

@@ -394,7 +394,11 @@ def expand(grids: Iterable[Grid]) -> tuple[list[dict], dict[str, Any]]:
                     fr = list(g.fractions) if g.fractions else (
                         [k / (g.points - 1) for k in range(g.points)] if g.points > 1 else [1.0])
                     limits = [(lo + f * (hi - lo), f) for f in fr]
+                used = getattr(mod, "OPTIONS_USED", None)
+                tuning = set().union(*used.values()) if used else set()
                 for (M, f), opts, m in itertools.product(limits, option_sets, methods):
+                    if used:       # an option the method ignores: its task is solved once, labelled without it
+                        opts = {k: v for k, v in opts.items() if k not in tuning or k in used[m]}
                     t = dict(instance=chain.name, instance_id=iid, problem=g.problem, method=m,
                              memory_limit=float(M), fraction=f, bandwidth=bw_eff, gpus=P_eff,
                              options=json.dumps(opts, sort_keys=True), time_limit=g.time_limit,

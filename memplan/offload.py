@@ -57,11 +57,18 @@ from memplan.models.offload import (PROBLEM, OffloadData, link_speeds, lower_bou
 from memplan.models.solution import InputError, Solution, Status
 from memplan.models.units import fmt_bandwidth, fmt_memory, fmt_time
 
-__all__ = ["PROBLEM", "METHODS", "DEFAULT_METHOD", "HEURISTICS", "solve", "report", "gantt"]
+__all__ = ["PROBLEM", "METHODS", "DEFAULT_METHOD", "OPTIONS_USED", "HEURISTICS", "solve", "report", "gantt"]
 
 #: the methods of :func:`solve` (``lb`` gives a bound, the others a schedule)
 METHODS = ["lb", "greedy", "dynprog", "vdnn", "tflms", "autoswap", "milp"]
 DEFAULT_METHOD = "dynprog"
+#: the tuning options of :func:`solve` each method reads (the others it ignores; see
+#: :data:`memplan.remat.OPTIONS_USED`)
+OPTIONS_USED: dict[str, frozenset[str]] = {
+    **{m: frozenset() for m in ("lb", "greedy", "vdnn", "tflms", "autoswap")},
+    "dynprog": frozenset({"slots", "exact"}),
+    "milp": frozenset({"slots", "exact", "gap", "threads", "solver_log"}),
+}
 #: the heuristics whose best schedule starts the MILP
 HEURISTICS = ["greedy", "dynprog", "vdnn", "tflms", "autoswap"]
 #: with ``method="milp"`` on chains of at least ``LNS_MIN_STAGES`` stages, the share of the MILP's time

@@ -68,12 +68,21 @@ from memplan.models.remat import InvalidSequence, RematSchedule, simulate_remat
 from memplan.models.solution import InputError, Solution, Status
 from memplan.models.units import fmt_memory, fmt_time
 
-__all__ = ["PROBLEM", "METHODS", "DEFAULT_METHOD", "solve", "report", "memory_range"]
+__all__ = ["PROBLEM", "METHODS", "DEFAULT_METHOD", "OPTIONS_USED", "solve", "report", "memory_range"]
 
 PROBLEM = "remat"
 METHODS = ["rotor", "rotor-floating", "sequential", "revolve", "store-all", "recompute-all",
            "remat-milp", "checkmate", "checkmate-lp"]
 DEFAULT_METHOD = "rotor"
+#: the tuning options of :func:`solve` each method reads (the others it ignores: a sweep over
+#: ``slots`` solves ``sequential`` once, not once per value, and draws it as one curve)
+OPTIONS_USED: dict[str, frozenset[str]] = {
+    **{m: frozenset({"slots", "exact"}) for m in ("rotor", "rotor-floating", "revolve")},
+    **{m: frozenset() for m in ("sequential", "store-all", "recompute-all")},
+    "remat-milp": frozenset({"slots", "exact", "gap", "threads", "solver_log"}),
+    "checkmate": frozenset({"gap", "threads", "solver_log"}),
+    "checkmate-lp": frozenset({"threads", "solver_log"}),
+}
 #: exact mode refuses limits above this many bytes (slots)
 _EXACT_MAX = remat_rotor.EXACT_MAX
 
@@ -383,7 +392,7 @@ _RUNNERS: dict[str, Callable[[Chain, float, _Options, Budget], Solution]] = {
     "checkmate": _checkmate,
     "checkmate-lp": _checkmate_lp,
 }
-assert list(_RUNNERS) == METHODS
+assert list(_RUNNERS) == METHODS and set(OPTIONS_USED) == set(METHODS)
 #: the methods whose memory is discretized into slots (and that take ``exact``)
 _DP_METHODS = ("rotor", "rotor-floating", "revolve", "remat-milp")
 

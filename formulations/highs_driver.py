@@ -110,8 +110,9 @@ def silence_banner(silent: bool = True) -> None:
 
 def _new_highs():
     """A ``highspy.Highs``. The first one of a process prints HiGHS's banner on the C-level stdout,
-    where it would land in the middle of a report: it is sent to stderr instead (nowhere after
-    :func:`silence_banner`)."""
+    where it would land in the middle of a report: it is sent to stderr when the call shows progress
+    (``progress=`` given, the command line without ``--quiet``), else nowhere (a library call
+    with no progress sink prints nothing; :func:`silence_banner` silences it everywhere)."""
     import os
     import sys
 
@@ -129,7 +130,7 @@ def _new_highs():
         return highspy.Highs()
     target = None
     try:
-        if _BANNER_SILENT:
+        if _BANNER_SILENT or _budget.current().progress is None:
             target = os.open(os.devnull, os.O_WRONLY)
             os.dup2(target, 1)
         else:

@@ -294,6 +294,21 @@ def test_quiet_silences_the_highs_banner():
     assert "HiGHS" not in r.stderr and "HiGHS" not in r.stdout
 
 
+@pytest.mark.parametrize("progress", [False, True])
+def test_a_library_call_without_progress_prints_no_banner(progress):
+    """From Python, HiGHS's banner (printed by its first instance of a process, at the C level) goes
+    nowhere unless the call shows progress; then it goes to stderr with the progress lines."""
+    code = ("import memplan\n"
+            "c = memplan.random_chain(5, seed=1)\n"
+            "s = memplan.solve(c, 'remat', 'checkmate', memory=memplan.remat.memory_range(c)[1] * 0.7,\n"
+            f"                  time_limit=20, threads=1{', progress=print' if progress else ''})\n"
+            "print('status', s.status)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "status optimal" in r.stdout, r.stderr
+    assert "Running HiGHS" not in r.stdout
+    assert ("Running HiGHS" in r.stderr) == progress, r.stderr
+
+
 # ----------------------------------------------------------------------------- defect 8: the figure scripts
 @pytest.mark.parametrize("module,args", [
     ("pipeline_figures", ["--pipedream", "wrong/path.txt", "--batch", "8", "--gpus", "4"]),

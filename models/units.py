@@ -141,7 +141,7 @@ def time_factor(unit: str) -> float:
 
 
 def fmt_memory(nbytes: float | None, binary: bool = True, digits: int = 1) -> str:
-    """``fmt_memory(91_000_000) == '86.8 MiB'``; ``digits`` decimals (bytes are whole)."""
+    """``fmt_memory(91_000_000) == '86.8 MiB'``; ``digits`` decimals (none for a whole number of bytes)."""
     if nbytes is None:
         return "-"
     units = ["B", "KiB", "MiB", "GiB", "TiB"] if binary else ["B", "KB", "MB", "GB", "TB"]
@@ -149,7 +149,9 @@ def fmt_memory(nbytes: float | None, binary: bool = True, digits: int = 1) -> st
     x = float(nbytes)
     for u in units:
         if abs(x) < base or u == units[-1]:
-            return f"{x:.0f} {u}" if u == "B" else f"{x:.{digits}f} {u}"
+            if u == "B":     # whole bytes as such; a fractional size (a toy chain's) keeps its decimals
+                return f"{x:.0f} B" if float(x).is_integer() else f"{x:.{max(1, digits)}f} B"
+            return f"{x:.{digits}f} {u}"
         x /= base
     return f"{x:.{digits}f} {units[-1]}"  # pragma: no cover
 

@@ -270,8 +270,9 @@ def dynprog(chain: Chain, memory: float, bandwidth: float, *, slots: int | None 
     and compared: Algorithm 1 runs on grids of ``memory / S`` bytes for ``S`` in :data:`AUTO_GRIDS`
     and with exact values, while time allows (merging states is a heuristic, so a finer grid is not
     always better: the best schedule of all runs is kept), and GREEDY's schedule is a candidate too,
-    so DYNPROG is never worse than GREEDY. ``time_limit`` (seconds) stops the refinement (and the
-    rebuilding of the ``top`` best final states once the first one has been tried)."""
+    so DYNPROG is never worse than GREEDY. ``time_limit`` (seconds) stops the refinement, the
+    rebuilding of the ``top`` best final states once the first one has been tried, and Algorithm 1
+    itself between two of its levels (GREEDY's schedule is then the answer, and the message says so)."""
     if exact or slots is not None:
         return _dynprog_given(chain, memory, bandwidth, slots=100 if slots is None else slots, exact=exact, top=top,
                               max_states=max_states, time_limit=time_limit)

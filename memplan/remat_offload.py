@@ -344,9 +344,13 @@ def _portfolio(chain: Chain, memory: float, beta: float, n: int, exact: bool, au
         consider("least-memory schedule", Solution(PROBLEM, "dp", Status.FEASIBLE, schedule=mm.schedule,
                                                    predicted=mm.makespan, message="least-memory schedule"))
     others = min((c[0] for c in cands), default=math.inf)
+    # with a link, no schedule beats the compute time alone (every operation once, no wait): a
+    # candidate there is optimal, and the joint DP (seconds to minutes) is not run unless its slots
+    # (or exact) were asked for
+    at_bound = auto and beta > 0 and others <= float(chain.store_all_time()) * (1 + 1e-12)
     # the joint DP: as given, or 50, 100, 200 slots until its answer stops changing or matches another's
     t0 = time.perf_counter()
-    dp_runs = _auto_slots(chain, b) if auto else [n]
+    dp_runs = [] if at_bound else _auto_slots(chain, b) if auto else [n]
     dps = []
     for k, nn in enumerate(dp_runs):
         if k and not _time_for(chain, nn, b):
@@ -363,7 +367,9 @@ def _portfolio(chain: Chain, memory: float, beta: float, n: int, exact: bool, au
             break                    # the answer stopped changing
     times["dp"] = time.perf_counter() - t0
     if not dp_runs:
-        why = (f"not run: its tables would need {table_bytes(chain.L, 1) / 1e9:.3g} GB for L = {chain.L} even with "
+        why = ("not run: a candidate already takes the compute time alone, the least any schedule takes"
+               if at_bound else
+               f"not run: its tables would need {table_bytes(chain.L, 1) / 1e9:.3g} GB for L = {chain.L} even with "
                f"one slot (at most {MAX_TABLE_BYTES / 1e9:.0f} GB)")
         b.log(f"dp: {why}")
         dps = [(0, Solution(PROBLEM, "dp", Status.NO_SOLUTION, memory_limit=memory, message=f"the joint DP was {why}"))]

@@ -371,9 +371,14 @@ def test_cli_solve_remat_offload(tmp_path, capsys):
     # the old name is refused, naming the methods
     rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M}B", "--method", "milp"])
     assert rc == 2 and "dp, exhaustive" in capsys.readouterr().err
-    # no --slots: the DP chooses, starting from the paper's N = 50
-    rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M + 10}B", "--bandwidth", "1B/s"])
+    # no --slots: the DP chooses, starting from the paper's N = 50 (at M no candidate reaches the compute
+    # time, 23 s here: the best schedule takes 25.64 s)
+    rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M}B", "--bandwidth", "1B/s"])
     assert "N = 50" in capsys.readouterr().out
+    # at M + 10 a candidate takes the compute time alone, the least any schedule takes: the DP is not run
+    rc = main(["solve", str(inst), "--problem", "remat-offload", "--memory", f"{M + 10}B", "--bandwidth", "1B/s"])
+    text = capsys.readouterr().out
+    assert rc == 0 and "optimal" in text and "N = 50" not in text and f"{c.store_all_time():g}" in text
     # an infeasible limit: one line with the minimum, exit status 2
     from memplan.baselines.remat_offload_min_memory import min_memory as ro_min
 

@@ -260,32 +260,37 @@ def pipedream_partition(td: TaskData, P: int, memory_target: float, noam: int, *
     cum = _stage_times(td)
     act = np.concatenate([[0.0], np.cumsum([_planner_activation(td, l) for l in range(1, L + 1)])])
     wts = np.concatenate([[0.0], np.cumsum(td.W[1:])])
+    # per previous boundary i (the stage starts at layer i + 1): its stage input and its link's time
+    h_in = np.array([_planner_stage_input(td, i + 1) for i in range(L)])
+    comm = np.array([2 * max(td.dc[i], td.dc[td.n - i]) if i > 0 else 0.0 for i in range(L)])
     INF = math.inf
-    best = [[INF] * (L + 1) for _ in range(P + 1)]
-    arg = [[-1] * (L + 1) for _ in range(P + 1)]
-    best[0][0] = 0.0
+    best = np.full((P + 1, L + 1), INF)
+    arg = np.full((P + 1, L + 1), -1, dtype=np.int64)
+    best[0, 0] = 0.0
+    # best[k, j]: the slowest stage of layers 1..j in k stages; over the previous boundaries i at once
+    # (the loop over i in Python took 0.08 s per DP at L = 300, 192 DPs per PipeDream sweep), the
+    # same arithmetic in the same order, ties to the smallest i as the loop's strict comparison did
     for k in range(1, P + 1):
         inflight = max(1, noam - (k - 1))
         for j in range(k, L + 1):
             if _expired(deadline):
                 raise _Stopped
-            for i in range(k - 1, j):
-                if best[k - 1][i] == INF:
-                    continue
-                stage_act = act[j] - act[i] + _planner_stage_input(td, i + 1)
-                if inflight * (stage_act + wts[j] - wts[i]) > memory_target:
-                    continue
-                comm = 2 * max(td.dc[i], td.dc[td.n - i]) if i > 0 else 0.0
-                v = max(best[k - 1][i], cum[j] - cum[i], comm)
-                if v < best[k][j]:
-                    best[k][j], arg[k][j] = v, i
-    ks = [k for k in range(1, P + 1) if best[k][L] < INF]
+            i0 = k - 1
+            prev = best[k - 1, i0:j]
+            stage_act = act[j] - act[i0:j] + h_in[i0:j]
+            ok = (prev < INF) & ~(inflight * (stage_act + wts[j] - wts[i0:j]) > memory_target)
+            if not ok.any():
+                continue
+            v = np.where(ok, np.maximum(np.maximum(prev, cum[j] - cum[i0:j]), comm[i0:j]), INF)
+            m = int(np.argmin(v))
+            best[k, j], arg[k, j] = v[m], i0 + m
+    ks = [k for k in range(1, P + 1) if best[k, L] < INF]
     if not ks:
         return None
-    k = min(ks, key=lambda k: (best[k][L], k))
+    k = min(ks, key=lambda k: (best[k, L], k))
     stages, j = [], L
     while k > 0:
-        i = arg[k][j]
+        i = int(arg[k, j])
         stages.append((i + 1, j))
         j, k = i, k - 1
     return stages[::-1]

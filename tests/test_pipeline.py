@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 
 import numpy as np
 import pytest
 from conftest import write_chain_instance
+from hypothesis import given, settings, strategies as st
 
 import memplan
 from memplan.baselines.pipeline import best_feasible, gpipe_points, min_memory_contiguous, pipedream_points
@@ -520,3 +522,43 @@ def test_ilp_pattern_the_simulator_rejects_is_never_reported(monkeypatch, method
         assert sol.status == Status.ERROR and sol.schedule is None and sol.objective is None
         assert f"replays with {fmt_memory(sim.peak_memory)} per GPU, over the limit" in sol.message
         assert "tolerances" in sol.message
+
+
+# ------------------------------------------------------------------ PipeDream's planner DP, brute force
+def _planner_cost(td, stages, noam, target):
+    """The planner's objective of a contiguous partition (inf when a stage breaks its memory estimate):
+    the slowest stage's compute, or twice the busier direction of a boundary's link."""
+    from memplan.baselines import pipeline as bp
+    worst = 0.0
+    for s, (a, b) in enumerate(stages):
+        act = sum(bp._planner_activation(td, l) for l in range(a, b + 1)) + bp._planner_stage_input(td, a)
+        if max(1, noam - s) * (act + sum(td.W[a:b + 1])) > target:
+            return math.inf
+        comp = sum(td.d[l] + td.d[td.backward(l)] for l in range(a, b + 1))
+        comm = 2 * max(td.dc[a - 1], td.dc[td.n - a + 1]) if a > 1 else 0.0
+        worst = max(worst, comp, comm)
+    return worst
+
+
+@settings(max_examples=60, deadline=None)
+@given(L=st.integers(1, 7), seed=st.integers(0, 10_000), P=st.integers(1, 4), noam=st.integers(1, 6),
+       frac=st.floats(0.02, 2.0), model=st.sampled_from(["paper", "autograd"]))
+def test_pipedream_partition_is_the_best_contiguous_partition(L, seed, P, noam, frac, model):
+    """The planner DP (vectorized over the previous boundary) against every contiguous partition into
+    at most P stages: the same optimum, None exactly when none meets the memory estimate."""
+    from memplan.baselines.pipeline import pipedream_partition
+    c = random_chain(L, seed)
+    td = task_data(c, 2.0, model)
+    target = frac * (3 * sum(td.W) + sum(td.wa) + sum(td.S))
+    best = math.inf
+    for k in range(1, min(P, L) + 1):
+        for cuts in itertools.combinations(range(1, L), k - 1):
+            bounds = [0, *cuts, L]
+            stages = [(bounds[s] + 1, bounds[s + 1]) for s in range(k)]
+            best = min(best, _planner_cost(td, stages, noam, target))
+    got = pipedream_partition(td, P, target, noam)
+    if math.isinf(best):
+        assert got is None
+    else:
+        assert got is not None and len(got) <= P
+        assert _planner_cost(td, got, noam, target) == pytest.approx(best, rel=1e-12)

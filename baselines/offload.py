@@ -97,10 +97,12 @@ def _try(chain, M, beta, S, oo=None, po=None):
 
 # ------------------------------------------------------------------------------------- lower bound
 def lower_bound(chain: Chain, memory: float, bandwidth: float | None) -> Solution:
-    """LB as a Solution (no schedule; ``objective`` and ``bound`` hold the bound)."""
+    """LB as a Solution (no schedule, no objective; ``bound`` and ``predicted`` hold the bound)."""
     _check(chain, memory, bandwidth)
     lb = lower_bound_value(chain, memory, bandwidth)
-    return Solution(PROBLEM, "lb", Status.FEASIBLE, objective=None, bound=lb, memory_limit=memory,
+    # no_solution, as the pipeline's lb: a bound says nothing of whether a schedule fits (FEASIBLE
+    # without a schedule read as "one fits" to a script checking statuses)
+    return Solution(PROBLEM, "lb", Status.NO_SOLUTION, objective=None, bound=lb, memory_limit=memory,
                     predicted=lb, message="lower bound of Proposition 3 (not a schedule)",
                     details={"M_peak": peak_memory_no_offload(chain),
                              "to_offload": max(0.0, peak_memory_no_offload(chain) - memory)})

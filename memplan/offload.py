@@ -154,7 +154,7 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | tuple |
         by :func:`memplan.models.offload.validate_offload`; ``bound`` is Proposition 3's lower bound
         (GREEDY: the fractional optimum of Theorem 2; MILP: its dual bound); ``schedule`` an
         :class:`~memplan.models.offload.OffloadSchedule`. ``method="lb"`` gives the bound and no
-        schedule. A memory limit below the minimum feasible memory gives ``Status.INFEASIBLE`` with
+        schedule (status ``no_solution``, as the pipeline's ``lb``). A memory limit below the minimum feasible memory gives ``Status.INFEASIBLE`` with
         ``details["min_memory"]`` (bytes).
 
     Raises

@@ -333,6 +333,9 @@ def _key(chain: Chain) -> tuple:
 
 _CACHE: "OrderedDict[tuple, MinMemory]" = OrderedDict()
 _CACHE_SIZE = 64
+#: the least-memory sequence's makespan replayed on a chain with its own no-grad forward times and
+#: turn cost, per (contents, class, those times): one Python replay per chain, not per call
+_OWN_MAKESPAN: "OrderedDict[tuple, float]" = OrderedDict()
 
 
 def min_memory_seconds(L: int, kind: str = "all") -> float:
@@ -478,12 +481,19 @@ def min_memory_of(chain: Chain, kind: str = "all", *, time_limit: float | None =
             raise TooCostly(f"the least memory ({kind}) of a chain of L = {chain.L} stages", need, time_limit)
     res = _get(key, kind)
     if chain.own_times:
+        own = (key, kind, tuple(np.asarray(chain.ufn, dtype=float).tolist()), float(chain.u_turn))
+        if own in _OWN_MAKESPAN:
+            _OWN_MAKESPAN.move_to_end(own)
+            return dataclasses.replace(res, makespan=_OWN_MAKESPAN[own])
         # the cache is keyed on the papers' times (a peak does not depend on times): the makespan is
         # replayed on the chain as given, with its no-grad forwards and turns. Taken as it was, it had
         # ranked this sequence among rotor's candidates below what it really takes (a GPT-2 profiled
         # under load: rotor 13% slower than the checkpoint_sequential cut at the same memory). One
         # replay, as each computation of the sequence already makes
         res = dataclasses.replace(res, makespan=float(simulate_remat(chain, res.schedule).makespan))
+        _OWN_MAKESPAN[own] = res.makespan
+        if len(_OWN_MAKESPAN) > _CACHE_SIZE:
+            _OWN_MAKESPAN.popitem(last=False)
     return res
 
 

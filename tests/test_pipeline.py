@@ -562,3 +562,22 @@ def test_pipedream_partition_is_the_best_contiguous_partition(L, seed, P, noam, 
     else:
         assert got is not None and len(got) <= P
         assert _planner_cost(td, got, noam, target) == pytest.approx(best, rel=1e-12)
+
+
+def test_below_the_memory_lower_bound_the_ilp_answers_at_once():
+    """No baseline point, no start pattern and a limit under memory_lower_bound: INFEASIBLE without
+    building the ILP (ResNet-18 on 4 GPUs at half the bound took 58 s of a 60 s limit), stating the
+    proven bound and the serial pattern's memory, which replays within it."""
+    import time as _time
+    from memplan.baselines.pipeline import min_memory_contiguous
+    chain = memplan.load_instance("resnet18-b8-224-cpu")[0]
+    td = task_data(chain, 12e9, "autograd")
+    mlb = memory_lower_bound(td, 4)
+    t0 = _time.monotonic()
+    sol = solve(chain, memory=0.5 * mlb, bandwidth=12e9, gpus=4, method="ilp", time_limit=60)
+    assert _time.monotonic() - t0 < 15
+    assert sol.status == Status.INFEASIBLE and "build" not in sol.times
+    ub, stages = min_memory_contiguous(td, 4)
+    assert sol.details["memory_lower_bound"] == mlb and sol.details["min_memory"] == ub
+    pat = serial_pattern(td, stages_to_layer_gpu(stages, td.L))
+    assert simulate_pattern(pat, td, gpus=4).peak_memory <= ub * (1 + 1e-9)

@@ -401,16 +401,22 @@ def _all_from_persistent(chain: Chain, pers: MinMemory) -> MinMemory:
                      f"L = {FLOATING_MAX_L}; L = {chain.L})")
 
 
-def _get(key: tuple, kind: str) -> MinMemory:
-    hit = _CACHE.get((key, kind))
+def _lru(cache: OrderedDict, k: tuple, compute):
+    """``cache[k]``, computed by ``compute()`` when missing; at most :data:`_CACHE_SIZE` entries, the
+    least recently used dropped first."""
+    hit = cache.get(k)
     if hit is not None:
-        _CACHE.move_to_end((key, kind))
+        cache.move_to_end(k)
         return hit
-    res = _compute(key, kind)
-    _CACHE[(key, kind)] = res
-    while len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
-    return res
+    value = compute()
+    cache[k] = value
+    while len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)
+    return value
+
+
+def _get(key: tuple, kind: str) -> MinMemory:
+    return _lru(_CACHE, (key, kind), lambda: _compute(key, kind))
 
 
 def is_known(chain: Chain, kind: str = "all") -> bool:
@@ -481,19 +487,14 @@ def min_memory_of(chain: Chain, kind: str = "all", *, time_limit: float | None =
             raise TooCostly(f"the least memory ({kind}) of a chain of L = {chain.L} stages", need, time_limit)
     res = _get(key, kind)
     if chain.own_times:
-        own = (key, kind, tuple(np.asarray(chain.ufn, dtype=float).tolist()), float(chain.u_turn))
-        if own in _OWN_MAKESPAN:
-            _OWN_MAKESPAN.move_to_end(own)
-            return dataclasses.replace(res, makespan=_OWN_MAKESPAN[own])
         # the cache is keyed on the papers' times (a peak does not depend on times): the makespan is
         # replayed on the chain as given, with its no-grad forwards and turns. Taken as it was, it had
         # ranked this sequence among rotor's candidates below what it really takes (a GPT-2 profiled
         # under load: rotor 13% slower than the checkpoint_sequential cut at the same memory). One
-        # replay, as each computation of the sequence already makes
-        res = dataclasses.replace(res, makespan=float(simulate_remat(chain, res.schedule).makespan))
-        _OWN_MAKESPAN[own] = res.makespan
-        if len(_OWN_MAKESPAN) > _CACHE_SIZE:
-            _OWN_MAKESPAN.popitem(last=False)
+        # replay per chain and class, cached with those times
+        own = (key, kind, tuple(np.asarray(chain.ufn, dtype=float).tolist()), float(chain.u_turn))
+        res = dataclasses.replace(res, makespan=_lru(
+            _OWN_MAKESPAN, own, lambda: float(simulate_remat(chain, res.schedule).makespan)))
     return res
 
 

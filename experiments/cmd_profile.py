@@ -191,33 +191,22 @@ TIME_TARGET = 0.02
 
 
 def _autograd_peak(model, loss_fn, x, device: str, seed: int) -> float:
-    """Plain ``loss_fn(model(x)).backward()``'s peak above what existed before, measured by the
-    tracker the executor's own measurement uses (:func:`models.memory.memory_tracker`), with the
-    weight gradients allocated before the window as the executor has them: one method for both."""
+    """Plain ``loss_fn(model(x)).backward()``'s peak, measured as the executor's own measurement is
+    (:func:`models.memory.step_peak`): one method for both."""
     import torch
 
-    from memplan.models.memory import memory_tracker
+    from memplan.models.memory import grad_input, step_peak
 
-    for p in model.parameters():
-        if p.requires_grad:
-            p.grad = torch.zeros_like(p)
-    xi = _input_for_autograd(x)
-    with memory_tracker(device) as tr:
+    xi = grad_input(x)
+
+    def step():
         torch.manual_seed(seed + 1)
         loss_fn(model(xi)).backward()
-        tr.sync()
-        peak = float(tr.peak)
+
+    peak = step_peak(step, list(model.parameters()), device)
     for p in model.parameters():
         p.grad = None
     return peak
-
-
-def _input_for_autograd(x):
-    """A float input requires grad, as the executed chain's B^1 computes delta^0 for it."""
-    xi = x.detach().clone()
-    if xi.is_floating_point():
-        xi.requires_grad_(True)
-    return xi
 
 
 def _time_against_autograd(stages, loss_stage, model, loss_fn, x, sched, device: str, seed: int, budget: float):
@@ -228,6 +217,7 @@ def _time_against_autograd(stages, loss_stage, model, loss_fn, x, sched, device:
     import torch
 
     from memplan.models.measure import interleaved, mean_of_steps, paired_ratio
+    from memplan.models.memory import grad_input
     from memplan.models.runtime import execute
 
     def clear():
@@ -242,7 +232,7 @@ def _time_against_autograd(stages, loss_stage, model, loss_fn, x, sched, device:
 
     def autograd():
         torch.manual_seed(seed + 1)
-        loss_fn(model(_input_for_autograd(x))).backward()
+        loss_fn(model(grad_input(x))).backward()
 
     res = interleaved({"plan": mean_of_steps(plan, 1, sync=sync, before=clear),
                        "autograd": mean_of_steps(autograd, 1, sync=sync, before=clear)},

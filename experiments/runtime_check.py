@@ -303,19 +303,10 @@ class Case:
                      time_rel_halfwidth=t.rel_halfwidth)
 
     def _tracked(self, fn) -> float:
-        """Peak bytes of ``fn()`` above what existed before (parameters' .grad pre-zeroed, as the
-        executor does, so persistent weight gradients stay out)."""
-        import torch
+        """Peak bytes of ``fn()`` above what existed before (:func:`models.memory.step_peak`)."""
+        from memplan.models.memory import step_peak
 
-        from memplan.models.profiler import memory_tracker
-
-        for _, p in self.params:
-            if p.requires_grad:
-                p.grad = torch.zeros_like(p)
-        with memory_tracker(self.device) as tr:
-            fn()
-            tr.sync()
-            return float(tr.peak)
+        return step_peak(fn, [p for _, p in self.params], self.device)
 
     # -- runs --------------------------------------------------------------------------------------
     def execute(self, seq, tag: str) -> tuple[str, dict]:
@@ -353,10 +344,9 @@ class Case:
         return out
 
     def _input_copy(self):
-        x = self.x.detach().clone()
-        if x.is_floating_point():
-            x.requires_grad_(True)             # the chain's B^1 computes delta^0, as here
-        return x
+        from memplan.models.memory import grad_input
+
+        return grad_input(self.x)
 
     def autograd(self) -> dict:
         """Plain ``loss_fn(model(x)).backward()`` on the unsplit model (paper 004's "PyTorch")."""

@@ -160,6 +160,29 @@ def memory_tracker(device) -> Any:
     return CudaMemoryTracker(dev) if dev.type == "cuda" else TensorMemoryTracker()
 
 
+def step_peak(fn: Callable[[], Any], params, device) -> float:
+    """Peak bytes of ``fn()`` (one training step) above what existed before, by :func:`memory_tracker`,
+    with the weight gradients of ``params`` allocated (zeroed) before the window, as the runtime
+    executor has them: persistent gradients stay out, so that a plain autograd step and an executed
+    plan are measured the same way."""
+    for p in params:
+        if p.requires_grad:
+            p.grad = torch.zeros_like(p)
+    with memory_tracker(device) as tr:
+        fn()
+        tr.sync()
+        return float(tr.peak)
+
+
+def grad_input(x: torch.Tensor) -> torch.Tensor:
+    """A copy of a step's input for a plain autograd step: a float input requires grad, as an
+    executed chain's B^1 computes delta^0 for it (token ids cannot)."""
+    xi = x.detach().clone()
+    if xi.is_floating_point():
+        xi.requires_grad_(True)
+    return xi
+
+
 def storage_bytes(t) -> int:
     """Bytes of the distinct storages behind the tensors in ``t`` (a tensor or a structure of them)."""
     seen: dict[int, int] = {}

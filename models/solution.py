@@ -71,7 +71,7 @@ class Solution:
 
         sched = self.schedule
         if sched is not None:
-            n = len(getattr(sched, "ops", ())) if hasattr(sched, "ops") else None
+            n = len(sched.ops) if hasattr(sched, "ops") else None
             sched = f"<{type(sched).__name__}{f', {n} operations' if n else ''}>"
         parts = [f"{self.problem}/{self.method}", f"status={self.status}",
                  f"objective={fmt_time(self.objective)}", f"peak_memory={fmt_memory(self.peak_memory)}",

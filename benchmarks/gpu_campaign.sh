@@ -211,6 +211,35 @@ offload)
         log "done"
     } 2>&1 | tee "$OUTDIR/campaign_offload.log"
     ;;
+issue27)
+    # DEVICE, one call (< 5.5 min with its start): issue 27's GPU items as the session of 2026-11-28 ran them first.
+    # (1) ResNet-50 b32's executed plans with today's runtime_check (the turn model calibrated in its profile, the
+    # own-overhead peaks, store-all against autograd; hard limit CHECK_S, default 150 s); (2) the six shipped GPU
+    # chains profiled again with the turn model and the own overheads (o_f_all, u_f_ng, u_turn), as
+    # <setting>-<gpu>.json in instances_gpu.tar.gz (hard limit REPROFILE_S, default 130 s; no setting started
+    # after REPROFILE_S - 40 s). Then, warm, `next` with what is left (NEXT_BUDGET_S >= 230).
+    mkdir -p "$OUTDIR" "$WORK"
+    {
+        setup_env || exit 3
+        hc=${CHECK_S:-150}
+        log "runtime check ResNet-50 on cuda (hard limit $hc s)"
+        PYTHONUNBUFFERED=1 timeout "$hc" "$PY" -m memplan.experiments.runtime_check --device cuda --models resnet50 \
+            --out "$OUTDIR/runtime_gpu_resnet50.csv" --throughput "$OUTDIR/throughput_gpu_resnet50.csv" \
+            --traces "$OUTDIR/runtime_traces_resnet50.json" --max-rounds 40 --timing-budget $(( hc - 70 ))
+        log "runtime_check exit status $?"
+        hr=${REPROFILE_S:-130}
+        log "profiles of the six GPU chains with the turn model (hard limit $hr s)"
+        PYTHONUNBUFFERED=1 timeout "$hr" "$PY" -m memplan.experiments.gpu_profile --device cuda --turns --force \
+            --models resnet50-b32-224,gpt2-small-b8-s1024,resnet101-b32-224,resnet50-b8-224,resnet18-b8-1000,densenet121-b32-224 \
+            --out "$WORK/instances" --summary "$OUTDIR/gpu_profile_summary.csv" --host-link-json "$OUTDIR/host_link.json" \
+            --tar "$OUTDIR/instances_gpu.tar.gz" --budget $(( hr - 40 ))
+        log "gpu_profile exit status $?"
+        if [ ! -f "$OUTDIR/instances_gpu.tar.gz" ] && ls "$WORK"/instances/*.json >/dev/null 2>&1; then
+            tar -czf "$OUTDIR/instances_gpu.tar.gz" -C "$WORK" instances && log "bundled what was written"
+        fi
+        log "done"
+    } 2>&1 | tee "$OUTDIR/campaign_issue27.log"
+    ;;
 reprofile)
     # DEVICE (< 8 min): issue 27's item 6, the six chains shipped as instances/*-h200.json profiled again with
     # today's profiler (cuts where autograd saves, times in context), as <setting>-<gpu>.json
@@ -320,7 +349,7 @@ unpack)
         runtime_gpu_resnet50.csv throughput_gpu_resnet50.csv runtime_traces_resnet50.json \
         offload_exec_gpu_gpt2.csv offload_exec_gpu_quick.csv bench_budget_gpu_offload.csv bench_budget_gpu_offload.txt campaign_offload.log \
         bench_budget_gpu_resnet50.csv bench_budget_gpu_resnet50.txt bench_budget_gpu_gpt2_low.csv bench_budget_gpu_gpt2_low.txt \
-        campaign_gpt2_low.log step_spikes_gpu_resnet50.csv step_spikes_gpu_resnet50.txt campaign_spikes.log; do
+        campaign_gpt2_low.log campaign_issue27.log step_spikes_gpu_resnet50.csv step_spikes_gpu_resnet50.txt campaign_spikes.log; do
         # dated copies (name_YYYY-MM-DD.ext, UTC; SUFFIX as the third argument), so that a later run does not
         # overwrite the files the README cites for an earlier one
         [ -f "$FILES/$f" ] && cp -v "$FILES/$f" "$ROOT/benchmarks/results/${f%.*}_${3:-$(date -u +%F)}.${f##*.}"

@@ -174,9 +174,10 @@ SUMMARY_COLUMNS = ["setting", "network", "batch", "input", "status", "file", "se
 
 def run(settings: list[Setting], *, device: str, out: Path, repeats: int, force: bool = False,
         budget: float | None = None, link_bytes: int = 512 * 2**20, link_repeats: int = 20,
-        measure_link: bool = True, summary: Path | None = None, command: str = "",
+        measure_link: bool = True, summary: Path | None = None, command: str = "", turns: bool = False,
         progress=print) -> tuple[list[dict], list[Path], dict[str, Any] | None]:
-    """Profile ``settings`` into ``out``; returns (summary rows, files written, raw host-link measurement)."""
+    """Profile ``settings`` into ``out``; returns (summary rows, files written, raw host-link measurement).
+    ``turns``: also calibrate the turn model (:func:`memplan.models.profiler.profile_chain`'s ``turns``)."""
     import torch
 
     from memplan.models.profiler import host_link_platform, profile_model
@@ -210,7 +211,7 @@ def run(settings: list[Setting], *, device: str, out: Path, repeats: int, force:
         try:
             chain = profile_model(
                 s.network, s.batch, s.input, device=device, repeats=repeats, model_kw=dict(s.model_kw),
-                name=f"{s.key}-{tag}",
+                name=f"{s.key}-{tag}", turns=turns,
                 provenance={"setting": s.key, "setting_source": s.source, "command": command,
                             "profiler": "memplan.models.profiler.profile_model (as memplan profile)",
                             "host_link": link_prov})
@@ -265,6 +266,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tar", help="bundle the instance files written into this .tar.gz")
     p.add_argument("--torchvision", help="write the zoo-vs-torchvision table (parameter counts, output shapes) "
                    "to this CSV")
+    p.add_argument("--turns", action="store_true", help="also calibrate the turn model (the no-grad forwards' own "
+                   "times and a turn's cost, as runtime_check profiles; rotor and the baselines plan with them)")
     p.add_argument("--list", action="store_true", help="print the settings and exit")
     return p
 
@@ -326,7 +329,7 @@ def _main(a: argparse.Namespace, argv) -> int:
     command = "python -m memplan.experiments.gpu_profile " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
     rows, written, link_raw = run(settings, device=a.device, out=out, repeats=repeats, force=a.force, budget=a.budget,
                                   link_bytes=a.host_link_mib * 2**20, measure_link=not a.no_host_link,
-                                  summary=Path(a.summary) if a.summary else None, command=command)
+                                  summary=Path(a.summary) if a.summary else None, command=command, turns=a.turns)
     if a.host_link_json:
         Path(a.host_link_json).parent.mkdir(parents=True, exist_ok=True)
         Path(a.host_link_json).write_text(json.dumps(link_raw if link_raw else {"measured": False, "device": a.device},

@@ -169,7 +169,7 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
                 stage_fractions=(1.0,), stage_solver: str = "memplan-peak", runtime_estimator: str = "flops",
                 timing_budget: float | None, clock_name: str, segments, progress=print, device: str = "cpu",
                 search_time_limit: float | None = None, deadline: float | None = None,
-                steps_per_sample: int | None = None, offload: bool = False,
+                steps_per_sample: int | None = None, offload: bool = False, save_offload: str | None = None,
                 cuda_peak: str = "requested") -> list[dict]:
     """Every row of one network (see the module docstring). ``deadline``: a ``time.perf_counter()``
     value by which the timing rounds stop (at least two rounds), so that a caller under a hard limit
@@ -335,6 +335,10 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
                     progress(f"{name}: {method} at {f:g} of [{span}]: none ({search.offload_note})")
                 else:
                     add_plan(f"{tag}{f:g}", cand, f, lo + f * (hi - lo), method, f"{cand.label} ({f:g} of [{span}])")
+        if save_offload:
+            _save_offload(search, Path(f"{save_offload}_{name}.json"))
+            progress(f"{name}: the offloading chain and its {len(search.offload_plans)} executed schedules -> "
+                     f"{save_offload}_{name}.json")
 
     def measure(r: dict, fn) -> None:
         """Gradients against eager's; the peak in compile_under_budget's window (gradients allocated, a
@@ -435,6 +439,31 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
     del search, runs
     gc.collect()
     return rows
+
+
+def _save_offload(search, path: Path) -> None:
+    """The chain the transfer candidates were planned on (an instance, ``memplan.models.instance``'s
+    format), the link, and every executed transfer schedule (``RematOffloadSchedule.to_json``, the
+    limit it was solved at, the replay's peak and the measured one) in one JSON file: what replays a
+    candidate whose measured peak differs from its prediction, operation by operation, off the GPU
+    (``RematOffloadSchedule.from_json`` and ``simulate_remat_offload(chain, schedule, link)``)."""
+    import json
+
+    from memplan.models.instance import chain_to_dict
+
+    chain = search._offload[3]
+    plans = []
+    for key, (cand, _) in search.offload_plans.items():
+        kind, sf, moved, _ = key
+        plans.append({"kind": kind, "stage_fraction": sf, "offloaded": list(moved),
+                      "memory_limit": cand.memory_limit, "predicted_peak": cand.predicted_peak,
+                      "measured_peak": cand.peak, "label": cand.label,
+                      "schedule": search.offload_schedules[key].to_json()})
+    link = search.link001 if search.link001 is not None else search.bandwidth
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"chain": chain_to_dict(chain, time_unit="s", memory_unit="B", digits=None),
+                                "bandwidth": search.bandwidth, "link": link, "plans": plans},
+                               indent=1, default=str) + "\n")
 
 
 def _num(v):
@@ -586,6 +615,9 @@ def main(argv=None) -> int:
     p.add_argument("--offload", action="store_true", help="also offloading over the chain (paper 001 alone, paper 000 "
                    "with recomputation), executed (memplan.models.runtime_offload; --device cuda only: on a CPU the "
                    "host is the same memory)")
+    p.add_argument("--save-offload", metavar="PREFIX", help="with --offload: write the chain the transfer candidates "
+                   "were planned on and every executed transfer schedule (ops, transfers, limit, predicted and "
+                   "measured peak) to PREFIX_<network>.json, to replay a mispredicted row off the GPU")
     p.add_argument("--cuda-peak", default="requested", choices=["requested", "allocated"],
                    help="--device cuda: the caching allocator's peak for every row and for the search's decisions "
                         "(default requested: the same in every window; allocated: max_memory_allocated)")
@@ -642,6 +674,10 @@ def main(argv=None) -> int:
         print("bench_budget: --offload needs --device cuda (on a CPU the host is the same memory: nothing would be "
               "saved)", file=sys.stderr)
         return 2
+    if a.save_offload and not a.offload:
+        print("bench_budget: --save-offload needs --offload (it saves the transfer candidates' schedules)",
+              file=sys.stderr)
+        return 2
     if a.deadline is not None and not a.deadline > 0:
         print(f"bench_budget: --deadline {a.deadline:g}: give a positive number of seconds", file=sys.stderr)
         return 2
@@ -682,7 +718,8 @@ def main(argv=None) -> int:
                             segments=(2, 4), device=a.device, search_time_limit=a.search_time_limit,
                             stage_fractions=stage_fractions, stage_solver=a.stage_solver,
                             runtime_estimator=a.runtime_estimator, deadline=deadline,
-                            steps_per_sample=a.steps_per_sample, offload=a.offload, cuda_peak=a.cuda_peak)
+                            steps_per_sample=a.steps_per_sample, offload=a.offload, cuda_peak=a.cuda_peak,
+                            save_offload=a.save_offload)
         print(f"{n}: done in {time.perf_counter() - t1:.0f} s", flush=True)
         write_csv(kept + rows, out)
     lines = [f"bench_budget {' '.join(sys.argv[1:] if argv is None else argv)} (torch {torch.__version__}, "

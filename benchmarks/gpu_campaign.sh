@@ -9,7 +9,9 @@
 #   device call 3 (carry [".whl"], timeout_s 600):        bash benchmarks/gpu_campaign.sh budget   (issue 28)
 #   or, one call for both 28 and 27 (timeout_s 560):     bash benchmarks/gpu_campaign.sh both
 #   or, the six H200 chains again (timeout_s 560):      bash benchmarks/gpu_campaign.sh reprofile
-#   the next session lent 15 minutes (timeout_s 470):  bash benchmarks/gpu_campaign.sh next   (GPT-2's budget, --offload)
+#   the next session lent 15 minutes: `issue27` (timeout_s 330; 182 s on 2026-11-28), then warm `next` (timeout_s 470)
+#   issue 27's GPU items (timeout_s 330):              bash benchmarks/gpu_campaign.sh issue27
+#   GPT-2's budget, --offload (timeout_s 470):         bash benchmarks/gpu_campaign.sh next
 #     then, warm, with what is left (timeout_s GPT2_LOW_S + 40): GPT2_LOW_S=... GPT2_LOW_FRACTIONS=0.2 ... gpt2-low
 #   what the H200 session of 2026-11-27 ran first (timeout_s 450): ... spikes-offload
 #   ResNet-50 b32's executed plans and budget (as `next` ran on 2026-11-27, timeout_s 580): ... r50
@@ -23,7 +25,9 @@
 # it while the machine is warm (it goes back after 30 s idle): on 2026-11-27 `next` (375 s) then
 # `offload` (111 s) then a GPT-2 budget (239 s) fitted in 13 minutes; the H200 session of the same day ran
 # `spikes-offload` (206 s with the start), `gpt2-low` at 0.1 (259 s) and 0.3 (206 s) and a 90 s
-# runtime_check in 789 s. Next time: `next` (about 8 minutes with its start), then `gpt2-low` with what is left.
+# runtime_check in 789 s; the H100 session of 2026-11-28 ran `issue27` (182 s, 223 s with the start), `next` (331 s)
+# and two runtime_checks by hand (99 s, GPT-2; 155 s, ResNet-50 with 3 plans) in 845 s. Next time: `issue27`, then
+# `next` with what is left (NEXT_BUDGET_S at least 230).
 #
 # The device machine has torch (CUDA), torchvision, numpy, pandas, networkx, scipy, numba, pytest, but
 # not pydantic (memplan's instance files need it) and no network: `prepare` downloads pydantic's wheels
@@ -96,9 +100,10 @@ prepare)
     echo "next: device call 1 = 'bash benchmarks/gpu_campaign.sh profile' with carry [\".whl\"]"
     ;;
 next)
-    # DEVICE, one call (< 8 min): what the H200 session of 2026-11-27 left open for issue 28: GPT-2 small's budget
-    # with the offloading candidates (compile_under_budget(offload=True)) at PyTorch's fraction 0.1, where
-    # memplan's chain plans were 8.6% faster than PyTorch's step (hard limit NEXT_BUDGET_S, default 420 s)
+    # DEVICE, one call (< 8 min): GPT-2 small's budget with the offloading candidates (compile_under_budget(
+    # offload=True)) at PyTorch's fraction 0.1 (hard limit NEXT_BUDGET_S, default 420 s), as the H100 session of
+    # 2026-11-28 ran it after `issue27`; now also saving the offloading chain and every executed transfer schedule
+    # (offload_plans_gpt2.json): two joint-DP rows measured 172 MiB below their replay there
     OFFLOAD_EXEC_S=0 OFFLOAD_BUDGET_S=${NEXT_BUDGET_S:-420} OFFLOAD_FRACTIONS=${NEXT_FRACTIONS:-0.1} \
         exec bash "$0" offload
     ;;
@@ -205,7 +210,7 @@ offload)
         log "bench_budget gpt2 --offload on cuda, fractions ${OFFLOAD_FRACTIONS:-1,0.2,0.5} (hard limit $hb s)"
         PYTHONUNBUFFERED=1 timeout "$hb" "$PY" "$ROOT/benchmarks/bench_budget.py" --device cuda --backend inductor \
             --networks gpt2 --offload --fractions "${OFFLOAD_FRACTIONS:-1,0.2,0.5}" --search-time-limit $(( hb - 170 )) \
-            --deadline $(( hb - 20 )) --timing-budget 25 \
+            --deadline $(( hb - 20 )) --timing-budget 25 --save-offload "$OUTDIR/offload_plans" \
             --max-rounds 20 --out "$OUTDIR/bench_budget_gpu_offload.csv"
         log "bench_budget exit status $?"
         log "done"
@@ -347,7 +352,7 @@ unpack)
         host_link.json bench_budget_gpu.csv bench_budget_gpu.txt campaign_both.log campaign_budget.log campaign_runtime.log \
         campaign_next.log bench_budget_gpu_gpt2.csv bench_budget_gpu_gpt2.txt timing_noise_gpu.csv \
         runtime_gpu_resnet50.csv throughput_gpu_resnet50.csv runtime_traces_resnet50.json \
-        offload_exec_gpu_gpt2.csv offload_exec_gpu_quick.csv bench_budget_gpu_offload.csv bench_budget_gpu_offload.txt campaign_offload.log \
+        offload_exec_gpu_gpt2.csv offload_exec_gpu_quick.csv bench_budget_gpu_offload.csv bench_budget_gpu_offload.txt offload_plans_gpt2.json campaign_offload.log \
         bench_budget_gpu_resnet50.csv bench_budget_gpu_resnet50.txt bench_budget_gpu_gpt2_low.csv bench_budget_gpu_gpt2_low.txt \
         campaign_gpt2_low.log campaign_issue27.log step_spikes_gpu_resnet50.csv step_spikes_gpu_resnet50.txt campaign_spikes.log; do
         # dated copies (name_YYYY-MM-DD.ext, UTC; SUFFIX as the third argument), so that a later run does not

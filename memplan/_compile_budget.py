@@ -615,6 +615,7 @@ class BudgetSearch:
         # excess of a measured over a simulated peak so far, the link, and why there are none
         self.offload = offload
         self.offload_plans: dict[tuple, tuple[Candidate, Callable]] = {}
+        self.offload_schedules: dict[tuple, Any] = {}    # the same keys: each executed transfer schedule
         self._off_offsets: dict[str, float] = {}
         self._transfer_solvers: dict[str, tuple] = {}    # kind -> _transfer_solver's answer
         self.bandwidth = bandwidth
@@ -1464,6 +1465,7 @@ class BudgetSearch:
                                  offloaded=moved)
                 self._off_offsets[kind] = max(self._off_offsets.get(kind, 0.0), peak - predicted)
                 self.offload_plans[key] = (cand, step)
+                self.offload_schedules[key] = sched
             cand = self.offload_plans[key][0]
             if cand.peak <= budget:
                 return cand

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from pathlib import Path
 
 import pytest
 
@@ -585,6 +586,37 @@ def test_offloading_candidates_plan_with_two_measured_speeds():
     cand = search.offload_fit(budget)
     assert cand is not None and cand.peak <= budget
     _assert_step_grads_match(search._runner(cand)[0], model, x, y, expected)
+
+
+def test_saved_offloading_plans_replay_to_their_predicted_peaks(tmp_path):
+    """bench_budget --save-offload (what a GPU run leaves for a mispredicted row): the chain and each
+    executed transfer schedule written to JSON, loaded back with the instance loader and
+    ``RematOffloadSchedule.from_json``, replay to the very peak the search predicted for them, and
+    the measured peaks are the candidates' own."""
+    import importlib.util
+    import json
+
+    from memplan.models.instance import chain_from_dict
+    from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
+    from memplan.models.remat_offload import RematOffloadSchedule, simulate_remat_offload
+
+    _, _, _, _, search, chain = _emulated_offload_search()
+    lo, hi = min_feasible_memory(chain), peak_memory_no_offload(chain)
+    made = [c for c in (search.offload_fit(lo + 0.3 * (hi - lo)), search.offload_fit(lo + 0.6 * (hi - lo)))
+            if c is not None]
+    assert made
+    spec = importlib.util.spec_from_file_location("bench_budget", Path(__file__).parents[1] / "benchmarks" / "bench_budget.py")
+    bb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bb)
+    bb._save_offload(search, tmp_path / "plans.json")
+    data = json.loads((tmp_path / "plans.json").read_text())
+    loaded, _ = chain_from_dict(data["chain"])
+    assert loaded.L == chain.L and list(loaded.wabar) == list(chain.wabar)
+    assert len(data["plans"]) == len(search.offload_plans) >= 1
+    assert sorted(p["measured_peak"] for p in data["plans"]) == sorted(c.peak for c in made)
+    for p in data["plans"]:
+        rep = simulate_remat_offload(loaded, RematOffloadSchedule.from_json(p["schedule"]), data["link"])
+        assert rep.peak_memory == p["predicted_peak"]
 
 
 def test_joint_candidates_with_the_host_emulated():

@@ -356,6 +356,7 @@ def test_timing_noise_dry_run_on_cpu(tmp_path, capsys):
 @pytest.mark.parametrize("args, names", [
     (["--fractions", "1,2"], "--fractions"), (["--fractions", "1,1"], "--fractions"),
     (["--deadline", "0"], "--deadline"), (["--steps-per-sample", "0"], "--steps-per-sample"),
+    (["--save-offload", "/tmp/x"], "--save-offload"),
 ])
 def test_bench_budget_refuses_bad_options_in_one_line(args, names, capsys):
     assert _script("bench_budget").main(args + ["--quick"]) == 2

@@ -79,3 +79,27 @@ def test_fixed_allocation_ilp_equals_exhaustive(L, bw, alloc):
 
     front = _check_against(ex, solve, c, bw, 2)
     assert len(front) >= 2      # the limit trades period for memory on this chain
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_more_gpus_than_layers_answers_as_the_exhaustive_search_on_all_of_them(seed):
+    """``memplan.pipeline.solve`` with gpus > L solves on L GPUs (no stage is replicated). The
+    exhaustive search enumerates allocations over all 5 GPUs itself: at every point of its front and
+    just below it, the front end's answer has its period (or none), replays within the limit, and
+    says that 2 of the 5 GPUs were used."""
+    import memplan
+
+    c = random_chain(2, seed, integer=True)
+    ex = exhaustive_search(task_data(c, 1.0), 5)
+    for T, m in ex.front():
+        for M in (m, m * 0.999):
+            sol = memplan.pipeline.solve(c, memory=M, bandwidth=1.0, gpus=5, time_limit=30, threads=1,
+                                         memory_model="paper")
+            want = ex.best(M)
+            if want is None:
+                assert sol.status == "infeasible", (M, sol.status)
+                continue
+            assert sol.status == "optimal" and sol.objective == pytest.approx(want[0].T, rel=1e-6), (M, sol.objective)
+            r = simulate_pattern(sol.schedule, c, 1.0, gpus=sol.gpus)
+            assert r.peak_memory <= M * (1 + 1e-6)
+            assert sol.gpus == 2 and sol.details["gpus_given"] == 5 and "5 GPUs given, 2 used" in sol.message

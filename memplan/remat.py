@@ -646,6 +646,21 @@ def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_
     return _frontend.finish(sol, b, memory=memory)
 
 
+def _time_model_line(chain: Chain, sol: Solution) -> str:
+    """The report's line on a chain with its own time model (no-grad forwards' own times, a cost per
+    turn): what the makespan charges for them and what the papers' time model would give the same
+    sequence."""
+    from memplan.models.remat import turns
+
+    k = turns(sol.schedule.ops)
+    ng = "" if chain.uf_ng is None else (
+        f"no-grad forwards at {chain.ufn[1:chain.L + 1].sum() / chain.uf[1:chain.L + 1].sum():.3g} x F_all's time, ")
+    papers = simulate_remat(chain.papers_times(), sol.schedule).makespan
+    return (f"time model   {ng}{fmt_time(chain.u_turn)} a turn ({k} turn{'s' if k != 1 else ''} here, "
+            f"{fmt_time(k * chain.u_turn)}), as the chain gives them; the papers' model would give this sequence "
+            f"{fmt_time(papers)}")
+
+
 def report(solution: Solution, chain: Chain) -> str:
     """The text ``memplan solve --problem remat`` prints: status, makespan and peak against store-all,
     recomputation time, bounds, times and the sequence in the papers' notation.
@@ -672,6 +687,8 @@ def report(solution: Solution, chain: Chain) -> str:
         ]
         lines += _frontend.overheads_line(
             chain, lambda: simulate_remat(chain, sol.schedule, one_overhead=True).peak_memory)
+        if chain.own_times:
+            lines.append(_time_model_line(chain, sol))
         if sol.details.get("recompute_time") is not None:
             lines.append(f"recompute    {fmt_time(sol.details['recompute_time'])}")
         if sol.bound is not None:

@@ -20,7 +20,7 @@ from memplan.baselines.remat_exhaustive import exhaustive_min_memory, exhaustive
 from memplan.baselines.remat_heuristics import sequential_schedule, store_all_schedule
 from memplan.models.chain import Chain, random_chain
 from memplan.models.instance import InstanceError, chain_from_dict, chain_to_dict
-from memplan.models.remat import simulate_remat, store_all_ops, turn_ops, turns
+from memplan.models.remat import RematSchedule, simulate_remat, store_all_ops, turn_ops, turns
 from memplan.models.solution import Status
 
 # F_ck^1, stages 2..3 and the loss kept, their backward, one turn, stage 1 again and its backward
@@ -288,3 +288,22 @@ def test_rotor_with_automatic_slots_never_loses_to_a_sequential_cut(L, seed, ng,
         sol = remat.solve(c, memory=peak, method="rotor", time_limit=30)
         assert sol.objective == pytest.approx(simulate_remat(c, sol.schedule, peak).makespan, rel=1e-12)
         assert sol.objective <= mk * (1 + 1e-9), (k, mk, sol.objective, sol.message)
+
+
+def test_report_states_the_turns_and_the_papers_makespan_of_the_sequence():
+    """The remat report of a chain with its own times says what they charge: SEQ's one turn of 100 and
+    the papers' makespan of the same sequence (by hand above: 102, where the chain's own is 201.5), and
+    the no-grad forwards' time over F_all's on stages 1..L; a chain in the papers' model has no such
+    line."""
+    from memplan.models.units import fmt_time
+
+    c = _chain(uf_ng=[0.5, 1.5, 3], u_turn=100)
+    sol = remat.solve(c, memory=1e9, method="store-all")
+    sol.schedule = RematSchedule(list(SEQ))           # the report reads the sequence it is given
+    text = remat.report(sol, c)
+    line = next(x for x in text.splitlines() if x.startswith("time model"))
+    assert f"{fmt_time(100)} a turn (1 turn here, {fmt_time(100)})" in line
+    assert f"would give this sequence {fmt_time(1 + 2 + 4 + 8 + 16 + 40 + 20 + 1 + 10)}" in line
+    assert "no-grad forwards at 0.714 x F_all's time" in line           # (0.5 + 1.5 + 3) / (1 + 2 + 4)
+    plain = _chain()
+    assert "time model" not in remat.report(remat.solve(plain, memory=1e9, method="store-all"), plain)

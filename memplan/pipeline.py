@@ -679,7 +679,9 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
         Bandwidth of every link between two GPUs (bytes/s or ``"12GB/s"``); required when ``gpus`` > 1
         (``"inf"`` or ``math.inf``: free communications, asked for explicitly; see :func:`_bandwidth_arg`).
     gpus : int
-        Number of GPUs P (at least 1).
+        Number of GPUs P (at least 1). More than the chain's L layers are solved on L (no stage is
+        replicated, so the others would stay idle; ``details["gpus_given"]`` keeps the number given)
+        unless ``allocations`` or ``starts`` name GPUs.
     method : str, optional
         One of :data:`METHODS`; :data:`DEFAULT_METHOD` (``"ilp"``) when None.
     time_limit : float or None

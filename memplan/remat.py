@@ -64,7 +64,7 @@ from memplan.formulations.remat_checkmate import solve_checkmate, solve_checkmat
 from memplan.formulations.remat_milp import solve_remat_milp
 from memplan.models.budget import Budget, ProgressFn
 from memplan.models.chain import Chain
-from memplan.models.remat import InvalidSequence, RematSchedule, simulate_remat
+from memplan.models.remat import InvalidSequence, RematSchedule, simulate_remat, turns
 from memplan.models.solution import InputError, Solution, Status
 from memplan.models.units import fmt_memory, fmt_time
 
@@ -650,8 +650,6 @@ def _time_model_line(chain: Chain, sol: Solution) -> str:
     """The report's line on a chain with its own time model (no-grad forwards' own times, a cost per
     turn): what the makespan charges for them and what the papers' time model would give the same
     sequence."""
-    from memplan.models.remat import turns
-
     k = turns(sol.schedule.ops)
     ng = "" if chain.uf_ng is None else (
         f"no-grad forwards at {chain.ufn[1:chain.L + 1].sum() / chain.uf[1:chain.L + 1].sum():.3g} x F_all's time, ")

@@ -6,7 +6,9 @@ thread, the process's CPU clock, every contender once per round in rotating orde
 (``models.measure.interleaved``), compared round by round (``models.measure.paired_ratio``):
 
 - plain autograd on the ``nn.Sequential`` of the stages, and memplan's store-all (``execute``), with
-  and without the holds (``hold=False``: no hook per junction of the fused backward);
+  and without the holds (``hold=False``: no hook per junction of the fused backward), and both again
+  through the general loop (``fast=False``; by default store-all skips it once its first run has
+  shown one fused group);
 - memplan's ``sequential``(k) (with and without the holds) against
   ``torch.utils.checkpoint.checkpoint_sequential``(k), reentrant, over the same stages.
 
@@ -64,10 +66,10 @@ def main(argv=None) -> int:
         clear()
         loss(model(x.clone().requires_grad_(True))).backward()
 
-    def plan(ops, hold):
+    def plan(ops, hold, fast=True):
         def step():
             clear()
-            execute(stages, loss, x, ops, sync=False, hold=hold)
+            execute(stages, loss, x, ops, sync=False, hold=hold, fast=fast)
         return step
 
     def ck():
@@ -75,6 +77,8 @@ def main(argv=None) -> int:
         loss(checkpoint_sequential(model, k, x.clone().requires_grad_(True), use_reentrant=True)).backward()
 
     runs = {"autograd": autograd, "store-all": plan(store_all, True), "store-all hold=False": plan(store_all, False),
+            "store-all, general loop": plan(store_all, True, False),
+            "store-all, general loop, hold=False": plan(store_all, False, False),
             f"sequential({k})": plan(seq, True), f"sequential({k}) hold=False": plan(seq, False),
             f"checkpoint_sequential({k})": ck}
     for fn in runs.values():
@@ -92,9 +96,10 @@ def main(argv=None) -> int:
     lines = [f"bench_executor_overhead: {L} tiny stages, sequential with {k} segments, {a.rounds} rounds of "
              f"{a.steps} steps, CPU clock, one thread, torch {torch.__version__}"]
     for n, t in res.items():
-        lines.append(f"  {n:30s} {t.median * 1e3:7.3f} ms [{t.low * 1e3:.3f}, {t.high * 1e3:.3f}]")
+        lines.append(f"  {n:36s} {t.median * 1e3:7.3f} ms [{t.low * 1e3:.3f}, {t.high * 1e3:.3f}]")
     lines.append("paired round by round (median of the per-round ratios, 95% interval), and the difference per stage:")
     for num, den in [("store-all", "autograd"), ("store-all hold=False", "autograd"),
+                     ("store-all, general loop", "autograd"), ("store-all, general loop, hold=False", "autograd"),
                      (f"sequential({k})", f"checkpoint_sequential({k})"),
                      (f"sequential({k}) hold=False", f"checkpoint_sequential({k})")]:
         r = paired_ratio(res[num].times, res[den].times)

@@ -134,7 +134,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
             schedule: RematSchedule | Sequence[tuple[str, int]], *, measure_memory: bool = False,
             device=None, input_grad: bool = True, op_times: list | None = None,
             clock: Callable[[], float] = time.perf_counter, fuse_backward: bool = True,
-            sync: bool = True, hold: bool = True) -> RuntimeResult:
+            sync: bool = True, hold: bool = True, fast: bool = True) -> RuntimeResult:
     """Run ``schedule`` (ops on stages 1..L+1, L+1 = ``loss_fn``) on input ``x``; parameter gradients
     are accumulated into the stages' ``.grad``. ``input_grad``: B^1 computes delta^0 (float inputs).
 
@@ -187,6 +187,11 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     gradients) is back-propagated by a direct call rather than through an empty root
     (:func:`_backward_from`): the two scalars are then held through the call, 8 bytes on a CPU.
 
+    ``fast`` (on by default): once a run of the store-all sequence on these stages has shown one fused
+    group, an unmeasured run of it skips the general loop (:func:`_run_store_all`: the same tensors,
+    holds and backward call, about 3 us a stage less host time on a CPU); ``False`` keeps the loop
+    (``benchmarks/bench_executor_overhead.py`` compares the two).
+
     Raises :class:`models.remat.InvalidSequence` when an operation's inputs are not in memory.
     """
     L = len(stages)
@@ -199,6 +204,8 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     if measure_memory and not hold:
         raise ValueError("execute: measure_memory reads each B's memory from the holds' hooks; use hold=True")
     rng = _Rng(device, starts) if replayed else None
+    if fast and info.fast_ops is ops and not measure_memory and op_times is None:
+        return _run_store_all(fns, x, device, input_grad, clock, sync, hold)
     cuda = torch.device(device).type == "cuda"
     marks: list = []                  # CUDA events or perf_counter readings between operations
     tracker = _tracker_for(fns, device) if measure_memory else None
@@ -265,8 +272,10 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                 tracker.reset_peak()
         return hook
 
+    n_joined = 0
+
     def run() -> None:
-        nonlocal loss_value
+        nonlocal loss_value, n_joined
         x0 = x.detach().clone()
         if src_res:
             R[src_res[0]] = resident_leaf(x0, grad=input_grad)
@@ -373,6 +382,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                 nr = len(r_out[l - 1])
                 if op == "F_all":
                     joined = pos in join and l - 1 in abar and len(src) == 1 and _needs_grad(src[0])
+                    n_joined += joined
                     inp = src if joined else tuple(_leaf(t, input_grad or l > 1) for t in src)
                     out = rng.run(l, lambda: fn(*inp, *res)) if rng is not None else fn(*inp, *res)
                     out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
@@ -416,6 +426,8 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
 
     wait = sync or tracker is not None or op_times is not None
     elapsed = _run_timed(rng.guarded(run) if rng is not None else run, tracker, device, clock, sync=wait)
+    if info.fast_ops is None and L >= 1 and n_joined == L and rng is None and not info.multi and _is_store_all(ops, L):
+        info.fast_ops = ops          # every F_all^l, l >= 2, joined: one fused group, as _run_store_all runs it
     if cuda and not wait:
         return RuntimeResult(loss=float("nan"), time=float("nan"), loss_tensor=loss_value)
     if op_times is not None:
@@ -426,6 +438,78 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
             op_times.extend(b - a for a, b in zip(marks, marks[1:]))
     return RuntimeResult(loss=float(loss_value), time=elapsed, peak_memory=max(during) if during else None,
                          memory_after=after, memory_peak_during=during)
+
+
+def _is_store_all(ops: tuple, L: int) -> bool:
+    """``ops`` is F_all^1..F_all^{L+1} then B^{L+1}..B^1."""
+    return len(ops) == 2 * (L + 1) and all(
+        op == "F_all" and l == k + 1 for k, (op, l) in enumerate(ops[:L + 1])) and all(
+        op == "B" and l == L + 1 - k for k, (op, l) in enumerate(ops[L + 1:]))
+
+
+def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: Callable[[], float], sync: bool,
+                   hold: bool) -> RuntimeResult:
+    """:func:`execute` of the store-all sequence once a run of it has shown one fused group (every
+    F_all^l, l >= 2, takes abar^{l-1}'s output; single-tensor cuts, no replay): the same forwards on
+    the same tensors, the same single backward call from the loss with the same holds (a^j and delta^j
+    kept until B^j ends, let go by a hook on each junction), without the general loop's per-operation
+    bookkeeping. On a GPU whose host paces the step every microsecond of it is step time (the executed
+    store-all plan was 3-7% slower than plain autograd on a host-bound H100 and H200); the general loop
+    costs about 3 us a stage and 45 us a step more than this on the CPU of the tests
+    (``benchmarks/bench_executor_overhead.py``). Not for measured runs (``measure_memory``,
+    ``op_times``), which take the general path."""
+    cuda = torch.device(device).type == "cuda"
+    held: dict[int, Any] = {}
+    held_delta: dict[int, Any] = {}
+    loss_value: Any = float("nan")
+
+    def junction(j: int):
+        def hook(grad):
+            held.pop(j, None)
+            held_delta.pop(j, None)
+            held_delta[j - 1] = grad
+        return hook
+
+    def run() -> None:
+        nonlocal loss_value
+        x0 = _leaf(x.detach().clone(), input_grad)
+        h = x0
+        ins = []                      # a^{j-1}, the input of stage j, for j = 2..L+1 (the junctions)
+        for fn in fns:
+            out = fn(h)
+            if isinstance(out, (tuple, list)):
+                out = out[0]
+            if h is not x0:
+                ins.append(h)
+            h = out
+        loss_value = h.detach() if cuda else float(h.detach())
+        one = torch.ones((), device=device)
+        handles = []
+        if hold:
+            L1 = len(fns)
+            held[L1] = (h,)
+            held_delta[L1] = (one,)
+            for j, t in zip(range(L1, 1, -1), reversed(ins)):
+                held[j - 1] = t
+                node = t.grad_fn
+                if node is not None:       # runs when delta^{j-1} is complete; dies with the graph
+                    node.register_prehook(junction(j))
+                else:                      # a stage that returned its input, the step's leaf
+                    handles.append(t.register_hook(junction(j)))
+                del t, node
+        ins.clear()
+        torch.autograd.backward([h], [one])
+        del h, one
+        for k in handles:
+            k.remove()
+        held.clear()
+        held_delta.clear()
+        del x0
+
+    elapsed = _run_timed(run, None, device, clock, sync=sync)
+    if cuda and not sync:
+        return RuntimeResult(loss=float("nan"), time=float("nan"), loss_tensor=loss_value)
+    return RuntimeResult(loss=float(loss_value), time=elapsed)
 
 
 def _tracker_for(fns: Sequence[Callable], device):
@@ -515,6 +599,8 @@ class _StageInfo:
     multi: bool
     refs: list         # weak references to the stage objects: a cached entry is used only while
                        # they are alive and the same (ids can be reused); the cache keeps no model alive
+    fast_ops: Any = None   # the store-all sequence (the _plan tuple itself) once a run has shown that
+                           # every F_all^l, l >= 2, joins abar^{l-1} (:func:`_run_store_all`)
 
 
 _INFO: dict[tuple, _StageInfo] = {}

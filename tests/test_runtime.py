@@ -297,3 +297,47 @@ def test_without_holds_the_same_gradients_and_at_most_the_held_memory(setup, kin
     assert peaks[False] <= peaks[True], peaks
     with pytest.raises(ValueError, match="hold=True"):
         execute(lm.stages, lm.loss_stage(loss_fn), x, seq, hold=False, measure_memory=True)
+
+
+@pytest.mark.parametrize("hold", [True, False])
+def test_store_all_fast_path_runs_what_the_general_loop_runs(setup, hold, monkeypatch):
+    """Once a store-all run has shown one fused group, ``execute`` runs store-all without its general
+    loop (``_run_store_all``). Against the general loop's run of the same sequence on the same stages:
+    the same loss and gradients bit for bit, and the same peak measured from outside by the same
+    tracker (the holds let the same tensors go at the same moments; without them, the engine does).
+    On the network with a tied weight (GPT-2) the groups are split, and the general loop keeps it."""
+    from memplan.models import runtime as rt
+    from memplan.models.profiler import memory_tracker
+
+    name, model, x, loss_fn, loss, grads = setup
+    calls = []
+    fast = rt._run_store_all
+    monkeypatch.setattr(rt, "_run_store_all", lambda *a, **k: calls.append(1) or fast(*a, **k))
+    m = copy.deepcopy(model)
+    lm = linearize_model(m, x, loss_fn)
+    stages, loss_stage = lm.stages, lm.loss_stage(loss_fn)
+    seq = store_all_schedule(lm.L)
+    for p in m.parameters():
+        p.grad = torch.zeros_like(p)
+    got = {}
+    for path in ("general", "fast"):
+        info = rt._stage_info(list(stages) + [loss_stage])
+        if path == "general":
+            info.fast_ops = None                        # the next run takes the general loop and marks
+        for p in m.parameters():
+            p.grad.zero_()
+        with memory_tracker("cpu") as tr:
+            torch.manual_seed(123)
+            res = execute(stages, loss_stage, x, seq, hold=hold)
+            tr.sync()
+            peak = float(tr.peak)
+        got[path] = (res.loss, peak, {n: p.grad.clone() for n, p in m.named_parameters()},
+                     info.fast_ops is not None)
+    fused = not rt._stage_info(list(stages) + [loss_stage]).shared
+    assert got["general"][3] == fused and got["fast"][3] == fused
+    assert len(calls) == (1 if fused else 0)                   # the second run only, where fused
+    assert got["fast"][0] == got["general"][0]
+    assert got["fast"][1] == got["general"][1], (name, hold, got["fast"][1], got["general"][1])
+    for n in grads:
+        assert torch.equal(got["fast"][2][n], got["general"][2][n]), n
+        assert torch.equal(got["fast"][2][n], grads[n]), n

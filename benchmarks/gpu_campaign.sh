@@ -9,7 +9,7 @@
 #   device call 3 (carry [".whl"], timeout_s 600):        bash benchmarks/gpu_campaign.sh budget   (issue 28)
 #   or, one call for both 28 and 27 (timeout_s 560):     bash benchmarks/gpu_campaign.sh both
 #   or, the six H200 chains again (timeout_s 560):      bash benchmarks/gpu_campaign.sh reprofile
-#   the next session lent 15 minutes: `issue27` (timeout_s 330; 182 s on 2026-11-28), then warm `next` (timeout_s 470)
+#   the next session lent 15 minutes: `issue27` (timeout_s 330), then warm `next` (timeout_s 470)
 #   issue 27's GPU items (timeout_s 330):              bash benchmarks/gpu_campaign.sh issue27
 #   GPT-2's budget, --offload (timeout_s 470):         bash benchmarks/gpu_campaign.sh next
 #     then, warm, with what is left (timeout_s GPT2_LOW_S + 40): GPT2_LOW_S=... GPT2_LOW_FRACTIONS=0.2 ... gpt2-low
@@ -217,12 +217,13 @@ offload)
     } 2>&1 | tee "$OUTDIR/campaign_offload.log"
     ;;
 issue27)
-    # DEVICE, one call (< 5.5 min with its start): issue 27's GPU items as the session of 2026-11-28 ran them first.
-    # (1) ResNet-50 b32's executed plans with today's runtime_check (the turn model calibrated in its profile, the
-    # own-overhead peaks, store-all against autograd; hard limit CHECK_S, default 150 s); (2) the six shipped GPU
-    # chains profiled again with the turn model and the own overheads (o_f_all, u_f_ng, u_turn), as
-    # <setting>-<gpu>.json in instances_gpu.tar.gz (hard limit REPROFILE_S, default 130 s; no setting started
-    # after REPROFILE_S - 40 s). Then, warm, `next` with what is left (NEXT_BUDGET_S >= 230).
+    # DEVICE, one call (< 5.5 min with its start): issue 27's GPU items. (1) ResNet-50 b32's executed plans with
+    # runtime_check (the turn model, the own-overhead peaks, store-all against autograd; since 2026-11-28 store-all
+    # runs without the executor's general loop; hard limit CHECK_S, default 150 s); (2) gpu_step_spikes: store-all and
+    # sequential with and without the holds beside autograd and checkpoint_sequential, paired (hard limit SPIKES_S,
+    # default 120 s; 0 skips it); (3) with REPROFILE_S > 0 (default 0: done on 2026-11-28), the six shipped GPU
+    # chains profiled again with the turn model (no setting started after REPROFILE_S - 40 s). Then, warm, `next`
+    # with what is left (NEXT_BUDGET_S >= 230).
     mkdir -p "$OUTDIR" "$WORK"
     {
         setup_env || exit 3
@@ -232,15 +233,25 @@ issue27)
             --out "$OUTDIR/runtime_gpu_resnet50.csv" --throughput "$OUTDIR/throughput_gpu_resnet50.csv" \
             --traces "$OUTDIR/runtime_traces_resnet50.json" --max-rounds 40 --timing-budget $(( hc - 70 ))
         log "runtime_check exit status $?"
-        hr=${REPROFILE_S:-130}
-        log "profiles of the six GPU chains with the turn model (hard limit $hr s)"
-        PYTHONUNBUFFERED=1 timeout "$hr" "$PY" -m memplan.experiments.gpu_profile --device cuda --turns --force \
-            --models resnet50-b32-224,gpt2-small-b8-s1024,resnet101-b32-224,resnet50-b8-224,resnet18-b8-1000,densenet121-b32-224 \
-            --out "$WORK/instances" --summary "$OUTDIR/gpu_profile_summary.csv" --host-link-json "$OUTDIR/host_link.json" \
-            --tar "$OUTDIR/instances_gpu.tar.gz" --budget $(( hr - 40 ))
-        log "gpu_profile exit status $?"
-        if [ ! -f "$OUTDIR/instances_gpu.tar.gz" ] && ls "$WORK"/instances/*.json >/dev/null 2>&1; then
-            tar -czf "$OUTDIR/instances_gpu.tar.gz" -C "$WORK" instances && log "bundled what was written"
+        hs=${SPIKES_S:-120}
+        if [ "$hs" -gt 0 ]; then
+            log "gpu_step_spikes resnet50 b32 on cuda (hard limit $hs s)"
+            PYTHONUNBUFFERED=1 timeout "$hs" "$PY" "$ROOT/benchmarks/gpu_step_spikes.py" --device cuda \
+                --network resnet50 --batch 32 --segments 4,8 --rounds 40 --steps 4 --budget $(( hs - 50 )) \
+                --out "$OUTDIR/step_spikes_gpu_resnet50.csv"
+            log "gpu_step_spikes exit status $?"
+        fi
+        hr=${REPROFILE_S:-0}
+        if [ "$hr" -gt 0 ]; then
+            log "profiles of the six GPU chains with the turn model (hard limit $hr s)"
+            PYTHONUNBUFFERED=1 timeout "$hr" "$PY" -m memplan.experiments.gpu_profile --device cuda --turns --force \
+                --models resnet50-b32-224,gpt2-small-b8-s1024,resnet101-b32-224,resnet50-b8-224,resnet18-b8-1000,densenet121-b32-224 \
+                --out "$WORK/instances" --summary "$OUTDIR/gpu_profile_summary.csv" --host-link-json "$OUTDIR/host_link.json" \
+                --tar "$OUTDIR/instances_gpu.tar.gz" --budget $(( hr - 40 ))
+            log "gpu_profile exit status $?"
+            if [ ! -f "$OUTDIR/instances_gpu.tar.gz" ] && ls "$WORK"/instances/*.json >/dev/null 2>&1; then
+                tar -czf "$OUTDIR/instances_gpu.tar.gz" -C "$WORK" instances && log "bundled what was written"
+            fi
         fi
         log "done"
     } 2>&1 | tee "$OUTDIR/campaign_issue27.log"

@@ -341,3 +341,65 @@ def test_store_all_fast_path_runs_what_the_general_loop_runs(setup, hold, monkey
     for n in grads:
         assert torch.equal(got["fast"][2][n], got["general"][2][n]), n
         assert torch.equal(got["fast"][2][n], grads[n]), n
+
+
+def test_store_all_fast_path_on_random_chains_of_small_stages():
+    """The same property as above on random chains (hypothesis): stages of Linear layers of random
+    widths with dropout, tanh, an identity stage that returns its input (a leaf junction, held by a
+    tensor hook, where it is the first stage) or a stage that returns a 1-tuple; held or not. The fast path's loss, gradients and
+    peak (one tracker, from outside) are the general loop's."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from memplan.models import runtime as rt
+    from memplan.models.profiler import memory_tracker
+
+    class Tup(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return (self.m(x),)
+
+    class Loss(torch.nn.Module):
+        def forward(self, y):
+            return y.square().mean()
+
+    @settings(max_examples=12, deadline=None)
+    @given(widths=st.lists(st.integers(1, 9), min_size=2, max_size=7), kinds=st.lists(st.integers(0, 3), min_size=7,
+           max_size=7), hold=st.booleans(), seed=st.integers(0, 10_000))
+    def check(widths, kinds, hold, seed):
+        torch.manual_seed(seed)
+        stages = []
+        for i, (a, b) in enumerate(zip(widths, widths[1:])):
+            lin = torch.nn.Sequential(torch.nn.Linear(a, b), torch.nn.Dropout(0.3), torch.nn.Tanh())
+            k = kinds[i]
+            stages.append(Tup(lin) if k == 1 else lin)
+            if k == 2 and a == b:
+                stages.append(torch.nn.Identity())
+        if kinds[-1] == 3:                      # first: the step's input leaf is the junction
+            stages.insert(0, torch.nn.Identity())
+        loss = Loss()
+        x = torch.randn(3, widths[0])
+        seq = store_all_schedule(len(stages))
+        params = [p for s in stages for p in s.parameters()]
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        got = {}
+        for path in ("general", "fast"):
+            info = rt._stage_info(list(stages) + [loss])
+            if path == "general":
+                info.fast_ops = None
+            for p in params:
+                p.grad.zero_()
+            with memory_tracker("cpu") as tr:
+                torch.manual_seed(seed + 1)
+                res = execute(stages, loss, x, seq, hold=hold)
+                tr.sync()
+                got[path] = (res.loss, float(tr.peak), [p.grad.clone() for p in params])
+        assert rt._stage_info(list(stages) + [loss]).fast_ops is not None
+        assert got["fast"][0] == got["general"][0] and got["fast"][1] == got["general"][1], got
+        assert all(torch.equal(a, b) for a, b in zip(got["fast"][2], got["general"][2]))
+
+    check()

@@ -775,11 +775,11 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
               points=_points_arg(points, chain.L, P, memory_model), allocations=_allocations_arg(allocations, chain.L, P),
               refine=refine, starts=_starts_arg(starts, chain.L))
     with b.active():
-        b.log(f"pipeline: {method} on {chain.name} (L = {chain.L}), {P} GPU(s), memory limit "
-              f"{fmt_memory(memory)} per GPU, bandwidth {_fmt_bandwidth(bandwidth, P)}, memory model {memory_model}")
         if given > P:
             b.log(f"pipeline: {given} GPUs given for {chain.L} layers: solved on {P} (no stage is replicated, "
                   f"so the other {given - P} would stay idle)")
+        b.log(f"pipeline: {method} on {chain.name} (L = {chain.L}), {P} GPU(s), memory limit "
+              f"{fmt_memory(memory)} per GPU, bandwidth {_fmt_bandwidth(bandwidth, P)}, memory model {memory_model}")
         sol = _RUNNERS[method](c)
         sol.details["memory_model"] = memory_model
         if given > P:

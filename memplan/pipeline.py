@@ -98,6 +98,9 @@ _SHARE_REFINE = 0.35        # the exact refinement of the ILP's start
 _SHARE_PIPEDREAM_NO_ILP = 0.4
 _SHARE_GPIPE_NO_ILP = 0.5
 _REFINE_MILP_CAP = 30.0     # seconds per MILP of the refinement and of the last checks
+#: below the memory lower bound, the exact minimum memory is looked for on chains of at most this many
+#: layers, with at most this share of the time left and this many seconds (_exact_min_memory)
+_EXACT_MIN_MAX_L, _EXACT_MIN_SHARE, _EXACT_MIN_CAP = 8, 0.25, 8.0
 #: seconds per row of the ILP to build (Pyomo) and compile it, measured on a loaded 2-core machine
 #: (ResNet-18, L = 23: 42,000 rows in 3.5 s; DenseNet-121, L = 77: 643,000 rows in 39 s)
 _BUILD_S_PER_ROW = 7e-5
@@ -333,6 +336,12 @@ def _ilp_pattern(c: _Call) -> tuple[Solution, Point | None, float]:
         # proven at once: the refinement, the ILP and the min-memory ILP would only confirm it (ResNet-18
         # at half the bound on 4 GPUs: 58 s of a 60 s limit, and the minimum still not exact)
         msg, minimum, mlb = _infeasible_message(c, "no pattern fits (below the memory lower bound)")
+        exact = _exact_min_memory(c, times)
+        if exact is not None:
+            minimum = exact
+            msg = (f"no pattern fits (below the memory lower bound {fmt_memory(mlb)}) within "
+                   f"{fmt_memory(memory)} per GPU on {P} GPU(s); minimum memory that works: "
+                   f"{fmt_memory(exact)} (proven by the min-memory ILP)")
         return (Solution(PROBLEM, "ilp", Status.INFEASIBLE, memory_limit=memory, message=msg, times=times,
                          details={"min_memory": minimum, "memory_lower_bound": mlb}), None, lb)
     need = _ilp_build_seconds(td.L)
@@ -460,6 +469,23 @@ def _start_only(c: _Call, start: Pattern | None, bound: float, why: str, details
     return Solution(PROBLEM, "ilp", status or Status.TIME_LIMIT, objective=sim.period,
                     peak_memory=sim.peak_memory, schedule=start, bound=bound, memory_limit=c.memory,
                     message=msg, times=times, details=details)
+
+
+def _exact_min_memory(c: _Call, times: dict) -> float | None:
+    """The minimum memory of any pattern, proven by the min-memory ILP, where the chain is small enough
+    for that to take a few seconds (L <= _EXACT_MIN_MAX_L: 4 s on 6 layers) and the time limit leaves
+    room (at most _EXACT_MIN_SHARE of what is left, _EXACT_MIN_CAP seconds); None otherwise or when
+    it is not proven in that time (ResNet-18 on 4 GPUs was not in 58 s)."""
+    if c.td.L > _EXACT_MIN_MAX_L:
+        return None
+    tl = min(_EXACT_MIN_CAP, _EXACT_MIN_SHARE * c.b.remaining()) if c.b.time_limit is not None else _EXACT_MIN_CAP
+    if tl < 1.0 + 0.5 * _ilp_build_seconds(c.td.L):
+        return None
+    t0 = time.perf_counter()
+    with quiet(c.b):
+        mm = min_memory_pattern(c.td, c.P, time_limit=tl, threads=c.threads)
+    times["min_memory"] = time.perf_counter() - t0
+    return mm[0] if mm is not None and mm[1] else None
 
 
 def _ilp_infeasible(c: _Call, details: dict, times: dict) -> Solution:

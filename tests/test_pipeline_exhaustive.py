@@ -103,3 +103,21 @@ def test_more_gpus_than_layers_answers_as_the_exhaustive_search_on_all_of_them(s
             r = simulate_pattern(sol.schedule, c, 1.0, gpus=sol.gpus)
             assert r.peak_memory <= M * (1 + 1e-6)
             assert sol.gpus == 2 and sol.details["gpus_given"] == 5 and "5 GPUs given, 2 used" in sol.message
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_below_the_memory_lower_bound_a_tiny_chain_gets_its_exact_minimum(seed):
+    """Below the memory lower bound nothing fits; on a chain of a few layers the answer states the
+    exact minimum memory of any pattern (the min-memory ILP, a few seconds), which is the smallest
+    memory on the exhaustive search's front."""
+    import memplan
+    from memplan.models.pipeline import memory_lower_bound
+
+    c = random_chain(2, seed, integer=True)
+    td = task_data(c, 1.0)
+    least = min(m for _, m in exhaustive_search(td, 2).front())
+    sol = memplan.pipeline.solve(c, memory=0.5 * memory_lower_bound(td, 2), bandwidth=1.0, gpus=2, time_limit=30,
+                                 threads=1, memory_model="paper")
+    assert sol.status == "infeasible"
+    assert sol.details["min_memory"] == pytest.approx(least, rel=1e-6)
+    assert "(proven by the min-memory ILP)" in sol.message

@@ -475,13 +475,12 @@ def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: 
         x0 = _leaf(x.detach().clone(), input_grad)
         h = x0
         ins = []                      # a^{j-1}, the input of stage j, for j = 2..L+1 (the junctions)
-        for fn in fns:
-            out = fn(h)
-            if isinstance(out, (tuple, list)):
-                out = out[0]
-            if h is not x0:
+        for i, fn in enumerate(fns):
+            if i:
                 ins.append(h)
-            h = out
+            out = fn(h)
+            h = out[0] if isinstance(out, (tuple, list)) else out
+        del out
         loss_value = h.detach() if cuda else float(h.detach())
         one = torch.ones((), device=device)
         handles = []

@@ -334,3 +334,40 @@ def test_capture_leaves_batchnorm_statistics_and_rng_untouched():
     capture(m, x)
     assert all(torch.equal(b, before[n]) for n, b in m.named_buffers())
     assert torch.equal(torch.get_rng_state(), rng)
+
+
+@pytest.mark.parametrize("name, kw, shape", [("resnet18", {}, (3, 32, 32)),
+                                            ("gpt2", dict(n_layer=2, n_embd=32, n_head=2, n_ctx=16, vocab=64), (16,))])
+def test_stage_modules_reach_the_models_own_modules_by_one_lookup(name, kw, shape):
+    """The stages' generated code calls each module by a flat attribute (``self.layer1_0_conv1``), not
+    a chain of lookups, and those attributes are the traced model's own modules: every stage
+    parameter is one of the model's (the same object), and the stages run one after the other give
+    the model's output."""
+    import torch
+
+    from memplan.models.graph import linearize_model
+    from memplan.models.networks import example_input, get_model
+
+    torch.manual_seed(0)
+    model = get_model(name, **kw).train()
+    x = example_input(name, 2, shape, **({"vocab": kw["vocab"]} if "vocab" in kw else {}))
+    lm = linearize_model(model, x)
+    own = {id(p) for p in model.parameters()}
+    modules = {id(m) for m in model.modules()}
+    for st in lm.stages:
+        for n in st.graph.nodes:
+            if n.op in ("call_module", "get_attr"):
+                assert "." not in n.target, (n.target, "a chain of lookups")
+                if n.op == "call_module":
+                    assert id(getattr(st, n.target)) in modules
+        assert all(id(p) in own for p in st.parameters())
+        assert "getattr(self." not in st.code
+    model.eval()
+    lm_stages = [s.eval() for s in lm.stages]
+    with torch.no_grad():
+        h = x
+        for s in lm_stages:
+            h = s(h)
+            h = h[0] if isinstance(h, tuple) else h
+        ref = model(x)
+    assert torch.equal(h if lm.head is None else lm.head(h), ref)

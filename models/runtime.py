@@ -203,9 +203,9 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     device = device if device is not None else x.device
     if measure_memory and not hold:
         raise ValueError("execute: measure_memory reads each B's memory from the holds' hooks; use hold=True")
-    rng = _Rng(device, starts) if replayed else None
     if fast and info.fast_ops is ops and not measure_memory and op_times is None:
         return _run_store_all(fns, x, device, input_grad, clock, sync, hold)
+    rng = _Rng(device, starts) if replayed else None
     cuda = torch.device(device).type == "cuda"
     marks: list = []                  # CUDA events or perf_counter readings between operations
     tracker = _tracker_for(fns, device) if measure_memory else None
@@ -344,13 +344,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                     if hold:
                         held[l] = outs
                         held_delta[l] = d
-                        for j, t in zip(group, junctions):
-                            held[j - 1] = t
-                            if t.grad_fn is not None:   # runs when delta^{j-1} is complete; dies with the graph
-                                t.grad_fn.register_prehook(_junction(j))
-                            else:
-                                handles.append(t.register_hook(_junction(j)))
-                        del t
+                        _hold_junctions(zip(group, junctions), held, _junction, handles)
                     del d, outs
                     junctions.clear()
                     if pairs:
@@ -426,7 +420,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
 
     wait = sync or tracker is not None or op_times is not None
     elapsed = _run_timed(rng.guarded(run) if rng is not None else run, tracker, device, clock, sync=wait)
-    if info.fast_ops is None and L >= 1 and n_joined == L and rng is None and not info.multi and _is_store_all(ops, L):
+    if info.fast_ops is None and L >= 1 and n_joined == L and not info.multi and list(ops) == store_all_ops(L):
         info.fast_ops = ops          # every F_all^l, l >= 2, joined: one fused group, as _run_store_all runs it
     if cuda and not wait:
         return RuntimeResult(loss=float("nan"), time=float("nan"), loss_tensor=loss_value)
@@ -440,11 +434,17 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                          memory_after=after, memory_peak_during=during)
 
 
-def _is_store_all(ops: tuple, L: int) -> bool:
-    """``ops`` is F_all^1..F_all^{L+1} then B^{L+1}..B^1."""
-    return len(ops) == 2 * (L + 1) and all(
-        op == "F_all" and l == k + 1 for k, (op, l) in enumerate(ops[:L + 1])) and all(
-        op == "B" and l == L + 1 - k for k, (op, l) in enumerate(ops[L + 1:]))
+def _hold_junctions(junctions, held: dict, hook_for: Callable, handles: list) -> None:
+    """The holds of a fused group: for each ``(j, a^{j-1})``, keep a^{j-1} in ``held[j - 1]`` and put
+    ``hook_for(j)`` on it, run when delta^{j-1} is complete (B^j has ended): a pre-hook on its node,
+    which dies with the graph, or, where a stage returned its input (the step's leaf, no node), a
+    tensor hook whose handle goes into ``handles`` for the caller to remove."""
+    for j, t in junctions:
+        held[j - 1] = t
+        if t.grad_fn is not None:
+            t.grad_fn.register_prehook(hook_for(j))
+        else:
+            handles.append(t.register_hook(hook_for(j)))
 
 
 def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: Callable[[], float], sync: bool,
@@ -488,14 +488,7 @@ def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: 
             L1 = len(fns)
             held[L1] = (h,)
             held_delta[L1] = (one,)
-            for j, t in zip(range(L1, 1, -1), reversed(ins)):
-                held[j - 1] = t
-                node = t.grad_fn
-                if node is not None:       # runs when delta^{j-1} is complete; dies with the graph
-                    node.register_prehook(junction(j))
-                else:                      # a stage that returned its input, the step's leaf
-                    handles.append(t.register_hook(junction(j)))
-                del t, node
+            _hold_junctions(zip(range(L1, 1, -1), reversed(ins)), held, junction, handles)
         ins.clear()
         torch.autograd.backward([h], [one])
         del h, one

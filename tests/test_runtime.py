@@ -299,6 +299,32 @@ def test_without_holds_the_same_gradients_and_at_most_the_held_memory(setup, kin
         execute(lm.stages, lm.loss_stage(loss_fn), x, seq, hold=False, measure_memory=True)
 
 
+def _general_then_fast(stages, loss_stage, x, params, hold: bool, seed: int) -> dict:
+    """Store-all run twice on the same stages: first through the general loop (the stages' cached
+    ``fast_ops`` cleared: the run marks them where it shows one fused group), then as ``execute``
+    chooses. Per run: (loss, peak measured from outside by one tracker, parameter gradients, whether
+    the stages are marked for the fast path after it)."""
+    from memplan.models import runtime as rt
+    from memplan.models.profiler import memory_tracker
+
+    seq = store_all_schedule(len(stages))
+    for p in params:
+        p.grad = torch.zeros_like(p)          # outside the window, as the executor's measured runs
+    got = {}
+    for path in ("general", "fast"):
+        info = rt._stage_info(list(stages) + [loss_stage])
+        if path == "general":
+            info.fast_ops = None
+        for p in params:
+            p.grad.zero_()
+        with memory_tracker("cpu") as tr:
+            torch.manual_seed(seed)
+            res = execute(stages, loss_stage, x, seq, hold=hold)
+            tr.sync()
+            got[path] = (res.loss, float(tr.peak), [p.grad.clone() for p in params], info.fast_ops is not None)
+    return got
+
+
 @pytest.mark.parametrize("hold", [True, False])
 def test_store_all_fast_path_runs_what_the_general_loop_runs(setup, hold, monkeypatch):
     """Once a store-all run has shown one fused group, ``execute`` runs store-all without its general
@@ -307,7 +333,6 @@ def test_store_all_fast_path_runs_what_the_general_loop_runs(setup, hold, monkey
     tracker (the holds let the same tensors go at the same moments; without them, the engine does).
     On the network with a tied weight (GPT-2) the groups are split, and the general loop keeps it."""
     from memplan.models import runtime as rt
-    from memplan.models.profiler import memory_tracker
 
     name, model, x, loss_fn, loss, grads = setup
     calls = []
@@ -316,43 +341,25 @@ def test_store_all_fast_path_runs_what_the_general_loop_runs(setup, hold, monkey
     m = copy.deepcopy(model)
     lm = linearize_model(m, x, loss_fn)
     stages, loss_stage = lm.stages, lm.loss_stage(loss_fn)
-    seq = store_all_schedule(lm.L)
-    for p in m.parameters():
-        p.grad = torch.zeros_like(p)
-    got = {}
-    for path in ("general", "fast"):
-        info = rt._stage_info(list(stages) + [loss_stage])
-        if path == "general":
-            info.fast_ops = None                        # the next run takes the general loop and marks
-        for p in m.parameters():
-            p.grad.zero_()
-        with memory_tracker("cpu") as tr:
-            torch.manual_seed(123)
-            res = execute(stages, loss_stage, x, seq, hold=hold)
-            tr.sync()
-            peak = float(tr.peak)
-        got[path] = (res.loss, peak, {n: p.grad.clone() for n, p in m.named_parameters()},
-                     info.fast_ops is not None)
+    names, params = zip(*m.named_parameters())
+    got = _general_then_fast(stages, loss_stage, x, params, hold, 123)
     fused = not rt._stage_info(list(stages) + [loss_stage]).shared
     assert got["general"][3] == fused and got["fast"][3] == fused
     assert len(calls) == (1 if fused else 0)                   # the second run only, where fused
     assert got["fast"][0] == got["general"][0]
     assert got["fast"][1] == got["general"][1], (name, hold, got["fast"][1], got["general"][1])
-    for n in grads:
-        assert torch.equal(got["fast"][2][n], got["general"][2][n]), n
-        assert torch.equal(got["fast"][2][n], grads[n]), n
+    for n, g_fast, g_general in zip(names, got["fast"][2], got["general"][2]):
+        assert torch.equal(g_fast, g_general), n
+        assert torch.equal(g_fast, grads[n]), n
 
 
 def test_store_all_fast_path_on_random_chains_of_small_stages():
     """The same property as above on random chains (hypothesis): stages of Linear layers of random
     widths with dropout, tanh, an identity stage that returns its input (a leaf junction, held by a
-    tensor hook, where it is the first stage) or a stage that returns a 1-tuple; held or not. The fast path's loss, gradients and
-    peak (one tracker, from outside) are the general loop's."""
+    tensor hook, where it is the first stage) or a stage that returns a 1-tuple; held or not. The fast
+    path's loss, gradients and peak (one tracker, from outside) are the general loop's."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
-
-    from memplan.models import runtime as rt
-    from memplan.models.profiler import memory_tracker
 
     class Tup(torch.nn.Module):
         def __init__(self, m):
@@ -380,25 +387,9 @@ def test_store_all_fast_path_on_random_chains_of_small_stages():
                 stages.append(torch.nn.Identity())
         if kinds[-1] == 3:                      # first: the step's input leaf is the junction
             stages.insert(0, torch.nn.Identity())
-        loss = Loss()
-        x = torch.randn(3, widths[0])
-        seq = store_all_schedule(len(stages))
         params = [p for s in stages for p in s.parameters()]
-        for p in params:
-            p.grad = torch.zeros_like(p)
-        got = {}
-        for path in ("general", "fast"):
-            info = rt._stage_info(list(stages) + [loss])
-            if path == "general":
-                info.fast_ops = None
-            for p in params:
-                p.grad.zero_()
-            with memory_tracker("cpu") as tr:
-                torch.manual_seed(seed + 1)
-                res = execute(stages, loss, x, seq, hold=hold)
-                tr.sync()
-                got[path] = (res.loss, float(tr.peak), [p.grad.clone() for p in params])
-        assert rt._stage_info(list(stages) + [loss]).fast_ops is not None
+        got = _general_then_fast(stages, Loss(), torch.randn(3, widths[0]), params, hold, seed + 1)
+        assert got["general"][3] and got["fast"][3]
         assert got["fast"][0] == got["general"][0] and got["fast"][1] == got["general"][1], got
         assert all(torch.equal(a, b) for a, b in zip(got["fast"][2], got["general"][2]))
 

@@ -9,7 +9,9 @@ thread, the process's CPU clock, every contender once per round in rotating orde
   and without the holds (``hold=False``: no hook per junction of the fused backward), and both again
   through the general loop (``fast=False``; by default store-all skips it once its first run has
   shown one fused group);
-- memplan's ``sequential``(k) (with and without the holds) against
+- both held only at their peak too (``hold=holds_at_peak(...)`` of a held measured run: two hooks
+  per held B instead of one per junction; the run's peak is the held run's, to the byte);
+- memplan's ``sequential``(k) (with and without the holds, and held at its peak) against
   ``torch.utils.checkpoint.checkpoint_sequential``(k), reentrant, over the same stages.
 
 The dropout makes every recomputation replay the generator's state, as it does in GPT-2.
@@ -41,7 +43,7 @@ def main(argv=None) -> int:
 
     from memplan.baselines.remat_heuristics import sequential_schedule
     from memplan.models.measure import interleaved, paired_ratio
-    from memplan.models.runtime import execute, store_all_ops
+    from memplan.models.runtime import execute, holds_at_peak, store_all_ops
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -76,10 +78,17 @@ def main(argv=None) -> int:
         clear()
         loss(checkpoint_sequential(model, k, x.clone().requires_grad_(True), use_reentrant=True)).backward()
 
+    def peak(ops):
+        for q in params:
+            q.grad = torch.zeros_like(q)
+        return holds_at_peak(ops, execute(stages, loss, x, ops, measure_memory=True).memory_peak_during)
+
     runs = {"autograd": autograd, "store-all": plan(store_all, True), "store-all hold=False": plan(store_all, False),
+            "store-all, held at its peak": plan(store_all, peak(store_all)),
             "store-all, general loop": plan(store_all, True, False),
             "store-all, general loop, hold=False": plan(store_all, False, False),
             f"sequential({k})": plan(seq, True), f"sequential({k}) hold=False": plan(seq, False),
+            f"sequential({k}), held at its peak": plan(seq, peak(seq)),
             f"checkpoint_sequential({k})": ck}
     for fn in runs.values():
         fn()
@@ -96,12 +105,14 @@ def main(argv=None) -> int:
     lines = [f"bench_executor_overhead: {L} tiny stages, sequential with {k} segments, {a.rounds} rounds of "
              f"{a.steps} steps, CPU clock, one thread, torch {torch.__version__}"]
     for n, t in res.items():
-        lines.append(f"  {n:36s} {t.median * 1e3:7.3f} ms [{t.low * 1e3:.3f}, {t.high * 1e3:.3f}]")
+        lines.append(f"  {n:38s} {t.median * 1e3:7.3f} ms [{t.low * 1e3:.3f}, {t.high * 1e3:.3f}]")
     lines.append("paired round by round (median of the per-round ratios, 95% interval), and the difference per stage:")
     for num, den in [("store-all", "autograd"), ("store-all hold=False", "autograd"),
+                     ("store-all, held at its peak", "autograd"),
                      ("store-all, general loop", "autograd"), ("store-all, general loop, hold=False", "autograd"),
                      (f"sequential({k})", f"checkpoint_sequential({k})"),
-                     (f"sequential({k}) hold=False", f"checkpoint_sequential({k})")]:
+                     (f"sequential({k}) hold=False", f"checkpoint_sequential({k})"),
+                     (f"sequential({k}), held at its peak", f"checkpoint_sequential({k})")]:
         r = paired_ratio(res[num].times, res[den].times)
         per = (res[num].median - res[den].median) / L * 1e6
         lines.append(f"  {num + ' / ' + den:58s} {r.text()}  ({per:+.1f} us a stage)")

@@ -16,9 +16,12 @@ each sample several steps back to back between two synchronizes, and records for
 - ``host_ms``: when each step's Python call returned (seconds from the sample's start): a host that
   returns late, near the step's end, is what the GPU waited for;
 - ``gc``: the garbage collections during the sample (``gc.callbacks``: count per generation, seconds);
-- the same store-all and the largest k's ``sequential`` run with ``execute(hold=False)`` too: without
-  the Python hooks that hold a^j and delta^j of a fused group until B^j ends (about 10 us a stage on a
-  CPU), to see how much of the host's time, and of the gap to PyTorch, they are;
+- memplan's plans run as ``runtime_check`` times them (since 2026-11-28): a fused group's a^j and
+  delta^j held until B^j ends only for the B's at the peak of a held measured run
+  (:func:`memplan.models.runtime.holds_at_peak`: the same peak, two hooks per such B); the same
+  store-all and the largest k's ``sequential`` also with every B held (``all held``, the Python hook
+  per junction: about 5-10 us a stage on a CPU) and with none (``hold=False``), to see how much of
+  the host's time, and of the gap to PyTorch, the hooks are;
 - the caching allocator's counters over the sample (``torch.cuda.memory_stats``: ``num_alloc_retries``
   (a full free-and-retry, which synchronizes), ``num_device_alloc``/``num_device_free``
   (``cudaMalloc``/``cudaFree``), ``num_sync_all_streams``).
@@ -137,7 +140,7 @@ def main(argv=None) -> int:
     from memplan.models.graph import linearize_model
     from memplan.models.networks import example_input, get_model
     from memplan.models.profiler import classification_loss
-    from memplan.models.runtime import execute, store_all_ops
+    from memplan.models.runtime import execute, holds_at_peak, store_all_ops
 
     why = device_problem(a.device)
     if why:
@@ -167,7 +170,12 @@ def main(argv=None) -> int:
     def autograd_step():
         loss_fn(model(leaf())).backward()
 
-    def plan_step(ops, hold=True):
+    def plan_step(ops, hold=None):
+        if hold is None:                  # held at the peak of a held measured run, as runtime_check times it
+            for q in params:
+                q.grad = torch.zeros_like(q)
+            res = execute(stages, loss_stage, x, ops, device=a.device, measure_memory=True)
+            hold = holds_at_peak(ops, res.memory_peak_during)
         return lambda: execute(stages, loss_stage, x, ops, device=a.device, sync=False, hold=hold)
 
     def ck_step(k):
@@ -177,8 +185,10 @@ def main(argv=None) -> int:
     for k in segs:
         contenders[f"sequential:{k}"] = plan_step(sequential_schedule(L, k))
         contenders[f"checkpoint_sequential:{k}"] = ck_step(k)
-    # without the holds' hooks (execute(hold=False)): how much of the gap to PyTorch they are
+    # every B held, and none (execute(hold=False)): how much of the gap to PyTorch the hooks are
+    contenders["store-all all held"] = plan_step(store_all_ops(L), hold=True)
     contenders["store-all hold=False"] = plan_step(store_all_ops(L), hold=False)
+    contenders[f"sequential:{max(segs)} all held"] = plan_step(sequential_schedule(L, max(segs)), hold=True)
     contenders[f"sequential:{max(segs)} hold=False"] = plan_step(sequential_schedule(L, max(segs)), hold=False)
 
     def sync():
@@ -244,9 +254,11 @@ def main(argv=None) -> int:
         gc.callbacks.remove(watch)
     lines = [f"gpu_step_spikes: {a.network} batch {a.batch} on {a.device} ({det}), {L} stages, "
              f"{len({r['round'] for r in rows})} rounds of {a.steps} steps per sample"] + summarize(rows, a.slow)
-    lines += paired_lines(rows, [("store-all", "autograd"), ("store-all hold=False", "autograd")]
+    lines += paired_lines(rows, [("store-all", "autograd"), ("store-all all held", "autograd"),
+                                 ("store-all hold=False", "autograd")]
                           + [(f"sequential:{k}", f"checkpoint_sequential:{k}") for k in segs]
-                          + [(f"sequential:{max(segs)} hold=False", f"checkpoint_sequential:{max(segs)}")])
+                          + [(f"sequential:{max(segs)} all held", f"checkpoint_sequential:{max(segs)}"),
+                             (f"sequential:{max(segs)} hold=False", f"checkpoint_sequential:{max(segs)}")])
     print("\n".join(lines))
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,13 @@ one CSV row per (network, limit, method):
   ``within_limit``: measured peak <= the limit. The replay charges each forward its own overhead
   (:attr:`Chain.of_all`, :attr:`Chain.of_ng`), as the solvers plan (files before 2026-11-28 have a
   column ``predicted_peak_executed`` for it, when ``predicted_peak`` charged both forwards the larger);
+* ``timed_peak`` / ``held_stages``: the timed runs hold a fused backward group's a^j and delta^j
+  until B^j ends (as the model has them) only for the B's where the measured run peaks
+  (``--holds peak``, the default: :func:`memplan.models.runtime.holds_at_peak`, two hooks per such B
+  instead of one per junction, about 5 us each on a CPU); ``timed_peak`` is that configuration's own
+  peak, measured as autograd's is (:func:`memplan.models.memory.step_peak`): the held run's to the
+  byte where the holds work as they should (the summary counts the rows where it is not).
+  ``--holds all`` holds every B, as before 2026-11-28;
 * ``predicted_time`` / ``measured_time``: the simulator's makespan against the executor's time, CUDA
   synchronized before and after, and ``throughput`` = batch / measured time (samples per second).
   The plans are solved on the chain profiled first (in context, :func:`memplan.models.runtime.time_in_context`);
@@ -107,7 +114,7 @@ METHODS = ["rotor", "rotor-floating", "sequential", "store-all"]
 COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic", "date", "clock", "fused_backward",
            "network", "batch", "input", "L", "fraction", "memory_limit", "method", "status", "message",
            "ops", "recomputations", "same_as", "grads_equal",
-           "predicted_peak", "measured_peak", "peak_rel_err", "within_limit",
+           "predicted_peak", "measured_peak", "peak_rel_err", "within_limit", "timed_peak", "held_stages",
            "predicted_time", "predicted_time_profile", "measured_time", "time_rel_err", "time_min", "time_max",
            "time_q10", "time_rel_err_q10",
            "time_low", "time_high",
@@ -202,6 +209,7 @@ class Case:
         self._contenders: dict[str, tuple] = {}  # tag -> (run once, its measurement dict), timed by time_all
         self.target, self.max_rounds, self.time_budget = 0.02, max(repeats, 40), None
         self.fuse = True                         # models.runtime.execute's fuse_backward
+        self.holds = "peak"                      # timed runs hold a fused group's a^j, delta^j at the peak only
         self.steps = 1                           # steps per timed sample (set_steps_per_sample)
         self.timed_chain = None                  # the chain re-timed during time_all (same rounds as the runs)
         self.traces: list[dict] = []            # per-operation memory, measured and simulated
@@ -265,10 +273,12 @@ class Case:
                     clock=self.clock, fuse_backward=self.fuse)
             out.append(times)
 
+        turn_hold = self._holds(turn_seq, simulate_remat(self.chain, turn_seq).memory_during)
+
         def turn_run() -> None:
             torch.manual_seed(7)
             execute(self.stages, self.loss_stage, self.x, turn_seq, device=self.device, fuse_backward=self.fuse,
-                    sync=False)
+                    sync=False, hold=turn_hold)
 
         self._timed(partial(retime, store_all_ops(self.chain.L), per_op), {}, _RETIME)
         self._timed(partial(retime, turn_seq, per_op_turn), {}, _RETIME_TURNS)
@@ -302,6 +312,16 @@ class Case:
             m.update(times=t.times, time_low=t.low, time_high=t.high, rounds=len(t.times), noisy=t.noisy,
                      time_rel_halfwidth=t.rel_halfwidth)
 
+    def _holds(self, ops, during):
+        """``execute``'s ``hold`` for the timed runs of ``ops``: with ``holds`` "peak" (the default) the
+        stages whose B is at the peak of ``during`` (a held measured run's memory per operation, or
+        the replay's: :func:`models.runtime.holds_at_peak`): the run's peak is the held run's and it
+        pays two hooks per held B instead of one per junction of every fused group (``timed_peak``
+        measures it); "all": every B held."""
+        from memplan.models.runtime import holds_at_peak
+
+        return holds_at_peak(ops, during) if self.holds == "peak" else True
+
     def _tracked(self, fn) -> float:
         """Peak bytes of ``fn()`` above what existed before (:func:`models.memory.step_peak`)."""
         from memplan.models.memory import step_peak
@@ -327,13 +347,17 @@ class Case:
         res = execute(self.stages, self.loss_stage, self.x, seq, measure_memory=True, device=self.device,
                       fuse_backward=self.fuse)
         equal = self._grads_equal()
+        hold = self._holds(seq.ops, res.memory_peak_during)
 
         def run():
             torch.manual_seed(7)
             execute(self.stages, self.loss_stage, self.x, seq, device=self.device, fuse_backward=self.fuse,
-                    sync=False)        # queued as autograd's step is: the sample's synchronizes bound it
+                    sync=False, hold=hold)   # queued as autograd's step is: the sample's synchronizes bound it
 
-        m = {"grads_equal": equal, "measured_peak": float(res.peak_memory)}
+        # the timed configuration's own peak, measured as autograd's is (step_peak): the held run's where
+        # the holds at its peak work as they should
+        m = {"grads_equal": equal, "measured_peak": float(res.peak_memory), "timed_peak": self._tracked(run),
+             "held_stages": "all" if hold is True else " ".join(map(str, sorted(hold)))}
         self._timed(run, m, tag)
         out = (tag, m)
         self._cache[key] = out
@@ -430,6 +454,7 @@ def _row(env: dict, case: Case, det: str, fraction: float, limit: float, method:
     if m is not None:
         t = statistics.median(m["times"])
         row.update(grads_equal=m["grads_equal"], measured_peak=m["measured_peak"], measured_time=t,
+                   timed_peak=m.get("timed_peak", m["measured_peak"]), held_stages=m.get("held_stages"),
                    time_min=min(m["times"]), time_max=max(m["times"]), throughput=case.batch / t,
                    time_low=m.get("time_low"), time_high=m.get("time_high"), repeats=len(m["times"]),
                    noisy=m.get("noisy"),
@@ -677,6 +702,9 @@ def main(argv=None) -> int:
     p.add_argument("--no-fuse-backward", dest="fuse_backward", action="store_false", help="one backward call "
                    "per B (models.runtime.execute's fuse_backward=False); the default runs each run of consecutive "
                    "B's in one call, as plain autograd")
+    p.add_argument("--holds", choices=["peak", "all"], default="peak", help="timed runs: hold a fused "
+                   "group's a^j and delta^j until B^j ends only for the B's at the measured run's peak (peak, "
+                   "default: the same peak, less host time) or for every B (all)")
     p.add_argument("--timing-budget", type=float, default=None, help="seconds of timing rounds per network at most "
                    "(default 120 when --max-rounds is not given)")
     p.add_argument("--steps-per-sample", type=int, default=None, help="steps run back to back in one timed sample, "
@@ -787,6 +815,7 @@ def _main(a: argparse.Namespace) -> int:
                 case = Case(name, cases[name], device, repeats, a.profile_repeats, clock=a.clock)
                 case.target, case.max_rounds, case.time_budget = a.target, max_rounds, a.timing_budget
                 case.fuse = a.fuse_backward
+                case.holds = a.holds
                 steps = case.set_steps_per_sample(a.steps_per_sample)
                 print(f"{name}: L = {case.chain.L}, profiled in {time.perf_counter() - t0:.1f} s ({det}); "
                       f"{steps} step(s) per timed sample")
@@ -840,10 +869,19 @@ def _main(a: argparse.Namespace) -> int:
     miss_peak = [r for r in measured if r.get("peak_rel_err") is not None and abs(r["peak_rel_err"]) > 0.03]
     miss_time = [r for r in measured if r.get("time_rel_err") is not None and abs(r["time_rel_err"]) > 0.05]
     noisy = [r for r in measured if r.get("noisy")]
+    timed = [r for r in measured if r.get("timed_peak") is not None and r.get("held_stages")]
+    timed_off = [r for r in timed if abs(r["timed_peak"] - r["measured_peak"]) > 1024]
     print(f"written {out}" + (f" and {thr_out}" if thr_out else ""))
     print(f"{len(measured)} executed rows: gradients differ in {len(bad_grads)}, measured peak above the limit in "
           f"{len(over)}, peak off by more than 3% in {len(miss_peak)}, time off by more than 5% in {len(miss_time)}, "
           f"too noisy to use (95% interval of the median wider than {a.target:.0%}) in {len(noisy)}")
+    if timed:
+        most = max(len(r["held_stages"].split()) for r in timed if r["held_stages"] != "all") if any(
+            r["held_stages"] != "all" for r in timed) else None
+        print(f"timed runs ({'held at their peak, ' + str(most) + ' stage(s) at most' if most is not None else 'every B held'}): "
+              f"peak within 1 KiB of the measured run's in {len(timed) - len(timed_off)} of {len(timed)} rows"
+              + "".join(f"; {r['network']} {r['method']}@{r['fraction']}: {r['timed_peak']:.0f} vs "
+                        f"{r['measured_peak']:.0f} B" for r in timed_off[:3]))
     for line in paired_summary(rows, thr_rows):
         print(line)
     for line in throughput_summary(thr_rows):

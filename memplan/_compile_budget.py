@@ -1140,17 +1140,24 @@ class BudgetSearch:
             return []
         return [(1, c[1], c[3], c[4])] + (list(self._cchunked) if sf == self.stage_fractions[0] else [])
 
-    def _chain_step(self, ops: tuple, loss_stage: Callable | None = None, compiled=False) -> Callable:
+    def _chain_step(self, ops: tuple, loss_stage: Callable | None = None, compiled=False, chain=None) -> Callable:
         sf = self._stage_key(compiled)
         stages, own_loss, _, _, _ = self._chain if sf is None else self._cchains[sf]
-        return self._stages_step(ops, stages, own_loss if loss_stage is None else loss_stage)
+        return self._stages_step(ops, stages, own_loss if loss_stage is None else loss_stage, chain)
 
-    def _stages_step(self, ops: tuple, stages, loss_stage) -> Callable:
-        """A training step running ``ops`` on ``stages`` and ``loss_stage``."""
-        from memplan.models.runtime import execute
+    def _stages_step(self, ops: tuple, stages, loss_stage, chain=None) -> Callable:
+        """A training step running ``ops`` on ``stages`` and ``loss_stage``. With the ``chain`` the
+        plan was solved on, the executor holds a fused group's a^j and delta^j only for the B's
+        within 1% of the replay's peak (:func:`models.runtime.holds_at_peak`): the step's peak is the
+        fully held step's wherever the replay's largest B is the run's (else at most that), with the
+        host time of a run without holds (two hooks per held B instead of one per junction)."""
+        from memplan.models.remat import simulate_remat
+        from memplan.models.runtime import execute, holds_at_peak
 
-        return self._executor_step(lambda x: execute(stages, loss_stage, x, list(ops), device=self.device,
-                                                     input_grad=False, sync=False))
+        seq = list(ops)
+        hold = True if chain is None else holds_at_peak(seq, simulate_remat(chain, seq).memory_during, rel=0.01)
+        return self._executor_step(lambda x: execute(stages, loss_stage, x, seq, device=self.device,
+                                                     input_grad=False, sync=False, hold=hold))
 
     def _executor_step(self, run: Callable) -> Callable:
         """A training step ``step(*inputs, *targets)`` of an executor call ``run(x)`` (made with
@@ -1195,16 +1202,16 @@ class BudgetSearch:
                 solved[key] = persistent(chain, float(limit), time_limit=self.solver_time_limit)
             sol = solved[key]
             if sol.success and (best is None or sol.objective < best[2].objective):
-                best = (k, loss_stage, sol)
+                best = (k, loss_stage, sol, chain)
         solve_time = time.perf_counter() - t0
         if best is None:
             return None
-        k, loss_stage, sol = best
+        k, loss_stage, sol, chain = best
         ops = tuple(tuple(o) for o in sol.schedule.ops)
         pkey = pre + (k, _in_forward(loss_stage), ops)
         if pkey in plans:
             return plans[pkey][0]
-        step = self._chain_step(ops, loss_stage, sf if sf is not None else False)
+        step = self._chain_step(ops, loss_stage, sf if sf is not None else False, chain)
         peak, ts = self._measure_plan(step)
         cand = Candidate("rotor", math.nan, peak, statistics.median(ts), ts, solve_time,
                          kind="chain" if sf is None else "chain-compiled",
@@ -1290,17 +1297,17 @@ class BudgetSearch:
             return None
         stages = [v[1][l] for l, v in enumerate(chosen[:-1])]
         return self._mixed_candidate(tuple(tuple(o) for o in plan.schedule.ops), per_stage, stages, chosen[-1],
-                                     key, float(plan.peak_memory), time.perf_counter() - t0)
+                                     key, float(plan.peak_memory), time.perf_counter() - t0, plan.chain)
 
     def _mixed_candidate(self, ops: tuple, per_stage: tuple, stages: list, loss_source: tuple, limit: float,
-                         predicted: float, solve_time: float) -> Candidate:
+                         predicted: float, solve_time: float, chain=None) -> Candidate:
         """``ops`` run on ``stages`` (stage ``l`` compiled at ``per_stage[l - 1]``) and the loss stage of
         ``loss_source`` (an entry of :meth:`_mixed_sources`), measured as the other chain plans are."""
         _, _, loss_stage, _, k, in_fwd = loss_source
         pkey = (per_stage, k, in_fwd, ops)
         if pkey in self.mixed_plans:
             return self.mixed_plans[pkey][0]
-        step = self._stages_step(ops, stages, loss_stage)
+        step = self._stages_step(ops, stages, loss_stage, chain)
         peak, ts = self._measure_plan(step)
         cand = Candidate("rotor", math.nan, peak, statistics.median(ts), ts, solve_time, kind="chain-mixed",
                          memory_limit=limit, predicted_peak=predicted, ops=ops, stage_fraction=math.nan,

@@ -33,6 +33,7 @@ weight gradients, which the chain model does not count, stay out of the activati
 """
 from __future__ import annotations
 
+import bisect
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -183,6 +184,11 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     The default holds, so that what is measured is what the model says; ``hold=False`` is for a run
     whose memory has been bounded by a held run of the same sequence.
 
+    ``hold`` as a set of stages (not with ``measure_memory``): only their B's are held
+    (:func:`_hold_group`), two hooks each; with :func:`holds_at_peak` of a held measured run (or of
+    the simulator's replay) the run peaks at the held run's peak to the byte, with the host time of
+    ``hold=False`` but four hooks or so (the tests check it on the zoo and on random chains).
+
     Without ``measure_memory``, the group that starts at the loss stage (scalar outputs and
     gradients) is back-propagated by a direct call rather than through an empty root
     (:func:`_backward_from`): the two scalars are then held through the call, 8 bytes on a CPU.
@@ -201,10 +207,11 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     ops, replayed, join, starts = _plan(schedule.ops if isinstance(schedule, RematSchedule) else schedule,
                                         fuse_backward and not info.multi, info.shared)
     device = device if device is not None else x.device
-    if measure_memory and not hold:
+    keep = _keep(hold)
+    if measure_memory and keep is not None:
         raise ValueError("execute: measure_memory reads each B's memory from the holds' hooks; use hold=True")
     if fast and info.fast_ops is ops and not measure_memory and op_times is None:
-        return _run_store_all(fns, x, device, input_grad, clock, sync, hold)
+        return _run_store_all(fns, x, device, input_grad, clock, sync, keep)
     rng = _Rng(device, starts) if replayed else None
     cuda = torch.device(device).type == "cuda"
     marks: list = []                  # CUDA events or perf_counter readings between operations
@@ -265,7 +272,8 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                 ended[j] = _stamp()
             held.pop(j, None)
             held_delta.pop(j, None)
-            held_delta[j - 1] = grad
+            if keep is None or j - 1 in keep:
+                held_delta[j - 1] = grad
             if tracker is not None:
                 tracker.sync()
                 queued.append((float(tracker.peak), float(tracker.current)))
@@ -341,10 +349,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                     # ended) lets them go
                     d = delta.pop(l)
                     pairs = [(o, g) for o, g in zip(outs, d) if g is not None and _needs_grad(o)]
-                    if hold:
-                        held[l] = outs
-                        held_delta[l] = d
-                        _hold_junctions(zip(group, junctions), held, _junction, handles)
+                    _hold_group(group, junctions, outs, d, keep, held, held_delta, _junction, handles)
                     del d, outs
                     junctions.clear()
                     if pairs:
@@ -434,21 +439,83 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                          memory_after=after, memory_peak_during=during)
 
 
-def _hold_junctions(junctions, held: dict, hook_for: Callable, handles: list) -> None:
-    """The holds of a fused group: for each ``(j, a^{j-1})``, keep a^{j-1} in ``held[j - 1]`` and put
-    ``hook_for(j)`` on it, run when delta^{j-1} is complete (B^j has ended): a pre-hook on its node,
-    which dies with the graph, or, where a stage returned its input (the step's leaf, no node), a
-    tensor hook whose handle goes into ``handles`` for the caller to remove."""
-    for j, t in junctions:
-        held[j - 1] = t
-        if t.grad_fn is not None:
-            t.grad_fn.register_prehook(hook_for(j))
-        else:
-            handles.append(t.register_hook(hook_for(j)))
+def _keep(hold) -> frozenset | None:
+    """``execute``'s ``hold`` as the set of stages whose B is held (None: every one)."""
+    if hold is True:
+        return None
+    if hold is False or hold is None:
+        return frozenset()
+    try:
+        return frozenset(int(l) for l in hold)
+    except (TypeError, ValueError):
+        raise ValueError(f"execute: hold={hold!r}; give True, False or the stages whose B is held") from None
+
+
+def _hold_group(group: list, junctions, outs, d, keep: frozenset | None, held: dict, held_delta: dict,
+                hook_for: Callable, handles: list) -> None:
+    """The holds of a fused group ``group`` = [l, l-1, ..., k] (one backward call runs B^l, ..., B^k):
+    ``junctions`` are a^{l-1}, ..., a^k (the inputs of stages l..k+1), ``outs`` a^l and ``d`` delta^l.
+
+    Every stage held (``keep`` None): each a^j is kept until B^j ends and each delta^j from its
+    completion until B^j ends, as the model (and an unfused run) has them. A hook ``hook_for(j)`` on
+    a^{j-1}, run when delta^{j-1} is complete (B^j has ended), lets ``held[j]`` and ``held_delta[j]``
+    go and keeps delta^{j-1} in ``held_delta[j - 1]`` when B^{j-1} is held: a pre-hook on a^{j-1}'s
+    node, which dies with the graph, or, where a stage returned its input (the step's leaf, no node),
+    a tensor hook whose handle goes into ``handles`` for the caller to remove.
+
+    Some stages held (``keep``, a set): during each held B^m the memory is the fully held run's, and
+    at every other moment at most that (nothing is kept longer than there). B^m's own delta^m and
+    a^m, and the a^j below it (j < m, kept until B^j ends in the full run, so present during B^m),
+    are kept until B^m ends; an a^j is let go when the lowest held B^m with m >= j ends (B^m runs
+    before B^j: earlier than, or as, in the full run). Two hooks per held B (the one that hands it
+    delta^m and the one that lets go at its end) instead of one per stage: about 5 us each on the
+    CPU of the tests, all of the held store-all's remaining host time over plain autograd
+    (``benchmarks/bench_executor_overhead.py``). :func:`holds_at_peak` gives the stages at a run's
+    peak: its peak is then the fully held run's."""
+    l, k = group[0], group[-1]
+    want = sorted(group) if keep is None else sorted(m for m in group if m in keep)
+    if not want:
+        return
+    hooks = {m + 1 for m in want if m < l} | {m for m in want if m > k}
+    if want[-1] == l:
+        held[l] = [outs]
+        held_delta[l] = d
+    for j, t in zip(group, junctions):                       # t = a^{j-1}, j = l, ..., k+1
+        i = bisect.bisect_left(want, j - 1)
+        if i < len(want):                                     # the lowest held m >= j-1 lets it go
+            held.setdefault(want[i], []).append(t)
+        if j in hooks:
+            if t.grad_fn is not None:
+                t.grad_fn.register_prehook(hook_for(j))
+            else:
+                handles.append(t.register_hook(hook_for(j)))
+
+
+def holds_at_peak(ops: RematSchedule | Sequence[tuple[str, int]], memory_during: Sequence[float], rel: float = 0.0,
+                  slack: float = 1024.0) -> frozenset:
+    """The stages l whose B^l's memory (``memory_during``, one value per operation of ``ops``: a held
+    measured run's, or the simulator's) is within ``rel`` of the largest, less ``slack`` bytes:
+    ``execute(hold=...)`` with them holds the memory of the fully held run where it peaks, and at
+    most that elsewhere, so its peak is the held run's (the model's) with two hooks per stage given
+    instead of one per stage of every fused group. Empty where the peak is at a forward (no hold
+    changes it).
+
+    ``slack``: an unmeasured run back-propagates the loss's group by a direct call that holds the
+    loss and its seed gradient until it returns (:func:`_backward_from`), where a measured run lets
+    them go after B^{L+1}: 8 bytes on a CPU, two 512-byte blocks on CUDA, which can make a B a few
+    bytes below the measured peak the unmeasured run's largest (found by the random chains' test)."""
+    ops = ops.ops if isinstance(ops, RematSchedule) else ops
+    if len(memory_during) != len(ops):
+        raise ValueError(f"holds_at_peak: {len(memory_during)} memory values for {len(ops)} operations")
+    if not ops:
+        return frozenset()
+    top = max(memory_during)
+    return frozenset(int(l) for (op, l), m in zip(ops, memory_during)
+                     if op == "B" and m >= top * (1 - rel) - slack)
 
 
 def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: Callable[[], float], sync: bool,
-                   hold: bool) -> RuntimeResult:
+                   keep: frozenset | None) -> RuntimeResult:
     """:func:`execute` of the store-all sequence once a run of it has shown one fused group (every
     F_all^l, l >= 2, takes abar^{l-1}'s output; single-tensor cuts, no replay): the same forwards on
     the same tensors, the same single backward call from the loss with the same holds (a^j and delta^j
@@ -467,7 +534,8 @@ def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: 
         def hook(grad):
             held.pop(j, None)
             held_delta.pop(j, None)
-            held_delta[j - 1] = grad
+            if keep is None or j - 1 in keep:
+                held_delta[j - 1] = grad
         return hook
 
     def run() -> None:
@@ -484,11 +552,10 @@ def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: 
         loss_value = h.detach() if cuda else float(h.detach())
         one = torch.ones((), device=device)
         handles = []
-        if hold:
+        if keep is None or keep:
             L1 = len(fns)
-            held[L1] = (h,)
-            held_delta[L1] = (one,)
-            _hold_junctions(zip(range(L1, 1, -1), reversed(ins)), held, junction, handles)
+            _hold_group(list(range(L1, 0, -1)), reversed(ins), (h,), (one,), keep, held, held_delta, junction,
+                        handles)
         ins.clear()
         torch.autograd.backward([h], [one])
         del h, one

@@ -275,14 +275,20 @@ def test_cuda_unsynchronized_execute_returns_the_loss_as_a_tensor():
 def test_without_holds_the_same_gradients_and_at_most_the_held_memory(setup, kind):
     """``execute(hold=False)``: the fused groups' a^j and delta^j go when the engine is done with them,
     not when B^j ends. The same gradients, bit for bit; its peak, measured from outside by the same
-    tracker as the held run's, is at most that one (the same allocations, some freed sooner)."""
+    tracker as the held run's, is at most that one (the same allocations, some freed sooner). Held
+    only where the held run peaks (``holds_at_peak`` of its measured trace): its peak to the byte,
+    the same gradients."""
     from memplan.models.profiler import memory_tracker
+    from memplan.models.runtime import holds_at_peak
 
     name, model, x, loss_fn, loss, grads = setup
     L = linearize_model(copy.deepcopy(model), x).L
     seq = _sequences(L)[kind]
+    _, _, measured = _run(model, x, loss_fn, seq, measure_memory=True)
+    at_peak = holds_at_peak(seq, measured.memory_peak_during)
+    assert at_peak and all(("B", l) in seq.ops for l in at_peak)
     peaks = {}
-    for hold in (True, False):
+    for hold in (True, False, at_peak):
         m = copy.deepcopy(model)
         lm = linearize_model(m, x, loss_fn)
         for p in m.parameters():
@@ -295,6 +301,7 @@ def test_without_holds_the_same_gradients_and_at_most_the_held_memory(setup, kin
         for n, p in m.named_parameters():
             assert torch.equal(p.grad, grads[n]), f"{name} {kind} hold={hold}: gradient of {n} differs"
     assert peaks[False] <= peaks[True], peaks
+    assert peaks[at_peak] == peaks[True] == pytest.approx(measured.peak_memory, abs=64), (name, kind, peaks)
     with pytest.raises(ValueError, match="hold=True"):
         execute(lm.stages, lm.loss_stage(loss_fn), x, seq, hold=False, measure_memory=True)
 
@@ -394,3 +401,84 @@ def test_store_all_fast_path_on_random_chains_of_small_stages():
         assert all(torch.equal(a, b) for a, b in zip(got["fast"][2], got["general"][2]))
 
     check()
+
+
+def test_holds_on_some_stages_on_random_chains():
+    """``execute(hold=<stages>)`` on random chains (hypothesis: Linear layers of random widths with
+    dropout and tanh, a stage returning its input, store-all, sequential or bisection, a random set
+    of held stages, through the general loop and store-all's fast path): the same loss and gradients
+    as the fully held run, bit for bit; a peak, measured from outside by one tracker, at most the fully
+    held run's, and equal to it once the stages where the held run peaks (``holds_at_peak``) are
+    among those held."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from memplan.models.profiler import memory_tracker
+    from memplan.models.runtime import holds_at_peak
+
+    class Loss(torch.nn.Module):
+        def forward(self, y):
+            return y.square().mean()
+
+    @settings(max_examples=25, deadline=None)
+    @given(widths=st.lists(st.integers(1, 9), min_size=3, max_size=8), kinds=st.lists(st.integers(0, 4), min_size=7,
+           max_size=7), kind=st.sampled_from(["store_all", "sequential", "bisection"]), fast=st.booleans(),
+           some=st.sets(st.integers(1, 9)), seed=st.integers(0, 10_000))
+    def check(widths, kinds, kind, fast, some, seed):
+        torch.manual_seed(seed)
+        stages = []
+        for (a, b), k in zip(zip(widths, widths[1:]), kinds):
+            # what a stage saves for its backward decides what the engine keeps without the holds:
+            # a Linear its input, tanh its output, dropout its mask only, an identity nothing
+            stages.append([lambda: torch.nn.Sequential(torch.nn.Linear(a, b), torch.nn.Dropout(0.3), torch.nn.Tanh()),
+                           lambda: torch.nn.Linear(a, b),
+                           lambda: torch.nn.Sequential(torch.nn.Linear(a, b), torch.nn.Tanh()),
+                           lambda: torch.nn.Sequential(torch.nn.Linear(a, b), torch.nn.Dropout(0.3)),
+                           lambda: torch.nn.Sequential(torch.nn.Tanh(), torch.nn.Linear(a, b))][k]())
+            if k == 4:
+                stages.append(torch.nn.Dropout(0.5))
+            if k == 1 and a == b:
+                stages.append(torch.nn.Identity())
+        L = len(stages)
+        seq = (store_all_schedule(L) if kind == "store_all" or L < 3 else
+               sequential_schedule(L, 3) if kind == "sequential" else bisection_schedule(L))
+        params = [p for s in stages for p in s.parameters()]
+        x = torch.randn(3, widths[0])
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        measured = execute(stages, Loss(), x, seq, measure_memory=True)
+        at_peak = holds_at_peak(seq, measured.memory_peak_during, slack=8)      # two float32 scalars
+        got = {}
+        for hold in (True, frozenset(some), frozenset(some) | at_peak):
+            for p in params:
+                p.grad.zero_()
+            with memory_tracker("cpu") as tr:
+                torch.manual_seed(seed + 1)
+                res = execute(stages, Loss(), x, seq, hold=hold, fast=fast)
+                tr.sync()
+                got[hold] = (res.loss, float(tr.peak), [p.grad.clone() for p in params])
+        full = got[True]
+        assert full[1] == pytest.approx(measured.peak_memory, abs=64)
+        for hold, (loss, peak, grads) in got.items():
+            assert loss == full[0] and all(torch.equal(a, b) for a, b in zip(grads, full[2])), hold
+            assert peak <= full[1], (hold, peak, full[1])
+        assert got[frozenset(some) | at_peak][1] == full[1], (sorted(at_peak), got)
+
+    check()
+
+
+def test_hold_must_be_a_flag_or_stages():
+    from memplan.models.runtime import holds_at_peak
+
+    stages = [torch.nn.Linear(2, 2), torch.nn.Tanh()]
+    seq = store_all_schedule(2)
+    with pytest.raises(ValueError, match="hold="):
+        execute(stages, torch.nn.Identity(), torch.randn(1, 2), seq, hold=["a"])
+    with pytest.raises(ValueError, match="hold=True"):
+        execute(stages, torch.nn.Identity(), torch.randn(1, 2), seq, hold={1}, measure_memory=True)
+    with pytest.raises(ValueError, match="3 memory values for 6"):
+        holds_at_peak(seq, [1.0, 2.0, 3.0])
+    # the B's within 10% of the largest: B^2 (9.5) and B^3 (10); not the forward at 10
+    assert holds_at_peak(seq, [1, 2, 10, 10, 9.5, 3], rel=0.1, slack=0) == {3, 2}
+    assert holds_at_peak(seq, [1, 2, 10, 10, 9.5, 3], slack=0) == {3}
+    assert holds_at_peak(seq, [1, 2, 10, 10, 9.5, 3], slack=7) == {3, 2, 1}

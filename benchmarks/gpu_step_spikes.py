@@ -175,7 +175,7 @@ def main(argv=None) -> int:
             for q in params:
                 q.grad = torch.zeros_like(q)
             res = execute(stages, loss_stage, x, ops, device=a.device, measure_memory=True)
-            hold = holds_at_peak(ops, res.memory_peak_during)
+            hold = holds_at_peak(ops, res.memory_peak_during, device=a.device)
         return lambda: execute(stages, loss_stage, x, ops, device=a.device, sync=False, hold=hold)
 
     def ck_step(k):

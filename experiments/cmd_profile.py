@@ -154,7 +154,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     torch.manual_seed(seed + 1)
     res = execute(lm.stages, loss_stage, x, sched, measure_memory=True, device=device)
     ag_peak = _autograd_peak(model, loss_fn, x, device, seed)
-    hold = holds_at_peak(sched, res.memory_peak_during)     # timed: the measured peak with fewer hooks
+    hold = holds_at_peak(sched, res.memory_peak_during, device=device)     # timed: the measured peak with fewer hooks
     plan_t, ag_t, ratio = _time_against_autograd(lm.stages, loss_stage, model, loss_fn, x, sched, device, seed,
                                                  args.time_budget, hold)
     print(f"{chain.name}: {label}, {len(sched)} operations, {sched.count('F_ck') + sched.count('F_none')} "

@@ -320,7 +320,7 @@ class Case:
         measures it); "all": every B held."""
         from memplan.models.runtime import holds_at_peak
 
-        return holds_at_peak(ops, during) if self.holds == "peak" else True
+        return holds_at_peak(ops, during, device=self.device) if self.holds == "peak" else True
 
     def _tracked(self, fn) -> float:
         """Peak bytes of ``fn()`` above what existed before (:func:`models.memory.step_peak`)."""

@@ -1155,7 +1155,8 @@ class BudgetSearch:
         from memplan.models.runtime import execute, holds_at_peak
 
         seq = list(ops)
-        hold = True if chain is None else holds_at_peak(seq, simulate_remat(chain, seq).memory_during, rel=0.01)
+        hold = True if chain is None else holds_at_peak(seq, simulate_remat(chain, seq).memory_during, rel=0.01,
+                                                        device=self.device)
         return self._executor_step(lambda x: execute(stages, loss_stage, x, seq, device=self.device,
                                                      input_grad=False, sync=False, hold=hold))
 

@@ -492,7 +492,7 @@ def _hold_group(group: list, junctions, outs, d, keep: frozenset | None, held: d
 
 
 def holds_at_peak(ops: RematSchedule | Sequence[tuple[str, int]], memory_during: Sequence[float], rel: float = 0.0,
-                  slack: float = 1024.0) -> frozenset:
+                  slack: float | None = None, device="cpu") -> frozenset:
     """The stages l whose B^l's memory (``memory_during``, one value per operation of ``ops``: a held
     measured run's, or the simulator's) is within ``rel`` of the largest, less ``slack`` bytes:
     ``execute(hold=...)`` with them holds the memory of the fully held run where it peaks, and at
@@ -502,14 +502,19 @@ def holds_at_peak(ops: RematSchedule | Sequence[tuple[str, int]], memory_during:
 
     ``slack``: an unmeasured run back-propagates the loss's group by a direct call that holds the
     loss and its seed gradient until it returns (:func:`_backward_from`), where a measured run lets
-    them go after B^{L+1}: 8 bytes on a CPU, two 512-byte blocks on CUDA, which can make a B a few
-    bytes below the measured peak the unmeasured run's largest (found by the random chains' test)."""
+    them go after B^{L+1}: two scalars, which can make a B a few bytes below the measured peak the
+    unmeasured run's largest (found by the random chains' test). None: what they take on ``device``,
+    16 bytes on a CPU (float64 at most), two 512-byte blocks on CUDA. No more than that: on chains
+    of small tensors a larger slack holds many B's (1 KiB held 6 of store-all's and 17 of
+    ``sequential``(4)'s on 40 stages of 4 x 8 floats, where 16 bytes hold one)."""
     ops = ops.ops if isinstance(ops, RematSchedule) else ops
     if len(memory_during) != len(ops):
         raise ValueError(f"holds_at_peak: {len(memory_during)} memory values for {len(ops)} operations")
     if not ops:
         return frozenset()
     top = max(memory_during)
+    if slack is None:
+        slack = 1024.0 if torch.device(device).type == "cuda" else 16.0
     return frozenset(int(l) for (op, l), m in zip(ops, memory_during)
                      if op == "B" and m >= top * (1 - rel) - slack)
 

@@ -219,8 +219,10 @@ offload)
 issue27)
     # DEVICE, one call (< 5.5 min with its start): issue 27's GPU items. (1) ResNet-50 b32's executed plans with
     # runtime_check (the turn model, the own-overhead peaks, store-all against autograd; since 2026-11-28 store-all
-    # runs without the executor's general loop; hard limit CHECK_S, default 150 s); (2) gpu_step_spikes: store-all and
-    # sequential with and without the holds beside autograd and checkpoint_sequential, paired (hard limit SPIKES_S,
+    # runs without the executor's general loop, and since the 2026-11-28 evening every timed plan holds only at its
+    # peak, timed_peak checking its peak; hard limit CHECK_S, default 150 s); (2) gpu_step_spikes: store-all and
+    # sequential held at their peak, with every B held and with none, beside autograd and checkpoint_sequential,
+    # paired (hard limit SPIKES_S,
     # default 120 s; 0 skips it); (3) with REPROFILE_S > 0 (default 0: done on 2026-11-28), the six shipped GPU
     # chains profiled again with the turn model (no setting started after REPROFILE_S - 40 s). Then, warm, `next`
     # with what is left (NEXT_BUDGET_S >= 230).

@@ -193,9 +193,10 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     gradients) is back-propagated by a direct call rather than through an empty root
     (:func:`_backward_from`): the two scalars are then held through the call, 8 bytes on a CPU.
 
-    ``fast`` (on by default): once a run of the store-all sequence on these stages has shown one fused
-    group, an unmeasured run of it skips the general loop (:func:`_run_store_all`: the same tensors,
-    holds and backward call, about 3 us a stage less host time on a CPU); ``False`` keeps the loop
+    ``fast`` (on by default): once a run of the store-all sequence on these stages has shown its fused
+    groups (single-tensor cuts; one group, or several where stages share a parameter), an unmeasured
+    run of it skips the general loop (:func:`_run_store_all`: the same tensors, holds and backward
+    calls, about 3 us a stage less host time on a CPU); ``False`` keeps the loop
     (``benchmarks/bench_executor_overhead.py`` compares the two).
 
     Raises :class:`models.remat.InvalidSequence` when an operation's inputs are not in memory.
@@ -211,7 +212,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     if measure_memory and keep is not None:
         raise ValueError("execute: measure_memory reads each B's memory from the holds' hooks; use hold=True")
     if fast and info.fast_ops is ops and not measure_memory and op_times is None:
-        return _run_store_all(fns, x, device, input_grad, clock, sync, keep)
+        return _run_store_all(fns, x, device, input_grad, clock, sync, keep, info.fast_splits)
     rng = _Rng(device, starts) if replayed else None
     cuda = torch.device(device).type == "cuda"
     marks: list = []                  # CUDA events or perf_counter readings between operations
@@ -281,9 +282,11 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         return hook
 
     n_joined = 0
+    unjoined: list[int] = []          # stages l >= 2 whose F_all took a detached copy of its input
+    single = True                     # every F_all read one tensor and returned one
 
     def run() -> None:
-        nonlocal loss_value, n_joined
+        nonlocal loss_value, n_joined, single
         x0 = x.detach().clone()
         if src_res:
             R[src_res[0]] = resident_leaf(x0, grad=input_grad)
@@ -382,9 +385,12 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                 if op == "F_all":
                     joined = pos in join and l - 1 in abar and len(src) == 1 and _needs_grad(src[0])
                     n_joined += joined
+                    if not joined and l > 1:
+                        unjoined.append(l)
                     inp = src if joined else tuple(_leaf(t, input_grad or l > 1) for t in src)
                     out = rng.run(l, lambda: fn(*inp, *res)) if rng is not None else fn(*inp, *res)
                     out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+                    single = single and len(src) == 1 and len(out) == 1
                     outs, routs = (out[:len(out) - nr], out[len(out) - nr:]) if nr else (out, ())
                     if nr:
                         keep_resident(l, routs, graph=True)
@@ -425,8 +431,10 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
 
     wait = sync or tracker is not None or op_times is not None
     elapsed = _run_timed(rng.guarded(run) if rng is not None else run, tracker, device, clock, sync=wait)
-    if info.fast_ops is None and L >= 1 and n_joined == L and not info.multi and list(ops) == store_all_ops(L):
-        info.fast_ops = ops          # every F_all^l, l >= 2, joined: one fused group, as _run_store_all runs it
+    if (info.fast_ops is None and L >= 1 and single and not info.multi and n_joined + len(unjoined) == L
+            and list(ops) == store_all_ops(L)):
+        info.fast_ops = ops          # single tensors, every F_all^l, l >= 2, joined but at ``unjoined``: the
+        info.fast_splits = tuple(unjoined)        # groups _run_store_all runs
     if cuda and not wait:
         return RuntimeResult(loss=float("nan"), time=float("nan"), loss_tensor=loss_value)
     if op_times is not None:
@@ -520,20 +528,25 @@ def holds_at_peak(ops: RematSchedule | Sequence[tuple[str, int]], memory_during:
 
 
 def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: Callable[[], float], sync: bool,
-                   keep: frozenset | None) -> RuntimeResult:
-    """:func:`execute` of the store-all sequence once a run of it has shown one fused group (every
-    F_all^l, l >= 2, takes abar^{l-1}'s output; single-tensor cuts, no replay): the same forwards on
-    the same tensors, the same single backward call from the loss with the same holds (a^j and delta^j
-    kept until B^j ends, let go by a hook on each junction), without the general loop's per-operation
-    bookkeeping. On a GPU whose host paces the step every microsecond of it is step time (the executed
-    store-all plan was 3-7% slower than plain autograd on a host-bound H100 and H200); the general loop
-    costs about 3 us a stage and 45 us a step more than this on the CPU of the tests
+                   keep: frozenset | None, splits: tuple = ()) -> RuntimeResult:
+    """:func:`execute` of the store-all sequence once a run of it through the general loop has shown
+    its fused groups (single-tensor cuts, no replay): every F_all^l, l >= 2, takes abar^{l-1}'s output
+    except at ``splits``, the stages whose F_all took a detached copy (:func:`_split_shared`: GPT-2's
+    head and embedding share a weight), each the bottom of a group. The same forwards on the same
+    tensors, the same backward calls from the loss down, group by group, with the same holds and the
+    same references alive through each call, without the general loop's per-operation bookkeeping.
+    On a GPU whose host paces the step every microsecond of it is step time (the executed store-all
+    plan was 3-7% slower than plain autograd on a host-bound H100 and H200); the general loop costs
+    about 3 us a stage and 45 us a step more than this on the CPU of the tests
     (``benchmarks/bench_executor_overhead.py``). Not for measured runs (``measure_memory``,
     ``op_times``), which take the general path."""
     cuda = torch.device(device).type == "cuda"
     held: dict[int, Any] = {}
     held_delta: dict[int, Any] = {}
     loss_value: Any = float("nan")
+    L1 = len(fns)
+    split = frozenset(splits)
+    bottoms = sorted(split, reverse=True) + [1]       # each group's lowest stage, from the loss down
 
     def junction(j: int):
         def hook(grad):
@@ -547,28 +560,48 @@ def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: 
         nonlocal loss_value
         x0 = _leaf(x.detach().clone(), input_grad)
         h = x0
-        ins = []                      # a^{j-1}, the input of stage j, for j = 2..L+1 (the junctions)
-        for i, fn in enumerate(fns):
-            if i:
-                ins.append(h)
-            out = fn(h)
+        ins: list = [None]              # ins[l]: the tensor stage l read (a^{l-1}, or its detached copy at a split)
+        tops: dict[int, torch.Tensor] = {}   # a^{s-1} with its graph, for each split s: the top of the group below
+        for l in range(1, L1 + 1):
+            if l in split:
+                tops[l - 1] = h
+                h = _leaf(h, True)
+            ins.append(h)
+            out = fns[l - 1](h)
             h = out[0] if isinstance(out, (tuple, list)) else out
         del out
         loss_value = h.detach() if cuda else float(h.detach())
-        one = torch.ones((), device=device)
-        handles = []
-        if keep is None or keep:
-            L1 = len(fns)
-            _hold_group(list(range(L1, 0, -1)), reversed(ins), (h,), (one,), keep, held, held_delta, junction,
-                        handles)
-        ins.clear()
-        torch.autograd.backward([h], [one])
-        del h, one
-        for k in handles:
-            k.remove()
-        held.clear()
-        held_delta.clear()
-        del x0
+        outs, d = (h,), (torch.ones((), device=device),)
+        del h
+        top = L1
+        for k in bottoms:               # one backward call per group: B^top, ..., B^k
+            group = list(range(top, k - 1, -1))
+            inp = ins[k]
+            junctions = ins[k + 1:top + 1][::-1]          # a^{top-1}, ..., a^k
+            del ins[k:]
+            handles: list = []
+            if len(group) == 1:         # one call, which holds a^top and delta^top until B^top ends
+                if d[0] is not None and outs[0].requires_grad:
+                    torch.autograd.backward(outs[0], d[0])
+                del outs, d
+            else:
+                pairs = [(o, g) for o, g in zip(outs, d) if g is not None and _needs_grad(o)]
+                if keep is None or keep:
+                    _hold_group(group, junctions, outs, d, keep, held, held_delta, junction, handles)
+                junctions.clear()
+                del outs, d
+                if pairs:
+                    _backward_from(pairs, exact=False)
+                held.clear()
+                held_delta.clear()
+            for hd in handles:
+                hd.remove()
+            d = (inp.grad if _needs_grad(inp) else None,)
+            del inp
+            if k > 1:
+                outs = (tops.pop(k - 1),)
+                top = k - 1
+        del d, x0
 
     elapsed = _run_timed(run, None, device, clock, sync=sync)
     if cuda and not sync:
@@ -664,7 +697,8 @@ class _StageInfo:
     refs: list         # weak references to the stage objects: a cached entry is used only while
                        # they are alive and the same (ids can be reused); the cache keeps no model alive
     fast_ops: Any = None   # the store-all sequence (the _plan tuple itself) once a run has shown that
-                           # every F_all^l, l >= 2, joins abar^{l-1} (:func:`_run_store_all`)
+                           # every F_all^l, l >= 2, joins abar^{l-1} but at fast_splits (:func:`_run_store_all`)
+    fast_splits: tuple = ()
 
 
 _INFO: dict[tuple, _StageInfo] = {}

@@ -338,7 +338,8 @@ def test_store_all_fast_path_runs_what_the_general_loop_runs(setup, hold, monkey
     loop (``_run_store_all``). Against the general loop's run of the same sequence on the same stages:
     the same loss and gradients bit for bit, and the same peak measured from outside by the same
     tracker (the holds let the same tensors go at the same moments; without them, the engine does).
-    On the network with a tied weight (GPT-2) the groups are split, and the general loop keeps it."""
+    On the network with a tied weight (GPT-2) the groups are split: the fast path runs them one call
+    each, as the general loop does (the splits recorded from the general loop's run)."""
     from memplan.models import runtime as rt
 
     name, model, x, loss_fn, loss, grads = setup
@@ -350,9 +351,12 @@ def test_store_all_fast_path_runs_what_the_general_loop_runs(setup, hold, monkey
     stages, loss_stage = lm.stages, lm.loss_stage(loss_fn)
     names, params = zip(*m.named_parameters())
     got = _general_then_fast(stages, loss_stage, x, params, hold, 123)
-    fused = not rt._stage_info(list(stages) + [loss_stage]).shared
-    assert got["general"][3] == fused and got["fast"][3] == fused
-    assert len(calls) == (1 if fused else 0)                   # the second run only, where fused
+    info = rt._stage_info(list(stages) + [loss_stage])
+    assert got["general"][3] and got["fast"][3]
+    assert len(calls) == 1                                     # the second run only
+    # GPT-2: stage 1 (the embedding) shares its weight with the loss stage (the head): B^1 in a call
+    # of its own, the stage above it (2) reads a detached copy of a^1
+    assert info.fast_splits == ((2,) if info.shared else ()), (name, info.fast_splits, info.shared)
     assert got["fast"][0] == got["general"][0]
     assert got["fast"][1] == got["general"][1], (name, hold, got["fast"][1], got["general"][1])
     for n, g_fast, g_general in zip(names, got["fast"][2], got["general"][2]):
@@ -363,8 +367,9 @@ def test_store_all_fast_path_runs_what_the_general_loop_runs(setup, hold, monkey
 def test_store_all_fast_path_on_random_chains_of_small_stages():
     """The same property as above on random chains (hypothesis): stages of Linear layers of random
     widths with dropout, tanh, an identity stage that returns its input (a leaf junction, held by a
-    tensor hook, where it is the first stage) or a stage that returns a 1-tuple; held or not. The fast
-    path's loss, gradients and peak (one tracker, from outside) are the general loop's."""
+    tensor hook, where it is the first stage) or a stage that returns a 1-tuple; weights tied between
+    stages (the groups split there, as on GPT-2); every B held, none, or some. The fast path's loss,
+    gradients and peak (one tracker, from outside) are the general loop's."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
@@ -380,10 +385,20 @@ def test_store_all_fast_path_on_random_chains_of_small_stages():
         def forward(self, y):
             return y.square().mean()
 
-    @settings(max_examples=12, deadline=None)
+    class Head(torch.nn.Module):
+        def __init__(self, lin):
+            super().__init__()
+            self.lin = lin
+
+        def forward(self, y):
+            return self.lin(y).square().mean()
+
+    @settings(max_examples=20, deadline=None)
     @given(widths=st.lists(st.integers(1, 9), min_size=2, max_size=7), kinds=st.lists(st.integers(0, 3), min_size=7,
-           max_size=7), hold=st.booleans(), seed=st.integers(0, 10_000))
-    def check(widths, kinds, hold, seed):
+           max_size=7), hold=st.one_of(st.booleans(), st.frozensets(st.integers(1, 10))),
+           ties=st.lists(st.tuples(st.integers(0, 20), st.integers(0, 20)), max_size=2), head=st.booleans(),
+           seed=st.integers(0, 10_000))
+    def check(widths, kinds, hold, ties, head, seed):
         torch.manual_seed(seed)
         stages = []
         for i, (a, b) in enumerate(zip(widths, widths[1:])):
@@ -394,8 +409,18 @@ def test_store_all_fast_path_on_random_chains_of_small_stages():
                 stages.append(torch.nn.Identity())
         if kinds[-1] == 3:                      # first: the step's input leaf is the junction
             stages.insert(0, torch.nn.Identity())
-        params = [p for s in stages for p in s.parameters()]
-        got = _general_then_fast(stages, Loss(), torch.randn(3, widths[0]), params, hold, seed + 1)
+        lins = [next((m for m in s.modules() if isinstance(m, torch.nn.Linear)), None) for s in stages]
+        for i, j in ties:                       # a later stage uses an earlier one's weight (same shape)
+            i, j = sorted((i % len(stages), j % len(stages)))
+            if i != j and lins[i] is not None and lins[j] is not None and lins[i].weight.shape == lins[j].weight.shape:
+                lins[j].weight = lins[i].weight
+        loss = Loss()
+        first = next(m for m in lins if m is not None)
+        if head:          # the loss reads the first Linear's weight, as GPT-2's head the embedding's
+            stages.append(torch.nn.Linear(widths[-1], first.in_features))
+            loss = Head(first)
+        params = list({id(p): p for s in stages + [loss] for p in s.parameters()}.values())
+        got = _general_then_fast(stages, loss, torch.randn(3, widths[0]), params, hold, seed + 1)
         assert got["general"][3] and got["fast"][3]
         assert got["fast"][0] == got["general"][0] and got["fast"][1] == got["general"][1], got
         assert all(torch.equal(a, b) for a, b in zip(got["fast"][2], got["general"][2]))

@@ -138,6 +138,13 @@ def test_invalid_sequence_is_rejected(setup):
         execute(lm.stages, loss_fn, x, [("F_ck", 1), ("B", 1)])
     with pytest.raises(InvalidSequence, match="a\\^2"):
         execute(lm.stages, loss_fn, x, [("F_none", 1), ("F_none", 3)])
+    # the no-grad forwards switch grad mode off for their run: an error there leaves it as it was
+    assert torch.is_grad_enabled()
+    with torch.no_grad():
+        with pytest.raises(InvalidSequence, match="a\\^2"):
+            execute(lm.stages, loss_fn, x, [("F_ck", 1), ("F_none", 3)])
+        assert not torch.is_grad_enabled()
+    assert torch.is_grad_enabled()
 
 
 def test_sequences_are_valid_for_the_simulator():

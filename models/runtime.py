@@ -209,10 +209,11 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                                         fuse_backward and not info.multi, info.shared)
     device = device if device is not None else x.device
     keep = _keep(hold)
+    headroom = hold.headroom if isinstance(hold, Holds) else None
     if measure_memory and keep is not None:
         raise ValueError("execute: measure_memory reads each B's memory from the holds' hooks; use hold=True")
     if fast and info.fast_ops is ops and not measure_memory and op_times is None:
-        return _run_store_all(fns, x, device, input_grad, clock, sync, keep, info.fast_splits)
+        return _run_store_all(fns, x, device, input_grad, clock, sync, keep, info.fast_splits, headroom)
     rng = _Rng(device, starts) if replayed else None
     cuda = torch.device(device).type == "cuda"
     marks: list = []                  # CUDA events or perf_counter readings between operations
@@ -363,7 +364,8 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                     del d, outs
                     junctions.clear()
                     if pairs:
-                        _backward_from(pairs, exact=tracker is not None)
+                        _backward_from(pairs, exact=tracker is not None,
+                                       direct=tracker is None and _direct_fits(headroom, group, pairs))
                     held.clear()
                     held_delta.clear()
                 delta[group[-1] - 1] = ((inp[0].grad if inp[0].requires_grad else None,) if len(inp) == 1 else
@@ -461,6 +463,42 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                          memory_after=after, memory_peak_during=during)
 
 
+class Holds(frozenset):
+    """The stages whose B a run holds (a frozenset, as ``execute``'s ``hold``), with ``headroom``:
+    for each stage l, how many bytes B^l stayed below the run's peak in the fully held run they
+    come from (:func:`holds_at_peak`). With it an unmeasured run also calls a fused group's
+    backward directly, as plain autograd and ``torch.utils.checkpoint`` do, where that is safe: a
+    direct call keeps the group's top output a^l and its gradient delta^l until the whole call
+    returns instead of until B^l ends, so it is made only where every later B of the group has
+    that many bytes of headroom; elsewhere the empty Python root of :func:`_backward_from` (about
+    40 us a group on this CPU, 3 of the 5% by which ``sequential``(4) trailed
+    ``checkpoint_sequential``(4) on 40 tiny stages) lets them go when B^l ends."""
+
+    headroom: dict
+
+    def __new__(cls, stages, headroom: dict | None = None):
+        self = super().__new__(cls, stages)
+        self.headroom = dict(headroom or {})
+        return self
+
+    def __reduce__(self):
+        return (Holds, (frozenset(self), self.headroom))
+
+
+def _direct_fits(headroom: dict | None, group: list, pairs: list) -> bool:
+    """Whether a fused group's backward may be called directly (:class:`Holds`): every B below its
+    top has at least the bytes of the top's outputs and gradients (distinct storages) below the peak."""
+    if headroom is None:
+        return False
+    seen: dict[int, int] = {}
+    for o, g in pairs:
+        for t in (o, g):
+            st = t.untyped_storage()
+            seen[st.data_ptr()] = st.nbytes()
+    extra = sum(seen.values())
+    return all(headroom.get(j, -1.0) >= extra for j in group[1:])
+
+
 def _keep(hold) -> frozenset | None:
     """``execute``'s ``hold`` as the set of stages whose B is held (None: every one)."""
     if hold is True:
@@ -520,7 +558,9 @@ def holds_at_peak(ops: RematSchedule | Sequence[tuple[str, int]], memory_during:
     ``execute(hold=...)`` with them holds the memory of the fully held run where it peaks, and at
     most that elsewhere, so its peak is the held run's (the model's) with two hooks per stage given
     instead of one per stage of every fused group. Empty where the peak is at a forward (no hold
-    changes it).
+    changes it). The answer is a :class:`Holds`, which also carries each B's headroom below the
+    peak: with it an unmeasured run calls a fused group's backward directly where that stays below
+    the peak.
 
     ``slack``: an unmeasured run back-propagates the loss's group by a direct call that holds the
     loss and its seed gradient until it returns (:func:`_backward_from`), where a measured run lets
@@ -537,12 +577,13 @@ def holds_at_peak(ops: RematSchedule | Sequence[tuple[str, int]], memory_during:
     top = max(memory_during)
     if slack is None:
         slack = 1024.0 if torch.device(device).type == "cuda" else 16.0
-    return frozenset(int(l) for (op, l), m in zip(ops, memory_during)
-                     if op == "B" and m >= top * (1 - rel) - slack)
+    at = [int(l) for (op, l), m in zip(ops, memory_during) if op == "B" and m >= top * (1 - rel) - slack]
+    # headroom: below the peak less the slack, so that what the slack covers is not spent twice
+    return Holds(at, {int(l): top - m - slack for (op, l), m in zip(ops, memory_during) if op == "B"})
 
 
 def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: Callable[[], float], sync: bool,
-                   keep: frozenset | None, splits: tuple = ()) -> RuntimeResult:
+                   keep: frozenset | None, splits: tuple = (), headroom: dict | None = None) -> RuntimeResult:
     """:func:`execute` of the store-all sequence once a run of it through the general loop has shown
     its fused groups (single-tensor cuts, no replay): every F_all^l, l >= 2, takes abar^{l-1}'s output
     except at ``splits``, the stages whose F_all took a detached copy (:func:`_split_shared`: GPT-2's
@@ -605,7 +646,7 @@ def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: 
                 junctions.clear()
                 del outs, d
                 if pairs:
-                    _backward_from(pairs, exact=False)
+                    _backward_from(pairs, exact=False, direct=_direct_fits(headroom, group, pairs))
                 held.clear()
                 held_delta.clear()
             for hd in handles:
@@ -666,7 +707,7 @@ class _Seed(torch.autograd.Function):
         return (None, *ctx.holder.pop())
 
 
-def _backward_from(pairs: list, exact: bool = True) -> None:
+def _backward_from(pairs: list, exact: bool = True, direct: bool = False) -> None:
     """``torch.autograd.backward(outputs, gradients)`` for ``pairs`` [(output, its gradient), ...],
     emptied, without the call's arguments holding the outputs and gradients until the whole call
     returns: whoever else holds them decides when they go (a fused group's ``held`` and
@@ -679,9 +720,10 @@ def _backward_from(pairs: list, exact: bool = True) -> None:
     512 bytes on a GPU; the model frees them after B^{L+1}), and saves the empty root, a Python
     autograd function: about 35 us a call alone, 6% of a store-all step of 40 tiny stages on this
     CPU (``benchmarks/bench_executor_overhead.py``). Measured runs keep the root, so that their
-    bytes are the model's exactly."""
+    bytes are the model's exactly. ``direct`` (with ``exact=False``): the direct call for any
+    outputs, where the caller has found it safe (:class:`Holds`)."""
     outs = [o for o, _ in pairs]
-    if not exact and all(o.numel() <= 1 and g.numel() <= 1 for o, g in pairs):
+    if not exact and (direct or all(o.numel() <= 1 and g.numel() <= 1 for o, g in pairs)):
         grads = [g for _, g in pairs]
         pairs.clear()
         torch.autograd.backward(outs, grads)

@@ -481,20 +481,23 @@ def test_holds_on_some_stages_on_random_chains():
         measured = execute(stages, Loss(), x, seq, measure_memory=True)
         at_peak = holds_at_peak(seq, measured.memory_peak_during, slack=8)      # two float32 scalars
         got = {}
-        for hold in (True, frozenset(some), frozenset(some) | at_peak):
+        # "peak" also carries each B's headroom: groups with room call their backward directly
+        for name, hold in [("all", True), ("some", frozenset(some)), ("some+peak", frozenset(some) | at_peak),
+                           ("peak", at_peak)]:
             for p in params:
                 p.grad.zero_()
             with memory_tracker("cpu") as tr:
                 torch.manual_seed(seed + 1)
                 res = execute(stages, Loss(), x, seq, hold=hold, fast=fast)
                 tr.sync()
-                got[hold] = (res.loss, float(tr.peak), [p.grad.clone() for p in params])
-        full = got[True]
+                got[name] = (res.loss, float(tr.peak), [p.grad.clone() for p in params])
+        full = got["all"]
         assert full[1] == pytest.approx(measured.peak_memory, abs=64)
-        for hold, (loss, peak, grads) in got.items():
-            assert loss == full[0] and all(torch.equal(a, b) for a, b in zip(grads, full[2])), hold
-            assert peak <= full[1], (hold, peak, full[1])
-        assert got[frozenset(some) | at_peak][1] == full[1], (sorted(at_peak), got)
+        for name, (loss, peak, grads) in got.items():
+            assert loss == full[0] and all(torch.equal(a, b) for a, b in zip(grads, full[2])), name
+            assert peak <= full[1], (name, peak, full[1])
+        assert got["some+peak"][1] == full[1], (sorted(at_peak), got)
+        assert got["peak"][1] == full[1], (sorted(at_peak), at_peak.headroom, got)
 
     check()
 
@@ -514,3 +517,52 @@ def test_hold_must_be_a_flag_or_stages():
     assert holds_at_peak(seq, [1, 2, 10, 10, 9.5, 3], rel=0.1, slack=0) == {3, 2}
     assert holds_at_peak(seq, [1, 2, 10, 10, 9.5, 3], slack=0) == {3}
     assert holds_at_peak(seq, [1, 2, 10, 10, 9.5, 3], slack=7) == {3, 2, 1}
+
+
+def test_direct_backward_calls_only_where_the_headroom_allows(monkeypatch):
+    """A :class:`Holds` from ``holds_at_peak`` lets an unmeasured run call a fused group's backward
+    directly (no Python root), which keeps the group's top output and gradient until the call
+    returns. Here ``sequential``(2) on 4 stages puts the peak at B^1, inside the group whose top,
+    stage 2, outputs 512 floats a sample: with the true headroom the run takes the root there (its
+    peak is the held run's, to the byte) and the direct call in the upper group; told that every B
+    has room, it calls both directly and peaks higher by a^2 and delta^2 (the case the check is
+    for)."""
+    import memplan.models.runtime as rt
+    from memplan.models.profiler import memory_tracker
+    from memplan.models.runtime import Holds, holds_at_peak
+
+    class Loss(torch.nn.Module):
+        def forward(self, y):
+            return y.square().mean()
+
+    torch.manual_seed(0)
+    stages = [torch.nn.Sequential(torch.nn.Linear(8, 2048), torch.nn.Tanh(), torch.nn.Linear(2048, 8)),
+              torch.nn.Linear(8, 512), torch.nn.Sequential(torch.nn.Linear(512, 8), torch.nn.Tanh()),
+              torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())]
+    params = [p for s in stages for p in s.parameters()]
+    x = torch.randn(4, 8)
+    seq = sequential_schedule(4, 2)
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    measured = execute(stages, Loss(), x, seq, measure_memory=True)
+    during = dict(zip(seq.ops, measured.memory_peak_during))
+    assert during[("B", 1)] == measured.peak_memory          # the peak is at B^1, below the group's top
+    at_peak = holds_at_peak(seq, measured.memory_peak_during)
+    assert at_peak == {1}
+    roots = []
+    now = [None]
+    apply = rt._Seed.apply
+    monkeypatch.setattr(rt._Seed, "apply", staticmethod(lambda *a: (roots.append(now[0]), apply(*a))[1]))
+    peaks = {}
+    for name, hold in [("all", True), ("peak", at_peak), ("told room", Holds(at_peak, {l: 1e12 for l in range(1, 6)}))]:
+        for p in params:
+            p.grad.zero_()
+        now[0] = name
+        with memory_tracker("cpu") as tr:
+            execute(stages, Loss(), x, seq, hold=hold)
+            tr.sync()
+            peaks[name] = float(tr.peak)
+    assert roots.count("all") == 1 and roots.count("peak") == 1 and roots.count("told room") == 0
+    assert peaks["peak"] == peaks["all"] == pytest.approx(measured.peak_memory, abs=16)
+    a2 = 4 * 512 * 4                                          # a^2 and delta^2, float32
+    assert peaks["told room"] >= peaks["all"] + a2, peaks

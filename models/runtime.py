@@ -33,7 +33,6 @@ weight gradients, which the chain model does not count, stay out of the activati
 """
 from __future__ import annotations
 
-import bisect
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -540,10 +539,16 @@ def _hold_group(group: list, junctions, outs, d, keep: frozenset | None, held: d
     if want[-1] == l:
         held[l] = [outs]
         held_delta[l] = d
+    i = len(want) - 1                 # want[i]: the lowest held m >= j-1, which lets a^{j-1} go
     for j, t in zip(group, junctions):                       # t = a^{j-1}, j = l, ..., k+1
-        i = bisect.bisect_left(want, j - 1)
-        if i < len(want):                                     # the lowest held m >= j-1 lets it go
-            held.setdefault(want[i], []).append(t)
+        while i > 0 and want[i - 1] >= j - 1:
+            i -= 1
+        if want[i] >= j - 1:
+            got = held.get(want[i])
+            if got is None:
+                held[want[i]] = [t]
+            else:
+                got.append(t)
         if j in hooks:
             if t.grad_fn is not None:
                 t.grad_fn.register_prehook(hook_for(j))

@@ -18,7 +18,8 @@ one CSV row per (network, limit, method):
 * ``timed_peak`` / ``held_stages``: the timed runs hold a fused backward group's a^j and delta^j
   until B^j ends (as the model has them) only for the B's where the measured run peaks
   (``--holds peak``, the default: :func:`memplan.models.runtime.holds_at_peak`, two hooks per such B
-  instead of one per junction, about 5 us each on a CPU); ``timed_peak`` is that configuration's own
+  instead of one per junction, about 5 us each on a CPU; and a group's backward called directly,
+  without the Python root, where its B's have the room for it); ``timed_peak`` is that configuration's own
   peak, measured as autograd's is (:func:`memplan.models.memory.step_peak`): the held run's to the
   byte where the holds work as they should (the summary counts the rows where it is not).
   ``--holds all`` holds every B, as before 2026-11-28;

@@ -583,8 +583,8 @@ def holds_at_peak(ops: RematSchedule | Sequence[tuple[str, int]], memory_during:
     if slack is None:
         slack = 1024.0 if torch.device(device).type == "cuda" else 16.0
     at = [int(l) for (op, l), m in zip(ops, memory_during) if op == "B" and m >= top * (1 - rel) - slack]
-    # headroom: below the peak less the slack, so that what the slack covers is not spent twice
-    return Holds(at, {int(l): top - m - slack for (op, l), m in zip(ops, memory_during) if op == "B"})
+    # headroom: below the peak less ``rel`` and the slack, so that what they cover is not spent twice
+    return Holds(at, {int(l): top * (1 - rel) - m - slack for (op, l), m in zip(ops, memory_during) if op == "B"})
 
 
 def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: Callable[[], float], sync: bool,

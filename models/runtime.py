@@ -186,7 +186,9 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     ``hold`` as a set of stages (not with ``measure_memory``): only their B's are held
     (:func:`_hold_group`), two hooks each; with :func:`holds_at_peak` of a held measured run (or of
     the simulator's replay) the run peaks at the held run's peak to the byte, with the host time of
-    ``hold=False`` but four hooks or so (the tests check it on the zoo and on random chains).
+    ``hold=False`` but a few hooks (the tests check it on the zoo and on random chains). Its answer,
+    a :class:`Holds`, also lets the run call a fused group's backward directly, without the empty
+    Python root, where the group's B's have the room for it.
 
     Without ``measure_memory``, the group that starts at the loss stage (scalar outputs and
     gradients) is back-propagated by a direct call rather than through an empty root
@@ -557,7 +559,7 @@ def _hold_group(group: list, junctions, outs, d, keep: frozenset | None, held: d
 
 
 def holds_at_peak(ops: RematSchedule | Sequence[tuple[str, int]], memory_during: Sequence[float], rel: float = 0.0,
-                  slack: float | None = None, device="cpu") -> frozenset:
+                  slack: float | None = None, device="cpu") -> Holds:
     """The stages l whose B^l's memory (``memory_during``, one value per operation of ``ops``: a held
     measured run's, or the simulator's) is within ``rel`` of the largest, less ``slack`` bytes:
     ``execute(hold=...)`` with them holds the memory of the fully held run where it peaks, and at
@@ -578,7 +580,7 @@ def holds_at_peak(ops: RematSchedule | Sequence[tuple[str, int]], memory_during:
     if len(memory_during) != len(ops):
         raise ValueError(f"holds_at_peak: {len(memory_during)} memory values for {len(ops)} operations")
     if not ops:
-        return frozenset()
+        return Holds(())
     top = max(memory_during)
     if slack is None:
         slack = 1024.0 if torch.device(device).type == "cuda" else 16.0

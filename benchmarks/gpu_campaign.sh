@@ -223,7 +223,8 @@ issue27)
     # peak, timed_peak checking its peak; hard limit CHECK_S, default 150 s); (2) gpu_step_spikes: store-all and
     # sequential held at their peak, with every B held and with none, beside autograd and checkpoint_sequential,
     # paired (hard limit SPIKES_S,
-    # default 120 s; 0 skips it); (3) with REPROFILE_S > 0 (default 0: done on 2026-11-28), the six shipped GPU
+    # default 120 s; 0 skips it); with CHECK_GPT2_S >= 150 (default 0) runtime_check on GPT-2 small too, after
+    # ResNet-50 (the executor changed on the 2026-11-28 evening; GPT-2 met every target that morning); (3) with REPROFILE_S > 0 (default 0: done on 2026-11-28), the six shipped GPU
     # chains profiled again with the turn model (no setting started after REPROFILE_S - 40 s). Then, warm, `next`
     # with what is left (NEXT_BUDGET_S >= 230).
     mkdir -p "$OUTDIR" "$WORK"
@@ -235,6 +236,14 @@ issue27)
             --out "$OUTDIR/runtime_gpu_resnet50.csv" --throughput "$OUTDIR/throughput_gpu_resnet50.csv" \
             --traces "$OUTDIR/runtime_traces_resnet50.json" --max-rounds 40 --timing-budget $(( hc - 70 ))
         log "runtime_check exit status $?"
+        hg=${CHECK_GPT2_S:-0}          # GPT-2 small b8 s1024 too (>= 150 s; 0, the default, skips it)
+        if [ "$hg" -ge 150 ]; then
+            log "runtime check GPT-2 small on cuda (hard limit $hg s)"
+            PYTHONUNBUFFERED=1 timeout "$hg" "$PY" -m memplan.experiments.runtime_check --device cuda --models gpt2 \
+                --out "$OUTDIR/runtime_gpu_gpt2.csv" --throughput "$OUTDIR/throughput_gpu_gpt2.csv" \
+                --traces "$OUTDIR/runtime_traces_gpt2.json" --max-rounds 20 --timing-budget $(( hg - 100 ))
+            log "runtime_check gpt2 exit status $?"
+        fi
         hs=${SPIKES_S:-120}
         if [ "$hs" -gt 0 ]; then
             log "gpu_step_spikes resnet50 b32 on cuda (hard limit $hs s)"
@@ -365,6 +374,7 @@ unpack)
         host_link.json bench_budget_gpu.csv bench_budget_gpu.txt campaign_both.log campaign_budget.log campaign_runtime.log \
         campaign_next.log bench_budget_gpu_gpt2.csv bench_budget_gpu_gpt2.txt timing_noise_gpu.csv \
         runtime_gpu_resnet50.csv throughput_gpu_resnet50.csv runtime_traces_resnet50.json \
+        runtime_gpu_gpt2.csv throughput_gpu_gpt2.csv runtime_traces_gpt2.json \
         offload_exec_gpu_gpt2.csv offload_exec_gpu_quick.csv bench_budget_gpu_offload.csv bench_budget_gpu_offload.txt offload_plans_gpt2.json campaign_offload.log \
         bench_budget_gpu_resnet50.csv bench_budget_gpu_resnet50.txt bench_budget_gpu_gpt2_low.csv bench_budget_gpu_gpt2_low.txt \
         campaign_gpt2_low.log campaign_issue27.log step_spikes_gpu_resnet50.csv step_spikes_gpu_resnet50.txt campaign_spikes.log; do

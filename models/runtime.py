@@ -1003,7 +1003,11 @@ def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
     medians), reported, not added to the chain. ``clear_grads`` is called before each run (the
     default sets every parameter's ``.grad`` to None, as a training step after ``zero_grad``).
     ``turns``: each run also runs :func:`models.remat.turn_ops`, timed per operation and whole, for
-    :meth:`InContextTimes.turn_model` (``turn_per_op``, ``turn_run_times``).
+    :meth:`InContextTimes.turn_model` (``turn_per_op``, ``turn_run_times``). The whole runs hold
+    nothing (``hold=False``): executed plans are timed holding only at their peak (a few hooks,
+    :func:`holds_at_peak`), and a measured run to find that peak cannot run compiled stages (the
+    dispatch-mode tracker), so the chain's times leave out the hook at every junction that a fully
+    held run pays, as the timed plans do, less their few.
     """
     device = device if device is not None else x.device
     ops = store_all_ops(len(stages))
@@ -1025,7 +1029,7 @@ def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
             execute(stages, loss_fn, x, seq, device=device, input_grad=input_grad, op_times=times, clock=clock,
                     fuse_backward=False)
             clear()
-            t = execute(stages, loss_fn, x, seq, device=device, input_grad=input_grad, clock=clock).time
+            t = execute(stages, loss_fn, x, seq, device=device, input_grad=input_grad, clock=clock, hold=False).time
             if i >= warmup:
                 per_op.append(times)
                 whole.append(t)

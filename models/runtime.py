@@ -283,14 +283,13 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                 tracker.reset_peak()
         return hook
 
-    n_joined = 0
     unjoined: list[int] = []          # stages l >= 2 whose F_all took a detached copy of its input
     single = True                     # every F_all read one tensor and returned one
     grad_mode = torch.is_grad_enabled()
     nograd = False                    # the loop has switched grad mode off for F_ck / F_none
 
     def run() -> None:
-        nonlocal loss_value, n_joined, single, nograd
+        nonlocal loss_value, single, nograd
         x0 = x.detach().clone()
         if src_res:
             R[src_res[0]] = resident_leaf(x0, grad=input_grad)
@@ -394,7 +393,6 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                 nr = len(r_out[l - 1])
                 if op == "F_all":
                     joined = pos in join and l - 1 in abar and len(src) == 1 and _needs_grad(src[0])
-                    n_joined += joined
                     if not joined and l > 1:
                         unjoined.append(l)
                     inp = src if joined else tuple(_leaf(t, input_grad or l > 1) for t in src)
@@ -448,8 +446,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
 
     wait = sync or tracker is not None or op_times is not None
     elapsed = _run_timed(rng.guarded(moded) if rng is not None else moded, tracker, device, clock, sync=wait)
-    if (info.fast_ops is None and L >= 1 and single and not info.multi and n_joined + len(unjoined) == L
-            and list(ops) == store_all_ops(L)):
+    if info.fast_ops is None and L >= 1 and single and not info.multi and list(ops) == store_all_ops(L):
         info.fast_ops = ops          # single tensors, every F_all^l, l >= 2, joined but at ``unjoined``: the
         info.fast_splits = tuple(unjoined)        # groups _run_store_all runs
     if cuda and not wait:
@@ -481,9 +478,6 @@ class Holds(frozenset):
         self = super().__new__(cls, stages)
         self.headroom = dict(headroom or {})
         return self
-
-    def __reduce__(self):
-        return (Holds, (frozenset(self), self.headroom))
 
 
 def _direct_fits(headroom: dict | None, group: list, pairs: list) -> bool:
@@ -648,8 +642,7 @@ def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: 
                 del outs, d
             else:
                 pairs = [(o, g) for o, g in zip(outs, d) if g is not None and _needs_grad(o)]
-                if keep is None or keep:
-                    _hold_group(group, junctions, outs, d, keep, held, held_delta, junction, handles)
+                _hold_group(group, junctions, outs, d, keep, held, held_delta, junction, handles)
                 junctions.clear()
                 del outs, d
                 if pairs:

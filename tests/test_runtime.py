@@ -313,11 +313,12 @@ def test_without_holds_the_same_gradients_and_at_most_the_held_memory(setup, kin
         execute(lm.stages, lm.loss_stage(loss_fn), x, seq, hold=False, measure_memory=True)
 
 
-def _general_then_fast(stages, loss_stage, x, params, hold: bool, seed: int) -> dict:
+def _general_then_fast(stages, loss_stage, x, params, hold: bool, seed: int, fuse: bool = True) -> dict:
     """Store-all run twice on the same stages: first through the general loop (the stages' cached
     ``fast_ops`` cleared: the run marks them where it shows one fused group), then as ``execute``
     chooses. Per run: (loss, peak measured from outside by one tracker, parameter gradients, whether
-    the stages are marked for the fast path after it)."""
+    the stages are marked for the fast path after it). ``fuse``: ``execute``'s ``fuse_backward``
+    (False: every B its own call, each stage its own group on the fast path)."""
     from memplan.models import runtime as rt
     from memplan.models.profiler import memory_tracker
 
@@ -333,7 +334,7 @@ def _general_then_fast(stages, loss_stage, x, params, hold: bool, seed: int) -> 
             p.grad.zero_()
         with memory_tracker("cpu") as tr:
             torch.manual_seed(seed)
-            res = execute(stages, loss_stage, x, seq, hold=hold)
+            res = execute(stages, loss_stage, x, seq, hold=hold, fuse_backward=fuse)
             tr.sync()
             got[path] = (res.loss, float(tr.peak), [p.grad.clone() for p in params], info.fast_ops is not None)
     return got
@@ -375,7 +376,8 @@ def test_store_all_fast_path_on_random_chains_of_small_stages():
     """The same property as above on random chains (hypothesis): stages of Linear layers of random
     widths with dropout, tanh, an identity stage that returns its input (a leaf junction, held by a
     tensor hook, where it is the first stage) or a stage that returns a 1-tuple; weights tied between
-    stages (the groups split there, as on GPT-2); every B held, none, or some. The fast path's loss,
+    stages (the groups split there, as on GPT-2); every B held, none, or some; fused or one call per B
+    (every stage its own group). The fast path's loss,
     gradients and peak (one tracker, from outside) are the general loop's."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
@@ -404,8 +406,8 @@ def test_store_all_fast_path_on_random_chains_of_small_stages():
     @given(widths=st.lists(st.integers(1, 9), min_size=2, max_size=7), kinds=st.lists(st.integers(0, 3), min_size=7,
            max_size=7), hold=st.one_of(st.booleans(), st.frozensets(st.integers(1, 10))),
            ties=st.lists(st.tuples(st.integers(0, 20), st.integers(0, 20)), max_size=2), head=st.booleans(),
-           seed=st.integers(0, 10_000))
-    def check(widths, kinds, hold, ties, head, seed):
+           fuse=st.booleans(), seed=st.integers(0, 10_000))
+    def check(widths, kinds, hold, ties, head, fuse, seed):
         torch.manual_seed(seed)
         stages = []
         for i, (a, b) in enumerate(zip(widths, widths[1:])):
@@ -427,7 +429,7 @@ def test_store_all_fast_path_on_random_chains_of_small_stages():
             stages.append(torch.nn.Linear(widths[-1], first.in_features))
             loss = Head(first)
         params = list({id(p): p for s in stages + [loss] for p in s.parameters()}.values())
-        got = _general_then_fast(stages, loss, torch.randn(3, widths[0]), params, hold, seed + 1)
+        got = _general_then_fast(stages, loss, torch.randn(3, widths[0]), params, hold, seed + 1, fuse)
         assert got["general"][3] and got["fast"][3]
         assert got["fast"][0] == got["general"][0] and got["fast"][1] == got["general"][1], got
         assert all(torch.equal(a, b) for a, b in zip(got["fast"][2], got["general"][2]))

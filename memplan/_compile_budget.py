@@ -1148,14 +1148,14 @@ class BudgetSearch:
             return []
         return [(1, c[1], c[3], c[4])] + (list(self._cchunked) if sf == self.stage_fractions[0] else [])
 
-    def _chain_step(self, ops: tuple, loss_stage: Callable | None = None, compiled=False, chain=None) -> Callable:
+    def _chain_step(self, ops: tuple, loss_stage: Callable | None, compiled, chain) -> Callable:
         sf = self._stage_key(compiled)
         stages, own_loss, _, _, _ = self._chain if sf is None else self._cchains[sf]
         return self._stages_step(ops, stages, own_loss if loss_stage is None else loss_stage, chain)
 
-    def _stages_step(self, ops: tuple, stages, loss_stage, chain=None) -> Callable:
-        """A training step running ``ops`` on ``stages`` and ``loss_stage``. With the ``chain`` the
-        plan was solved on, the executor holds a fused group's a^j and delta^j only for the B's
+    def _stages_step(self, ops: tuple, stages, loss_stage, chain) -> Callable:
+        """A training step running ``ops`` on ``stages`` and ``loss_stage``. On the ``chain`` the plan
+        was solved on, the executor holds a fused group's a^j and delta^j only for the B's
         within 1% of the replay's peak (:func:`models.runtime.holds_at_peak`): the step's peak is the
         fully held step's wherever the replay's largest B is the run's (else at most that), with the
         host time of a run without holds (two hooks per held B instead of one per junction)."""
@@ -1163,8 +1163,7 @@ class BudgetSearch:
         from memplan.models.runtime import execute, holds_at_peak
 
         seq = list(ops)
-        hold = True if chain is None else holds_at_peak(seq, simulate_remat(chain, seq).memory_during, rel=0.01,
-                                                        device=self.device)
+        hold = holds_at_peak(seq, simulate_remat(chain, seq).memory_during, rel=0.01, device=self.device)
         return self._executor_step(lambda x: execute(stages, loss_stage, x, seq, device=self.device,
                                                      input_grad=False, sync=False, hold=hold))
 
@@ -1309,7 +1308,7 @@ class BudgetSearch:
                                      key, float(plan.peak_memory), time.perf_counter() - t0, plan.chain)
 
     def _mixed_candidate(self, ops: tuple, per_stage: tuple, stages: list, loss_source: tuple, limit: float,
-                         predicted: float, solve_time: float, chain=None) -> Candidate:
+                         predicted: float, solve_time: float, chain) -> Candidate:
         """``ops`` run on ``stages`` (stage ``l`` compiled at ``per_stage[l - 1]``) and the loss stage of
         ``loss_source`` (an entry of :meth:`_mixed_sources`), measured as the other chain plans are."""
         _, _, loss_stage, _, k, in_fwd = loss_source

@@ -237,7 +237,8 @@ def test_a_budget_per_stage_with_the_chunked_loss_stage():
     stages = [src[v][1][l] for l, v in enumerate(assign[1:-1])]
     for s in (sol, lo_sol):
         ops = tuple(tuple(o) for o in s.schedule.ops)
-        cand = search._mixed_candidate(ops, per_stage, stages, src[chunked], s.memory_limit, s.peak_memory, 0.0)
+        cand = search._mixed_candidate(ops, per_stage, stages, src[chunked], s.memory_limit, s.peak_memory, 0.0,
+                                       mixed)
         assert cand.loss_chunks == k and f"loss in {k} chunks" in cand.label and "1 at 0.5" in cand.label
         assert abs(cand.peak - s.peak_memory) <= 0.02 * s.peak_memory, (cand.peak, s.peak_memory)
         for p in model.parameters():

@@ -207,7 +207,7 @@ def test_a_partitioner_budget_per_stage(case):
     predicted = simulate_remat(mixed, list(ops)).peak_memory
     src = {v[0]: v for v in search._mixed_sources() if v[4] == 1}          # whole loss stages by fraction
     stages = [src[f][1][l] for l, f in enumerate(per_stage[:-1])]
-    cand = search._mixed_candidate(ops, per_stage, stages, src[per_stage[-1]], predicted, predicted, 0.0)
+    cand = search._mixed_candidate(ops, per_stage, stages, src[per_stage[-1]], predicted, predicted, 0.0, mixed)
     assert cand.kind == "chain-mixed" and "partitioner budget per stage" in cand.label
     assert mixed.wabar[last] == full.wabar[last] and mixed.ob[last] == full.ob[last]
     assert mixed.wabar[names.index("0")] == half.wabar[names.index("0")]

@@ -870,16 +870,17 @@ def _main(a: argparse.Namespace) -> int:
     miss_peak = [r for r in measured if r.get("peak_rel_err") is not None and abs(r["peak_rel_err"]) > 0.03]
     miss_time = [r for r in measured if r.get("time_rel_err") is not None and abs(r["time_rel_err"]) > 0.05]
     noisy = [r for r in measured if r.get("noisy")]
-    timed = [r for r in measured if r.get("timed_peak") is not None and r.get("held_stages")]
+    # the plans' rows ("" where the peak is at a forward: nothing held); autograd's have None
+    timed = [r for r in measured if r.get("timed_peak") is not None and r.get("held_stages") is not None]
     timed_off = [r for r in timed if abs(r["timed_peak"] - r["measured_peak"]) > 1024]
     print(f"written {out}" + (f" and {thr_out}" if thr_out else ""))
     print(f"{len(measured)} executed rows: gradients differ in {len(bad_grads)}, measured peak above the limit in "
           f"{len(over)}, peak off by more than 3% in {len(miss_peak)}, time off by more than 5% in {len(miss_time)}, "
           f"too noisy to use (95% interval of the median wider than {a.target:.0%}) in {len(noisy)}")
     if timed:
-        most = max(len(r["held_stages"].split()) for r in timed if r["held_stages"] != "all") if any(
-            r["held_stages"] != "all" for r in timed) else None
-        print(f"timed runs ({'held at their peak, ' + str(most) + ' stage(s) at most' if most is not None else 'every B held'}): "
+        sets = [r["held_stages"] for r in timed if r["held_stages"] != "all"]
+        how = f"held at their peak, {max(len(h.split()) for h in sets)} stage(s) at most" if sets else "every B held"
+        print(f"timed runs ({how}): "
               f"peak within 1 KiB of the measured run's in {len(timed) - len(timed_off)} of {len(timed)} rows"
               + "".join(f"; {r['network']} {r['method']}@{r['fraction']}: {r['timed_peak']:.0f} vs "
                         f"{r['measured_peak']:.0f} B" for r in timed_off[:3]))

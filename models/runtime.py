@@ -40,6 +40,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from .memory import storage_bytes
 from .resident import mark_resident
 from .remat import OPS, InvalidSequence, RematSchedule, store_all_ops, turn_ops  # noqa: F401 (re-exported)
 
@@ -485,12 +486,7 @@ def _direct_fits(headroom: dict | None, group: list, pairs: list) -> bool:
     top has at least the bytes of the top's outputs and gradients (distinct storages) below the peak."""
     if headroom is None:
         return False
-    seen: dict[int, int] = {}
-    for o, g in pairs:
-        for t in (o, g):
-            st = t.untyped_storage()
-            seen[st.data_ptr()] = st.nbytes()
-    extra = sum(seen.values())
+    extra = storage_bytes(pairs)
     return all(headroom.get(j, -1.0) >= extra for j in group[1:])
 
 

@@ -16,6 +16,8 @@ ratios the issue asks for, measured side by side in that run:
     python benchmarks/bench_executor_parity.py                       # both networks (20-40 min on 1 core)
     python benchmarks/bench_executor_parity.py --clock cpu           # on a shared machine: CPU time
     python benchmarks/bench_executor_parity.py --models gpt2 --max-rounds 10
+    python benchmarks/bench_executor_parity.py --clock cpu --memory-method profiler \
+        --out benchmarks/results/executor_parity_cpu_allocator   # every peak by c10's allocator events
 
 Writes ``benchmarks/results/executor_parity_cpu{,_throughput}.csv``, every round's times
 (``executor_parity_cpu_traces.json``, for ``benchmarks/paired_ratios.py``) and the summary printed here to
@@ -38,7 +40,8 @@ def summary(rt: pd.DataFrame, thr: pd.DataFrame) -> list[str]:
         ex = d[d["measured_time"].notna()]
         sa = ex[ex["method"] == "store-all"].iloc[0]
         ag = ex[ex["method"] == "autograd"].iloc[0]
-        out.append(f"{net} (L = {int(sa['L'])}, clock {sa.get('clock', '?')}):")
+        out.append(f"{net} (L = {int(sa['L'])}, clock {sa.get('clock', '?')}, peaks by "
+                   f"{sa.get('memory_method', 'dispatch-mode tracker')}):")
         out.append(f"  store-all / autograd: peak {sa['measured_peak'] / ag['measured_peak']:.4f} "
                    f"({sa['measured_peak'] / 2**20:.2f} vs {ag['measured_peak'] / 2**20:.2f} MiB), time "
                    f"{sa['measured_time'] / ag['measured_time']:.4f} ({sa['measured_time'] * 1e3:.1f} ms "
@@ -88,10 +91,14 @@ def main(argv=None) -> int:
     p.add_argument("--max-rounds", type=int, default=20)
     p.add_argument("--segment-counts", default="2,3,4,5,6")
     p.add_argument("--timing-budget", type=float, default=900.0, help="seconds of timing rounds per network")
+    p.add_argument("--memory-method", choices=["dispatch", "profiler"], default="dispatch",
+                   help="how every peak is measured (runtime_check's --memory-method): profiler counts every CPU "
+                        "allocation, the convolutions' scratch included")
     p.add_argument("--out", default=str(RESULTS / "executor_parity_cpu"))
     a = p.parse_args(argv)
     rt, thr = Path(a.out + ".csv"), Path(a.out + "_throughput.csv")
     rc = runtime_check.main(["--device", "cpu", "--preset", "cpu-parity", "--models", a.models, "--clock", a.clock,
+                             "--memory-method", a.memory_method,
                              "--repeats", str(a.repeats), "--max-rounds", str(a.max_rounds),
                              "--segment-counts", a.segment_counts, "--timing-budget", str(a.timing_budget),
                              "--methods", "rotor,sequential,store-all", "--out", str(rt), "--throughput", str(thr),

@@ -15,6 +15,16 @@ one CSV row per (network, limit, method):
   ``within_limit``: measured peak <= the limit. The replay charges each forward its own overhead
   (:attr:`Chain.of_all`, :attr:`Chain.of_ng`), as the solvers plan (files before 2026-11-28 have a
   column ``predicted_peak_executed`` for it, when ``predicted_peak`` charged both forwards the larger);
+* ``memory_method``: how the peaks were measured and the chain's sizes profiled, one method for every
+  contender (``--memory-method``). On a CPU ``dispatch`` (the default) counts the tensors' storages
+  that operations dispatched through PyTorch's Python dispatcher make: every byte the model has, not a
+  kernel's own scratch (a CPU convolution's backward takes a 9 MiB buffer on ResNet-50 at 224);
+  ``profiler`` counts c10's allocator events (:class:`models.memory.ProfilerTracker`,
+  ``../shared/guide/MEASURING.md``): every allocation. Then a plan's ``measured_peak`` is its fully
+  held run's, measured so, the timed runs' holds come from the replay (every B within 1% of its peak),
+  and the per-operation traces stay the dispatch tracker's. The executor's saved RNG states (5056
+  bytes each on a CPU, one per replayed segment, as ``torch.utils.checkpoint`` keeps them) are not in
+  the model: they are a few KB above the replay with ``profiler``. CUDA: the allocator's statistics;
 * ``timed_peak`` / ``held_stages``: the timed runs hold a fused backward group's a^j and delta^j
   until B^j ends (as the model has them) only for the B's where the measured run peaks
   (``--holds peak``, the default: :func:`memplan.models.runtime.holds_at_peak`, two hooks per such B
@@ -107,12 +117,16 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
               "gpt2": dict(kw={}, shape=(1024,), batch=8)},
 }
 CASES = PRESETS["small"]
+#: --memory-method: the ``memory_method`` column of a CPU run (models.memory.memory_tracker's methods)
+MEMORY_METHOD_NAMES = {"dispatch": "dispatch-mode tracker (tensors' storages)",
+                       "profiler": "c10 CPU allocator events (models.memory.ProfilerTracker)"}
 _RETIME = "__stages_in_context__"          # the contender that re-times the stages during time_all
 _RETIME_TURNS = "__turns_in_context__"     # models.remat.turn_ops with per-operation timers (no-grad forwards)
 _TURNS = "__turns__"                       # the same sequence untimed (the turn cost)
 METHODS = ["rotor", "rotor-floating", "sequential", "store-all"]
 
-COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic", "date", "clock", "fused_backward",
+COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic", "date", "clock", "memory_method",
+           "fused_backward",
            "network", "batch", "input", "L", "fraction", "memory_limit", "method", "status", "message",
            "ops", "recomputations", "same_as", "grads_equal",
            "predicted_peak", "measured_peak", "peak_rel_err", "within_limit", "timed_peak", "held_stages",
@@ -121,7 +135,7 @@ COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic",
            "time_low", "time_high",
            "repeats", "noisy", "vs_autograd", "vs_autograd_low", "vs_autograd_high",
            "throughput", "predicted_throughput", "solve_seconds", "steps_per_sample", "cuda_segments_after_round_1"]
-THROUGHPUT_COLUMNS = ["device", "gpu", "clock", "network", "batch", "input", "L", "strategy", "segments", "memory_limit",
+THROUGHPUT_COLUMNS = ["device", "gpu", "clock", "memory_method", "network", "batch", "input", "L", "strategy", "segments", "memory_limit",
                       "status", "grads_equal", "predicted_peak", "measured_peak", "predicted_time",
                       "predicted_time_profile", "measured_time", "time_low", "time_high", "rounds", "noisy", "throughput", "rotor_gain",
                       "gain_vs_checkpoint_sequential", "vs_checkpoint_sequential", "vs_checkpoint_sequential_low",
@@ -176,7 +190,7 @@ class Case:
     reference gradients; :meth:`execute` runs a sequence and compares."""
 
     def __init__(self, name: str, spec: dict, device: str, repeats: int, profile_repeats: int | None = None,
-                 clock: str = "wall"):
+                 clock: str = "wall", memory: str = "dispatch"):
         import torch
 
         from memplan.models.graph import linearize_model
@@ -186,6 +200,8 @@ class Case:
         from memplan.models.measure import clock as pick_clock
 
         self.name, self.spec, self.device, self.repeats = name, spec, device, repeats
+        # how peaks are measured on a CPU (models.memory.memory_tracker; CUDA: the allocator's statistics)
+        self.memory = "dispatch" if device.startswith("cuda") else memory
         self.clock = pick_clock(clock, torch.get_num_threads()) if not device.startswith("cuda") else time.perf_counter
         self.batch = int(spec["batch"])
         torch.manual_seed(0)
@@ -204,7 +220,7 @@ class Case:
         self.chain = profile_chain(lm.stages, self.x, self.loss_stage, repeats=profile_repeats or repeats,
                                    device=device, names=lm.names, name=f"{name}-b{self.batch}",
                                    loss_name=lm.loss_name, clock=clock if not device.startswith("cuda") else "wall",
-                                   turns=True)
+                                   turns=True, memory=self.memory)
         self.params = list(model.named_parameters())
         self._cache: dict[tuple, tuple[str, dict]] = {}
         self._contenders: dict[str, tuple] = {}  # tag -> (run once, its measurement dict), timed by time_all
@@ -313,21 +329,21 @@ class Case:
             m.update(times=t.times, time_low=t.low, time_high=t.high, rounds=len(t.times), noisy=t.noisy,
                      time_rel_halfwidth=t.rel_halfwidth)
 
-    def _holds(self, ops, during):
+    def _holds(self, ops, during, rel: float = 0.0):
         """``execute``'s ``hold`` for the timed runs of ``ops``: with ``holds`` "peak" (the default) the
         stages whose B is at the peak of ``during`` (a held measured run's memory per operation, or
-        the replay's: :func:`models.runtime.holds_at_peak`): the run's peak is the held run's and it
-        pays two hooks per held B instead of one per junction of every fused group (``timed_peak``
-        measures it); "all": every B held."""
+        the replay's, then within ``rel`` of it: :func:`models.runtime.holds_at_peak`): the run's peak
+        is the held run's and it pays two hooks per held B instead of one per junction of every fused
+        group (``timed_peak`` measures it); "all": every B held."""
         from memplan.models.runtime import holds_at_peak
 
-        return holds_at_peak(ops, during, device=self.device) if self.holds == "peak" else True
+        return holds_at_peak(ops, during, rel=rel, device=self.device) if self.holds == "peak" else True
 
     def _tracked(self, fn) -> float:
         """Peak bytes of ``fn()`` above what existed before (:func:`models.memory.step_peak`)."""
         from memplan.models.memory import step_peak
 
-        return step_peak(fn, [p for _, p in self.params], self.device)
+        return step_peak(fn, [p for _, p in self.params], self.device, self.memory)
 
     # -- runs --------------------------------------------------------------------------------------
     def execute(self, seq, tag: str) -> tuple[str, dict]:
@@ -348,7 +364,20 @@ class Case:
         res = execute(self.stages, self.loss_stage, self.x, seq, measure_memory=True, device=self.device,
                       fuse_backward=self.fuse)
         equal = self._grads_equal()
-        hold = self._holds(seq.ops, res.memory_peak_during)
+        sim = simulate_remat(self.chain, seq)
+        if self.memory == "dispatch":
+            peak = float(res.peak_memory)
+            hold = self._holds(seq.ops, res.memory_peak_during)
+        else:
+            # c10's events: the fully held run's peak, measured as every contender's is; the per-operation
+            # memory (res, the dispatch tracker's) misses the kernels' scratch, so the holds come from the
+            # replay of the chain profiled with the same events, every B within 1% of its peak
+            def held():
+                torch.manual_seed(7)
+                execute(self.stages, self.loss_stage, self.x, seq, device=self.device, fuse_backward=self.fuse)
+
+            peak = self._tracked(held)
+            hold = self._holds(seq.ops, sim.memory_during, rel=0.01)
 
         def run():
             torch.manual_seed(7)
@@ -357,12 +386,11 @@ class Case:
 
         # the timed configuration's own peak, measured as autograd's is (step_peak): the held run's where
         # the holds at its peak work as they should
-        m = {"grads_equal": equal, "measured_peak": float(res.peak_memory), "timed_peak": self._tracked(run),
+        m = {"grads_equal": equal, "measured_peak": peak, "timed_peak": self._tracked(run),
              "held_stages": "all" if hold is True else " ".join(map(str, sorted(hold)))}
         self._timed(run, m, tag)
         out = (tag, m)
         self._cache[key] = out
-        sim = simulate_remat(self.chain, seq)
         self.traces.append({"network": self.name, "sequence": tag, "ops": [list(o) for o in key],
                             "measured_after": res.memory_after, "measured_during": res.memory_peak_during,
                             "simulated_after": sim.memory_after, "simulated_during": sim.memory_during})
@@ -703,6 +731,10 @@ def main(argv=None) -> int:
     p.add_argument("--no-fuse-backward", dest="fuse_backward", action="store_false", help="one backward call "
                    "per B (models.runtime.execute's fuse_backward=False); the default runs each run of consecutive "
                    "B's in one call, as plain autograd")
+    p.add_argument("--memory-method", choices=sorted(MEMORY_METHOD_NAMES), default="dispatch",
+                   help="CPU runs: how every peak is measured and the chain profiled: dispatch (default; the "
+                        "tensors PyTorch's dispatcher makes, not a kernel's scratch) or profiler (c10's allocator "
+                        "events: every allocation, the CPU convolutions' scratch included)")
     p.add_argument("--holds", choices=["peak", "all"], default="peak", help="timed runs: hold a fused "
                    "group's a^j and delta^j until B^j ends only for the B's at the measured run's peak (peak, "
                    "default: the same peak, less host time) or for every B (all)")
@@ -800,6 +832,8 @@ def _main(a: argparse.Namespace) -> int:
     env = environment(device)
     env["clock"] = ("cpu (process_time, 1 thread)" if a.clock == "cpu" else "wall (perf_counter)") \
         if device == "cpu" else "wall (perf_counter around synchronized runs)"
+    env["memory_method"] = (MEMORY_METHOD_NAMES[a.memory_method] if device == "cpu"
+                            else "CUDA caching allocator statistics")
     rows: list[dict] = []
     thr_rows: list[dict] = []
     traces: list[dict] = []
@@ -813,7 +847,8 @@ def _main(a: argparse.Namespace) -> int:
         for attempt in (1, 2):
             case = None
             try:
-                case = Case(name, cases[name], device, repeats, a.profile_repeats, clock=a.clock)
+                case = Case(name, cases[name], device, repeats, a.profile_repeats, clock=a.clock,
+                            memory=a.memory_method)
                 case.target, case.max_rounds, case.time_budget = a.target, max_rounds, a.timing_budget
                 case.fuse = a.fuse_backward
                 case.holds = a.holds

@@ -154,21 +154,28 @@ class CudaMemoryTracker:
         return True
 
 
-def memory_tracker(device) -> Any:
-    """:class:`TensorMemoryTracker` for CPU tensors, :class:`CudaMemoryTracker` for CUDA."""
+def memory_tracker(device, method: str = "dispatch") -> Any:
+    """:class:`CudaMemoryTracker` for CUDA; for CPU tensors :class:`TensorMemoryTracker` (``method``
+    ``"dispatch"``, the default: tensors' storages as the operations dispatched through PyTorch's Python
+    dispatcher make them, not a kernel's scratch nor compiled code's buffers) or :class:`ProfilerTracker`
+    (``"profiler"``: c10's allocator events, every CPU allocation; ``../shared/guide/MEASURING.md``)."""
+    if method not in ("dispatch", "profiler"):
+        raise ValueError(f"memory_tracker: method={method!r}; choose dispatch or profiler")
     dev = torch.device(device)
-    return CudaMemoryTracker(dev) if dev.type == "cuda" else TensorMemoryTracker()
+    if dev.type == "cuda":
+        return CudaMemoryTracker(dev)
+    return ProfilerTracker() if method == "profiler" else TensorMemoryTracker()
 
 
-def step_peak(fn: Callable[[], Any], params, device) -> float:
-    """Peak bytes of ``fn()`` (one training step) above what existed before, by :func:`memory_tracker`,
-    with the weight gradients of ``params`` allocated (zeroed) before the window, as the runtime
+def step_peak(fn: Callable[[], Any], params, device, method: str = "dispatch") -> float:
+    """Peak bytes of ``fn()`` (one training step) above what existed before, by :func:`memory_tracker`
+    (``method``: its CPU method), with the weight gradients of ``params`` allocated (zeroed) before the window, as the runtime
     executor has them: persistent gradients stay out, so that a plain autograd step and an executed
     plan are measured the same way."""
     for p in params:
         if p.requires_grad:
             p.grad = torch.zeros_like(p)
-    with memory_tracker(device) as tr:
+    with memory_tracker(device, method) as tr:
         fn()
         tr.sync()
         return float(tr.peak)

@@ -208,6 +208,29 @@ def test_dry_run_runtime_rows(runtime_rows):
             assert r["within_limit"] == ""
 
 
+def test_dry_run_with_allocator_events(tmp_path):
+    """``--memory-method profiler``: every contender measured by c10's allocator events, which see the
+    CPU convolutions' scratch that the dispatch tracker does not. Each plan's peak is its replay's on
+    the chain profiled the same way (within a loss scalar), the timed runs' (held where the replay
+    peaks) too, and autograd's is at least 1 MiB above what the dispatch tracker gives it."""
+    out = tmp_path / "rt.csv"
+    rc = runtime_check.main(["--device", "cpu", "--quick", "--memory-method", "profiler", "--models", "resnet18",
+                             "--fractions", "0.5", "--methods", "rotor,sequential", "--out", str(out)])
+    assert rc == 0
+    rows = [r for r in _rows(out) if r["measured_peak"]]
+    assert {r["method"] for r in rows} == {"rotor", "sequential", "store-all", "autograd"}
+    assert {r["memory_method"] for r in rows} == {runtime_check.MEMORY_METHOD_NAMES["profiler"]}
+    for r in rows:
+        assert r["grads_equal"] == "True"
+        meas = float(r["measured_peak"])
+        if r["method"] != "autograd":
+            assert float(r["predicted_peak"]) <= meas <= float(r["predicted_peak"]) + 16, r
+            assert float(r["timed_peak"]) == meas, r
+    ag = next(r for r in rows if r["method"] == "autograd")
+    case = runtime_check.Case("resnet18", runtime_check.PRESETS["quick"]["resnet18"], "cpu", 1)
+    assert float(ag["measured_peak"]) > case.autograd()["measured_peak"] + 2**20
+
+
 def test_dry_run_throughput_comparison(runtime_rows):
     _, rows, thr, traces = runtime_rows
     times = {(t["network"], tag): t["times"] for t in traces["timings"] for tag in [t["contender"], *t["also"]]}

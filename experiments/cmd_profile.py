@@ -63,7 +63,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     chain = profile_model(key, args.batch, args.input, device=args.device, repeats=args.repeats,
-                          seed=args.seed, model_kw=dict(args.set or []), cuts=args.cuts, turns=args.turn_model)
+                          seed=args.seed, model_kw=dict(args.set or []), cuts=args.cuts, turns=args.turn_model,
+                          memory=args.memory_method)
     if args.name:
         chain.name = args.name
     save_instance(chain, out, overwrite=args.force, time_unit="ms", memory_unit="MiB", digits=9,
@@ -100,7 +101,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from memplan.models.graph import linearize_model
     from memplan.models.networks import example_input, get_model
-    from memplan.models.profiler import classification_loss
+    from memplan.models.memory import step_peak
+    from memplan.models.profiler import classification_loss, profiled_by_allocator_events
     from memplan.models.runtime import execute, holds_at_peak
 
     chain, _ = load_instance(args.instance)
@@ -151,23 +153,39 @@ def _cmd_run(args: argparse.Namespace) -> int:
     loss_stage = lm.loss_stage(loss_fn)
     sim = simulate_remat(chain, sched)               # each forward charged its own overhead
     one = simulate_remat(chain, sched, one_overhead=True)   # the papers' one o_f for both forwards
+    # one method for the plan and autograd: the instance's (a CPU profile by c10's allocator events sees
+    # the kernels' scratch, which the dispatch tracker does not; CUDA: the allocator's statistics)
+    method = "profiler" if device == "cpu" and profiled_by_allocator_events(chain) else "dispatch"
     torch.manual_seed(seed + 1)
     res = execute(lm.stages, loss_stage, x, sched, measure_memory=True, device=device)
-    ag_peak = _autograd_peak(model, loss_fn, x, device, seed)
-    hold = holds_at_peak(sched, res.memory_peak_during, device=device)     # timed: the measured peak with fewer hooks
+    peak = float(res.peak_memory)
+    if method == "profiler":
+        def held():
+            torch.manual_seed(seed + 1)
+            execute(lm.stages, loss_stage, x, sched, device=device)
+
+        peak = step_peak(held, list(model.parameters()), device, method)     # the fully held run's
+        for p in model.parameters():
+            p.grad = None
+        # timed: held where the replay peaks (the per-operation memory measured above misses the scratch)
+        hold = holds_at_peak(sched, sim.memory_during, rel=0.01, device=device)
+    else:
+        hold = holds_at_peak(sched, res.memory_peak_during, device=device)   # timed: the measured peak, fewer hooks
+    ag_peak = _autograd_peak(model, loss_fn, x, device, seed, method)
     plan_t, ag_t, ratio = _time_against_autograd(lm.stages, loss_stage, model, loss_fn, x, sched, device, seed,
                                                  args.time_budget, hold)
     print(f"{chain.name}: {label}, {len(sched)} operations, {sched.count('F_ck') + sched.count('F_none')} "
           f"recomputations")
-    print(f"peak memory  measured {fmt_memory(res.peak_memory)}   simulated {fmt_memory(sim.peak_memory)}   "
-          f"({(res.peak_memory / sim.peak_memory - 1) * 100:+.1f}%)"
+    how = " (c10 allocator events)" if method == "profiler" else ""
+    print(f"peak memory  measured{how} {fmt_memory(peak)}   simulated {fmt_memory(sim.peak_memory)}   "
+          f"({(peak / sim.peak_memory - 1) * 100:+.1f}%)"
           + (f"; the papers' one-overhead model says {fmt_memory(one.peak_memory)} (both forwards charged "
              f"the larger o_f)" if one.peak_memory != sim.peak_memory else ""))
     print(f"time         measured {_timing_text(plan_t)}   simulated {fmt_time(sim.makespan)}   "
           f"({(plan_t.median / sim.makespan - 1) * 100:+.1f}%; profiled with {prov.get('threads', '?')} thread(s) "
           f"on {prov.get('device', '?')}, run with {torch.get_num_threads() if device == 'cpu' else '-'})")
     print(f"autograd     plain loss.backward() on the same model and input: peak {fmt_memory(ag_peak)} "
-          f"({(res.peak_memory / ag_peak - 1) * 100:+.1f}% for the plan), time {_timing_text(ag_t)}; "
+          f"({(peak / ag_peak - 1) * 100:+.1f}% for the plan), time {_timing_text(ag_t)}; "
           f"plan / autograd time {ratio.text()} (paired over {ratio.n} rounds)")
     if plan_t.noisy or ag_t.noisy:
         print(f"             noisy: the 95% interval of a median is wider than {TIME_TARGET:.0%} after "
@@ -191,9 +209,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 TIME_TARGET = 0.02
 
 
-def _autograd_peak(model, loss_fn, x, device: str, seed: int) -> float:
-    """Plain ``loss_fn(model(x)).backward()``'s peak, measured as the executor's own measurement is
-    (:func:`models.memory.step_peak`): one method for both."""
+def _autograd_peak(model, loss_fn, x, device: str, seed: int, method: str = "dispatch") -> float:
+    """Plain ``loss_fn(model(x)).backward()``'s peak, measured as the executed plan's is
+    (:func:`models.memory.step_peak`, ``method`` on a CPU): one method for both."""
     import torch
 
     from memplan.models.memory import grad_input, step_peak
@@ -204,7 +222,7 @@ def _autograd_peak(model, loss_fn, x, device: str, seed: int) -> float:
         torch.manual_seed(seed + 1)
         loss_fn(model(xi)).backward()
 
-    peak = step_peak(step, list(model.parameters()), device)
+    peak = step_peak(step, list(model.parameters()), device, method)
     for p in model.parameters():
         p.grad = None
     return peak
@@ -346,6 +364,10 @@ def add_parser(subparsers) -> None:
                    help="also record the no-grad forwards' own times (u_f_ng) and the cost of a turn (u_turn), "
                         "calibrated in context: rotor, revolve and the baselines plan with them; the other "
                         "re-materialization methods then plan in the papers' time model and claim no optimality")
+    p.add_argument("--memory-method", choices=["dispatch", "profiler"], default="dispatch",
+                   help="how a CPU profile measures sizes: dispatch (default; the tensors PyTorch's dispatcher "
+                        "makes, exact bytes, not a kernel's own scratch) or profiler (c10's allocator events: every "
+                        "allocation, the convolutions' scratch included; 'memplan run' then measures the same way)")
     p.add_argument("--set", type=key_value, action="append", metavar="KEY=VALUE",
                    help="model constructor argument, e.g. --set n_layer=6 --set n_embd=512 (repeatable)")
     _output_args(p, "instance name (default: model-bBATCH-INPUT-DEVICE)")

@@ -665,7 +665,7 @@ def check_example_input(model_name: str, model, x: torch.Tensor, shape: Sequence
 def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None = None, *, device="cpu",
                   repeats: int = 3, seed: int = 0, model_kw: dict[str, Any] | None = None,
                   provenance: dict[str, Any] | None = None, name: str | None = None,
-                  cuts: str = "auto", turns: bool = False) -> Chain:
+                  cuts: str = "auto", turns: bool = False, memory: str = "dispatch") -> Chain:
     """Build a zoo model, linearize it (models.graph) and profile its stages: the chain of
     ``memplan profile`` (and of :mod:`memplan.experiments.gpu_profile`). ``provenance`` is added to
     the chain's provenance (its keys win); ``name`` replaces the default chain name. ``cuts``: the
@@ -675,7 +675,8 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
     NASNet-A and the Transformer, fewer than one group per ten operations; U-Net, one group holding
     most of the network);
     the provenance's ``cut_rule`` says which was taken, ``cuts`` what crosses each cut and ``resident``
-    the tensors crossing several. ``turns``: :func:`profile_chain`'s (the turn model)."""
+    the tensors crossing several. ``turns``: :func:`profile_chain`'s (the turn model); ``memory``: its
+    CPU memory method (``"profiler"``: c10's allocator events, the convolutions' scratch included)."""
     from .graph import linearize_model
     from .networks import DEFAULT_INPUT, canonical_name, example_input, get_model
 
@@ -711,7 +712,7 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
                  "cuts": cut_tensors(graph, lm.groups)}
     chain = profile_chain(
         lm.stages, x, lm.loss_stage(loss_fn), repeats=repeats, device=device, names=lm.names,
-        loss_name=lm.loss_name, turns=turns,
+        loss_name=lm.loss_name, turns=turns, memory=memory,
         name=name or f"{model_name}-b{batch}-{'x'.join(map(str, shape))}-{torch.device(device).type}",
         provenance={"network": model_name, "model_kw": model_kw, "batch": batch, "input": list(shape),
                     "source": "models.networks (random initialization)", "seed": seed,
@@ -790,6 +791,12 @@ PROFILER_MEMORY = ("cpu: c10 CPU allocator events of PyTorch's profiler (torch.p
                    "models.memory.ProfilerTracker, the method of models.memory.profiler_peak): every allocation and "
                    "free, compiled code included, in windows cut at each reading; exact requested bytes, allocator "
                    "rounding not seen")
+
+
+def profiled_by_allocator_events(chain) -> bool:
+    """Whether ``chain`` was profiled on a CPU with ``memory="profiler"`` (its provenance says so):
+    ``memplan run`` then measures the executed plan and plain autograd the same way."""
+    return chain.provenance.get("memory_measurement") == PROFILER_MEMORY
 
 
 def measurement_notes(device="cpu", repeats: int = 3, timing: str = "isolated",

@@ -1,7 +1,9 @@
 """Issue 27's acceptance on a CPU: is memplan's executed plan as lean and as fast as what PyTorch gives,
 and do its predictions hold? One run of ``memplan.experiments.runtime_check`` on the ``cpu-parity``
 preset (ResNet-50 at batch 2, 224x224; GPT-2 with 4 layers, width 256, sequence 256, batch 4), then the
-ratios the issue asks for, measured side by side in that run:
+ratios the issue asks for, measured side by side in that run, every peak by one method (c10's allocator
+events by default: every CPU allocation, the convolutions' scratch included; files before 2026-11-28
+measured with the dispatch tracker, which does not see it):
 
 - store-all peak / plain autograd peak, and store-all time / autograd time (with each median's 95%
   interval);
@@ -16,8 +18,7 @@ ratios the issue asks for, measured side by side in that run:
     python benchmarks/bench_executor_parity.py                       # both networks (20-40 min on 1 core)
     python benchmarks/bench_executor_parity.py --clock cpu           # on a shared machine: CPU time
     python benchmarks/bench_executor_parity.py --models gpt2 --max-rounds 10
-    python benchmarks/bench_executor_parity.py --clock cpu --memory-method profiler \
-        --out benchmarks/results/executor_parity_cpu_allocator   # every peak by c10's allocator events
+    python benchmarks/bench_executor_parity.py --clock cpu --memory-method dispatch   # the tensors' storages only
 
 Writes ``benchmarks/results/executor_parity_cpu{,_throughput}.csv``, every round's times
 (``executor_parity_cpu_traces.json``, for ``benchmarks/paired_ratios.py``) and the summary printed here to
@@ -91,9 +92,9 @@ def main(argv=None) -> int:
     p.add_argument("--max-rounds", type=int, default=20)
     p.add_argument("--segment-counts", default="2,3,4,5,6")
     p.add_argument("--timing-budget", type=float, default=900.0, help="seconds of timing rounds per network")
-    p.add_argument("--memory-method", choices=["dispatch", "profiler"], default="dispatch",
-                   help="how every peak is measured (runtime_check's --memory-method): profiler counts every CPU "
-                        "allocation, the convolutions' scratch included")
+    p.add_argument("--memory-method", choices=["dispatch", "profiler"], default="profiler",
+                   help="how every peak is measured (runtime_check's --memory-method): profiler (default) counts "
+                        "every CPU allocation, the convolutions' scratch included; dispatch the tensors' storages")
     p.add_argument("--out", default=str(RESULTS / "executor_parity_cpu"))
     a = p.parse_args(argv)
     rt, thr = Path(a.out + ".csv"), Path(a.out + "_throughput.csv")

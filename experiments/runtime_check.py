@@ -16,15 +16,15 @@ one CSV row per (network, limit, method):
   (:attr:`Chain.of_all`, :attr:`Chain.of_ng`), as the solvers plan (files before 2026-11-28 have a
   column ``predicted_peak_executed`` for it, when ``predicted_peak`` charged both forwards the larger);
 * ``memory_method``: how the peaks were measured and the chain's sizes profiled, one method for every
-  contender (``--memory-method``). On a CPU ``dispatch`` (the default) counts the tensors' storages
-  that operations dispatched through PyTorch's Python dispatcher make: every byte the model has, not a
-  kernel's own scratch (a CPU convolution's backward takes a 9 MiB buffer on ResNet-50 at 224);
-  ``profiler`` counts c10's allocator events (:class:`models.memory.ProfilerTracker`,
-  ``../shared/guide/MEASURING.md``): every allocation. Then a plan's ``measured_peak`` is its fully
-  held run's, measured so, the timed runs' holds come from the replay (every B within 1% of its peak),
-  and the per-operation traces stay the dispatch tracker's. The executor's saved RNG states (5056
-  bytes each on a CPU, one per replayed segment, as ``torch.utils.checkpoint`` keeps them) are not in
-  the model: they are a few KB above the replay with ``profiler``. CUDA: the allocator's statistics;
+  contender (``--memory-method``). On a CPU ``profiler`` (the default since 2026-11-28; files before
+  have ``dispatch``) counts c10's allocator events (:class:`models.memory.ProfilerTracker`,
+  ``../shared/guide/MEASURING.md``): every allocation, a kernel's own scratch included (a CPU
+  convolution's backward takes a 9 MiB buffer on ResNet-50 at 224). A plan's ``measured_peak`` is then
+  its fully held run's, the timed runs' holds come from the replay of the chain profiled the same way
+  (every B within 1% of its peak), and the per-operation traces are the dispatch tracker's.
+  ``dispatch`` counts the tensors' storages that operations dispatched through PyTorch's Python
+  dispatcher make (what the model has, not the scratch), operation by operation: the traces then peak
+  at the row's measured peak. CUDA: the allocator's statistics;
 * ``timed_peak`` / ``held_stages``: the timed runs hold a fused backward group's a^j and delta^j
   until B^j ends (as the model has them) only for the B's where the measured run peaks
   (``--holds peak``, the default: :func:`memplan.models.runtime.holds_at_peak`, two hooks per such B
@@ -190,7 +190,7 @@ class Case:
     reference gradients; :meth:`execute` runs a sequence and compares."""
 
     def __init__(self, name: str, spec: dict, device: str, repeats: int, profile_repeats: int | None = None,
-                 clock: str = "wall", memory: str = "dispatch"):
+                 clock: str = "wall", memory: str = "profiler"):
         import torch
 
         from memplan.models.graph import linearize_model
@@ -731,10 +731,11 @@ def main(argv=None) -> int:
     p.add_argument("--no-fuse-backward", dest="fuse_backward", action="store_false", help="one backward call "
                    "per B (models.runtime.execute's fuse_backward=False); the default runs each run of consecutive "
                    "B's in one call, as plain autograd")
-    p.add_argument("--memory-method", choices=sorted(MEMORY_METHOD_NAMES), default="dispatch",
-                   help="CPU runs: how every peak is measured and the chain profiled: dispatch (default; the "
-                        "tensors PyTorch's dispatcher makes, not a kernel's scratch) or profiler (c10's allocator "
-                        "events: every allocation, the CPU convolutions' scratch included)")
+    p.add_argument("--memory-method", choices=sorted(MEMORY_METHOD_NAMES), default="profiler",
+                   help="CPU runs: how every peak is measured and the chain profiled: profiler (default: c10's "
+                        "allocator events, every allocation, the CPU convolutions' scratch included) or dispatch "
+                        "(the tensors PyTorch's dispatcher makes, not a kernel's scratch; per-operation traces "
+                        "that peak at the row's measured peak)")
     p.add_argument("--holds", choices=["peak", "all"], default="peak", help="timed runs: hold a fused "
                    "group's a^j and delta^j until B^j ends only for the B's at the measured run's peak (peak, "
                    "default: the same peak, less host time) or for every B (all)")

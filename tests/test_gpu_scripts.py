@@ -151,7 +151,8 @@ def test_no_host_link_on_a_cpu():
 @pytest.fixture(scope="module")
 def runtime_rows(tmp_path_factory):
     d = tmp_path_factory.mktemp("runtime")
-    rc = runtime_check.main(["--device", "cpu", "--quick", "--out", str(d / "rt.csv"),
+    # the dispatch tracker: byte-exact per-operation traces (test_dry_run_with_allocator_events: the default)
+    rc = runtime_check.main(["--device", "cpu", "--quick", "--memory-method", "dispatch", "--out", str(d / "rt.csv"),
                              "--throughput", str(d / "thr.csv"), "--traces", str(d / "traces.json")])
     return rc, _rows(d / "rt.csv"), _rows(d / "thr.csv"), json.loads((d / "traces.json").read_text())
 
@@ -209,12 +210,12 @@ def test_dry_run_runtime_rows(runtime_rows):
 
 
 def test_dry_run_with_allocator_events(tmp_path):
-    """``--memory-method profiler``: every contender measured by c10's allocator events, which see the
+    """``--memory-method profiler`` (the default): every contender measured by c10's allocator events, which see the
     CPU convolutions' scratch that the dispatch tracker does not. Each plan's peak is its replay's on
     the chain profiled the same way (within a loss scalar), the timed runs' (held where the replay
     peaks) too, and autograd's is at least 1 MiB above what the dispatch tracker gives it."""
     out = tmp_path / "rt.csv"
-    rc = runtime_check.main(["--device", "cpu", "--quick", "--memory-method", "profiler", "--models", "resnet18",
+    rc = runtime_check.main(["--device", "cpu", "--quick", "--models", "resnet18",
                              "--fractions", "0.5", "--methods", "rotor,sequential", "--out", str(out)])
     assert rc == 0
     rows = [r for r in _rows(out) if r["measured_peak"]]
@@ -227,7 +228,7 @@ def test_dry_run_with_allocator_events(tmp_path):
             assert float(r["predicted_peak"]) <= meas <= float(r["predicted_peak"]) + 16, r
             assert float(r["timed_peak"]) == meas, r
     ag = next(r for r in rows if r["method"] == "autograd")
-    case = runtime_check.Case("resnet18", runtime_check.PRESETS["quick"]["resnet18"], "cpu", 1)
+    case = runtime_check.Case("resnet18", runtime_check.PRESETS["quick"]["resnet18"], "cpu", 1, memory="dispatch")
     assert float(ag["measured_peak"]) > case.autograd()["measured_peak"] + 2**20
 
 

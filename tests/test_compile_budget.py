@@ -243,12 +243,11 @@ def test_eager_chain_plans_measure_what_their_replay_says_on_convolutions():
     buffers of the CPU convolutions' backward; the dispatch-mode tracker does not (on the quick
     ResNet-50 one 9 MiB buffer: every eager chain plan measured 9,437,184 bytes, 40-94%, over its
     replay). The eager chain is profiled the same way, so on a small convolutional chain each rotor
-    plan's measured peak is its predicted one within 1%, from the least memory to store-all, give or
-    take the executor's CPU generator states (one per stage whose replay starts a run, kept through
-    the step, and the global one put aside during a replay: the replay does not model them; c10's
-    events see them, the dispatch tracker does not)."""
+    plan's measured peak is its predicted one within a few loss scalars (64 bytes), from the least
+    memory to store-all. The executor keeps its CPU generator states outside c10's allocator
+    (``models.runtime._Rng``): as 5056-byte tensors, one per replayed segment and the global one put
+    aside during a replay, they were up to 2% of these peaks, which no chain models."""
     from memplan._compile_budget import BudgetSearch
-    from memplan.models.runtime import _plan
     from memplan.remat import memory_range
 
     torch.manual_seed(3)
@@ -263,10 +262,7 @@ def test_eager_chain_plans_measure_what_their_replay_says_on_convolutions():
     for f in (0.0, 0.5, 1.0):
         cand = search.chain_plan(lo + f * (hi - lo))
         assert cand is not None
-        # the saved states, and the global one put aside while a replay runs
-        states = (len(_plan(cand.ops, True)[3]) + 1) * torch.get_rng_state().numel()
-        assert -0.01 * cand.predicted_peak <= cand.peak - cand.predicted_peak <= states + 0.01 * cand.predicted_peak, (
-            f, cand.peak, states, cand.predicted_peak)
+        assert 0 <= cand.peak - cand.predicted_peak <= 64, (f, cand.peak, cand.predicted_peak)
         checked += 1
     assert checked == 3
 

@@ -685,7 +685,17 @@ def _probe_run(cap: Captured, example_input, keep_grads: bool = False):
 
 def saved_outputs(cap: Captured, example_input, loss_fn: Callable | None = None) -> set[str]:
     """Names of the DAG's nodes whose output storage autograd saves for the backward pass, in one
-    forward of the traced model (and of ``loss_fn`` on its output) with saved-tensor hooks.
+    forward of the traced model (and of ``loss_fn`` on its output) with saved-tensor hooks
+    (:func:`saved_and_storages`, without the storages)."""
+    return saved_and_storages(cap, example_input, loss_fn)[0]
+
+
+def saved_and_storages(cap: Captured, example_input,
+                       loss_fn: Callable | None = None) -> tuple[set[str], dict[str, int]]:
+    """(:func:`saved_outputs`, ``{node: key of its output's storage}`` for the nodes whose output is a
+    tensor), from one forward of the traced model (and of ``loss_fn`` on its output) with saved-tensor
+    hooks. Two nodes with one key share a storage: a view, an operation that returns its input
+    (dropout with p = 0 in training, an identity), an in-place one.
 
     Every node's output is kept alive until the end of the run (an ``fx.Interpreter`` that does not
     free values), so storage addresses are unique among the tensors compared; a saved tensor is matched
@@ -713,10 +723,13 @@ def saved_outputs(cap: Captured, example_input, loss_fn: Callable | None = None)
 
         _, saved = saved_storages(step)
     result = set()
+    storages = {}
     for name, out in outs.items():
-        if name in cap.graph and isinstance(out, torch.Tensor) and _key(out) in saved:
-            result.add(name)
-    return result
+        if name in cap.graph and isinstance(out, torch.Tensor):
+            storages[name] = _key(out)
+            if storages[name] in saved:
+                result.add(name)
+    return result, storages
 
 
 def strided_gradients(cap: Captured, example_input, loss_fn: Callable | None = None) -> set[str]:
@@ -762,7 +775,8 @@ def strided_gradients(cap: Captured, example_input, loss_fn: Callable | None = N
     return result
 
 
-def merge_unsaved_cuts(groups: Sequence[Sequence[Hashable]], saved: set) -> tuple[list[list[Hashable]], list[Hashable]]:
+def merge_unsaved_cuts(groups: Sequence[Sequence[Hashable]], saved: set,
+                       storages: dict | None = None) -> tuple[list[list[Hashable]], list[Hashable]]:
     """Coarsen the minimal groups so that every boundary tensor is one autograd keeps anyway.
 
     The runtime executor (:mod:`models.runtime`) and the chain model keep a^l, the output of stage l,
@@ -774,6 +788,14 @@ def merge_unsaved_cuts(groups: Sequence[Sequence[Hashable]], saved: set) -> tupl
     not in ``saved`` (:func:`saved_outputs`); after the merge each a^l is saved by stage l or stage
     l+1, and holding it costs the executor nothing that autograd would not hold.
 
+    ``storages`` (``{separator: storage key}``, :func:`saved_and_storages`): group l is also merged
+    into group l+1 where their separators' outputs share one storage (stage l+1 returns its input:
+    GPT-2's embedding dropout with p = 0, which returns its input tensor in training; an in-place
+    operation). The model counts a^l and a^{l+1} apart where the executor holds one storage (a GPT-2
+    chain's store-all replay was one activation, 32 KB of 2 MB, above the measured peak), and a
+    recomputation of an in-place stage would read its input overwritten. Not where group l+1 is the
+    last and is folded into the loss (the loss stage's sizes are then measured as a whole).
+
     The last group's output a^L is read by the loss only. Where neither the last group nor the loss
     saves it, the last group is returned apart as the ``head``: it is folded into the loss stage L+1
     (:class:`HeadLoss`), whose input a^{L-1} is then saved (a classifier's features, the input of a
@@ -784,11 +806,17 @@ def merge_unsaved_cuts(groups: Sequence[Sequence[Hashable]], saved: set) -> tupl
     >>> merge_unsaved_cuts([["conv"], ["bn"], ["relu"], ["fc"]], saved={"conv", "relu"})
     ([['conv'], ['bn', 'relu']], ['fc'])
     """
+    aliased: set = set()
+    if storages:
+        n = len(groups)
+        aliased = {g[-1] for l, (g, h) in enumerate(zip(groups, groups[1:]))
+                   if g[-1] in storages and storages[g[-1]] == storages.get(h[-1])
+                   and not (l + 1 == n - 1 and h[-1] not in saved)}
     out: list[list[Hashable]] = []
     current: list[Hashable] = []
     for l, g in enumerate(groups):
         current = current + list(g)
-        if l == len(groups) - 1 or g[-1] in saved:
+        if l == len(groups) - 1 or (g[-1] in saved and g[-1] not in aliased):
             out.append(current)
             current = []
     head: list[Hashable] = []
@@ -980,7 +1008,7 @@ def linearize_model(model, example_input, loss_fn: Callable | None = None, *, cu
     else:
         groups = cap.groups()
         if cuts == "saved":
-            groups, head = merge_unsaved_cuts(groups, saved_outputs(cap, example_input, loss_fn or _cross_entropy))
+            groups, head = merge_unsaved_cuts(groups, *saved_and_storages(cap, example_input, loss_fn or _cross_entropy))
     names = _unique_names([group_name(cap, g) for g in groups])
     mods = stage_modules(cap, groups + ([head] if head else []))
     stages, head_mod = (mods[:-1], mods[-1]) if head else (mods, None)

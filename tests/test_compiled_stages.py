@@ -114,25 +114,23 @@ def test_rotor_plans_over_compiled_stages_give_eager_gradients(compiled_chain):
     assert all(isinstance(s, CompiledStage) for s in stages + [loss_stage])
 
 
-def test_executed_peak_within_one_percent_of_the_compiled_profile(compiled_chain):
+def test_executed_peak_is_the_compiled_profiles_replay(compiled_chain):
     """profiler_peak of whole executions (compiled code included) against the simulated peak of the
-    chain profiled with the compiled stages, at the least-memory plan, halfway and store-all. The
-    executor also holds one CPU generator state per stage it runs more than once (dropout masks are
-    replayed), which the chain model leaves out: added to the prediction."""
+    chain profiled with the compiled stages, at the least-memory plan, halfway and store-all: within
+    a few loss scalars (64 bytes). The executor keeps the CPU generator states of the stages it runs
+    more than once (dropout masks are replayed) outside c10's allocator (``models.runtime._Rng``): as
+    tensors they were 5056 bytes each, which the chain model leaves out."""
     model, x, loss, stages, loss_stage, chain = compiled_chain
     lo, hi = min_memory(chain), store_all(chain).peak_memory
-    rng_state = torch.get_rng_state().numel()
     assert hi > 1.5 * lo
     for limit in (lo, (lo + hi) / 2, hi):
         sol = persistent(chain, limit, time_limit=10)
         ops = [tuple(o) for o in sol.schedule.ops]
-        replayed = {l for l in range(1, chain.L + 2) if sum(1 for op, k in ops if op != "B" and k == l) > 1}
         for p in model.parameters():
             p.grad = torch.zeros_like(p)
         execute(stages, loss_stage, x, ops)                          # warm-up
         _, peak, _ = profiler_peak(lambda: execute(stages, loss_stage, x, ops))
-        predicted = sol.peak_memory + len(replayed) * rng_state
-        assert abs(peak - predicted) <= 0.01 * predicted, (limit, peak, predicted)
+        assert 0 <= peak - sol.peak_memory <= 64, (limit, peak, sol.peak_memory)
 
 
 def test_compiled_stages_refuse_the_dispatch_tracker():

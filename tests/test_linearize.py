@@ -231,10 +231,13 @@ def test_stage_modules_compute_the_model_and_share_parameters():
 
 def test_saved_cuts_resnet18_by_hand():
     """Where autograd keeps the boundary: conv1's output (batch norm saves its input), the stem's
-    ReLU output (the ReLU saves its output), each block's last ReLU, the pooled features (the linear
-    layer saves its flattened input). Not kept: bn1's output (the ReLU saves only its own output),
+    ReLU output (the ReLU saves its output), each block's last ReLU, the flattened pooled features
+    (the linear layer saves its input). Not kept: bn1's output (the ReLU saves only its own output),
     each residual sum (addition saves nothing, the ReLU after it its output), the logits (the
-    cross-entropy saves its log-softmax, not its input): those cuts go, and fc is folded into the loss."""
+    cross-entropy saves its log-softmax, not its input): those cuts go, and fc is folded into the loss.
+    Nor the pooled features before the flatten, although the linear layer saves their storage: the
+    flatten is a view of them, a stage of its own would return its input's storage (the model would
+    count it twice), so pooling and flatten are one stage."""
     from memplan.models.graph import linearize_model
     from memplan.models.networks import example_input, get_model
 
@@ -244,7 +247,8 @@ def test_saved_cuts_resnet18_by_hand():
     blocks = [f"layer{i}.{j}" for i in range(1, 5) for j in range(2)]
     assert [g[-1] for g in lm.groups[:3]] == ["conv1", "relu", "maxpool"]
     assert lm.groups[1] == ["bn1", "relu"]
-    assert lm.names[3:11] == blocks and lm.L == 3 + 8 + 2
+    assert lm.names[3:11] == blocks and lm.L == 3 + 8 + 1
+    assert lm.groups[-1] == ["avgpool", "flatten"]
     assert all(g[-2].startswith("add") for g in lm.groups[3:11])        # sum and ReLU in one stage
     assert lm.head_group == ["fc"] and lm.loss_name == "fc+loss"
     minimal = linearize_model(m, x, cuts="minimal").groups
@@ -260,10 +264,11 @@ def test_saved_cuts_resnet18_by_hand():
                                            pytest.param("densenet121", {}, (3, 32, 32), marks=pytest.mark.long)])
 def test_every_saved_cut_is_a_tensor_autograd_keeps(name, kw, shape):
     """A second method: run stages l..l+3 from a^{l-1} with saved-tensor hooks and check that one of
-    them saves the storage of a^l (stage l+1 mostly; a flatten's view of the pooled features is saved
-    by the linear layer after it); and that each merged-away cut of the minimal groups is saved by none
-    of those. (Only a view can carry a^l's storage past stage l+1, and the zoo's views are one stage
-    long: three stages of look-ahead keep the check linear in L.)"""
+    them saves the storage of a^l (stage l+1 mostly); and that each merged-away cut of the minimal
+    groups is saved by none of those, or is the storage of the next minimal cut too (the pooled
+    features and their flattened view, which the linear layer saves: a stage that returns its input's
+    storage is merged into). (Only a view can carry a^l's storage past stage l+1, and the zoo's views
+    are one stage long: three stages of look-ahead keep the check linear in L.)"""
     from memplan.models.graph import linearize_model
     from memplan.models.networks import example_input, get_model
     from memplan.models.profiler import classification_loss, saved_storages, storage_bytes
@@ -273,11 +278,14 @@ def test_every_saved_cut_is_a_tensor_autograd_keeps(name, kw, shape):
     x = example_input(name, 2, shape, vocab=50)
     loss = classification_loss()
 
-    def boundaries_saved(stages):
+    def boundaries_saved(stages, aliased=None):
         acts = [x]
         with torch.no_grad():
             for s in stages:
                 acts.append(s(acts[-1]))
+        if aliased is not None:     # a^l's storage is a^{l+1}'s
+            aliased.extend(acts[l].untyped_storage().data_ptr() == acts[l + 1].untyped_storage().data_ptr()
+                           for l in range(1, len(stages)))
         result = []
         for l in range(1, len(stages)):
             xi = acts[l - 1].detach().requires_grad_(acts[l - 1].is_floating_point())
@@ -298,9 +306,12 @@ def test_every_saved_cut_is_a_tensor_autograd_keeps(name, kw, shape):
     assert all(boundaries_saved(stages)), name
     fine = linearize_model(m, x, loss, cuts="minimal")
     kept = {g[-1] for g in lm.groups}
-    fine_saved = boundaries_saved(fine.stages + [loss])
-    for g, saved in zip(fine.groups, fine_saved):
-        assert saved == (g[-1] in kept), (name, g[-1])
+    aliased: list[bool] = []
+    fine_saved = boundaries_saved(fine.stages + [loss], aliased)
+    for g, saved, alias in zip(fine.groups, fine_saved, aliased):
+        assert (saved and not alias) == (g[-1] in kept), (name, g[-1])
+    if name == "resnet18":
+        assert sum(aliased) == 1           # avgpool, whose flatten is a view
     assert storage_bytes(x) > 0
 
 
@@ -371,3 +382,34 @@ def test_stage_modules_reach_the_models_own_modules_by_one_lookup(name, kw, shap
             h = h[0] if isinstance(h, tuple) else h
         ref = model(x)
     assert torch.equal(h if lm.head is None else lm.head(h), ref)
+
+
+def test_a_stage_returning_its_input_is_merged_into():
+    """GPT-2 with dropout 0: the embedding's dropout returns its input tensor in training, so the cut
+    before it and the cut after it are one storage, which the block's layer norm saves. As a stage of
+    its own it made the model count that storage twice (a^1 and abar^2) where the executor holds it
+    once: the store-all replay was one activation (32 KB of 2 MB) above the measured peak. Merged into
+    the embedding's stage, the chain is the one of GPT-2 with dropout, and the replay is the measured
+    peak to the byte."""
+    from memplan.baselines.remat_heuristics import store_all_schedule
+    from memplan.models.graph import linearize_model
+    from memplan.models.memory import step_peak
+    from memplan.models.networks import example_input, get_model
+    from memplan.models.profiler import classification_loss, profile_chain
+    from memplan.models.remat import simulate_remat
+    from memplan.models.runtime import execute
+
+    kw = dict(n_layer=2, n_embd=64, n_head=2, n_ctx=64, vocab=512)
+    x = example_input("gpt2", 2, (64,), vocab=512)
+    loss = classification_loss()
+    torch.manual_seed(0)
+    m = get_model("gpt2", **kw, dropout=0.0).train()
+    lm = linearize_model(m, x, loss)
+    with_dropout = linearize_model(get_model("gpt2", **kw, dropout=0.1).train(), x, loss)
+    assert lm.names == with_dropout.names and lm.names[0] == "embed" and lm.L == 6
+    assert lm.groups[0][-2:] == ["add", "embed_drop"] == with_dropout.groups[0][-2:]
+    stages, ls = lm.stages, lm.loss_stage(loss)
+    chain = profile_chain(stages, x, ls, repeats=1, names=lm.names)
+    seq = store_all_schedule(chain)
+    peak = step_peak(lambda: execute(stages, ls, x, seq), list(m.parameters()), "cpu")
+    assert peak == simulate_remat(chain, seq).peak_memory

@@ -26,13 +26,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import linearize_keeping_views as linearize_model  # noqa: E402  (the offload test chain's stages)
 from conftest import offload_test_chain  # noqa: E402
 
 from memplan import remat  # noqa: E402
 from memplan.baselines.remat_heuristics import sequential_schedule  # noqa: E402
 from memplan.baselines.remat_offload_dp import solve_remat_offload_dp  # noqa: E402
 from memplan.baselines.remat_offload_min_memory import min_memory as joint_min_memory  # noqa: E402
-from memplan.models.graph import linearize_model  # noqa: E402
 from memplan.models.remat import simulate_remat, store_all_ops  # noqa: E402
 from memplan.models.remat_offload import (InvalidRematOffloadSchedule, RematOffloadSchedule,  # noqa: E402
                                           Transfer, simulate_remat_offload)

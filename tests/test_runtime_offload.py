@@ -24,11 +24,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import linearize_keeping_views as linearize_model  # noqa: E402  (the offload test chain's stages)
 from conftest import offload_test_chain  # noqa: E402
 
 from memplan import offload  # noqa: E402
 from memplan.baselines.remat_heuristics import bisection_schedule  # noqa: E402
-from memplan.models.graph import linearize_model  # noqa: E402
 from memplan.models.memory import TensorMemoryTracker  # noqa: E402
 from memplan.models.offload import min_feasible_memory, peak_memory_no_offload  # noqa: E402
 from memplan.models.remat import simulate_remat, store_all_ops  # noqa: E402

@@ -953,7 +953,8 @@ def linearize_model(model, example_input, loss_fn: Callable | None = None, *, cu
                     head_group: Sequence[str] | None = None, max_nodes: int = MULTI_MAX_NODES) -> LinearizedModel:
     """Trace, linearize and cut ``model`` (see :func:`capture`, :func:`linearize`, :func:`stage_modules`).
 
-    ``cuts``: ``"saved"`` (default) cuts only where autograd keeps the boundary tensor anyway and folds
+    ``cuts``: ``"saved"`` (default) cuts only where autograd keeps the boundary tensor anyway, and not
+    where the next cut's tensor is the same storage (a flatten's view, a dropout of rate 0), and folds
     an unsaved last group into the loss (:func:`merge_unsaved_cuts`, decided on one forward of
     ``example_input`` through the model and ``loss_fn``; a cross-entropy by default);
     ``"minimal"`` keeps the minimal single-tensor groups of :func:`linearize`; ``"multi"`` cuts

@@ -11,7 +11,7 @@ one CSV row per (network, limit, method):
   ``torch.use_deterministic_algorithms(True)``; ``deterministic`` says when an operation had no
   deterministic kernel and the run fell back to ``warn_only``);
 * ``predicted_peak`` / ``measured_peak``: the simulator's peak on the profiled chain against the
-  measured one (CPU: the dispatch-mode tracker; CUDA: caching-allocator statistics), and
+  measured one (CPU: ``memory_method``, below; CUDA: caching-allocator statistics), and
   ``within_limit``: measured peak <= the limit. The replay charges each forward its own overhead
   (:attr:`Chain.of_all`, :attr:`Chain.of_ng`), as the solvers plan (files before 2026-11-28 have a
   column ``predicted_peak_executed`` for it, when ``predicted_peak`` charged both forwards the larger);

@@ -14,7 +14,10 @@ with the provenance: network, batch, input, device, torch version, date, lineari
 sequence with :func:`models.runtime.execute` and prints measured vs simulated peak memory and time,
 and the same against plain ``loss.backward()`` on the unsplit model: its peak by the same tracker,
 both timed in alternating rounds (:func:`models.measure.interleaved`) with 95% intervals and the
-paired ratio, so that "does the plan beat what PyTorch gives me?" has an answer with its spread.
+paired ratio, so that "does the plan beat what PyTorch gives me?" has an answer with its spread; a
+third contender of the rounds times store-all per operation, and the plan's makespan on those times
+(:func:`_retimed_chain`) separates what the model misses from how the machine's pace has drifted
+since the profile.
 torch is imported only when ``profile`` or ``run`` runs.
 """
 from __future__ import annotations
@@ -172,8 +175,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         hold = holds_at_peak(sched, res.memory_peak_during, device=device)   # timed: the measured peak, fewer hooks
     ag_peak = _autograd_peak(model, loss_fn, x, device, seed, method)
+    per_op: list[list[float]] = []
     plan_t, ag_t, ratio = _time_against_autograd(lm.stages, loss_stage, model, loss_fn, x, sched, device, seed,
-                                                 args.time_budget, hold)
+                                                 args.time_budget, hold, retimed=per_op)
+    here, pace = _retimed_chain(chain, per_op)
+    sim_here = simulate_remat(here, sched)
     print(f"{chain.name}: {label}, {len(sched)} operations, {sched.count('F_ck') + sched.count('F_none')} "
           f"recomputations")
     how = " (c10 allocator events)" if method == "profiler" else ""
@@ -184,6 +190,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"time         measured {_timing_text(plan_t)}   simulated {fmt_time(sim.makespan)}   "
           f"({(plan_t.median / sim.makespan - 1) * 100:+.1f}%; profiled with {prov.get('threads', '?')} thread(s) "
           f"on {prov.get('device', '?')}, run with {torch.get_num_threads() if device == 'cpu' else '-'})")
+    print(f"             simulated on the stages re-timed in these rounds {fmt_time(sim_here.makespan)}   "
+          f"({(plan_t.median / sim_here.makespan - 1) * 100:+.1f}%): this machine ran them {pace:.2f}x as long as "
+          f"when profiled" + (f" ({prov['date'][:10]})" if prov.get("date") else ""))
     print(f"autograd     plain loss.backward() on the same model and input: peak {fmt_memory(ag_peak)} "
           f"({(peak / ag_peak - 1) * 100:+.1f}% for the plan), time {_timing_text(ag_t)}; "
           f"plan / autograd time {ratio.text()} (paired over {ratio.n} rounds)")
@@ -228,14 +237,41 @@ def _autograd_peak(model, loss_fn, x, device: str, seed: int, method: str = "dis
     return peak
 
 
+def _retimed_chain(chain, per_op: list):
+    """``(chain, pace)``: ``chain`` with the stage times measured during ``memplan run``'s own rounds
+    (``per_op``: the ``op_times`` of store-all runs, :func:`_time_against_autograd`'s ``retimed``),
+    scaled so that they add up to the median of those runs (:class:`models.runtime.InContextTimes`),
+    and ``pace``, the ratio of their store-all time to the profile's. A no-grad forward's own time and
+    the turn cost of a turn-model instance are scaled by ``pace``. A shared CPU's pace drifts (the same
+    ResNet-18 store-all step took 53-85 ms in six processes a minute apart): the profile's makespan
+    then misses by the drift, the re-timed one shows what the model itself misses."""
+    import dataclasses
+
+    import numpy as np
+
+    from memplan.models.runtime import InContextTimes
+
+    ic = InContextTimes.from_runs(per_op, [sum(r) for r in per_op], chain.L)
+    uf, ub, _ = ic.calibrated()
+    old = float(chain.uf.sum() + chain.ub.sum())
+    pace = (sum(uf) + sum(ub)) / old if old > 0 else 1.0
+    extra = {}
+    if chain.uf_ng is not None:
+        extra["uf_ng"] = np.asarray(chain.uf_ng, dtype=float) * pace
+    if chain.u_turn:
+        extra["u_turn"] = float(chain.u_turn) * pace
+    return dataclasses.replace(chain, uf=np.asarray(uf), ub=np.asarray(ub), **extra), pace
+
+
 def _time_against_autograd(stages, loss_stage, model, loss_fn, x, sched, device: str, seed: int, budget: float,
-                           hold=True):
+                           hold=True, retimed: list | None = None):
     """The plan and plain autograd timed in alternating rounds (:func:`models.measure.interleaved`:
     at least 8 rounds, until both medians' 95% intervals are within :data:`TIME_TARGET`, or
     ``budget`` seconds, but never fewer than 6 rounds), one CUDA synchronize around each sample; returns both
     :class:`~models.measure.Timing` and the paired ratio plan / autograd. ``hold``: ``execute``'s, the
     stages held at the measured run's peak (:func:`models.runtime.holds_at_peak`: its peak, less host
-    time than every B held)."""
+    time than every B held). ``retimed``: a list that gets the ``op_times`` of a store-all run
+    timed per operation in every round, a third contender (:func:`_retimed_chain`)."""
     import torch
 
     from memplan.models.measure import interleaved, mean_of_steps, paired_ratio
@@ -256,9 +292,21 @@ def _time_against_autograd(stages, loss_stage, model, loss_fn, x, sched, device:
         torch.manual_seed(seed + 1)
         loss_fn(model(grad_input(x))).backward()
 
-    res = interleaved({"plan": mean_of_steps(plan, 1, sync=sync, before=clear),
-                       "autograd": mean_of_steps(autograd, 1, sync=sync, before=clear)},
-                      target=TIME_TARGET, budget=budget, floor=6)     # 6: a 95% interval exists
+    runs = {"plan": mean_of_steps(plan, 1, sync=sync, before=clear),
+            "autograd": mean_of_steps(autograd, 1, sync=sync, before=clear)}
+    if retimed is not None:
+        from memplan.models.runtime import store_all_ops
+
+        every = store_all_ops(len(stages))
+
+        def store_all_timed():
+            times: list[float] = []
+            torch.manual_seed(seed + 1)
+            execute(stages, loss_stage, x, every, device=device, op_times=times)
+            retimed.append(times)
+
+        runs["retimed"] = mean_of_steps(store_all_timed, 1, sync=sync, before=clear)
+    res = interleaved(runs, target=TIME_TARGET, budget=budget, floor=6)     # 6: a 95% interval exists
     clear()
     return res["plan"], res["autograd"], paired_ratio(res["plan"].times, res["autograd"].times)
 

@@ -307,3 +307,25 @@ def test_report_states_the_turns_and_the_papers_makespan_of_the_sequence():
     assert "no-grad forwards at 0.714 x F_all's time" in line           # (0.5 + 1.5 + 3) / (1 + 2 + 4)
     plain = _chain()
     assert "time model" not in remat.report(remat.solve(plain, memory=1e9, method="store-all"), plain)
+
+
+def test_memplan_run_retimes_the_chain_from_its_rounds():
+    """``memplan run`` re-times the stages in its own rounds (store-all with per-operation timers):
+    each F_all^l and B^l becomes the median of its times over the runs, scaled to the median run; the
+    pace is that chain's store-all time over the profile's, and a turn-model instance's no-grad forward
+    times and turn cost are scaled by it. By hand on a chain of 3 stages: every operation took 3x its
+    profiled time in two runs and 5x in a third (median 3x)."""
+    pytest.importorskip("torch")
+    from memplan.experiments.cmd_profile import _retimed_chain
+
+    c = _chain(uf_ng=[0.5, 1.5, 3], u_turn=100)
+    ops = store_all_ops(3)
+    prof = [c.uf[l] if op == "F_all" else c.ub[l] for op, l in ops]
+    runs = [[3 * t for t in prof], [5 * t for t in prof], [3 * t for t in prof]]
+    here, pace = _retimed_chain(c, runs)
+    assert pace == pytest.approx(3.0)
+    assert np.allclose(here.uf, 3 * c.uf) and np.allclose(here.ub, 3 * c.ub)
+    assert np.allclose(here.uf_ng, 3 * np.asarray(c.uf_ng)) and here.u_turn == pytest.approx(300)
+    assert simulate_remat(here, SEQ).makespan == pytest.approx(3 * simulate_remat(c, SEQ).makespan)
+    # the profile is left as it was
+    assert simulate_remat(c, SEQ).makespan == 0.5 + 2 + 4 + 8 + 16 + 40 + 20 + (1 + 100) + 10

@@ -128,6 +128,11 @@ def test_cli_profile_then_solve(tmp_path, capsys):
     assert plan / float(ag) <= 1.03 and float(pct) == pytest.approx((plan / float(ag) - 1) * 100, abs=0.15)
     r, lo, hi, n = re.search(r"plan / autograd time ([\d.]+) \[([\d.]+), ([\d.]+)\] \(paired over (\d+) rounds", text).groups()
     assert float(lo) <= float(r) <= float(hi) and int(n) >= 6
+    # the stages re-timed in the same rounds: the makespan on them, and its error against the measured time
+    meas = re.search(r"time\s+measured ([\d.]+) ms", text).group(1)
+    here, err, pace = re.search(r"simulated on the stages re-timed in these rounds ([\d.]+) ms\s+\(([+-][\d.]+)%\): "
+                                r"this machine ran them ([\d.]+)x as long", text).groups()
+    assert float(err) == pytest.approx((float(meas) / float(here) - 1) * 100, abs=0.6) and float(pace) > 0
     assert main(["run", str(out), "--sequence", "sequential:7"]) == 2          # L = 6: at most 6 segments
     # --turn-model: the no-grad forwards' own times and the turn cost in the file; rotor plans with them
     turned = tmp_path / "t.json"

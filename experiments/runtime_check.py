@@ -903,16 +903,21 @@ def _main(a: argparse.Namespace) -> int:
     measured = [r for r in rows if r.get("measured_peak") is not None]
     bad_grads = [r for r in measured if not r["grads_equal"]]
     over = [r for r in measured if r["within_limit"] is False]
-    miss_peak = [r for r in measured if r.get("peak_rel_err") is not None and abs(r["peak_rel_err"]) > 0.03]
-    miss_time = [r for r in measured if r.get("time_rel_err") is not None and abs(r["time_rel_err"]) > 0.05]
+    # issue 27's targets, on the executed plans (autograd's row compares it with store-all's prediction)
+    plans = [r for r in measured if r["method"] != "autograd"]
+    miss_peak = [r for r in plans if r.get("peak_rel_err") is not None and abs(r["peak_rel_err"]) > 0.01]
+    miss_time = [r for r in plans if r.get("time_rel_err") is not None and abs(r["time_rel_err"]) > 0.05]
     noisy = [r for r in measured if r.get("noisy")]
     # the plans' rows ("" where the peak is at a forward: nothing held); autograd's have None
     timed = [r for r in measured if r.get("timed_peak") is not None and r.get("held_stages") is not None]
     timed_off = [r for r in timed if abs(r["timed_peak"] - r["measured_peak"]) > 1024]
     print(f"written {out}" + (f" and {thr_out}" if thr_out else ""))
     print(f"{len(measured)} executed rows: gradients differ in {len(bad_grads)}, measured peak above the limit in "
-          f"{len(over)}, peak off by more than 3% in {len(miss_peak)}, time off by more than 5% in {len(miss_time)}, "
-          f"too noisy to use (95% interval of the median wider than {a.target:.0%}) in {len(noisy)}")
+          f"{len(over)}, too noisy to use (95% interval of the median wider than {a.target:.0%}) in {len(noisy)}; "
+          f"of the {len(plans)} plans' rows, predicted peak off the measured by more than 1% in {len(miss_peak)}, "
+          f"time by more than 5% in {len(miss_time)}"
+          + "".join(f"; {r['network']} {r['method']}@{r['fraction']}: time {r['time_rel_err']:+.1%}"
+                    for r in miss_time[:3]))
     if timed:
         sets = [r["held_stages"] for r in timed if r["held_stages"] != "all"]
         how = f"held at their peak, {max(len(h.split()) for h in sets)} stage(s) at most" if sets else "every B held"

@@ -805,6 +805,9 @@ def merge_unsaved_cuts(groups: Sequence[Sequence[Hashable]], saved: set,
 
     >>> merge_unsaved_cuts([["conv"], ["bn"], ["relu"], ["fc"]], saved={"conv", "relu"})
     ([['conv'], ['bn', 'relu']], ['fc'])
+    >>> merge_unsaved_cuts([["conv"], ["pool"], ["flatten"], ["fc"]], saved={"conv", "pool", "flatten"},
+    ...                    storages={"conv": 1, "pool": 2, "flatten": 2, "fc": 3})
+    ([['conv'], ['pool', 'flatten']], ['fc'])
     """
     aliased: set = set()
     if storages:

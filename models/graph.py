@@ -789,12 +789,13 @@ def merge_unsaved_cuts(groups: Sequence[Sequence[Hashable]], saved: set,
     l+1, and holding it costs the executor nothing that autograd would not hold.
 
     ``storages`` (``{separator: storage key}``, :func:`saved_and_storages`): group l is also merged
-    into group l+1 where their separators' outputs share one storage (stage l+1 returns its input:
-    GPT-2's embedding dropout with p = 0, which returns its input tensor in training; an in-place
-    operation). The model counts a^l and a^{l+1} apart where the executor holds one storage (a GPT-2
-    chain's store-all replay was one activation, 32 KB of 2 MB, above the measured peak), and a
-    recomputation of an in-place stage would read its input overwritten. Not where group l+1 is the
-    last and is folded into the loss (the loss stage's sizes are then measured as a whole).
+    into the stage after it where its separator's output shares one storage with that stage's output
+    (the stage would return its input: GPT-2's embedding dropout with p = 0, which returns its input
+    tensor in training; a flatten's view; an in-place operation). The model counts a^l and a^{l+1}
+    apart where the executor holds one storage (a GPT-2 chain's store-all replay was one activation,
+    32 KB of 2 MB, above the measured peak), and a recomputation of an in-place stage would read its
+    input overwritten. The cuts are decided from the right, each against the next cut kept; not against
+    a last group folded into the loss (the loss stage's sizes are measured as a whole).
 
     The last group's output a^L is read by the loss only. Where neither the last group nor the loss
     saves it, the last group is returned apart as the ``head``: it is folded into the loss stage L+1
@@ -809,17 +810,23 @@ def merge_unsaved_cuts(groups: Sequence[Sequence[Hashable]], saved: set,
     ...                    storages={"conv": 1, "pool": 2, "flatten": 2, "fc": 3})
     ([['conv'], ['pool', 'flatten']], ['fc'])
     """
-    aliased: set = set()
-    if storages:
-        n = len(groups)
-        aliased = {g[-1] for l, (g, h) in enumerate(zip(groups, groups[1:]))
-                   if g[-1] in storages and storages[g[-1]] == storages.get(h[-1])
-                   and not (l + 1 == n - 1 and h[-1] not in saved)}
+    # which cuts stay, from the right: a saved separator whose storage is not the next stage's output
+    # (the next kept cut's separator; the last group's, unless it is folded into the loss)
+    n = len(groups)
+    keep = [False] * n
+    last = groups[-1][-1] if groups else None
+    nxt = storages.get(last) if storages and last in saved else None
+    for l in range(n - 2, -1, -1):
+        sep = groups[l][-1]
+        s = storages.get(sep) if storages else None
+        keep[l] = sep in saved and (s is None or s != nxt)
+        if keep[l]:
+            nxt = s
     out: list[list[Hashable]] = []
     current: list[Hashable] = []
     for l, g in enumerate(groups):
         current = current + list(g)
-        if l == len(groups) - 1 or (g[-1] in saved and g[-1] not in aliased):
+        if l == n - 1 or keep[l]:
             out.append(current)
             current = []
     head: list[Hashable] = []

@@ -413,3 +413,74 @@ def test_a_stage_returning_its_input_is_merged_into():
     seq = store_all_schedule(chain)
     peak = step_peak(lambda: execute(stages, ls, x, seq), list(m.parameters()), "cpu")
     assert peak == simulate_remat(chain, seq).peak_memory
+
+
+def _merge_by_brute_force(groups, saved, storages):
+    """merge_unsaved_cuts' rule as conditions on the set K of kept cuts (the cut after group l, l < n-1),
+    checked on every subset: each kept cut is saved; two consecutive kept cuts (and the last kept cut
+    and the last group's separator, where that group is not folded into the loss: saved) have other
+    storages; each cut left out is unsaved or has the storage of the next kept cut (or of that last
+    separator). Exactly one K satisfies them; returns its groups and head."""
+    n = len(groups)
+    last = groups[-1][-1]
+    found = []
+    for K in itertools.product((False, True), repeat=n - 1):
+        def next_storage(l):
+            m = next((m for m in range(l + 1, n - 1) if K[m]), None)
+            if m is not None:
+                return storages[groups[m][-1]]
+            return storages[last] if last in saved else None
+        ok = True
+        for l in range(n - 1):
+            sep = groups[l][-1]
+            if K[l]:
+                ok &= sep in saved and storages[sep] != next_storage(l)
+            else:
+                ok &= sep not in saved or storages[sep] == next_storage(l)
+        if ok:
+            found.append(K)
+    assert len(found) == 1, found
+    out, cur = [], []
+    for l, g in enumerate(groups):
+        cur = cur + list(g)
+        if l == n - 1 or found[0][l]:
+            out.append(cur)
+            cur = []
+    head = out.pop() if len(out) > 1 and out[-1][-1] not in saved else []
+    return out, head
+
+
+def test_merging_cuts_on_random_groups():
+    """merge_unsaved_cuts with storages on random chains of groups (hypothesis): the nodes stay in
+    order; every kept cut is saved and does not share its storage with the next stage's output; the
+    answer is the one set of cuts that satisfies the rule's conditions (_merge_by_brute_force, every
+    subset tried); without storages, the saved-cut rule alone."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from memplan.models.graph import merge_unsaved_cuts
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.tuples(st.integers(1, 3), st.booleans(), st.integers(0, 3)), min_size=1, max_size=9))
+    def check(spec):
+        groups, saved, storages, k = [], set(), {}, 0
+        for size, is_saved, storage in spec:
+            g = [f"n{k + i}" for i in range(size)]
+            k += size
+            groups.append(g)
+            if is_saved:
+                saved.add(g[-1])
+            storages[g[-1]] = storage
+        out, head = merge_unsaved_cuts(groups, saved, storages)
+        assert [v for g in out + [head] for v in g] == [v for g in groups for v in g]
+        assert (out, head) == _merge_by_brute_force(groups, saved, storages)
+        # between two stages: a saved tensor that is not the next stage's output storage; before a
+        # folded head (the loss stage's input): a saved tensor
+        for g, h in zip(out, out[1:]):
+            assert g[-1] in saved and storages[g[-1]] != storages[h[-1]]
+        assert not head or out[-1][-1] in saved
+        # without storages: the saved-cut rule alone (every storage its own)
+        assert merge_unsaved_cuts(groups, saved) == _merge_by_brute_force(groups, saved,
+                                                                          {g[-1]: i for i, g in enumerate(groups)})
+
+    check()

@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-rounds", type=int, default=20)
     p.add_argument("--segment-counts", default="2,3,4,5,6")
     p.add_argument("--timing-budget", type=float, default=900.0, help="seconds of timing rounds per network")
-    p.add_argument("--memory-method", choices=["dispatch", "profiler"], default="profiler",
+    p.add_argument("--memory-method", choices=sorted(runtime_check.MEMORY_METHOD_NAMES), default="profiler",
                    help="how every peak is measured (runtime_check's --memory-method): profiler (default) counts "
                         "every CPU allocation, the convolutions' scratch included; dispatch the tensors' storages")
     p.add_argument("--out", default=str(RESULTS / "executor_parity_cpu"))

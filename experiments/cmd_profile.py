@@ -106,7 +106,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from memplan.models.networks import example_input, get_model
     from memplan.models.memory import step_peak
     from memplan.models.profiler import classification_loss, profiled_by_allocator_events
-    from memplan.models.runtime import execute, holds_at_peak
+    from memplan.models.runtime import execute, holds_at_peak, holds_at_replay_peak
 
     chain, _ = load_instance(args.instance)
     prov = chain.provenance
@@ -171,7 +171,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for p in model.parameters():
             p.grad = None
         # timed: held where the replay peaks (the per-operation memory measured above misses the scratch)
-        hold = holds_at_peak(sched, sim.memory_during, rel=0.01, device=device)
+        hold = holds_at_replay_peak(sched, sim.memory_during, device=device)
     else:
         hold = holds_at_peak(sched, res.memory_peak_during, device=device)   # timed: the measured peak, fewer hooks
     ag_peak = _autograd_peak(model, loss_fn, x, device, seed, method)

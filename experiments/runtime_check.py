@@ -329,15 +329,18 @@ class Case:
             m.update(times=t.times, time_low=t.low, time_high=t.high, rounds=len(t.times), noisy=t.noisy,
                      time_rel_halfwidth=t.rel_halfwidth)
 
-    def _holds(self, ops, during, rel: float = 0.0):
+    def _holds(self, ops, during, replay: bool = False):
         """``execute``'s ``hold`` for the timed runs of ``ops``: with ``holds`` "peak" (the default) the
-        stages whose B is at the peak of ``during`` (a held measured run's memory per operation, or
-        the replay's, then within ``rel`` of it: :func:`models.runtime.holds_at_peak`): the run's peak
-        is the held run's and it pays two hooks per held B instead of one per junction of every fused
-        group (``timed_peak`` measures it); "all": every B held."""
-        from memplan.models.runtime import holds_at_peak
+        stages whose B is at the peak of ``during`` (a held measured run's memory per operation:
+        :func:`models.runtime.holds_at_peak`; with ``replay``, the replay's, every B within 1% of its
+        peak: :func:`models.runtime.holds_at_replay_peak`): the run's peak is the held run's and it
+        pays two hooks per held B instead of one per junction of every fused group (``timed_peak``
+        measures it); "all": every B held."""
+        from memplan.models.runtime import holds_at_peak, holds_at_replay_peak
 
-        return holds_at_peak(ops, during, rel=rel, device=self.device) if self.holds == "peak" else True
+        if self.holds != "peak":
+            return True
+        return (holds_at_replay_peak if replay else holds_at_peak)(ops, during, device=self.device)
 
     def _tracked(self, fn) -> float:
         """Peak bytes of ``fn()`` above what existed before (:func:`models.memory.step_peak`)."""
@@ -377,7 +380,7 @@ class Case:
                 execute(self.stages, self.loss_stage, self.x, seq, device=self.device, fuse_backward=self.fuse)
 
             peak = self._tracked(held)
-            hold = self._holds(seq.ops, sim.memory_during, rel=0.01)
+            hold = self._holds(seq.ops, sim.memory_during, replay=True)
 
         def run():
             torch.manual_seed(7)

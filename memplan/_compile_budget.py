@@ -1160,10 +1160,10 @@ class BudgetSearch:
         fully held step's wherever the replay's largest B is the run's (else at most that), with the
         host time of a run without holds (two hooks per held B instead of one per junction)."""
         from memplan.models.remat import simulate_remat
-        from memplan.models.runtime import execute, holds_at_peak
+        from memplan.models.runtime import execute, holds_at_replay_peak
 
         seq = list(ops)
-        hold = holds_at_peak(seq, simulate_remat(chain, seq).memory_during, rel=0.01, device=self.device)
+        hold = holds_at_replay_peak(seq, simulate_remat(chain, seq).memory_during, device=self.device)
         return self._executor_step(lambda x: execute(stages, loss_stage, x, seq, device=self.device,
                                                      input_grad=False, sync=False, hold=hold))
 

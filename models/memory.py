@@ -154,13 +154,18 @@ class CudaMemoryTracker:
         return True
 
 
+#: how a CPU step's memory is measured (:func:`memory_tracker`; :func:`models.profiler.profile_chain`'s
+#: ``memory``): the dispatch-mode tracker, or c10's allocator events through PyTorch's profiler
+MEMORY_METHODS = ("dispatch", "profiler")
+
+
 def memory_tracker(device, method: str = "dispatch") -> Any:
     """:class:`CudaMemoryTracker` for CUDA; for CPU tensors :class:`TensorMemoryTracker` (``method``
     ``"dispatch"``, the default: tensors' storages as the operations dispatched through PyTorch's Python
     dispatcher make them, not a kernel's scratch nor compiled code's buffers) or :class:`ProfilerTracker`
     (``"profiler"``: c10's allocator events, every CPU allocation; ``../shared/guide/MEASURING.md``)."""
-    if method not in ("dispatch", "profiler"):
-        raise ValueError(f"memory_tracker: method={method!r}; choose dispatch or profiler")
+    if method not in MEMORY_METHODS:
+        raise ValueError(f"memory_tracker: method={method!r}; choose from {', '.join(MEMORY_METHODS)}")
     dev = torch.device(device)
     if dev.type == "cuda":
         return CudaMemoryTracker(dev)

@@ -65,12 +65,8 @@ from .resident import fresh_start, mark_resident
 
 # memory tracking lives in models.memory (the runtime executor uses it and the profiler uses the
 # executor); these names stay importable from here
-from .memory import (CudaMemoryTracker, ProfilerTracker, TensorMemoryTracker, _key,  # noqa: E402,F401
-                     memory_tracker, saved_storages, storage_bytes)
-
-#: how :func:`profile_stage` and :func:`profile_chain` measure sizes on CPU: the dispatch-mode tracker,
-#: or c10's allocator events through PyTorch's profiler (compiled stages)
-MEMORY_METHODS = ("dispatch", "profiler")
+from .memory import (MEMORY_METHODS, CudaMemoryTracker, ProfilerTracker, TensorMemoryTracker,  # noqa: E402,F401
+                     _key, memory_tracker, saved_storages, storage_bytes)
 
 
 def saved_tensor_bytes(fn: Callable[[], Any], exclude: Sequence[torch.Tensor] = ()) -> tuple[Any, int]:

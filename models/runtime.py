@@ -587,6 +587,20 @@ def holds_at_peak(ops: RematSchedule | Sequence[tuple[str, int]], memory_during:
     return Holds(at, {int(l): top * (1 - rel) - m - slack for (op, l), m in zip(ops, memory_during) if op == "B"})
 
 
+#: :func:`holds_at_replay_peak`'s margin: a replay within 1% of the measured run
+REPLAY_HOLD_REL = 0.01
+
+
+def holds_at_replay_peak(ops: RematSchedule | Sequence[tuple[str, int]], memory_during: Sequence[float],
+                         device="cpu") -> Holds:
+    """:func:`holds_at_peak` from a replay's memory per operation (the simulator's on the chain the
+    plan was solved on, not a measured run's): every B within :data:`REPLAY_HOLD_REL` of its peak,
+    so that a B a little off in the model is held too. The holds of an unmeasured step whose peak
+    the measuring method cannot attribute to operations: c10's allocator events (the budget search,
+    ``runtime_check``/``memplan run`` with ``profiler``)."""
+    return holds_at_peak(ops, memory_during, rel=REPLAY_HOLD_REL, device=device)
+
+
 def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: Callable[[], float], sync: bool,
                    keep: frozenset | None, splits: tuple = (), headroom: dict | None = None) -> RuntimeResult:
     """:func:`execute` of the store-all sequence once a run of it through the general loop has shown

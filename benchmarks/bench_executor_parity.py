@@ -18,6 +18,8 @@ measured with the dispatch tracker, which does not see it):
     python benchmarks/bench_executor_parity.py                       # both networks (20-40 min on 1 core)
     python benchmarks/bench_executor_parity.py --clock cpu           # on a shared machine: CPU time
     python benchmarks/bench_executor_parity.py --models gpt2 --max-rounds 10
+    python benchmarks/bench_executor_parity.py --preset cpu-unseen --clock cpu --max-rounds 60 --timing-budget 240 \
+        --out benchmarks/results/executor_parity_cpu_unseen     # the same targets on networks not tuned on
     python benchmarks/bench_executor_parity.py --clock cpu --memory-method dispatch   # the tensors' storages only
 
 Writes ``benchmarks/results/executor_parity_cpu{,_throughput}.csv``, every round's times
@@ -86,7 +88,11 @@ def main(argv=None) -> int:
     from memplan.experiments import runtime_check
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default="resnet50,gpt2")
+    p.add_argument("--preset", choices=["cpu-parity", "cpu-unseen"], default="cpu-parity",
+                   help="runtime_check's preset: cpu-parity (the issue's ResNet-50 and GPT-2, default) or cpu-unseen "
+                        "(DenseNet-121, Inception v3, a Transformer and a Llama-style stack: networks nothing was "
+                        "tuned on)")
+    p.add_argument("--models", default=None, help="comma-separated networks of the preset (default: all of it)")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall")
     p.add_argument("--repeats", type=int, default=8, help="timed rounds at least")
     p.add_argument("--max-rounds", type=int, default=20)
@@ -98,7 +104,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(RESULTS / "executor_parity_cpu"))
     a = p.parse_args(argv)
     rt, thr = Path(a.out + ".csv"), Path(a.out + "_throughput.csv")
-    rc = runtime_check.main(["--device", "cpu", "--preset", "cpu-parity", "--models", a.models, "--clock", a.clock,
+    models = a.models or ",".join(runtime_check.PRESETS[a.preset])
+    rc = runtime_check.main(["--device", "cpu", "--preset", a.preset, "--models", models, "--clock", a.clock,
                              "--memory-method", a.memory_method,
                              "--repeats", str(a.repeats), "--max-rounds", str(a.max_rounds),
                              "--segment-counts", a.segment_counts, "--timing-budget", str(a.timing_budget),

@@ -159,20 +159,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # one method for the plan and autograd: the instance's (a CPU profile by c10's allocator events sees
     # the kernels' scratch, which the dispatch tracker does not; CUDA: the allocator's statistics)
     method = "profiler" if device == "cpu" and profiled_by_allocator_events(chain) else "dispatch"
-    torch.manual_seed(seed + 1)
-    res = execute(lm.stages, loss_stage, x, sched, measure_memory=True, device=device)
-    peak = float(res.peak_memory)
     if method == "profiler":
         def held():
             torch.manual_seed(seed + 1)
             execute(lm.stages, loss_stage, x, sched, device=device)
 
+        held()                                  # a warm-up: the measured run below is the second
+        for p in model.parameters():
+            p.grad = None
         peak = step_peak(held, list(model.parameters()), device, method)     # the fully held run's
         for p in model.parameters():
             p.grad = None
         # timed: held where the replay peaks (the per-operation memory measured above misses the scratch)
         hold = holds_at_replay_peak(sched, sim.memory_during, device=device)
     else:
+        torch.manual_seed(seed + 1)
+        res = execute(lm.stages, loss_stage, x, sched, measure_memory=True, device=device)
+        peak = float(res.peak_memory)
         hold = holds_at_peak(sched, res.memory_peak_during, device=device)   # timed: the measured peak, fewer hooks
     ag_peak = _autograd_peak(model, loss_fn, x, device, seed, method)
     per_op: list[list[float]] = []

@@ -20,6 +20,8 @@ measured with the dispatch tracker, which does not see it):
     python benchmarks/bench_executor_parity.py --models gpt2 --max-rounds 10
     python benchmarks/bench_executor_parity.py --preset cpu-unseen --clock cpu --max-rounds 60 --timing-budget 240 \
         --out benchmarks/results/executor_parity_cpu_unseen     # the same targets on networks not tuned on
+    python benchmarks/bench_executor_parity.py --preset cpu-unseen --models transformer,llama --cuts saved \
+        --clock cpu --max-rounds 60 --timing-budget 240 --out benchmarks/results/executor_parity_cpu_unseen_saved
     python benchmarks/bench_executor_parity.py --clock cpu --memory-method dispatch   # the tensors' storages only
 
 Writes ``benchmarks/results/executor_parity_cpu{,_throughput}.csv``, every round's times
@@ -38,6 +40,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def summary(rt: pd.DataFrame, thr: pd.DataFrame) -> list[str]:
+    from memplan.experiments import runtime_check
+
     out = []
     for net, d in rt.groupby("network", sort=False):
         ex = d[d["measured_time"].notna()]
@@ -54,6 +58,14 @@ def summary(rt: pd.DataFrame, thr: pd.DataFrame) -> list[str]:
                       f"{sa['vs_autograd_high']:.4f}]" if pd.notna(sa.get("vs_autograd")) else ""))
         plans = ex[ex["method"] != "autograd"]
         te, pe = plans["time_rel_err"].abs(), plans["peak_rel_err"].abs()
+        rows = [r for _, r in ex.iterrows()]
+        same = sum(bool(r["grads_equal"]) for r in rows)
+        close = [r for r in rows if not r["grads_equal"] and runtime_check.grads_ok(r.to_dict())]
+        out.append(f"  gradients: {same} of {len(rows)} rows bit-identical to autograd's"
+                   + (f", {len(close)} within {runtime_check.GRAD_REL_TOL:g} (at most "
+                      f"{max(r['grads_max_rel_diff'] for r in close):.0e}: a shared weight's sums in another order)"
+                      if close else "")
+                   + (f", {len(rows) - same - len(close)} DIFFERENT" if len(rows) - same - len(close) else ""))
         out.append(f"  {len(plans)} executed plans: |predicted/measured - 1| time max {te.max() * 100:.1f}% "
                    f"(mean {te.mean() * 100:.1f}%), peak max {pe.max() * 100:.2f}%; rows over 5% in time: "
                    f"{int((te > 0.05).sum())}, over 1% in peak: {int((pe > 0.01).sum())}; noisy rows: "
@@ -101,12 +113,14 @@ def main(argv=None) -> int:
     p.add_argument("--memory-method", choices=sorted(runtime_check.MEMORY_METHOD_NAMES), default="profiler",
                    help="how every peak is measured (runtime_check's --memory-method): profiler (default) counts "
                         "every CPU allocation, the convolutions' scratch included; dispatch the tensors' storages")
+    p.add_argument("--cuts", choices=["auto", "saved"], default="auto",
+                   help="runtime_check's --cuts: auto (as 'memplan profile', default) or saved (single-tensor cuts)")
     p.add_argument("--out", default=str(RESULTS / "executor_parity_cpu"))
     a = p.parse_args(argv)
     rt, thr = Path(a.out + ".csv"), Path(a.out + "_throughput.csv")
     models = a.models or ",".join(runtime_check.PRESETS[a.preset])
     rc = runtime_check.main(["--device", "cpu", "--preset", a.preset, "--models", models, "--clock", a.clock,
-                             "--memory-method", a.memory_method,
+                             "--memory-method", a.memory_method, "--cuts", a.cuts,
                              "--repeats", str(a.repeats), "--max-rounds", str(a.max_rounds),
                              "--segment-counts", a.segment_counts, "--timing-budget", str(a.timing_budget),
                              "--methods", "rotor,sequential,store-all", "--out", str(rt), "--throughput", str(thr),

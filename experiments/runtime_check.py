@@ -9,7 +9,11 @@ one CSV row per (network, limit, method):
 
 * ``grads_equal``: every parameter gradient ``torch.equal`` to plain autograd's (on CUDA with
   ``torch.use_deterministic_algorithms(True)``; ``deterministic`` says when an operation had no
-  deterministic kernel and the run fell back to ``warn_only``);
+  deterministic kernel and the run fell back to ``warn_only``); ``grads_max_rel_diff``: otherwise the
+  largest difference, relative to the parameter's largest gradient. A parameter shared by three
+  stages or more whose B's run in separate backward calls gets its contributions summed in another
+  order than autograd's (the Transformer's tied embedding: about 4e-8): rows within
+  :data:`GRAD_REL_TOL` are counted as autograd's gradients, others as different;
 * ``predicted_peak`` / ``measured_peak``: the simulator's peak on the profiled chain against the
   measured one (CPU: ``memory_method``, below; CUDA: caching-allocator statistics), and
   ``within_limit``: measured peak <= the limit. The replay charges each forward its own overhead
@@ -134,16 +138,16 @@ METHODS = ["rotor", "rotor-floating", "sequential", "store-all"]
 
 COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic", "date", "clock", "memory_method",
            "fused_backward",
-           "network", "batch", "input", "L", "fraction", "memory_limit", "method", "status", "message",
-           "ops", "recomputations", "same_as", "grads_equal",
+           "network", "batch", "input", "cuts", "L", "fraction", "memory_limit", "method", "status", "message",
+           "ops", "recomputations", "same_as", "grads_equal", "grads_max_rel_diff",
            "predicted_peak", "measured_peak", "peak_rel_err", "within_limit", "timed_peak", "held_stages",
            "predicted_time", "predicted_time_profile", "measured_time", "time_rel_err", "time_min", "time_max",
            "time_q10", "time_rel_err_q10",
            "time_low", "time_high",
            "repeats", "noisy", "vs_autograd", "vs_autograd_low", "vs_autograd_high",
            "throughput", "predicted_throughput", "solve_seconds", "steps_per_sample", "cuda_segments_after_round_1"]
-THROUGHPUT_COLUMNS = ["device", "gpu", "clock", "memory_method", "network", "batch", "input", "L", "strategy", "segments", "memory_limit",
-                      "status", "grads_equal", "predicted_peak", "measured_peak", "predicted_time",
+THROUGHPUT_COLUMNS = ["device", "gpu", "clock", "memory_method", "network", "batch", "input", "cuts", "L", "strategy", "segments", "memory_limit",
+                      "status", "grads_equal", "grads_max_rel_diff", "predicted_peak", "measured_peak", "predicted_time",
                       "predicted_time_profile", "measured_time", "time_low", "time_high", "rounds", "noisy", "throughput", "rotor_gain",
                       "gain_vs_checkpoint_sequential", "vs_checkpoint_sequential", "vs_checkpoint_sequential_low",
                       "vs_checkpoint_sequential_high", "not_slower_than_checkpoint_sequential"]
@@ -197,7 +201,7 @@ class Case:
     reference gradients; :meth:`execute` runs a sequence and compares."""
 
     def __init__(self, name: str, spec: dict, device: str, repeats: int, profile_repeats: int | None = None,
-                 clock: str = "wall", memory: str = "profiler"):
+                 clock: str = "wall", memory: str = "profiler", cuts: str = "auto"):
         import torch
 
         from memplan.models.graph import linearize_model
@@ -221,7 +225,17 @@ class Case:
         self.grads = {n: p.grad for n, p in ref.named_parameters()}
         del ref
         self.model = model                       # its parameters are shared with the stages
-        lm = linearize_model(model, self.x, self.loss_fn)
+        # ``cuts``: by default the rule of 'memplan profile' (auto: where several tensors cross only for
+        # networks whose single-tensor stages are too coarse, the Transformer's 4 among them; the
+        # ResNets, DenseNets, Inception and GPT-2 are cut as before); "saved" for single-tensor cuts only
+        lm = linearize_model(model, self.x, self.loss_fn, cuts=cuts)
+        self.memory_note = ""
+        self.cut_rule = "saved" if lm.residency is None else "multi"      # the rule taken (auto decides)
+        if lm.residency is not None and self.memory == "profiler":
+            # c10's events profile single-tensor cuts only (models.profiler.profile_chain): this network's
+            # contenders are all measured by the dispatch tracker instead, its rows say so
+            self.memory = "dispatch"
+            self.memory_note = f" (multi-tensor cuts: {MEMORY_METHOD_NAMES['dispatch']} for all its contenders)"
         self.stages = lm.stages
         self.loss_stage = lm.loss_stage(self.loss_fn)      # stage L+1 (a folded head, then the loss)
         self.chain = profile_chain(lm.stages, self.x, self.loss_stage, repeats=profile_repeats or repeats,
@@ -243,10 +257,29 @@ class Case:
         for _, p in self.params:
             p.grad = None
 
-    def _grads_equal(self) -> bool:
+    def _grads_diff(self) -> float:
+        """The largest ``max |g - g_ref| / max |g_ref|`` over the parameters (0.0: bit-identical; inf: a
+        gradient missing): where the backward is split into several calls (a parameter shared by
+        stages whose B's are in separate calls, models.runtime's ``_split_shared``), a parameter used
+        three times or more gets its contributions summed in another order than autograd's one call,
+        which changes the last bits (the Transformer's tied embedding: 4e-8)."""
         import torch
 
-        return all(p.grad is not None and torch.equal(p.grad, self.grads[n]) for n, p in self.params)
+        worst = 0.0
+        for n, p in self.params:
+            ref = self.grads[n]
+            if ref is None:
+                continue
+            if p.grad is None:
+                return math.inf
+            if not torch.equal(p.grad, ref):
+                scale = float(ref.abs().max()) or 1.0
+                worst = max(worst, float((p.grad - ref).abs().max()) / scale)
+        return worst
+
+    def _grads(self) -> dict:
+        d = self._grads_diff()
+        return {"grads_equal": d == 0.0, "grads_max_rel_diff": d}
 
     def set_steps_per_sample(self, steps: int | None) -> int:
         """Steps run back to back between the two synchronizes of one timed sample (the sample is
@@ -373,7 +406,7 @@ class Case:
         _sync(self.device)
         res = execute(self.stages, self.loss_stage, self.x, seq, measure_memory=True, device=self.device,
                       fuse_backward=self.fuse)
-        equal = self._grads_equal()
+        grads = self._grads()
         sim = simulate_remat(self.chain, seq)
         if self.memory == "dispatch":
             peak = float(res.peak_memory)
@@ -396,7 +429,7 @@ class Case:
 
         # the timed configuration's own peak, measured as autograd's is (step_peak): the held run's where
         # the holds at its peak work as they should
-        m = {"grads_equal": equal, "measured_peak": peak, "timed_peak": self._tracked(run),
+        m = {**grads, "measured_peak": peak, "timed_peak": self._tracked(run),
              "held_stages": "all" if hold is True else " ".join(map(str, sorted(hold)))}
         self._timed(run, m, tag)
         out = (tag, m)
@@ -423,7 +456,7 @@ class Case:
             return self._cache["autograd"][1]
         self._clear_grads()
         peak = self._tracked(run)
-        m = {"grads_equal": self._grads_equal(), "measured_peak": peak}
+        m = {**self._grads(), "measured_peak": peak}
         self._timed(run, m, "autograd")
         self._cache["autograd"] = ("autograd", m)
         return m
@@ -433,10 +466,14 @@ class Case:
         sequential_schedule models it, where the input is a float tensor; non-reentrant where it is
         not (token ids cannot require grad, and the reentrant checkpoint of the first segment would
         then give no gradients; the non-reentrant one recomputes each segment when the backward first
-        needs one of its saved tensors, with the same segments)."""
+        needs one of its saved tensors, with the same segments). ``None`` for stages cut where several
+        tensors cross (``cuts="multi"``): ``checkpoint_sequential`` chains one tensor from module to
+        module, so it cannot run them."""
         import torch
         from torch.utils.checkpoint import checkpoint_sequential
 
+        if any(hasattr(st, "resident_in") for st in self.stages):
+            return None     # stages that pass several tensors: no nn.Sequential of them for torch to checkpoint
         reentrant = self.x.is_floating_point()
         seqmod = torch.nn.Sequential(*self.stages)
 
@@ -447,7 +484,7 @@ class Case:
 
         self._clear_grads()
         peak = self._tracked(run)
-        m = {"grads_equal": self._grads_equal(), "measured_peak": peak}
+        m = {**self._grads(), "measured_peak": peak}
         self._timed(run, m, f"checkpoint_sequential:{segments}")
         return m
 
@@ -471,13 +508,22 @@ def _rel(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else a / b - 1
 
 
+def _case_env(case: Case) -> dict:
+    """A network's own columns: ``cuts``, the cut rule its linearization took (``saved``: one tensor
+    per cut; ``multi``: several), and its memory method where it could not use the one asked for (a
+    multi-tensor cut network on c10's events)."""
+    return {"cuts": case.cut_rule,
+            **({"memory_method": MEMORY_METHOD_NAMES[case.memory]} if case.memory_note else {})}
+
+
 def _row(env: dict, case: Case, det: str, fraction: float, limit: float, method: str, status: str, *,
          message: str = "", seq=None, same_as: str = "", m: dict | None = None, solve_s: float | None = None,
          is_plan: bool = True) -> dict:
     """A CSV row; ``is_plan``: the sequence was solved for ``limit`` (``within_limit`` is judged), else
     ``limit`` is only the store-all peak it runs at (store-all and autograd at fraction 1)."""
     c = case.chain
-    row = {**env, "deterministic": det, "fused_backward": case.fuse, "network": case.name, "batch": case.batch,
+    row = {**env, **_case_env(case), "deterministic": det, "fused_backward": case.fuse, "network": case.name,
+           "batch": case.batch,
            "input": "x".join(map(str, case.spec["shape"])), "L": c.L, "fraction": fraction, "memory_limit": limit,
            "method": method, "status": status, "message": message[:200], "same_as": same_as,
            "solve_seconds": solve_s, "repeats": case.repeats, "steps_per_sample": case.steps}
@@ -492,7 +538,8 @@ def _row(env: dict, case: Case, det: str, fraction: float, limit: float, method:
             row.update(ops=len(seq), recomputations=seq.count("F_ck") + seq.count("F_none"))
     if m is not None:
         t = statistics.median(m["times"])
-        row.update(grads_equal=m["grads_equal"], measured_peak=m["measured_peak"], measured_time=t,
+        row.update(grads_equal=m["grads_equal"], grads_max_rel_diff=m.get("grads_max_rel_diff"),
+                   measured_peak=m["measured_peak"], measured_time=t,
                    timed_peak=m.get("timed_peak", m["measured_peak"]), held_stages=m.get("held_stages"),
                    time_min=min(m["times"]), time_max=max(m["times"]), throughput=case.batch / t,
                    time_low=m.get("time_low"), time_high=m.get("time_high"), repeats=len(m["times"]),
@@ -597,9 +644,30 @@ def check_case(case: Case, env: dict, det: str, fractions: list[float], methods:
 def _line(r: dict) -> str:
     pe, te = r.get("peak_rel_err"), r.get("time_rel_err")
     return (f"  {r['network']:10s} f={r['fraction']:<5g} {r['method']:15s} grads "
-            f"{'equal' if r.get('grads_equal') else 'DIFFER'}  peak {fmt_memory(r['measured_peak'])} vs "
+            f"{_grads_text(r)}  peak {fmt_memory(r['measured_peak'])} vs "
             f"{fmt_memory(r['predicted_peak'])} ({(pe or 0) * 100:+.1f}%)  time {r['measured_time'] * 1e3:.2f} ms vs "
             f"{r['predicted_time'] * 1e3:.2f} ms ({(te or 0) * 100:+.1f}%)  {r['throughput']:.2f}/s")
+
+
+#: gradients that are not bit-identical to autograd's but within this relative difference (of each
+#: parameter's largest gradient) are its own sums in another order (``Case._grads_diff``): float32's
+#: rounding of a sum of a few terms, some 1e-7; a wrong gradient is off by far more
+GRAD_REL_TOL = 1e-5
+
+
+def grads_ok(r: dict) -> bool:
+    """A row's gradients are autograd's: bit-identical, or within :data:`GRAD_REL_TOL` (rows written
+    before the column existed: bit-identical only)."""
+    if r.get("grads_equal"):
+        return True
+    d = r.get("grads_max_rel_diff")
+    return d is not None and d == d and d <= GRAD_REL_TOL
+
+
+def _grads_text(r: dict) -> str:
+    if r.get("grads_equal"):
+        return "equal"
+    return f"~{r['grads_max_rel_diff']:.0e}" if grads_ok(r) else "DIFFER"
 
 
 def segment_counts(L: int, count: int = 10) -> list[int]:
@@ -610,9 +678,25 @@ def segment_counts(L: int, count: int = 10) -> list[int]:
     return sorted({min(L, max(2, int(round(2 + i * (top - 2) / max(1, count - 1))))) for i in range(count)})
 
 
-def throughput_case(case: Case, env: dict, segments: list[int], solved: dict) -> list:
+#: issue 27's target for a predicted peak: within 1% of the measured one
+PEAK_TARGET = 0.01
+
+
+def throughput_case(case: Case, env: dict, segments: list[int], solved: dict, slots: int | None = None,
+                    time_limit: float = 30.0) -> list:
     """Paper 004's comparison: sequential (memplan's sequence and torch's checkpoint_sequential),
     rotor at the memory each sequential point needs (solutions from :func:`plan`), store-all.
+    Where PyTorch's ``checkpoint_sequential`` measures below the peak the chain predicts for the same
+    segments, rotor is solved again at PyTorch's measured peak (its row's ``memory_limit``): the chain
+    (and the executor, which holds what it says) keeps delta^l and a^l until B^l ends, as paper 004's
+    model has it, while autograd frees them inside B^l once its first operations have used them;
+    where a plan peaks in such a B (DenseNet-121 at 64x64 with 5 and 6 segments: B^10, a batch norm
+    and ReLU stage) ``checkpoint_sequential`` peaked 6-8% below the chain's sequential(k)
+    (``executor_parity_cpu_unseen``; the executor without its holds, 4% below the chain). The
+    comparison is then made at the memory PyTorch really used. Only beyond :data:`PEAK_TARGET` (1%,
+    what a prediction is held to): closer, the two are the same memory within the model's accuracy, and
+    a limit a few kilobytes lower (Inception v3: 11 KB, 0.06%) would only deny rotor the very sequence
+    ``checkpoint_sequential`` runs.
     Returns row builders to call after :meth:`Case.time_all` (as :func:`check_case`).
 
     Every comparison is paired round by round (:func:`memplan.models.measure.paired_ratio`: the
@@ -624,14 +708,15 @@ def throughput_case(case: Case, env: dict, segments: list[int], solved: dict) ->
     end is at most 1. (Before 2026-11-27 these compared the two medians and their separate intervals,
     which a slow round widens for both.)"""
     c = case.chain
-    base = {**env, "network": case.name, "batch": case.batch, "input": "x".join(map(str, case.spec["shape"])),
-            "L": c.L}
+    base = {**env, **_case_env(case), "network": case.name, "batch": case.batch,
+            "input": "x".join(map(str, case.spec["shape"])), "L": c.L}
 
     def row(strategy, s, limit, seq, m, status="executed", seq_m=None, ck_m=None):
         sim = simulate_remat(c, seq) if seq is not None else None
         t = statistics.median(m["times"]) if m else None
         r = {**base, "strategy": strategy, "segments": s, "memory_limit": limit, "status": status,
              "grads_equal": m["grads_equal"] if m else None,
+             "grads_max_rel_diff": m.get("grads_max_rel_diff") if m else None,
              "predicted_peak": sim.peak_memory if sim else None,
              "measured_peak": m["measured_peak"] if m else None,
              "predicted_time": (simulate_remat(case.timed_chain, seq).makespan if sim and case.timed_chain is not None
@@ -663,6 +748,9 @@ def throughput_case(case: Case, env: dict, segments: list[int], solved: dict) ->
         if ck is not None:
             rows.append(partial(row, "checkpoint_sequential", s, limit, seq, ck))
         sol = solved[("rotor@sequential", s)][0]
+        if ck is not None and ck["measured_peak"] < limit * (1 - PEAK_TARGET):
+            limit = float(ck["measured_peak"])          # PyTorch's point: rotor at the memory it used
+            sol = _solve_job((c, limit, "rotor", slots, time_limit))[0]
         if sol is not None and sol.success:
             m = case.execute(sol.schedule, f"rotor@sequential:{s}")[1]
             rows.append(partial(row, "rotor", s, limit, sol.schedule, m, status=str(sol.status), seq_m=seq_m,
@@ -746,6 +834,10 @@ def main(argv=None) -> int:
                         "allocator events, every allocation, the CPU convolutions' scratch included) or dispatch "
                         "(the tensors PyTorch's dispatcher makes, not a kernel's scratch; per-operation traces "
                         "that peak at the row's measured peak)")
+    p.add_argument("--cuts", choices=["auto", "saved"], default="auto",
+                   help="where the networks are cut (models.graph.linearize_model): auto (default, as 'memplan "
+                        "profile': several tensors per cut only where single-tensor stages are too coarse) or saved "
+                        "(single-tensor cuts everywhere)")
     p.add_argument("--holds", choices=["peak", "all"], default="peak", help="timed runs: hold a fused "
                    "group's a^j and delta^j until B^j ends only for the B's at the measured run's peak (peak, "
                    "default: the same peak, less host time) or for every B (all)")
@@ -859,20 +951,20 @@ def _main(a: argparse.Namespace) -> int:
             case = None
             try:
                 case = Case(name, cases[name], device, repeats, a.profile_repeats, clock=a.clock,
-                            memory=a.memory_method)
+                            memory=a.memory_method, cuts=a.cuts)
                 case.target, case.max_rounds, case.time_budget = a.target, max_rounds, a.timing_budget
                 case.fuse = a.fuse_backward
                 case.holds = a.holds
                 steps = case.set_steps_per_sample(a.steps_per_sample)
                 print(f"{name}: L = {case.chain.L}, profiled in {time.perf_counter() - t0:.1f} s ({det}); "
-                      f"{steps} step(s) per timed sample")
+                      f"{steps} step(s) per timed sample{case.memory_note}")
                 t1 = time.perf_counter()
                 segs = ((explicit_segments and [k for k in explicit_segments if k <= case.chain.L])
                         or segment_counts(case.chain.L, n_segments)) if thr_out else []
                 solved = plan(case.chain, fractions, methods, segs, slots, a.time_limit, workers)
                 print(f"{name}: {len(solved)} solves in {time.perf_counter() - t1:.1f} s ({workers} worker(s))")
                 pending = check_case(case, env, det, fractions, methods, solved)
-                pending_thr = throughput_case(case, env, segs, solved) if thr_out else []
+                pending_thr = throughput_case(case, env, segs, solved, slots, a.time_limit) if thr_out else []
                 case.time_all()             # every contender of this network, in alternation
                 new = [make() for make in pending]
                 new_thr = [make() for make in pending_thr]
@@ -911,18 +1003,23 @@ def _main(a: argparse.Namespace) -> int:
     write_csv(rows, COLUMNS, out)
     write_csv(thr_rows, THROUGHPUT_COLUMNS, thr_out)
     measured = [r for r in rows if r.get("measured_peak") is not None]
-    bad_grads = [r for r in measured if not r["grads_equal"]]
+    bad_grads = [r for r in measured if not grads_ok(r)]
+    reordered = [r for r in measured if grads_ok(r) and not r["grads_equal"]]
     over = [r for r in measured if r["within_limit"] is False]
     # issue 27's targets, on the executed plans (autograd's row compares it with store-all's prediction)
     plans = [r for r in measured if r["method"] != "autograd"]
-    miss_peak = [r for r in plans if r.get("peak_rel_err") is not None and abs(r["peak_rel_err"]) > 0.01]
+    miss_peak = [r for r in plans if r.get("peak_rel_err") is not None and abs(r["peak_rel_err"]) > PEAK_TARGET]
     miss_time = [r for r in plans if r.get("time_rel_err") is not None and abs(r["time_rel_err"]) > 0.05]
     noisy = [r for r in measured if r.get("noisy")]
     # the plans' rows ("" where the peak is at a forward: nothing held); autograd's have None
     timed = [r for r in measured if r.get("timed_peak") is not None and r.get("held_stages") is not None]
     timed_off = [r for r in timed if abs(r["timed_peak"] - r["measured_peak"]) > 1024]
     print(f"written {out}" + (f" and {thr_out}" if thr_out else ""))
-    print(f"{len(measured)} executed rows: gradients differ in {len(bad_grads)}, measured peak above the limit in "
+    print(f"{len(measured)} executed rows: gradients differ in {len(bad_grads)}"
+          + (f" (in {len(reordered)} more not bit-identical but within {GRAD_REL_TOL:g} of each parameter's "
+             f"largest, at most {max(r['grads_max_rel_diff'] for r in reordered):.0e}: a shared parameter's "
+             f"contributions summed in another order)" if reordered else "")
+          + f", measured peak above the limit in "
           f"{len(over)}, too noisy to use (95% interval of the median wider than {a.target:.0%}) in {len(noisy)}; "
           f"of the {len(plans)} plans' rows, predicted peak off the measured by more than 1% in {len(miss_peak)}, "
           f"time by more than 5% in {len(miss_time)}"

@@ -41,6 +41,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def summary(rt: pd.DataFrame, thr: pd.DataFrame) -> list[str]:
     from memplan.experiments import runtime_check
+    from memplan.models.runtime import GRAD_REL_TOL
 
     out = []
     for net, d in rt.groupby("network", sort=False):
@@ -62,7 +63,7 @@ def summary(rt: pd.DataFrame, thr: pd.DataFrame) -> list[str]:
         same = sum(bool(r["grads_equal"]) for r in rows)
         close = [r for r in rows if not r["grads_equal"] and runtime_check.grads_ok(r.to_dict())]
         out.append(f"  gradients: {same} of {len(rows)} rows bit-identical to autograd's"
-                   + (f", {len(close)} within {runtime_check.GRAD_REL_TOL:g} (at most "
+                   + (f", {len(close)} within {GRAD_REL_TOL:g} (at most "
                       f"{max(r['grads_max_rel_diff'] for r in close):.0e}: a shared weight's sums in another order)"
                       if close else "")
                    + (f", {len(rows) - same - len(close)} DIFFERENT" if len(rows) - same - len(close) else ""))

@@ -13,7 +13,7 @@ one CSV row per (network, limit, method):
   largest difference, relative to the parameter's largest gradient. A parameter shared by three
   stages or more whose B's run in separate backward calls gets its contributions summed in another
   order than autograd's (the Transformer's tied embedding: about 4e-8): rows within
-  :data:`GRAD_REL_TOL` are counted as autograd's gradients, others as different;
+  :data:`memplan.models.runtime.GRAD_REL_TOL` are counted as autograd's gradients, others as different;
 * ``predicted_peak`` / ``measured_peak``: the simulator's peak on the profiled chain against the
   measured one (CPU: ``memory_method``, below; CUDA: caching-allocator statistics), and
   ``within_limit``: measured peak <= the limit. The replay charges each forward its own overhead
@@ -258,24 +258,13 @@ class Case:
             p.grad = None
 
     def _grads_diff(self) -> float:
-        """The largest ``max |g - g_ref| / max |g_ref|`` over the parameters (0.0: bit-identical; inf: a
-        gradient missing): where the backward is split into several calls (a parameter shared by
-        stages whose B's are in separate calls, models.runtime's ``_split_shared``), a parameter used
-        three times or more gets its contributions summed in another order than autograd's one call,
-        which changes the last bits (the Transformer's tied embedding: 4e-8)."""
-        import torch
+        """:func:`models.runtime.grads_max_rel_diff` of the parameters' gradients against plain
+        autograd's (0.0: bit-identical; inf: a gradient missing; a parameter shared by three stages or
+        more whose B's run in separate calls: its contributions summed in another order, 4e-8 on the
+        Transformer's tied embedding)."""
+        from memplan.models.runtime import grads_max_rel_diff
 
-        worst = 0.0
-        for n, p in self.params:
-            ref = self.grads[n]
-            if ref is None:
-                continue
-            if p.grad is None:
-                return math.inf
-            if not torch.equal(p.grad, ref):
-                scale = float(ref.abs().max()) or 1.0
-                worst = max(worst, float((p.grad - ref).abs().max()) / scale)
-        return worst
+        return grads_max_rel_diff([p.grad for _, p in self.params], [self.grads[n] for n, _ in self.params])
 
     def _grads(self) -> dict:
         d = self._grads_diff()
@@ -649,15 +638,12 @@ def _line(r: dict) -> str:
             f"{r['predicted_time'] * 1e3:.2f} ms ({(te or 0) * 100:+.1f}%)  {r['throughput']:.2f}/s")
 
 
-#: gradients that are not bit-identical to autograd's but within this relative difference (of each
-#: parameter's largest gradient) are its own sums in another order (``Case._grads_diff``): float32's
-#: rounding of a sum of a few terms, some 1e-7; a wrong gradient is off by far more
-GRAD_REL_TOL = 1e-5
-
-
 def grads_ok(r: dict) -> bool:
-    """A row's gradients are autograd's: bit-identical, or within :data:`GRAD_REL_TOL` (rows written
-    before the column existed: bit-identical only)."""
+    """A row's gradients are autograd's: bit-identical, or within
+    :data:`memplan.models.runtime.GRAD_REL_TOL` (rows written before the column existed: bit-identical
+    only)."""
+    from memplan.models.runtime import GRAD_REL_TOL
+
     if r.get("grads_equal"):
         return True
     d = r.get("grads_max_rel_diff")
@@ -1003,6 +989,8 @@ def _main(a: argparse.Namespace) -> int:
     write_csv(rows, COLUMNS, out)
     write_csv(thr_rows, THROUGHPUT_COLUMNS, thr_out)
     measured = [r for r in rows if r.get("measured_peak") is not None]
+    from memplan.models.runtime import GRAD_REL_TOL
+
     bad_grads = [r for r in measured if not grads_ok(r)]
     reordered = [r for r in measured if grads_ok(r) and not r["grads_equal"]]
     over = [r for r in measured if r["within_limit"] is False]

@@ -33,6 +33,7 @@ weight gradients, which the chain model does not count, stay out of the activati
 """
 from __future__ import annotations
 
+import math
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -599,6 +600,31 @@ def holds_at_replay_peak(ops: RematSchedule | Sequence[tuple[str, int]], memory_
     the measuring method cannot attribute to operations: c10's allocator events (the budget search,
     ``runtime_check``/``memplan run`` with ``profiler``)."""
     return holds_at_peak(ops, memory_during, rel=REPLAY_HOLD_REL, device=device)
+
+
+#: gradients that are not bit-identical to a reference but within this difference, relative to each
+#: parameter's largest reference gradient, are the same sums in another order: where a parameter shared
+#: by three stages or more has their backward steps in separate calls (:func:`_split_shared`), its
+#: contributions are added in another order than one autograd call adds them (the zoo's Transformer
+#: cut into four stages, its tied embedding: 4e-8); float32's rounding of a few terms, some 1e-7, where
+#: a wrong gradient is off by far more
+GRAD_REL_TOL = 1e-5
+
+
+def grads_max_rel_diff(grads, ref) -> float:
+    """The largest ``max |g - r| / max |r|`` over pairs of gradients (tensors or None, in the same
+    order): 0.0 where every pair is bit-identical, ``inf`` where a gradient is missing but its
+    reference is not. Compare with :data:`GRAD_REL_TOL`."""
+    worst = 0.0
+    for g, r in zip(grads, ref):
+        if r is None:
+            continue
+        if g is None:
+            return math.inf
+        if not torch.equal(g, r):
+            scale = float(r.abs().max()) or 1.0
+            worst = max(worst, float((g - r).abs().max()) / scale)
+    return worst
 
 
 def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: Callable[[], float], sync: bool,

@@ -8,7 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from memplan.experiments import runtime_check  # noqa: E402
-from memplan.experiments.runtime_check import GRAD_REL_TOL, Case, grads_ok  # noqa: E402
+from memplan.experiments.runtime_check import Case, grads_ok  # noqa: E402
+from memplan.models.runtime import GRAD_REL_TOL  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -106,3 +107,27 @@ def test_rotor_is_compared_at_the_memory_checkpoint_sequential_measured():
         rotor = next(r for r in rows if r["strategy"] == "rotor")
         assert rotor["memory_limit"] == pytest.approx(limit)
         assert executed["rotor@sequential:2"] <= limit * (1 + 1e-9)
+
+
+def test_memplan_run_accepts_a_tied_weight_summed_in_another_order(tmp_path, capsys):
+    """The Transformer cut into single-tensor stages: its embedding is read by the encoder's, the
+    decoder's and the head's stages, whose backward steps run in separate calls (one call would keep
+    the shared weight's gradient buffer through the whole backward); the three contributions are added
+    in another order than autograd's one call adds them. ``memplan run --check-grads`` says so and
+    exits 0; a gradient off by more than the tolerance would exit 1."""
+    from memplan.experiments.cli import main
+    from memplan.models.runtime import GRAD_REL_TOL, grads_max_rel_diff
+
+    out = tmp_path / "t.json"
+    args = ["profile", "--model", "transformer", "--set", "vocab=20", "--set", "d_model=8", "--set", "n_head=2",
+            "--set", "d_ff=16", "--set", "n_enc=2", "--set", "n_dec=2", "--set", "src_len=4", "--set", "n_ctx=8",
+            "--batch", "2", "--input", "7", "--repeats", "1", "--threads", "1", "--cuts", "saved", "-o", str(out)]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(["run", str(out), "--check-grads", "--time-budget", "0.5"]) == 0
+    text = capsys.readouterr().out
+    line = next(l for l in text.splitlines() if l.startswith("gradients"))
+    assert "equal to plain autograd within" in line, line        # before: "DIFFERENT", exit status 1
+    # the rule itself: a relative error of 1e-3 is refused
+    g = torch.ones(4)
+    assert grads_max_rel_diff([g * (1 + 1e-3)], [g]) > GRAD_REL_TOL >= grads_max_rel_diff([g], [g]) == 0.0

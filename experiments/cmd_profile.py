@@ -51,7 +51,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     import torch
 
     from memplan.models.networks import canonical_name
-    from memplan.models.profiler import profile_model
+    from memplan.models.profiler import MultiCutMemoryError, profile_model
 
     try:
         key = canonical_name(args.model)
@@ -65,9 +65,14 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     output_file(out, "-o/--output")       # before the (long) profiling
     if args.threads:
         torch.set_num_threads(args.threads)
-    chain = profile_model(key, args.batch, args.input, device=args.device, repeats=args.repeats,
-                          seed=args.seed, model_kw=dict(args.set or []), cuts=args.cuts, turns=args.turn_model,
-                          memory=args.memory_method)
+    try:
+        chain = profile_model(key, args.batch, args.input, device=args.device, repeats=args.repeats,
+                              seed=args.seed, model_kw=dict(args.set or []), cuts=args.cuts, turns=args.turn_model,
+                              memory=args.memory_method)
+    except MultiCutMemoryError:
+        raise InputError(f"--memory-method profiler: {key} is cut where several tensors cross (--cuts {args.cuts}), "
+                         "and c10's allocator events profile single-tensor cuts only; use --memory-method dispatch, "
+                         "or --cuts saved") from None
     if args.name:
         chain.name = args.name
     save_instance(chain, out, overwrite=args.force, time_unit="ms", memory_unit="MiB", digits=9,

@@ -445,6 +445,11 @@ def classification_loss(num_classes: int | None = None, seed: int = 0) -> Callab
     return FixedLabelCrossEntropy(num_classes, seed)
 
 
+class MultiCutMemoryError(ValueError):
+    """c10's allocator events (``memory="profiler"``) asked of stages cut where several tensors cross:
+    :func:`profile_chain` profiles those with the dispatch tracker only."""
+
+
 #: how profile_chain times the stages
 TIMINGS = ("in-context", "isolated")
 
@@ -497,8 +502,9 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     resident, wa0 = 0.0, float(storage_bytes(x))
     if multi:
         if memory != "dispatch":
-            raise ValueError("profile_chain: memory='profiler' is for single-tensor cuts; these stages have "
-                             "multi-tensor cuts (resident tensors)")
+            raise MultiCutMemoryError("profile_chain: memory='profiler' is for single-tensor cuts; these stages "
+                                      "have multi-tensor cuts (resident tensors): use memory='dispatch', or cut "
+                                      "the network with cuts='saved'")
         if timing != "in-context":
             raise ValueError("profile_chain: stages with multi-tensor cuts are timed in context only")
         rows, resident, wa0 = _profile_multi_rows(stages, x, loss_fn, device=device, input_grad=input_grad)

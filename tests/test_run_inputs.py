@@ -136,3 +136,19 @@ def test_run_on_cuda_without_one_is_one_line(profiled, capsys):
     assert main(["run", str(profiled), "--sequence", "store-all", "--device", "cuda"]) == 2
     assert _one_line(capsys) == (f"memplan: error: --device cuda: this torch ({torch.__version__}) sees no CUDA "
                                  "device; use --device cpu")
+
+
+def test_allocator_events_on_a_multi_cut_network_name_what_works(tmp_path, capsys, one_torch_thread):
+    """``--memory-method profiler`` on a network the auto rule cuts where several tensors cross (the
+    Transformer) ended with the library's own wording (``memory='profiler'``), not the options to change."""
+    tiny = ["--set", "vocab=20", "--set", "d_model=8", "--set", "n_head=2", "--set", "d_ff=16", "--set", "n_enc=2",
+            "--set", "n_dec=2", "--set", "src_len=4", "--set", "n_ctx=8"]
+    out = tmp_path / "t.json"
+    assert main(["profile", "--model", "transformer", *tiny, "--batch", "2", "--input", "7", "--repeats", "1",
+                 "--memory-method", "profiler", "-o", str(out)]) == 2
+    err = _one_line(capsys)
+    assert err.startswith("memplan: error: --memory-method profiler: transformer is cut where several tensors cross")
+    assert "--memory-method dispatch" in err and "--cuts saved" in err and not out.exists()
+    # what it names works
+    assert main(["profile", "--model", "transformer", *tiny, "--batch", "2", "--input", "7", "--repeats", "1",
+                 "--memory-method", "profiler", "--cuts", "saved", "-o", str(out)]) == 0

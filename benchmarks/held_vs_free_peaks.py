@@ -11,7 +11,9 @@ This script asks how often and by how much that happens on the zoo: sequential(k
 rotor at 25/50/75% of the memory range, every network cut into single-tensor stages, every peak by
 the dispatch tracker (exact tensor bytes, one method for all). A plan whose held and free peaks are
 equal loses nothing to the model; one where they differ would gain that much from a model whose B^l
-can free its inputs before its own peak (an overhead below zero in every solver's accounting).
+can free its inputs before its own peak (an overhead below zero in every solver's accounting). Each
+free run is also compared with that model's replay (``models.remat.free_backward_model``: the profile's
+``free_backward`` record, ``simulate_remat``'s ``b_overhead`` and ``release``).
 
     python benchmarks/held_vs_free_peaks.py               # about 3 minutes on one core
     python benchmarks/held_vs_free_peaks.py --models densenet121 --out /tmp/x.csv
@@ -24,74 +26,6 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
-
-def free_backward_overhead(stage, x, input_grad: bool, delta=None) -> tuple[float, bool]:
-    """A prototype of the measure such a model would need, for stage ``stage`` on input ``x``: B's
-    peak above everything before it (its saved tensors, its output, delta^l), less the gradient of its
-    input, with nothing held by the caller while the backward runs (the output and delta^l go where
-    autograd lets them go: an empty root, ``models.runtime._backward_from``), which may be below zero;
-    and whether the stage saves its own output (where it does not, autograd frees it once the next
-    stage's backward is done). Dispatch tracker, exact bytes."""
-    import torch
-
-    from memplan.models.memory import _key, memory_tracker, saved_storages, storage_bytes
-    from memplan.models.runtime import _backward_from
-
-    def leaf():
-        t = x.detach()
-        if input_grad and t.is_floating_point():
-            t.requires_grad_(True)
-        return t
-
-    xi = leaf()
-    out, seen = saved_storages(lambda: stage(xi))
-    saves_output = _key(out) in seen
-    del out
-    xi = leaf()
-    with memory_tracker("cpu") as tr:
-        out = stage(xi)
-        d = torch.ones_like(out) if delta is None else delta.clone()
-        tr.sync()
-        base = tr.current
-        tr.reset_peak()
-        pairs = [(out, d)]
-        del out, d
-        _backward_from(pairs)
-        tr.sync()
-        wd_in = storage_bytes(xi.grad) if xi.grad is not None else 0
-        return float(tr.peak - base - wd_in), saves_output
-
-
-def free_replay_peak(chain, seq, ob_free: list, release: set) -> float:
-    """The peak of ``seq`` on ``chain`` in that model: B^l charged ``ob_free[l]`` (may be negative), and
-    a^l, where stage l does not save it (``release``) and it is held in abar^l, gone from the end of
-    B^{l+1} to B^l. From :func:`memplan.models.remat.simulate_remat`'s per-operation memory with every
-    ``ob`` raised by one constant (the chain accepts no negative size), taken off again."""
-    import dataclasses
-
-    import numpy as np
-
-    from memplan.models.remat import simulate_remat
-
-    ob = np.asarray(ob_free, dtype=float)
-    lift = max(0.0, -float(ob.min()))
-    rep = simulate_remat(dataclasses.replace(chain, ob=ob + lift), seq)
-    held = set()            # stages whose abar is in memory
-    gone: set[int] = set()  # released outputs (l in release, abar^l held, B^{l+1} done)
-    peak = 0.0
-    for (op, l), during in zip(seq.ops, rep.memory_during):
-        if op == "B":
-            during -= lift
-        during -= sum(chain.wa[k] for k in gone)
-        peak = max(peak, during)
-        if op == "F_all":
-            held.add(l)
-        elif op == "B":
-            held.discard(l)
-            gone.discard(l)
-            if l - 1 in held and l - 1 in release:
-                gone.add(l - 1)
-    return peak
 
 #: network -> (constructor keywords, per-sample input, batch)
 NETS = {
@@ -115,7 +49,7 @@ def main(argv=None) -> int:
     from memplan.models.memory import grad_input, step_peak
     from memplan.models.networks import example_input, get_model
     from memplan.models.profiler import classification_loss, profile_chain
-    from memplan.models.remat import simulate_remat
+    from memplan.models.remat import free_backward_model, simulate_remat
     from memplan.models.runtime import execute
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -137,21 +71,9 @@ def main(argv=None) -> int:
         loss_fn = classification_loss(seed=0)
         lm = linearize_model(model, x, loss_fn, cuts="saved")
         loss_stage = lm.loss_stage(loss_fn)
-        chain = profile_chain(lm.stages, x, loss_stage, repeats=1, name=name)
+        chain = profile_chain(lm.stages, x, loss_stage, repeats=1, name=name, free_backward=True)
+        free_model = free_backward_model(chain)
         params = list(model.parameters())
-        ob_free, release, a_in = [0.0], set(), x         # the prototype model's measures, stage by stage
-        for l, st in enumerate(list(lm.stages) + [loss_stage], start=1):
-            is_loss = l == chain.L + 1
-            o, saves = free_backward_overhead(st, a_in, x.is_floating_point() or l > 1,
-                                              torch.ones(()) if is_loss else None)
-            ob_free.append(o)
-            if not saves and not is_loss:
-                release.add(l)
-            if not is_loss:
-                with torch.no_grad():
-                    a_in = st(a_in)
-        for p_ in params:
-            p_.grad = None
 
         def peak_of(seq, hold):
             def run():
@@ -180,7 +102,7 @@ def main(argv=None) -> int:
         for tag, seq, k in plans:
             held, free = peak_of(seq, True), peak_of(seq, False)
             ck = ck_peak(k) if k else None
-            model_free = free_replay_peak(chain, seq, ob_free, release)
+            model_free = simulate_remat(chain, seq, **free_model).peak_memory
             rows.append({"network": name, "L": chain.L, "plan": tag, "predicted_peak": simulate_remat(chain, seq).peak_memory,
                          "held_peak": held, "free_peak": free, "free_over_held": free / held,
                          "model_free_peak": model_free, "free_over_model_free": free / model_free,
@@ -188,7 +110,7 @@ def main(argv=None) -> int:
                          "free_over_ck": free / ck if ck else None})
             r = rows[-1]
             print(f"{name:13s} {tag:14s} held {held / 2**20:8.3f} MiB (model {r['predicted_peak'] / 2**20:8.3f})  "
-                  f"free {free / 2**20:8.3f} ({(free / held - 1) * 100:+5.1f}%; prototype model "
+                  f"free {free / 2**20:8.3f} ({(free / held - 1) * 100:+5.1f}%; free model "
                   f"{(free / model_free - 1) * 100:+5.1f}%)"
                   + (f"  checkpoint_sequential {ck / 2**20:8.3f} (held {(held / ck - 1) * 100:+5.1f}%, free "
                      f"{(free / ck - 1) * 100:+5.1f}%)" if ck else ""), flush=True)

@@ -122,6 +122,14 @@ def _timed_runs(stage: Callable, x: torch.Tensor, input_grad: bool, delta: torch
     return tf, tb
 
 
+def _is_compiled(stage) -> bool:
+    """A ``torch.compile``'d stage (:mod:`models.compiled`): no saved-tensor hooks on it (they would
+    make it compile again)."""
+    from .compiled import CompiledStage
+
+    return isinstance(stage, CompiledStage)
+
+
 def _as_input(x: torch.Tensor, grad: bool) -> torch.Tensor:
     x = x.detach()
     if grad and x.is_floating_point():
@@ -450,6 +458,47 @@ class MultiCutMemoryError(ValueError):
     :func:`profile_chain` profiles those with the dispatch tracker only."""
 
 
+def free_backward_overhead(stage: Callable, x: torch.Tensor, *, input_grad: bool = True,
+                           delta: torch.Tensor | None = None, device="cpu",
+                           memory: str = "dispatch") -> tuple[float, bool]:
+    """What the executor without its holds charges for B^l of ``stage`` on input ``x``
+    (:func:`models.remat.free_backward_model`): B's peak above everything before it (the stage's saved
+    tensors, its output, delta^l), less the gradient of its input, with nothing held by the caller
+    while the backward runs (the output and delta^l go where autograd lets them go: an empty root,
+    ``models.runtime._backward_from``), which may be below zero; and whether the stage saves its own
+    output (where it does not, autograd frees it once the next stage's backward is done). ``delta``:
+    the output's gradient (default ones); ``memory``: :func:`profile_stage`'s method."""
+    from .runtime import _backward_from
+
+    profiled = memory == "profiler" and not _is_cuda(device)
+    params = _params(stage)
+    for p in params:
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)
+    buffers = list(stage.buffers()) if isinstance(stage, torch.nn.Module) else []
+    xi = _as_input(x, input_grad)
+    out, seen = saved_storages(lambda: stage(xi))
+    saves_output = isinstance(out, torch.Tensor) and _key(out) in seen
+    del out, seen
+    xi = _as_input(x, input_grad)
+    tracker = ProfilerTracker(existing=(xi, params, buffers)) if profiled else memory_tracker(device)
+    with tracker as tr:
+        out = stage(xi)
+        d = torch.ones_like(out) if delta is None else delta.detach().clone()
+        tr.sync()
+        base = tr.current
+        tr.reset_peak()
+        if out.requires_grad:
+            pairs = [(out, d)]
+            del out, d
+            _backward_from(pairs)
+        else:
+            del out, d
+        tr.sync()
+        wd_in = storage_bytes(xi.grad) if xi.grad is not None else 0
+        return float(tr.peak - base - wd_in), bool(saves_output)
+
+
 #: how profile_chain times the stages
 TIMINGS = ("in-context", "isolated")
 
@@ -458,7 +507,8 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
                   repeats: int = 3, device="cpu", names: Sequence[str] | None = None, name: str = "chain",
                   provenance: dict[str, Any] | None = None, input_grad: bool = True,
                   loss_name: str = "loss", timing: str = "in-context", clock: str = "wall",
-                  memory: str = "dispatch", deadline: float | None = None, turns: bool = False) -> Chain:
+                  memory: str = "dispatch", deadline: float | None = None, turns: bool = False,
+                  free_backward: bool = False) -> Chain:
     """Profile stages 1..L and the loss stage L+1 on sample input ``x`` and build the Chain (seconds,
     bytes). ``loss_name``: the name of stage L+1 (``fc+loss`` where a head is folded into the loss,
     :meth:`models.graph.LinearizedModel.loss_stage`). ``input_grad``: whether B^1 computes delta^0 (the gradient of the network input), as the
@@ -483,6 +533,11 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     from runs of :func:`models.remat.turn_ops` between the store-all runs), recorded in the provenance
     as ``turn_model``. Off by default: only rotor, revolve and the baselines plan with them (the other
     methods then plan in the papers' time model and claim no optimality, :func:`memplan.remat.solve`).
+
+    ``free_backward`` (single-tensor cuts, stages not compiled): also measure what the executor without
+    its holds charges for each B (:func:`free_backward_overhead`), recorded in the provenance as
+    ``free_backward`` (``ob``, L + 2 values, and ``release``) for :func:`models.remat.free_backward_model`;
+    the solvers do not read it.
 
     ``deadline``: a ``time.perf_counter()`` value; past it, before the next stage is profiled (a compiled
     stage compiles on its first call) or the in-context timing starts, :class:`TimeoutError` is raised
@@ -513,9 +568,20 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         if deadline is not None and time.perf_counter() > deadline:
             raise TimeoutError(f"profile_chain: past the deadline before {what}")
 
+    free_ob: list[float] | None = [0.0] if free_backward and not multi else None
+    free_release: list[int] = []
     for l, stage in enumerate([] if multi else list(stages) + [loss_fn], start=1):
         is_loss = l == L + 1
         _check_deadline(f"stage {l} of {L + 1}")
+        if free_ob is not None and _is_compiled(stage):
+            free_ob = None          # saved-tensor hooks would compile it again
+        if free_ob is not None:
+            o, saves = free_backward_overhead(stage, a, input_grad=(input_grad or l > 1), device=device,
+                                              delta=torch.ones((), device=device) if is_loss else None,
+                                              memory=memory)
+            free_ob.append(o)
+            if not saves and not is_loss:
+                free_release.append(l)
         vals, a_next = profile_stage(stage, a, repeats=repeats if timing == "isolated" else 0, device=device,
                                      input_grad=(input_grad or l > 1),
                                      delta=torch.ones((), device=device) if is_loss else None, memory=memory,
@@ -583,6 +649,10 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         "measurement": measurement_notes(device, repeats, timing, memory),
         **({} if multi or memory != "dispatch" else {"saved_by_autograd_bytes": [r["saved"] for r in rows],
                              "saved_input_bytes": [r["saved_input"] for r in rows]}),
+        **({} if free_ob is None else {"free_backward": {
+            "ob": free_ob, "release": free_release,
+            "how": "models.profiler.free_backward_overhead: B's peak with nothing held by the caller, less "
+                   "delta^{l-1}; release: stages whose own backward does not save their output"}}),
         **(provenance or {}),
     }
     return Chain(

@@ -38,6 +38,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
+import numpy as np
+
 from .chain import Chain
 
 OPS = ("F_all", "F_ck", "F_none", "B")
@@ -136,8 +138,31 @@ class RematReplay:
     memory_after: list[float] = field(default_factory=list)
 
 
+def free_backward_model(chain: Chain) -> dict:
+    """The keywords of :func:`simulate_remat` that replay ``chain`` as the executor runs without its
+    holds (``models.runtime.execute(..., hold=False)``, what autograd frees), from the profile's
+    ``free_backward`` record (:func:`models.profiler.profile_chain` with ``free_backward=True``):
+    ``b_overhead`` and ``release``. Empty for a chain without it: paper 004's replay."""
+    rec = chain.provenance.get("free_backward") if isinstance(chain.provenance, dict) else None
+    if not rec:
+        return {}
+    ob = [float(v) for v in rec["ob"]]
+    if len(ob) != chain.L + 2:
+        raise ValueError(f"free_backward: {len(ob)} backward overheads for a chain of L + 2 = {chain.L + 2} entries")
+    return {"b_overhead": ob, "release": [int(l) for l in rec.get("release", ())]}
+
+
+def _b_overheads(values: Sequence[float], L: int) -> np.ndarray:
+    """``simulate_remat``'s ``b_overhead`` as an array of L + 2 finite numbers (a ValueError otherwise)."""
+    arr = np.asarray(values, dtype=float)
+    if arr.shape != (L + 2,) or not np.all(np.isfinite(arr)):
+        raise ValueError(f"b_overhead: give L + 2 = {L + 2} finite numbers (bytes; index 0 unused)")
+    return arr
+
+
 def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, int]],
-                   memory_limit: float | None = None, *, tol: float = 1e-9, one_overhead: bool = False) -> RematReplay:
+                   memory_limit: float | None = None, *, tol: float = 1e-9, one_overhead: bool = False,
+                   b_overhead: Sequence[float] | None = None, release: Iterable[int] | None = None) -> RematReplay:
     """Replay a sequence; return makespan and peak memory, or raise :class:`InvalidSequence`.
 
     With ``memory_limit``, an operation whose memory exceeds it is rejected (relative tolerance
@@ -153,6 +178,16 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
     own time, ``uf`` unless the chain gives ``uf_ng``), B^l ``chain.ub[l]``, and a forward right after a
     B (a turn) ``chain.u_turn`` more (0 unless given; see :mod:`memplan.models.chain`). A chain without
     them is timed as in the papers.
+
+    The executor without its holds (``b_overhead`` and ``release``, both from
+    :func:`free_backward_model`; the solvers plan without them): paper 004's B^l keeps delta^l and
+    abar^l until it ends, and ``chain.ob[l]`` is measured so; autograd lets them go inside B^l once its
+    first operations have used them. ``b_overhead[l]`` is B^l's peak above everything before it, less
+    delta^{l-1}, measured with nothing else holding them (below zero where they go before the peak);
+    ``release``: the stages l whose output their own backward does not need (a concatenation, a sum;
+    the next stage saves it): held in abar^l, a^l is gone from the end of B^{l+1}. Checked against the
+    executor without holds on 48 plans of six networks: every peak within 8 bytes
+    (``benchmarks/held_vs_free_peaks.py``). Never above paper 004's replay of the same sequence.
 
     Examples
     --------
@@ -178,6 +213,9 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
     act = [NONE] * (L + 2)
     delta = [False] * (L + 2)
     gone: dict[int, tuple[int, str]] = {}   # index -> (position, op) that discarded a^index
+    ob = chain.ob if b_overhead is None else _b_overheads(b_overhead, L)
+    early = frozenset(int(l) for l in release or ())
+    released = [False] * (L + 2)            # a^l gone from abar^l since B^{l+1} (l in early)
     act[0] = A
     delta[L + 1] = True
     mem = wa[0] + wd[L + 1] + chain.resident      # resident tensors: charged for the whole step
@@ -189,9 +227,14 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
     limit = None if memory_limit is None else memory_limit * (1 + tol) + tol
 
     def size(l: int) -> float:
-        return wab[l] if act[l] == ABAR else wa[l] if act[l] == A else 0.0
+        if act[l] == ABAR:
+            return wab[l] - wa[l] if released[l] else wab[l]
+        return wa[l] if act[l] == A else 0.0
 
     def need_input(pos: int, op: tuple[str, int], l: int) -> None:
+        if released[l - 1]:
+            raise InvalidSequence(pos, op, f"a^{l - 1} was released when B^{l} ended (stage {l - 1} does not "
+                                  "save it)")
         if act[l - 1] == NONE:
             why = f"a^{l - 1} is not in memory"
             if l - 1 in gone:
@@ -213,15 +256,19 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
             if act[l] != ABAR:
                 raise InvalidSequence(pos, (op, l), f"abar^{l} is not in memory (needs F_all^{l} first)")
             need_input(pos, (op, l), l)
-            cur = mem + wd[l - 1] + chain.ob[l]
-            mem_after = mem - wd[l] - wab[l] + wd[l - 1]
+            cur = mem + wd[l - 1] + ob[l]
+            mem_after = mem - wd[l] - size(l) + wd[l - 1]
             act[l] = NONE
+            released[l] = False
             delta[l] = False
             delta[l - 1] = True
             if act[l - 1] == A:
                 mem_after -= wa[l - 1]
                 act[l - 1] = NONE
                 gone[l - 1] = (pos, f"B^{l}")
+            elif act[l - 1] == ABAR and l - 1 in early:
+                mem_after -= wa[l - 1]          # its last reader is done; the rest of abar^{l-1} stays
+                released[l - 1] = True
             dt = chain.ub[l]
         else:
             need_input(pos, (op, l), l)

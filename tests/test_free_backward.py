@@ -1,0 +1,97 @@
+"""The replay of the executor without its holds (``simulate_remat``'s ``b_overhead`` and ``release``,
+the profile's ``free_backward`` record): paper 004's replay where nothing is freed early, never above
+it, a hand-computed example, and, on a real network, the executed peak to the byte (but the 8-byte
+loss scalar that a direct backward call holds)."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memplan import remat
+from memplan.baselines.remat_heuristics import sequential_schedule, store_all_schedule
+from memplan.models.chain import Chain, random_chain
+from memplan.models.remat import InvalidSequence, free_backward_model, simulate_remat
+
+
+def _plans(chain):
+    plans = [store_all_schedule(chain)] + [sequential_schedule(chain, k) for k in range(2, min(chain.L, 4) + 1)]
+    lo, hi = remat.memory_range(chain)
+    for f in (0.2, 0.6):
+        sol = remat.solve(chain, memory=lo + f * (hi - lo), method="rotor", time_limit=10)
+        if sol.success:
+            plans.append(sol.schedule)
+    return plans
+
+
+@settings(max_examples=25, deadline=None)
+@given(L=st.integers(2, 7), seed=st.integers(0, 10_000), cut=st.floats(0, 1), data=st.data())
+def test_never_above_papers_replay_and_equal_with_nothing_freed(L, seed, cut, data):
+    chain = random_chain(L, seed)
+    release = data.draw(st.sets(st.integers(1, L)))
+    lower = chain.ob - cut * (chain.wd + chain.wabar)        # B may free up to delta^l and abar^l first
+    for seq in _plans(chain):
+        paper = simulate_remat(chain, seq)
+        same = simulate_remat(chain, seq, b_overhead=chain.ob, release=[])
+        assert same.memory_during == paper.memory_during and same.memory_after == paper.memory_after
+        free = simulate_remat(chain, seq, b_overhead=lower, release=release)
+        assert all(f <= p + 1e-9 for f, p in zip(free.memory_during, paper.memory_during))
+        assert all(f <= p + 1e-9 for f, p in zip(free.memory_after, paper.memory_after))
+        assert free.makespan == paper.makespan              # memory only
+
+
+def test_hand_example():
+    """L = 2, store-all: F1 F2 F3 B3 B2 B1 with a^0 = 1, a^1 = 4 (abar^1 = 6), a^2 = 3 (abar^2 = 5), the
+    loss a^3 = abar^3 = 0, delta = a, delta^3 = 1, overheads 0. Stage 1 does not save its output and
+    B^2 frees 2 bytes before its peak (b_overhead[2] = -2)."""
+    c = Chain.from_stages(uf=[1, 1], ub=[1, 1], wa=[1, 4, 3], wabar=[1, 6, 5], loss=dict(wd=1.0))
+    seq = store_all_schedule(c)
+    paper = simulate_remat(c, seq)
+    # after F1 F2 F3: 1 + 1 (delta^3) + 6 + 5 = 13; B3: 13 + wd[2] = 16, after 13 - 1 + 3 = 15;
+    # B2: 15 + wd[1] = 19, after 15 - 3 - 5 + 4 = 11; B1: 11 + wd[0] = 12
+    assert paper.memory_during[3:] == [16.0, 19.0, 12.0] and paper.memory_after[3:] == [15.0, 11.0, 1.0]
+    ob = np.zeros(4)
+    ob[2] = -2.0
+    free = simulate_remat(c, seq, b_overhead=ob, release=[1])
+    # B2 charges 2 less; after B2, a^1 (4 bytes) is gone from abar^1: 11 - 4 = 7; B1: 7 + 1 = 8, then 1
+    assert free.memory_during[3:] == [16.0, 17.0, 8.0] and free.memory_after[3:] == [15.0, 7.0, 1.0]
+    # a forward that reads the released a^1 (stage 2 again after B2) is refused
+    with pytest.raises(InvalidSequence, match="released"):
+        simulate_remat(c, list(seq.ops[:5]) + [("F_all", 2)], b_overhead=ob, release=[1])
+    with pytest.raises(ValueError, match="L \\+ 2 = 4"):
+        simulate_remat(c, seq, b_overhead=[0.0, 1.0])
+    assert free_backward_model(c) == {}
+
+
+def test_free_executor_peaks_where_the_free_replay_says(one_torch_thread):
+    """ResNet-18 at 64x64: executed without holds, sequential(k) and rotor plans peak where the free
+    replay says, to 8 bytes (the loss scalars a direct call holds), and below paper 004's replay
+    (which the executor with its holds follows) by a batch norm stage's gradient."""
+    torch = pytest.importorskip("torch")
+    from memplan.models.graph import linearize_model
+    from memplan.models.memory import step_peak
+    from memplan.models.networks import example_input, get_model
+    from memplan.models.profiler import classification_loss, profile_chain
+    from memplan.models.runtime import execute
+
+    torch.manual_seed(0)
+    model = get_model("resnet18").train()
+    x = example_input("resnet18", 2, (3, 64, 64), seed=0)
+    loss_fn = classification_loss(seed=0)
+    lm = linearize_model(model, x, loss_fn)
+    loss_stage = lm.loss_stage(loss_fn)
+    chain = profile_chain(lm.stages, x, loss_stage, repeats=1, free_backward=True)
+    free = free_backward_model(chain)
+    assert set(free) == {"b_overhead", "release"} and min(free["b_overhead"][1:]) < 0
+    params = list(model.parameters())
+    lower = 0
+    for seq in [sequential_schedule(chain, 2), sequential_schedule(chain, 4),
+                remat.solve(chain, memory=sum(remat.memory_range(chain)) / 2, method="rotor").schedule]:
+        def run():
+            torch.manual_seed(7)
+            execute(lm.stages, loss_stage, x, seq, hold=False)
+        run()
+        measured = step_peak(run, params, "cpu")
+        predicted = simulate_remat(chain, seq, **free).peak_memory
+        assert 0 <= measured - predicted <= 8, (measured, predicted)
+        lower += predicted < simulate_remat(chain, seq).peak_memory
+    assert lower >= 2

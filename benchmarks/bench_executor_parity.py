@@ -116,12 +116,15 @@ def main(argv=None) -> int:
                         "every CPU allocation, the convolutions' scratch included; dispatch the tensors' storages")
     p.add_argument("--cuts", choices=["auto", "saved"], default="auto",
                    help="runtime_check's --cuts: auto (as 'memplan profile', default) or saved (single-tensor cuts)")
+    p.add_argument("--holds", choices=["peak", "all", "none"], default="peak",
+                   help="runtime_check's --holds: none runs every sequence as autograd frees, against the replay "
+                        "of that")
     p.add_argument("--out", default=str(RESULTS / "executor_parity_cpu"))
     a = p.parse_args(argv)
     rt, thr = Path(a.out + ".csv"), Path(a.out + "_throughput.csv")
     models = a.models or ",".join(runtime_check.PRESETS[a.preset])
     rc = runtime_check.main(["--device", "cpu", "--preset", a.preset, "--models", models, "--clock", a.clock,
-                             "--memory-method", a.memory_method, "--cuts", a.cuts,
+                             "--memory-method", a.memory_method, "--cuts", a.cuts, "--holds", a.holds,
                              "--repeats", str(a.repeats), "--max-rounds", str(a.max_rounds),
                              "--segment-counts", a.segment_counts, "--timing-budget", str(a.timing_budget),
                              "--methods", "rotor,sequential,store-all", "--out", str(rt), "--throughput", str(thr),

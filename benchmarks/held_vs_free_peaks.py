@@ -121,6 +121,10 @@ def main(argv=None) -> int:
     print(f"\n{len(df)} plans: the free run below the held one by more than 1% in {int((gain > 0.01).sum())}, "
           f"by {gain.max() * 100:.1f}% at most (median {gain.median() * 100:.2f}%); held above checkpoint_sequential "
           f"by more than 3% in {int((df['held_over_ck'] > 1.03).sum())} of {int(df['held_over_ck'].notna().sum())}")
+    near = (df["model_free_peak"] - df["free_peak"]).abs() <= 8
+    miss = (df["model_free_peak"] / df["free_peak"] - 1)[~near]
+    print(f"the free replay (models.remat.free_backward_model): {int(near.sum())} of {len(df)} free peaks within "
+          f"8 bytes" + (f"; the others {miss.min() * 100:+.2f}% to {miss.max() * 100:+.2f}%" if len(miss) else ""))
     print(f"written {a.out}")
     return 0
 

@@ -36,7 +36,10 @@ one CSV row per (network, limit, method):
   without the Python root, where its B's have the room for it); ``timed_peak`` is that configuration's own
   peak, measured as autograd's is (:func:`memplan.models.memory.step_peak`): the held run's to the
   byte where the holds work as they should (the summary counts the rows where it is not).
-  ``--holds all`` holds every B, as before 2026-11-28;
+  ``--holds all`` holds every B, as before 2026-11-28; ``--holds none`` (since 2026-11-28, session 32)
+  runs every sequence without holds, freeing as autograd does, measures that run's peak and compares it
+  with the replay of the executor so (:func:`memplan.models.remat.free_backward_model`, from the
+  profile's ``free_backward`` record; the solvers still plan in paper 004's model, its upper bound);
 * ``predicted_time`` / ``measured_time``: the simulator's makespan against the executor's time, CUDA
   synchronized before and after, and ``throughput`` = batch / measured time (samples per second).
   The plans are solved on the chain profiled first (in context, :func:`memplan.models.runtime.time_in_context`);
@@ -241,7 +244,7 @@ class Case:
         self.chain = profile_chain(lm.stages, self.x, self.loss_stage, repeats=profile_repeats or repeats,
                                    device=device, names=lm.names, name=f"{name}-b{self.batch}",
                                    loss_name=lm.loss_name, clock=clock if not device.startswith("cuda") else "wall",
-                                   turns=True, memory=self.memory)
+                                   turns=True, memory=self.memory, free_backward=True)
         self.params = list(model.named_parameters())
         self._cache: dict[tuple, tuple[str, dict]] = {}
         self._contenders: dict[str, tuple] = {}  # tag -> (run once, its measurement dict), timed by time_all
@@ -367,9 +370,21 @@ class Case:
         measures it); "all": every B held."""
         from memplan.models.runtime import holds_at_peak, holds_at_replay_peak
 
+        if self.holds == "none":
+            return False
         if self.holds != "peak":
             return True
         return (holds_at_replay_peak if replay else holds_at_peak)(ops, during, device=self.device)
+
+    def predict(self, seq):
+        """The replay the executed run is compared with: paper 004's (what the executor with its holds
+        follows), or with ``holds`` "none" the replay of the executor without holds
+        (:func:`models.remat.free_backward_model`; a chain without the record: paper 004's)."""
+        from memplan.models.remat import free_backward_model
+
+        if self.holds == "none":
+            return simulate_remat(self.chain, seq, **free_backward_model(self.chain))
+        return simulate_remat(self.chain, seq)
 
     def _tracked(self, fn) -> float:
         """Peak bytes of ``fn()`` above what existed before (:func:`models.memory.step_peak`)."""
@@ -396,8 +411,17 @@ class Case:
         res = execute(self.stages, self.loss_stage, self.x, seq, measure_memory=True, device=self.device,
                       fuse_backward=self.fuse)
         grads = self._grads()
-        sim = simulate_remat(self.chain, seq)
-        if self.memory == "dispatch":
+        sim = self.predict(seq)
+        if self.holds == "none":
+            # autograd's own freeing: no holds, the peak of a run so, compared with the free replay
+            def free():
+                torch.manual_seed(7)
+                execute(self.stages, self.loss_stage, self.x, seq, device=self.device, fuse_backward=self.fuse,
+                        hold=False)
+
+            peak = self._tracked(free)
+            hold = False
+        elif self.memory == "dispatch":
             peak = float(res.peak_memory)
             hold = self._holds(seq.ops, res.memory_peak_during)
         else:
@@ -419,7 +443,7 @@ class Case:
         # the timed configuration's own peak, measured as autograd's is (step_peak): the held run's where
         # the holds at its peak work as they should
         m = {**grads, "measured_peak": peak, "timed_peak": self._tracked(run),
-             "held_stages": "all" if hold is True else " ".join(map(str, sorted(hold)))}
+             "held_stages": "all" if hold is True else "none" if hold is False else " ".join(map(str, sorted(hold)))}
         self._timed(run, m, tag)
         out = (tag, m)
         self._cache[key] = out
@@ -519,7 +543,7 @@ def _row(env: dict, case: Case, det: str, fraction: float, limit: float, method:
     tc = case.timed_chain
     if seq is not None or method == "autograd":
         s = seq if seq is not None else store_all_schedule(c)
-        sim = simulate_remat(c, s)
+        sim = case.predict(s)
         t_pred = simulate_remat(tc, s).makespan if tc is not None else sim.makespan
         row.update(predicted_peak=sim.peak_memory, predicted_time=t_pred, predicted_time_profile=sim.makespan,
                    predicted_throughput=case.batch / t_pred if t_pred else None)
@@ -589,13 +613,16 @@ def solve_all(jobs: dict, workers: int = 1) -> dict:
 
 
 def plan(chain, fractions: list[float], methods: list[str], segments: list[int] | None, slots: int | None,
-         time_limit: float, workers: int = 1) -> dict:
+         time_limit: float, workers: int = 1, predict=None) -> dict:
     """Every solve of :func:`check_case` (keys ``(fraction, method)``) and of :func:`throughput_case`
-    (keys ``("rotor@sequential", s)``, at the simulated peak of ``s`` segments), in one batch."""
+    (keys ``("rotor@sequential", s)``, at the simulated peak of ``s`` segments: ``predict``'s replay,
+    :meth:`Case.predict`, default paper 004's), in one batch. The solvers plan in paper 004's model,
+    an upper bound of the replay without holds."""
     lo, hi = remat.memory_range(chain)
     jobs = {(f, m): (chain, lo + f * (hi - lo), m, slots, time_limit) for f in fractions for m in methods}
+    replay = predict or (lambda seq: simulate_remat(chain, seq))
     for s in segments or []:
-        limit = simulate_remat(chain, sequential_schedule(chain, s)).peak_memory
+        limit = replay(sequential_schedule(chain, s)).peak_memory
         jobs[("rotor@sequential", s)] = (chain, limit, "rotor", slots, time_limit)
     return solve_all(jobs, workers)
 
@@ -698,7 +725,7 @@ def throughput_case(case: Case, env: dict, segments: list[int], solved: dict, sl
             "input": "x".join(map(str, case.spec["shape"])), "L": c.L}
 
     def row(strategy, s, limit, seq, m, status="executed", seq_m=None, ck_m=None):
-        sim = simulate_remat(c, seq) if seq is not None else None
+        sim = case.predict(seq) if seq is not None else None
         t = statistics.median(m["times"]) if m else None
         r = {**base, "strategy": strategy, "segments": s, "memory_limit": limit, "status": status,
              "grads_equal": m["grads_equal"] if m else None,
@@ -723,11 +750,11 @@ def throughput_case(case: Case, env: dict, segments: list[int], solved: dict, sl
 
     rows: list = []
     seq = store_all_schedule(c)
-    rows.append(partial(row, "store-all", None, simulate_remat(c, seq).peak_memory, seq,
+    rows.append(partial(row, "store-all", None, case.predict(seq).peak_memory, seq,
                         case.execute(seq, "store-all@1")[1]))
     for s in segments:
         seq = sequential_schedule(c, s)
-        limit = simulate_remat(c, seq).peak_memory
+        limit = case.predict(seq).peak_memory
         seq_m = case.execute(seq, f"sequential:{s}")[1]
         ck = case.checkpoint_sequential(s)
         rows.append(partial(row, "sequential", s, limit, seq, seq_m, ck_m=ck))
@@ -824,9 +851,10 @@ def main(argv=None) -> int:
                    help="where the networks are cut (models.graph.linearize_model): auto (default, as 'memplan "
                         "profile': several tensors per cut only where single-tensor stages are too coarse) or saved "
                         "(single-tensor cuts everywhere)")
-    p.add_argument("--holds", choices=["peak", "all"], default="peak", help="timed runs: hold a fused "
+    p.add_argument("--holds", choices=["peak", "all", "none"], default="peak", help="timed runs: hold a fused "
                    "group's a^j and delta^j until B^j ends only for the B's at the measured run's peak (peak, "
-                   "default: the same peak, less host time) or for every B (all)")
+                   "default: the same peak, less host time) or for every B (all); none: every run without holds, "
+                   "as autograd frees, compared with the replay of that (models.remat.free_backward_model)")
     p.add_argument("--timing-budget", type=float, default=None, help="seconds of timing rounds per network at most "
                    "(default 120 when --max-rounds is not given)")
     p.add_argument("--steps-per-sample", type=int, default=None, help="steps run back to back in one timed sample, "
@@ -947,7 +975,7 @@ def _main(a: argparse.Namespace) -> int:
                 t1 = time.perf_counter()
                 segs = ((explicit_segments and [k for k in explicit_segments if k <= case.chain.L])
                         or segment_counts(case.chain.L, n_segments)) if thr_out else []
-                solved = plan(case.chain, fractions, methods, segs, slots, a.time_limit, workers)
+                solved = plan(case.chain, fractions, methods, segs, slots, a.time_limit, workers, case.predict)
                 print(f"{name}: {len(solved)} solves in {time.perf_counter() - t1:.1f} s ({workers} worker(s))")
                 pending = check_case(case, env, det, fractions, methods, solved)
                 pending_thr = throughput_case(case, env, segs, solved, slots, a.time_limit) if thr_out else []
@@ -1013,7 +1041,10 @@ def _main(a: argparse.Namespace) -> int:
           f"time by more than 5% in {len(miss_time)}"
           + "".join(f"; {r['network']} {r['method']}@{r['fraction']}: time {r['time_rel_err']:+.1%}"
                     for r in miss_time[:3]))
-    if timed:
+    if timed and a.holds == "none":
+        print("runs without holds (autograd's own freeing), compared with the replay of that "
+              "(models.remat.free_backward_model)")
+    elif timed:
         sets = [r["held_stages"] for r in timed if r["held_stages"] != "all"]
         how = f"held at their peak, {max(len(h.split()) for h in sets)} stage(s) at most" if sets else "every B held"
         print(f"timed runs ({how}): "

@@ -465,10 +465,10 @@ def free_backward_overhead(stage: Callable, x: torch.Tensor, *, input_grad: bool
     (:func:`models.remat.free_backward_model`): B's peak above everything before it (the stage's saved
     tensors, its output, delta^l), less the gradient of its input, with nothing held by the caller
     while the backward runs (the output and delta^l go where autograd lets them go: an empty root,
-    ``models.runtime._backward_from``), which may be below zero; and whether the stage saves its own
+    ``models.runtime._Seed``), which may be below zero; and whether the stage saves its own
     output (where it does not, autograd frees it once the next stage's backward is done). ``delta``:
     the output's gradient (default ones); ``memory``: :func:`profile_stage`'s method."""
-    from .runtime import _backward_from
+    from .runtime import _Seed
 
     profiled = memory == "profiler" and not _is_cuda(device)
     params = _params(stage)
@@ -483,17 +483,22 @@ def free_backward_overhead(stage: Callable, x: torch.Tensor, *, input_grad: bool
     xi = _as_input(x, input_grad)
     tracker = ProfilerTracker(existing=(xi, params, buffers)) if profiled else memory_tracker(device)
     with tracker as tr:
-        out = stage(xi)
+        # through a view, as a fused group's stage reads its input (a junction, not a leaf): the
+        # gradients reaching it are added in the view's buffer, as the engine adds them at a junction,
+        # and not handed to the leaf's .grad, which may keep the incoming delta^l itself as it is
+        out = stage(xi.view_as(xi) if xi.requires_grad else xi)
         d = torch.ones_like(out) if delta is None else delta.detach().clone()
+        # an empty root (models.runtime._Seed) holds delta^l until the backward hands it on, and the
+        # output only through its graph: the base is then taken with an output the stage does not save
+        # already gone (the model releases it when B^{l+1} ends, before B^l), one it saves still there
+        root = _Seed.apply([[d]], out) if out.requires_grad else None
+        del out, d
         tr.sync()
         base = tr.current
         tr.reset_peak()
-        if out.requires_grad:
-            pairs = [(out, d)]
-            del out, d
-            _backward_from(pairs)
-        else:
-            del out, d
+        if root is not None:
+            torch.autograd.backward(root, root.new_empty((0,)))
+            del root
         tr.sync()
         wd_in = storage_bytes(xi.grad) if xi.grad is not None else 0
         return float(tr.peak - base - wd_in), bool(saves_output)

@@ -186,8 +186,12 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
     delta^{l-1}, measured with nothing else holding them (below zero where they go before the peak);
     ``release``: the stages l whose output their own backward does not need (a concatenation, a sum;
     the next stage saves it): held in abar^l, a^l is gone from the end of B^{l+1}. Checked against the
-    executor without holds on 48 plans of six networks: every peak within 8 bytes
-    (``benchmarks/held_vs_free_peaks.py``). Never above paper 004's replay of the same sequence.
+    executor without holds (``benchmarks/held_vs_free_peaks.py``, 48 plans of six networks): 43 peaks
+    within 8 bytes, 5 above it by 0.4-2.7% (DenseNet-121's and a GPT-2's sequential plans: where a
+    segment's first stage reads a checkpoint, a leaf, autograd hands delta^l itself on as its gradient
+    and allocates no new one; the measure, made as a fused group reads a junction, does not see that).
+    Not exact, then, but above the run where it misses; the solvers plan in paper 004's replay, never
+    below this one.
 
     Examples
     --------

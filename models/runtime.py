@@ -350,7 +350,15 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                     d = delta.pop(l)
                     if len(outs) == 1 and not routs:
                         if d[0] is not None and outs[0].requires_grad:
-                            torch.autograd.backward(outs[0], d[0])
+                            if keep is not None and not keep and tracker is None:
+                                # no holds: nothing held by the call, as autograd frees (the replay of
+                                # models.remat.free_backward_model); a direct call would keep both
+                                pairs = [(outs[0], d[0])]
+                                del d, outs
+                                _backward_from(pairs)
+                                d = outs = None
+                            else:
+                                torch.autograd.backward(outs[0], d[0])
                     else:
                         ts = [o for o, g in zip(outs, d) if g is not None and _needs_grad(o)]
                         gs = [g for o, g in zip(outs, d) if g is not None and _needs_grad(o)]
@@ -682,7 +690,13 @@ def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: 
             handles: list = []
             if len(group) == 1:         # one call, which holds a^top and delta^top until B^top ends
                 if d[0] is not None and outs[0].requires_grad:
-                    torch.autograd.backward(outs[0], d[0])
+                    if keep is not None and not keep:       # no holds: the call holds nothing either
+                        pairs = [(outs[0], d[0])]
+                        del outs, d
+                        _backward_from(pairs)
+                        outs = d = None
+                    else:
+                        torch.autograd.backward(outs[0], d[0])
                 del outs, d
             else:
                 pairs = [(o, g) for o, g in zip(outs, d) if g is not None and _needs_grad(o)]

@@ -81,7 +81,8 @@ def test_free_executor_peaks_where_the_free_replay_says(one_torch_thread):
     loss_stage = lm.loss_stage(loss_fn)
     chain = profile_chain(lm.stages, x, loss_stage, repeats=1, free_backward=True)
     free = free_backward_model(chain)
-    assert set(free) == {"b_overhead", "release"} and min(free["b_overhead"][1:]) < 0
+    assert set(free) == {"b_overhead", "release"}
+    assert any(f < o for f, o in zip(free["b_overhead"][1:], chain.ob[1:]))      # some B frees before its peak
     params = list(model.parameters())
     lower = 0
     for seq in [sequential_schedule(chain, 2), sequential_schedule(chain, 4),

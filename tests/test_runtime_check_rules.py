@@ -91,6 +91,9 @@ def test_rotor_is_compared_at_the_memory_checkpoint_sequential_measured():
             self.chain, self.name, self.batch, self.spec, self.memory_note = chain, "toy", 1, {"shape": (1,)}, ""
             self.timed_chain, self.ck_peak, self.cut_rule = None, ck_peak, "saved"
 
+        def predict(self, seq):
+            return simulate_remat(chain, seq)
+
         def execute(self, seq, tag):
             executed[tag] = simulate_remat(chain, seq).peak_memory
             return tag, {"grads_equal": True, "measured_peak": executed[tag], "times": [1.0, 1.0]}
@@ -131,3 +134,19 @@ def test_memplan_run_accepts_a_tied_weight_summed_in_another_order(tmp_path, cap
     # the rule itself: a relative error of 1e-3 is refused
     g = torch.ones(4)
     assert grads_max_rel_diff([g * (1 + 1e-3)], [g]) > GRAD_REL_TOL >= grads_max_rel_diff([g], [g]) == 0.0
+
+
+def test_holds_none_runs_as_autograd_frees_and_compares_with_the_free_replay():
+    """``runtime_check --holds none``: every run without holds; its peak is compared with the replay of
+    that (models.remat.free_backward_model), never above paper 004's; timed runs hold nothing."""
+    from memplan.baselines.remat_heuristics import sequential_schedule, store_all_schedule
+    from memplan.models.remat import simulate_remat
+
+    case = Case("resnet18", dict(kw={}, shape=(3, 64, 64), batch=2), "cpu", 1, 1, memory="dispatch")
+    case.holds = "none"
+    for seq in (store_all_schedule(case.chain), sequential_schedule(case.chain, 3)):
+        _, m = case.execute(seq, f"n{len(seq)}")
+        free, paper = case.predict(seq).peak_memory, simulate_remat(case.chain, seq).peak_memory
+        assert 0 <= m["measured_peak"] - free <= 8 and free <= paper
+        assert m["held_stages"] == "none" and m["timed_peak"] == m["measured_peak"]
+    assert free < paper                         # sequential(3): a batch norm's B frees before its peak

@@ -187,11 +187,13 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     B^j ends. The engine then frees each as soon as it has used it: the same tensors are allocated in
     the same order and some are freed sooner, so the memory after and during every operation is at
     most the held run's, and the hooks (a registration and a Python callback per junction inside the
-    backward, about 10 us a stage on this CPU) are not paid. The price is the model: the chain's
-    ``ob^l`` were measured with delta^l held, so the simulator no longer predicts the unheld run's
-    peak to 1% (a compiled-stage chain's plan: 2.77 MB measured against 3.32 MB predicted, 17% less).
-    The default holds, so that what is measured is what the model says; ``hold=False`` is for a run
-    whose memory has been bounded by a held run of the same sequence.
+    backward, about 10 us a stage on this CPU) are not paid, and a B in a backward call of its own is
+    called through the empty root too, so that the call holds neither a^l nor delta^l. The price is
+    paper 004's model: the chain's ``ob^l`` were measured with delta^l held, so its replay no longer
+    predicts the unheld run's peak to 1% (a compiled-stage chain's plan: 2.77 MB measured against
+    3.32 MB predicted, 17% less); the replay of :func:`models.remat.free_backward_model` does (43 of 48
+    zoo plans within 8 bytes, the others at most 2.7% above, ``benchmarks/held_vs_free_peaks.py``).
+    The default holds, so that what is measured is paper 004's model operation by operation.
 
     ``hold`` as a set of stages (not with ``measure_memory``): only their B's are held
     (:func:`_hold_group`), two hooks each; with :func:`holds_at_peak` of a held measured run (or of
@@ -220,11 +222,12 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                                         fuse_backward and not info.multi, info.shared)
     device = device if device is not None else x.device
     keep = _keep(hold)
+    free = hold is False             # no holds at all: the single-stage calls hold nothing either
     headroom = hold.headroom if isinstance(hold, Holds) else None
     if measure_memory and keep is not None:
         raise ValueError("execute: measure_memory reads each B's memory from the holds' hooks; use hold=True")
     if fast and info.fast_ops is ops and not measure_memory and op_times is None:
-        return _run_store_all(fns, x, device, input_grad, clock, sync, keep, info.fast_splits, headroom)
+        return _run_store_all(fns, x, device, input_grad, clock, sync, keep, info.fast_splits, headroom, free)
     rng = _Rng(device, starts) if replayed else None
     cuda = torch.device(device).type == "cuda"
     marks: list = []                  # CUDA events or perf_counter readings between operations
@@ -350,7 +353,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                     d = delta.pop(l)
                     if len(outs) == 1 and not routs:
                         if d[0] is not None and outs[0].requires_grad:
-                            if keep is not None and not keep and tracker is None:
+                            if free and tracker is None:
                                 # no holds: nothing held by the call, as autograd frees (the replay of
                                 # models.remat.free_backward_model); a direct call would keep both
                                 pairs = [(outs[0], d[0])]
@@ -636,7 +639,8 @@ def grads_max_rel_diff(grads, ref) -> float:
 
 
 def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: Callable[[], float], sync: bool,
-                   keep: frozenset | None, splits: tuple = (), headroom: dict | None = None) -> RuntimeResult:
+                   keep: frozenset | None, splits: tuple = (), headroom: dict | None = None,
+                   free: bool = False) -> RuntimeResult:
     """:func:`execute` of the store-all sequence once a run of it through the general loop has shown
     its fused groups (single-tensor cuts, no replay): every F_all^l, l >= 2, takes abar^{l-1}'s output
     except at ``splits``, the stages whose F_all took a detached copy (:func:`_split_shared`: GPT-2's
@@ -690,7 +694,7 @@ def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: 
             handles: list = []
             if len(group) == 1:         # one call, which holds a^top and delta^top until B^top ends
                 if d[0] is not None and outs[0].requires_grad:
-                    if keep is not None and not keep:       # no holds: the call holds nothing either
+                    if free:                # no holds: the call holds nothing either
                         pairs = [(outs[0], d[0])]
                         del outs, d
                         _backward_from(pairs)

@@ -204,7 +204,7 @@ class Case:
     reference gradients; :meth:`execute` runs a sequence and compares."""
 
     def __init__(self, name: str, spec: dict, device: str, repeats: int, profile_repeats: int | None = None,
-                 clock: str = "wall", memory: str = "profiler", cuts: str = "auto"):
+                 clock: str = "wall", memory: str = "profiler", cuts: str = "auto", free_backward: bool = False):
         import torch
 
         from memplan.models.graph import linearize_model
@@ -244,7 +244,7 @@ class Case:
         self.chain = profile_chain(lm.stages, self.x, self.loss_stage, repeats=profile_repeats or repeats,
                                    device=device, names=lm.names, name=f"{name}-b{self.batch}",
                                    loss_name=lm.loss_name, clock=clock if not device.startswith("cuda") else "wall",
-                                   turns=True, memory=self.memory, free_backward=True)
+                                   turns=True, memory=self.memory, free_backward=free_backward)
         self.params = list(model.named_parameters())
         self._cache: dict[tuple, tuple[str, dict]] = {}
         self._contenders: dict[str, tuple] = {}  # tag -> (run once, its measurement dict), timed by time_all
@@ -965,7 +965,7 @@ def _main(a: argparse.Namespace) -> int:
             case = None
             try:
                 case = Case(name, cases[name], device, repeats, a.profile_repeats, clock=a.clock,
-                            memory=a.memory_method, cuts=a.cuts)
+                            memory=a.memory_method, cuts=a.cuts, free_backward=a.holds == "none")
                 case.target, case.max_rounds, case.time_budget = a.target, max_rounds, a.timing_budget
                 case.fuse = a.fuse_backward
                 case.holds = a.holds

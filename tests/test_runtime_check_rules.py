@@ -142,7 +142,8 @@ def test_holds_none_runs_as_autograd_frees_and_compares_with_the_free_replay():
     from memplan.baselines.remat_heuristics import sequential_schedule, store_all_schedule
     from memplan.models.remat import simulate_remat
 
-    case = Case("resnet18", dict(kw={}, shape=(3, 64, 64), batch=2), "cpu", 1, 1, memory="dispatch")
+    case = Case("resnet18", dict(kw={}, shape=(3, 64, 64), batch=2), "cpu", 1, 1, memory="dispatch",
+                free_backward=True)
     case.holds = "none"
     for seq in (store_all_schedule(case.chain), sequential_schedule(case.chain, 3)):
         _, m = case.execute(seq, f"n{len(seq)}")

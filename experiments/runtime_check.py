@@ -39,7 +39,9 @@ one CSV row per (network, limit, method):
   ``--holds all`` holds every B, as before 2026-11-28; ``--holds none`` (since 2026-11-28, session 32)
   runs every sequence without holds, freeing as autograd does, measures that run's peak and compares it
   with the replay of the executor so (:func:`memplan.models.remat.free_backward_model`, from the
-  profile's ``free_backward`` record; the solvers still plan in paper 004's model, its upper bound);
+  profile's ``free_backward`` record); the solvers then plan in it (:func:`memplan.models.remat.free_backward_chain`:
+  its backward overheads, those below zero raised to 0; before 2026-11-29 in paper 004's model, an
+  upper bound);
 * ``predicted_time`` / ``measured_time``: the simulator's makespan against the executor's time, CUDA
   synchronized before and after, and ``throughput`` = batch / measured time (samples per second).
   The plans are solved on the chain profiled first (in context, :func:`memplan.models.runtime.time_in_context`);
@@ -245,6 +247,12 @@ class Case:
                                    device=device, names=lm.names, name=f"{name}-b{self.batch}",
                                    loss_name=lm.loss_name, clock=clock if not device.startswith("cuda") else "wall",
                                    turns=True, memory=self.memory, free_backward=free_backward)
+        if free_backward:
+            # every solver plans the executor without its holds (models.remat.free_backward_chain): B^l's
+            # overheads those of the free replay, which predicts each run (Case.predict)
+            from memplan.models.remat import free_backward_chain
+
+            self.chain = free_backward_chain(self.chain)
         self.params = list(model.named_parameters())
         self._cache: dict[tuple, tuple[str, dict]] = {}
         self._contenders: dict[str, tuple] = {}  # tag -> (run once, its measurement dict), timed by time_all
@@ -616,8 +624,8 @@ def plan(chain, fractions: list[float], methods: list[str], segments: list[int] 
          time_limit: float, workers: int = 1, predict=None) -> dict:
     """Every solve of :func:`check_case` (keys ``(fraction, method)``) and of :func:`throughput_case`
     (keys ``("rotor@sequential", s)``, at the simulated peak of ``s`` segments: ``predict``'s replay,
-    :meth:`Case.predict`, default paper 004's), in one batch. The solvers plan in paper 004's model,
-    an upper bound of the replay without holds."""
+    :meth:`Case.predict`, default paper 004's), in one batch. The solvers plan in ``chain``: paper
+    004's model, or with ``--holds none`` the free replay's (:func:`memplan.models.remat.free_backward_chain`)."""
     lo, hi = remat.memory_range(chain)
     jobs = {(f, m): (chain, lo + f * (hi - lo), m, slots, time_limit) for f in fractions for m in methods}
     replay = predict or (lambda seq: simulate_remat(chain, seq))

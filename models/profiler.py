@@ -541,8 +541,9 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
 
     ``free_backward`` (single-tensor cuts, stages not compiled): also measure what the executor without
     its holds charges for each B (:func:`free_backward_overhead`), recorded in the provenance as
-    ``free_backward`` (``ob``, L + 2 values, and ``release``) for :func:`models.remat.free_backward_model`;
-    the solvers do not read it.
+    ``free_backward`` (``ob``, L + 2 values, and ``release``) for :func:`models.remat.free_backward_model`
+    (the replay) and :func:`models.remat.free_backward_chain` (a chain for the solvers to plan with it);
+    the chain's own ``ob`` stays paper 004's.
 
     ``deadline``: a ``time.perf_counter()`` value; past it, before the next stage is profiled (a compiled
     stage compiles on its first call) or the in-context timing starts, :class:`TimeoutError` is raised

@@ -35,7 +35,7 @@ The makespan is the sum of the operations' times (Definition 3.2).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -152,6 +152,28 @@ def free_backward_model(chain: Chain) -> dict:
     return {"b_overhead": ob, "release": [int(l) for l in rec.get("release", ())]}
 
 
+def free_backward_chain(chain: Chain) -> Chain:
+    """``chain`` for the solvers to plan the executor without its holds: every B^l's overhead is what
+    :func:`free_backward_model`'s replay charges it, ``b_overhead[l]`` less ``a^l`` where stage l does
+    not save its output (``release``), at least 0 (a chain's overheads are not negative; where the free
+    replay's is, B^l costs less than the planning chain says). Every operation's memory in this chain's
+    replay is then at least the free replay's (equal where no overhead was raised to 0), so a plan
+    that fits a limit here fits it executed without holds; its exact peak is the free replay's. The
+    chain itself where it has no ``free_backward`` record."""
+    free = free_backward_model(chain)
+    if not free:
+        return chain
+    ob = np.asarray(free["b_overhead"], dtype=float).copy()
+    for l in free["release"]:
+        ob[l] -= chain.wa[l]
+    ob[0] = 0.0
+    raised = int(np.sum(ob < 0))
+    return replace(chain, ob=np.maximum(ob, 0.0), provenance={
+        **chain.provenance, "planned_free_backward": (
+            "ob: the free replay's backward overheads (models.remat.free_backward_chain), "
+            f"{raised} raised to 0")})
+
+
 def _b_overheads(values: Sequence[float], L: int) -> np.ndarray:
     """``simulate_remat``'s ``b_overhead`` as an array of L + 2 finite numbers (a ValueError otherwise)."""
     arr = np.asarray(values, dtype=float)
@@ -180,18 +202,19 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
     them is timed as in the papers.
 
     The executor without its holds (``b_overhead`` and ``release``, both from
-    :func:`free_backward_model`; the solvers plan without them): paper 004's B^l keeps delta^l and
-    abar^l until it ends, and ``chain.ob[l]`` is measured so; autograd lets them go inside B^l once its
-    first operations have used them. ``b_overhead[l]`` is B^l's peak above everything before it, less
-    delta^{l-1}, measured with nothing else holding them (below zero where they go before the peak);
-    ``release``: the stages l whose output their own backward does not need (a concatenation, a sum;
-    the next stage saves it): held in abar^l, a^l is gone from the end of B^{l+1}. Checked against the
-    executor without holds (``benchmarks/held_vs_free_peaks.py``, 48 plans of six networks): 43 peaks
-    within 8 bytes, 5 above it by 0.4-2.7% (DenseNet-121's and a GPT-2's sequential plans: where a
-    segment's first stage reads a checkpoint, a leaf, autograd hands delta^l itself on as its gradient
-    and allocates no new one; the measure, made as a fused group reads a junction, does not see that).
-    Not exact, then, but above the run where it misses; the solvers plan in paper 004's replay, never
-    below this one.
+    :func:`free_backward_model`; :func:`free_backward_chain` plans with it): paper 004's B^l keeps
+    delta^l and abar^l until it ends, and ``chain.ob[l]`` is measured so; autograd lets them go inside
+    B^l once its first operations have used them. ``b_overhead[l]`` is B^l's peak above everything
+    before it, less delta^{l-1}, measured with nothing else holding them (below zero where they go
+    before the peak); ``release``: the stages l whose output their own backward does not need (a
+    concatenation, a sum; the next stage saves it): the executor holds a^l, with abar^l, until B^l
+    starts and hands it to B^l's root, which keeps it only through the graph, so B^l is charged without
+    it (``b_overhead[l]`` was measured so). Where B^{l+1} and B^l run in one call a^l goes inside
+    B^{l+1}, once stage l+1's backward has used it, after B^{l+1}'s peak on every network measured.
+    Checked against the executor without holds (``benchmarks/held_vs_free_peaks.py``, 48 plans of six
+    networks, sequential and rotor): every peak within 8 bytes (the loss scalar). (Until 2026-11-29 a^l
+    was released at the end of B^{l+1} only: a stage recomputed after B^{l+1}, the top of a segment,
+    kept it in B^l, 0.4-2.7% over the run on 5 of the 48.)
 
     Examples
     --------
@@ -218,8 +241,7 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
     delta = [False] * (L + 2)
     gone: dict[int, tuple[int, str]] = {}   # index -> (position, op) that discarded a^index
     ob = chain.ob if b_overhead is None else _b_overheads(b_overhead, L)
-    early = frozenset(int(l) for l in release or ())
-    released = [False] * (L + 2)            # a^l gone from abar^l since B^{l+1} (l in early)
+    early = frozenset(int(l) for l in release or ())     # a^l not charged in B^l (see above)
     act[0] = A
     delta[L + 1] = True
     mem = wa[0] + wd[L + 1] + chain.resident      # resident tensors: charged for the whole step
@@ -231,14 +253,9 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
     limit = None if memory_limit is None else memory_limit * (1 + tol) + tol
 
     def size(l: int) -> float:
-        if act[l] == ABAR:
-            return wab[l] - wa[l] if released[l] else wab[l]
-        return wa[l] if act[l] == A else 0.0
+        return wab[l] if act[l] == ABAR else wa[l] if act[l] == A else 0.0
 
     def need_input(pos: int, op: tuple[str, int], l: int) -> None:
-        if released[l - 1]:
-            raise InvalidSequence(pos, op, f"a^{l - 1} was released when B^{l} ended (stage {l - 1} does not "
-                                  "save it)")
         if act[l - 1] == NONE:
             why = f"a^{l - 1} is not in memory"
             if l - 1 in gone:
@@ -260,19 +277,17 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
             if act[l] != ABAR:
                 raise InvalidSequence(pos, (op, l), f"abar^{l} is not in memory (needs F_all^{l} first)")
             need_input(pos, (op, l), l)
-            cur = mem + wd[l - 1] + ob[l]
+            # a^l of a stage that does not save it (release): the free executor hands it to B^l's root,
+            # which keeps it only through the graph; B^l's overhead was measured with it gone
+            cur = mem - (wa[l] if l in early else 0.0) + wd[l - 1] + ob[l]
             mem_after = mem - wd[l] - size(l) + wd[l - 1]
             act[l] = NONE
-            released[l] = False
             delta[l] = False
             delta[l - 1] = True
             if act[l - 1] == A:
                 mem_after -= wa[l - 1]
                 act[l - 1] = NONE
                 gone[l - 1] = (pos, f"B^{l}")
-            elif act[l - 1] == ABAR and l - 1 in early:
-                mem_after -= wa[l - 1]          # its last reader is done; the rest of abar^{l-1} stays
-                released[l - 1] = True
             dt = chain.ub[l]
         else:
             need_input(pos, (op, l), l)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from memplan import remat
 from memplan.baselines.remat_heuristics import sequential_schedule, store_all_schedule
 from memplan.models.chain import Chain, random_chain
-from memplan.models.remat import InvalidSequence, free_backward_model, simulate_remat
+from memplan.models.remat import free_backward_chain, free_backward_model, simulate_remat
 
 
 def _plans(chain):
@@ -52,14 +52,45 @@ def test_hand_example():
     ob = np.zeros(4)
     ob[2] = -2.0
     free = simulate_remat(c, seq, b_overhead=ob, release=[1])
-    # B2 charges 2 less; after B2, a^1 (4 bytes) is gone from abar^1: 11 - 4 = 7; B1: 7 + 1 = 8, then 1
-    assert free.memory_during[3:] == [16.0, 17.0, 8.0] and free.memory_after[3:] == [15.0, 7.0, 1.0]
-    # a forward that reads the released a^1 (stage 2 again after B2) is refused
-    with pytest.raises(InvalidSequence, match="released"):
-        simulate_remat(c, list(seq.ops[:5]) + [("F_all", 2)], b_overhead=ob, release=[1])
+    # B2 charges 2 less; a^1 stays (the executor holds it with abar^1) until B1, which is charged
+    # without it (handed to B1's root): 11 - 4 + wd[0] = 8, then 11 - 4 - 6 + 1 - a^0 = 1
+    assert free.memory_during[3:] == [16.0, 17.0, 8.0] and free.memory_after[3:] == [15.0, 11.0, 1.0]
+    # a forward that reads a^1 after B2 (stage 2 again) finds it: the executor still holds it
+    again = simulate_remat(c, list(seq.ops[:5]) + [("F_all", 2), ("B", 1)], b_overhead=ob, release=[1])
+    assert again.memory_during[-2:] == [16.0, 13.0]
+    # stage 1 recomputed after B2 (a segment's top, where a^1 was released at the end of B2 before
+    # 2026-11-29 only if abar^1 was there then): F_ck1 F_all2 F_all3 B3 B2 F_all1 B1, from a^0 + delta^3 = 2:
+    # 6, 11, 11, 11 + 3 = 14 (after 13), 13 + 4 - 2 = 15 (after 13 - 3 - 5 + 4 - a^1 = 5), 5 + 6 = 11,
+    # B1 without a^1: 11 - 4 + 1 = 8 (paper 004's replay: 12)
+    seg = [("F_ck", 1), ("F_all", 2), ("F_all", 3), ("B", 3), ("B", 2), ("F_all", 1), ("B", 1)]
+    assert simulate_remat(c, seg, b_overhead=ob, release=[1]).memory_during == [6.0, 11.0, 11.0, 14.0, 15.0, 11.0, 8.0]
+    assert simulate_remat(c, seg).memory_during == [6.0, 11.0, 11.0, 14.0, 17.0, 11.0, 12.0]
     with pytest.raises(ValueError, match="L \\+ 2 = 4"):
         simulate_remat(c, seq, b_overhead=[0.0, 1.0])
     assert free_backward_model(c) == {}
+    assert free_backward_chain(c) is c
+
+
+@settings(max_examples=25, deadline=None)
+@given(L=st.integers(2, 7), seed=st.integers(0, 10_000), cut=st.floats(0, 1), data=st.data())
+def test_free_chain_plans_at_or_above_the_free_replay(L, seed, cut, data):
+    """free_backward_chain's replay of every plan is the free replay's, operation by operation, where no
+    overhead was raised to 0, and never below it: a plan that fits in it fits executed without holds."""
+    chain = random_chain(L, seed)
+    release = sorted(data.draw(st.sets(st.integers(1, L))))
+    lower = chain.ob - cut * (chain.wd + chain.wabar)
+    lower[0] = 0.0
+    chain.provenance = {"free_backward": {"ob": [float(v) for v in lower], "release": release}}
+    planning = free_backward_chain(chain)
+    assert planning.ob.min() >= 0 and planning.provenance["free_backward"] == chain.provenance["free_backward"]
+    eff = lower - np.array([chain.wa[l] if l in release else 0.0 for l in range(L + 2)])
+    exact = bool(np.all(eff[1:] >= 0))
+    for seq in _plans(planning):
+        free = simulate_remat(chain, seq, **free_backward_model(chain))
+        planned = simulate_remat(planning, seq)
+        assert all(p >= f - 1e-6 for f, p in zip(free.memory_during, planned.memory_during))
+        if exact:
+            assert np.allclose(planned.memory_during, free.memory_during)
 
 
 def test_free_executor_peaks_where_the_free_replay_says(one_torch_thread):
@@ -96,3 +127,40 @@ def test_free_executor_peaks_where_the_free_replay_says(one_torch_thread):
         assert 0 <= measured - predicted <= 8, (measured, predicted)
         lower += predicted < simulate_remat(chain, seq).peak_memory
     assert lower >= 2
+
+
+def test_segment_tops_free_their_output_in_the_free_replay(one_torch_thread):
+    """A tiny GPT-2 cut into single-tensor stages, sequential(2..6) executed without holds: every peak
+    where the free replay says, to 8 bytes. With 5 segments the peak is at the top of a segment,
+    recomputed after B^{l+1}: its output, which its own backward does not save, is gone in B^l (the
+    replay before 2026-11-29 kept it and was 2.6% above the run)."""
+    torch = pytest.importorskip("torch")
+    from memplan.models.graph import linearize_model
+    from memplan.models.memory import step_peak
+    from memplan.models.networks import example_input, get_model
+    from memplan.models.profiler import classification_loss, profile_chain
+    from memplan.models.runtime import execute
+
+    kw = dict(n_layer=4, n_embd=64, n_head=4, vocab=256, n_ctx=64, dropout=0.1)
+    torch.manual_seed(0)
+    model = get_model("gpt2", **kw).train()
+    x = example_input("gpt2", 2, (64,), vocab=256, seed=0)
+    loss_fn = classification_loss(seed=0)
+    lm = linearize_model(model, x, loss_fn, cuts="saved")
+    loss_stage = lm.loss_stage(loss_fn)
+    chain = profile_chain(lm.stages, x, loss_stage, repeats=1, free_backward=True)
+    free = free_backward_model(chain)
+    params = list(model.parameters())
+    below_paper = 0
+    for k in range(2, 7):
+        seq = sequential_schedule(chain, k)
+
+        def run():
+            torch.manual_seed(7)
+            execute(lm.stages, loss_stage, x, seq, hold=False)
+        run()
+        measured = step_peak(run, params, "cpu")
+        predicted = simulate_remat(chain, seq, **free).peak_memory
+        assert abs(measured - predicted) <= 8, (k, measured, predicted)
+        below_paper += predicted < simulate_remat(chain, seq).peak_memory * 0.99
+    assert below_paper >= 1          # the 5-segment plan: 2.6% below paper 004's replay

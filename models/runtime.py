@@ -191,9 +191,10 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     called through the empty root too, so that the call holds neither a^l nor delta^l. The price is
     paper 004's model: the chain's ``ob^l`` were measured with delta^l held, so its replay no longer
     predicts the unheld run's peak to 1% (a compiled-stage chain's plan: 2.77 MB measured against
-    3.32 MB predicted, 17% less); the replay of :func:`models.remat.free_backward_model` does (43 of 48
-    zoo plans within 8 bytes, the others at most 2.7% above, ``benchmarks/held_vs_free_peaks.py``).
-    The default holds, so that what is measured is paper 004's model operation by operation.
+    3.32 MB predicted, 17% less); the replay of :func:`models.remat.free_backward_model` does (48 of 48
+    zoo plans within 8 bytes, ``benchmarks/held_vs_free_peaks.py``), and
+    :func:`models.remat.free_backward_chain` lets the solvers plan in it. The default holds, so that
+    what is measured is paper 004's model operation by operation.
 
     ``hold`` as a set of stages (not with ``measure_memory``): only their B's are held
     (:func:`_hold_group`), two hooks each; with :func:`holds_at_peak` of a held measured run (or of

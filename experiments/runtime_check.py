@@ -247,6 +247,7 @@ class Case:
                                    device=device, names=lm.names, name=f"{name}-b{self.batch}",
                                    loss_name=lm.loss_name, clock=clock if not device.startswith("cuda") else "wall",
                                    turns=True, memory=self.memory, free_backward=free_backward)
+        self.held_chain = self.chain             # paper 004's: what the held run of the traces follows
         if free_backward:
             # every solver plans the executor without its holds (models.remat.free_backward_chain): B^l's
             # overheads those of the free replay, which predicts each run (Case.predict)
@@ -455,9 +456,12 @@ class Case:
         self._timed(run, m, tag)
         out = (tag, m)
         self._cache[key] = out
+        # the per-operation trace is the fully held run's (measure_memory): paper 004's replay is its
+        # prediction, also with --holds none (whose rows compare the free run with the free replay)
+        tsim = sim if self.holds != "none" else simulate_remat(self.held_chain, seq)
         self.traces.append({"network": self.name, "sequence": tag, "ops": [list(o) for o in key],
                             "measured_after": res.memory_after, "measured_during": res.memory_peak_during,
-                            "simulated_after": sim.memory_after, "simulated_during": sim.memory_during})
+                            "simulated_after": tsim.memory_after, "simulated_during": tsim.memory_during})
         return out
 
     def _input_copy(self):

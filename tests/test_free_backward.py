@@ -93,36 +93,50 @@ def test_free_chain_plans_at_or_above_the_free_replay(L, seed, cut, data):
             assert np.allclose(planned.memory_during, free.memory_during)
 
 
+def _profiled(name, kw, x_shape, vocab=None):
+    """(stages, loss stage, input, parameters, chain profiled with its free_backward record) of a zoo
+    network at batch 2, cut into single-tensor stages."""
+    import torch
+    from memplan.models.graph import linearize_model
+    from memplan.models.networks import example_input, get_model
+    from memplan.models.profiler import classification_loss, profile_chain
+
+    torch.manual_seed(0)
+    model = get_model(name, **kw).train()
+    x = example_input(name, 2, x_shape, vocab=vocab, seed=0)
+    loss_fn = classification_loss(seed=0)
+    lm = linearize_model(model, x, loss_fn, cuts="saved")
+    loss_stage = lm.loss_stage(loss_fn)
+    chain = profile_chain(lm.stages, x, loss_stage, repeats=1, free_backward=True)
+    return lm.stages, loss_stage, x, list(model.parameters()), chain
+
+
+def _free_run_peak(stages, loss_stage, x, params, seq) -> float:
+    """The peak of ``seq`` executed without holds (dispatch tracker), after one warm-up run."""
+    import torch
+    from memplan.models.memory import step_peak
+    from memplan.models.runtime import execute
+
+    def run():
+        torch.manual_seed(7)
+        execute(stages, loss_stage, x, seq, hold=False)
+    run()
+    return step_peak(run, params, "cpu")
+
+
 def test_free_executor_peaks_where_the_free_replay_says(one_torch_thread):
     """ResNet-18 at 64x64: executed without holds, sequential(k) and rotor plans peak where the free
     replay says, to 8 bytes (the loss scalars a direct call holds), and below paper 004's replay
     (which the executor with its holds follows) by a batch norm stage's gradient."""
-    torch = pytest.importorskip("torch")
-    from memplan.models.graph import linearize_model
-    from memplan.models.memory import step_peak
-    from memplan.models.networks import example_input, get_model
-    from memplan.models.profiler import classification_loss, profile_chain
-    from memplan.models.runtime import execute
-
-    torch.manual_seed(0)
-    model = get_model("resnet18").train()
-    x = example_input("resnet18", 2, (3, 64, 64), seed=0)
-    loss_fn = classification_loss(seed=0)
-    lm = linearize_model(model, x, loss_fn)
-    loss_stage = lm.loss_stage(loss_fn)
-    chain = profile_chain(lm.stages, x, loss_stage, repeats=1, free_backward=True)
+    pytest.importorskip("torch")
+    stages, loss_stage, x, params, chain = _profiled("resnet18", {}, (3, 64, 64))
     free = free_backward_model(chain)
     assert set(free) == {"b_overhead", "release"}
     assert any(f < o for f, o in zip(free["b_overhead"][1:], chain.ob[1:]))      # some B frees before its peak
-    params = list(model.parameters())
     lower = 0
     for seq in [sequential_schedule(chain, 2), sequential_schedule(chain, 4),
                 remat.solve(chain, memory=sum(remat.memory_range(chain)) / 2, method="rotor").schedule]:
-        def run():
-            torch.manual_seed(7)
-            execute(lm.stages, loss_stage, x, seq, hold=False)
-        run()
-        measured = step_peak(run, params, "cpu")
+        measured = _free_run_peak(stages, loss_stage, x, params, seq)
         predicted = simulate_remat(chain, seq, **free).peak_memory
         assert 0 <= measured - predicted <= 8, (measured, predicted)
         lower += predicted < simulate_remat(chain, seq).peak_memory
@@ -134,32 +148,14 @@ def test_segment_tops_free_their_output_in_the_free_replay(one_torch_thread):
     where the free replay says, to 8 bytes. With 5 segments the peak is at the top of a segment,
     recomputed after B^{l+1}: its output, which its own backward does not save, is gone in B^l (the
     replay before 2026-11-29 kept it and was 2.6% above the run)."""
-    torch = pytest.importorskip("torch")
-    from memplan.models.graph import linearize_model
-    from memplan.models.memory import step_peak
-    from memplan.models.networks import example_input, get_model
-    from memplan.models.profiler import classification_loss, profile_chain
-    from memplan.models.runtime import execute
-
+    pytest.importorskip("torch")
     kw = dict(n_layer=4, n_embd=64, n_head=4, vocab=256, n_ctx=64, dropout=0.1)
-    torch.manual_seed(0)
-    model = get_model("gpt2", **kw).train()
-    x = example_input("gpt2", 2, (64,), vocab=256, seed=0)
-    loss_fn = classification_loss(seed=0)
-    lm = linearize_model(model, x, loss_fn, cuts="saved")
-    loss_stage = lm.loss_stage(loss_fn)
-    chain = profile_chain(lm.stages, x, loss_stage, repeats=1, free_backward=True)
+    stages, loss_stage, x, params, chain = _profiled("gpt2", kw, (64,), vocab=256)
     free = free_backward_model(chain)
-    params = list(model.parameters())
     below_paper = 0
     for k in range(2, 7):
         seq = sequential_schedule(chain, k)
-
-        def run():
-            torch.manual_seed(7)
-            execute(lm.stages, loss_stage, x, seq, hold=False)
-        run()
-        measured = step_peak(run, params, "cpu")
+        measured = _free_run_peak(stages, loss_stage, x, params, seq)
         predicted = simulate_remat(chain, seq, **free).peak_memory
         assert abs(measured - predicted) <= 8, (k, measured, predicted)
         below_paper += predicted < simulate_remat(chain, seq).peak_memory * 0.99

@@ -48,8 +48,11 @@ def summary(rt: pd.DataFrame, thr: pd.DataFrame) -> list[str]:
         ex = d[d["measured_time"].notna()]
         sa = ex[ex["method"] == "store-all"].iloc[0]
         ag = ex[ex["method"] == "autograd"].iloc[0]
+        holds = {"none": "runs without holds, planned in the free replay",
+                 "peak": "paper 004's model, held at the peak", "all": "paper 004's model, every B held"}
+        how = holds.get(sa.get("holds")) if isinstance(sa.get("holds"), str) else None
         out.append(f"{net} (L = {int(sa['L'])}, clock {sa.get('clock', '?')}, peaks by "
-                   f"{sa.get('memory_method', 'dispatch-mode tracker')}):")
+                   f"{sa.get('memory_method', 'dispatch-mode tracker')}" + (f"; {how}" if how else "") + "):")
         out.append(f"  store-all / autograd: peak {sa['measured_peak'] / ag['measured_peak']:.4f} "
                    f"({sa['measured_peak'] / 2**20:.2f} vs {ag['measured_peak'] / 2**20:.2f} MiB), time "
                    f"{sa['measured_time'] / ag['measured_time']:.4f} ({sa['measured_time'] * 1e3:.1f} ms "
@@ -116,9 +119,10 @@ def main(argv=None) -> int:
                         "every CPU allocation, the convolutions' scratch included; dispatch the tensors' storages")
     p.add_argument("--cuts", choices=["auto", "saved"], default="auto",
                    help="runtime_check's --cuts: auto (as 'memplan profile', default) or saved (single-tensor cuts)")
-    p.add_argument("--holds", choices=["peak", "all", "none"], default="peak",
-                   help="runtime_check's --holds: none runs every sequence as autograd frees, against the replay "
-                        "of that")
+    p.add_argument("--holds", choices=["auto", "peak", "all", "none"], default="auto",
+                   help="runtime_check's --holds: none runs every sequence as autograd frees, planned in and "
+                        "compared with the replay of that; peak: paper 004's model; auto (default since "
+                        "2026-11-29): none where the profile has the free record, else peak")
     p.add_argument("--out", default=str(RESULTS / "executor_parity_cpu"))
     a = p.parse_args(argv)
     rt, thr = Path(a.out + ".csv"), Path(a.out + "_throughput.csv")

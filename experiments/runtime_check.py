@@ -29,9 +29,12 @@ one CSV row per (network, limit, method):
   ``dispatch`` counts the tensors' storages that operations dispatched through PyTorch's Python
   dispatcher make (what the model has, not the scratch), operation by operation: the traces then peak
   at the row's measured peak. CUDA: the allocator's statistics;
+* ``holds``: how the network's runs held (``--holds``; ``auto``, the default since 2026-11-29, is
+  ``none`` where the profile has the free record, single-tensor cuts and stages not compiled, and
+  ``peak`` elsewhere; files before have ``peak`` unless their command says otherwise);
 * ``timed_peak`` / ``held_stages``: the timed runs hold a fused backward group's a^j and delta^j
   until B^j ends (as the model has them) only for the B's where the measured run peaks
-  (``--holds peak``, the default: :func:`memplan.models.runtime.holds_at_peak`, two hooks per such B
+  (``--holds peak``: :func:`memplan.models.runtime.holds_at_peak`, two hooks per such B
   instead of one per junction, about 5 us each on a CPU; and a group's backward called directly,
   without the Python root, where its B's have the room for it); ``timed_peak`` is that configuration's own
   peak, measured as autograd's is (:func:`memplan.models.memory.step_peak`): the held run's to the
@@ -143,7 +146,7 @@ METHODS = ["rotor", "rotor-floating", "sequential", "store-all"]
 
 COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic", "date", "clock", "memory_method",
            "fused_backward",
-           "network", "batch", "input", "cuts", "L", "fraction", "memory_limit", "method", "status", "message",
+           "network", "batch", "input", "cuts", "holds", "L", "fraction", "memory_limit", "method", "status", "message",
            "ops", "recomputations", "same_as", "grads_equal", "grads_max_rel_diff",
            "predicted_peak", "measured_peak", "peak_rel_err", "within_limit", "timed_peak", "held_stages",
            "predicted_time", "predicted_time_profile", "measured_time", "time_rel_err", "time_min", "time_max",
@@ -151,7 +154,7 @@ COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic",
            "time_low", "time_high",
            "repeats", "noisy", "vs_autograd", "vs_autograd_low", "vs_autograd_high",
            "throughput", "predicted_throughput", "solve_seconds", "steps_per_sample", "cuda_segments_after_round_1"]
-THROUGHPUT_COLUMNS = ["device", "gpu", "clock", "memory_method", "network", "batch", "input", "cuts", "L", "strategy", "segments", "memory_limit",
+THROUGHPUT_COLUMNS = ["device", "gpu", "clock", "memory_method", "network", "batch", "input", "cuts", "holds", "L", "strategy", "segments", "memory_limit",
                       "status", "grads_equal", "grads_max_rel_diff", "predicted_peak", "measured_peak", "predicted_time",
                       "predicted_time_profile", "measured_time", "time_low", "time_high", "rounds", "noisy", "throughput", "rotor_gain",
                       "gain_vs_checkpoint_sequential", "vs_checkpoint_sequential", "vs_checkpoint_sequential_low",
@@ -248,6 +251,7 @@ class Case:
                                    loss_name=lm.loss_name, clock=clock if not device.startswith("cuda") else "wall",
                                    turns=True, memory=self.memory, free_backward=free_backward)
         self.held_chain = self.chain             # paper 004's: what the held run of the traces follows
+        self.free_record = free_backward and bool(self.chain.provenance.get("free_backward"))
         if free_backward:
             # every solver plans the executor without its holds (models.remat.free_backward_chain): B^l's
             # overheads those of the free replay, which predicts each run (Case.predict)
@@ -536,8 +540,9 @@ def _rel(a: float | None, b: float | None) -> float | None:
 def _case_env(case: Case) -> dict:
     """A network's own columns: ``cuts``, the cut rule its linearization took (``saved``: one tensor
     per cut; ``multi``: several), and its memory method where it could not use the one asked for (a
-    multi-tensor cut network on c10's events)."""
-    return {"cuts": case.cut_rule,
+    multi-tensor cut network on c10's events); ``holds``, how its runs held (``--holds``; auto resolved:
+    none where the profile has the free record, else peak)."""
+    return {"cuts": case.cut_rule, "holds": case.holds,
             **({"memory_method": MEMORY_METHOD_NAMES[case.memory]} if case.memory_note else {})}
 
 
@@ -863,10 +868,12 @@ def main(argv=None) -> int:
                    help="where the networks are cut (models.graph.linearize_model): auto (default, as 'memplan "
                         "profile': several tensors per cut only where single-tensor stages are too coarse) or saved "
                         "(single-tensor cuts everywhere)")
-    p.add_argument("--holds", choices=["peak", "all", "none"], default="peak", help="timed runs: hold a fused "
-                   "group's a^j and delta^j until B^j ends only for the B's at the measured run's peak (peak, "
-                   "default: the same peak, less host time) or for every B (all); none: every run without holds, "
-                   "as autograd frees, compared with the replay of that (models.remat.free_backward_model)")
+    p.add_argument("--holds", choices=["auto", "peak", "all", "none"], default="auto", help="none: every run "
+                   "without holds, as autograd frees, every method planned in the replay of that "
+                   "(models.remat.free_backward_chain) and compared with it; peak: paper 004's model, the timed "
+                   "runs holding a fused group's a^j and delta^j until B^j ends for the B's at the measured run's "
+                   "peak (the same peak, less host time), all: for every B; auto (default since 2026-11-29): none "
+                   "where the profile has the free record (single-tensor cuts, stages not compiled), else peak")
     p.add_argument("--timing-budget", type=float, default=None, help="seconds of timing rounds per network at most "
                    "(default 120 when --max-rounds is not given)")
     p.add_argument("--steps-per-sample", type=int, default=None, help="steps run back to back in one timed sample, "
@@ -977,10 +984,10 @@ def _main(a: argparse.Namespace) -> int:
             case = None
             try:
                 case = Case(name, cases[name], device, repeats, a.profile_repeats, clock=a.clock,
-                            memory=a.memory_method, cuts=a.cuts, free_backward=a.holds == "none")
+                            memory=a.memory_method, cuts=a.cuts, free_backward=a.holds in ("none", "auto"))
                 case.target, case.max_rounds, case.time_budget = a.target, max_rounds, a.timing_budget
                 case.fuse = a.fuse_backward
-                case.holds = a.holds
+                case.holds = a.holds if a.holds != "auto" else "none" if case.free_record else "peak"
                 steps = case.set_steps_per_sample(a.steps_per_sample)
                 print(f"{name}: L = {case.chain.L}, profiled in {time.perf_counter() - t0:.1f} s ({det}); "
                       f"{steps} step(s) per timed sample{case.memory_note}")
@@ -1053,10 +1060,13 @@ def _main(a: argparse.Namespace) -> int:
           f"time by more than 5% in {len(miss_time)}"
           + "".join(f"; {r['network']} {r['method']}@{r['fraction']}: time {r['time_rel_err']:+.1%}"
                     for r in miss_time[:3]))
-    if timed and a.holds == "none":
-        print("runs without holds (autograd's own freeing), compared with the replay of that "
-              "(models.remat.free_backward_model)")
-    elif timed:
+    free_nets = sorted({r["network"] for r in timed if r.get("holds") == "none"})
+    if free_nets:
+        print(f"runs without holds (autograd's own freeing), planned in and compared with the replay of that "
+              f"(models.remat.free_backward_chain): {', '.join(free_nets)}")
+    timed = [r for r in timed if r.get("holds") != "none"]
+    timed_off = [r for r in timed_off if r.get("holds") != "none"]
+    if timed:
         sets = [r["held_stages"] for r in timed if r["held_stages"] != "all"]
         how = f"held at their peak, {max(len(h.split()) for h in sets)} stage(s) at most" if sets else "every B held"
         print(f"timed runs ({how}): "

@@ -201,8 +201,12 @@ def test_dry_run_runtime_rows(runtime_rows):
             # tracker counts exact storage bytes: the simulated peak to the byte. The replay charges
             # each forward its own overhead (Chain.of_all, of_ng); when it charged both the larger
             # o_f, the tiny GPT-2 here measured up to 6.4% below it (57984 vs 61952 bytes) wherever
-            # the solver's sequence, which depends on the timings, peaked in an F_all
-            assert meas == pred, r
+            # the solver's sequence, which depends on the timings, peaked in an F_all. Run without holds
+            # (--holds auto, the default since 2026-11-29: these single-tensor networks have the free
+            # record) against the free replay, a group that starts at the loss is called directly and
+            # holds the loss scalar and its seed until it returns (models.runtime._backward_from): 8 bytes
+            assert r["holds"] == "none", r
+            assert 0 <= meas - pred <= 8, r
         if float(r["fraction"]) < 1:
             limit = float(r["memory_limit"])
             assert pred <= limit * (1 + 1e-9) and r["within_limit"] == "True"
@@ -292,23 +296,29 @@ def test_dry_run_throughput_comparison(runtime_rows):
                     assert float(s["measured_peak"]) <= float(r["measured_peak"])
                 assert r["grads_equal"] == "True"
             elif r["measured_peak"]:
-                # memplan's executor (store-all, sequential, rotor) and the simulator agree to the byte
-                assert float(r["measured_peak"]) == float(r["predicted_peak"]), r
+                # memplan's executor (store-all, sequential, rotor) and the simulator agree to the byte,
+                # but the loss scalar and its seed that a direct call holds without holds (8 bytes)
+                assert r["holds"] == "none", r
+                assert 0 <= float(r["measured_peak"]) - float(r["predicted_peak"]) <= 8, r
 
     assert checked == sum(len(runtime_check.segment_counts(int(rs[0]["L"]), 3)) for rs in by.values())
 
 
 def test_dry_run_traces(runtime_rows):
-    """The per-operation traces: one value per operation, whose maximum is the row's peak."""
+    """The per-operation traces: one value per operation, those of the fully held measure run, which
+    follows paper 004's replay to the byte; the row's peak is the run without holds (``--holds auto``
+    on these networks), at most that."""
     _, rows, _, traces = runtime_rows
     peaks = {(r["network"], f"{r['method']}@{float(r['fraction']):g}"): float(r["measured_peak"]) for r in rows
              if r["measured_peak"] and not r["same_as"]}
+    assert {r["holds"] for r in rows} == {"none"}
     seen = 0
     for t in traces["sequences"]:
         n = len(t["ops"])
         assert len(t["measured_during"]) == len(t["simulated_during"]) == len(t["measured_after"]) == n
+        assert t["measured_during"] == t["simulated_during"] and t["measured_after"] == t["simulated_after"]
         if (t["network"], t["sequence"]) in peaks:
-            assert max(t["measured_during"]) == peaks[(t["network"], t["sequence"])]
+            assert peaks[(t["network"], t["sequence"])] <= max(t["measured_during"]) + 8
             seen += 1
     assert seen == len(peaks) - 2          # every executed plan but autograd (no sequence) of each network
 

@@ -55,10 +55,10 @@ def test_a_multi_cut_network_is_cut_as_memplan_profile_cuts_it_and_measured_by_o
                 shape=(7,), batch=2)
     case = Case("transformer", spec, "cpu", 1, 1, memory="profiler")
     assert case.memory == "dispatch" and "multi-tensor cuts" in case.memory_note
-    assert runtime_check._case_env(case) == {"cuts": "multi",
+    assert runtime_check._case_env(case) == {"cuts": "multi", "holds": "peak",
                                              "memory_method": runtime_check.MEMORY_METHOD_NAMES["dispatch"]}
     single = Case("resnet18", dict(kw={}, shape=(3, 32, 32), batch=2), "cpu", 1, 1, memory="profiler")
-    assert single.memory == "profiler" and runtime_check._case_env(single) == {"cuts": "saved"}
+    assert single.memory == "profiler" and runtime_check._case_env(single) == {"cuts": "saved", "holds": "peak"}
     coarse = Case("transformer", spec, "cpu", 1, 1, memory="profiler", cuts="saved")    # asked for: one tensor a cut
     assert coarse.memory == "profiler" and coarse.cut_rule == "saved" and coarse.chain.L < case.chain.L
     assert case.chain.resident > 0 and case.chain.L > 4          # the single-tensor rule's 4 stages, refined
@@ -89,7 +89,7 @@ def test_rotor_is_compared_at_the_memory_checkpoint_sequential_measured():
     class FakeCase:
         def __init__(self, ck_peak):
             self.chain, self.name, self.batch, self.spec, self.memory_note = chain, "toy", 1, {"shape": (1,)}, ""
-            self.timed_chain, self.ck_peak, self.cut_rule = None, ck_peak, "saved"
+            self.timed_chain, self.ck_peak, self.cut_rule, self.holds = None, ck_peak, "saved", "peak"
 
         def predict(self, seq):
             return simulate_remat(chain, seq)

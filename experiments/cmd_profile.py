@@ -30,7 +30,7 @@ from memplan.baselines.remat_heuristics import bisection_schedule, sequential_sc
 from memplan.experiments.cli_checks import device_problem, input_shape, key_value, output_file, positive_int
 from memplan.models.instance import InstanceError, load_instance, read_text_file, save_instance
 from memplan.models.pipedream import import_graph
-from memplan.models.remat import RematSchedule, simulate_remat
+from memplan.models.remat import RematSchedule, free_backward_model, simulate_remat
 from memplan.models.solution import InputError
 from memplan.models.units import fmt_memory, fmt_time
 
@@ -68,7 +68,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     try:
         chain = profile_model(key, args.batch, args.input, device=args.device, repeats=args.repeats,
                               seed=args.seed, model_kw=dict(args.set or []), cuts=args.cuts, turns=args.turn_model,
-                              memory=args.memory_method)
+                              memory=args.memory_method, free_backward=True)
     except MultiCutMemoryError:
         raise InputError(f"--memory-method profiler: {key} is cut where several tensors cross (--cuts {args.cuts}), "
                          "and c10's allocator events profile single-tensor cuts only; use --memory-method dispatch, "
@@ -160,12 +160,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise InputError(f"{args.instance}: its recorded stage groups do not cut the network as traced now "
                          f"({L} stages recorded); profile it again with 'memplan profile'")
     loss_stage = lm.loss_stage(loss_fn)
-    sim = simulate_remat(chain, sched)               # each forward charged its own overhead
-    one = simulate_remat(chain, sched, one_overhead=True)   # the papers' one o_f for both forwards
+    # --holds auto (default): where the profile has the free record ('memplan profile' since 2026-11-29,
+    # single-tensor cuts), the plan runs without holds, as autograd frees, against the replay of that
+    free = free_backward_model(chain) if args.holds == "auto" else {}
+    sim = simulate_remat(chain, sched, **free)       # each forward charged its own overhead
+    one = simulate_remat(chain, sched, one_overhead=True, **free)   # the papers' one o_f for both forwards
     # one method for the plan and autograd: the instance's (a CPU profile by c10's allocator events sees
     # the kernels' scratch, which the dispatch tracker does not; CUDA: the allocator's statistics)
     method = "profiler" if device == "cpu" and profiled_by_allocator_events(chain) else "dispatch"
-    if method == "profiler":
+    if free:
+        def unheld():
+            torch.manual_seed(seed + 1)
+            execute(lm.stages, loss_stage, x, sched, device=device, hold=False)
+
+        unheld()                                # a warm-up: the measured run below is the second
+        for p in model.parameters():
+            p.grad = None
+        peak = step_peak(unheld, list(model.parameters()), device, method)
+        for p in model.parameters():
+            p.grad = None
+        hold = False
+    elif method == "profiler":
         def held():
             torch.manual_seed(seed + 1)
             execute(lm.stages, loss_stage, x, sched, device=device)
@@ -190,7 +205,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     here, pace = _retimed_chain(chain, per_op)
     sim_here = simulate_remat(here, sched)
     print(f"{chain.name}: {label}, {len(sched)} operations, {sched.count('F_ck') + sched.count('F_none')} "
-          f"recomputations")
+          f"recomputations; " + ("run without holds, as autograd frees, against the replay of that "
+                                 "(models.remat.free_backward_model)" if free else
+                                 "paper 004's accounting (the executor holds delta^l and a^l until B^l ends)"))
     how = " (c10 allocator events)" if method == "profiler" else ""
     print(f"peak memory  measured{how} {fmt_memory(peak)}   simulated {fmt_memory(sim.peak_memory)}   "
           f"({(peak / sim.peak_memory - 1) * 100:+.1f}%)"
@@ -214,7 +231,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for p in model.parameters():       # one more untracked run of the plan for the gradients
             p.grad = None
         torch.manual_seed(seed + 1)
-        execute(lm.stages, loss_stage, x, sched, device=device)
+        execute(lm.stages, loss_stage, x, sched, device=device, hold=not free)
         torch.manual_seed(seed + 1)
         loss_fn(ref(x)).backward()
         diff = grads_max_rel_diff([p.grad for p in model.parameters()], [q.grad for q in ref.parameters()])
@@ -460,6 +477,11 @@ def add_parser(subparsers) -> None:
     r.add_argument("--threads", type=positive_int, default=None,
                    help="torch CPU threads (default on CPU: the profile's, so that its times compare)")
     r.add_argument("--check-grads", action="store_true", help="also compare gradients with plain autograd")
+    r.add_argument("--holds", choices=["auto", "peak"], default="auto",
+                   help="auto (default): run without holds, as autograd frees, and compare with the replay of that "
+                        "where the instance has the free record ('memplan profile' since 2026-11-29); peak: paper "
+                        "004's accounting, the executor holding delta^l and a^l until B^l ends (held only at the "
+                        "peak when timed)")
     r.add_argument("--time-budget", type=float, default=10.0, metavar="SECONDS",
                    help="seconds for timing the plan against plain autograd in alternating rounds until both "
                         "medians are known within 2%% (default 10; at least 6 rounds run whatever the budget)")

@@ -743,7 +743,8 @@ def check_example_input(model_name: str, model, x: torch.Tensor, shape: Sequence
 def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None = None, *, device="cpu",
                   repeats: int = 3, seed: int = 0, model_kw: dict[str, Any] | None = None,
                   provenance: dict[str, Any] | None = None, name: str | None = None,
-                  cuts: str = "auto", turns: bool = False, memory: str = "dispatch") -> Chain:
+                  cuts: str = "auto", turns: bool = False, memory: str = "dispatch",
+                  free_backward: bool = False) -> Chain:
     """Build a zoo model, linearize it (models.graph) and profile its stages: the chain of
     ``memplan profile`` (and of :mod:`memplan.experiments.gpu_profile`). ``provenance`` is added to
     the chain's provenance (its keys win); ``name`` replaces the default chain name. ``cuts``: the
@@ -754,7 +755,8 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
     most of the network);
     the provenance's ``cut_rule`` says which was taken, ``cuts`` what crosses each cut and ``resident``
     the tensors crossing several. ``turns``: :func:`profile_chain`'s (the turn model); ``memory``: its
-    CPU memory method (``"profiler"``: c10's allocator events, the convolutions' scratch included)."""
+    CPU memory method (``"profiler"``: c10's allocator events, the convolutions' scratch included);
+    ``free_backward``: its too (the record of the executor without holds, single-tensor cuts only)."""
     from .graph import linearize_model
     from .networks import DEFAULT_INPUT, canonical_name, example_input, get_model
 
@@ -790,7 +792,7 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
                  "cuts": cut_tensors(graph, lm.groups)}
     chain = profile_chain(
         lm.stages, x, lm.loss_stage(loss_fn), repeats=repeats, device=device, names=lm.names,
-        loss_name=lm.loss_name, turns=turns, memory=memory,
+        loss_name=lm.loss_name, turns=turns, memory=memory, free_backward=free_backward,
         name=name or f"{model_name}-b{batch}-{'x'.join(map(str, shape))}-{torch.device(device).type}",
         provenance={"network": model_name, "model_kw": model_kw, "batch": batch, "input": list(shape),
                     "source": "models.networks (random initialization)", "seed": seed,

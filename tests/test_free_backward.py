@@ -160,3 +160,27 @@ def test_segment_tops_free_their_output_in_the_free_replay(one_torch_thread):
         assert abs(measured - predicted) <= 8, (k, measured, predicted)
         below_paper += predicted < simulate_remat(chain, seq).peak_memory * 0.99
     assert below_paper >= 1          # the 5-segment plan: 2.6% below paper 004's replay
+
+
+def test_memplan_run_runs_without_holds_where_the_profile_has_the_record(tmp_path, capsys, one_torch_thread):
+    """'memplan profile' records the free backward; 'memplan run' then executes the plan without holds
+    and compares it with the free replay (peak to the byte on this network: +0.0%), gradients equal;
+    ``--holds peak`` runs paper 004's accounting, as before."""
+    pytest.importorskip("torch")
+    import json
+
+    from memplan.experiments.cli import main
+
+    path = tmp_path / "r18.json"
+    assert main(["profile", "--model", "resnet18", "--batch", "2", "--input", "3x32x32", "--threads", "1",
+                 "--repeats", "1", "-o", str(path)]) == 0
+    rec = json.loads(path.read_text())["provenance"]["free_backward"]
+    assert len(rec["ob"]) == 12 + 2 and rec["release"]
+    capsys.readouterr()
+    assert main(["run", str(path), "--sequence", "sequential:3", "--check-grads", "--time-budget", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "run without holds" in out and "bit-identical to plain autograd" in out
+    assert next(line for line in out.splitlines() if line.startswith("peak memory")).endswith("(+0.0%)")
+    assert main(["run", str(path), "--sequence", "sequential:3", "--holds", "peak", "--time-budget", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "paper 004's accounting" in out and "run without holds" not in out

@@ -75,6 +75,18 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     if args.gantt and not hasattr(mod, "gantt"):
         raise CliError(f"--gantt: --problem {args.problem} has no timeline to draw")
     chain, platform = load_instance(args.instance)
+    plan_chain = chain
+    if args.free_backward:
+        # plan the executor without holds ('memplan run' runs such an instance so): the chain whose backward
+        # overheads are the free replay's (models.remat.free_backward_chain)
+        from memplan.models.remat import free_backward_chain
+
+        if args.problem != "remat":
+            raise CliError(f"--free-backward is an option of --problem remat only (not {args.problem})")
+        plan_chain = free_backward_chain(chain)
+        if plan_chain is chain:
+            raise CliError(f"--free-backward: {args.instance} has no free_backward record; profile the network "
+                           "again with 'memplan profile' (since 2026-11-29; single-tensor cuts, stages not compiled)")
     # every output is checked (its folder made) before the solve, so a long solve's result is not lost
     for flag, key in (("--json", "json"), ("--gantt", "gantt"), ("--solver-log", "solver_log")):
         if getattr(args, key) is not None:       # an empty name is an error, not 'no file'
@@ -83,19 +95,19 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         image_file(args.gantt, "--gantt")
     if args.quiet:
         silence_banner()
-    sol = memplan.solve((chain, platform), args.problem, args.method, memory=args.memory,
+    sol = memplan.solve((plan_chain, platform), args.problem, args.method, memory=args.memory,
                         bandwidth=args.bandwidth, progress=None if args.quiet else _Progress(), **options)
     if args.json:
         sol.instance = instance_record(chain, args.instance)   # 'memplan run' refuses it on another instance
         sol.write_json(args.json)
     if sol.status == Status.INFEASIBLE:
         raise InfeasibleError(sol.message, sol.details.get("min_memory"))
-    print(mod.report(sol, chain))
+    print(mod.report(sol, plan_chain))
     if args.gantt:
         if sol.schedule is None:
             print("Gantt chart  not drawn: no schedule")
         else:
-            note = mod.gantt(sol, chain, args.gantt)
+            note = mod.gantt(sol, plan_chain, args.gantt)
             print(f"Gantt chart  {args.gantt}" if not note else f"Gantt chart  {note}")
     if args.json:
         print(f"solution written to {args.json}")
@@ -173,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pipeline --method cyclic: mini-batches per period K (default 2)")
     s.add_argument("--memory-model", choices=("autograd", "paper"), help="pipeline: stored activations per "
                    "layer: what autograd keeps (abar, default) or paper 003's model (its input only)")
+    s.add_argument("--free-backward", action="store_true", help="remat: plan the executor without holds, as "
+                   "'memplan run' runs an instance whose profile has the free_backward record (each backward "
+                   "step's overhead as autograd frees; the same or less memory than paper 004's model)")
     s.add_argument("--json", help="write the Solution as JSON to this file")
     s.add_argument("--gantt", help="write a Gantt chart image (problems with a timeline)")
     s.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")

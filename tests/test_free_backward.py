@@ -184,3 +184,24 @@ def test_memplan_run_runs_without_holds_where_the_profile_has_the_record(tmp_pat
     assert main(["run", str(path), "--sequence", "sequential:3", "--holds", "peak", "--time-budget", "1"]) == 0
     out = capsys.readouterr().out
     assert "paper 004's accounting" in out and "run without holds" not in out
+    # 'memplan solve --free-backward' plans in models.remat.free_backward_chain: its least memory is at
+    # most paper 004's, and its plan at that least memory runs within it, as the free replay says
+    import re
+
+    def least(*flags):
+        assert main(["solve", str(path), "--memory", "1KiB", "-q", *flags]) == 2
+        return int(re.search(r"\((\d+) B\)", capsys.readouterr().err).group(1))
+    free_min, paper_min = least("--free-backward"), least()
+    assert free_min <= paper_min
+    sol = tmp_path / "free.json"
+    assert main(["solve", str(path), "--memory", f"{free_min}B", "--free-backward", "--json", str(sol), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(path), "--solution", str(sol), "--time-budget", "1"]) == 0
+    out = capsys.readouterr().out
+    assert next(line for line in out.splitlines() if line.startswith("peak memory")).endswith("(+0.0%)")
+    # where it does not apply: one line, exit status 2
+    assert main(["solve", str(path), "--problem", "offload", "--free-backward", "-q"]) == 2
+    assert "--free-backward is an option of --problem remat only" in capsys.readouterr().err
+    assert main(["solve", "paper004_table2", "--free-backward", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has no free_backward record" in err

@@ -38,6 +38,12 @@ the others plan it in the papers' time model (:meth:`Chain.papers_times`), their
 with them, rotor's plan is returned instead where it replays faster, and no optimality is claimed
 (``details["makespan_papers_times"]``).
 
+A chain profiled with its ``free_backward`` record (``memplan profile``, or
+:func:`memplan.models.profiler.profile_chain` with ``free_backward=True``) can be planned for the
+executor without holds, which frees as autograd does: ``solve(free_backward_chain(chain), ...)``
+(:func:`memplan.models.remat.free_backward_chain`, re-exported here; ``memplan solve
+--free-backward``); its plans run at the replay of :func:`memplan.models.remat.free_backward_model`.
+
 Examples
 --------
 The toy chain of paper 004 (section 3.2, Table 2) at 90 MiB: 47.42 ms at a peak of 86.75 MiB.
@@ -64,11 +70,12 @@ from memplan.formulations.remat_checkmate import solve_checkmate, solve_checkmat
 from memplan.formulations.remat_milp import solve_remat_milp
 from memplan.models.budget import Budget, ProgressFn
 from memplan.models.chain import Chain
-from memplan.models.remat import InvalidSequence, RematSchedule, simulate_remat, turns
+from memplan.models.remat import InvalidSequence, RematSchedule, free_backward_chain, simulate_remat, turns
 from memplan.models.solution import InputError, Solution, Status
 from memplan.models.units import fmt_memory, fmt_time
 
-__all__ = ["PROBLEM", "METHODS", "DEFAULT_METHOD", "OPTIONS_USED", "solve", "report", "memory_range"]
+__all__ = ["PROBLEM", "METHODS", "DEFAULT_METHOD", "OPTIONS_USED", "solve", "report", "memory_range",
+           "free_backward_chain"]
 
 PROBLEM = "remat"
 METHODS = ["rotor", "rotor-floating", "sequential", "revolve", "store-all", "recompute-all",

@@ -52,6 +52,13 @@ executor holds them from their creation until the backward step of the stage tha
 every problem charges them once, for the whole step: the simulators add ``resident`` to every memory
 value and the front ends solve the chain without it under ``memory - resident`` (see
 :func:`models.graph.residency` for the model and why it is an upper bound of what is held).
+``resident_grads`` (optional, since 2026-11-29): the gradients inside ``resident``, one
+``(bytes, k, r)`` per resident float tensor produced by stage k (0: the input) and read last by stage
+r > k. The executor allocates such a gradient when the first of its readers' backward steps hands a
+contribution (in B^r, the backward runs from the last stage down) and frees it when B^k ends (k = 0:
+at the end of the step), as autograd does; :func:`models.remat.simulate_remat` charges it from the
+end of B^r (inside B^r it is in ``ob[r]``, measured so) to the end of B^k, and the solvers, which
+charge ``resident`` whole, plan an upper bound.
 
 Units inside the code: bytes and seconds, always floats. Every entry must be finite and within
 ``[0, MAX_BYTES]`` (sizes, 1 PB) or ``[0, MAX_SECONDS]`` (times, 1e6 s): ranges no real network
@@ -158,6 +165,25 @@ def _optional_array(v, name: str, n: int, kind: str):
     return arr
 
 
+def _resident_grads(v, L: int, resident: float) -> tuple:
+    """:attr:`Chain.resident_grads` as a tuple of ``(bytes, k, r)``, ``0 <= k < r <= L + 1``, their
+    bytes within ``resident`` (a ValueError naming the entry otherwise)."""
+    out = []
+    for i, e in enumerate(v or ()):
+        try:
+            g, k, r = float(e[0]), int(e[1]), int(e[2])
+        except (TypeError, ValueError, IndexError):
+            raise ValueError(f"Chain.resident_grads[{i}] = {e!r}: give (bytes, producer stage k, last reader r)") from None
+        check_range([g], f"Chain.resident_grads[{i}]", "size")
+        if not 0 <= k < r <= L + 1:
+            raise ValueError(f"Chain.resident_grads[{i}] = {e!r}: need 0 <= k < r <= L + 1 = {L + 1}")
+        out.append((g, k, r))
+    total = sum(g for g, _, _ in out)
+    if total > resident * (1 + 1e-6) + 1.0:       # (an instance file's rounding)
+        raise ValueError(f"Chain.resident_grads: {total:g} bytes of gradients, more than resident = {resident:g}")
+    return tuple(out)
+
+
 def _scalar(v, name: str, kind: str, what: str) -> float:
     """``Chain.<name>`` as a float in range (``kind``: size or time), else a ValueError saying ``what``."""
     if isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
@@ -203,6 +229,7 @@ class Chain:
     of_ng: Any = None        # the no-grad forward's own overhead (default: of), at most of
     uf_ng: Any = None        # the no-grad forward's own time (default None: uf's)
     u_turn: float = 0.0      # seconds per turn (a B followed by a forward)
+    resident_grads: Any = ()  # ((bytes, k, r), ...): resident gradients' lifetimes (module docstring)
 
     # ------------------------------------------------------------------ construction
     def __post_init__(self) -> None:
@@ -232,6 +259,7 @@ class Chain:
         self.u_turn = _scalar(self.u_turn, "u_turn", "time", "a number of seconds (0: a turn costs nothing more)")
         self.resident = _scalar(self.resident, "resident", "size",
                                 "a number of bytes (0 when no tensor crosses two cuts)")
+        self.resident_grads = _resident_grads(self.resident_grads, n - 2, self.resident)
         if not self.stage_names:
             self.stage_names = ["input"] + [f"stage{l}" for l in range(1, n - 1)] + ["loss"]
 
@@ -346,7 +374,8 @@ class Chain:
             wd=self.wd * memory, of=self.of * memory, ob=self.ob * memory, weights=self.weights * memory,
             of_all=self.of_all * memory, of_ng=self.of_ng * memory, stage_names=list(self.stage_names),
             uf_ng=None if self.uf_ng is None else self.uf_ng * time, u_turn=self.u_turn * time,
-            provenance=dict(self.provenance), resident=self.resident * memory)
+            provenance=dict(self.provenance), resident=self.resident * memory,
+            resident_grads=tuple((g * memory, k, r) for g, k, r in self.resident_grads))
 
     def without_resident(self) -> "Chain":
         """A copy with ``resident = 0``: what the front ends hand to their DPs and MILPs, under the
@@ -356,7 +385,7 @@ class Chain:
                                    weights=self.weights.copy(), of_all=self.of_all.copy(), of_ng=self.of_ng.copy(),
                                    uf_ng=None if self.uf_ng is None else self.uf_ng.copy(),
                                    stage_names=list(self.stage_names),
-                                   provenance=dict(self.provenance), resident=0.0)
+                                   provenance=dict(self.provenance), resident=0.0, resident_grads=())
 
     def sub_chain(self, first: int, last: int) -> "Chain":
         """Stages ``first..last`` (1-based, inclusive) as a new chain with a zero-cost loss."""

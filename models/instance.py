@@ -35,6 +35,9 @@ field              required  meaning, default when left out
 ``resident``       no        bytes, in the file's memory unit (default 0), of the tensors that cross
                              two or more stage boundaries and of their gradients, charged once for
                              the whole step (:attr:`Chain.resident`, issue 30); written only when > 0
+``resident_grads`` no        ``[[bytes, k, r], ...]``, bytes in the file's memory unit: the gradients
+                             inside ``resident``, each made by stage r's backward and freed by stage
+                             k's (:attr:`Chain.resident_grads`); written only when there are some
 ``u_turn``         no        seconds per turn, in the file's time unit (default 0): the extra time of a
                              backward step followed by a forward (:attr:`Chain.u_turn`); written only
                              when > 0
@@ -87,7 +90,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .chain import MAX_BANDWIDTH, MAX_BYTES, MAX_GPUS, MAX_SECONDS, RANGE_TOLERANCE, Chain, Platform
+from .chain import MAX_BANDWIDTH, MAX_BYTES, MAX_GPUS, MAX_SECONDS, RANGE_TOLERANCE, Chain, Platform, _resident_grads
 from .solution import InputError
 from .units import UnitError, memory_factor, parse_bandwidth, parse_memory, time_factor
 
@@ -172,6 +175,7 @@ class _Instance(BaseModel):
     units: _Units
     provenance: dict[str, Any] = {}
     resident: float = Field(0.0, **_NUMBER)
+    resident_grads: list[list[float]] = []
     u_turn: float = Field(0.0, **_NUMBER)
     platform: _Platform | None = None
     stages: list[_Stage] = Field(min_length=3)
@@ -284,6 +288,15 @@ def _check_rows(inst: _Instance, tf: float, mf: float) -> list[str]:
     if not (0 <= inst.resident * mf <= MAX_BYTES * RANGE_TOLERANCE):
         problems.append(f"field 'resident': {inst.resident:g} {mu} is out of range; sizes must be "
                         f"between 0 and {_fmt_range(MAX_BYTES, mf, mu, 'bytes', '1 PB')}")
+    for i, e in enumerate(inst.resident_grads):
+        if len(e) != 3 or not (float(e[1]).is_integer() and float(e[2]).is_integer()):
+            problems.append(f"field 'resident_grads[{i}]': {e} is not [bytes, k, r] with integer stages k and r")
+            break
+    else:
+        try:
+            _resident_grads(_grad_spans(inst.resident_grads, mf), len(rows) - 2, inst.resident * mf)
+        except ValueError as e:
+            problems.append(f"field 'resident_grads': {str(e).split(': ', 1)[-1]}")
     if not (0 <= inst.u_turn * tf <= MAX_SECONDS * RANGE_TOLERANCE):
         problems.append(f"field 'u_turn': {inst.u_turn:g} {tu} is out of range; times must be "
                         f"between 0 and {_fmt_range(MAX_SECONDS, tf, tu, 's', '11.6 days')}")
@@ -331,6 +344,11 @@ def _platform(p: _Platform, mf: float, mu: str) -> tuple[Platform, list[str]]:
     if problems:
         return None, problems  # type: ignore[return-value]
     return Platform(memory=values["memory"], bandwidth=values["bandwidth"], gpus=p.gpus, name=p.name), []
+
+
+def _grad_spans(rows: list, mf: float) -> list:
+    """An instance file's ``resident_grads`` rows as :attr:`Chain.resident_grads` (bytes, k, r)."""
+    return [(float(g) * mf, int(k), int(r)) for g, k, r in rows]
 
 
 def chain_from_dict(data: dict[str, Any], source: str = "<dict>") -> tuple[Chain, Platform | None]:
@@ -382,6 +400,7 @@ def chain_from_dict(data: dict[str, Any], source: str = "<dict>") -> tuple[Chain
                          for i, r in enumerate(rows)],
             provenance={**inst.provenance, "description": inst.description} if inst.description
             else dict(inst.provenance), resident=inst.resident * mf,
+            resident_grads=_grad_spans(inst.resident_grads, mf),
             of_all=own["o_f_all"], of_ng=own["o_f_ng"],
             uf_ng=(np.array([r.u_f_ng if r.u_f_ng is not None else (r.u_f or 0.0) for r in rows], dtype=float) * tf
                    if any(r.u_f_ng is not None for r in rows) else None),
@@ -559,6 +578,8 @@ def chain_to_dict(chain: Chain, platform: Platform | None = None, *, time_unit: 
                            "units": {"time": time_unit, "memory": memory_unit}, "provenance": prov}
     if chain.resident:
         out["resident"] = r(chain.resident, mf)
+    if chain.resident_grads:
+        out["resident_grads"] = [[r(g, mf), k, rr] for g, k, rr in chain.resident_grads]
     if chain.u_turn:
         out["u_turn"] = r(chain.u_turn, tf)
     if platform is not None:

@@ -288,7 +288,8 @@ def resident_bytes(t: torch.Tensor, grad: bool = True) -> int:
 
 
 def profile_multi_stage(stage: Callable, xs: Sequence[torch.Tensor], res: Sequence[torch.Tensor], *,
-                        device="cpu", input_grad: bool = True) -> tuple[dict[str, float], tuple, tuple]:
+                        device="cpu", input_grad: bool = True,
+                        first: Sequence[int] = ()) -> tuple[dict[str, float], tuple, tuple]:
     """:func:`profile_stage` for a stage of a multi-tensor linearization
     (:func:`models.graph.multi_stage_modules`): ``xs`` are the tensors of a^{l-1}, ``res`` the
     resident tensors it reads (leaves with a zero ``.grad``, made before the measures, as the
@@ -299,8 +300,11 @@ def profile_multi_stage(stage: Callable, xs: Sequence[torch.Tensor], res: Sequen
     executor's resident leaf shares that storage); ``o_f`` counts the resident outputs as overhead
     (a recomputation holds a second copy until it is dropped or handed to the leaf); ``wd_in`` is the
     gradients of a^{l-1}'s tensors (the resident inputs' gradients exist beforehand, so what a
-    backward adds into them is in ``o_b``). Returns (values, a^l's tensors, resident outputs), both
-    detached, from a forward without grad."""
+    backward adds into them is in ``o_b``). ``first``: the indices in ``res`` of the resident inputs
+    this stage reads last (the first backward to add to their gradient): measured with no gradient
+    yet, which the backward makes (``o_b`` counts it where B's peak comes after it), as the
+    executor's leaves; the chain charges it from the end of this B on (:attr:`Chain.resident_grads`).
+    Returns (values, a^l's tensors, resident outputs), both detached, from a forward without grad."""
     n_res = len(getattr(stage, "resident_out", None) or [])
     params = _params(stage)
     for p in params:
@@ -342,9 +346,12 @@ def profile_multi_stage(stage: Callable, xs: Sequence[torch.Tensor], res: Sequen
     r_ng = storage_bytes(routs)
     del outs, routs
     xi = inputs(input_grad)
-    for r in res:                       # the executor's resident gradients exist before any backward
+    for i, r in enumerate(res):         # a resident gradient a later stage's backward added to exists
         if isinstance(r, torch.Tensor) and r.grad is not None:
-            r.grad.zero_()
+            if i in first:
+                r.grad = None           # none yet: this B makes it, as in the executor
+            else:
+                r.grad.zero_()
             fresh_start(r)
     with memory_tracker(device) as tr:
         outs, routs = split(stage(*xi, *res))
@@ -359,6 +366,10 @@ def profile_multi_stage(stage: Callable, xs: Sequence[torch.Tensor], res: Sequen
         wd_in = storage_bytes([t.grad for t in xi if isinstance(t, torch.Tensor) and t.grad is not None])
         ob = max(0.0, tr.peak - base - wd_in)
         del outs, routs
+    for i in first:                     # the zero gradient the stages before this one measure with
+        r = res[i]
+        if isinstance(r, torch.Tensor) and r.requires_grad and r.grad is None:
+            r.grad = torch.zeros_like(r)
     of_all = max(0.0, peak_f - (kept_f - r_f))
     of_ng = max(0.0, peak_ng - (kept_ng - r_ng))
     of = max(of_all, of_ng)
@@ -372,18 +383,30 @@ def profile_multi_stage(stage: Callable, xs: Sequence[torch.Tensor], res: Sequen
 
 
 def _profile_multi_rows(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable, *, device,
-                        input_grad: bool) -> tuple[list[dict], float, float]:
+                        input_grad: bool) -> tuple[list[dict], float, float, list]:
     """Rows of stages 1..L+1 of a multi-tensor linearization, the chain's ``resident`` bytes (every
-    resident tensor and its gradient, :func:`resident_bytes`) and ``wa[0]`` (0 when the input itself
-    is resident)."""
+    resident tensor and its gradient, :func:`resident_bytes`), ``wa[0]`` (0 when the input itself
+    is resident) and :attr:`Chain.resident_grads` (each gradient's bytes, producer and last reader).
+    Each resident gradient is made by its last reader's backward step, the first to add to it
+    (:func:`profile_multi_stage`'s ``first``); the chain charges it from the end of that B on."""
     produced = {v for s in stages for v in (getattr(s, "resident_out", None) or [])}
     read = {v for s in stages for v in (getattr(s, "resident_in", None) or [])}
     src = sorted(read - produced, key=str)
+    last_reader = {v: l for l, s in enumerate(stages, start=1) for v in (getattr(s, "resident_in", None) or [])}
     store: dict[Any, torch.Tensor] = {}
+    spans: list[tuple[float, int, int]] = []
     total = 0.0
+
+    def span(v, t, k: int) -> None:
+        g = resident_bytes(t) - resident_bytes(t, grad=False)
+        if g and v in last_reader and last_reader[v] > k:
+            spans.append((float(g), k, last_reader[v]))
+
     if src:
         store[src[0]] = _res_leaf(x) if input_grad else x.detach()
         total += resident_bytes(x, grad=input_grad)
+        if input_grad:
+            span(src[0], x, 0)
         a: tuple = ()
     else:
         a = (x,)
@@ -395,12 +418,15 @@ def _profile_multi_rows(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Ca
                                     delta=torch.ones((), device=device), no_grad_forward=False)
             rows.append(vals)
             break
-        vals, a, r_out = profile_multi_stage(stage, a, res, device=device, input_grad=(input_grad or l > 1))
+        names = getattr(stage, "resident_in", None) or []
+        vals, a, r_out = profile_multi_stage(stage, a, res, device=device, input_grad=(input_grad or l > 1),
+                                             first=[i for i, v in enumerate(names) if last_reader.get(v) == l])
         for v, t in zip(getattr(stage, "resident_out", None) or [], r_out):
             store[v] = _res_leaf(t)
             total += resident_bytes(t)
+            span(v, t, l)
         rows.append(vals)
-    return rows, total, 0.0 if src else float(storage_bytes(x))
+    return rows, total, 0.0 if src else float(storage_bytes(x)), spans
 
 
 def measure_saved_bytes(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable | None = None, *,
@@ -560,7 +586,7 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     rows = []
     a = x
     multi = any(hasattr(s, "resident_in") for s in stages)
-    resident, wa0 = 0.0, float(storage_bytes(x))
+    resident, wa0, resident_grads = 0.0, float(storage_bytes(x)), []
     if multi:
         if memory != "dispatch":
             raise MultiCutMemoryError("profile_chain: memory='profiler' is for single-tensor cuts; these stages "
@@ -568,7 +594,8 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
                                       "the network with cuts='saved'")
         if timing != "in-context":
             raise ValueError("profile_chain: stages with multi-tensor cuts are timed in context only")
-        rows, resident, wa0 = _profile_multi_rows(stages, x, loss_fn, device=device, input_grad=input_grad)
+        rows, resident, wa0, resident_grads = _profile_multi_rows(stages, x, loss_fn, device=device,
+                                                                  input_grad=input_grad)
 
     def _check_deadline(what: str) -> None:
         if deadline is not None and time.perf_counter() > deadline:
@@ -665,7 +692,7 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         uf=[0.0] + [r["uf"] for r in rows], ub=[0.0] + [r["ub"] for r in rows],
         wa=wa, wabar=wabar, wd=wd, of=[0.0] + [r["of"] for r in rows], ob=[0.0] + [r["ob"] for r in rows],
         weights=[0.0] + [r["weights"] for r in rows], name=name, stage_names=stage_names, provenance=prov,
-        resident=resident, of_all=[0.0] + [r.get("of_all", r["of"]) for r in rows],
+        resident=resident, resident_grads=resident_grads, of_all=[0.0] + [r.get("of_all", r["of"]) for r in rows],
         of_ng=[0.0] + [r.get("of_ng", r["of"]) for r in rows], **own_times)
 
 

@@ -244,7 +244,16 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
     early = frozenset(int(l) for l in release or ())     # a^l not charged in B^l (see above)
     act[0] = A
     delta[L + 1] = True
-    mem = wa[0] + wd[L + 1] + chain.resident      # resident tensors: charged for the whole step
+    # resident tensors: charged for the whole step, but their gradients (chain.resident_grads) only from
+    # the end of B^r (the first contribution, made inside B^r: in ob[r] where B^r's peak follows it)
+    # to the end of B^k (their producer's backward)
+    grads_from: dict[int, float] = {}
+    grads_until: dict[int, float] = {}
+    for g, k, r in chain.resident_grads:
+        grads_from[r] = grads_from.get(r, 0.0) + g
+        if k >= 1:
+            grads_until[k] = grads_until.get(k, 0.0) + g
+    mem = wa[0] + wd[L + 1] + chain.resident - sum(grads_from.values())
     peak, peak_pos = mem, -1
     makespan = 0.0
     computed_once = [False] * (L + 2)
@@ -280,7 +289,7 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
             # a^l of a stage that does not save it (release): the free executor hands it to B^l's root,
             # which keeps it only through the graph; B^l's overhead was measured with it gone
             cur = mem - (wa[l] if l in early else 0.0) + wd[l - 1] + ob[l]
-            mem_after = mem - wd[l] - size(l) + wd[l - 1]
+            mem_after = mem - wd[l] - size(l) + wd[l - 1] + grads_from.get(l, 0.0) - grads_until.get(l, 0.0)
             act[l] = NONE
             delta[l] = False
             delta[l - 1] = True

@@ -21,9 +21,14 @@ profiler's resident leaves) it is an identity autograd function whose backward a
 contribution into the leaf's ``.grad`` at once (the first contribution of a step is copied, the
 others added) and hands nothing to the leaf itself: the same left fold, in the same order, as
 autograd; the gradients are bit-identical (``tests/test_multi_cut.py``). No buffer of v's size
-lives through a stage's backward either: each contribution is added as it comes.
+lives through a stage's backward either: each contribution is added as it comes. The executor's
+leaves have no ``.grad`` until the first contribution, which makes it (since 2026-11-29; before, a
+zero ``.grad`` made with the leaf lived from the forward on: 4 of the 6 MiB by which a Llama-style
+stack's store-all exceeded plain autograd's peak); :attr:`models.chain.Chain.resident_grads` models that.
 """
 from __future__ import annotations
+
+import weakref
 
 import torch
 
@@ -31,18 +36,40 @@ _ATTR = "_memplan_resident"
 
 
 class _State:
-    __slots__ = ("fresh",)
+    __slots__ = ("fresh", "leaves")
 
-    def __init__(self) -> None:
+    def __init__(self, leaf: torch.Tensor) -> None:
         self.fresh = True       # no contribution yet: the next one is copied into .grad (autograd keeps the first as is)
+        self.leaves = [weakref.ref(leaf)]   # the leaves of one resident tensor (a recomputation makes another)
+
+    def set_grad(self, grad: torch.Tensor) -> None:
+        """Every live leaf of the tensor gets ``grad`` as its ``.grad`` (one tensor for all)."""
+        for ref in self.leaves:
+            leaf = ref()
+            if leaf is not None:
+                leaf.grad = grad
 
 
 def mark_resident(leaf: torch.Tensor) -> torch.Tensor:
-    """Mark ``leaf`` (a leaf with a zero ``.grad``) so that :func:`resident_use` accumulates into its
-    ``.grad`` contribution by contribution. Returns ``leaf``."""
-    if isinstance(leaf, torch.Tensor) and leaf.requires_grad and leaf.grad is not None:
-        setattr(leaf, _ATTR, _State())
+    """Mark ``leaf`` (a leaf that requires grad, with a zero ``.grad`` or none yet: then the first
+    contribution makes it, as autograd makes a gradient when the first one arrives) so that
+    :func:`resident_use` accumulates into its ``.grad`` contribution by contribution. Returns ``leaf``."""
+    if isinstance(leaf, torch.Tensor) and leaf.requires_grad:
+        setattr(leaf, _ATTR, _State(leaf))
     return leaf
+
+
+def carry_resident(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """``new`` (a leaf on a recomputed value's storage) takes over ``old``'s ``.grad`` and the state of
+    its contributions (a reader whose graph still holds ``old`` keeps adding to that same ``.grad``
+    once it exists; before, to the one ``new`` holds, which is the same tensor). Returns ``new``."""
+    st = getattr(old, _ATTR, None)
+    if st is not None:
+        setattr(new, _ATTR, st)
+        st.leaves.append(weakref.ref(new))
+    if old.grad is not None:
+        new.grad = old.grad
+    return new
 
 
 def fresh_start(leaf: torch.Tensor) -> None:
@@ -65,7 +92,10 @@ class _Use(torch.autograd.Function):
             leaf = ctx.leaf
             st = getattr(leaf, _ATTR)
             if st.fresh:
-                leaf.grad.copy_(g)
+                if leaf.grad is None:   # the executor's leaves: allocated at the first contribution
+                    st.set_grad(g.detach().clone())
+                else:                   # the profiler's: a zero .grad made before its measures
+                    leaf.grad.copy_(g)
                 st.fresh = False
             else:
                 leaf.grad.add_(g)

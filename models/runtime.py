@@ -42,7 +42,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .memory import storage_bytes
-from .resident import mark_resident
+from .resident import carry_resident, mark_resident
 from .remat import OPS, InvalidSequence, RematSchedule, store_all_ops, turn_ops  # noqa: F401 (re-exported)
 
 
@@ -254,16 +254,29 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         t = t.detach()
         if grad and t.is_floating_point():
             t.requires_grad_(True)
-            t.grad = torch.zeros_like(t)
-            mark_resident(t)        # its readers add into .grad one by one, in autograd's order
+            # no .grad until its first reader's backward hands a contribution (as autograd; the chain's
+            # resident_grads), then added into one by one, in autograd's order
+            mark_resident(t)
         return t
+
+    def resident_leaf_again(old: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """A new leaf on the storage of ``t`` (a recomputation of a resident tensor) that carries on
+        ``old``'s gradient and its state: one copy of the value, whose old storage goes with the
+        old leaf (a ``.data`` swap kept the leaf but hid the swap from the dispatch tracker, which
+        counted the old storage as long as the leaf lived). Readers whose graphs still hold ``old``
+        add into the same ``.grad`` tensor."""
+        new = t.detach()
+        if old.requires_grad:
+            new.requires_grad_(True)
+            carry_resident(old, new)
+        return new
 
     def keep_resident(l: int, outs: tuple, graph: bool) -> None:
         for v, t in zip(r_out[l - 1], outs):
             if v not in R:
                 R[v] = resident_leaf(t)
-            elif graph and isinstance(t, torch.Tensor):      # F_all recomputes it: hand its storage to the resident leaf
-                R[v].data = t.detach()   # (one copy; the leaf, its .grad and the readers' graphs stay)
+            elif graph and isinstance(t, torch.Tensor):      # F_all recomputes it: a leaf on its storage
+                R[v] = resident_leaf_again(R[v], t)
 
     def _stamp():
         if cuda:

@@ -332,8 +332,8 @@ class Chain:
         """The same chain in the papers' model: ``of`` for F_all and the no-grad forwards alike (an
         upper bound of each forward's own, so every plan of it is valid on this chain). Its arrays are
         copies."""
-        return dataclasses.replace(self.without_resident(), resident=self.resident, of_all=self.of.copy(),
-                                   of_ng=self.of.copy())
+        return dataclasses.replace(self.without_resident(), resident=self.resident,
+                                   resident_grads=self.resident_grads, of_all=self.of.copy(), of_ng=self.of.copy())
 
     @property
     def ufn(self) -> np.ndarray:

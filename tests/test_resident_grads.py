@@ -115,3 +115,17 @@ def test_a_llama_stack_runs_as_the_chain_says_and_near_autograd(one_torch_thread
         assert measured == simulate_remat(chain, seq).peak_memory, (i, measured)
         if i == 0:
             assert measured <= 1.03 * ref, (measured, ref)
+
+
+def test_a_solution_reports_the_replayed_peak():
+    """memplan.remat.solve plans with the whole resident charge (an upper bound) and reports the
+    replay's peak, which charges the gradients only while they exist: nothing reported that the
+    simulator has not accepted."""
+    import memplan
+
+    c = _chain()
+    for method in ("rotor", "sequential", "store-all"):
+        sol = memplan.remat.solve(c, memory=30, method=method)
+        rep = simulate_remat(c, sol.schedule)
+        assert sol.peak_memory == rep.peak_memory <= sol.details["peak_memory_whole_resident"] <= 30
+        assert "Chain.resident_grads" in sol.message

@@ -168,29 +168,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # one method for the plan and autograd: the instance's (a CPU profile by c10's allocator events sees
     # the kernels' scratch, which the dispatch tracker does not; CUDA: the allocator's statistics)
     method = "profiler" if device == "cpu" and profiled_by_allocator_events(chain) else "dispatch"
+    def run_peak(hold: bool) -> float:
+        """The peak of the plan run with every B held (``hold``) or none, by ``method``, measured on the
+        second run (the first a warm-up), the gradients cleared before and after."""
+        def run():
+            torch.manual_seed(seed + 1)
+            execute(lm.stages, loss_stage, x, sched, device=device, hold=hold)
+
+        run()
+        for p in model.parameters():
+            p.grad = None
+        got = step_peak(run, list(model.parameters()), device, method)
+        for p in model.parameters():
+            p.grad = None
+        return got
+
     if free:
-        def unheld():
-            torch.manual_seed(seed + 1)
-            execute(lm.stages, loss_stage, x, sched, device=device, hold=False)
-
-        unheld()                                # a warm-up: the measured run below is the second
-        for p in model.parameters():
-            p.grad = None
-        peak = step_peak(unheld, list(model.parameters()), device, method)
-        for p in model.parameters():
-            p.grad = None
-        hold = False
+        peak, hold = run_peak(False), False
     elif method == "profiler":
-        def held():
-            torch.manual_seed(seed + 1)
-            execute(lm.stages, loss_stage, x, sched, device=device)
-
-        held()                                  # a warm-up: the measured run below is the second
-        for p in model.parameters():
-            p.grad = None
-        peak = step_peak(held, list(model.parameters()), device, method)     # the fully held run's
-        for p in model.parameters():
-            p.grad = None
+        peak = run_peak(True)                   # the fully held run's
         # timed: held where the replay peaks (the per-operation memory measured above misses the scratch)
         hold = holds_at_replay_peak(sched, sim.memory_during, device=device)
     else:

@@ -11,6 +11,8 @@ import itertools
 import networkx as nx
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memplan.baselines.remat_heuristics import sequential_schedule, store_all_schedule
 from memplan.models.chain import Chain
@@ -308,3 +310,46 @@ def test_auto_cuts_take_multi_only_for_coarse_single_tensor_chains(one_torch_thr
                 sizes = [sum(v in counted for v in g) for g in auto.groups]
                 assert max(sizes) <= MULTI_MAX_NODES < max(sum(v in counted for v in g) for g in cap.groups())
                 assert auto.residency.resident
+
+
+def test_multi_cut_groups_steers_clear_of_unsaved_tensors():
+    """x -> a -> q -> v -> m -> r, with a also read by m and v kept inside (a strided view, as the
+    Transformer's query projection q and its view): one counted node a stage cuts after q, which
+    then crosses the cut. With q unsaved (no backward keeps it, so the cut would hold it where
+    autograd frees it) the stage [q, v, m] is taken instead: the cut after q was the only one in
+    reach, and no cut is allowed between it and the one after m."""
+    G = nx.DiGraph([("x", "a"), ("a", "q"), ("q", "v"), ("v", "m"), ("a", "m"), ("m", "r")])
+    for v in G:
+        G.nodes[v]["out_bytes"] = 4
+    counted = {"a", "q", "m", "r"}
+    assert multi_cut_groups(G, max_nodes=1, counted=counted, inside={"v"}) == [["a"], ["q"], ["v", "m"], ["r"]]
+    assert multi_cut_groups(G, max_nodes=1, counted=counted, inside={"v"},
+                            unsaved={"q"}) == [["a"], ["q", "v", "m"], ["r"]]
+    # without the view kept inside, the cut after v is in reach and q does not cross it
+    assert multi_cut_groups(G, max_nodes=1, counted=counted, unsaved={"q"}) == [["a"], ["q", "v"], ["m"], ["r"]]
+
+
+def _unsaved_crossing(G, groups, unsaved) -> int:
+    where = {v: i for i, g in enumerate(groups) for v in g}
+    total = 0
+    for c in range(len(groups) - 1):           # the cut after group c
+        total += sum(G.nodes[u]["out_bytes"] for u in G if u in unsaved and where.get(u, -1) <= c
+                     and any(where[w] > c for w in G.successors(u)))
+    return total
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(4, 12), max_nodes=st.integers(1, 3),
+       picks=st.lists(st.booleans(), min_size=12, max_size=12))
+def test_unsaved_preference_never_costs_unsaved_bytes(seed, n, max_nodes, picks):
+    """On random DAGs with random unsaved tensors: the groups partition the graph with every edge
+    going forward (:func:`residency` accepts them), and the unsaved
+    bytes crossing the chosen cuts are never more than those of the cuts chosen without the
+    preference (every arc of that choice is still in the search, and unsaved bytes come first)."""
+    G = _random_dag(seed, n)
+    unsaved = {v for v, p in zip(range(1, n - 1), picks) if p}
+    plain = multi_cut_groups(G, max_nodes=max_nodes)
+    steered = multi_cut_groups(G, max_nodes=max_nodes, unsaved=unsaved)
+    residency(G, steered)                      # raises on a backward edge or a missing node
+    assert sorted(v for g in steered for v in g) == list(range(1, n))
+    assert _unsaved_crossing(G, steered, unsaved) <= _unsaved_crossing(G, plain, unsaved)

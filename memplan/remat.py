@@ -627,14 +627,19 @@ def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_
         sol = _frontend.solve_without_resident(solve, chain, memory, dict(
             method=method, time_limit=time_limit, gap=gap, threads=threads, slots=slots, exact=exact,
             solver_log=solver_log, progress=progress))
-        if chain.resident_grads and sol.schedule is not None:
+        if (chain.resident_grads or chain.resident_values) and sol.schedule is not None:
             # the resident gradients exist only from their last reader's B to their producer's
-            # (Chain.resident_grads): the replay's peak, at most the whole charge the solver planned with
+            # (Chain.resident_grads), the values with a storage of their own only while they live
+            # (Chain.resident_values): the replay's peak, at most the whole charge the solver planned with
             whole = sol.peak_memory
             sol.peak_memory = simulate_remat(chain, sol.schedule).peak_memory
             sol.details["peak_memory_whole_resident"] = whole
-            sol = _frontend.add_note(sol, f"the resident gradients charged only while they exist "
-                                          f"(Chain.resident_grads): replayed peak {sol.peak_memory:.6g} B (the "
+            what = " and ".join(w for w, on in (("gradients", chain.resident_grads), ("values", chain.resident_values))
+                                if on)
+            fields = ", ".join(f for f, on in (("Chain.resident_grads", chain.resident_grads),
+                                               ("Chain.resident_values", chain.resident_values)) if on)
+            sol = _frontend.add_note(sol, f"the resident {what} charged only while they exist "
+                                          f"({fields}): replayed peak {sol.peak_memory:.6g} B (the "
                                           f"status is proven, where it is, with the whole charge)")
         return sol
     if chain.own_times and method not in TIME_MODEL_METHODS:

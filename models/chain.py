@@ -59,6 +59,17 @@ contribution (in B^r, the backward runs from the last stage down) and frees it w
 at the end of the step), as autograd does; :func:`models.remat.simulate_remat` charges it from the
 end of B^r (inside B^r it is in ``ob[r]``, measured so) to the end of B^k, and the solvers, which
 charge ``resident`` whole, plan an upper bound.
+``resident_values`` (optional, since 2026-11-29): values inside ``resident`` whose storage no other
+tensor shares (:func:`models.graph.resident_lifetimes`), one ``(bytes, k, readers)`` each, charged by
+:func:`models.remat.simulate_remat` only while they live, from the end of a forward of stage k that
+makes one (inside that forward it is in ``of``, measured so). ``readers`` (the stages r > k that read
+it) for a value no backward saves (a NASNet cell's output, read by the next two cells' ReLUs):
+autograd frees it once its last reader's forward has run, and so does the executor (it keeps the
+gradient for B^k through the value's state, not the value): it is charged up to the end of the
+forward after which no reader runs a forward before stage k's next one
+(:func:`models.remat.value_drops`, which the executor follows too). ``readers = ()`` for one that a
+backward saves: charged up to the end of B^k. A resident value not listed is charged for the whole
+step. The solvers, again, plan with ``resident`` whole.
 
 Units inside the code: bytes and seconds, always floats. Every entry must be finite and within
 ``[0, MAX_BYTES]`` (sizes, 1 PB) or ``[0, MAX_SECONDS]`` (times, 1e6 s): ranges no real network
@@ -184,6 +195,32 @@ def _resident_grads(v, L: int, resident: float) -> tuple:
     return tuple(out)
 
 
+def _resident_values(v, L: int, resident: float, grads: tuple) -> tuple:
+    """:attr:`Chain.resident_values` as a tuple of ``(bytes, k, readers)``, ``1 <= k < r <= L + 1`` for
+    every reader r (a tuple of distinct stages, sorted; empty: kept until B^k), their bytes and the
+    gradients' within ``resident`` (a ValueError naming the entry otherwise)."""
+    out = []
+    for i, e in enumerate(v or ()):
+        try:
+            b, k, rs = float(e[0]), int(e[1]), tuple(sorted({int(r) for r in e[2]}))
+            if (len(e) != 3 or k != e[1] or len(rs) != len(e[2]) or any(int(r) != r for r in e[2])
+                    or any(isinstance(u, bool) for u in (e[1], *e[2]))):
+                raise ValueError
+        except (TypeError, ValueError, IndexError):
+            raise ValueError(f"Chain.resident_values[{i}] = {e!r}: give (bytes, producer stage k, "
+                             "[reader stages])") from None
+        check_range([b], f"Chain.resident_values[{i}]", "size")
+        if not 1 <= k <= L or (rs and (rs[0] <= k or rs[-1] > L + 1)):
+            raise ValueError(f"Chain.resident_values[{i}] = {e!r}: need 1 <= k < r <= L + 1 = {L + 1} "
+                             "for every reader r")
+        out.append((b, k, rs))
+    total = sum(b for b, _, _ in out) + sum(g for g, _, _ in grads)
+    if total > resident * (1 + 1e-6) + 1.0:       # (an instance file's rounding)
+        raise ValueError(f"Chain.resident_values: {total:g} bytes of values and gradients, more than "
+                         f"resident = {resident:g}")
+    return tuple(out)
+
+
 def _scalar(v, name: str, kind: str, what: str) -> float:
     """``Chain.<name>`` as a float in range (``kind``: size or time), else a ValueError saying ``what``."""
     if isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
@@ -230,6 +267,7 @@ class Chain:
     uf_ng: Any = None        # the no-grad forward's own time (default None: uf's)
     u_turn: float = 0.0      # seconds per turn (a B followed by a forward)
     resident_grads: Any = ()  # ((bytes, k, r), ...): resident gradients' lifetimes (module docstring)
+    resident_values: Any = ()  # ((bytes, k, readers), ...): unsaved resident values' (module docstring)
 
     # ------------------------------------------------------------------ construction
     def __post_init__(self) -> None:
@@ -260,6 +298,7 @@ class Chain:
         self.resident = _scalar(self.resident, "resident", "size",
                                 "a number of bytes (0 when no tensor crosses two cuts)")
         self.resident_grads = _resident_grads(self.resident_grads, n - 2, self.resident)
+        self.resident_values = _resident_values(self.resident_values, n - 2, self.resident, self.resident_grads)
         if not self.stage_names:
             self.stage_names = ["input"] + [f"stage{l}" for l in range(1, n - 1)] + ["loss"]
 
@@ -333,7 +372,8 @@ class Chain:
         upper bound of each forward's own, so every plan of it is valid on this chain). Its arrays are
         copies."""
         return dataclasses.replace(self.without_resident(), resident=self.resident,
-                                   resident_grads=self.resident_grads, of_all=self.of.copy(), of_ng=self.of.copy())
+                                   resident_grads=self.resident_grads, resident_values=self.resident_values,
+                                   of_all=self.of.copy(), of_ng=self.of.copy())
 
     @property
     def ufn(self) -> np.ndarray:
@@ -375,7 +415,8 @@ class Chain:
             of_all=self.of_all * memory, of_ng=self.of_ng * memory, stage_names=list(self.stage_names),
             uf_ng=None if self.uf_ng is None else self.uf_ng * time, u_turn=self.u_turn * time,
             provenance=dict(self.provenance), resident=self.resident * memory,
-            resident_grads=tuple((g * memory, k, r) for g, k, r in self.resident_grads))
+            resident_grads=tuple((g * memory, k, r) for g, k, r in self.resident_grads),
+            resident_values=tuple((b * memory, k, r) for b, k, r in self.resident_values))
 
     def without_resident(self) -> "Chain":
         """A copy with ``resident = 0``: what the front ends hand to their DPs and MILPs, under the
@@ -385,7 +426,8 @@ class Chain:
                                    weights=self.weights.copy(), of_all=self.of_all.copy(), of_ng=self.of_ng.copy(),
                                    uf_ng=None if self.uf_ng is None else self.uf_ng.copy(),
                                    stage_names=list(self.stage_names),
-                                   provenance=dict(self.provenance), resident=0.0, resident_grads=())
+                                   provenance=dict(self.provenance), resident=0.0, resident_grads=(),
+                                   resident_values=())
 
     def sub_chain(self, first: int, last: int) -> "Chain":
         """Stages ``first..last`` (1-based, inclusive) as a new chain with a zero-cost loss."""

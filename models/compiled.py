@@ -86,7 +86,8 @@ class CompiledStage(torch.nn.Module):
     The original stage is kept as ``stage`` (a submodule when it is an ``nn.Module``), so the
     parameters and buffers are the stage's own: the executor's shared-parameter check, the
     profiler's ``W^l`` and gradient accumulation see the same tensors. ``resident_in`` and
-    ``resident_out`` (multi-tensor cuts) are copied. ``compiled`` holds Dynamo's entry point.
+    ``resident_out`` (multi-tensor cuts) are copied; ``resident_free`` is not (compiled code decides what
+    it saves, so no resident value is let go early, and its chain charges them whole). ``compiled`` holds Dynamo's entry point.
     ``config``: ``torch._functorch.config`` settings patched around every call (None: the caller's)."""
 
     def __init__(self, stage: Callable, backend: str, tag: str, options: dict | None = None,

@@ -600,18 +600,24 @@ def stage_modules(cap: Captured, groups: Sequence[Sequence[str]] | None = None) 
 
 
 
-def multi_stage_modules(cap: Captured, groups: Sequence[Sequence[str]], res: Residency) -> list:
+def multi_stage_modules(cap: Captured, groups: Sequence[Sequence[str]], res: Residency,
+                        free: Iterable[Hashable] = (), kept: Iterable[Hashable] = ()) -> list:
     """One fx GraphModule per group of a multi-tensor linearization: stage l takes the tensors of
     a^{l-1} (``res.boundary[l-1]``) then the resident tensors it reads (``res.reads[l-1]``) as
     separate arguments, and returns the tuple of a^l's tensors (``res.boundary[l]``) followed by the
     resident tensors it computes (``res.writes[l-1]``). Each module carries ``resident_in`` and
     ``resident_out`` (those names) for the executor and the profiler (:func:`models.runtime.execute`).
     Parameters are shared with the traced model; input-free nodes are copied as in
-    :func:`stage_modules`."""
+    :func:`stage_modules`. ``free`` and ``kept`` (:func:`resident_lifetimes`): resident tensors the executor
+    lets go after their last forward reader, and those it keeps until their producer's backward that
+    share their storage with no other tensor; each module carries those it computes as
+    ``resident_free`` and ``resident_kept`` (the profiler records their lifetimes,
+    :attr:`models.chain.Chain.resident_values`)."""
     from torch import fx
 
     from .resident import resident_use
 
+    free, kept = set(free), set(kept)
     nodes = {n.name: n for n in cap.gm.graph.nodes}
     stages = []
     for l, g in enumerate(groups, start=1):
@@ -642,8 +648,30 @@ def multi_stage_modules(cap: Captured, groups: Sequence[Sequence[str]], res: Res
         mod = _stage_module(cap.gm, graph)
         mod.resident_in = list(res.reads[l - 1])
         mod.resident_out = list(res.writes[l - 1])
+        mod.resident_free = [v for v in res.writes[l - 1] if v in free]
+        mod.resident_kept = [v for v in res.writes[l - 1] if v in kept]
         stages.append(mod)
     return stages
+
+
+def resident_lifetimes(res: Residency, saved: set, storages: dict, source: Hashable) -> tuple[set, set]:
+    """``(free, kept)``: the resident tensors of ``res`` whose storage no other node of the graph
+    shares (no view, alias or in-place result of them; ``storages``, :func:`saved_and_storages`), the
+    input aside (its caller holds it), split by whether a backward saves them (``saved``).
+
+    ``free``: no backward keeps them. Plain autograd frees such a tensor once its last reader's forward
+    has run (a NASNet cell's output, read by the next two cells' ReLUs, which save their own outputs);
+    so does the executor, which keeps only its gradient for the producer's backward
+    (:func:`models.runtime.execute`). ``kept``: the executor holds them from their producer's first
+    forward to the end of its backward, and nothing else holds their storage longer. The chain
+    charges both only while they live (:attr:`models.chain.Chain.resident_values`); a tensor sharing
+    its storage (a batch norm's output that an in-place ReLU overwrites and hands on) stays charged for
+    the whole step: one storage held under two names, whose lifetime the chain does not follow. O(V)."""
+    count: dict = {}
+    for key in storages.values():
+        count[key] = count.get(key, 0) + 1
+    own = {v for v in res.resident if v != source and v in storages and count[storages[v]] == 1}
+    return {v for v in own if v not in saved}, {v for v in own if v in saved}
 
 
 def group_name(cap: Captured, group: Sequence[str]) -> str:
@@ -1013,7 +1041,7 @@ def linearize_model(model, example_input, loss_fn: Callable | None = None, *, cu
     if cuts == "auto":
         cuts = "multi" if coarse_single_cuts(cap.groups(), counted_operations(cap.graph)) else "saved"
     if cuts == "multi":
-        saved = saved_outputs(cap, example_input, loss_fn or _cross_entropy)
+        saved, storages = saved_and_storages(cap, example_input, loss_fn or _cross_entropy)
         if given and head:          # an instance's recorded groups: its loss group is folded again
             groups = [list(g) for g in groups] + [list(head)]
         if groups is None:
@@ -1042,7 +1070,8 @@ def linearize_model(model, example_input, loss_fn: Callable | None = None, *, cu
             res = Residency(res.boundary[:-1], res.resident, res.producer, res.reads[:-1], res.writes[:-1],
                             _last=res._last)
         names = _unique_names([group_name(cap, g) for g in groups])
-        return LinearizedModel(cap, groups, multi_stage_modules(cap, groups, res), names, head=head_mod,
+        free, kept = resident_lifetimes(res, saved, storages, cap.source)
+        return LinearizedModel(cap, groups, multi_stage_modules(cap, groups, res, free, kept), names, head=head_mod,
                                head_group=head, cuts="given" if given else "multi", residency=res)
     if groups is not None:
         groups = [list(g) for g in groups]

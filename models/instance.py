@@ -38,6 +38,11 @@ field              required  meaning, default when left out
 ``resident_grads`` no        ``[[bytes, k, r], ...]``, bytes in the file's memory unit: the gradients
                              inside ``resident``, each made by stage r's backward and freed by stage
                              k's (:attr:`Chain.resident_grads`); written only when there are some
+``resident_values`` no       ``[[bytes, k, [r, ...]], ...]``, bytes in the file's memory unit: values
+                             inside ``resident`` with a storage of their own, made by stage k and read
+                             by the stages r; ``[]`` for one a backward saves (kept until B^k), else
+                             let go after its last reader's forward (:attr:`Chain.resident_values`);
+                             written only when there are some
 ``u_turn``         no        seconds per turn, in the file's time unit (default 0): the extra time of a
                              backward step followed by a forward (:attr:`Chain.u_turn`); written only
                              when > 0
@@ -79,6 +84,8 @@ Every problem is reported as :class:`InstanceError` on one line naming the file 
 """
 from __future__ import annotations
 
+import re
+
 import datetime as _dt
 import difflib
 import json
@@ -90,7 +97,8 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .chain import MAX_BANDWIDTH, MAX_BYTES, MAX_GPUS, MAX_SECONDS, RANGE_TOLERANCE, Chain, Platform, _resident_grads
+from .chain import (MAX_BANDWIDTH, MAX_BYTES, MAX_GPUS, MAX_SECONDS, RANGE_TOLERANCE, Chain, Platform, _resident_grads,
+                    _resident_values)
 from .solution import InputError
 from .units import UnitError, memory_factor, parse_bandwidth, parse_memory, time_factor
 
@@ -176,6 +184,7 @@ class _Instance(BaseModel):
     provenance: dict[str, Any] = {}
     resident: float = Field(0.0, **_NUMBER)
     resident_grads: list[list[float]] = []
+    resident_values: list[Any] = []
     u_turn: float = Field(0.0, **_NUMBER)
     platform: _Platform | None = None
     stages: list[_Stage] = Field(min_length=3)
@@ -297,6 +306,12 @@ def _check_rows(inst: _Instance, tf: float, mf: float) -> list[str]:
             _resident_grads(_grad_spans(inst.resident_grads, mf), len(rows) - 2, inst.resident * mf)
         except ValueError as e:
             problems.append(f"field 'resident_grads': {str(e).split(': ', 1)[-1]}")
+    try:
+        _resident_values(_value_spans(inst.resident_values, mf), len(rows) - 2, inst.resident * mf,
+                         _grad_spans(inst.resident_grads, mf) if not any("resident_grads" in p for p in problems) else ())
+    except ValueError as e:
+        m = re.match(r"Chain\.(resident_values(?:\[\d+\])*)(?: = |: )(.*)", str(e))
+        problems.append(f"field '{m.group(1)}': {m.group(2)}" if m else f"field 'resident_values': {e}")
     if not (0 <= inst.u_turn * tf <= MAX_SECONDS * RANGE_TOLERANCE):
         problems.append(f"field 'u_turn': {inst.u_turn:g} {tu} is out of range; times must be "
                         f"between 0 and {_fmt_range(MAX_SECONDS, tf, tu, 's', '11.6 days')}")
@@ -351,6 +366,13 @@ def _grad_spans(rows: list, mf: float) -> list:
     return [(float(g) * mf, int(k), int(r)) for g, k, r in rows]
 
 
+def _value_spans(rows: list, mf: float) -> list:
+    """An instance file's ``resident_values`` rows as :attr:`Chain.resident_values` (bytes, k, readers)."""
+    return [(float(e[0]) * mf, e[1], e[2])
+            if isinstance(e, list) and len(e) == 3 and isinstance(e[0], (int, float)) and not isinstance(e[0], bool)
+            else e for e in rows]
+
+
 def chain_from_dict(data: dict[str, Any], source: str = "<dict>") -> tuple[Chain, Platform | None]:
     """Validate an instance dictionary and build the Chain (bytes, seconds) and its Platform.
 
@@ -401,6 +423,7 @@ def chain_from_dict(data: dict[str, Any], source: str = "<dict>") -> tuple[Chain
             provenance={**inst.provenance, "description": inst.description} if inst.description
             else dict(inst.provenance), resident=inst.resident * mf,
             resident_grads=_grad_spans(inst.resident_grads, mf),
+            resident_values=_value_spans(inst.resident_values, mf),
             of_all=own["o_f_all"], of_ng=own["o_f_ng"],
             uf_ng=(np.array([r.u_f_ng if r.u_f_ng is not None else (r.u_f or 0.0) for r in rows], dtype=float) * tf
                    if any(r.u_f_ng is not None for r in rows) else None),
@@ -580,6 +603,8 @@ def chain_to_dict(chain: Chain, platform: Platform | None = None, *, time_unit: 
         out["resident"] = r(chain.resident, mf)
     if chain.resident_grads:
         out["resident_grads"] = [[r(g, mf), k, rr] for g, k, rr in chain.resident_grads]
+    if chain.resident_values:
+        out["resident_values"] = [[r(b, mf), k, list(rs)] for b, k, rs in chain.resident_values]
     if chain.u_turn:
         out["u_turn"] = r(chain.u_turn, tf)
     if platform is not None:

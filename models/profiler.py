@@ -383,10 +383,13 @@ def profile_multi_stage(stage: Callable, xs: Sequence[torch.Tensor], res: Sequen
 
 
 def _profile_multi_rows(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable, *, device,
-                        input_grad: bool) -> tuple[list[dict], float, float, list]:
+                        input_grad: bool) -> tuple[list[dict], float, float, list, list]:
     """Rows of stages 1..L+1 of a multi-tensor linearization, the chain's ``resident`` bytes (every
     resident tensor and its gradient, :func:`resident_bytes`), ``wa[0]`` (0 when the input itself
-    is resident) and :attr:`Chain.resident_grads` (each gradient's bytes, producer and last reader).
+    is resident), :attr:`Chain.resident_grads` (each gradient's bytes, producer and last reader) and
+    :attr:`Chain.resident_values` (the storage bytes, producer and readers of each value its stage lists
+    in ``resident_free`` or ``resident_kept``: let go after its last forward reader, or held to its
+    producer's backward; readers ``()`` for the latter).
     Each resident gradient is made by its last reader's backward step, the first to add to it
     (:func:`profile_multi_stage`'s ``first``); the chain charges it from the end of that B on."""
     produced = {v for s in stages for v in (getattr(s, "resident_out", None) or [])}
@@ -395,6 +398,9 @@ def _profile_multi_rows(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Ca
     last_reader = {v: l for l, s in enumerate(stages, start=1) for v in (getattr(s, "resident_in", None) or [])}
     store: dict[Any, torch.Tensor] = {}
     spans: list[tuple[float, int, int]] = []
+    values: list[tuple[float, int, tuple]] = []
+    readers = {v: tuple(l for l, s in enumerate(stages, start=1) if v in (getattr(s, "resident_in", None) or []))
+               for v in produced}
     total = 0.0
 
     def span(v, t, k: int) -> None:
@@ -421,12 +427,16 @@ def _profile_multi_rows(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Ca
         names = getattr(stage, "resident_in", None) or []
         vals, a, r_out = profile_multi_stage(stage, a, res, device=device, input_grad=(input_grad or l > 1),
                                              first=[i for i, v in enumerate(names) if last_reader.get(v) == l])
+        free = set(getattr(stage, "resident_free", None) or [])
+        kept = set(getattr(stage, "resident_kept", None) or [])
         for v, t in zip(getattr(stage, "resident_out", None) or [], r_out):
             store[v] = _res_leaf(t)
             total += resident_bytes(t)
             span(v, t, l)
+            if (v in free and readers[v]) or v in kept:
+                values.append((float(resident_bytes(t, grad=False)), l, readers[v] if v in free else ()))
         rows.append(vals)
-    return rows, total, 0.0 if src else float(storage_bytes(x)), spans
+    return rows, total, 0.0 if src else float(storage_bytes(x)), spans, values
 
 
 def measure_saved_bytes(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable | None = None, *,
@@ -586,7 +596,7 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     rows = []
     a = x
     multi = any(hasattr(s, "resident_in") for s in stages)
-    resident, wa0, resident_grads = 0.0, float(storage_bytes(x)), []
+    resident, wa0, resident_grads, resident_values = 0.0, float(storage_bytes(x)), [], []
     if multi:
         if memory != "dispatch":
             raise MultiCutMemoryError("profile_chain: memory='profiler' is for single-tensor cuts; these stages "
@@ -594,8 +604,8 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
                                       "the network with cuts='saved'")
         if timing != "in-context":
             raise ValueError("profile_chain: stages with multi-tensor cuts are timed in context only")
-        rows, resident, wa0, resident_grads = _profile_multi_rows(stages, x, loss_fn, device=device,
-                                                                  input_grad=input_grad)
+        rows, resident, wa0, resident_grads, resident_values = _profile_multi_rows(
+            stages, x, loss_fn, device=device, input_grad=input_grad)
 
     def _check_deadline(what: str) -> None:
         if deadline is not None and time.perf_counter() > deadline:
@@ -692,7 +702,7 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         uf=[0.0] + [r["uf"] for r in rows], ub=[0.0] + [r["ub"] for r in rows],
         wa=wa, wabar=wabar, wd=wd, of=[0.0] + [r["of"] for r in rows], ob=[0.0] + [r["ob"] for r in rows],
         weights=[0.0] + [r["weights"] for r in rows], name=name, stage_names=stage_names, provenance=prov,
-        resident=resident, resident_grads=resident_grads, of_all=[0.0] + [r.get("of_all", r["of"]) for r in rows],
+        resident=resident, resident_grads=resident_grads, resident_values=resident_values, of_all=[0.0] + [r.get("of_all", r["of"]) for r in rows],
         of_ng=[0.0] + [r.get("of_ng", r["of"]) for r in rows], **own_times)
 
 

@@ -5,7 +5,11 @@ A sequence is a list of ``(op, l)`` with ``op`` in ``F_all``, ``F_ck``, ``F_none
 every DP, heuristic and MILP is checked against it.
 
 Memory state. ``chain.resident`` (tensors crossing two or more cuts, see :class:`models.chain.Chain`)
-is held for the whole step and added to every memory value. For each index l we keep what is stored of the forward value: nothing, ``a^l``, or
+is held for the whole step and added to every memory value, but for the parts whose lifetime the chain
+gives: ``chain.resident_grads`` (a gradient, from its last reader's B to its producer's) and
+``chain.resident_values`` (a value with a storage of its own, from its producer's forward to its last
+reader's forward, :func:`value_drops`, or to its producer's B), charged only while they exist.
+For each index l we keep what is stored of the forward value: nothing, ``a^l``, or
 ``abar^l`` (which contains ``a^l``), and whether ``delta^l`` is stored. The initial state holds ``a^0``
 and ``delta^{L+1}`` (the seed gradient, as the DPs of paper 004 count ``omega_delta^{L+1}`` from the
 start); a valid sequence ends holding ``delta^0``.
@@ -174,6 +178,24 @@ def free_backward_chain(chain: Chain) -> Chain:
             f"{raised} raised to 0")})
 
 
+def value_drops(ops: Sequence[tuple[str, int]], k: int, readers: Iterable[int]) -> frozenset[int]:
+    """The positions in ``ops`` after which a resident value made by stage ``k`` and read by the stages
+    ``readers`` (:attr:`models.chain.Chain.resident_values`) is let go: a forward of stage k or of a
+    reader after which no reader runs a forward before stage k's next forward (or before the end).
+    Nothing needs the value then: no backward saves it, and the next reader's forward, if any, comes
+    after stage k has made it again. The executor (:func:`models.runtime.execute`) and
+    :func:`simulate_remat` both follow it. O(len(ops)).
+
+    >>> sorted(value_drops([("F_all", 1), ("F_all", 2), ("F_all", 3), ("B", 3), ("B", 2), ("B", 1)], 1, [3]))
+    [2]
+    >>> sorted(value_drops([("F_ck", 1), ("F_none", 2), ("F_all", 3), ("F_all", 1), ("F_all", 2)], 1, [3]))
+    [2, 3]
+    """
+    rs = set(readers)
+    touch = [p for p, (op, l) in enumerate(ops) if op != "B" and (l == k or l in rs)]
+    return frozenset(p for p, q in zip(touch, touch[1:] + [None]) if q is None or ops[q][1] == k)
+
+
 def _b_overheads(values: Sequence[float], L: int) -> np.ndarray:
     """``simulate_remat``'s ``b_overhead`` as an array of L + 2 finite numbers (a ValueError otherwise)."""
     arr = np.asarray(values, dtype=float)
@@ -253,7 +275,19 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
         grads_from[r] = grads_from.get(r, 0.0) + g
         if k >= 1:
             grads_until[k] = grads_until.get(k, 0.0) + g
-    mem = wa[0] + wd[L + 1] + chain.resident - sum(grads_from.values())
+    # resident values with a storage of their own (chain.resident_values): only while they live, from
+    # the end of a forward of their producer that makes them (inside it, they are in its o_f) to
+    # value_drops (no backward saves them) or to the end of the producer's B (readers ())
+    vals = chain.resident_values
+    alive = [False] * len(vals)
+    made: dict[int, list[int]] = {}
+    dropped: dict[int, list[int]] = {}
+    for i, (_, k, rs) in enumerate(vals):
+        made.setdefault(k, []).append(i)
+        ends = value_drops(ops, k, rs) if rs else [p for p, o in enumerate(ops) if o[0] == "B" and o[1] == k]
+        for p in ends:
+            dropped.setdefault(p, []).append(i)
+    mem = wa[0] + wd[L + 1] + chain.resident - sum(grads_from.values()) - sum(b for b, _, _ in vals)
     peak, peak_pos = mem, -1
     makespan = 0.0
     computed_once = [False] * (L + 2)
@@ -298,6 +332,10 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
                 act[l - 1] = NONE
                 gone[l - 1] = (pos, f"B^{l}")
             dt = chain.ub[l]
+            for i in dropped.get(pos, ()):
+                if alive[i]:
+                    alive[i] = False
+                    mem_after -= vals[i][0]
         else:
             need_input(pos, (op, l), l)
             if op == "F_none" and act[l - 1] == ABAR:
@@ -324,6 +362,14 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
             if prev_b:              # only a re-materialization makes a turn: counted as recompute time
                 dt += u_turn
                 recompute += u_turn
+            for i in made.get(l, ()):
+                if not alive[i]:
+                    alive[i] = True
+                    mem_after += vals[i][0]
+            for i in dropped.get(pos, ()):
+                if alive[i]:
+                    alive[i] = False
+                    mem_after -= vals[i][0]
         if limit is not None and cur > limit:
             raise InvalidSequence(pos, (op, l), f"memory {cur:.6g} B exceeds the limit {memory_limit:.6g} B")
         if cur > peak:

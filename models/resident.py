@@ -25,6 +25,14 @@ lives through a stage's backward either: each contribution is added as it comes.
 leaves have no ``.grad`` until the first contribution, which makes it (since 2026-11-29; before, a
 zero ``.grad`` made with the leaf lived from the forward on: 4 of the 6 MiB by which a Llama-style
 stack's store-all exceeded plain autograd's peak); :attr:`models.chain.Chain.resident_grads` models that.
+
+The use's graph node keeps the tensor's state (:class:`_State`: the gradient, the leaves), not the
+leaf: it takes a detached alias of the value and a zero-size anchor leaf as its inputs (since
+2026-11-29). With the leaf as its input, the engine's accumulator node of the leaf kept the leaf, and
+with it the value, in every reader's graph until that reader's backward; now nothing of a reader's
+graph keeps the value unless one of its operations saves it, so that the executor can let a value
+no backward saves go after its last reader's forward, as autograd does (NASNet-A's cell outputs,
+read by the next two cells' ReLUs: store-all 1.128 -> 1.007 of autograd's peak at 32x32).
 """
 from __future__ import annotations
 
@@ -36,18 +44,45 @@ _ATTR = "_memplan_resident"
 
 
 class _State:
-    __slots__ = ("fresh", "leaves")
+    """One resident tensor's gradient and the leaves that hold its value (a recomputation makes
+    another). ``grad`` is the gradient itself: it outlives the leaves where the executor lets an
+    unsaved value go after its last forward reader (``resident_free``, :mod:`models.runtime`), as
+    autograd frees such a tensor in the forward and keeps only the gradient flowing to its producer.
+    ``anchor``: a zero-size leaf that requires grad, the input through which a use is recorded in the
+    graph (a use does not take the leaf itself as an input: the engine's accumulator node of a leaf
+    keeps the leaf, and with it the value, until the reader's backward)."""
+
+    __slots__ = ("fresh", "leaves", "grad", "anchor")
 
     def __init__(self, leaf: torch.Tensor) -> None:
         self.fresh = True       # no contribution yet: the next one is copied into .grad (autograd keeps the first as is)
         self.leaves = [weakref.ref(leaf)]   # the leaves of one resident tensor (a recomputation makes another)
+        self.grad = None
+        self.anchor = torch.empty(0, dtype=leaf.dtype, device=leaf.device, requires_grad=True)
 
-    def set_grad(self, grad: torch.Tensor) -> None:
-        """Every live leaf of the tensor gets ``grad`` as its ``.grad`` (one tensor for all)."""
-        for ref in self.leaves:
-            leaf = ref()
-            if leaf is not None:
-                leaf.grad = grad
+    def live(self) -> list:
+        return [t for t in (ref() for ref in self.leaves) if t is not None]
+
+    def set_grad(self, grad: torch.Tensor | None) -> None:
+        """``grad`` becomes the gradient, and every live leaf's ``.grad`` (one tensor for all)."""
+        self.grad = grad
+        for leaf in self.live():
+            leaf.grad = grad
+
+    def accumulate(self, g: torch.Tensor) -> None:
+        """One contribution, in the order the engine delivers it: the first is copied (into a live
+        leaf's ``.grad`` where it has one: the profiler's zero gradient, made before its measures),
+        the others added."""
+        if self.fresh:
+            self.fresh = False
+            held = next((t.grad for t in self.live() if t.grad is not None), None)
+            if held is not None:
+                held.copy_(g)
+                self.set_grad(held)
+            else:               # the executor's leaves: allocated at the first contribution
+                self.set_grad(g.detach().clone())
+        else:
+            self.grad.add_(g)
 
 
 def mark_resident(leaf: torch.Tensor) -> torch.Tensor:
@@ -65,10 +100,25 @@ def carry_resident(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
     once it exists; before, to the one ``new`` holds, which is the same tensor). Returns ``new``."""
     st = getattr(old, _ATTR, None)
     if st is not None:
-        setattr(new, _ATTR, st)
-        st.leaves.append(weakref.ref(new))
+        return attach_resident(st, new)
     if old.grad is not None:
         new.grad = old.grad
+    return new
+
+
+def state_of(leaf) -> _State | None:
+    """The state :func:`mark_resident` gave ``leaf`` (None for a tensor without one)."""
+    return getattr(leaf, _ATTR, None)
+
+
+def attach_resident(st: _State, new: torch.Tensor) -> torch.Tensor:
+    """``new`` (a leaf that requires grad) becomes a leaf of the resident tensor whose state is ``st``
+    (a recomputation of a value whose earlier leaves may all be gone): it shares ``st``'s gradient
+    and the state of its contributions. Returns ``new``."""
+    setattr(new, _ATTR, st)
+    st.leaves = [r for r in st.leaves if r() is not None] + [weakref.ref(new)]
+    if st.grad is not None:
+        new.grad = st.grad
     return new
 
 
@@ -81,29 +131,23 @@ def fresh_start(leaf: torch.Tensor) -> None:
 
 class _Use(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, t, leaf):
-        ctx.leaf = leaf
+    def forward(ctx, anchor, t, st):
+        ctx.st = st
         ctx.set_materialize_grads(False)
         return t.view_as(t)
 
     @staticmethod
     def backward(ctx, g):
         if g is not None:
-            leaf = ctx.leaf
-            st = getattr(leaf, _ATTR)
-            if st.fresh:
-                if leaf.grad is None:   # the executor's leaves: allocated at the first contribution
-                    st.set_grad(g.detach().clone())
-                else:                   # the profiler's: a zero .grad made before its measures
-                    leaf.grad.copy_(g)
-                st.fresh = False
-            else:
-                leaf.grad.add_(g)
-        return None, None
+            ctx.st.accumulate(g)
+        return None, None, None
 
 
 def resident_use(t):
-    """One use of a resident input inside a stage (see the module's docstring)."""
-    if isinstance(t, torch.Tensor) and t.requires_grad and torch.is_grad_enabled() and hasattr(t, _ATTR):
-        return _Use.apply(t, t)
+    """One use of a resident input inside a stage (see the module's docstring). The use's graph node
+    keeps the tensor's state, not the tensor: where no operation saves the value, nothing of the
+    reader's graph keeps it alive."""
+    st = getattr(t, _ATTR, None) if isinstance(t, torch.Tensor) else None
+    if st is not None and t.requires_grad and torch.is_grad_enabled():
+        return _Use.apply(st.anchor, t.detach(), st)
     return t

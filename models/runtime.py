@@ -42,8 +42,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .memory import storage_bytes
-from .resident import carry_resident, mark_resident
-from .remat import OPS, InvalidSequence, RematSchedule, store_all_ops, turn_ops  # noqa: F401 (re-exported)
+from .resident import attach_resident, carry_resident, mark_resident, state_of
+from .remat import OPS, InvalidSequence, RematSchedule, store_all_ops, turn_ops, value_drops  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -218,7 +218,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     L = len(stages)
     fns = list(stages) + [loss_fn]
     info = _stage_info(fns)
-    r_in, r_out, src_res = info.r_in, info.r_out, info.src_res
+    r_in, r_out, src_res, r_free = info.r_in, info.r_out, info.src_res, info.r_free
     ops, replayed, join, starts = _plan(schedule.ops if isinstance(schedule, RematSchedule) else schedule,
                                         fuse_backward and not info.multi, info.shared)
     device = device if device is not None else x.device
@@ -237,6 +237,9 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     abar: dict[int, tuple] = {}      # l -> (inputs, outputs with graph, joined to abar^{l-1}, resident outputs)
     delta: dict[int, tuple] = {}     # delta^l: one gradient (or None) per tensor of a^l
     R: dict[Any, torch.Tensor] = {}  # resident tensors: one leaf each, its .grad allocated with it
+    RS: dict[Any, Any] = {}          # resident float tensors' states (models.resident): the gradient,
+                                     # kept until the producer's B also where the value has been let go
+    drop_after = _drops(ops, r_in, r_free) if info.multi else {}    # position -> values let go after it
     after: list[float] = []
     during: list[float] = []
     loss_value = float("nan")
@@ -274,7 +277,15 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     def keep_resident(l: int, outs: tuple, graph: bool) -> None:
         for v, t in zip(r_out[l - 1], outs):
             if v not in R:
-                R[v] = resident_leaf(t)
+                st = RS.get(v)
+                if st is not None and isinstance(t, torch.Tensor):
+                    # made again after it was let go (value_drops): a new leaf with the same gradient
+                    R[v] = attach_resident(st, t.detach().requires_grad_(True))
+                else:
+                    R[v] = resident_leaf(t)
+                    st = state_of(R[v])
+                    if st is not None:
+                        RS[v] = st
             elif graph and isinstance(t, torch.Tensor):      # F_all recomputes it: a leaf on its storage
                 R[v] = resident_leaf_again(R[v], t)
 
@@ -320,6 +331,8 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         x0 = x.detach().clone()
         if src_res:
             R[src_res[0]] = resident_leaf(x0, grad=input_grad)
+            if state_of(R[src_res[0]]) is not None:
+                RS[src_res[0]] = state_of(R[src_res[0]])
             a[0] = ()
         else:
             a[0] = (x0,)
@@ -377,12 +390,9 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                             else:
                                 torch.autograd.backward(outs[0], d[0])
                     else:
-                        ts = [o for o, g in zip(outs, d) if g is not None and _needs_grad(o)]
-                        gs = [g for o, g in zip(outs, d) if g is not None and _needs_grad(o)]
-                        for v, o in zip(r_out[l - 1], routs):
-                            if _needs_grad(o) and R[v].grad is not None:
-                                ts.append(o)
-                                gs.append(R[v].grad)
+                        # (in a function: a loop variable here would hold the last root until it is
+                        # bound again, one resident value 128 KiB over the model after NASNet's B^60)
+                        ts, gs = _roots(outs, d, r_out[l - 1], routs, RS)
                         if ts:
                             torch.autograd.backward(ts, gs)
                         del ts, gs
@@ -410,6 +420,8 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                     h.remove()
                 for v in r_out[l - 1]:        # its producer's backward is the resident tensor's last use
                     R.pop(v, None)
+                    if v in RS:
+                        RS.pop(v).set_grad(None)
                 for j in group:
                     if j - 1 in a and j - 1 not in abar:
                         del a[j - 1]
@@ -437,6 +449,12 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                     outs, routs = (out[:len(out) - nr], out[len(out) - nr:]) if nr else (out, ())
                     if nr:
                         keep_resident(l, routs, graph=True)
+                        if r_free[l - 1]:
+                            # a value no backward saves: the producer's backward starts from its gradient
+                            # edge, so that the graph does not keep the value (autograd frees it once its
+                            # last reader's forward has run; drop_after lets the leaf go then)
+                            routs = tuple(_edge(o) if v in r_free[l - 1] and _needs_grad(o) else o
+                                          for v, o in zip(r_out[l - 1], routs))
                     abar[l] = (inp, outs, joined, routs)
                     a.pop(l, None)
                     if l == L + 1:
@@ -458,6 +476,8 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                     if op == "F_none":
                         a.pop(l - 1, None)
                 del src, inp, out, res
+                for v in drop_after.get(pos, ()):
+                    R.pop(v, None)
             if tracker is not None:
                 tracker.sync()
                 queued.append((float(tracker.peak), float(tracker.current)))
@@ -831,6 +851,8 @@ class _StageInfo:
     fast_ops: Any = None   # the store-all sequence (the _plan tuple itself) once a run has shown that
                            # every F_all^l, l >= 2, joins abar^{l-1} but at fast_splits (:func:`_run_store_all`)
     fast_splits: tuple = ()
+    r_free: list = field(default_factory=list)   # per stage: its resident outputs no backward saves
+                                                 # (``resident_free``), let go after their last reader's forward
 
 
 _INFO: dict[tuple, _StageInfo] = {}
@@ -854,6 +876,7 @@ def _stage_info(fns: Sequence[Callable]) -> _StageInfo:
                         pairs.add((j, i))
     r_in = [list(getattr(f, "resident_in", None) or []) for f in fns]
     r_out = [list(getattr(f, "resident_out", None) or []) for f in fns]
+    r_free = [set(getattr(f, "resident_free", None) or []) & set(names) for f, names in zip(fns, r_out)]
     produced = {v for names in r_out for v in names}
     src_res = sorted({v for names in r_in for v in names} - produced, key=str)
     if len(src_res) > 1:
@@ -863,7 +886,7 @@ def _stage_info(fns: Sequence[Callable]) -> _StageInfo:
         refs = [weakref.ref(f) for f in fns]
     except TypeError:                  # an object without weak references: not cached
         refs = None
-    got = _StageInfo(frozenset(pairs), r_in, r_out, src_res, bool(produced or src_res), refs or [])
+    got = _StageInfo(frozenset(pairs), r_in, r_out, src_res, bool(produced or src_res), refs or [], r_free=r_free)
     if refs is not None:
         if len(_INFO) >= 16:
             _INFO.clear()
@@ -945,6 +968,38 @@ def _split_shared(ops: Sequence[tuple[str, int]], join: set[int], shared: frozen
         else:
             prev_b = None
     return kept
+
+
+_Edge = torch.autograd.graph.GradientEdge
+_edge = torch.autograd.graph.get_gradient_edge
+
+
+def _roots(outs: tuple, d: tuple, names: list, routs: tuple, states: dict) -> tuple[list, list]:
+    """The roots and gradients of a stage's backward call: a^l's tensors that have a gradient in
+    ``d`` (delta^l), then its resident outputs ``routs`` (``names``; tensors or gradient edges) whose
+    gradient a reader has made (``states``, :mod:`models.resident`)."""
+    ts = [o for o, g in zip(outs, d) if g is not None and _needs_grad(o)]
+    gs = [g for o, g in zip(outs, d) if g is not None and _needs_grad(o)]
+    for v, o in zip(names, routs):
+        st = states.get(v)
+        if st is not None and st.grad is not None and (_needs_grad(o) or isinstance(o, _Edge)):
+            ts.append(o)
+            gs.append(st.grad)
+    return ts, gs
+
+
+def _drops(ops: Sequence[tuple[str, int]], r_in: list, r_free: list) -> dict[int, list]:
+    """``{position: [resident values let go after that operation]}``: each value of ``r_free[k-1]``
+    (stage k's outputs no backward saves) after the positions :func:`models.remat.value_drops` gives
+    for its readers (the stages whose ``r_in`` holds it), as the simulator charges them
+    (:attr:`models.chain.Chain.resident_values`)."""
+    out: dict[int, list] = {}
+    for k, names in enumerate(r_free, start=1):
+        for v in sorted(names, key=str):
+            readers = [l for l, ins in enumerate(r_in, start=1) if v in ins]
+            for p in value_drops(ops, k, readers):
+                out.setdefault(p, []).append(v)
+    return out
 
 
 def _leaf(t: torch.Tensor, grad: bool) -> torch.Tensor:

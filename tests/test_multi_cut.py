@@ -35,25 +35,32 @@ def _random_dag(seed: int, n: int = 7) -> nx.DiGraph:
     return G
 
 
-def _chain(G, groups, res) -> Chain:
+def _chain(G, groups, res, free=()) -> Chain:
     """The chain the resident model gives: F_all^l keeps every output of stage l (the resident ones
     in the resident charge), a^l its single-cut tensors, delta^l their gradients, value + gradient of
-    each resident tensor in ``resident``."""
+    each resident tensor in ``resident``. ``free``: resident tensors no backward saves, charged while
+    they live (``resident_values``: producer, readers) and, inside their producer's forwards, in its
+    ``o_f`` (as the profiler measures it)."""
     s = lambda vs: float(sum(G.nodes[v]["out_bytes"] for v in vs))  # noqa: E731
     rs = set(res.resident)
     wa = [s(b) for b in res.boundary]
     wabar = [wa[0]] + [s(v for v in g if v not in rs) for g in groups]
     L = len(groups)
-    return Chain.from_stages(uf=[1.0] * L, ub=[1.0] * L, wa=wa, wabar=wabar, wd=wa, resident=2 * s(rs))
+    of = [s(v for v in free if res.producer[v] == l) for l in range(1, L + 1)]
+    values = [(s([v]), res.producer[v], [l for l in range(1, L + 1) if v in res.reads[l - 1]]) for v in free]
+    return Chain.from_stages(uf=[1.0] * L, ub=[1.0] * L, wa=wa, wabar=wabar, wd=wa, of=of, resident=2 * s(rs),
+                             resident_values=values)
 
 
-def _tensor_replay(G, groups, res, ops) -> float:
+def _tensor_replay(G, groups, res, ops, free=(), after: list | None = None) -> float:
     """Peak bytes of node outputs and gradients alive during each operation, by the executor's rules
     (models.runtime.execute): F_all^l keeps every output of stage l until B^l; F_ck/F_none keep
     a^l's tensors (F_none drops a^{l-1}'s); a resident tensor and its gradient live from the first
     computation of its producer to the producer's B; B^l makes delta^{l-1} (gradients of a^{l-1}'s
     tensors) and drops delta^l, abar^l and a^{l-1} when only a^{l-1} was kept. Every operation checks
-    that the tensors it reads are alive."""
+    that the tensors it reads are alive. A resident tensor of ``free`` (no backward saves it) is alive
+    after an operation while a forward of one of its readers comes before its producer's next forward
+    (its gradient as the others'). ``after``: receives the bytes alive after each operation."""
     size = {v: G.nodes[v]["out_bytes"] for v in G}
     L = len(groups)
     src = [v for v in G if G.in_degree(v) == 0][0]
@@ -64,12 +71,26 @@ def _tensor_replay(G, groups, res, ops) -> float:
     deltas = {L + 1}
     resident: set = {src} if src in rs else set()
 
+    free = set(free)
+    fwd = [(p, l) for p, (op, l) in enumerate(ops) if op != "B"]
+
+    def needed_after(v, pos: int) -> bool:
+        readers = {l for l in range(1, L + 1) if v in res.reads[l - 1]}
+        for _, l in (f for f in fwd if f[0] > pos):
+            if l == res.producer[v]:
+                return False
+            if l in readers:
+                return True
+        return False
+
+    live_free: set = set()
+
     def alive_values() -> set:
-        out = set(resident)
+        out = (set(resident) - free) | live_free
         for l in kept_a:
             out |= set(res.boundary[l]) if l <= L else set()
         for l in kept_abar:
-            out |= set(groups[l - 1]) if l <= L else set()
+            out |= set(groups[l - 1]) - free if l <= L else set()
         return out
 
     def mem(extra=()) -> float:
@@ -78,7 +99,7 @@ def _tensor_replay(G, groups, res, ops) -> float:
         return float(sum(size[v] for v in vals) + sum(size[v] for _, v in grads))
 
     peak = mem()
-    for op, l in ops:
+    for pos, (op, l) in enumerate(ops):
         if op == "B":
             assert l in kept_abar and l in deltas
             during = mem() + sum(size[v] for v in res.boundary[l - 1])
@@ -94,6 +115,8 @@ def _tensor_replay(G, groups, res, ops) -> float:
             new = set(groups[l - 1]) if (op == "F_all" and l <= L) else set(res.boundary[l]) if l <= L else set()
             during = mem(new | {v for v in rs if stage.get(v) == l})
             resident |= {v for v in rs if stage.get(v) == l}
+            live_free |= {v for v in free if stage.get(v) == l}
+            live_free = {v for v in live_free if needed_after(v, pos)}
             if op == "F_all":
                 kept_abar.add(l)
                 kept_a.discard(l)
@@ -102,6 +125,8 @@ def _tensor_replay(G, groups, res, ops) -> float:
             if op == "F_none":
                 kept_a.discard(l - 1)
         peak = max(peak, during)
+        if after is not None:
+            after.append(mem())
     return peak
 
 
@@ -353,3 +378,47 @@ def test_unsaved_preference_never_costs_unsaved_bytes(seed, n, max_nodes, picks)
     residency(G, steered)                      # raises on a backward edge or a missing node
     assert sorted(v for g in steered for v in g) == list(range(1, n))
     assert _unsaved_crossing(G, steered, unsaved) <= _unsaved_crossing(G, plain, unsaved)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_unsaved_resident_values_follow_the_tensor_replay(seed):
+    """Resident tensors no backward saves (``Chain.resident_values``), charged while they live, by
+    :func:`models.remat.value_drops`: the chain's simulated peak is at least the brute-force replay's
+    (which asks, after each operation, whether a reader's forward comes before the producer's next
+    forward) for every sequence, and equal for store-all; and it is below the whole charge's where a
+    value goes before the peak."""
+    from memplan import remat
+
+    G = _random_dag(seed, n=9)
+    rng = np.random.default_rng(seed)
+    for max_nodes in (1, 2):
+        groups = multi_cut_groups(G, max_nodes=max_nodes)
+        res = residency(G, groups)
+        cand = [v for v in res.resident if res.producer[v] >= 1]
+        if not cand:
+            continue
+        for free in (set(cand), {v for v in cand if rng.random() < 0.5}):
+            chain = _chain(G, groups, res, free)
+            whole = _chain(G, groups, res)
+            lo, hi = remat.memory_range(chain)
+            seqs = [store_all_schedule(chain), sequential_schedule(chain, 2), sequential_schedule(chain, 3)]
+            for m in sorted({round(v) for v in np.linspace(lo, hi, 4)}):
+                seqs.append(remat.solve(chain, memory=float(m), method="rotor", exact=True, time_limit=10).schedule)
+            for i, seq in enumerate(seqs):
+                rep_ = simulate_remat(chain, seq)
+                sim = rep_.peak_memory
+                after: list = []
+                brute = _tensor_replay(G, groups, res, seq.ops, free, after)
+                assert brute <= sim + 1e-9, (seed, max_nodes, i)
+                assert sim <= simulate_remat(whole, seq).peak_memory + max(chain.of)
+                if i == 0:
+                    assert brute == sim, (seed, max_nodes, i, brute, sim)
+                # after every operation, the chain holds what the replay holds but for what it charges
+                # whole: every gradient, and every value not in ``free``, also before the producer's
+                # first forward and after its backward (the replay: only in between)
+                made, done = set(), set()
+                for pos, (op, l) in enumerate(seq.ops):
+                    (done if op == "B" else made).add(l)
+                    outside = sum(G.nodes[v]["out_bytes"] * (1 if v in free else 2) for v in res.resident
+                                  if res.producer[v] >= 1 and (res.producer[v] not in made or res.producer[v] in done))
+                    assert rep_.memory_after[pos] == after[pos] + outside, (seed, max_nodes, i, pos)

@@ -3,6 +3,7 @@ producer's (``Chain.resident_grads``), as autograd does; the simulator charges t
 file keeps them, and a Llama-style stack's and a Transformer's executed store-all are then at plain
 autograd's peak (with the cut rule that keeps tensors autograd frees off the cuts)."""
 import json
+import re
 
 import pytest
 
@@ -43,6 +44,53 @@ def test_hand_example():
                                           simulate_remat(plain, s).memory_during))
 
 
+def _valued(values=((3.0, 1, (3,)), (1.0, 2, ()))):
+    # _chain's, with 4 of its resident bytes values with a storage of their own: 3 made by stage 1,
+    # read by stage 3 and saved by no backward; 1 made by stage 2 and saved by a backward
+    return Chain.from_stages(uf=[1, 1, 1], ub=[1, 1, 1], wa=[1, 1, 1, 1], wabar=[1, 2, 2, 2],
+                             resident=10.0, resident_grads=((2.0, 1, 3),), resident_values=values)
+
+
+@pytest.mark.parametrize("ops,missing_after,missing_during", [
+    # store-all: the value read by stage 3 goes after F^3, the saved one after B^2, the gradient
+    # comes at the end of B^3 and goes at the end of B^1
+    ([("F_all", 1), ("F_all", 2), ("F_all", 3), ("F_all", 4), ("B", 4), ("B", 3), ("B", 2), ("B", 1)],
+     [3, 2, 5, 5, 5, 3, 4, 6], [6, 3, 2, 5, 5, 5, 3, 4]),
+    # stage 1 again after B^3 (a re-materialization): the value is made again by F_all^1 and goes at
+    # once (no reader's forward follows); the saved one, made by F_ck^2, lives through F_all^2 to B^2
+    ([("F_ck", 1), ("F_ck", 2), ("F_all", 3), ("F_all", 4), ("B", 4), ("B", 3), ("F_all", 1), ("F_all", 2),
+      ("B", 2), ("B", 1)],
+     [3, 2, 5, 5, 5, 3, 3, 3, 4, 6], [6, 3, 2, 5, 5, 5, 3, 3, 3, 4])])
+def test_resident_values_are_charged_while_they_live(ops, missing_after, missing_during):
+    """Against the whole charge, after and during every operation (hand-counted): the gradient (2) is
+    missing but from the end of B^3 to the end of B^1, the value read by stage 3 (3) but from the end
+    of F^1 to the end of F^3, the saved value (1) but from the end of its first F^2 to the end of B^2."""
+    got = simulate_remat(_valued(), ops)
+    whole = simulate_remat(_chain(()), ops)
+    assert [w - g for g, w in zip(got.memory_after, whole.memory_after)] == missing_after
+    assert [w - g for g, w in zip(got.memory_during, whole.memory_during)] == missing_during
+
+
+@pytest.mark.parametrize("bad,what", [(((3.0, 1, (1,)),), "1 <= k < r"), (((3.0, 4, ()),), "1 <= k < r"),
+                                      (((3.0, 1, (3, 3)),), "give \\(bytes"), (((3.0, 1.5, (3,)),), "give \\(bytes"),
+                                      (((20.0, 1, (3,)),), "more than resident")])
+def test_bad_values_are_refused(bad, what):
+    with pytest.raises(ValueError, match=what):
+        _valued(bad)
+
+
+def test_a_solution_reports_the_replayed_peak_with_values():
+    """The front end plans with the whole charge and reports the replay, which charges the values only
+    while they live: never above the whole charge, and below it on store-all (the value read by stage 3
+    is gone at the peak)."""
+    import memplan
+
+    c = _valued()
+    sol = memplan.remat.solve(c, memory=30, method="store-all")
+    assert sol.peak_memory == simulate_remat(c, sol.schedule).peak_memory < sol.details["peak_memory_whole_resident"]
+    assert "Chain.resident_values" in sol.message
+
+
 @pytest.mark.parametrize("bad,what", [(((2.0, 3, 3),), "0 <= k < r"), (((2.0, 0, 9),), "0 <= k < r"),
                                       (((20.0, 0, 2),), "more than resident"), (((2.0,),), "give (bytes")])
 def test_bad_spans_are_refused(bad, what):
@@ -67,16 +115,37 @@ def test_an_instance_file_keeps_them_and_names_a_bad_one(tmp_path):
         load_instance(path)
 
 
-@pytest.mark.parametrize("name,kw", [
-    ("llama", dict(vocab=500, n_ctx=64, n_layer=2, d_model=64, n_head=2)),
-    ("transformer", dict(vocab=500, src_len=32, n_ctx=64, d_model=64, n_head=2, d_ff=128, n_enc=2, n_dec=2))])
-def test_a_multi_cut_network_runs_as_the_chain_says_and_as_autograd(one_torch_thread, name, kw):
-    """A small Llama-style stack and the zoo's encoder-decoder Transformer, cut where several tensors
-    cross: store-all, sequential and rotor plans peak where the simulator says (dispatch tracker, to
-    the byte), and store-all within 0.5% of plain autograd's peak: the cuts hold no tensor that
-    autograd frees in the forward (``multi_cut_groups``' ``unsaved``; cut at the query projections
-    they were 2.7% and 7.4% over, and 6% for the stack while every resident gradient was made with its
-    tensor, in the forward)."""
+def test_an_instance_file_keeps_the_values_and_names_a_bad_one(tmp_path):
+    c = _valued()
+    path = tmp_path / "c.json"
+    save_instance(c, path)
+    back, _ = load_instance(path)
+    assert back.resident_values == c.resident_values
+    raw = json.loads(path.read_text())
+    for bad, where in [([[1e-6, 1, [1]]], "resident_values[0]"), ([[1e-6, 1.5, [3]]], "resident_values[0]"),
+                       ([[1e-6, 1, 3]], "resident_values[0]"), ([[1.0, 1, [3]]], "resident_values"),
+                       ("x", "resident_values")]:
+        raw["resident_values"] = bad
+        path.write_text(json.dumps(raw))
+        with pytest.raises(InstanceError, match=f"field '{re.escape(where)}'"):
+            load_instance(path)
+
+
+@pytest.mark.parametrize("name,kw,shape", [
+    ("llama", dict(vocab=500, n_ctx=64, n_layer=2, d_model=64, n_head=2), (64,)),
+    ("transformer", dict(vocab=500, src_len=32, n_ctx=64, d_model=64, n_head=2, d_ff=128, n_enc=2, n_dec=2), (64,)),
+    ("nasnet_a", dict(channels=4, cells=1), (3, 16, 16))])
+def test_a_multi_cut_network_runs_as_the_chain_says_and_as_autograd(one_torch_thread, name, kw, shape):
+    """A small Llama-style stack, the zoo's encoder-decoder Transformer and a small NASNet-A, cut where
+    several tensors cross: store-all, sequential and rotor plans peak where the simulator says
+    (dispatch tracker, to the byte), and store-all within 0.5% of plain autograd's peak: the cuts hold
+    no tensor that autograd frees in the forward (``multi_cut_groups``' ``unsaved``; cut at the query
+    projections they were 2.7% and 7.4% over, and 6% for the stack while every resident gradient was
+    made with its tensor, in the forward). NASNet's cuts cannot avoid such tensors: its cell outputs
+    (resident, read by the next two cells' ReLUs) go after their last reader's forward
+    (``Chain.resident_values``; held to their producer's backward, store-all was 12.8% over autograd
+    at 32x32), and store-all is over autograd's peak by at most the a^l tensors that no backward saves
+    (0.7% here)."""
     torch = pytest.importorskip("torch")
     import memplan
     from memplan.models.graph import linearize_model
@@ -87,13 +156,21 @@ def test_a_multi_cut_network_runs_as_the_chain_says_and_as_autograd(one_torch_th
 
     torch.manual_seed(0)
     model = get_model(name, **kw).train()
-    x = example_input(name, 2, (64,), vocab=500, seed=0)
+    x = example_input(name, 2, shape, vocab=500, seed=0)
     loss = classification_loss(seed=0)
     lm = linearize_model(model, x, loss, cuts="multi")
     assert lm.residency is not None and lm.residency.resident
     ls = lm.loss_stage(loss)
     chain = profile_chain(lm.stages, x, ls, repeats=1, names=lm.names)
     assert chain.resident_grads and sum(g for g, _, _ in chain.resident_grads) < chain.resident
+    if name == "nasnet_a":
+        from memplan.models.graph import saved_outputs
+        saved = saved_outputs(lm.captured, x, loss)
+        unsaved_a = sum(lm.captured.graph.nodes[v]["out_bytes"] for b in lm.residency.boundary[1:] for v in b
+                        if v not in saved)
+        assert any(rs for _, _, rs in chain.resident_values)        # values let go after their readers
+    else:
+        unsaved_a = 0
     params = list(model.parameters())
 
     def peak(fn):
@@ -118,11 +195,11 @@ def test_a_multi_cut_network_runs_as_the_chain_says_and_as_autograd(one_torch_th
             execute(lm.stages, ls, x, seq)
         measured = peak(run)
         predicted = simulate_remat(chain, seq).peak_memory
-        # to the byte on the stack; the Transformer's peak (the loss stage's backward) is predicted
-        # 1 KiB (0.06%) above the run, before the cut rule's change too (not explained yet)
+        # to the byte on the stack and NASNet; the Transformer's peak (the loss stage's backward) is
+        # predicted 1 KiB (0.06%) above the run, before the cut rule's change too (not explained yet)
         assert 0 <= predicted - measured <= (1024 if name == "transformer" else 0), (i, measured, predicted)
         if i == 0:
-            assert measured <= 1.005 * ref, (measured, ref)
+            assert measured <= 1.005 * ref + unsaved_a, (measured, ref, unsaved_a)
 
 
 def test_a_solution_reports_the_replayed_peak():

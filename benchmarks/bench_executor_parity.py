@@ -23,6 +23,8 @@ measured with the dispatch tracker, which does not see it):
     python benchmarks/bench_executor_parity.py --preset cpu-unseen --models transformer,llama --cuts saved \
         --clock cpu --max-rounds 60 --timing-budget 240 --out benchmarks/results/executor_parity_cpu_unseen_saved
     python benchmarks/bench_executor_parity.py --clock cpu --memory-method dispatch   # the tensors' storages only
+    python benchmarks/bench_executor_parity.py --preset cpu-multi --clock cpu --max-rounds 60 --timing-budget 240 \
+        --out benchmarks/results/executor_parity_cpu_multi     # NASNet-A and U-Net, multi-tensor cuts
 
 Writes ``benchmarks/results/executor_parity_cpu{,_throughput}.csv``, every round's times
 (``executor_parity_cpu_traces.json``, for ``benchmarks/paired_ratios.py``) and the summary printed here to
@@ -104,10 +106,10 @@ def main(argv=None) -> int:
     from memplan.experiments import runtime_check
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--preset", choices=["cpu-parity", "cpu-unseen"], default="cpu-parity",
-                   help="runtime_check's preset: cpu-parity (the issue's ResNet-50 and GPT-2, default) or cpu-unseen "
+    p.add_argument("--preset", choices=["cpu-parity", "cpu-unseen", "cpu-multi"], default="cpu-parity",
+                   help="runtime_check's preset: cpu-parity (the issue's ResNet-50 and GPT-2, default), cpu-unseen "
                         "(DenseNet-121, Inception v3, a Transformer and a Llama-style stack: networks nothing was "
-                        "tuned on)")
+                        "tuned on) or cpu-multi (NASNet-A and U-Net, multi-tensor cuts)")
     p.add_argument("--models", default=None, help="comma-separated networks of the preset (default: all of it)")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall")
     p.add_argument("--repeats", type=int, default=8, help="timed rounds at least")

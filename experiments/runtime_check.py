@@ -131,6 +131,10 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                    "transformer": dict(kw={}, shape=(128,), batch=2),
                    "llama": dict(kw=dict(vocab=8000, n_ctx=256, n_layer=4, d_model=256, n_head=4), shape=(256,),
                                  batch=2)},
+    # the multi-branch networks cut where several tensors cross (--cuts auto takes multi for them):
+    # resident tensors, some of which no backward saves (NASNet-A's cell outputs)
+    "cpu-multi": {"nasnet_a": dict(kw={}, shape=(3, 32, 32), batch=2),
+                  "unet": dict(kw={}, shape=(3, 64, 64), batch=2)},
     "paper": {"resnet50": dict(kw={}, shape=(3, 224, 224), batch=32),
               "resnet101": dict(kw={}, shape=(3, 224, 224), batch=32),
               "gpt2": dict(kw={}, shape=(1024,), batch=8)},

@@ -195,8 +195,9 @@ def test_a_multi_cut_network_runs_as_the_chain_says_and_as_autograd(one_torch_th
             execute(lm.stages, ls, x, seq)
         measured = peak(run)
         predicted = simulate_remat(chain, seq).peak_memory
-        # to the byte on the stack and NASNet; the Transformer's peak (the loss stage's backward) is
-        # predicted 1 KiB (0.06%) above the run, before the cut rule's change too (not explained yet)
+        # to the byte on the stack and NASNet; the Transformer's memory is predicted 1 KiB (0.06%) above the
+        # run throughout: stage 1 hands on the target ids as a view of the input, one storage that the
+        # chain counts in a^0 and in a^1 (a multi-tensor cut does not merge storage-sharing cuts)
         assert 0 <= predicted - measured <= (1024 if name == "transformer" else 0), (i, measured, predicted)
         if i == 0:
             assert measured <= 1.005 * ref + unsaved_a, (measured, ref, unsaved_a)
@@ -214,3 +215,36 @@ def test_a_solution_reports_the_replayed_peak():
         rep = simulate_remat(c, sol.schedule)
         assert sol.peak_memory == rep.peak_memory <= sol.details["peak_memory_whole_resident"] <= 30
         assert "Chain.resident_grads" in sol.message
+
+
+@pytest.mark.parametrize("method", ["rotor", "sequential", "store-all", "remat-milp"])
+def test_never_slower_than_a_baseline_that_fits_in_the_replay(method):
+    """The solvers plan with the whole resident charge; the replay charges the gradients and values
+    only while they exist, so a baseline may fit where the method's plan is slower or where it found
+    nothing. At every limit from below the proven minimum to above store-all, the answer is at least
+    as fast as every baseline of the method's class whose replay fits (store-all, recompute-all,
+    sequential with 1..L segments, replayed here), and where none fits and nothing was planned, the
+    least memory stated is the least baseline's replayed peak, INFEASIBLE only below the whole
+    charge's minimum less the spans' bytes."""
+    import memplan
+    from memplan.baselines.remat_heuristics import recompute_all_schedule
+    from memplan.models.solution import Status
+
+    c = _valued()
+    base = {"store-all": [store_all_schedule(c)], "sequential": [sequential_schedule(c, k) for k in (1, 2, 3)]}
+    scheds = base.get(method, [store_all_schedule(c), recompute_all_schedule(c)] + base["sequential"])
+    reps = [simulate_remat(c, s) for s in scheds]
+    whole_min = memplan.remat.memory_range(c)[0]
+    spans = 2.0 + 3.0 + 1.0
+    for memory in range(8, 32):
+        sol = memplan.remat.solve(c, memory=float(memory), method=method, time_limit=10)
+        fits = [r.makespan for r in reps if r.peak_memory <= memory]
+        if sol.schedule is not None and sol.success:
+            got = simulate_remat(c, sol.schedule)
+            assert got.peak_memory == sol.peak_memory <= memory
+            assert sol.objective == got.makespan <= min(fits, default=float("inf")), (memory, sol.message)
+        else:
+            assert not fits, (memory, sol.status, sol.message)
+            assert sol.details["min_memory"] == min(min(r.peak_memory for r in reps), whole_min)
+            want = Status.INFEASIBLE if memory < whole_min - spans else Status.NO_SOLUTION
+            assert sol.status == want, (memory, sol.status)

@@ -25,6 +25,14 @@ gradients are bit-identical to ``loss_fn(model(x)).backward()`` (the tests check
 Recomputing a BatchNorm stage in training mode updates its running statistics again (as with
 ``torch.utils.checkpoint``); gradients are not affected.
 
+Multi-tensor cuts (:func:`models.graph.multi_stage_modules`): a^l is a tuple, and a resident tensor
+(crossing two or more cuts) is held once, as a leaf from its producer's first forward to the end of its
+producer's backward, its gradient made by its last reader's backward (:mod:`models.resident`). One
+that no backward saves (the stage's ``resident_free``) is let go after the last forward of a reader
+that comes before its producer's next forward (:func:`models.remat.value_drops`), as autograd frees it;
+its producer's backward then starts from the value's gradient edge, which does not keep the value.
+:attr:`models.chain.Chain.resident_values` charges it so.
+
 Memory: the executor is run inside :class:`models.profiler.TensorMemoryTracker` on CPU (or CUDA
 allocator statistics); the input a^0 is copied inside the tracked region and delta^{L+1} = 1 is created
 there, so the measured state matches the simulator's initial state (a^0 and delta^{L+1} stored).

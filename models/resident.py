@@ -123,10 +123,12 @@ def attach_resident(st: _State, new: torch.Tensor) -> torch.Tensor:
 
 
 def fresh_start(leaf: torch.Tensor) -> None:
-    """Forget the contributions so far (the profiler zeroes ``.grad`` between its measures)."""
+    """Forget the contributions so far (the profiler zeroes ``.grad`` between its measures, or sets
+    it to None): the gradient is the leaf's ``.grad`` again, and the next contribution is the first."""
     st = getattr(leaf, _ATTR, None)
     if st is not None:
         st.fresh = True
+        st.grad = leaf.grad
 
 
 class _Use(torch.autograd.Function):

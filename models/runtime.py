@@ -41,6 +41,7 @@ weight gradients, which the chain model does not count, stay out of the activati
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 import weakref
@@ -219,7 +220,11 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     groups (single-tensor cuts; one group, or several where stages share a parameter), an unmeasured
     run of it skips the general loop (:func:`_run_store_all`: the same tensors, holds and backward
     calls, about 3 us a stage less host time on a CPU); ``False`` keeps the loop
-    (``benchmarks/bench_executor_overhead.py`` compares the two).
+    (``benchmarks/bench_executor_overhead.py`` compares the two). On multi-tensor stages (resident
+    tensors) with ``hold`` a set of stages or False and no measure, the store-all sequence runs as
+    plain autograd over the stages, one backward call from the loss (:func:`_run_store_all_multi`:
+    the general loop's one call per stage made NASNet-A's store-all 8-9% slower than autograd's step;
+    its peak is autograd's, at most the held run's, on NASNet 1.1% below it).
 
     Raises :class:`models.remat.InvalidSequence` when an operation's inputs are not in memory.
     """
@@ -237,6 +242,9 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         raise ValueError("execute: measure_memory reads each B's memory from the holds' hooks; use hold=True")
     if fast and info.fast_ops is ops and not measure_memory and op_times is None:
         return _run_store_all(fns, x, device, input_grad, clock, sync, keep, info.fast_splits, headroom, free)
+    if (fast and info.multi and keep is not None and not info.shared and not measure_memory and op_times is None
+            and ops == _store_all_plan(L)):
+        return _run_store_all_multi(fns, x, device, input_grad, clock, sync, info)
     rng = _Rng(device, starts) if replayed else None
     cuda = torch.device(device).type == "cuda"
     marks: list = []                  # CUDA events or perf_counter readings between operations
@@ -761,6 +769,70 @@ def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: 
                 outs = (tops.pop(k - 1),)
                 top = k - 1
         del d, x0
+
+    elapsed = _run_timed(run, None, device, clock, sync=sync)
+    if cuda and not sync:
+        return RuntimeResult(loss=float("nan"), time=float("nan"), loss_tensor=loss_value)
+    return RuntimeResult(loss=float(loss_value), time=elapsed)
+
+
+@functools.lru_cache(maxsize=16)
+def _store_all_plan(L: int) -> tuple:
+    """The store-all sequence as :func:`_plan` normalizes it (a tuple of ``(str, int)``)."""
+    return tuple(store_all_ops(L))
+
+
+def _run_store_all_multi(fns: list, x: torch.Tensor, device, input_grad: bool, clock: Callable[[], float],
+                         sync: bool, info: "_StageInfo") -> RuntimeResult:
+    """:func:`execute` of the store-all sequence on multi-tensor stages (resident tensors) without holds
+    (``hold`` a set of stages, or False): every stage reads the outputs of the stages before it with
+    their graphs, each resident value is dropped after its last reader's forward, and one backward
+    call from the loss runs every B, as plain autograd over the same stages does (which it is: the
+    same operations in the same order, the gradients bit-identical to ``loss_fn(model(x)).backward()``).
+    The general loop runs one backward call per stage, since a resident tensor's gradient is handed
+    to its producer's B by hand (:mod:`models.resident`); each call's start cost NASNet-A's store-all
+    (63 stages) 8% over autograd's step on a CPU. Memory: autograd's own freeing, at most the held
+    run's (the chain's) after and during every operation; on NASNet-A 0.7% below it at the peak (the
+    a^l tensors that no backward saves, which the chain keeps with abar^l), equal on the Transformer
+    and the Llama-style stack. Not for measured runs, nor with ``hold=True`` (paper 004's model
+    operation by operation) or a parameter shared by two stages: those take the general loop."""
+    cuda = torch.device(device).type == "cuda"
+    loss_value: Any = float("nan")
+    n = len(fns)
+    last: dict = {}                  # resident tensor -> the last stage that reads it
+    for l, names in enumerate(info.r_in, start=1):
+        for v in names:
+            last[v] = l
+    gone = [[v for v, r in last.items() if r == l] for l in range(1, n + 1)]
+
+    def run() -> None:
+        nonlocal loss_value
+        x0 = x.detach().clone()
+        store: dict = {}
+        if info.src_res:
+            store[info.src_res[0]] = _leaf(x0, input_grad)
+            a: tuple = ()
+        else:
+            a = (_leaf(x0, input_grad),)
+        del x0
+        for l in range(1, n + 1):
+            out = fns[l - 1](*a, *[store[v] for v in info.r_in[l - 1]])
+            out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+            nr = len(info.r_out[l - 1])
+            if nr:
+                store.update(zip(info.r_out[l - 1], out[len(out) - nr:]))
+                out = out[:len(out) - nr]
+            for v in gone[l - 1]:
+                store.pop(v, None)
+            a = out
+            del out
+        loss = a[0]
+        del a
+        loss_value = loss.detach() if cuda else float(loss.detach())
+        if loss.requires_grad:
+            torch.autograd.backward(loss, torch.ones((), device=device))
+        del loss
+        store.clear()
 
     elapsed = _run_timed(run, None, device, clock, sync=sync)
     if cuda and not sync:

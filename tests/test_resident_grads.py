@@ -248,3 +248,63 @@ def test_never_slower_than_a_baseline_that_fits_in_the_replay(method):
             assert sol.details["min_memory"] == min(min(r.peak_memory for r in reps), whole_min)
             want = Status.INFEASIBLE if memory < whole_min - spans else Status.NO_SOLUTION
             assert sol.status == want, (memory, sol.status)
+
+
+def test_multi_cut_store_all_without_holds_is_autograd(one_torch_thread):
+    """A multi-tensor chain's store-all sequence run without holds (``hold=False`` or a set of stages)
+    is one backward call over the stages (``_run_store_all_multi``): gradients bit-identical to plain
+    autograd's and to the general loop's, peak at most the held run's (which is the chain's), and
+    ``fast=False`` or ``hold=True`` keep the general loop."""
+    torch = pytest.importorskip("torch")
+    from memplan.models import runtime
+    from memplan.models.graph import linearize_model
+    from memplan.models.memory import step_peak
+    from memplan.models.networks import example_input, get_model
+    from memplan.models.profiler import classification_loss
+    from memplan.models.remat import store_all_ops
+
+    torch.manual_seed(0)
+    model = get_model("nasnet_a", channels=4, cells=1).train()
+    x = example_input("nasnet_a", 2, (3, 16, 16), seed=0)
+    loss = classification_loss(seed=0)
+    lm = linearize_model(model, x, loss, cuts="multi")
+    ls = lm.loss_stage(loss)
+    ops = store_all_ops(lm.L)
+    params = list(model.parameters())
+    calls = []
+    real = runtime._run_store_all_multi
+
+    def spy(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    def grads(fn):
+        for p in params:
+            p.grad = None
+        torch.manual_seed(3)
+        fn()
+        return [p.grad.clone() for p in params]
+
+    def peak(fn):
+        fn()
+        for p in params:
+            p.grad = None
+        got = step_peak(fn, params, "cpu")
+        for p in params:
+            p.grad = None
+        return got
+
+    ref = grads(lambda: loss(model(x)).backward())
+    runtime._run_store_all_multi = spy
+    try:
+        held = peak(lambda: runtime.execute(lm.stages, ls, x, ops, hold=True))
+        loop = peak(lambda: runtime.execute(lm.stages, ls, x, ops, hold=False, fast=False))
+        assert not calls
+        for hold in (False, frozenset({3}), runtime.Holds([])):
+            assert all(torch.equal(a, b) for a, b in zip(ref, grads(lambda: runtime.execute(lm.stages, ls, x, ops,
+                                                                                              hold=hold))))
+            assert peak(lambda: runtime.execute(lm.stages, ls, x, ops, hold=hold)) <= held
+        assert len(calls) >= 3
+    finally:
+        runtime._run_store_all_multi = real
+    assert loop <= held

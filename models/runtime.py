@@ -221,10 +221,12 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     run of it skips the general loop (:func:`_run_store_all`: the same tensors, holds and backward
     calls, about 3 us a stage less host time on a CPU); ``False`` keeps the loop
     (``benchmarks/bench_executor_overhead.py`` compares the two). On multi-tensor stages (resident
-    tensors) with ``hold`` a set of stages or False and no measure, the store-all sequence runs as
-    plain autograd over the stages, one backward call from the loss (:func:`_run_store_all_multi`:
-    the general loop's one call per stage made NASNet-A's store-all 8-9% slower than autograd's step;
-    its peak is autograd's, at most the held run's, on NASNet 1.1% below it).
+    tensors) with ``hold=False`` and no measure, the store-all sequence runs as plain autograd over
+    the stages, one backward call from the loss (:func:`_run_store_all_multi`: the general loop's one
+    call per stage made NASNet-A's store-all 8-9% slower than autograd's step; its peak is autograd's,
+    at most the held run's, on NASNet 1.1% below it). Not with a set of held stages: the chain's times
+    are the general loop's, one call per B, and a fused store-all ran 8% under them, beyond the 5%
+    the time model must hold (a remat plan re-timed on it was predicted 8% too fast).
 
     Raises :class:`models.remat.InvalidSequence` when an operation's inputs are not in memory.
     """
@@ -242,7 +244,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
         raise ValueError("execute: measure_memory reads each B's memory from the holds' hooks; use hold=True")
     if fast and info.fast_ops is ops and not measure_memory and op_times is None:
         return _run_store_all(fns, x, device, input_grad, clock, sync, keep, info.fast_splits, headroom, free)
-    if (fast and info.multi and keep is not None and not info.shared and not measure_memory and op_times is None
+    if (fast and info.multi and free and not info.shared and not measure_memory and op_times is None
             and ops == _store_all_plan(L)):
         return _run_store_all_multi(fns, x, device, input_grad, clock, sync, info)
     rng = _Rng(device, starts) if replayed else None
@@ -785,7 +787,7 @@ def _store_all_plan(L: int) -> tuple:
 def _run_store_all_multi(fns: list, x: torch.Tensor, device, input_grad: bool, clock: Callable[[], float],
                          sync: bool, info: "_StageInfo") -> RuntimeResult:
     """:func:`execute` of the store-all sequence on multi-tensor stages (resident tensors) without holds
-    (``hold`` a set of stages, or False): every stage reads the outputs of the stages before it with
+    (``hold=False``): every stage reads the outputs of the stages before it with
     their graphs, each resident value is dropped after its last reader's forward, and one backward
     call from the loss runs every B, as plain autograd over the same stages does (which it is: the
     same operations in the same order, the gradients bit-identical to ``loss_fn(model(x)).backward()``).
@@ -794,8 +796,9 @@ def _run_store_all_multi(fns: list, x: torch.Tensor, device, input_grad: bool, c
     (63 stages) 8% over autograd's step on a CPU. Memory: autograd's own freeing, at most the held
     run's (the chain's) after and during every operation; on NASNet-A 0.7% below it at the peak (the
     a^l tensors that no backward saves, which the chain keeps with abar^l), equal on the Transformer
-    and the Llama-style stack. Not for measured runs, nor with ``hold=True`` (paper 004's model
-    operation by operation) or a parameter shared by two stages: those take the general loop."""
+    and the Llama-style stack. Not for measured runs, nor with holds (``hold=True``: paper 004's model
+    operation by operation; a set of stages: runs timed against the chain, whose times are the
+    general loop's) or a parameter shared by two stages: those take the general loop."""
     cuda = torch.device(device).type == "cuda"
     loss_value: Any = float("nan")
     n = len(fns)

@@ -251,10 +251,10 @@ def test_never_slower_than_a_baseline_that_fits_in_the_replay(method):
 
 
 def test_multi_cut_store_all_without_holds_is_autograd(one_torch_thread):
-    """A multi-tensor chain's store-all sequence run without holds (``hold=False`` or a set of stages)
-    is one backward call over the stages (``_run_store_all_multi``): gradients bit-identical to plain
-    autograd's and to the general loop's, peak at most the held run's (which is the chain's), and
-    ``fast=False`` or ``hold=True`` keep the general loop."""
+    """A multi-tensor chain's store-all sequence run without holds (``hold=False``) is one backward call
+    over the stages (``_run_store_all_multi``): gradients bit-identical to plain autograd's, peak at
+    most the held run's (which is the chain's); ``fast=False``, ``hold=True`` and a set of held stages
+    keep the general loop (whose times the chain has)."""
     torch = pytest.importorskip("torch")
     from memplan.models import runtime
     from memplan.models.graph import linearize_model
@@ -299,12 +299,13 @@ def test_multi_cut_store_all_without_holds_is_autograd(one_torch_thread):
     try:
         held = peak(lambda: runtime.execute(lm.stages, ls, x, ops, hold=True))
         loop = peak(lambda: runtime.execute(lm.stages, ls, x, ops, hold=False, fast=False))
+        for hold in (frozenset({3}), runtime.Holds([])):
+            runtime.execute(lm.stages, ls, x, ops, hold=hold)
         assert not calls
-        for hold in (False, frozenset({3}), runtime.Holds([])):
-            assert all(torch.equal(a, b) for a, b in zip(ref, grads(lambda: runtime.execute(lm.stages, ls, x, ops,
-                                                                                              hold=hold))))
-            assert peak(lambda: runtime.execute(lm.stages, ls, x, ops, hold=hold)) <= held
-        assert len(calls) >= 3
+        assert all(torch.equal(a, b) for a, b in zip(ref, grads(lambda: runtime.execute(lm.stages, ls, x, ops,
+                                                                                          hold=False))))
+        assert peak(lambda: runtime.execute(lm.stages, ls, x, ops, hold=False)) <= held
+        assert calls
     finally:
         runtime._run_store_all_multi = real
     assert loop <= held

@@ -216,9 +216,8 @@ def test_front_ends_charge_resident_once(problem):
 def test_executor_on_multi_cuts(name, kw, shape, max_nodes, one_torch_thread):
     """Small multi-branch networks with multi-tensor cuts: parameter gradients bit-identical to
     autograd's (resident inputs read by several nodes of a stage, NASNet's cell states); the executed
-    peaks of store-all and of rotor at two limits at most the simulator's and within 1% of it (the
-    model charges resident tensors for the whole step, the executor holds them from their creation
-    to their producer's backward: the peaks come when they are all alive)."""
+    peaks of store-all and of rotor at two limits the simulator's, to the byte (the resident values
+    with a storage of their own charged only while they live, the others whole)."""
     torch = pytest.importorskip("torch")
     import memplan
     from memplan.models.graph import linearize_model
@@ -255,7 +254,9 @@ def test_executor_on_multi_cuts(name, kw, shape, max_nodes, one_torch_thread):
         g = grads(lambda: out.setdefault("r", execute(lm.stages, lm.loss_stage(loss), x, seq, measure_memory=True)))
         assert all(torch.equal(a, b) for a, b in zip(ref, g))
         sim = simulate_remat(chain, seq).peak_memory
-        assert 0.99 * sim <= out["r"].peak_memory <= sim
+        # to the byte since the resident values are charged while they live (Chain.resident_values);
+        # the Transformer's target ids, a view of the input, are counted in a^0 and a^1 (1 KiB here)
+        assert 0 <= sim - out["r"].peak_memory <= (1024 if name == "transformer" else 0), (k, sim, out["r"].peak_memory)
 
 
 def test_pipeline_charges_each_resident_tensor_where_it_lives():

@@ -695,6 +695,11 @@ def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_
     memory = _frontend.memory_arg(memory, PROBLEM)
     method = _frontend.method_arg(method, METHODS, DEFAULT_METHOD, PROBLEM)
     if chain.resident:
+        t0 = time.perf_counter()
+        if progress is not None:
+            progress(f"[{0.0:7.1f}s] remat: {chain.name} holds {fmt_memory(chain.resident)} of resident tensors "
+                     f"(charged whole): planned under {fmt_memory(max(memory - chain.resident, 0.0))} of the "
+                     f"{fmt_memory(memory)} limit")
         sol = _frontend.solve_without_resident(solve, chain, memory, dict(
             method=method, time_limit=time_limit, gap=gap, threads=threads, slots=slots, exact=exact,
             solver_log=solver_log, progress=progress))
@@ -714,6 +719,10 @@ def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_
                                           f"status is proven, where it is, with the whole charge)")
         if chain.resident_grads or chain.resident_values:
             sol = _replayed_baselines(chain, memory, method, sol)
+        if progress is not None:        # the inner call's last line gave the peak without the resident tensors
+            progress(f"[{time.perf_counter() - t0:7.1f}s] remat: with the resident tensors: {sol.status}"
+                     + ("" if sol.objective is None else f", makespan {fmt_time(sol.objective)}, "
+                        f"peak {fmt_memory(sol.peak_memory)}"))
         return sol
     if chain.own_times and method not in TIME_MODEL_METHODS:
         t0 = time.perf_counter()

@@ -309,3 +309,20 @@ def test_multi_cut_store_all_without_holds_is_autograd(one_torch_thread):
     finally:
         runtime._run_store_all_multi = real
     assert loop <= held
+
+
+def test_progress_on_a_resident_chain_ends_with_the_replayed_peak():
+    """The inner solve (the chain without its resident tensors) logs its own limit and peak; the
+    progress then says what the resident charge took off the limit, and ends with the replayed peak
+    the solution reports, not the inner one."""
+    import memplan
+    from memplan.models.units import fmt_memory
+
+    lines: list[str] = []
+    c = _valued()
+    sol = memplan.remat.solve(c, memory=30, method="rotor", progress=lines.append)
+    assert "holds 10 B of resident tensors" in lines[0] and "planned under 20 B" in lines[0]
+    assert lines[-1].endswith(f"peak {fmt_memory(sol.peak_memory)}") and "with the resident tensors" in lines[-1]
+    # store-all fits: peak during F^3, a^0 (1) + abar^1, abar^2 (2 + 2) + the value read by stage 3 (3)
+    # + the saved value (1) + the resident bytes charged whole (10 - 2 - 3 - 1) + F^3's abar (2) = 15
+    assert sol.peak_memory == simulate_remat(c, sol.schedule).peak_memory == 15.0

@@ -13,6 +13,20 @@ from memplan.models.instance import InstanceError, load_instance, save_instance
 from memplan.models.remat import simulate_remat
 
 
+def _warm_peak(fn, params) -> float:
+    """``fn``'s peak by the dispatch tracker on its second run (the first a warm-up), with the weight
+    gradients allocated before the window (``step_peak``) and cleared before and after."""
+    from memplan.models.memory import step_peak
+
+    fn()
+    for p in params:
+        p.grad = None
+    got = step_peak(fn, params, "cpu")
+    for p in params:
+        p.grad = None
+    return got
+
+
 def _chain(grads=((2.0, 1, 3),)):
     # L = 3, sizes a = 1 everywhere, abar = 2, delta = a; resident 10 bytes, of which 2 a gradient made
     # in B^3 and freed when B^1 ends
@@ -149,7 +163,7 @@ def test_a_multi_cut_network_runs_as_the_chain_says_and_as_autograd(one_torch_th
     torch = pytest.importorskip("torch")
     import memplan
     from memplan.models.graph import linearize_model
-    from memplan.models.memory import grad_input, step_peak
+    from memplan.models.memory import grad_input
     from memplan.models.networks import example_input, get_model
     from memplan.models.profiler import classification_loss, profile_chain
     from memplan.models.runtime import execute
@@ -174,13 +188,7 @@ def test_a_multi_cut_network_runs_as_the_chain_says_and_as_autograd(one_torch_th
     params = list(model.parameters())
 
     def peak(fn):
-        fn()
-        for p in params:
-            p.grad = None
-        got = step_peak(fn, params, "cpu")
-        for p in params:
-            p.grad = None
-        return got
+        return _warm_peak(fn, params)
 
     def ag():
         torch.manual_seed(7)
@@ -258,7 +266,6 @@ def test_multi_cut_store_all_without_holds_is_autograd(one_torch_thread):
     torch = pytest.importorskip("torch")
     from memplan.models import runtime
     from memplan.models.graph import linearize_model
-    from memplan.models.memory import step_peak
     from memplan.models.networks import example_input, get_model
     from memplan.models.profiler import classification_loss
     from memplan.models.remat import store_all_ops
@@ -286,13 +293,7 @@ def test_multi_cut_store_all_without_holds_is_autograd(one_torch_thread):
         return [p.grad.clone() for p in params]
 
     def peak(fn):
-        fn()
-        for p in params:
-            p.grad = None
-        got = step_peak(fn, params, "cpu")
-        for p in params:
-            p.grad = None
-        return got
+        return _warm_peak(fn, params)
 
     ref = grads(lambda: loss(model(x)).backward())
     runtime._run_store_all_multi = spy

@@ -48,8 +48,9 @@ the loss value and of delta^{L+1} = 1.
 ``resident`` (a scalar, bytes, default 0): tensors that cross two or more stage boundaries of a
 multi-tensor linearization (issue 30: a NASNet cell's output read two cells later, an encoder's output
 read by every decoder layer, a U-Net skip) and their gradients. They are not in any ``wa[l]``; the
-executor holds them from their creation until the backward step of the stage that produced them, and
-every problem charges them once, for the whole step: the simulators add ``resident`` to every memory
+executor holds them from their creation until the backward step of the stage that produced them (some
+less: ``resident_values`` below), and every problem charges them once, for the whole step (the
+re-materialization simulator only the parts whose lifetimes the chain does not give): the simulators add ``resident`` to every memory
 value and the front ends solve the chain without it under ``memory - resident`` (see
 :func:`models.graph.residency` for the model and why it is an upper bound of what is held).
 ``resident_grads`` (optional, since 2026-11-29): the gradients inside ``resident``, one

@@ -398,7 +398,12 @@ def residency(G: nx.DiGraph, groups: Sequence[Sequence[Hashable]], source: Hasha
     a^l it crosses) would count it once per checkpoint holding it, and an exact model (tensors living
     across stages) would change every DP and MILP; the resident charge is what all of them can use.
     The test ``tests/test_multi_cut.py`` checks the chain's simulator against a brute-force replay of
-    the graph's tensors for every sequence of small random graphs.
+    the graph's tensors for every sequence of small random graphs. Since 2026-11-29 the gradient is
+    made by the last reader's backward (``Chain.resident_grads``), and a value with a storage of its
+    own lives, in the executor and in :func:`models.remat.simulate_remat`, from its producer's forward
+    to its last reader's forward where no backward saves it, else to its producer's backward
+    (:func:`resident_lifetimes`, ``Chain.resident_values``); the solvers still plan with the whole
+    charge, and the re-materialization front end replays their plans and the baselines with the spans.
     """
     where: dict[Hashable, int] = {}
     if source is None:

@@ -509,7 +509,8 @@ def _solve_in_papers_times(chain: Chain, sol: Solution, method: str, memory: flo
 _REPLAYED_SEGMENTS = 128
 
 
-def _replayed_baselines(chain: Chain, memory: float, method: str, sol: Solution) -> Solution:
+def _replayed_baselines(chain: Chain, memory: float, method: str, sol: Solution,
+                        time_left: float | None = None) -> Solution:
     """Never worse than a baseline where the replay charges resident tensors only while they exist
     (:attr:`Chain.resident_grads`, :attr:`Chain.resident_values`). The methods plan with the whole
     ``resident``, an upper bound, so a baseline's sequence may fit ``memory`` in the replay where the
@@ -520,7 +521,9 @@ def _replayed_baselines(chain: Chain, memory: float, method: str, sol: Solution)
     on ``chain``, and the fastest that fits replaces ``sol`` where it is faster or ``sol`` has no plan
     within the limit: status FEASIBLE (a proof made with the whole charge proves nothing here; its
     bound goes to ``details["bound_whole_resident"]``), ``details["candidate"]`` names it, the message
-    says so. O(L) replays of O(L) operations (at most :data:`_REPLAYED_SEGMENTS` + L/8 segment counts)."""
+    says so. O(L) replays of O(L) operations (at most :data:`_REPLAYED_SEGMENTS` + L/8 segment counts;
+    33 ms on NASNet-A's 63 stages), no new one once ``time_left`` seconds have passed (store-all and
+    recompute-all first, then the segment counts from 1 up)."""
     L = chain.L
     ks = list(range(1, min(L, _REPLAYED_SEGMENTS) + 1)) + list(range(_REPLAYED_SEGMENTS + 8, L + 1, 8))
     seq = [(f"sequential with {k} segment(s)", lambda k=k: remat_heuristics.sequential_schedule(chain, k)) for k in ks]
@@ -528,7 +531,10 @@ def _replayed_baselines(chain: Chain, memory: float, method: str, sol: Solution)
             ("recompute-all", lambda: remat_heuristics.recompute_all_schedule(chain))]
     cands = {"store-all": ends[:1], "recompute-all": ends[1:], "sequential": seq}.get(method, ends + seq)
     best = least = None
+    t0 = time.perf_counter()
     for name, make in cands:
+        if time_left is not None and least is not None and time.perf_counter() - t0 > time_left:
+            break
         sched = make()
         rep = simulate_remat(chain, sched)
         if rep.peak_memory <= memory * (1 + 1e-9) and (best is None or rep.makespan < best[2].makespan):
@@ -718,7 +724,8 @@ def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_
                                           f"({fields}): replayed peak {sol.peak_memory:.6g} B (the "
                                           f"status is proven, where it is, with the whole charge)")
         if chain.resident_grads or chain.resident_values:
-            sol = _replayed_baselines(chain, memory, method, sol)
+            left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
+            sol = _replayed_baselines(chain, memory, method, sol, left)
         if progress is not None:        # the inner call's last line gave the peak without the resident tensors
             progress(f"[{time.perf_counter() - t0:7.1f}s] remat: with the resident tensors: {sol.status}"
                      + ("" if sol.objective is None else f", makespan {fmt_time(sol.objective)}, "

@@ -3,9 +3,14 @@ producer's (``Chain.resident_grads``), as autograd does; the simulator charges t
 file keeps them, and a Llama-style stack's and a Transformer's executed store-all are then at plain
 autograd's peak (with the cut rule that keeps tensors autograd frees off the cuts)."""
 import json
+import math
 import re
 
+import numpy as np
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memplan.baselines.remat_heuristics import sequential_schedule, store_all_schedule
 from memplan.models.chain import Chain
@@ -327,3 +332,51 @@ def test_progress_on_a_resident_chain_ends_with_the_replayed_peak():
     # store-all fits: peak during F^3, a^0 (1) + abar^1, abar^2 (2 + 2) + the value read by stage 3 (3)
     # + the saved value (1) + the resident bytes charged whole (10 - 2 - 3 - 1) + F^3's abar (2) = 15
     assert sol.peak_memory == simulate_remat(c, sol.schedule).peak_memory == 15.0
+
+
+@given(seed=st.integers(0, 10**6), L=st.integers(2, 5), frac=st.floats(0.0, 1.2),
+       method=st.sampled_from(["rotor", "sequential", "store-all", "revolve"]))
+@settings(max_examples=40, deadline=None, derandomize=True)
+def test_resident_spans_solutions_replay_and_beat_every_fitting_baseline(seed, L, frac, method):
+    """Random chains with resident gradients and values (random producers, readers, saved or not), at
+    limits from below the whole charge's minimum to above store-all: a plan is what the replay says
+    (peak and makespan, within the limit) and at least as fast as every baseline of the method's class
+    whose replay fits; no plan only where none fits, INFEASIBLE only below the whole minimum less the
+    spans' bytes, and the least memory stated is enough for some baseline."""
+    import dataclasses
+
+    from memplan import remat
+    from memplan.baselines.remat_heuristics import recompute_all_schedule
+    from memplan.models.chain import random_chain
+    from memplan.models.solution import Status
+
+    rng = np.random.default_rng(seed)
+    base = random_chain(L, seed)
+    grads, values = [], []
+    for _ in range(int(rng.integers(1, 4))):
+        k = int(rng.integers(1, L))                       # producer 1..L-1, readers k+1..L+1
+        readers = sorted(set(int(r) for r in rng.integers(k + 1, L + 2, size=int(rng.integers(1, 3)))))
+        grads.append((float(rng.integers(1, 5)), k, readers[-1]))
+        values.append((float(rng.integers(1, 5)), k, tuple(readers) if rng.random() < 0.5 else ()))
+    whole = sum(g for g, _, _ in grads) + sum(b for b, _, _ in values) + float(rng.integers(0, 4))
+    c = dataclasses.replace(base, resident=whole, resident_grads=grads, resident_values=values)
+    lo, hi = remat.memory_range(c)
+    spans = sum(g for g, _, _ in grads) + sum(b for b, _, _ in values)     # charged only while they exist
+    memory = (lo - spans) + frac * (hi - (lo - spans))
+    sol = remat.solve(c, memory=memory, method=method, time_limit=10)
+    seqs = {"store-all": [store_all_schedule(c)], "sequential": [sequential_schedule(c, k) for k in range(1, L + 1)]}
+    scheds = seqs.get(method, [store_all_schedule(c), recompute_all_schedule(c)] + seqs["sequential"])
+    reps = [simulate_remat(c, s) for s in scheds]
+    fits = [r.makespan for r in reps if r.peak_memory <= memory * (1 + 1e-9)]
+    if sol.success:
+        got = simulate_remat(c, sol.schedule)
+        assert sol.peak_memory == got.peak_memory <= memory * (1 + 1e-9)
+        assert sol.objective == pytest.approx(got.makespan, rel=1e-12)
+        assert sol.objective <= min(fits, default=math.inf) * (1 + 1e-9)
+    else:
+        assert not fits
+        assert sol.status in (Status.INFEASIBLE, Status.NO_SOLUTION)
+        if sol.status == Status.INFEASIBLE:
+            assert memory < lo - spans + 1e-9
+        assert any(r.peak_memory <= sol.details["min_memory"] * (1 + 1e-9) for r in reps) or \
+            sol.details["min_memory"] == lo

@@ -717,10 +717,13 @@ LINEARIZATION = ("models.graph.linearize_model, cuts='saved': the minimal single
 #: the same for a network cut where several tensors cross (``cuts="auto"`` on a coarse graph)
 LINEARIZATION_MULTI = ("models.graph.linearize_model, cuts='multi' (the single-tensor groups are too coarse: "
                        "{why}): models.graph.multi_cut_groups, the cuts of one topological order with "
-                       "at most {max_nodes} counted operations per stage and the fewest bytes crossing (a shortest "
-                       "path), tensors whose autograd gradient is strided kept inside a stage; a tensor crossing "
-                       "one cut is part of a^l, one crossing several is resident (charged once, with its gradient, "
-                       "as the chain's resident bytes); loss_group: the saved rule's head, folded into the loss")
+                       "at most {max_nodes} counted operations per stage and the fewest bytes of tensors no backward "
+                       "saves crossing, then the fewest bytes crossing (a shortest path), tensors whose autograd "
+                       "gradient is strided kept inside a stage; a tensor crossing one cut is part of a^l, one "
+                       "crossing several is resident (charged once, with its gradient, as the chain's resident "
+                       "bytes; the simulator charges the gradients and the values with a storage of their own "
+                       "only while they exist: resident_grads, resident_values); loss_group: the saved rule's "
+                       "head, folded into the loss")
 
 
 def multi_cut_provenance(lm) -> dict[str, Any]:

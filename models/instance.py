@@ -84,13 +84,12 @@ Every problem is reported as :class:`InstanceError` on one line naming the file 
 """
 from __future__ import annotations
 
-import re
-
 import datetime as _dt
 import difflib
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 

@@ -332,10 +332,6 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
                 act[l - 1] = NONE
                 gone[l - 1] = (pos, f"B^{l}")
             dt = chain.ub[l]
-            for i in dropped.get(pos, ()):
-                if alive[i]:
-                    alive[i] = False
-                    mem_after -= vals[i][0]
         else:
             need_input(pos, (op, l), l)
             if op == "F_none" and act[l - 1] == ABAR:
@@ -366,10 +362,10 @@ def simulate_remat(chain: Chain, schedule: RematSchedule | Sequence[tuple[str, i
                 if not alive[i]:
                     alive[i] = True
                     mem_after += vals[i][0]
-            for i in dropped.get(pos, ()):
-                if alive[i]:
-                    alive[i] = False
-                    mem_after -= vals[i][0]
+        for i in dropped.get(pos, ()):      # after a reader's or the producer's forward, or its B
+            if alive[i]:
+                alive[i] = False
+                mem_after -= vals[i][0]
         if limit is not None and cur > limit:
             raise InvalidSequence(pos, (op, l), f"memory {cur:.6g} B exceeds the limit {memory_limit:.6g} B")
         if cur > peak:

@@ -63,16 +63,11 @@ class _State:
     def live(self) -> list:
         return [t for t in (ref() for ref in self.leaves) if t is not None]
 
-    def set_grad(self, grad: torch.Tensor | None) -> None:
-        """``grad`` becomes the gradient. The leaves' ``.grad`` is left alone: the executor reads the
-        gradient here (assigning a leaf's ``.grad`` checks it, 14 us a time: 1.2 ms a step on
-        NASNet-A), and the profiler's leaves hold the tensor the first contribution is copied into."""
-        self.grad = grad
-
     def accumulate(self, g: torch.Tensor) -> None:
         """One contribution, in the order the engine delivers it: the first is copied (into a live
         leaf's ``.grad`` where it has one: the profiler's zero gradient, made before its measures),
-        the others added."""
+        the others added. Only ``grad`` is assigned, never a leaf's ``.grad``: the executor reads the
+        gradient here (assigning a leaf's ``.grad`` checks it, about 14 us a time)."""
         if self.fresh:
             self.fresh = False
             held = next((t.grad for t in self.live() if t.grad is not None), None)
@@ -92,18 +87,6 @@ def mark_resident(leaf: torch.Tensor) -> torch.Tensor:
     if isinstance(leaf, torch.Tensor) and leaf.requires_grad:
         setattr(leaf, _ATTR, _State(leaf))
     return leaf
-
-
-def carry_resident(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-    """``new`` (a leaf on a recomputed value's storage) takes over ``old``'s state: its gradient and
-    the state of its contributions (a reader whose graph was made with ``old`` keeps adding to that
-    same gradient). Returns ``new``."""
-    st = getattr(old, _ATTR, None)
-    if st is not None:
-        return attach_resident(st, new)
-    if old.grad is not None:
-        new.grad = old.grad
-    return new
 
 
 def state_of(leaf) -> _State | None:

@@ -51,7 +51,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .memory import storage_bytes
-from .resident import attach_resident, carry_resident, mark_resident, state_of
+from .resident import attach_resident, mark_resident, state_of
 from .remat import OPS, InvalidSequence, RematSchedule, store_all_ops, turn_ops, value_drops  # noqa: F401 (re-exported)
 
 
@@ -280,32 +280,22 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
             mark_resident(t)
         return t
 
-    def resident_leaf_again(old: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """A new leaf on the storage of ``t`` (a recomputation of a resident tensor) that carries on
-        ``old``'s gradient and its state: one copy of the value, whose old storage goes with the
-        old leaf (a ``.data`` swap kept the leaf but hid the swap from the dispatch tracker, which
-        counted the old storage as long as the leaf lived). Readers whose graphs still hold ``old``
-        add into the same ``.grad`` tensor."""
-        new = t.detach()
-        if old.requires_grad:
-            new.requires_grad_(True)
-            carry_resident(old, new)
-        return new
-
     def keep_resident(l: int, outs: tuple, graph: bool) -> None:
         for v, t in zip(r_out[l - 1], outs):
-            if v not in R:
-                st = RS.get(v)
-                if st is not None and isinstance(t, torch.Tensor):
-                    # made again after it was let go (value_drops): a new leaf with the same gradient
-                    R[v] = attach_resident(st, t.detach().requires_grad_(True))
-                else:
-                    R[v] = resident_leaf(t)
-                    st = state_of(R[v])
-                    if st is not None:
-                        RS[v] = st
-            elif graph and isinstance(t, torch.Tensor):      # F_all recomputes it: a leaf on its storage
-                R[v] = resident_leaf_again(R[v], t)
+            if v in R and not (graph and isinstance(t, torch.Tensor)):
+                continue                 # a no-grad recomputation: the leaf held stays
+            st = RS.get(v)
+            if st is not None:
+                # recomputed by F_all, or made again after it was let go (value_drops): a new leaf on the
+                # new storage with the same state (gradient, contributions); the old storage goes with
+                # the old leaf (a ``.data`` swap kept the leaf but hid the swap from the dispatch
+                # tracker, which counted the old storage as long as the leaf lived)
+                R[v] = attach_resident(st, t.detach().requires_grad_(True))
+            else:
+                R[v] = resident_leaf(t)
+                st = state_of(R[v])
+                if st is not None:
+                    RS[v] = st
 
     def _stamp():
         if cuda:
@@ -439,7 +429,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                 for v in r_out[l - 1]:        # its producer's backward is the resident tensor's last use
                     R.pop(v, None)
                     if v in RS:
-                        RS.pop(v).set_grad(None)
+                        RS.pop(v).grad = None
                 for j in group:
                     if j - 1 in a and j - 1 not in abar:
                         del a[j - 1]

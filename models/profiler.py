@@ -61,6 +61,7 @@ import torch
 
 from .chain import Chain, Platform
 from .resident import fresh_start, mark_resident
+from .runtime import engine_backward
 
 
 # memory tracking lives in models.memory (the runtime executor uses it and the profiler uses the
@@ -104,7 +105,7 @@ def _timed_runs(stage: Callable, x: torch.Tensor, input_grad: bool, delta: torch
             out = stage(xi)
             e1.record()
             if delta is not None:
-                torch.autograd.backward(out, delta)
+                engine_backward((out,), (delta,))
             e2.record()
             torch.cuda.synchronize(device)
             tf.append(e0.elapsed_time(e1) / 1e3)          # elapsed_time is in milliseconds
@@ -114,7 +115,7 @@ def _timed_runs(stage: Callable, x: torch.Tensor, input_grad: bool, delta: torch
             out = stage(xi)
             t1 = time.perf_counter()
             if delta is not None:
-                torch.autograd.backward(out, delta)
+                engine_backward((out,), (delta,))
             t2 = time.perf_counter()
             tf.append(t1 - t0)
             tb.append(t2 - t1)
@@ -202,7 +203,7 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
         delta = torch.randn(out.shape, dtype=out.dtype, device=out.device, generator=g) if out.dim() else torch.ones_like(out)
     needs_backward = out.requires_grad
     if needs_backward:
-        torch.autograd.backward(out, delta)
+        engine_backward((out,), (delta,))
     del out, xi
     # profiled: the no-grad forward's input requires no grad, as the executor's F_ck and F_none give it
     # (a compiled stage guards on it: the measured graph is the executed one), and a stage that runs
@@ -247,7 +248,7 @@ def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device=
         if needs_backward:
             tr.reset_peak()
             base = tr.current
-            torch.autograd.backward(out, delta)
+            engine_backward((out,), (delta,))
             tr.sync()
             wd_in = storage_bytes(xi.grad) if xi.grad is not None else 0
             ob = max(0.0, tr.peak - base - wd_in)
@@ -331,7 +332,7 @@ def profile_multi_stage(stage: Callable, xs: Sequence[torch.Tensor], res: Sequen
         ts = [o for o in list(outs) + list(routs) if needs(o)]
         gs = [d for o, d in zip(list(outs) + list(routs), list(ds) + list(rds)) if needs(o)]
         if ts:
-            torch.autograd.backward(ts, gs)
+            engine_backward(ts, gs)
 
     xi = inputs(input_grad)
     outs, routs = split(stage(*xi, *res))                     # warm-up
@@ -533,7 +534,7 @@ def free_backward_overhead(stage: Callable, x: torch.Tensor, *, input_grad: bool
         base = tr.current
         tr.reset_peak()
         if root is not None:
-            torch.autograd.backward(root, root.new_empty((0,)))
+            engine_backward((root,), (root.new_empty((0,)),))
             del root
         tr.sync()
         wd_in = storage_bytes(xi.grad) if xi.grad is not None else 0

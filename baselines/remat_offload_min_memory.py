@@ -189,30 +189,42 @@ def min_memory_schedule(chain: Chain, bandwidth: float) -> RematOffloadSchedule:
     t = 0.0
     release: list[float] = []
     transfers: list[Transfer] = []
+    # the stored values on the device (state set, not on the host): a few at a time, since every
+    # operation offloads all it does not read; scanning all L + 1 values per operation made this
+    # O(L^2), 1.1 s at L = 3000, unbounded by any time limit
+    dev = {0}
     for op, l in ops:
         reads = (l, l - 1) if op == "B" else (l - 1,)
-        for k in range(L + 1):                       # offload what this operation does not read
+        for k in sorted(dev):                        # offload what this operation does not read
             size = wab[k] if state[k] == _AB else wa[k] if state[k] == _A else 0.0
-            if state[k] and not host[k] and k not in reads and k != l and size > 0:
+            if k <= L and k not in reads and k != l and size > 0:
                 transfers.append(Transfer("offload", k, float(size), release=t))
                 t += size / bandwidth + gap
                 host[k] = True
+                dev.discard(k)
         for k in reads:                              # bring back what it reads
             if k <= L and host[k]:
                 size = wab[k] if state[k] == _AB else wa[k]
                 transfers.append(Transfer("prefetch", k, float(size), release=t))
                 t += size / bandwidth + gap
                 host[k] = False
+                if state[k]:
+                    dev.add(k)
         release.append(t)
         t += (chain.ub[l] if op == "B" else chain.uf[l]) + gap
         if op == "B":
             state[l] = 0
+            dev.discard(l)
             if state[l - 1] == _A:
                 state[l - 1] = 0
+                dev.discard(l - 1)
         else:
             state[l] = _AB if op == "F_all" else max(state[l], _A)
+            if not host[l]:
+                dev.add(l)
             if op == "F_none":
                 state[l - 1] = 0
+                dev.discard(l - 1)
     return RematOffloadSchedule(ops=ops, release=release, transfers=transfers)
 
 

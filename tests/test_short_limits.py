@@ -181,3 +181,75 @@ def test_tflms_forward_check_matches_its_definition(L, seed, frac, beta):
     M = peak_memory_no_offload(c) * frac
     for n in range(L + 2):
         assert B._tflms_forward_fits(d, M, beta, n) == _forward_fits_direct(d, M, beta, n), n
+
+
+def _least_memory_transfers_by_scan(chain, bandwidth, ops):
+    """The least-memory schedule's transfers and release times by its definition: before each
+    operation, every stored value (k = 0..L) on the device that it does not read goes to the host,
+    then the values it reads come back; a scan of all L + 1 values per operation (O(L^2), as the
+    schedule was first written)."""
+    from memplan.baselines.remat_offload_min_memory import _A, _AB
+
+    L = chain.L
+    wa, wab = chain.wa, chain.wabar
+    state, host = [0] * (L + 2), [False] * (L + 2)
+    state[0] = _A
+    total = float(chain.uf.sum() + chain.ub.sum()) + 2 * float(np.maximum(wa, wab)[:L + 1].sum()) / bandwidth
+    gap = max(1e-6 * total, 1e-9)
+    t, release, moves = 0.0, [], []
+    for op, l in ops:
+        reads = (l, l - 1) if op == "B" else (l - 1,)
+        for k in range(L + 1):
+            size = wab[k] if state[k] == _AB else wa[k] if state[k] == _A else 0.0
+            if state[k] and not host[k] and k not in reads and k != l and size > 0:
+                moves.append(("offload", k, float(size), t))
+                t += size / bandwidth + gap
+                host[k] = True
+        for k in reads:
+            if k <= L and host[k]:
+                size = wab[k] if state[k] == _AB else wa[k]
+                moves.append(("prefetch", k, float(size), t))
+                t += size / bandwidth + gap
+                host[k] = False
+        release.append(t)
+        t += (chain.ub[l] if op == "B" else chain.uf[l]) + gap
+        if op == "B":
+            state[l] = 0
+            if state[l - 1] == _A:
+                state[l - 1] = 0
+        else:
+            state[l] = _AB if op == "F_all" else max(state[l], _A)
+            if op == "F_none":
+                state[l - 1] = 0
+    return release, moves
+
+
+@settings(max_examples=60, deadline=None)
+@given(L=st.integers(1, 30), seed=st.integers(0, 10_000), integer=st.booleans(),
+       bandwidth=st.sampled_from([1.0, 1e3, 1e10]))
+def test_least_memory_schedule_matches_the_scan_of_every_value(L, seed, integer, bandwidth):
+    """The least-memory schedule of remat + offloading keeps the few values on the device in a set
+    (O(L)); its transfers and release times are the full scan's, exactly."""
+    from memplan.baselines.remat_offload_min_memory import min_memory_schedule
+
+    c = random_chain(L, seed, integer=integer)
+    got = min_memory_schedule(c, bandwidth)
+    release, moves = _least_memory_transfers_by_scan(c, bandwidth, got.ops)
+    assert list(got.release) == release
+    assert [(m.kind, m.index, m.nbytes, m.release) for m in got.transfers] == moves
+
+
+def test_the_least_memory_candidate_is_not_made_where_it_cannot_win():
+    """remat-offload's portfolio: where a candidate already takes the compute time alone (no schedule
+    is faster), the least-memory schedule is not made, and the candidates say so; the answer is the
+    same optimum. Where nothing fits, it still states the least memory."""
+    c = random_chain(12, 3)
+    hi = memplan.remat.memory_range(c)[1]
+    sol = memplan.remat_offload.solve(c, memory=0.8 * hi, bandwidth=1e12, time_limit=30)
+    assert sol.status == Status.OPTIMAL and sol.objective == pytest.approx(float(c.store_all_time()), rel=1e-9)
+    assert sol.details["candidates"]["least-memory schedule"].startswith("not made: a candidate already takes")
+    from memplan.baselines.remat_offload_min_memory import min_memory
+
+    need = min_memory(c, 1e3)
+    low = memplan.remat_offload.solve(c, memory=need.lower * 0.5, bandwidth=1e3, time_limit=30)
+    assert low.status == Status.INFEASIBLE and low.details["min_memory"] == need.value

@@ -73,6 +73,7 @@ Every schedule is replayed by :func:`memplan.models.pipeline.simulate_cyclic` be
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -93,6 +94,23 @@ class CyclicResult:
     status: Status
     message: str
     solves: int = 0
+
+
+#: seconds to build one model of :func:`build_cyclic_model`: (a + c L^2) K (K = 1 measured 2.9 s at
+#: L = 400 and about 35 s at L = 1000 on 2 cores, margin x2; K = 2 and 3 at L = 100: 1.0 and 2.0 s
+#: against 0.7 s for K = 1, on 2 loaded cores)
+BUILD_SECONDS = (0.5, 3e-5)
+
+
+#: seconds per nonzero by which HiGHS runs past its limit in these models' root (LP and cut rounds:
+#: 100 layers, K = 1, 80 k nonzeros, 5.0 s for 2.8 s); :func:`solve_milp` keeps that much of the call
+ROOT_OVERRUN_S_PER_NNZ = 2.5e-5
+
+
+def build_seconds(L: int, K: int = 1) -> float:
+    """The estimated seconds :func:`build_cyclic_model` takes for L layers and K mini-batches per
+    period (:data:`BUILD_SECONDS`); the build is not interruptible."""
+    return (BUILD_SECONDS[0] + BUILD_SECONDS[1] * L * L) * max(1, int(K))
 
 
 def build_cyclic_model(td, gpu: list[int], T: float, K: int, caps: dict[int, int] | None,
@@ -292,7 +310,8 @@ def _task_longer_than(td, T: float) -> bool:
 
 def solve_cyclic(td: TaskData, layer_gpu: Sequence[int], T: float, K: int,
                  memory: float | None, *, P: int | None = None, time_limit: float | None = 20,
-                 threads: int | None = None, retries: int = 4, memory_model: str = "auto") -> CyclicResult:
+                 threads: int | None = None, retries: int = 4, memory_model: str = "auto",
+                 deadline: float | None = None) -> CyclicResult:
     """A K-periodic schedule of the allocation ``layer_gpu`` (GPU of layer l at index l-1) of the
     task data ``td`` (``task_data(chain, bandwidth)``) with average period T whose replayed memory
     fits in ``memory``; see the module docstring.
@@ -301,14 +320,15 @@ def solve_cyclic(td: TaskData, layer_gpu: Sequence[int], T: float, K: int,
     dependencies are not in that model, that GPU's cap is lowered by one and the MILP solved again,
     at most ``retries`` times), ``"exact"`` (K = 1: the simulator's memory during every task) or
     ``"auto"``: exact for K = 1; for K >= 2 caps, then layers when caps finds nothing (module
-    docstring)."""
+    docstring). ``deadline`` (a :func:`time.monotonic` time): no model is built whose estimated
+    build (:func:`build_seconds`) would end after it; the answer is then NO_SOLUTION, saying so."""
     if memory_model == "auto":
         if K == 1:
             memory_model = "exact"
         elif memory is None:
             memory_model = "layers"
         else:   # neither model contains the other for K >= 2 (module docstring): caps, then layers
-            kw = dict(P=P, time_limit=time_limit, threads=threads, retries=retries)
+            kw = dict(P=P, time_limit=time_limit, threads=threads, retries=retries, deadline=deadline)
             r = solve_cyclic(td, layer_gpu, T, K, memory, memory_model="caps", **kw)
             if r.schedule is not None or r.status == Status.ERROR:
                 return r
@@ -331,9 +351,16 @@ def solve_cyclic(td: TaskData, layer_gpu: Sequence[int], T: float, K: int,
             g = min(caps, key=caps.get)
             return CyclicResult(None, None, Status.INFEASIBLE,
                                 f"GPU {g} cannot hold the activations of one mini-batch", solves)
+        est = build_seconds(td.L, K)
+        if deadline is not None and time.monotonic() + est > deadline:
+            left = max(0.0, deadline - time.monotonic())
+            return CyclicResult(None, None, Status.NO_SOLUTION,
+                                f"not built: the {K}-periodic model of {td.L} layers takes about {est:.2g} s to "
+                                f"build, more than the {left:.2g} s left", solves)
         md, comms, sc = build_cyclic_model(td, gpu, T, K, caps, None if memory_model == "caps" else memory,
                                            exact=memory_model == "exact")
-        res = solve_milp(md, time_limit=time_limit, threads=threads, options=EXACT_TOLERANCES)
+        res = solve_milp(md, time_limit=time_limit, threads=threads, options=EXACT_TOLERANCES,
+                         root_overrun=ROOT_OVERRUN_S_PER_NNZ)
         solves += 1
         if not res.has_solution:
             return CyclicResult(None, None, res.status, res.message, solves)
@@ -369,7 +396,8 @@ def min_memory_at_period(td: TaskData, layer_gpu: Sequence[int], T: float, *,
         return CyclicResult(None, None, Status.INFEASIBLE, "a task is longer than the period"), None
     scale = float(3 * td.W[1:].sum() + td.A.sum()) or 1.0      # bytes; md.peak is in scale / 1000
     md, comms, sc = build_cyclic_model(td, gpu, T, 1, None, memory=scale, exact=True, minimize_memory=True)
-    res = solve_milp(md, time_limit=time_limit, threads=threads, options=EXACT_TOLERANCES)
+    res = solve_milp(md, time_limit=time_limit, threads=threads, options=EXACT_TOLERANCES,
+                     root_overrun=ROOT_OVERRUN_S_PER_NNZ)
     bound = res.bound * scale / 1000.0 if res.bound is not None else None
     if not res.has_solution:
         return CyclicResult(None, None, res.status, res.message), bound

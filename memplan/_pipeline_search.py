@@ -27,7 +27,7 @@ from typing import Any, Iterator, Sequence
 from memplan.baselines.pipeline import Point, best_feasible, min_memory_contiguous
 from memplan.baselines.pipeline_modular import bisect_period, serial_pattern
 from memplan.formulations.pipeline_balance import balanced_allocation
-from memplan.formulations.pipeline_cyclic import CyclicResult, min_memory_at_period, solve_cyclic
+from memplan.formulations.pipeline_cyclic import CyclicResult, build_seconds, min_memory_at_period, solve_cyclic
 from memplan.formulations.pipeline_ilp import solve_min_memory
 from memplan.models.budget import Budget
 from memplan.models.pipeline import (Pattern, TaskData, allocation_load, simulate_pattern, stages_to_layer_gpu)
@@ -83,7 +83,7 @@ def cyclic_search(td: TaskData, layer_gpu: Sequence[int], memory: float | None, 
     came first)."""
     if lo is None:
         lo = allocation_load(td, layer_gpu)
-    if left(deadline, math.inf) < _CYCLIC_BUILD_S[0] + _CYCLIC_BUILD_S[1] * td.L ** 2:
+    if left(deadline, math.inf) < build_seconds(td.L, 1):
         return None           # the exact model's build alone (O(L^2) rows, not interruptible) would overrun
 
     def fit(T: float) -> CyclicResult | None:
@@ -91,7 +91,7 @@ def cyclic_search(td: TaskData, layer_gpu: Sequence[int], memory: float | None, 
             if expired(deadline):
                 return None
             r = solve_cyclic(td, layer_gpu, T, k, memory, P=P, time_limit=left(deadline, time_limit),
-                             threads=threads)
+                             threads=threads, deadline=deadline if math.isfinite(deadline) else None)
             if r.schedule is not None:
                 return r
         return None
@@ -134,9 +134,6 @@ def exact_refine(td: TaskData, P: int, memory: float | None, allocations: Sequen
     return best
 
 
-#: seconds to build the exact 1-periodic MILP of pipeline_cyclic: a + c L^2 (measured 2.9 s at L = 400,
-#: about 35 s at L = 1000, on 2 cores; margin x2)
-_CYCLIC_BUILD_S = (0.5, 3e-5)
 #: seconds per row and per nonzero to build and compile the balancing MILP (fitted on 2 loaded cores:
 #: 1.05 s at L = 73, P = 16; 3.4 s at P = 32; 5.8 s at L = 1000, P = 4; margin x1.5)
 _BALANCE_BUILD_S = (4.5e-5, 3.6e-6)

@@ -64,8 +64,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from memplan import _frontend
-from memplan._pipeline_search import (cyclic_search, deadline_of, exact_refine, expired, known_allocations,
+from memplan._pipeline_search import (cyclic_search, deadline_of, exact_refine, expired, known_allocations, left,
                                       memory_at_period, min_memory_pattern, phase, quiet)
+from memplan.formulations.pipeline_cyclic import build_seconds
 from memplan.baselines.pipeline import (Point, Points, best_feasible, gpipe_points, min_memory_contiguous,
                                         min_memory_contiguous_seconds, pipedream_points, start_pattern)
 from memplan.baselines.pipeline_dag import MAX_STATES, DagPoint, DagPoints, dag_points
@@ -539,7 +540,9 @@ def _cyclic(c: _Call) -> Solution:
             if r is not None and (best is None or r.schedule.T < best.schedule.T):
                 best = r
     times["cyclic"] = time.perf_counter() - t_cyc
-    cut = tried < len(cands) or expired(deadline)
+    # cut short: an allocation not tried, or too little time left for another model's build (the
+    # searches skip a build that would end past the deadline, solve_cyclic)
+    cut = tried < len(cands) or expired(deadline) or left(deadline, math.inf) < build_seconds(td.L, K)
     b.log(f"cyclic: {tried} of {len(cands)} allocation(s) searched, "
           + (f"period {fmt_time(best.schedule.T, digits=6)}" if best is not None else "nothing found")
           + f", {times['cyclic']:.1f}s")

@@ -8,8 +8,10 @@ then ``cuts="multi"`` (what ``cuts="auto"`` picks for these three): L, counted o
 the cells/blocks/layers of the network against the stages that end in each (every unit must end at
 least one stage), the resident bytes, and the minimum feasible memory against store-all's peak
 (issue 30 asks for at most 50%). The multi chain is profiled with ``models.profiler.profile_chain``
-(``repeats=1``, in-context timing), and store-all plus rotor (``memplan.remat.solve``) at 25% and 75%
-of the way from the minimum to store-all's peak are executed (``models.runtime.execute``,
+(``repeats=1``, in-context timing), and store-all plus rotor (``memplan.remat.solve``) at the minimum
+(:func:`memplan.remat.memory_range`'s bottom: with resident tensors charged only while they exist, the
+least memory a plan is known to fit in) and at 25% and 75% of the way from it to store-all's peak
+are executed (``models.runtime.execute``,
 ``measure_memory=True``): parameter gradients against plain autograd's (``torch.equal``, same RNG
 seed) and the measured peak against the simulator's (``models.remat.simulate_remat``). Last, the
 chain pipelined on 4 GPUs (``memplan.pipeline.solve``, PipeDream's planner and the ILP, 30 s each).
@@ -227,7 +229,7 @@ def main(argv=None) -> int:
 
         ref = grads(lambda: loss_fn(model(x)).backward())
         plans = [("store-all", store_all_schedule(chain))]
-        for f in (0.25, 0.75):
+        for f in (0.0, 0.25, 0.75):     # 0: the range's bottom, the least memory a plan is known to fit in
             sol = memplan.remat.solve(chain, memory=lo + f * (hi - lo), method="rotor", time_limit=60)
             plans.append((f"rotor at {lo / 2**20 + f * (hi - lo) / 2**20:.3f} MiB", sol.schedule))
         for label, seq in plans:

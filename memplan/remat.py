@@ -509,6 +509,18 @@ def _solve_in_papers_times(chain: Chain, sol: Solution, method: str, memory: flo
 _REPLAYED_SEGMENTS = 128
 
 
+def _baseline_schedules(chain: Chain, method: str) -> list:
+    """``[(name, () -> schedule)]``: the baselines of ``method``'s class, in the order
+    :func:`_replayed_baselines` replays them (store-all and recompute-all, then ``checkpoint_sequential``
+    with 1.. :data:`_REPLAYED_SEGMENTS` segments and every 8th beyond; a baseline method: its own)."""
+    L = chain.L
+    ks = list(range(1, min(L, _REPLAYED_SEGMENTS) + 1)) + list(range(_REPLAYED_SEGMENTS + 8, L + 1, 8))
+    seq = [(f"sequential with {k} segment(s)", lambda k=k: remat_heuristics.sequential_schedule(chain, k)) for k in ks]
+    ends = [("store-all", lambda: remat_heuristics.store_all_schedule(chain)),
+            ("recompute-all", lambda: remat_heuristics.recompute_all_schedule(chain))]
+    return {"store-all": ends[:1], "recompute-all": ends[1:], "sequential": seq}.get(method, ends + seq)
+
+
 def _replayed_baselines(chain: Chain, memory: float, method: str, sol: Solution,
                         time_left: float | None = None) -> Solution:
     """Never worse than a baseline where the replay charges resident tensors only while they exist
@@ -524,15 +536,9 @@ def _replayed_baselines(chain: Chain, memory: float, method: str, sol: Solution,
     says so. O(L) replays of O(L) operations (at most :data:`_REPLAYED_SEGMENTS` + L/8 segment counts;
     33 ms on NASNet-A's 63 stages), no new one once ``time_left`` seconds have passed (store-all and
     recompute-all first, then the segment counts from 1 up)."""
-    L = chain.L
-    ks = list(range(1, min(L, _REPLAYED_SEGMENTS) + 1)) + list(range(_REPLAYED_SEGMENTS + 8, L + 1, 8))
-    seq = [(f"sequential with {k} segment(s)", lambda k=k: remat_heuristics.sequential_schedule(chain, k)) for k in ks]
-    ends = [("store-all", lambda: remat_heuristics.store_all_schedule(chain)),
-            ("recompute-all", lambda: remat_heuristics.recompute_all_schedule(chain))]
-    cands = {"store-all": ends[:1], "recompute-all": ends[1:], "sequential": seq}.get(method, ends + seq)
     best = least = None
     t0 = time.perf_counter()
-    for name, make in cands:
+    for name, make in _baseline_schedules(chain, method):
         if time_left is not None and least is not None and time.perf_counter() - t0 > time_left:
             break
         sched = make()
@@ -621,6 +627,16 @@ def memory_range(chain: Chain) -> tuple[float, float]:
     always the peak of recompute-all) no valid sequence exists; from store-all's peak on nothing
     needs recomputing. Memory sweeps (paper 004, Figures 6-8) space their limits in between.
 
+    A chain whose resident gradients or values are charged only while they exist
+    (:attr:`Chain.resident_grads`, :attr:`Chain.resident_values`: profiled multi-tensor cuts): the
+    solvers plan with the whole ``resident`` charge, an upper bound, so both ends are replayed
+    (:func:`memplan.models.remat.simulate_remat`). The top is store-all's replayed peak (NASNet-A at
+    32x32: 49.9 MiB, where the whole charge says 64.1); the bottom is the least memory at which a plan
+    is known to fit: the whole charge's minimum, or a baseline's replayed peak (store-all,
+    recompute-all, ``checkpoint_sequential`` with any number of segments) where lower. The exact
+    minimum is then only bracketed: :func:`solve` proves none fits below the whole minimum less the
+    spans' bytes.
+
     Examples
     --------
     >>> import memplan
@@ -630,7 +646,14 @@ def memory_range(chain: Chain) -> tuple[float, float]:
     """
     chain = _frontend.chain_arg(chain, PROBLEM)
     inner, r = chain.without_resident(), chain.resident      # resident tensors: charged once, for the whole step
-    return min_memory(inner) + r, remat_heuristics.store_all(inner).peak_memory + r
+    lo, hi = min_memory(inner) + r, remat_heuristics.store_all(inner).peak_memory + r
+    if not (chain.resident_grads or chain.resident_values):
+        return lo, hi
+    # spans: the solvers' whole charge is an upper bound. Store-all replayed is the memory from which
+    # nothing needs recomputing; the low end is the least memory at which a plan is known to fit: the
+    # whole charge's minimum (its sequence replays at most there) or a baseline's replayed peak
+    peaks = {name: simulate_remat(chain, make()).peak_memory for name, make in _baseline_schedules(chain, "all")}
+    return min(lo, min(peaks.values())), min(hi, peaks["store-all"])
 
 
 def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_limit: float | None = 60.0,

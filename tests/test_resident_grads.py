@@ -247,7 +247,9 @@ def test_never_slower_than_a_baseline_that_fits_in_the_replay(method):
     base = {"store-all": [store_all_schedule(c)], "sequential": [sequential_schedule(c, k) for k in (1, 2, 3)]}
     scheds = base.get(method, [store_all_schedule(c), recompute_all_schedule(c)] + base["sequential"])
     reps = [simulate_remat(c, s) for s in scheds]
-    whole_min = memplan.remat.memory_range(c)[0]
+    from memplan.baselines.remat_min_memory import min_memory
+
+    whole_min = min_memory(c.without_resident()) + c.resident    # the solvers' whole charge's minimum
     spans = 2.0 + 3.0 + 1.0
     for memory in range(8, 32):
         sol = memplan.remat.solve(c, memory=float(memory), method=method, time_limit=10)
@@ -334,6 +336,30 @@ def test_progress_on_a_resident_chain_ends_with_the_replayed_peak():
     assert sol.peak_memory == simulate_remat(c, sol.schedule).peak_memory == 15.0
 
 
+def test_memory_range_is_the_replayed_range_on_a_chain_with_spans():
+    """With spans, the solvers' whole charge overstates both ends: store-all replays at 15 B
+    (hand-counted in the test above) where the whole charge says 19 (9 + 10), and sequential(3) fits in 13 B
+    where the whole charge's minimum is 16. The range is then (13, 15): a plan at its bottom, store-all
+    at its top and not below it."""
+    import dataclasses
+
+    import memplan
+    from memplan.baselines.remat_heuristics import recompute_all_schedule
+
+    c = _valued()
+    whole = dataclasses.replace(c, resident_grads=(), resident_values=())     # charged whole, as the solvers plan
+    assert memplan.remat.memory_range(whole) == (16.0, 19.0)
+    lo, hi = memplan.remat.memory_range(c)
+    assert (lo, hi) == (13.0, 15.0)
+    assert simulate_remat(c, sequential_schedule(c, 3)).peak_memory == 13.0
+    assert simulate_remat(c, recompute_all_schedule(c)).peak_memory == 13.0
+    bottom = memplan.remat.solve(c, memory=lo, method="rotor", time_limit=10)
+    assert bottom.success and bottom.peak_memory <= lo
+    top = memplan.remat.solve(c, memory=hi, method="store-all", time_limit=10)
+    assert top.success and top.objective == simulate_remat(c, store_all_schedule(c)).makespan
+    assert not memplan.remat.solve(c, memory=hi - 0.5, method="store-all", time_limit=10).success
+
+
 @given(seed=st.integers(0, 10**6), L=st.integers(2, 5), frac=st.floats(0.0, 1.2),
        method=st.sampled_from(["rotor", "sequential", "store-all", "revolve"]))
 @settings(max_examples=40, deadline=None, derandomize=True)
@@ -347,6 +373,7 @@ def test_resident_spans_solutions_replay_and_beat_every_fitting_baseline(seed, L
 
     from memplan import remat
     from memplan.baselines.remat_heuristics import recompute_all_schedule
+    from memplan.baselines.remat_min_memory import min_memory
     from memplan.models.chain import random_chain
     from memplan.models.solution import Status
 
@@ -360,9 +387,10 @@ def test_resident_spans_solutions_replay_and_beat_every_fitting_baseline(seed, L
         values.append((float(rng.integers(1, 5)), k, tuple(readers) if rng.random() < 0.5 else ()))
     whole = sum(g for g, _, _ in grads) + sum(b for b, _, _ in values) + float(rng.integers(0, 4))
     c = dataclasses.replace(base, resident=whole, resident_grads=grads, resident_values=values)
-    lo, hi = remat.memory_range(c)
+    lo = min_memory(c.without_resident()) + c.resident          # the whole charge's minimum
+    hi = remat.memory_range(c)[1]
     spans = sum(g for g, _, _ in grads) + sum(b for b, _, _ in values)     # charged only while they exist
-    memory = (lo - spans) + frac * (hi - (lo - spans))
+    memory = (lo - spans) + frac * (max(hi, lo) - (lo - spans))
     sol = remat.solve(c, memory=memory, method=method, time_limit=10)
     seqs = {"store-all": [store_all_schedule(c)], "sequential": [sequential_schedule(c, k) for k in range(1, L + 1)]}
     scheds = seqs.get(method, [store_all_schedule(c), recompute_all_schedule(c)] + seqs["sequential"])
@@ -380,3 +408,9 @@ def test_resident_spans_solutions_replay_and_beat_every_fitting_baseline(seed, L
             assert memory < lo - spans + 1e-9
         assert any(r.peak_memory <= sol.details["min_memory"] * (1 + 1e-9) for r in reps) or \
             sol.details["min_memory"] == lo
+    # the replayed range: a plan at its bottom (no more than the whole minimum, at least the proven
+    # bound), store-all exactly at its top
+    bottom, top = remat.memory_range(c)
+    assert lo - spans - 1e-9 <= bottom <= min(lo, top)
+    assert top == simulate_remat(c, store_all_schedule(c)).peak_memory
+    assert remat.solve(c, memory=bottom, method="rotor", time_limit=10).success

@@ -126,9 +126,12 @@ class Discretization:
         else:
             f = lambda x: np.floor(np.minimum(np.asarray(x, dtype=float) / self.q, cap) * (1 + 1e-12))  # noqa: E731
         conv = lambda x: f(x).clip(min=0).astype(np.int64)  # noqa: E731
-        self.wa, self.wab, self.wd = conv(chain.wa), conv(chain.wabar), conv(chain.wd)
-        # each forward's own overhead: F_all's (ofa), the no-grad forwards' F_ck / F_none (ofn)
-        self.ofa, self.ofn, self.ob = conv(chain.of_all), conv(chain.of_ng), conv(chain.ob)
+        # a tiny limit (memory=1e-300: slots of 1e-303 B) overflows x / q to inf, which the cap then clips:
+        # the result is right, the "overflow encountered in divide" warnings on stderr were noise
+        with np.errstate(over="ignore"):
+            self.wa, self.wab, self.wd = conv(chain.wa), conv(chain.wabar), conv(chain.wd)
+            # each forward's own overhead: F_all's (ofa), the no-grad forwards' F_ck / F_none (ofn)
+            self.ofa, self.ofn, self.ob = conv(chain.of_all), conv(chain.of_ng), conv(chain.ob)
 
     def describe(self) -> str:
         if self.exact:

@@ -75,6 +75,15 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     if args.gantt and not hasattr(mod, "gantt"):
         raise CliError(f"--gantt: --problem {args.problem} has no timeline to draw")
     chain, platform = load_instance(args.instance)
+    if args.problem == "remat-offload" and args.bandwidth is None and (platform is None or platform.bandwidth is None):
+        # the API reads no bandwidth as "no link"; from the command line a forgotten --bandwidth silently
+        # solved re-materialization alone (offload and 'memplan sweep remat-offload' refuse it)
+        from memplan._frontend import method_arg
+
+        method_arg(args.method, mod.METHODS, mod.DEFAULT_METHOD, args.problem)    # a bad method: that error first
+        raise CliError(f"--bandwidth: required for --problem remat-offload ({args.instance} has no platform "
+                       "bandwidth); give the host link's, e.g. --bandwidth 12GB/s, or --bandwidth 0 for no link "
+                       "(re-materialization alone)")
     plan_chain = chain
     if args.free_backward:
         # plan the executor without holds ('memplan run' runs such an instance so): the chain whose backward

@@ -48,17 +48,29 @@ def _cmd_budget(args: argparse.Namespace) -> int:
     import memplan
     from memplan.models.networks import DEFAULT_INPUT, canonical_name, example_input, get_model
     from memplan.models.profiler import check_example_input, classification_loss
-    from memplan.models.units import parse_memory
+    from memplan.models.units import UnitError, parse_memory
 
     try:
         key = canonical_name(args.model)
     except KeyError as e:
         raise InputError(str(e.args[0])) from None
-    budget = parse_memory(args.memory)
+    try:
+        budget = parse_memory(args.memory)
+    except UnitError as e:      # "memory '-3GiB' is negative" did not say which option
+        raise InputError(f"--memory {args.memory!r}: {e}; e.g. 300MiB") from None
     if not 0 < budget < float("inf"):      # before the search: a budget of 0 took 29 s to be refused
         raise InputError(f"--memory {args.memory!r}: the budget must be a positive, finite quantity, e.g. 300MiB")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: no CUDA device is available to this torch build")
+    if args.bandwidth is not None and not args.offload:
+        raise InputError(f"--bandwidth {args.bandwidth}: the host link of --offload, which is not given; add --offload "
+                         "(--device cuda) or leave --bandwidth out")
+    if args.cuda_peak != "requested" and args.device != "cuda":
+        raise InputError(f"--cuda-peak {args.cuda_peak}: reads the CUDA caching allocator, and --device is "
+                         f"{args.device}; leave it out (the CPU's peak is the tracker's)")
+    if args.no_chain and tuple(args.stage_fractions) != (1.0,):
+        raise InputError("--stage-fractions: budgets of the chain's compiled stages, and --no-chain leaves the chain "
+                         "out; give one of the two")
     if args.offload and args.device != "cuda":
         raise InputError("--offload needs --device cuda: on a CPU the host is the same memory, nothing would be saved")
     torch.set_num_threads(args.threads)

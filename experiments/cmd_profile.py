@@ -59,6 +59,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         raise InputError(str(e.args[0])) from None
     if args.device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: no CUDA device is available to this torch build")
+    if not str(args.output).strip():
+        raise InputError("-o/--output: an empty file name; give one, e.g. results/out.json")
     out = Path(args.output)
     if out.exists() and not args.force:
         raise FileExistsError(f"{out} exists; pass --force to replace it")
@@ -85,6 +87,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
+    if not str(args.output).strip():
+        raise InputError("-o/--output: an empty file name; give one, e.g. results/out.json")
     out = Path(args.output)
     if out.exists() and not args.force:
         raise FileExistsError(f"{out} exists; pass --force to replace it")
@@ -120,9 +124,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise InputError(f"{args.instance}: not made by 'memplan profile' (needs provenance network, batch, "
                        "input, groups), so there is no network to run")
     L = chain.L
+    if args.solution and args.sequence is not None:
+        raise InputError(f"--solution and --sequence {args.sequence}: give one (the plan of a solution file, or a "
+                         "built-in sequence)")
     if args.solution:
         sched, label = _read_remat_solution(args.solution, chain, args.instance), args.solution
-    elif args.sequence == "store-all":
+    elif args.sequence in (None, "store-all"):
         sched, label = store_all_schedule(chain), "store-all"
     elif args.sequence == "bisection":
         sched, label = bisection_schedule(chain), "bisection"
@@ -467,8 +474,8 @@ def add_parser(subparsers) -> None:
     r.add_argument("instance")
     r.add_argument("--solution", help="Solution JSON written by 'memplan solve --problem remat --json' on this "
                    "instance")
-    r.add_argument("--sequence", default="store-all",
-                   help="when no --solution: store-all, bisection, or sequential[:SEGMENTS]")
+    r.add_argument("--sequence", default=None,
+                   help="when no --solution: store-all (default), bisection, or sequential[:SEGMENTS]")
     r.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: the instance's device")
     r.add_argument("--threads", type=positive_int, default=None,
                    help="torch CPU threads (default on CPU: the profile's, so that its times compare)")

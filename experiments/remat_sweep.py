@@ -40,8 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def grids(args) -> list:
-    if not args.instance:
-        raise InputError("--instance: required (an instance file or a shipped instance's name)")
+    if not args.instance and not args.pipedream:
+        raise InputError("--instance or --pipedream: required (an instance file or a shipped instance's name, or a "
+                         "PipeDream graph.txt)")
     methods = list(remat.METHODS) if args.methods == "all" else sweeps.split_list(args.methods)
     unknown = [m for m in methods if m not in remat.METHODS]
     if unknown:

@@ -379,6 +379,12 @@ def expand(grids: Iterable[Grid]) -> tuple[list[dict], dict[str, Any]]:
                 P_eff = P if P is not None or platform is None or "gpus" not in params else platform.gpus
                 if "bandwidth" not in params:
                     bw_eff = None
+                elif g.problem == "remat-offload" and bw_eff is None:
+                    # the API reads no bandwidth as no link: a grid that forgot it ran re-materialization
+                    # alone under the name remat-offload ('memplan sweep remat-offload' refuses it too)
+                    raise InputError(f"bandwidth: grid remat-offload on {src.spec}: none given and the instance has "
+                                     "no platform bandwidth; give the host link's, e.g. bandwidth = [\"12GB/s\"], or "
+                                     "0 for no link (re-materialization alone)")
                 if "gpus" not in params:
                     P_eff = None
                 if g.memory is not None:

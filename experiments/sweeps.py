@@ -140,7 +140,7 @@ def sources(args, default: str | None = None) -> list[Source]:
     """The chains of ``--instance`` and ``--pipedream`` (``default`` when neither is given)."""
     if not args.instance and not getattr(args, "pipedream", None) and default:
         args.instance = [default]
-    out = [Source(s) for s in split_list(args.instance)]
+    out = [Source(s, args.batch if s.endswith(".graph.txt") else None) for s in split_list(args.instance)]
     out += [Source(s, args.batch, pipedream=True) for s in split_list(args.pipedream)]
     return out
 
@@ -180,6 +180,10 @@ def check_args(args) -> None:
     limits from ``--points`` themselves): one error naming the option, not a grid that silently
     does something else (an empty ``--methods`` running the default, ``--points`` dropped for
     ``--memory``) or a task per point that fails."""
+    if getattr(args, "batch", None) is not None and not split_list(getattr(args, "pipedream", None)) and not any(
+            s.endswith(".graph.txt") for s in split_list(args.instance)):
+        raise InputError(f"--batch {args.batch}: rescales a PipeDream profile only (--pipedream GRAPH_TXT); an "
+                         "instance file keeps the batch it was profiled at: leave --batch out")
     if args.methods is not None and not split_list(args.methods):
         raise InputError(f"--methods {args.methods!r}: no method named; give comma-separated methods, e.g. "
                          "--methods rotor,revolve, or leave it out for the default")
@@ -268,6 +272,9 @@ def merge_run_options(args) -> None:
 
 def run_experiment(mod, args) -> int:
     """``memplan sweep PROBLEM``: the module's grid, the engine, its figure."""
+    if getattr(args, "config", None):
+        raise InputError(f"--config {args.config} and the experiment {getattr(args, 'experiment', '')!r}: give one "
+                         "(the config file's grids, or the experiment's options), not both")
     merge_run_options(args)
     out = Path(args.out or mod.default_out(args))
     check_args(args)                       # before anything is made or computed
@@ -284,11 +291,23 @@ def run_experiment(mod, args) -> int:
 
 
 def _grid_from_toml(d: dict, where: str) -> Grid:
+    if not isinstance(d, dict):
+        raise InputError(f"{where}: must be a table ([[grid]]), got {type(d).__name__} {d!r:.40}")
     bad = set(d) - GRID_KEYS
     if bad:
         raise InputError(f"{where}: unknown key {sorted(bad)[0]!r}; a grid takes {', '.join(sorted(GRID_KEYS))}")
     if "problem" not in d:
         raise InputError(f"{where}.problem: missing (one of remat, offload, remat-offload, pipeline)")
+    whole = lambda v: isinstance(v, int) and not isinstance(v, bool)            # noqa: E731
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+    for key, ok, what in (("points", whole, "a whole number, e.g. points = 6"),
+                          ("batch", whole, "a whole number, e.g. batch = 8"),
+                          ("time_limit", number, "a number of seconds, e.g. time_limit = 30"),
+                          ("options", lambda v: isinstance(v, dict), "a table, e.g. [grid.options] slots = [200, 500]"),
+                          ("fractions", lambda v: isinstance(v, list) and all(number(x) and 0 <= x <= 1 for x in v),
+                           "a list of numbers in [0, 1], e.g. fractions = [0.5, 1]")):
+        if key in d and not ok(d[key]):
+            raise InputError(f"{where}.{key} = {d[key]!r:.40}: give {what}")
     inst = split_list(d.get("instances", [])) + split_list(d.get("instance", []))
     srcs = [Source(s) for s in inst] + [Source(s, d.get("batch"), pipedream=True)
                                            for s in split_list(d.get("pipedream", []))]
@@ -318,6 +337,14 @@ def run_config(args) -> int:
         raise InputError(f"{path}: unknown key {sorted(bad)[0]!r}; the file takes {', '.join(sorted(TOP_KEYS))}")
     if not cfg.get("grid"):
         raise InputError(f"{path}: no [[grid]] table (see memplan sweep --help)")
+    if not isinstance(cfg["grid"], list):
+        raise InputError(f"{path}: grid = {cfg['grid']!r:.40}: give [[grid]] tables (see memplan sweep --help)")
+    if "out" in cfg and not isinstance(cfg["out"], str):
+        raise InputError(f"{path}: out = {cfg['out']!r:.40}: give a folder name, e.g. out = \"results/exp\"")
+    bad = [f for f in (cfg.get("figures") or []) if f not in figures.FIGURES] if isinstance(
+        cfg.get("figures", []), list) else [cfg["figures"]]
+    if bad:     # checked before the grids run, not after
+        raise InputError(f"{path}: figures: unknown {bad[0]!r}; give a list of {', '.join(figures.FIGURES)}")
     grids = [_grid_from_toml(g, f"{path}: grid[{k}]") for k, g in enumerate(cfg["grid"])]
     out = Path(args.out or cfg.get("out") or f"results/{path.stem}")
     output_dir(out, "-o/--out" if args.out else f"{path}: out")

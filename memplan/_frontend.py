@@ -22,6 +22,9 @@ from memplan.models.solution import InputError, Solution, Status
 from memplan.models.units import UnitError, fmt_memory, parse_bandwidth, parse_memory
 
 DEFAULT_TIME_LIMIT = 60.0
+#: the slowest link a bandwidth may give, bytes/s: transfer times of the largest sizes stay finite
+#: (1e-310 B/s made them inf); toy chains in bytes use links of 1e-4 B/s and slower
+MIN_BANDWIDTH = 1e-100
 
 
 def _quantity(value: Any, name: str, parse, example: str, *, required: bool, problem: str) -> float | None:
@@ -39,6 +42,11 @@ def _quantity(value: Any, name: str, parse, example: str, *, required: bool, pro
         raise InputError(f"{problem}: {name}={value!r} is not understood ({e}); e.g. {example!r}") from None
     if not (v > 0 and math.isfinite(v)):
         raise InputError(f"{problem}: {name}={value!r} must be a positive, finite quantity, e.g. {example!r}")
+    if name == "bandwidth" and v < MIN_BANDWIDTH:
+        # 1e-310 B/s passed, then transfer times overflowed to inf: numpy warnings and internal errors
+        # ("operands could not be broadcast", "stages [(1, -1), (0, 23)] are not a contiguous partition")
+        raise InputError(f"{problem}: bandwidth={value!r} is below {MIN_BANDWIDTH:g} bytes/s, slower than any link "
+                         f"(a unit slip?); e.g. {example!r}")
     return v
 
 

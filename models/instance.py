@@ -624,6 +624,8 @@ def save_instance(chain: Chain, path: str | Path, platform: Platform | None = No
     if not isinstance(chain, Chain):
         raise TypeError(f"save_instance: chain must be a Chain or an Instance, not {type(chain).__name__}")
     path = Path(path)
+    if path.is_dir():           # overwrite=True raised a bare IsADirectoryError
+        raise IsADirectoryError(f"{path}: is a folder; give a file name, e.g. {path / 'instance.json'}")
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} exists; pass overwrite=True (or --force) to replace it")
     data = chain_to_dict(chain, platform, **kw)

@@ -88,6 +88,8 @@ def _number(text: str, where: str, field: str = "") -> float:
             parts = [float(text)]
     except ValueError:
         raise PipeDreamFormatError(f"{where}: cannot read number {text!r}") from None
+    if not parts:       # "[]" summed to 0: a time or size left out is not a zero one
+        raise PipeDreamFormatError(f"{where}: {field or 'a field'}={text} holds no number")
     if field:
         top = MAX_SECONDS * 1e3 if field.endswith("_time") else MAX_BYTES
         for v in parts:
@@ -120,11 +122,14 @@ def read_graph(path: str | Path) -> nx.DiGraph:
             raise PipeDreamFormatError(f"{where}: not a node or edge line: {line[:80]!r}")
         nid, desc = m.group(1), m.group(2).strip()
         at = f"{where}: node {nid}"
+        if nid in G:        # the second line silently replaced the first one's times and sizes
+            raise PipeDreamFormatError(f"{at}: a second line for node {nid} ({G.nodes[nid]['line']} has the "
+                                       "first); each node has one line")
         G.add_node(nid, desc=desc, type=desc.split("(")[0].strip(),
                    uf=_number(m.group(3), at, "forward_compute_time") * 1e-3,
                    ub=_number(m.group(4), at, "backward_compute_time") * 1e-3,
                    out_bytes=_number(m.group(5), at, "activation_size"),
-                   weight_bytes=_number(m.group(6), at, "parameter_size"))
+                   weight_bytes=_number(m.group(6), at, "parameter_size"), line=where)
     for u, v, where in edges:
         for n in (u, v):
             if n not in G:
@@ -199,6 +204,12 @@ def import_graph(path: str | Path, batch: int | None = None, name: str | None = 
     used = PROFILE_BATCH if batch is None else batch
     nd = G.nodes
     if source in G:             # one source: it is a^0 (its time, data loading, is ignored)
+        if nd[source]["type"] != "Input" and (nd[source]["ub"] > 0 or nd[source]["weight_bytes"] > 0):
+            # a computing layer (a Conv) as the only source became a^0, its backward time and its
+            # parameters dropped without a word
+            raise PipeDreamFormatError(f"{path}: node {source} ({nd[source]['type']}) is the only source but not an "
+                                       "Input node, and it has a backward time or parameters that a^0 would drop; "
+                                       "a PipeDream profile starts at an Input node (the data)")
         data = {source}
     else:                       # several: a^0 = the Input sources (loaded data), which lie in group 1
         data = {n for n in sources if nd[n]["type"] == "Input"}
@@ -256,10 +267,17 @@ def import_graph(path: str | Path, batch: int | None = None, name: str | None = 
     if batch is not None and batch != PROFILE_BATCH:
         prov["scaling"] = (f"times and activation sizes scaled linearly by {batch}/{PROFILE_BATCH} from the "
                            f"profile's batch {PROFILE_BATCH} (an approximation); parameters unchanged")
-    return Chain.from_stages(uf=uf, ub=ub, wa=wa, wabar=wabar, wd=wa, weights=weights,
-                             name=name or f"pipedream-{stem}-b{used}",
-                             stage_names=["input"] + [_stage_name(G, g) for g in groups] + ["loss"],
-                             provenance=prov)
+    try:
+        return Chain.from_stages(uf=uf, ub=ub, wa=wa, wabar=wabar, wd=wa, weights=weights,
+                                 name=name or f"pipedream-{stem}-b{used}",
+                                 stage_names=["input"] + [_stage_name(G, g) for g in groups] + ["loss"],
+                                 provenance=prov)
+    except ValueError as e:
+        if batch is None or batch <= PROFILE_BATCH:
+            raise
+        # --batch 1e20 blamed Chain.uf[1]: the rescaled times or sizes are what is out of range
+        raise InputError(f"batch={batch}: rescaling the profile from batch {PROFILE_BATCH} puts it out of range "
+                         f"({e}); give a smaller batch") from None
 
 
 def _multi_chain(G: nx.DiGraph, data: set, k: float, path: Path) -> Chain:

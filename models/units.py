@@ -150,6 +150,8 @@ def fmt_memory(nbytes: float | None, binary: bool = True, digits: int = 1) -> st
     for u in units:
         if abs(x) < base or u == units[-1]:
             if u == "B":     # whole bytes as such; a fractional size (a toy chain's) keeps its decimals
+                if x != 0 and abs(x) < 0.5 * 10.0 ** -max(1, digits):
+                    return f"{x:.3g} B"      # a limit of 1e-300 B read "0.0 B"
                 return f"{x:.0f} B" if float(x).is_integer() else f"{x:.{max(1, digits)}f} B"
             return f"{x:.{digits}f} {u}"
         x /= base

@@ -495,3 +495,123 @@ def test_compile_under_budget_bad_input_is_an_input_error():
                          ((x, "1MiB"), "must be a tuple or list")):
         with pytest.raises(InputError, match=needle):
             memplan.compile_under_budget(m, *args)
+
+
+# ----------------------------------------------------------------------------- session 36: a CLI fuzz
+@pytest.mark.parametrize("name,kw,needle", [
+    ("gpt2", {"n_layer": -1}, "n_layer=-1"),          # exited 0 with a GPT-2 of no block
+    ("gpt2", {"n_layer": 0}, "n_layer=0"),
+    ("gpt2", {"n_head": 0}, "n_head=0"),              # ZeroDivisionError
+    ("gpt2", {"n_embd": 0}, "n_embd=0"),
+    ("gpt2", {"vocab": 0}, "vocab=0"),
+    ("gpt2", {"n_layer": "abc"}, "n_layer='abc'"),    # TypeError
+    ("resnet18", {"num_classes": -5}, "num_classes=-5"),
+])
+def test_zoo_settings_out_of_range_are_refused(name, kw, needle):
+    from memplan.models.networks import get_model
+
+    with pytest.raises(ValueError, match="model") as e:
+        get_model(name, **kw)
+    assert needle in str(e.value) and "given:" in str(e.value)
+
+
+def test_a_zoo_setting_out_of_range_is_one_line_from_the_command_line(tmp_path, capsys):
+    rc, _, err = _run(["profile", "--model", "gpt2", "--batch", "1", "--input", "16", "--set", "n_layer=-1",
+                       "-o", str(tmp_path / "g.json")], capsys)
+    assert rc == 2 and "n_layer=-1" in _one_line(err) and not (tmp_path / "g.json").exists()
+
+
+@pytest.mark.parametrize("bw", ["1e-310", "5e-324", "1e-120"])
+def test_a_bandwidth_slower_than_any_link_is_refused(bw, capsys):
+    """A subnormal bandwidth passed the positive check, then transfer times overflowed (numpy warnings
+    and internal errors, or exit 1); below 1e-100 B/s it is refused, naming it."""
+    with pytest.raises(InputError, match="bandwidth"):
+        memplan.offload.solve(load_instance(TOY)[0], memory="80MiB", bandwidth=float(bw))
+    rc, _, err = _run(["solve", TOY, "--problem", "offload", "--memory", "80MiB", "--bandwidth", bw], capsys)
+    assert rc == 2 and "bandwidth" in _one_line(err)
+
+
+def test_remat_offload_without_a_bandwidth_is_refused_on_the_command_line(capsys, no_solve):
+    """The instance has no platform bandwidth: a forgotten --bandwidth solved re-materialization alone
+    and exited 0; --bandwidth 0 still asks for that explicitly."""
+    rc, _, err = _run(["solve", TOY, "--problem", "remat-offload", "--memory", "85MiB"], capsys)
+    line = _one_line(err)
+    assert rc == 2 and "--bandwidth" in line and "--bandwidth 0" in line
+
+
+def test_run_refuses_a_solution_and_a_sequence_together(tmp_path, capsys):
+    sol = tmp_path / "s.json"
+    sol.write_text("{}")
+    rc, _, err = _run(["run", str(ROOT / "instances" / "resnet18-b8-224-cpu.json"), "--solution", str(sol),
+                       "--sequence", "store-all"], capsys)
+    assert rc == 2 and "--sequence" in _one_line(err) and "give one" in _one_line(err)
+
+
+@pytest.mark.parametrize("argv,needles", [
+    (["--memory", "300MiB", "--bandwidth", "25GB/s"], ["--bandwidth", "--offload"]),   # was ignored
+    (["--memory", "-3GiB"], ["--memory", "-3GiB"]),
+    (["--memory", "1.5XB"], ["--memory", "1.5XB"]),
+    (["--memory", "300MiB", "--cuda-peak", "allocated"], ["--cuda-peak", "cpu"]),            # was ignored
+    (["--memory", "300MiB", "--no-chain", "--stage-fractions", "1,0.5"], ["--stage-fractions", "--no-chain"]),
+])
+def test_budget_options_are_named(argv, needles, capsys):
+    rc, _, err = _run(["budget", "--model", "resnet18", "--batch", "1", "--input", "3x32x32", *argv], capsys)
+    line = _one_line(err)
+    assert rc == 2 and all(n in line for n in needles), line
+
+
+@pytest.mark.parametrize("cmd", [["profile", "--model", "resnet18", "--batch", "1", "--input", "3x32x32"],
+                                 ["import-pipedream", str(PD / "resnet18.graph.txt")]])
+def test_an_empty_output_file_name_is_named(cmd, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = _run([*cmd, "-o", ""], capsys)
+    assert rc == 2 and "-o/--output" in _one_line(err) and "empty" in _one_line(err)
+
+
+def test_a_pipedream_node_given_twice_or_without_a_number_is_refused(tmp_path):
+    text = (PD / "resnet18.graph.txt").read_text().splitlines(keepends=True)
+    node = next(l for l in text if l.lstrip().startswith("node"))
+    twice = tmp_path / "twice.graph.txt"
+    twice.write_text(node + "".join(text))                   # the first node line again, first
+    with pytest.raises(PipeDreamFormatError, match="second line"):
+        import_graph(twice)
+    import re
+
+    empty = tmp_path / "empty.graph.txt"                      # backward_compute_time=[] was read as 0
+    empty.write_text("".join(text).replace(node, re.sub(r"backward_compute_time=[^,]*", "backward_compute_time=[]",
+                                                        node), 1))
+    with pytest.raises(PipeDreamFormatError, match="backward_compute_time=\\[\\] holds no number"):
+        import_graph(empty)
+
+
+def test_a_batch_that_puts_the_profile_out_of_range_names_the_batch():
+    with pytest.raises(InputError, match="batch=100000000000000000000"):
+        import_graph(PD / "resnet18.graph.txt", batch=10**20)
+
+
+def test_a_tiny_memory_limit_gives_no_numpy_warning(capsys):
+    """1e-300 bytes: two "overflow encountered in divide" lines came before the answer, which read
+    "fits in 0.0 B"."""
+    rc, out, err = _run(["solve", TOY, "--problem", "remat", "--memory", "1e-300"], capsys)
+    line = _one_line(err)
+    assert rc == 2 and "overflow" not in err and "1e-300 B" in line and "82.1 MiB" in line
+
+
+def test_save_instance_to_a_folder_names_it(tmp_path):
+    chain = load_instance(TOY)[0]
+    for overwrite in (False, True):
+        with pytest.raises(IsADirectoryError, match="is a folder"):
+            memplan.save_instance(chain, tmp_path, overwrite=overwrite)
+
+
+def test_a_profile_whose_only_source_computes_is_refused(tmp_path):
+    """ResNet-18's profile without its Input node: the first convolution became a^0, its backward time
+    and parameters dropped silently."""
+    lines = (PD / "resnet18.graph.txt").read_text().splitlines(keepends=True)
+    inp = next(l.split(" -- ")[0].strip() for l in lines if " -- Input -- " in l)
+    kept = [l for l in lines if not l.lstrip().startswith(inp + " ") and not l.lstrip().startswith(inp + "\t")
+            and not l.strip().startswith(f"{inp} --")]
+    f = tmp_path / "noinput.graph.txt"
+    f.write_text("".join(kept))
+    with pytest.raises(PipeDreamFormatError, match="only source but not an Input node"):
+        import_graph(f)

@@ -154,3 +154,70 @@ def test_plot_of_a_damaged_table_is_one_line_naming_the_file(kind, needles, tabl
     assert str(bad) in line and all(n in line for n in needles), line
     # the intact table still draws
     assert main(["plot", str(table), "--figure", "remat", "-o", str(tmp_path / "fig")]) == 0
+
+
+@pytest.mark.parametrize("body, needles", [
+    ('points = "two"', ["grid[0].points", "whole number"]),
+    ("points = 2.5", ["grid[0].points"]),
+    ("points = true", ["grid[0].points"]),               # was one point, silently
+    ('time_limit = "10"', ["grid[0].time_limit", "seconds"]),
+    ("options = [1, 2]", ["grid[0].options", "table"]),
+    ('fractions = ["a"]', ["grid[0].fractions", "[0, 1]"]),
+])
+def test_config_values_of_the_wrong_type_name_the_key(body, needles, tmp_path, capsys):
+    """A TOML value of the wrong type was a traceback (``'<=' not supported between 'int' and 'str'``)
+    or, for ``points = true``, one point: one line naming the file, the grid and the key."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[[grid]]\nproblem = "remat"\ninstances = ["{TOY}"]\n{body}\n')
+    assert main(["sweep", "--config", str(cfg), "--workers", "1", "--no-plot", "-q", "-o", str(tmp_path / "o")]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert str(cfg) in line and all(n in line for n in needles), line
+    assert not (tmp_path / "o" / "results").exists()
+
+
+@pytest.mark.parametrize("top, needles", [
+    ("grid = 5", ["grid = 5", "[[grid]]"]),
+    ('out = 5\n[[grid]]\nproblem = "remat"', ["out = 5", "folder"]),
+    ('figures = ["nope"]\n[[grid]]\nproblem = "remat"', ["figures", "'nope'"]),    # was found after the sweep
+])
+def test_config_top_level_values_are_checked_first(top, needles, tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(top + "\n")
+    assert main(["sweep", "--config", str(cfg), "--workers", "1", "--no-plot", "-q", "-o", str(tmp_path / "o")]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert all(n in line for n in needles), line
+
+
+def test_batch_without_a_pipedream_profile_and_config_with_an_experiment_are_refused(tmp_path, capsys):
+    """``--batch`` rescales a PipeDream profile only: with an instance file it was silently ignored;
+    ``--config`` beside an experiment's options silently ignored the file."""
+    assert main(["sweep", "remat", "--instance", TOY, "--batch", "4", "-o", str(tmp_path / "a")]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "--batch 4" in line and "--pipedream" in line
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[[grid]]\nproblem = "remat"\ninstances = ["{TOY}"]\n')
+    assert main(["sweep", "--config", str(cfg), "remat", "--instance", TOY, "-o", str(tmp_path / "b")]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "--config" in line and "give one" in line
+
+
+def test_a_pipedream_profile_given_as_instance_takes_the_batch():
+    """``sweep remat --instance X.graph.txt --batch 8`` ran at the profile's batch (128) silently: the
+    profile is rescaled to the batch asked for, as with --pipedream."""
+    import argparse
+
+    from memplan.experiments.sweeps import sources
+
+    graph = str(ROOT / "instances" / "pipedream" / "resnet18.graph.txt")
+    got = sources(argparse.Namespace(instance=[graph], pipedream=None, batch=8))
+    assert [(s.spec, s.batch) for s in got] == [(graph, 8)]
+    c8, c128 = got[0].load()[0], sources(argparse.Namespace(instance=[graph], pipedream=None, batch=None))[0].load()[0]
+    assert c8.wa[1] == pytest.approx(c128.wa[1] * 8 / 128)
+
+
+def test_a_remat_offload_grid_without_a_link_is_refused():
+    """A remat-offload grid with no bandwidth, on an instance with no platform bandwidth, ran
+    re-materialization alone; 0 still asks for that."""
+    with pytest.raises(InputError, match="bandwidth.*no platform bandwidth"):
+        expand([Grid("remat-offload", [TOY], memory=["90MiB"])])
+    assert expand([Grid("remat-offload", [TOY], memory=["90MiB"], bandwidth=[0])])

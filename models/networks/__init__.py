@@ -56,16 +56,25 @@ def canonical_name(name: str) -> str:
     raise KeyError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
 
 
+#: constructor arguments that are counts or sizes (at least 1 wherever a zoo model takes them)
+_POSITIVE = frozenset({"n_layer", "n_embd", "n_head", "n_ctx", "d_model", "d_ff", "vocab", "hidden", "num_classes",
+                       "src_len"})
+
+
 def get_model(name: str, **kw) -> nn.Module:
     """A freshly initialized model of the zoo (``name`` is case-insensitive; ``-`` and ``_`` are ignored).
     An argument the model does not take raises ValueError naming it (the command line's ``--set``)."""
     key = canonical_name(name)
+    given = ', '.join(f'{k}={v!r}' for k, v in kw.items()) or 'none'
+    for k, v in kw.items():
+        # a count or a size given as 0 or less built a model silently without it (gpt2 n_layer=-1: no block)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and k in _POSITIVE and not v >= 1:
+            raise ValueError(f"model {key}: {k}={v!r} must be a whole number >= 1 (given: {given})")
     try:
         return MODELS[key](**kw)
-    except TypeError as e:
-        if "argument" not in str(e):
-            raise
-        raise ValueError(f"model {key}: {e} (given: {', '.join(f'{k}={v!r}' for k, v in kw.items()) or 'none'})") from None
+    except (TypeError, ValueError, ZeroDivisionError, RuntimeError, OverflowError) as e:
+        # a value of the wrong type or out of range (--set n_layer=abc, n_head=0, num_classes=-5): one line
+        raise ValueError(f"model {key}: {e} (given: {given})") from None
 
 
 def example_input(name: str, batch: int, input_shape: tuple[int, ...] | None = None, *, vocab: int | None = None,

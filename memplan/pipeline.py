@@ -453,7 +453,7 @@ def _pattern_memory(c: _Call, layer_gpu: Sequence[int], T: float) -> dict[str, A
 
 
 def _start_only(c: _Call, start: Pattern | None, bound: float, why: str, details: dict, times: dict,
-                note: str, status: Status | None = None) -> Solution:
+                note: str, status: Status | None = None, method: str = "ilp") -> Solution:
     """The answer when the ILP did not improve on (or did not run from) the best start pattern."""
     if start is None:
         # the ILP did not run for lack of time and no heuristic found a pattern: a time-out, not a
@@ -467,7 +467,7 @@ def _start_only(c: _Call, start: Pattern | None, bound: float, why: str, details
                    contiguous=start.is_contiguous())
     source = start.meta.get("method", "given")
     msg = f"{why}; returning the best start pattern ({source})" + (f" ({note})" if note else "")
-    return Solution(PROBLEM, "ilp", status or Status.TIME_LIMIT, objective=sim.period,
+    return Solution(PROBLEM, method, status or Status.TIME_LIMIT, objective=sim.period,
                     peak_memory=sim.peak_memory, schedule=start, bound=bound, memory_limit=c.memory,
                     message=msg, times=times, details=details)
 
@@ -549,10 +549,16 @@ def _cyclic(c: _Call) -> Solution:
     details = {"periodicity": K, "allocations_tried": tried, "best_known_period": hi}
     stopped = " (stopped at the time limit)" if cut else ""
     if best is None:
-        return Solution(PROBLEM, "cyclic", Status.TIME_LIMIT if cut else Status.NO_SOLUTION, memory_limit=memory,
-                        bound=lb, times=times,
-                        message=f"no {K}-periodic schedule found at or below {fmt_time(hi)} on "
-                                f"{tried} allocation(s){stopped}", details=details)
+        # never worse than what the call already has: the best known schedule at this memory (the start
+        # pattern, or a baseline's eager 1F1B run), which the search did not beat. It answered "no
+        # schedule found" (NO_SOLUTION) before, beside a pattern that fits
+        why = f"no {K}-periodic schedule found below {fmt_time(hi)} on {tried} allocation(s){stopped}"
+        status = Status.TIME_LIMIT if cut else Status.FEASIBLE
+        if start is not None and (fitting is None or start.T <= fitting.period * (1 + 1e-9)):
+            return _start_only(c, start, lb, why, details, times, "", status=status, method="cyclic")
+        return _point_solution(c, "cyclic", fitting, status, lb,
+                               f"{why}; returning {fitting.method}'s eager 1F1B schedule (stages {fitting.stages}, "
+                               f"NOAM {fitting.noam})", times, details)
     sched, sim = best.schedule, best.sim
     details.update(memory_per_gpu={str(g): v for g, v in sim.memory.items()}, contiguous=sched.is_contiguous(),
                    cyclic_memory=sched.meta.get("memory_model"),

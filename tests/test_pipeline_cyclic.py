@@ -217,3 +217,25 @@ def test_exact_refine_reaches_the_best_pattern_of_the_allocation():
         assert T1 * (1 - 1e-9) <= q.T <= T1 * (1 + 1e-5)
         sim = simulate_pattern(q, c, 1.0, gpus=2)
         assert sim.peak_memory <= M * (1 + 1e-9) and sim.period == pytest.approx(q.T, rel=1e-6)
+
+
+def test_cyclic_returns_the_known_schedule_when_its_search_finds_nothing_better():
+    """A 1 s cyclic call on 100 layers cannot build its model: it answered NO_SOLUTION ("no schedule
+    found") beside a start pattern that fits. It returns the best schedule known at this memory
+    (replayed, within the limit, no slower than PipeDream's answer), TIME_LIMIT saying why."""
+    import memplan
+    from memplan.baselines.pipeline import min_memory_contiguous
+    from memplan.models.chain import random_chain
+    from memplan.models.pipeline import simulate_pattern, task_data
+
+    c = random_chain(100, 1, integer=False)
+    td = task_data(c, 1e10)
+    memory = 1.3 * min_memory_contiguous(td, 2)[0]
+    sol = memplan.pipeline.solve(c, memory=memory, gpus=2, bandwidth=1e10, method="cyclic", time_limit=1)
+    assert sol.status == Status.TIME_LIMIT and sol.schedule is not None, sol.message
+    assert "returning" in sol.message
+    r = simulate_pattern(sol.schedule, td, gpus=2)
+    assert r.period == pytest.approx(sol.objective, rel=1e-9) and r.peak_memory <= memory * (1 + 1e-9)
+    pd = memplan.pipeline.solve(c, memory=memory, gpus=2, bandwidth=1e10, method="pipedream", time_limit=5)
+    if pd.success:
+        assert sol.objective <= pd.objective * (1 + 1e-9)

@@ -228,13 +228,17 @@ def _baseline(c: _Call, method: str) -> Solution:
 
 def _no_point(c: _Call, method: str, pts: Sequence[Point], note: str, times: dict,
               details: dict | None = None) -> Solution:
-    """A baseline none of whose points fits ``memory``: INFEASIBLE with the minimum memory that works
-    for it when its sweep ran to the end, TIME_LIMIT (:func:`_sweep_cut`) when the limit cut it."""
+    """A baseline none of whose points fits ``memory``, its sweep run to the end: the minimum memory
+    that works for it (its smallest point); INFEASIBLE only below the memory lower bound of every
+    schedule, else NO_SOLUTION (other schedules may fit: the ILP's, the serial pattern's; PipeDream
+    said "infeasible" at 51 B on a 5-layer chain where the ILP's pattern fits in 51 B). TIME_LIMIT
+    (:func:`_sweep_cut`) when the limit cut the sweep."""
     if note:
         return _sweep_cut(c, method, pts, note, times, details)
     found = min((p.memory for p in pts), default=None)
     msg, minimum, mlb = _infeasible_message(c, f"no {method} point fits", found, method)
-    return Solution(PROBLEM, method, Status.INFEASIBLE, memory_limit=c.memory, message=msg, times=times,
+    status = Status.INFEASIBLE if c.memory < mlb * (1 - 1e-12) else Status.NO_SOLUTION
+    return Solution(PROBLEM, method, status, memory_limit=c.memory, message=msg, times=times,
                     details={**(details or {}), "min_memory": minimum, "memory_lower_bound": mlb,
                              "points": len(pts)})
 

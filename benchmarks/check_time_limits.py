@@ -11,10 +11,18 @@ The memory limits: 1 GiB per device for the single-device problems (the store-al
 L = 300, 9.7 GiB at L = 1000), and the store-all peak of the whole chain per GPU for the pipeline on
 4 GPUs (so that a limit below its minimum, refused at once, does not time nothing).
 
+``--chain random`` takes ``memplan.random_chain(L, seed=1, integer=False)`` instead, at 0.6 times
+its store-all peak for the single-device problems and 1.3 times the serial memory of the
+memory-smallest contiguous partition for the pipeline (the limits of the probe that found, in session
+36, remat-offload at L = 3000 taking 2.8-5.3 s for 1 s, the pipeline ILP and cyclic search at L = 3000
+on 2 GPUs 2.4-7.4 s for 1 s, and the cyclic search on 100 layers 9.4 s for 5 s; now within the limit).
+
 Usage::
 
     python benchmarks/check_time_limits.py                     # L = 300 and 1000, 5 s
     python benchmarks/check_time_limits.py --stages 1000 --time-limit 3
+    python benchmarks/check_time_limits.py --chain random --stages 3000 --time-limit 1 --gpus 2 --problems remat-offload,pipeline
+    python benchmarks/check_time_limits.py --chain random --stages 100 --time-limit 5 --gpus 2,4 --problems pipeline
 """
 from __future__ import annotations
 
@@ -56,14 +64,36 @@ def main(argv=None) -> int:
     ap.add_argument("--stages", default="300,1000", help="chain lengths, comma-separated")
     ap.add_argument("--time-limit", type=float, default=5.0)
     ap.add_argument("--slack", type=float, default=0.5)
+    ap.add_argument("--chain", choices=["toy", "random"], default="toy")
+    ap.add_argument("--gpus", default="4", help="the pipeline's GPU counts, comma-separated")
+    ap.add_argument("--problems", default=",".join(dict.fromkeys(c[0] for c in CASES)),
+                    help="problems to run, comma-separated")
     args = ap.parse_args(argv)
+    from memplan.baselines.pipeline import min_memory_contiguous
+    from memplan.models.pipeline import task_data
+
+    problems = set(args.problems.split(","))
+    cases = []
+    for problem, method, kw in CASES:
+        if problem not in problems:
+            continue
+        if problem == "pipeline":
+            cases += [(problem, method, dict(kw, gpus=int(P))) for P in args.gpus.split(",")]
+        else:
+            cases.append((problem, method, kw))
     over = 0
-    print(f"{'L':>5} {'problem':<14} {'method':<15} {'wall_s':>7} {'limit_s':>7}  status")
+    print(f"{'L':>5} {'problem':<14} {'method':<15} {'P':>2} {'wall_s':>7} {'limit_s':>7}  status")
     for L in (int(x) for x in args.stages.split(",")):
-        chain = repeated_toy(L)
+        chain = repeated_toy(L) if args.chain == "toy" else memplan.random_chain(L, seed=1, integer=False)
         memplan.solve(memplan.random_chain(3), "remat", memory=1e9)          # compile the kernels first
-        for problem, method, kw in CASES:
-            memory = store_all(chain).peak_memory if problem == "pipeline" else 1 * GiB
+        peak = store_all(chain).peak_memory
+        for problem, method, kw in cases:
+            if args.chain == "toy":
+                memory = peak if problem == "pipeline" else 1 * GiB
+            elif problem == "pipeline":
+                memory = 1.3 * min_memory_contiguous(task_data(chain, kw["bandwidth"]), kw["gpus"])[0]
+            else:
+                memory = 0.6 * peak
             t0 = time.perf_counter()
             try:
                 sol = memplan.solve(chain, problem, method, memory=memory, time_limit=args.time_limit, **kw)
@@ -73,7 +103,7 @@ def main(argv=None) -> int:
             wall = time.perf_counter() - t0
             bad = wall > args.time_limit + args.slack
             over += bad
-            print(f"{L:>5} {problem:<14} {method:<15} {wall:7.2f} {args.time_limit:7.1f}  "
+            print(f"{L:>5} {problem:<14} {method:<15} {kw.get('gpus', ''):>2} {wall:7.2f} {args.time_limit:7.1f}  "
                   f"{'OVER ' if bad else ''}{status}", flush=True)
     print(f"rows over the limit (+{args.slack} s): {over}")
     return 1 if over else 0

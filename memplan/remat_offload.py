@@ -318,12 +318,13 @@ def _portfolio(chain: Chain, memory: float, beta: float, n: int, exact: bool, au
     cands: list[tuple[float, str, Solution]] = []
     notes: dict[str, Any] = {}
 
-    def consider(name: str, sol: Solution | None, why: str | None = None) -> None:
+    def consider(name: str, sol: Solution | None, why: str | None = None, rep=None) -> None:
         if sol is None or sol.schedule is None:
             notes[name] = why or (sol.message if sol is not None else "no schedule")
             return
         try:
-            rep = simulate_remat_offload(chain, sol.schedule, beta or None, memory)
+            if rep is None:         # (a candidate already replayed with these arguments brings its replay)
+                rep = simulate_remat_offload(chain, sol.schedule, beta or None, memory)
         except InvalidRematOffloadSchedule as e:
             notes[name] = f"its schedule does not replay within the limit: {e}"
             return
@@ -367,7 +368,10 @@ def _portfolio(chain: Chain, memory: float, beta: float, n: int, exact: bool, au
     dp_runs = [] if at_bound else _auto_slots(chain, b) if auto else [n]
     dps = []
     for k, nn in enumerate(dp_runs):
-        if k and not _time_for(chain, nn, b):
+        if not _time_for(chain, nn, b) and (k or (auto and cands)):
+            # the first run too, with slots of its own choosing and a candidate in hand: it would be
+            # stopped unfinished (at L = 3000 it was started with no time left, and its tables took 0.9 s
+            # to stop); slots given are run as given, stopping at the limit
             b.log(f"dp: N = {nn} skipped (the time limit would not allow it)")
             break
         d = _run_dp(chain, memory, beta, nn, exact, b)
@@ -380,13 +384,17 @@ def _portfolio(chain: Chain, memory: float, beta: float, n: int, exact: bool, au
                 abs(d.objective - dps[-2][1].objective) <= 1e-12 * d.objective:
             break                    # the answer stopped changing
     times["dp"] = time.perf_counter() - t0
-    if not dp_runs:
+    if not dps:
         why = ("not run: a candidate already takes the compute time alone, the least any schedule takes"
                if at_bound else
                f"not run: its tables would need {table_bytes(chain.L, 1) / 1e9:.3g} GB for L = {chain.L} even with "
-               f"one slot (at most {MAX_TABLE_BYTES / 1e9:.0f} GB)")
-        b.log(f"dp: {why}")
-        dps = [(0, Solution(PROBLEM, "dp", Status.NO_SOLUTION, memory_limit=memory, message=f"the joint DP was {why}"))]
+               f"one slot (at most {MAX_TABLE_BYTES / 1e9:.0f} GB)" if not dp_runs else
+               f"not run: N = {dp_runs[0]} slots would not end within the time limit")
+        if not dp_runs:
+            b.log(f"dp: {why}")
+        dps = [(dp_runs[0] if dp_runs else 0, Solution(PROBLEM, "dp", Status.NO_SOLUTION, memory_limit=memory,
+                                                       message=f"the joint DP was {why}",
+                                                       details={"not_run": bool(dp_runs)}))]
     best_dp = None
     for nn, d in dps:
         if d.schedule is not None and (best_dp is None or d.objective < best_dp[1].objective):
@@ -397,6 +405,8 @@ def _portfolio(chain: Chain, memory: float, beta: float, n: int, exact: bool, au
     details_base = {"candidates": notes, "bandwidth": beta}
     if auto and not dp_runs:
         details_base["slots_auto"] = "no slots: " + dps[0][1].message
+    elif auto and dps[0][1].details.get("not_run"):
+        details_base["slots_auto"] = f"N = {dps[0][0]} memory slots chosen; {dps[0][1].message}"
     elif auto:
         details_base["slots_auto"] = ("N = " + ", ".join(str(nn) for nn, _ in dps) + " memory slots (chosen by "
                                       "the DP: more while its answer changes, matches no other candidate and "
@@ -426,10 +436,14 @@ def _portfolio(chain: Chain, memory: float, beta: float, n: int, exact: bool, au
         why = ("optimal among memory-persistent sequences (paper 004, Theorem 4.8; no link)" if proven else
                "best of the joint DP and rotor (no link)")
     stopped = [nn for nn, d in dps if d.details.get("stopped")]
+    skipped = [nn for nn, d in dps if d.details.get("not_run")]
     if stopped and sol.status != Status.OPTIMAL:
         sol.status = Status.TIME_LIMIT
         why = (f"time limit: the joint DP with N = {stopped[0]} slots was stopped before its tables were "
                f"finished; {why}")
+    elif skipped and sol.status != Status.OPTIMAL:
+        sol.status = Status.TIME_LIMIT
+        why = f"time limit: the joint DP (N = {skipped[0]} slots) was not run, it would not end in time; {why}"
     sol.message = f"{why}; schedule from {name}" + (f" ({last.details.get('discretization')})"
                                                      if name.startswith("joint") else "")
     if not name.startswith("joint"):
@@ -454,8 +468,9 @@ def _as_joint(sol: Solution, what: str) -> Solution:
 _DYNPROG_SHARE = 0.3
 
 
-def _dynprog_candidate(chain: Chain, memory: float, beta: float, b: Budget) -> tuple[Solution | None, str | None]:
-    """DYNPROG's schedule converted (:func:`offload_schedule_as_joint`), or why there is none."""
+def _dynprog_candidate(chain: Chain, memory: float, beta: float, b: Budget) -> tuple[Solution | None, str | None, Any]:
+    """DYNPROG's schedule converted (:func:`offload_schedule_as_joint`) and its replay, or why there is
+    none."""
     seed = float(chain.wd[chain.L + 1])
     tried = []
     for m in ([memory] + ([memory - seed] if seed > 0 and memory - seed > 0 else [])):
@@ -471,7 +486,7 @@ def _dynprog_candidate(chain: Chain, memory: float, beta: float, b: Budget) -> t
             continue
         joint = offload_schedule_as_joint(chain, sol.schedule, beta)
         try:
-            simulate_remat_offload(chain, joint, beta, memory)
+            rep = simulate_remat_offload(chain, joint, beta, memory)
         except InvalidRematOffloadSchedule as e:
             tried.append(f"at {fmt_memory(m)} its converted schedule is invalid here ({e})")
             continue
@@ -479,8 +494,8 @@ def _dynprog_candidate(chain: Chain, memory: float, beta: float, b: Budget) -> t
                                        "simulator holds from the start and paper 001 only from the loss's backward")
         b.log(f"dynprog: makespan {fmt_time(sol.objective)} (paper 001's model){note}")
         return Solution(PROBLEM, "dp", Status.FEASIBLE, schedule=joint, predicted=sol.objective,
-                        message=f"DYNPROG (offloading only): {sol.message}{note}"), None
-    return None, "; ".join(tried) or "no schedule"
+                        message=f"DYNPROG (offloading only): {sol.message}{note}"), None, rep
+    return None, "; ".join(tried) or "no schedule", None
 
 
 def _offloaded(chain: Chain, sched: RematOffloadSchedule) -> list[dict]:

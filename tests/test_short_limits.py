@@ -306,3 +306,20 @@ def test_a_milp_whose_root_would_overrun_the_call_is_not_started():
     with Budget(time_limit=30.0).active():
         ok = solve_milp(m, time_limit=10, root_overrun=1e-6)
     assert ok.status == Status.OPTIMAL and ok.objective == pytest.approx(20.0)
+
+
+def test_the_joint_dp_is_not_started_where_it_cannot_end_in_time(monkeypatch):
+    """remat-offload's portfolio, slots of its own choosing, a candidate in hand: the joint DP whose
+    estimate exceeds the time left is not started (at L = 3000 it was started with no time left and
+    took 0.9 s to stop, 3.2 s for a 1 s call); the answer is the best candidate, TIME_LIMIT saying so."""
+    import memplan.remat_offload as ro
+
+    monkeypatch.setattr(ro, "_DP_SECONDS", 1.0)          # every DP run estimated far beyond the limit
+    c = random_chain(12, 3)
+    hi = memplan.remat.memory_range(c)[1]
+    t0 = time.monotonic()
+    sol = ro.solve(c, memory=0.5 * hi, bandwidth=0.1, time_limit=5)
+    assert time.monotonic() - t0 < 5
+    assert sol.status == Status.TIME_LIMIT and sol.success and "was not run, it would not end in time" in sol.message
+    assert not sol.details["candidate"].startswith("joint DP")
+    assert "would not end within the time limit" in str(sol.details["candidates"])

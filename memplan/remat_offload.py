@@ -290,6 +290,10 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
     return finish(sol, b, memory=memory, bandwidth=beta)
 
 
+#: seconds per stage of the DYNPROG candidate's fixed part (its first schedule, its validation and the
+#: joint replay: 1.2-1.5 s at L = 3000 on 2 loaded cores), which its time share does not bound
+_DYNPROG_SECONDS_PER_STAGE = 4e-4
+
 #: predicted seconds of the joint DP per L^2 N^3 (measured: 7e-9 to 8.5e-9 on one core)
 _DP_SECONDS = 1e-8
 
@@ -342,9 +346,17 @@ def _portfolio(chain: Chain, memory: float, beta: float, n: int, exact: bool, au
     consider("rotor", _as_joint(rot, "rotor") if rot.success else None, rot.message)
     # offloading only: DYNPROG
     if beta > 0:
-        t0 = time.perf_counter()
-        consider("dynprog (offloading only)", *_dynprog_candidate(chain, memory, beta, b))
-        times["dynprog"] = time.perf_counter() - t0
+        need = _DYNPROG_SECONDS_PER_STAGE * chain.L
+        if cands and b.remaining() < need:
+            # its first schedule's build and replays alone (no-wait schedule, validation, the joint
+            # replay) took 1.2-1.5 s at L = 3000 whatever its share: a 1 s call took 1.8 s
+            notes["dynprog (offloading only)"] = (f"not run: about {need:.2g} s at L = {chain.L}, more than the "
+                                                  f"{b.remaining():.2g} s left")
+            b.log(f"dynprog: {notes['dynprog (offloading only)']}")
+        else:
+            t0 = time.perf_counter()
+            consider("dynprog (offloading only)", *_dynprog_candidate(chain, memory, beta, b))
+            times["dynprog"] = time.perf_counter() - t0
     # with a link, no schedule beats the compute time alone (every operation once, no wait): a
     # candidate there is optimal, and the joint DP (seconds to minutes) is not run unless its slots
     # (or exact) were asked for

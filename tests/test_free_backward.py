@@ -181,9 +181,18 @@ def test_memplan_run_runs_without_holds_where_the_profile_has_the_record(tmp_pat
     out = capsys.readouterr().out
     assert "run without holds" in out and "bit-identical to plain autograd" in out
     assert next(line for line in out.splitlines() if line.startswith("peak memory")).endswith("(+0.0%)")
-    assert main(["run", str(path), "--sequence", "sequential:3", "--holds", "peak", "--time-budget", "1"]) == 0
+    import memplan.experiments.cmd_profile as cmd_profile
+
+    with pytest.MonkeyPatch.context() as mp:        # bytes, not MiB to one decimal, in the peak line
+        mp.setattr(cmd_profile, "fmt_memory", lambda b, *a, **k: f"{int(round(float(b)))}B")
+        assert main(["run", str(path), "--sequence", "sequential:3", "--holds", "peak", "--time-budget", "1"]) == 0
     out = capsys.readouterr().out
     assert "paper 004's accounting" in out and "run without holds" not in out
+    import re
+
+    # to the byte: the measured run had the loss's cached targets (16 B here) made inside its window
+    got = re.search(r"peak memory\s+measured (\d+)B\s+simulated (\d+)B", out)
+    assert got and got.group(1) == got.group(2), out
     # 'memplan solve --free-backward' plans in models.remat.free_backward_chain: its least memory is at
     # most paper 004's, and its plan at that least memory runs within it, as the free replay says
     import re

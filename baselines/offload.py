@@ -60,6 +60,7 @@ from memplan.models.offload import (PROBLEM, NoWaitInfeasible, OffloadData, Offl
                                     has_link, link_speeds, lower_bound_value, make_solution, min_feasible_memory,
                                     no_wait_schedule, peak_memory_no_offload, same_speed, validate_offload)
 from memplan.models.solution import InfeasibleError, Solution, Status
+from memplan.models.units import fmt_bytes
 
 __all__ = ["lower_bound", "fractional_makespan", "greedy", "dynprog_sets", "dynprog",
            "vdnn", "tflms", "autoswap_scores", "autoswap", "exhaustive"]
@@ -69,7 +70,7 @@ __all__ = ["lower_bound", "fractional_makespan", "greedy", "dynprog_sets", "dynp
 def _check(chain: Chain, memory: float, bandwidth) -> None:
     mf = min_feasible_memory(chain)
     if memory < mf * (1 - 1e-12):
-        raise InfeasibleError(f"memory limit {memory:.6g} B is below the minimum feasible memory {mf:.6g} B "
+        raise InfeasibleError(f"memory limit {fmt_bytes(memory)} B is below the minimum feasible memory {fmt_bytes(mf)} B "
                               "(an operation's own inputs, outputs and temporary memory)", minimum=mf)
     try:
         link_speeds(bandwidth)

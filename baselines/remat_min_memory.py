@@ -53,6 +53,7 @@ from numba import njit
 from memplan.baselines.remat_exhaustive import exhaustive_min_memory
 from memplan.models.chain import Chain
 from memplan.models.remat import RematSchedule, simulate_remat
+from memplan.models.units import fmt_bytes
 
 __all__ = ["CLASSES", "MinMemory", "min_memory", "min_memory_of", "class_min_memory", "necessary_memory",
            "proven_infeasible_below", "min_memory_seconds", "TooCostly", "FLOATING_MAX_L"]
@@ -317,7 +318,7 @@ class MinMemory:
             return "exact"
         scope = ("exact among paper 004's operations" if self.how == "the DP with the peak as objective"
                  else self.how)
-        return f"reached by a sequence ({scope}), and no sequence fits below {self.lower:.6g} B"
+        return f"reached by a sequence ({scope}), and no sequence fits below {fmt_bytes(self.lower)} B"
 
 
 def _arrays(chain: Chain):

@@ -141,6 +141,7 @@ from numba import njit
 from memplan.baselines.remat_offload_min_memory import min_memory as ro_min_memory
 from memplan.baselines.remat_rotor import Discretization, DPStopped, check_deadline
 from memplan.models.chain import Chain
+from memplan.models.units import fmt_bytes
 from memplan.models.remat_offload import RematOffloadSchedule, Transfer, simulate_remat_offload
 from memplan.models.solution import Solution, Status
 
@@ -1252,11 +1253,11 @@ def solve_remat_offload_dp(chain: Chain, memory: float, bandwidth: float | None,
             times["total"] = time.perf_counter() - t0
             proven = memory < mm.lower * (1 - 1e-12)
             if proven:
-                msg = (f"no schedule fits in {memory:.6g} B: the minimum is {need:.6g} B"
-                       + ("" if mm.exact else f" (none fits below {mm.lower:.6g} B)"))
+                msg = (f"no schedule fits in {fmt_bytes(memory)} B: the minimum is {fmt_bytes(need)} B"
+                       + ("" if mm.exact else f" (none fits below {fmt_bytes(mm.lower)} B)"))
             else:
-                msg = (f"the joint DP finds no schedule within {memory:.6g} B ({dp.disc.describe()}), although "
-                       f"one fits from {need:.6g} B: its model (persistent sequences, top-level inputs offloaded, "
+                msg = (f"the joint DP finds no schedule within {fmt_bytes(memory)} B ({dp.disc.describe()}), although "
+                       f"one fits from {fmt_bytes(need)} B: its model (persistent sequences, top-level inputs offloaded, "
                        "sizes rounded up) is too narrow here; try more slots or more memory")
             return Solution(problem="remat-offload", method="dp",
                             status=Status.INFEASIBLE if proven else Status.NO_SOLUTION, memory_limit=memory,
@@ -1298,7 +1299,7 @@ def solve_whole_transfers(chain: Chain, memory: float, bandwidth: float, *, slot
     for _ in range(tries):
         sol = solve_remat_offload_dp(chain, target, bandwidth, slots=slots)
         if sol.schedule is None:
-            return None, f"the joint DP has no schedule at {target:.6g} B ({sol.message})"
+            return None, f"the joint DP has no schedule at {fmt_bytes(target)} B ({sol.message})"
         try:
             sched = whole_values(coalesce_parts(sol.schedule, chain), chain, bandwidth)
             peak = simulate_remat_offload(chain, sched, bandwidth).peak_memory
@@ -1307,4 +1308,4 @@ def solve_whole_transfers(chain: Chain, memory: float, bandwidth: float, *, slot
         if peak <= memory:
             return sched, ""
         target -= peak - memory
-    return None, f"merged into whole transfers no schedule fitted {memory:.6g} B (the last peaked at {peak:.6g} B)"
+    return None, f"merged into whole transfers no schedule fitted {fmt_bytes(memory)} B (the last peaked at {fmt_bytes(peak)} B)"

@@ -35,6 +35,7 @@ import numpy as np
 from memplan.baselines.remat_min_memory import min_memory_of
 from memplan.models.chain import Chain
 from memplan.models.remat_offload import RematOffloadSchedule, Transfer, simulate_remat_offload
+from memplan.models.units import fmt_bytes
 
 __all__ = ["OffloadMinMemory", "necessary_memory", "min_memory_schedule", "min_memory"]
 
@@ -56,7 +57,7 @@ class OffloadMinMemory:
         return self.value <= self.lower * (1 + 1e-9) + 1e-9
 
     def describe(self) -> str:
-        return "exact" if self.exact else f"a schedule fits in {self.value:.6g} B, none below {self.lower:.6g} B"
+        return "exact" if self.exact else f"a schedule fits in {fmt_bytes(self.value)} B, none below {fmt_bytes(self.lower)} B"
 
 
 def necessary_memory(chain: Chain) -> float:

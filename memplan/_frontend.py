@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 from memplan.models.budget import Budget, ProgressFn
 from memplan.models.chain import Chain
 from memplan.models.solution import InputError, Solution, Status
-from memplan.models.units import UnitError, fmt_memory, parse_bandwidth, parse_memory
+from memplan.models.units import UnitError, fmt_bytes, fmt_memory, parse_bandwidth, parse_memory
 
 DEFAULT_TIME_LIMIT = 60.0
 #: the slowest link a bandwidth may give, bytes/s: transfer times of the largest sizes stay finite
@@ -226,13 +226,13 @@ def solve_without_resident(solve_fn, chain: Chain, memory: float, kwargs: dict[s
         # the inner call's message names its own limit (1 B when the resident bytes alone exceed the
         # limit) and its own minimum: say it with the limit given and the whole minimum
         need = float(sol.details["min_memory"])
-        sol.message = (f"nothing fits in {fmt_memory(memory)} ({memory:.6g} B): the minimum feasible memory is "
-                       f"{fmt_memory(need)} ({need:.6g} B), of which {fmt_memory(r)} of resident tensors "
+        sol.message = (f"nothing fits in {fmt_memory(memory)} ({fmt_bytes(memory)} B): the minimum feasible memory is "
+                       f"{fmt_memory(need)} ({fmt_bytes(need)} B), of which {fmt_memory(r)} of resident tensors "
                        f"(Chain.resident: tensors crossing two or more cuts and their gradients), charged for "
                        f"the whole step")
         return sol
-    note = (f"{r:.6g} B of resident tensors (Chain.resident: tensors crossing two or more cuts and their "
-            f"gradients) are charged for the whole step; the chain was planned under {max(memory - r, 0.0):.6g} B")
+    note = (f"{fmt_bytes(r)} B of resident tensors (Chain.resident: tensors crossing two or more cuts and their "
+            f"gradients) are charged for the whole step; the chain was planned under {fmt_bytes(max(memory - r, 0.0))} B")
     return add_note(sol, note)
 
 

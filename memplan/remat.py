@@ -72,7 +72,7 @@ from memplan.models.budget import Budget, ProgressFn
 from memplan.models.chain import Chain
 from memplan.models.remat import InvalidSequence, RematSchedule, free_backward_chain, simulate_remat, turns
 from memplan.models.solution import InputError, Solution, Status
-from memplan.models.units import fmt_memory, fmt_time
+from memplan.models.units import fmt_bytes, fmt_memory, fmt_time
 
 __all__ = ["PROBLEM", "METHODS", "DEFAULT_METHOD", "OPTIONS_USED", "solve", "report", "memory_range",
            "free_backward_chain"]
@@ -558,10 +558,10 @@ def _replayed_baselines(chain: Chain, memory: float, method: str, sol: Solution,
             enough = min(whole, least[2].peak_memory)
             sol.details.update(min_memory=enough, min_memory_whole_resident=whole, min_memory_proven_above=low)
             name = least[0] if least[2].peak_memory < whole else "with the whole charge"
-            sol.message = (f"nothing found in {fmt_memory(memory)} ({memory:.6g} B): {fmt_memory(enough)} "
-                           f"({enough:.6g} B) is enough ({name}, replayed with the resident tensors charged only "
-                           f"while they exist), and at least {fmt_memory(low)} ({low:.6g} B) is needed (proven: "
-                           f"the whole charge's minimum, {whole:.6g} B, less the {spans:.6g} B of gradients and "
+            sol.message = (f"nothing found in {fmt_memory(memory)} ({fmt_bytes(memory)} B): {fmt_memory(enough)} "
+                           f"({fmt_bytes(enough)} B) is enough ({name}, replayed with the resident tensors charged only "
+                           f"while they exist), and at least {fmt_memory(low)} ({fmt_bytes(low)} B) is needed (proven: "
+                           f"the whole charge's minimum, {fmt_bytes(whole)} B, less the {fmt_bytes(spans)} B of gradients and "
                            f"values the replay charges only while they exist)")
             if memory >= low * (1 - 1e-12):
                 sol.status = Status.NO_SOLUTION
@@ -744,7 +744,7 @@ def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_
             fields = ", ".join(f for f, on in (("Chain.resident_grads", chain.resident_grads),
                                                ("Chain.resident_values", chain.resident_values)) if on)
             sol = _frontend.add_note(sol, f"the resident {what} charged only while they exist "
-                                          f"({fields}): replayed peak {sol.peak_memory:.6g} B (the "
+                                          f"({fields}): replayed peak {fmt_bytes(sol.peak_memory)} B (the "
                                           f"status is proven, where it is, with the whole charge)")
         if chain.resident_grads or chain.resident_values:
             left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))

@@ -60,7 +60,7 @@ from memplan.models.offload import min_feasible_memory as off_min_memory
 from memplan.models.remat_offload import (InvalidRematOffloadSchedule, RematOffloadSchedule, from_remat,
                                           offload_schedule_as_joint, simulate_remat_offload)
 from memplan.models.solution import InputError, Solution, Status
-from memplan.models.units import UnitError, fmt_bandwidth, fmt_memory, fmt_time, parse_bandwidth
+from memplan.models.units import UnitError, fmt_bandwidth, fmt_bytes, fmt_memory, fmt_time, parse_bandwidth
 
 PROBLEM = "remat-offload"
 METHODS = ["dp", "exhaustive"]
@@ -117,7 +117,7 @@ def _discretization(chain: Chain, memory: float, slots: Any, exact: Any,
             raise InputError(f"{PROBLEM}: exact=True uses one slot per byte, so slots={slots!r} would be ignored; "
                              "give one of them")
         if not chain.is_integer or memory != math.floor(memory):
-            what = "the chain has float sizes" if not chain.is_integer else f"memory={memory:.6g} B is not whole"
+            what = "the chain has float sizes" if not chain.is_integer else f"memory={fmt_bytes(memory)} B is not whole"
             raise InputError(f"{PROBLEM}: exact=True needs integer sizes and a whole memory limit ({what}); "
                              f"use slots=N instead (default {DEFAULT_SLOTS})")
         n = int(memory)
@@ -502,7 +502,7 @@ def _dynprog_candidate(chain: Chain, memory: float, beta: float, b: Budget) -> t
         except InvalidRematOffloadSchedule as e:
             tried.append(f"at {fmt_memory(m)} its converted schedule is invalid here ({e})")
             continue
-        note = "" if m == memory else (f"; run with the limit lowered by the seed gradient ({seed:.6g} B), which this "
+        note = "" if m == memory else (f"; run with the limit lowered by the seed gradient ({fmt_bytes(seed)} B), which this "
                                        "simulator holds from the start and paper 001 only from the loss's backward")
         b.log(f"dynprog: makespan {fmt_time(sol.objective)} (paper 001's model){note}")
         return Solution(PROBLEM, "dp", Status.FEASIBLE, schedule=joint, predicted=sol.objective,
@@ -532,18 +532,18 @@ def _infeasible(chain: Chain, memory: float, beta: float, mm, last: Solution, de
         need = mm.value if mm.exact else mm.lower
         details["min_memory"] = need
         if mm.exact:
-            msg = (f"no schedule fits in {fmt_memory(memory)} {what}: the minimum is {need:.6g} B "
+            msg = (f"no schedule fits in {fmt_memory(memory)} {what}: the minimum is {fmt_bytes(need)} B "
                    f"({fmt_memory(need)})")
         else:
-            msg = (f"no schedule fits in {fmt_memory(memory)} {what}: none fits below {mm.lower:.6g} B (a proven "
-                   f"bound) and one fits in {mm.value:.6g} B")
+            msg = (f"no schedule fits in {fmt_memory(memory)} {what}: none fits below {fmt_bytes(mm.lower)} B (a proven "
+                   f"bound) and one fits in {fmt_bytes(mm.value)} B")
         if beta > 0:
             alone = min_memory(chain)
-            msg += f"; re-materialization alone needs {alone:.6g} B"
+            msg += f"; re-materialization alone needs {fmt_bytes(alone)} B"
         return Solution(problem=PROBLEM, method="dp", status=Status.INFEASIBLE, memory_limit=memory,
                         message=msg, times=times, details={**last.details, **details})
-    msg = (f"no candidate found a schedule within {fmt_memory(memory)} {what}; one fits in {mm.value:.6g} B and "
-           f"none below {mm.lower:.6g} B")
+    msg = (f"no candidate found a schedule within {fmt_memory(memory)} {what}; one fits in {fmt_bytes(mm.value)} B and "
+           f"none below {fmt_bytes(mm.lower)} B")
     if last.details.get("stopped"):
         msg = f"time limit: {last.message}; {msg}"
     return Solution(problem=PROBLEM, method="dp", status=Status.NO_SOLUTION, memory_limit=memory, message=msg,

@@ -419,8 +419,8 @@ def test_below_the_resident_bytes_the_message_gives_the_whole_minimum():
     assert alone.status == sol.status == Status.INFEASIBLE
     need = alone.details["min_memory"] + r
     assert sol.details["min_memory"] == pytest.approx(need)
-    assert sol.message == (f"nothing fits in 90.0 MiB ({90 * 2**20:.6g} B): the minimum feasible memory is 1.1 GiB "
-                           f"({need:.6g} B), of which 1000.0 MiB of resident tensors (Chain.resident: tensors "
+    assert sol.message == (f"nothing fits in 90.0 MiB ({90 * 2**20} B): the minimum feasible memory is 1.1 GiB "
+                           f"({need:.12g} B), of which 1000.0 MiB of resident tensors (Chain.resident: tensors "
                            "crossing two or more cuts and their gradients), charged for the whole step")
 
 

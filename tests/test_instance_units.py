@@ -195,3 +195,13 @@ def test_chain_to_dict_reads_in_pandas(toy_chain):
     df = pd.DataFrame(chain_to_dict(toy_chain)["stages"])
     assert list(df["stage"]) == list(range(8))
     assert df.loc[5, "o_b"] == pytest.approx(27.64)
+
+
+def test_byte_counts_in_messages_are_exact_enough_to_copy():
+    """A stated minimum of 9792808 B read '9.79281e+06 B' (six digits: 2 B above it here, and below
+    the minimum where it rounds down): whole bytes in full, fractions to 12 digits."""
+    from memplan.models.units import fmt_bytes
+
+    assert fmt_bytes(9792808.0) == "9792808" and fmt_bytes(9792801) == "9792801"
+    assert fmt_bytes(78108426.24000001) == "78108426.24" and fmt_bytes(41.5) == "41.5"
+    assert abs(float(fmt_bytes(86109061.11999999)) / 86109061.11999999 - 1) < 1e-11

@@ -140,7 +140,10 @@ def test_infeasible_is_a_solution_with_the_exact_minimum(table2):
     sol = ro.solve(table2, memory="50MiB", bandwidth="1GB/s")
     assert sol.status == Status.INFEASIBLE and sol.schedule is None and sol.objective is None
     assert sol.details["min_memory"] == pytest.approx(mm.value)
-    assert f"{mm.value:.6g} B" in sol.message and f"{min_memory(table2):.6g} B" in sol.message
+    from memplan.models.units import fmt_bytes
+
+    assert f"{fmt_bytes(mm.value)} B" in sol.message and f"{fmt_bytes(min_memory(table2))} B" in sol.message
+    assert "78108426.24 B" in sol.message          # to the byte's hundredth, not 7.81084e+07
     assert "infeasible" in ro.report(sol, table2)
     at = ro.solve(table2, memory=mm.value, bandwidth="1GB/s")
     assert at.success and at.peak_memory <= mm.value * (1 + 1e-9)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import os
 import re
 import sys
 import time
@@ -215,6 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if "torch" not in sys.modules:
+        # c10's own log lines (the profiler memory method's "Memory block of unknown size was allocated
+        # before the profiling started", expected where it measures a step) went to stderr before a
+        # one-line error; read by torch when it is imported, so only where it is not yet (a user's
+        # own TORCH_CPP_LOG_LEVEL is kept)
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     return guarded(lambda: args.func(args))
 
 

@@ -617,3 +617,21 @@ def test_a_profile_whose_only_source_computes_is_refused(tmp_path):
     f.write_text("".join(kept))
     with pytest.raises(PipeDreamFormatError, match="only source but not an Input node"):
         import_graph(f)
+
+
+@pytest.mark.parametrize("given", [None, "INFO"])
+def test_the_command_line_quiets_c10_log_lines_unless_asked(given):
+    """c10's log lines (the profiler memory method's "Memory block of unknown size ...") came before
+    'memplan budget''s one-line error: the command line sets TORCH_CPP_LOG_LEVEL=ERROR before torch is
+    imported, keeping a value the user set."""
+    code = ("import os, sys\n"
+            "from memplan.experiments.cli import main\n"
+            f"main(['show', {TOY!r}])\n"
+            "import torch\n"
+            "print('LEVEL', os.environ.get('TORCH_CPP_LOG_LEVEL'))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_CPP_LOG_LEVEL"}
+    if given:
+        env["TORCH_CPP_LOG_LEVEL"] = given
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert f"LEVEL {given or 'ERROR'}" in r.stdout

@@ -301,7 +301,7 @@ def dynprog(chain: Chain, memory: float, bandwidth: float, *, slots: int | None 
     # GREEDY is a candidate (DYNPROG never worse than it) unless the limit has passed with a schedule in
     # hand: at L = 3000 it takes about 1 s (its fractional bound and a no-wait replay), which a 0.3 s
     # share of remat-offload's portfolio ran past its limit
-    late = best is not None and time_limit is not None and time.monotonic() >= stop
+    late = best is not None and time.monotonic() >= stop          # stop: inf without a limit
     g = None if late else greedy(chain, memory, bandwidth)
     if g is not None and g.success and (best is None or g.objective < best.objective - 1e-12 * g.objective):
         why = ("Algorithm 1 stopped at the time limit before its last level" if best is None and runs[-1]["stopped"]

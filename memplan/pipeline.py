@@ -409,8 +409,7 @@ def _ilp_pattern(c: _Call) -> tuple[Solution, Point | None, float]:
         if start is not None:
             why = f"the ILP found nothing better than its MIP start ({res.message})"
             if res.status == Status.OPTIMAL:
-                details["optimal_within"] = _PATTERNS
-                why = f"optimal among {_PATTERNS}: {why}"
+                why = _among_patterns(details, why)
             return (_start_only(c, start, bound, why, details, times, note,
                                status=Status.OPTIMAL if res.status == Status.OPTIMAL else None), bb, lb)
         if res.status == Status.INFEASIBLE:
@@ -446,10 +445,7 @@ def _ilp_pattern(c: _Call) -> tuple[Solution, Point | None, float]:
     details["contiguous"] = pattern.is_contiguous()
     msg = res.message + (f" ({note})" if note else "")
     if res.status == Status.OPTIMAL:
-        # proven among 1-periodic patterns (paper 003's problem): a 2-periodic schedule of method
-        # cyclic can be faster, and the ILP's bound holds among patterns only
-        details["optimal_within"] = _PATTERNS
-        msg = f"optimal among {_PATTERNS}: {msg}"
+        msg = _among_patterns(details, msg)
     return (Solution(PROBLEM, "ilp", res.status, objective=sim.period, peak_memory=sim.peak_memory,
                     schedule=pattern, bound=bound, memory_limit=memory, predicted=res.objective,
                     message=msg, times=times, details=details), bb, lb)
@@ -457,6 +453,14 @@ def _ilp_pattern(c: _Call) -> tuple[Solution, Point | None, float]:
 
 #: the class of schedules the ILP's optimum and bound are about (paper 003's problem)
 _PATTERNS = "1-periodic patterns (paper 003's problem; K-periodic schedules, method cyclic, can be faster)"
+
+
+def _among_patterns(details: dict, message: str) -> str:
+    """An ILP's OPTIMAL says what it is about: proven among 1-periodic patterns (paper 003's problem),
+    where a 2-periodic schedule of method cyclic can be faster and the ILP's bound holds among patterns
+    only. Records it in ``details`` and returns the message so prefixed."""
+    details["optimal_within"] = _PATTERNS
+    return f"optimal among {_PATTERNS}: {message}"
 
 
 def _pattern_memory(c: _Call, layer_gpu: Sequence[int], T: float) -> dict[str, Any]:

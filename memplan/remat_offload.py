@@ -360,21 +360,21 @@ def _portfolio(chain: Chain, memory: float, beta: float, n: int, exact: bool, au
     # with a link, no schedule beats the compute time alone (every operation once, no wait): a
     # candidate there is optimal, and the joint DP (seconds to minutes) is not run unless its slots
     # (or exact) were asked for
-    at_bound = beta > 0 and min((c[0] for c in cands), default=math.inf) <= float(chain.store_all_time()) * (1 + 1e-12)
+    at_compute = beta > 0 and min((c[0] for c in cands), default=math.inf) <= float(chain.store_all_time()) * (1 + 1e-12)
     # the least-memory schedule: a candidate with a link, and the minimum stated when nothing fits. Not
     # made where a candidate already takes the compute time alone (it cannot be faster), nor, with a
     # candidate in hand, once the time limit is reached (O(L) with its replay: 0.7 s at L = 3000)
     mm = None
-    if beta > 0 and not at_bound and (not cands or not b.expired()):
+    if beta > 0 and not at_compute and (not cands or not b.expired()):
         mm = ro_min_memory(chain, beta)
         if memory >= mm.value * (1 - 1e-12):
             consider("least-memory schedule", Solution(PROBLEM, "dp", Status.FEASIBLE, schedule=mm.schedule,
                                                        predicted=mm.makespan, message="least-memory schedule"))
     elif beta > 0:
-        notes["least-memory schedule"] = ("not made: a candidate already takes the compute time alone" if at_bound
+        notes["least-memory schedule"] = ("not made: a candidate already takes the compute time alone" if at_compute
                                           else "not made: the time limit was reached")
     others = min((c[0] for c in cands), default=math.inf)
-    at_bound = auto and at_bound
+    at_bound = auto and at_compute           # the joint DP is then not run (unless slots were asked for)
     # the joint DP: as given, or 50, 100, 200 slots until its answer stops changing or matches another's
     t0 = time.perf_counter()
     dp_runs = [] if at_bound else _auto_slots(chain, b) if auto else [n]

@@ -135,6 +135,12 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     # resident tensors, some of which no backward saves (NASNet-A's cell outputs)
     "cpu-multi": {"nasnet_a": dict(kw={}, shape=(3, 32, 32), batch=2),
                   "unet": dict(kw={}, shape=(3, 64, 64), batch=2)},
+    # tiny multi-tensor chains (10-25 ms steps, resident tensors), where recompute-heavy plans had run
+    # 20-34% faster than predicted (session 36's probe): the turn model's no-grad times
+    "cpu-tiny-multi": {"llama": dict(kw=dict(vocab=8000, n_ctx=64, n_layer=2, d_model=96, n_head=4), shape=(64,),
+                                     batch=2),
+                       "transformer": dict(kw=dict(vocab=8000, src_len=32, n_ctx=64, d_model=64, n_head=4, d_ff=256,
+                                                   n_enc=2, n_dec=2), shape=(64,), batch=2)},
     "paper": {"resnet50": dict(kw={}, shape=(3, 224, 224), batch=32),
               "resnet101": dict(kw={}, shape=(3, 224, 224), batch=32),
               "gpt2": dict(kw={}, shape=(1024,), batch=8)},

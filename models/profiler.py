@@ -657,7 +657,8 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
                       "timing_spread_max": round(max(ic.spread), 4)}
         if turns:
             in_context["turn_model"] = (f"uf_ng and u_turn ({u_turn * 1e6:.1f} us a turn) from {len(ic.turn_run_times)} "
-                                        "runs of models.remat.turn_ops between the store-all runs "
+                                        "runs of models.remat.turn_ops between the store-all runs: each "
+                                        "stage's second no-grad run of the step, after a warm-up sweep "
                                         "(models.runtime.InContextTimes.turn_model)")
     wa = [wa0] + [r["wa"] for r in rows]
     wabar = [wa[0]] + [r["wabar"] for r in rows]
@@ -676,7 +677,8 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         "timing": (f"in context: median per operation over {max(3, repeats)} whole store-all runs of the executor "
                    "after one warm-up, " + ("CUDA events recorded between operations, no synchronize until the run "
                                             "ends" if _is_cuda(device) else "time.perf_counter between operations")
-                   + ", scaled by timing_calibration to the median untimed run (models.runtime.time_in_context)")
+                   + ", scaled by timing_calibration to the median untimed run (models.runtime.time_in_context; "
+                   "held on multi-tensor cuts, as their plans are timed)")
                   if timing == "in-context" else
                   (f"isolated: median of {repeats} runs after one warm-up (paper 004 section 5.1); "
                    + ("CUDA events around each operation after torch.cuda.synchronize" if _is_cuda(device)

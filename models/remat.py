@@ -56,13 +56,38 @@ def store_all_ops(L: int) -> list[tuple[str, int]]:
 
 
 def turn_ops(L: int) -> list[tuple[str, int]]:
-    """The sequence that calibrates the no-grad forward times and the turn cost (every stage once without
-    and once with a tape, L turns): ``F_ck^1..F_ck^L, F_all^{L+1}, B^{L+1}``, then ``F_all^l, B^l`` for
-    l = L..1 (each stage recomputed from its stored input right before its backward step)."""
-    ops = [("F_ck", l) for l in range(1, L + 1)] + [("F_all", L + 1), ("B", L + 1)]
+    """The sequence that calibrates the no-grad forward times and the turn cost (L turns, each stage
+    recomputed with a tape right before its backward step):
+
+    - a warm-up sweep without a tape, ``F_ck^1 F_∅^2 .. F_∅^L`` (a recomputation's first run of the step;
+      it keeps a^0 and a^L);
+    - the no-grad forwards that are timed, ``F_ck^1 .. F_ck^{L-1}`` (each stage's second no-grad run of
+      the step, as in a plan's repeated sweeps), then ``F_all^{L+1}, B^{L+1}``;
+    - ``F_all^l, B^l`` for l = L..1.
+
+    Why the warm-up: on a CPU a stage's first no-grad run of the step is slower than its repeats (its
+    weights and buffers are cold; the previous step's backward touched everything else): on a 2-layer
+    Llama of width 96 the first sweep took 1.1-2.5x the second, while the third and later sweeps
+    took what the second did. Rotor's plans at low memory run the early stages without a tape many
+    times per step, so a calibration on the first run made recompute-all predicted 20-25% slower than
+    measured (``benchmarks/time_model_turns.py``). Stage L's no-grad time is its run at the end of the
+    warm-up sweep (a^L is kept from there: recomputing a stored value is not an operation of the
+    model)."""
+    if L < 1:
+        return [("F_all", 1), ("B", 1)]
+    ops = [("F_ck", 1)] + [("F_none", l) for l in range(2, L + 1)]
+    ops += [("F_ck", l) for l in range(1, L)] + [("F_all", L + 1), ("B", L + 1)]
     for l in range(L, 0, -1):
         ops += [("F_all", l), ("B", l)]
     return ops
+
+
+def turn_ops_no_grad(L: int) -> dict[int, int]:
+    """``{l: position}``: the operation of :func:`turn_ops` (L >= 1) whose time is stage l's no-grad
+    forward time: its second run of the step (``F_ck^l``, position L - 1 + l) for l < L, the warm-up
+    sweep's ``F_∅^L`` (position L - 1) for l = L. The warm-up sweep's other operations are timed but
+    belong to no model term."""
+    return {**{l: L - 1 + l for l in range(1, L)}, L: L - 1}
 
 
 def turns(ops: Sequence[tuple[str, int]]) -> int:

@@ -52,7 +52,8 @@ import torch
 
 from .memory import storage_bytes
 from .resident import attach_resident, mark_resident, state_of
-from .remat import OPS, InvalidSequence, RematSchedule, store_all_ops, turn_ops, value_drops  # noqa: F401 (re-exported)
+from .remat import (OPS, InvalidSequence, RematSchedule, store_all_ops, turn_ops, turn_ops_no_grad,  # noqa: F401
+                    value_drops)                                                      # (re-exported)
 
 
 try:                                   # the engine's entry below torch.autograd.backward (torch 2.x)
@@ -1193,13 +1194,16 @@ class InContextTimes:
 
     def turn_model(self, per_op: Sequence[Sequence[float]], run_times: Sequence[float]) -> tuple[list[float], float]:
         """``(uf_ng, u_turn)`` (:attr:`Chain.uf_ng`, :attr:`Chain.u_turn`) from the ``op_times`` of runs of
-        :func:`models.remat.turn_ops` (every stage once without a tape, then recomputed with one right
-        before its backward step: L turns) and the times of whole untimed runs of it, taken in the same
-        rounds as this store-all's: ``uf_ng[l]`` is the median in-context time of its F_ck^l, scaled by
-        :meth:`calibrated`'s factor (the loss stage keeps ``uf``); ``u_turn`` is what the median whole run
-        takes beyond the sum of its operations' calibrated times, per turn (at least 0). On the CPU a
-        no-grad forward took 1-12% less than F_all and a turn 0-180 us (``benchmarks/time_model_turns.py``,
-        ``runtime_check``; the turn cost is the least steady of the two)."""
+        :func:`models.remat.turn_ops` (a warm-up sweep without a tape, every stage's second no-grad run,
+        then each stage recomputed with a tape right before its backward step: L turns) and the times of
+        whole untimed runs of it, taken in the same rounds as this store-all's: ``uf_ng[l]`` is the median
+        in-context time of stage l's no-grad run at :func:`models.remat.turn_ops_no_grad`'s position,
+        scaled by :meth:`calibrated`'s factor (the loss stage keeps ``uf``); ``u_turn`` is what the median
+        whole run takes beyond its operations' calibrated times (the warm-up sweep's included, as
+        measured), per turn (at least 0). On the CPU a repeated no-grad forward took 0.2-0.95 of F_all
+        (the least on tiny stages, whose F_all is mostly building the tape) and a turn 0-180 us
+        (``benchmarks/time_model_turns.py``, ``runtime_check``; the turn cost is the least steady of the
+        two)."""
         import statistics
 
         uf, ub, factor = self.calibrated()
@@ -1209,10 +1213,11 @@ class InContextTimes:
         if len(med) != len(ops):
             raise ValueError(f"turn_model: {len(med)} operation times for a sequence of {len(ops)} operations")
         uf_ng = list(uf)
-        for (op, l), t in zip(ops, med):
-            if op == "F_ck":
-                uf_ng[l] = t * factor
-        body = sum(uf_ng[1:L + 1]) + sum(uf[1:]) + sum(ub[1:])
+        at = turn_ops_no_grad(L) if L > 0 else {}
+        for l, k in at.items():
+            uf_ng[l] = med[k] * factor
+        warm_up = sum(med[k] for k in range(L) if k not in at.values()) * factor
+        body = sum(uf_ng[1:L + 1]) + sum(uf[1:]) + sum(ub[1:]) + warm_up
         u_turn = max(0.0, (statistics.median(run_times) - body) / L) if L > 0 else 0.0
         return uf_ng, u_turn
 
@@ -1233,11 +1238,16 @@ def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
     medians), reported, not added to the chain. ``clear_grads`` is called before each run (the
     default sets every parameter's ``.grad`` to None, as a training step after ``zero_grad``).
     ``turns``: each run also runs :func:`models.remat.turn_ops`, timed per operation and whole, for
-    :meth:`InContextTimes.turn_model` (``turn_per_op``, ``turn_run_times``). The whole runs hold
-    nothing (``hold=False``): executed plans are timed holding only at their peak (a few hooks,
-    :func:`holds_at_peak`), and a measured run to find that peak cannot run compiled stages (the
-    dispatch-mode tracker), so the chain's times leave out the hook at every junction that a fully
-    held run pays, as the timed plans do, less their few.
+    :meth:`InContextTimes.turn_model` (``turn_per_op``, ``turn_run_times``). On single-tensor cuts the
+    whole runs hold nothing (``hold=False``): executed plans are timed holding only at their peak (a
+    few hooks, :func:`holds_at_peak`) or not at all (``memplan run`` on a profile with the free
+    record), and a measured run to find that peak cannot run compiled stages (the dispatch-mode
+    tracker), so the chain's times leave out the hook at every junction that a fully held run pays,
+    as the timed plans do, less their few. On multi-tensor cuts (no fused groups, so no junction
+    hooks) they hold (``hold=True``), as those plans are timed: without holds a B of its own is called
+    through an empty root, and store-all takes plain autograd's one call
+    (:func:`_run_store_all_multi`), where every other plan takes the general loop; calibrated on
+    that, a 2-layer Llama's chain was 8-9% too fast for every plan but store-all.
     """
     device = device if device is not None else x.device
     ops = store_all_ops(len(stages))
@@ -1252,6 +1262,12 @@ def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
 
     # (sequence, its per-operation times, its whole runs' times): store-all, and turn_ops with ``turns``
     kinds = [(ops, [], [])] + ([(turn_ops(len(stages)), [], [])] if turns else [])
+    # the whole runs as executed plans are timed: on single-tensor cuts without holds (``memplan run``
+    # on a profile with the free record); on multi-tensor cuts with them (holds at the peak: a B of its
+    # own is called directly, where a run without holds pays an empty root per call, and store-all
+    # takes the general loop, not plain autograd's one call, which had made the chain's times 8-9%
+    # too fast for every other plan on a 2-layer Llama)
+    whole_hold = bool(_stage_info(list(stages) + [loss_fn]).multi)
     for i in range(max(0, warmup) + max(1, runs)):
         for seq, per_op, whole in kinds:
             clear()
@@ -1259,7 +1275,8 @@ def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
             execute(stages, loss_fn, x, seq, device=device, input_grad=input_grad, op_times=times, clock=clock,
                     fuse_backward=False)
             clear()
-            t = execute(stages, loss_fn, x, seq, device=device, input_grad=input_grad, clock=clock, hold=False).time
+            t = execute(stages, loss_fn, x, seq, device=device, input_grad=input_grad, clock=clock,
+                        hold=whole_hold).time
             if i >= warmup:
                 per_op.append(times)
                 whole.append(t)

@@ -20,7 +20,7 @@ from memplan.baselines.remat_exhaustive import exhaustive_min_memory, exhaustive
 from memplan.baselines.remat_heuristics import sequential_schedule, store_all_schedule
 from memplan.models.chain import Chain, random_chain
 from memplan.models.instance import InstanceError, chain_from_dict, chain_to_dict
-from memplan.models.remat import RematSchedule, simulate_remat, store_all_ops, turn_ops, turns
+from memplan.models.remat import RematSchedule, simulate_remat, store_all_ops, turn_ops, turn_ops_no_grad, turns
 from memplan.models.solution import Status
 
 # F_ck^1, stages 2..3 and the loss kept, their backward, one turn, stage 1 again and its backward
@@ -43,12 +43,24 @@ def test_simulator_charges_no_grad_times_and_turns_by_hand():
 
 
 def test_turn_ops_is_valid_with_one_turn_per_stage():
-    for L in (1, 3, 7):
+    """turn_ops replays with one turn per stage; its timed no-grad runs are each stage's second of the
+    step (the last stage's: the end of the warm-up sweep); the warm-up sweep does not raise the peak
+    of a sweep that keeps every output (the calibration's memory is what it was without it)."""
+    for L in (1, 2, 3, 7):
         c = random_chain(L, L)
         ops = turn_ops(L)
-        assert turns(ops) == L and sorted(ops) == sorted(set(ops))
+        assert turns(ops) == L
         rep = simulate_remat(c, ops)
-        assert rep.makespan == pytest.approx(c.store_all_time() + c.uf[1:L + 1].sum())
+        # every stage twice without a tape but the last (once), every stage and the loss once with one
+        assert rep.makespan == pytest.approx(c.store_all_time() + c.uf[1:L + 1].sum() + c.uf[1:L].sum())
+        keep_all = [("F_ck", l) for l in range(1, L + 1)] + ops[2 * L - 1:]
+        assert rep.peak_memory == simulate_remat(c, keep_all).peak_memory
+        at = turn_ops_no_grad(L)
+        assert sorted(at) == list(range(1, L + 1))
+        for l, k in at.items():
+            assert ops[k][1] == l and ops[k][0] in ("F_ck", "F_none")
+            runs = [i for i, (op, m) in enumerate(ops) if m == l and op in ("F_ck", "F_none")]
+            assert k == (runs[1] if l < L else runs[0]) and len(runs) == (2 if l < L else 1)
     assert turns(SEQ) == 1 and turns(store_all_ops(4)) == 0
 
 
@@ -197,7 +209,10 @@ def test_turn_model_recovers_known_times():
     sa = [uf[l] if op == "F_all" else ub[l] for op, l in store_all_ops(L)]
     ic = InContextTimes.from_runs([sa, sa, sa], [sum(sa)] * 3, L)
     ops = turn_ops(L)
-    per = [ng[l] if op == "F_ck" else uf[l] if op == "F_all" else ub[l] for op, l in ops]
+    at = {k: l for l, k in turn_ops_no_grad(L).items()}
+    # the warm-up sweep's other runs (first of the step, slower) are in the whole run, in no model term
+    per = [ng[at[k]] if k in at else 7.0 if op in ("F_ck", "F_none") else uf[l] if op == "F_all" else ub[l]
+           for k, (op, l) in enumerate(ops)]
     whole = sum(per) + turn * L
     uf_ng, u_turn = ic.turn_model([per, per], [whole, whole + 1.0, whole - 1.0])
     assert uf_ng[1:L + 1] == pytest.approx(ng[1:]) and uf_ng[L + 1] == uf[L + 1]
@@ -329,3 +344,44 @@ def test_memplan_run_retimes_the_chain_from_its_rounds():
     assert simulate_remat(here, SEQ).makespan == pytest.approx(3 * simulate_remat(c, SEQ).makespan)
     # the profile is left as it was
     assert simulate_remat(c, SEQ).makespan == 0.5 + 2 + 4 + 8 + 16 + 40 + 20 + (1 + 100) + 10
+    # with the runs' whole times (the executor's work between operations included): scaled to their
+    # median, 10% above the median sum of the operations here
+    total = sum(prof)
+    here, pace = _retimed_chain(c, runs, [3.3 * total, 3.3 * total, 9.0 * total])
+    assert pace == pytest.approx(3.3)
+    assert np.allclose(here.uf, 3.3 * c.uf) and np.allclose(here.ub, 3.3 * c.ub)
+    assert here.store_all_time() == pytest.approx(3.3 * c.store_all_time())
+
+
+def test_profile_whole_runs_are_timed_as_their_plans_are(monkeypatch):
+    """time_in_context scales the chain to whole untimed runs taken as executed plans are timed: on
+    single-tensor cuts without holds, on multi-tensor cuts with them (there a run without holds calls
+    each B through an empty root and store-all takes plain autograd's single call, while every other
+    plan takes the held general loop: calibrated so, a 2-layer Llama's chain was 8-9% too fast for them)."""
+    torch = pytest.importorskip("torch")
+    from memplan.models import runtime
+    from memplan.models.graph import linearize_model
+    from memplan.models.networks import example_input, get_model
+    from memplan.models.profiler import classification_loss
+
+    seen = []
+    real = runtime.execute
+
+    def spy(*a, **kw):
+        if kw.get("op_times") is None:
+            seen.append(kw.get("hold", True))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(runtime, "execute", spy)
+    torch.manual_seed(0)
+    model = get_model("llama", vocab=500, n_ctx=16, n_layer=1, d_model=32, n_head=4).train()
+    x = example_input("llama", 2, (16,), vocab=500, seed=0)
+    loss = classification_loss(seed=0)
+    lm = linearize_model(model, x, loss, cuts="multi")
+    assert lm.residency is not None and lm.residency.resident
+    runtime.time_in_context(lm.stages, lm.loss_stage(loss), x, runs=2, turns=True)
+    assert len(seen) == 6 and all(h is True for h in seen)     # (1 warm-up + 2) x (store-all, turn_ops)
+    seen.clear()
+    stages = [torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()) for _ in range(3)]
+    runtime.time_in_context(stages, lambda y: y.square().sum(), torch.randn(4, 8), runs=2, turns=True)
+    assert len(seen) == 6 and all(h is False for h in seen)

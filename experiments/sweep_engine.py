@@ -153,15 +153,16 @@ def _batch_of(chain) -> float:
 
 # -------------------------------------------------------------------------------------------- grid
 def memory_range(problem: str, chain, *, bandwidth: float | None = None, gpus: int | None = None,
-                 memory_model: str | None = None, points=None) -> tuple[float, float]:
+                 memory_model: str | None = None, points=None, time_limit: float | None = None) -> tuple[float, float]:
     """``(minimum, store-all)`` memory (bytes) of ``problem`` on ``chain``, between which sweeps space
     their limits: remat :func:`memplan.remat.memory_range`; offload the minimum feasible memory and
     the peak without offloading (paper 001); remat-offload the least memory with offloading over
     ``bandwidth`` and store-all's peak; pipeline (paper 003 Figs. 6-11) from the memory lower bound
     (at least 0.6 x the smallest PipeDream point) to the largest memory of PipeDream's points (those
-    of ``points`` when given, else computed here)."""
+    of ``points`` when given, else computed here). ``time_limit``: the grid's seconds per solve, which
+    also bound remat's exact minimum (past it, a baseline's replayed peak: :func:`memplan.remat.memory_range`)."""
     if problem == "remat":
-        return memplan.remat.memory_range(chain)
+        return memplan.remat.memory_range(chain, time_limit=time_limit)
     if problem == "offload":
         from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
 
@@ -396,7 +397,7 @@ def expand(grids: Iterable[Grid]) -> tuple[list[dict], dict[str, Any]]:
                         o = next((o for o in option_sets if o.get("memory_model") == mm), option_sets[0])
                         pts = shared.get(iid, chain, bw_eff, P_eff, o, ("pipedream",))[1]
                     lo, hi = memory_range(g.problem, chain, bandwidth=bw_eff, gpus=P_eff, memory_model=mm,
-                                          points=pts)
+                                          points=pts, time_limit=g.time_limit)
                     fr = list(g.fractions) if g.fractions else (
                         [k / (g.points - 1) for k in range(g.points)] if g.points > 1 else [1.0])
                     limits = [(lo + f * (hi - lo), f) for f in fr]

@@ -259,3 +259,24 @@ def test_sweep_helper_memory_range():
     assert remat.solve(c, memory=hi, method="store-all").objective == pytest.approx(c.store_all_time())
     assert remat.solve(c, memory=hi - 1, method="store-all").status == Status.NO_SOLUTION
     assert remat.solve(c, memory=lo - 1, method="store-all").status == Status.INFEASIBLE
+
+
+def test_memory_range_past_its_time_limit_is_a_known_plans_peak():
+    """With a time limit the exact minimum (O(L^3)) is not started where it is estimated to take
+    longer: the bottom is then the least replayed peak of the baselines (bisection, store-all and
+    recompute-all, then checkpoint_sequential while time is left: none at 0 s), a limit at which a plan
+    fits, never below the exact minimum; the top is store-all's peak either way."""
+    from memplan.baselines import remat_heuristics as H
+    from memplan.baselines.remat_min_memory import min_memory
+
+    for L, seed in ((6, 1), (40, 3)):
+        c = random_chain(L, seed)
+        lo, hi = remat.memory_range(c, time_limit=0.0)          # 0 s: nothing uncached is started
+        scheds = [H.bisection_schedule(c), H.store_all_schedule(c), H.recompute_all_schedule(c)]
+        assert lo == min(simulate_remat(c, s).peak_memory for s in scheds)
+        assert hi == simulate_remat(c, H.store_all_schedule(c)).peak_memory
+        assert lo >= min_memory(c) and hi == remat.memory_range(c)[1]
+        # the exact answer is then cached: the same limit now returns it
+        assert remat.memory_range(c, time_limit=0.0)[0] == min_memory(c) == remat.memory_range(c)[0]
+    with pytest.raises(InputError, match="time_limit"):
+        remat.memory_range(random_chain(3, 0), time_limit=-1)

@@ -61,6 +61,9 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         raise InputError("--device cuda: no CUDA device is available to this torch build")
     if not str(args.output).strip():
         raise InputError("-o/--output: an empty file name; give one, e.g. results/out.json")
+    if not 0 <= args.timing_budget < float("inf"):
+        raise InputError(f"--timing-budget {args.timing_budget:g}: give seconds >= 0, e.g. --timing-budget 2 "
+                         "(0: exactly --repeats timed runs)")
     out = Path(args.output)
     if out.exists() and not args.force:
         raise FileExistsError(f"{out} exists; pass --force to replace it")
@@ -70,7 +73,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     try:
         chain = profile_model(key, args.batch, args.input, device=args.device, repeats=args.repeats,
                               seed=args.seed, model_kw=dict(args.set or []), cuts=args.cuts, turns=args.turn_model,
-                              memory=args.memory_method, free_backward=True)
+                              memory=args.memory_method, free_backward=True, timing_budget=args.timing_budget)
     except MultiCutMemoryError:
         raise InputError(f"--memory-method profiler: {key} is cut where several tensors cross (--cuts {args.cuts}), "
                          "and c10's allocator events profile single-tensor cuts only; use --memory-method dispatch, "
@@ -448,6 +451,9 @@ def add_parser(subparsers) -> None:
                    "src_len + tgt_len token ids, e.g. 128 with the default src_len 64)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--repeats", type=positive_int, default=3, help="timed runs per operation; the median is kept")
+    p.add_argument("--timing-budget", type=float, default=2.0, metavar="SECONDS",
+                   help="more timed runs (beyond --repeats, at most 50) while the median whole run is not known "
+                        "within 2%%, for up to this many seconds (default 2; 0: exactly --repeats)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     p.add_argument("--cuts", choices=["auto", "saved", "multi"], default="auto",

@@ -641,7 +641,7 @@ def memory_range(chain: Chain, *, time_limit: float | None = None) -> tuple[floa
     L = 3000 on the CPU of the tests); where it is estimated
     (:func:`memplan.baselines.remat_min_memory.min_memory_seconds`) to take longer than the limit, the
     bottom is the least replayed peak of the baselines that fit in the time: recursive bisection
-    (O(log L) checkpoints, O(L log L) operations: 105 B against the exact 60 B on a random chain of
+    (O(log L) checkpoints, O(L log L) operations: 119 B against the exact 69 B on a random chain of
     3000 stages), store-all and recompute-all (up to 200 stages: O(L^2) operations), then
     ``checkpoint_sequential`` with 1, 2, ... segments while time is left. A plan is known to fit
     there; the true minimum may be lower.

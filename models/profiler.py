@@ -550,7 +550,7 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
                   provenance: dict[str, Any] | None = None, input_grad: bool = True,
                   loss_name: str = "loss", timing: str = "in-context", clock: str = "wall",
                   memory: str = "dispatch", deadline: float | None = None, turns: bool = False,
-                  free_backward: bool = False) -> Chain:
+                  free_backward: bool = False, timing_budget: float = 0.0) -> Chain:
     """Profile stages 1..L and the loss stage L+1 on sample input ``x`` and build the Chain (seconds,
     bytes). ``loss_name``: the name of stage L+1 (``fc+loss`` where a head is folded into the loss,
     :meth:`models.graph.LinearizedModel.loss_stage`). ``input_grad``: whether B^1 computes delta^0 (the gradient of the network input), as the
@@ -561,7 +561,9 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     median per operation), scaled by one factor per chain so that they add up to the median
     wall-clock time of a whole untimed run (the executor's own work between operations, and the
     interference that per-operation medians leave out, are then spread over the stages in proportion
-    to their times; the factor is recorded as ``timing_calibration``); ``"isolated"`` times each
+    to their times; the factor is recorded as ``timing_calibration``; ``timing_budget`` seconds: more
+    runs while the whole runs' median is not known within 2%, :func:`models.runtime.time_in_context`'s
+    ``budget``, the number run recorded as ``timing_runs``); ``"isolated"`` times each
     operation alone (paper 004 section 5.1's procedure, :func:`_timed_runs`). ``clock``: ``wall`` or
     ``cpu`` (:data:`models.measure.CLOCKS`; CPU, one thread, in-context timing only), recorded in the
     provenance. ``memory``: how sizes are measured on CPU (:func:`profile_stage`); ``"profiler"``
@@ -644,7 +646,8 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
 
         ic = time_in_context(stages, loss_fn, x, runs=max(3, repeats), device=device, input_grad=input_grad,
                              clock=_clock(clock, torch.get_num_threads()) if not _is_cuda(device) else time.perf_counter,
-                             turns=turns)
+                             turns=turns, budget=timing_budget)
+        timed_runs = ic.runs
         uf, ub, factor = ic.calibrated()
         if turns:
             uf_ng, u_turn = ic.turn_model(ic.turn_per_op, ic.turn_run_times)
@@ -674,8 +677,10 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "threads": torch.get_num_threads(),
         "dtype": ",".join(dtypes) if dtypes else str(x.dtype).replace("torch.", ""),
-        "timing": (f"in context: median per operation over {max(3, repeats)} whole store-all runs of the executor "
-                   "after one warm-up, " + ("CUDA events recorded between operations, no synchronize until the run "
+        "timing": (f"in context: median per operation over {timed_runs} whole store-all runs of the executor "
+                   "after one warm-up" + (f" (at least {max(3, repeats)}, more while the 95% interval of the whole "
+                                          f"runs' median was wider than 2%, within {timing_budget:g} s)"
+                                          if timing_budget > 0 else "") + ", " + ("CUDA events recorded between operations, no synchronize until the run "
                                             "ends" if _is_cuda(device) else "time.perf_counter between operations")
                    + ", scaled by timing_calibration to the median untimed run (models.runtime.time_in_context; "
                    "held on multi-tensor cuts, as their plans are timed)")
@@ -692,7 +697,7 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
                                "max_memory_allocated after torch.cuda.synchronize (512-byte rounding and "
                                "workspaces allocated through the allocator included; reserved-but-free cache "
                                "not counted)"),
-        "measurement": measurement_notes(device, repeats, timing, memory),
+        "measurement": measurement_notes(device, timed_runs if timing == "in-context" else repeats, timing, memory),
         **({} if multi or memory != "dispatch" else {"saved_by_autograd_bytes": [r["saved"] for r in rows],
                              "saved_input_bytes": [r["saved_input"] for r in rows]}),
         **({} if free_ob is None else {"free_backward": {
@@ -787,7 +792,7 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
                   repeats: int = 3, seed: int = 0, model_kw: dict[str, Any] | None = None,
                   provenance: dict[str, Any] | None = None, name: str | None = None,
                   cuts: str = "auto", turns: bool = False, memory: str = "dispatch",
-                  free_backward: bool = False) -> Chain:
+                  free_backward: bool = False, timing_budget: float = 0.0) -> Chain:
     """Build a zoo model, linearize it (models.graph) and profile its stages: the chain of
     ``memplan profile`` (and of :mod:`memplan.experiments.gpu_profile`). ``provenance`` is added to
     the chain's provenance (its keys win); ``name`` replaces the default chain name. ``cuts``: the
@@ -835,7 +840,7 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
                  "cuts": cut_tensors(graph, lm.groups)}
     chain = profile_chain(
         lm.stages, x, lm.loss_stage(loss_fn), repeats=repeats, device=device, names=lm.names,
-        loss_name=lm.loss_name, turns=turns, memory=memory, free_backward=free_backward,
+        loss_name=lm.loss_name, turns=turns, memory=memory, free_backward=free_backward, timing_budget=timing_budget,
         name=name or f"{model_name}-b{batch}-{'x'.join(map(str, shape))}-{torch.device(device).type}",
         provenance={"network": model_name, "model_kw": model_kw, "batch": batch, "input": list(shape),
                     "source": "models.networks (random initialization)", "seed": seed,

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -1225,7 +1226,8 @@ class InContextTimes:
 def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, *, runs: int = 5,
                     warmup: int = 1, device=None, input_grad: bool = True,
                     clear_grads: Callable[[], None] | None = None,
-                    clock: Callable[[], float] = time.perf_counter, turns: bool = False) -> InContextTimes:
+                    clock: Callable[[], float] = time.perf_counter, turns: bool = False,
+                    budget: float = 0.0, target: float = 0.02, max_runs: int = 50) -> InContextTimes:
     """Time every F_all^l and B^l as the executor really runs them: inside whole store-all sequences,
     back to back, with timers between the operations only (see ``op_times`` of :func:`execute`).
 
@@ -1248,6 +1250,13 @@ def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
     through an empty root, and store-all takes plain autograd's one call
     (:func:`_run_store_all_multi`), where every other plan takes the general loop; calibrated on
     that, a 2-layer Llama's chain was 8-9% too fast for every plan but store-all.
+
+    ``budget`` (seconds, default 0: exactly ``runs``): after the ``runs`` timed rounds, more rounds
+    while the 95% interval of a whole run's median (store-all's, and turn_ops' with ``turns``,
+    :func:`models.measure.median_interval`) is wider than ``target`` of it, until the rounds have
+    taken ``budget`` seconds or ``max_runs`` rounds have run. Three runs had left a tiny chain's
+    profile off by 9-23% on a shared CPU (a 2-layer Llama's three store-all runs: 15.4, 17.9 and
+    18.0 ms); a 1-2 s step still takes the ``runs`` asked for.
     """
     device = device if device is not None else x.device
     ops = store_all_ops(len(stages))
@@ -1268,7 +1277,25 @@ def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
     # takes the general loop, not plain autograd's one call, which had made the chain's times 8-9%
     # too fast for every other plan on a 2-layer Llama)
     whole_hold = bool(_stage_info(list(stages) + [loss_fn]).multi)
-    for i in range(max(0, warmup) + max(1, runs)):
+
+    def settled() -> bool:
+        from .measure import median_interval
+
+        for _, _, whole in kinds:
+            m = statistics.median(whole)
+            lo, hi = median_interval(whole)
+            if not (m > 0 and (hi - lo) / m <= target):
+                return False
+        return True
+
+    i, t_timed = 0, None
+    while True:
+        if i >= max(0, warmup) + max(1, runs):
+            if (t_timed is None or time.perf_counter() - t_timed >= budget or i - max(0, warmup) >= max_runs
+                    or settled()):
+                break
+        if i == max(0, warmup):
+            t_timed = time.perf_counter()
         for seq, per_op, whole in kinds:
             clear()
             times: list[float] = []
@@ -1280,6 +1307,7 @@ def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
             if i >= warmup:
                 per_op.append(times)
                 whole.append(t)
+        i += 1
     ic = InContextTimes.from_runs(kinds[0][1], kinds[0][2], len(stages))
     if turns:
         ic.turn_per_op, ic.turn_run_times = kinds[1][1], kinds[1][2]

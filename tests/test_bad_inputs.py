@@ -523,6 +523,14 @@ def test_a_zoo_setting_out_of_range_is_one_line_from_the_command_line(tmp_path, 
     assert rc == 2 and "n_layer=-1" in _one_line(err) and not (tmp_path / "g.json").exists()
 
 
+@pytest.mark.parametrize("budget", ["-1", "nan", "inf"])
+def test_a_timing_budget_that_is_not_seconds_is_refused(budget, tmp_path, capsys):
+    """memplan profile --timing-budget: -1 had profiled as 0 (exit 0); nan and inf are no budget either."""
+    rc, _, err = _run(["profile", "--model", "gpt2", "--batch", "1", "--input", "16", "--timing-budget", budget,
+                       "-o", str(tmp_path / "g.json")], capsys)
+    assert rc == 2 and "--timing-budget" in _one_line(err) and not (tmp_path / "g.json").exists()
+
+
 @pytest.mark.parametrize("bw", ["1e-310", "5e-324", "1e-120"])
 def test_a_bandwidth_slower_than_any_link_is_refused(bw, capsys):
     """A subnormal bandwidth passed the positive check, then transfer times overflowed (numpy warnings

@@ -385,3 +385,29 @@ def test_profile_whole_runs_are_timed_as_their_plans_are(monkeypatch):
     stages = [torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()) for _ in range(3)]
     runtime.time_in_context(stages, lambda y: y.square().sum(), torch.randn(4, 8), runs=2, turns=True)
     assert len(seen) == 6 and all(h is False for h in seen)
+
+
+def test_in_context_timing_runs_more_rounds_until_the_median_is_known():
+    """time_in_context's budget: exactly ``runs`` rounds without it, or where the whole runs agree
+    (a clock that advances the same for every run); with noisy whole runs, more rounds until
+    ``max_runs`` (the budget being ample), the store-all and turn_ops runs alike."""
+    torch = pytest.importorskip("torch")
+    import itertools
+    import random
+
+    from memplan.models.runtime import time_in_context
+
+    stages = [torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()) for _ in range(3)]
+    x, loss = torch.randn(4, 8), (lambda y: y.square().sum())
+    steady = itertools.count(0.0, 1e-3).__next__                 # every reading 1 ms after the last
+    rng = random.Random(0)
+    acc = [0.0]
+
+    def noisy():
+        acc[0] += rng.choice([1e-3, 5e-3])
+        return acc[0]
+
+    assert time_in_context(stages, loss, x, runs=3, turns=True).runs == 3
+    assert time_in_context(stages, loss, x, runs=3, turns=True, clock=steady, budget=60).runs == 3
+    ic = time_in_context(stages, loss, x, runs=3, turns=True, clock=noisy, budget=60, max_runs=9)
+    assert ic.runs == 9 and len(ic.turn_run_times) == 9

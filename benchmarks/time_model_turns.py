@@ -88,8 +88,13 @@ def plans_of(chain):
     return out
 
 
-def measure(name: str, spec: dict, min_rounds: int, max_rounds: int, say):
-    """{plan: (ops, measured median, predicted, per-op medians, predicted by the turn model)}."""
+def measure(name: str, spec: dict, min_rounds: int, max_rounds: int, say, holds: str = "peak"):
+    """{plan: (ops, measured median, predicted, per-op medians, predicted by the turn model)}. ``holds``:
+    how the measured (untimed) runs hold, as ``runtime_check --holds`` (``peak``: at the replay's peak,
+    the timed configuration of ``runtime_check`` and ``memplan run``; ``all``: every B, this script's
+    only configuration before 2026-11-29, which pays an empty root per fused backward call, about
+    40 us a turn that the turn calibration's one-stage calls do not; ``none``: no holds). The runs
+    with per-operation timers hold every B (their junction hooks time each B of a fused call)."""
     import torch
 
     from memplan.experiments.runtime_check import Case
@@ -99,18 +104,22 @@ def measure(name: str, spec: dict, min_rounds: int, max_rounds: int, say):
     from memplan.models.runtime import InContextTimes, execute
 
     case = Case("gpt2", spec, "cpu", repeats=min_rounds, clock="cpu")
+    case.holds = holds
     plans = plans_of(case.chain)
     per: dict[str, list[list[float]]] = {k: [] for k in plans}
     cal = turn_ops(case.chain.L)           # the turn model's calibration (not one of the plans)
     per_cal: list[list[float]] = []
 
     def runner(seq, store):
+        ops = seq.ops if hasattr(seq, "ops") else seq
+        hold = case._holds(ops, simulate_remat(case.chain, ops).memory_during, replay=True)
+
         def run():
             case._clear_grads()
             torch.manual_seed(7)
             t0 = time.process_time()
             if store is None:
-                execute(case.stages, case.loss_stage, case.x, seq, device="cpu", sync=False)
+                execute(case.stages, case.loss_stage, case.x, seq, device="cpu", sync=False, hold=hold)
             else:
                 ts: list[float] = []
                 execute(case.stages, case.loss_stage, case.x, seq, device="cpu", op_times=ts,
@@ -128,7 +137,7 @@ def measure(name: str, spec: dict, min_rounds: int, max_rounds: int, say):
     t0 = time.perf_counter()
     res = interleaved(runs, target=0.01, min_rounds=min_rounds, max_rounds=max_rounds)
     say(f"{name}: L = {case.chain.L}, {len(plans)} sequences, {len(res['store-all'].times)} rounds "
-        f"in {time.perf_counter() - t0:.0f} s (CPU clock, one torch thread)")
+        f"in {time.perf_counter() - t0:.0f} s (CPU clock, one torch thread, holds {holds})")
     ic = InContextTimes.from_runs(per["store-all"], res["store-all"].times, case.chain.L)
     uf, ub, _ = ic.calibrated()
     timed = dataclasses.replace(case.chain, uf=uf, ub=ub)
@@ -170,6 +179,8 @@ def main(argv=None) -> int:
     ap.add_argument("--min-rounds", type=int, default=40)
     ap.add_argument("--max-rounds", type=int, default=100)
     ap.add_argument("--out", type=Path, help="also write the report here")
+    ap.add_argument("--holds", choices=["peak", "all", "none"], default="peak",
+                    help="how the measured runs hold (runtime_check's --holds; default peak, as plans are timed)")
     a = ap.parse_args(argv)
     names = [s for s in a.sizes.split(",") if s]
     bad = [s for s in names if s not in SIZES]
@@ -186,10 +197,10 @@ def main(argv=None) -> int:
         lines.append(line)
 
     say(f"# python benchmarks/time_model_turns.py --sizes {','.join(names)} --min-rounds {a.min_rounds} "
-        f"--max-rounds {a.max_rounds}  (torch {torch.__version__})")
+        f"--max-rounds {a.max_rounds} --holds {a.holds}  (torch {torch.__version__})")
     results = {}
     for n in names:
-        results[n] = report(n, measure(n, SIZES[n], a.min_rounds, a.max_rounds, say), say)
+        results[n] = report(n, measure(n, SIZES[n], a.min_rounds, a.max_rounds, say, a.holds), say)
     tune = results[names[0]]
     num = sum(t * (m - p) for t, m, p, _ in tune)
     den = sum(t * t for t, _, _, _ in tune)

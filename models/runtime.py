@@ -1271,11 +1271,7 @@ def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
 
     # (sequence, its per-operation times, its whole runs' times): store-all, and turn_ops with ``turns``
     kinds = [(ops, [], [])] + ([(turn_ops(len(stages)), [], [])] if turns else [])
-    # the whole runs as executed plans are timed: on single-tensor cuts without holds (``memplan run``
-    # on a profile with the free record); on multi-tensor cuts with them (holds at the peak: a B of its
-    # own is called directly, where a run without holds pays an empty root per call, and store-all
-    # takes the general loop, not plain autograd's one call, which had made the chain's times 8-9%
-    # too fast for every other plan on a 2-layer Llama)
+    # the whole runs as executed plans are timed (see the docstring): held on multi-tensor cuts only
     whole_hold = bool(_stage_info(list(stages) + [loss_fn]).multi)
 
     def settled() -> bool:

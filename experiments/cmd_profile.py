@@ -452,8 +452,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--repeats", type=positive_int, default=3, help="timed runs per operation; the median is kept")
     p.add_argument("--timing-budget", type=float, default=2.0, metavar="SECONDS",
-                   help="more timed runs (beyond --repeats, at most 50) while the median whole run is not known "
-                        "within 2%%, for up to this many seconds (default 2; 0: exactly --repeats)")
+                   help="more timed runs after --repeats (50 in all at most; more --repeats are run anyway) while "
+                        "the median whole run is not known within 2%%, for up to this many seconds (default 2; 0: "
+                        "exactly --repeats)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     p.add_argument("--cuts", choices=["auto", "saved", "multi"], default="auto",

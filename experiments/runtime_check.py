@@ -50,8 +50,9 @@ one CSV row per (network, limit, method):
   The plans are solved on the chain profiled first (in context, :func:`memplan.models.runtime.time_in_context`);
   their predicted time is the makespan on that chain re-timed during the timing rounds themselves
   (more contenders: a store-all run with per-operation timers, the medians scaled to the store-all
-  runs of the same rounds; and :func:`memplan.models.remat.turn_ops`, every stage once without a tape
-  and recomputed with one right before its backward step, timed per operation and whole, which gives
+  runs of the same rounds; and :func:`memplan.models.remat.turn_ops`, a warm-up sweep without a tape,
+  every stage's second no-grad run, then each stage recomputed with a tape right before its backward
+  step, timed per operation and whole, which gives
   the no-grad forwards' own times ``uf_ng`` and the cost of a turn ``u_turn``, :class:`Chain`), so that
   a machine whose pace drifts between the profile and the runs (a shared CPU) does not count as model
   error; ``predicted_time_profile`` is the makespan on the first profile (the papers' time model).
@@ -135,8 +136,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     # resident tensors, some of which no backward saves (NASNet-A's cell outputs)
     "cpu-multi": {"nasnet_a": dict(kw={}, shape=(3, 32, 32), batch=2),
                   "unet": dict(kw={}, shape=(3, 64, 64), batch=2)},
-    # tiny multi-tensor chains (10-25 ms steps, resident tensors), where recompute-heavy plans had run
-    # 20-34% faster than predicted (session 36's probe): the turn model's no-grad times
+    # tiny multi-tensor chains (10-25 ms steps, resident tensors), where recompute-all had run 14-22%
+    # faster than predicted here (20-34% in session 36's probe by memplan run): the turn model's no-grad times
     "cpu-tiny-multi": {"llama": dict(kw=dict(vocab=8000, n_ctx=64, n_layer=2, d_model=96, n_head=4), shape=(64,),
                                      batch=2),
                        "transformer": dict(kw=dict(vocab=8000, src_len=32, n_ctx=64, d_model=64, n_head=4, d_ff=256,

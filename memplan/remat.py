@@ -639,12 +639,15 @@ def memory_range(chain: Chain, *, time_limit: float | None = None) -> tuple[floa
 
     ``time_limit`` (seconds, None: none): the exact minimum is O(L^3) (12 s at L = 2000, 43 s at
     L = 3000 on the CPU of the tests); where it is estimated
-    (:func:`memplan.baselines.remat_min_memory.min_memory_seconds`) to take longer than the limit, the
-    bottom is the least replayed peak of the baselines that fit in the time: recursive bisection
-    (O(log L) checkpoints, O(L log L) operations: 119 B against the exact 69 B on a random chain of
-    3000 stages), store-all and recompute-all (up to 200 stages: O(L^2) operations), then
-    ``checkpoint_sequential`` with 1, 2, ... segments while time is left. A plan is known to fit
-    there; the true minimum may be lower.
+    (:func:`memplan.baselines.remat_min_memory.min_memory_seconds`, a conservative estimate: 81 s
+    there) to take longer than the limit, the bottom is the least replayed peak of the baselines that
+    fit in the time: recursive bisection (O(log L) checkpoints, O(L log L) operations: 119 B against
+    the exact 69 B on a random chain of 3000 stages; not on a chain with spans, where the methods do
+    not compare their plans with it), store-all and recompute-all (up to 200 stages: O(L^2)
+    operations), then ``checkpoint_sequential`` with 1, 2, ... segments while time is left (so the
+    bottom can depend on the machine's speed, and on a minimum computed earlier in the process, which
+    is cached). ``rotor``, ``rotor-floating`` and the baselines return a plan there; the true minimum
+    may be lower.
 
     Examples
     --------
@@ -655,8 +658,7 @@ def memory_range(chain: Chain, *, time_limit: float | None = None) -> tuple[floa
     """
     t0 = time.perf_counter()
     chain = _frontend.chain_arg(chain, PROBLEM)
-    if time_limit is not None and not time_limit >= 0:
-        raise InputError(f"time_limit={time_limit!r}: give seconds >= 0, or None for no limit")
+    time_limit = _frontend.time_limit_arg(time_limit, f"{PROBLEM} memory_range")
     inner, r = chain.without_resident(), chain.resident      # resident tensors: charged once, for the whole step
     hi = remat_heuristics.store_all(inner).peak_memory + r
     try:
@@ -664,7 +666,11 @@ def memory_range(chain: Chain, *, time_limit: float | None = None) -> tuple[floa
     except TooCostly:
         # the least replayed peak of the baselines within the time left (bisection first: near the minimum)
         deadline = t0 + time_limit
-        first = [remat_heuristics.bisection_schedule, remat_heuristics.store_all_schedule]
+        first = [remat_heuristics.store_all_schedule]
+        if not (chain.resident_grads or chain.resident_values):
+            # rotor's candidates include bisection (so a plan fits there); on a chain with spans only
+            # the baselines of _replayed_baselines are sure to be returned at their replayed peak
+            first.append(remat_heuristics.bisection_schedule)
         if chain.L <= _RANGE_RECOMPUTE_ALL_MAX_L:
             first.append(remat_heuristics.recompute_all_schedule)
         lo = min(simulate_remat(chain, make(chain)).peak_memory for make in first)

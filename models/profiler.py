@@ -661,7 +661,8 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         if turns:
             in_context["turn_model"] = (f"uf_ng and u_turn ({u_turn * 1e6:.1f} us a turn) from {len(ic.turn_run_times)} "
                                         "runs of models.remat.turn_ops between the store-all runs: each "
-                                        "stage's second no-grad run of the step, after a warm-up sweep "
+                                        "stage's second no-grad run of the step, after a warm-up sweep (the "
+                                        "last stage's first) "
                                         "(models.runtime.InContextTimes.turn_model)")
     wa = [wa0] + [r["wa"] for r in rows]
     wabar = [wa[0]] + [r["wabar"] for r in rows]

@@ -67,12 +67,13 @@ def turn_ops(L: int) -> list[tuple[str, int]]:
 
     Why the warm-up: on a CPU a stage's first no-grad run of the step is slower than its repeats (its
     weights and buffers are cold; the previous step's backward touched everything else): on a 2-layer
-    Llama of width 96 the first sweep took 1.1-2.5x the second, while the third and later sweeps
-    took what the second did. Rotor's plans at low memory run the early stages without a tape many
-    times per step, so a calibration on the first run made recompute-all predicted 20-25% slower than
-    measured (``benchmarks/time_model_turns.py``). Stage L's no-grad time is its run at the end of the
-    warm-up sweep (a^L is kept from there: recomputing a stored value is not an operation of the
-    model)."""
+    Llama of width 96 the first sweep took 1.06-2.5x the second, while a third and fourth sweep took
+    what the second did. Rotor's plans at low memory run the early stages without a tape many times
+    per step; calibrated on the first run (with a second cause, ``models.runtime.time_in_context``'s
+    whole runs on multi-tensor cuts), recompute-all ran 14-22% faster than predicted there
+    (``runtime_check --preset cpu-tiny-multi``). Stage L's no-grad time is still a first run, at the
+    end of the warm-up sweep (a^L is kept from there: recomputing a stored value is not an operation
+    of the model)."""
     if L < 1:
         return [("F_all", 1), ("B", 1)]
     ops = [("F_ck", 1)] + [("F_none", l) for l in range(2, L + 1)]
@@ -83,10 +84,13 @@ def turn_ops(L: int) -> list[tuple[str, int]]:
 
 
 def turn_ops_no_grad(L: int) -> dict[int, int]:
-    """``{l: position}``: the operation of :func:`turn_ops` (L >= 1) whose time is stage l's no-grad
-    forward time: its second run of the step (``F_ck^l``, position L - 1 + l) for l < L, the warm-up
-    sweep's ``F_∅^L`` (position L - 1) for l = L. The warm-up sweep's other operations are timed but
-    belong to no model term."""
+    """``{l: position}``: the operation of :func:`turn_ops` whose time is stage l's no-grad forward
+    time: its second run of the step (``F_ck^l``, position L - 1 + l) for l < L; for l = L its only
+    one, at the end of the warm-up sweep (position L - 1: ``F_∅^L``, or ``F_ck^1`` when L = 1), a first
+    run, so stage L alone keeps the cold calibration. The warm-up sweep's other operations are timed
+    but belong to no model term. Empty for L = 0."""
+    if L < 1:
+        return {}
     return {**{l: L - 1 + l for l in range(1, L)}, L: L - 1}
 
 

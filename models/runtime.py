@@ -1278,6 +1278,8 @@ def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
         from .measure import median_interval
 
         for _, _, whole in kinds:
+            if len(whole) < 6:                 # fewer: no 95% interval of the median (min and max cover less)
+                return False
             m = statistics.median(whole)
             lo, hi = median_interval(whole)
             if not (m > 0 and (hi - lo) / m <= target):

@@ -264,19 +264,61 @@ def test_sweep_helper_memory_range():
 def test_memory_range_past_its_time_limit_is_a_known_plans_peak():
     """With a time limit the exact minimum (O(L^3)) is not started where it is estimated to take
     longer: the bottom is then the least replayed peak of the baselines (bisection, store-all and
-    recompute-all, then checkpoint_sequential while time is left: none at 0 s), a limit at which a plan
-    fits, never below the exact minimum; the top is store-all's peak either way."""
+    recompute-all, then checkpoint_sequential while time is left: none here), a limit at which a plan
+    fits, never below the exact minimum; the top is store-all's peak either way. On a chain with spans
+    bisection is left out: the methods do not compare their plans with it, and its replayed peak was
+    below every method's (random span chains: 78 B against the 80 B they reach)."""
     from memplan.baselines import remat_heuristics as H
     from memplan.baselines.remat_min_memory import min_memory
 
     for L, seed in ((6, 1), (40, 3)):
         c = random_chain(L, seed)
-        lo, hi = remat.memory_range(c, time_limit=0.0)          # 0 s: nothing uncached is started
+        lo, hi = remat.memory_range(c, time_limit=1e-9)         # nothing uncached is started
         scheds = [H.bisection_schedule(c), H.store_all_schedule(c), H.recompute_all_schedule(c)]
         assert lo == min(simulate_remat(c, s).peak_memory for s in scheds)
         assert hi == simulate_remat(c, H.store_all_schedule(c)).peak_memory
         assert lo >= min_memory(c) and hi == remat.memory_range(c)[1]
         # the exact answer is then cached: the same limit now returns it
-        assert remat.memory_range(c, time_limit=0.0)[0] == min_memory(c) == remat.memory_range(c)[0]
-    with pytest.raises(InputError, match="time_limit"):
-        remat.memory_range(random_chain(3, 0), time_limit=-1)
+        assert remat.memory_range(c, time_limit=1e-9)[0] == min_memory(c) == remat.memory_range(c)[0]
+    for bad in (-1, 0, float("nan"), float("inf"), True, "abc", [1]):      # as solve's time_limit
+        with pytest.raises(InputError, match="time_limit"):
+            remat.memory_range(random_chain(3, 0), time_limit=bad)
+
+
+def test_memory_range_past_its_time_limit_on_chains_with_spans_is_reached_by_rotor():
+    """On random chains with resident spans (gradients and values charged while they exist), the bottom
+    past the time limit is never below the unlimited one, and rotor returns a plan there."""
+    import dataclasses
+    import random
+
+    from memplan.baselines.remat_min_memory import _CACHE
+
+    rng = random.Random(0)
+    checked = 0
+    for L in (3, 5, 8):
+        for seed in range(12):
+            base = random_chain(L, seed)
+            grads, values, tot = [], [], 0.0
+            for _ in range(rng.randint(0, 2)):
+                k = rng.randint(0, L)
+                g = float(rng.randint(1, 20))
+                grads.append((g, k, rng.randint(k + 1, L + 1)))
+                tot += g
+            for _ in range(rng.randint(1, 3)):
+                k = rng.randint(1, L)
+                b = float(rng.randint(1, 30))
+                values.append((b, k, sorted(rng.sample(range(k + 1, L + 2), rng.randint(0, min(2, L + 1 - k))))))
+                tot += b
+            try:
+                c = dataclasses.replace(base, resident=tot + rng.randint(0, 10), resident_grads=tuple(grads),
+                                        resident_values=tuple(values))
+            except ValueError:
+                continue
+            _CACHE.clear()
+            lo_fast, hi_fast = remat.memory_range(c, time_limit=1e-9)
+            lo, hi = remat.memory_range(c)
+            assert lo_fast >= lo and hi_fast == hi
+            sol = remat.solve(c, memory=lo_fast, method="rotor", time_limit=10)
+            assert sol.success and sol.peak_memory <= lo_fast * (1 + 1e-9)
+            checked += 1
+    assert checked >= 20

@@ -214,7 +214,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     per_op: list[list[float]] = []
     whole: list[float] = []
     plan_t, ag_t, ratio = _time_against_autograd(lm.stages, loss_stage, model, loss_fn, x, sched, device, seed,
-                                                 args.time_budget, hold, retimed=per_op, retimed_whole=whole)
+                                                 args.time_budget, hold, retimed=per_op, retimed_whole=whole,
+                                                 whole_hold=lm.residency is not None)
     here, pace = _retimed_chain(chain, per_op, whole)
     sim_here = simulate_remat(here, sched)
     print(f"{chain.name}: {label}, {len(sched)} operations, {sched.count('F_ck') + sched.count('F_none')} "
@@ -283,10 +284,10 @@ def _autograd_peak(model, loss_fn, x, device: str, seed: int, method: str = "dis
 def _retimed_chain(chain, per_op: list, whole: list | None = None):
     """``(chain, pace)``: ``chain`` with the stage times measured during ``memplan run``'s own rounds
     (``per_op``: the ``op_times`` of store-all runs, :func:`_time_against_autograd`'s ``retimed``),
-    scaled so that they add up to the median of those runs' whole times (``whole``; the executor's
-    work between operations included: it had been left out, the sum of the operations standing for
-    the run, which made the re-timed prediction 8-10% short on a 2-layer Llama of 10 ms steps;
-    without ``whole``, the sums of the operations) (:class:`models.runtime.InContextTimes`),
+    scaled so that they add up to the median of untimed store-all runs of the same rounds (``whole``;
+    the executor's work between operations included: it had been left out, the sum of the operations
+    standing for the run, which made the re-timed prediction 8-10% short on a 2-layer Llama of 10 ms
+    steps; without ``whole``, the sums of the operations) (:class:`models.runtime.InContextTimes`),
     and ``pace``, the ratio of their store-all time to the profile's. A no-grad forward's own time and
     the turn cost of a turn-model instance are scaled by ``pace``. A shared CPU's pace drifts (the same
     ResNet-18 store-all step took 53-85 ms in six processes a minute apart): the profile's makespan
@@ -310,7 +311,8 @@ def _retimed_chain(chain, per_op: list, whole: list | None = None):
 
 
 def _time_against_autograd(stages, loss_stage, model, loss_fn, x, sched, device: str, seed: int, budget: float,
-                           hold=True, retimed: list | None = None, retimed_whole: list | None = None):
+                           hold=True, retimed: list | None = None, retimed_whole: list | None = None,
+                           whole_hold: bool = False):
     """The plan and plain autograd timed in alternating rounds (:func:`models.measure.interleaved`:
     at least 8 rounds, until both medians' 95% intervals are within :data:`TIME_TARGET`, or
     ``budget`` seconds, but never fewer than 6 rounds), one CUDA synchronize around each sample; returns both
@@ -318,7 +320,10 @@ def _time_against_autograd(stages, loss_stage, model, loss_fn, x, sched, device:
     stages held at the measured run's peak (:func:`models.runtime.holds_at_peak`: its peak, less host
     time than every B held). ``retimed``: a list that gets the ``op_times`` of a store-all run
     timed per operation in every round, a third contender (:func:`_retimed_chain`); ``retimed_whole``
-    a list that gets those runs' whole times (per-operation timers and all)."""
+    a list that gets the times of a fourth, store-all run untimed as the profile's whole runs are
+    (held with ``whole_hold``: multi-tensor cuts, :func:`models.runtime.time_in_context`): the
+    timed runs' own whole times were 4% above it on a tiny GPT-2 (the timers, and the general loop
+    where an untimed store-all takes the fast path)."""
     import torch
 
     from memplan.models.measure import interleaved, mean_of_steps, paired_ratio
@@ -352,10 +357,16 @@ def _time_against_autograd(stages, loss_stage, model, loss_fn, x, sched, device:
             execute(stages, loss_stage, x, every, device=device, op_times=times)
             retimed.append(times)
 
+        def store_all():
+            torch.manual_seed(seed + 1)
+            execute(stages, loss_stage, x, every, device=device, sync=False, hold=whole_hold)
+
         runs["retimed"] = mean_of_steps(store_all_timed, 1, sync=sync, before=clear)
+        if retimed_whole is not None:
+            runs["store-all"] = mean_of_steps(store_all, 1, sync=sync, before=clear)
     res = interleaved(runs, target=TIME_TARGET, budget=budget, floor=6)     # 6: a 95% interval exists
     if retimed is not None and retimed_whole is not None:
-        retimed_whole.extend(res["retimed"].times)
+        retimed_whole.extend(res["store-all"].times)
     clear()
     return res["plan"], res["autograd"], paired_ratio(res["plan"].times, res["autograd"].times)
 

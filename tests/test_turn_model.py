@@ -414,3 +414,35 @@ def test_in_context_timing_runs_more_rounds_until_the_median_is_known():
     assert time_in_context(stages, loss, x, runs=8, turns=True, clock=steady, budget=60).runs == 8
     ic = time_in_context(stages, loss, x, runs=3, turns=True, clock=noisy, budget=60, max_runs=9)
     assert ic.runs == 9 and len(ic.turn_run_times) == 9
+
+
+@pytest.mark.parametrize("whole_hold", [False, True])
+def test_memplan_run_scales_the_retimed_chain_to_untimed_store_all_runs(monkeypatch, whole_hold):
+    """memplan run's re-timed chain is scaled to untimed store-all runs of the same rounds, run as the
+    profile's whole runs are (held on multi-tensor cuts), not to the per-operation timed runs (their
+    timers and the general loop made them 4% longer on a tiny GPT-2)."""
+    torch = pytest.importorskip("torch")
+    from memplan.experiments.cmd_profile import _time_against_autograd
+    from memplan.models import runtime
+
+    seen = []
+    real = runtime.execute
+
+    def spy(stages, loss_stage, x, ops, **kw):
+        if kw.get("op_times") is None and list(ops) == store_all_ops(len(stages)) and kw.get("hold") is not None:
+            seen.append(kw["hold"])
+        return real(stages, loss_stage, x, ops, **kw)
+
+    monkeypatch.setattr(runtime, "execute", spy)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()) for _ in range(3)])
+    stages = list(model)
+    loss = lambda y: y.square().sum()        # noqa: E731
+    x = torch.randn(4, 8)
+    per_op, whole = [], []
+    sched = [("F_ck", 1), ("F_all", 2), ("F_all", 3), ("F_all", 4), ("B", 4), ("B", 3), ("B", 2),
+             ("F_all", 1), ("B", 1)]
+    _time_against_autograd(stages, loss, model, loss, x, sched, "cpu", 0, 0.05, False, retimed=per_op,
+                           retimed_whole=whole, whole_hold=whole_hold)
+    assert len(whole) == len(per_op) >= 6 and len(seen) >= len(whole)
+    assert all(h is whole_hold for h in seen)

@@ -211,6 +211,10 @@ class Grid:
         if self.problem not in memplan.problems:
             raise InputError(f"problem: unknown {self.problem!r}; choose from {', '.join(memplan.problems)}")
         mod = memplan.problems[self.problem]
+        if self.methods is not None and (isinstance(self.methods, str) or not all(isinstance(m, str)
+                                                                                    for m in self.methods)):
+            raise InputError(f"methods = {self.methods!r:.40}: give a list of method names, e.g. "
+                             f"[{mod.DEFAULT_METHOD!r}] (available: {', '.join(mod.METHODS)})")
         bad = [m for m in (self.methods or []) if m not in mod.METHODS]
         if bad:
             raise InputError(f"methods: unknown for {self.problem}: {', '.join(bad)}; available: "
@@ -227,15 +231,35 @@ class Grid:
                              "leave it out for its default")
         if not self.instances:
             raise InputError("instances: give at least one instance (--instance FILE or --pipedream GRAPH_TXT)")
+        for key in ("memory", "fractions"):
+            v = getattr(self, key)
+            if v is not None and (isinstance(v, (str, bytes)) or not hasattr(v, "__len__") or len(v) == 0):
+                raise InputError(f"{key} = {v!r:.40}: give a non-empty list" + (
+                    " of limits, e.g. memory = [\"80MiB\", \"90MiB\"]" if key == "memory" else
+                    " of numbers in [0, 1], e.g. fractions = [0.5, 1]"))
+        for k, v in self.options.items():
+            if isinstance(v, list) and not v:
+                raise InputError(f"options.{k}: an empty list; give its values (a list is one axis of the grid) "
+                                 "or leave it out for the default")
         if self.memory is None and not self.points and not self.fractions:
             raise InputError("memory: give absolute limits (--memory 80MiB,90MiB) or a number of points (--points N)")
         if self.memory is not None and (self.points or self.fractions):
             raise InputError("memory and points: give absolute limits (memory) or spaced ones (points or fractions), "
                              "not both: the one would silently replace the other")
-        if self.points is not None and not 1 <= self.points <= MAX_POINTS:
-            raise InputError(f"points: must be between 1 and {MAX_POINTS}, got {self.points}")
-        if self.time_limit is not None and not (self.time_limit > 0):
-            raise InputError(f"time_limit: must be positive seconds, got {self.time_limit}")
+        if self.points and self.fractions:
+            raise InputError("points and fractions: give the number of evenly spaced limits (points) or the "
+                             "fractions themselves, not both: the fractions would silently replace the points")
+        if self.points is not None and (isinstance(self.points, bool) or not isinstance(self.points, int)
+                                        or not 1 <= self.points <= MAX_POINTS):
+            raise InputError(f"points: must be a whole number between 1 and {MAX_POINTS}, got {self.points!r}")
+        if self.fractions and not all(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 <= f <= 1
+                                      for f in self.fractions):
+            raise InputError(f"fractions = {list(self.fractions)!r:.60}: give numbers in [0, 1] (0: the least "
+                             "memory, 1: store-all's)")
+        if self.time_limit is not None and (isinstance(self.time_limit, bool)
+                                            or not isinstance(self.time_limit, (int, float))
+                                            or not (0 < self.time_limit < math.inf)):
+            raise InputError(f"time_limit: must be positive finite seconds, got {self.time_limit!r}")
         self.check_values()
 
     def check_values(self) -> None:
@@ -289,6 +313,8 @@ class Grid:
                         fe.gap_arg(v, self.problem)
                     elif k == "memory_model" and self.problem == "pipeline":
                         memplan.pipeline._memory_model_arg(v)
+                    elif k == "exact" and not isinstance(v, bool):
+                        raise InputError(f"{self.problem}: exact={v!r} must be true or false")
         except InputError as e:
             raise InputError(f"options: {e}") from None
 
@@ -766,8 +792,9 @@ def _run_dask(todo, instances, workers, scheduler, finished, task_fn) -> tuple[f
         try:
             # Dask's connect timeout (30 s unless configured, e.g. DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=5s)
             client = Client(scheduler, timeout=dask.config.get("distributed.comm.timeouts.connect"))
-        except OSError as e:
-            raise InputError(f"--scheduler {scheduler}: cannot reach a Dask scheduler there ({e})") from None
+        except (OSError, ValueError, TypeError) as e:     # ValueError: an address Dask cannot parse
+            raise InputError(f"--scheduler {scheduler}: cannot reach a Dask scheduler there ({e}); give its "
+                             "address, e.g. tcp://10.0.0.1:8786") from None
     try:
         client.register_plugin(_warm_up_plugin(sorted({t["problem"] for t in todo})))
         startup = time.perf_counter() - t0

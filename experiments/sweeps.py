@@ -309,6 +309,9 @@ def _grid_from_toml(d: dict, where: str) -> Grid:
         if key in d and not ok(d[key]):
             raise InputError(f"{where}.{key} = {d[key]!r:.40}: give {what}")
     inst = split_list(d.get("instances", [])) + split_list(d.get("instance", []))
+    if "batch" in d and not split_list(d.get("pipedream", [])):
+        raise InputError(f"{where}.batch = {d['batch']!r}: batch rescales PipeDream profiles (pipedream = [...]) "
+                         "only; an instance file keeps the batch it was profiled at: leave batch out")
     srcs = [Source(s) for s in inst] + [Source(s, d.get("batch"), pipedream=True)
                                            for s in split_list(d.get("pipedream", []))]
     listy = lambda v: v if isinstance(v, list) or v is None else [v]   # noqa: E731
@@ -341,8 +344,10 @@ def run_config(args) -> int:
         raise InputError(f"{path}: grid = {cfg['grid']!r:.40}: give [[grid]] tables (see memplan sweep --help)")
     if "out" in cfg and not isinstance(cfg["out"], str):
         raise InputError(f"{path}: out = {cfg['out']!r:.40}: give a folder name, e.g. out = \"results/exp\"")
-    bad = [f for f in (cfg.get("figures") or []) if f not in figures.FIGURES] if isinstance(
-        cfg.get("figures", []), list) else [cfg["figures"]]
+    if not isinstance(cfg.get("figures", []), list):
+        raise InputError(f"{path}: figures = {cfg['figures']!r:.40}: give a list, e.g. figures = [\"remat\"] "
+                         f"(of {', '.join(figures.FIGURES)})")
+    bad = [f for f in (cfg.get("figures") or []) if f not in figures.FIGURES]
     if bad:     # checked before the grids run, not after
         raise InputError(f"{path}: figures: unknown {bad[0]!r}; give a list of {', '.join(figures.FIGURES)}")
     grids = [_grid_from_toml(g, f"{path}: grid[{k}]") for k, g in enumerate(cfg["grid"])]
@@ -352,6 +357,9 @@ def run_config(args) -> int:
     scheduler = args.scheduler or cfg.get("scheduler")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise InputError(f"{path}: workers = {workers!r}: give a whole number >= 1")
+    if scheduler is not None and not (isinstance(scheduler, str) and scheduler.strip()):
+        raise InputError(f"{path}: scheduler = {scheduler!r:.40}: give a Dask scheduler's address as a string, "
+                         "e.g. scheduler = \"tcp://10.0.0.1:8786\"")
     df, stats = execute(grids, out, workers=workers, scheduler=scheduler, fresh=args.fresh,
                         progress=not args.quiet)
     if not args.no_plot:

@@ -49,6 +49,10 @@ def _one_line(err: str) -> str:
     (["remat-offload"], ["--bandwidth"]),
     (["pipeline", "--gpus", "2"], ["--bandwidth"]),
     (["remat", "--memory", "80MiB,abc"], ["--memory", "abc"]),
+    # found by a probe of session 37: an error row per task (exact), a message naming no option
+    (["remat", "--option", "exact=no"], ["exact='no'"]),
+    (["remat", "--time-limit", "inf"], ["time_limit", "inf"]),
+    (["remat", "--scheduler", "foo"], ["--scheduler foo", "address"]),
 ])
 def test_sweep_refuses_bad_arguments_before_any_task(argv, needles, tmp_path, capsys):
     out = tmp_path / "o"
@@ -78,6 +82,17 @@ def test_config_that_cannot_be_read_names_the_option_and_file(tmp_path, capsys):
     (Grid("offload", [TOY], memory=["90MiB"], bandwidth=["0GB/s"]), ["bandwidth"]),
     (Grid("pipeline", [TOY], memory=["1GiB"], bandwidth=["1GB/s"], gpus=[0]), ["gpus=0"]),
     (Grid("pipeline", [TOY], memory=["1GiB"], bandwidth=["1GB/s"], options={"periodicity": 0}), ["periodicity=0"]),
+    # session 37's probe: tracebacks, or grids that silently ran something else
+    (Grid("remat", [TOY], points=2, methods=[5]), ["methods", "list of method names"]),
+    (Grid("remat", [TOY], points=2, methods="rotor"), ["methods", "list of method names"]),  # was r, o, t, ...
+    (Grid("remat", [TOY], points=4, fractions=[0.5]), ["points and fractions"]),        # points were dropped
+    (Grid("remat", [TOY], memory=[]), ["memory = []", "non-empty"]),                    # 0 tasks, then a plot error
+    (Grid("remat", [TOY], fractions=[]), ["fractions = []", "non-empty"]),
+    (Grid("remat", [TOY], points=2, options={"slots": []}), ["options.slots", "empty list"]),  # ran the default
+    (Grid("remat", [TOY], fractions=[2.0]), ["fractions", "[0, 1]"]),
+    (Grid("remat", [TOY], points=2.5), ["points", "whole number"]),
+    (Grid("remat", [TOY], points=2, time_limit="3"), ["time_limit"]),
+    (Grid("remat", [TOY], points=2, options={"exact": "no"}), ["exact='no'"]),
 ])
 def test_a_grid_is_checked_before_anything_is_computed(grid, needles):
     """The same checks for --config grids and the Python API: every grid is refused before the first
@@ -163,6 +178,7 @@ def test_plot_of_a_damaged_table_is_one_line_naming_the_file(kind, needles, tabl
     ('time_limit = "10"', ["grid[0].time_limit", "seconds"]),
     ("options = [1, 2]", ["grid[0].options", "table"]),
     ('fractions = ["a"]', ["grid[0].fractions", "[0, 1]"]),
+    ("points = 2\nbatch = 8", ["grid[0].batch", "PipeDream"]),        # silently ignored with an instance file
 ])
 def test_config_values_of_the_wrong_type_name_the_key(body, needles, tmp_path, capsys):
     """A TOML value of the wrong type was a traceback (``'<=' not supported between 'int' and 'str'``)
@@ -179,6 +195,8 @@ def test_config_values_of_the_wrong_type_name_the_key(body, needles, tmp_path, c
     ("grid = 5", ["grid = 5", "[[grid]]"]),
     ('out = 5\n[[grid]]\nproblem = "remat"', ["out = 5", "folder"]),
     ('figures = ["nope"]\n[[grid]]\nproblem = "remat"', ["figures", "'nope'"]),    # was found after the sweep
+    ('figures = "remat"\n[[grid]]\nproblem = "remat"', ["figures", "give a list"]),  # said unknown 'remat'
+    (f'scheduler = 5\n[[grid]]\nproblem = "remat"\ninstances = ["{TOY}"]\npoints = 2', ["scheduler = 5"]),  # traceback
 ])
 def test_config_top_level_values_are_checked_first(top, needles, tmp_path, capsys):
     cfg = tmp_path / "c.toml"

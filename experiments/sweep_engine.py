@@ -589,14 +589,27 @@ def _checked_table(df, path):
             raise InputError(f"{path}: row {bad[0] + 1} has no {c} (cut short or edited?); every row of a results "
                              "table has one: delete that row or run the sweep again")
     for c, t in COLUMNS:
-        if t != "float64" or c not in df.columns or df[c].dtype.kind in "fiu":
+        if t not in ("float64", "int64") or c not in df.columns or df[c].dtype.kind in "fiu":
             continue
         num = pd.to_numeric(df[c], errors="coerce")
         bad = np.flatnonzero(num.isna() & df[c].notna())
+        if t == "int64" and not len(bad):
+            bad = np.flatnonzero(num.notna() & (num != num.round()))
         if len(bad):
-            raise InputError(f"{path}: column {c!r} holds {df[c][bad[0]]!r} in row {bad[0] + 1}, not a number; "
-                             "fix or delete that row, or run the sweep again")
+            raise InputError(f"{path}: column {c!r} holds {df[c][bad[0]]!r} in row {bad[0] + 1}, not a "
+                             f"{'number' if t == 'float64' else 'whole number'}; fix or delete that row, or run the "
+                             "sweep again")
         df[c] = num.astype("float64")
+    if "options" in df.columns:          # a JSON object per row ({} for none)
+        for i, v in enumerate(df["options"]):
+            if isinstance(v, str):
+                try:
+                    ok = isinstance(json.loads(v), dict)
+                except ValueError:
+                    ok = False
+                if not ok:
+                    raise InputError(f"{path}: column 'options' holds {v!r:.40} in row {i + 1}, not a JSON object "
+                                     "of options (e.g. {\"slots\": 200}, or {} for none); fix or delete that row")
     for c in ("problem", "method", "status"):
         df[c] = df[c].astype(str)
     return df

@@ -33,6 +33,10 @@ old scripts), the figures beside them. A config file lists grids::
     gpus = [4, 8]
     methods = ["ilp", "pipedream", "gpipe"]
     points = 6
+    [grid.options]                 # a grid takes memplan.pipeline.solve's defaults (memory_model "autograd");
+    memory_model = "paper"         # `memplan sweep pipeline` passes "paper" (paper 003's figures): the same here
+
+Each row records the memory model it was solved in (column ``memory_model``).
 """
 from __future__ import annotations
 

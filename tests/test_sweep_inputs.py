@@ -147,10 +147,12 @@ def _damaged(kind: str, good, path):
     header, first = text.splitlines()[:2]
     if kind == "partial row":                 # a copy cut short in its first row
         path.write_text(header + "\n" + first[:40] + "\n")
-    elif kind == "objective not a number":
+    elif kind in ("objective not a number", "gpus not a number", "options not JSON"):
+        col, val = {"objective not a number": ("objective", "fast"), "gpus not a number": ("gpus", "x"),
+                    "options not JSON": ("options", "not json")}[kind]
         df = pd.read_csv(good)
-        df["objective"] = df["objective"].astype(object)
-        df.loc[1, "objective"] = "fast"
+        df[col] = df[col].astype(object)
+        df.loc[1, col] = val
         df.to_csv(path, index=False)
     else:
         path.write_text("")
@@ -160,6 +162,8 @@ def _damaged(kind: str, good, path):
 @pytest.mark.parametrize("kind, needles", [
     ("partial row", ["row 1", "problem"]),
     ("objective not a number", ["'objective'", "'fast'", "row 2"]),
+    ("gpus not a number", ["'gpus'", "'x'", "row 2"]),          # pyarrow's message named no file or column
+    ("options not JSON", ["'options'", "'not json'", "row 2"]),  # json's message named no file or column
     ("empty", ["empty"]),
 ])
 def test_plot_of_a_damaged_table_is_one_line_naming_the_file(kind, needles, table, tmp_path, capsys):

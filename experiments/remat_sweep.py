@@ -25,6 +25,7 @@ from memplan import remat
 from memplan.experiments import figures, sweeps
 from memplan.experiments.cli_checks import guarded
 from memplan.models.solution import InputError
+from memplan.models.units import fmt_memory
 
 DEFAULT_METHODS = ["rotor", "rotor-floating", "revolve", "recompute-all"]
 MILP_METHODS = ["remat-milp", "checkmate", "checkmate-lp"]
@@ -79,8 +80,12 @@ def summary(df, args) -> None:
         return
     ok["throughput"] = ok["batch"] / ok["objective"]
     ok["method"] = figures.curve_labels(ok)     # a setting swept (--option slots=20,500) is a row of its own
-    print(ok.groupby("method").agg(points=("objective", "size"), best_throughput=("throughput", "max"),
-                                   min_peak_MiB=("peak_memory", lambda x: x.min() / 2**20)).round(3).to_string())
+    summary = ok.groupby("method").agg(points=("objective", "size"), best_throughput=("throughput", "max"),
+                                       min_peak=("peak_memory", "min"))
+    # in units that fit the chain (a random chain's bytes had printed as 0.0 MiB, its throughput as 0.01)
+    summary["best_throughput"] = summary["best_throughput"].map(lambda v: f"{v:.4g}/s")
+    summary["min_peak"] = summary["min_peak"].map(fmt_memory)
+    print(summary.to_string())
 
 
 def main(argv=None) -> int:

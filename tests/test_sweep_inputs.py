@@ -243,3 +243,16 @@ def test_a_remat_offload_grid_without_a_link_is_refused():
     with pytest.raises(InputError, match="bandwidth.*no platform bandwidth"):
         expand([Grid("remat-offload", [TOY], memory=["90MiB"])])
     assert expand([Grid("remat-offload", [TOY], memory=["90MiB"], bandwidth=[0])])
+
+
+def test_remat_summary_prints_byte_scale_chains_in_their_units(capsys):
+    """The remat sweep's summary printed a random chain's least peak as 0.0 MiB and its throughput
+    rounded to 0.01: now in units that fit (49 B) and four significant digits."""
+    from memplan.experiments import remat_sweep
+
+    df = pd.DataFrame({"problem": "remat", "method": ["rotor", "rotor", "sequential"], "status": "optimal",
+                       "objective": [104.0, 120.0, 130.0], "peak_memory": [49.0, 45.0, 61.0],
+                       "memory_limit": [50.0, 46.0, 61.0], "batch": 1.0, "options": "{}", "instance": "r"})
+    remat_sweep.summary(df, None)
+    out = capsys.readouterr().out
+    assert "45 B" in out and "61 B" in out and "0.009615/s" in out and "0.0 " not in out, out

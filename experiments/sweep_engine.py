@@ -47,6 +47,7 @@ import inspect
 import itertools
 import json
 import math
+import threading
 import os
 import socket
 import time
@@ -796,10 +797,21 @@ def _run_dask(todo, instances, workers, scheduler, finished, task_fn) -> tuple[f
     if scheduler is None:
         one = {"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                "OPENBLAS_NUM_THREADS": "1"}
-        # the scheduler runs in this process: a task whose worker dies is tried once more, then fails
-        with dask.config.set({"distributed.scheduler.allowed-failures": WORKER_DEATH_RETRIES}):
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                                   env=one)
+        # the scheduler runs in this process: a task whose worker dies is tried once more, then fails.
+        # The worker processes start with SIGINT ignored (a disposition they inherit): Ctrl-C reaches the
+        # whole process group, and each worker printed a KeyboardInterrupt traceback before this process
+        # could say "interrupted" and close the cluster, which stops them
+        import signal
+
+        main_thread = threading.current_thread() is threading.main_thread()
+        before = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None
+        try:
+            with dask.config.set({"distributed.scheduler.allowed-failures": WORKER_DEATH_RETRIES}):
+                cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                       dashboard_address=None, env=one)
+        finally:
+            if main_thread:
+                signal.signal(signal.SIGINT, before)
         client = Client(cluster)
     else:
         try:

@@ -431,3 +431,32 @@ def test_run_options_may_come_before_the_experiment_name(tmp_path):
     a = build_parser().parse_args(["sweep", "--workers", "2", "remat", "--instance", TOY, "--workers", "3"])
     merge_run_options(a)
     assert a.workers == 3
+
+
+@pytest.mark.long
+def test_ctrl_c_on_a_local_cluster_sweep_is_one_line(tmp_path):
+    """Ctrl-C reaches the whole process group: each worker process printed a KeyboardInterrupt
+    traceback before the sweep said "interrupted". The workers now start with SIGINT ignored; the
+    sweep closes the cluster, which stops them, and resumes where it stopped."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import memplan
+
+    inst = tmp_path / "r60.json"
+    memplan.save_instance(memplan.random_chain(60, 3), inst)
+    cmd = [sys.executable, "-m", "memplan.experiments.cli", "sweep", "remat", "--instance", str(inst),
+           "--methods", "rotor-floating,remat-milp", "--points", "12", "--time-limit", "5", "--workers", "2",
+           "--no-plot", "-o", str(tmp_path / "o")]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    err = b""
+    while b"1/24" not in err and p.poll() is None:        # the cluster is up and a task is done
+        err += os.read(p.stderr.fileno(), 4096)
+    os.killpg(p.pid, signal.SIGINT)
+    rest = p.communicate(timeout=120)[1]
+    err = (err + rest).decode()
+    assert p.returncode == 130 and "interrupted" in err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]

@@ -762,6 +762,14 @@ def check_example_input(model_name: str, model, x: torch.Tensor, shape: Sequence
     from .networks import DEFAULT_INPUT, TOKEN_MODELS
     from .solution import InputError
 
+    config = getattr(model, "config", None)
+    src_len = config.get("src_len") if isinstance(config, dict) else None
+    if src_len is not None and len(shape) == 1 and shape[0] <= src_len:
+        # the encoder-decoder reads the first src_len ids as its source and the rest as its target: with
+        # none left it ran on an empty target, a NaN loss, and a plan was made for it (exit 0)
+        raise InputError(f"{model_name} cannot run on input {shape[0]}: its first src_len = {src_len} tokens are "
+                         f"the source, which leaves no target token; give --input more than {src_len} (e.g. "
+                         f"--input {2 * src_len}) or --set src_len={max(1, shape[0] // 2)}")
     devices = [x.device] if x.device.type == "cuda" else []
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=devices):

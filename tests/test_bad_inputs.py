@@ -523,6 +523,20 @@ def test_a_zoo_setting_out_of_range_is_one_line_from_the_command_line(tmp_path, 
     assert rc == 2 and "n_layer=-1" in _one_line(err) and not (tmp_path / "g.json").exists()
 
 
+@pytest.mark.parametrize("cmd", ["profile", "budget"])
+def test_a_transformer_input_with_no_target_token_is_refused(cmd, tmp_path, capsys):
+    """The encoder-decoder reads its first src_len ids as the source: an input of 16 tokens (src_len 64)
+    left an empty target, a NaN loss, and memplan budget chose a plan for it (exit 0)."""
+    small = ["--set", "n_enc=1", "--set", "n_dec=1", "--set", "d_model=32", "--set", "n_head=2", "--set", "d_ff=64",
+             "--set", "vocab=100"]
+    argv = [cmd, "--model", "transformer", "--batch", "2", "--input", "16", *small]
+    argv += ["-o", str(tmp_path / "t.json")] if cmd == "profile" else ["--memory", "1MiB", "--fractions", "1",
+                                                                    "--no-compiled-stages", "--repeats", "1"]
+    rc, _, err = _run(argv, capsys)
+    line = _one_line(err)
+    assert rc == 2 and "src_len = 64" in line and "--input" in line, line
+
+
 @pytest.mark.parametrize("budget", ["-1", "nan", "inf"])
 def test_a_timing_budget_that_is_not_seconds_is_refused(budget, tmp_path, capsys):
     """memplan profile --timing-budget: -1 had profiled as 0 (exit 0); nan and inf are no budget either."""

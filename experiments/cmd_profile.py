@@ -32,7 +32,7 @@ from memplan.models.instance import InstanceError, load_instance, read_text_file
 from memplan.models.pipedream import import_graph
 from memplan.models.remat import RematSchedule, free_backward_model, simulate_remat
 from memplan.models.solution import InputError
-from memplan.models.units import fmt_memory, fmt_time
+from memplan.models.units import fmt_bytes, fmt_memory, fmt_time
 
 
 def _warn_coarse(chain) -> None:
@@ -115,7 +115,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import torch
 
     from memplan.models.graph import linearize_model
-    from memplan.models.networks import example_input, get_model
+    from memplan.models.networks import canonical_name, example_input, get_model
     from memplan.models.memory import step_peak
     from memplan.models.profiler import classification_loss, profiled_by_allocator_events
     from memplan.models.runtime import (GRAD_REL_TOL, execute, grads_max_rel_diff, holds_at_peak,
@@ -148,17 +148,48 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise InputError(problem)
     if not args.time_budget > 0:
         raise InputError(f"--time-budget {args.time_budget:g}: give positive seconds, e.g. --time-budget 10")
+    from memplan.models.profiler import check_example_input
+
+    def field(name, convert, ok=lambda v: True, what=""):
+        """A provenance field the network is rebuilt from, or one line naming it (an edited file had
+        given tracebacks: an unknown network, a negative batch, a model_kw that is not a table)."""
+        if prov.get(name) is None:
+            return None
+        try:
+            v = convert(prov[name])
+        except (TypeError, ValueError, OverflowError):
+            v = ok = None
+        if v is None and name in prov or v is not None and not ok(v):
+            raise InputError(f"{args.instance}: provenance.{name} = {prov.get(name)!r:.40} cannot be used{what}; "
+                             "profile the network again with 'memplan profile'")
+        return v
+
+    count = lambda v: int(v) if not isinstance(v, bool) and v == int(v) else None        # noqa: E731
     threads = args.threads
-    if threads is None and device == "cpu" and str(prov.get("device", "cpu")) == "cpu" and prov.get("threads"):
-        threads = int(prov["threads"])      # the profile's: measured and simulated times are then like for like
+    prov_threads = field("threads", count, lambda v: v >= 1, " (a number of threads >= 1)")
+    if threads is None and device == "cpu" and str(prov.get("device", "cpu")) == "cpu" and prov_threads:
+        threads = prov_threads              # the profile's: measured and simulated times are then like for like
     if threads:
         torch.set_num_threads(threads)
-    seed = int(prov.get("seed", 0))
-    kw = dict(prov.get("model_kw") or {})
+    seed = field("seed", count, lambda v: 0 <= v < 2**63, " (a seed in 0..2**63-1)") or 0
+    kw = field("model_kw", dict, what=" (a table of the network's settings)") or {}
+    batch = field("batch", count, lambda v: 1 <= v <= 2**20, " (a batch of 1..1048576)")
+    shape = field("input", lambda v: tuple(count(i) for i in v), lambda v: all(i is not None and i >= 1 for i in v),
+                  " (a list of whole numbers >= 1)")
+    try:
+        canonical = canonical_name(prov["network"])
+    except KeyError as e:
+        raise InputError(f"{args.instance}: provenance.network = {prov['network']!r:.40}: {e.args[0]}") from None
     torch.manual_seed(seed)
-    model = get_model(prov["network"], **kw).to(device).train()
-    x = example_input(prov["network"], int(prov["batch"]), tuple(prov["input"]), vocab=kw.get("vocab"),
-                      seed=seed, device=device)
+    try:
+        model = get_model(canonical, **kw).to(device).train()
+    except ValueError as e:
+        raise InputError(f"{args.instance}: provenance.model_kw: {e}") from None
+    x = example_input(canonical, batch, shape, vocab=kw.get("vocab"), seed=seed, device=device)
+    try:
+        check_example_input(canonical, model, x, shape)
+    except InputError as e:
+        raise InputError(f"{args.instance}: provenance.input/batch: {e}") from None
     ref = copy.deepcopy(model) if args.check_grads else None
     loss_fn = classification_loss(seed=seed)
     try:        # the stages the instance was profiled with (an older cut rule included)
@@ -172,7 +203,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     loss_stage = lm.loss_stage(loss_fn)
     # --holds auto (default): where the profile has the free record ('memplan profile' since 2026-11-29,
     # single-tensor cuts), the plan runs without holds, as autograd frees, against the replay of that
-    free = free_backward_model(chain) if args.holds == "auto" else {}
+    try:
+        free = free_backward_model(chain) if args.holds == "auto" else {}
+    except (TypeError, ValueError, KeyError) as e:
+        raise InputError(f"{args.instance}: provenance.free_backward cannot be used ({e}); profile the network "
+                         "again with 'memplan profile', or run with --holds peak") from None
     sim = simulate_remat(chain, sched, **free)       # each forward charged its own overhead
     one = simulate_remat(chain, sched, one_overhead=True, **free)   # the papers' one o_f for both forwards
     # one method for the plan and autograd: the instance's (a CPU profile by c10's allocator events sees
@@ -413,11 +448,16 @@ def _read_remat_solution(path: str, chain, instance: str) -> RematSchedule:
             raise InputError(f"--solution {path}: solved on instance {rec.get('name')!r}{where}, L = {rec.get('L')}, "
                              f"sha256 {str(rec['sha256'])[:12]}, not on {instance}: {chain.name!r}, L = {chain.L}, "
                              f"sha256 {mine[:12]}; solve {instance} again")
+        if data.get("status") == "limit_exceeded":
+            # a plan over its own limit (Checkmate's rounding): run, but not passed off as a plan within it
+            print(f"note: --solution {path} has status limit_exceeded: it peaks at "
+                  f"{fmt_bytes(float(data.get('peak_memory') or float('nan')))} B, over the limit it was solved for "
+                  f"({fmt_bytes(float(data.get('memory_limit') or float('nan')))} B)", file=sys.stderr)
         data = data["schedule"]
     try:
         sched = RematSchedule.from_json(data)
-    except (TypeError, ValueError):
-        raise InputError(f"--solution {path}: its schedule is not a list of [op, stage] pairs") from None
+    except (TypeError, ValueError) as e:
+        raise InputError(f"--solution {path}: its schedule is not a list of [op, stage] pairs ({e})") from None
     try:
         simulate_remat(chain, sched)
     except InvalidSequence as e:

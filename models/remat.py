@@ -39,6 +39,8 @@ The makespan is the sum of the operations' times (Definition 3.2).
 """
 from __future__ import annotations
 
+import numbers
+
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
@@ -133,7 +135,14 @@ class RematSchedule:
 
     @classmethod
     def from_json(cls, data: Iterable[Sequence]) -> "RematSchedule":
-        return cls([(op, l) for op, l in data])
+        """From ``[[op, stage], ...]``; a stage that is not a whole number (``1.5``, ``true``) raises
+        ValueError (``int()`` had cut 1.5 to stage 1 silently)."""
+        pairs = []
+        for op, l in data:
+            if isinstance(l, bool) or not isinstance(l, numbers.Real) or l != int(l):
+                raise ValueError(f"stage {l!r} of {op!r} is not a whole number")
+            pairs.append((op, int(l)))
+        return cls(pairs)
 
     def notation(self, compress: bool = True) -> str:
         """``F_ck^1 F_∅^2 F_∅^3 F_all^4..F_all^7 B^7..B^4 ...``: runs of the same op on consecutive
@@ -176,9 +185,12 @@ def free_backward_model(chain: Chain) -> dict:
     holds (``models.runtime.execute(..., hold=False)``, what autograd frees), from the profile's
     ``free_backward`` record (:func:`models.profiler.profile_chain` with ``free_backward=True``):
     ``b_overhead`` and ``release``. Empty for a chain without it: paper 004's replay."""
+    chain = getattr(chain, "chain", chain)       # an Instance (memplan.load_instance) as its chain
     rec = chain.provenance.get("free_backward") if isinstance(chain.provenance, dict) else None
     if not rec:
         return {}
+    if not isinstance(rec, dict) or not isinstance(rec.get("ob"), list):
+        raise ValueError(f"free_backward: {rec!r:.40} is not a record with a list 'ob' (one overhead per stage)")
     ob = [float(v) for v in rec["ob"]]
     if len(ob) != chain.L + 2:
         raise ValueError(f"free_backward: {len(ob)} backward overheads for a chain of L + 2 = {chain.L + 2} entries")
@@ -193,6 +205,7 @@ def free_backward_chain(chain: Chain) -> Chain:
     replay is then at least the free replay's (equal where no overhead was raised to 0), so a plan
     that fits a limit here fits it executed without holds; its exact peak is the free replay's. The
     chain itself where it has no ``free_backward`` record."""
+    chain = getattr(chain, "chain", chain)       # an Instance (memplan.load_instance) as its chain
     free = free_backward_model(chain)
     if not free:
         return chain

@@ -152,3 +152,62 @@ def test_allocator_events_on_a_multi_cut_network_name_what_works(tmp_path, capsy
     # what it names works
     assert main(["profile", "--model", "transformer", *tiny, "--batch", "2", "--input", "7", "--repeats", "1",
                  "--memory-method", "profiler", "--cuts", "saved", "-o", str(out)]) == 0
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("network", "nosuch", "provenance.network"), ("batch", -2, "provenance.batch"), ("batch", 0, "provenance.batch"),
+    ("model_kw", [1, 2], "provenance.model_kw"), ("seed", "abc", "provenance.seed"),
+    ("threads", "x", "provenance.threads"), ("free_backward", "x", "provenance.free_backward"),
+])
+def test_an_edited_provenance_is_one_line_naming_the_field(field, value, needle, profiled, tmp_path, capsys):
+    """memplan run rebuilds the network from the instance's provenance: an edited field gave a
+    KeyError/TypeError/RuntimeError traceback (or, batch 0, ran an empty batch, exit 0)."""
+    d = json.loads(profiled.read_text())
+    d["provenance"][field] = value
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(d))
+    assert main(["run", str(bad), "--time-budget", "1"]) == 2
+    line = _one_line(capsys)
+    assert needle in line and str(bad) in line, line
+
+
+def test_a_schedule_with_a_fractional_stage_is_refused_and_an_over_limit_plan_is_said_so(profiled, tmp_path,
+                                                                                       capsys):
+    """A stage 1.5 was cut to stage 1 silently; a limit_exceeded plan (Checkmate's rounding) ran as if
+    it were one within its limit."""
+    sol = tmp_path / "s.json"
+    assert main(["solve", str(profiled), "--method", "sequential", "--memory", "100MiB", "--json", str(sol),
+                 "-q"]) == 0
+    d = json.loads(sol.read_text())
+    d["schedule"][0][1] = 1.5
+    frac = tmp_path / "frac.json"
+    frac.write_text(json.dumps(d))
+    capsys.readouterr()
+    assert main(["run", str(profiled), "--solution", str(frac)]) == 2
+    assert "not a whole number" in _one_line(capsys)
+    d = json.loads(sol.read_text())
+    d.update(status="limit_exceeded", memory_limit=1000.0)
+    over = tmp_path / "over.json"
+    over.write_text(json.dumps(d))
+    assert main(["run", str(profiled), "--solution", str(over), "--time-budget", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "status limit_exceeded" in err and "1000 B" in err, err
+
+
+def test_a_count_given_as_a_boolean_is_refused():
+    """--set n_layer=false built a GPT-2 with no block (exit 0), n_layer=true one of 1."""
+    from memplan.models.networks import get_model
+
+    for v in (False, True):
+        with pytest.raises(ValueError, match="n_layer"):
+            get_model("gpt2", n_layer=v, n_embd=32, n_head=2, vocab=100, n_ctx=16)
+
+
+def test_free_backward_chain_takes_an_instance(profiled):
+    """free_backward_chain(memplan.load_instance(...)) raised AttributeError ('Instance' has no provenance)."""
+    import memplan
+    from memplan.models.remat import free_backward_chain
+
+    inst = memplan.load_instance(profiled)
+    got, want = free_backward_chain(inst), free_backward_chain(inst.chain)
+    assert got.L == want.L and list(got.ob) == list(want.ob)

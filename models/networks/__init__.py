@@ -68,7 +68,8 @@ def get_model(name: str, **kw) -> nn.Module:
     given = ', '.join(f'{k}={v!r}' for k, v in kw.items()) or 'none'
     for k, v in kw.items():
         # a count or a size given as 0 or less built a model silently without it (gpt2 n_layer=-1: no block)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and k in _POSITIVE and not v >= 1:
+        # (a boolean too: --set n_layer=false built a GPT-2 with no block, n_layer=true one of 1)
+        if k in _POSITIVE and (isinstance(v, bool) or isinstance(v, (int, float)) and not v >= 1):
             raise ValueError(f"model {key}: {k}={v!r} must be a whole number >= 1 (given: {given})")
     try:
         return MODELS[key](**kw)

@@ -14,6 +14,7 @@ when the command runs.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from memplan.experiments.cli_checks import input_shape, key_value, positive_int
@@ -28,6 +29,11 @@ def _fractions(text: str) -> tuple[float, ...]:
                                          f"e.g. 1,0.5,0.1 (or an empty string for chain plans only)") from None
     if any(not 0 <= v <= 1 for v in vals):
         raise argparse.ArgumentTypeError(f"--fractions {text!r}: every fraction must lie in [0, 1]")
+    twice = sorted({v for v in vals if vals.count(v) > 1})
+    if twice:       # 1,1,1 was compiled and measured three times
+        raise argparse.ArgumentTypeError(f"--fractions {text!r}: expected distinct numbers in [0, 1], and "
+                                         f"{', '.join(f'{v:g}' for v in twice)} is given more than once; give each "
+                                         f"fraction once")
     return vals
 
 
@@ -42,13 +48,56 @@ def _stage_fractions(text: str) -> tuple[float, ...]:
     return vals
 
 
+def _time_limit(text: str) -> float:
+    """argparse type of ``--time-limit``: a positive number of seconds (the API's own refusal of -5, 0
+    or nan named ``time_limit``, not the option)."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"--time-limit {text!r}: give a positive number of seconds, e.g. 600 "
+                                         f"(or leave it out: no limit)")
+    return v
+
+
+#: the seeds torch's generators take (``torch.manual_seed``: an unsigned 64-bit number; a negative one
+#: wraps around to the same generator as its value plus 2**64)
+SEED_MAX = 2**64 - 1
+
+
+def _seed(text: str) -> int:
+    """argparse type of ``--seed``: a whole number in [0, :data:`SEED_MAX`] (99999999999999999999 failed
+    in torch as 'Overflow when unpacking long long')."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if not 0 <= v <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"--seed {text!r}: give a whole number from 0 to 2**64 - 1 = {SEED_MAX} "
+                                         f"(torch's seeds)")
+    return v
+
+
+def _model_kwargs(pairs) -> dict:
+    """``--set`` as the model's keyword arguments; a key given twice is refused (the last one had won
+    silently)."""
+    pairs = list(pairs or [])
+    keys = [k for k, _ in pairs]
+    for k in dict.fromkeys(keys):
+        if keys.count(k) > 1:
+            given = " ".join(f"--set {kk}={v}" for kk, v in pairs if kk == k)
+            raise InputError(f"--set {k}: given {keys.count(k)} times ({given}); give each key once")
+    return dict(pairs)
+
+
 def _cmd_budget(args: argparse.Namespace) -> int:
     import torch
 
     import memplan
     from memplan.models.networks import DEFAULT_INPUT, canonical_name, example_input, get_model
     from memplan.models.profiler import check_example_input, classification_loss
-    from memplan.models.units import UnitError, parse_memory
+    from memplan.models.units import UnitError, parse_bandwidth, parse_memory
 
     try:
         key = canonical_name(args.model)
@@ -60,21 +109,51 @@ def _cmd_budget(args: argparse.Namespace) -> int:
         raise InputError(f"--memory {args.memory!r}: {e}; e.g. 300MiB") from None
     if not 0 < budget < float("inf"):      # before the search: a budget of 0 took 29 s to be refused
         raise InputError(f"--memory {args.memory!r}: the budget must be a positive, finite quantity, e.g. 300MiB")
+    if budget < 1:     # whole bytes, rounded down (the peaks are whole bytes: 1.5 answers as 1 does)
+        raise InputError(f"--memory {args.memory!r}: less than one byte (the budget is whole bytes, a fraction of "
+                         f"one rounded down); e.g. 300MiB")
+    kw = _model_kwargs(args.set)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: no CUDA device is available to this torch build")
     if args.bandwidth is not None and not args.offload:
         raise InputError(f"--bandwidth {args.bandwidth}: the host link of --offload, which is not given; add --offload "
                          "(--device cuda) or leave --bandwidth out")
+    if args.bandwidth is not None:
+        try:
+            link = parse_bandwidth(args.bandwidth)
+        except (UnitError, ValueError) as e:
+            raise InputError(f"--bandwidth {args.bandwidth!r}: {e}; e.g. 25GB/s") from None
+        if not link > 0:        # as the API's own check, which would name bandwidth, not the option
+            raise InputError(f"--bandwidth {args.bandwidth!r}: give a positive link, e.g. 25GB/s")
     if args.cuda_peak != "requested" and args.device != "cuda":
         raise InputError(f"--cuda-peak {args.cuda_peak}: reads the CUDA caching allocator, and --device is "
                          f"{args.device}; leave it out (the CPU's peak is the tracker's)")
     if args.no_chain and tuple(args.stage_fractions) != (1.0,):
         raise InputError("--stage-fractions: budgets of the chain's compiled stages, and --no-chain leaves the chain "
                          "out; give one of the two")
+    if args.no_compiled_stages and tuple(args.stage_fractions) != (1.0,):
+        raise InputError("--stage-fractions: budgets of the chain's compiled stages, and --no-compiled-stages leaves "
+                         "them out; give one of the two")
+    below_one = min(args.stage_fractions) < 1
+    if args.stage_solver != "memplan-peak" and not below_one:     # memplan-peak: the default, not asked for
+        raise InputError(f"--stage-solver {args.stage_solver}: the solver inside stages compiled at a "
+                         f"--stage-fractions value below 1, and there is none; add one (e.g. --stage-fractions "
+                         f"1,0.5) or leave --stage-solver out")
+    if args.fractions == () and args.no_chain:
+        raise InputError("--no-chain with an empty --fractions: nothing to try; give fractions (e.g. --fractions "
+                         "1,0.5) or leave --no-chain out")
+    if args.fractions == () and args.solver != "pytorch":
+        raise InputError(f"--solver {args.solver}: the partitioner's solver for the compiled --fractions, and "
+                         f"--fractions is empty; give fractions (e.g. --fractions 1,0.5) or leave --solver out")
+    if args.fractions == () and args.runtime_estimator != "flops" and not below_one:
+        raise InputError(f"--runtime-estimator {args.runtime_estimator}: weighs the partitioner's recomputations in "
+                         f"the compiled --fractions and in stages compiled at a --stage-fractions value below 1, and "
+                         f"there are none; give one, or leave --runtime-estimator out")
     if args.offload and args.device != "cuda":
         raise InputError("--offload needs --device cuda: on a CPU the host is the same memory, nothing would be saved")
+    if args.offload and args.no_chain:
+        raise InputError("--offload: its plans run on the chain, and --no-chain leaves it out; give one of the two")
     torch.set_num_threads(args.threads)
-    kw = dict(args.set or [])
     torch.manual_seed(args.seed)
     model = get_model(key, **kw).to(args.device).train()
     shape = tuple(args.input) if args.input else DEFAULT_INPUT[key]
@@ -114,16 +193,18 @@ def add_parser(subparsers) -> None:
     p.add_argument("--batch", type=positive_int, required=True)
     p.add_argument("--input", type=input_shape, default=None, help="per-sample input shape, e.g. 3x224x224 or 256")
     p.add_argument("--memory", required=True, help="the budget: bytes above parameters, gradients and the input, "
-                   "e.g. 1.5GiB or 300MiB")
+                   "e.g. 1.5GiB or 300MiB (whole bytes: a fraction of one is rounded down; the measured peaks are "
+                   "whole bytes, so the answer is the same)")
     p.add_argument("--set", type=key_value, action="append", metavar="KEY=VALUE",
-                   help="model constructor argument, e.g. --set n_layer=4 (repeatable)")
+                   help="model constructor argument, e.g. --set n_layer=4 (repeatable, each key once)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--backend", choices=["aot_eager_decomp_partition", "inductor"],
                    default="aot_eager_decomp_partition")
     p.add_argument("--solver", choices=["pytorch", "memplan", "memplan-peak", "both", "all"], default="pytorch",
                    help="the partitioner's keep-or-recompute solver for the compiled fractions")
     p.add_argument("--fractions", type=_fractions, default=None,
-                   help="PyTorch budget fractions to compile, comma-separated (default 1,0.7,0.5,0.3,0.2,0.1,0.05,0)")
+                   help="PyTorch budget fractions to compile, distinct and comma-separated (default "
+                        "1,0.7,0.5,0.3,0.2,0.1,0.05,0; an empty string: chain plans only)")
     p.add_argument("--runtime-estimator", choices=["flops", "measured"], default="flops")
     p.add_argument("--stage-fractions", type=_stage_fractions, default=(1.0,),
                    help="compiled-stage chains at these partitioner budgets, e.g. 1,0.5; with two or more, "
@@ -133,7 +214,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-chain", action="store_true", help="compiled fractions only, no rotor chain plans")
     p.add_argument("--no-compiled-stages", action="store_true", help="chain plans over eager stages only")
     p.add_argument("--repeats", type=positive_int, default=3, help="timed steps per candidate (median)")
-    p.add_argument("--time-limit", type=float, default=None, help="seconds for the search")
+    p.add_argument("--time-limit", type=_time_limit, default=None, help="seconds for the search")
     p.add_argument("--offload", action="store_true", help="also offloading over the chain (paper 001 alone, and paper "
                    "000 with recomputation), executed and measured (--device cuda only)")
     p.add_argument("--bandwidth", default=None, help="the host link for --offload, e.g. 25GB/s (default: measured)")
@@ -143,5 +224,5 @@ def add_parser(subparsers) -> None:
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="a line on stderr as each part of the search ends (default: when stderr is a terminal)")
     p.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default 1)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_seed, default=0, help="the model's and the example input's seed, 0 to 2**64 - 1")
     p.set_defaults(func=_cmd_budget)

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from memplan.models.solution import InfeasibleError, InputError
-from memplan.models.units import UnitError, fmt_memory, parse_bandwidth, parse_memory
+from memplan.models.units import UnitError, fmt_bytes, fmt_memory, parse_bandwidth, parse_memory
 
 #: the default grid of PyTorch's budget fractions (the fractions of issue 28's benchmark, and 0)
 DEFAULT_FRACTIONS = (1.0, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05, 0.0)
@@ -73,6 +73,45 @@ def _cuda_peak_arg(cuda_peak) -> str:
                          f"{', '.join(CUDA_PEAKS)} (which of the CUDA caching allocator's peaks the budget is "
                          "compared with)")
     return cuda_peak
+
+
+def _flag(value, name: str) -> bool:
+    """``value`` when it is a bool, else an InputError naming ``name``: read by its truthiness,
+    ``chain='no'`` had run the chain plans."""
+    if not isinstance(value, bool):
+        raise InputError(f"compile_under_budget: {name} must be True or False, got {value!r}")
+    return value
+
+
+def _tensors_arg(value, name: str, what: str) -> tuple:
+    """``value`` (``example_inputs``, ``example_targets``) as a tuple when it is a tuple or a list, else an
+    InputError naming ``name``: a tensor would be unpacked row by row, each row taken for an argument."""
+    if not isinstance(value, (tuple, list)):
+        raise InputError(f"compile_under_budget: {name} must be a tuple or list of {what}, not a "
+                         f"{type(value).__name__}")
+    return tuple(value)
+
+
+def _seconds_arg(value, name: str):
+    """``value`` when it is None or a positive number of seconds (not a bool, not nan), else an
+    InputError naming ``name``."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+        raise InputError(f"compile_under_budget: {name} must be a positive number of seconds or None, got {value!r}")
+    return value
+
+
+def _fraction_list(values, name: str, what: str, empty: bool) -> list[float]:
+    """``values`` as floats when it is a list or tuple of distinct numbers in [0, 1] (non-empty unless
+    ``empty``), else an InputError naming ``name`` and saying ``what`` they are: a bare number is not
+    a list (``fractions=1.0`` failed as 'not iterable'), True is not a fraction, and a fraction given
+    twice was compiled and measured twice."""
+    ok = isinstance(values, (list, tuple)) and (empty or len(values) > 0)
+    if ok and any(isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1 for f in values):
+        ok = False
+    if not ok or len({float(f) for f in values}) != len(values):
+        raise InputError(f"compile_under_budget: {name} must be a {'' if empty else 'non-empty '}list of distinct "
+                         f"numbers in [0, 1] ({what}), got {values!r}")
+    return [float(f) for f in values]
 
 
 def _solver_base():
@@ -540,15 +579,33 @@ class BudgetSearch:
         import torch
 
         self.cuda_peak = _cuda_peak_arg(cuda_peak)
+        chain = _flag(chain, "chain")
+        compiled_stages = _flag(compiled_stages, "compiled_stages")
+        example_inputs = _tensors_arg(example_inputs, "example_inputs", "the model's inputs, e.g. (x,)")
+        example_targets = _tensors_arg(example_targets, "example_targets",
+                                       "the targets loss_fn takes after the model's output, e.g. (y,)")
+        if loss_fn is not None and not callable(loss_fn):
+            raise InputError(f"compile_under_budget: loss_fn must be a function loss_fn(output, *targets) -> scalar "
+                             f"tensor (e.g. torch.nn.functional.cross_entropy), or None when the model returns its "
+                             f"loss; got a {type(loss_fn).__name__}")
+        if loss_fn is None and example_targets:
+            raise InputError("compile_under_budget: example_targets are passed to loss_fn, and loss_fn is None (the "
+                             "model's output taken as the loss); give loss_fn, or leave example_targets out")
         if runtime_estimator not in RUNTIME_ESTIMATORS:
             raise InputError(f"compile_under_budget: runtime_estimator {runtime_estimator!r} is unknown; use one of "
                              f"{', '.join(RUNTIME_ESTIMATORS)}")
         if backend not in BACKENDS:
             raise InputError(f"compile_under_budget: backend {backend!r} is not supported; use one of "
                              f"{', '.join(BACKENDS)}")
-        if offload not in (False, True, "emulated"):
+        if not (isinstance(offload, bool) or (isinstance(offload, str) and offload == "emulated")):   # 1 == True
             raise InputError(f"compile_under_budget: offload must be False, True (a CUDA device) or 'emulated' "
                              f"(the host emulated on a CPU, for tests), got {offload!r}")
+        if offload and not chain:
+            raise InputError("compile_under_budget: offload's plans run on the chain, and chain=False leaves it out; "
+                             "give one of the two")
+        if bandwidth is not None and not offload:
+            raise InputError(f"compile_under_budget: bandwidth {bandwidth!r} is the host link of offload, which is "
+                             f"False; pass offload=True (a CUDA device) or 'emulated', or leave bandwidth None")
         if bandwidth is not None:
             try:
                 bandwidth = float(parse_bandwidth(bandwidth))
@@ -563,25 +620,34 @@ class BudgetSearch:
             raise InputError(f"compile_under_budget: solver {solver!r} is unknown; use one of {', '.join(SOLVERS)}")
         if not isinstance(model, torch.nn.Module):
             raise InputError(f"compile_under_budget: model must be a torch.nn.Module, got {type(model).__name__}")
-        fracs = list(DEFAULT_FRACTIONS if fractions is None else fractions)
-        if any(not isinstance(f, (int, float)) or not 0 <= f <= 1 for f in fracs):
-            raise InputError(f"compile_under_budget: fractions must be numbers in [0, 1], got {fractions!r}")
+        fracs = (list(DEFAULT_FRACTIONS) if fractions is None else
+                 _fraction_list(fractions, "fractions", "empty: chain plans only", empty=True))
         if not fracs and not chain:
             raise InputError("compile_under_budget: fractions is empty and chain=False: nothing to try")
-        if time_limit is not None and not (isinstance(time_limit, (int, float)) and time_limit > 0):
-            raise InputError(f"compile_under_budget: time_limit must be a positive number of seconds or None, "
-                             f"got {time_limit!r}")
-        if not isinstance(repeats, int) or repeats < 1:
-            raise InputError(f"compile_under_budget: repeats must be >= 1, got {repeats!r}")
-        sfr = list(stage_fractions) if isinstance(stage_fractions, (list, tuple)) else []
-        if (not sfr or any(isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1 for f in sfr)
-                or len({float(f) for f in sfr}) != len(sfr)):
-            raise InputError(f"compile_under_budget: stage_fractions must be a non-empty list of distinct numbers "
-                             f"in [0, 1] (1: the partitioner's default), got {stage_fractions!r}")
+        if not fracs and solver != "pytorch":
+            raise InputError(f"compile_under_budget: solver {solver!r} is the partitioner's solver for the compiled "
+                             f"fractions, and fractions is empty; give fractions, or leave solver at 'pytorch'")
+        time_limit = _seconds_arg(time_limit, "time_limit")
+        solver_time_limit = _seconds_arg(solver_time_limit, "solver_time_limit")
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+            raise InputError(f"compile_under_budget: repeats must be a whole number >= 1, got {repeats!r}")
+        sfr = _fraction_list(stage_fractions, "stage_fractions", "1: the partitioner's default", empty=False)
+        if sfr != [1.0] and not (chain and compiled_stages):
+            raise InputError(f"compile_under_budget: stage_fractions {stage_fractions!r} are budgets of the chain's "
+                             f"compiled stages, and {'chain' if not chain else 'compiled_stages'}=False leaves them "
+                             f"out; give one of the two")
         if stage_solver not in STAGE_SOLVERS:
             raise InputError(f"compile_under_budget: stage_solver {stage_solver!r} is unknown; use one of "
                              f"{', '.join(STAGE_SOLVERS)}")
-        self.stage_fractions = [float(f) for f in sfr]
+        if stage_solver != "memplan-peak" and min(sfr) >= 1:      # memplan-peak: the default, not asked for
+            raise InputError(f"compile_under_budget: stage_solver {stage_solver!r} is the solver inside stages "
+                             f"compiled at a stage fraction below 1, and stage_fractions has none; add one (e.g. "
+                             f"stage_fractions=(1.0, 0.5)), or leave stage_solver out")
+        if runtime_estimator != "flops" and not fracs and min(sfr) >= 1:
+            raise InputError(f"compile_under_budget: runtime_estimator {runtime_estimator!r} weighs the partitioner's "
+                             f"recomputations in the compiled fractions and in stages compiled at a stage fraction "
+                             f"below 1, and there are none; give fractions, or leave runtime_estimator at 'flops'")
+        self.stage_fractions = sfr
         self.stage_solver = stage_solver
         self.model, self.loss_fn, self.backend, self.solver = model, loss_fn, backend, solver
         self.repeats, self.solver_time_limit, self.time_limit = repeats, solver_time_limit, time_limit
@@ -599,6 +665,10 @@ class BudgetSearch:
         self.device = self.params[0].device
         self.peak_measure = (f"the CUDA caching allocator's {cuda_peak} bytes" if self.device.type == "cuda"
                              else "the profiler's view of c10's CPU allocator")
+        if cuda_peak != "requested" and self.device.type != "cuda":
+            raise InputError(f"compile_under_budget: cuda_peak {cuda_peak!r} reads the CUDA caching allocator, and the "
+                             f"model is on {self.device.type}; leave cuda_peak at 'requested' (one method on a CPU: "
+                             f"the profiler's view of c10's allocator)")
         if offload is True and self.device.type != "cuda":
             raise InputError("compile_under_budget: offload=True needs the model on a CUDA device: on a CPU the "
                              "host is the same memory (offload='emulated' runs the plans with the host emulated, "
@@ -684,11 +754,29 @@ class BudgetSearch:
 
     # -- set-up ------------------------------------------------------------------------------------
     def _check_loss(self) -> None:
+        """The model's forward and the loss run once eagerly on the examples, before anything is compiled
+        or traced, their errors turned into one InputError naming what was given and quoting the error's
+        first line: float token ids, ids outside the vocabulary, a sequence past the context, targets of
+        another shape or none had failed as torch's own errors (or a missing argument, an AttributeError
+        of None) from the first compile. Without autograd: a step whose eager backward does not fit the
+        device is one the search is for. The random states are put back (dropout draws no mask of the
+        search's), the buffers by the caller (:class:`_Preserved`)."""
         import torch
 
-        with torch.no_grad():
-            out = self.model(*self.inputs[:self.n_inputs])
-            probe = self.loss_fn(out, *self.inputs[self.n_inputs:]) if self.loss_fn is not None else out
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+            try:
+                out = self.model(*self.inputs[:self.n_inputs])
+            except Exception as e:  # noqa: BLE001 - any error of the model on these inputs: reported as such
+                raise InputError(f"compile_under_budget: model(*example_inputs) failed ({_error_line(e, None)}); "
+                                 f"example_inputs must be the model's inputs as in training (dtypes, shapes, value "
+                                 f"ranges, device)") from e
+            try:
+                probe = self.loss_fn(out, *self.inputs[self.n_inputs:]) if self.loss_fn is not None else out
+            except Exception as e:  # noqa: BLE001 - the same for the loss on the model's output
+                raise InputError(f"compile_under_budget: loss_fn(output, *example_targets) failed "
+                                 f"({_error_line(e, None)}); example_targets must be what loss_fn takes after the "
+                                 f"model's output, e.g. (y,)") from e
         if not (isinstance(probe, torch.Tensor) and probe.numel() == 1):
             raise InputError("compile_under_budget: the loss must be a scalar tensor: pass loss_fn "
                              "(loss_fn(output, *targets)) when the model does not return its loss")
@@ -1647,17 +1735,22 @@ class BudgetSearch:
                 what = (best.label if best.kind.startswith("chain")
                         else f"fraction {best.fraction:g}, knapsack {best.solver}")
                 cut = self._cut_by_time()
+                # the budget in bytes too where fmt_memory rounds it to a unit (385000 and 385032 bytes both
+                # read 376.0 KiB); below 1 KiB it reads in whole bytes already
+                in_bytes = fmt_bytes(budget) if budget >= 1024 else ""
                 if cut:     # the smallest measured is not the smallest there is: say what was not tried
                     err = InfeasibleError(
                         f"memory {fmt_memory(budget)} is below every peak measured before time_limit="
                         f"{self.time_limit:g} s stopped the search ({len(cands)} candidate(s) measured; not "
                         f"tried: {'; '.join(cut)}): the smallest is {best.peak} bytes ({fmt_memory(best.peak)}, "
-                        f"{what}); a longer time_limit may find smaller ones", minimum=best.peak)
+                        f"{what}){f', the budget {in_bytes} bytes' if in_bytes else ''}; a longer time_limit may "
+                        f"find smaller ones", minimum=best.peak)
                 else:
                     err = InfeasibleError(
-                        f"memory {fmt_memory(budget)} is below every measured peak: the smallest is "
-                        f"{best.peak} bytes ({fmt_memory(best.peak)}, {what}); give at least "
-                        f"that, or try other fractions{untried}", minimum=best.peak)
+                        f"memory {fmt_memory(budget)} is below every measured peak: "
+                        f"{f'it is {in_bytes} bytes and ' if in_bytes else ''}the smallest is {best.peak} bytes "
+                        f"({fmt_memory(best.peak)}, {what}); give at least that, or try other fractions{untried}",
+                        minimum=best.peak)
                 err.candidates = cands
                 raise err
             cands = [c for _, c in pairs]
@@ -1680,14 +1773,16 @@ class BudgetSearch:
                                         offload_note=self.offload_note if self.offload else "",
                                         peak_measure=self.peak_measure, _fn=step, _config=cfg)
         raise InfeasibleError(
-            f"memory {fmt_memory(budget)}: every candidate that fitted measured above it when run again{untried}",
+            f"memory {fmt_memory(budget)} ({fmt_bytes(budget)} bytes): every candidate that fitted measured above "
+            f"it when run again{untried}",
             minimum=min(c.peak for c in cands))
 
 
-def _error_line(e: BaseException) -> str:
-    """An exception as one short line for a note: its type and its message's first line (160 characters)."""
+def _error_line(e: BaseException, width: int | None = 160) -> str:
+    """An exception as one short line for a note: its type and its message's first line (``width``
+    characters; None: all of it, for an error quoted to say what to change)."""
     text = str(e)
-    return f"{type(e).__name__}: {text.splitlines()[0][:160] if text else ''}"
+    return f"{type(e).__name__}: {text.splitlines()[0][:width] if text else ''}"
 
 
 def _in_forward(loss_stage) -> bool:
@@ -1696,8 +1791,10 @@ def _in_forward(loss_stage) -> bool:
 
 
 def _budget(memory) -> int:
-    """The budget in bytes; a non-positive one is refused at once (every candidate's peak is above it,
-    so the whole search ran, 29 s on a tiny GPT-2, only to refuse it)."""
+    """The budget in whole bytes, a fraction of a byte rounded down (the measured peaks are whole bytes,
+    so a peak fits ``1.5`` exactly when it fits 1: the answer is the same); a budget below one byte is
+    refused at once, as a non-positive one is (every candidate's peak is above it, so the whole search
+    ran, 29 s on a tiny GPT-2, only to refuse it, as ``0 B``)."""
     try:
         budget = parse_memory(memory)
     except UnitError as e:
@@ -1706,6 +1803,9 @@ def _budget(memory) -> int:
         raise InputError(f"compile_under_budget: memory {memory!r} is not finite")
     if budget <= 0:
         raise InputError(f"compile_under_budget: memory {memory!r} must be a positive quantity, e.g. '300MiB'")
+    if budget < 1:
+        raise InputError(f"compile_under_budget: memory {memory!r} is less than one byte (the budget is whole bytes, "
+                         f"a fraction of one rounded down); e.g. '300MiB'")
     return int(budget)
 
 
@@ -1727,15 +1827,19 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
     ----------
     model : torch.nn.Module
         Its parameters (and gradients, which the warm-up step creates) are not counted in the peak.
-    example_inputs : sequence of tensors
-        The model's inputs (``model(*example_inputs)``), with the shapes of training.
+    example_inputs : tuple or list of tensors
+        The model's inputs (``model(*example_inputs)``), with the shapes of training. The model's
+        forward and the loss are run once on the examples, without autograd, before anything else: an
+        error there is an ``InputError`` quoting it.
     memory : float or str
         The budget for what one step adds on top of parameters, gradients and inputs: bytes, or a
-        string with units (``"1.5GiB"``).
+        string with units (``"1.5GiB"``); at least one byte. A fraction of a byte is rounded down: the
+        measured peaks are whole bytes, so the answer is the same.
     loss_fn : callable, optional
         ``loss_fn(output, *targets) -> scalar``. None: the model's output is the loss (a scalar).
-    example_targets : sequence of tensors
-        The targets passed to ``loss_fn``; the step is then called ``step(*inputs, *targets)``.
+    example_targets : tuple or list of tensors
+        The targets passed to ``loss_fn`` (which they need); the step is then called
+        ``step(*inputs, *targets)``.
     backend : {'aot_eager_decomp_partition', 'inductor'}
         ``torch.compile`` backend; both use PyTorch's min-cut partitioner, which honours the budget.
     solver : {'pytorch', 'memplan', 'memplan-peak', 'both', 'all'}
@@ -1743,14 +1847,15 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         knapsack (:class:`MemplanKnapsack`), memplan's peak-aware MILP (:class:`MemplanPeakSolver`:
         memory modelled over the joint graph's order, never worse than ``dp_knapsack`` in that model),
         ``both`` (``pytorch`` and ``memplan``: every fraction compiled with each) or ``all`` (the
-        three). The measured choice is at least as good as each one's alone.
-    fractions : sequence of floats in [0, 1], optional
+        three). The measured choice is at least as good as each one's alone. Anything but
+        ``'pytorch'`` needs ``fractions``.
+    fractions : tuple or list of distinct floats in [0, 1], optional
         PyTorch budget fractions to try (default :data:`DEFAULT_FRACTIONS`; empty: chain plans only).
         Every one is compiled and measured: the measured peak is not monotonic in the fraction.
     repeats : int
         Timed steps per candidate (the median is kept).
     solver_time_limit : float or None
-        Seconds per MILP for ``solver="memplan"``, and per rotor solve.
+        Seconds per MILP for ``solver="memplan"``, and per rotor solve (positive, or None).
     time_limit : float or None
         Seconds for the compiled search. The first fraction is compiled first, then the chains are
         built, then the other fractions. A compile cannot be interrupted, so the limit is kept by not
@@ -1763,10 +1868,12 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         The recompute costs the partitioner's knapsack (PyTorch's or memplan's) weighs: PyTorch's FLOP
         count (``"flops"``, PyTorch's default: every pointwise operation and reduction counts the same
         minimum), or each candidate operation timed alone on the step's device, equal signatures once
-        (``"measured"``, :func:`memplan.models.op_timing.measured_estimator`).
+        (``"measured"``, :func:`memplan.models.op_timing.measured_estimator`; it needs ``fractions``
+        or a stage fraction below 1).
     chain : bool
-        Also try memplan's chain plans (:class:`BudgetSearch`): the model cut into stages, rotor's
-        re-materialization plan for the budget, run eagerly (per stage, autograd inside a stage).
+        (True or False, as every flag here.) Also try memplan's chain plans (:class:`BudgetSearch`):
+        the model cut into stages, rotor's re-materialization plan for the budget, run eagerly (per
+        stage, autograd inside a stage).
         They can reach budgets below every fraction's peak (fraction 0 recomputes the whole forward
         inside the backward at once, rotor's least-memory plans stage by stage); their floor is the
         chain's largest stage. A language model's head with its cross-entropy is split over chunks of
@@ -1792,10 +1899,11 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         more, rotor's DP also chooses the fraction per stage (kind ``"chain-mixed"``,
         :mod:`memplan.baselines.remat_variants`: exact over every assignment, so in the model never
         slower than one fraction for all). Each extra fraction costs a compile per stage and grad mode.
+        Anything but ``(1.0,)`` needs ``chain`` and ``compiled_stages``.
     stage_solver : {'memplan-peak', 'pytorch', 'memplan'}
         The partitioner's keep-or-recompute solver in stages compiled at a fraction below 1:
         :class:`MemplanPeakSolver` (:mod:`memplan.formulations.peak_milp`), ``dp_knapsack``, or
-        :class:`MemplanKnapsack`.
+        :class:`MemplanKnapsack`. Anything but the default needs a stage fraction below 1.
 
     offload : False, True or 'emulated'
         Also try offloading (:mod:`memplan.models.runtime_offload`) on the compiled chain (the eager one
@@ -1806,11 +1914,12 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         needs a CUDA device; ``'emulated'`` runs it on a CPU with the host emulated by memory the
         measurement does not see (for tests: the measured peak then leaves the host's bytes out, as a
         GPU's would, but the copies cost what a memcpy costs). The executors' CUDA path ran on an H100
-        (``benchmarks/results/offload_exec_gpu_gpt2.csv``); as candidates here they have not yet.
+        (``benchmarks/results/offload_exec_gpu_gpt2.csv``); as candidates here they have not yet. The
+        plans run on the chain: offloading needs ``chain``.
     bandwidth : float, str or None
-        The host link for ``offload`` (bytes/s or ``"12GB/s"``); None: measured on CUDA (DYNPROG plans
-        and runs with each direction's speed, the joint DP, which takes one, with the slower), all of the
-        chain's saved bytes in one store-all step when emulated.
+        The host link for ``offload`` (bytes/s or ``"12GB/s"``; refused without it); None: measured on
+        CUDA (DYNPROG plans and runs with each direction's speed, the joint DP, which takes one, with the
+        slower), all of the chain's saved bytes in one store-all step when emulated.
     progress : callable or None
         Called with one line of text as each part of the search ends (a fraction compiled and measured,
         the chain profiled, the compiled stages profiled, fractions left out by ``time_limit``): a
@@ -1821,13 +1930,19 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         the same in every measuring window), or ``max_memory_allocated`` (those bytes rounded to 512,
         plus the unsplit rest of reused cached blocks, which depends on what ran before: up to 0.09%
         apart between two windows of one step on an H100). The report names the one used
-        (``BudgetedStep.peak_measure``); ``bench_budget.py`` keeps both. Not used on a CPU (one method
-        there).
+        (``BudgetedStep.peak_measure``); ``bench_budget.py`` keeps both. On a CPU (one method there)
+        only the default is accepted.
 
     The search runs training steps on ``model``; the parameters' gradients and the model's buffers are
     restored when it ends (the parameters themselves do not change: there is no optimizer step). A
     chain plan that recomputes a batch-norm stage updates its running statistics once more per
     recomputation (as ``torch.utils.checkpoint`` does); gradients are not affected.
+
+    With dropout (any random operation) the candidates do not draw the same masks: a compiled step's
+    (a fraction's, or compiled stages') are not the ones eager autograd draws from the same random
+    state, so for one seed its gradients are not an eager step's (each is a training step, with its own
+    masks). Gradients equal eager autograd's only with dropout 0, as the tests and ``bench_budget.py``
+    compare them.
 
     Returns
     -------
@@ -1838,12 +1953,11 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
     Raises
     ------
     InputError
-        A bad option. ``InfeasibleError`` (``minimum``: the smallest peak measured) when no candidate fits.
+        A bad option, one given where nothing uses it (``bandwidth`` without ``offload``, ``cuda_peak``
+        on a CPU, ``stage_fractions`` without compiled stages, ...), or examples the model's forward or
+        the loss fails on. ``InfeasibleError`` (``minimum``: the smallest peak measured) when no candidate fits.
     """
     budget = _budget(memory)
-    if not isinstance(example_inputs, (tuple, list)):      # a tensor would be unpacked row by row
-        raise InputError(f"compile_under_budget: example_inputs must be a tuple or list of the model's inputs, "
-                         f"e.g. (x,), not a {type(example_inputs).__name__}")
     search = BudgetSearch(model, example_inputs, loss_fn=loss_fn, example_targets=example_targets,
                           backend=backend, solver=solver, fractions=fractions, repeats=repeats,
                           solver_time_limit=solver_time_limit, time_limit=time_limit, chain=chain,

@@ -60,7 +60,12 @@ class _Progress:
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
+    from memplan._frontend import method_arg
+
     mod = memplan.problems[args.problem]
+    # a bad method first: without --memory on an instance with no platform memory, the missing memory was
+    # the error named, and a corrected command then failed on the method
+    method_arg(args.method, mod.METHODS, mod.DEFAULT_METHOD, args.problem)
     params = inspect.signature(mod.solve).parameters
     options = {}
     for flag, key in SOLVE_OPTIONS:
@@ -79,9 +84,6 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     if args.problem == "remat-offload" and args.bandwidth is None and (platform is None or platform.bandwidth is None):
         # the API reads no bandwidth as "no link"; from the command line a forgotten --bandwidth silently
         # solved re-materialization alone (offload and 'memplan sweep remat-offload' refuse it)
-        from memplan._frontend import method_arg
-
-        method_arg(args.method, mod.METHODS, mod.DEFAULT_METHOD, args.problem)    # a bad method: that error first
         raise CliError(f"--bandwidth: required for --problem remat-offload ({args.instance} has no platform "
                        "bandwidth); give the host link's, e.g. --bandwidth 12GB/s, or --bandwidth 0 for no link "
                        "(re-materialization alone)")

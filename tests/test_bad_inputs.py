@@ -523,6 +523,16 @@ def test_a_zoo_setting_out_of_range_is_one_line_from_the_command_line(tmp_path, 
     assert rc == 2 and "n_layer=-1" in _one_line(err) and not (tmp_path / "g.json").exists()
 
 
+def test_an_unknown_method_is_named_before_a_missing_memory(tmp_path, capsys):
+    """On an instance with no platform memory and no --memory, the missing memory was named first; the
+    corrected command then failed on the method."""
+    inst = tmp_path / "r.json"
+    memplan.save_instance(memplan.random_chain(4, 0), inst)
+    rc, _, err = _run(["solve", str(inst), "--problem", "remat", "--method", "nosuch"], capsys)
+    line = _one_line(err)
+    assert rc == 2 and "unknown method 'nosuch'" in line, line
+
+
 @pytest.mark.parametrize("cmd", ["profile", "budget"])
 def test_a_transformer_input_with_no_target_token_is_refused(cmd, tmp_path, capsys):
     """The encoder-decoder reads its first src_len ids as the source: an input of 16 tokens (src_len 64)

@@ -119,7 +119,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from memplan.models.memory import step_peak
     from memplan.models.profiler import classification_loss, profiled_by_allocator_events
     from memplan.models.runtime import (GRAD_REL_TOL, execute, grads_max_rel_diff, holds_at_peak,
-                                        holds_at_replay_peak)
+                                        holds_at_replay_peak, whole_runs_hold)
 
     chain, _ = load_instance(args.instance)
     prov = chain.provenance
@@ -158,8 +158,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         try:
             v = convert(prov[name])
         except (TypeError, ValueError, OverflowError):
-            v = ok = None
-        if v is None and name in prov or v is not None and not ok(v):
+            v = None
+        if v is None or not ok(v):
             raise InputError(f"{args.instance}: provenance.{name} = {prov.get(name)!r:.40} cannot be used{what}; "
                              "profile the network again with 'memplan profile'")
         return v
@@ -250,7 +250,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     whole: list[float] = []
     plan_t, ag_t, ratio = _time_against_autograd(lm.stages, loss_stage, model, loss_fn, x, sched, device, seed,
                                                  args.time_budget, hold, retimed=per_op, retimed_whole=whole,
-                                                 whole_hold=lm.residency is not None)
+                                                 whole_hold=whole_runs_hold(lm.stages, loss_stage))
     here, pace = _retimed_chain(chain, per_op, whole)
     sim_here = simulate_remat(here, sched)
     print(f"{chain.name}: {label}, {len(sched)} operations, {sched.count('F_ck') + sched.count('F_none')} "
@@ -356,7 +356,7 @@ def _time_against_autograd(stages, loss_stage, model, loss_fn, x, sched, device:
     time than every B held). ``retimed``: a list that gets the ``op_times`` of a store-all run
     timed per operation in every round, a third contender (:func:`_retimed_chain`); ``retimed_whole``
     a list that gets the times of a fourth, store-all run untimed as the profile's whole runs are
-    (held with ``whole_hold``: multi-tensor cuts, :func:`models.runtime.time_in_context`): the
+    (held with ``whole_hold``: :func:`models.runtime.whole_runs_hold`): the
     timed runs' own whole times were 4% above it on a tiny GPT-2 (the timers, and the general loop
     where an untimed store-all takes the fast path)."""
     import torch

@@ -664,7 +664,7 @@ def memory_range(chain: Chain, *, time_limit: float | None = None) -> tuple[floa
     try:
         lo = min_memory_of(inner, "all", time_limit=time_limit).value + r
     except TooCostly:
-        # the least replayed peak of the baselines within the time left (bisection first: near the minimum)
+        # the least replayed peak of the baselines within the time left (store-all's replay is the top)
         deadline = t0 + time_limit
         first = [remat_heuristics.store_all_schedule]
         if not (chain.resident_grads or chain.resident_values):
@@ -673,12 +673,13 @@ def memory_range(chain: Chain, *, time_limit: float | None = None) -> tuple[floa
             first.append(remat_heuristics.bisection_schedule)
         if chain.L <= _RANGE_RECOMPUTE_ALL_MAX_L:
             first.append(remat_heuristics.recompute_all_schedule)
-        lo = min(simulate_remat(chain, make(chain)).peak_memory for make in first)
-        for name, make in _baseline_schedules(chain, "sequential"):      # 1, 2, ... segments, while time is left
+        peaks = [simulate_remat(chain, make(chain)).peak_memory for make in first]     # peaks[0]: store-all's
+        lo = min(peaks)
+        for _, make in _baseline_schedules(chain, "sequential"):      # 1, 2, ... segments, while time is left
             if time.perf_counter() > deadline:
                 break
             lo = min(lo, simulate_remat(chain, make()).peak_memory)
-        return lo, min(hi, simulate_remat(chain, remat_heuristics.store_all_schedule(chain)).peak_memory)
+        return lo, min(hi, peaks[0])
     if not (chain.resident_grads or chain.resident_values):
         return lo, hi
     # spans: the solvers' whole charge is an upper bound. Store-all replayed is the memory from which

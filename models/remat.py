@@ -40,7 +40,6 @@ The makespan is the sum of the operations' times (Definition 3.2).
 from __future__ import annotations
 
 import numbers
-
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 

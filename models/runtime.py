@@ -1169,8 +1169,6 @@ class InContextTimes:
     def from_runs(cls, per_op: Sequence[Sequence[float]], run_times: Sequence[float], L: int) -> "InContextTimes":
         """From the ``op_times`` of store-all runs (:func:`store_all_ops` order) and the times of whole
         untimed runs: the median per operation, and ``overhead`` = median run time - their sum."""
-        import statistics
-
         ops = store_all_ops(L)
         med = [statistics.median(col) for col in zip(*per_op)]
         uf, ub, spread = [0.0] * (L + 2), [0.0] * (L + 2), [0.0] * (L + 2)
@@ -1187,8 +1185,6 @@ class InContextTimes:
         """``(uf, ub, factor)``: the times scaled by one factor so that they add up to the median whole
         run (the executor's own work between operations, and interference the per-operation medians
         leave out, spread over the stages in proportion to their times)."""
-        import statistics
-
         total = sum(self.uf) + sum(self.ub)
         factor = statistics.median(self.run_times) / total if total > 0 else 1.0
         return [v * factor for v in self.uf], [v * factor for v in self.ub], factor
@@ -1205,8 +1201,6 @@ class InContextTimes:
         (the least on tiny stages, whose F_all is mostly building the tape) and a turn 0-180 us
         (``benchmarks/time_model_turns.py``, ``runtime_check``; the turn cost is the least steady of the
         two)."""
-        import statistics
-
         uf, ub, factor = self.calibrated()
         L = len(uf) - 2
         ops = turn_ops(L)
@@ -1214,13 +1208,22 @@ class InContextTimes:
         if len(med) != len(ops):
             raise ValueError(f"turn_model: {len(med)} operation times for a sequence of {len(ops)} operations")
         uf_ng = list(uf)
-        at = turn_ops_no_grad(L) if L > 0 else {}
+        at = turn_ops_no_grad(L)
         for l, k in at.items():
             uf_ng[l] = med[k] * factor
         warm_up = sum(med[k] for k in range(L) if k not in at.values()) * factor
         body = sum(uf_ng[1:L + 1]) + sum(uf[1:]) + sum(ub[1:]) + warm_up
         u_turn = max(0.0, (statistics.median(run_times) - body) / L) if L > 0 else 0.0
         return uf_ng, u_turn
+
+
+def whole_runs_hold(stages: Sequence[Callable], loss_fn: Callable) -> bool:
+    """``execute``'s ``hold`` for whole runs timed as executed plans are timed (the profile's
+    calibration, ``memplan run``'s re-timing): held on multi-tensor cuts (no fused groups: no junction
+    hooks; without holds a B of its own is called through an empty root, and store-all takes plain
+    autograd's single call, where every other plan takes the general loop), not on single-tensor cuts
+    (see :func:`time_in_context`)."""
+    return bool(_stage_info(list(stages) + [loss_fn]).multi)
 
 
 def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, *, runs: int = 5,
@@ -1271,8 +1274,7 @@ def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
 
     # (sequence, its per-operation times, its whole runs' times): store-all, and turn_ops with ``turns``
     kinds = [(ops, [], [])] + ([(turn_ops(len(stages)), [], [])] if turns else [])
-    # the whole runs as executed plans are timed (see the docstring): held on multi-tensor cuts only
-    whole_hold = bool(_stage_info(list(stages) + [loss_fn]).multi)
+    whole_hold = whole_runs_hold(stages, loss_fn)
 
     def settled() -> bool:
         from .measure import median_interval
@@ -1286,13 +1288,14 @@ def time_in_context(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tens
                 return False
         return True
 
-    i, t_timed = 0, None
+    warm = max(0, warmup)
+    least = warm + max(1, runs)
+    i = 0
+    t_timed = time.perf_counter()         # set again when the warm-up rounds are over (i == warm < least)
     while True:
-        if i >= max(0, warmup) + max(1, runs):
-            if (t_timed is None or time.perf_counter() - t_timed >= budget or i - max(0, warmup) >= max_runs
-                    or settled()):
-                break
-        if i == max(0, warmup):
+        if i >= least and (time.perf_counter() - t_timed >= budget or i - warm >= max_runs or settled()):
+            break
+        if i == warm:
             t_timed = time.perf_counter()
         for seq, per_op, whole in kinds:
             clear()

@@ -109,6 +109,10 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         silence_banner()
     sol = memplan.solve((plan_chain, platform), args.problem, args.method, memory=args.memory,
                         bandwidth=args.bandwidth, progress=None if args.quiet else _Progress(), **options)
+    if args.problem == "remat":
+        # the memory model the plan fits in: 'memplan run' runs it in that one (a --free-backward plan run
+        # with the holds of paper 004's model peaked over its limit, unsaid)
+        sol.details["memory_model"] = "free_backward" if args.free_backward else "paper004"
     if args.json:
         sol.instance = instance_record(chain, args.instance)   # 'memplan run' refuses it on another instance
         sol.write_json(args.json)

@@ -181,6 +181,20 @@ def key_value(text: str) -> tuple[str, object]:
     return k, {"true": True, "false": False}.get(v.lower(), v)
 
 
+def model_kwargs(pairs, flag: str = "--set") -> dict:
+    """``--set KEY=VALUE`` pairs (:func:`key_value`'s) as the model's keyword arguments; a key given
+    twice is refused, naming both values (the last one had won silently: ``memplan profile --set
+    n_layer=1 --set n_layer=2`` profiled a model of 2 layers). The one check of ``memplan profile``
+    and ``memplan budget``."""
+    pairs = list(pairs or [])
+    keys = [k for k, _ in pairs]
+    for k in dict.fromkeys(keys):
+        if keys.count(k) > 1:
+            given = " ".join(f"{flag} {kk}={v}" for kk, v in pairs if kk == k)
+            raise InputError(f"{flag} {k}: given {keys.count(k)} times ({given}); give each key once")
+    return dict(pairs)
+
+
 def device_problem(device: str) -> str | None:
     """Why ``--device`` cannot be used here (one line naming it and what would work), or None: cpu,
     or cuda[:n] where this torch sees a CUDA device."""
@@ -195,5 +209,5 @@ def device_problem(device: str) -> str | None:
     return None
 
 
-__all__ = ["CliError", "device_problem", "guarded", "input_shape", "key_value", "output_file", "output_dir",
-           "positive_int"]
+__all__ = ["CliError", "device_problem", "guarded", "input_shape", "key_value", "model_kwargs", "output_file",
+           "output_dir", "positive_int"]

@@ -27,7 +27,8 @@ import sys
 from pathlib import Path
 
 from memplan.baselines.remat_heuristics import bisection_schedule, sequential_schedule, store_all_schedule
-from memplan.experiments.cli_checks import device_problem, input_shape, key_value, output_file, positive_int
+from memplan.experiments.cli_checks import (device_problem, input_shape, key_value, model_kwargs, output_file,
+                                            positive_int)
 from memplan.models.instance import InstanceError, load_instance, read_text_file, save_instance
 from memplan.models.pipedream import import_graph
 from memplan.models.remat import RematSchedule, free_backward_model, simulate_remat
@@ -61,6 +62,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         raise InputError("--device cuda: no CUDA device is available to this torch build")
     if not str(args.output).strip():
         raise InputError("-o/--output: an empty file name; give one, e.g. results/out.json")
+    model_kw = model_kwargs(args.set)
     if not 0 <= args.timing_budget < float("inf"):
         raise InputError(f"--timing-budget {args.timing_budget:g}: give seconds >= 0, e.g. --timing-budget 2 "
                          "(0: exactly --repeats timed runs)")
@@ -72,7 +74,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     try:
         chain = profile_model(key, args.batch, args.input, device=args.device, repeats=args.repeats,
-                              seed=args.seed, model_kw=dict(args.set or []), cuts=args.cuts, turns=args.turn_model,
+                              seed=args.seed, model_kw=model_kw, cuts=args.cuts, turns=args.turn_model,
                               memory=args.memory_method, free_backward=True, timing_budget=args.timing_budget)
     except MultiCutMemoryError:
         raise InputError(f"--memory-method profiler: {key} is cut where several tensors cross (--cuts {args.cuts}), "
@@ -130,8 +132,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.solution and args.sequence is not None:
         raise InputError(f"--solution and --sequence {args.sequence}: give one (the plan of a solution file, or a "
                          "built-in sequence)")
+    planned: dict = {}          # what a solution file records of the model it was planned in
     if args.solution:
-        sched, label = _read_remat_solution(args.solution, chain, args.instance), args.solution
+        (sched, planned), label = _read_remat_solution(args.solution, chain, args.instance), args.solution
     elif args.sequence in (None, "store-all"):
         sched, label = store_all_schedule(chain), "store-all"
     elif args.sequence == "bisection":
@@ -208,6 +211,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except (TypeError, ValueError, KeyError) as e:
         raise InputError(f"{args.instance}: provenance.free_backward cannot be used ({e}); profile the network "
                          "again with 'memplan profile', or run with --holds peak") from None
+    _check_planned_model(args, planned, chain, sched, free)
     sim = simulate_remat(chain, sched, **free)       # each forward charged its own overhead
     one = simulate_remat(chain, sched, one_overhead=True, **free)   # the papers' one o_f for both forwards
     # one method for the plan and autograd: the instance's (a CPU profile by c10's allocator events sees
@@ -410,9 +414,58 @@ def _timing_text(t) -> str:
     return f"{fmt_time(t.median)} [95%: {fmt_time(t.low)}, {fmt_time(t.high)}]"
 
 
-def _read_remat_solution(path: str, chain, instance: str) -> RematSchedule:
+#: ``details.memory_model`` of a remat Solution written by ``memplan solve``: the model it was planned in
+PLANNED_MODELS = {"paper004": "paper 004's model (the executor holding delta^l and a^l until B^l ends)",
+                  "free_backward": "the free replay ('memplan solve --free-backward': the executor without holds, "
+                                   "as autograd frees)"}
+
+
+def _check_planned_model(args, planned: dict, chain, sched, free: dict) -> None:
+    """Run a solution in the memory model it was planned in (``planned``: :func:`_read_remat_solution`'s
+    record; ``free``: the keywords of the replay this run is compared with, empty for paper 004's).
+    A plan made with ``--free-backward`` is refused with the holds of paper 004's model (``--holds
+    peak``, or an instance without the free record): it can peak over its limit there (8 KiB over on a
+    ResNet-18 at its least memory), and did, unsaid. A file without the record (written before it) is judged by its replays: over
+    its limit with the holds, within it without. A plan of paper 004's model run without holds (the
+    default where the profile has the free record) fits its limit either way; a note says so, with
+    both replays' peaks."""
+    path, model, limit = args.solution, planned.get("memory_model"), planned.get("memory_limit")
+    if not path:
+        return
+    over_held = False
+    if model is None and not free and isinstance(limit, (int, float)) and planned.get("status") != "limit_exceeded":
+        try:
+            fb = free_backward_model(chain) if args.holds == "peak" else {}
+        except (TypeError, ValueError, KeyError):
+            fb = {}                 # a broken record: nothing to compare with
+        tol = limit * (1 + 1e-9) + 1e-9
+        over_held = simulate_remat(chain, sched).peak_memory > tol and bool(fb) and \
+            simulate_remat(chain, sched, **fb).peak_memory <= tol
+    if (model == "free_backward" or over_held) and not free:
+        how = ("details.memory_model free_backward" if model else
+               "so its replays say, a file without details.memory_model: over its limit with holds, within it without")
+        if args.holds == "peak":
+            held = simulate_remat(chain, sched).peak_memory
+            raise InputError(f"--solution {path} was planned without holds ('memplan solve --free-backward', {how}) "
+                             f"and --holds peak runs it with paper 004's holds, where its replay peaks at "
+                             f"{fmt_bytes(held)} B" + (f" (limit {fmt_bytes(limit)} B)" if limit is not None else "")
+                             + "; run it with --holds auto, or solve again without --free-backward")
+        raise InputError(f"--solution {path} was planned without holds ('memplan solve --free-backward'), and "
+                         f"{args.instance} has no provenance.free_backward record to run it so; profile the network "
+                         "again with 'memplan profile', or solve again without --free-backward")
+    if model == "paper004" and free:
+        held, fr = simulate_remat(chain, sched).peak_memory, simulate_remat(chain, sched, **free).peak_memory
+        print(f"note: --solution {path} was planned in paper 004's model (peak {fmt_bytes(held)} B there"
+              + (f", limit {fmt_bytes(limit)} B" if isinstance(limit, (int, float)) else "")
+              + f"); it runs without holds, as autograd frees, against that replay (peak {fmt_bytes(fr)} B); "
+              "--holds peak runs it as planned", file=sys.stderr)
+
+
+def _read_remat_solution(path: str, chain, instance: str) -> tuple[RematSchedule, dict]:
     """The re-materialization sequence of a Solution JSON (``memplan solve --problem remat --json``, or a
-    bare list of ``[op, stage]``), checked for ``chain``: an error naming the file and what is wrong for
+    bare list of ``[op, stage]``), and what the file records of its plan (``memory_model``:
+    ``details.memory_model``, the model it was planned in, None in a file written before it was
+    recorded; ``memory_limit``; ``status``), checked for ``chain``: an error naming the file and what is wrong for
     a file that is not JSON, another problem's solution (pipeline, offload), one without a schedule (an
     infeasible limit), a sequence that is not valid on the chain, or a solution recorded as solved on
     another instance (its ``instance`` fingerprint differs: the plan would run, but to another peak
@@ -453,7 +506,18 @@ def _read_remat_solution(path: str, chain, instance: str) -> RematSchedule:
             print(f"note: --solution {path} has status limit_exceeded: it peaks at "
                   f"{fmt_bytes(float(data.get('peak_memory') or float('nan')))} B, over the limit it was solved for "
                   f"({fmt_bytes(float(data.get('memory_limit') or float('nan')))} B)", file=sys.stderr)
+        details = data.get("details") if isinstance(data.get("details"), dict) else {}
+        model = details.get("memory_model")
+        if model is not None and model not in PLANNED_MODELS:
+            raise InputError(f"--solution {path}: details.memory_model = {model!r:.40} is not a memory model of "
+                             f"remat ({', '.join(PLANNED_MODELS)}); solve {instance} again")
+        limit = data.get("memory_limit")
+        planned = {"memory_model": model, "status": data.get("status"),
+                   "memory_limit": float(limit) if isinstance(limit, (int, float)) and not isinstance(limit, bool)
+                   else None}
         data = data["schedule"]
+    else:
+        planned = {}
     try:
         sched = RematSchedule.from_json(data)
     except (TypeError, ValueError) as e:
@@ -462,7 +526,7 @@ def _read_remat_solution(path: str, chain, instance: str) -> RematSchedule:
         simulate_remat(chain, sched)
     except InvalidSequence as e:
         raise InputError(f"--solution {path}: not a valid sequence on {instance} (L = {chain.L}): {e}") from None
-    return sched
+    return sched, planned
 
 
 def _segments_arg(text: str, L: int) -> int:

@@ -1,0 +1,137 @@
+"""More of ``memplan run`` / ``memplan profile``: a plan run in the memory model it was planned in, an
+edited provenance whose sizes are no longer the network's, a batch that cannot fit in memory, output
+files that cannot be written, ``--set`` given twice. Each bad input is one line naming the file, field
+or option and what would work, exit status 2."""
+import json
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from memplan.experiments.cli import main  # noqa: E402
+
+PROFILE = ["--model", "resnet18", "--batch", "2", "--input", "3x32x32", "--threads", "1"]
+TINY_GPT2 = ["--model", "gpt2", "--batch", "2", "--input", "16", "--set", "n_embd=32", "--set", "n_head=2",
+             "--set", "vocab=100", "--repeats", "1", "--timing-budget", "0"]
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory, one_torch_thread):
+    """A ResNet-18 instance made by 'memplan profile' (batch 2, 3x32x32: 5 s on one thread), with the
+    free_backward record."""
+    path = tmp_path_factory.mktemp("run") / "r18.json"
+    assert main(["profile", *PROFILE, "-o", str(path)]) == 0
+    assert isinstance(json.loads(path.read_text())["provenance"]["free_backward"], dict)
+    return path
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err.strip()
+
+
+def _min_memory(instance, tmp_path, capsys, *extra) -> float:
+    """The minimum feasible memory 'memplan solve' states for an infeasible limit (1 KiB)."""
+    out = tmp_path / "inf.json"
+    assert main(["solve", str(instance), "--memory", "1KiB", "-q", "--json", str(out), *extra]) == 2
+    capsys.readouterr()
+    return float(json.loads(out.read_text())["details"]["min_memory"])
+
+
+# ----------------------------------------------------------------------------- 1. the planned memory model
+def test_a_free_backward_plan_is_refused_with_holds_and_runs_without(profiled, tmp_path, capsys):
+    """A plan solved with --free-backward at the free replay's least memory (below paper 004's, so its
+    held replay is over the limit) ran with --holds peak over its limit, unsaid (exit 0). The solution
+    records the model it was planned in; run refuses the mismatch naming what to pass, and runs it as
+    planned by default. A file written before the record is judged by its replays."""
+    free_min = _min_memory(profiled, tmp_path, capsys, "--free-backward")
+    held_min = _min_memory(profiled, tmp_path, capsys)
+    assert free_min < held_min                     # the premise: no held plan fits at free_min
+    sol = tmp_path / "free.json"
+    assert main(["solve", str(profiled), "--memory", f"{free_min:.0f}B", "--free-backward", "-q",
+                 "--json", str(sol)]) == 0
+    assert json.loads(sol.read_text())["details"]["memory_model"] == "free_backward"
+    capsys.readouterr()
+    assert main(["run", str(profiled), "--solution", str(sol), "--holds", "peak", "--time-budget", "0.5"]) == 2
+    err = _one_line(capsys)
+    assert err.startswith(f"memplan: error: --solution {sol} was planned without holds"), err
+    assert "--holds auto" in err and "details.memory_model free_backward" in err
+    peak, limit = (float(v) for v in re.search(r"peaks at (\d+) B \(limit (\d+) B\)", err).groups())
+    assert limit == free_min and peak >= held_min > limit     # the held replay cannot fit under held_min
+    assert main(["run", str(profiled), "--solution", str(sol), "--time-budget", "0.5"]) == 0
+    assert "run without holds" in capsys.readouterr().out
+    old = json.loads(sol.read_text())
+    del old["details"]["memory_model"]
+    legacy = tmp_path / "legacy.json"
+    legacy.write_text(json.dumps(old))
+    assert main(["run", str(profiled), "--solution", str(legacy), "--holds", "peak", "--time-budget", "0.5"]) == 2
+    err = _one_line(capsys)
+    assert f"--solution {legacy} was planned without holds" in err and "--holds auto" in err
+
+
+def test_a_free_backward_plan_on_an_instance_without_the_record_is_refused(profiled, tmp_path, capsys):
+    """The free record removed from the provenance (the chain's arrays, and so its fingerprint, are
+    the same): the plan ran with the holds, as if planned so."""
+    sol = tmp_path / "free.json"
+    assert main(["solve", str(profiled), "--memory", "1GiB", "--free-backward", "-q", "--json", str(sol)]) == 0
+    d = json.loads(profiled.read_text())
+    del d["provenance"]["free_backward"]
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(d))
+    capsys.readouterr()
+    assert main(["run", str(bare), "--solution", str(sol), "--time-budget", "0.5"]) == 2
+    err = _one_line(capsys)
+    assert f"{bare} has no provenance.free_backward record" in err and "profile the network again" in err
+
+
+def test_a_plan_of_the_papers_model_run_without_holds_says_so(profiled, tmp_path, capsys):
+    """A plan solved in paper 004's (held) model runs by default without holds on a free profile: a
+    note says it was planned in the held model and gives both replays' peaks (the free one no higher,
+    both within the limit); --holds peak runs it as planned, without the note."""
+    held_min = _min_memory(profiled, tmp_path, capsys)
+    sol = tmp_path / "held.json"
+    assert main(["solve", str(profiled), "--memory", f"{held_min:.0f}B", "-q", "--json", str(sol)]) == 0
+    assert json.loads(sol.read_text())["details"]["memory_model"] == "paper004"
+    capsys.readouterr()
+    assert main(["run", str(profiled), "--solution", str(sol), "--time-budget", "0.5"]) == 0
+    err = capsys.readouterr().err
+    m = re.search(r"planned in paper 004's model \(peak (\d+) B there, limit (\d+) B\); it runs without holds.*"
+                  r"\(peak (\d+) B\); --holds peak runs it as planned", err)
+    assert m, err
+    held, limit, free = (float(v) for v in m.groups())
+    assert limit == held_min and free <= held <= limit
+    assert main(["run", str(profiled), "--solution", str(sol), "--holds", "peak", "--time-budget", "0.5"]) == 0
+    assert "planned in paper 004" not in capsys.readouterr().err
+
+
+def test_an_unknown_memory_model_in_a_solution_is_named(profiled, tmp_path, capsys):
+    sol = tmp_path / "s.json"
+    assert main(["solve", str(profiled), "--memory", "1GiB", "-q", "--json", str(sol)]) == 0
+    d = json.loads(sol.read_text())
+    d["details"]["memory_model"] = "autograd"
+    sol.write_text(json.dumps(d))
+    capsys.readouterr()
+    assert main(["run", str(profiled), "--solution", str(sol)]) == 2
+    assert f"--solution {sol}: details.memory_model = 'autograd' is not a memory model" in _one_line(capsys)
+
+
+# ----------------------------------------------------------------------------- 5. --set given twice
+def test_a_set_key_given_twice_is_refused_by_profile(tmp_path, capsys):
+    """profile took the last of two values silently (a GPT-2 of 2 layers for n_layer=1 then 2)."""
+    out = tmp_path / "g.json"
+    assert main(["profile", *TINY_GPT2, "--set", "n_layer=1", "--set", "n_layer=2", "-o", str(out)]) == 2
+    assert _one_line(capsys) == ("memplan: error: --set n_layer: given 2 times (--set n_layer=1 --set n_layer=2); "
+                                 "give each key once")
+    assert not out.exists()
+
+
+def test_model_kwargs_is_the_shared_check():
+    from memplan.experiments.cli_checks import model_kwargs
+    from memplan.models.solution import InputError
+
+    assert model_kwargs([("a", 1), ("b", "x")]) == {"a": 1, "b": "x"}
+    assert model_kwargs(None) == {}
+    with pytest.raises(InputError, match=r"--set a: given 3 times \(--set a=1 --set a=2 --set a=1\)"):
+        model_kwargs([("a", 1), ("b", 2), ("a", 2), ("a", 1)])

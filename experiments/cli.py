@@ -95,7 +95,12 @@ def _cmd_solve(args: argparse.Namespace) -> int:
 
         if args.problem != "remat":
             raise CliError(f"--free-backward is an option of --problem remat only (not {args.problem})")
-        plan_chain = free_backward_chain(chain)
+        try:
+            plan_chain = free_backward_chain(chain)
+        except (TypeError, ValueError) as e:     # an edited record (stages out of range: IndexError, or wrapped)
+            what = str(e) if str(e).startswith("free_backward") else f"free_backward cannot be used ({e})"
+            raise CliError(f"--free-backward: {args.instance}: provenance.{what}; profile the network again with "
+                           "'memplan profile'") from None
         if plan_chain is chain:
             raise CliError(f"--free-backward: {args.instance} has no free_backward record; profile the network "
                            "again with 'memplan profile' (since 2026-11-29; single-tensor cuts, stages not compiled)")

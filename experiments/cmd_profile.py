@@ -203,14 +203,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if lm is None or lm.L != L:
         raise InputError(f"{args.instance}: its recorded stage groups do not cut the network as traced now "
                          f"({L} stages recorded); profile it again with 'memplan profile'")
+    problem = _traced_sizes_problem(prov, lm, x, chain, batch)
+    if problem:
+        raise InputError(f"{args.instance}: the network rebuilt from provenance.batch = {batch}, provenance.input = "
+                         f"{list(shape) if shape else None} and provenance.model_kw = {kw} is not the one profiled: "
+                         f"{problem}; profile the network again with 'memplan profile'")
     loss_stage = lm.loss_stage(loss_fn)
     # --holds auto (default): where the profile has the free record ('memplan profile' since 2026-11-29,
     # single-tensor cuts), the plan runs without holds, as autograd frees, against the replay of that
     try:
         free = free_backward_model(chain) if args.holds == "auto" else {}
     except (TypeError, ValueError, KeyError) as e:
-        raise InputError(f"{args.instance}: provenance.free_backward cannot be used ({e}); profile the network "
-                         "again with 'memplan profile', or run with --holds peak") from None
+        what = str(e) if str(e).startswith("free_backward") else f"free_backward cannot be used ({e})"
+        raise InputError(f"{args.instance}: provenance.{what}; profile the network again with 'memplan profile', "
+                         "or run with --holds peak") from None
     _check_planned_model(args, planned, chain, sched, free)
     sim = simulate_remat(chain, sched, **free)       # each forward charged its own overhead
     one = simulate_remat(chain, sched, one_overhead=True, **free)   # the papers' one o_f for both forwards
@@ -295,6 +301,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
                                  "order across backward calls)" if ok else
                                  f"DIFFERENT from plain autograd (by {diff:.2g} of a parameter's largest gradient)"))
     return 0 if ok else 1
+
+
+def _traced_sizes_problem(prov: dict, lm, x, chain, batch) -> str | None:
+    """Why the network traced now is not the one the instance recorded (None when its sizes agree):
+    each tensor of the provenance's ``cuts`` record (what crosses each cut, the trace's own bytes at
+    profile time) against its bytes in this trace; without the record (older files), a^0 against
+    the input's bytes (single-tensor cuts). An edited ``batch`` (2 to 3) still traced into the
+    recorded stages and ran, its tensors 1.5x the chain's (a ResNet-18's measured peak +13.9% over the
+    replay of the recorded sizes, its times unlike the profile's). When every size is off by one factor that another whole batch explains, says so."""
+    from memplan.models.memory import storage_bytes
+
+    G = lm.captured.graph
+    pairs = []                  # (cut, node, recorded bytes, traced bytes)
+    rec = prov.get("cuts")
+    for c in rec if isinstance(rec, list) else []:
+        for t in (c.get("tensors") or []) + (c.get("resident") or []) if isinstance(c, dict) else []:
+            node = t.get("node") if isinstance(t, dict) else None
+            if isinstance(node, str) and node in G and isinstance(t.get("bytes"), (int, float)):
+                pairs.append((c.get("cut"), node, float(t["bytes"]), float(G.nodes[node].get("out_bytes") or 0)))
+    if not pairs and prov.get("cut_rule") != "multi":
+        pairs = [(0, "a^0", float(chain.wa[0]), float(storage_bytes(x)))]
+    # within a byte or 1e-6: sizes written in MiB with fewer digits (an older Inception-v3 file's a^0 reads
+    # 0.00015 B over the input's bytes)
+    off = [p for p in pairs if abs(p[2] - p[3]) > max(1.0, 1e-6 * p[2])]
+    if not off:
+        return None
+    cut, node, want, got = off[0]
+    text = f"cut {cut}'s tensor {node} is {got:.0f} B traced now, {want:.0f} B recorded"
+    implied = {round(batch * w / g, 3) for _, _, w, g in pairs if g > 0} if batch else set()
+    if len(implied) == 1:
+        b = implied.pop()
+        if b == int(b) and b >= 1 and b != batch:
+            text += f" (every recorded size is as at batch {int(b)})"
+    return text
 
 
 #: ``run`` times the plan and plain autograd until each median's 95% interval is within this

@@ -193,7 +193,18 @@ def free_backward_model(chain: Chain) -> dict:
     ob = [float(v) for v in rec["ob"]]
     if len(ob) != chain.L + 2:
         raise ValueError(f"free_backward: {len(ob)} backward overheads for a chain of L + 2 = {chain.L + 2} entries")
-    return {"b_overhead": ob, "release": [int(l) for l in rec.get("release", ())]}
+    if not all(np.isfinite(ob)):
+        raise ValueError(f"free_backward.ob: {[v for v in ob if not np.isfinite(v)][0]} is not a number of bytes")
+    release = rec.get("release", [])
+    # stages 1..L+1, each once: an edited -5 had indexed a^{L-3} from the end and 99 raised IndexError
+    if not isinstance(release, list) or not all(isinstance(l, int) and not isinstance(l, bool) for l in release):
+        raise ValueError(f"free_backward.release = {release!r:.40}: not a list of stage numbers")
+    bad = [l for l in release if not 1 <= l <= chain.L + 1]
+    if bad or len(set(release)) != len(release):
+        what = (f"stage {bad[0]} is outside 1..{chain.L + 1} (L = {chain.L})" if bad else
+                f"stage {next(l for l in release if release.count(l) > 1)} is given twice")
+        raise ValueError(f"free_backward.release = {release!r:.40}: {what}")
+    return {"b_overhead": ob, "release": list(release)}
 
 
 def free_backward_chain(chain: Chain) -> Chain:

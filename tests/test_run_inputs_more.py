@@ -4,6 +4,7 @@ files that cannot be written, ``--set`` given twice. Each bad input is one line 
 or option and what would work, exit status 2."""
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -115,6 +116,50 @@ def test_an_unknown_memory_model_in_a_solution_is_named(profiled, tmp_path, caps
     capsys.readouterr()
     assert main(["run", str(profiled), "--solution", str(sol)]) == 2
     assert f"--solution {sol}: details.memory_model = 'autograd' is not a memory model" in _one_line(capsys)
+
+
+# ----------------------------------------------------------------------------- 2. edited provenance that ran
+def _edited(profiled, tmp_path, edit) -> Path:
+    d = json.loads(profiled.read_text())
+    edit(d["provenance"])
+    bad = tmp_path / "edited.json"
+    bad.write_text(json.dumps(d))
+    return bad
+
+
+@pytest.mark.parametrize("keep_cuts", [True, False])
+def test_an_edited_batch_is_refused_by_the_traced_sizes(keep_cuts, profiled, tmp_path, capsys):
+    """batch 2 edited to 3 (valid, so it traced into the recorded stages) ran, its tensors 1.5x the
+    recorded ones, against the replay of the recorded sizes (exit 0). The input's bytes by hand:
+    3 x 3 x 32 x 32 float32 = 36864 B traced, 2 x ... = 24576 B recorded; without the provenance's
+    cuts record (older files) a^0 is compared with the input."""
+    def edit(p):
+        p["batch"] = 3
+        if not keep_cuts:
+            del p["cuts"]
+
+    bad = _edited(profiled, tmp_path, edit)
+    assert main(["run", str(bad), "--time-budget", "0.5"]) == 2
+    err = _one_line(capsys)
+    assert err.startswith(f"memplan: error: {bad}: the network rebuilt from provenance.batch = 3, "), err
+    tensor = "x" if keep_cuts else "a^0"
+    assert (f"cut 0's tensor {tensor} is 36864 B traced now, 24576 B recorded (every recorded size is as at "
+            "batch 2); profile the network again with 'memplan profile'") in err
+
+
+@pytest.mark.parametrize("release, what", [([99], "stage 99 is outside 1..{n}"), ([-5], "stage -5 is outside 1..{n}"),
+                                           ([1, 1], "stage 1 is given twice"), ([1.5], "not a list of stage numbers")])
+def test_free_backward_release_out_of_range_is_named(release, what, profiled, tmp_path, capsys):
+    """provenance.free_backward.release = [-5] ran (exit 0), charging a^{L-4} (index -5 from the end) in
+    'memplan solve --free-backward'; [99] was an IndexError traceback there."""
+    L = len(json.loads(profiled.read_text())["stages"]) - 2
+    bad = _edited(profiled, tmp_path, lambda p: p["free_backward"].update(release=release))
+    want = f"provenance.free_backward.release = {release!r}: " + what.format(n=L + 1)
+    assert main(["run", str(bad), "--time-budget", "0.5"]) == 2
+    assert want in _one_line(capsys)
+    assert main(["solve", str(bad), "--memory", "1GiB", "--free-backward", "-q"]) == 2
+    err = _one_line(capsys)
+    assert err.startswith(f"memplan: error: --free-backward: {bad}: {want}") and "profile the network again" in err
 
 
 # ----------------------------------------------------------------------------- 5. --set given twice

@@ -797,6 +797,69 @@ def check_example_input(model_name: str, model, x: torch.Tensor, shape: Sequence
         raise InputError(f"{model_name} cannot run on input {given} (batch {x.shape[0]}): {first}; {hint}") from None
 
 
+def step_memory_estimate(model_name: str, batch: int, input_shape: Sequence[int] | None = None, *,
+                         model_kw: dict[str, Any] | None = None, seed: int = 0,
+                         small: tuple[int, int] | None = (2, 4)) -> dict[str, Any]:
+    """What a training step of a zoo model needs at ``batch`` at least, worked out before anything of
+    that size is made (``memplan profile --batch 1000000`` had allocated until the OOM killer came):
+    ``input`` (bytes of the batch's input: the per-sample input times ``batch``) and ``step`` (bytes a
+    plain autograd step holds above what existed before it, the tracker's peak of
+    :func:`models.memory.step_peak` on the CPU, at the batches ``small``, extended linearly to
+    ``batch`` from the slope between the two: the part that does not grow with the batch, the weight
+    gradients among it, is left out, so that this stays below what the step takes where the peak is
+    linear in the batch, as in every network of the zoo), ``per_sample`` (the two slopes added) and
+    ``batches`` (``small``, or None where ``batch`` is not above both: then ``step`` is 0, not
+    measured; ``small=None``: the input alone, nothing run). The model and its inputs at ``small`` run
+    on the CPU, and are let go before returning; a model or input that fails there raises what it
+    raised (``check_example_input`` names it)."""
+    from .memory import grad_input, step_peak, storage_bytes
+    from .networks import DEFAULT_INPUT, canonical_name, example_input, get_model
+
+    name = canonical_name(model_name)
+    model_kw = dict(model_kw or {})
+    shape = tuple(input_shape) if input_shape else DEFAULT_INPUT[name]
+    vocab = model_kw.get("vocab")
+    per_input = storage_bytes(example_input(name, 1, shape, vocab=vocab, seed=seed))
+    out = {"input": float(per_input) * batch, "step": 0.0, "per_sample": float(per_input), "batches": None}
+    if small is None or batch <= max(small):
+        return out
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = get_model(name, **model_kw).train()
+        params = list(model.parameters())
+        loss_fn = classification_loss(seed=seed)
+        peaks = []
+        for b in small:
+            x = grad_input(example_input(name, b, shape, vocab=vocab, seed=seed))
+            peaks.append(step_peak(lambda: loss_fn(model(x)).backward(), params, "cpu", "dispatch"))
+        for q in params:
+            q.grad = None
+    slope = max(0.0, (peaks[1] - peaks[0]) / (small[1] - small[0]))
+    out.update(step=slope * batch, per_sample=per_input + slope, batches=tuple(small))
+    return out
+
+
+def available_memory(device="cpu") -> float | None:
+    """Bytes this process could still allocate on ``device``: a CUDA device's free memory
+    (``torch.cuda.mem_get_info``); on the host, MemAvailable plus free swap (psutil where installed,
+    else ``/proc/meminfo``). None where neither answers."""
+    if _is_cuda(device):
+        return float(torch.cuda.mem_get_info(torch.device(device))[0])
+    try:
+        import psutil  # optional
+
+        return float(psutil.virtual_memory().available + psutil.swap_memory().free)
+    except ImportError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            info = {k.strip(): v.split() for k, v in (line.split(":", 1) for line in f if ":" in line)}
+        return float(sum(int(info[k][0]) * 1024 for k in ("MemAvailable", "SwapFree") if k in info)) \
+            if "MemAvailable" in info else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None = None, *, device="cpu",
                   repeats: int = 3, seed: int = 0, model_kw: dict[str, Any] | None = None,
                   provenance: dict[str, Any] | None = None, name: str | None = None,

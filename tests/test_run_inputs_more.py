@@ -162,6 +162,65 @@ def test_free_backward_release_out_of_range_is_named(release, what, profiled, tm
     assert err.startswith(f"memplan: error: --free-backward: {bad}: {want}") and "profile the network again" in err
 
 
+# ----------------------------------------------------------------------------- 3. a batch that cannot fit
+def test_a_batch_that_cannot_fit_is_refused_before_allocating(tmp_path, capsys, one_torch_thread):
+    """--batch 1000000 allocated until the OOM killer came (or, its input alone too large to allocate,
+    ended in a traceback). The input's bytes by hand: 10^6 x 3 x 224 x 224 float32."""
+    import time
+
+    out = tmp_path / "x.json"
+    t0 = time.perf_counter()
+    assert main(["profile", "--model", "resnet18", "--batch", "1000000", "-o", str(out)]) == 2
+    err = _one_line(capsys)
+    assert err.startswith("memplan: error: --batch 1000000: a training step of resnet18 on input 3x224x224 needs at "
+                          "least "), err
+    assert "(602112000000 B of input and " in err and "scaled from batches 2 and 4" in err
+    most = int(re.search(r"give --batch (\d+) or less$", err).group(1))
+    assert 1 <= most < 1000000 and not out.exists()
+    assert time.perf_counter() - t0 < 60
+
+
+def test_the_step_estimate_is_the_measured_growth_and_below_the_step(one_torch_thread):
+    """step_memory_estimate's step bytes grow with the batch as a measured autograd step's peak does
+    (the tracker's, at batches 8 and 16: linear in the batch), and stay below that peak (what does not
+    grow with the batch, the weight gradients' temporaries, is left out): never a refusal of what fits."""
+    from memplan.models.memory import grad_input, step_peak
+    from memplan.models.networks import example_input, get_model
+    from memplan.models.profiler import classification_loss, step_memory_estimate
+
+    torch.manual_seed(0)
+    model, loss_fn = get_model("resnet18").train(), classification_loss()
+    measured = {}
+    for b in (8, 16):
+        x = grad_input(example_input("resnet18", b, (3, 32, 32)))
+        measured[b] = step_peak(lambda: loss_fn(model(x)).backward(), list(model.parameters()), "cpu", "dispatch")
+    est = {b: step_memory_estimate("resnet18", b, (3, 32, 32)) for b in (8, 16)}
+    assert est[8]["input"] == 8 * 3 * 32 * 32 * 4
+    assert est[16]["step"] - est[8]["step"] == pytest.approx(measured[16] - measured[8], rel=0.01)
+    assert 0 < est[16]["step"] < measured[16] and est[8]["step"] < measured[8]
+
+
+def test_the_batch_check_refuses_only_past_the_memory_available(monkeypatch):
+    """The same batch passes with the estimate's bytes available (plus 1%) and is refused 1% short of
+    them; nothing is measured for a batch of 4 or less (its input alone is compared)."""
+    import argparse
+
+    import memplan.models.profiler as prof
+    from memplan.experiments.cmd_profile import _check_batch_fits
+    from memplan.models.solution import InputError
+
+    args = argparse.Namespace(batch=64, input=(3, 32, 32), seed=0, device="cpu")
+    est = prof.step_memory_estimate("resnet18", 64, (3, 32, 32))
+    need = est["input"] + est["step"]
+    monkeypatch.setattr(prof, "available_memory", lambda device="cpu": need * 1.01)
+    _check_batch_fits("resnet18", args, {})
+    monkeypatch.setattr(prof, "available_memory", lambda device="cpu": need * 0.99)
+    with pytest.raises(InputError, match=r"^--batch 64: a training step of resnet18 on input 3x32x32 needs at least"):
+        _check_batch_fits("resnet18", args, {})
+    small = prof.step_memory_estimate("resnet18", 4, (3, 32, 32))
+    assert small["step"] == 0 and small["batches"] is None and small["input"] == 4 * 3 * 32 * 32 * 4
+
+
 # ----------------------------------------------------------------------------- 5. --set given twice
 def test_a_set_key_given_twice_is_refused_by_profile(tmp_path, capsys):
     """profile took the last of two values silently (a GPT-2 of 2 layers for n_layer=1 then 2)."""

@@ -29,7 +29,7 @@ from memplan.models.solution import InfeasibleError, Status, instance_record
 from memplan.models.units import fmt_bandwidth, fmt_memory, fmt_time
 
 from memplan.experiments import cmd_budget, cmd_profile, figures, sweeps
-from memplan.experiments.cli_checks import CliError, guarded, image_file, output_file, positive_int
+from memplan.experiments.cli_checks import CliError, guarded, image_file, output_file, positive_int, writing
 from memplan.formulations.highs_driver import silence_banner
 
 #: modules with ``add_parser(subparsers)`` adding verbs (sweep, plot; profile, import-pipedream, run; budget)
@@ -128,7 +128,8 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         if sol.schedule is None:
             print("Gantt chart  not drawn: no schedule")
         else:
-            note = mod.gantt(sol, plan_chain, args.gantt)
+            with writing(args.gantt):
+                note = mod.gantt(sol, plan_chain, args.gantt)
             print(f"Gantt chart  {args.gantt}" if not note else f"Gantt chart  {note}")
     if args.json:
         print(f"solution written to {args.json}")

@@ -13,6 +13,7 @@ import os
 import sys
 import tempfile
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -131,6 +132,22 @@ def output_file(path: str | Path, flag: str) -> Path:
 
 
 
+@contextmanager
+def writing(path: str | Path):
+    """Around the writing of an output file (or of the files of an output folder): an error of the
+    write (a full disk, ``/dev/full``, a folder in its place, a read-only or vanished folder) becomes
+    one line ``cannot write PATH: REASON`` (``memplan: error: ...``, exit status 2). The checks before
+    the work (:func:`output_file`) catch what can be seen then; a write still fails later where the
+    disk fills up, and the error's own text had no file name (``memplan: error: No space left on
+    device``). :class:`FileExistsError` (the ``--force`` rule) passes through as it is."""
+    try:
+        yield
+    except FileExistsError:
+        raise
+    except OSError as e:
+        raise CliError(f"cannot write {path}: {e.strerror or e}") from None
+
+
 def image_file(path: str | Path, flag: str) -> Path:
     """An image file name whose extension matplotlib can write (``png``, ``pdf``, ``svg``, ...):
     checked before the solve, since the drawing comes after it (``g.xyz`` failed after the report,
@@ -210,4 +227,4 @@ def device_problem(device: str) -> str | None:
 
 
 __all__ = ["CliError", "device_problem", "guarded", "input_shape", "key_value", "model_kwargs", "output_file",
-           "output_dir", "positive_int"]
+           "output_dir", "positive_int", "writing"]

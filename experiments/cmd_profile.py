@@ -28,7 +28,7 @@ from pathlib import Path
 
 from memplan.baselines.remat_heuristics import bisection_schedule, sequential_schedule, store_all_schedule
 from memplan.experiments.cli_checks import (device_problem, input_shape, key_value, model_kwargs, output_file,
-                                            positive_int)
+                                            positive_int, writing)
 from memplan.models.instance import InstanceError, load_instance, read_text_file, save_instance
 from memplan.models.pipedream import import_graph
 from memplan.models.remat import RematSchedule, free_backward_model, simulate_remat
@@ -83,9 +83,10 @@ def _cmd_profile(args: argparse.Namespace) -> int:
                          "or --cuts saved") from None
     if args.name:
         chain.name = args.name
-    save_instance(chain, out, overwrite=args.force, time_unit="ms", memory_unit="MiB", digits=9,
-                  description=f"{key}, batch {args.batch}, input {'x'.join(map(str, chain.provenance['input']))} "
-                              f"profiled on {chain.provenance['device']} by memplan profile")
+    with writing(out):
+        save_instance(chain, out, overwrite=args.force, time_unit="ms", memory_unit="MiB", digits=9,
+                      description=f"{key}, batch {args.batch}, input {'x'.join(map(str, chain.provenance['input']))} "
+                                  f"profiled on {chain.provenance['device']} by memplan profile")
     _warn_coarse(chain)
     print(_summary(chain))
     print(f"instance written to {out}")
@@ -136,9 +137,10 @@ def _cmd_import(args: argparse.Namespace) -> int:
         raise InstanceError(f"{args.graph}: no such PipeDream graph file")
     output_file(out, "-o/--output")
     chain = import_graph(args.graph, batch=args.batch, name=args.name, cuts=args.cuts)
-    save_instance(chain, out, overwrite=args.force, time_unit="ms", memory_unit="MiB", digits=9,
-                  description=f"PipeDream profile {Path(args.graph).name}, linearized"
-                              + (f", rescaled to batch {args.batch}" if args.batch else ""))
+    with writing(out):
+        save_instance(chain, out, overwrite=args.force, time_unit="ms", memory_unit="MiB", digits=9,
+                      description=f"PipeDream profile {Path(args.graph).name}, linearized"
+                                  + (f", rescaled to batch {args.batch}" if args.batch else ""))
     _warn_coarse(chain)
     print(_summary(chain))
     print(f"instance written to {out}")

@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import memplan
+from memplan.experiments.cli_checks import writing
 from memplan.formulations.highs_driver import silence_banner
 from memplan.models.instance import InstanceError, load_instance
 from memplan.models.solution import InfeasibleError, InputError
@@ -536,8 +537,9 @@ def write_row(out: str | Path, row: dict) -> Path:
             clean[c] = _num(clean[c]) if c != "bandwidth" or clean[c] != math.inf else math.inf
         elif t == "int64" and clean[c] is not None:
             clean[c] = int(clean[c])
-    pq.write_table(pa.Table.from_pylist([clean], schema=_schema()), tmp)
-    os.replace(tmp, path)
+    with writing(path):         # a full disk: one line naming the part, not pyarrow's own words
+        pq.write_table(pa.Table.from_pylist([clean], schema=_schema()), tmp)
+        os.replace(tmp, path)
     return path
 
 
@@ -672,7 +674,7 @@ class SweepStats:
 
 
 def _log(out: Path, line: str) -> None:
-    with open(Path(out) / "sweep.log", "a") as f:
+    with writing(Path(out) / "sweep.log"), open(Path(out) / "sweep.log", "a") as f:
         f.write(time.strftime("%Y-%m-%dT%H:%M:%S ") + line + "\n")
 
 

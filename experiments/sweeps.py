@@ -49,7 +49,7 @@ import sys
 from pathlib import Path
 
 from memplan.experiments import figures
-from memplan.experiments.cli_checks import output_dir, positive_int
+from memplan.experiments.cli_checks import output_dir, positive_int, writing
 from memplan.experiments.sweep_engine import (MAX_POINTS, Grid, Source, expand, read_results, run_sweep,
                                               write_csv)
 from memplan.models.solution import InputError
@@ -252,7 +252,8 @@ def execute(grids, out, *, workers=None, scheduler=None, csv=True, fresh=False, 
           + (f"; {stats.carried} ILP rows took the better pattern of a smaller limit (column carried_from)"
              if stats.carried else ""), file=sys.stderr)
     if csv:
-        df.to_csv(Path(out) / "results.csv", index=False)
+        with writing(Path(out) / "results.csv"):
+            df.to_csv(Path(out) / "results.csv", index=False)
         print(f"table {Path(out) / 'results.csv'} ({len(df)} rows)", file=sys.stderr)
     errors = df[df["status"] == "error"]
     for r in errors.head(10).itertuples():
@@ -287,8 +288,9 @@ def run_experiment(mod, args) -> int:
     df, stats = execute(grids, out, workers=args.workers, scheduler=args.scheduler, fresh=args.fresh,
                         progress=not args.quiet)
     if not args.no_plot:
-        for p in mod.draw(df, out, args):
-            print(f"wrote {p}")
+        with writing(out):          # the figures and their tables, written into the folder
+            for p in mod.draw(df, out, args):
+                print(f"wrote {p}")
     if hasattr(mod, "summary"):
         mod.summary(df, args)
     return 1 if (df["status"] == "error").any() else 0
@@ -367,9 +369,10 @@ def run_config(args) -> int:
     df, stats = execute(grids, out, workers=workers, scheduler=scheduler, fresh=args.fresh,
                         progress=not args.quiet)
     if not args.no_plot:
-        for fig in cfg.get("figures") or sorted({g.problem for g in grids}):
-            for p in figures.draw(df, fig, out):
-                print(f"wrote {p}")
+        with writing(out):
+            for fig in cfg.get("figures") or sorted({g.problem for g in grids}):
+                for p in figures.draw(df, fig, out):
+                    print(f"wrote {p}")
     return 1 if (df["status"] == "error").any() else 0
 
 

@@ -123,12 +123,13 @@ class Solution:
 
     def write_json(self, path: str | Path) -> None:
         """Write :meth:`to_dict` as JSON; a path that cannot be written raises :class:`InputError`
-        naming it (a folder, a missing or read-only folder, ...)."""
+        naming it, ``cannot write PATH: REASON`` (a folder, a missing or read-only folder, a full disk),
+        as every file the command line writes."""
         text = json.dumps(self.to_dict(), indent=1) + "\n"
         try:
             Path(path).write_text(text)
         except OSError as e:
-            raise InputError(f"{path}: cannot write the solution here ({e.strerror or e})") from None
+            raise InputError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def chain_fingerprint(chain) -> str:

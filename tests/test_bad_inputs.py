@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -327,9 +328,9 @@ def test_figure_scripts_report_a_wrong_path_in_one_line(module, args, tmp_path):
 def test_the_api_names_a_path_it_cannot_write(tmp_path):
     chain, _ = load_instance("paper004_table2")
     sol = memplan.solve(chain, "remat", "rotor", memory="90MiB")
-    with pytest.raises(InputError, match="cannot write the solution"):
+    with pytest.raises(InputError, match=f"^cannot write {re.escape(str(tmp_path))}: "):
         sol.write_json(tmp_path)
-    with pytest.raises(InputError, match="cannot write the solution"):
+    with pytest.raises(InputError, match=f"^cannot write {re.escape(str(tmp_path / 'missing' / 'x.json'))}: No such file"):
         sol.write_json(tmp_path / "missing" / "x.json")
 
 

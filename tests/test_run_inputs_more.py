@@ -221,6 +221,17 @@ def test_the_batch_check_refuses_only_past_the_memory_available(monkeypatch):
     assert small["step"] == 0 and small["batches"] is None and small["input"] == 4 * 3 * 32 * 32 * 4
 
 
+# ----------------------------------------------------------------------------- 4. an instance not written
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_a_profile_that_cannot_be_written_names_the_file(tmp_path, capsys, one_torch_thread):
+    """-o on a full disk (a name linked to /dev/full): 'memplan: error: No space left on device', after
+    the whole profile, no file named (tests/test_write_errors.py: the other commands)."""
+    out = tmp_path / "r.json"
+    out.symlink_to("/dev/full")
+    assert main(["profile", *PROFILE, "--repeats", "1", "--timing-budget", "0", "--force", "-o", str(out)]) == 2
+    assert _one_line(capsys) == f"memplan: error: cannot write {out}: No space left on device"
+
+
 # ----------------------------------------------------------------------------- 5. --set given twice
 def test_a_set_key_given_twice_is_refused_by_profile(tmp_path, capsys):
     """profile took the last of two values silently (a GPT-2 of 2 layers for n_layer=1 then 2)."""

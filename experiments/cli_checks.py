@@ -228,3 +228,39 @@ def device_problem(device: str) -> str | None:
 
 __all__ = ["CliError", "device_problem", "guarded", "input_shape", "key_value", "model_kwargs", "output_file",
            "output_dir", "positive_int", "writing"]
+
+
+def batch_fits(key: str, batch: int, input_shape, device: str, model_kw: dict, seed: int = 0) -> None:
+    """``--batch`` refused, in one line with the estimate, where a training step of zoo model ``key`` at
+    it cannot fit in the memory available now (:func:`models.profiler.available_memory`): the batch's
+    input and a store-all step's tensors scaled from batches 2 and 4
+    (:func:`models.profiler.step_memory_estimate`, a lower estimate; the input alone where the model
+    fails at those batches, the command's own check then naming why). ``memplan profile --batch
+    1000000`` had allocated until the OOM killer ended it (or, where its input alone could not be
+    allocated, ended in a traceback); ``memplan budget`` checks the same before its search."""
+    from memplan.models.networks import DEFAULT_INPUT
+    from memplan.models.profiler import available_memory, step_memory_estimate
+    from memplan.models.units import fmt_bytes, fmt_memory
+
+    avail = available_memory(device)
+    if avail is None:
+        return
+    kw = dict(model_kw=model_kw, seed=seed)
+    try:
+        est = step_memory_estimate(key, batch, input_shape, **kw)
+    except (RuntimeError, ValueError, IndexError, TypeError):
+        est = step_memory_estimate(key, batch, input_shape, small=None, **kw)    # nothing run
+    need = est["input"] + est["step"]
+    if need <= avail:
+        return
+    most = int(avail // est["per_sample"]) if est["per_sample"] > 0 else 0
+    what = f"{fmt_bytes(est['input'])} B of input"
+    if est["batches"]:
+        what += (f" and {fmt_memory(est['step'])} for a store-all step's tensors, scaled from batches "
+                 f"{est['batches'][0]} and {est['batches'][1]}")
+    how = (("give --batch {} or less" if est["batches"] else "give a smaller --batch (the input alone fits up to "
+            "batch {})").format(most) if most >= 1 else "give a smaller --input")
+    raise InputError(f"--batch {batch}: a training step of {key} on input "
+                     f"{'x'.join(map(str, input_shape or DEFAULT_INPUT[key]))} needs at least {fmt_memory(need)} "
+                     f"({what}), more than the {fmt_memory(avail)} of memory available "
+                     f"{'on the host' if device == 'cpu' else 'on ' + device}; {how}")

@@ -17,7 +17,7 @@ import argparse
 import math
 import sys
 
-from memplan.experiments.cli_checks import input_shape, key_value, positive_int
+from memplan.experiments.cli_checks import batch_fits, input_shape, key_value, model_kwargs, positive_int
 from memplan.models.solution import InputError
 
 
@@ -79,18 +79,6 @@ def _seed(text: str) -> int:
     return v
 
 
-def _model_kwargs(pairs) -> dict:
-    """``--set`` as the model's keyword arguments; a key given twice is refused (the last one had won
-    silently)."""
-    pairs = list(pairs or [])
-    keys = [k for k, _ in pairs]
-    for k in dict.fromkeys(keys):
-        if keys.count(k) > 1:
-            given = " ".join(f"--set {kk}={v}" for kk, v in pairs if kk == k)
-            raise InputError(f"--set {k}: given {keys.count(k)} times ({given}); give each key once")
-    return dict(pairs)
-
-
 def _cmd_budget(args: argparse.Namespace) -> int:
     import torch
 
@@ -112,7 +100,7 @@ def _cmd_budget(args: argparse.Namespace) -> int:
     if budget < 1:     # whole bytes, rounded down (the peaks are whole bytes: 1.5 answers as 1 does)
         raise InputError(f"--memory {args.memory!r}: less than one byte (the budget is whole bytes, a fraction of "
                          f"one rounded down); e.g. 300MiB")
-    kw = _model_kwargs(args.set)
+    kw = model_kwargs(args.set)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: no CUDA device is available to this torch build")
     if args.bandwidth is not None and not args.offload:
@@ -154,6 +142,7 @@ def _cmd_budget(args: argparse.Namespace) -> int:
     if args.offload and args.no_chain:
         raise InputError("--offload: its plans run on the chain, and --no-chain leaves it out; give one of the two")
     torch.set_num_threads(args.threads)
+    batch_fits(key, args.batch, args.input, args.device, kw, args.seed)    # before anything of its size is made
     torch.manual_seed(args.seed)
     model = get_model(key, **kw).to(args.device).train()
     shape = tuple(args.input) if args.input else DEFAULT_INPUT[key]
@@ -214,7 +203,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-chain", action="store_true", help="compiled fractions only, no rotor chain plans")
     p.add_argument("--no-compiled-stages", action="store_true", help="chain plans over eager stages only")
     p.add_argument("--repeats", type=positive_int, default=3, help="timed steps per candidate (median)")
-    p.add_argument("--time-limit", type=_time_limit, default=None, help="seconds for the search")
+    p.add_argument("--time-limit", type=_time_limit, default=None, help="seconds for the whole search: no part is started that would overrun it (the first fraction always runs, so that there is an answer)")
     p.add_argument("--offload", action="store_true", help="also offloading over the chain (paper 001 alone, and paper "
                    "000 with recomputation), executed and measured (--device cuda only)")
     p.add_argument("--bandwidth", default=None, help="the host link for --offload, e.g. 25GB/s (default: measured)")

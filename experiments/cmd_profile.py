@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from memplan.baselines.remat_heuristics import bisection_schedule, sequential_schedule, store_all_schedule
-from memplan.experiments.cli_checks import (device_problem, input_shape, key_value, model_kwargs, output_file,
+from memplan.experiments.cli_checks import (batch_fits, device_problem, input_shape, key_value, model_kwargs, output_file,
                                             positive_int, writing)
 from memplan.models.instance import InstanceError, load_instance, read_text_file, save_instance
 from memplan.models.pipedream import import_graph
@@ -72,7 +72,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     output_file(out, "-o/--output")       # before the (long) profiling
     if args.threads:
         torch.set_num_threads(args.threads)
-    _check_batch_fits(key, args, model_kw)     # before anything of the batch's size is made
+    batch_fits(key, args.batch, args.input, args.device, model_kw, args.seed)   # before anything of its size is made
     try:
         chain = profile_model(key, args.batch, args.input, device=args.device, repeats=args.repeats,
                               seed=args.seed, model_kw=model_kw, cuts=args.cuts, turns=args.turn_model,
@@ -91,40 +91,6 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     print(_summary(chain))
     print(f"instance written to {out}")
     return 0
-
-
-def _check_batch_fits(key: str, args: argparse.Namespace, model_kw: dict) -> None:
-    """``--batch`` refused, in one line with the estimate, where a training step at it cannot fit in the
-    memory available now (:func:`models.profiler.available_memory`): the batch's input and a store-all
-    step's tensors scaled from batches 2 and 4 (:func:`models.profiler.step_memory_estimate`, a lower
-    estimate; the input alone where the model fails at those batches, the profile's own check then
-    naming why). ``--batch 1000000`` had allocated until the OOM killer ended it (or, where its input
-    alone could not be allocated, ended in a traceback)."""
-    from memplan.models.networks import DEFAULT_INPUT
-    from memplan.models.profiler import available_memory, step_memory_estimate
-
-    avail = available_memory(args.device)
-    if avail is None:
-        return
-    kw = dict(model_kw=model_kw, seed=args.seed)
-    try:
-        est = step_memory_estimate(key, args.batch, args.input, **kw)
-    except (RuntimeError, ValueError, IndexError, TypeError):
-        est = step_memory_estimate(key, args.batch, args.input, small=None, **kw)    # nothing run
-    need = est["input"] + est["step"]
-    if need <= avail:
-        return
-    most = int(avail // est["per_sample"]) if est["per_sample"] > 0 else 0
-    what = f"{fmt_bytes(est['input'])} B of input"
-    if est["batches"]:
-        what += (f" and {fmt_memory(est['step'])} for a store-all step's tensors, scaled from batches "
-                 f"{est['batches'][0]} and {est['batches'][1]}")
-    how = (("give --batch {} or less" if est["batches"] else "give a smaller --batch (the input alone fits up to "
-            "batch {})").format(most) if most >= 1 else "give a smaller --input")
-    raise InputError(f"--batch {args.batch}: a training step of {key} on input "
-                     f"{'x'.join(map(str, args.input or DEFAULT_INPUT[key]))} needs at least {fmt_memory(need)} "
-                     f"({what}), more than the {fmt_memory(avail)} of memory available "
-                     f"{'on the host' if args.device == 'cpu' else 'on ' + args.device}; {how}")
 
 
 def _cmd_import(args: argparse.Namespace) -> int:

@@ -714,6 +714,10 @@ class BudgetSearch:
         self.stage_solver_calls: dict[float, list] = {}    # stage fraction < 1 -> its solver's calls
         self.profile_time = 0.0
         self.rechecked: list[tuple[str, int, int]] = []   # the last under(): (label, peak, peak measured again)
+        self._longest_measure = 0.0               # seconds of the longest _measure_step so far
+        self._fit_deadline: float | None = None   # under()'s deadline while it runs (None: no limit)
+        self._fit_cut: list[str] = []             # what under()'s deadline left untried, this call
+        self._fit_limit: float | None = None      # the seconds that deadline came from (for messages)
 
         self._progress = progress or (lambda line: None)
         self._slowest = 0.0                    # the longest compile + measurement of the grid so far
@@ -725,7 +729,7 @@ class BudgetSearch:
             # compile of GPT-2 small took 21-37 s, and fractions first left no time for the chains
             self._compile_grid(fracs[:1])
             if chain:
-                if time_limit is not None and time.perf_counter() - self.t_start > time_limit:
+                if self._past(self._build_deadline):
                     self.chain_note = f"not tried within time_limit={time_limit:g} s"
                     if compiled_stages:
                         self.compiled_chain_note = self.compiled_loss_chunks_note = self.chain_note
@@ -799,8 +803,60 @@ class BudgetSearch:
 
     @property
     def _deadline(self) -> float | None:
-        """``time_limit`` as a ``time.perf_counter()`` value (None without one), for ``profile_chain``."""
+        """``time_limit`` as a ``time.perf_counter()`` value (None without one): the end of the whole
+        call of :func:`compile_under_budget` (the search and its first :meth:`under`)."""
         return None if self.time_limit is None else self.t_start + self.time_limit
+
+    def _step_estimate(self) -> float:
+        """Seconds of one training step, for the time accounts: the slowest median measured so far,
+        else the built chains' store-all time in their model (0 before anything is known)."""
+        times = [c.step_time for c in self.measured()]
+        times += [c[3].store_all_time() for c in ([self._chain] if self._chain else []) + list(self._cchains.values())]
+        return float(max(times, default=0.0))
+
+    def _measure_cost(self) -> float:
+        """Seconds to measure one candidate (:meth:`_measure_plan`: a warm-up step, the peak's window and
+        ``repeats`` timed steps): the longest measurement so far (the peak's window costs more than a
+        step: the profiler starts and stops), or ``repeats`` + 1 steps of :meth:`_step_estimate`,
+        whichever is longer, plus the warm-up step."""
+        step = self._step_estimate()
+        return max(self._longest_measure, (int(self.repeats) + 1) * step) + step
+
+    def _reserve(self) -> float:
+        """Seconds the search keeps for :meth:`under` out of ``time_limit``: one chain plan for the budget
+        measured and the chosen step measured again."""
+        return 2 * self._measure_cost()
+
+    @property
+    def _build_deadline(self) -> float | None:
+        """The deadline of the search's own parts (the chain profiles): ``time_limit`` less
+        :meth:`_reserve`."""
+        return None if self.time_limit is None else self.t_start + self.time_limit - self._reserve()
+
+    def _past(self, deadline: float | None, need: float = 0.0) -> bool:
+        """Whether ``need`` more seconds from now would pass ``deadline`` (None: never)."""
+        return deadline is not None and time.perf_counter() + need > deadline
+
+    def _no_time_for(self, what: str, need: float | None = None) -> bool:
+        """In :meth:`under` with a deadline: whether ``need`` seconds (default: one candidate measured,
+        :meth:`_measure_cost`) plus measuring the chosen step again would pass it; ``what`` is then
+        recorded as not tried (once), for a refusal to say."""
+        if self._fit_deadline is None:
+            return False
+        need = self._measure_cost() if need is None else need
+        if not self._past(self._fit_deadline, need + self._measure_cost()):
+            return False
+        if what and what not in self._fit_cut:      # "": nothing left untried (fewer timings only)
+            self._fit_cut.append(what)
+        return True
+
+    def _solver_seconds(self) -> float | None:
+        """A rotor solve's time limit: ``solver_time_limit``, within :meth:`under`'s deadline (less the
+        chosen step's measurement) where there is one."""
+        if self._fit_deadline is None:
+            return self.solver_time_limit
+        left = max(1e-3, self._fit_deadline - time.perf_counter() - self._measure_cost())
+        return left if self.solver_time_limit is None else min(self.solver_time_limit, left)
 
     def _clock_name(self) -> str:
         """The clock of the chain profiles and of the candidates' timings: ``"cpu"`` (the process's CPU
@@ -823,9 +879,11 @@ class BudgetSearch:
         import torch._functorch.config as fconfig
 
         clock = self._clock()
+        t0 = time.perf_counter()
         with fconfig.patch(**cfg):
             peak = _measure(lambda: step(*self.inputs), self.device, cuda_peak=self.cuda_peak)
             ts = [self._timed_run(step, clock) for _ in range(int(self.repeats))]
+        self._longest_measure = max(self._longest_measure, time.perf_counter() - t0)
         return peak, ts
 
     def _measure_plan(self, step) -> tuple[int, list[float]]:
@@ -851,8 +909,9 @@ class BudgetSearch:
             self.solver, (self.solver,))
         plan = [(frac, knapsack) for frac in fracs for knapsack in knapsacks]
         for k, (frac, knapsack) in enumerate(plan):
-            elapsed = time.perf_counter() - self.t_start
-            if self.compiled and self.time_limit is not None and elapsed + 2 * self._slowest > self.time_limit:
+            # twice the slowest so far: one compile can take 1.5-2x another's; then the time kept for
+            # the chain's plan for the budget and the chosen step's last measurement
+            if self.compiled and self._past(self._deadline, 2 * self._slowest + self._reserve()):
                 self.skipped = list(dict.fromkeys(self.skipped + [float(f) for f, _ in plan[k:]]))
                 self._progress(f"fractions {', '.join(f'{f:g}' for f in self.skipped)}: not tried within "
                                f"time_limit={self.time_limit:g} s")
@@ -910,15 +969,21 @@ class BudgetSearch:
             return
         loss_stage = lm.loss_stage(loss_of)
         clock = self._clock_name()
-        chain = profile_chain(lm.stages, x, loss_stage, repeats=3, device=self.device, names=lm.names,
-                              name="compile_under_budget", loss_name=lm.loss_name, input_grad=False, clock=clock,
-                              memory=_CHAIN_MEMORY)
+        t1 = time.perf_counter()
+        try:
+            chain = profile_chain(lm.stages, x, loss_stage, repeats=3, device=self.device, names=lm.names,
+                                  name="compile_under_budget", loss_name=lm.loss_name, input_grad=False, clock=clock,
+                                  memory=_CHAIN_MEMORY, deadline=self._build_deadline)
+        except TimeoutError:
+            self.chain_note = f"not finished within time_limit={self.time_limit:g} s (profiling the chain)"
+            self.profile_time = time.perf_counter() - t0
+            return
         self._chain = (lm.stages, loss_stage, holder, chain, float(min_memory(chain)))
         self.chain_note = ""
-        self._build_chunked(lm, x, holder, clock)
+        self._build_chunked(lm, x, holder, clock, time.perf_counter() - t1)
         self.profile_time = time.perf_counter() - t0
 
-    def _build_chunked(self, lm, x, holder, clock: str) -> None:
+    def _build_chunked(self, lm, x, holder, clock: str, profile_seconds: float) -> None:
         """The chain with its loss stage over chunks of tokens (:class:`memplan.models.chunked_loss.
         ChunkedHeadLoss`), where it lowers the chain's least memory: a head folded into the loss, a
         loss that splits over tokens (:class:`~memplan.models.chunked_loss.TokenLoss`), the chunked
@@ -927,7 +992,9 @@ class BudgetSearch:
         least memory stops falling by 1%; the fewest chunks within 1% of the lowest found is kept
         (more chunks cost time: each adds a transient gradient of the head's weight) and the chain
         profiled again with it (times in context). ``loss_chunk_minima`` records the least memory at
-        each count tried; ``loss_chunks_note`` why no chunked chain was kept."""
+        each count tried; ``loss_chunks_note`` why no chunked chain was kept. ``profile_seconds``: how long
+        the chain's profile took: the chunked chain is profiled only where as long again still ends
+        before the search's part of ``time_limit`` (:attr:`_build_deadline`)."""
         import torch
 
         from memplan.baselines.remat_min_memory import min_memory
@@ -959,6 +1026,9 @@ class BudgetSearch:
         L, prev = base.L, base_min
         k = 2
         while k <= a.shape[1]:
+            if self._past(self._build_deadline):
+                self.loss_chunks_note = f"not tried within time_limit={self.time_limit:g} s"
+                return
             vals, _ = profile_stage(lm.loss_stage(loss, k, targets), a, repeats=0, device=self.device,
                                     input_grad=True, delta=torch.ones((), device=self.device))
             c = base.without_resident()
@@ -976,14 +1046,22 @@ class BudgetSearch:
         if best_k == 1:
             self.loss_chunks_note = "chunking the loss stage does not lower the chain's least memory by 1%"
             return
+        if self._past(self._build_deadline, profile_seconds):     # as long as the chain's profile took
+            self.loss_chunks_note = f"not tried within time_limit={self.time_limit:g} s"
+            return
         stage = lm.loss_stage(loss, best_k, targets)
-        chain = profile_chain(stages, x, stage, repeats=3, device=self.device, names=lm.names,
-                              name=f"compile_under_budget, loss in {best_k} chunks",
-                              loss_name=f"{lm.loss_name} in {best_k} chunks", input_grad=False, clock=clock,
-                              memory=_CHAIN_MEMORY, provenance={"loss_chunks": best_k,
-                                          "loss_chunking": "models.chunked_loss.ChunkedHeadLoss: the folded head "
-                                          "and the loss over this many slices of the tokens, the logits recomputed "
-                                          "chunk by chunk in the backward"})
+        try:
+            chain = profile_chain(stages, x, stage, repeats=3, device=self.device, names=lm.names,
+                                  name=f"compile_under_budget, loss in {best_k} chunks",
+                                  loss_name=f"{lm.loss_name} in {best_k} chunks", input_grad=False, clock=clock,
+                                  memory=_CHAIN_MEMORY, provenance={"loss_chunks": best_k,
+                                              "loss_chunking": "models.chunked_loss.ChunkedHeadLoss: the folded head "
+                                              "and the loss over this many slices of the tokens, the logits recomputed "
+                                              "chunk by chunk in the backward"},
+                                  deadline=self._build_deadline)
+        except TimeoutError:
+            self.loss_chunks_note = f"not finished within time_limit={self.time_limit:g} s (profiling the chunked chain)"
+            return
         self._chunked = (best_k, stage, chain, float(min_memory(chain)))
         self.loss_chunks_note = ""
 
@@ -1000,11 +1078,11 @@ class BudgetSearch:
     def _build_compiled_chains(self) -> None:
         """One compiled chain per stage fraction (:meth:`_build_compiled_chain`), in the order given;
         one that would overrun ``time_limit`` (elapsed plus the previous chain's build time; the first
-        one: elapsed) is not built. ``compiled_chain_note`` sums up ``compiled_chain_notes``."""
-        last = 0.0
+        one: the eager chain's profile plus the first fraction's compile, as the stages compile as much
+        code) is not built. ``compiled_chain_note`` sums up ``compiled_chain_notes``."""
+        last = self.profile_time + max((c.compile_time for c, _, _ in self.compiled), default=self.profile_time)
         for sf in self.stage_fractions:
-            elapsed = time.perf_counter() - self.t_start
-            if self.time_limit is not None and elapsed + last > self.time_limit:
+            if self._past(self._build_deadline, last):
                 self.compiled_chain_notes[sf] = f"not tried within time_limit={self.time_limit:g} s"
                 if sf == self.stage_fractions[0]:
                     self.compiled_loss_chunks_note = self.compiled_chain_notes[sf]
@@ -1061,7 +1139,7 @@ class BudgetSearch:
                         cst, self.inputs[0], cls, repeats=3, device=self.device, names=names[1:-1],
                         name="compile_under_budget-compiled", loss_name=names[-1], input_grad=False, clock=clock,
                         memory="profiler",
-                        deadline=self._deadline,
+                        deadline=self._build_deadline,
                         provenance={"stages": f"torch.compile(backend={self.backend!r}, fullgraph=True, "
                                               f"dynamic=False, options={cst[0].options if cst else None}) per stage "
                                               f"(memplan.models.compiled){within}, loss stage "
@@ -1080,12 +1158,12 @@ class BudgetSearch:
             self.compiled_chain_notes[sf] = note
         if sf == self.stage_fractions[0]:
             if sf in self._cchains:
-                self._build_compiled_chunked(names, clock)
+                self._build_compiled_chunked(names, clock, t0)
             else:
                 self.compiled_loss_chunks_note = "no compiled chain (see compiled_chain_note)"
         self.compiled_profile_times[sf] = time.perf_counter() - t0
 
-    def _build_compiled_chunked(self, names: list, clock: str) -> None:
+    def _build_compiled_chunked(self, names: list, clock: str, t0: float) -> None:
         """The compiled chain with its loss stage over chunks of tokens, each chunk compiled
         (:class:`memplan.models.chunked_loss.ChunkedHeadLoss` with the search's backend: one graph per
         chunk size; a linear head's logits one matmul and the loss compiled on them, any other head
@@ -1097,7 +1175,8 @@ class BudgetSearch:
         the whole loss stage's on a sample (:func:`~memplan.models.chunked_loss.chunked_loss_check`,
         which also compiles it); each chain is profiled with c10's allocator events
         (``memory="profiler"``), the compiled stages' graphs reused. ``compiled_loss_chunks_note``
-        says why a variant is missing."""
+        says why a variant is missing. ``t0``: when the compiled chain's build began: the variants are
+        not started where as long again would pass the search's part of ``time_limit``."""
         from memplan.baselines.remat_min_memory import min_memory
         from memplan.models.chunked_loss import ChunkedHeadLoss, chunked_loss_check
         from memplan.models.profiler import profile_chain
@@ -1105,7 +1184,7 @@ class BudgetSearch:
         if self._chunked is None:
             self.compiled_loss_chunks_note = f"no chunked loss stage ({self.loss_chunks_note})"
             return
-        if self.time_limit is not None and time.perf_counter() - self.t_start > self.time_limit:
+        if self._past(self._build_deadline, time.perf_counter() - t0):    # as long as the compiled chain took
             self.compiled_loss_chunks_note = f"not tried within time_limit={self.time_limit:g} s"
             return
         k, eager = self._chunked[0], self._chunked[1]
@@ -1137,7 +1216,7 @@ class BudgetSearch:
                         cst, x, st, repeats=3, device=self.device, names=names[1:-1],
                         name=f"compile_under_budget-compiled, loss in {k} chunks",
                         loss_name=f"{names[-1]} in {k} chunks", input_grad=False, clock=clock, memory="profiler",
-                        deadline=self._deadline,
+                        deadline=self._build_deadline,
                         provenance={"stages": f"torch.compile(backend={self.backend!r}) per stage "
                                               f"(memplan.models.compiled)",
                                     "loss_chunks": k, "loss_grad_in_forward": st.grad_in_forward,
@@ -1287,6 +1366,7 @@ class BudgetSearch:
         pre = () if sf is None else (sf,)
         if c is None:
             return None
+        what = "chain plans" if sf is None else "chain plans with compiled stages"
         t0 = time.perf_counter()
         variants = self._variants() if sf is None else self._cvariants(sf)
         best = None
@@ -1295,7 +1375,9 @@ class BudgetSearch:
                 continue
             key = pre + (k, _in_forward(loss_stage), float(limit))
             if key not in solved:                  # the least-memory limit is asked for more than once
-                solved[key] = persistent(chain, float(limit), time_limit=self.solver_time_limit)
+                if self._no_time_for(what):
+                    return None
+                solved[key] = persistent(chain, float(limit), time_limit=self._solver_seconds())
             sol = solved[key]
             if sol.success and (best is None or sol.objective < best[2].objective):
                 best = (k, loss_stage, sol, chain)
@@ -1307,6 +1389,8 @@ class BudgetSearch:
         pkey = pre + (k, _in_forward(loss_stage), ops)
         if pkey in plans:
             return plans[pkey][0]
+        if self._no_time_for(what):
+            return None
         step = self._chain_step(ops, loss_stage, sf if sf is not None else False, chain)
         peak, ts = self._measure_plan(step)
         cand = Candidate("rotor", math.nan, peak, statistics.median(ts), ts, solve_time,
@@ -1383,6 +1467,8 @@ class BudgetSearch:
         t0 = time.perf_counter()
         key = float(limit)
         if key not in self._msolved:
+            if self._no_time_for("chain plans with a partitioner budget per stage"):
+                return None
             self._msolved[key] = persistent_variants([v[3] for v in src], key)
         plan = self._msolved[key]
         if plan is None:
@@ -1396,13 +1482,15 @@ class BudgetSearch:
                                      key, float(plan.peak_memory), time.perf_counter() - t0, plan.chain)
 
     def _mixed_candidate(self, ops: tuple, per_stage: tuple, stages: list, loss_source: tuple, limit: float,
-                         predicted: float, solve_time: float, chain) -> Candidate:
+                         predicted: float, solve_time: float, chain) -> Candidate | None:
         """``ops`` run on ``stages`` (stage ``l`` compiled at ``per_stage[l - 1]``) and the loss stage of
         ``loss_source`` (an entry of :meth:`_mixed_sources`), measured as the other chain plans are."""
         _, _, loss_stage, _, k, in_fwd = loss_source
         pkey = (per_stage, k, in_fwd, ops)
         if pkey in self.mixed_plans:
             return self.mixed_plans[pkey][0]
+        if self._no_time_for("chain plans with a partitioner budget per stage"):
+            return None
         step = self._stages_step(ops, stages, loss_stage, chain)
         peak, ts = self._measure_plan(step)
         cand = Candidate("rotor", math.nan, peak, statistics.median(ts), ts, solve_time, kind="chain-mixed",
@@ -1538,10 +1626,15 @@ class BudgetSearch:
         if self._offload is None:
             return None
         stages, loss_stage, holder, chain, views, sf = self._offload
+        if kind not in self._transfer_solvers and self._no_time_for(
+                "offloading plans" if kind == "chain-offload" else "joint plans"):
+            return None
         lo, hi, solve = self._transfer_solver(kind, chain)
         limit = budget - self._off_offsets.get(kind, 0.0)
         for _ in range(tries):
             if limit < lo or limit >= hi:
+                return None
+            if self._no_time_for("offloading plans" if kind == "chain-offload" else "joint plans"):
                 return None
             t0 = time.perf_counter()
             try:
@@ -1592,7 +1685,7 @@ class BudgetSearch:
         method = "dynprog" if kind == "chain-offload" else "joint"
 
         def solve(limit):
-            ex = executable_transfers(chain, method, limit, beta, time_limit=self.solver_time_limit)
+            ex = executable_transfers(chain, method, limit, beta, time_limit=self._solver_seconds())
             if ex.schedule is None:
                 if method == "joint":
                     self.offload_note = f"chain-joint: {ex.message}"
@@ -1615,15 +1708,16 @@ class BudgetSearch:
         return self._executor_step(lambda x: run(stages, loss_stage, x, sched, chain, link,
                                                  device=self.device, input_grad=False, sync=False))
 
-    def minimum(self) -> Candidate:
-        """The candidate with the smallest measured peak (the chain's least-memory plan measured first)."""
+    def minimum(self) -> Candidate | None:
+        """The candidate with the smallest measured peak (the chain's least-memory plan measured first);
+        None only where :meth:`under`'s deadline left nothing measured."""
         if self._chain is not None:
             self.chain_plan(self.chain_minimum)
         for sf, c in self._cchains.items():
             self.chain_plan(self.compiled_chain_minimum_at(sf), compiled=sf)
-        if self._mixed_sources():
+        if self._mixed_sources() and not self._no_time_for("chain plans with a partitioner budget per stage"):
             self.mixed_plan(self.mixed_minimum())
-        return min(self.measured(), key=lambda c: c.peak)
+        return min(self.measured(), key=lambda c: c.peak, default=None)
 
     def _runner(self, cand: Candidate) -> tuple[Callable, dict]:
         if cand.kind == "chain":
@@ -1664,6 +1758,8 @@ class BudgetSearch:
                       key=lambda c: c.step_time)[:RETIME_MOST]
         if len(near) < 2:
             return
+        if self._no_time_for("", int(self.repeats) * sum(c.step_time for c in near)):
+            return
         runners = [(c, *self._runner(c)) for c in near]
         clock = self._clock()
         for _ in range(int(self.repeats)):
@@ -1686,17 +1782,38 @@ class BudgetSearch:
             cut.append("chain plans with compiled stages")
         if "within time_limit=" in self.compiled_loss_chunks_note:
             cut.append("compiled loss chunks")
-        return cut
+        if "within time_limit=" in self.loss_chunks_note:
+            cut.append("the chunked loss stage")
+        return cut + [w for w in self._fit_cut if w not in cut]
 
-    def under(self, memory: float | str) -> BudgetedStep:
+    def under(self, memory: float | str, time_limit: float | None = None) -> BudgetedStep:
         """The fastest measured candidate whose measured peak is within ``memory`` (the smaller peak
         among equally fast ones; those within :data:`RETIME_MARGIN` of the fastest are first timed
         again side by side, :meth:`_retime`), measured again before it is returned; raises
         :class:`~memplan.models.solution.InfeasibleError` (``minimum``: the smallest peak measured,
-        bytes) when none fits."""
+        bytes) when none fits.
+
+        ``time_limit`` (seconds, None: no limit) bounds this call: the plans solved for the budget, the
+        side-by-side timings and a refusal's least-memory plans are not started where one more
+        candidate's measurement (:meth:`_measure_cost`) and the chosen step's would pass it; the chosen
+        step is always measured again. A refusal names what was not tried.
+        :func:`compile_under_budget` passes what is left of its own ``time_limit``."""
+        time_limit = _seconds_arg(time_limit, "time_limit")
+        deadline = None if time_limit is None else time.perf_counter() + time_limit
+        return self._under(_budget(memory), deadline, time_limit)
+
+    def _under(self, budget: int, deadline: float | None, limit: float | None) -> BudgetedStep:
+        """:meth:`under` with a ``time.perf_counter()`` deadline (None: none) and the limit it came from
+        (seconds, for the messages)."""
+        self._fit_deadline, self._fit_cut, self._fit_limit = deadline, [], limit
+        try:
+            return self._under_now(budget)
+        finally:
+            self._fit_deadline = None
+
+    def _under_now(self, budget: int) -> BudgetedStep:
         import torch._functorch.config as fconfig
 
-        budget = _budget(memory)
         self.rechecked = []
         if self.offload and self._offload is not None:
             self.offload_note = ""
@@ -1712,7 +1829,8 @@ class BudgetSearch:
             for attempt in range(2):
                 peaks = {id(c): c.peak for c in self.measured()}
                 for c in self.measured():
-                    if budget < c.peak <= budget * (1 + PEAK_RECHECK):
+                    if budget < c.peak <= budget * (1 + PEAK_RECHECK) and not self._no_time_for(
+                            "peaks measured again", 2 * c.step_time):
                         peaks[id(c)] = self._remeasured_peak(c)
                         self.rechecked.append((c.label, c.peak, peaks[id(c)]))
                 self._retime([c for c in self.measured() if peaks[id(c)] <= budget])
@@ -1729,6 +1847,14 @@ class BudgetSearch:
                     break
             untried = (f" (not tried within time_limit={self.time_limit:g} s: fractions "
                        f"{', '.join(f'{f:g}' for f in self.skipped)})" if self.skipped else "")
+            limit_s = self._fit_limit if self._fit_limit is not None else self.time_limit
+            if not fitting and not self.measured():       # the deadline passed before any was measured
+                err = InfeasibleError(
+                    f"memory {fmt_memory(budget)}: no candidate was measured before time_limit={limit_s:g} s "
+                    f"stopped the search (not tried: {'; '.join(self._cut_by_time())}); a longer time_limit may "
+                    f"find one")
+                err.candidates = []
+                raise err
             if not fitting:
                 best = self.minimum()
                 cands = [dataclasses.replace(c, fits=c.peak <= budget) for c in self.measured()]
@@ -1741,7 +1867,7 @@ class BudgetSearch:
                 if cut:     # the smallest measured is not the smallest there is: say what was not tried
                     err = InfeasibleError(
                         f"memory {fmt_memory(budget)} is below every peak measured before time_limit="
-                        f"{self.time_limit:g} s stopped the search ({len(cands)} candidate(s) measured; not "
+                        f"{limit_s:g} s stopped the search ({len(cands)} candidate(s) measured; not "
                         f"tried: {'; '.join(cut)}): the smallest is {best.peak} bytes ({fmt_memory(best.peak)}, "
                         f"{what}){f', the budget {in_bytes} bytes' if in_bytes else ''}; a longer time_limit may "
                         f"find smaller ones", minimum=best.peak)
@@ -1857,13 +1983,19 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
     solver_time_limit : float or None
         Seconds per MILP for ``solver="memplan"``, and per rotor solve (positive, or None).
     time_limit : float or None
-        Seconds for the compiled search. The first fraction is compiled first, then the chains are
-        built, then the other fractions. A compile cannot be interrupted, so the limit is kept by not
-        starting a candidate when it, plus one more (each estimated as the slowest candidate so far),
-        would overrun it; the first candidate always runs. Skipped fractions are listed in
-        ``skipped`` (and in the refusal's message); chain plans are not tried once it is spent, and
-        the compiled stages' profile stops at the next stage past it (one stage's compile at most
-        over; ``compiled_chain_note`` then says so and the search goes on without them).
+        Seconds for the whole call. The first fraction is compiled first, then the chains are
+        built, then the other fractions, then the plans for the budget are solved and measured. A
+        compile cannot be interrupted, so the limit is kept by not starting a part that would overrun
+        it: a fraction (estimated as twice the slowest candidate so far), a chain's profile (stopped at the
+        next stage past its share; the chunked loss stage's and the compiled stages' chains are not
+        started where one as long as the eager chain's would not end in time), a plan's measurement
+        (``repeats`` + 2 steps of the slowest step so far). The search keeps two such measurements for
+        the end: the chain's plan for the budget and the chosen step, measured again. What can overrun
+        the limit: the first candidate, which always runs (there is then an answer), one stage's
+        profile, and the chosen step's last measurement. Skipped fractions are listed in ``skipped``;
+        what was not tried is named in the refusal's message (and in ``chain_note``,
+        ``compiled_chain_note``, ``loss_chunks_note``). ``benchmarks/check_budget_time_limits.py``
+        times the whole call against the limit.
     runtime_estimator : {'flops', 'measured'}
         The recompute costs the partitioner's knapsack (PyTorch's or memplan's) weighs: PyTorch's FLOP
         count (``"flops"``, PyTorch's default: every pointwise operation and reduction counts the same
@@ -1964,4 +2096,4 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
                           compiled_stages=compiled_stages, stage_fractions=stage_fractions,
                           stage_solver=stage_solver, runtime_estimator=runtime_estimator, progress=progress,
                           offload=offload, bandwidth=bandwidth, cuda_peak=cuda_peak)
-    return search.under(budget)
+    return search._under(budget, search._deadline, search.time_limit)

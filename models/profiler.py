@@ -584,9 +584,11 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     (the replay) and :func:`models.remat.free_backward_chain` (a chain for the solvers to plan with it);
     the chain's own ``ob`` stays paper 004's.
 
-    ``deadline``: a ``time.perf_counter()`` value; past it, before the next stage is profiled (a compiled
-    stage compiles on its first call) or the in-context timing starts, :class:`TimeoutError` is raised
-    (a caller's time limit then bounds the profile to one stage's work)."""
+    ``deadline``: a ``time.perf_counter()`` value; where the next stage's profile (a compiled stage
+    compiles on its first call), estimated as the slowest stage's so far, would end past it, or the
+    in-context timing would start past it, :class:`TimeoutError` is raised (a caller's time limit then
+    bounds the profile to about its own, past it by one stage's work at most where a stage is slower
+    than every one before it)."""
     if memory not in MEMORY_METHODS:
         raise ValueError(f"profile_chain: memory={memory!r}; choose from {', '.join(MEMORY_METHODS)}")
     if clock != "wall" and (timing != "in-context" or _is_cuda(device)):
@@ -610,15 +612,18 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         rows, resident, wa0, resident_grads, resident_values = _profile_multi_rows(
             stages, x, loss_fn, device=device, input_grad=input_grad)
 
+    slowest = [0.0]             # the longest stage's profile so far (a compiled one compiles in it)
+
     def _check_deadline(what: str) -> None:
-        if deadline is not None and time.perf_counter() > deadline:
-            raise TimeoutError(f"profile_chain: past the deadline before {what}")
+        if deadline is not None and time.perf_counter() + slowest[0] > deadline:
+            raise TimeoutError(f"profile_chain: {what} would end past the deadline")
 
     free_ob: list[float] | None = [0.0] if free_backward and not multi else None
     free_release: list[int] = []
     for l, stage in enumerate([] if multi else list(stages) + [loss_fn], start=1):
         is_loss = l == L + 1
         _check_deadline(f"stage {l} of {L + 1}")
+        t_stage = time.perf_counter()
         if free_ob is not None and _is_compiled(stage):
             free_ob = None          # saved-tensor hooks would compile it again
         if free_ob is not None:
@@ -634,6 +639,7 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
                                      no_grad_forward=not (is_loss and memory == "profiler"))
         rows.append(vals)
         a = a_next
+        slowest[0] = max(slowest[0], time.perf_counter() - t_stage)
     in_context: dict[str, Any] = {}
     own_times: dict[str, Any] = {}
     if turns and timing != "in-context":

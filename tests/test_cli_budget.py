@@ -99,3 +99,19 @@ def test_budget_refusal_says_when_the_time_limit_cut_the_search(capsys, one_torc
     err = capsys.readouterr().err.strip()
     assert "is below every measured peak" in err and "give at least that" in err
     assert int(re.search(r"the smallest is (\d+) bytes", err).group(1)) < cut
+
+
+def test_budget_batch_that_cannot_fit_is_refused_before_the_search(capsys, one_torch_thread):
+    """memplan budget --batch 1000000 on ResNet-18 (224x224): its input alone is 10^6 x 3 x 224 x 224
+    float32 = 602112000000 bytes, more than this machine has; refused in one line with that figure before
+    a model of that batch is built (as memplan profile does), not after a search that cannot allocate."""
+    import time
+
+    t0 = time.perf_counter()
+    assert main(["budget", "--model", "resnet18", "--batch", "1000000", "--memory", "1GiB"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert err.startswith("memplan: error: --batch 1000000: a training step of resnet18 on input 3x224x224 needs at "
+                          "least ") and "(602112000000 B of input and " in err
+    assert re.search(r"give --batch \d+ or less$", err)
+    assert time.perf_counter() - t0 < 60

@@ -267,6 +267,36 @@ def test_eager_chain_plans_measure_what_their_replay_says_on_convolutions():
     assert checked == 3
 
 
+def test_under_starts_no_measurement_its_time_limit_cannot_finish():
+    """``under(budget, time_limit)`` bounds the call: with no time for one more measurement the chain's
+    plans for the budget are not solved or measured, and the refusal says they were not tried (not
+    "give at least" the compiled peak, which they go below); a budget the measured fraction fits is
+    answered with it, measured again (the one measurement always made). With the time, the chain's
+    plan fits the budget that was refused."""
+    from memplan._compile_budget import BudgetSearch
+
+    model = _deep_mlp()
+    x, y = torch.randn(16, 16, 32), torch.randn(16, 16, 8)
+    search = BudgetSearch(model, (x,), loss_fn=_loss, example_targets=(y,), fractions=(0.1,), repeats=1,
+                          compiled_stages=False)
+    lowest = min(c.peak for c, _, _ in search.compiled)
+    budget = int(0.75 * lowest)
+    with pytest.raises(memplan.InfeasibleError) as info:
+        search.under(budget, time_limit=1e-3)
+    msg = str(info.value)
+    assert "below every peak measured before time_limit=0.001 s stopped the search" in msg
+    assert "not tried: chain plans)" in msg and "give at least" not in msg
+    assert info.value.minimum == lowest and search.chain_plans == {}
+    step = search.under(lowest, time_limit=1e-3)
+    assert step.kind == "compiled" and step.peak <= lowest and search.chain_plans == {}
+    step = search.under(budget)
+    assert step.kind == "chain" and step.peak <= budget
+    with pytest.raises(memplan.InputError, match="time_limit must be a positive number"):
+        search.under(budget, time_limit=0)
+    for p in model.parameters():
+        p.grad = None
+
+
 def test_chain_minimum_refused_below_and_given_at(chain_search):
     """Below the least-memory plan's measured peak the search refuses, stating that peak; at it, the
     step fits."""

@@ -207,18 +207,29 @@ class _Slow(torch.nn.Module):
 
 
 def test_profile_chain_stops_at_its_deadline():
-    """Past the deadline before a stage, profile_chain raises TimeoutError naming that stage; a deadline
-    far ahead changes nothing."""
+    """Past the deadline before a stage, profile_chain raises TimeoutError naming that stage; where the
+    next stage, estimated as the slowest so far, would end past it, too; a deadline far ahead changes
+    nothing."""
     import time
 
     torch.manual_seed(0)
     stages = [_Slow(0.3), _Slow(0.0), _Slow(0.0)]
     x = torch.randn(4, 8)
-    with pytest.raises(TimeoutError, match="before stage 1 of 4"):
+    with pytest.raises(TimeoutError, match="stage 1 of 4 would end past the deadline"):
         profile_chain(stages, x, repeats=1, deadline=time.perf_counter() - 1.0)
     # stage 1 starts before the deadline and its forward alone sleeps past it: stage 2 is not started
-    with pytest.raises(TimeoutError, match="before stage 2 of 4"):
+    with pytest.raises(TimeoutError, match="stage 2 of 4 would end past the deadline"):
         profile_chain(stages, x, repeats=1, deadline=time.perf_counter() + 0.1)
+    # stage 1 ends before the deadline, but one more stage as long would not: stage 2 is not started (it
+    # was, and the in-context timing too, which runs stage 1's sleeps several times more past it)
+    from memplan.models.profiler import profile_stage
+
+    t0 = time.perf_counter()
+    profile_stage(stages[0], x, repeats=0, input_grad=True)       # what profile_chain runs for stage 1
+    d1 = time.perf_counter() - t0
+    assert d1 >= 0.3
+    with pytest.raises(TimeoutError, match="stage 2 of 4 would end past the deadline"):
+        profile_chain(stages, x, repeats=1, deadline=time.perf_counter() + 1.5 * d1)
     fast = [_Slow(0.0), _Slow(0.0)]
     free = profile_chain(fast, x, repeats=1)
     bounded = profile_chain(fast, x, repeats=1, deadline=time.perf_counter() + 3600)

@@ -203,20 +203,17 @@ def test_the_step_estimate_is_the_measured_growth_and_below_the_step(one_torch_t
 def test_the_batch_check_refuses_only_past_the_memory_available(monkeypatch):
     """The same batch passes with the estimate's bytes available (plus 1%) and is refused 1% short of
     them; nothing is measured for a batch of 4 or less (its input alone is compared)."""
-    import argparse
-
     import memplan.models.profiler as prof
-    from memplan.experiments.cmd_profile import _check_batch_fits
+    from memplan.experiments.cli_checks import batch_fits
     from memplan.models.solution import InputError
 
-    args = argparse.Namespace(batch=64, input=(3, 32, 32), seed=0, device="cpu")
     est = prof.step_memory_estimate("resnet18", 64, (3, 32, 32))
     need = est["input"] + est["step"]
     monkeypatch.setattr(prof, "available_memory", lambda device="cpu": need * 1.01)
-    _check_batch_fits("resnet18", args, {})
+    batch_fits("resnet18", 64, (3, 32, 32), "cpu", {})
     monkeypatch.setattr(prof, "available_memory", lambda device="cpu": need * 0.99)
     with pytest.raises(InputError, match=r"^--batch 64: a training step of resnet18 on input 3x32x32 needs at least"):
-        _check_batch_fits("resnet18", args, {})
+        batch_fits("resnet18", 64, (3, 32, 32), "cpu", {})
     small = prof.step_memory_estimate("resnet18", 4, (3, 32, 32))
     assert small["step"] == 0 and small["batches"] is None and small["input"] == 4 * 3 * 32 * 32 * 4
 

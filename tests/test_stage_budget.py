@@ -153,9 +153,9 @@ def test_stage_solver_reaches_the_partitioner():
 
 def test_extra_stage_chains_respect_the_time_limit(monkeypatch):
     """An extra compiled chain that would overrun time_limit (elapsed plus the previous chain's build
-    time) is not built and the note says so; the first is built. (The chain builds are stubbed: 0.4 s
-    each.)"""
-    search = BudgetSearch.__new__(BudgetSearch)
+    time; for the first, the eager chain's profile time plus the first fraction's compile time, here
+    none: twice the profile time) less the time kept for measuring plans is not built and the note says
+    so. (The chain builds are stubbed: 0.4 s each; 0.2 s kept.)"""
     built = []
 
     def fake(self, sf=1.0):
@@ -164,12 +164,22 @@ def test_extra_stage_chains_respect_the_time_limit(monkeypatch):
         self.compiled_chain_notes[sf] = ""
 
     monkeypatch.setattr(BudgetSearch, "_build_compiled_chain", fake)
-    search.stage_fractions, search.compiled_chain_notes, search.time_limit = [1.0, 0.5, 0.2], {}, 0.6
-    search.t_start = time.perf_counter()
-    search._build_compiled_chains()
+    monkeypatch.setattr(BudgetSearch, "_reserve", lambda self: 0.2)
+
+    def search_with(profile_time):
+        search = BudgetSearch.__new__(BudgetSearch)
+        search.stage_fractions, search.compiled_chain_notes, search.time_limit = [1.0, 0.5, 0.2], {}, 0.8
+        search.profile_time, search.compiled, search.t_start = profile_time, [], time.perf_counter()
+        search._build_compiled_chains()
+        return search
+
+    search = search_with(0.1)       # 0.2 s estimated for the first: built; 0.4 + 0.4 + 0.2 > 0.8: not the second
     assert built == [1.0]
-    assert search.compiled_chain_note == ("stage fraction 0.5: not tried within time_limit=0.6 s; "
-                                          "stage fraction 0.2: not tried within time_limit=0.6 s")
+    assert search.compiled_chain_note == ("stage fraction 0.5: not tried within time_limit=0.8 s; "
+                                          "stage fraction 0.2: not tried within time_limit=0.8 s")
+    built.clear()
+    search = search_with(0.4)       # 0.8 + 0.2 > 0.8: not even the first
+    assert built == [] and search.compiled_chain_note.startswith("stage fraction 1: not tried within time_limit")
 
 
 @pytest.mark.parametrize("kw, match", [

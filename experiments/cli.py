@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
-import re
 import sys
 import time
 
@@ -29,7 +28,8 @@ from memplan.models.solution import InfeasibleError, Status, instance_record
 from memplan.models.units import fmt_bandwidth, fmt_memory, fmt_time
 
 from memplan.experiments import cmd_budget, cmd_profile, figures, sweeps
-from memplan.experiments.cli_checks import CliError, guarded, image_file, output_file, positive_int, writing
+from memplan.experiments.cli_checks import (CliError, OneLineParser, guarded, image_file, output_file, positive_int,
+                                            writing)
 from memplan.formulations.highs_driver import silence_banner
 
 #: modules with ``add_parser(subparsers)`` adding verbs (sweep, plot; profile, import-pipedream, run; budget)
@@ -167,18 +167,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, except that a value starting with '-' and a digit is a value, not an option
-    (``--memory -1MiB`` reaches the quantity check, which says what is wrong with it, instead of
-    "expected one argument"); no option of memplan starts with a digit. Subparsers inherit it."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self._negative_number_matcher = re.compile(r"^-\d|^-\.\d")
-
-    def error(self, message: str):
-        """One line (the project's rule for bad input), pointing to the usage instead of printing it."""
-        self.exit(2, f"{self.prog}: error: {message} (usage: {self.prog} --help)\n")
+#: argparse with one-line errors (the project's rule for bad input), negative numbers read as values
+_Parser = OneLineParser
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -9,7 +9,9 @@ probe file is created and removed, so a read-only folder or file system is caugh
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import sys
 import tempfile
 import warnings
@@ -72,6 +74,39 @@ def guarded(call: Callable[[], int | None], prog: str = "memplan") -> int:
     except KeyboardInterrupt:  # pragma: no cover
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with the project's rule for bad input: an error of the command line is one line,
+    ``NAME: error: MESSAGE (usage: PROG --help)``, exit status 2, instead of the usage block; and a
+    value starting with '-' and a digit is a value, not an option (``--memory -1MiB`` reaches the check
+    that says what is wrong with it instead of "expected one argument"; no option of memplan or of its
+    scripts starts with a digit). ``name`` starts the line (default ``prog``): a script run as
+    ``python -m memplan.experiments.X`` says ``X: error: ...``, as its other errors do
+    (:func:`run_script`). Subparsers inherit the class (and name themselves by their ``prog``)."""
+
+    def __init__(self, *a, name: str | None = None, **kw):
+        super().__init__(*a, **kw)
+        self.name = name or self.prog
+        self._negative_number_matcher = re.compile(r"^-\d|^-\.\d")
+
+    def error(self, message: str):
+        self.exit(2, f"{self.name}: error: {message} (usage: {self.prog} --help)\n")
+
+
+def run_script(parser: argparse.ArgumentParser, body: Callable[[argparse.Namespace], int | None],
+               argv: list[str] | None = None) -> int:
+    """The ``main(argv)`` of an experiment or benchmark script run directly: ``argv`` parsed by
+    ``parser`` (a :class:`OneLineParser`) and ``body(args)`` run under :func:`guarded`, so that bad
+    input (an option argparse refuses, an ``InputError``, a file that cannot be read or written) is
+    one line ``NAME: error: ...`` and exit status 2, as for ``memplan``, never a traceback. The status
+    of an error of the command line (2; ``--help``: 0) is returned, not raised, so that tests call
+    ``main(argv)`` in-process."""
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    return guarded(lambda: body(args), getattr(parser, "name", parser.prog))
 
 
 def _first_existing(p: Path) -> Path:
@@ -174,6 +209,31 @@ def positive_int(text: str) -> int:
     return v
 
 
+def positive_number(text: str) -> float:
+    """argparse type: a finite number > 0 (seconds: ``--time-limit``, ``--budget``); nan, inf, 0 and
+    below are refused (a negative time limit had turned every solve into an error row, exit 0)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give one > 0, e.g. 30") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number > 0, e.g. 30")
+    return v
+
+
+def fraction_list(text: str) -> list[float]:
+    """argparse type: comma-separated numbers in [0, 1], at least one (``--fractions 0.1,0.5,1``: the
+    way from the least memory to the most)."""
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or not all(0 <= v <= 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: give numbers between 0 and 1 separated by commas, "
+                                         "e.g. 0.1,0.5,1")
+    return values
+
+
 def input_shape(text: str) -> tuple[int, ...]:
     """argparse type: a per-sample input shape, ``3x224x224`` or ``512`` (``--input``)."""
     try:
@@ -223,11 +283,17 @@ def device_problem(device: str) -> str | None:
         return f"--device {device!r}: use cpu or cuda"
     if not torch.cuda.is_available():
         return f"--device {device}: this torch ({torch.__version__}) sees no CUDA device; use --device cpu"
+    index = device.partition(":")[2]
+    count = torch.cuda.device_count()
+    if device.startswith("cuda:") and not (index.isdigit() and int(index) < count):
+        # cuda:7 on a one-GPU machine, cuda:x: torch's own error came later, in a traceback
+        return (f"--device {device}: this machine has {count} CUDA device(s), cuda:0"
+                + (f" to cuda:{count - 1}" if count > 1 else "") + "; use one of them, or cuda")
     return None
 
 
-__all__ = ["CliError", "device_problem", "guarded", "input_shape", "key_value", "model_kwargs", "output_file",
-           "output_dir", "positive_int", "writing"]
+__all__ = ["CliError", "OneLineParser", "device_problem", "fraction_list", "guarded", "input_shape", "key_value",
+           "model_kwargs", "output_file", "output_dir", "positive_int", "positive_number", "run_script", "writing"]
 
 
 def batch_fits(key: str, batch: int, input_shape, device: str, model_kw: dict, seed: int = 0) -> None:

@@ -42,10 +42,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memplan.experiments.cli_checks import (CliError, OneLineParser, device_problem, output_dir, output_file,
+                                            positive_int, positive_number, run_script, writing)
 from memplan.experiments.runtime_check import write_csv
-from memplan.models.instance import InstanceError, save_instance, shipped_dir
+from memplan.models.instance import save_instance, shipped_dir
 from memplan.models.solution import InputError
-from memplan.models.units import UnitError, fmt_memory, fmt_time
+from memplan.models.units import fmt_memory, fmt_time
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,10 @@ def select(names: str | None, quick: bool) -> list[Setting]:
     if not names:
         return list(pool)
     out: list[Setting] = []
-    for word in (w.strip() for w in names.split(",") if w.strip()):
+    words = [w.strip() for w in names.split(",") if w.strip()]
+    if not words:
+        raise InputError(f"--models {names!r}: no setting or network named; see --list (or leave it out for all)")
+    for word in words:
         found = [s for s in pool if word in (s.key, s.network)]
         if not found:
             valid = sorted({s.key for s in pool} | {s.network for s in pool})
@@ -239,28 +244,30 @@ def run(settings: list[Setting], *, device: str, out: Path, repeats: int, force:
 
 def bundle(files: list[Path], tar_path: Path, arcdir: str = "instances") -> Path:
     """Write ``files`` into a gzip tar under ``arcdir/`` (unpack here with ``tar -xzf FILE``)."""
-    tar_path.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(tar_path, "w:gz") as tar:
-        for f in files:
-            tar.add(f, arcname=f"{arcdir}/{f.name}")
+    with writing(tar_path):
+        tar_path.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(tar_path, "w:gz") as tar:
+            for f in files:
+                tar.add(f, arcname=f"{arcdir}/{f.name}")
     return tar_path
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m memplan.experiments.gpu_profile",
-                                description="Profile the papers' settings into instance files with the measured "
-                                            "host link (issue 20).")
+    p = OneLineParser(prog="python -m memplan.experiments.gpu_profile", name="gpu_profile",
+                      description="Profile the papers' settings into instance files with the measured host link "
+                                  "(issue 20).")
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (a dry run)")
     p.add_argument("--out", help="folder for the instance files (required unless --list or only --torchvision)")
     p.add_argument("--models", help="comma-separated setting keys or network names (default: all; see --list)")
     p.add_argument("--quick", action="store_true", help="tiny settings (a dry run in seconds), one timed run each")
-    p.add_argument("--repeats", type=int, help="timed runs per operation, the median is kept (default 10; "
+    p.add_argument("--repeats", type=positive_int, help="timed runs per operation, the median is kept (default 10; "
                    "--quick: 1)")
-    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--threads", type=positive_int, help="torch CPU threads")
     p.add_argument("--force", action="store_true", help="replace existing files (default: keep them)")
-    p.add_argument("--budget", type=float, default=None, help="seconds after which no new setting is started")
+    p.add_argument("--budget", type=positive_number, default=None, help="seconds after which no new setting is started")
     p.add_argument("--no-host-link", action="store_true", help="do not measure the host link")
-    p.add_argument("--host-link-mib", type=int, default=512, help="pinned buffer size of the host-link measurement")
+    p.add_argument("--host-link-mib", type=positive_int, default=None, help="pinned buffer size of the host-link "
+                   "measurement (default 512)")
     p.add_argument("--summary", help="CSV with one row per setting (status, L, store-all time, ...)")
     p.add_argument("--host-link-json", help="write the raw host-link measurement (every copy's time) here")
     p.add_argument("--tar", help="bundle the instance files written into this .tar.gz")
@@ -273,12 +280,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    a = _parser().parse_args(argv)
-    try:
-        return _main(a, argv)
-    except (InputError, InstanceError, UnitError, FileExistsError) as e:
-        print(f"gpu_profile: {e}", file=sys.stderr)
-        return 2
+    return run_script(_parser(), lambda a: _main(a, argv), argv)
 
 
 def _main(a: argparse.Namespace, argv) -> int:
@@ -290,13 +292,35 @@ def _main(a: argparse.Namespace, argv) -> int:
 
     if a.device not in ("cpu", "cuda") and not a.device.startswith("cuda:"):
         raise InputError(f"--device {a.device!r}: use cuda (the GPU machine) or cpu (a dry run)")
-    if a.out and a.device.startswith("cuda") and not torch.cuda.is_available():
+    profiles = a.out or not a.torchvision          # --torchvision alone profiles nothing, on no device
+    if profiles and a.device.startswith("cuda") and not torch.cuda.is_available():
         raise InputError(f"--device {a.device}: no CUDA device is available to this torch ({torch.__version__}); "
                          "run on the GPU machine, or --device cpu --quick for a dry run")
-    if a.repeats is not None and a.repeats < 1:
-        raise InputError(f"--repeats {a.repeats}: give a whole number >= 1")
+    why = device_problem(a.device) if profiles else None     # cuda:N beyond this machine's devices
+    if why:
+        raise CliError(why)
     if not a.out and not a.torchvision:
         raise InputError("--out: give the folder for the instance files (e.g. --out instances/)")
+    if a.host_link_mib is not None and a.no_host_link:
+        raise CliError(f"--host-link-mib {a.host_link_mib} and --no-host-link: the buffer of a measurement that "
+                       "--no-host-link leaves out; give one of the two")
+    if not a.out:
+        for flag in ("--summary", "--host-link-json", "--tar"):
+            if getattr(a, flag[2:].replace("-", "_")):
+                raise CliError(f"{flag}: written by the profiles, which need --out FOLDER; add it, or leave "
+                               f"{flag} out")
+    # every output checked before anything is profiled (a result is never lost to a path that cannot
+    # be written); a write that fails later is one line too (cli_checks.writing)
+    for flag in ("--summary", "--host-link-json", "--tar", "--torchvision"):
+        if getattr(a, flag[2:].replace("-", "_")) is not None:
+            output_file(getattr(a, flag[2:].replace("-", "_")), flag)
+    if a.out:
+        out = Path(a.out)
+        if not a.device.startswith("cuda") and _is_within(out, shipped_dir()):
+            raise InputError(f"--out {a.out}: a {a.device} run is a dry run and does not write into the shipped "
+                             "instances folder; give a scratch folder")
+        settings = select(a.models, a.quick)
+        out = output_dir(out, "--out")
     status = 0
     if a.torchvision:
         from memplan.models.networks.torchvision_check import torchvision_table, write_table
@@ -309,31 +333,27 @@ def _main(a: argparse.Namespace, argv) -> int:
             print(f"torchvision check: not run: {e}")        # the profiles still run
             status = 1
         else:
-            write_table(rows, Path(a.torchvision))
+            with writing(a.torchvision):
+                write_table(rows, Path(a.torchvision))
             bad = [r["network"] for r in rows if not r["equal"]]
             print(f"torchvision check: {len(rows) - len(bad)} of {len(rows)} networks equal"
                   + (f"; DIFFERENT: {', '.join(bad)}" if bad else "") + f" -> {a.torchvision}")
             status = 1 if bad else 0
         if not a.out:
             return status
-    if not a.out:
-        raise InputError("--out: give the folder for the instance files (e.g. --out instances/)")
-    out = Path(a.out)
-    if not a.device.startswith("cuda") and _is_within(out, shipped_dir()):
-        raise InputError(f"--out {a.out}: a {a.device} run is a dry run and does not write into the shipped "
-                         "instances folder; give a scratch folder")
-    settings = select(a.models, a.quick)
     if a.threads:
         torch.set_num_threads(a.threads)
     repeats = a.repeats or (1 if a.quick else 10)
     command = "python -m memplan.experiments.gpu_profile " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
     rows, written, link_raw = run(settings, device=a.device, out=out, repeats=repeats, force=a.force, budget=a.budget,
-                                  link_bytes=a.host_link_mib * 2**20, measure_link=not a.no_host_link,
+                                  link_bytes=(a.host_link_mib or 512) * 2**20, measure_link=not a.no_host_link,
                                   summary=Path(a.summary) if a.summary else None, command=command, turns=a.turns)
     if a.host_link_json:
-        Path(a.host_link_json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.host_link_json).write_text(json.dumps(link_raw if link_raw else {"measured": False, "device": a.device},
-                                                     indent=1) + "\n")
+        with writing(a.host_link_json):
+            Path(a.host_link_json).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.host_link_json).write_text(json.dumps(link_raw if link_raw else {"measured": False,
+                                                                                    "device": a.device},
+                                                         indent=1) + "\n")
     if a.tar:
         bundle(written, Path(a.tar))
         print(f"{len(written)} instance file(s) bundled into {a.tar} (unpack: tar -xzf {Path(a.tar).name})")

@@ -105,6 +105,8 @@ from typing import Any
 
 from memplan import remat
 from memplan.baselines.remat_heuristics import sequential_schedule, store_all_schedule
+from memplan.experiments.cli_checks import (CliError, OneLineParser, device_problem, output_file, positive_int,
+                                            positive_number, run_script, writing)
 from memplan.models.measure import paired_ratio
 from memplan.models.remat import simulate_remat
 from memplan.models.solution import InputError
@@ -834,14 +836,16 @@ def throughput_summary(rows: list[dict]) -> list[str]:
 
 
 def write_csv(rows: list[dict], columns: list[str], path: Path | None) -> None:
-    """Rewrite ``path`` with ``rows`` (called after each network or setting, so a timeout keeps them)."""
+    """Rewrite ``path`` with ``rows`` (called after each network or setting, so a timeout keeps them);
+    a failed write is one line ``cannot write PATH: REASON`` (:func:`cli_checks.writing`)."""
     if path is None:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(rows)
 
 
 def _is_determinism_error(e: BaseException) -> bool:
@@ -849,8 +853,8 @@ def _is_determinism_error(e: BaseException) -> bool:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m memplan.experiments.runtime_check",
-                                description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m memplan.experiments.runtime_check", name="runtime_check",
+                      description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--preset", choices=sorted(PRESETS), help="networks and sizes (default: cpu small, cuda "
                    "paper; --quick: quick)")
@@ -858,10 +862,10 @@ def main(argv=None) -> int:
     p.add_argument("--models", help="comma-separated networks of the preset (default: all of it)")
     p.add_argument("--fractions", default="0.25,0.5,0.75", help="memory limits between min (0) and store-all (1)")
     p.add_argument("--methods", default=",".join(METHODS), help="memplan.remat methods")
-    p.add_argument("--repeats", type=int, help="timed rounds at least: every sequence of a network runs once per round, "
-                   "in rotating order (default 8; --quick 1)")
-    p.add_argument("--max-rounds", type=int, help="timed rounds at most (default 400 within --timing-budget 120 s "
-                   "per network; --quick: --repeats)")
+    p.add_argument("--repeats", type=positive_int, help="timed rounds at least: every sequence of a network runs "
+                   "once per round, in rotating order (default 8; --quick 1)")
+    p.add_argument("--max-rounds", type=positive_int, help="timed rounds at most (default 400 within --timing-budget "
+                   "120 s per network; --quick: --repeats)")
     p.add_argument("--target", type=float, default=0.02, help="stop timing when the 95%% interval of every median "
                    "is within this fraction of it (default 0.02); wider rows are marked noisy")
     p.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="CPU runs: wall (time.perf_counter, "
@@ -870,7 +874,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-fuse-backward", dest="fuse_backward", action="store_false", help="one backward call "
                    "per B (models.runtime.execute's fuse_backward=False); the default runs each run of consecutive "
                    "B's in one call, as plain autograd")
-    p.add_argument("--memory-method", choices=sorted(MEMORY_METHOD_NAMES), default="profiler",
+    p.add_argument("--memory-method", choices=sorted(MEMORY_METHOD_NAMES), default=None,
                    help="CPU runs: how every peak is measured and the chain profiled: profiler (default: c10's "
                         "allocator events, every allocation, the CPU convolutions' scratch included) or dispatch "
                         "(the tensors PyTorch's dispatcher makes, not a kernel's scratch; per-operation traces "
@@ -885,35 +889,31 @@ def main(argv=None) -> int:
                    "runs holding a fused group's a^j and delta^j until B^j ends for the B's at the measured run's "
                    "peak (the same peak, less host time), all: for every B; auto (default since 2026-11-29): none "
                    "where the profile has the free record (single-tensor cuts, stages not compiled), else peak")
-    p.add_argument("--timing-budget", type=float, default=None, help="seconds of timing rounds per network at most "
-                   "(default 120 when --max-rounds is not given)")
-    p.add_argument("--steps-per-sample", type=int, default=None, help="steps run back to back in one timed sample, "
-                   "its time their mean (default: 1 on cpu; on cuda enough for 0.1 s of the profiled store-all "
+    p.add_argument("--timing-budget", type=positive_number, default=None, help="seconds of timing rounds per network "
+                   "at most (default 120 when --max-rounds is not given)")
+    p.add_argument("--steps-per-sample", type=positive_int, default=None, help="steps run back to back in one timed "
+                   "sample, its time their mean (default: 1 on cpu; on cuda enough for 0.1 s of the profiled store-all "
                    "step, 10 at most: a short GPU step timed alone spreads with the CPU's jitter)")
-    p.add_argument("--profile-repeats", type=int, help="timed runs per operation when profiling (default: --repeats)")
-    p.add_argument("--time-limit", type=float, default=30.0, help="seconds per solve")
+    p.add_argument("--profile-repeats", type=positive_int, help="timed runs per operation when profiling (default: "
+                   "--repeats)")
+    p.add_argument("--time-limit", type=positive_number, default=30.0, help="seconds per solve")
     p.add_argument("--slots", type=int, default=0, help="memory slots of the DPs (default 0: the DP chooses and "
                    "refines them, memplan.remat.solve's default; paper 004 used 500)")
-    p.add_argument("--workers", type=int, default=None, help="processes for the solves (default: 1 on cpu, up to 8 "
-                   "on cuda)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: 1 on cpu)")
+    p.add_argument("--workers", type=positive_int, default=None, help="processes for the solves (default: 1 on cpu, "
+                   "up to 8 on cuda)")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: 1 on cpu)")
     p.add_argument("--out", default="results/runtime_check.csv", help="CSV, one row per (network, limit, method)")
     p.add_argument("--throughput", help="also run paper 004's throughput comparison into this CSV")
-    p.add_argument("--segments", type=int, default=None, help="numbers of segments of the comparison (default 10; "
-                   "--quick 3)")
+    p.add_argument("--segments", type=positive_int, default=None, help="numbers of segments of the comparison "
+                   "(default 10; --quick 3)")
     p.add_argument("--segment-counts", help="comma-separated numbers of segments of the comparison (instead of "
                    "--segments' spread from 2 to 2 sqrt(L)); those above L are left out")
     p.add_argument("--traces", help="JSON with every contender's time in every round (seconds; 'timings', with "
                    "'also': the tags of the identical sequences timed under that one) and "
                    "the per-operation memory (measured and simulated, bytes) of every "
                    "executed sequence, to find where a prediction misses")
-    p.add_argument("--budget", type=float, default=None, help="seconds after which no new network is started")
-    a = p.parse_args(argv)
-    try:
-        return _main(a)
-    except InputError as e:
-        print(f"runtime_check: {e}", file=sys.stderr)
-        return 2
+    p.add_argument("--budget", type=positive_number, default=None, help="seconds after which no new network is started")
+    return run_script(p, _main, argv)
 
 
 def _main(a: argparse.Namespace) -> int:
@@ -925,9 +925,19 @@ def _main(a: argparse.Namespace) -> int:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise InputError(f"--device {device}: no CUDA device is available to this torch ({torch.__version__}); run "
                          "on the GPU machine, or --device cpu --quick for a dry run")
+    why = device_problem(device)            # cuda:N beyond this machine's devices
+    if why:
+        raise CliError(why)
+    if a.memory_method is not None and device != "cpu":
+        raise CliError(f"--memory-method {a.memory_method}: how a CPU run measures its peaks; on {device} they are "
+                       "the CUDA caching allocator's statistics: leave it out")
+    memory_method = a.memory_method or "profiler"
     preset = a.preset or ("quick" if a.quick else "paper" if device.startswith("cuda") else "small")
     cases = PRESETS[preset]
     names = [n for n in (a.models.split(",") if a.models else cases) if n]
+    if not names:
+        raise InputError(f"--models {a.models!r}: no network named; give some of {', '.join(cases)} (or leave it "
+                         "out for all of them)")
     for n in names:
         if n not in cases:
             raise InputError(f"--models: {n!r} is not in preset {preset!r} ({', '.join(cases)})")
@@ -944,8 +954,6 @@ def _main(a: argparse.Namespace) -> int:
     repeats = a.repeats or (1 if a.quick else 8)
     if repeats < 1:
         raise InputError(f"--repeats {repeats}: give a whole number >= 1")
-    if a.steps_per_sample is not None and a.steps_per_sample < 1:
-        raise InputError(f"--steps-per-sample {a.steps_per_sample}: give a whole number >= 1 (or leave it out)")
     # rounds until every median's interval is within --target: short steps need hundreds (a 4 ms step's
     # CPU time varies by several % from run to run), long ones stop at the time budget
     max_rounds = a.max_rounds or (max(2, repeats) if a.quick else max(400, repeats))
@@ -960,14 +968,19 @@ def _main(a: argparse.Namespace) -> int:
     if a.clock == "cpu" and (device != "cpu" or torch.get_num_threads() != 1):
         raise InputError("--clock cpu: only for --device cpu with one thread (--threads 1), where the process's CPU "
                          "time is the step's time")
-    out = Path(a.out)
-    thr_out = Path(a.throughput) if a.throughput else None
+    for flag, given in (("--segments", a.segments), ("--segment-counts", a.segment_counts)):
+        if given is not None and not a.throughput:
+            raise CliError(f"{flag}: numbers of segments of the throughput comparison, which runs only with "
+                           "--throughput CSV; add it, or leave the option out")
+    if a.segments is not None and a.segment_counts is not None:
+        raise CliError("--segments and --segment-counts: give one of the two (--segment-counts lists the numbers, "
+                       "--segments spreads that many from 2 to 2 sqrt(L))")
     n_segments = a.segments or (3 if a.quick else 10)
     try:
         explicit_segments = [int(k) for k in a.segment_counts.split(",") if k] if a.segment_counts else []
     except ValueError:
         explicit_segments = [0]
-    if any(k < 1 for k in explicit_segments):
+    if a.segment_counts is not None and not explicit_segments or any(k < 1 for k in explicit_segments):
         raise InputError(f"--segment-counts {a.segment_counts!r}: expected whole numbers >= 1, e.g. 2,4,6")
     if a.slots < 0:
         raise InputError(f"--slots {a.slots}: give a whole number >= 1, or 0 for the DP's own choice")
@@ -975,11 +988,22 @@ def _main(a: argparse.Namespace) -> int:
     workers = a.workers if a.workers is not None else (1 if device == "cpu" else min(8, os.cpu_count() or 1))
     if workers < 1:
         raise InputError(f"--workers {workers}: give a whole number >= 1")
+    # the output files, checked before the profiles (a result is never lost to a path that cannot be
+    # written) and distinct (one had overwritten the other)
+    outputs = {flag: output_file(path, flag) for flag, path in (("--out", a.out), ("--throughput", a.throughput),
+                                                                 ("--traces", a.traces)) if path is not None}
+    seen: dict[Path, str] = {}
+    for flag, path in outputs.items():
+        if path.resolve() in seen:
+            raise CliError(f"{seen[path.resolve()]} and {flag}: both {path}; give each its own file")
+        seen[path.resolve()] = flag
+    out = outputs["--out"]
+    thr_out = outputs.get("--throughput")
     det = set_deterministic(device)
     env = environment(device)
     env["clock"] = ("cpu (process_time, 1 thread)" if a.clock == "cpu" else "wall (perf_counter)") \
         if device == "cpu" else "wall (perf_counter around synchronized runs)"
-    env["memory_method"] = (MEMORY_METHOD_NAMES[a.memory_method] if device == "cpu"
+    env["memory_method"] = (MEMORY_METHOD_NAMES[memory_method] if device == "cpu"
                             else "CUDA caching allocator statistics")
     rows: list[dict] = []
     thr_rows: list[dict] = []
@@ -995,7 +1019,7 @@ def _main(a: argparse.Namespace) -> int:
             case = None
             try:
                 case = Case(name, cases[name], device, repeats, a.profile_repeats, clock=a.clock,
-                            memory=a.memory_method, cuts=a.cuts, free_backward=a.holds in ("none", "auto"))
+                            memory=memory_method, cuts=a.cuts, free_backward=a.holds in ("none", "auto"))
                 case.target, case.max_rounds, case.time_budget = a.target, max_rounds, a.timing_budget
                 case.fuse = a.fuse_backward
                 case.holds = a.holds if a.holds != "auto" else "none" if case.free_record else "peak"
@@ -1040,10 +1064,11 @@ def _main(a: argparse.Namespace) -> int:
         write_csv(rows, COLUMNS, out)               # after every network: a timeout keeps what was done
         write_csv(thr_rows, THROUGHPUT_COLUMNS, thr_out)
         if a.traces:
-            Path(a.traces).parent.mkdir(parents=True, exist_ok=True)
-            Path(a.traces).write_text(json.dumps({"columns": "bytes per operation, in the order of ops",
-                                                  "env": env, "sequences": traces,
-                                                  "timings": timings}) + "\n")
+            with writing(a.traces):
+                Path(a.traces).parent.mkdir(parents=True, exist_ok=True)
+                Path(a.traces).write_text(json.dumps({"columns": "bytes per operation, in the order of ops",
+                                                      "env": env, "sequences": traces,
+                                                      "timings": timings}) + "\n")
     write_csv(rows, COLUMNS, out)
     write_csv(thr_rows, THROUGHPUT_COLUMNS, thr_out)
     measured = [r for r in rows if r.get("measured_peak") is not None]

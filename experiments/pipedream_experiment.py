@@ -27,15 +27,18 @@ as an ``error`` row with the exception (and listed at the end), never as an infe
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
 
+from memplan.experiments.cli_checks import (CliError, OneLineParser, fraction_list, output_dir, positive_int,
+                                            positive_number, run_script, writing)
+
 DEFAULT_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "external" / "pipedream"
-
-
-def _fractions(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
+#: --remat-fractions and --pipeline-fractions when not given
+REMAT_FRACTIONS = [0.1, 0.3, 0.6, 1.0]
+PIPELINE_FRACTIONS = [0.0, 0.5, 1.0]
 
 
 def remat_rows(chain, methods, fractions, slots: int = 500) -> list[dict]:
@@ -109,52 +112,96 @@ def pipeline_rows(chain, methods, fractions, gpus: int, bandwidth: float, time_l
     return rows
 
 
-def main(argv=None) -> int:
-    import pandas as pd
+def _methods(text: str, flag: str, known: list[str]) -> list[str]:
+    """The methods of a comma-separated ``--*-methods`` option, each one of ``known`` (an unknown one had
+    become an error row of every point, after all the others had run, exit status 1)."""
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    for m in methods:
+        if m not in known:
+            raise CliError(f"{flag}: unknown method {m!r}; choose from {', '.join(known)}")
+    return methods
 
-    from memplan.models.pipedream import cost_graph, import_graph
-    from memplan.models.units import parse_bandwidth
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python -m memplan.experiments.pipedream_experiment", name="pipedream_experiment",
+                      description=__doc__.split("\n\n")[0])
     p.add_argument("--profiles", nargs="*", help="graph.txt files (default: all in ../shared/external/pipedream)")
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--remat-methods", default="rotor,revolve,sequential")
-    p.add_argument("--remat-fractions", type=_fractions, default=[0.1, 0.3, 0.6, 1.0])
+    p.add_argument("--batch", type=positive_int, default=32)
+    p.add_argument("--remat-methods", default="rotor,revolve,sequential", help="memplan.remat methods ('' runs none)")
+    p.add_argument("--remat-fractions", type=fraction_list, default=None,
+                   help="memory limits between the least (0) and store-all (1) (default 0.1,0.3,0.6,1)")
     p.add_argument("--pipeline-methods", default="pipedream,gpipe",
                    help="of pipedream, gpipe, ilp, cyclic, lb (on the imported chain) and pipedream-dag, ilp-dag "
-                        "(over the profile's DAG)")
-    p.add_argument("--pipeline-fractions", type=_fractions, default=[0.0, 0.5, 1.0])
-    p.add_argument("--gpus", type=int, default=4)
-    p.add_argument("--bandwidth", default="12GB/s")
-    p.add_argument("--time-limit", type=float, default=30.0,
+                        "(over the profile's DAG); '' runs none")
+    p.add_argument("--pipeline-fractions", type=fraction_list, default=None,
+                   help="per-GPU memory limits between the least (0) and the most (1) of the baselines' points "
+                        "(default 0,0.5,1)")
+    p.add_argument("--gpus", type=positive_int, default=4)
+    p.add_argument("--bandwidth", default="12GB/s", help="the links' bandwidth, e.g. 12GB/s; inf: free "
+                   "communications")
+    p.add_argument("--time-limit", type=positive_number, default=30.0,
                    help="seconds for each pipeline solve, every phase included (method ilp)")
     p.add_argument("--out", default="results/pipedream")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    return run_script(_parser(), _main, argv)
+
+
+def _main(a: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from memplan import pipeline, remat as remat_module
+    from memplan.models.pipedream import cost_graph, import_graph
+    from memplan.models.units import UnitError, is_free_link, parse_bandwidth
+
+    remat_methods = _methods(a.remat_methods, "--remat-methods", remat_module.METHODS)
+    pipeline_methods = _methods(a.pipeline_methods, "--pipeline-methods", pipeline.METHODS + list(GRAPH_METHODS))
+    for flag, given, methods in (("--remat-fractions", a.remat_fractions, remat_methods),
+                                 ("--pipeline-fractions", a.pipeline_fractions, pipeline_methods)):
+        if given is not None and not methods:
+            raise CliError(f"{flag}: the memory limits of {flag.replace('fractions', 'methods')}, which is empty; "
+                           f"give methods, or leave {flag} out")
+    if not remat_methods and not pipeline_methods:
+        raise CliError("--remat-methods and --pipeline-methods: both empty, nothing to run; give some methods")
+    remat_fractions = a.remat_fractions or REMAT_FRACTIONS
+    pipeline_fractions = a.pipeline_fractions or PIPELINE_FRACTIONS
+    if is_free_link(a.bandwidth):
+        bw = math.inf                      # free communications, as memplan.pipeline reads 'inf'
+    else:
+        try:
+            bw = parse_bandwidth(a.bandwidth)
+        except UnitError as e:
+            raise CliError(f"--bandwidth {a.bandwidth}: {e}") from None
+        if not bw > 0:
+            raise CliError(f"--bandwidth {a.bandwidth}: links that carry nothing; give the links' bandwidth, e.g. "
+                           "12GB/s, or inf for free communications")
     files = [Path(f) for f in a.profiles] if a.profiles else sorted(DEFAULT_DIR.glob("*.graph.txt"))
     if not files:
-        print(f"no PipeDream profiles found in {DEFAULT_DIR}", file=sys.stderr)
-        return 2
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+        raise CliError(f"--profiles: no PipeDream profiles found in {DEFAULT_DIR}; give graph.txt files")
+    # every profile read before any solve: a file that cannot be read is one line naming it
+    # (models.pipedream's errors), not a traceback after the other profiles' solves
+    chains = [(f, import_graph(f, batch=a.batch)) for f in files]
+    out = output_dir(a.out, "--out")
     remat, pipe = [], []
-    bw = parse_bandwidth(a.bandwidth)
-    for f in files:
-        chain = import_graph(f, batch=a.batch)
+    for f, chain in chains:
         print(f"{f.name}: L = {chain.L}", flush=True)
-        remat += remat_rows(chain, [m for m in a.remat_methods.split(",") if m], a.remat_fractions)
-        if a.pipeline_methods:
-            methods = [m for m in a.pipeline_methods.split(",") if m]
-            graph = cost_graph(f, batch=a.batch) if set(methods) & set(GRAPH_METHODS) else None
-            pipe += pipeline_rows(chain, methods, a.pipeline_fractions, a.gpus, bw, a.time_limit, graph)
+        remat += remat_rows(chain, remat_methods, remat_fractions)
+        if pipeline_methods:
+            graph = cost_graph(f, batch=a.batch) if set(pipeline_methods) & set(GRAPH_METHODS) else None
+            pipe += pipeline_rows(chain, pipeline_methods, pipeline_fractions, a.gpus, bw, a.time_limit, graph)
     dr = pd.DataFrame(remat)
-    dr.to_csv(out / "pipedream_remat.csv", index=False)
+    with writing(out / "pipedream_remat.csv"):
+        dr.to_csv(out / "pipedream_remat.csv", index=False)
     cols = ["chain", "L", "fraction", "method", "status", "ratio_to_store_all"]
     with pd.option_context("display.width", 160, "display.max_rows", 500):
         if remat:                        # --remat-methods "" runs none
             print(dr[cols].round(4).to_string(index=False))
         if pipe:
             dp = pd.DataFrame(pipe)
-            dp.to_csv(out / "pipedream_pipeline.csv", index=False)
+            with writing(out / "pipedream_pipeline.csv"):
+                dp.to_csv(out / "pipedream_pipeline.csv", index=False)
             print(dp[["chain", "gpus", "fraction", "method", "status", "period", "bound"]].to_string(index=False))
     errors = [r for r in remat + pipe if r["status"] == "error"]
     for r in errors:

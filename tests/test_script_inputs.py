@@ -148,12 +148,97 @@ def test_device_problem_names_a_missing_cuda_index(monkeypatch):
     assert cli_checks.device_problem("cuda:").startswith("--device cuda:: this machine has 2 CUDA device(s)")
 
 
+# ------------------------------------------------------------------------------ pipedream_experiment
+@pytest.fixture
+def graph(tmp_path):
+    """A PipeDream graph.txt of four layers on two branches (tests/test_pipeline_dag.py's)."""
+    lines = ["node1 -- Input(x) -- forward_compute_time=0.000, backward_compute_time=0.000, "
+             "activation_size=8.0, parameter_size=0.0"]
+    for n, (f, b) in {"node2": (1, 2), "node3": (1, 2), "node4": (2, 4), "node5": (2, 4), "node6": (0, 0)}.items():
+        lines.append(f"{n} -- Linear(x) -- forward_compute_time={f:.3f}, backward_compute_time={b:.3f}, "
+                     f"activation_size=8.0, parameter_size=4.0")
+    lines += ["\tnode1 -- node2", "\tnode2 -- node3", "\tnode1 -- node4", "\tnode4 -- node5", "\tnode3 -- node6",
+              "\tnode5 -- node6"]
+    path = tmp_path / "branches.graph.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+P = "pipedream_experiment: error: "
+
+
+@pytest.mark.parametrize("argv, start", [
+    # an unknown method, a bad link, a zero GPU count, a negative time limit: error rows at every point
+    # after all the other solves, exit 1
+    (["--remat-methods", "rotor,bogus"], P + "--remat-methods: unknown method 'bogus'; choose from rotor,"),
+    (["--pipeline-methods", "bogus"], P + "--pipeline-methods: unknown method 'bogus'; choose from ilp,"),
+    (["--gpus", "0"], P + "argument --gpus: '0': give a whole number >= 1"),
+    (["--bandwidth", "0"], P + "--bandwidth 0: links that carry nothing"),
+    (["--time-limit", "-1"], P + "argument --time-limit: '-1'"),
+    # tracebacks
+    (["--bandwidth", "abc"], P + "--bandwidth abc: cannot read bandwidth 'abc'"),
+    (["--batch", "0"], P + "argument --batch: '0': give a whole number >= 1"),
+    # argparse's usage block ("expected one argument")
+    (["--bandwidth", "-1GB/s"], P + "--bandwidth -1GB/s: bandwidth '-1GB/s' is negative"),
+    # memory limits outside the range, nan: error or meaningless rows
+    (["--remat-fractions", "2"], P + "argument --remat-fractions: '2': give numbers between 0 and 1"),
+    (["--pipeline-fractions", "nan"], P + "argument --pipeline-fractions: 'nan': give numbers between 0 and 1"),
+    (["--remat-fractions", "x"], P + "argument --remat-fractions: 'x': give numbers between 0 and 1"),
+    # options nothing uses
+    (["--remat-methods", "", "--remat-fractions", "0.5"], P + "--remat-fractions: the memory limits of "
+                                                              "--remat-methods, which is empty"),
+    (["--remat-methods", "", "--pipeline-methods", ""], P + "--remat-methods and --pipeline-methods: both empty"),
+])
+def test_pipedream_experiment_refuses_in_one_line(argv, start, graph, tmp_path, capsys):
+    out = tmp_path / "out"
+    _refused(pipedream_experiment.main, ["--profiles", str(graph), "--out", str(out)] + argv, start, capsys)
+    assert not out.exists()
+
+
+def test_pipedream_experiment_reads_every_profile_first(graph, tmp_path, capsys):
+    """A missing or unreadable profile had been a traceback, after the solves of the profiles before it."""
+    out = tmp_path / "out"
+    missing = tmp_path / "missing.graph.txt"
+    _refused(pipedream_experiment.main, ["--profiles", str(graph), str(missing), "--out", str(out)],
+             f"{P}{missing}: no such PipeDream graph file", capsys)
+    _refused(pipedream_experiment.main, ["--profiles", str(graph), str(ROOT / "README.md"), "--out", str(out)],
+             f"{P}{ROOT / 'README.md'}:1: not a node or edge line", capsys)
+    assert not out.exists()                # nothing solved, nothing written
+
+
+def test_pipedream_experiment_output_errors(graph, tmp_path, a_file, capsys):
+    _refused(pipedream_experiment.main, ["--profiles", str(graph), "--out", str(a_file / "out")],
+             f"{P}--out {a_file / 'out'}: {a_file} is a file, so no folder can be made under it", capsys)
+    out = tmp_path / "out"
+    (out / "pipedream_remat.csv").mkdir(parents=True)       # the write itself fails (IsADirectoryError)
+    _refused(pipedream_experiment.main, ["--profiles", str(graph), "--out", str(out), "--remat-methods", "rotor",
+                                         "--remat-fractions", "1", "--pipeline-methods", ""],
+             f"{P}cannot write {out / 'pipedream_remat.csv'}: Is a directory", capsys)
+
+
+def test_pipedream_experiment_free_links(graph, tmp_path, capsys):
+    """--bandwidth inf (free communications, as memplan.pipeline and 'memplan solve' read it) had been a
+    UnitError traceback; it runs, and PipeDream's period is the one stage's compute, 6 ms forward and
+    12 ms backward at batch 128 by hand (the single-tensor chain of the two branches is one stage)."""
+    import pandas as pd
+
+    out = tmp_path / "out"
+    assert pipedream_experiment.main(["--profiles", str(graph), "--batch", "128", "--remat-methods", "",
+                                      "--pipeline-methods", "pipedream", "--pipeline-fractions", "1", "--gpus", "2",
+                                      "--bandwidth", "inf", "--out", str(out)]) == 0
+    row = pd.read_csv(out / "pipedream_pipeline.csv").iloc[0]
+    assert row["method"] == "pipedream" and math.isinf(row["bandwidth"])
+    assert row["L"] == 1 and row["period"] == pytest.approx(18e-3)
+
+
 # ------------------------------------------------------------------------------- as researchers run them
 @pytest.mark.parametrize("cmd, start", [
     ([sys.executable, "-m", "memplan.experiments.runtime_check", "--repeats", "0"],
      "runtime_check: error: argument --repeats: '0'"),
     ([sys.executable, "-m", "memplan.experiments.gpu_profile", "--device", "cpu", "--out", "x", "--threads", "0"],
      "gpu_profile: error: argument --threads: '0'"),
+    ([sys.executable, "-m", "memplan.experiments.pipedream_experiment", "--gpus", "0"],
+     "pipedream_experiment: error: argument --gpus: '0'"),
 ])
 def test_scripts_run_directly(cmd, start, tmp_path):
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120,

@@ -43,7 +43,8 @@ _SCHEDULER_THREADS: Any = _UNSET     # the ``threads`` of the last run (see solv
 # presolve off, the root's set-up (the MIP start's LP, feasibility jump, the first LP) still ran
 # 1.2 s over on 0.57 M and 3-4.5 s on 2.2 M, with feasibility jump off 0.2 s and 1.5 s. Hence, for a
 # MIP, by the time its limit leaves (seconds per nonzero of the matrix):
-#: below this, presolve and feasibility jump are switched off (their cost is not bounded by the limit)
+#: below this, presolve, feasibility jump and symmetry detection are switched off (their cost is not
+#: bounded by the limit)
 SLOW_SETUP_SECONDS_PER_NNZ = 1e-5
 #: below this, the MIP is not started at all: its set-up alone would overrun the call
 SETUP_SECONDS_PER_NNZ = 1e-6
@@ -53,6 +54,51 @@ MIP_LIMIT_SHARE = 0.9
 #: a caller's ``root_overrun`` (seconds per nonzero, for models whose root HiGHS is known to run past
 #: its limit) is taken off what the call has left before that share, at most this many seconds
 ROOT_OVERRUN_MAX_S = 2.5
+#: compiling a Pyomo model into a matrix (``LinearStandardFormCompiler``, which its time limit cannot
+#: stop) takes about this share of the time its build took (measured on 2 shared cores: remat-milp
+#: 0.36-0.48 at L = 50-120, Checkmate's model 0.16-0.74 at L = 20-60); on the same machine at the same
+#: moment, so a loaded machine slows both alike
+COMPILE_PER_BUILD = 0.6
+#: seconds the first Pyomo model of a process costs beyond its own build and compilation, on a quiet
+#: machine (2 cores): importing ``pyomo.environ`` (0.9 s once SciPy is loaded: it then imports
+#: ``scipy.stats``) and the compiler's first run (0.55 s more than later ones); none of it can be
+#: interrupted. A loaded machine takes longer (:meth:`memplan.models.budget.Budget.pace`)
+PYOMO_IMPORT_SECONDS = 0.9
+PYOMO_FIRST_COMPILE_SECONDS = 0.55
+_PYOMO_COMPILED = False          # whether this process has compiled a Pyomo model yet
+
+
+def pyomo_first_use_seconds() -> float:
+    """Seconds (quiet machine) that the next Pyomo model of this process costs beyond its build and
+    compilation: the import and the compiler's first run, where they have not happened yet."""
+    import sys
+
+    return (0.0 if "pyomo.environ" in sys.modules else PYOMO_IMPORT_SECONDS) + (
+        0.0 if _PYOMO_COMPILED else PYOMO_FIRST_COMPILE_SECONDS)
+
+
+class BuildInterrupted(RuntimeError):
+    """The call's deadline passed while a model was being built (:class:`BuildClock`)."""
+
+
+class BuildClock:
+    """Watches a deadline while a model is built (``time.monotonic()`` seconds; by default the
+    active ``solve`` call's, none outside one). A Pyomo constraint rule asks :meth:`out` and returns
+    ``Constraint.Skip`` once it is past (an exception inside a rule would be logged by Pyomo as an
+    error); :meth:`check`, between two families of rows, then raises :class:`BuildInterrupted`."""
+
+    def __init__(self, deadline: float | None = None):
+        self.deadline = _budget.current().deadline if deadline is None else float(deadline)
+        self.hit = False
+
+    def out(self) -> bool:
+        if not self.hit and time.monotonic() >= self.deadline:
+            self.hit = True
+        return self.hit
+
+    def check(self) -> None:
+        if self.out():
+            raise BuildInterrupted("the call's time limit was reached while the model was being built")
 
 
 @dataclass
@@ -150,7 +196,7 @@ def solve_milp(model, *, time_limit: float | None = None, gap: float | None = No
                threads: int | None = None, mip_start: Any = None,
                log_file: str | Path | None = None, verbose: bool = False, relax: bool = False,
                options: Mapping[str, Any] | None = None, objective_scale: float | None = None,
-               root_overrun: float = 0.0) -> MilpResult:
+               root_overrun: float = 0.0, build_seconds: float | None = None) -> MilpResult:
     """Solve a Pyomo model (one active objective, linear) with HiGHS and load the values back.
 
     Parameters
@@ -173,6 +219,10 @@ def solve_milp(model, *, time_limit: float | None = None, gap: float | None = No
         callback came 2 s apart there, so a callback cannot stop it sooner). Inside a ``solve`` call,
         HiGHS's limit is shortened by that much (at most :data:`ROOT_OVERRUN_MAX_S`), and the MILP is
         not started where nothing would be left.
+    build_seconds : how long the caller took to build ``model`` (its Pyomo import left out). Inside a
+        ``solve`` call, the model is not compiled where what is left would not cover its compilation
+        (:data:`COMPILE_PER_BUILD` of that, plus the compiler's first run in this process), which
+        HiGHS's time limit does not bound: the result is then NO_SOLUTION, saying so.
 
     Status mapping: optimal -> OPTIMAL; time limit with an incumbent -> TIME_LIMIT, without ->
     NO_SOLUTION; infeasible -> INFEASIBLE; anything else -> ERROR (message says which).
@@ -181,10 +231,21 @@ def solve_milp(model, *, time_limit: float | None = None, gap: float | None = No
     from pyomo.common.errors import InfeasibleConstraintException
     from pyomo.repn.plugins.standard_form import LinearStandardFormCompiler
 
+    global _PYOMO_COMPILED
     times: dict[str, float] = {}
+    budget = _budget.current()
+    if build_seconds is not None and math.isfinite(budget.remaining()):
+        first = 0.0 if _PYOMO_COMPILED else PYOMO_FIRST_COMPILE_SECONDS * budget.pace()
+        need = COMPILE_PER_BUILD * build_seconds + first
+        if need >= budget.remaining():
+            return MilpResult(status=Status.NO_SOLUTION, objective=None, bound=None, times=times,
+                              message=f"not solved: compiling the model for HiGHS (about {need:.2g} s"
+                                      + (", the compiler's first run in this process included" if first else "")
+                                      + f") would not end in the {budget.remaining():.2g} s left of the call")
     with timed(times, "compile"):
         try:
             info = LinearStandardFormCompiler().write(model, mixed_form=True, set_sense=None)
+            _PYOMO_COMPILED = True
         except InfeasibleConstraintException as e:   # a constant row violated (e.g. by fixed variables)
             return MilpResult(status=Status.INFEASIBLE, objective=None, bound=None,
                               message=f"trivially infeasible: {e}", times=times)
@@ -252,14 +313,16 @@ def solve_arrays(*, cost, lower, upper, integer, A, row_lower, row_upper, offset
                  threads: int | None = None, mip_start: tuple[Any, Any] | None = None,
                  log_file: str | Path | None = None, verbose: bool = False, relax: bool = False,
                  options: Mapping[str, Any] | None = None,
-                 objective_scale: float | None = None, quiet: bool = False) -> tuple[MilpResult, np.ndarray | None]:
+                 objective_scale: float | None = None, quiet: bool = False,
+                 root_overrun: float = 0.0) -> tuple[MilpResult, np.ndarray | None]:
     """:func:`solve_milp` for a model built directly as arrays (no Pyomo): ``min/max cost @ x + offset``
     subject to ``row_lower <= A @ x <= row_upper``, ``lower <= x <= upper``, ``x[j]`` integer where
     ``integer[j]``. ``A`` is a scipy sparse matrix (any format). ``mip_start`` is ``(indices, values)``
     (complete or partial). Same time-limit clamping, progress lines and status mapping as
     :func:`solve_milp`; returns ``(result, x)`` with ``x`` the solution (integers rounded) or None.
     ``result.times['compile']`` is the hand-over to HiGHS. ``quiet``: no incumbent lines on the progress
-    sink (sub-MIPs of a search, whose incumbents are not the call's)."""
+    sink (sub-MIPs of a search, whose incumbents are not the call's). ``root_overrun``: as for
+    :func:`solve_milp`."""
     import highspy
 
     times: dict[str, float] = {}
@@ -291,7 +354,7 @@ def solve_arrays(*, cost, lower, upper, integer, A, row_lower, row_upper, offset
         start = (np.asarray(mip_start[0], dtype=np.int32), np.asarray(mip_start[1], dtype=float))
     res, x = _run_highs(lp, list(integer), size=size, times=times, offset=offset, time_limit=time_limit,
                         gap=gap, threads=threads, start=start, log_file=log_file, verbose=verbose, relax=relax,
-                        options=options, objective_scale=objective_scale, quiet=quiet)
+                        options=options, objective_scale=objective_scale, quiet=quiet, root_overrun=root_overrun)
     if x is not None and not relax:
         x = np.where(integer, np.round(x), x)
     return res, x
@@ -310,20 +373,28 @@ def _run_highs(lp, integer, *, size, times, offset, time_limit, gap, threads, st
                           message="not solved: the call's time limit was reached before this MILP"), None
     is_mip = any(integer) and not relax
     nnz = int(size.get("nonzeros", 0))
-    if is_mip and time_limit is not None and math.isfinite(budget.remaining()):
+    if time_limit is not None and math.isfinite(budget.remaining()) and (is_mip or root_overrun > 0):
+        # an LP (a relaxation) keeps back only its known overrun: it is solved to the end or not at all
         root = min(root_overrun * nnz, ROOT_OVERRUN_MAX_S)
-        time_limit = min(time_limit, MIP_LIMIT_SHARE * (budget.remaining() - root))
+        time_limit = min(time_limit, (MIP_LIMIT_SHARE if is_mip else 1.0) * (budget.remaining() - root))
         if time_limit <= 0.01:
             return MilpResult(status=Status.NO_SOLUTION, objective=None, bound=None, size=size, times=times,
                               message=f"not solved: the {budget.remaining():.3g} s left would not cover HiGHS's root "
                                       f"on this model ({nnz:,} nonzeros: about {root:.2g} s past its own limit)"), None
-    if is_mip and time_limit is not None and time_limit < SETUP_SECONDS_PER_NNZ * nnz:
+    # the set-up's costs are a quiet machine's: a loaded one (Budget.pace) takes longer, presolve included
+    # (Checkmate's model, 0.2 M nonzeros, beside two busy loops on 2 cores: presolve 1.1 s, the root's
+    # set-up 2.4 s more, 4.4 s for a 2.3 s limit)
+    pace = budget.pace()
+    if is_mip and time_limit is not None and time_limit < SETUP_SECONDS_PER_NNZ * nnz * pace:
         return MilpResult(status=Status.NO_SOLUTION, objective=None, bound=None, size=size, times=times,
                           message=f"not solved: the {time_limit:.3g} s left are less than HiGHS's set-up of this "
-                                  f"model ({nnz:,} nonzeros, about {SETUP_SECONDS_PER_NNZ * nnz:.2g} s), which "
-                                  "its time limit does not stop"), None
-    if is_mip and time_limit is not None and time_limit < SLOW_SETUP_SECONDS_PER_NNZ * nnz:
-        options = {"presolve": "off", "mip_heuristic_run_feasibility_jump": False, **(options or {})}
+                                  f"model ({nnz:,} nonzeros, about {SETUP_SECONDS_PER_NNZ * nnz * pace:.2g} s), "
+                                  "which its time limit does not stop"), None
+    if is_mip and time_limit is not None and time_limit < SLOW_SETUP_SECONDS_PER_NNZ * nnz * pace:
+        # symmetry detection, in the root's set-up, does not watch the limit either (Checkmate's model,
+        # 1.9 M nonzeros: 4.0 s for a 2 s limit with it, 2.9 s without)
+        options = {"presolve": "off", "mip_heuristic_run_feasibility_jump": False, "mip_detect_symmetry": False,
+                   **(options or {})}
     h = _new_highs()
     h.setOptionValue("output_flag", bool(verbose or log_file))
     h.setOptionValue("log_to_console", bool(verbose))

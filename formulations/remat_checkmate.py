@@ -46,6 +46,15 @@ Stage t = 1..n computes node t (frontier-advancing): ``R[t,t] = 1``, ``R[t,i] = 
   F_none^l, see above; ``o_b^l`` for B^l);
 - objective ``sum_t sum_i C_i R[t,i]``.
 
+:func:`build_checkmate` writes this model in Pyomo, with these names; the solvers build the same
+rows as arrays (:func:`build_checkmate_arrays`, numpy, family by family; ``tests/test_checkmate.py``
+checks that the two give the same matrix, bounds and objective) and hand them to HiGHS through
+:func:`formulations.highs_driver.solve_arrays`: on 2 shared cores the Pyomo model took 2 s to build and
+0.9 s to compile at L = 60 (and the first one of a process 1.5 s more to import Pyomo and start its
+compiler), none of which a time limit can interrupt; the arrays take 0.02 s. Inside a ``memplan.remat.solve``
+call the build stops between two families once the call's time is up (NO_SOLUTION,
+``details["interrupted"] = "build"``), and HiGHS gets what is left of the call.
+
 From R, S to a sequence of paper 004 (the conversion of section 5.4)
 --------------------------------------------------------------------
 The stages are executed in order, each computing its nodes ``i`` with ``R[t,i] = 1`` in topological
@@ -76,7 +85,8 @@ from memplan.models.chain import Chain
 from memplan.models.remat import InvalidSequence, RematSchedule, simulate_remat
 from memplan.models.solution import Solution, Status
 from memplan.models.units import fmt_memory
-from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
+from memplan.formulations.highs_driver import (EXACT_TOLERANCES, BuildClock, BuildInterrupted, MilpResult,
+                                                solve_arrays, timed)
 
 
 
@@ -180,6 +190,226 @@ def build_checkmate(chain: Chain, memory: float):
     m.c_u_budget = pyo.Constraint(r_idx, rule=lambda m_, t, k: m.U[t, k] + over[k] * m.R[t, k] <= 1.0)
     m.makespan = pyo.Objective(expr=sum(cost[i] * m.R[t, i] for (t, i) in r_idx))
     return m
+
+
+class _Rows:
+    """Rows ``lo <= sum coef x <= hi`` collected family by family as arrays (no Pyomo objects)."""
+
+    def __init__(self) -> None:
+        self.r: list[np.ndarray] = []
+        self.c: list[np.ndarray] = []
+        self.v: list[np.ndarray] = []
+        self.lo: list[np.ndarray] = []
+        self.hi: list[np.ndarray] = []
+        self.m = 0
+        self.families: dict[str, int] = {}
+
+    def add(self, name: str, m: int, terms, lo, hi) -> None:
+        """``m`` rows of family ``name``. ``terms``: ``(cols, coefs, fixed)`` arrays of length ``m``, one
+        term per row each; ``cols < 0`` is a variable fixed at ``fixed`` (0 for a term that is absent),
+        whose part moves to the bounds, as Pyomo's compiler moves a fixed variable's. Zero coefficients
+        are dropped; a row left empty is checked (it must hold) and dropped."""
+        const = np.zeros(m)
+        rows, cols, vals = [], [], []
+        for c, v, f in terms:
+            c = np.asarray(c, dtype=np.int64)
+            v = np.broadcast_to(np.asarray(v, dtype=float), (m,))
+            f = np.broadcast_to(np.asarray(f, dtype=float), (m,))
+            var = c >= 0
+            const += np.where(var, 0.0, v * f)
+            keep = var & (v != 0.0)
+            rows.append(np.flatnonzero(keep))
+            cols.append(c[keep])
+            vals.append(v[keep])
+        rows_a = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+        lo = np.broadcast_to(np.asarray(lo, dtype=float), (m,)) - const
+        hi = np.broadcast_to(np.asarray(hi, dtype=float), (m,)) - const
+        used = np.zeros(m, dtype=bool)
+        used[rows_a] = True
+        if not used.all() and ((lo[~used] > 1e-9) | (hi[~used] < -1e-9)).any():
+            raise AssertionError(f"{name}: a row without variables is violated")
+        new = np.cumsum(used) - 1 + self.m
+        self.r.append(new[rows_a])
+        self.c.append(np.concatenate(cols))
+        self.v.append(np.concatenate(vals))
+        self.lo.append(lo[used])
+        self.hi.append(hi[used])
+        k = int(used.sum())
+        self.m += k
+        self.families[name] = k
+
+
+class CheckmateArrays:
+    """Checkmate's MILP (:func:`build_checkmate`, the same rows and objective) as arrays for
+    :func:`formulations.highs_driver.solve_arrays`, built with numpy family by family: 30x faster
+    than the Pyomo model and its compilation (L = 60: 0.1 s against 3 s), and no Pyomo import.
+    Fixed variables (``R[t,t] = 1``, a backward node outside its stage ``R[t,i] = 0``) are
+    substituted, as Pyomo's compiler does. Columns: the free ``R[t,i]``, then ``S[t,i]``,
+    ``FREE[t,i,k]`` and ``U[t,k]``, each in the index order of :func:`build_checkmate`
+    (:meth:`column_names` gives Pyomo's names)."""
+
+    def __init__(self, chain: Chain, memory: float, clock=None):
+        g = ChainGraph(chain)
+        n, L = g.n, g.L
+        self.graph, self.n = g, n
+        ms = 1.0 / float(memory)
+        ts = chain.store_all_time() or 1.0
+        self.time_scale = ts
+        size = g.size * ms
+        over = g.over * ms
+        cost = g.cost / ts
+        check = clock.check if clock is not None else (lambda: None)
+
+        # R over r_idx = [(t, i) for t in 1..n for i in 1..t]: position t(t-1)/2 + i-1
+        tr, ir = np.tril_indices(n)
+        T, I = tr + 1, ir + 1
+        fixed_one = I == T
+        fixed = fixed_one | ((I >= L + 2) & (I < T))
+        nR = int((~fixed).sum())
+        self.r_col = np.full((n + 2, n + 2), -1, dtype=np.int64)
+        self.r_fix = np.zeros((n + 2, n + 2))
+        self.r_col[T[~fixed], I[~fixed]] = np.arange(nR)
+        self.r_fix[T[fixed_one], I[fixed_one]] = 1.0
+        # S over s_idx = [(t, i) for t in 2..n for i in 1..t-1]
+        ts_, is_ = np.tril_indices(n, -1)
+        self.s_col = np.full((n + 2, n + 2), -1, dtype=np.int64)
+        self.s_col[ts_ + 1, is_ + 1] = nR + np.arange(len(ts_))
+        nS = len(ts_)
+        # FREE over free_idx = [(t, i, k) for (t, k) in r_idx for i in deps[k] + [k]]: slots of deps[k] + [k]
+        W = 1 + max(len(d) for d in g.deps)
+        slot = np.full((n + 1, W), -1, dtype=np.int64)
+        for k in range(1, n + 1):
+            for s, i in enumerate(g.deps[k] + [k]):
+                slot[k, s] = i
+        K = I                                        # r_idx read as (t, k)
+        F_i = slot[K]                                # (len r_idx, W) freed node i, -1 absent
+        f_ok = F_i >= 0
+        nF = int(f_ok.sum())
+        f_col = np.full(F_i.shape, -1, dtype=np.int64)
+        f_col[f_ok] = nR + nS + np.arange(nF)
+        # U over r_idx
+        u_col = nR + nS + nF + np.arange(len(T))
+        ncol = nR + nS + nF + len(T)
+        self.n_cols = ncol
+        self._blocks = (T, I, fixed, ts_ + 1, is_ + 1, F_i, f_ok, T)
+        self.lower = np.zeros(ncol)
+        self.upper = np.ones(ncol)
+        self.upper[nR + nS + nF:] = np.inf
+        self.integer = np.ones(ncol, dtype=bool)
+        self.integer[nR + nS + nF:] = False
+
+        def Rc(t, i):
+            """(column, fixed value) of R[t, i] for index arrays (i <= t)."""
+            return self.r_col[t, i], self.r_fix[t, i]
+
+        def Sc(t, i):
+            """(column, 0) of S[t, i]; -1 (absent: 0) outside s_idx."""
+            ok = (t >= 2) & (t <= n) & (i < t) & (i >= 1)
+            return np.where(ok, self.s_col[np.minimum(t, n + 1), np.clip(i, 0, n + 1)], -1), 0.0
+
+        def pos(t, k):
+            return t * (t - 1) // 2 + k - 1
+
+        rows = _Rows()
+        # c_dep: R[t,j] <= R[t,i] + S[t,i] for every edge i -> j, j <= t
+        dslot = np.full((n + 1, max(1, max(len(d) for d in g.deps))), -1, dtype=np.int64)
+        for j in range(1, n + 1):
+            dslot[j, :len(g.deps[j])] = g.deps[j]
+        Di = dslot[I]
+        ok = Di >= 0
+        t_, j_, i_ = np.broadcast_to(T[:, None], Di.shape)[ok], np.broadcast_to(I[:, None], Di.shape)[ok], Di[ok]
+        (rj, fj), (ri, fi) = Rc(t_, j_), Rc(t_, i_)
+        rows.add("c_dep", len(t_), [(rj, 1.0, fj), (ri, -1.0, fi), (Sc(t_, i_)[0], -1.0, 0.0)], -np.inf, 0.0)
+        check()
+        # c_keep: S[t,i] <= R[t-1,i] + S[t-1,i]
+        t_, i_ = ts_ + 1, is_ + 1
+        rows.add("c_keep", len(t_), [(self.s_col[t_, i_], 1.0, 0.0), (Rc(t_ - 1, i_)[0], -1.0, Rc(t_ - 1, i_)[1]),
+                                     (Sc(t_ - 1, i_)[0], -1.0, 0.0)], -np.inf, 0.0)
+        check()
+        # c_free_lo / c_free_hi, with the hazard count h = (1 - R[t,k]) + S[t+1,i] + sum R[t,j] over the
+        # users j of i with k < j <= t, and h_max = 2 + (number of those users)
+        Uw = max(len(u) for u in g.users)
+        uslot = np.full((n + 1, max(1, Uw)), -1, dtype=np.int64)
+        for i in range(1, n + 1):
+            uslot[i, :len(g.users[i])] = g.users[i]
+        t_ = np.broadcast_to(T[:, None], F_i.shape)[f_ok]
+        k_ = np.broadcast_to(K[:, None], F_i.shape)[f_ok]
+        i_ = F_i[f_ok]
+        fc = f_col[f_ok]
+        us = uslot[i_]                                    # (rows, Uw)
+        later = (us > k_[:, None]) & (us <= t_[:, None])
+        hmax = 2.0 + later.sum(axis=1)
+        rk = Rc(t_, k_)
+        s_next = Sc(t_ + 1, i_)[0]
+        later_terms = []
+        for w in range(us.shape[1]):
+            j = np.where(later[:, w], us[:, w], 0)
+            c, f = Rc(t_, j)
+            later_terms.append((np.where(later[:, w], c, -1), -1.0, np.where(later[:, w], f, 0.0)))
+        common = [(rk[0], 1.0, rk[1]), (s_next, -1.0, 0.0)] + later_terms
+        # 1 - FREE <= h  <=>  -FREE + R[t,k] - S[t+1,i] - sum R[t,j] <= 0
+        rows.add("c_free_lo", len(t_), [(fc, -1.0, 0.0)] + common, -np.inf, 0.0)
+        check()
+        # h_max (1 - FREE) >= h  <=>  -h_max FREE + R[t,k] - S[t+1,i] - sum R[t,j] >= 1 - h_max
+        rows.add("c_free_hi", len(t_), [(fc, -hmax, 0.0)] + common, 1.0 - hmax, np.inf)
+        check()
+        # c_u_init: U[t,1] = static + sum_{i<t} size_i S[t,i] + size_1 R[t,1]
+        tt = np.arange(1, n + 1)
+        terms = [(u_col[pos(tt, 1)], 1.0, 0.0), (Rc(tt, np.ones_like(tt))[0], -size[1], Rc(tt, np.ones_like(tt))[1])]
+        for i in range(1, n):
+            c = np.where(tt > i, self.s_col[tt, i], -1)
+            terms.append((c, -size[i], 0.0))
+        rows.add("c_u_init", n, terms, g.static * ms, g.static * ms)
+        check()
+        # c_u_next: U[t,k] = U[t,k-1] - sum_{i in deps[k-1] + [k-1]} size_i FREE[t,i,k-1] + size_k R[t,k]
+        nx = I >= 2
+        t_, k_ = T[nx], I[nx]
+        prev = pos(t_, k_ - 1)
+        terms = [(u_col[pos(t_, k_)], 1.0, 0.0), (u_col[prev], -1.0, 0.0),
+                 (Rc(t_, k_)[0], -size[k_], Rc(t_, k_)[1])]
+        for w in range(W):
+            fi = F_i[prev, w]
+            terms.append((f_col[prev, w], size[np.maximum(fi, 0)], 0.0))
+        rows.add("c_u_next", len(t_), terms, 0.0, 0.0)
+        check()
+        # c_u_budget: U[t,k] + o_k R[t,k] <= 1
+        rows.add("c_u_budget", len(T), [(u_col, 1.0, 0.0), (Rc(T, I)[0], over[I], Rc(T, I)[1])], -np.inf, 1.0)
+        check()
+        # objective: sum_t sum_i C_i R[t,i]
+        self.cost = np.zeros(ncol)
+        np.add.at(self.cost, self.r_col[T[~fixed], I[~fixed]], cost[I[~fixed]])
+        self.offset = float((cost[I] * self.r_fix[T, I]).sum())
+        from scipy.sparse import coo_matrix
+
+        self.A = coo_matrix((np.concatenate(rows.v), (np.concatenate(rows.r), np.concatenate(rows.c))),
+                            shape=(rows.m, ncol)).tocsc()
+        self.row_lo = np.concatenate(rows.lo)
+        self.row_hi = np.concatenate(rows.hi)
+        self.families = rows.families
+
+    def column_names(self) -> list[str]:
+        """Pyomo's names of the columns (``R[t,i]``, ``S[t,i]``, ``FREE[t,i,k]``, ``U[t,k]``)."""
+        T, I, fixed, St, Si, F_i, f_ok, _ = self._blocks
+        names = [f"R[{t},{i}]" for t, i in zip(T[~fixed], I[~fixed])]
+        names += [f"S[{t},{i}]" for t, i in zip(St, Si)]
+        tk = np.broadcast_to(T[:, None], F_i.shape)[f_ok], np.broadcast_to(I[:, None], F_i.shape)[f_ok]
+        names += [f"FREE[{t},{i},{k}]" for t, i, k in zip(tk[0], F_i[f_ok], tk[1])]
+        names += [f"U[{t},{k}]" for t, k in zip(T, I)]
+        return names
+
+    def rs(self, x):
+        """``(R, S)`` as :func:`_rs_from_model` gives them, from a solution vector ``x``."""
+        xr = np.concatenate([np.asarray(x, dtype=float), [0.0]])     # column -1: the appended 0
+        R = np.where(self.r_col >= 0, xr[self.r_col], self.r_fix)
+        S = np.where(self.s_col >= 0, xr[self.s_col], 0.0)
+        return R, S
+
+
+def build_checkmate_arrays(chain: Chain, memory: float, *, clock=None) -> CheckmateArrays:
+    """:class:`CheckmateArrays`; ``clock`` (a :class:`formulations.highs_driver.BuildClock`) is checked
+    between the families of rows and raises :class:`~formulations.highs_driver.BuildInterrupted` once
+    its deadline has passed."""
+    return CheckmateArrays(chain, memory, clock)
 
 
 def _rs_from_model(m):
@@ -318,6 +548,42 @@ def _replay(chain, sched, memory):
     return rep, rep.peak_memory <= memory * (1 + 1e-9) + 1e-9
 
 
+#: seconds, ``ROOT_SECONDS + ROOT_SECONDS_PER_NNZ * nonzeros``, by which HiGHS runs past its time limit
+#: on this model on a quiet machine: its root's set-up, which does not watch the limit (measured on 2
+#: cores with presolve, feasibility jump and symmetry detection off, as the driver runs a short limit:
+#: 0.25 us per nonzero at 1.3 M nonzeros, 0.5 us at 1.9 M; the LP relaxation 0.4 us at 2.3 M), and on
+#: a small model one round of the root's cuts, between two looks at the clock (73 k nonzeros beside two
+#: busy loops: rounds of about 1 s, the call 3.9 s for 3 s)
+ROOT_SECONDS = 0.2
+ROOT_SECONDS_PER_NNZ = 1e-6
+
+
+def _solve(model: CheckmateArrays, **kw):
+    """``(MilpResult, x)``: :func:`formulations.highs_driver.solve_arrays` on the arrays of the model.
+    Inside a ``solve`` call, HiGHS's limit keeps back its known overrun (:data:`ROOT_SECONDS` and
+    :data:`ROOT_SECONDS_PER_NNZ`, times the machine's :meth:`~memplan.models.budget.Budget.pace`), and
+    HiGHS is not started where the call has less time left than that overrun."""
+    b = _budget.current()
+    nnz = max(1, int(model.A.nnz))
+    per_nnz = (ROOT_SECONDS / nnz + ROOT_SECONDS_PER_NNZ) * b.pace()     # the driver takes it per nonzero
+    if per_nnz * nnz >= b.remaining():
+        size = {"variables": model.n_cols, "integer": int(model.integer.sum()), "constraints": int(model.A.shape[0]),
+                "nonzeros": nnz}
+        msg = (f"not solved: HiGHS runs about {per_nnz * nnz:.2g} s past its time limit on this model "
+               f"({nnz:,} nonzeros), more than the {b.remaining():.2g} s left of the call")
+        return MilpResult(status=Status.NO_SOLUTION, objective=None, bound=None, size=size, message=msg), None
+    return solve_arrays(cost=model.cost, lower=model.lower, upper=model.upper, integer=model.integer, A=model.A,
+                        row_lower=model.row_lo, row_upper=model.row_hi, offset=model.offset, root_overrun=per_nnz,
+                        **kw)
+
+
+def _interrupted(method: str, memory: float, e: BuildInterrupted, times: dict, t0: float, details: dict) -> Solution:
+    """NO_SOLUTION: the call's time ran out while the model was being built (``details["interrupted"]``)."""
+    times["total"] = time.perf_counter() - t0
+    return Solution("remat", method, Status.NO_SOLUTION, memory_limit=memory, message=f"not solved: {e}",
+                    times=times, details={**details, "interrupted": "build", "stopped_by_time": True})
+
+
 def solve_checkmate(chain: Chain, memory: float, *, time_limit: float | None = 60, gap: float | None = 1e-4,
                     threads: int | None = None, log_file=None, verbose: bool = False) -> Solution:
     """Checkmate's MILP (exact within Checkmate's model), converted and replayed (method ``checkmate``).
@@ -328,21 +594,27 @@ def solve_checkmate(chain: Chain, memory: float, *, time_limit: float | None = 6
     only, neither for paper 004's model nor for the converted sequence, so it is reported as
     ``details['milp_bound']`` / ``details['milp_gap']`` (``predicted`` is the MILP objective) and
     ``bound`` stays None; LIMIT_EXCEEDED with ``details["limit_exceeded"]`` when the converted
-    sequence breaks the limit.
+    sequence breaks the limit. ``details["stopped_by_time"]``: the call's time ran out before HiGHS
+    proved its answer (or before it ran: NO_SOLUTION), so :func:`memplan.remat.solve` compares the
+    answer with the baselines.
     """
     chain.check_papers_times("checkmate")
     times: dict[str, float] = {}
     t0 = time.perf_counter()
-    with timed(times, "build"):
-        model = build_checkmate(chain, memory)
-    res = solve_milp(model, time_limit=time_limit, gap=gap, threads=threads, log_file=log_file,
-                     verbose=verbose, options=EXACT_TOLERANCES, objective_scale=model.time_scale)
+    try:
+        with timed(times, "build"):
+            model = build_checkmate_arrays(chain, memory, clock=BuildClock())
+    except BuildInterrupted as e:
+        return _interrupted("checkmate", memory, e, times, t0, {"time_limit": time_limit, "gap_target": gap})
+    res, x = _solve(model, time_limit=time_limit, gap=gap, threads=threads, log_file=log_file, verbose=verbose,
+                    options=EXACT_TOLERANCES, objective_scale=model.time_scale)
     times.update(res.times)
     ts = model.time_scale
     pred = None if res.objective is None else res.objective * ts
     bound = None if res.bound is None else res.bound * ts
     details = {"model_size": res.size, "milp_status": str(res.status), "milp_message": res.message,
                "time_limit": time_limit, "gap_target": gap,
+               "stopped_by_time": res.status in (Status.TIME_LIMIT, Status.NO_SOLUTION),
                "note": "bound and optimality are within Checkmate's model (a and abar not distinguished)"}
     if not res.has_solution:
         times["total"] = time.perf_counter() - t0
@@ -351,7 +623,7 @@ def solve_checkmate(chain: Chain, memory: float, *, time_limit: float | None = 6
         return Solution("remat", "checkmate", res.status, memory_limit=memory, bound=bound, message=msg,
                         times=times, details=details)
     with timed(times, "convert"):
-        R, _ = _rs_from_model(model)
+        R, _ = model.rs(x)
         try:
             sched = sequence_from_events(chain, model.graph, events_from_rs(model.graph, R))
             rep, ok = _replay(chain, sched, memory)
@@ -388,25 +660,28 @@ def solve_checkmate_lp(chain: Chain, memory: float, *, time_limit: float | None 
     ``memplan.remat.solve`` call's time runs out; ``details['roundings']`` says how many); returns
     the fastest converted sequence within the limit, else the one with the smallest peak, reporting
     the memory it really uses (status LIMIT_EXCEEDED, ``details["limit_exceeded"] = True`` when above the
-    limit).
+    limit). ``details["stopped_by_time"]``: the relaxation was not solved in the call's time.
     """
     chain.check_papers_times("checkmate-lp")
     times: dict[str, float] = {}
     t0 = time.perf_counter()
-    with timed(times, "build"):
-        model = build_checkmate(chain, memory)
-    res = solve_milp(model, time_limit=time_limit, threads=threads, relax=True, log_file=log_file,
-                     verbose=verbose)
+    try:
+        with timed(times, "build"):
+            model = build_checkmate_arrays(chain, memory, clock=BuildClock())
+    except BuildInterrupted as e:
+        return _interrupted("checkmate-lp", memory, e, times, t0, {"time_limit": time_limit})
+    res, x = _solve(model, time_limit=time_limit, threads=threads, relax=True, log_file=log_file, verbose=verbose)
     times.update(res.times)
     ts = model.time_scale
     lp = None if res.objective is None else res.objective * ts
-    details = {"model_size": res.size, "lp_status": str(res.status), "lp_bound": lp, "time_limit": time_limit}
+    details = {"model_size": res.size, "lp_status": str(res.status), "lp_bound": lp, "time_limit": time_limit,
+               "stopped_by_time": res.status in (Status.TIME_LIMIT, Status.NO_SOLUTION)}
     if not res.has_solution:
         times["total"] = time.perf_counter() - t0
         return Solution("remat", "checkmate-lp", res.status, memory_limit=memory,
                         message=f"LP relaxation: {res.message}", times=times, details=details)
     g = model.graph
-    _, S_frac = _rs_from_model(model)
+    _, S_frac = model.rs(x)
     rng = np.random.default_rng(seed)
     best = None
     tried = 0

@@ -158,7 +158,7 @@ from memplan.models.remat import RematSchedule, simulate_remat, InvalidSequence
 from memplan.models.solution import Solution, Status
 from memplan.models.units import fmt_memory
 
-from memplan.formulations.highs_driver import EXACT_TOLERANCES, solve_milp, timed
+from memplan.formulations.highs_driver import EXACT_TOLERANCES, BuildClock, BuildInterrupted, solve_milp, timed
 
 KINDS = ("all", "up", "ck", "none")   # see the table in the module docstring
 _OPNAME = {"all": "F_all", "up": "F_all", "ck": "F_ck", "none": "F_none"}
@@ -206,7 +206,7 @@ def _op_index(L: int, up_stages=None):
 
 
 def build_remat_milp(chain: Chain, memory: float, *, cumulative: bool = True, prune_up: bool = True,
-                     lower_bound: float | None = None):
+                     lower_bound: float | None = None, clock: BuildClock | None = None):
     """The Pyomo model of the phase/sweep formulation (see the module docstring).
 
     ``prune_up``: leave out ``up`` at the stages where it is dominated (:func:`up_dominated`; the
@@ -216,9 +216,21 @@ def build_remat_milp(chain: Chain, memory: float, *, cumulative: bool = True, pr
     solution, and HiGHS's dual bound starts from it, so the gap closes as soon as an incumbent
     reaches it. Returns the ``ConcreteModel``;
     ``model.time_scale`` converts its objective to seconds, ``model.up_stages`` lists the stages that
-    keep ``up``.
+    keep ``up``. ``clock`` (a :class:`formulations.highs_driver.BuildClock`): once its deadline has
+    passed, the rules add no more rows and :class:`~formulations.highs_driver.BuildInterrupted` is
+    raised at the end of the family being built.
     """
     import pyomo.environ as pyo
+
+    def guard(rule):
+        """``rule``, adding nothing once the clock's deadline has passed."""
+        if clock is None:
+            return rule
+        return lambda *a: pyo.Constraint.Skip if clock.out() else rule(*a)
+
+    def check():
+        if clock is not None:
+            clock.check()
 
     L = chain.L
     M = float(memory)
@@ -271,27 +283,37 @@ def build_remat_milp(chain: Chain, memory: float, *, cumulative: bool = True, pr
 
     # --- Table 1: which operation may run in which state -------------------------------------
     pair_idx = [(t, j) for t in range(1, L + 2) for j in range(1, t + 1)]
-    m.c_t1_one_op = pyo.Constraint(pair_idx, rule=lambda m_, t, j: anyop(t, j) <= 1)
+    m.c_t1_one_op = pyo.Constraint(pair_idx, rule=guard(lambda m_, t, j: anyop(t, j) <= 1))
+    check()
     # all / ck / none produce a^j or abar^j into an empty slot; up needs a plain a^j
     m.c_t1_fresh = pyo.Constraint(
-        pair_idx, rule=lambda m_, t, j: o(t, j, "all") + o(t, j, "ck") + o(t, j, "none") + x0(t, j) + xb0(t, j) <= 1)
+        pair_idx,
+        rule=guard(lambda m_, t, j: o(t, j, "all") + o(t, j, "ck") + o(t, j, "none") + x0(t, j) + xb0(t, j) <= 1))
+    check()
     up_idx = [(t, j) for (t, j, k) in op_idx if k == "up"]
-    m.c_t1_upgrade = pyo.Constraint(up_idx, rule=lambda m_, t, j: o(t, j, "up") <= x0(t, j))
+    m.c_t1_upgrade = pyo.Constraint(up_idx, rule=guard(lambda m_, t, j: o(t, j, "up") <= x0(t, j)))
+    check()
     # input a^{j-1} (or abar^{j-1}) present when F^j runs (a^0 always is)
     in_idx = [(t, j) for (t, j) in pair_idx if j >= 2]
-    m.c_t1_input = pyo.Constraint(in_idx, rule=lambda m_, t, j: anyop(t, j) <= x1(t, j - 1) + xb1(t, j - 1))
+    m.c_t1_input = pyo.Constraint(in_idx, rule=guard(lambda m_, t, j: anyop(t, j) <= x1(t, j - 1) + xb1(t, j - 1)))
+    check()
     # F_none^j discards the plain a^{j-1} only (Table 1 has no F_none row for abar^{j-1})
     m.c_t1_none_plain = pyo.Constraint(
         [(t, j) for (t, j) in in_idx if (t, j, "none") in has],
-        rule=lambda m_, t, j: o(t, j, "none") <= x1(t, j - 1))
+        rule=guard(lambda m_, t, j: o(t, j, "none") <= x1(t, j - 1)))
+    check()
     # B^t needs delta^t (phase structure), abar^t and a^{t-1}/abar^{t-1}
     ph = list(range(1, L + 2))
-    m.c_t1_backward_abar = pyo.Constraint(ph, rule=lambda m_, t: _rel(xb1(t, t), "==", 1))
+    m.c_t1_backward_abar = pyo.Constraint(ph, rule=guard(lambda m_, t: _rel(xb1(t, t), "==", 1)))
+    check()
     m.c_t1_backward_input = pyo.Constraint(
-        [t for t in ph if t >= 2], rule=lambda m_, t: _rel(x2(t, t - 1) + xb1(t, t - 1), ">=", 1))
+        [t for t in ph if t >= 2], rule=guard(lambda m_, t: _rel(x2(t, t - 1) + xb1(t, t - 1), ">=", 1)))
+    check()
     # --- phase transition: B^t frees abar^t and the plain a^{t-1} (Table 1, B^l rows) -----------
-    m.c_t1_carry_a = pyo.Constraint(x_idx, rule=lambda m_, t, j: m.x0[t, j] == x2(t + 1, j))
-    m.c_t1_carry_abar = pyo.Constraint(xb_idx, rule=lambda m_, t, j: m.xb0[t, j] == xb1(t + 1, j))
+    m.c_t1_carry_a = pyo.Constraint(x_idx, rule=guard(lambda m_, t, j: m.x0[t, j] == x2(t + 1, j)))
+    check()
+    m.c_t1_carry_abar = pyo.Constraint(xb_idx, rule=guard(lambda m_, t, j: m.xb0[t, j] == xb1(t + 1, j)))
+    check()
 
     # --- Definitions 3.3 / 3.4: memory of every operation <= M (= 1 after scaling) -----------
     def size0(t, k):
@@ -320,7 +342,8 @@ def build_remat_milp(chain: Chain, memory: float, *, cumulative: bool = True, pr
         # O(1) terms per constraint instead of O(t) (O(L^2) nonzeros instead of O(L^3))
         m.P = pyo.Var([(t, j) for t in ph for j in range(1, t + 2)], bounds=(None, None))
         m.c_d34_stored_init = pyo.Constraint(
-            ph, rule=lambda m_, t: m.P[t, 1] == wd[t] + wa[0] + sum(size0(t, k) for k in range(1, t + 1)))
+            ph, rule=guard(lambda m_, t: m.P[t, 1] == wd[t] + wa[0] + sum(size0(t, k) for k in range(1, t + 1))))
+        check()
 
         def step(m_, t, j):   # P[t, j] - P[t, j-1] = change of index j-2 (by F^{j-1}) and j-1
             e = size1(t, j - 1) - size0(t, j - 1)
@@ -328,7 +351,8 @@ def build_remat_milp(chain: Chain, memory: float, *, cumulative: bool = True, pr
                 e = e + size2(t, j - 2) - size1(t, j - 2)
             return m.P[t, j] == m.P[t, j - 1] + e
 
-        m.c_d34_stored_step = pyo.Constraint([(t, j) for t in ph for j in range(2, t + 2)], rule=step)
+        m.c_d34_stored_step = pyo.Constraint([(t, j) for t in ph for j in range(2, t + 2)], rule=guard(step))
+        check()
 
         def stored(t, j):
             return m.P[t, j]
@@ -336,10 +360,12 @@ def build_remat_milp(chain: Chain, memory: float, *, cumulative: bool = True, pr
     # F^j: stored before it + its output + its own overhead (Definitions 3.3 / 3.4; o_f_all for F_all,
     # o_f_ng for F_ck / F_none, the paper's o_f when equal; one kind at most runs, c_t1_one_op)
     m.c_d34_memory_forward = pyo.Constraint(
-        pair_idx, rule=lambda m_, t, j: _rel(stored(t, j) + out(t, j) + over(t, j), "<=", 1.0))
+        pair_idx, rule=guard(lambda m_, t, j: _rel(stored(t, j) + out(t, j) + over(t, j), "<=", 1.0)))
+    check()
     # B^t: stored before it (everything of the sweep, abar^t included) + delta^{t-1} + o_b^t
     m.c_d34_memory_backward = pyo.Constraint(
-        ph, rule=lambda m_, t: _rel(stored(t, t + 1) + wd[t - 1] + ob[t], "<=", 1.0))
+        ph, rule=guard(lambda m_, t: _rel(stored(t, t + 1) + wd[t - 1] + ob[t], "<=", 1.0)))
+    check()
 
     # --- Definition 3.2: makespan ----------------------------------------------------------------
     obj = sum(uf[j] * ops[t, j, k] for (t, j, k) in op_idx) + sum(ub[1:L + 2])
@@ -446,7 +472,10 @@ def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 
     Solution
         Objective and peak memory from :func:`simulate_remat`; the MILP objective is ``predicted``,
         its dual bound ``bound``. Status OPTIMAL means proven within ``gap``; TIME_LIMIT /
-        NO_SOLUTION when stopped with / without an incumbent.
+        NO_SOLUTION when stopped with / without an incumbent. Inside a ``solve`` call whose time runs
+        out while the model is built, or before it could be compiled (which HiGHS's limit does not
+        bound: :func:`formulations.highs_driver.solve_milp`'s ``build_seconds``), NO_SOLUTION, saying
+        so (``details["interrupted"] = "build"`` for the first).
 
     Examples
     --------
@@ -461,9 +490,17 @@ def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 
     chain.check_papers_times("remat-milp")
     times: dict[str, float] = {}
     t_all = time.perf_counter()
-    with timed(times, "build"):
-        model = build_remat_milp(chain, memory, cumulative=cumulative, prune_up=prune_up,
-                                 lower_bound=lower_bound)
+    t_import = time.perf_counter()
+    try:
+        with timed(times, "build"):
+            import pyomo.environ  # noqa: F401   (timed apart: the compilation is estimated from the rest)
+            t_import = time.perf_counter() - t_import
+            model = build_remat_milp(chain, memory, cumulative=cumulative, prune_up=prune_up,
+                                     lower_bound=lower_bound, clock=BuildClock())
+    except BuildInterrupted as e:
+        times["total"] = time.perf_counter() - t_all
+        return Solution("remat", "remat-milp", Status.NO_SOLUTION, memory_limit=memory, message=f"not solved: {e}",
+                        times=times, details={"interrupted": "build", "time_limit": time_limit, "gap_target": gap})
     mip_start = None
     start_note = "no MIP start"
     if start is not None:
@@ -473,7 +510,7 @@ def solve_remat_milp(chain: Chain, memory: float, *, time_limit: float | None = 
                       else "MIP start skipped (sequence not of the sweep shape)")
     res = solve_milp(model, time_limit=time_limit, gap=gap, threads=threads, mip_start=mip_start,
                      log_file=log_file, verbose=verbose, options=EXACT_TOLERANCES,
-                     objective_scale=model.time_scale)
+                     objective_scale=model.time_scale, build_seconds=times["build"] - t_import)
     times.update(res.times)
     ts = model.time_scale
     details = {"model_size": res.size, "mip_start": start_note, "start_accepted": res.start_accepted,

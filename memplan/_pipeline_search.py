@@ -59,7 +59,7 @@ def phase(b: Budget, deadline: float | None = None, *, report: bool = True) -> I
     ``report=False`` (the many small MILPs of a search would each report their feasibility
     incumbents; the search reports once instead)."""
     q = Budget(None, b.progress if report else None)
-    q.start, q.time_limit = b.start, b.time_limit
+    q.start, q.cpu_start, q.time_limit = b.start, b.cpu_start, b.time_limit
     q.deadline = b.deadline if deadline is None else min(deadline, b.deadline)
     with q.active():
         yield q

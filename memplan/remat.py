@@ -66,6 +66,7 @@ from typing import Any, Callable
 from memplan import _frontend
 from memplan.baselines import remat_bound, remat_heuristics, remat_rotor
 from memplan.baselines.remat_min_memory import TooCostly, min_memory, min_memory_of, proven_infeasible_below
+from memplan.formulations.highs_driver import pyomo_first_use_seconds
 from memplan.formulations.remat_checkmate import solve_checkmate, solve_checkmate_lp
 from memplan.formulations.remat_milp import solve_remat_milp
 from memplan.models.budget import Budget, ProgressFn
@@ -144,15 +145,21 @@ def _recompute_all(chain: Chain, memory: float, o: _Options, b: Budget) -> Solut
 #: seconds per operation of a sequence built, replayed twice and reported in Python (about 1.5 us per
 #: replayed operation measured; recompute-all has L(L+1)/2 + 2L + 2 operations)
 _SECONDS_PER_OP = 4e-6
-#: seconds to build a MILP's Pyomo model, ``a + b L^2`` (measured at L = 25, 50, 100 on 2 shared
-#: cores: checkmate 0.6, 1.7, 6.4 s; remat-milp 0.2, 0.55, 2.0 s)
-_BUILD_SECONDS = {"remat-milp": (0.1, 2.1e-4), "checkmate": (0.3, 6.5e-4), "checkmate-lp": (0.3, 6.5e-4)}
+#: seconds, ``a + b L^2`` on a quiet machine (2 cores), of what a MILP method does before HiGHS runs
+#: and HiGHS cannot stop: remat-milp builds its Pyomo model and compiles it (build + compile 0.54 s,
+#: 1.66 s, 3.1 s at L = 50, 80, 120; its first model of a process also imports Pyomo,
+#: :func:`formulations.highs_driver.pyomo_first_use_seconds`); checkmate and checkmate-lp build their
+#: arrays (0.02 s at L = 60, 0.66 s at L = 300) and HiGHS's root runs past its limit by up to 0.2 s and
+#: 1 us per nonzero (58 L^2 nonzeros: :data:`formulations.remat_checkmate.ROOT_SECONDS_PER_NNZ`)
+_BUILD_SECONDS = {"remat-milp": (0.1, 2.1e-4), "checkmate": (0.25, 7e-5), "checkmate-lp": (0.25, 7e-5)}
 
 
-def _too_long(chain: Chain, method: str, time_limit: float | None) -> str | None:
+def _too_long(chain: Chain, method: str, time_limit: float | None, pace: float = 1.0) -> str | None:
     """Why ``method`` cannot answer on ``chain`` within ``time_limit`` seconds (None: it can): a step
-    that cannot be interrupted (building a MILP's model, recompute-all's quadratic sequence) is
-    estimated to take longer."""
+    that cannot be interrupted (building and compiling remat-milp's model, HiGHS's set-up of
+    Checkmate's, recompute-all's quadratic sequence) is estimated to take longer. The MILPs' estimates
+    are a quiet machine's, times ``pace`` (:meth:`memplan.models.budget.Budget.pace`: how much slower
+    this call is running)."""
     if time_limit is None:
         return None
     if method == "recompute-all":
@@ -161,8 +168,14 @@ def _too_long(chain: Chain, method: str, time_limit: float | None) -> str | None
         what = f"recompute-all's sequence on L = {chain.L} stages has {n:,} operations"
     elif method in _BUILD_SECONDS:
         a, c = _BUILD_SECONDS[method]
-        need = a + c * chain.L ** 2
-        what = f"building {method}'s model on L = {chain.L} stages"
+        first = pyomo_first_use_seconds() if method == "remat-milp" else 0.0
+        need = pace * (a + c * chain.L ** 2 + first)
+        what = (f"building {method}'s model on L = {chain.L} stages" if method == "remat-milp" else
+                f"building {method}'s model on L = {chain.L} stages and HiGHS's set-up of it")
+        if first:
+            what += " (Pyomo's import included)"
+        if pace > 1.05:
+            what += f" on this machine, now {pace:.2g} times slower than when measured,"
     else:
         return None
     if need <= time_limit:
@@ -314,7 +327,7 @@ def _remat_milp(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution
         need = min_memory_of(chain, "all", time_limit=b.limit()).value
     except TooCostly:
         need = None        # not computed in the time left; _explain_infeasible says what is proven
-    why = _too_long(chain, "remat-milp", b.limit())
+    why = _too_long(chain, "remat-milp", b.limit(), b.pace())
     if why:                   # the model's build alone would overrun the call
         sol = Solution(PROBLEM, "remat-milp", Status.NO_SOLUTION, memory_limit=memory, message=f"not solved: {why}",
                        times={}, details={"mip_start": source})
@@ -372,19 +385,92 @@ def _better_of_milp_and_start(chain: Chain, memory: float, sol: Solution, start:
 
 def _checkmate(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:
     b.log("checkmate: Checkmate's MILP")
-    why = _too_long(chain, "checkmate", b.limit())
+    base = _best_baseline(chain, memory, b)
+    why = _too_long(chain, "checkmate", b.limit(), b.pace())
     if why:
-        return Solution(PROBLEM, "checkmate", Status.NO_SOLUTION, memory_limit=memory, message=f"not solved: {why}")
-    return solve_checkmate(chain, memory, time_limit=b.limit(), gap=o.gap, threads=o.threads,
-                           log_file=o.solver_log)
+        sol = Solution(PROBLEM, "checkmate", Status.NO_SOLUTION, memory_limit=memory, message=f"not solved: {why}",
+                       details={"stopped_by_time": True})
+    else:
+        sol = solve_checkmate(chain, memory, time_limit=b.limit(), gap=o.gap, threads=o.threads,
+                              log_file=o.solver_log)
+    return _baseline_if_stopped(chain, memory, sol, base, "Checkmate's MILP", b)
 
 
 def _checkmate_lp(chain: Chain, memory: float, o: _Options, b: Budget) -> Solution:
     b.log("checkmate-lp: LP relaxation + two-phase rounding")
-    why = _too_long(chain, "checkmate-lp", b.limit())
+    base = _best_baseline(chain, memory, b)
+    why = _too_long(chain, "checkmate-lp", b.limit(), b.pace())
     if why:
-        return Solution(PROBLEM, "checkmate-lp", Status.NO_SOLUTION, memory_limit=memory, message=f"not solved: {why}")
-    return solve_checkmate_lp(chain, memory, time_limit=b.limit(), threads=o.threads, log_file=o.solver_log)
+        sol = Solution(PROBLEM, "checkmate-lp", Status.NO_SOLUTION, memory_limit=memory,
+                       message=f"not solved: {why}", details={"stopped_by_time": True})
+    else:
+        sol = solve_checkmate_lp(chain, memory, time_limit=b.limit(), threads=o.threads, log_file=o.solver_log)
+    return _baseline_if_stopped(chain, memory, sol, base, "Checkmate's LP relaxation", b)
+
+
+#: compiled replay steps per second assumed for recompute-all's stats (:func:`_best_baseline`): 0.8-1.8e8
+#: measured on 2 shared cores (L = 1000-4000: 0.5-8 M operations in 5-103 ms)
+_REPLAY_STEPS_PER_SECOND = 2e7
+
+
+def _best_baseline(chain: Chain, memory: float, b: Budget):
+    """``(makespan, name, () -> schedule)`` of the fastest baseline that fits ``memory``: store-all,
+    the best ``checkpoint_sequential`` cut, recompute-all and recursive bisection (their compiled
+    replays: milliseconds at L = 1000; the cuts and recompute-all, quadratic, only where they fit in
+    what is left of the call, at least 0.1 s), or None. What Checkmate's methods return when the time
+    runs out before they have a plan (:func:`_baseline_if_stopped`); computed before they start, so
+    that the call's time covers it."""
+    H = remat_heuristics
+    lim = memory * (1 + 1e-9) + 1e-9
+    left = max(0.1, b.remaining())
+    cands = []
+
+    def add(stats, name, make):
+        if stats[1] <= lim:
+            cands.append((stats[0], name, make))
+
+    add(H.schedule_stats(chain, H.store_all_schedule(chain)), "store-all", lambda: H.store_all_schedule(chain))
+    if H.sequential_points_seconds(chain) <= left:
+        fit = [p for p in H.sequential_points(chain) if p[2] <= lim]
+        if fit:
+            k, mk, pk = min(fit, key=lambda p: (p[1], p[2]))
+            add((mk, pk), f"sequential ({k} segment{'s' if k > 1 else ''})", lambda: H.sequential_schedule(chain, k))
+    if H.recompute_all_ops(chain.L) <= left * _REPLAY_STEPS_PER_SECOND:
+        add(H.recompute_all_stats(chain), "recompute-all", lambda: H.recompute_all_schedule(chain))
+    bis = H.best_bisection(chain, memory)
+    if bis is not None:
+        leaf = bis[0]
+        add(bis[1:], f"bisection (runs of {leaf} stages stored)" if leaf > 1 else "bisection",
+            lambda: H.bisection_schedule(chain, leaf))
+    return min(cands, key=lambda c: c[0]) if cands else None         # ties: the first (store-all first)
+
+
+def _baseline_if_stopped(chain: Chain, memory: float, sol: Solution, base, what: str, b: Budget) -> Solution:
+    """Checkmate's methods stopped by the call's time (``details["stopped_by_time"]``: not started,
+    interrupted while building, or HiGHS stopped at its limit) are never worse than a baseline: the
+    fastest baseline that fits (``base``, :func:`_best_baseline`) is returned, status TIME_LIMIT,
+    ``details["candidate"]`` naming it, where the method has no schedule within the limit or a slower
+    one. An answer HiGHS finished (Checkmate's optimum in its own model, the relaxation's rounding) is
+    Checkmate's and is kept, whatever a baseline does."""
+    if not sol.details.get("stopped_by_time") or base is None:
+        return sol
+    mk, name, make = base
+    planned = (sol.schedule is not None and sol.objective is not None and not sol.details.get("limit_exceeded")
+               and sol.status in (Status.OPTIMAL, Status.FEASIBLE, Status.TIME_LIMIT))
+    if planned and sol.objective <= mk * (1 + 1e-12):
+        return sol
+    sched = make()
+    rep = simulate_remat(chain, sched, memory_limit=memory)
+    why = ("found no schedule" if sol.schedule is None else
+           f"found only a sequence over the limit ({fmt_memory(sol.peak_memory)})" if not planned else
+           f"found only {fmt_time(sol.objective)}")
+    b.log(f"{sol.method}: {what} {why} in the time limit: the best baseline, {name}, is returned")
+    details = dict(sol.details, candidate=name, returned="baseline", limit_exceeded=False,
+                   recompute_time=rep.recompute_time)
+    return Solution(PROBLEM, sol.method, Status.TIME_LIMIT, objective=rep.makespan, peak_memory=rep.peak_memory,
+                    schedule=sched, bound=None, memory_limit=memory, predicted=None,
+                    message=f"{what} {why} in the time limit ({sol.message}); returning the best baseline: {name}",
+                    times=sol.times, details=details)
 
 
 #: method name -> runner(chain, memory, options, budget) -> Solution

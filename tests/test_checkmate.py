@@ -158,3 +158,142 @@ def test_below_the_minimum_every_method_says_infeasible(method):
     assert sol.details["min_memory"] == pytest.approx(memplan.solve(chain, "remat", "rotor", memory=80 * MIB)
                                                       .details["min_memory"])
     assert round(sol.details["min_memory"] / MIB, 2) == 82.12
+
+
+# ------------------------------------------------------------------ the arrays HiGHS is given
+def _canonical(terms, lo, hi):
+    """A row ``lo <= sum terms <= hi`` with its first coefficient positive, rounded: the same row
+    whichever side each writer put its terms on."""
+    items = sorted((k, v) for k, v in terms.items() if v != 0)
+    if items and items[0][1] < 0:
+        items, lo, hi = [(k, -v) for k, v in items], -hi, -lo
+    r = lambda x: x if not np.isfinite(x) else round(float(x), 9)    # noqa: E731
+    return tuple((k, round(float(v), 9)) for k, v in items), r(lo), r(hi)
+
+
+def _pyomo_rows(model):
+    """Rows, objective (by column name), offset and column bounds of the Pyomo model, as its compiler
+    writes them (fixed variables substituted)."""
+    from pyomo.repn.plugins.standard_form import LinearStandardFormCompiler
+
+    info = LinearStandardFormCompiler().write(model, mixed_form=True, set_sense=None)
+    names = [v.name for v in info.columns]
+    A = info.A.tocsr()
+    rows = []
+    for r, row in enumerate(info.rows):
+        lo = info.rhs[r] if row.bound_type <= 0 else -np.inf
+        hi = info.rhs[r] if row.bound_type >= 0 else np.inf
+        s, e = A.indptr[r], A.indptr[r + 1]
+        rows.append(_canonical(dict(zip((names[c] for c in A.indices[s:e]), A.data[s:e])), lo, hi))
+    c = np.asarray(info.c.toarray()).ravel()
+    obj = {names[j]: round(float(c[j]), 10) for j in range(len(names)) if c[j] != 0}
+    cols = {n: (float(v.lb), float(v.ub) if v.ub is not None else np.inf, v.is_binary())
+            for n, v in zip(names, info.columns)}
+    return sorted(rows), obj, float(np.asarray(info.c_offset).ravel()[0]), cols
+
+
+def _array_rows(arr):
+    names = arr.column_names()
+    A = arr.A.tocsr()
+    rows = []
+    for r in range(A.shape[0]):
+        s, e = A.indptr[r], A.indptr[r + 1]
+        rows.append(_canonical(dict(zip((names[c] for c in A.indices[s:e]), A.data[s:e])),
+                               arr.row_lo[r], arr.row_hi[r]))
+    obj = {names[j]: round(float(arr.cost[j]), 10) for j in range(len(names)) if arr.cost[j] != 0}
+    cols = {n: (float(arr.lower[j]), float(arr.upper[j]), bool(arr.integer[j])) for j, n in enumerate(names)}
+    return sorted(rows), obj, arr.offset, cols
+
+
+@pytest.mark.parametrize("L,seed,integer,frac", [(2, 0, True, 0.3), (5, 3, True, 0.6), (8, 1, False, 0.9)])
+def test_the_arrays_are_the_pyomo_model_row_for_row(L, seed, integer, frac):
+    """The solvers hand HiGHS arrays built with numpy (build_checkmate_arrays): the same rows, bounds,
+    integrality and objective as the Pyomo model written from the paper (build_checkmate), compiled by
+    Pyomo; a mistake in one index of one family would change a row."""
+    from memplan.formulations.remat_checkmate import build_checkmate, build_checkmate_arrays
+
+    chain = random_chain(L, seed, integer=integer)
+    memory = frac * simulate_remat(chain, store_all_schedule(chain)).peak_memory
+    want_rows, want_obj, want_off, want_cols = _pyomo_rows(build_checkmate(chain, memory))
+    arr = build_checkmate_arrays(chain, memory)
+    rows, obj, off, cols = _array_rows(arr)
+    assert len(rows) == len(want_rows) and rows == want_rows
+    assert obj == want_obj and off == pytest.approx(want_off, rel=1e-12)
+    assert cols == want_cols
+    assert arr.A.nnz == sum(len(r[0]) for r in want_rows)
+    assert set(arr.families) == {"c_dep", "c_keep", "c_free_lo", "c_free_hi", "c_u_init", "c_u_next", "c_u_budget"}
+
+
+# ------------------------------------------------------------------ the call's time limit
+def _best_baseline(chain, memory):
+    """The fastest of store-all, checkpoint_sequential's best cut, recompute-all and recursive
+    bisection that fits, by the baselines' own functions."""
+    from memplan.baselines import remat_heuristics as H
+
+    fits = [s.objective for s in (H.store_all(chain, memory), H.sequential(chain, memory),
+                                  H.recompute_all(chain, memory)) if s.success]
+    bis = H.best_bisection(chain, memory)
+    return min(fits + ([bis[1]] if bis else []))
+
+
+@pytest.mark.parametrize("how", ["build interrupted", "HiGHS not started"])
+def test_out_of_time_before_a_plan_returns_the_best_baseline(monkeypatch, how):
+    """When the call's time runs out before Checkmate has a plan (its build interrupted at the deadline;
+    or HiGHS, which runs past its limit on a large model, not started), memplan.remat.solve returns the
+    fastest baseline that fits, status time_limit, naming it, instead of no schedule."""
+    import memplan
+    from memplan.formulations import highs_driver
+    from memplan.formulations import remat_checkmate as rc
+
+    chain = random_chain(12, 3)
+    memory = remat_limits(chain, (0.5,))[0]
+    if how == "build interrupted":
+        monkeypatch.setattr(rc, "BuildClock", lambda: highs_driver.BuildClock(deadline=0.0))   # long past
+    else:
+        monkeypatch.setattr(rc, "ROOT_SECONDS_PER_NNZ", 1e3)
+    want = _best_baseline(chain, memory)
+    for method in ("checkmate", "checkmate-lp"):
+        sol = memplan.remat.solve(chain, memory=memory, method=method, time_limit=20, threads=1)
+        assert sol.status == Status.TIME_LIMIT and sol.success, sol.message
+        assert sol.details["returned"] == "baseline" and "returning the best baseline" in sol.message
+        assert sol.objective == pytest.approx(want, rel=1e-12)
+        rep = simulate_remat(chain, sol.schedule, memory_limit=memory)
+        assert rep.makespan == pytest.approx(sol.objective) and rep.peak_memory <= memory
+        if how == "build interrupted":
+            assert sol.details["interrupted"] == "build"
+        else:
+            assert "past its time limit" in sol.message
+
+
+def test_a_plan_checkmate_finished_is_kept_even_where_a_baseline_is_faster():
+    """Checkmate's own answer (optimal in its model, HiGHS not stopped) is its answer: the baselines
+    replace only what the time limit cut short. random_chain(3, 4) at 56 B: Checkmate's converted plan
+    takes 77 where checkpoint_sequential's best cut takes 68; it is reported as Checkmate's."""
+    import memplan
+
+    chain = random_chain(3, 4)
+    sol = memplan.remat.solve(chain, memory=56, method="checkmate", time_limit=30, threads=1)
+    assert sol.details["milp_status"] == "optimal" and not sol.details["stopped_by_time"]
+    assert sol.status == Status.FEASIBLE and "returned" not in sol.details
+    assert sol.objective == pytest.approx(77) and _best_baseline(chain, 56) == pytest.approx(68)
+
+
+def test_checkmate_answers_within_its_limit_on_sixty_stages():
+    """A generous wall-clock check (the limit plus 1 s, for a loaded machine): 60 stages, 0.2 M
+    nonzeros; before the arrays, the Pyomo model's build and compilation alone took 3 s here (7.6 s
+    and 3 s beside two busy loops), none of it interruptible. Whatever HiGHS reaches, the answer is
+    never slower than the best baseline."""
+    import time
+
+    import memplan
+
+    chain = random_chain(60, 1, integer=False)
+    memory = 0.6 * simulate_remat(chain, store_all_schedule(chain)).peak_memory
+    want = _best_baseline(chain, memory)
+    for method in ("checkmate", "checkmate-lp"):
+        t0 = time.monotonic()
+        sol = memplan.remat.solve(chain, memory=memory, method=method, time_limit=2, threads=1)
+        assert time.monotonic() - t0 < 2 + 1.0, (method, sol.times)
+        assert sol.schedule is not None, sol.message
+        if sol.status == Status.TIME_LIMIT:
+            assert sol.success and sol.objective <= want * (1 + 1e-12)

@@ -147,13 +147,20 @@ def test_5000_stages_answer_within_the_time_limit(method, tmp_path):
 
 def test_milps_and_recompute_all_refuse_what_cannot_fit_the_limit(tmp_path):
     """A MILP whose model alone would take longer to build than the limit, and recompute-all's
-    quadratic sequence, answer at once and say what limit would work."""
+    quadratic sequence, answer at once and say what limit would work; Checkmate's methods then return
+    the fastest baseline that fits, status time_limit (the baselines' own answers: the best
+    ``checkpoint_sequential`` cut, bisection; store-all and recompute-all do not fit)."""
     chain = repeated_toy(400, tmp_path)
+    fits = [s.objective for s in (H.sequential(chain, 500 * MiB), H.store_all(chain, 500 * MiB),
+                                  H.recompute_all(chain, 500 * MiB)) if s.success]
+    fits.append(H.best_bisection(chain, 500 * MiB)[1])
     for method in ("checkmate", "checkmate-lp"):
         t0 = time.perf_counter()
         sol = remat.solve(chain, memory="500MiB", method=method, time_limit=2)
         assert time.perf_counter() - t0 < 2.2
-        assert sol.status == Status.NO_SOLUTION and "give a time limit of at least" in sol.message
+        assert sol.status == Status.TIME_LIMIT and "give a time limit of at least" in sol.message
+        assert sol.details["candidate"] == "sequential (18 segments)" and sol.objective == pytest.approx(min(fits))
+        assert sol.peak_memory <= 500 * MiB
     with pytest.raises(Exception, match="recompute-all's sequence on L = 5000 stages"):
         remat.solve(repeated_toy(5000, tmp_path), memory="500MiB", method="recompute-all", time_limit=5)
 

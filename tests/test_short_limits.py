@@ -323,3 +323,80 @@ def test_the_joint_dp_is_not_started_where_it_cannot_end_in_time(monkeypatch):
     assert sol.status == Status.TIME_LIMIT and sol.success and "was not run, it would not end in time" in sol.message
     assert not sol.details["candidate"].startswith("joint DP")
     assert "would not end within the time limit" in str(sol.details["candidates"])
+
+
+# ------------------------------------------------- what a time limit cannot interrupt
+def test_pace_is_wall_time_per_second_of_cpu_the_call_got():
+    """Budget.pace: a call that did not get the CPU (here: asleep, as a process on a loaded machine
+    waits for a core) runs at the cap, one that computed all along at about 1; 1 before 50 ms have
+    passed and without a time limit."""
+    from memplan.models import budget as B
+
+    b = B.Budget(10.0)
+    assert b.pace() == 1.0                                 # too early to tell
+    time.sleep(0.3)
+    assert b.pace() == B.PACE_MAX                          # 0.3 s of wall time, next to no CPU
+    assert B.Budget(None).pace() == 1.0
+    busy = B.Budget(10.0)
+    t0 = time.process_time()
+    while time.process_time() - t0 < 0.3:
+        pass
+    assert 1.0 <= busy.pace() < B.PACE_MAX / 2             # at most 2 such processes per core
+
+
+def test_a_model_whose_compilation_cannot_end_in_time_is_not_compiled():
+    """solve_milp's ``build_seconds``: Pyomo's compilation into a matrix (about 0.6 x the build, not
+    bounded by HiGHS's limit) is not started where the call's time left would not cover it."""
+    import pyomo.environ as pyo
+
+    from memplan.formulations.highs_driver import solve_milp
+    from memplan.models.budget import Budget
+
+    m = pyo.ConcreteModel()
+    m.x = pyo.Var(range(10), domain=pyo.NonNegativeIntegers, bounds=(0, 3))
+    m.c = pyo.Constraint(expr=sum(m.x[j] for j in range(10)) <= 20.5)
+    m.o = pyo.Objective(expr=sum(m.x[j] for j in range(10)), sense=pyo.maximize)
+    with Budget(time_limit=2.0).active():
+        got = solve_milp(m, time_limit=10, build_seconds=5.0)       # 3 s of compilation > 2 s left
+    assert got.status == Status.NO_SOLUTION and "compiling the model" in got.message and "compile" not in got.times
+    with Budget(time_limit=30.0).active():
+        ok = solve_milp(m, time_limit=10, build_seconds=0.01)
+    assert ok.status == Status.OPTIMAL and ok.objective == pytest.approx(20.0)
+
+
+class _CountingClock:
+    """A build clock whose deadline passes after ``n`` questions."""
+
+    def __init__(self, n):
+        self.n, self.asked = n, 0
+
+    def out(self):
+        self.asked += 1
+        return self.asked > self.n
+
+    def check(self):
+        from memplan.formulations.highs_driver import BuildInterrupted
+
+        if self.out():
+            raise BuildInterrupted("the call's time limit was reached while the model was being built")
+
+
+def test_remat_milp_stops_building_at_the_deadline(monkeypatch):
+    """The Pyomo rules of remat-milp's model add no row once the clock's deadline has passed, and the
+    build stops at the end of that family (build and compilation used to run to their end: 7.2 s for a
+    3 s call at L = 45 beside two busy loops); the answer is NO_SOLUTION, saying why (memplan.remat.solve
+    then returns the MIP start)."""
+    from memplan.formulations import highs_driver
+    from memplan.formulations import remat_milp as rm
+
+    chain = random_chain(20, 2)
+    clock = _CountingClock(30)
+    with pytest.raises(highs_driver.BuildInterrupted):
+        rm.build_remat_milp(chain, 1e12, clock=clock)
+    # the first family (c_t1_one_op: 231 rows) asked once per row, then the check between families
+    assert clock.asked == 21 * 22 // 2 + 1
+    full = rm.build_remat_milp(chain, 1e12, clock=_CountingClock(10 ** 9))
+    assert len(full.c_d34_memory_backward) == 21
+    monkeypatch.setattr(rm, "BuildClock", lambda: _CountingClock(0))
+    sol = rm.solve_remat_milp(chain, 1e12, time_limit=20, threads=1)
+    assert sol.status == Status.NO_SOLUTION and sol.details["interrupted"] == "build"

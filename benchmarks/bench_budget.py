@@ -460,10 +460,13 @@ def _save_offload(search, path: Path) -> None:
                       "measured_peak": cand.peak, "label": cand.label,
                       "schedule": search.offload_schedules[key].to_json()})
     link = search.link001 if search.link001 is not None else search.bandwidth
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"chain": chain_to_dict(chain, time_unit="s", memory_unit="B", digits=None),
-                                "bandwidth": search.bandwidth, "link": link, "plans": plans},
-                               indent=1, default=str) + "\n")
+    from memplan.experiments.cli_checks import writing
+
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"chain": chain_to_dict(chain, time_unit="s", memory_unit="B", digits=None),
+                                    "bandwidth": search.bandwidth, "link": link, "plans": plans},
+                                   indent=1, default=str) + "\n")
 
 
 def _num(v):
@@ -574,18 +577,46 @@ def summary(rows: list[dict]) -> list[str]:
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
+    """Rewrite ``path`` with ``rows``; a failed write is one line ``cannot write PATH: REASON``."""
     import csv
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from memplan.experiments.cli_checks import writing
+
     cols = COLUMNS + sorted({k for r in rows for k in r} - set(COLUMNS))
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols)
-        w.writeheader()
-        w.writerows(rows)
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols)
+            w.writeheader()
+            w.writerows(rows)
+
+
+def _read_results(path: Path, flag: str):
+    """A CSV this script wrote (``--summary``, ``--update``'s ``--out``) as a DataFrame, or one line
+    naming ``flag`` and the file where it is not one (a missing file, another CSV: had ended in a
+    traceback)."""
+    import pandas as pd
+
+    from memplan.experiments.cli_checks import CliError
+
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError) as e:          # pandas' ParserError and EmptyDataError are ValueErrors
+        reason = (e.strerror if isinstance(e, OSError) and e.strerror else str(e).strip().splitlines()[0])
+        raise CliError(f"{flag} {path}: cannot read it as a CSV ({reason}); give a CSV written by "
+                       "bench_budget --out") from None
+    missing = [c for c in ("network", "method", "label", "status", "same_as", "peak_memory") if c not in df.columns]
+    if missing:
+        raise CliError(f"{flag} {path}: not a CSV written by bench_budget --out (no column "
+                       f"{', '.join(missing)})")
+    return df
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from memplan.experiments.cli_checks import OneLineParser, positive_int, positive_number, run_script
+
+    p = OneLineParser(prog="python benchmarks/bench_budget.py", name="bench_budget",
+                      description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny sizes, fractions 1, 0.5, 0.1, 2 rounds: a few minutes")
     p.add_argument("--networks", default="gpt2,resnet50,llama")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda: on cuda the sizes are --sizes gpu's, "
@@ -599,7 +630,7 @@ def main(argv=None) -> int:
     p.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
                    help="seconds for the whole run: each network's timing rounds stop in time to write the table "
                    "(for a caller under a hard limit, e.g. a device call)")
-    p.add_argument("--search-time-limit", type=float, default=None,
+    p.add_argument("--search-time-limit", type=positive_number, default=None,
                    help="seconds for each network's compiled grid (fractions not reached are reported untried)")
     p.add_argument("--backend", default="aot_eager_decomp_partition", choices=["aot_eager_decomp_partition", "inductor"])
     p.add_argument("--clock", default="cpu", choices=["cpu", "wall"])
@@ -610,8 +641,8 @@ def main(argv=None) -> int:
     p.add_argument("--runtime-estimator", default="flops", choices=["flops", "measured"],
                    help="recompute costs of the partitioner's knapsacks: PyTorch's FLOP count or each operation "
                    "timed alone (memplan.models.op_timing)")
-    p.add_argument("--steps-per-sample", type=int, default=None, help="steps run back to back in one timed sample "
-                   "(default: 1 on cpu; on cuda enough for 0.1 s of eager's step, 10 at most)")
+    p.add_argument("--steps-per-sample", type=positive_int, default=None, help="steps run back to back in one timed "
+                   "sample (default: 1 on cpu; on cuda enough for 0.1 s of eager's step, 10 at most)")
     p.add_argument("--offload", action="store_true", help="also offloading over the chain (paper 001 alone, paper 000 "
                    "with recomputation), executed (memplan.models.runtime_offload; --device cuda only: on a CPU the "
                    "host is the same memory)")
@@ -621,31 +652,38 @@ def main(argv=None) -> int:
     p.add_argument("--cuda-peak", default="requested", choices=["requested", "allocated"],
                    help="--device cuda: the caching allocator's peak for every row and for the search's decisions "
                         "(default requested: the same in every window; allocated: max_memory_allocated)")
-    p.add_argument("--min-rounds", type=int, default=None)
-    p.add_argument("--max-rounds", type=int, default=None)
-    p.add_argument("--timing-budget", type=float, default=None, help="seconds of timing rounds per network")
+    p.add_argument("--min-rounds", type=positive_int, default=None)
+    p.add_argument("--max-rounds", type=positive_int, default=None)
+    p.add_argument("--timing-budget", type=positive_number, default=None, help="seconds of timing rounds per network")
     p.add_argument("--out", default=None, help="CSV (default benchmarks/results/bench_budget_cpu.csv; --quick: "
                    "/tmp/bench_budget_quick.csv)")
     p.add_argument("--summary", metavar="CSV", help="print the summary of a written CSV again, run nothing")
     p.add_argument("--update", action="store_true", help="keep the rows of the networks not run from the existing "
                    "--out CSV (their header line from its .txt), replace those of the networks run")
-    a = p.parse_args(argv)
-    if a.summary:
-        import pandas as pd
+    return run_script(p, lambda a: _main(a, argv), argv)
 
-        df = pd.read_csv(a.summary)
+
+def _main(a: argparse.Namespace, argv) -> int:
+    """:func:`main`'s body: an error meant for the user is raised (``CliError``, ``InputError``), and
+    :func:`memplan.experiments.cli_checks.run_script` prints it as one line, exit status 2."""
+    from memplan.experiments.cli_checks import CliError, device_problem, output_file
+
+    if a.summary:
+        df = _read_results(Path(a.summary), "--summary")
         df["same_as"] = df["same_as"].where(df["same_as"].notna(), None)
-        print("\n".join(summary(df.to_dict("records"))))
+        try:
+            lines = summary(df.to_dict("records"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise CliError(f"--summary {a.summary}: not a CSV written by bench_budget --out "
+                           f"({type(e).__name__}: {e})") from None
+        print("\n".join(lines))
         return 0
     import torch
 
     torch.set_num_threads(1)
-    from memplan.experiments.cli_checks import device_problem
-
     why = device_problem(a.device)
     if why:
-        print(f"bench_budget: {why}", file=sys.stderr)
-        return 2
+        raise CliError(why)
     cuda = a.device.startswith("cuda")
     try:
         stage_fractions = tuple(float(v) for v in a.stage_fractions.split(","))
@@ -653,9 +691,13 @@ def main(argv=None) -> int:
         stage_fractions = ()
     if not stage_fractions or any(not 0 <= v <= 1 for v in stage_fractions) or \
             len(set(stage_fractions)) != len(stage_fractions):
-        print(f"bench_budget: --stage-fractions {a.stage_fractions!r}: give distinct numbers in [0, 1] separated "
-              f"by commas, e.g. 1,0.5", file=sys.stderr)
-        return 2
+        raise CliError(f"--stage-fractions {a.stage_fractions!r}: give distinct numbers in [0, 1] separated by "
+                       "commas, e.g. 1,0.5")
+    if a.stage_solver != "memplan-peak" and min(stage_fractions) >= 1:
+        # BudgetSearch refuses it too, after eager's and float64's steps and in a traceback
+        raise CliError(f"--stage-solver {a.stage_solver}: the solver inside stages compiled at a stage fraction "
+                       "below 1, and --stage-fractions has none; add one (e.g. --stage-fractions 1,0.5), or leave "
+                       "--stage-solver out")
     fractions = None
     if a.fractions is not None:
         try:
@@ -663,33 +705,41 @@ def main(argv=None) -> int:
         except ValueError:
             fractions = ()
         if not fractions or any(not 0 < v <= 1 for v in fractions) or len(set(fractions)) != len(fractions):
-            print(f"bench_budget: --fractions {a.fractions!r}: give distinct numbers in (0, 1] separated by commas, "
-                  f"e.g. 1,0.5,0.2", file=sys.stderr)
-            return 2
-    if a.steps_per_sample is not None and a.steps_per_sample < 1:
-        print(f"bench_budget: --steps-per-sample {a.steps_per_sample}: give a whole number >= 1 (or leave it out)",
-              file=sys.stderr)
-        return 2
+            raise CliError(f"--fractions {a.fractions!r}: give distinct numbers in (0, 1] separated by commas, "
+                           "e.g. 1,0.5,0.2")
+    if a.cuda_peak != "requested" and not cuda:
+        # as memplan budget; BudgetSearch refuses it too, but after eager's and float64's steps, in a traceback
+        raise CliError(f"--cuda-peak {a.cuda_peak}: reads the CUDA caching allocator, and --device is {a.device}; "
+                       "leave it out (on a CPU every peak is the profiler's view of c10's allocator)")
     if a.offload and not cuda:
-        print("bench_budget: --offload needs --device cuda (on a CPU the host is the same memory: nothing would be "
-              "saved)", file=sys.stderr)
-        return 2
+        raise CliError("--offload needs --device cuda (on a CPU the host is the same memory: nothing would be saved)")
     if a.save_offload and not a.offload:
-        print("bench_budget: --save-offload needs --offload (it saves the transfer candidates' schedules)",
-              file=sys.stderr)
-        return 2
-    if a.deadline is not None and not a.deadline > 0:
-        print(f"bench_budget: --deadline {a.deadline:g}: give a positive number of seconds", file=sys.stderr)
-        return 2
+        raise CliError("--save-offload needs --offload (it saves the transfer candidates' schedules)")
+    if a.deadline is not None and not (0 < a.deadline < math.inf):
+        raise CliError(f"--deadline {a.deadline:g}: give a finite, positive number of seconds")
+    if a.min_rounds is not None and a.max_rounds is not None and a.min_rounds > a.max_rounds:
+        raise CliError(f"--min-rounds {a.min_rounds} is above --max-rounds {a.max_rounds}; give --min-rounds at most "
+                       "--max-rounds")
+    if a.sizes is not None and a.quick:
+        raise CliError(f"--sizes {a.sizes} and --quick: --quick runs its own tiny sizes; give one of the two")
     sizes = a.sizes or ("gpu" if cuda else "cpu")
     specs = QUICK if a.quick else GPU if sizes == "gpu" else NETWORKS
     names = [n for n in a.networks.split(",") if n]
+    if not names:
+        raise CliError(f"--networks {a.networks!r}: no network named; give some of {', '.join(specs)}")
     for n in names:
         if n not in specs:
-            print(f"bench_budget: --networks: unknown {n!r}; choose from {', '.join(specs)}", file=sys.stderr)
-            return 2
-    out = Path(a.out or ("/tmp/bench_budget_quick.csv" if a.quick else
-                         RESULTS / ("bench_budget_gpu.csv" if cuda else "bench_budget_cpu.csv")))
+            raise CliError(f"--networks: unknown {n!r}; choose from {', '.join(specs)}")
+    out = Path(a.out if a.out is not None else ("/tmp/bench_budget_quick.csv" if a.quick else
+                                                RESULTS / ("bench_budget_gpu.csv" if cuda else "bench_budget_cpu.csv")))
+    if out.suffix.lower() == ".txt":
+        raise CliError(f"--out {a.out}: the summary is written beside the CSV as {out.with_suffix('.txt').name}, "
+                       "the same file; give a name ending in .csv")
+    # the outputs checked before any step runs (a run is never lost to a path that cannot be written)
+    out = output_file(out, "--out")
+    output_file(out.with_suffix(".txt"), "--out")
+    for n in names if a.save_offload else []:
+        output_file(f"{a.save_offload}_{n}.json", "--save-offload")
     fractions = fractions or ((1.0, 0.5, 0.1) if a.quick else GPU_FRACTIONS if sizes == "gpu" else FRACTIONS)
     min_rounds = a.min_rounds or (2 if a.quick else 6)
     max_rounds = a.max_rounds or (2 if a.quick else 12)
@@ -697,9 +747,7 @@ def main(argv=None) -> int:
     kept: list[dict] = []
     kept_note = ""
     if a.update and out.exists():
-        import pandas as pd
-
-        old = pd.read_csv(out)
+        old = _read_results(out, "--update: --out")
         kept = [{k: _num(v) for k, v in r.items()} for r in old.to_dict("records") if r["network"] not in names]
         old_txt = out.with_suffix(".txt")
         nets = ", ".join(dict.fromkeys(r["network"] for r in kept))
@@ -730,7 +778,10 @@ def main(argv=None) -> int:
     lines += ([f"  ({kept_note})"] if kept_note else []) + summary(kept + rows)
     text = "\n".join(lines) + "\n"
     print(text)
-    out.with_suffix(".txt").write_text(text)
+    from memplan.experiments.cli_checks import writing
+
+    with writing(out.with_suffix(".txt")):
+        out.with_suffix(".txt").write_text(text)
     print(f"wrote {out} and {out.with_suffix('.txt')}")
     return 0
 

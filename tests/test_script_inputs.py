@@ -231,6 +231,72 @@ def test_pipedream_experiment_free_links(graph, tmp_path, capsys):
     assert row["L"] == 1 and row["period"] == pytest.approx(18e-3)
 
 
+# -------------------------------------------------------------------------------------- bench_budget
+B = "bench_budget: error: "
+
+
+@pytest.mark.parametrize("argv, start", [
+    # InputErrors of BudgetSearch: a traceback after eager's and float64's steps
+    (["--cuda-peak", "allocated"], B + "--cuda-peak allocated: reads the CUDA caching allocator, and --device is "
+                                       "cpu"),
+    (["--stage-solver", "pytorch"], B + "--stage-solver pytorch: the solver inside stages compiled at a stage "
+                                        "fraction below 1"),
+    (["--search-time-limit", "-5"], B + "argument --search-time-limit: '-5'"),
+    # argparse's usage block
+    (["--model", "gpt2"], B + "unrecognized arguments: --model gpt2"),
+    (["--memory", "1GB"], B + "unrecognized arguments: --memory 1GB"),
+    (["--backend", "xla"], B + "argument --backend: invalid choice: 'xla'"),
+    # read as the default (0), or no rows at all
+    (["--min-rounds", "0"], B + "argument --min-rounds: '0'"),
+    (["--max-rounds", "-1"], B + "argument --max-rounds: '-1'"),
+    (["--timing-budget", "-1"], B + "argument --timing-budget: '-1'"),
+    (["--min-rounds", "5", "--max-rounds", "3"], B + "--min-rounds 5 is above --max-rounds 3"),
+    (["--networks", ","], B + "--networks ',': no network named"),
+    # options that conflict
+    (["--sizes", "gpu"], B + "--sizes gpu and --quick: --quick runs its own tiny sizes"),
+    # the refusals the script had, in the shared form
+    (["--fractions", "1,1"], B + "--fractions '1,1': give distinct numbers in (0, 1]"),
+    (["--deadline", "0"], B + "--deadline 0: give a finite, positive number of seconds"),
+    (["--save-offload", "/tmp/x"], B + "--save-offload needs --offload"),
+])
+def test_bench_budget_refuses_in_one_line(argv, start, capsys):
+    _refused(_bench_budget().main, ["--quick"] + argv, start, capsys)
+
+
+def test_bench_budget_files(tmp_path, a_file, capsys):
+    """--out under a file had failed after the first network's run; --out x.txt was overwritten by its
+    own summary; --summary of a missing file or of another file was a pandas traceback."""
+    main = _bench_budget().main
+    _refused(main, ["--quick", "--out", str(a_file / "b.csv")],
+             f"{B}--out {a_file / 'b.csv'}: {a_file} is a file, not a folder", capsys)
+    _refused(main, ["--quick", "--out", str(tmp_path / "b.txt")],
+             f"{B}--out {tmp_path / 'b.txt'}: the summary is written beside the CSV as b.txt, the same file", capsys)
+    _refused(main, ["--summary", str(tmp_path / "none.csv")],
+             f"{B}--summary {tmp_path / 'none.csv'}: cannot read it as a CSV (No such file or directory)", capsys)
+    _refused(main, ["--summary", str(ROOT / "README.md")],
+             f"{B}--summary {ROOT / 'README.md'}: cannot read it as a CSV", capsys)
+    other = tmp_path / "other.csv"
+    other.write_text("network,method\ngpt2,eager\n")
+    _refused(main, ["--summary", str(other)], f"{B}--summary {other}: not a CSV written by bench_budget --out (no "
+             "column label, status, same_as, peak_memory)", capsys)
+    _refused(main, ["--quick", "--networks", "gpt2", "--update", "--out", str(other)],
+             f"{B}--update: --out {other}: not a CSV written by bench_budget --out", capsys)
+
+
+def test_bench_budget_summary_of_a_written_csv_still_prints():
+    """The valid use of --summary is unchanged (the shipped CPU results)."""
+    csv = ROOT / "benchmarks" / "results" / "bench_budget_cpu.csv"
+    if not csv.exists():
+        pytest.skip("no shipped bench_budget results")
+    assert _bench_budget().main(["--summary", str(csv)]) == 0
+
+
+@needs_dev_full
+def test_bench_budget_write_failure_is_one_line():
+    with pytest.raises(cli_checks.CliError, match=r"^cannot write /dev/full: No space left on device$"):
+        _bench_budget().write_csv([{"network": "x"}], DEV_FULL)
+
+
 # ------------------------------------------------------------------------------- as researchers run them
 @pytest.mark.parametrize("cmd, start", [
     ([sys.executable, "-m", "memplan.experiments.runtime_check", "--repeats", "0"],
@@ -239,6 +305,8 @@ def test_pipedream_experiment_free_links(graph, tmp_path, capsys):
      "gpu_profile: error: argument --threads: '0'"),
     ([sys.executable, "-m", "memplan.experiments.pipedream_experiment", "--gpus", "0"],
      "pipedream_experiment: error: argument --gpus: '0'"),
+    ([sys.executable, str(ROOT / "benchmarks" / "bench_budget.py"), "--model", "gpt2"],
+     "bench_budget: error: unrecognized arguments: --model gpt2"),
 ])
 def test_scripts_run_directly(cmd, start, tmp_path):
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120,

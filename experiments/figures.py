@@ -35,6 +35,7 @@ import argparse
 import hashlib
 import json
 import math
+import re
 import warnings
 from pathlib import Path
 
@@ -352,9 +353,13 @@ def figure_offload(df, out: Path, *, show_dynprog: bool = False, skipped: list |
 
 # ----------------------------------------------------------------------------------- remat-offload
 def remat_offload_curves(df):
-    """The curve table of the remat-offload figure: one row per (memory, curve, factor) with columns
-    memory, method (the curve), factor, bandwidth, makespan, peak, status, seconds, message,
-    throughput. ``joint`` is the best ``joint-N`` at each (memory, factor)."""
+    """The curve table of the remat-offload figure: one row per (memory, curve, factor, time limit) with
+    columns memory, method (the curve's name: store-all, rotor, rotor-500, offload, joint-N, joint),
+    factor, bandwidth, makespan, peak, status, seconds, message, time_limit, curve, throughput.
+    ``joint`` is the best ``joint-N`` at each (memory, factor) of a run. Rows of one method at several
+    time limits (runs written to one folder) are a curve per run: ``curve`` is the method, plus its
+    time limit where that method's rows have several (``joint (time limit 2 s)``), as
+    :func:`curve_labels` splits the other figures' curves."""
     import pandas as pd
 
     d = df[df["problem"].isin(["remat", "offload", "remat-offload"])].copy()
@@ -382,36 +387,50 @@ def remat_offload_curves(df):
             ok = ok and r.peak_memory <= r.memory_limit * (1 + 1e-12)
             status = "feasible" if ok else ("error" if r.status == "error" else "infeasible")
         factor = math.nan if r.problem == "remat" or pd.isna(r.bandwidth) else r.bandwidth / base
+        tl = getattr(r, "time_limit", math.nan)
         rows.append(dict(memory=r.memory_limit, method=name, factor=factor,
                          bandwidth=math.nan if r.problem == "remat" else r.bandwidth,
                          makespan=r.objective if ok else math.nan,
                          peak=r.peak_memory if r.peak_memory is not None else math.nan, status=status,
-                         seconds=r.wall_time, message=r.message, batch=r.batch))
+                         seconds=r.wall_time, message=r.message, batch=r.batch,
+                         time_limit=math.nan if tl is None or pd.isna(tl) else float(tl)))
     cur = pd.DataFrame(rows)
     if cur.empty:
         return cur
     joint = cur[cur["method"].str.startswith("joint-")]
     best = []
-    for (M, f), g in joint.groupby(["memory", "factor"], sort=True):
+    for (M, f, t), g in joint.groupby(["memory", "factor", "time_limit"], sort=True, dropna=False):
         g = g.dropna(subset=["makespan"])
         if len(g):
             b = g.loc[g["makespan"].idxmin()].to_dict()
             b.update(method="joint", message=f"best of {b['method']}")
         else:
             b = dict(memory=M, method="joint", factor=f, bandwidth=base * f, makespan=math.nan, peak=math.nan,
-                     status="infeasible", seconds=0.0, message="", batch=joint["batch"].iloc[0])
+                     status="infeasible", seconds=0.0, message="", batch=joint["batch"].iloc[0], time_limit=t)
         best.append(b)
     cur = pd.concat([cur, pd.DataFrame(best)], ignore_index=True)
     cur["throughput"] = cur["batch"].fillna(1.0) / cur["makespan"]
+    several = cur.groupby("method")["time_limit"].transform(lambda t: t.nunique(dropna=False) > 1)
+    cur["curve"] = [f"{m} ({_seconds(t)})" if k else m for m, t, k in zip(cur["method"], cur["time_limit"], several)]
     return cur.drop(columns=["batch"])
+
+
+#: the line style of each run's curve where a method's rows are of several runs (time limits)
+_RUN_LINES = ["-", "--", ":", "-."]
+
+
+def _run(t) -> float:
+    """A time limit as a sortable key (no time limit last)."""
+    return math.inf if t is None or (isinstance(t, float) and math.isnan(t)) else float(t)
 
 
 def figure_remat_offload(df, out: Path, *, skipped: list | None = None) -> list[Path]:
     """One PNG per instance, one panel per bandwidth factor (``OUT/remat_offload_<instance>.png``); the
-    curve table beside it (``.csv``). An instance without a solved point, or whose table holds two rows
-    of one curve at one point (two runs at other time limits or options written to one folder: its
-    curves name the method and slots only, and would zigzag between the runs), is left out with the
-    reason."""
+    curve table beside it (``.csv``). Runs at several time limits written to one folder are a curve
+    each (:func:`remat_offload_curves`: the method's colour and marker, a line style per run, the time
+    limit in the label). An instance without a solved point, or whose table still holds two rows of
+    one curve at one point (two runs at the same time limit with other options: its curves name the
+    method and slots only, and would zigzag between the runs), is left out with the reason."""
     from memplan.models.units import fmt_bandwidth
 
     plt = _plt()
@@ -420,13 +439,11 @@ def figure_remat_offload(df, out: Path, *, skipped: list | None = None) -> list[
         if not (d["problem"] == "remat-offload").any():
             continue
         cur = remat_offload_curves(d)
-        twice = cur[cur["method"] != "joint"].duplicated(["method", "memory", "factor"])
+        twice = cur[cur["method"] != "joint"].duplicated(["curve", "memory", "factor"])
         if twice.any():
-            tl = sorted(d["time_limit"].dropna().unique()) if "time_limit" in d.columns else []
-            _not_drawn(skipped, f"{inst}: the table holds several runs of one curve ({cur['method'][twice.idxmax()]} "
-                       f"twice at one memory limit" + (f"; time limits {', '.join(f'{t:g}' for t in tl)} s"
-                                                       if len(tl) > 1 else "")
-                       + "), which would be drawn as one; sweep each run to its own folder (-o) and plot each")
+            _not_drawn(skipped, f"{inst}: the table holds several runs of one curve ({cur['curve'][twice.idxmax()]} "
+                       "twice at one memory limit, at the same time limit), which would be drawn as one; sweep "
+                       "each run to its own folder (-o) and plot each")
             continue
         if not cur["throughput"].notna().any():
             _not_drawn(skipped, _unsolved(inst, d))
@@ -439,13 +456,17 @@ def figure_remat_offload(df, out: Path, *, skipped: list | None = None) -> list[
         batch = d["batch"].dropna()
         unit = "samples/s" if len(batch) and batch.iloc[0] != 1 else "iterations/s"
         fig, axes = plt.subplots(1, len(factors), figsize=(5 * len(factors), 4), sharey=True, squeeze=False)
+        runs = sorted({_run(t) for t in cur["time_limit"]})        # the same line style for a run in every curve
         for ax, f in zip(axes[0], factors):
             styles = [("store-all", "k*--"), ("rotor", "C0-o"), ("rotor-500", "C0:"), ("offload", "C2-s"),
                       ("joint", "C3-^")] + [(n, f"C{4 + k}:") for k, n in enumerate(joints)]
             for name, style in styles:
-                g = cur[(cur["method"] == name) & ((cur["factor"] == f) | cur["factor"].isna())].sort_values("memory")
-                if not g.empty:
-                    ax.plot(g["memory"] / 2**20, g["throughput"], style, label=name, markersize=4)
+                g = cur[(cur["method"] == name) & ((cur["factor"] == f) | cur["factor"].isna())]
+                for curve, c in g.groupby("curve", sort=True):
+                    c = c.sort_values("memory")
+                    k = runs.index(_run(c["time_limit"].iloc[0]))
+                    fmt = style if curve == name else re.sub(r"--|-\.|-|:", "", style) + _RUN_LINES[k % 4]
+                    ax.plot(c["memory"] / 2**20, c["throughput"], fmt, label=curve, markersize=4)
             ax.set_title(f"beta x{f:g} = {fmt_bandwidth(base * f)}")
             ax.set_xlabel("memory limit (MiB)")
             ax.grid(alpha=0.3)

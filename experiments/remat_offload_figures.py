@@ -18,9 +18,10 @@ are (each one :func:`memplan.solve` call of the sweep engine):
 A limit where a method has no schedule is status ``infeasible`` with the method's message; an
 exception is status ``error`` (never a NaN curve). In ``OUT`` (default ``results/remat-offload``): the
 tidy table under ``OUT/results/`` and as ``OUT/results.csv``, the curve table
-``OUT/remat_offload_<instance>.csv`` (one row per memory, curve and factor) and the figure
-``OUT/remat_offload_<instance>.png`` (one panel per factor). Throughput is ``batch / makespan`` (samples/s) when the instance records a
-batch, else iterations/s.
+``OUT/remat_offload_<instance>.csv`` (one row per memory, curve and factor, and per time limit where
+``memplan plot`` reads a folder of several runs: ``curve`` then names it, ``joint (time limit 2 s)``)
+and the figure ``OUT/remat_offload_<instance>.png`` (one panel per factor). Throughput is
+``batch / makespan`` (samples/s) when the instance records a batch, else iterations/s.
 
 Usage::
 
@@ -108,22 +109,27 @@ def draw(df, out: Path, args) -> list[Path]:
 
 
 def summary(df, args) -> None:
-    """The joint DP against rotor (same slots) and offloading only."""
+    """The joint DP against rotor (same slots) and offloading only; per run where the table holds rows
+    of several time limits (each compared with its own run's curves)."""
     cur = figures.remat_offload_curves(df)
     if cur.empty:
         return
-    j = cur[cur.method == "joint"].set_index(["memory", "factor"]).makespan
-    r = cur[cur.method == "rotor"].set_index("memory").makespan
-    worse_r = sum(1 for (M, f), v in j.items() if math.isfinite(r.get(M, math.nan)) and
-                  (not math.isfinite(v) or v > r[M] * (1 + 1e-9)))
-    print(f"joint DP worse than rotor (same slots) at {worse_r} points")
-    o = cur[cur.method == "offload"].set_index(["memory", "factor"]).makespan
-    if len(o):
-        worse_o = [(M, f) for (M, f), v in o.items() if math.isfinite(v) and
-                   (not math.isfinite(j.get((M, f), math.nan)) or j[(M, f)] > v * (1 + 1e-9))]
-        print(f"joint DP worse than offloading only at {len(worse_o)} points"
-              + (" (discretization of N slots; see the CSV): " + ", ".join(
-                  f"{fmt_memory(M)} x{f:g}" for M, f in worse_o[:12]) if worse_o else ""))
+    runs = cur["time_limit"].fillna(math.inf)
+    several = runs.nunique() > 1
+    for t, c in cur.groupby(runs, sort=True):
+        head = f"({'no time limit' if t == math.inf else f'time limit {t:g} s'}) " if several else ""
+        j = c[c.method == "joint"].set_index(["memory", "factor"]).makespan
+        r = c[c.method == "rotor"].set_index("memory").makespan
+        worse_r = sum(1 for (M, f), v in j.items() if math.isfinite(r.get(M, math.nan)) and
+                      (not math.isfinite(v) or v > r[M] * (1 + 1e-9)))
+        print(f"{head}joint DP worse than rotor (same slots) at {worse_r} points")
+        o = c[c.method == "offload"].set_index(["memory", "factor"]).makespan
+        if len(o):
+            worse_o = [(M, f) for (M, f), v in o.items() if math.isfinite(v) and
+                       (not math.isfinite(j.get((M, f), math.nan)) or j[(M, f)] > v * (1 + 1e-9))]
+            print(f"{head}joint DP worse than offloading only at {len(worse_o)} points"
+                  + (" (discretization of N slots; see the CSV): " + ", ".join(
+                      f"{fmt_memory(M)} x{f:g}" for M, f in worse_o[:12]) if worse_o else ""))
 
 
 def main(argv=None) -> int:

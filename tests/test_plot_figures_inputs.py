@@ -235,12 +235,51 @@ def test_an_instance_with_nothing_to_draw_beside_one_drawn_is_a_warning(tmp_path
     assert [p.name for p in paths] == ["remat_toy.png"]
 
 
-def test_remat_offload_rows_of_two_runs_are_not_drawn_as_one_curve(tmp_path, capsys):
-    """Its curves name the method and slots: two runs' rows at one point zigzagged in one curve."""
-    table = _csv(_remat_offload(time_limits=(2.0, 3.0)), tmp_path / "t.csv")
+def test_remat_offload_rows_of_two_runs_are_a_curve_each(tmp_path, monkeypatch, capsys):
+    """Its curves name the method and slots: two runs' rows at one point zigzagged in one curve, and
+    such a table was then refused. Now each run is a curve, its time limit in the label, as the other
+    figures split theirs, ``joint`` is the best of each run's own joint-N, and the experiment's summary
+    compares each run with its own curves. Here the 2 s run's joint DP is twice rotor's makespan, the
+    3 s run's half of it."""
+    from memplan.experiments import remat_offload_figures
+
+    rows = [dict(r, key=f"r{next(_keys):06d}", time_limit=t) for t in (2.0, 3.0) for r in _remat_offload()]
+    for r in rows:
+        if r["problem"] == "remat-offload":
+            r["objective"] = (20.0 if r["time_limit"] == 2.0 else 5.0) / r["memory_limit"] * MiB
+    seen = _Figures(monkeypatch)
+    paths = figures.draw(pd.DataFrame(rows), "remat-offload", tmp_path)
+    assert sorted(p.name for p in paths) == ["remat_offload_toy.csv", "remat_offload_toy.png"]
+    assert {lab: len(x) for lab, x in seen.saved["remat_offload_toy.png"].items()} == {
+        f"{m} (time limit {t} s)": 2 for m in ("store-all", "rotor", "joint", "joint-50") for t in (2, 3)}
+    cur = pd.read_csv(tmp_path / "remat_offload_toy.csv")
+    joint = cur[cur.method == "joint"].set_index(["curve", "memory"]).makespan
+    for mem in (80.0, 90.0):
+        assert joint["joint (time limit 2 s)", mem * MiB] == pytest.approx(20.0 / mem)
+        assert joint["joint (time limit 3 s)", mem * MiB] == pytest.approx(5.0 / mem)
+    # one run alone: the curves' plain names, as before
+    figures.draw(pd.DataFrame([r for r in rows if r["time_limit"] == 2.0]), "remat-offload", tmp_path)
+    assert set(seen.saved["remat_offload_toy.png"]) == {"store-all", "rotor", "joint", "joint-50"}
+    remat_offload_figures.summary(pd.DataFrame(rows), None)
+    assert capsys.readouterr().out.splitlines() == [
+        "(time limit 2 s) joint DP worse than rotor (same slots) at 2 points",
+        "(time limit 3 s) joint DP worse than rotor (same slots) at 0 points"]
+    # through the command line, from the table
+    table = _csv(rows, tmp_path / "t.csv")
+    assert main(["plot", str(table), "--figure", "remat-offload", "-o", str(tmp_path / "fig")]) == 0
+
+
+def test_remat_offload_rows_of_one_curve_twice_in_one_run_are_still_refused(tmp_path, capsys):
+    """Two runs at the same time limit whose options differ where the curves do not name them (a gap)
+    would still zigzag in one curve: one line saying so."""
+    rows = _remat_offload()
+    rows += [dict(r, key=f"g{next(_keys):06d}", options='{"slots": 50, "gap": 0.01}') for r in rows
+             if r["problem"] == "remat-offload"]
+    table = _csv(rows, tmp_path / "t.csv")
     assert main(["plot", str(table), "--figure", "remat-offload", "-o", str(tmp_path / "fig")]) == 2
     line = _one_line(capsys.readouterr().err)
-    assert "several runs" in line and "time limits 2, 3" in line and "-o" in line, line
+    assert "several runs" in line and "joint-50 twice at one memory limit, at the same time limit" in line, line
+    assert "-o" in line and not list((tmp_path / "fig").glob("*.png"))
 
 
 # ------------------------------------------------------------------------ 5. the parts folder given

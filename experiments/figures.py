@@ -39,7 +39,7 @@ import re
 import warnings
 from pathlib import Path
 
-from memplan.experiments.cli_checks import output_dir
+from memplan.experiments.cli_checks import output_dir, writing
 from memplan.experiments.sweep_engine import read_results
 from memplan.models.solution import InputError
 
@@ -67,8 +67,11 @@ def _plt():
 def _save(fig, path: Path, dpi: int) -> Path:
     """Lay out, write and close a figure; its path."""
     fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    _plt().close(fig)
+    try:
+        with writing(path):         # a full disk: one line naming the file (memplan plot, memplan sweep)
+            fig.savefig(path, dpi=dpi)
+    finally:
+        _plt().close(fig)
     return path
 
 
@@ -449,7 +452,8 @@ def figure_remat_offload(df, out: Path, *, skipped: list | None = None) -> list[
             _not_drawn(skipped, _unsolved(inst, d))
             continue
         stem = out / f"remat_offload_{name}"
-        cur.to_csv(stem.with_suffix(".csv"), index=False)
+        with writing(stem.with_suffix(".csv")):
+            cur.to_csv(stem.with_suffix(".csv"), index=False)
         factors = sorted(cur["factor"].dropna().unique())
         base = d[d["problem"] != "remat"]["bandwidth"].min()
         joints = sorted({m for m in cur["method"] if m.startswith("joint-")})
@@ -522,7 +526,8 @@ def figure_pipeline(df, out: Path, *, skipped: list | None = None) -> list[Path]
             written.append(_pipeline_png(g, inst, P, out / f"pipeline_{stem}_P{P}.png"))
     s = pipeline_summary(df)
     if len(s):
-        s.to_csv(out / "pipeline_summary.csv", index=False)
+        with writing(out / "pipeline_summary.csv"):
+            s.to_csv(out / "pipeline_summary.csv", index=False)
         written.append(out / "pipeline_summary.csv")
     return written
 

@@ -291,3 +291,20 @@ def test_plot_of_a_sweeps_results_folder_writes_beside_it_not_among_the_parts(tw
     assert not list((two_runs / "results").glob("*.png"))
     assert figures.default_out(two_runs) == two_runs
     assert figures.default_out(two_runs / "results.csv") == two_runs
+
+
+def test_a_figure_that_cannot_be_written_names_the_file(tmp_path, capsys):
+    """A write that fails after the checks (here a folder where the figure's file goes; a full disk
+    alike) is one line naming the file, exit 2: it was a traceback of matplotlib's."""
+    table = _csv(_remat(), tmp_path / "t.csv")
+    out = tmp_path / "fig"
+    assert main(["plot", str(table), "--figure", "remat", "-o", str(out)]) == 0
+    pngs = sorted(out.glob("*.png"))
+    assert pngs
+    for p in pngs:
+        p.unlink()
+        p.mkdir()                    # the figure's file cannot be written: a folder is in its place
+    capsys.readouterr()
+    assert main(["plot", str(table), "--figure", "remat", "-o", str(out)]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert any(line.startswith(f"memplan: error: cannot write {p}: ") for p in pngs), line

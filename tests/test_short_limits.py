@@ -341,7 +341,7 @@ def test_pace_is_wall_time_per_second_of_cpu_the_call_got():
     t0 = time.process_time()
     while time.process_time() - t0 < 0.3:
         pass
-    assert 1.0 <= busy.pace() < B.PACE_MAX / 2             # at most 2 such processes per core
+    assert 1.0 <= busy.pace() < B.PACE_MAX                 # it got its CPU: below the cap, where sleep is
 
 
 def test_a_model_whose_compilation_cannot_end_in_time_is_not_compiled():

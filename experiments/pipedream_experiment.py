@@ -39,6 +39,9 @@ DEFAULT_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "external"
 #: --remat-fractions and --pipeline-fractions when not given
 REMAT_FRACTIONS = [0.1, 0.3, 0.6, 1.0]
 PIPELINE_FRACTIONS = [0.0, 0.5, 1.0]
+#: --gpus, --bandwidth and --time-limit when not given (options of the pipeline solves only: refused where
+#: --pipeline-methods is empty, so their parser defaults are None, telling a value given from none)
+GPUS, BANDWIDTH, TIME_LIMIT = 4, "12GB/s", 30.0
 
 
 def remat_rows(chain, methods, fractions, slots: int = 500) -> list[dict]:
@@ -136,11 +139,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--pipeline-fractions", type=fraction_list, default=None,
                    help="per-GPU memory limits between the least (0) and the most (1) of the baselines' points "
                         "(default 0,0.5,1)")
-    p.add_argument("--gpus", type=positive_int, default=4)
-    p.add_argument("--bandwidth", default="12GB/s", help="the links' bandwidth, e.g. 12GB/s; inf: free "
+    p.add_argument("--gpus", type=positive_int, default=None, help=f"GPUs of the pipeline (default {GPUS})")
+    p.add_argument("--bandwidth", default=None, help=f"the links' bandwidth (default {BANDWIDTH}); inf: free "
                    "communications")
-    p.add_argument("--time-limit", type=positive_number, default=30.0,
-                   help="seconds for each pipeline solve, every phase included (method ilp)")
+    p.add_argument("--time-limit", type=positive_number, default=None,
+                   help=f"seconds for each pipeline solve, every phase included (method ilp; default {TIME_LIMIT:g})")
     p.add_argument("--out", default="results/pipedream")
     return p
 
@@ -165,17 +168,26 @@ def _main(a: argparse.Namespace) -> int:
                            f"give methods, or leave {flag} out")
     if not remat_methods and not pipeline_methods:
         raise CliError("--remat-methods and --pipeline-methods: both empty, nothing to run; give some methods")
+    if not pipeline_methods:
+        for flag, given in (("--gpus", a.gpus), ("--bandwidth", a.bandwidth), ("--time-limit", a.time_limit)):
+            if given is not None:     # had been accepted and used by nothing
+                given = f"{given:g}" if isinstance(given, float) else given
+                raise CliError(f"{flag} {given}: an option of the pipeline solves, and --pipeline-methods is "
+                               f"empty; give pipeline methods, or leave {flag} out")
+    gpus = GPUS if a.gpus is None else a.gpus
+    bandwidth = BANDWIDTH if a.bandwidth is None else a.bandwidth
+    time_limit = TIME_LIMIT if a.time_limit is None else a.time_limit
     remat_fractions = a.remat_fractions or REMAT_FRACTIONS
     pipeline_fractions = a.pipeline_fractions or PIPELINE_FRACTIONS
-    if is_free_link(a.bandwidth):
+    if is_free_link(bandwidth):
         bw = math.inf                      # free communications, as memplan.pipeline reads 'inf'
     else:
         try:
-            bw = parse_bandwidth(a.bandwidth)
+            bw = parse_bandwidth(bandwidth)
         except UnitError as e:
-            raise CliError(f"--bandwidth {a.bandwidth}: {e}") from None
+            raise CliError(f"--bandwidth {bandwidth}: {e}") from None
         if not bw > 0:
-            raise CliError(f"--bandwidth {a.bandwidth}: links that carry nothing; give the links' bandwidth, e.g. "
+            raise CliError(f"--bandwidth {bandwidth}: links that carry nothing; give the links' bandwidth, e.g. "
                            "12GB/s, or inf for free communications")
     files = [Path(f) for f in a.profiles] if a.profiles else sorted(DEFAULT_DIR.glob("*.graph.txt"))
     if not files:
@@ -190,7 +202,7 @@ def _main(a: argparse.Namespace) -> int:
         remat += remat_rows(chain, remat_methods, remat_fractions)
         if pipeline_methods:
             graph = cost_graph(f, batch=a.batch) if set(pipeline_methods) & set(GRAPH_METHODS) else None
-            pipe += pipeline_rows(chain, pipeline_methods, pipeline_fractions, a.gpus, bw, a.time_limit, graph)
+            pipe += pipeline_rows(chain, pipeline_methods, pipeline_fractions, gpus, bw, time_limit, graph)
     dr = pd.DataFrame(remat)
     with writing(out / "pipedream_remat.csv"):
         dr.to_csv(out / "pipedream_remat.csv", index=False)

@@ -188,11 +188,42 @@ P = "pipedream_experiment: error: "
     (["--remat-methods", "", "--remat-fractions", "0.5"], P + "--remat-fractions: the memory limits of "
                                                               "--remat-methods, which is empty"),
     (["--remat-methods", "", "--pipeline-methods", ""], P + "--remat-methods and --pipeline-methods: both empty"),
+    # options of the pipeline solves with no pipeline method: accepted, used by nothing (the default's
+    # value given explicitly too)
+    (["--pipeline-methods", "", "--gpus", "2"], P + "--gpus 2: an option of the pipeline solves, and "
+                                                    "--pipeline-methods is empty; give pipeline methods, or leave "
+                                                    "--gpus out"),
+    (["--pipeline-methods", "", "--gpus", "4"], P + "--gpus 4: an option of the pipeline solves"),
+    (["--pipeline-methods", "", "--bandwidth", "inf"], P + "--bandwidth inf: an option of the pipeline solves, and "
+                                                           "--pipeline-methods is empty"),
+    (["--pipeline-methods", ",", "--time-limit", "30"], P + "--time-limit 30: an option of the pipeline solves, "
+                                                           "and --pipeline-methods is empty"),
 ])
 def test_pipedream_experiment_refuses_in_one_line(argv, start, graph, tmp_path, capsys):
     out = tmp_path / "out"
     _refused(pipedream_experiment.main, ["--profiles", str(graph), "--out", str(out)] + argv, start, capsys)
     assert not out.exists()
+
+
+def test_pipedream_experiment_remat_only_runs_without_pipeline_options(graph, tmp_path, capsys):
+    """--pipeline-methods '' without --gpus, --bandwidth, --time-limit still runs the remat solves (their
+    defaults are now None, filled in only for the pipeline solves)."""
+    out = tmp_path / "out"
+    assert pipedream_experiment.main(["--profiles", str(graph), "--remat-methods", "rotor", "--remat-fractions",
+                                      "1", "--pipeline-methods", "", "--out", str(out)]) == 0
+    assert (out / "pipedream_remat.csv").exists() and not (out / "pipedream_pipeline.csv").exists()
+
+
+def test_pipedream_experiment_pipeline_defaults(graph, tmp_path, capsys):
+    """Without --gpus, --bandwidth, --time-limit the pipeline rows use 4 GPUs and 12GB/s, as before."""
+    import pandas as pd
+
+    out = tmp_path / "out"
+    assert pipedream_experiment.main(["--profiles", str(graph), "--batch", "128", "--remat-methods", "",
+                                      "--pipeline-methods", "pipedream", "--pipeline-fractions", "1",
+                                      "--out", str(out)]) == 0
+    row = pd.read_csv(out / "pipedream_pipeline.csv").iloc[0]
+    assert row["gpus"] == 4 and row["bandwidth"] == pytest.approx(12e9)
 
 
 def test_pipedream_experiment_reads_every_profile_first(graph, tmp_path, capsys):

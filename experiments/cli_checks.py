@@ -234,6 +234,20 @@ def fraction_list(text: str) -> list[float]:
     return values
 
 
+def repeated(flag: str, text: str, values, expected: str, noun: str) -> str | None:
+    """Why a list option whose values must be distinct is refused (one line naming ``flag``, the text
+    given, what was expected and the values given more than once), or None when no value repeats:
+    ``--fractions 0.5,0.5`` had planned, compiled and measured the same limits twice. The one check of
+    ``memplan budget --fractions`` and ``runtime_check --fractions``; the caller raises the error its
+    place needs (``argparse.ArgumentTypeError`` in a type, :class:`CliError` in a body)."""
+    values = list(values)
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if not twice:
+        return None
+    return (f"{flag} {text!r}: expected {expected}, and {', '.join(f'{v:g}' for v in twice)} is given more than "
+            f"once; give each {noun} once")
+
+
 def input_shape(text: str) -> tuple[int, ...]:
     """argparse type: a per-sample input shape, ``3x224x224`` or ``512`` (``--input``)."""
     try:
@@ -293,7 +307,8 @@ def device_problem(device: str) -> str | None:
 
 
 __all__ = ["CliError", "OneLineParser", "device_problem", "fraction_list", "guarded", "input_shape", "key_value",
-           "model_kwargs", "output_file", "output_dir", "positive_int", "positive_number", "run_script", "writing"]
+           "model_kwargs", "output_file", "output_dir", "positive_int", "positive_number", "repeated", "run_script",
+           "writing"]
 
 
 def batch_fits(key: str, batch: int, input_shape, device: str, model_kw: dict, seed: int = 0) -> None:

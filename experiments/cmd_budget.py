@@ -17,7 +17,8 @@ import argparse
 import math
 import sys
 
-from memplan.experiments.cli_checks import batch_fits, input_shape, key_value, model_kwargs, positive_int
+from memplan.experiments.cli_checks import (batch_fits, input_shape, key_value, model_kwargs, positive_int,
+                                            repeated)
 from memplan.models.solution import InputError
 
 
@@ -29,11 +30,9 @@ def _fractions(text: str) -> tuple[float, ...]:
                                          f"e.g. 1,0.5,0.1 (or an empty string for chain plans only)") from None
     if any(not 0 <= v <= 1 for v in vals):
         raise argparse.ArgumentTypeError(f"--fractions {text!r}: every fraction must lie in [0, 1]")
-    twice = sorted({v for v in vals if vals.count(v) > 1})
-    if twice:       # 1,1,1 was compiled and measured three times
-        raise argparse.ArgumentTypeError(f"--fractions {text!r}: expected distinct numbers in [0, 1], and "
-                                         f"{', '.join(f'{v:g}' for v in twice)} is given more than once; give each "
-                                         f"fraction once")
+    why = repeated("--fractions", text, vals, "distinct numbers in [0, 1]", "fraction")
+    if why:         # 1,1,1 was compiled and measured three times
+        raise argparse.ArgumentTypeError(why)
     return vals
 
 

@@ -106,7 +106,7 @@ from typing import Any
 from memplan import remat
 from memplan.baselines.remat_heuristics import sequential_schedule, store_all_schedule
 from memplan.experiments.cli_checks import (CliError, OneLineParser, device_problem, output_file, positive_int,
-                                            positive_number, run_script, writing)
+                                            positive_number, repeated, run_script, writing)
 from memplan.models.measure import paired_ratio
 from memplan.models.remat import simulate_remat
 from memplan.models.solution import InputError
@@ -951,6 +951,9 @@ def _main(a: argparse.Namespace) -> int:
         raise InputError(f"--fractions {a.fractions!r}: expected numbers between 0 and 1, e.g. 0.25,0.5,0.75") from None
     if not fractions or not all(0 <= f <= 1 for f in fractions):
         raise InputError(f"--fractions {a.fractions!r}: expected numbers between 0 and 1, e.g. 0.25,0.5,0.75")
+    why = repeated("--fractions", a.fractions, fractions, "distinct numbers between 0 and 1", "fraction")
+    if why:                                 # 0.5,0.5 had planned and executed the same limits twice
+        raise CliError(why)
     repeats = a.repeats or (1 if a.quick else 8)
     if repeats < 1:
         raise InputError(f"--repeats {repeats}: give a whole number >= 1")

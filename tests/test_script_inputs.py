@@ -68,6 +68,11 @@ def a_file(tmp_path):
     (["--models", ","], "runtime_check: error: --models ',': no network named"),       # nothing run, exit 0
     (["--models", "vgg16"], "runtime_check: error: --models: 'vgg16' is not in preset 'quick'"),
     (["--fractions", "0.5,2"], "runtime_check: error: --fractions '0.5,2': expected numbers between 0 and 1"),
+    # the same plans planned and executed twice
+    (["--fractions", "0.5,0.5"], "runtime_check: error: --fractions '0.5,0.5': expected distinct numbers between 0 "
+                                 "and 1, and 0.5 is given more than once; give each fraction once"),
+    (["--fractions", "0.25,0.5,0.50"], "runtime_check: error: --fractions '0.25,0.5,0.50': expected distinct "
+                                       "numbers between 0 and 1, and 0.5 is given more than once"),
 ])
 def test_runtime_check_refuses_in_one_line(argv, start, capsys):
     _refused(runtime_check.main, ["--quick"] + argv, start, capsys)
@@ -344,3 +349,17 @@ def test_scripts_run_directly(cmd, start, tmp_path):
                        env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
     assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith(start), r.stderr
+
+
+def test_budget_and_runtime_check_share_the_repeat_check():
+    """memplan budget --fractions and runtime_check --fractions refuse repeats through one function
+    (cli_checks.repeated); budget's message is the one it had before."""
+    import argparse
+
+    from memplan.experiments import cmd_budget
+
+    with pytest.raises(argparse.ArgumentTypeError) as e:
+        cmd_budget._fractions("1,0.5,1,0.5")
+    assert str(e.value) == ("--fractions '1,0.5,1,0.5': expected distinct numbers in [0, 1], and 0.5, 1 is given "
+                            "more than once; give each fraction once")
+    assert cli_checks.repeated("--fractions", "0.1,0.2", [0.1, 0.2], "distinct numbers", "fraction") is None

@@ -123,7 +123,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from memplan.models.networks import canonical_name, example_input, get_model
     from memplan.models.memory import step_peak
     from memplan.models.profiler import classification_loss, profiled_by_allocator_events
-    from memplan.models.runtime import (GRAD_REL_TOL, execute, grads_max_rel_diff, holds_at_peak,
+    from memplan.models.runtime import (GRAD_REL_TOL, execute, free_holds, grads_max_rel_diff, holds_at_peak,
                                         holds_at_replay_peak, whole_runs_hold)
 
     chain, _ = load_instance(args.instance)
@@ -226,9 +226,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # one method for the plan and autograd: the instance's (a CPU profile by c10's allocator events sees
     # the kernels' scratch, which the dispatch tracker does not; CUDA: the allocator's statistics)
     method = "profiler" if device == "cpu" and profiled_by_allocator_events(chain) else "dispatch"
-    def run_peak(hold: bool) -> float:
-        """The peak of the plan run with every B held (``hold``) or none, by ``method``, measured on the
-        second run (the first a warm-up), the gradients cleared before and after."""
+    def run_peak(hold) -> float:
+        """The peak of the plan run with every B held (``hold`` True) or none (:func:`free_holds`), by
+        ``method``, measured on the second run (the first a warm-up), the gradients cleared before and
+        after."""
         def run():
             torch.manual_seed(seed + 1)
             execute(lm.stages, loss_stage, x, sched, device=device, hold=hold)
@@ -241,8 +242,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
             p.grad = None
         return got
 
-    if free:
-        peak, hold = run_peak(False), False
+    if free:        # no holds; the loss's scalars let go where the free replay peaks inside their group
+        hold = free_holds(sched, sim.memory_during)
+        peak = run_peak(hold)
     elif method == "profiler":
         peak = run_peak(True)                   # the fully held run's
         # timed: held where the replay peaks (the per-operation memory measured above misses the scratch)

@@ -423,7 +423,7 @@ class Case:
         """(the tag of the first identical sequence, measurements) for a memplan sequence."""
         import torch
 
-        from memplan.models.runtime import execute
+        from memplan.models.runtime import execute, free_holds
 
         key = tuple(seq.ops)
         if key in self._cache:
@@ -443,10 +443,10 @@ class Case:
             def free():
                 torch.manual_seed(7)
                 execute(self.stages, self.loss_stage, self.x, seq, device=self.device, fuse_backward=self.fuse,
-                        hold=False)
+                        hold=free_holds(seq.ops, sim.memory_during))
 
             peak = self._tracked(free)
-            hold = False
+            hold = free_holds(seq.ops, sim.memory_during)   # timed free, the loss's scalars let go where needed
         elif self.memory == "dispatch":
             peak = float(res.peak_memory)
             hold = self._holds(seq.ops, res.memory_peak_during)
@@ -469,7 +469,7 @@ class Case:
         # the timed configuration's own peak, measured as autograd's is (step_peak): the held run's where
         # the holds at its peak work as they should
         m = {**grads, "measured_peak": peak, "timed_peak": self._tracked(run),
-             "held_stages": "all" if hold is True else "none" if hold is False else " ".join(map(str, sorted(hold)))}
+             "held_stages": "all" if hold is True else "none" if hold is False or getattr(hold, "free", False) else " ".join(map(str, sorted(hold)))}
         self._timed(run, m, tag)
         out = (tag, m)
         self._cache[key] = out

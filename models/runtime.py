@@ -262,8 +262,8 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                                         fuse_backward and not info.multi, info.shared)
     device = device if device is not None else x.device
     keep = _keep(hold)
-    free = hold is False             # no holds at all: the single-stage calls hold nothing either
-    headroom = hold.headroom if isinstance(hold, Holds) else None
+    free = hold is False or (isinstance(hold, Holds) and hold.free)   # no holds: the single-stage calls
+    headroom = hold.headroom if isinstance(hold, Holds) else None       # hold nothing either
     if measure_memory and keep is not None:
         raise ValueError("execute: measure_memory reads each B's memory from the holds' hooks; use hold=True")
     if fast and info.fast_ops is ops and not measure_memory and op_times is None:
@@ -442,7 +442,8 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                     junctions.clear()
                     if pairs:
                         _backward_from(pairs, exact=tracker is not None,
-                                       direct=tracker is None and _direct_fits(headroom, group, pairs))
+                                       direct=tracker is None and _direct_fits(headroom, group, pairs),
+                                       scalars=not (free and headroom is not None))
                     held.clear()
                     held_delta.clear()
                 delta[group[-1] - 1] = ((inp[0].grad if inp[0].requires_grad else None,) if len(inp) == 1 else
@@ -560,11 +561,30 @@ class Holds(frozenset):
     ``checkpoint_sequential``(4) on 40 tiny stages) lets them go when B^l ends."""
 
     headroom: dict
+    free: bool
 
-    def __new__(cls, stages, headroom: dict | None = None):
+    def __new__(cls, stages, headroom: dict | None = None, free: bool = False):
         self = super().__new__(cls, stages)
         self.headroom = dict(headroom or {})
+        self.free = bool(free)
         return self
+
+
+def free_holds(ops: RematSchedule | Sequence[tuple[str, int]], memory_during: Sequence[float]) -> Holds:
+    """``execute``'s ``hold`` for a run without holds (``hold=False``: autograd's own freeing, the
+    replay of :func:`models.remat.free_backward_model`) that also knows each B's headroom below the
+    peak of that replay (``memory_during``, one value per operation of ``ops``). Without it a free run
+    back-propagates the group that starts at the loss stage by a direct call, which keeps the loss and
+    its seed gradient (8 bytes on a CPU) until the group's last B, where the replay lets them go after
+    B^{L+1}: at a plan's least memory, where the peak is reached inside that group, the run measured 8
+    bytes over its limit (ResNet-18 and Inception v3 at f = 0 in ``runtime_check``). With the headroom
+    the direct call is made only where every later B of the group has those bytes to spare (else the
+    empty root of :func:`_backward_from`, about 35 us on a CPU, once a step)."""
+    ops = ops.ops if isinstance(ops, RematSchedule) else ops
+    if len(memory_during) != len(ops):
+        raise ValueError(f"free_holds: {len(memory_during)} memory values for {len(ops)} operations")
+    top = max(memory_during, default=0.0)
+    return Holds((), {int(l): top - m for (op, l), m in zip(ops, memory_during) if op == "B"}, free=True)
 
 
 def _direct_fits(headroom: dict | None, group: list, pairs: list) -> bool:
@@ -774,7 +794,8 @@ def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: 
                 junctions.clear()
                 del outs, d
                 if pairs:
-                    _backward_from(pairs, exact=False, direct=_direct_fits(headroom, group, pairs))
+                    _backward_from(pairs, exact=False, direct=_direct_fits(headroom, group, pairs),
+                                   scalars=not (free and headroom is not None))
                 held.clear()
                 held_delta.clear()
             for hd in handles:
@@ -900,7 +921,7 @@ class _Seed(torch.autograd.Function):
         return (None, *ctx.holder.pop())
 
 
-def _backward_from(pairs: list, exact: bool = True, direct: bool = False) -> None:
+def _backward_from(pairs: list, exact: bool = True, direct: bool = False, scalars: bool = True) -> None:
     """``torch.autograd.backward(outputs, gradients)`` for ``pairs`` [(output, its gradient), ...],
     emptied, without the call's arguments holding the outputs and gradients until the whole call
     returns: whoever else holds them decides when they go (a fused group's ``held`` and
@@ -914,9 +935,10 @@ def _backward_from(pairs: list, exact: bool = True, direct: bool = False) -> Non
     autograd function: about 35 us a call alone, 6% of a store-all step of 40 tiny stages on this
     CPU (``benchmarks/bench_executor_overhead.py``). Measured runs keep the root, so that their
     bytes are the model's exactly. ``direct`` (with ``exact=False``): the direct call for any
-    outputs, where the caller has found it safe (:class:`Holds`)."""
+    outputs, where the caller has found it safe (:class:`Holds`). ``scalars=False``: not the direct
+    call for scalars unless ``direct`` (a free run that knows its headroom, :func:`free_holds`)."""
     outs = [o for o, _ in pairs]
-    if not exact and (direct or all(o.numel() <= 1 and g.numel() <= 1 for o, g in pairs)):
+    if not exact and (direct or (scalars and all(o.numel() <= 1 and g.numel() <= 1 for o, g in pairs))):
         grads = [g for _, g in pairs]
         pairs.clear()
         engine_backward(outs, grads)

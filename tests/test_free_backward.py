@@ -111,15 +111,16 @@ def _profiled(name, kw, x_shape, vocab=None):
     return lm.stages, loss_stage, x, list(model.parameters()), chain
 
 
-def _free_run_peak(stages, loss_stage, x, params, seq) -> float:
-    """The peak of ``seq`` executed without holds (dispatch tracker), after one warm-up run."""
+def _free_run_peak(stages, loss_stage, x, params, seq, hold=False) -> float:
+    """The peak of ``seq`` executed without holds (dispatch tracker), after one warm-up run; ``hold``:
+    ``execute``'s (False, or :func:`models.runtime.free_holds`)."""
     import torch
     from memplan.models.memory import step_peak
     from memplan.models.runtime import execute
 
     def run():
         torch.manual_seed(7)
-        execute(stages, loss_stage, x, seq, hold=False)
+        execute(stages, loss_stage, x, seq, hold=hold)
     run()
     return step_peak(run, params, "cpu")
 
@@ -141,6 +142,29 @@ def test_free_executor_peaks_where_the_free_replay_says(one_torch_thread):
         assert 0 <= measured - predicted <= 8, (measured, predicted)
         lower += predicted < simulate_remat(chain, seq).peak_memory
     assert lower >= 2
+
+
+def test_a_free_run_at_the_least_memory_stays_within_its_limit(one_torch_thread):
+    """ResNet-18 at 64x64, rotor's plan at the least memory of the free chain (planned in it, as
+    ``memplan solve --free-backward`` does): without holds the group that starts at the loss stage was
+    back-propagated by a direct call, which keeps the loss and its seed (two float32 scalars, 8 bytes)
+    to the group's last B, where the replay lets them go after B^{L+1}; the plan peaks inside that
+    group, so the run measured 8 bytes over its limit. With the free replay's headroom
+    (:func:`models.runtime.free_holds`) it peaks at the replay's peak, the limit, to the byte."""
+    pytest.importorskip("torch")
+    from memplan.models.runtime import free_holds
+
+    stages, loss_stage, x, params, chain = _profiled("resnet18", {}, (3, 64, 64))
+    free = free_backward_model(chain)
+    planned = free_backward_chain(chain)
+    least = remat.memory_range(planned)[0]
+    seq = remat.solve(planned, memory=least, method="rotor").schedule
+    replay = simulate_remat(chain, seq, **free)
+    assert replay.peak_memory <= least
+    bare = _free_run_peak(stages, loss_stage, x, params, seq)
+    assert bare - replay.peak_memory == 8          # the two scalars, held by the direct call
+    measured = _free_run_peak(stages, loss_stage, x, params, seq, hold=free_holds(seq, replay.memory_during))
+    assert measured == replay.peak_memory
 
 
 def test_segment_tops_free_their_output_in_the_free_replay(one_torch_thread):

@@ -442,7 +442,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
                     junctions.clear()
                     if pairs:
                         _backward_from(pairs, exact=tracker is not None,
-                                       direct=tracker is None and _direct_fits(headroom, group, pairs),
+                                       direct=tracker is None and _direct_ok(headroom, group, pairs, free),
                                        scalars=not (free and headroom is not None))
                     held.clear()
                     held_delta.clear()
@@ -585,6 +585,16 @@ def free_holds(ops: RematSchedule | Sequence[tuple[str, int]], memory_during: Se
         raise ValueError(f"free_holds: {len(memory_during)} memory values for {len(ops)} operations")
     top = max(memory_during, default=0.0)
     return Holds((), {int(l): top - m for (op, l), m in zip(ops, memory_during) if op == "B"}, free=True)
+
+
+def _direct_ok(headroom: dict | None, group: list, pairs: list, free: bool) -> bool:
+    """:func:`_direct_fits`, and in a run without holds (``free``) only for the loss's scalars: there
+    B^top itself may let a^top go (a stage whose backward does not save its output, the free replay's
+    ``release``), which a direct call keeps to the group's end (2 KiB over the free replay on a tiny
+    chain's ``sequential`` plan); the loss and its seed are in B^{L+1}'s memory either way."""
+    if free and not all(o.numel() <= 1 and g.numel() <= 1 for o, g in pairs):
+        return False
+    return _direct_fits(headroom, group, pairs)
 
 
 def _direct_fits(headroom: dict | None, group: list, pairs: list) -> bool:
@@ -794,7 +804,7 @@ def _run_store_all(fns: list, x: torch.Tensor, device, input_grad: bool, clock: 
                 junctions.clear()
                 del outs, d
                 if pairs:
-                    _backward_from(pairs, exact=False, direct=_direct_fits(headroom, group, pairs),
+                    _backward_from(pairs, exact=False, direct=_direct_ok(headroom, group, pairs, free),
                                    scalars=not (free and headroom is not None))
                 held.clear()
                 held_delta.clear()

@@ -139,3 +139,18 @@ def offload_test_chain(name: str, kw: dict, shape: tuple):
     bandwidth = float(chain.wabar[1:].sum() / chain.store_all_time())
     return dict(name=name, model=model, x=x, loss_fn=loss_fn, loss=loss, grads=grads, chain=chain,
                 bandwidth=bandwidth)
+
+
+def write_branches_graph(path):
+    """A PipeDream graph.txt at ``path``: an input, two branches of two layers each (1 + 2 s and
+    2 + 4 s forward + backward per layer), and a join; each activation 8 bytes, each Linear 4 bytes of
+    parameters. Returns ``path``."""
+    lines = ["node1 -- Input(x) -- forward_compute_time=0.000, backward_compute_time=0.000, "
+             "activation_size=8.0, parameter_size=0.0"]
+    for n, (f, b) in {"node2": (1, 2), "node3": (1, 2), "node4": (2, 4), "node5": (2, 4), "node6": (0, 0)}.items():
+        lines.append(f"{n} -- Linear(x) -- forward_compute_time={f:.3f}, backward_compute_time={b:.3f}, "
+                     f"activation_size=8.0, parameter_size=4.0")
+    lines += ["\tnode1 -- node2", "\tnode2 -- node3", "\tnode1 -- node4", "\tnode4 -- node5", "\tnode3 -- node6",
+              "\tnode5 -- node6"]
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -29,6 +29,8 @@ from memplan.models.graph import residency
 from memplan.models.pipeline import simulate_pattern, task_data
 from memplan.models.solution import InputError, Status
 
+from conftest import write_branches_graph
+
 
 def _attrs(rng):
     return dict(uf=rng.randint(1, 9), ub=rng.randint(1, 9), out_bytes=rng.randint(1, 9) * 8,
@@ -288,15 +290,7 @@ def test_pipedream_experiment_reports_the_antichain_baseline(tmp_path):
 
     from memplan.experiments.pipedream_experiment import main
 
-    lines = ["node1 -- Input(x) -- forward_compute_time=0.000, backward_compute_time=0.000, "
-             "activation_size=8.0, parameter_size=0.0"]
-    for n, (f, b) in {"node2": (1, 2), "node3": (1, 2), "node4": (2, 4), "node5": (2, 4), "node6": (0, 0)}.items():
-        lines.append(f"{n} -- Linear(x) -- forward_compute_time={f:.3f}, backward_compute_time={b:.3f}, "
-                     f"activation_size=8.0, parameter_size=4.0")
-    lines += ["\tnode1 -- node2", "\tnode2 -- node3", "\tnode1 -- node4", "\tnode4 -- node5", "\tnode3 -- node6",
-              "\tnode5 -- node6"]
-    path = tmp_path / "branches.graph.txt"
-    path.write_text("\n".join(lines) + "\n")
+    path = write_branches_graph(tmp_path / "branches.graph.txt")
     out = tmp_path / "out"
     main(["--profiles", str(path), "--batch", "128", "--remat-methods", "", "--pipeline-methods",
           "pipedream,pipedream-dag,ilp-dag", "--pipeline-fractions", "1.0", "--gpus", "2", "--bandwidth", "1TB/s",

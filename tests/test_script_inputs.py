@@ -19,6 +19,8 @@ torch = pytest.importorskip("torch")
 
 from memplan.experiments import cli_checks, gpu_profile, pipedream_experiment, runtime_check  # noqa: E402
 
+from conftest import write_branches_graph  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = torch.cuda.is_available()
 DEV_FULL = Path("/dev/full")
@@ -156,17 +158,8 @@ def test_device_problem_names_a_missing_cuda_index(monkeypatch):
 # ------------------------------------------------------------------------------ pipedream_experiment
 @pytest.fixture
 def graph(tmp_path):
-    """A PipeDream graph.txt of four layers on two branches (tests/test_pipeline_dag.py's)."""
-    lines = ["node1 -- Input(x) -- forward_compute_time=0.000, backward_compute_time=0.000, "
-             "activation_size=8.0, parameter_size=0.0"]
-    for n, (f, b) in {"node2": (1, 2), "node3": (1, 2), "node4": (2, 4), "node5": (2, 4), "node6": (0, 0)}.items():
-        lines.append(f"{n} -- Linear(x) -- forward_compute_time={f:.3f}, backward_compute_time={b:.3f}, "
-                     f"activation_size=8.0, parameter_size=4.0")
-    lines += ["\tnode1 -- node2", "\tnode2 -- node3", "\tnode1 -- node4", "\tnode4 -- node5", "\tnode3 -- node6",
-              "\tnode5 -- node6"]
-    path = tmp_path / "branches.graph.txt"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    """A PipeDream graph.txt of four layers on two branches (conftest.write_branches_graph)."""
+    return write_branches_graph(tmp_path / "branches.graph.txt")
 
 
 P = "pipedream_experiment: error: "

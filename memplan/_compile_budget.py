@@ -390,6 +390,8 @@ class BudgetedStep:
     compiled_chain_note: str = ""     # why chain plans with compiled stages were not tried (or their loss stage is eager)
     compiled_loss_chunks_note: str = ""   # why the compiled-stage chain has no (or one fewer) chunked loss stage
     offload_note: str = ""            # offload asked for: why a budget got no offloading candidate
+    untried: list[str] = field(default_factory=list)   # what the time limit left unsolved for this budget
+    loss_chunks_note: str = ""        # why the eager chain has no chunked loss stage
     peak_measure: str = ""            # what every peak here is: the CUDA allocator's requested or allocated peak, or the CPU profiler's
     _fn: Callable = field(repr=False, default=None)
     _config: dict = field(repr=False, default_factory=dict)
@@ -423,6 +425,10 @@ class BudgetedStep:
                          f"{c.compile_time:6.2f} s  {'fits' if c.fits else 'over'}")
         if self.skipped:
             lines.append(f"  not tried (time_limit): {', '.join(f'{f:g}' for f in self.skipped)}")
+        if self.untried:
+            lines.append(f"  not solved and measured for this budget (time_limit): {', '.join(self.untried)}")
+        if "time_limit" in self.loss_chunks_note:      # the other reasons are the network's, said elsewhere
+            lines.append(f"  chunked loss stage: {self.loss_chunks_note}")
         if self.chain_note:
             lines.append(f"  chain plans: {self.chain_note}")
         if self.compiled_chain_note:
@@ -1830,7 +1836,7 @@ class BudgetSearch:
                 peaks = {id(c): c.peak for c in self.measured()}
                 for c in self.measured():
                     if budget < c.peak <= budget * (1 + PEAK_RECHECK) and not self._no_time_for(
-                            "peaks measured again", 2 * c.step_time):
+                            "peaks within 1% over the budget measured again", 2 * c.step_time):
                         peaks[id(c)] = self._remeasured_peak(c)
                         self.rechecked.append((c.label, c.peak, peaks[id(c)]))
                 self._retime([c for c in self.measured() if peaks[id(c)] <= budget])
@@ -1897,6 +1903,7 @@ class BudgetSearch:
                                         compiled_chain_note=self.compiled_chain_note,
                                         compiled_loss_chunks_note=self.compiled_loss_chunks_note,
                                         offload_note=self.offload_note if self.offload else "",
+                                        untried=list(self._fit_cut), loss_chunks_note=self.loss_chunks_note,
                                         peak_measure=self.peak_measure, _fn=step, _config=cfg)
         raise InfeasibleError(
             f"memory {fmt_memory(budget)} ({fmt_bytes(budget)} bytes): every candidate that fitted measured above "

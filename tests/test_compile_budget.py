@@ -289,6 +289,8 @@ def test_under_starts_no_measurement_its_time_limit_cannot_finish():
     assert info.value.minimum == lowest and search.chain_plans == {}
     step = search.under(lowest, time_limit=1e-3)
     assert step.kind == "compiled" and step.peak <= lowest and search.chain_plans == {}
+    assert step.untried == ["chain plans"]
+    assert "  not solved and measured for this budget (time_limit): chain plans" in step.report().splitlines()
     step = search.under(budget)
     assert step.kind == "chain" and step.peak <= budget
     with pytest.raises(memplan.InputError, match="time_limit must be a positive number"):

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,13 +70,65 @@ PYOMO_FIRST_COMPILE_SECONDS = 0.55
 _PYOMO_COMPILED = False          # whether this process has compiled a Pyomo model yet
 
 
+_PYOMO_IMPORT_LOCK = threading.Lock()
+_PYOMO_IMPORT_THREAD: threading.Thread | None = None     # the background import of pyomo_ready
+_PYOMO_IMPORTED = threading.Event()                     # set once that import has ended (or failed)
+
+
+def _pyomo_import_done() -> bool:
+    """Whether ``pyomo.environ`` is imported completely (``sys.modules`` holds a module from the
+    start of its import: while :func:`pyomo_ready`'s thread imports it, it is there but not done)."""
+    if _PYOMO_IMPORT_THREAD is not None:
+        return _PYOMO_IMPORTED.is_set()
+    return "pyomo.environ" in sys.modules
+
+
 def pyomo_first_use_seconds() -> float:
     """Seconds (quiet machine) that the next Pyomo model of this process costs beyond its build and
     compilation: the import and the compiler's first run, where they have not happened yet."""
-    import sys
-
-    return (0.0 if "pyomo.environ" in sys.modules else PYOMO_IMPORT_SECONDS) + (
+    return (0.0 if _pyomo_import_done() else PYOMO_IMPORT_SECONDS) + (
         0.0 if _PYOMO_COMPILED else PYOMO_FIRST_COMPILE_SECONDS)
+
+
+def _import_pyomo() -> None:
+    """pyomo_ready's thread: the imports of a process's first Pyomo model, the deferred one included:
+    the compiler's first run resolves Pyomo's deferred SciPy import (``scipy.sparse`` through
+    ``pyomo.common.dependencies``, 0.4-0.8 s: :data:`PYOMO_FIRST_COMPILE_SECONDS`), done here too."""
+    global _PYOMO_COMPILED
+    try:
+        import highspy  # noqa: F401
+        import pyomo.environ  # noqa: F401  (the import is the point)
+        import pyomo.repn.plugins.standard_form  # noqa: F401
+        from pyomo.common.dependencies import scipy as deferred_scipy
+
+        deferred_scipy.sparse.csc_array     # resolves the deferred import
+        _PYOMO_COMPILED = True
+    except BaseException:            # the caller's own import raises it again, where it is reported
+        pass
+    finally:
+        _PYOMO_IMPORTED.set()
+
+
+def pyomo_ready(deadline: float | None = None) -> bool:
+    """Whether Pyomo (``pyomo.environ``, its compiler and ``highspy``) is imported by ``deadline`` (a
+    :func:`time.monotonic` time; None: wait for it). The import (0.9 s on a quiet machine, 2-4 s
+    beside two busy loops on 2 cores, :data:`PYOMO_IMPORT_SECONDS`) cannot be interrupted, and an
+    estimate of it scaled by :meth:`~memplan.models.budget.Budget.pace` either overruns (too low) or
+    skips work that fits on a quiet machine (too high); so the first call runs it in a daemon thread
+    and waits for it at most until ``deadline``, measuring it instead. False: it has not ended by then
+    (it goes on in the background, and a later call finds it done); the caller skips what needs Pyomo
+    rather than import it where it would block past its deadline."""
+    global _PYOMO_IMPORT_THREAD
+    if _pyomo_import_done():
+        return True
+    with _PYOMO_IMPORT_LOCK:
+        if _PYOMO_IMPORT_THREAD is None:
+            _PYOMO_IMPORT_THREAD = threading.Thread(target=_import_pyomo, name="memplan-pyomo-import",
+                                                    daemon=True)
+            _PYOMO_IMPORT_THREAD.start()
+    if deadline is None or not math.isfinite(deadline):
+        return _PYOMO_IMPORTED.wait()
+    return _PYOMO_IMPORTED.wait(max(0.0, deadline - time.monotonic()))
 
 
 class BuildInterrupted(RuntimeError):

@@ -71,6 +71,7 @@ from memplan.baselines.pipeline import (Point, Points, best_feasible, gpipe_poin
                                         min_memory_contiguous_seconds, pipedream_points, start_pattern)
 from memplan.baselines.pipeline_dag import MAX_STATES, DagPoint, DagPoints, dag_points
 from memplan.baselines.pipeline_modular import snap_period
+from memplan.formulations.highs_driver import pyomo_ready
 from memplan.formulations.pipeline_ilp import solve_ilp
 from memplan.models.budget import Budget, ProgressFn
 from memplan.models.chain import Chain
@@ -369,17 +370,27 @@ def _ilp_pattern(c: _Call) -> tuple[Solution, Point | None, float]:
             b.log(f"refine: building the ILP would take about {need:.0f}s (L = {td.L}), more than the time "
                   f"left allows: the refinement gets that time instead")
         cap = min(_REFINE_MILP_CAP, c.time_limit or _REFINE_MILP_CAP)
-        with phase(b, deadline, report=False):     # every MILP of the phase ends by its deadline
-            allocs = known_allocations(td, points, memory, start, P=P, threads=c.threads, goal=goal,
-                                       deadline=deadline)
-            refined = exact_refine(td, P, memory, allocs, start, steps=8, threads=c.threads, time_limit=cap,
-                                   goal=goal, deadline=deadline)
-        times["refine"] = time.perf_counter() - t_ref
-        if refined is not None:
-            start = refined
-        b.log(f"refine: {len(allocs)} allocation(s), "
-              + (f"period {fmt_time(refined.T, digits=6)}" if refined is not None else "no faster pattern")
-              + f", {times['refine']:.1f}s")
+        # the phase's MILPs are Pyomo models: the first of a process imports Pyomo, which no time
+        # limit interrupts (2-4 s beside two busy loops on 2 cores, where the phase had 1.5 s: the
+        # call took up to 4.5 s for 3 s). pyomo_ready measures it against the phase's end instead.
+        if not pyomo_ready(deadline):
+            times["refine"] = time.perf_counter() - t_ref
+            note = "; ".join(x for x in (note, "refinement skipped: Pyomo's import had not ended by the "
+                                                   "refinement's deadline") if x)
+            b.log(f"refine: skipped, Pyomo's import (not interruptible) had not ended by the phase's end, "
+                  f"{times['refine']:.1f}s")
+        else:
+            with phase(b, deadline, report=False):     # every MILP of the phase ends by its deadline
+                allocs = known_allocations(td, points, memory, start, P=P, threads=c.threads, goal=goal,
+                                           deadline=deadline)
+                refined = exact_refine(td, P, memory, allocs, start, steps=8, threads=c.threads, time_limit=cap,
+                                       goal=goal, deadline=deadline)
+            times["refine"] = time.perf_counter() - t_ref
+            if refined is not None:
+                start = refined
+            b.log(f"refine: {len(allocs)} allocation(s), "
+                  + (f"period {fmt_time(refined.T, digits=6)}" if refined is not None else "no faster pattern")
+                  + f", {times['refine']:.1f}s")
 
     details: dict[str, Any] = {"start": start.meta if start is not None else None,
                                "start_refined": refined is not None,
@@ -392,6 +403,10 @@ def _ilp_pattern(c: _Call) -> tuple[Solution, Point | None, float]:
     if not ilp_fits():
         why = (f"the ILP was not run: building it (about {need:.0f}s for L = {td.L}) does not fit in what "
                f"is left of the time limit ({b.remaining():.0f}s)")
+        b.log(why)
+        return (_start_only(c, start, lb, why, details, times, note), bb, lb)
+    if not pyomo_ready(b.deadline - reserve - need):
+        why = "the ILP was not run: Pyomo's import had not ended in time to build it"
         b.log(why)
         return (_start_only(c, start, lb, why, details, times, note), bb, lb)
     b.log(f"ILP: (1)-(36) on {P} GPU(s), MIP start period "
@@ -538,7 +553,10 @@ def _cyclic(c: _Call) -> Solution:
     points, start, note = _points_and_start(c, times)
     fitting = best_feasible(points, memory)
     known = ([fitting.period] if fitting is not None else []) + ([start.T] if start is not None else [])
-    cands = known_allocations(td, points, memory, start, c.allocations)
+    # the balancing MILPs and the searches are Pyomo models: not where Pyomo's import (not interruptible)
+    # has not ended by the call's end; the allocations known without a MILP are kept, none is searched
+    ready = pyomo_ready(b.deadline)
+    cands = known_allocations(td, points, memory, start, c.allocations, deadline=math.inf if ready else 0.0)
     if not known or not cands:
         msg, minimum, mlb = _infeasible_message(c, "no allocation known to fit (no pattern or baseline point)")
         return Solution(PROBLEM, "cyclic", Status.TIME_LIMIT if note or b.expired() else Status.NO_SOLUTION,
@@ -548,7 +566,7 @@ def _cyclic(c: _Call) -> Solution:
     per_solve = max(15.0, (c.time_limit or 60.0) / (2 * len(cands)))   # one MILP; a search runs <= 2 x 8
     best = None
     t_cyc = time.perf_counter()
-    deadline = deadline_of(b)
+    deadline = deadline_of(b) if ready else 0.0
     tried = 0
     with quiet(b):
         for lg in cands:

@@ -400,3 +400,115 @@ def test_remat_milp_stops_building_at_the_deadline(monkeypatch):
     monkeypatch.setattr(rm, "BuildClock", lambda: _CountingClock(0))
     sol = rm.solve_remat_milp(chain, 1e12, time_limit=20, threads=1)
     assert sol.status == Status.NO_SOLUTION and sol.details["interrupted"] == "build"
+
+
+_SLOW_PYOMO = r'''
+import importlib.abc, json, sys, time
+
+class SlowPyomo(importlib.abc.MetaPathFinder):
+    """pyomo.environ's import made 8 s slower (a loaded machine at its worst): it sleeps, as an
+    import that no time limit interrupts would run, then the ordinary finders load it."""
+    def find_spec(self, name, path=None, target=None):
+        if name == "pyomo.environ":
+            time.sleep(8.0)
+        return None
+
+sys.meta_path.insert(0, SlowPyomo())
+import memplan
+from memplan.baselines.pipeline import min_memory_contiguous
+from memplan.models.pipeline import task_data
+chain = memplan.random_chain(15, seed=1, integer=False)
+memory = 1.3 * min_memory_contiguous(task_data(chain, 1e9), 2)[0]
+pd = memplan.solve(chain, "pipeline", "pipedream", memory=memory, gpus=2, bandwidth=1e9, time_limit=3)
+t0 = time.monotonic()
+sol = memplan.solve(chain, "pipeline", "ilp", memory=memory, gpus=2, bandwidth=1e9, time_limit=3, threads=1)
+wall = time.monotonic() - t0
+print(json.dumps({"wall": wall, "status": str(sol.status), "objective": sol.objective,
+                  "pipedream": pd.objective, "message": sol.message,
+                  "pyomo_loaded": "pyomo.environ" in sys.modules}))
+'''
+
+
+def test_pipeline_ilp_does_not_wait_for_a_slow_pyomo_import(tmp_path):
+    """The ILP's refinement builds Pyomo models, and the first of a process imports Pyomo, which no
+    time limit interrupts (2-4 s beside busy loops on 2 cores: the 3 s call took 4.5 s). A fresh
+    process whose Pyomo import takes 8 s: the call returns at its refinement's deadline (3 s less the
+    1 s reserve) with the start pattern, status time_limit, never worse than PipeDream's partition.
+    Before, it waited for the import (over 8 s). The bound of 4.5 s leaves a loaded machine 2.5 s."""
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "slow_pyomo.py"
+    script.write_text(_SLOW_PYOMO)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["wall"] < 4.5, r
+    assert r["status"] == "time_limit", r
+    assert "refinement skipped: Pyomo's import had not ended" in r["message"], r
+    assert r["objective"] is not None and r["pipedream"] is not None
+    assert r["objective"] <= r["pipedream"] * (1 + 1e-9), r
+
+
+def test_refinement_skipped_for_pyomo_returns_the_start_never_worse_than_pipedream(monkeypatch):
+    """Deterministic: Pyomo not imported by the refinement's deadline (pyomo_ready False) -> no model
+    is built (the refinement's searches and the ILP fail the test if called) and the answer is the
+    best start pattern or PipeDream's schedule, whichever is faster, with status time_limit."""
+    import memplan.pipeline as pl
+    from memplan.baselines.pipeline import min_memory_contiguous
+    from memplan.models.pipeline import task_data
+
+    asked = []
+
+    def not_ready(deadline=None):
+        asked.append(deadline)
+        return False
+
+    def no_model(*a, **k):
+        raise AssertionError("a Pyomo model was built although Pyomo's import had not ended")
+
+    monkeypatch.setattr(pl, "pyomo_ready", not_ready)
+    for name in ("known_allocations", "exact_refine", "solve_ilp"):
+        monkeypatch.setattr(pl, name, no_model)
+    chain = random_chain(15, seed=1, integer=False)     # PipeDream fits there (check_time_limits.py's case)
+    memory = 1.3 * min_memory_contiguous(task_data(chain, 1e9), 2)[0]
+    pd = memplan.solve(chain, "pipeline", "pipedream", memory=memory, gpus=2, bandwidth=1e9, time_limit=60)
+    sol = memplan.solve(chain, "pipeline", "ilp", memory=memory, gpus=2, bandwidth=1e9, time_limit=60, threads=1)
+    assert asked and all(d is not None and math.isfinite(d) for d in asked)
+    assert sol.status == Status.TIME_LIMIT
+    assert sol.objective is not None and sol.objective <= pd.objective * (1 + 1e-9)
+    assert "Pyomo's import had not ended" in sol.message
+
+
+def test_pyomo_ready_measures_the_import_against_the_deadline():
+    """In this process Pyomo is imported already (or is imported by the first call): ready at once,
+    even with a deadline in the past."""
+    assert highs_driver.pyomo_ready(None)
+    t0 = time.monotonic()
+    assert highs_driver.pyomo_ready(time.monotonic() - 1.0)
+    assert time.monotonic() - t0 < 0.5
+    assert highs_driver.pyomo_first_use_seconds() <= highs_driver.PYOMO_FIRST_COMPILE_SECONDS
+
+
+def test_cyclic_without_pyomo_in_time_returns_the_best_known_schedule(monkeypatch):
+    """Method cyclic, Pyomo not imported by the call's end (pyomo_ready False): no search is built
+    (cyclic_search fails the test if called) and the answer, status time_limit, is the best known
+    schedule, never slower than PipeDream's."""
+    import memplan.pipeline as pl
+    from memplan.baselines.pipeline import min_memory_contiguous
+    from memplan.models.pipeline import task_data
+
+    def no_model(*a, **k):
+        raise AssertionError("a Pyomo model was built although Pyomo's import had not ended")
+
+    monkeypatch.setattr(pl, "pyomo_ready", lambda deadline=None: False)
+    monkeypatch.setattr(pl, "cyclic_search", no_model)
+    import memplan._pipeline_search as ps
+    monkeypatch.setattr(ps, "balanced_allocation", no_model)
+    chain = random_chain(15, seed=1, integer=False)
+    memory = 1.3 * min_memory_contiguous(task_data(chain, 1e9), 2)[0]
+    pd = memplan.solve(chain, "pipeline", "pipedream", memory=memory, gpus=2, bandwidth=1e9, time_limit=60)
+    sol = memplan.solve(chain, "pipeline", "cyclic", memory=memory, gpus=2, bandwidth=1e9, time_limit=60, threads=1)
+    assert sol.status == Status.TIME_LIMIT
+    assert sol.objective is not None and sol.objective <= pd.objective * (1 + 1e-9)

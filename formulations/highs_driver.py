@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import sys
 import threading
 import time
@@ -73,6 +74,19 @@ _PYOMO_COMPILED = False          # whether this process has compiled a Pyomo mod
 _PYOMO_IMPORT_LOCK = threading.Lock()
 _PYOMO_IMPORT_THREAD: threading.Thread | None = None     # the background import of pyomo_ready
 _PYOMO_IMPORTED = threading.Event()                     # set once that import has ended (or failed)
+
+
+def _finish_import_before_fork() -> None:
+    """A fork while :func:`pyomo_ready`'s thread is importing Pyomo would leave the child a module lock
+    held by a thread it does not have: its own ``import pyomo`` then waits forever (a
+    ``multiprocessing`` pool of solves started after a pipeline call that returned early). The fork
+    waits for that import to end instead (about a second, once a process)."""
+    if _PYOMO_IMPORT_THREAD is not None and not _PYOMO_IMPORTED.is_set():
+        _PYOMO_IMPORTED.wait()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_finish_import_before_fork)
 
 
 def _pyomo_import_done() -> bool:

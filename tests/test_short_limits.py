@@ -3,7 +3,12 @@ an answer, and the pieces rewritten for speed must compute what the direct formu
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -512,3 +517,40 @@ def test_cyclic_without_pyomo_in_time_returns_the_best_known_schedule(monkeypatc
     sol = memplan.solve(chain, "pipeline", "cyclic", memory=memory, gpus=2, bandwidth=1e9, time_limit=60, threads=1)
     assert sol.status == Status.TIME_LIMIT
     assert sol.objective is not None and sol.objective <= pd.objective * (1 + 1e-9)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_fork_during_the_background_pyomo_import_does_not_deadlock_the_child():
+    """pyomo_ready's thread imports Pyomo in the background; a fork while it holds pyomo.environ's
+    module lock left the child a lock no thread of it would release: the child's own ``import pyomo``
+    waited forever (a multiprocessing pool started after a pipeline call that returned early). The fork
+    now waits for the import to end. The import is made slow by a finder that sleeps while the lock is
+    held, in the parent only; a fresh process, so that Pyomo is not imported yet."""
+    script = textwrap.dedent('''
+        import os, sys, time
+        import memplan.formulations.highs_driver as hd
+
+        class Slow:
+            def find_spec(self, name, path=None, target=None):
+                if name == "pyomo.environ" and os.getpid() == PARENT:
+                    time.sleep(1.5)
+                return None
+
+        PARENT = os.getpid()
+        sys.meta_path.insert(0, Slow())
+        assert not hd.pyomo_ready(time.monotonic() + 0.3)      # still importing: the fork comes now
+        pid = os.fork()
+        if pid == 0:
+            import pyomo.environ  # noqa: F401
+            print("child imported pyomo", flush=True)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("child status", status, flush=True)
+    ''')
+    try:
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                             cwd=str(Path(__file__).resolve().parents[1]))
+    except subprocess.TimeoutExpired:
+        pytest.fail("the forked child waited forever on Pyomo's import lock")
+    assert out.returncode == 0, out.stderr
+    assert "child imported pyomo" in out.stdout and "child status 0" in out.stdout, out.stdout

@@ -85,10 +85,6 @@ def _finish_import_before_fork() -> None:
         _PYOMO_IMPORTED.wait()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_finish_import_before_fork)
-
-
 def _pyomo_import_done() -> bool:
     """Whether ``pyomo.environ`` is imported completely (``sys.modules`` holds a module from the
     start of its import: while :func:`pyomo_ready`'s thread imports it, it is there but not done)."""
@@ -137,6 +133,14 @@ def pyomo_ready(deadline: float | None = None) -> bool:
         return True
     with _PYOMO_IMPORT_LOCK:
         if _PYOMO_IMPORT_THREAD is None:
+            # the fork handler is registered now, after logging's (imported first if it was not): the
+            # handlers run newest first, so a fork waits for the import before logging takes its lock,
+            # which the import needs (getLogger); registered at the module's import, it ran after
+            # logging's where logging came in with Pyomo itself, and the two waited on each other
+            import logging  # noqa: F401
+
+            if hasattr(os, "register_at_fork"):
+                os.register_at_fork(before=_finish_import_before_fork)
             _PYOMO_IMPORT_THREAD = threading.Thread(target=_import_pyomo, name="memplan-pyomo-import",
                                                     daemon=True)
             _PYOMO_IMPORT_THREAD.start()

@@ -852,7 +852,7 @@ class BudgetSearch:
         need = self._measure_cost() if need is None else need
         if not self._past(self._fit_deadline, need + self._measure_cost()):
             return False
-        if what and what not in self._fit_cut:      # "": nothing left untried (fewer timings only)
+        if what not in self._fit_cut:
             self._fit_cut.append(what)
         return True
 
@@ -1764,8 +1764,8 @@ class BudgetSearch:
                       key=lambda c: c.step_time)[:RETIME_MOST]
         if len(near) < 2:
             return
-        if self._no_time_for("", int(self.repeats) * sum(c.step_time for c in near)):
-            return
+        if self._past(self._fit_deadline, int(self.repeats) * sum(c.step_time for c in near) + self._measure_cost()):
+            return          # the rounds and the chosen step's measurement would pass under()'s deadline
         runners = [(c, *self._runner(c)) for c in near]
         clock = self._clock()
         for _ in range(int(self.repeats)):

@@ -612,10 +612,10 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         rows, resident, wa0, resident_grads, resident_values = _profile_multi_rows(
             stages, x, loss_fn, device=device, input_grad=input_grad)
 
-    slowest = [0.0]             # the longest stage's profile so far (a compiled one compiles in it)
+    slowest = 0.0               # the longest stage's profile so far (a compiled one compiles in it)
 
     def _check_deadline(what: str) -> None:
-        if deadline is not None and time.perf_counter() + slowest[0] > deadline:
+        if deadline is not None and time.perf_counter() + slowest > deadline:
             raise TimeoutError(f"profile_chain: {what} would end past the deadline")
 
     free_ob: list[float] | None = [0.0] if free_backward and not multi else None
@@ -639,7 +639,7 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
                                      no_grad_forward=not (is_loss and memory == "profiler"))
         rows.append(vals)
         a = a_next
-        slowest[0] = max(slowest[0], time.perf_counter() - t_stage)
+        slowest = max(slowest, time.perf_counter() - t_stage)
     in_context: dict[str, Any] = {}
     own_times: dict[str, Any] = {}
     if turns and timing != "in-context":

@@ -592,9 +592,14 @@ def _direct_ok(headroom: dict | None, group: list, pairs: list, free: bool) -> b
     B^top itself may let a^top go (a stage whose backward does not save its output, the free replay's
     ``release``), which a direct call keeps to the group's end (2 KiB over the free replay on a tiny
     chain's ``sequential`` plan); the loss and its seed are in B^{L+1}'s memory either way."""
-    if free and not all(o.numel() <= 1 and g.numel() <= 1 for o, g in pairs):
+    if free and not _scalars(pairs):
         return False
     return _direct_fits(headroom, group, pairs)
+
+
+def _scalars(pairs: list) -> bool:
+    """Whether every output and gradient of ``pairs`` has at most one element (the loss's group)."""
+    return all(o.numel() <= 1 and g.numel() <= 1 for o, g in pairs)
 
 
 def _direct_fits(headroom: dict | None, group: list, pairs: list) -> bool:
@@ -948,7 +953,7 @@ def _backward_from(pairs: list, exact: bool = True, direct: bool = False, scalar
     outputs, where the caller has found it safe (:class:`Holds`). ``scalars=False``: not the direct
     call for scalars unless ``direct`` (a free run that knows its headroom, :func:`free_holds`)."""
     outs = [o for o, _ in pairs]
-    if not exact and (direct or (scalars and all(o.numel() <= 1 and g.numel() <= 1 for o, g in pairs))):
+    if not exact and (direct or (scalars and _scalars(pairs))):
         grads = [g for _, g in pairs]
         pairs.clear()
         engine_backward(outs, grads)

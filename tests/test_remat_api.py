@@ -165,8 +165,10 @@ def test_remat_milp_whole_call_time_limit():
     wall = time.perf_counter() - t0
     # only the Pyomo build (about 1 s on an idle core) cannot be interrupted: the call may overrun the
     # limit by that build, measured in this very call (3x longer while other work loads the cores), and
-    # a little more; an unbounded HiGHS run or DP would take far longer
-    assert wall < 2 + sol.times["build"] + 1.0, (wall, sol.times)
+    # a little more; an unbounded HiGHS run or DP would take far longer. Under load the call may find
+    # that the build alone would overrun what is left and not start it (no "build" time, the MIP start
+    # returned)
+    assert wall < 2 + sol.times.get("build", 0.0) + 1.0, (wall, sol.times)
     assert sol.status == Status.TIME_LIMIT and sol.schedule is not None
     simulate_remat(c, sol.schedule, memory_limit=memory)
     assert sol.objective <= dp.objective * (1 + 1e-9)          # at least as good as its MIP start

@@ -699,9 +699,21 @@ def _explain_infeasible(chain: Chain, memory: float, sol: Solution, time_limit: 
         sol.message += f" (minimum feasible memory for any sequence: {fmt_memory(need)})"
     if memory >= need * (1 - 1e-12):
         sol.status = Status.NO_SOLUTION
-        sol.details["min_memory"] = need
-        sol.message += (f"; not infeasible: the minimum feasible memory is {fmt_memory(need)}, and e.g. "
-                        "rotor-floating finds a sequence")
+        try:
+            fits = min_memory_of(chain, "all", time_limit=time_limit).value
+        except TooCostly:
+            fits = None
+        if fits is not None and fits > need * (1 + 1e-12):
+            # ``need`` is only a proven bound (min_memory_of not exact: a gradient larger than its
+            # activation on a chain too long for the exhaustive search): nothing is known to fit there.
+            # Said as remat_rotor says it: min_memory where a sequence fits, min_memory_bound proven
+            sol.details.update(min_memory=fits, min_memory_bound=need)
+            sol.message += (f"; not proven infeasible: none fits below {fmt_memory(need)} ({need:.0f} B, a proven "
+                            f"bound), and one fits in {fmt_memory(fits)} ({fits:.0f} B)")
+        else:
+            sol.details["min_memory"] = need
+            sol.message += (f"; not infeasible: the minimum feasible memory is {fmt_memory(need)}, and e.g. "
+                            "rotor-floating finds a sequence")
     return sol
 
 

@@ -102,6 +102,22 @@ def test_infeasible_below_minimum_memory():
     assert fe.status == Status.INFEASIBLE and fe.details["min_memory"] == need and f"{need:.0f} B" in fe.message
 
 
+
+def test_unproven_minimum_is_not_reported_as_the_minimum():
+    """Six stages and a gradient larger than its activation (wd^4 > wa^4): the least memory is only
+    bracketed (a proven 23 B, a sequence at 25 B; the exhaustive search finds none below 25). The
+    MILP finds nothing in 24 B, which is not proven infeasible: details["min_memory"] is a limit where
+    a sequence fits (it had been the 23 B bound, with "the minimum feasible memory is 23 B, and e.g.
+    rotor-floating finds a sequence")."""
+    chain = Chain.from_stages(uf=[2.0] * 6, ub=[2.0] * 6, wa=[6, 6, 5, 3, 4, 3, 6], wabar=[6, 9, 6, 3, 4, 4, 7],
+                              wd=[0, 0, 0, 0, 8, 0, 0], of=[2, 0, 2, 4, 0, 2], ob=[2, 5, 2, 0, 1, 0])
+    assert exhaustive_remat(chain, 24) is None and exhaustive_remat(chain, 25) is not None
+    sol = remat.solve(chain, memory=24, method="remat-milp", threads=1, time_limit=10)
+    assert sol.schedule is None and sol.status in (Status.INFEASIBLE, Status.NO_SOLUTION)
+    need = sol.details["min_memory"]
+    assert exhaustive_remat(chain, need) is not None        # a sequence fits at the reported minimum
+    assert sol.details.get("min_memory_bound", need) <= 24
+
 def test_mip_start_from_persistent_dp_is_a_feasible_point():
     """The persistent DP's sequence maps onto the variables, and fixing them gives the DP's makespan."""
     chain = random_chain(6, 7)

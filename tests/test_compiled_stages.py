@@ -258,7 +258,9 @@ def test_budget_search_drops_compiled_stages_not_profiled_within_its_time_limit(
     x, y = torch.randn(32, 16), torch.randn(32, 4)
     search = BudgetSearch(model, (x,), loss_fn=lambda o, t: torch.nn.functional.mse_loss(o, t),
                           example_targets=(y,), fractions=(), repeats=1, backend=BACKEND, time_limit=600)
-    assert len(calls) == 1 and calls[0] == pytest.approx(search.t_start + 600)
+    # the call's deadline less the two measurements the search keeps for the end (a fraction of a
+    # second on this tiny model, more on a loaded machine: 0.49 s seen beside a full test run)
+    assert len(calls) == 1 and search.t_start + 590 < calls[0] <= search.t_start + 600
     assert search.compiled_chain is None
     assert search.compiled_chain_note == "not finished within time_limit=600 s (profiling the compiled stages)"
     assert search.chain is not None

@@ -568,6 +568,11 @@ def _run_dp(chain: Chain, memory: float, beta: float, n: int, exact: bool, b: Bu
 def _run_exhaustive(chain: Chain, memory: float, beta: float, dp: Solution, b: Budget) -> Solution:
     """The exhaustive search bounded by the portfolio's makespan; the better of the two, with what is
     proven."""
+    if dp.status == Status.INFEASIBLE:
+        # below the proven minimum (details["min_memory"]): nothing to search; the search's own
+        # INFEASIBLE had been returned without the minimum
+        dp.method = "exhaustive"
+        return dp
     ub = dp.objective
     limit = b.limit(None)
     b.log(f"exhaustive: searching below {fmt_time(ub) if ub is not None else 'any makespan'}"
@@ -605,6 +610,12 @@ def _run_exhaustive(chain: Chain, memory: float, beta: float, dp: Solution, b: B
         sol.message += f"; the portfolio's makespan is {ub:.6g}s" + (
             f" ({(ub / sol.objective - 1) * 100:.2f}% above)" if sol.objective > 0 else "")
     sol.times = {**dp.times, "search": search}
+    if sol.status == Status.INFEASIBLE:
+        # above the proven minimum nothing fits in the searched space (whole bytes, the time grid), which
+        # proves nothing for every schedule: the portfolio's answer, with the minimum it knows
+        sol.status = Status.NO_SOLUTION
+        sol.details.update({k: v for k, v in dp.details.items() if k.startswith("min_memory")})
+        sol.message += f" in the searched space; {dp.message}" if dp.message else " in the searched space"
     return sol
 
 

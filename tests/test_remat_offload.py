@@ -253,6 +253,21 @@ def test_exhaustive_is_the_optimum_and_at_most_the_dp(L, seed, beta):
     assert rep.makespan == sol.objective and rep.peak_memory <= M
 
 
+
+@pytest.mark.parametrize("beta", [1.0, 0.0])
+def test_exhaustive_below_the_minimum_says_the_minimum(beta):
+    """Below the least memory, method 'exhaustive' is INFEASIBLE with details["min_memory"], as 'dp' and
+    the docstring say (the search's own INFEASIBLE had come back without it). The minimum is checked
+    against the search itself: a schedule at 15 B, none at 14 B."""
+    from memplan.models.chain import Chain
+
+    c = Chain.from_stages(uf=[1.0], ub=[4.0], wa=[6.0, 4.0], wabar=[6.0, 4.0], wd=[0.0, 4.0], of=[4.0], ob=[1.0])
+    assert solve_exhaustive(c, 15, beta or None, time_limit=10).success
+    assert solve_exhaustive(c, 14, beta or None, time_limit=10).status == Status.INFEASIBLE
+    sol = ro.solve(c, memory=14.5, bandwidth=beta, method="exhaustive", time_limit=10)
+    assert sol.status == Status.INFEASIBLE and sol.method == "exhaustive"
+    assert sol.details["min_memory"] == 15 and "15 B" in sol.message
+
 def test_exhaustive_without_link_is_the_optimal_remat():
     c = random_chain(3, 0, max_size=4, max_time=4)
     M = _memories(c, (0.4,))[0]

@@ -268,6 +268,25 @@ def test_exhaustive_below_the_minimum_says_the_minimum(beta):
     assert sol.status == Status.INFEASIBLE and sol.method == "exhaustive"
     assert sol.details["min_memory"] == 15 and "15 B" in sol.message
 
+
+def test_exhaustive_below_a_fractional_limit_is_not_proven_optimal():
+    """The search runs within whole bytes: at 20.5 B it found 12.333 s (within 20 B) and called it
+    optimal, where method 'dp' replays 12.2733 s at a 20.205 B peak (its transfer parts are slots)."""
+    from memplan.models.chain import Chain
+
+    c = Chain.from_stages(uf=[4.0, 1.0], ub=[2.0, 5.0], wa=[1.0, 5.0, 3.0], wabar=[1.0, 8.0, 4.0],
+                          wd=[1.0, 5.0, 0.0], ob=[5.0, 3.0])
+    M, beta = 20.5, 3.0
+    dp = ro.solve(c, memory=M, bandwidth=beta, method="dp", time_limit=10)
+    rep = simulate_remat_offload(c, dp.schedule, beta, M)
+    ex = ro.solve(c, memory=M, bandwidth=beta, method="exhaustive", time_limit=10)
+    assert ex.success and rep.peak_memory <= M
+    if rep.makespan < ex.objective * (1 - 1e-9):      # a faster schedule exists: not optimal
+        assert ex.status != Status.OPTIMAL
+    whole = ro.solve(c, memory=20, bandwidth=beta, method="exhaustive", time_limit=10)
+    assert whole.status == Status.OPTIMAL
+    assert whole.objective == pytest.approx(solve_exhaustive(c, 20, beta, time_limit=10).objective)
+
 def test_exhaustive_without_link_is_the_optimal_remat():
     c = random_chain(3, 0, max_size=4, max_time=4)
     M = _memories(c, (0.4,))[0]

@@ -139,6 +139,8 @@ def test_below_minimum_memory_is_an_infeasible_solution(method):
     ({"threads": 0}, "threads"),
     ({"gap": -1e-3}, "gap"),
     ({"time_limit": 0}, "time_limit"),
+    ({"exact": "no"}, "exact"),                            # bool('no') is True: it had meant exact values
+    ({"exact": 2}, "exact"),
 ])
 def test_input_errors_name_the_input(kwargs, name):
     args = {"memory": 9, "bandwidth": 1.0, **kwargs}

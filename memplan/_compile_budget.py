@@ -959,7 +959,9 @@ class BudgetSearch:
             self.chain_note = "need loss_fn (the chain's last stage is the loss of the model's output)"
             return
         if self.n_inputs != 1 or not isinstance(x, torch.Tensor):
-            self.chain_note = "need exactly one input tensor"
+            self.chain_note = (f"need exactly one input tensor (example_inputs holds {self.n_inputs}"
+                               f"{'' if isinstance(x, torch.Tensor) else ', the first not a tensor'}; "
+                               "targets go in example_targets)")
             return
         t0 = time.perf_counter()
         holder = [tuple(self.inputs[1:])]
@@ -1010,6 +1012,10 @@ class BudgetSearch:
         stages, base, base_min = lm.stages, self._chain[3], self._chain[4]
         self.loss_chunk_minima = {1: base_min}
         loss = token_loss(self.loss_fn)
+        if lm.captured.output is not None:
+            self.loss_chunks_note = (f"the model returns its output in a {lm.captured.output.kind}: a loss over "
+                                     "chunks of tokens takes the logits tensor itself")
+            return
         if lm.head is None:
             self.loss_chunks_note = "no head is folded into the loss stage"
             return

@@ -452,6 +452,7 @@ class Captured:
     source: str                 # name of the input placeholder node
     sink: str                   # name of the node whose value the model returns
     free: set[str] = field(default_factory=set)   # fx nodes that do not depend on the input
+    output: "OutputStructure | None" = None   # the model returns its tensor inside a structure (a dict...)
 
     def groups(self) -> list[list[str]]:
         return linearize(self.graph)
@@ -474,10 +475,108 @@ def _tensor_bytes(meta) -> int:
     return 0
 
 
+_SLOT = object()      # where the chain's output goes in an OutputStructure's template
+
+
+class OutputStructure:
+    """How a model returns the one tensor its chain ends in: inside a dict, a (named) tuple or a list,
+    beside constants (``{"logits": t}``, ``(t, None)``), as models written for a training loop often
+    do. The chain ends in the tensor itself; the structure is made again around it where the user's
+    code sees the output: the loss (:meth:`LinearizedModel.loss_stage`, and the loss
+    :func:`linearize_model` decides the cuts with) and :meth:`LinearizedModel.__call__`. ``kind``
+    names the structure in messages."""
+
+    def __init__(self, template, kind: str) -> None:
+        self.template = template
+        self.kind = kind
+
+    def __call__(self, t):
+        return _fill(self.template, t)
+
+    def loss(self, loss_fn: Callable) -> Callable:
+        """``loss_fn`` of the model's output, as a function of the chain's last tensor (a module where
+        ``loss_fn`` is one, so that its parameters stay visible to the executor, as a folded head's)."""
+        import torch
+
+        rebuild = self
+
+        class _StructuredLoss(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.loss_fn = loss_fn if isinstance(loss_fn, torch.nn.Module) else None
+                self._loss = loss_fn
+
+            def forward(self, x, *rest):
+                return self._loss(rebuild(x), *rest)
+
+        return _StructuredLoss()
+
+
+def _template(ret, found: list, value):
+    """``ret`` (an fx output argument) with every fx node whose value (``value``, the same structure on
+    the example) is a tensor replaced by :data:`_SLOT`, those nodes appended to ``found``, and every
+    other node by its value on the example; fx's immutable containers become plain lists and dicts."""
+    import torch
+    from torch import fx
+
+    if isinstance(ret, fx.Node):
+        if isinstance(value, torch.Tensor):
+            found.append(ret)
+            return _SLOT
+        return value
+    if isinstance(ret, tuple):
+        vals = [_template(r, found, v) for r, v in zip(ret, value)]
+        return type(ret)(*vals) if hasattr(ret, "_fields") else tuple(vals)
+    if isinstance(ret, list):
+        return [_template(r, found, v) for r, v in zip(ret, value)]
+    if isinstance(ret, dict):
+        return {k: _template(r, found, value[k]) for k, r in ret.items()}
+    return ret
+
+
+def _fill(tpl, t):
+    if tpl is _SLOT:
+        return t
+    if isinstance(tpl, tuple):
+        vals = [_fill(v, t) for v in tpl]
+        return type(tpl)(*vals) if hasattr(tpl, "_fields") else tuple(vals)
+    if isinstance(tpl, list):
+        return [_fill(v, t) for v in tpl]
+    if isinstance(tpl, dict):
+        return {k: _fill(v, t) for k, v in tpl.items()}
+    return tpl
+
+
+def _kind(ret) -> str:
+    if isinstance(ret, dict):
+        return "dict"
+    if isinstance(ret, list):
+        return "list"
+    if isinstance(ret, tuple):
+        return type(ret).__name__ if hasattr(ret, "_fields") else "tuple"
+    return type(ret).__name__
+
+
+def _named_tuple_node(ret):
+    """The named tuple an fx node builds (``Out(logits, aux)`` is traced as a call of the class): the
+    tuple of its arguments, or None for any other node."""
+    from torch import fx
+
+    if (isinstance(ret, fx.Node) and ret.op == "call_function" and isinstance(ret.target, type)
+            and issubclass(ret.target, tuple) and hasattr(ret.target, "_fields")):
+        try:
+            return ret.target(*ret.args, **ret.kwargs)
+        except TypeError:
+            return None
+    return None
+
+
 def capture(model, example_input) -> Captured:
     """Trace ``model`` with torch.fx, record tensor sizes on ``example_input``, build the DAG.
 
-    The model must take one tensor and return one tensor. Parameters are shared with ``model``.
+    The model must take one tensor and return one tensor, alone or inside a structure (a dict, a
+    tuple, a named tuple or a list, beside constants: :class:`OutputStructure`, ``Captured.output``; the
+    traced graph then returns the tensor alone). Parameters are shared with ``model``.
     """
     import torch
     from torch import fx
@@ -491,18 +590,35 @@ def capture(model, example_input) -> Captured:
         raise ValueError(f"capture: the model must take exactly one input, it takes {len(placeholders)}")
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     ret = out_node.args[0]
-    if not isinstance(ret, fx.Node):
-        raise ValueError("capture: the model must return a single tensor (got a tuple/structure; "
-                         "e.g. switch off Inception's auxiliary head)")
     # one forward pass to record shapes; it must leave no trace: RNG state and buffers (BatchNorm
     # running statistics) are put back as they were
     with torch.no_grad():
         rng = torch.get_rng_state()
         saved = {name: b.clone() for name, b in gm.named_buffers()}
-        ShapeProp(gm).propagate(example_input)
+        value = ShapeProp(gm).propagate(example_input)
         for name, b in gm.named_buffers():
             b.copy_(saved[name])
         torch.set_rng_state(rng)
+    output = None
+    built = _named_tuple_node(ret)
+    if built is not None:
+        ret = built
+    if not isinstance(ret, fx.Node):
+        # the tensor inside the structure; what else it holds is a constant of the example's shapes
+        # (``x.shape[1]``, traced as a node, is an int on every input of this shape)
+        found: list = []
+        template = _template(ret, found, value)
+        nodes = list(dict.fromkeys(found))
+        kind = _kind(ret)
+        if len(nodes) != 1:
+            raise ValueError(f"capture: the model returns {len(nodes)} tensors (in a {kind}); a chain ends in "
+                             "one tensor, the one the loss reads: return only it (e.g. switch off Inception's "
+                             "auxiliary head)")
+        ret = nodes[0]
+        out_node.args = (ret,)
+        gm.graph.eliminate_dead_code()         # a named tuple's construction, the shape reads, now unused
+        gm.recompile()
+        output = OutputStructure(template, kind)
     source = placeholders[0]
     dependent: set[fx.Node] = {source}
     for n in gm.graph.nodes:
@@ -530,7 +646,7 @@ def capture(model, example_input) -> Captured:
         for a in n.all_input_nodes:
             if a in dependent:
                 G.add_edge(a.name, n.name)
-    return Captured(gm=gm, graph=G, source=source.name, sink=ret.name, free=free)
+    return Captured(gm=gm, graph=G, source=source.name, sink=ret.name, free=free, output=output)
 
 
 def _copier(cap: Captured, graph, env: dict, refusal: Callable) -> Callable:
@@ -928,12 +1044,18 @@ class LinearizedModel:
         (:class:`models.chunked_loss.ChunkedHeadLoss`; ``loss_fn`` a :class:`models.chunked_loss.TokenLoss`,
         ``targets`` returns its targets of the step; ``backend``: each chunk's head and loss compiled
         by ``torch.compile`` with it)."""
+        out = self.captured.output
         if chunks != 1:
             if self.head is None:
                 raise ValueError("linearize_model: no head is folded into the loss: there is nothing to chunk")
+            if out is not None:
+                raise ValueError(f"linearize_model: the model returns its output in a {out.kind}: a loss over "
+                                 "chunks of tokens takes the logits tensor itself")
             from .chunked_loss import ChunkedHeadLoss
 
             return ChunkedHeadLoss(self.head, loss_fn, chunks, targets, backend=backend, tag=tag)
+        if out is not None:          # the user's loss reads the model's structure around the last tensor
+            loss_fn = out.loss(loss_fn)
         return loss_fn if self.head is None else _head_loss(self.head, loss_fn)
 
     @property
@@ -950,10 +1072,12 @@ class LinearizedModel:
                 nb = len(res.boundary[l])
                 store.update(zip(res.writes[l - 1], out[nb:]))
                 a = tuple(out[:nb])
-            return a[0] if self.head is None else self.head(a[0])
-        for s in self.stages:
-            x = s(x)
-        return x if self.head is None else self.head(x)
+            y = a[0] if self.head is None else self.head(a[0])
+        else:
+            for s in self.stages:
+                x = s(x)
+            y = x if self.head is None else self.head(x)
+        return y if self.captured.output is None else self.captured.output(y)
 
 
 def _FirstOutput(mod):
@@ -1042,6 +1166,8 @@ def linearize_model(model, example_input, loss_fn: Callable | None = None, *, cu
         raise ValueError(f"linearize_model: cuts={cuts!r}; choose from {', '.join(CUTS)}")
     given = groups is not None
     cap = capture(model, example_input)
+    if cap.output is not None and loss_fn is not None:
+        loss_fn = cap.output.loss(loss_fn)          # the user's loss reads the model's structure
     head: list[str] = list(head_group or [])
     if cuts == "auto":
         cuts = "multi" if coarse_single_cuts(cap.groups(), counted_operations(cap.graph)) else "saved"

@@ -740,3 +740,37 @@ def test_a_budget_the_least_memory_plan_fits_is_answered_even_when_the_plans_sol
     assert step.kind == "chain" and step.peak <= budget
     for p in model.parameters():
         p.grad = None
+
+
+def test_chain_plans_for_a_model_returning_a_dict():
+    """A model that returns ``{"logits": t, ...}`` (the loss reads ``out["logits"]``) gets chain plans, as
+    one returning ``t`` does (before: "the model must return a single tensor", no chain at all); the
+    chain plan chosen at a budget below store-all trains to eager autograd's gradients and its
+    measured peak is within the budget."""
+
+    class Dict(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = _mlp()
+
+        def forward(self, x):
+            return {"logits": self.net(x), "tokens": x.shape[1]}
+
+    def loss(out, y):
+        assert isinstance(out, dict) and out["tokens"] == 16
+        return _loss(out["logits"], y)
+
+    model = Dict()
+    x, y = torch.randn(8, 16, 32), torch.randn(8, 16, 8)
+    for p in model.parameters():
+        p.grad = None
+    loss(model(x), y).backward()
+    expected = [p.grad.detach().clone() for p in model.parameters()]
+    from memplan._compile_budget import BudgetSearch
+
+    search = BudgetSearch(model, (x,), loss_fn=loss, example_targets=(y,), fractions=(), repeats=1,
+                          compiled_stages=False)
+    assert search.chain_note == "" and search.chain is not None and search.chain.L >= 4
+    low = search.under(int(search.minimum().peak))       # the least memory: a chain plan that recomputes
+    assert low.choice.kind == "chain" and low.peak <= low.budget
+    _assert_step_grads_match(low, model, x, y, expected)

@@ -484,3 +484,90 @@ def test_merging_cuts_on_random_groups():
                                                                           {g[-1]: i for i, g in enumerate(groups)})
 
     check()
+
+
+# ------------------------------------------------ models that return their tensor inside a structure
+class _Out(__import__("collections").namedtuple("_Out", "logits aux")):
+    pass
+
+
+def _structured_mlp(kind):
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Tanh())
+                                              for _ in range(4)])
+            self.fc = torch.nn.Linear(32, 5)
+
+        def forward(self, x):
+            t = self.fc(self.body(x))
+            return {"dict": lambda: {"logits": t, "layers": 4}, "tuple": lambda: (t, None),
+                    "namedtuple": lambda: _Out(t, 7), "list": lambda: [t]}[kind]()
+    return M()
+
+
+def _logits(out):
+    return out["logits"] if isinstance(out, dict) else out.logits if isinstance(out, _Out) else out[0]
+
+
+@pytest.mark.parametrize("kind", ["dict", "tuple", "namedtuple", "list"])
+def test_a_model_returning_its_tensor_in_a_structure_is_cut_and_trains_as_autograd(kind):
+    """A model written for a training loop returns ``{"logits": t, ...}`` or ``(t, None)``: the chain ends
+    in ``t``, the user's loss gets the structure back, and the executed plans (store-all, and one
+    recomputing every stage) give autograd's gradients on the model itself, bit for bit."""
+    from memplan.models.graph import linearize_model
+    from memplan.models.remat import store_all_ops, turn_ops
+    from memplan.models.runtime import execute
+
+    torch.manual_seed(0)
+    m = _structured_mlp(kind)
+    x, y = torch.randn(8, 32), torch.randint(0, 5, (8,))
+    seen = []
+
+    def loss(out):
+        seen.append(type(out))
+        return torch.nn.functional.cross_entropy(_logits(out), y)
+
+    lm = linearize_model(m, x, loss)
+    assert lm.L >= 4 and lm.captured.output is not None and lm.captured.output.kind == kind.replace("namedtuple", "_Out")
+    got, want = lm(x), m(x)
+    assert type(got) is type(want) and torch.equal(_logits(got), _logits(want))
+    if kind == "dict":
+        assert got["layers"] == 4
+    loss(m(x)).backward()
+    ref = [p.grad.clone() for p in m.parameters()]
+    for ops in (store_all_ops(lm.L), turn_ops(lm.L)):
+        m.zero_grad(set_to_none=True)
+        seen.clear()
+        r = execute(lm.stages, lm.loss_stage(loss), x, ops)
+        assert seen and all(t is type(want) for t in seen)          # the loss saw the model's structure
+        assert r.loss == pytest.approx(float(loss(m(x)).detach()), rel=1e-6)
+        assert all(torch.equal(p.grad, g) for p, g in zip(m.parameters(), ref))
+
+
+def test_a_model_returning_two_tensors_is_refused_with_the_count():
+    from memplan.models.graph import linearize_model
+
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 3)
+
+        def forward(self, x):
+            h = self.a(x)
+            return {"logits": self.b(h), "hidden": h}
+
+    with pytest.raises(ValueError, match=r"returns 2 tensors \(in a dict\).*return only it"):
+        linearize_model(Two(), torch.randn(4, 8))
+
+
+def test_a_structured_output_refuses_a_chunked_loss_stage():
+    from memplan.models.graph import linearize_model
+
+    m = _structured_mlp("dict")
+    x = torch.randn(8, 32)
+    y = torch.zeros(8, dtype=torch.long)
+    lm = linearize_model(m, x, lambda o: torch.nn.functional.cross_entropy(o["logits"], y))
+    assert lm.head is not None                     # the classifier is folded into the loss stage
+    with pytest.raises(ValueError, match="in a dict: a loss over chunks of tokens takes the logits tensor"):
+        lm.loss_stage(lambda o: o["logits"].sum(), chunks=2, targets=lambda: ())

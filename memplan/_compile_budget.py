@@ -685,6 +685,7 @@ class BudgetSearch:
         self.skipped: list[float] = []
         self.chain_note = "" if chain else "not asked for (chain=False)"
         self._chain = None                     # (stages, loss stage, targets holder, chain, min memory)
+        self._context = None                   # the chain's ContextInputs: the model's inputs after the first
         self._chunked = None                   # (loss chunks, chunked loss stage, its chain, min memory)
         self.loss_chunk_minima: dict[int, float] = {}   # chunks -> the chain's least memory (bytes)
         self.loss_chunks_note = ""
@@ -958,20 +959,18 @@ class BudgetSearch:
         if self.loss_fn is None:
             self.chain_note = "need loss_fn (the chain's last stage is the loss of the model's output)"
             return
-        if self.n_inputs != 1 or not isinstance(x, torch.Tensor):
-            self.chain_note = (f"need exactly one input tensor (example_inputs holds {self.n_inputs}"
-                               f"{'' if isinstance(x, torch.Tensor) else ', the first not a tensor'}; "
-                               "targets go in example_targets)")
+        if not isinstance(x, torch.Tensor):
+            self.chain_note = "need a tensor as the model's first input (the chain's a^0)"
             return
         t0 = time.perf_counter()
-        holder = [tuple(self.inputs[1:])]
+        holder = [tuple(self.inputs[self.n_inputs:])]
         loss_fn = self.loss_fn
 
         def loss_of(out):
             return loss_fn(out, *holder[0])
 
-        try:
-            lm = linearize_model(self.model, x, loss_of)
+        try:      # the inputs after the first are read inside the stages (models.graph.ContextInputs)
+            lm = linearize_model(self.model, x, loss_of, context=self.inputs[1:self.n_inputs])
         except Exception as e:      # noqa: BLE001 - any tracing failure: no chain plans, the reason reported
             self.chain_note = f"the model could not be traced and cut into a chain ({_error_line(e)})"
             return
@@ -987,6 +986,7 @@ class BudgetSearch:
             self.profile_time = time.perf_counter() - t0
             return
         self._chain = (lm.stages, loss_stage, holder, chain, float(min_memory(chain)))
+        self._context = lm.captured.context
         self.chain_note = ""
         self._build_chunked(lm, x, holder, clock, time.perf_counter() - t1)
         self.profile_time = time.perf_counter() - t0
@@ -1093,6 +1093,11 @@ class BudgetSearch:
         one: the eager chain's profile plus the first fraction's compile, as the stages compile as much
         code) is not built. ``compiled_chain_note`` sums up ``compiled_chain_notes``."""
         last = self.profile_time + max((c.compile_time for c, _, _ in self.compiled), default=self.profile_time)
+        if self._context is not None:
+            self.compiled_chain_note = (f"the model takes {self.n_inputs} inputs: compiled stages take the "
+                                        "chain's own input only")
+            self.compiled_loss_chunks_note = self.compiled_chain_note
+            return
         for sf in self.stage_fractions:
             if self._past(self._build_deadline, last):
                 self.compiled_chain_notes[sf] = f"not tried within time_limit={self.time_limit:g} s"
@@ -1354,9 +1359,12 @@ class BudgetSearch:
 
         holder = self._chain[2]
         n = self.n_inputs
+        context = self._context
 
         def step(*args):
             holder[0] = tuple(args[n:])
+            if context is not None:
+                context.values = tuple(args[1:n])
             res = run(args[0])
             return res.loss_tensor if res.loss_tensor is not None else torch.tensor(res.loss)
 

@@ -453,6 +453,7 @@ class Captured:
     sink: str                   # name of the node whose value the model returns
     free: set[str] = field(default_factory=set)   # fx nodes that do not depend on the input
     output: "OutputStructure | None" = None   # the model returns its tensor inside a structure (a dict...)
+    context: "ContextInputs | None" = None    # the model's inputs after the first, read inside the stages
 
     def groups(self) -> list[list[str]]:
         return linearize(self.graph)
@@ -571,23 +572,99 @@ def _named_tuple_node(ret):
     return None
 
 
-def capture(model, example_input) -> Captured:
+class ContextInputs:
+    """The inputs of a model after its first (an attention mask, position ids), for a chain whose
+    stages take the first one only: each stage that reads one gets it from here (:class:`_ContextInput`
+    nodes, computed inside the stage as a model's buffers are), so the chain's stages, the executor
+    and the profiler see a one-input model. ``values`` holds the example's until a step sets its own
+    (``compile_under_budget``'s chain steps do, before each run). Like parameters, they are held by
+    the caller through the whole step and are not the chain's memory: what a stage computes from them
+    is its own. No gradient flows to them."""
+
+    def __init__(self, values: Sequence) -> None:
+        self.values = tuple(values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+def _context_module(holder: ContextInputs, i: int):
+    import torch
+
+    class _ContextInput(torch.nn.Module):
+        """The model's input ``i + 2`` (the first is the chain's a^0), read from ``holder``."""
+
+        def __init__(self):
+            super().__init__()
+            self.holder, self.i = holder, i
+
+        def forward(self):
+            return self.holder.values[self.i]
+
+    return _ContextInput()
+
+
+def _trace(model, n_given: int):
+    """``torch.fx.symbolic_trace(model)`` with the forward's parameters after the ``n_given`` given
+    inputs fixed at their defaults (``mask=None``: traced as a proxy, ``if mask is not None`` would take
+    the masked branch), then removed from the graph; one without a default is refused."""
+    import inspect
+
+    import torch
+    from torch import fx
+
+    fwd = model.forward if isinstance(model, torch.nn.Module) else model
+    try:
+        params = [q for q in inspect.signature(fwd).parameters.values()
+                  if q.kind in (q.POSITIONAL_ONLY, q.POSITIONAL_OR_KEYWORD, q.KEYWORD_ONLY)]
+    except (TypeError, ValueError):
+        params = []
+    rest = params[n_given:]
+    missing = [q.name for q in rest if q.default is inspect.Parameter.empty]
+    if missing:
+        raise ValueError(f"capture: the model's forward takes {len(params)} inputs and {n_given} were given: "
+                         f"give {', '.join(missing)} too (those with a default may be left out)")
+    fixed = {q.name: q.default for q in rest}
+    gm = fx.symbolic_trace(model, concrete_args=fixed or None)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for ph, q in zip(placeholders[n_given:], rest):
+        value = fixed[q.name]
+        for user in list(ph.users):
+            user.args = fx.node.map_arg(user.args, lambda a, ph=ph, value=value: value if a is ph else a)
+            user.kwargs = fx.node.map_arg(user.kwargs, lambda a, ph=ph, value=value: value if a is ph else a)
+        gm.graph.erase_node(ph)
+    return gm
+
+
+def capture(model, example_input, context: Sequence = ()) -> Captured:
     """Trace ``model`` with torch.fx, record tensor sizes on ``example_input``, build the DAG.
 
     The model must take one tensor and return one tensor, alone or inside a structure (a dict, a
     tuple, a named tuple or a list, beside constants: :class:`OutputStructure`, ``Captured.output``; the
-    traced graph then returns the tensor alone). Parameters are shared with ``model``.
+    traced graph then returns the tensor alone). Its forward's inputs after the first are ``context``
+    (their example values: :class:`ContextInputs`, ``Captured.context``, read inside the stages) or,
+    where not given, their defaults. Parameters are shared with ``model``.
     """
     import torch
     from torch import fx
     from torch.fx.passes.shape_prop import ShapeProp
 
-    gm = fx.symbolic_trace(model)
+    context = tuple(context)
+    gm = _trace(model, 1 + len(context))
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != 1 + len(context):
+        raise ValueError(f"capture: the model must take exactly {1 + len(context)} input(s), it takes "
+                         f"{len(placeholders)}")
+    holder = ContextInputs(context) if context else None
+    for i, ph in enumerate(placeholders[1:]):
+        name = f"memplan_context_{i}"
+        gm.add_submodule(name, _context_module(holder, i))
+        with gm.graph.inserting_after(ph):
+            node = gm.graph.call_module(name, ())
+        ph.replace_all_uses_with(node)
+        gm.graph.erase_node(ph)
     gm.graph.eliminate_dead_code()
     gm.recompile()
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != 1:
-        raise ValueError(f"capture: the model must take exactly one input, it takes {len(placeholders)}")
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     ret = out_node.args[0]
     # one forward pass to record shapes; it must leave no trace: RNG state and buffers (BatchNorm
@@ -646,7 +723,7 @@ def capture(model, example_input) -> Captured:
         for a in n.all_input_nodes:
             if a in dependent:
                 G.add_edge(a.name, n.name)
-    return Captured(gm=gm, graph=G, source=source.name, sink=ret.name, free=free, output=output)
+    return Captured(gm=gm, graph=G, source=source.name, sink=ret.name, free=free, output=output, context=holder)
 
 
 def _copier(cap: Captured, graph, env: dict, refusal: Callable) -> Callable:
@@ -1147,7 +1224,8 @@ MULTI_MAX_NODES = 6
 
 def linearize_model(model, example_input, loss_fn: Callable | None = None, *, cuts: str = "saved",
                     groups: Sequence[Sequence[str]] | None = None,
-                    head_group: Sequence[str] | None = None, max_nodes: int = MULTI_MAX_NODES) -> LinearizedModel:
+                    head_group: Sequence[str] | None = None, max_nodes: int = MULTI_MAX_NODES,
+                    context: Sequence = ()) -> LinearizedModel:
     """Trace, linearize and cut ``model`` (see :func:`capture`, :func:`linearize`, :func:`stage_modules`).
 
     ``cuts``: ``"saved"`` (default) cuts only where autograd keeps the boundary tensor anyway, and not
@@ -1161,11 +1239,13 @@ def linearize_model(model, example_input, loss_fn: Callable | None = None, *, cu
     (:func:`coarse_single_cuts`: fewer than one per ten counted operations, the networks
     :mod:`models.cut_report` warns about, or one of them holding most of the network, U-Net). ``groups`` and
     ``head_group`` (an instance's recorded ``groups`` and ``loss_group``) rebuild given stages instead.
+    ``context``: the model's inputs after ``example_input`` (read inside the stages, :class:`ContextInputs`:
+    set ``lm.captured.context.values`` before a step with other ones).
     Use ``lm.stages`` and ``lm.loss_stage(loss_fn)`` as the chain's stages 1..L and L+1."""
     if cuts not in CUTS:
         raise ValueError(f"linearize_model: cuts={cuts!r}; choose from {', '.join(CUTS)}")
     given = groups is not None
-    cap = capture(model, example_input)
+    cap = capture(model, example_input, context)
     if cap.output is not None and loss_fn is not None:
         loss_fn = cap.output.loss(loss_fn)          # the user's loss reads the model's structure
     head: list[str] = list(head_group or [])

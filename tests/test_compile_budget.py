@@ -774,3 +774,38 @@ def test_chain_plans_for_a_model_returning_a_dict():
     low = search.under(int(search.minimum().peak))       # the least memory: a chain plan that recomputes
     assert low.choice.kind == "chain" and low.peak <= low.budget
     _assert_step_grads_match(low, model, x, y, expected)
+
+
+def test_chain_plans_for_a_model_with_a_second_input():
+    """``compile_under_budget(model, (x, mask), ...)``: the chain plans read the mask inside their stages
+    (before: "need exactly one input tensor", no chain plan); the least-memory chain plan trains to
+    eager autograd's gradients on the mask each call is given, not on the example's."""
+    from memplan._compile_budget import BudgetSearch
+
+    class Masked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = _mlp()
+
+        def forward(self, x, mask):
+            return self.net(x).masked_fill(mask, 0.0)
+
+    torch.manual_seed(1)
+    model = Masked()
+    x, y = torch.randn(8, 16, 32), torch.randn(8, 16, 8)
+    masks = [torch.rand(8, 16, 8) > 0.5, torch.rand(8, 16, 8) > 0.2]
+    search = BudgetSearch(model, (x, masks[0]), loss_fn=_loss, example_targets=(y,), fractions=(), repeats=1,
+                          compiled_stages=False)
+    assert search.chain_note == "" and search.chain is not None and search.chain.L >= 4
+    low = search.under(int(search.minimum().peak))
+    assert low.choice.kind == "chain" and low.peak <= low.budget
+    for mask in masks[::-1]:
+        for p in model.parameters():
+            p.grad = None
+        _loss(model(x, mask), y).backward()
+        expected = [p.grad.detach().clone() for p in model.parameters()]
+        for p in model.parameters():
+            p.grad = None
+        low(x, mask, y)
+        for e, p in zip(expected, model.parameters()):
+            torch.testing.assert_close(p.grad, e, rtol=1e-4, atol=1e-6)

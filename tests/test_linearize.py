@@ -571,3 +571,56 @@ def test_a_structured_output_refuses_a_chunked_loss_stage():
     assert lm.head is not None                     # the classifier is folded into the loss stage
     with pytest.raises(ValueError, match="in a dict: a loss over chunks of tokens takes the logits tensor"):
         lm.loss_stage(lambda o: o["logits"].sum(), chunks=2, targets=lambda: ())
+
+
+class _Masked(torch.nn.Module):
+    """Reads a mask beside its input; ``scale`` and ``bias_off`` have defaults (``scale=None`` traced as a
+    proxy would take the scaled branch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(16, 16) for _ in range(4)])
+        self.out = torch.nn.Linear(16, 3)
+
+    def forward(self, x, mask, scale=None, bias_off: bool = False):
+        h = x
+        for lin in self.layers:
+            h = torch.tanh(lin(h)).masked_fill(mask, 0.0)
+            if scale is not None:
+                h = h * scale
+        return self.out(h)
+
+
+def test_a_model_with_a_mask_input_is_cut_and_each_step_reads_its_own_mask():
+    """The inputs after the first are read inside the stages (``context``), the defaults of the others
+    are kept: the chain computes the model, and a step with another mask trains as autograd on it."""
+    from memplan.models.graph import linearize_model
+    from memplan.models.remat import turn_ops
+    from memplan.models.runtime import execute
+
+    torch.manual_seed(0)
+    m = _Masked()
+    x, y = torch.randn(6, 16), torch.randint(0, 3, (6,))
+    masks = [torch.rand(6, 16) > 0.7, torch.rand(6, 16) > 0.3]
+
+    def loss(out):
+        return torch.nn.functional.cross_entropy(out, y)
+
+    lm = linearize_model(m, x, loss, context=(masks[0],))
+    assert lm.L >= 4 and torch.equal(lm(x), m(x, masks[0]))
+    for mask in masks:
+        m.zero_grad(set_to_none=True)
+        loss(m(x, mask)).backward()
+        ref = [p.grad.clone() for p in m.parameters()]
+        m.zero_grad(set_to_none=True)
+        lm.captured.context.values = (mask,)
+        execute(lm.stages, lm.loss_stage(loss), x, turn_ops(lm.L))      # every stage recomputed
+        assert all(torch.equal(p.grad, g) for p, g in zip(m.parameters(), ref))
+    assert not torch.equal(masks[0], masks[1])
+
+
+def test_a_model_input_without_a_default_must_be_given():
+    from memplan.models.graph import linearize_model
+
+    with pytest.raises(ValueError, match="forward takes 4 inputs and 1 were given: give mask too"):
+        linearize_model(_Masked(), torch.randn(6, 16))

@@ -792,9 +792,16 @@ def _no_schedule(chain: Chain, memory: float, method: str, kind: str, times: dic
                "longer time limit")
     elif memory < cls * (1 - 1e-12):
         details["class_min_memory"] = cls
-        msg = (f"{method} found no sequence within {fmt_memory(memory)}: {_CLASS_TEXT[kind]} need at least "
-               f"{fmt_memory(cls)} ({cls:.0f} B); other sequences fit from {fmt_memory(need)} ({need:.0f} B)"
-               + ("" if mm.exact else " (or less)") + ": use method 'rotor-floating'")
+        if kind != "all" and cls > need * (1 + 1e-12):
+            msg = (f"{method} found no sequence within {fmt_memory(memory)}: {_CLASS_TEXT[kind]} need at least "
+                   f"{fmt_memory(cls)} ({cls:.0f} B); other sequences fit from {fmt_memory(need)} ({need:.0f} B)"
+                   + ("" if mm.exact else " (or less)") + ": use method 'rotor-floating'")
+        else:
+            # the class's least memory is the least known at all, and the limit lies in the bracket
+            # [proven bound, least known] (memory >= the bound: below it the answer is INFEASIBLE)
+            msg = (f"{method} found no sequence within {fmt_memory(memory)}: one fits in {fmt_memory(need)} "
+                   f"({need:.0f} B) and none below {fmt_memory(mm.lower)} ({mm.lower:.0f} B, a proven bound); "
+                   f"whether one fits in between is not known: give at least {fmt_memory(need)}")
     else:
         msg = (f"{method} found no sequence within {fmt_memory(memory)} (minimum feasible memory "
                f"{fmt_memory(need)}); the rounding of {rounding} makes the limit too tight for it: use "

@@ -89,6 +89,24 @@ def test_restricted_methods_say_the_true_minimum(method):
     assert not re.search(r"minimum[^;()]*24 B", sol.message), sol.message
 
 
+@pytest.mark.parametrize("method", ["rotor-floating", "rotor", "revolve"])
+def test_a_bracketed_minimum_is_said_as_a_bracket(method):
+    """Six stages and a gradient larger than its activation: the least memory is only bracketed (none
+    below a proven 23 B, a sequence at 25 B; the exhaustive search finds none in 24 B). At 24 B the
+    DPs found nothing and said "all valid sequences need at least 25 B; other sequences fit from 25 B
+    (or less): use method 'rotor-floating'" (rotor-floating itself included), pointing at a method
+    that cannot do better. Now: what fits, what is proven, and that 24 B is not known either way."""
+    chain = Chain.from_stages(uf=[2.0] * 6, ub=[2.0] * 6, wa=[6, 6, 5, 3, 4, 3, 6], wabar=[6, 9, 6, 3, 4, 4, 7],
+                              wd=[0, 0, 0, 0, 8, 0, 0], of=[2, 0, 2, 4, 0, 2], ob=[2, 5, 2, 0, 1, 0])
+    assert exhaustive_remat(chain, 24) is None and exhaustive_remat(chain, 25) is not None
+    sol = remat.solve(chain, memory=24, method=method)
+    assert sol.status == Status.NO_SOLUTION and sol.details["min_memory"] == 25
+    assert sol.details["min_memory_bound"] == 23
+    assert "use method" not in sol.message, sol.message
+    assert re.search(r"one fits in 25 B .*none below 23 B .*not known: give at least 25 B", sol.message), sol.message
+    assert remat.solve(chain, memory=25, method=method).success
+
+
 @pytest.mark.parametrize("kind, L, seed", CHAINS)
 def test_min_memory_is_the_exhaustive_minimum(kind, L, seed):
     c = _chain(kind, L, seed)

@@ -71,6 +71,13 @@ def grids(args) -> list:
     if not factors or not slot_list:         # an empty axis would silently become the default
         raise InputError(f"--factors/--slots: give at least one value each, e.g. --factors 1,2,3 --slots 50,100, got "
                          f"{args.factors!r} / {args.slots!r}")
+    bad = [f for f in factors if not 0 < f < math.inf]
+    if bad:     # 0 reads as no link (re-materialization alone, drawn as no panel); < 0 is no bandwidth
+        raise InputError(f"--factors {args.factors}: {bad[0]:g} is not a bandwidth multiplier; give positive "
+                         "numbers, e.g. --factors 1,2,3")
+    if not 0 < args.low < math.inf:
+        raise InputError(f"--low {args.low:g}: give the lowest limit as a positive fraction of rotor's minimum "
+                         "memory, e.g. --low 0.7")
     given = sweeps.bandwidths(args)
     out = []
     for src in sweeps.sources(args, DEFAULT_INSTANCE):

@@ -53,6 +53,11 @@ def _one_line(err: str) -> str:
     (["remat", "--option", "exact=no"], ["exact='no'"]),
     (["remat", "--time-limit", "inf"], ["time_limit", "inf"]),
     (["remat", "--scheduler", "foo"], ["--scheduler foo", "address"]),
+    # a factor 0 is bandwidth 0, which remat-offload reads as no link: it solved re-materialization alone,
+    # then failed to draw (no panel); --low 0 was refused as "memory=0.0", naming no option
+    (["remat-offload", "--bandwidth", "1GB/s", "--factors", "0", "--no-offload"], ["--factors", "positive"]),
+    (["remat-offload", "--bandwidth", "1GB/s", "--factors", "1,-2"], ["--factors", "-2"]),
+    (["remat-offload", "--bandwidth", "1GB/s", "--low", "0"], ["--low 0"]),
 ])
 def test_sweep_refuses_bad_arguments_before_any_task(argv, needles, tmp_path, capsys):
     out = tmp_path / "o"

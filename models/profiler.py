@@ -61,7 +61,7 @@ import torch
 
 from .chain import Chain, Platform
 from .resident import fresh_start, mark_resident
-from .runtime import engine_backward
+from .runtime import engine_backward, uncached_autocast
 
 
 # memory tracking lives in models.memory (the runtime executor uses it and the profiler uses the
@@ -162,6 +162,33 @@ def _saved_bytes(stage: Callable, x: torch.Tensor, input_grad: bool) -> tuple[in
     return int(saved), int(saved_input), int(saved_buffers)
 
 
+def _autocast_note(device) -> dict:
+    """``{"autocast": ...}`` where the profile ran under ``torch.autocast`` (empty otherwise): the dtype
+    its operations ran in and that the weight cache was off (:class:`models.runtime.uncached_autocast`)."""
+    kind = torch.device(device).type
+    try:
+        on = torch.is_autocast_enabled(kind)
+    except RuntimeError:
+        on = False
+    if not on:
+        return {}
+    dtype = str(torch.get_autocast_dtype(kind)).replace("torch.", "")
+    return {"autocast": f"{dtype} on {kind}, weight cache off (models.runtime.uncached_autocast): plans must run "
+                        "under the same autocast"}
+
+
+def _uncached(fn: Callable) -> Callable:
+    """``fn`` (a profiling entry with a ``device`` keyword) run under :class:`models.runtime.uncached_autocast`."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kw):
+        with uncached_autocast(kw.get("device", "cpu")):
+            return fn(*args, **kw)
+    return wrapped
+
+
+@_uncached
 def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device="cpu",
                   input_grad: bool = True, delta: torch.Tensor | None = None,
                   no_grad_forward: bool = True, memory: str = "dispatch") -> tuple[dict[str, float], torch.Tensor]:
@@ -545,6 +572,7 @@ def free_backward_overhead(stage: Callable, x: torch.Tensor, *, input_grad: bool
 TIMINGS = ("in-context", "isolated")
 
 
+@_uncached
 def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable | None = None, *,
                   repeats: int = 3, device="cpu", names: Sequence[str] | None = None, name: str = "chain",
                   provenance: dict[str, Any] | None = None, input_grad: bool = True,
@@ -684,6 +712,7 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "threads": torch.get_num_threads(),
         "dtype": ",".join(dtypes) if dtypes else str(x.dtype).replace("torch.", ""),
+        **_autocast_note(device),
         "timing": (f"in context: median per operation over {timed_runs} whole store-all runs of the executor "
                    "after one warm-up" + (f" (at least {max(3, repeats)}, more while the 95% interval of the whole "
                                           f"runs' median was wider than 2%, within {timing_budget:g} s)"

@@ -243,6 +243,9 @@ class Grid:
             if isinstance(v, list) and not v:
                 raise InputError(f"options.{k}: an empty list; give its values (a list is one axis of the grid) "
                                  "or leave it out for the default")
+        if self.points is not None and (isinstance(self.points, bool) or not isinstance(self.points, int)
+                                        or not 1 <= self.points <= MAX_POINTS):
+            raise InputError(f"points: must be a whole number between 1 and {MAX_POINTS}, got {self.points!r}")
         if self.memory is None and not self.points and not self.fractions:
             raise InputError("memory: give absolute limits (--memory 80MiB,90MiB) or a number of points (--points N)")
         if self.memory is not None and (self.points or self.fractions):
@@ -251,9 +254,6 @@ class Grid:
         if self.points and self.fractions:
             raise InputError("points and fractions: give the number of evenly spaced limits (points) or the "
                              "fractions themselves, not both: the fractions would silently replace the points")
-        if self.points is not None and (isinstance(self.points, bool) or not isinstance(self.points, int)
-                                        or not 1 <= self.points <= MAX_POINTS):
-            raise InputError(f"points: must be a whole number between 1 and {MAX_POINTS}, got {self.points!r}")
         if self.fractions and not all(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 <= f <= 1
                                       for f in self.fractions):
             raise InputError(f"fractions = {list(self.fractions)!r:.60}: give numbers in [0, 1] (0: the least "

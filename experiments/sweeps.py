@@ -357,6 +357,17 @@ def run_config(args) -> int:
     if bad:     # checked before the grids run, not after
         raise InputError(f"{path}: figures: unknown {bad[0]!r}; give a list of {', '.join(figures.FIGURES)}")
     grids = [_grid_from_toml(g, f"{path}: grid[{k}]") for k, g in enumerate(cfg["grid"])]
+    for k, g in enumerate(grids):      # the grid's own checks, naming the file and the grid (expand repeats them)
+        try:
+            g.check()
+        except InputError as e:
+            raise InputError(f"{path}: grid[{k}]: {e}") from None
+    # a figure is drawn from the rows of its problem: one no grid sweeps failed after every grid had run
+    bad = [f for f in (cfg.get("figures") or []) if f not in {g.problem for g in grids}]
+    if bad:
+        raise InputError(f"{path}: figures: {bad[0]!r} draws the rows of {bad[0]} grids, and no grid has problem = "
+                         f"{bad[0]!r}; list the figures of its grids' problems "
+                         f"({', '.join(sorted({g.problem for g in grids}))}), or leave figures out for those")
     out = Path(args.out or cfg.get("out") or f"results/{path.stem}")
     output_dir(out, "-o/--out" if args.out else f"{path}: out")
     workers = args.workers or cfg.get("workers")

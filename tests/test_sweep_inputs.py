@@ -188,6 +188,11 @@ def test_plot_of_a_damaged_table_is_one_line_naming_the_file(kind, needles, tabl
     ("options = [1, 2]", ["grid[0].options", "table"]),
     ('fractions = ["a"]', ["grid[0].fractions", "[0, 1]"]),
     ("points = 2\nbatch = 8", ["grid[0].batch", "PipeDream"]),        # silently ignored with an instance file
+    # the grid's own checks named neither the file nor the grid ("problem: unknown 'offlaod'"), and
+    # points = 0 was "give ... a number of points (--points N)"
+    ("points = 0", ["grid[0]", "points", "got 0"]),
+    (f'points = 2\n[[grid]]\nproblem = "offlaod"\ninstances = ["{TOY}"]\npoints = 2', ["grid[1]", "'offlaod'"]),
+    ("points = 2\n[grid.options]\nslot = 3", ["grid[0]", "'slot'"]),
 ])
 def test_config_values_of_the_wrong_type_name_the_key(body, needles, tmp_path, capsys):
     """A TOML value of the wrong type was a traceback (``'<=' not supported between 'int' and 'str'``)
@@ -206,6 +211,9 @@ def test_config_values_of_the_wrong_type_name_the_key(body, needles, tmp_path, c
     ('figures = ["nope"]\n[[grid]]\nproblem = "remat"', ["figures", "'nope'"]),    # was found after the sweep
     ('figures = "remat"\n[[grid]]\nproblem = "remat"', ["figures", "give a list"]),  # said unknown 'remat'
     (f'scheduler = 5\n[[grid]]\nproblem = "remat"\ninstances = ["{TOY}"]\npoints = 2', ["scheduler = 5"]),  # traceback
+    # a figure of a problem no grid sweeps: every grid ran, then "the table has no rows this figure draws"
+    (f'figures = ["offload"]\n[[grid]]\nproblem = "remat"\ninstances = ["{TOY}"]\npoints = 2',
+     ["figures", "'offload'", "no grid"]),
 ])
 def test_config_top_level_values_are_checked_first(top, needles, tmp_path, capsys):
     cfg = tmp_path / "c.toml"
@@ -213,6 +221,7 @@ def test_config_top_level_values_are_checked_first(top, needles, tmp_path, capsy
     assert main(["sweep", "--config", str(cfg), "--workers", "1", "--no-plot", "-q", "-o", str(tmp_path / "o")]) == 2
     line = _one_line(capsys.readouterr().err)
     assert all(n in line for n in needles), line
+    assert not (tmp_path / "o" / "results").exists()
 
 
 def test_batch_without_a_pipedream_profile_and_config_with_an_experiment_are_refused(tmp_path, capsys):

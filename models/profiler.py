@@ -61,7 +61,7 @@ import torch
 
 from .chain import Chain, Platform
 from .resident import fresh_start, mark_resident
-from .runtime import engine_backward, uncached_autocast
+from .runtime import engine_backward, under_uncached_autocast
 
 
 # memory tracking lives in models.memory (the runtime executor uses it and the profiler uses the
@@ -177,18 +177,7 @@ def _autocast_note(device) -> dict:
                         "under the same autocast"}
 
 
-def _uncached(fn: Callable) -> Callable:
-    """``fn`` (a profiling entry with a ``device`` keyword) run under :class:`models.runtime.uncached_autocast`."""
-    import functools
-
-    @functools.wraps(fn)
-    def wrapped(*args, **kw):
-        with uncached_autocast(kw.get("device", "cpu")):
-            return fn(*args, **kw)
-    return wrapped
-
-
-@_uncached
+@under_uncached_autocast()
 def profile_stage(stage: Callable, x: torch.Tensor, *, repeats: int = 3, device="cpu",
                   input_grad: bool = True, delta: torch.Tensor | None = None,
                   no_grad_forward: bool = True, memory: str = "dispatch") -> tuple[dict[str, float], torch.Tensor]:
@@ -572,7 +561,7 @@ def free_backward_overhead(stage: Callable, x: torch.Tensor, *, input_grad: bool
 TIMINGS = ("in-context", "isolated")
 
 
-@_uncached
+@under_uncached_autocast()
 def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable | None = None, *,
                   repeats: int = 3, device="cpu", names: Sequence[str] | None = None, name: str = "chain",
                   provenance: dict[str, Any] | None = None, input_grad: bool = True,

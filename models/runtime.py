@@ -74,7 +74,7 @@ def engine_backward(outputs: Sequence, grads: Sequence) -> None:
     call, as the public function holds them. The profiler times its stages' backward through this too,
     so that profiled and executed B^l pay the same call."""
     if _AUTOCAST_OFF:                 # inside uncached_autocast: the backward without autocast, as loss.backward()
-        with torch.autocast(_AUTOCAST_OFF[-1], enabled=False):      # after the autocast block runs it
+        with backward_autocast_off():                                # after the autocast block runs it
             _engine(outputs, grads)
         return
     _engine(outputs, grads)
@@ -90,6 +90,31 @@ def _engine(outputs: Sequence, grads: Sequence) -> None:
 #: device kinds whose autocast :class:`uncached_autocast` runs under (innermost last): the backward calls
 #: of :func:`engine_backward` run with it off
 _AUTOCAST_OFF: list[str] = []
+
+
+def backward_autocast_off():
+    """A context for a backward call made inside :class:`uncached_autocast`: autocast off (as
+    ``loss.backward()`` after the autocast block); nothing outside it."""
+    import contextlib
+
+    return torch.autocast(_AUTOCAST_OFF[-1], enabled=False) if _AUTOCAST_OFF else contextlib.nullcontext()
+
+
+def under_uncached_autocast(x_at: int | None = None) -> Callable:
+    """A decorator: the function (an entry with a ``device`` keyword) runs under
+    :class:`uncached_autocast` on ``device``; where it is not given, on the device of the input tensor
+    at position ``x_at`` (None: the CPU, the profiling entries' default)."""
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapped(*args, **kw):
+            device = kw.get("device")
+            if device is None and x_at is not None:
+                x = args[x_at] if len(args) > x_at else kw.get("x")
+                device = x.device if isinstance(x, torch.Tensor) else None
+            with uncached_autocast(device if device is not None else "cpu"):
+                return fn(*args, **kw)
+        return wrapped
+    return wrap
 
 
 @dataclass

@@ -110,7 +110,8 @@ from .remat_offload import coalesce_parts  # noqa: F401 (re-exported: it lived h
 from .remat_offload import _inputs, boundary_eps, issue_boundaries, remat_states
 from .remat_offload import (InvalidRematOffloadSchedule, RematOffloadReplay, RematOffloadSchedule, Transfer,
                             simulate_remat_offload)
-from .runtime import RuntimeResult, _plan, _Rng, _run_timed, _stage_info, _tracker_for
+from .runtime import (RuntimeResult, _plan, _Rng, _run_timed, _stage_info, _tracker_for, backward_autocast_off,
+                      under_uncached_autocast)
 
 # ------------------------------------------------------------------------------------------ planning
 @dataclass
@@ -413,6 +414,7 @@ def _key(t: torch.Tensor) -> int:
         return 0
 
 
+@under_uncached_autocast(x_at=2)
 def execute_offload(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, schedule: RematOffloadSchedule,
                     chain: Chain, bandwidth: float, *, device=None, measure_memory: bool = False,
                     input_grad: bool = True, clock: Callable[[], float] = time.perf_counter,
@@ -528,6 +530,7 @@ class _Val:
         return self.kept if self.kept is not None else self.raw
 
 
+@under_uncached_autocast(x_at=2)
 def execute_joint(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, schedule: RematOffloadSchedule,
                   chain: Chain, bandwidth: float | None, *, device=None, measure_memory: bool = False,
                   input_grad: bool = True, clock: Callable[[], float] = time.perf_counter,
@@ -772,7 +775,8 @@ def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, sch
         if pairs:
             es, gs = [p[0] for p in pairs], [p[1] for p in pairs]
             pairs.clear()
-            torch.autograd.backward(es, gs)
+            with backward_autocast_off():
+                torch.autograd.backward(es, gs)
         drop(l)
         if plan.states[pos][l - 1] == 1:     # only a^{l-1} stored (not abar^{l-1}): B^l discards it (Table 1)
             drop(l - 1)

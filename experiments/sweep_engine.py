@@ -742,9 +742,11 @@ def run_sweep(tasks: Sequence[dict], instances: dict, out: str | Path, *, worker
 
     try:
         if todo and workers == 1 and scheduler is None:
-            for k, t in enumerate(todo):
+            for t in todo:
                 bar.set_postfix(running=1, failed=stats.failed)
-                finished(task_fn(t, instances[t["instance_id"]], _inputs(t, instances)), len(todo) - k - 1)
+                # in this process one task runs at a time: none is running once it is back (the tasks
+                # left are the bar's own count, not 'running')
+                finished(task_fn(t, instances[t["instance_id"]], _inputs(t, instances)), 0)
         elif todo:
             stats.startup, stats.shutdown = _run_dask(todo, instances, workers, scheduler, finished, task_fn)
         if stats.solved == len(todo):       # every row is in: the carried series are complete

@@ -460,3 +460,17 @@ def test_ctrl_c_on_a_local_cluster_sweep_is_one_line(tmp_path):
     err = (err + rest).decode()
     assert p.returncode == 130 and "interrupted" in err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
+
+
+def test_the_progress_bar_of_an_in_process_sweep_counts_one_task_running(tmp_path, capsys):
+    """``--workers 1`` solves one task at a time, but its bar said ``running=3`` after the first of four
+    tasks (the tasks left, under the name of those running)."""
+    from memplan.experiments.sweep_engine import Grid, expand, run_sweep, run_task
+
+    tasks, inputs = expand([Grid("remat", [TOY], methods=["rotor", "sequential"], memory=["90MiB", "100MiB"])])
+    assert len(tasks) == 4
+    run_sweep(tasks, inputs, tmp_path / "out", workers=1, progress=True, task_fn=run_task)
+    err = capsys.readouterr().err
+    import re
+    running = [int(n) for n in re.findall(r"running=(\d+)", err)]
+    assert running and max(running) == 1 and running[-1] == 0, err[-500:]

@@ -14,6 +14,7 @@ when the command runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 
@@ -147,15 +148,20 @@ def _cmd_budget(args: argparse.Namespace) -> int:
     shape = tuple(args.input) if args.input else DEFAULT_INPUT[key]
     x = example_input(key, args.batch, shape, vocab=kw.get("vocab"), seed=args.seed, device=args.device)
     check_example_input(key, model, x, shape)      # a wrong --input: one line, not a traceback
-    step = memplan.compile_under_budget(
-        model, (x,), budget, loss_fn=classification_loss(seed=args.seed), backend=args.backend,
-        solver=args.solver, fractions=args.fractions, repeats=args.repeats, time_limit=args.time_limit,
-        chain=not args.no_chain, compiled_stages=not args.no_compiled_stages,
-        runtime_estimator=args.runtime_estimator, stage_fractions=args.stage_fractions,
-        stage_solver=args.stage_solver, progress=_progress_printer(args.progress), offload=args.offload, bandwidth=args.bandwidth,
-        cuda_peak=args.cuda_peak)
+    # --autocast: the whole search (every candidate's step, the chains' profiles) inside one autocast
+    # block, as a training loop would call the returned step
+    amp = (torch.autocast(args.device, dtype=getattr(torch, args.autocast)) if args.autocast
+           else contextlib.nullcontext())
+    with amp:
+        step = memplan.compile_under_budget(
+            model, (x,), budget, loss_fn=classification_loss(seed=args.seed), backend=args.backend,
+            solver=args.solver, fractions=args.fractions, repeats=args.repeats, time_limit=args.time_limit,
+            chain=not args.no_chain, compiled_stages=not args.no_compiled_stages,
+            runtime_estimator=args.runtime_estimator, stage_fractions=args.stage_fractions,
+            stage_solver=args.stage_solver, progress=_progress_printer(args.progress), offload=args.offload,
+            bandwidth=args.bandwidth, cuda_peak=args.cuda_peak)
     print(f"{key}, batch {args.batch}, input {'x'.join(map(str, shape))}, on {args.device}, "
-          f"{args.threads} thread(s)")
+          f"{args.threads} thread(s)" + (f", under torch.autocast({args.autocast})" if args.autocast else ""))
     print(step.report())
     return 0
 
@@ -186,6 +192,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--set", type=key_value, action="append", metavar="KEY=VALUE",
                    help="model constructor argument, e.g. --set n_layer=4 (repeatable, each key once)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--autocast", choices=["bfloat16", "float16"], default=None,
+                   help="mixed precision: the steps (and the chains' profiles) run under torch.autocast with this "
+                        "dtype on --device (default: none, the model's own dtype)")
     p.add_argument("--backend", choices=["aot_eager_decomp_partition", "inductor"],
                    default="aot_eager_decomp_partition")
     p.add_argument("--solver", choices=["pytorch", "memplan", "memplan-peak", "both", "all"], default="pytorch",

@@ -115,3 +115,19 @@ def test_budget_batch_that_cannot_fit_is_refused_before_the_search(capsys, one_t
                           "least ") and "(602112000000 B of input and " in err
     assert re.search(r"give --batch \d+ or less$", err)
     assert time.perf_counter() - t0 < 60
+
+
+def test_budget_under_autocast(capsys, one_torch_thread):
+    """``--autocast bfloat16``: the search runs inside one autocast block (the compiled fractions, the
+    chain's profile and plans), the report says so, and the chosen step fits; a dtype autocast does not
+    take is one line."""
+    assert main(["budget", *TINY, "--memory", "64MiB", "--autocast", "bfloat16"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].endswith("under torch.autocast(bfloat16)")
+    chosen = re.search(r"chose .*\(peak ([\d.]+ \w+), step", out)
+    assert chosen and _bytes(chosen.group(1)) <= 64 * 2**20 and "chain rotor" in out
+    with pytest.raises(SystemExit) as e:
+        main(["budget", *TINY, "--memory", "64MiB", "--autocast", "int8"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--autocast" in err and "bfloat16" in err

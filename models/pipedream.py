@@ -68,6 +68,15 @@ PROFILE_BATCH = 128
 _NODE = re.compile(r"^(\S+) -- (.*) -- forward_compute_time=([^,]+), backward_compute_time=([^,]+), "
                    r"activation_size=(.+), parameter_size=([^,\s]+)\s*$")
 _EDGE = re.compile(r"^\t(\S+) -- (\S+)\s*$")
+#: a data input's description: ``Input``, or ``Input0``, ``Input1``, ... where the network has several (as
+#: PipeDream's profiler names them: its GNMT profile's three inputs); ``Input0`` had been taken for a layer,
+#: its loading time counted as stage 1's compute and its bytes left out of a^0
+_INPUT_TYPE = re.compile(r"Input\d*$")
+
+
+def _is_input(G: nx.DiGraph, n) -> bool:
+    """Whether node ``n`` is a data input (:data:`_INPUT_TYPE`)."""
+    return bool(_INPUT_TYPE.match(G.nodes[n]["type"]))
 
 
 class PipeDreamFormatError(ValueError):
@@ -145,7 +154,7 @@ def read_graph(path: str | Path) -> nx.DiGraph:
     parts = list(nx.weakly_connected_components(G))
     if len(parts) > 1:
         order = {n: k for k, n in enumerate(G)}
-        fed = [c for c in parts if any(G.nodes[n]["type"] == "Input" for n in c)]
+        fed = [c for c in parts if any(_is_input(G, n) for n in c)]
         cut = sorted((c for c in parts if c not in fed), key=lambda c: min(order[n] for n in c))
         if cut:
             first = min(cut[0], key=order.get) if cut else next(iter(G))
@@ -187,7 +196,7 @@ def import_graph(path: str | Path, batch: int | None = None, name: str | None = 
         raise InputError(f"cuts={cuts!r}: choose from {', '.join(CUTS)}")
     path = Path(path)
     G = read_graph(path)
-    inner = [n for n in G if G.nodes[n]["type"] == "Input" and G.in_degree(n) > 0]
+    inner = [n for n in G if _is_input(G, n) and G.in_degree(n) > 0]
     if inner:
         raise PipeDreamFormatError(f"{path}: the Input node {inner[0]} has predecessors; an Input node must "
                                    f"be a source of the graph (no incoming edge)")
@@ -204,7 +213,7 @@ def import_graph(path: str | Path, batch: int | None = None, name: str | None = 
     used = PROFILE_BATCH if batch is None else batch
     nd = G.nodes
     if source in G:             # one source: it is a^0 (its time, data loading, is ignored)
-        if nd[source]["type"] != "Input" and (nd[source]["ub"] > 0 or nd[source]["weight_bytes"] > 0):
+        if not _is_input(G, source) and (nd[source]["ub"] > 0 or nd[source]["weight_bytes"] > 0):
             # a computing layer (a Conv) as the only source became a^0, its backward time and its
             # parameters dropped without a word
             raise PipeDreamFormatError(f"{path}: node {source} ({nd[source]['type']}) is the only source but not an "
@@ -212,7 +221,7 @@ def import_graph(path: str | Path, batch: int | None = None, name: str | None = 
                                        "a PipeDream profile starts at an Input node (the data)")
         data = {source}
     else:                       # several: a^0 = the Input sources (loaded data), which lie in group 1
-        data = {n for n in sources if nd[n]["type"] == "Input"}
+        data = {n for n in sources if _is_input(G, n)}
 
     def total(group, key):
         return k * sum(nd[n][key] for n in group if n not in data)
@@ -338,7 +347,7 @@ def cost_graph(path: str | Path, batch: int | None = None) -> CostGraph:
     G = read_graph(path)
     _, source, _ = join_terminals(G)
     sources = [n for n in G if G.in_degree(n) == 0]
-    data = {source} if source in G else {n for n in sources if G.nodes[n]["type"] == "Input"}
+    data = {source} if source in G else {n for n in sources if _is_input(G, n)}
     k = 1.0 if batch is None else int(batch) / PROFILE_BATCH
     cg = _cost_graph(G, data, k)
     cg.name = chain.name

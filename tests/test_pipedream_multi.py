@@ -263,3 +263,20 @@ def test_shipped_gnmt_profile_cuts_where_several_tensors_cross():
     used = (set(sch.layer_gpus()) if hasattr(sch, "layer_gpus")
             else {s for s, (a, b) in enumerate(sch.stages) if a <= b})      # an eager 1F1B run
     assert len(used) == 4
+
+
+def test_numbered_inputs_are_data_inputs_as_pipedream_names_them(tmp_path):
+    """PipeDream's profiler names a network's several inputs ``Input0``, ``Input1``, ... (its GNMT
+    profile's three); only ``Input`` was read as data, so ``Input0`` was a layer of stage 1: its
+    loading time (5 and 7 ms here) counted as compute and its bytes were missing from a^0. The
+    encoder-decoder by hand again (test_encoder_decoder_two_inputs_by_hand), its inputs numbered:
+    the same chain as with inputs named ``Input``."""
+    numbered = dict(ENC_DEC, node1=("Input0",) + ENC_DEC["node1"][1:], node4=("Input1",) + ENC_DEC["node4"][1:])
+    for cuts in ("single", "multi"):
+        c = import_graph(_write(tmp_path / f"numbered-{cuts}.graph.txt", numbered, ENC_DEC_EDGES), cuts=cuts)
+        assert c.wa[0] == 100 + 60                                        # a^0 = both inputs
+        assert sum(c.uf) == pytest.approx((1 + 3 + 1 + 2 + 1) * 1e-3)     # their loading time ignored
+        assert sum(c.ub) == pytest.approx((2 + 4 + 1 + 3 + 2) * 1e-3)
+        named = import_graph(_write(tmp_path / f"named-{cuts}.graph.txt", ENC_DEC, ENC_DEC_EDGES), cuts=cuts)
+        for attr in ("uf", "ub", "wa", "wabar", "wd", "weights"):
+            assert getattr(c, attr).tolist() == getattr(named, attr).tolist(), attr

@@ -248,6 +248,8 @@ def import_graph(path: str | Path, batch: int | None = None, name: str | None = 
         "nodes": G.number_of_nodes(),
         "cuts": cut_tensors(G, groups, first=sorted(data, key=list(G).index), last=sinks, scale=k),
     }
+    if source not in G:         # several inputs: theirs, not an image's shape (both cut rules)
+        prov["input"] = [nd[n]["desc"] for n in sorted(data)]
     warning = coarse_chain_warning(G, groups, what=f"PipeDream profile {path.name}", unit="nodes",
                                    names=[_stage_name(G, g) for g in groups])
     prov["cut_rule"] = "single"
@@ -271,8 +273,6 @@ def import_graph(path: str | Path, batch: int | None = None, name: str | None = 
              f"sources {sorted(data)} (not counted again in stage 1); " if source not in G else "")
             + (f"{len(sinks)} sinks joined through a virtual sink of zero time and size: all in stage L, "
                f"a^L = delta^L = the sum of their outputs" if sink not in G else ""))
-        if source not in G:
-            prov["input"] = [nd[n]["desc"] for n in sorted(data)]
     if batch is not None and batch != PROFILE_BATCH:
         prov["scaling"] = (f"times and activation sizes scaled linearly by {batch}/{PROFILE_BATCH} from the "
                            f"profile's batch {PROFILE_BATCH} (an approximation); parameters unchanged")

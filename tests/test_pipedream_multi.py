@@ -280,3 +280,14 @@ def test_numbered_inputs_are_data_inputs_as_pipedream_names_them(tmp_path):
         named = import_graph(_write(tmp_path / f"named-{cuts}.graph.txt", ENC_DEC, ENC_DEC_EDGES), cuts=cuts)
         for attr in ("uf", "ub", "wa", "wabar", "wd", "weights"):
             assert getattr(c, attr).tolist() == getattr(named, attr).tolist(), attr
+
+
+def test_a_profile_of_several_inputs_names_them_in_its_provenance():
+    """``memplan show`` on the imported GNMT profile said ``input: [3, 224, 224]`` (an image's shape, the
+    default for PipeDream's single-input CNN profiles) under the default cut rule; the single-tensor
+    rule already named the inputs."""
+    from memplan.models.instance import shipped_dir
+
+    path = shipped_dir() / "pipedream" / "gnmt.graph.txt"
+    for cuts in ("auto", "single"):
+        assert import_graph(path, cuts=cuts).provenance["input"] == ["Input0", "Input1", "Input2"], cuts

@@ -158,7 +158,7 @@ _TURNS = "__turns__"                       # the same sequence untimed (the turn
 METHODS = ["rotor", "rotor-floating", "sequential", "store-all"]
 
 COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic", "date", "clock", "memory_method",
-           "fused_backward",
+           "autocast", "fused_backward",
            "network", "batch", "input", "cuts", "holds", "L", "fraction", "memory_limit", "method", "status", "message",
            "ops", "recomputations", "same_as", "grads_equal", "grads_max_rel_diff",
            "predicted_peak", "measured_peak", "peak_rel_err", "within_limit", "timed_peak", "held_stages",
@@ -167,7 +167,7 @@ COLUMNS = ["device", "gpu", "torch", "cuda", "cudnn", "driver", "deterministic",
            "time_low", "time_high",
            "repeats", "noisy", "vs_autograd", "vs_autograd_low", "vs_autograd_high",
            "throughput", "predicted_throughput", "solve_seconds", "steps_per_sample", "cuda_segments_after_round_1"]
-THROUGHPUT_COLUMNS = ["device", "gpu", "clock", "memory_method", "network", "batch", "input", "cuts", "holds", "L", "strategy", "segments", "memory_limit",
+THROUGHPUT_COLUMNS = ["device", "gpu", "clock", "memory_method", "autocast", "network", "batch", "input", "cuts", "holds", "L", "strategy", "segments", "memory_limit",
                       "status", "grads_equal", "grads_max_rel_diff", "predicted_peak", "measured_peak", "predicted_time",
                       "predicted_time_profile", "measured_time", "time_low", "time_high", "rounds", "noisy", "throughput", "rotor_gain",
                       "gain_vs_checkpoint_sequential", "vs_checkpoint_sequential", "vs_checkpoint_sequential_low",
@@ -222,7 +222,8 @@ class Case:
     reference gradients; :meth:`execute` runs a sequence and compares."""
 
     def __init__(self, name: str, spec: dict, device: str, repeats: int, profile_repeats: int | None = None,
-                 clock: str = "wall", memory: str = "profiler", cuts: str = "auto", free_backward: bool = False):
+                 clock: str = "wall", memory: str = "profiler", cuts: str = "auto", free_backward: bool = False,
+                 autocast: str | None = None):
         import torch
 
         from memplan.models.graph import linearize_model
@@ -232,6 +233,7 @@ class Case:
         from memplan.models.measure import clock as pick_clock
 
         self.name, self.spec, self.device, self.repeats = name, spec, device, repeats
+        self.autocast = autocast           # mixed precision: every contender's forward under torch.autocast
         # how peaks are measured on a CPU (models.memory.memory_tracker; CUDA: the allocator's statistics)
         self.memory = "dispatch" if device.startswith("cuda") else memory
         self.clock = pick_clock(clock, torch.get_num_threads()) if not device.startswith("cuda") else time.perf_counter
@@ -242,14 +244,18 @@ class Case:
         self.loss_fn = classification_loss()
         ref = copy.deepcopy(model)
         torch.manual_seed(7)
-        self.loss_fn(ref(self.x)).backward()
+        with self.amp():
+            out = self.loss_fn(ref(self.x))
+        out.backward()
+        del out
         self.grads = {n: p.grad for n, p in ref.named_parameters()}
         del ref
         self.model = model                       # its parameters are shared with the stages
         # ``cuts``: by default the rule of 'memplan profile' (auto: where several tensors cross only for
         # networks whose single-tensor stages are too coarse, the Transformer's 4 among them; the
         # ResNets, DenseNets, Inception and GPT-2 are cut as before); "saved" for single-tensor cuts only
-        lm = linearize_model(model, self.x, self.loss_fn, cuts=cuts)
+        with self.amp():          # the cuts where autograd keeps the tensor, as it does under autocast
+            lm = linearize_model(model, self.x, self.loss_fn, cuts=cuts)
         self.memory_note = ""
         self.cut_rule = "saved" if lm.residency is None else "multi"      # the rule taken (auto decides)
         if lm.residency is not None and self.memory == "profiler":
@@ -259,10 +265,11 @@ class Case:
             self.memory_note = f" (multi-tensor cuts: {MEMORY_METHOD_NAMES['dispatch']} for all its contenders)"
         self.stages = lm.stages
         self.loss_stage = lm.loss_stage(self.loss_fn)      # stage L+1 (a folded head, then the loss)
-        self.chain = profile_chain(lm.stages, self.x, self.loss_stage, repeats=profile_repeats or repeats,
-                                   device=device, names=lm.names, name=f"{name}-b{self.batch}",
-                                   loss_name=lm.loss_name, clock=clock if not device.startswith("cuda") else "wall",
-                                   turns=True, memory=self.memory, free_backward=free_backward)
+        with self.amp():
+            self.chain = profile_chain(lm.stages, self.x, self.loss_stage, repeats=profile_repeats or repeats,
+                                       device=device, names=lm.names, name=f"{name}-b{self.batch}",
+                                       loss_name=lm.loss_name, clock=clock if not device.startswith("cuda") else "wall",
+                                       turns=True, memory=self.memory, free_backward=free_backward)
         self.held_chain = self.chain             # paper 004's: what the held run of the traces follows
         self.free_record = free_backward and bool(self.chain.provenance.get("free_backward"))
         if free_backward:
@@ -282,6 +289,25 @@ class Case:
         self.traces: list[dict] = []            # per-operation memory, measured and simulated
 
     # -- helpers -----------------------------------------------------------------------------------
+    def amp(self):
+        """A fresh ``torch.autocast`` block of ``autocast``'s dtype on the case's device (each step its own,
+        as a training loop's, so that no contender keeps another's cast weights), or nothing."""
+        import contextlib
+
+        import torch
+
+        if not self.autocast:
+            return contextlib.nullcontext()
+        return torch.autocast(torch.device(self.device).type, dtype=getattr(torch, self.autocast))
+
+    def _exec(self, *args, **kw):
+        """:func:`memplan.models.runtime.execute` inside :meth:`amp` (it runs its backward calls with
+        autocast off, as ``loss.backward()`` after the block)."""
+        from memplan.models.runtime import execute
+
+        with self.amp():
+            return execute(*args, **kw)
+
     def _clear_grads(self) -> None:
         for _, p in self.params:
             p.grad = None
@@ -334,7 +360,7 @@ class Case:
         import torch
 
         from memplan.models.measure import interleaved
-        from memplan.models.runtime import execute, store_all_ops, turn_ops
+        from memplan.models.runtime import store_all_ops, turn_ops
 
         per_op: list[list[float]] = []
         per_op_turn: list[list[float]] = []
@@ -344,7 +370,7 @@ class Case:
             """One run of ``ops`` with per-operation timers: the stages re-timed in context, in the
             same rounds as the runs they predict."""
             times: list[float] = []
-            execute(self.stages, self.loss_stage, self.x, ops, device=self.device, op_times=times,
+            self._exec(self.stages, self.loss_stage, self.x, ops, device=self.device, op_times=times,
                     clock=self.clock, fuse_backward=self.fuse)
             out.append(times)
 
@@ -352,7 +378,7 @@ class Case:
 
         def turn_run() -> None:
             torch.manual_seed(7)
-            execute(self.stages, self.loss_stage, self.x, turn_seq, device=self.device, fuse_backward=self.fuse,
+            self._exec(self.stages, self.loss_stage, self.x, turn_seq, device=self.device, fuse_backward=self.fuse,
                     sync=False, hold=turn_hold)
 
         self._timed(partial(retime, store_all_ops(self.chain.L), per_op), {}, _RETIME)
@@ -423,7 +449,7 @@ class Case:
         """(the tag of the first identical sequence, measurements) for a memplan sequence."""
         import torch
 
-        from memplan.models.runtime import execute, free_holds
+        from memplan.models.runtime import free_holds
 
         key = tuple(seq.ops)
         if key in self._cache:
@@ -434,7 +460,7 @@ class Case:
         self._clear_grads()
         torch.manual_seed(7)
         _sync(self.device)
-        res = execute(self.stages, self.loss_stage, self.x, seq, measure_memory=True, device=self.device,
+        res = self._exec(self.stages, self.loss_stage, self.x, seq, measure_memory=True, device=self.device,
                       fuse_backward=self.fuse)
         grads = self._grads()
         sim = self.predict(seq)
@@ -442,7 +468,7 @@ class Case:
             # autograd's own freeing: no holds, the peak of a run so, compared with the free replay
             def free():
                 torch.manual_seed(7)
-                execute(self.stages, self.loss_stage, self.x, seq, device=self.device, fuse_backward=self.fuse,
+                self._exec(self.stages, self.loss_stage, self.x, seq, device=self.device, fuse_backward=self.fuse,
                         hold=free_holds(seq.ops, sim.memory_during))
 
             peak = self._tracked(free)
@@ -456,14 +482,14 @@ class Case:
             # replay of the chain profiled with the same events, every B within 1% of its peak
             def held():
                 torch.manual_seed(7)
-                execute(self.stages, self.loss_stage, self.x, seq, device=self.device, fuse_backward=self.fuse)
+                self._exec(self.stages, self.loss_stage, self.x, seq, device=self.device, fuse_backward=self.fuse)
 
             peak = self._tracked(held)
             hold = self._holds(seq.ops, sim.memory_during, replay=True)
 
         def run():
             torch.manual_seed(7)
-            execute(self.stages, self.loss_stage, self.x, seq, device=self.device, fuse_backward=self.fuse,
+            self._exec(self.stages, self.loss_stage, self.x, seq, device=self.device, fuse_backward=self.fuse,
                     sync=False, hold=hold)   # queued as autograd's step is: the sample's synchronizes bound it
 
         # the timed configuration's own peak, measured as autograd's is (step_peak): the held run's where
@@ -492,7 +518,9 @@ class Case:
 
         def run():
             torch.manual_seed(7)
-            self.loss_fn(self.model(self._input_copy())).backward()
+            with self.amp():
+                out = self.loss_fn(self.model(self._input_copy()))
+            out.backward()
 
         if "autograd" in self._cache:
             return self._cache["autograd"][1]
@@ -521,8 +549,10 @@ class Case:
 
         def run():
             torch.manual_seed(7)
-            out = checkpoint_sequential(seqmod, segments, self._input_copy(), use_reentrant=reentrant)
-            self.loss_stage(out).backward()
+            with self.amp():
+                out = self.loss_stage(checkpoint_sequential(seqmod, segments, self._input_copy(),
+                                                            use_reentrant=reentrant))
+            out.backward()
 
         self._clear_grads()
         peak = self._tracked(run)
@@ -556,7 +586,8 @@ def _case_env(case: Case) -> dict:
     multi-tensor cut network on c10's events); ``holds``, how its runs held (``--holds``; auto resolved:
     none where the profile has the free record, else peak)."""
     return {"cuts": case.cut_rule, "holds": case.holds,
-            **({"memory_method": MEMORY_METHOD_NAMES[case.memory]} if case.memory_note else {})}
+            **({"memory_method": MEMORY_METHOD_NAMES[case.memory]} if case.memory_note else {}),
+            **({"autocast": case.autocast} if case.autocast else {})}
 
 
 def _row(env: dict, case: Case, det: str, fraction: float, limit: float, method: str, status: str, *,
@@ -856,6 +887,9 @@ def main(argv=None) -> int:
     p = OneLineParser(prog="python -m memplan.experiments.runtime_check", name="runtime_check",
                       description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    p.add_argument("--autocast", choices=["bfloat16", "float16"], default=None,
+                   help="mixed precision: every contender's forward (and the profile) under torch.autocast with "
+                        "this dtype, one block per step, the backward after it (default: none)")
     p.add_argument("--preset", choices=sorted(PRESETS), help="networks and sizes (default: cpu small, cuda "
                    "paper; --quick: quick)")
     p.add_argument("--quick", action="store_true", help="a dry run: tiny networks, one timed run, 3 segment counts")
@@ -1022,7 +1056,8 @@ def _main(a: argparse.Namespace) -> int:
             case = None
             try:
                 case = Case(name, cases[name], device, repeats, a.profile_repeats, clock=a.clock,
-                            memory=memory_method, cuts=a.cuts, free_backward=a.holds in ("none", "auto"))
+                            memory=memory_method, cuts=a.cuts, free_backward=a.holds in ("none", "auto"),
+                            autocast=a.autocast)
                 case.target, case.max_rounds, case.time_budget = a.target, max_rounds, a.timing_budget
                 case.fuse = a.fuse_backward
                 case.holds = a.holds if a.holds != "auto" else "none" if case.free_record else "peak"

@@ -35,6 +35,7 @@ import math
 import sys
 from pathlib import Path
 
+from memplan.baselines import remat_rotor
 from memplan.baselines.remat_heuristics import min_memory, store_all
 from memplan.baselines.remat_offload_dp import MAX_TABLE_BYTES, table_bytes
 from memplan.experiments import figures, sweeps
@@ -84,10 +85,25 @@ def grids(args) -> list:
         chain, platform = src.load()
         betas = sweeps.links(given, src, platform)        # each times every factor
         skipped = [n for n in slot_list if table_bytes(chain.L, n) > MAX_TABLE_BYTES]
-        slots = [n for n in slot_list if n not in skipped] or [50]
+        slots = [n for n in slot_list if n not in skipped]
+        if not slots:       # was N = 50 instead, unsaid, whose tables are larger still: an error row per task
+            fits = 0
+            while table_bytes(chain.L, fits + 1) <= MAX_TABLE_BYTES and fits + 1 < min(slot_list):
+                fits += 1
+            raise InputError(f"--slots {args.slots}: the joint DP's tables would need more than "
+                             f"{MAX_TABLE_BYTES / 1e9:.0f} GB for L = {chain.L} ({src.spec}) with each value; "
+                             + (f"give N <= {fits}, e.g. --slots {fits}" if fits else
+                                "the chain is too long for the joint DP at any N"))
         if skipped:
             print(f"joint DP with N = {skipped} skipped: its tables would need more than "
                   f"{MAX_TABLE_BYTES / 1e9:.0f} GB for L = {chain.L}", file=sys.stderr)
+        rotor_slots = sorted({slots[0], 500})
+        too_big = [n for n in rotor_slots if remat_rotor.table_bytes("persistent", chain.L, n)
+                   > remat_rotor.PERSISTENT_TABLE_LIMIT]
+        if too_big:         # rotor-500 on a long chain: an error row at every limit
+            print(f"rotor with {too_big[0]} slots skipped: its tables would need more than "
+                  f"{remat_rotor.PERSISTENT_TABLE_LIMIT / 1e9:.0f} GB for L = {chain.L}", file=sys.stderr)
+            rotor_slots = [n for n in rotor_slots if n not in too_big]
         if args.memory:
             mems = None
         else:
@@ -97,8 +113,9 @@ def grids(args) -> list:
         one = argparse.Namespace(**{**vars(args), "instance": [src.spec] if not src.pipedream else None,
                                     "pipedream": [src.spec] if src.pipedream else None})
         out.append(sweeps.base_grid(one, "remat", methods=["store-all"], memory=mems, bandwidth=[None]))
-        out.append(sweeps.base_grid(one, "remat", methods=["rotor"], memory=mems, bandwidth=[None],
-                                    options={"slots": sorted({slots[0], 500})}))
+        if rotor_slots:
+            out.append(sweeps.base_grid(one, "remat", methods=["rotor"], memory=mems, bandwidth=[None],
+                                        options={"slots": rotor_slots}))
         out.append(sweeps.base_grid(one, "remat-offload", methods=["dp"], memory=mems, bandwidth=bws,
                                     options={"slots": slots}))
         if not args.no_offload:

@@ -58,6 +58,10 @@ def _one_line(err: str) -> str:
     (["remat-offload", "--bandwidth", "1GB/s", "--factors", "0", "--no-offload"], ["--factors", "positive"]),
     (["remat-offload", "--bandwidth", "1GB/s", "--factors", "1,-2"], ["--factors", "-2"]),
     (["remat-offload", "--bandwidth", "1GB/s", "--low", "0"], ["--low 0"]),
+    # every --slots value too large for the chain's joint DP tables: N = 50 was swept instead, unsaid,
+    # whose tables are larger still (an error row per task)
+    (["remat-offload", "--instance", "random:1500:0", "--bandwidth", "1GB/s", "--slots", "20"],
+     ["--slots 20", "L = 1500", "N <= 13"]),
 ])
 def test_sweep_refuses_bad_arguments_before_any_task(argv, needles, tmp_path, capsys):
     out = tmp_path / "o"
@@ -270,3 +274,21 @@ def test_remat_summary_prints_byte_scale_chains_in_their_units(capsys):
     remat_sweep.summary(df, None)
     out = capsys.readouterr().out
     assert "45 B" in out and "61 B" in out and "0.009615/s" in out and "0.0 " not in out, out
+
+
+def test_remat_offload_leaves_out_a_rotor_curve_whose_tables_do_not_fit(capsys):
+    """The remat-offload experiment adds rotor at 500 slots itself; on a chain of 1500 stages its tables
+    need 8.4 GiB (rotor refuses more than 4 GB), and every one of its tasks was an error row."""
+    import argparse
+
+    from memplan.experiments import remat_offload_figures as rof
+
+    p = argparse.ArgumentParser()
+    rof.add_arguments(p)
+    args = p.parse_args(["--instance", "random:1500:0", "--bandwidth", "1GB/s", "--memory", "1GB", "--slots", "10"])
+    grids = rof.grids(args)
+    rotor = [g for g in grids if g.problem == "remat" and g.methods == ["rotor"]]
+    assert [g.options["slots"] for g in rotor] == [[10]]
+    assert "rotor with 500 slots skipped" in capsys.readouterr().err
+    joint = [g for g in grids if g.problem == "remat-offload"]
+    assert [g.options["slots"] for g in joint] == [[10]]

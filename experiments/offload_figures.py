@@ -5,7 +5,8 @@
   AutoSwap and, on short chains, the exact MILP).
 * Figure 3: throughput (batch / makespan) against the memory limit for the best offloading heuristic
   at 1x, 2x and 3x the bandwidth, and for optimal re-materialization (``memplan.solve(chain, "remat",
-  "rotor", slots=500)``, paper 004's persistent DP) at the same limits.
+  "rotor", slots=500)``, paper 004's persistent DP; fewer slots, said so, on a chain too long for the
+  tables of 500) at the same limits.
 
 The link is each value of ``--bandwidth`` (Figure 2 is drawn at the lowest), or the instance's platform
 bandwidth; one of them is required.
@@ -27,12 +28,15 @@ from pathlib import Path
 
 import numpy as np
 
+from memplan.baselines import remat_rotor
 from memplan.experiments import figures, sweeps
 from memplan.experiments.cli_checks import guarded
 from memplan.models.solution import InputError
 from memplan.models.units import fmt_bandwidth
 
 ALL = ["greedy", "dynprog", "vdnn", "tflms", "autoswap", "milp"]
+#: the memory slots of Figure 3's re-materialization curve (rotor, paper 004's persistent DP)
+REMAT_SLOTS = 500
 DEFAULT_INSTANCE = "instances/paper004_table2.json"
 
 
@@ -75,8 +79,16 @@ def grids(args) -> list:
             heur = [m for m in methods if m != "milp"]
             out.append(sweeps.base_grid(one, "offload", methods=heur, memory=mems,
                                         bandwidth=sorted({k * bw for bw in bws for k in (1, 2, 3)}), options=opts))
-            out.append(sweeps.base_grid(one, "remat", methods=["rotor"], memory=mems, bandwidth=[None],
-                                        options={"slots": 500}))
+            # paper 004's persistent DP at 500 slots; on a chain where its tables would not fit (8.4 GiB at
+            # 1500 stages) every remat task was an error row: the most slots that fit instead, said so
+            slots = min(REMAT_SLOTS, remat_rotor.max_slots("persistent", chain.L, remat_rotor.PERSISTENT_TABLE_LIMIT))
+            if slots < REMAT_SLOTS:
+                print(f"Figure 3: rotor with {slots} slots, the most whose DP tables fit in "
+                      f"{remat_rotor.PERSISTENT_TABLE_LIMIT / 1e9:.0f} GB for L = {chain.L} ({REMAT_SLOTS} would not)"
+                      + ("; no re-materialization curve" if slots < 1 else ""), file=sys.stderr)
+            if slots >= 1:
+                out.append(sweeps.base_grid(one, "remat", methods=["rotor"], memory=mems, bandwidth=[None],
+                                            options={"slots": slots}))
     return out
 
 

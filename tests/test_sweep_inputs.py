@@ -292,3 +292,26 @@ def test_remat_offload_leaves_out_a_rotor_curve_whose_tables_do_not_fit(capsys):
     assert "rotor with 500 slots skipped" in capsys.readouterr().err
     joint = [g for g in grids if g.problem == "remat-offload"]
     assert [g.options["slots"] for g in joint] == [[10]]
+
+
+def test_offload_figure_3_takes_the_rotor_slots_whose_tables_fit(capsys):
+    """Figure 3's re-materialization curve is rotor at 500 slots; on 1100 stages its tables would need
+    more than the 4 GB rotor takes (410 slots fit): every remat task was an error row."""
+    import argparse
+
+    from memplan.baselines import remat_rotor
+    from memplan.experiments import offload_figures as of
+
+    p = argparse.ArgumentParser()
+    of.add_arguments(p)
+    args = p.parse_args(["--instance", "random:1100:0", "--bandwidth", "1GB/s", "--points", "2", "--methods", "greedy",
+                         "--figures", "3"])
+    rotor = [g for g in of.grids(args) if g.problem == "remat"]
+    assert [g.options["slots"] for g in rotor] == [410]
+    remat_rotor.check_tables("persistent", 1100, 410)             # fits
+    with pytest.raises(remat_rotor.TableTooLarge):
+        remat_rotor.check_tables("persistent", 1100, 411)
+    assert "rotor with 410 slots" in capsys.readouterr().err
+    args = p.parse_args(["--instance", TOY, "--bandwidth", "1GB/s", "--points", "2", "--methods", "greedy",
+                         "--figures", "3"])
+    assert [g.options["slots"] for g in of.grids(args) if g.problem == "remat"] == [500]     # the paper's

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Callable
 
 from memplan.baselines.remat_heuristics import bisection_schedule, sequential_schedule, store_all_schedule
 from memplan.experiments.cli_checks import (batch_fits, device_problem, input_shape, key_value, model_kwargs, output_file,
@@ -76,7 +77,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     try:
         chain = profile_model(key, args.batch, args.input, device=args.device, repeats=args.repeats,
                               seed=args.seed, model_kw=model_kw, cuts=args.cuts, turns=args.turn_model,
-                              memory=args.memory_method, free_backward=True, timing_budget=args.timing_budget)
+                              memory=args.memory_method, free_backward=True, timing_budget=args.timing_budget,
+                              autocast=args.autocast)
     except MultiCutMemoryError:
         raise InputError(f"--memory-method profiler: {key} is cut where several tensors cross (--cuts {args.cuts}), "
                          "and c10's allocator events profile single-tensor cuts only; use --memory-method dispatch, "
@@ -123,8 +125,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from memplan.models.networks import canonical_name, example_input, get_model
     from memplan.models.memory import step_peak
     from memplan.models.profiler import classification_loss, profiled_by_allocator_events
-    from memplan.models.runtime import (GRAD_REL_TOL, execute, free_holds, grads_max_rel_diff, holds_at_peak,
+    from memplan.models.runtime import (GRAD_REL_TOL, free_holds, grads_max_rel_diff, holds_at_peak,
                                         holds_at_replay_peak, whole_runs_hold)
+    from memplan.models.runtime import execute as execute_plain
 
     chain, _ = load_instance(args.instance)
     prov = chain.provenance
@@ -198,9 +201,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise InputError(f"{args.instance}: provenance.input/batch: {e}") from None
     ref = copy.deepcopy(model) if args.check_grads else None
     loss_fn = classification_loss(seed=seed)
+    amp = _autocast_of(args.instance, prov, device)       # mixed precision, as the instance was profiled
+    execute = _under(amp, execute_plain)
     try:        # the stages the instance was profiled with (an older cut rule included)
-        lm = linearize_model(model, x, loss_fn, groups=prov["groups"], head_group=prov.get("loss_group") or [],
-                             cuts="multi" if prov.get("cut_rule") == "multi" else "saved")
+        with amp():
+            lm = linearize_model(model, x, loss_fn, groups=prov["groups"], head_group=prov.get("loss_group") or [],
+                                 cuts="multi" if prov.get("cut_rule") == "multi" else "saved")
     except ValueError:
         lm = None
     if lm is None or lm.L != L:
@@ -260,12 +266,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         res = execute(lm.stages, loss_stage, x, sched, measure_memory=True, device=device)
         peak = float(res.peak_memory)
         hold = holds_at_peak(sched, res.memory_peak_during, device=device)   # timed: the measured peak, fewer hooks
-    ag_peak = _autograd_peak(model, loss_fn, x, device, seed, method)
+    ag_peak = _autograd_peak(model, loss_fn, x, device, seed, method, amp=amp)
     per_op: list[list[float]] = []
     whole: list[float] = []
     plan_t, ag_t, ratio = _time_against_autograd(lm.stages, loss_stage, model, loss_fn, x, sched, device, seed,
                                                  args.time_budget, hold, retimed=per_op, retimed_whole=whole,
-                                                 whole_hold=whole_runs_hold(lm.stages, loss_stage))
+                                                 whole_hold=whole_runs_hold(lm.stages, loss_stage), amp=amp)
     here, pace = _retimed_chain(chain, per_op, whole)
     sim_here = simulate_remat(here, sched)
     print(f"{chain.name}: {label}, {len(sched)} operations, {sched.count('F_ck') + sched.count('F_none')} "
@@ -297,7 +303,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         torch.manual_seed(seed + 1)
         execute(lm.stages, loss_stage, x, sched, device=device, hold=not free)
         torch.manual_seed(seed + 1)
-        loss_fn(ref(x)).backward()
+        with amp():
+            out = loss_fn(ref(x))
+        out.backward()
         diff = grads_max_rel_diff([p.grad for p in model.parameters()], [q.grad for q in ref.parameters()])
         ok = diff <= GRAD_REL_TOL
         print("gradients    " + ("bit-identical to plain autograd" if diff == 0 else
@@ -346,9 +354,48 @@ def _traced_sizes_problem(prov: dict, lm, x, chain, batch) -> str | None:
 TIME_TARGET = 0.02
 
 
-def _autograd_peak(model, loss_fn, x, device: str, seed: int, method: str = "dispatch") -> float:
+def _autocast_of(instance: str, prov: dict, device: str) -> Callable:
+    """A factory of the autocast block the instance was profiled under (its provenance's ``autocast``,
+    ``memplan profile --autocast``), one fresh block per step; a no-op factory without the record."""
+    import contextlib
+
+    import torch
+
+    from memplan.models.profiler import AUTOCAST_DTYPES
+
+    dtype = prov.get("autocast")
+    if dtype is None:
+        return contextlib.nullcontext
+    if dtype not in AUTOCAST_DTYPES:
+        raise InputError(f"{instance}: provenance.autocast = {dtype!r:.40} cannot be used (one of "
+                         f"{', '.join(AUTOCAST_DTYPES)}); profile the network again with 'memplan profile'")
+    kind = torch.device(device).type
+    return lambda: torch.autocast(kind, dtype=getattr(torch, dtype))
+
+
+def _under(amp: Callable, fn: Callable) -> Callable:
+    """``fn`` called inside a fresh ``amp()`` block (the executor runs its backward with autocast off)."""
+    def wrapped(*args, **kw):
+        with amp():
+            return fn(*args, **kw)
+    return wrapped
+
+
+def _autograd_step(model, loss_fn, x, amp: Callable | None):
+    """Plain autograd's step: the forward and the loss in ``amp()``'s block, ``backward()`` after it."""
+    if amp is None:
+        loss_fn(model(x)).backward()
+        return
+    with amp():
+        out = loss_fn(model(x))
+    out.backward()
+
+
+def _autograd_peak(model, loss_fn, x, device: str, seed: int, method: str = "dispatch",
+                   amp: Callable | None = None) -> float:
     """Plain ``loss_fn(model(x)).backward()``'s peak, measured as the executed plan's is
-    (:func:`models.memory.step_peak`, ``method`` on a CPU): one method for both."""
+    (:func:`models.memory.step_peak`, ``method`` on a CPU): one method for both. ``amp``: the forward
+    under that autocast factory's block."""
     import torch
 
     from memplan.models.memory import grad_input, step_peak
@@ -357,7 +404,7 @@ def _autograd_peak(model, loss_fn, x, device: str, seed: int, method: str = "dis
 
     def step():
         torch.manual_seed(seed + 1)
-        loss_fn(model(xi)).backward()
+        _autograd_step(model, loss_fn, xi, amp)
 
     peak = step_peak(step, list(model.parameters()), device, method)
     for p in model.parameters():
@@ -396,7 +443,7 @@ def _retimed_chain(chain, per_op: list, whole: list | None = None):
 
 def _time_against_autograd(stages, loss_stage, model, loss_fn, x, sched, device: str, seed: int, budget: float,
                            hold=True, retimed: list | None = None, retimed_whole: list | None = None,
-                           whole_hold: bool = False):
+                           whole_hold: bool = False, amp: Callable | None = None):
     """The plan and plain autograd timed in alternating rounds (:func:`models.measure.interleaved`:
     at least 8 rounds, until both medians' 95% intervals are within :data:`TIME_TARGET`, or
     ``budget`` seconds, but never fewer than 6 rounds), one CUDA synchronize around each sample; returns both
@@ -407,12 +454,15 @@ def _time_against_autograd(stages, loss_stage, model, loss_fn, x, sched, device:
     a list that gets the times of a fourth, store-all run untimed as the profile's whole runs are
     (held with ``whole_hold``: :func:`models.runtime.whole_runs_hold`): the
     timed runs' own whole times were 4% above it on a tiny GPT-2 (the timers, and the general loop
-    where an untimed store-all takes the fast path)."""
+    where an untimed store-all takes the fast path). ``amp``: every run's forward under that autocast
+    factory's block (:func:`_autocast_of`)."""
     import torch
 
     from memplan.models.measure import interleaved, mean_of_steps, paired_ratio
     from memplan.models.memory import grad_input
-    from memplan.models.runtime import execute
+    from memplan.models.runtime import execute as execute_plain
+
+    execute = execute_plain if amp is None else _under(amp, execute_plain)
 
     def clear():
         for p in model.parameters():
@@ -426,7 +476,7 @@ def _time_against_autograd(stages, loss_stage, model, loss_fn, x, sched, device:
 
     def autograd():
         torch.manual_seed(seed + 1)
-        loss_fn(model(grad_input(x))).backward()
+        _autograd_step(model, loss_fn, grad_input(x), amp)
 
     runs = {"plan": mean_of_steps(plan, 1, sync=sync, before=clear),
             "autograd": mean_of_steps(autograd, 1, sync=sync, before=clear)}
@@ -610,6 +660,9 @@ def add_parser(subparsers) -> None:
                    help="per-sample input shape, e.g. 3x224x224 (gpt2: the sequence length, e.g. 512; transformer: "
                    "src_len + tgt_len token ids, e.g. 128 with the default src_len 64)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--autocast", choices=["bfloat16", "float16"], default=None,
+                   help="mixed precision: trace and profile under torch.autocast with this dtype (recorded in the "
+                        "provenance; 'memplan run' runs the plans and autograd under it too)")
     p.add_argument("--repeats", type=positive_int, default=3, help="timed runs per operation; the median is kept")
     p.add_argument("--timing-budget", type=float, default=2.0, metavar="SECONDS",
                    help="more timed runs after --repeats (50 in all at most; more --repeats are run anyway) while "

@@ -162,6 +162,10 @@ def _saved_bytes(stage: Callable, x: torch.Tensor, input_grad: bool) -> tuple[in
     return int(saved), int(saved_input), int(saved_buffers)
 
 
+#: the dtypes a chain may be profiled and run under ``torch.autocast`` with
+AUTOCAST_DTYPES = ("bfloat16", "float16")
+
+
 def _autocast_note(device) -> dict:
     """``{"autocast": ...}`` where the profile ran under ``torch.autocast`` (empty otherwise): the dtype
     its operations ran in and that the weight cache was off (:class:`models.runtime.uncached_autocast`)."""
@@ -173,8 +177,9 @@ def _autocast_note(device) -> dict:
     if not on:
         return {}
     dtype = str(torch.get_autocast_dtype(kind)).replace("torch.", "")
-    return {"autocast": f"{dtype} on {kind}, weight cache off (models.runtime.uncached_autocast): plans must run "
-                        "under the same autocast"}
+    return {"autocast": dtype, "autocast_note": f"the stages ran under torch.autocast({kind!r}, dtype={dtype}) "
+            "without its weight cache (models.runtime.uncached_autocast); plans run under the same autocast "
+            "('memplan run' does so from this record)"}
 
 
 @under_uncached_autocast()
@@ -888,7 +893,7 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
                   repeats: int = 3, seed: int = 0, model_kw: dict[str, Any] | None = None,
                   provenance: dict[str, Any] | None = None, name: str | None = None,
                   cuts: str = "auto", turns: bool = False, memory: str = "dispatch",
-                  free_backward: bool = False, timing_budget: float = 0.0) -> Chain:
+                  free_backward: bool = False, timing_budget: float = 0.0, autocast: str | None = None) -> Chain:
     """Build a zoo model, linearize it (models.graph) and profile its stages: the chain of
     ``memplan profile`` (and of :mod:`memplan.experiments.gpu_profile`). ``provenance`` is added to
     the chain's provenance (its keys win); ``name`` replaces the default chain name. ``cuts``: the
@@ -900,7 +905,16 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
     the provenance's ``cut_rule`` says which was taken, ``cuts`` what crosses each cut and ``resident``
     the tensors crossing several. ``turns``: :func:`profile_chain`'s (the turn model); ``memory``: its
     CPU memory method (``"profiler"``: c10's allocator events, the convolutions' scratch included);
-    ``free_backward``: its too (the record of the executor without holds, single-tensor cuts only)."""
+    ``free_backward``: its too (the record of the executor without holds, single-tensor cuts only).
+    ``autocast`` (``"bfloat16"``, ``"float16"``): the linearization and the profile under
+    ``torch.autocast`` of that dtype on ``device`` (recorded as the provenance's ``autocast``)."""
+    if autocast is not None:
+        if autocast not in AUTOCAST_DTYPES:
+            raise ValueError(f"profile_model: autocast={autocast!r}; choose from {', '.join(AUTOCAST_DTYPES)}")
+        with torch.autocast(torch.device(device).type, dtype=getattr(torch, autocast)):
+            return profile_model(model_name, batch, input_shape, device=device, repeats=repeats, seed=seed,
+                                 model_kw=model_kw, provenance=provenance, name=name, cuts=cuts, turns=turns,
+                                 memory=memory, free_backward=free_backward, timing_budget=timing_budget)
     from .graph import linearize_model
     from .networks import DEFAULT_INPUT, canonical_name, example_input, get_model
 

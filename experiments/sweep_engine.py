@@ -344,13 +344,51 @@ def _slim(point):
     return replace(point, result=replace(r, unrolled=None, sim=replace(r.sim, timeline=None)))
 
 
+class _Slow:
+    """A phase of the grid's preparation that may take long (a pipeline series' baseline points, with no
+    time limit; a chain's memory range): where ``say`` is given (``expand(progress=True)``) and the
+    phase is still running after ``after`` seconds, ``say`` gets a line naming it, and one more with its
+    time when it ends; a quicker phase prints nothing. Before, ``memplan sweep pipeline --gpus 23`` sat
+    silent for 45 s (GPipe's points) before its progress bar appeared."""
+
+    def __init__(self, say: Callable[[str], None] | None, what: str, after: float = 1.0):
+        self.say, self.what, self.after = say, what, after
+        self.said = False
+
+    def _announce(self) -> None:
+        self.said = True
+        self.say(f"{self.what} ...")
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        self.timer = None
+        if self.say is not None:
+            self.timer = threading.Timer(self.after, self._announce)
+            self.timer.daemon = True
+            self.timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.said and exc[0] is None:
+            self.say(f"{self.what}: {time.perf_counter() - self.t0:.1f}s")
+
+
+def _say(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
 class _Points:
     """The complete baseline points of pipeline series, computed once per (instance, bandwidth, GPUs,
     memory model, mini-batches, sweep) and named by a key of the inputs table."""
 
-    def __init__(self, inputs: dict):
+    def __init__(self, inputs: dict, say: Callable[[str], None] | None = None):
         self.inputs = inputs
         self.cache: dict[tuple, list] = {}
+        self.say = say
 
     def get(self, iid, chain, bw, P, opts: dict, methods: Sequence[str]) -> tuple[str, list]:
         mm = opts.get("memory_model", "autograd")      # memplan.pipeline.solve's defaults
@@ -359,8 +397,11 @@ class _Points:
         for m in methods:
             k = (iid, bw, P, mm, nb, m)
             if k not in self.cache:
-                self.cache[k] = [_slim(p) for p in memplan.pipeline.baseline_points(
-                    chain, bandwidth=bw, gpus=P or 1, n_batches=nb, methods=(m,), memory_model=mm)]
+                link = "free links" if bw is not None and math.isinf(bw) else f"{(bw or 0) / 1e9:g} GB/s"
+                with _Slow(self.say, f"{m}'s baseline points of {chain.name} on {P or 1} GPU(s), {link} (once per "
+                                     "series, no time limit)"):
+                    self.cache[k] = [_slim(p) for p in memplan.pipeline.baseline_points(
+                        chain, bandwidth=bw, gpus=P or 1, n_batches=nb, methods=(m,), memory_model=mm)]
             pts += self.cache[k]
         key = "points@" + hashlib.sha256(json.dumps([iid, bw, P, mm, nb, list(methods)]).encode()).hexdigest()[:16]
         self.inputs.setdefault(key, pts)
@@ -375,12 +416,14 @@ def _weigh(tasks: list[dict]) -> None:
         t["weight"] = 0.0 if quick or t.get("time_limit") is None else float(t["time_limit"])
 
 
-def expand(grids: Iterable[Grid]) -> tuple[list[dict], dict[str, Any]]:
+def expand(grids: Iterable[Grid], *, progress: bool = False) -> tuple[list[dict], dict[str, Any]]:
     """The tasks of ``grids`` (plain dicts, in grid order, duplicates removed) and the inputs they
     use: ``instance_id -> (chain, platform)``, and the shared baseline points of pipeline series
-    (``points@... -> [Point]``, named by a task's ``inputs``)."""
+    (``points@... -> [Point]``, named by a task's ``inputs``). ``progress``: a phase that runs for
+    more than a second (a series' baseline points, a chain's memory range) says so on stderr."""
+    say = _say if progress else None
     tasks, instances, seen = [], {}, set()
-    shared = _Points(instances)
+    shared = _Points(instances, say)
     grids = list(grids)
     for g in grids:         # every grid's values before any work (a pipeline grid's baseline points)
         g.check()
@@ -424,8 +467,9 @@ def expand(grids: Iterable[Grid]) -> tuple[list[dict], dict[str, Any]]:
                     if g.problem == "pipeline":   # PipeDream's points of the first option set with this model
                         o = next((o for o in option_sets if o.get("memory_model") == mm), option_sets[0])
                         pts = shared.get(iid, chain, bw_eff, P_eff, o, ("pipedream",))[1]
-                    lo, hi = memory_range(g.problem, chain, bandwidth=bw_eff, gpus=P_eff, memory_model=mm,
-                                          points=pts, time_limit=g.time_limit)
+                    with _Slow(say, f"{g.problem}: the memory range of {chain.name}"):
+                        lo, hi = memory_range(g.problem, chain, bandwidth=bw_eff, gpus=P_eff, memory_model=mm,
+                                              points=pts, time_limit=g.time_limit)
                     fr = list(g.fractions) if g.fractions else (
                         [k / (g.points - 1) for k in range(g.points)] if g.points > 1 else [1.0])
                     limits = [(lo + f * (hi - lo), f) for f in fr]

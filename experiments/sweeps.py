@@ -243,7 +243,7 @@ def execute(grids, out, *, workers=None, scheduler=None, csv=True, fresh=False, 
     """Expand, run, write: returns (table, stats). ``DIR/results.csv`` (the grid's rows, readable
     without pyarrow) is written beside the Parquet parts."""
     output_dir(out, "-o/--out")
-    tasks, instances = expand(grids)
+    tasks, instances = expand(grids, progress=progress)
     stats = run_sweep(tasks, instances, out, workers=workers, scheduler=scheduler, progress=progress, fresh=fresh)
     df = read_results(out)
     df = df[df["key"].isin({t["key"] for t in tasks})].reset_index(drop=True)

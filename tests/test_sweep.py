@@ -474,3 +474,27 @@ def test_the_progress_bar_of_an_in_process_sweep_counts_one_task_running(tmp_pat
     import re
     running = [int(n) for n in re.findall(r"running=(\d+)", err)]
     assert running and max(running) == 1 and running[-1] == 0, err[-500:]
+
+
+def test_a_slow_phase_of_the_grid_says_so_before_the_progress_bar(monkeypatch, capsys):
+    """The grid's preparation runs before the progress bar: a pipeline series' baseline points (no time
+    limit: GPipe's on 23 GPUs took 45 s for PipeDream's ResNet-18 profile) or a chain's memory range.
+    A phase still running after a second says so on stderr, and its time when it ends; a quick one,
+    or any with progress off (``-q``), prints nothing."""
+    from memplan.experiments import sweep_engine
+    from memplan.experiments.sweep_engine import Grid, expand
+
+    def slow_range(problem, chain, **kw):
+        time.sleep(1.3)
+        return 80e6, 110e6
+
+    monkeypatch.setattr(sweep_engine, "memory_range", slow_range)
+    tasks, _ = expand([Grid("remat", [TOY], methods=["rotor"], points=2)], progress=True)
+    assert [t["memory_limit"] for t in tasks] == [80e6, 110e6]
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and "memory range of paper004-table2" in lines[0] and lines[0].endswith("...")
+    assert float(lines[1].rsplit(": ", 1)[1].rstrip("s")) >= 1.3
+    expand([Grid("remat", [TOY], methods=["rotor"], points=2)], progress=False)
+    monkeypatch.setattr(sweep_engine, "memory_range", lambda problem, chain, **kw: (80e6, 110e6))
+    expand([Grid("remat", [TOY], methods=["rotor"], points=3)], progress=True)
+    assert capsys.readouterr().err == ""

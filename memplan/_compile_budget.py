@@ -974,13 +974,19 @@ class BudgetSearch:
         except Exception as e:      # noqa: BLE001 - any tracing failure: no chain plans, the reason reported
             self.chain_note = f"the model could not be traced and cut into a chain ({_error_line(e)})"
             return
+        # frozen first layers (fine-tuning a head): folded into the first trained stage, run without a
+        # graph as autograd runs them (the step asks no gradient of the input)
+        folded = lm.L
+        lm = lm.fold_frozen_prefix()
+        folded -= lm.L
         loss_stage = lm.loss_stage(loss_of)
         clock = self._clock_name()
         t1 = time.perf_counter()
         try:
             chain = profile_chain(lm.stages, x, loss_stage, repeats=3, device=self.device, names=lm.names,
                                   name="compile_under_budget", loss_name=lm.loss_name, input_grad=False, clock=clock,
-                                  memory=_CHAIN_MEMORY, deadline=self._build_deadline)
+                                  memory=_CHAIN_MEMORY, deadline=self._build_deadline,
+                                  provenance={"frozen_stages_folded": folded} if folded else None)
         except TimeoutError:
             self.chain_note = f"not finished within time_limit={self.time_limit:g} s (profiling the chain)"
             self.profile_time = time.perf_counter() - t0

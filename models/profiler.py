@@ -61,7 +61,7 @@ import torch
 
 from .chain import Chain, Platform
 from .resident import fresh_start, mark_resident
-from .runtime import engine_backward, under_uncached_autocast
+from .runtime import engine_backward, frozen_prefix, under_uncached_autocast
 
 
 # memory tracking lives in models.memory (the runtime executor uses it and the profiler uses the
@@ -642,6 +642,9 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
 
     free_ob: list[float] | None = [0.0] if free_backward and not multi else None
     free_release: list[int] = []
+    # a frozen first part (no trained parameter) runs without a graph where no input gradient is asked
+    # for, as models.runtime.execute runs it (models.runtime.frozen_prefix)
+    frozen = frozen_prefix(stages) if not input_grad and not multi else 0
     for l, stage in enumerate([] if multi else list(stages) + [loss_fn], start=1):
         is_loss = l == L + 1
         _check_deadline(f"stage {l} of {L + 1}")
@@ -649,14 +652,14 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
         if free_ob is not None and _is_compiled(stage):
             free_ob = None          # saved-tensor hooks would compile it again
         if free_ob is not None:
-            o, saves = free_backward_overhead(stage, a, input_grad=(input_grad or l > 1), device=device,
+            o, saves = free_backward_overhead(stage, a, input_grad=(input_grad or l - 1 > frozen), device=device,
                                               delta=torch.ones((), device=device) if is_loss else None,
                                               memory=memory)
             free_ob.append(o)
             if not saves and not is_loss:
                 free_release.append(l)
         vals, a_next = profile_stage(stage, a, repeats=repeats if timing == "isolated" else 0, device=device,
-                                     input_grad=(input_grad or l > 1),
+                                     input_grad=(input_grad or l - 1 > frozen),
                                      delta=torch.ones((), device=device) if is_loss else None, memory=memory,
                                      no_grad_forward=not (is_loss and memory == "profiler"))
         rows.append(vals)

@@ -111,7 +111,7 @@ from .remat_offload import _inputs, boundary_eps, issue_boundaries, remat_states
 from .remat_offload import (InvalidRematOffloadSchedule, RematOffloadReplay, RematOffloadSchedule, Transfer,
                             simulate_remat_offload)
 from .runtime import (RuntimeResult, _plan, _Rng, _run_timed, _stage_info, _tracker_for, backward_autocast_off,
-                      under_uncached_autocast)
+                      frozen_prefix, under_uncached_autocast)
 
 # ------------------------------------------------------------------------------------------ planning
 @dataclass
@@ -571,6 +571,7 @@ def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, sch
     fns = list(stages) + [loss_fn]
     if _stage_info(fns).multi:
         raise ValueError(f"{who}: stages with multi-tensor cuts (resident tensors) are not supported")
+    frozen = frozen_prefix(fns) if not input_grad else 0      # run without a graph, as execute runs them
     device = torch.device(device if device is not None else x.device)
     cuda = device.type == "cuda"
     ops = list(schedule.ops)
@@ -739,7 +740,7 @@ def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, sch
         src = [v.get() for v in vals[l - 1]]
         fn = fns[l - 1]
         if op == "F_all":
-            grad_in = input_grad or l > 1
+            grad_in = input_grad or l - 1 > frozen
             holders[l - 1] = {}
             inp = tuple(_Inject.apply(anchor, holders[l - 1], i, s)
                         if isinstance(s, torch.Tensor) and grad_in and s.is_floating_point() else s

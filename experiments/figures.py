@@ -672,7 +672,21 @@ def default_out(results: str | Path) -> Path:
     return res
 
 
+def _not_a_sweep_folder(res: Path) -> None:
+    """A folder with neither a ``results/`` folder nor part files is no sweep's (``memplan plot results``,
+    the folder above the sweeps): an error naming it and the sweep folders inside, not "the table has
+    no rows this figure draws (problems in it: none)", which reads as a sweep that solved nothing."""
+    if not res.is_dir() or (res / "results").is_dir() or any(res.glob("*.parquet")) or res.name == "results" \
+            and (res.parent / "sweep.log").is_file():       # a sweep's parts folder, before its first row
+        return
+    inside = sorted(str(d) for d in res.iterdir() if d.is_dir() and (d / "results").is_dir())
+    raise InputError(f"{res}: not a sweep folder (no results/ folder, no part files: memplan sweep -o DIR writes its "
+                     "table under DIR/results/); give a sweep's folder"
+                     + (f", e.g. {', '.join(inside[:3])}" + (" ..." if len(inside) > 3 else "") if inside else ""))
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
+    _not_a_sweep_folder(Path(args.results))
     df = read_results(args.results)
     out = Path(args.out) if args.out else default_out(args.results)
     if args.out:

@@ -308,3 +308,18 @@ def test_a_figure_that_cannot_be_written_names_the_file(tmp_path, capsys):
     assert main(["plot", str(table), "--figure", "remat", "-o", str(out)]) == 2
     line = _one_line(capsys.readouterr().err)
     assert any(line.startswith(f"memplan: error: cannot write {p}: ") for p in pngs), line
+
+
+def test_plot_of_a_folder_that_is_no_sweeps_names_the_sweep_folders_inside(tmp_path, capsys):
+    """``memplan plot results --figure remat`` (the folder above the sweeps) said "the table has no rows
+    this figure draws (problems in it: none)", as for a sweep that solved nothing: it names the
+    folder and the sweep folders in it. A sweep's own parts folder, before its first row, is still one."""
+    top = tmp_path / "results"
+    for name in ("remat", "offload"):
+        (top / name / "results").mkdir(parents=True)
+        (top / name / "sweep.log").write_text("")
+    assert main(["plot", str(top), "--figure", "remat"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"{top}: not a sweep folder" in line and str(top / "remat") in line and str(top / "offload") in line
+    assert main(["plot", str(top / "remat" / "results"), "--figure", "remat"]) == 2
+    assert "no rows this figure draws" in _one_line(capsys.readouterr().err)

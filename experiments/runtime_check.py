@@ -587,7 +587,7 @@ def _case_env(case: Case) -> dict:
     none where the profile has the free record, else peak)."""
     return {"cuts": case.cut_rule, "holds": case.holds,
             **({"memory_method": MEMORY_METHOD_NAMES[case.memory]} if case.memory_note else {}),
-            **({"autocast": case.autocast} if case.autocast else {})}
+            **({"autocast": case.autocast} if getattr(case, "autocast", None) else {})}
 
 
 def _row(env: dict, case: Case, det: str, fraction: float, limit: float, method: str, status: str, *,

@@ -573,6 +573,8 @@ class BudgetSearch:
     (:meth:`_build_compiled_chunked`, ``compiled_loss_chunks``): below the whole compiled loss stage's
     floor its plans are compiled ones too; ``compiled_loss_chunks_note`` says why a variant is missing."""
 
+    _context = None      # the chain's models.graph.ContextInputs: the model's inputs after the first
+
     def __init__(self, model, example_inputs: Sequence[Any], *, loss_fn: Callable | None = None,
                  example_targets: Sequence[Any] = (), backend: str = "aot_eager_decomp_partition",
                  solver: str = "pytorch", fractions: Sequence[float] | None = None, repeats: int = 3,
@@ -685,7 +687,6 @@ class BudgetSearch:
         self.skipped: list[float] = []
         self.chain_note = "" if chain else "not asked for (chain=False)"
         self._chain = None                     # (stages, loss stage, targets holder, chain, min memory)
-        self._context = None                   # the chain's ContextInputs: the model's inputs after the first
         self._chunked = None                   # (loss chunks, chunked loss stage, its chain, min memory)
         self.loss_chunk_minima: dict[int, float] = {}   # chunks -> the chain's least memory (bytes)
         self.loss_chunks_note = ""

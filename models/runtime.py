@@ -232,21 +232,26 @@ class uncached_autocast:
     def __init__(self, device) -> None:
         self.kind = torch.device(device).type if device is not None else "cpu"
         self.ctx = None
+        self.pushed = False
 
     def __enter__(self):
         try:
-            on = torch.is_autocast_enabled(self.kind) and torch.is_autocast_cache_enabled()
+            on = torch.is_autocast_enabled(self.kind)
         except RuntimeError:             # a device type autocast does not know
             on = False
         if on:
-            self.ctx = torch.autocast(self.kind, dtype=torch.get_autocast_dtype(self.kind), cache_enabled=False)
-            self.ctx.__enter__()
-            _AUTOCAST_OFF.append(self.kind)
+            if torch.is_autocast_cache_enabled():
+                self.ctx = torch.autocast(self.kind, dtype=torch.get_autocast_dtype(self.kind), cache_enabled=False)
+                self.ctx.__enter__()
+            _AUTOCAST_OFF.append(self.kind)      # the backward without autocast, cache or not
+            self.pushed = True
         return self
 
     def __exit__(self, *exc):
-        if self.ctx is not None:
+        if self.pushed:
             _AUTOCAST_OFF.pop()
+            self.pushed = False
+        if self.ctx is not None:
             self.ctx.__exit__(*exc)
             self.ctx = None
         return False

@@ -206,6 +206,10 @@ def check_args(args) -> None:
                                  "--memory 80MiB,90MiB") from None
     elif args.points is not None and not 1 <= args.points <= MAX_POINTS:
         raise InputError(f"--points {args.points}: give a number of memory limits between 1 and {MAX_POINTS}")
+    tl = getattr(args, "time_limit", None)
+    if tl is not None and not 0 < tl < math.inf:      # argparse's float takes 0, -1, inf and nan
+        raise InputError(f"--time-limit {tl:g}: give a positive, finite number of seconds for each task, e.g. "
+                         "--time-limit 60")
     bandwidths(args)
     try:
         gpus = [int(x) for x in split_list(args.gpus)]

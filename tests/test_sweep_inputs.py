@@ -51,7 +51,11 @@ def _one_line(err: str) -> str:
     (["remat", "--memory", "80MiB,abc"], ["--memory", "abc"]),
     # found by a probe of session 37: an error row per task (exact), a message naming no option
     (["remat", "--option", "exact=no"], ["exact='no'"]),
-    (["remat", "--time-limit", "inf"], ["time_limit", "inf"]),
+    (["remat", "--time-limit", "inf"], ["--time-limit inf", "e.g. --time-limit 60"]),
+    # named the grid's field (time_limit), not the option given
+    (["remat", "--time-limit", "0"], ["--time-limit 0", "positive"]),
+    (["offload", "--bandwidth", "1GB/s", "--time-limit", "-1"], ["--time-limit -1", "positive"]),
+    (["remat-offload", "--bandwidth", "1GB/s", "--time-limit", "0"], ["--time-limit 0", "positive"]),
     (["remat", "--scheduler", "foo"], ["--scheduler foo", "address"]),
     # a factor 0 is bandwidth 0, which remat-offload reads as no link: it solved re-materialization alone,
     # then failed to draw (no panel); --low 0 was refused as "memory=0.0", naming no option

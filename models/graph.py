@@ -604,6 +604,57 @@ def _context_module(holder: ContextInputs, i: int):
     return _ContextInput()
 
 
+def _grad_mode_tracer():
+    """A ``torch.fx.Tracer`` that records, on each node it creates, whether autograd was on
+    (``node.meta["grad_enabled"]``): the model's own ``with torch.no_grad():`` blocks run while it
+    traces, but fx records no grad mode in the graph."""
+    import torch
+    from torch import fx
+
+    class _Tracer(fx.Tracer):
+        grad_at_start = True
+
+        def trace(self, root, concrete_args=None):
+            self.grad_at_start = torch.is_grad_enabled()
+            return super().trace(root, concrete_args)
+
+        def create_node(self, *args, **kwargs):
+            node = super().create_node(*args, **kwargs)
+            node.meta["grad_enabled"] = torch.is_grad_enabled()
+            return node
+
+    return _Tracer()
+
+
+def _detach_no_grad_regions(gm, grad_at_start: bool) -> int:
+    """Where the model computed a value inside ``torch.no_grad()`` (a target network, a stop-gradient
+    branch) and a node outside the block reads it, that node reads a ``detach()`` of it instead. The
+    traced graph runs every operation with autograd on (fx records no grad mode): without this a
+    stage's backward sent gradients into the block, to parameters eager autograd leaves without one
+    and through the block's inputs (silently other gradients than the model's). Detached where it
+    leaves the block, nothing reaches back into it: the same values and gradients as eager; the
+    block's own operations record a graph that lives only until its outputs are read. Returns how many
+    detaches were inserted."""
+    if not grad_at_start:
+        return 0
+    count = 0
+    for node in list(gm.graph.nodes):
+        if node.op in ("placeholder", "output", "get_attr") or node.meta.get("grad_enabled", True):
+            continue
+        outside = [u for u in node.users if u.op == "output" or u.meta.get("grad_enabled", True)]
+        if not outside:
+            continue
+        with gm.graph.inserting_after(node):
+            d = gm.graph.call_method("detach", (node,))
+        d.meta["grad_enabled"] = True
+        for u in outside:
+            u.replace_input_with(node, d)
+        count += 1
+    if count:
+        gm.recompile()
+    return count
+
+
 def _trace(model, n_given: int):
     """``torch.fx.symbolic_trace(model)`` with the forward's parameters after the ``n_given`` given
     inputs fixed at their defaults (``mask=None``: traced as a proxy, ``if mask is not None`` would take
@@ -625,7 +676,10 @@ def _trace(model, n_given: int):
         raise ValueError(f"capture: the model's forward takes {len(params)} inputs and {n_given} were given: "
                          f"give {', '.join(missing)} too (those with a default may be left out)")
     fixed = {q.name: q.default for q in rest}
-    gm = fx.symbolic_trace(model, concrete_args=fixed or None)
+    tracer = _grad_mode_tracer()
+    graph = tracer.trace(model, concrete_args=fixed or None)
+    gm = fx.GraphModule(tracer.root, graph, type(tracer.root).__name__)
+    _detach_no_grad_regions(gm, tracer.grad_at_start)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for ph, q in zip(placeholders[n_given:], rest):
         value = fixed[q.name]

@@ -624,3 +624,45 @@ def test_a_model_input_without_a_default_must_be_given():
 
     with pytest.raises(ValueError, match="forward takes 4 inputs and 1 were given: give mask too"):
         linearize_model(_Masked(), torch.randn(6, 16))
+
+
+class _Gated(torch.nn.Module):
+    """A gate computed inside ``torch.no_grad()`` (a stop-gradient branch, as a target network's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.gate, self.b = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        with torch.no_grad():
+            g = torch.sigmoid(self.gate(h))
+        return self.b(h * g)
+
+
+def test_a_no_grad_block_inside_the_model_stays_without_gradients():
+    """fx records no grad mode: the block's operations ran with autograd in the stages, so the gate's
+    weights got gradients eager leaves at None and ``a``'s gradients took the extra path through the
+    gate (silently other gradients than the model's). Now a value leaving the block is detached: the
+    executed plans give eager's gradients bit for bit, None where eager has None."""
+    from memplan.models.graph import linearize_model
+    from memplan.models.remat import store_all_ops, turn_ops
+    from memplan.models.runtime import execute
+
+    torch.manual_seed(0)
+    m = _Gated()
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+
+    def loss(out):
+        return torch.nn.functional.cross_entropy(out, y)
+
+    loss(m(x)).backward()
+    ref = {n: p.grad for n, p in m.named_parameters()}
+    assert ref["gate.weight"] is None and ref["a.weight"] is not None
+    lm = linearize_model(m, x, loss)
+    for ops in (store_all_ops(lm.L), turn_ops(lm.L)):
+        m.zero_grad(set_to_none=True)
+        execute(lm.stages, lm.loss_stage(loss), x, ops, input_grad=False)
+        for n, p in m.named_parameters():
+            assert (p.grad is None) == (ref[n] is None), n
+            assert p.grad is None or torch.equal(p.grad, ref[n]), n

@@ -229,6 +229,8 @@ issue27)
     # with what is left (NEXT_BUDGET_S >= 230). Its runtime_checks keep `--holds peak` (paper 004's model, the
     # path checked on an H100); `next` runs the default since 2026-11-29, `--holds auto` (without holds, planned
     # in models.remat.free_backward_chain, where the profile has the free record), not yet run on a GPU.
+    # With AMP_S >= 120 (default 0), ResNet-50 b32 again under torch.autocast(bfloat16) (2 files more: with
+    # CHECK_GPT2_S too, 10 files, over the 8 that come back; give one of the two).
     mkdir -p "$OUTDIR" "$WORK"
     {
         setup_env || exit 3
@@ -245,6 +247,15 @@ issue27)
                 --out "$OUTDIR/runtime_gpu_gpt2.csv" --throughput "$OUTDIR/throughput_gpu_gpt2.csv" \
                 --traces "$OUTDIR/runtime_traces_gpt2.json" --max-rounds 20 --timing-budget $(( hg - 100 )) --holds peak
             log "runtime_check gpt2 exit status $?"
+        fi
+        ha=${AMP_S:-0}          # ResNet-50 b32 under bfloat16 autocast (>= 120 s; 0, the default, skips it):
+        if [ "$ha" -ge 120 ]; then   # the executor without autocast's weight cache (session 39), not yet on a GPU
+            log "runtime check ResNet-50 under torch.autocast(bfloat16) on cuda (hard limit $ha s)"
+            PYTHONUNBUFFERED=1 timeout "$ha" "$PY" -m memplan.experiments.runtime_check --device cuda --models resnet50 \
+                --autocast bfloat16 --out "$OUTDIR/runtime_gpu_resnet50_bf16.csv" \
+                --throughput "$OUTDIR/throughput_gpu_resnet50_bf16.csv" --max-rounds 40 --timing-budget $(( ha - 70 )) \
+                --holds peak
+            log "runtime_check bfloat16 exit status $?"
         fi
         hs=${SPIKES_S:-120}
         if [ "$hs" -gt 0 ]; then
@@ -403,6 +414,8 @@ dry-run)
     t1=$(date +%s)
     "$PY" -m memplan.experiments.runtime_check --device cpu --quick --out "$D/runtime_gpu.csv" \
         --throughput "$D/throughput_gpu.csv" --traces "$D/runtime_traces.json" || exit 1
+    "$PY" -m memplan.experiments.runtime_check --device cpu --quick --models resnet18 --autocast bfloat16 \
+        --out "$D/runtime_gpu_resnet50_bf16.csv" --throughput "$D/throughput_gpu_resnet50_bf16.csv" || exit 1
     t2=$(date +%s)
     "$PY" "$ROOT/benchmarks/bench_budget.py" --quick --networks llama --fractions 1,0.2 --deadline 60 \
         --out "$D/bench_budget_gpu.csv" || exit 1

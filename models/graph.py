@@ -621,9 +621,41 @@ def _grad_mode_tracer():
         def create_node(self, *args, **kwargs):
             node = super().create_node(*args, **kwargs)
             node.meta["grad_enabled"] = torch.is_grad_enabled()
+            node.meta["autocast"] = _autocast_state()
             return node
 
     return _Tracer()
+
+
+def _autocast_state() -> tuple:
+    """``torch.autocast``'s state on the CPU and CUDA (enabled, dtype), as a node records it."""
+    import torch
+
+    out = []
+    for kind in ("cpu", "cuda"):
+        try:
+            on = torch.is_autocast_enabled(kind)
+            out.append((kind, on, str(torch.get_autocast_dtype(kind)) if on else None))
+        except RuntimeError:
+            out.append((kind, None, None))
+    return tuple(out)
+
+
+def _check_autocast_regions(gm) -> None:
+    """Refuse a model that switches ``torch.autocast`` inside its forward (``with
+    torch.autocast("cuda", enabled=False):`` around a softmax): fx records no autocast state, so the
+    stages would run those operations in the step's precision, not the model's."""
+    first = None
+    for node in gm.graph.nodes:
+        st = node.meta.get("autocast")
+        if st is None or node.op in ("placeholder", "output"):
+            continue
+        if first is None:
+            first = st
+        elif st != first:
+            raise ValueError(f"capture: the model switches torch.autocast inside its forward (at node {node.name}), "
+                             "which torch.fx does not record: its chain would run those operations in another "
+                             "precision; move the autocast block out of the model, or train it without a chain")
 
 
 def _detach_no_grad_regions(gm, grad_at_start: bool) -> int:
@@ -679,6 +711,7 @@ def _trace(model, n_given: int):
     tracer = _grad_mode_tracer()
     graph = tracer.trace(model, concrete_args=fixed or None)
     gm = fx.GraphModule(tracer.root, graph, type(tracer.root).__name__)
+    _check_autocast_regions(gm)
     _detach_no_grad_regions(gm, tracer.grad_at_start)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for ph, q in zip(placeholders[n_given:], rest):

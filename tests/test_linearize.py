@@ -666,3 +666,24 @@ def test_a_no_grad_block_inside_the_model_stays_without_gradients():
         for n, p in m.named_parameters():
             assert (p.grad is None) == (ref[n] is None), n
             assert p.grad is None or torch.equal(p.grad, ref[n]), n
+
+
+def test_a_model_switching_autocast_inside_is_refused_with_the_node():
+    """fx records no autocast state either: a softmax the model keeps in float32 under an outer bfloat16
+    autocast would run in bfloat16 in the stages. Refused, naming the first node of the block."""
+    from memplan.models.graph import linearize_model
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            h = self.a(x)
+            with torch.autocast("cpu", enabled=False):
+                return torch.softmax(h.float(), -1)
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with pytest.raises(ValueError, match=r"switches torch.autocast inside its forward \(at node float"):
+            linearize_model(M(), torch.randn(2, 8))
+    assert linearize_model(M(), torch.randn(2, 8)).L >= 1        # without an outer autocast nothing switches

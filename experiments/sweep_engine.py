@@ -381,6 +381,71 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+#: where a sweep folder records the memory ranges its grids were spaced in (:class:`RangeRecord`)
+RANGES_FILE = "memory_ranges.json"
+#: problems whose memory range depends on the grid's time limit (remat's exact minimum, past its time
+#: limit a baseline's replayed peak): recorded in the sweep folder where a time limit is given
+_TIMED_RANGES = frozenset({"remat"})
+
+
+class RangeRecord:
+    """The memory ranges a sweep folder's grids were spaced in, ``DIR/memory_ranges.json``, so that a
+    resumed run spaces its limits as the first run did. With a time limit the bottom of a range may be
+    a fallback (remat's exact minimum estimated to take longer than the limit: a baseline's replayed
+    peak, which depends on the time left and on a minimum computed earlier in the process), so a
+    rerun could compute other limits: its tasks matched no row already written, every one was solved
+    again and the folder held two sets of rows. A range is recorded the first time it is computed
+    (before any task runs, so an interrupted sweep finds it) under the settings it depends on (the
+    problem, the instance's content, the link, the GPUs, the memory model, the time limit) and read
+    back when they are the same; other settings compute their own. ``fresh`` (``--fresh``) starts
+    from none: the first run's record is replaced with what this run computes, once :func:`run_sweep`
+    has dropped the table (:meth:`release`; an interrupt before leaves the old rows and their record)."""
+
+    def __init__(self, out: str | Path, *, fresh: bool = False):
+        self.path = Path(out) / RANGES_FILE
+        self.ranges: dict[str, list[float]] = {}
+        self.dirty = self.held = fresh
+        if fresh or not self.path.exists():
+            return
+        try:
+            data = json.loads(self.path.read_text())
+            self.ranges = {str(k): [float(v[0]), float(v[1])] for k, v in data["ranges"].items()}
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError) as e:
+            raise InputError(f"{self.path}: the memory ranges of this folder's earlier runs cannot be read ({e}); "
+                             "run the sweep with --fresh (its rows are solved again), or delete the file (a "
+                             "range with a time limit may then be computed differently, and its limits solved "
+                             "again beside the rows already there)") from None
+
+    @staticmethod
+    def key(parts: Sequence) -> str:
+        return json.dumps([repr(x) if isinstance(x, float) and not math.isfinite(x) else x for x in parts])
+
+    def get(self, parts: Sequence, compute: Callable[[], tuple[float, float]]) -> tuple[float, float]:
+        """The range recorded under ``parts`` (the settings it depends on), else ``compute()``, recorded."""
+        k = self.key(parts)
+        if k not in self.ranges:
+            self.ranges[k] = [float(x) for x in compute()]
+            self.dirty = True
+            self.save()
+        lo, hi = self.ranges[k]
+        return lo, hi
+
+    def release(self) -> None:
+        """The table this record describes is dropped (``--fresh``): write it from now on."""
+        self.held = False
+        self.save()
+
+    def save(self) -> None:
+        if not self.dirty or self.held:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+        with writing(self.path):
+            tmp.write_text(json.dumps({"ranges": self.ranges}, indent=1, sort_keys=True) + "\n")
+            os.replace(tmp, self.path)
+        self.dirty = False
+
+
 class _Points:
     """The complete baseline points of pipeline series, computed once per (instance, bandwidth, GPUs,
     memory model, mini-batches, sweep) and named by a key of the inputs table."""
@@ -416,11 +481,14 @@ def _weigh(tasks: list[dict]) -> None:
         t["weight"] = 0.0 if quick or t.get("time_limit") is None else float(t["time_limit"])
 
 
-def expand(grids: Iterable[Grid], *, progress: bool = False) -> tuple[list[dict], dict[str, Any]]:
+def expand(grids: Iterable[Grid], *, progress: bool = False,
+           ranges: RangeRecord | None = None) -> tuple[list[dict], dict[str, Any]]:
     """The tasks of ``grids`` (plain dicts, in grid order, duplicates removed) and the inputs they
     use: ``instance_id -> (chain, platform)``, and the shared baseline points of pipeline series
     (``points@... -> [Point]``, named by a task's ``inputs``). ``progress``: a phase that runs for
-    more than a second (a series' baseline points, a chain's memory range) says so on stderr."""
+    more than a second (a series' baseline points, a chain's memory range) says so on stderr.
+    ``ranges``: the sweep folder's :class:`RangeRecord`; a memory range that depends on the time
+    limit (:data:`_TIMED_RANGES`) is read from it, or computed and recorded there."""
     say = _say if progress else None
     tasks, instances, seen = [], {}, set()
     shared = _Points(instances, say)
@@ -467,9 +535,16 @@ def expand(grids: Iterable[Grid], *, progress: bool = False) -> tuple[list[dict]
                     if g.problem == "pipeline":   # PipeDream's points of the first option set with this model
                         o = next((o for o in option_sets if o.get("memory_model") == mm), option_sets[0])
                         pts = shared.get(iid, chain, bw_eff, P_eff, o, ("pipedream",))[1]
-                    with _Slow(say, f"{g.problem}: the memory range of {chain.name}"):
-                        lo, hi = memory_range(g.problem, chain, bandwidth=bw_eff, gpus=P_eff, memory_model=mm,
-                                              points=pts, time_limit=g.time_limit)
+                    def computed(chain=chain, bw_eff=bw_eff, P_eff=P_eff, mm=mm, pts=pts, g=g):
+                        with _Slow(say, f"{g.problem}: the memory range of {chain.name}"):
+                            return memory_range(g.problem, chain, bandwidth=bw_eff, gpus=P_eff, memory_model=mm,
+                                                points=pts, time_limit=g.time_limit)
+
+                    if ranges is not None and g.time_limit is not None and g.problem in _TIMED_RANGES:
+                        lo, hi = ranges.get(["memory_range", g.problem, iid, bw_eff, P_eff, mm,
+                                             float(g.time_limit)], computed)
+                    else:
+                        lo, hi = computed()
                     fr = list(g.fractions) if g.fractions else (
                         [k / (g.points - 1) for k in range(g.points)] if g.points > 1 else [1.0])
                     limits = [(lo + f * (hi - lo), f) for f in fr]
@@ -746,15 +821,19 @@ def _warm_up(problems: Sequence[str]) -> int:
 def run_sweep(tasks: Sequence[dict], instances: dict, out: str | Path, *, workers: int | None = None,
               scheduler: str | None = None, progress: bool = True, fresh: bool = False,
               on_row: Callable[[dict], None] | None = None,
-              task_fn: Callable[..., dict] = None) -> SweepStats:
+              task_fn: Callable[..., dict] = None, ranges: RangeRecord | None = None) -> SweepStats:
     """Run the ``tasks`` not yet in ``out``'s table; see the module docstring. ``task_fn`` (default
-    :func:`run_task`, same arguments) solves one task; it must be importable or picklable by value."""
+    :func:`run_task`, same arguments) solves one task; it must be importable or picklable by value.
+    ``ranges``: the folder's :class:`RangeRecord` the tasks' limits were spaced with (``fresh``: written
+    once the old table is dropped)."""
     task_fn = task_fn or run_task
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if fresh:
         for f in results_dir(out).glob("part-*.parquet"):
             f.unlink()
+    if ranges is not None:
+        ranges.release()
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
         raise InputError(f"workers={workers!r}: give a whole number of worker processes >= 1 (1 runs the tasks in "
                          "this process), or None for one per core")
@@ -1006,5 +1085,5 @@ def same_rows(a, b, *, rtol: float = 1e-9, status_only: Sequence[str] = (),
     return diffs
 
 
-__all__ = ["Grid", "Source", "COLUMNS", "VOLATILE", "NOT_COMPARED", "CARRIED", "memory_range", "expand", "task_key",
+__all__ = ["Grid", "Source", "RangeRecord", "COLUMNS", "VOLATILE", "NOT_COMPARED", "CARRIED", "memory_range", "expand", "task_key",
            "run_task", "run_sweep", "carry_forward", "read_results", "write_csv", "same_rows", "SweepStats", "InstanceError"]

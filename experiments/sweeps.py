@@ -50,8 +50,8 @@ from pathlib import Path
 
 from memplan.experiments import figures
 from memplan.experiments.cli_checks import output_dir, positive_int, writing
-from memplan.experiments.sweep_engine import (MAX_POINTS, Grid, Source, expand, read_results, run_sweep,
-                                              write_csv)
+from memplan.experiments.sweep_engine import (MAX_POINTS, Grid, RangeRecord, Source, expand, read_results,
+                                              run_sweep, write_csv)
 from memplan.models.solution import InputError
 from memplan.models.units import UnitError, is_free_link, parse_bandwidth, parse_memory
 
@@ -243,12 +243,16 @@ def base_grid(args, problem: str, *, methods=None, options=None, memory=None, ba
 
 
 # ----------------------------------------------------------------------------- running
-def execute(grids, out, *, workers=None, scheduler=None, csv=True, fresh=False, progress=True) -> tuple:
+def execute(grids, out, *, workers=None, scheduler=None, csv=True, fresh=False, progress=True,
+            ranges: RangeRecord | None = None) -> tuple:
     """Expand, run, write: returns (table, stats). ``DIR/results.csv`` (the grid's rows, readable
-    without pyarrow) is written beside the Parquet parts."""
+    without pyarrow) is written beside the Parquet parts. ``ranges``: the folder's record of memory
+    ranges (default: read from ``DIR``), so that a resumed run spaces its limits as the first did."""
     output_dir(out, "-o/--out")
-    tasks, instances = expand(grids, progress=progress)
-    stats = run_sweep(tasks, instances, out, workers=workers, scheduler=scheduler, progress=progress, fresh=fresh)
+    ranges = ranges if ranges is not None else RangeRecord(out, fresh=fresh)
+    tasks, instances = expand(grids, progress=progress, ranges=ranges)
+    stats = run_sweep(tasks, instances, out, workers=workers, scheduler=scheduler, progress=progress, fresh=fresh,
+                      ranges=ranges)
     df = read_results(out)
     df = df[df["key"].isin({t["key"] for t in tasks})].reset_index(drop=True)
     print(f"{stats.total} tasks: {stats.solved} solved now ({stats.failed} errors), {stats.skipped} already in "

@@ -498,3 +498,36 @@ def test_a_slow_phase_of_the_grid_says_so_before_the_progress_bar(monkeypatch, c
     monkeypatch.setattr(sweep_engine, "memory_range", lambda problem, chain, **kw: (80e6, 110e6))
     expand([Grid("remat", [TOY], methods=["rotor"], points=3)], progress=True)
     assert capsys.readouterr().err == ""
+
+
+def test_a_resumed_sweep_spaces_its_limits_as_the_first_run_did(tmp_path):
+    """With a time limit below the estimated time of remat's exact minimum, the bottom of the memory
+    range is a baseline's replayed peak, and what it is depends on the machine and on the process (a
+    minimum computed earlier is cached and taken). A rerun into the same folder computed other limits,
+    matched none of the rows written, solved every task again and left two sets of rows. The first
+    run's range is recorded in the folder and read back; --fresh computes it again."""
+    import memplan
+    from memplan.experiments.sweep_engine import Source
+
+    spec = "random:400:23"                  # the exact minimum: estimated 0.19 s, over the 0.05 s limit
+    out = tmp_path / "r"
+    argv = ["sweep", "remat", "--instance", spec, "--methods", "store-all", "--points", "3", "--time-limit", "0.05",
+            "--workers", "1", "-q", "--no-plot", "-o", str(out)]
+    assert main(argv) == 0
+    first = read_results(out)
+    assert len(first) == 3
+    chain = Source(spec).load()[0]
+    exact, top = memplan.remat.memory_range(chain)       # no time limit: computed, and cached in this process
+    assert first.memory_limit.max() == pytest.approx(top)
+    assert first.memory_limit.min() > exact * 1.01       # the first run's bottom was the fallback
+    # with the exact minimum cached the same settings give another range: the resumed run keeps the first's
+    assert memplan.remat.memory_range(chain, time_limit=0.05)[0] == pytest.approx(exact)
+    assert main(argv) == 0
+    df = read_results(out)
+    assert len(df) == 3 and df.run_id.nunique() == 1
+    assert sorted(df.memory_limit) == sorted(first.memory_limit)
+    # --fresh drops the table and the record: the range is computed again (the exact minimum, cached now)
+    assert main(argv + ["--fresh"]) == 0
+    df = read_results(out)
+    assert len(df) == 3 and df.memory_limit.min() == pytest.approx(exact) and df.memory_limit.max() == pytest.approx(top)
+    assert main(argv) == 0 and len(read_results(out)) == 3

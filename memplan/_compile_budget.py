@@ -1100,11 +1100,6 @@ class BudgetSearch:
         one: the eager chain's profile plus the first fraction's compile, as the stages compile as much
         code) is not built. ``compiled_chain_note`` sums up ``compiled_chain_notes``."""
         last = self.profile_time + max((c.compile_time for c, _, _ in self.compiled), default=self.profile_time)
-        if self._context is not None:
-            self.compiled_chain_note = (f"the model takes {self.n_inputs} inputs: compiled stages take the "
-                                        "chain's own input only")
-            self.compiled_loss_chunks_note = self.compiled_chain_note
-            return
         for sf in self.stage_fractions:
             if self._past(self._build_deadline, last):
                 self.compiled_chain_notes[sf] = f"not tried within time_limit={self.time_limit:g} s"

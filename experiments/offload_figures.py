@@ -51,7 +51,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def grids(args) -> list:
-    from memplan.baselines.remat_min_memory import min_memory as remat_min_memory
     from memplan.models.offload import min_feasible_memory, peak_memory_no_offload
 
     methods = sweeps.split_list(args.methods)
@@ -74,7 +73,7 @@ def grids(args) -> list:
             out.append(sweeps.base_grid(one, "offload", methods=ms, bandwidth=bws, options=opts))
         if "3" in figs:
             mf, mp = min_feasible_memory(chain), peak_memory_no_offload(chain)
-            lo = min(mf, remat_min_memory(chain))
+            lo = min(mf, sweeps.rotor_min_memory(args, src, chain))
             mems = [float(m) for m in np.linspace(lo, mp, args.points)] if not args.memory else None
             heur = [m for m in methods if m != "milp"]
             out.append(sweeps.base_grid(one, "offload", methods=heur, memory=mems,

@@ -1,7 +1,8 @@
 """Re-materialization + offloading (paper 000, section 5): throughput against the memory limit.
 
-A grid and a figure. For each memory limit between ``--low`` x rotor's minimum feasible memory and
-1.02 x the store-all peak, and each bandwidth ``beta x f`` (beta each value of ``--bandwidth``, or the
+A grid and a figure. For each memory limit between ``--low`` x rotor's minimum feasible memory (with
+``--time-limit``, where computing it would take longer, the least peak of the baselines:
+:func:`memplan.experiments.sweeps.rotor_min_memory`) and 1.02 x the store-all peak, and each bandwidth ``beta x f`` (beta each value of ``--bandwidth``, or the
 instance's platform bandwidth, one of them required; f in ``--factors``, default 1, 2, 3), the tasks
 are (each one :func:`memplan.solve` call of the sweep engine):
 
@@ -36,7 +37,7 @@ import sys
 from pathlib import Path
 
 from memplan.baselines import remat_rotor
-from memplan.baselines.remat_heuristics import min_memory, store_all
+from memplan.baselines.remat_heuristics import store_all
 from memplan.baselines.remat_offload_dp import MAX_TABLE_BYTES, table_bytes
 from memplan.experiments import figures, sweeps
 from memplan.experiments.cli_checks import guarded
@@ -107,7 +108,7 @@ def grids(args) -> list:
         if args.memory:
             mems = None
         else:
-            lo, hi = min_memory(chain) * args.low, store_all(chain).peak_memory * 1.02
+            lo, hi = sweeps.rotor_min_memory(args, src, chain) * args.low, store_all(chain).peak_memory * 1.02
             mems = [lo + (hi - lo) * k / max(1, args.points - 1) for k in range(args.points)]
         bws = sorted({beta * f for beta in betas for f in factors})
         one = argparse.Namespace(**{**vars(args), "instance": [src.spec] if not src.pipedream else None,

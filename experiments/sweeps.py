@@ -242,6 +242,46 @@ def base_grid(args, problem: str, *, methods=None, options=None, memory=None, ba
                 time_limit=args.time_limit, batch=args.batch)
 
 
+def rotor_min_memory(args, src: Source, chain) -> float:
+    """Rotor's minimum memory of ``chain`` (the least memory of any re-materialization sequence,
+    :func:`memplan.baselines.remat_min_memory.min_memory`), from which an experiment spaces its
+    limits (remat-offload, the offload Figure 3), bounded as the README says time limits are. The
+    exact minimum is O(L^3): 4 s at 1500 stages, 40 s at 3000, before any progress bar. With
+    ``--time-limit``, where it is estimated to take longer, the grid starts from the bottom
+    :func:`memplan.remat.memory_range` gives within that time (the least replayed peak of the
+    baselines: a plan fits there; the true minimum may be lower), said on stderr, and recorded in the
+    sweep folder (:class:`~memplan.experiments.sweep_engine.RangeRecord`, ``args.memory_ranges``) so a
+    resumed run spaces the same limits. Without a time limit it is exact, and a computation still
+    running after a second says so (unless ``-q``)."""
+    from memplan import remat
+    from memplan.baselines.remat_min_memory import TooCostly, min_memory, min_memory_of, min_memory_seconds
+    from memplan.experiments.sweep_engine import _Slow, _say
+    from memplan.models.units import fmt_memory
+
+    say = None if getattr(args, "quiet", False) else _say
+    tl = getattr(args, "time_limit", None)
+    what = f"rotor's minimum memory of {chain.name} (L = {chain.L}"
+    if tl is None:
+        with _Slow(say, what + ", no time limit)"):
+            return min_memory(chain)
+
+    def bounded() -> tuple[float, float]:
+        with _Slow(say, what + f", time limit {tl:g} s)"):
+            try:
+                v = min_memory_of(chain, "all", time_limit=tl).value
+            except TooCostly:
+                v = remat.memory_range(chain, time_limit=tl)[0]
+                print(f"{what}): the exact value would take about {min_memory_seconds(chain.L):.2g} s, over "
+                      f"--time-limit {tl:g}; the grid starts from the least peak of the baselines, {fmt_memory(v)} "
+                      "(a plan fits there; the minimum may be lower)", file=sys.stderr)
+        return v, v
+
+    ranges = getattr(args, "memory_ranges", None)
+    if ranges is None:
+        return bounded()[0]
+    return ranges.get(["rotor_min_memory", src.ident, float(tl)], bounded)[0]
+
+
 # ----------------------------------------------------------------------------- running
 def execute(grids, out, *, workers=None, scheduler=None, csv=True, fresh=False, progress=True,
             ranges: RangeRecord | None = None) -> tuple:
@@ -292,9 +332,10 @@ def run_experiment(mod, args) -> int:
     out = Path(args.out or mod.default_out(args))
     check_args(args)                       # before anything is made or computed
     output_dir(out, "-o/--out")            # before the grid's own work (the pipeline's baseline points)
+    args.memory_ranges = RangeRecord(out, fresh=args.fresh)     # the ranges of the folder's first run
     grids = mod.grids(args)
     df, stats = execute(grids, out, workers=args.workers, scheduler=args.scheduler, fresh=args.fresh,
-                        progress=not args.quiet)
+                        progress=not args.quiet, ranges=args.memory_ranges)
     if not args.no_plot:
         with writing(out):          # the figures and their tables, written into the folder
             for p in mod.draw(df, out, args):

@@ -531,3 +531,89 @@ def test_a_resumed_sweep_spaces_its_limits_as_the_first_run_did(tmp_path):
     df = read_results(out)
     assert len(df) == 3 and df.memory_limit.min() == pytest.approx(exact) and df.memory_limit.max() == pytest.approx(top)
     assert main(argv) == 0 and len(read_results(out)) == 3
+
+
+def _experiment_args(mod, argv):
+    import argparse
+
+    p = argparse.ArgumentParser()
+    mod.add_arguments(p)
+    return p.parse_args(argv)
+
+
+def test_remat_offload_and_offload_figure_3_build_their_grid_within_the_time_limit(monkeypatch, capsys):
+    """remat-offload and the offload Figure 3 space their limits from rotor's minimum memory, which they
+    computed with no time limit while the grid was built (O(L^3): 4 s at 1500 stages, 40 s at 3000,
+    before any progress bar). With --time-limit, where the exact minimum is estimated to take longer,
+    the grid starts from the least peak of the baselines instead (a plan fits there), and says so."""
+    import memplan
+    from memplan.baselines import remat_min_memory
+    from memplan.baselines.remat_heuristics import bisection_schedule, store_all
+    from memplan.experiments import offload_figures, remat_offload_figures
+    from memplan.experiments.sweep_engine import Source
+    from memplan.models.remat import simulate_remat
+
+    spec = "random:400:41"                  # the exact minimum: estimated 0.19 s, over the 0.05 s limit
+
+    def exact(*a, **k):
+        raise AssertionError("the exact minimum was computed past the time limit")
+
+    monkeypatch.setattr(remat_min_memory, "_get", exact)
+    common = ["--instance", spec, "--bandwidth", "1GB/s", "--points", "2", "--time-limit", "0.05", "-q"]
+    t0 = time.perf_counter()
+    ro = remat_offload_figures.grids(_experiment_args(remat_offload_figures, common + ["--slots", "10", "--low", "1"]))
+    off = offload_figures.grids(_experiment_args(offload_figures, common + ["--figures", "3", "--methods", "greedy"]))
+    assert time.perf_counter() - t0 < 5
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert err.count("over --time-limit 0.05") == 2, err
+    chain = Source(spec).load()[0]
+    least = memplan.baselines.remat_min_memory.min_memory(chain)        # exact, now
+    bisection = simulate_remat(chain, bisection_schedule(chain)).peak_memory
+    lo = min(min(g.memory) for g in ro)          # --low 1: rotor's minimum as the grid has it
+    assert least * 1.01 < lo <= bisection * (1 + 1e-12)      # not the exact minimum, a peak at which a plan fits
+    assert max(max(g.memory) for g in ro) == pytest.approx(store_all(chain).peak_memory * 1.02)
+    from memplan.models.offload import min_feasible_memory
+    assert min(min(g.memory) for g in off) == pytest.approx(min(min_feasible_memory(chain), lo))
+
+
+def test_rotor_minimum_memory_without_a_time_limit_shows_progress(monkeypatch, capsys):
+    """remat-offload (no time limit by default) computes rotor's exact minimum memory while it builds
+    its grid: still running after a second, it says so on stderr, and its time when it ends."""
+    from memplan.baselines import remat_min_memory
+    from memplan.experiments import remat_offload_figures
+
+    def slow(chain):
+        time.sleep(1.3)
+        return 80e6
+
+    monkeypatch.setattr(remat_min_memory, "min_memory", slow)
+    argv = ["--instance", TOY, "--bandwidth", "1GB/s", "--points", "2", "--slots", "10", "--low", "1"]
+    grids = remat_offload_figures.grids(_experiment_args(remat_offload_figures, argv))
+    assert min(min(g.memory) for g in grids) == 80e6
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and "rotor's minimum memory of paper004-table2" in lines[0], lines
+    assert "no time limit" in lines[0] and lines[0].endswith("...")
+    assert float(lines[1].rsplit(": ", 1)[1].rstrip("s")) >= 1.3
+    remat_offload_figures.grids(_experiment_args(remat_offload_figures, argv + ["-q"]))
+    assert capsys.readouterr().err == ""
+
+
+def test_a_resumed_remat_offload_sweep_keeps_the_limits_of_its_first_run(tmp_path):
+    """Its limits start from rotor's minimum memory, which past --time-limit is a baseline's peak
+    (another value once the exact minimum is cached in the process): recorded in the folder, so the
+    rerun finds every row it wrote."""
+    import memplan
+    from memplan.experiments.sweep_engine import Source
+
+    spec = "random:400:43"
+    out = tmp_path / "ro"
+    argv = ["sweep", "remat-offload", "--instance", spec, "--bandwidth", "1GB/s", "--slots", "10", "--no-offload",
+            "--points", "2", "--time-limit", "0.05", "--workers", "1", "-q", "--no-plot", "-o", str(out)]
+    assert main(argv) == 0
+    first = read_results(out)
+    memplan.baselines.remat_min_memory.min_memory(Source(spec).load()[0])       # cached from now on
+    assert main(argv) == 0
+    df = read_results(out)
+    assert len(df) == len(first) and df.run_id.nunique() == 1
+    assert sorted(set(df.memory_limit)) == sorted(set(first.memory_limit))

@@ -218,8 +218,8 @@ class uncached_autocast:
     Autocast keeps every weight it casts (a float32 leaf that requires grad, cast to bfloat16 or
     float16) until the outermost autocast block ends: a stage's cast weights were made by its first
     forward of the step and lived to its end whatever the plan did, memory that no stage's profile
-    sees and no sequence frees (rotor's plans on an 18-layer MLP under bfloat16 measured up to 1.97x
-    their prediction on this CPU, 1.00x without the cache). Without the cache a forward casts its
+    sees and no sequence frees (rotor's plans on a 6-block MLP under bfloat16 measured up to 1.97x
+    their prediction on this CPU, 1.00x without the cache; 1.39-2.68x on runtime_check's small preset). Without the cache a forward casts its
     weights again: the copies an operation saves for its backward are the stage's abar^l, freed with
     it, the others transient, and the chain's model holds (every plan to the byte on the same MLP).
     Plain autograd's memory is the same either way (each weight cast once, saved by its operation);
@@ -1253,8 +1253,10 @@ def frozen_prefix(stages: Sequence[Callable]) -> int:
     plain autograd records no graph there: the stages 1..k run without one in :func:`execute` and
     :func:`models.profiler.profile_chain` alike (their abar^l is a^l, their B^l does nothing, delta^l
     is not computed for l < k + 1), and stage k + 1 reads a^k without a gradient. Before, each stage's
-    input was made a leaf that requires grad, which recorded the frozen stages' graphs and held their
-    saved tensors until their B (a 6-block MLP with 4 blocks frozen: store-all 1.48x autograd's peak)."""
+    input was made a leaf that requires grad: the frozen stages recorded graphs and their B^l computed
+    input gradients nobody reads. Each frozen a^l is still held until its (empty) B^l in paper 004's
+    model, as in the executor: :meth:`models.graph.LinearizedModel.fold_frozen_prefix` folds such
+    stages into the first trained one, where autograd's memory is reached."""
     k = 0
     for f in stages:
         if not isinstance(f, torch.nn.Module) or any(p.requires_grad for p in f.parameters()):

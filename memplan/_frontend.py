@@ -12,13 +12,14 @@ schedule in the problem's simulator, and stamp the solution (:func:`finish`).
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 from typing import Any, Callable, Sequence
 
 from memplan.models.budget import Budget, ProgressFn
 from memplan.models.chain import Chain
-from memplan.models.solution import InputError, Solution, Status
+from memplan.models.solution import InputError, Solution, Status, chain_fingerprint, instance_record
 from memplan.models.units import UnitError, fmt_bytes, fmt_memory, parse_bandwidth, parse_memory
 
 DEFAULT_TIME_LIMIT = 60.0
@@ -65,9 +66,34 @@ _MODULES = {"remat": "memplan.remat", "offload": "memplan.offload", "remat-offlo
             "pipeline": "memplan.pipeline"}
 
 
+def records_chain(solve_fn):
+    """Decorate a front end's ``solve`` (or ``solve_graph``, which returns ``(solution, chain)``): the
+    Solution it returns remembers the chain it was solved on (:func:`instance_record`, as the private
+    attribute ``_solved_on``; not written to JSON), so that :func:`solution_arg` refuses a ``report`` or
+    ``gantt`` on another chain. The outermost call stamps last: a solve that plans a variant of its chain
+    (``without_resident``, ``papers_times``) records the chain it was given."""
+
+    @functools.wraps(solve_fn)
+    def solve(*args: Any, **kwargs: Any):
+        out = solve_fn(*args, **kwargs)
+        if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], Solution):
+            sol, chain = out
+        else:
+            sol, chain = out, (args[0] if args else kwargs.get("chain"))
+        if isinstance(chain, tuple) and len(chain) == 2 and isinstance(chain[0], Chain):
+            chain = chain[0]
+        if isinstance(sol, Solution) and isinstance(chain, Chain):
+            sol._solved_on = instance_record(chain)
+        return out
+
+    return solve
+
+
 def solution_arg(solution: Any, chain: Any, problem: str, what: str) -> tuple[Solution, Chain]:
     """The ``(solution, chain)`` given to ``problem``'s ``report``/``gantt`` (``what``): a Solution of
-    this problem and its Chain, else an InputError naming the function that takes it."""
+    this problem and its Chain, else an InputError naming the function that takes it. A Solution that
+    remembers the chain it was solved on (:func:`records_chain`) is refused with another chain: the
+    report compared its schedule with the other chain's store-all (-99.9%) and listed stages it lacks."""
     if not isinstance(solution, Solution):
         raise InputError(f"{problem}: {what} takes a Solution (what {_MODULES[problem]}.solve returns), got "
                          f"{type(solution).__name__}")
@@ -78,7 +104,15 @@ def solution_arg(solution: Any, chain: Any, problem: str, what: str) -> tuple[So
                          + (f"use {other}.{what}, not {_MODULES[problem]}.{what}" if has else
                             f"{_MODULES[problem]}.{what} draws {problem} schedules only"
                             + (f" ({other} has no {what})" if other else "")))
-    return solution, chain_arg(chain, problem)
+    chain = chain_arg(chain, problem)
+    rec = getattr(solution, "_solved_on", None)
+    if rec is not None and rec.get("sha256") != chain_fingerprint(chain):
+        same = rec.get("name") == chain.name and rec.get("L") == chain.L
+        raise InputError(f"{problem}: {what}: this Solution was solved on chain {rec.get('name')!r} (L = {rec.get('L')}), "
+                         + ("a chain of that name and length whose times or sizes differ from the one given"
+                            if same else f"not on the one given, {chain.name!r} (L = {chain.L})")
+                         + f"; pass the chain it was solved on ({_MODULES[problem]}.{what}(solution, chain))")
+    return solution, chain
 
 
 def gap_arg(gap: Any, problem: str) -> float | None:

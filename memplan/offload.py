@@ -104,6 +104,7 @@ def _infeasible(method: str, memory: float, mf: float) -> Solution:
 
 
 # ------------------------------------------------------------------------------------------ solve
+@_frontend.records_chain
 def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | tuple | None = None, method: str | None = None,
           time_limit: float | None = 60.0, gap: float | None = 1e-4, threads: int | None = None,
           slots: int | None = None, exact: bool = False, solver_log: str | Path | None = None,

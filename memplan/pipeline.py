@@ -724,6 +724,7 @@ def _starts_arg(starts: Any, L: int) -> list[Pattern]:
 
 
 # ----------------------------------------------------------------------------- public API
+@_frontend.records_chain
 def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = None, gpus: int = 1,
           method: str | None = None, time_limit: float | None = 60.0, gap: float | None = None,
           threads: int | None = None, solver_log: str | Path | None = None, progress: ProgressFn | None = None,
@@ -926,6 +927,7 @@ def _graph_call(chain: Chain, td: TaskData, P: int, memory: float, bandwidth: fl
                  allocations=[], refine=True, starts=[])
 
 
+@_frontend.records_chain
 def solve_graph(graph: CostGraph, *, memory: float | str, bandwidth: float | str | None = None, gpus: int = 1,
                 method: str | None = None, time_limit: float | None = 60.0, gap: float | None = None,
                 threads: int | None = None, solver_log: str | Path | None = None,

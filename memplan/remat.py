@@ -791,6 +791,7 @@ def memory_range(chain: Chain, *, time_limit: float | None = None) -> tuple[floa
 _RANGE_RECOMPUTE_ALL_MAX_L = 200
 
 
+@_frontend.records_chain
 def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_limit: float | None = 60.0,
           gap: float | None = 1e-4, threads: int | None = None, slots: int | None = None, exact: bool = False,
           solver_log: str | None = None, progress: ProgressFn | None = None) -> Solution:

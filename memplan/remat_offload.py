@@ -46,7 +46,7 @@ import time
 from typing import Any
 
 from memplan._frontend import (add_note, bandwidth_arg, budget, chain_arg, count_arg, finish, memory_arg,
-                               method_arg, overheads_line, solution_arg, solve_without_resident)
+                               method_arg, overheads_line, records_chain, solution_arg, solve_without_resident)
 from memplan.baselines import offload as off_baselines
 from memplan.baselines import remat_rotor
 from memplan.baselines.remat_heuristics import min_memory, store_all
@@ -150,6 +150,7 @@ def _discretization(chain: Chain, memory: float, slots: Any, exact: Any,
 
 
 # ----------------------------------------------------------------------------- solve
+@records_chain
 def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = None, method: str | None = None,
           time_limit: float | None = 60.0, slots: int | None = None, exact: bool = False,
           progress: ProgressFn | None = None) -> Solution:

@@ -144,6 +144,36 @@ def test_report_text(toy):
     assert lines[-2] == "sequence     (23 operations)"
 
 
+
+def test_report_refuses_a_chain_the_solution_was_not_solved_on(toy):
+    """A report compares the schedule with the given chain's store-all: on another chain it printed
+    '47.4 ms (-99.9% vs store-all 65 s)' and a sequence through stages the chain lacks. Every front end's
+    report (and gantt) now refuses a chain other than the one solved, one line naming both chains."""
+    import dataclasses
+    import json
+
+    sol = remat.solve(toy, memory="90MiB")
+    other = random_chain(3, seed=0)
+    with pytest.raises(InputError, match=r"^remat: report: this Solution was solved on chain 'paper004-table2' "
+                                         r"\(L = 6\), not on the one given, 'random-L3-seed0' \(L = 3\)"):
+        remat.report(sol, other)
+    slower = dataclasses.replace(toy, uf=toy.uf * 2)        # same name and L, other times
+    with pytest.raises(InputError, match="whose times or sizes differ"):
+        remat.report(sol, slower)
+    # the chain solved, or its Instance, or a fresh load of the same file: reported as before
+    assert remat.report(sol, memplan.load_instance("paper004_table2")).splitlines()[2] == \
+        "makespan     47.4 ms  (+26.9% vs store-all 37.4 ms)"
+    # through memplan.solve and on the other problems, and the record is not written to JSON
+    inst = memplan.load_instance("paper004_table2")
+    for problem, kw in (("offload", dict(memory="90MiB", bandwidth="1GB/s")),
+                        ("remat-offload", dict(memory="90MiB", bandwidth="1GB/s")),
+                        ("pipeline", dict(memory="1GiB", bandwidth="1GB/s", gpus=2, time_limit=5))):
+        s = memplan.solve(inst, problem, **kw)
+        assert memplan.problems[problem].report(s, inst.chain).startswith("paper004-table2: L = 6")
+        with pytest.raises(InputError, match="solved on chain 'paper004-table2'"):
+            memplan.problems[problem].report(s, other)
+        assert "_solved_on" not in json.dumps(s.to_dict())
+
 def test_progress_lines(toy):
     lines: list[str] = []
     remat.solve(toy, memory="90MiB", method="remat-milp", threads=1, progress=lines.append)

@@ -302,6 +302,20 @@ class Chain:
         self.resident_values = _resident_values(self.resident_values, n - 2, self.resident, self.resident_grads)
         if not self.stage_names:
             self.stage_names = ["input"] + [f"stage{l}" for l in range(1, n - 1)] + ["loss"]
+        else:
+            # one name per row 0..L+1, each a string: a short list made save_instance fail with a bare
+            # IndexError, and numbers were written to a file that load_instance then refused
+            names = self.stage_names
+            if isinstance(names, (str, bytes)) or not hasattr(names, "__len__"):
+                raise ValueError(f"Chain.stage_names = {names!r:.60} must be a list of L+2 = {n} names "
+                                 "(input, stages 1..L, loss)")
+            if len(names) != n:
+                raise ValueError(f"Chain.stage_names has {len(names)} names, expected L+2 = {n} (input, stages "
+                                 "1..L, loss); leave it out for input, stage1.., loss")
+            for i, name in enumerate(names):
+                if not isinstance(name, str):
+                    raise ValueError(f"Chain.stage_names[{i}] = {name!r:.40} is not a string")
+            self.stage_names = list(names)
 
     @classmethod
     def from_stages(

@@ -167,6 +167,24 @@ def test_chain_in_python_checks_ranges(kw, message):
         Chain(**{**base, **kw})
 
 
+@pytest.mark.parametrize("names, message", [
+    (["in", "a"], r"Chain.stage_names has 2 names, expected L\+2 = 3 \(input, stages 1..L, loss\)"),
+    (["input", "fc", "loss", "extra"], r"Chain.stage_names has 4 names, expected L\+2 = 3"),
+    ([0, 1, 2], r"Chain.stage_names\[0\] = 0 is not a string"),
+    ("abc", r"Chain.stage_names = 'abc' must be a list of L\+2 = 3 names"),
+])
+def test_chain_stage_names_are_one_string_per_row(names, message, tmp_path):
+    """One name per row 0..L+1: a short list passed, then save_instance raised a bare IndexError; numbers
+    were saved and the file refused on load ('stages[0].name': must be a valid string)."""
+    base = dict(uf=[0, 1, 0], ub=[0, 1, 0], wa=[1, 1, 0], wabar=[1, 1, 0], wd=[1, 1, 0], of=[0, 0, 0],
+                ob=[0, 0, 0], weights=[0, 0, 0])
+    with pytest.raises(ValueError, match=message):
+        Chain(**base, stage_names=names)
+    good = Chain(**base, stage_names=("x", "fc", "y"))
+    assert good.stage_names == ["x", "fc", "y"]
+    assert load_instance(save_instance(good, tmp_path / "c.json"))[0].stage_names == ["x", "fc", "y"]
+
+
 def test_platform_in_python_checks_ranges():
     assert Platform(memory=16 * 2**30, bandwidth=12e9, gpus=4).gpus == 4
     for kw, name in ((dict(memory=0), "memory"), (dict(bandwidth=-1.0), "bandwidth"), (dict(memory=1e300), "memory"),

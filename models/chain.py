@@ -80,6 +80,7 @@ reaches, so a larger value is a mistake (a unit slip, a corrupted file) and is r
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +93,8 @@ from .units import UnitError, parse_bandwidth, parse_memory
 _ARRAYS = ("uf", "ub", "wa", "wabar", "wd", "of", "ob", "weights")
 #: each forward's own overhead (optional arrays, default ``of``; see the module docstring)
 _OWN_OVERHEADS = ("of_all", "of_ng")
+#: the keys of :meth:`Chain.from_stages`'s ``loss`` (the loss stage L+1's values)
+_LOSS_KEYS = ("uf", "ub", "of", "ob", "wa", "wabar", "wd", "of_all", "of_ng", "uf_ng", "weights")
 
 #: Largest accepted size (bytes): 1 PB, far beyond any device or host memory a network is trained in.
 MAX_BYTES = 1e15
@@ -326,15 +329,33 @@ class Chain:
         """Build from per-stage lists for stages 1..L (``uf``, ``ub``, ``of``, ``ob``, ``weights`` and,
         where given, ``of_all``, ``of_ng``, ``uf_ng``: L values) and activations a^0..a^L (``wa``,
         ``wabar``, ``wd``: L+1 values). The loss stage L+1 takes the values in ``loss`` (keys uf, ub, of,
-        ob, wa, wabar, wd, of_all, of_ng, uf_ng; all default to 0, of_all and of_ng to the loss's of,
-        uf_ng to the loss's uf).
+        ob, wa, wabar, wd, of_all, of_ng, uf_ng, weights; all default to 0, of_all and of_ng to the loss's
+        of, uf_ng to the loss's uf; another key is an error naming the closest).
 
         >>> c = Chain.from_stages(uf=[1, 2], ub=[2, 3], wa=[4, 5, 6])
         >>> c.L, c.uf.tolist(), c.wa.tolist()
         (2, [0.0, 1.0, 2.0, 0.0], [4.0, 5.0, 6.0, 0.0])
         """
+        for key, v in (("uf", uf), ("ub", ub), ("wa", wa)):
+            if isinstance(v, (str, bytes)) or not hasattr(v, "__len__"):
+                raise ValueError(f"Chain.from_stages: {key} = {v!r:.40} must be a list of numbers "
+                                 f"({'a^0..a^L' if key == 'wa' else 'stages 1..L'})")
         L = len(uf)
+        if loss is not None and not isinstance(loss, Mapping):
+            raise ValueError(f"Chain.from_stages: loss = {loss!r:.40} must be a dict of the loss stage's values "
+                             f"(keys {', '.join(_LOSS_KEYS)})")
         loss = dict(loss or {})
+        for key, v in loss.items():
+            # a misspelt key ({"uff": 1}) was ignored: the loss then cost nothing, silently
+            if key not in _LOSS_KEYS:
+                import difflib
+
+                close = difflib.get_close_matches(str(key), _LOSS_KEYS, n=1)
+                raise ValueError(f"Chain.from_stages: loss has no key {key!r}"
+                                 + (f" (did you mean {close[0]!r}?)" if close else "")
+                                 + f"; its keys: {', '.join(_LOSS_KEYS)}")
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
+                raise ValueError(f"Chain.from_stages: loss[{key!r}] = {v!r:.40} must be a number (seconds or bytes)")
         wa = list(wa)
         if len(wa) != L + 1:
             raise ValueError(f"wa needs L+1 = {L + 1} values (a^0..a^L), got {len(wa)}")

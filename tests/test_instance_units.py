@@ -207,6 +207,21 @@ def test_from_stages_shapes():
         Chain.from_stages(uf=[1, 2], ub=[3, 4], wa=[5, 6])
 
 
+
+def test_from_stages_refuses_a_loss_key_it_does_not_know():
+    """A misspelt loss key was ignored: the loss stage then cost nothing (store-all 10 s, not 10 + 3 s)."""
+    c = Chain.from_stages(uf=[1, 2], ub=[3, 4], wa=[5, 6, 7], loss={"uf": 1, "ub": 2, "weights": 4})
+    assert c.store_all_time() == 1 + 2 + 3 + 4 + 1 + 2 and c.weights[3] == 4
+    with pytest.raises(ValueError, match=r"^Chain.from_stages: loss has no key 'uff' \(did you mean 'uf'\?\); its "
+                                         r"keys: uf, ub, of, ob, wa, wabar, wd, of_all, of_ng, uf_ng, weights$"):
+        Chain.from_stages(uf=[1, 2], ub=[3, 4], wa=[5, 6, 7], loss={"uff": 1})
+    with pytest.raises(ValueError, match=r"^Chain.from_stages: loss\['ub'\] = '2ms' must be a number"):
+        Chain.from_stages(uf=[1, 2], ub=[3, 4], wa=[5, 6, 7], loss={"ub": "2ms"})
+    with pytest.raises(ValueError, match=r"^Chain.from_stages: loss = 0.5 must be a dict"):
+        Chain.from_stages(uf=[1, 2], ub=[3, 4], wa=[5, 6, 7], loss=0.5)
+    with pytest.raises(ValueError, match=r"^Chain.from_stages: uf = None must be a list of numbers"):
+        Chain.from_stages(uf=None, ub=[3, 4], wa=[5, 6, 7])
+
 def test_chain_to_dict_reads_in_pandas(toy_chain):
     import pandas as pd
 

@@ -623,6 +623,10 @@ def save_instance(chain: Chain, path: str | Path, platform: Platform | None = No
         chain, platform = chain.chain, platform if platform is not None else chain.platform
     if not isinstance(chain, Chain):
         raise TypeError(f"save_instance: chain must be a Chain or an Instance, not {type(chain).__name__}")
+    if platform is not None and not isinstance(platform, Platform):
+        # (was a bare AttributeError from deep inside: 'str' object has no attribute 'memory')
+        raise TypeError(f"save_instance: platform must be a Platform (e.g. memplan.Platform(memory='16GiB', "
+                        f"bandwidth='12GB/s')) or None, not {type(platform).__name__} {platform!r:.40}")
     path = Path(path)
     if path.is_dir():           # overwrite=True raised a bare IsADirectoryError
         raise IsADirectoryError(f"{path}: is a folder; give a file name, e.g. {path / 'instance.json'}")
@@ -630,6 +634,21 @@ def save_instance(chain: Chain, path: str | Path, platform: Platform | None = No
         raise FileExistsError(f"{path} exists; pass overwrite=True (or --force) to replace it")
     data = chain_to_dict(chain, platform, **kw)
     data["provenance"].setdefault("written", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    text = json.dumps(data, indent=1, default=_provenance_value) + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    path.write_text(text)
     return path
+
+
+def _provenance_value(x: Any) -> Any:
+    """What JSON writes for a provenance value it has no type for: a numpy number or array as the number or
+    list (a researcher's ``provenance={"lr": np.float32(0.1)}``), a path as its text; anything else is a
+    TypeError naming the provenance (json's own named only the type)."""
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, os.PathLike):
+        return os.fspath(x)
+    raise TypeError(f"save_instance: Chain.provenance holds a {type(x).__name__} ({x!r:.40}), which an instance file "
+                    "cannot hold: give numbers, strings, lists and dicts")

@@ -639,6 +639,28 @@ def test_save_instance_to_a_folder_names_it(tmp_path):
             memplan.save_instance(chain, tmp_path, overwrite=overwrite)
 
 
+
+def test_save_instance_names_a_platform_or_provenance_it_cannot_write(tmp_path):
+    """A platform that is not a Platform failed deep inside ('str' object has no attribute 'memory'); a
+    numpy number in the provenance failed in json ('Object of type float32 is not JSON serializable')
+    and is now written as the number, anything else JSON cannot hold names the provenance (no file)."""
+    import numpy as np
+
+    chain = memplan.random_chain(3, seed=0)
+    with pytest.raises(TypeError, match=r"^save_instance: platform must be a Platform .* or None, not str '16GiB'$"):
+        memplan.save_instance(chain, tmp_path / "a.json", platform="16GiB")
+    assert not (tmp_path / "a.json").exists()
+    prov = memplan.Chain.from_stages(uf=[1, 2], ub=[3, 4], wa=[5, 6, 7], provenance={"lr": np.float32(0.5),
+                                                                                     "sizes": np.arange(3)})
+    back = memplan.load_instance(memplan.save_instance(prov, tmp_path / "b.json")).chain
+    assert back.provenance["lr"] == 0.5 and back.provenance["sizes"] == [0, 1, 2]
+    assert back.wa.tolist() == [5, 6, 7, 0] and back.store_all_time() == 10
+    odd = memplan.Chain.from_stages(uf=[1, 2], ub=[3, 4], wa=[5, 6, 7], provenance={"tags": {"a"}})
+    with pytest.raises(TypeError, match=r"^save_instance: Chain.provenance holds a set \(\{'a'\}\), which an "
+                                        r"instance file cannot hold"):
+        memplan.save_instance(odd, tmp_path / "c.json")
+    assert not (tmp_path / "c.json").exists()
+
 def test_a_profile_whose_only_source_computes_is_refused(tmp_path):
     """ResNet-18's profile without its Input node: the first convolution became a^0, its backward time
     and parameters dropped silently."""

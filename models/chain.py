@@ -515,6 +515,13 @@ def random_chain(L: int, seed: int = 0, *, integer: bool = True, max_size: int =
     for arg, v in (("L", L), ("max_size", max_size), ("max_time", max_time)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"random_chain: {arg}={v!r} must be a whole number >= 1")
+    # numpy's own errors named neither (seed=-1: 'expected non-negative integer'; a string scale: a ufunc
+    # type error), and a negative scale was reported as 'Chain.of[1] = -3 is out of range'
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise ValueError(f"random_chain: seed={seed!r} must be a whole number >= 0 (or None for a fresh one)")
+    fos = forward_overhead_scale
+    if isinstance(fos, bool) or not isinstance(fos, (int, float, np.number)) or not (np.isfinite(fos) and fos >= 0):
+        raise ValueError(f"random_chain: forward_overhead_scale={fos!r} must be a finite number >= 0 (1: as drawn)")
     rng = np.random.default_rng(seed)
     if integer:
         wa = rng.integers(1, max_size + 1, L + 1).astype(float)

@@ -405,6 +405,25 @@ def test_the_python_api_names_what_it_cannot_take(tmp_path):
     assert given.objective == memplan.solve(inst, "remat", memory="90MiB", method="rotor", slots=1000).objective
 
 
+
+@pytest.mark.parametrize("kw, arg", [
+    (dict(seed=-1), "seed=-1 must be a whole number >= 0"), (dict(seed="a"), "seed='a' must be a whole number >= 0"),
+    (dict(seed=1.5), "seed=1.5 must be"), (dict(seed=True), "seed=True must be"),
+    (dict(forward_overhead_scale=-1), "forward_overhead_scale=-1 must be a finite number >= 0"),
+    (dict(forward_overhead_scale="2"), "forward_overhead_scale='2' must be"),
+    (dict(forward_overhead_scale=float("nan")), "forward_overhead_scale=nan must be"),
+])
+def test_random_chain_names_a_bad_seed_or_scale(kw, arg):
+    """numpy's errors named neither argument (seed=-1: 'expected non-negative integer'; a string scale: a
+    ufunc type error), and a negative scale read 'Chain.of[1] = -3 is out of range'."""
+    import numpy as np
+
+    with pytest.raises(ValueError, match=f"^random_chain: {re.escape(arg)}"):
+        memplan.random_chain(3, **kw)
+    # what works: a numpy seed is the same chain as the int, a scale of 2 doubles the forward overheads
+    assert memplan.random_chain(3, seed=np.int64(4)) == memplan.random_chain(3, seed=4)
+    assert (memplan.random_chain(3, seed=4, forward_overhead_scale=2).of == 2 * memplan.random_chain(3, seed=4).of).all()
+
 def test_below_the_resident_bytes_the_message_gives_the_whole_minimum():
     """A chain whose resident tensors alone exceed the limit: the inner solve ran at 1 B and its message
     ('no valid sequence fits in 1 B: the minimum feasible memory is 82.1 MiB ... planned under 0 B')

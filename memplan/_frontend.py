@@ -71,10 +71,24 @@ def records_chain(solve_fn):
     Solution it returns remembers the chain it was solved on (:func:`instance_record`, as the private
     attribute ``_solved_on``; not written to JSON), so that :func:`solution_arg` refuses a ``report`` or
     ``gantt`` on another chain. The outermost call stamps last: a solve that plans a variant of its chain
-    (``without_resident``, ``papers_times``) records the chain it was given."""
+    (``without_resident``, ``papers_times``) records the chain it was given. A keyword it does not take is a
+    TypeError naming the closest it takes (``memroy=``: did you mean 'memory'?), as :func:`memplan.solve`
+    does; Python's own named none."""
+    import inspect
+
+    params = inspect.signature(solve_fn).parameters
+    name = f"{solve_fn.__module__}.{solve_fn.__name__}"
 
     @functools.wraps(solve_fn)
     def solve(*args: Any, **kwargs: Any):
+        unknown = [k for k in kwargs if k not in params]
+        if unknown:
+            import difflib
+
+            close = difflib.get_close_matches(unknown[0], list(params), n=1)
+            raise TypeError(f"{name}() got an unexpected keyword argument {unknown[0]!r}"
+                            + (f" (did you mean {close[0]!r}?)" if close else "")
+                            + f"; it takes {', '.join(k for k in params if k not in ('chain', 'graph'))}")
         out = solve_fn(*args, **kwargs)
         if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], Solution):
             sol, chain = out

@@ -174,6 +174,22 @@ def test_report_refuses_a_chain_the_solution_was_not_solved_on(toy):
             memplan.problems[problem].report(s, other)
         assert "_solved_on" not in json.dumps(s.to_dict())
 
+
+@pytest.mark.parametrize("module, kw, typo, close", [
+    ("remat", {}, "memroy", "memory"), ("offload", dict(memory=30), "bandwith", "bandwidth"),
+    ("remat_offload", dict(memory=30), "timelimit", "time_limit"), ("pipeline", dict(memory=30), "gpu", "gpus"),
+])
+def test_a_misspelt_keyword_names_the_closest(module, kw, typo, close):
+    """memplan.solve named the closest option of a misspelt one; the problem modules' solve raised Python's
+    bare 'got an unexpected keyword argument' (3.11 names no close match)."""
+    mod = getattr(memplan, module)
+    with pytest.raises(TypeError, match=rf"^memplan.{module}.solve\(\) got an unexpected keyword argument "
+                                        rf"'{typo}' \(did you mean '{close}'\?\); it takes memory, "):
+        mod.solve(random_chain(4, seed=0), **kw, **{typo: 1})
+    # the signature is still the function's own (memplan.solve reads it), the chain may be a keyword
+    assert "chain" in inspect.signature(mod.solve).parameters and "memroy" not in inspect.signature(mod.solve).parameters
+    assert remat.solve(chain=random_chain(4, seed=0), memory=1000).success
+
 def test_progress_lines(toy):
     lines: list[str] = []
     remat.solve(toy, memory="90MiB", method="remat-milp", threads=1, progress=lines.append)

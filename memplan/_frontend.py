@@ -133,6 +133,8 @@ def gap_arg(gap: Any, problem: str) -> float | None:
     """A relative MILP gap in [0, 1) (None: the solver's default)."""
     if gap is None:
         return None
+    if isinstance(gap, bool):       # float(False) is 0.0: a gap of zero nobody asked for
+        raise InputError(f"{problem}: gap={gap!r} must be a number (a relative MILP gap, e.g. 1e-4)")
     try:
         g = float(gap)
     except (TypeError, ValueError):

@@ -289,6 +289,18 @@ def test_booleans_are_not_quantities(kw):
         memplan.solve(chain, "offload", "dynprog", **{"bandwidth": "1GB/s", **kw})
 
 
+
+@pytest.mark.parametrize("problem, method, kw", [
+    ("remat", "remat-milp", dict(memory="95MiB")), ("offload", "milp", dict(memory="90MiB", bandwidth="1GB/s")),
+    ("pipeline", "ilp", dict(memory="1GiB", bandwidth="1GB/s", gpus=2)),
+])
+@pytest.mark.parametrize("gap", [False, True])
+def test_a_boolean_gap_is_not_a_gap(problem, method, kw, gap):
+    """gap=False was taken as float(False) = 0, a gap of zero (the MILP then runs to a proof); True as 1.0
+    was refused as 'out of range'. Both are refused as not numbers, naming the gap."""
+    with pytest.raises(InputError, match=rf"^{problem}: gap={gap} must be a number \(a relative MILP gap"):
+        memplan.solve("paper004_table2", problem, method, gap=gap, time_limit=5, **kw)
+
 def test_quiet_silences_the_highs_banner():
     """checkmate runs HiGHS ("MILP optimal"), whose first instance in a process prints its banner
     (without -q, to stderr)."""

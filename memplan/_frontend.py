@@ -144,6 +144,29 @@ def gap_arg(gap: Any, problem: str) -> float | None:
     return g
 
 
+def solver_log_arg(value: Any, problem: str) -> str | None:
+    """The file for the MILP solver's log (None: no log): a path whose folder exists and can be written,
+    checked before the solve (HiGHS, given a missing folder, silently wrote nothing; a number was taken
+    as a file name)."""
+    import os
+    from pathlib import Path
+
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, os.PathLike)) or not str(value).strip():
+        raise InputError(f"{problem}: solver_log={value!r:.40} must be a file name for the MILP solver's log, e.g. "
+                         "'highs.log' (or None for no log)")
+    p = Path(value)
+    if p.is_dir():
+        raise InputError(f"{problem}: solver_log={str(value)!r} is a folder; give a file name, e.g. {str(p / 'highs.log')!r}")
+    folder = p.parent
+    if not folder.is_dir():
+        raise InputError(f"{problem}: solver_log={str(value)!r}: cannot write there, no folder {str(folder)!r}")
+    if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise InputError(f"{problem}: solver_log={str(value)!r}: cannot write there (permission denied)")
+    return str(p)
+
+
 def memory_arg(value: Any, problem: str, *, required: bool = True) -> float | None:
     """A memory limit in bytes from bytes or a string with units (``"90MiB"``)."""
     return _quantity(value, "memory", parse_memory, "90MiB", required=required, problem=problem)

@@ -204,6 +204,7 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | tuple |
     slots = _frontend.count_arg(slots, "slots", PROBLEM, required=False)
     threads = _frontend.count_arg(threads, "threads", PROBLEM, required=False)
     gap = _frontend.gap_arg(gap, PROBLEM)
+    solver_log = _frontend.solver_log_arg(solver_log, PROBLEM)
     if isinstance(exact, str) or exact not in (0, 1):       # True, False, 0, 1 (numpy's bools too)
         # bool(exact) had taken exact='no' (any non-empty string, 2, ...) for True, silently
         raise InputError(f"{PROBLEM}: exact={exact!r} must be True or False")

@@ -846,7 +846,8 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
         P = chain.L
     c = _Call(chain=chain, td=td, P=P, memory=memory, bandwidth=bandwidth, b=b,
               time_limit=b.time_limit, gap=_frontend.gap_arg(gap, PROBLEM),
-              threads=_frontend.count_arg(threads, "threads", PROBLEM, required=False), solver_log=solver_log,
+              threads=_frontend.count_arg(threads, "threads", PROBLEM, required=False),
+              solver_log=_frontend.solver_log_arg(solver_log, PROBLEM),
               periodicity=_frontend.count_arg(periodicity, "periodicity", PROBLEM),
               n_batches=_frontend.count_arg(n_batches, "n_batches", PROBLEM, minimum=_MIN_N_BATCHES),
               points=_points_arg(points, chain.L, P, memory_model), allocations=_allocations_arg(allocations, chain.L, P),

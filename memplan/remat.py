@@ -900,7 +900,7 @@ def solve(chain: Chain, *, memory: float | str, method: str | None = None, time_
     opts = _Options(slots=n_slots,
                     exact=_exact_arg(exact, chain, memory, method), gap=_frontend.gap_arg(gap, PROBLEM),
                     threads=_frontend.count_arg(threads, "threads", PROBLEM, required=False),
-                    solver_log=solver_log)
+                    solver_log=_frontend.solver_log_arg(solver_log, PROBLEM))
     _check_tables(chain, method, opts, memory)
     b = _frontend.budget(time_limit, progress, PROBLEM)
     if method == "recompute-all" and (why := _too_long(chain, method, b.limit())):

@@ -301,6 +301,24 @@ def test_a_boolean_gap_is_not_a_gap(problem, method, kw, gap):
     with pytest.raises(InputError, match=rf"^{problem}: gap={gap} must be a number \(a relative MILP gap"):
         memplan.solve("paper004_table2", problem, method, gap=gap, time_limit=5, **kw)
 
+
+@pytest.mark.parametrize("problem, kw", [
+    ("remat", dict(method="checkmate", memory="95MiB")), ("offload", dict(method="milp", memory="90MiB", bandwidth="1GB/s")),
+    ("pipeline", dict(memory="1GiB", bandwidth="1GB/s", gpus=2)),
+])
+def test_a_solver_log_that_cannot_be_written_is_named_before_the_solve(problem, kw, tmp_path):
+    """HiGHS given a log in a missing folder wrote nothing and said nothing (the Solution came back as if
+    logged); a number was taken as a file name ('3' in the working folder)."""
+    for bad, why in ((tmp_path / "no" / "such" / "h.log", "cannot write there, no folder"),
+                     (tmp_path, "is a folder; give a file name"), (3, "must be a file name"), ("", "must be a file name"),
+                     (True, "must be a file name")):
+        with pytest.raises(InputError, match=rf"^{problem}: solver_log=.*{re.escape(why)}"):
+            memplan.solve("paper004_table2", problem, solver_log=bad, time_limit=5, **kw)
+    if problem == "remat":          # a path that works is still HiGHS's log (Checkmate's MILP runs on the toy)
+        log = tmp_path / "h.log"
+        assert memplan.solve("paper004_table2", problem, solver_log=log, time_limit=5, **kw).success
+        assert "HiGHS" in log.read_text()
+
 def test_quiet_silences_the_highs_banner():
     """checkmate runs HiGHS ("MILP optimal"), whose first instance in a process prints its banner
     (without -q, to stderr)."""

@@ -165,7 +165,7 @@ def _too_long(chain: Chain, method: str, time_limit: float | None, pace: float =
     if method == "recompute-all":
         n = remat_heuristics.recompute_all_ops(chain.L)
         need = n * _SECONDS_PER_OP
-        what = f"recompute-all's sequence on L = {chain.L} stages has {n:,} operations"
+        what = f"recompute-all's sequence on L = {chain.L} stages ({n:,} operations)"
     elif method in _BUILD_SECONDS:
         a, c = _BUILD_SECONDS[method]
         first = pyomo_first_use_seconds() if method == "remat-milp" else 0.0
@@ -180,8 +180,9 @@ def _too_long(chain: Chain, method: str, time_limit: float | None, pace: float =
         return None
     if need <= time_limit:
         return None
-    return (f"{what} takes about {need:.3g} s here, more than the {time_limit:.3g} s time limit: give a time "
-            f"limit of at least {math.ceil(need * 1.5)} s, or use method 'rotor' (it answers within any limit)")
+    return (f"{what} takes about {need:.3g} s here, more than the {time_limit:.2g} s left of the time limit: "
+            f"give a time limit of at least {math.ceil(need * 1.5)} s, or use method 'rotor' (it answers within "
+            "any limit)")
 
 
 #: remat-milp gives its MIP start (the persistent DP) ``_START_SHARE`` of the call's time when the

@@ -75,3 +75,35 @@ def test_without_autocast_nothing_changes():
     lm = linearize_model(model, x)
     chain = profile_chain(lm.stages, x, lambda o: o.float().pow(2).mean(), input_grad=False, repeats=1)
     assert "autocast" not in chain.provenance
+
+
+def test_float16_with_a_grad_scaler_inside_the_loss():
+    """The README's recipe for float16: the step runs its own backward, so the GradScaler's scaling goes
+    inside ``loss_fn``; the chain plan's gradients are then the scaled eager step's, bit for bit."""
+    import memplan
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(),
+                                                      torch.nn.Linear(128, 64)) for _ in range(4)],
+                                torch.nn.Linear(64, 10))
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+
+    def loss(out, t):
+        return scaler.scale(F.cross_entropy(out, t))
+
+    with torch.autocast("cpu", dtype=torch.float16):
+        step = memplan.compile_under_budget(model, (x,), "1MiB", loss_fn=loss, example_targets=(y,),
+                                            fractions=(1.0,), repeats=1, compiled_stages=False)
+    assert step.choice.kind == "chain" and step.peak <= step.budget
+    for p in model.parameters():
+        p.grad = None
+    with torch.autocast("cpu", dtype=torch.float16):
+        out = loss(model(x), y)
+    out.backward()
+    ref = [p.grad.clone() for p in model.parameters()]
+    for p in model.parameters():
+        p.grad = None
+    with torch.autocast("cpu", dtype=torch.float16):
+        step(x, y)
+    assert all(torch.equal(p.grad, r) for p, r in zip(model.parameters(), ref))

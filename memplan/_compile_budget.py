@@ -1366,7 +1366,10 @@ class BudgetSearch:
         def step(*args):
             holder[0] = tuple(args[n:])
             if context is not None:
-                context.values = tuple(args[1:n])
+                try:
+                    context.set(args[1:n])
+                except ValueError as e:
+                    raise InputError(f"compile_under_budget's step: {e}") from None
             res = run(args[0])
             return res.loss_tensor if res.loss_tensor is not None else torch.tensor(res.loss)
 

@@ -583,9 +583,25 @@ class ContextInputs:
 
     def __init__(self, values: Sequence) -> None:
         self.values = tuple(values)
+        import torch
+
+        # inputs that are not tensors (a flag, a count) were fixed at these values when the model was
+        # traced: a step must bring the same ones
+        self.constants = {i: v for i, v in enumerate(self.values) if not isinstance(v, torch.Tensor)}
 
     def __len__(self) -> int:
         return len(self.values)
+
+    def set(self, values: Sequence) -> None:
+        """The inputs of the next step; one that is not a tensor must equal the traced model's (a
+        ``ValueError`` naming its position and both values: the chain was traced for that value)."""
+        values = tuple(values)
+        for i, v in self.constants.items():
+            w = values[i] if i < len(values) else None
+            if not (type(w) is type(v) and w == v):
+                raise ValueError(f"input {i + 2} is {w!r}, and the chain was traced with {v!r} (an input that is "
+                                 "not a tensor is a constant of the traced model): search again with it")
+        self.values = values
 
 
 def _context_module(holder: ContextInputs, i: int):
@@ -687,10 +703,12 @@ def _detach_no_grad_regions(gm, grad_at_start: bool) -> int:
     return count
 
 
-def _trace(model, n_given: int):
+def _trace(model, n_given: int, constants: dict[int, Any] | None = None):
     """``torch.fx.symbolic_trace(model)`` with the forward's parameters after the ``n_given`` given
     inputs fixed at their defaults (``mask=None``: traced as a proxy, ``if mask is not None`` would take
-    the masked branch), then removed from the graph; one without a default is refused."""
+    the masked branch), then removed from the graph; one without a default is refused. ``constants``:
+    given inputs (by position) fixed at these values too (the values of a model's inputs that are not
+    tensors: a loop count, a flag, which a proxy cannot stand for in Python's control flow)."""
     import inspect
 
     import torch
@@ -708,13 +726,16 @@ def _trace(model, n_given: int):
         raise ValueError(f"capture: the model's forward takes {len(params)} inputs and {n_given} were given: "
                          f"give {', '.join(missing)} too (those with a default may be left out)")
     fixed = {q.name: q.default for q in rest}
+    fixed.update({params[j].name: v for j, v in (constants or {}).items() if j < len(params)})
     tracer = _grad_mode_tracer()
     graph = tracer.trace(model, concrete_args=fixed or None)
     gm = fx.GraphModule(tracer.root, graph, type(tracer.root).__name__)
     _check_autocast_regions(gm)
     _detach_no_grad_regions(gm, tracer.grad_at_start)
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    for ph, q in zip(placeholders[n_given:], rest):
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]     # one per parameter, in order
+    for ph, q in zip(placeholders, params):
+        if q.name not in fixed:
+            continue
         value = fixed[q.name]
         for user in list(ph.users):
             user.args = fx.node.map_arg(user.args, lambda a, ph=ph, value=value: value if a is ph else a)
@@ -737,13 +758,15 @@ def capture(model, example_input, context: Sequence = ()) -> Captured:
     from torch.fx.passes.shape_prop import ShapeProp
 
     context = tuple(context)
-    gm = _trace(model, 1 + len(context))
+    # inputs that are not tensors are constants of the chain (ContextInputs.check guards them)
+    tensors = [i for i, v in enumerate(context) if isinstance(v, torch.Tensor)]
+    gm = _trace(model, 1 + len(context), {1 + i: v for i, v in enumerate(context) if i not in tensors})
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != 1 + len(context):
+    if len(placeholders) != 1 + len(tensors):
         raise ValueError(f"capture: the model must take exactly {1 + len(context)} input(s), it takes "
-                         f"{len(placeholders)}")
+                         f"{len(placeholders) + len(context) - len(tensors)}")
     holder = ContextInputs(context) if context else None
-    for i, ph in enumerate(placeholders[1:]):
+    for i, ph in zip(tensors, placeholders[1:]):
         name = f"memplan_context_{i}"
         gm.add_submodule(name, _context_module(holder, i))
         with gm.graph.inserting_after(ph):

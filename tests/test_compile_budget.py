@@ -809,3 +809,37 @@ def test_chain_plans_for_a_model_with_a_second_input():
         low(x, mask, y)
         for e, p in zip(expected, model.parameters()):
             torch.testing.assert_close(p.grad, e, rtol=1e-4, atol=1e-6)
+
+
+def test_an_input_that_is_not_a_tensor_is_a_constant_of_the_chain():
+    """A loop count passed beside the input: a proxy cannot stand for it in Python's control flow, so
+    the model could not be traced ('Proxy' object cannot be interpreted as an integer: no chain plan).
+    It is now fixed at the example's value when the model is traced: the chain plan trains as eager,
+    and a call with another value is refused naming the input and both values."""
+    from memplan._compile_budget import BudgetSearch
+
+    class Loop(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 8)
+
+        def forward(self, x, k):
+            h = self.a(x)
+            for _ in range(k):
+                h = torch.tanh(h)
+            return self.b(h)
+
+    torch.manual_seed(0)
+    model = Loop()
+    x, y = torch.randn(8, 16, 32), torch.randn(8, 16, 8)
+    search = BudgetSearch(model, (x, 3), loss_fn=_loss, example_targets=(y,), fractions=(), repeats=1,
+                          compiled_stages=False)
+    assert search.chain_note == "" and search.chain.L >= 4        # a, three tanh, b
+    low = search.under(int(search.minimum().peak))
+    for p in model.parameters():
+        p.grad = None
+    _loss(model(x, 3), y).backward()
+    expected = [p.grad.detach().clone() for p in model.parameters()]
+    _assert_step_grads_match(lambda xx, yy: low(xx, 3, yy), model, x, y, expected)
+    with pytest.raises(memplan.InputError, match=r"input 2 is 4, and the chain was traced with 3"):
+        low(x, 4, y)

@@ -60,7 +60,7 @@ except _metadata.PackageNotFoundError:  # pragma: no cover - running from a sour
 
 __all__ = [
     "Chain", "Platform", "Instance", "Solution", "Status",
-    "load_instance", "save_instance", "shipped_instances", "random_chain",
+    "load_instance", "save_instance", "shipped_instances", "random_chain", "load_solution",
     "solve", "problems",
     "InputError", "InfeasibleError", "InstanceError", "UnitError",
     "compile_under_budget", "TokenCrossEntropy",
@@ -103,6 +103,10 @@ def __getattr__(name: str):     # PEP 562: ``memplan.remat`` etc. without import
         from memplan._compile_budget import compile_under_budget
 
         return compile_under_budget
+    if name == "load_solution":             # a Solution from its JSON file, its schedule an object again
+        from memplan._frontend import load_solution
+
+        return load_solution
     if name == "TokenCrossEntropy":         # a loss whose chain loss stage can be chunked (imports torch)
         from memplan.models.chunked_loss import TokenCrossEntropy
 

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 import math
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from memplan.models.budget import Budget, ProgressFn
@@ -313,3 +315,50 @@ def add_note(sol: Solution, note: str) -> Solution:
     """``sol`` with ``note`` appended to its message (after a semicolon, or as the message)."""
     sol.message = f"{sol.message}; {note}" if sol.message else note
     return sol
+
+
+def schedule_from_json(problem: str, data: Any) -> Any:
+    """The schedule object of ``problem`` from its ``to_json`` form (remat sequences, offloading and joint
+    schedules, pipeline patterns and cyclic schedules; anything else, a pipeline's eager 1F1B run, stays
+    the JSON written)."""
+    if problem == "remat":
+        from memplan.models.remat import RematSchedule
+
+        return RematSchedule.from_json(data)
+    if problem == "offload":
+        from memplan.models.offload import OffloadSchedule
+
+        return OffloadSchedule.from_json(data)
+    if problem == "remat-offload":
+        from memplan.models.remat_offload import RematOffloadSchedule
+
+        return RematOffloadSchedule.from_json(data)
+    if problem == "pipeline" and isinstance(data, dict):
+        from memplan.models.pipeline import CyclicSchedule, Pattern
+
+        kind = data.get("kind")
+        if kind == "pipeline-pattern":
+            return Pattern.from_json(data)
+        if kind == "pipeline-cyclic":
+            return CyclicSchedule.from_json(data)
+    return data
+
+
+def load_solution(path: str | Path) -> Solution:
+    """A Solution from a JSON file written by :meth:`Solution.write_json` (``memplan solve --json``), its
+    schedule made again as its problem's object (:func:`schedule_from_json`), so that it can be
+    replayed, reported or executed. A file that cannot be read, is not JSON or not a solution raises
+    :class:`InputError` naming it."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read {p}: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise InputError(f"{p}: not JSON ({e})") from None
+    try:
+        return Solution.from_dict(data, read_schedule=schedule_from_json)
+    except InputError as e:
+        raise InputError(f"{p}: {e}") from None

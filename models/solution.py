@@ -121,6 +121,49 @@ class Solution:
             out["instance"] = dict(self.instance)
         return clean(out)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], read_schedule=None) -> "Solution":
+        """The Solution :meth:`to_dict` wrote (a file of :meth:`write_json`, ``memplan solve --json``).
+        ``read_schedule(problem, data)`` makes the schedule object again (:func:`memplan.load_solution`
+        passes the problems' readers); without it the schedule stays the JSON written. A field of the
+        wrong kind raises :class:`InputError` naming it."""
+        if not isinstance(data, dict):
+            raise InputError(f"a solution is a JSON object (as Solution.to_dict writes), not {type(data).__name__}")
+        missing = [k for k in ("problem", "method", "status") if k not in data]
+        if missing:
+            raise InputError(f"a solution needs {', '.join(missing)} (as Solution.to_dict writes)")
+        try:
+            status = Status(data["status"])
+        except ValueError:
+            raise InputError(f"status {data['status']!r} is not one of {', '.join(s.value for s in Status)}") from None
+
+        def number(key: str) -> float | None:
+            v = data.get(key)
+            if v is None:
+                return None
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise InputError(f"{key} = {v!r:.40} is not a number")
+            return float(v)
+
+        sched = data.get("schedule")
+        if sched is not None and read_schedule is not None:
+            try:
+                sched = read_schedule(str(data["problem"]), sched)
+            except (KeyError, TypeError, ValueError, IndexError) as e:
+                raise InputError(f"schedule: not a {data['problem']} schedule as Solution.to_dict writes it "
+                                 f"({type(e).__name__}: {e})") from None
+        for key in ("times", "details"):
+            if not isinstance(data.get(key, {}), dict):
+                raise InputError(f"{key} is not a JSON object")
+        gpus = data.get("gpus")
+        return cls(problem=str(data["problem"]), method=str(data["method"]), status=status,
+                   objective=number("objective"), peak_memory=number("peak_memory"), schedule=sched,
+                   bound=number("bound"), memory_limit=number("memory_limit"), predicted=number("predicted"),
+                   message=str(data.get("message", "")), times=dict(data.get("times") or {}),
+                   details=dict(data.get("details") or {}), bandwidth=number("bandwidth"),
+                   gpus=int(gpus) if isinstance(gpus, (int, float)) and not isinstance(gpus, bool) else None,
+                   instance=dict(data["instance"]) if isinstance(data.get("instance"), dict) else None)
+
     def write_json(self, path: str | Path) -> None:
         """Write :meth:`to_dict` as JSON; a path that cannot be written raises :class:`InputError`
         naming it, ``cannot write PATH: REASON`` (a folder, a missing or read-only folder, a full disk),

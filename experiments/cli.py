@@ -140,9 +140,56 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     return 0 if sol.success or (sol.method == "lb" and sol.bound is not None) else 1
 
 
+def _solution_file(path: str) -> bool:
+    """Whether ``path`` is a solution file (``memplan solve --json``): a JSON object with a problem, a
+    method and a status, as :meth:`memplan.Solution.to_dict` writes."""
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    if p.suffix.lower() != ".json" or not p.is_file():
+        return False
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(data, dict) and {"problem", "method", "status"} <= set(data)
+
+
+def _show_solution(args: argparse.Namespace) -> int:
+    """``memplan show SOLUTION.json``: the solution's report on the instance it was solved on (``--chain``,
+    else the file its record names), checked to be that chain; without one, its one-line summary."""
+    from memplan.models.solution import InputError, chain_fingerprint
+
+    sol = memplan.load_solution(args.instance)
+    rec = sol.instance or {}
+    where = args.chain or rec.get("file")
+    if not where:
+        print(repr(sol))
+        if sol.message:
+            print(f"status       {sol.status}: {sol.message}")
+        print("(no instance recorded: give --chain INSTANCE for the full report)")
+        return 0
+    try:
+        chain, _ = load_instance(where)
+    except (OSError, ValueError) as e:
+        raise InputError(f"{args.instance}: its instance {where} cannot be loaded ({e}); give --chain INSTANCE") from None
+    if rec.get("sha256") and chain_fingerprint(chain) != rec["sha256"]:
+        raise InputError(f"{args.instance}: solved on {rec.get('name')} (L = {rec.get('L')}), and {where} is another "
+                         f"chain ({chain.name}, L = {chain.L}, other sizes or times); give --chain with the instance "
+                         "it was solved on")
+    print(memplan.problems[sol.problem].report(sol, chain))
+    return 0
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     import pandas as pd
 
+    if _solution_file(args.instance):
+        return _show_solution(args)
+    if args.chain is not None:
+        raise CliError(f"--chain {args.chain}: the instance a solution file was solved on, and {args.instance} is "
+                       "an instance, not a solution; leave --chain out")
     chain, platform = load_instance(args.instance)
     print(f"{chain.name}: L = {chain.L} stages (+ loss), store-all time {fmt_time(chain.store_all_time())}, "
           f"weights {fmt_memory(chain.total_weights())}")
@@ -205,9 +252,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     s.set_defaults(func=_cmd_solve)
 
-    sh = sub.add_parser("show", help="print an instance's stage table")
-    sh.add_argument("instance")
+    sh = sub.add_parser("show", help="print an instance's stage table, or a solution file's report")
+    sh.add_argument("instance", help="an instance file or a shipped instance's name, or a solution file "
+                                     "(memplan solve --json)")
     sh.add_argument("--rows", type=positive_int, default=60, help="stage rows to print (default 60)")
+    sh.add_argument("--chain", default=None, help="a solution file's instance, where the solution records none "
+                                                 "or it has moved (default: the file its record names)")
     sh.set_defaults(func=_cmd_show)
 
     for mod in COMMANDS:

@@ -163,3 +163,22 @@ def test_zero_bandwidth_is_refused(capsys):
     """Issue 18: ``--bandwidth 0GB/s`` said "no bandwidth is known"."""
     _refused(capsys, ["solve", TOY, "--problem", "offload", "--memory", "80MiB", "--bandwidth", "0GB/s", "--quiet"],
              "bandwidth", "0GB/s", "positive")
+
+
+def test_show_a_solution_file_prints_its_report(tmp_path, capsys):
+    """``memplan show SOLUTION.json``: the saved solution's report on the instance it records (paper 004's
+    toy at 90 MiB: 47.4 ms, 86.8 MiB, as solved), refused on another chain, one line; before, the file was
+    read as an instance and refused with every field of the solution listed as unknown."""
+    from memplan.experiments.cli import main
+
+    toy = ROOT / "instances" / "paper004_table2.json"
+    sol = tmp_path / "sol.json"
+    assert main(["solve", str(toy), "--memory", "90MiB", "--method", "rotor", "--json", str(sol), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["show", str(sol)]) == 0
+    out = capsys.readouterr().out
+    assert "makespan     47.4 ms" in out and "peak memory  86.8 MiB" in out
+    other = ROOT / "instances" / "resnet18-b8-224-cpu.json"
+    assert main(["show", str(sol), "--chain", str(other)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "solved on paper004-table2 (L = 6)" in err and "another chain" in err

@@ -151,8 +151,8 @@ def _solution_file(path: str) -> bool:
         return False
     try:
         data = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
-        return False
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return False          # not a solution: read as an instance, whose loader names what is wrong
     return isinstance(data, dict) and {"problem", "method", "status"} <= set(data)
 
 

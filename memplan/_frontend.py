@@ -358,6 +358,8 @@ def load_solution(path: str | Path) -> Solution:
         data = json.loads(text)
     except ValueError as e:
         raise InputError(f"{p}: not JSON ({e})") from None
+    except RecursionError:
+        raise InputError(f"{p}: JSON nested too deeply to read (not a solution file)") from None
     try:
         return Solution.from_dict(data, read_schedule=schedule_from_json)
     except InputError as e:

@@ -72,3 +72,6 @@ def test_a_file_that_is_not_a_solution_is_refused_naming_it(tmp_path):
             memplan.load_solution(bad)
     with pytest.raises(memplan.InputError, match="cannot read"):
         memplan.load_solution(tmp_path / "missing.json")
+    bad.write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(memplan.InputError, match=f"{bad}: JSON nested too deeply"):
+        memplan.load_solution(bad)

@@ -1982,7 +1982,14 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
     example_inputs : tuple or list of tensors
         The model's inputs (``model(*example_inputs)``), with the shapes of training. The model's
         forward and the loss are run once on the examples, without autograd, before anything else: an
-        error there is an ``InputError`` quoting it.
+        error there is an ``InputError`` quoting it. For the chain plans the first must be a tensor (the
+        chain's a^0); the others (an attention mask) are read inside the stages, each call's own, and
+        one that is not a tensor (a count, a flag) is fixed at the example's value
+        (:class:`memplan.models.graph.ContextInputs`). The model may return its tensor inside a dict,
+        a (named) tuple or a list (``loss_fn`` gets the structure back), compute part of it under
+        ``torch.no_grad()``, and have frozen first layers (folded into the first trained stage).
+        Called inside a ``torch.autocast`` block, the search measures the steps in it (call the step
+        in the same block); a model that switches autocast inside its forward gets no chain plans.
     memory : float or str
         The budget for what one step adds on top of parameters, gradients and inputs: bytes, or a
         string with units (``"1.5GiB"``); at least one byte. A fraction of a byte is rounded down: the

@@ -86,6 +86,9 @@ NETWORKS = {
     "resnet50": dict(model="resnet50", kw={}, shape=(3, 160, 160), batch=2),
     "llama": dict(model="llama", kw=dict(vocab=8000, n_ctx=256, n_layer=4, d_model=256, n_head=4), shape=(256,),
                   batch=2),
+    # fine-tuning: the embeddings and the first three of the four blocks frozen (run when --networks names it)
+    "gpt2-finetune": dict(model="gpt2", kw=dict(n_layer=4, n_embd=256, n_head=4, n_ctx=256, dropout=0.0),
+                          shape=(256,), batch=2, freeze=("embed.", "blocks.0.", "blocks.1.", "blocks.2.")),
 }
 #: issue 28's GPU acceptance sizes (the H200 anchor of ../shared/external/gpu-h200/torch_compile_budget.csv):
 #: GPT-2 small at batch 8, sequence 1024, and ResNet-50 at batch 32, 224x224; Llama at GPT-2 small's width
@@ -103,6 +106,8 @@ QUICK = {
     "resnet50": dict(model="resnet50", kw=dict(num_classes=10), shape=(3, 64, 64), batch=2),
     "llama": dict(model="llama", kw=dict(vocab=512, n_ctx=64, n_layer=2, d_model=64, n_head=2), shape=(64,),
                   batch=2),
+    "gpt2-finetune": dict(model="gpt2", kw=dict(n_layer=2, n_embd=64, n_head=2, n_ctx=64, vocab=512, dropout=0.0),
+                          shape=(64,), batch=2, freeze=("embed.", "blocks.0.")),
 }
 COLUMNS = ["problem", "instance", "network", "method", "label", "batch", "input", "fraction", "memory_limit",
            "status", "objective", "peak_memory", "peak_set_to_none", "search_peak", "predicted_peak", "time_low", "time_high", "rounds", "noisy",
@@ -193,6 +198,9 @@ def run_network(name: str, spec: dict, *, fractions, backend: str, max_rounds: i
     clock = time.perf_counter if cuda else pick_clock(clock_name, torch.get_num_threads())
     torch.manual_seed(0)
     model = get_model(spec["model"], **spec["kw"]).to(device).train()
+    for n, p in model.named_parameters():       # a fine-tuning variant: these parameters frozen
+        if n.startswith(tuple(spec.get("freeze", ()))):
+            p.requires_grad_(False)
     x = example_input(spec["model"], spec["batch"], spec["shape"], vocab=spec["kw"].get("vocab"), device=device)
     dev = torch.device(device)
 

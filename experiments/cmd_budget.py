@@ -14,7 +14,6 @@ when the command runs.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import sys
 
@@ -150,9 +149,9 @@ def _cmd_budget(args: argparse.Namespace) -> int:
     check_example_input(key, model, x, shape)      # a wrong --input: one line, not a traceback
     # --autocast: the whole search (every candidate's step, the chains' profiles) inside one autocast
     # block, as a training loop would call the returned step
-    amp = (torch.autocast(args.device, dtype=getattr(torch, args.autocast)) if args.autocast
-           else contextlib.nullcontext())
-    with amp:
+    from memplan.models.runtime import autocast_blocks
+
+    with autocast_blocks(args.autocast, args.device)():
         step = memplan.compile_under_budget(
             model, (x,), budget, loss_fn=classification_loss(seed=args.seed), backend=args.backend,
             solver=args.solver, fractions=args.fractions, repeats=args.repeats, time_limit=args.time_limit,

@@ -23,6 +23,7 @@ torch is imported only when ``profile`` or ``run`` runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import Callable
@@ -357,20 +358,14 @@ TIME_TARGET = 0.02
 def _autocast_of(instance: str, prov: dict, device: str) -> Callable:
     """A factory of the autocast block the instance was profiled under (its provenance's ``autocast``,
     ``memplan profile --autocast``), one fresh block per step; a no-op factory without the record."""
-    import contextlib
-
-    import torch
-
     from memplan.models.profiler import AUTOCAST_DTYPES
+    from memplan.models.runtime import autocast_blocks
 
     dtype = prov.get("autocast")
-    if dtype is None:
-        return contextlib.nullcontext
-    if dtype not in AUTOCAST_DTYPES:
+    if dtype is not None and dtype not in AUTOCAST_DTYPES:
         raise InputError(f"{instance}: provenance.autocast = {dtype!r:.40} cannot be used (one of "
                          f"{', '.join(AUTOCAST_DTYPES)}); profile the network again with 'memplan profile'")
-    kind = torch.device(device).type
-    return lambda: torch.autocast(kind, dtype=getattr(torch, dtype))
+    return autocast_blocks(dtype, device)
 
 
 def _under(amp: Callable, fn: Callable) -> Callable:
@@ -381,18 +376,15 @@ def _under(amp: Callable, fn: Callable) -> Callable:
     return wrapped
 
 
-def _autograd_step(model, loss_fn, x, amp: Callable | None):
+def _autograd_step(model, loss_fn, x, amp: Callable):
     """Plain autograd's step: the forward and the loss in ``amp()``'s block, ``backward()`` after it."""
-    if amp is None:
-        loss_fn(model(x)).backward()
-        return
     with amp():
         out = loss_fn(model(x))
     out.backward()
 
 
 def _autograd_peak(model, loss_fn, x, device: str, seed: int, method: str = "dispatch",
-                   amp: Callable | None = None) -> float:
+                   amp: Callable = contextlib.nullcontext) -> float:
     """Plain ``loss_fn(model(x)).backward()``'s peak, measured as the executed plan's is
     (:func:`models.memory.step_peak`, ``method`` on a CPU): one method for both. ``amp``: the forward
     under that autocast factory's block."""
@@ -443,7 +435,7 @@ def _retimed_chain(chain, per_op: list, whole: list | None = None):
 
 def _time_against_autograd(stages, loss_stage, model, loss_fn, x, sched, device: str, seed: int, budget: float,
                            hold=True, retimed: list | None = None, retimed_whole: list | None = None,
-                           whole_hold: bool = False, amp: Callable | None = None):
+                           whole_hold: bool = False, amp: Callable = contextlib.nullcontext):
     """The plan and plain autograd timed in alternating rounds (:func:`models.measure.interleaved`:
     at least 8 rounds, until both medians' 95% intervals are within :data:`TIME_TARGET`, or
     ``budget`` seconds, but never fewer than 6 rounds), one CUDA synchronize around each sample; returns both
@@ -462,7 +454,7 @@ def _time_against_autograd(stages, loss_stage, model, loss_fn, x, sched, device:
     from memplan.models.memory import grad_input
     from memplan.models.runtime import execute as execute_plain
 
-    execute = execute_plain if amp is None else _under(amp, execute_plain)
+    execute = _under(amp, execute_plain)
 
     def clear():
         for p in model.parameters():

@@ -291,14 +291,10 @@ class Case:
     # -- helpers -----------------------------------------------------------------------------------
     def amp(self):
         """A fresh ``torch.autocast`` block of ``autocast``'s dtype on the case's device (each step its own,
-        as a training loop's, so that no contender keeps another's cast weights), or nothing."""
-        import contextlib
+        as a training loop's: :func:`memplan.models.runtime.autocast_blocks`), or nothing."""
+        from memplan.models.runtime import autocast_blocks
 
-        import torch
-
-        if not self.autocast:
-            return contextlib.nullcontext()
-        return torch.autocast(torch.device(self.device).type, dtype=getattr(torch, self.autocast))
+        return autocast_blocks(self.autocast, self.device)()
 
     def _exec(self, *args, **kw):
         """:func:`memplan.models.runtime.execute` inside :meth:`amp` (it runs its backward calls with

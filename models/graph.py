@@ -644,17 +644,10 @@ def _grad_mode_tracer():
 
 
 def _autocast_state() -> tuple:
-    """``torch.autocast``'s state on the CPU and CUDA (enabled, dtype), as a node records it."""
-    import torch
+    """``torch.autocast``'s dtype on the CPU and CUDA (None where off), as a node records it."""
+    from .runtime import autocast_dtype
 
-    out = []
-    for kind in ("cpu", "cuda"):
-        try:
-            on = torch.is_autocast_enabled(kind)
-            out.append((kind, on, str(torch.get_autocast_dtype(kind)) if on else None))
-        except RuntimeError:
-            out.append((kind, None, None))
-    return tuple(out)
+    return tuple(autocast_dtype(kind) for kind in ("cpu", "cuda"))
 
 
 def _check_autocast_regions(gm) -> None:

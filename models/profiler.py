@@ -61,7 +61,7 @@ import torch
 
 from .chain import Chain, Platform
 from .resident import fresh_start, mark_resident
-from .runtime import engine_backward, frozen_prefix, under_uncached_autocast
+from .runtime import autocast_blocks, autocast_dtype, engine_backward, frozen_prefix, under_uncached_autocast
 
 
 # memory tracking lives in models.memory (the runtime executor uses it and the profiler uses the
@@ -170,13 +170,9 @@ def _autocast_note(device) -> dict:
     """``{"autocast": ...}`` where the profile ran under ``torch.autocast`` (empty otherwise): the dtype
     its operations ran in and that the weight cache was off (:class:`models.runtime.uncached_autocast`)."""
     kind = torch.device(device).type
-    try:
-        on = torch.is_autocast_enabled(kind)
-    except RuntimeError:
-        on = False
-    if not on:
+    dtype = autocast_dtype(kind)
+    if dtype is None:
         return {}
-    dtype = str(torch.get_autocast_dtype(kind)).replace("torch.", "")
     return {"autocast": dtype, "autocast_note": f"the stages ran under torch.autocast({kind!r}, dtype={dtype}) "
             "without its weight cache (models.runtime.uncached_autocast); plans run under the same autocast "
             "('memplan run' does so from this record)"}
@@ -914,7 +910,7 @@ def profile_model(model_name: str, batch: int, input_shape: Sequence[int] | None
     if autocast is not None:
         if autocast not in AUTOCAST_DTYPES:
             raise ValueError(f"profile_model: autocast={autocast!r}; choose from {', '.join(AUTOCAST_DTYPES)}")
-        with torch.autocast(torch.device(device).type, dtype=getattr(torch, autocast)):
+        with autocast_blocks(autocast, device)():
             return profile_model(model_name, batch, input_shape, device=device, repeats=repeats, seed=seed,
                                  model_kw=model_kw, provenance=provenance, name=name, cuts=cuts, turns=turns,
                                  memory=memory, free_backward=free_backward, timing_budget=timing_budget)

@@ -92,6 +92,29 @@ def _engine(outputs: Sequence, grads: Sequence) -> None:
 _AUTOCAST_OFF: list[str] = []
 
 
+def autocast_dtype(kind: str) -> str | None:
+    """The dtype (``"bfloat16"``, ``"float16"``) ``torch.autocast`` runs device type ``kind``'s
+    operations in here, None where it is off (or the device type is one autocast does not know)."""
+    try:
+        if not torch.is_autocast_enabled(kind):
+            return None
+    except RuntimeError:
+        return None
+    return str(torch.get_autocast_dtype(kind)).replace("torch.", "")
+
+
+def autocast_blocks(dtype: str | None, device) -> Callable[[], Any]:
+    """A factory of fresh ``torch.autocast`` blocks of ``dtype`` (a name, ``"bfloat16"``) on ``device``'s
+    type, one per training step as a loop opens them (no step keeps another's cast weights); without a
+    dtype, of blocks that do nothing."""
+    import contextlib
+
+    if dtype is None:
+        return contextlib.nullcontext
+    kind, dt = torch.device(device).type, getattr(torch, dtype)
+    return lambda: torch.autocast(kind, dtype=dt)
+
+
 def backward_autocast_off():
     """A context for a backward call made inside :class:`uncached_autocast`: autocast off (as
     ``loss.backward()`` after the autocast block); nothing outside it."""
@@ -235,11 +258,7 @@ class uncached_autocast:
         self.pushed = False
 
     def __enter__(self):
-        try:
-            on = torch.is_autocast_enabled(self.kind)
-        except RuntimeError:             # a device type autocast does not know
-            on = False
-        if on:
+        if autocast_dtype(self.kind) is not None:
             if torch.is_autocast_cache_enabled():
                 self.ctx = torch.autocast(self.kind, dtype=torch.get_autocast_dtype(self.kind), cache_enabled=False)
                 self.ctx.__enter__()
@@ -257,6 +276,7 @@ class uncached_autocast:
         return False
 
 
+@under_uncached_autocast(x_at=2)
 def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
             schedule: RematSchedule | Sequence[tuple[str, int]], *, measure_memory: bool = False,
             device=None, input_grad: bool = True, op_times: list | None = None,
@@ -339,17 +359,6 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
 
     Raises :class:`models.remat.InvalidSequence` when an operation's inputs are not in memory.
     """
-    with uncached_autocast(device if device is not None else x.device):
-        return _execute(stages, loss_fn, x, schedule, measure_memory=measure_memory, device=device,
-                        input_grad=input_grad, op_times=op_times, clock=clock, fuse_backward=fuse_backward,
-                        sync=sync, hold=hold, fast=fast)
-
-
-def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
-             schedule: RematSchedule | Sequence[tuple[str, int]], *, measure_memory: bool, device, input_grad: bool,
-             op_times: list | None, clock: Callable[[], float], fuse_backward: bool, sync: bool, hold,
-             fast: bool) -> RuntimeResult:
-    """:func:`execute`'s run (its docstring)."""
     L = len(stages)
     fns = list(stages) + [loss_fn]
     info = _stage_info(fns)

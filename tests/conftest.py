@@ -154,3 +154,25 @@ def write_branches_graph(path):
               "\tnode5 -- node6"]
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def masked_mlp_case():
+    """A model that reads a mask beside its input (``model(x, mask)``), an example, its targets and two
+    masks: the compile_under_budget tests of models with several inputs, eager and compiled."""
+    import torch
+
+    class Masked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.GELU(), torch.nn.Linear(128, 32),
+                                           torch.nn.LayerNorm(32), torch.nn.Linear(32, 128), torch.nn.Tanh(),
+                                           torch.nn.Linear(128, 8))
+
+        def forward(self, x, mask):
+            return self.net(x).masked_fill(mask, 0.0)
+
+    torch.manual_seed(1)
+    model = Masked()
+    x, y = torch.randn(8, 16, 32), torch.randn(8, 16, 8)
+    masks = [torch.rand(8, 16, 8) > 0.5, torch.rand(8, 16, 8) > 0.2]
+    return model, x, y, masks

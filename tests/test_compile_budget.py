@@ -780,20 +780,11 @@ def test_chain_plans_for_a_model_with_a_second_input():
     """``compile_under_budget(model, (x, mask), ...)``: the chain plans read the mask inside their stages
     (before: "need exactly one input tensor", no chain plan); the least-memory chain plan trains to
     eager autograd's gradients on the mask each call is given, not on the example's."""
+    from conftest import masked_mlp_case
+
     from memplan._compile_budget import BudgetSearch
 
-    class Masked(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = _mlp()
-
-        def forward(self, x, mask):
-            return self.net(x).masked_fill(mask, 0.0)
-
-    torch.manual_seed(1)
-    model = Masked()
-    x, y = torch.randn(8, 16, 32), torch.randn(8, 16, 8)
-    masks = [torch.rand(8, 16, 8) > 0.5, torch.rand(8, 16, 8) > 0.2]
+    model, x, y, masks = masked_mlp_case()
     search = BudgetSearch(model, (x, masks[0]), loss_fn=_loss, example_targets=(y,), fractions=(), repeats=1,
                           compiled_stages=False)
     assert search.chain_note == "" and search.chain is not None and search.chain.L >= 4

@@ -275,25 +275,14 @@ def test_compiled_chain_plans_of_a_model_with_a_mask_input():
     Dynamo lifts as a graph input (no recompilation when each call brings its own mask). The compiled
     chain's least-memory plan measures its replay's peak and trains to eager autograd's gradients on
     the mask each call is given."""
+    from conftest import masked_mlp_case
+
     from memplan._compile_budget import BudgetSearch
-
-    class Masked(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.GELU(), torch.nn.Linear(128, 32),
-                                           torch.nn.LayerNorm(32), torch.nn.Linear(32, 128), torch.nn.Tanh(),
-                                           torch.nn.Linear(128, 8))
-
-        def forward(self, x, mask):
-            return self.net(x).masked_fill(mask, 0.0)
 
     def loss(out, t):
         return torch.nn.functional.mse_loss(out, t)
 
-    torch.manual_seed(1)
-    model = Masked()
-    x, y = torch.randn(8, 16, 32), torch.randn(8, 16, 8)
-    masks = [torch.rand(8, 16, 8) > 0.5, torch.rand(8, 16, 8) > 0.2]
+    model, x, y, masks = masked_mlp_case()
     search = BudgetSearch(model, (x, masks[0]), loss_fn=loss, example_targets=(y,), fractions=(), repeats=1,
                           backend=BACKEND)
     assert search.compiled_chain_note == "" and search.compiled_chain is not None

@@ -118,11 +118,9 @@ def __getattr__(name: str):     # PEP 562: ``memplan.remat`` etc. without import
 
 def _problem(problem: str):
     if problem not in _PROBLEM_MODULES:
-        import difflib
+        from memplan.models.units import did_you_mean
 
-        key = str(problem).replace("_", "-")
-        close = difflib.get_close_matches(key, list(_PROBLEM_MODULES), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(str(problem).replace("_", "-"), _PROBLEM_MODULES)
         raise InputError(f"unknown problem {problem!r}{hint}; choose from {', '.join(_PROBLEM_MODULES)}")
     return problems[problem]
 
@@ -203,10 +201,9 @@ def solve(instance: Instance | Chain | str | Path, problem: str, method: str | N
             raise InputError(f"problem {problem!r} takes no {key} (it has {', '.join(k for k in params if k != 'chain')})")
     unknown = [k for k in options if k not in params]
     if unknown:
-        import difflib
+        from memplan.models.units import did_you_mean
 
-        close = difflib.get_close_matches(unknown[0], list(params), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(unknown[0], params)
         raise InputError(f"problem {problem!r} has no option {unknown[0]!r}{hint}; its options: "
                          + ", ".join(k for k in params if k not in ("chain",)))
     return mod.solve(chain, method=method, time_limit=time_limit, progress=progress, **kwargs, **options)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 from memplan.models.budget import Budget, ProgressFn
 from memplan.models.chain import Chain
 from memplan.models.solution import InputError, Solution, Status, chain_fingerprint, instance_record
-from memplan.models.units import UnitError, fmt_bytes, fmt_memory, parse_bandwidth, parse_memory
+from memplan.models.units import UnitError, did_you_mean, fmt_bytes, fmt_memory, parse_bandwidth, parse_memory
 
 DEFAULT_TIME_LIMIT = 60.0
 #: the slowest link a bandwidth may give, bytes/s: transfer times of the largest sizes stay finite
@@ -85,11 +85,8 @@ def records_chain(solve_fn):
     def solve(*args: Any, **kwargs: Any):
         unknown = [k for k in kwargs if k not in params]
         if unknown:
-            import difflib
-
-            close = difflib.get_close_matches(unknown[0], list(params), n=1)
             raise TypeError(f"{name}() got an unexpected keyword argument {unknown[0]!r}"
-                            + (f" (did you mean {close[0]!r}?)" if close else "")
+                            + did_you_mean(unknown[0], params)
                             + f"; it takes {', '.join(k for k in params if k not in ('chain', 'graph'))}")
         out = solve_fn(*args, **kwargs)
         if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], Solution):
@@ -222,11 +219,7 @@ def method_arg(method: str | None, methods: Sequence[str], default: str, problem
     if method is None:
         return default
     if method not in methods:
-        import difflib
-
-        close = difflib.get_close_matches(str(method), list(methods), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise InputError(f"{problem}: unknown method {method!r}{hint}; choose from {', '.join(methods)}")
+        raise InputError(f"{problem}: unknown method {method!r}{did_you_mean(method, methods)}; choose from {', '.join(methods)}")
     return method
 
 

@@ -86,7 +86,7 @@ from typing import Any
 
 import numpy as np
 
-from .units import UnitError, parse_bandwidth, parse_memory
+from .units import UnitError, did_you_mean, parse_bandwidth, parse_memory
 
 
 #: the per-stage arrays of a :class:`Chain`
@@ -348,12 +348,8 @@ class Chain:
         for key, v in loss.items():
             # a misspelt key ({"uff": 1}) was ignored: the loss then cost nothing, silently
             if key not in _LOSS_KEYS:
-                import difflib
-
-                close = difflib.get_close_matches(str(key), _LOSS_KEYS, n=1)
-                raise ValueError(f"Chain.from_stages: loss has no key {key!r}"
-                                 + (f" (did you mean {close[0]!r}?)" if close else "")
-                                 + f"; its keys: {', '.join(_LOSS_KEYS)}")
+                raise ValueError(f"Chain.from_stages: loss has no key {key!r}{did_you_mean(key, _LOSS_KEYS)}"
+                                 f"; its keys: {', '.join(_LOSS_KEYS)}")
             if isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
                 raise ValueError(f"Chain.from_stages: loss[{key!r}] = {v!r:.40} must be a number (seconds or bytes)")
         wa = list(wa)

@@ -188,3 +188,12 @@ def fmt_bandwidth(bps: float | None) -> str:
     if bps == math.inf:
         return "inf (free links)"
     return fmt_memory(bps, binary=False).replace(" ", " ") + "/s"
+
+
+def did_you_mean(word, choices) -> str:
+    """`` (did you mean 'x'?)`` for the choice closest to ``word`` (difflib's), or ``""`` where none is
+    close: the hint of every "unknown name" error (problems, methods, keywords, keys)."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

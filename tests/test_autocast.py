@@ -93,8 +93,10 @@ def test_float16_with_a_grad_scaler_inside_the_loss():
         return scaler.scale(F.cross_entropy(out, t))
 
     with torch.autocast("cpu", dtype=torch.float16):
+        # chain plans only: which candidate is fastest is a measurement, and the recipe is checked on
+        # the chain plan (a compiled fraction won it once in a fresh clone's run)
         step = memplan.compile_under_budget(model, (x,), "1MiB", loss_fn=loss, example_targets=(y,),
-                                            fractions=(1.0,), repeats=1, compiled_stages=False)
+                                            fractions=(), repeats=1, compiled_stages=False)
     assert step.choice.kind == "chain" and step.peak <= step.budget
     for p in model.parameters():
         p.grad = None

@@ -38,12 +38,20 @@ def test_budget_bad_model_argument_is_one_line(capsys):
                    "(given: bogus=1)")
 
 
-def test_budget_progress_lines_on_request_and_no_profiler_noise(capfd, one_torch_thread):
+def test_budget_progress_lines_on_request_and_no_profiler_noise():
     """--progress: one line per part of the search on stderr (the fraction compiled, the chain
     profiled), the report on stdout; the profiler's own start/stop lines (Kineto writes them to file
-    descriptor 2 at every CPU memory window) do not reach stderr."""
-    assert main(["budget", *TINY, "--memory", "1GiB", "--progress"]) == 0
-    out, err = capfd.readouterr()
+    descriptor 2 at every CPU memory window) do not reach stderr. Run as a user runs it, in a process
+    of its own: inside the test process torch was imported before the command could quiet c10's log,
+    and garbage of earlier tests freed inside a measured window wrote c10's warning about it (seen
+    once in a fresh clone's run, depending on which tests the worker ran first)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "memplan.experiments.cli", "budget", *TINY, "--memory", "1GiB",
+                           "--progress"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    out, err = done.stdout, done.stderr
     lines = err.strip().splitlines()
     assert lines and all(line.startswith("memplan budget: ") for line in lines), lines
     assert any(re.match(r"memplan budget: fraction 1 \(pytorch\): compiled in [\d.]+ s, peak ", line) for line in lines)

@@ -2100,8 +2100,10 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
 
     The search runs training steps on ``model``; the parameters' gradients and the model's buffers are
     restored when it ends (the parameters themselves do not change: there is no optimizer step). A
-    chain plan that recomputes a batch-norm stage updates its running statistics once more per
-    recomputation (as ``torch.utils.checkpoint`` does); gradients are not affected.
+    chain plan that recomputes a batch-norm stage leaves its running statistics as one eager step does
+    (the executor puts back what a recomputation writes; ``torch.utils.checkpoint`` updates them
+    again). A model whose forward writes a buffer itself (``self.steps += 1``) gets no chain plans
+    (``chain_note`` names the buffer): the traced stages would not write it.
 
     With dropout (any random operation) the candidates do not draw the same masks: a compiled step's
     (a fraction's, or compiled stages') are not the ones eager autograd draws from the same random

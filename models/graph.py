@@ -696,6 +696,42 @@ def _detach_no_grad_regions(gm, grad_at_start: bool) -> int:
     return count
 
 
+#: fx targets that write their first argument (besides methods ``name_``, and ``operator.i*``)
+_WRITES = frozenset({"setitem", "copy_", "fill_", "zero_", "index_put_"})
+
+
+def _buffer_writes(gm) -> list[str]:
+    """The targets of the buffers (or parameters) that a node of ``gm``'s graph writes in place: an
+    in-place method or function (``add_``, ``copy_``, ``operator.iadd``, ``operator.setitem``) whose first
+    argument is a ``get_attr``, directly or through views and other in-place results of one
+    (``self.ema.mul_(0.9).add_(h.mean(0))``, ``self.buf[0] += 1``)."""
+    import operator
+
+    augmented = {getattr(operator, f"i{o}") for o in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow",
+                                                      "and", "or", "xor", "lshift", "rshift", "matmul")}
+
+    def in_place(node) -> bool:
+        if node.op not in ("call_method", "call_function"):
+            return False
+        name = _target_name(node.target)
+        return (name in _WRITES or (name.endswith("_") and not name.endswith("__"))
+                or node.target in augmented)
+
+    def root(node):
+        while node.op in ("call_method", "call_function") and node.args and isinstance(node.args[0], type(node)) \
+                and (in_place(node) or _target_name(node.target) in VIEW_OPS):
+            node = node.args[0]
+        return node
+
+    written = []
+    for node in gm.graph.nodes:
+        if in_place(node) and node.args and isinstance(node.args[0], type(node)):
+            r = root(node.args[0])
+            if r.op == "get_attr" and str(r.target) not in written:
+                written.append(str(r.target))
+    return written
+
+
 def _trace(model, n_given: int, constants: dict[int, Any] | None = None):
     """``torch.fx.symbolic_trace(model)`` with the forward's parameters after the ``n_given`` given
     inputs fixed at their defaults (``mask=None``: traced as a proxy, ``if mask is not None`` would take
@@ -721,8 +757,22 @@ def _trace(model, n_given: int, constants: dict[int, Any] | None = None):
     fixed = {q.name: q.default for q in rest}
     fixed.update({params[j].name: v for j, v in (constants or {}).items() if j < len(params)})
     tracer = _grad_mode_tracer()
+    state = ([(n, b, b._version, b.detach().clone()) for n, b in model.named_buffers()]
+             if isinstance(model, torch.nn.Module) else [])
     graph = tracer.trace(model, concrete_args=fixed or None)
+    written = [n for n, b, v, _ in state if b._version != v]
+    if written:
+        # the Python code of the forward ran on the real buffer during the trace (``self.count += 1``):
+        # put it back, and refuse the model (the graph reads the buffer, it does not write it)
+        with torch.no_grad():
+            for _, b, _, value in state:
+                b.copy_(value)
+    del state
     gm = fx.GraphModule(tracer.root, graph, type(tracer.root).__name__)
+    written += _buffer_writes(gm)
+    if written:
+        raise ValueError(f"capture: the forward writes buffer {written[0]!r} in place, which chain stages do not "
+                         "replay; move the update out of forward (torch.nn's layers, batch norm included, are fine)")
     _check_autocast_regions(gm)
     _detach_no_grad_regions(gm, tracer.grad_at_start)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]     # one per parameter, in order

@@ -22,8 +22,11 @@ around every later execution (recomputation), then the global state is put back,
 ``torch.utils.checkpoint`` does; the global generator therefore advances exactly as in a plain forward
 pass, and dropout masks are the same in every recomputation. With deterministic kernels the parameter
 gradients are bit-identical to ``loss_fn(model(x)).backward()`` (the tests check ``torch.equal``).
-Recomputing a BatchNorm stage in training mode updates its running statistics again (as with
-``torch.utils.checkpoint``); gradients are not affected.
+Buffers: a recomputation puts back the buffers its stage's first run wrote (a BatchNorm's running
+statistics and ``num_batches_tracked`` in training mode, a counter), so that they end the step as a
+plain forward pass leaves them (``torch.utils.checkpoint`` updates them again at each recomputation).
+A recomputation sees the buffers as the first run left them: a batch norm in training mode normalizes
+with the batch's own statistics, so its output is the same.
 
 Multi-tensor cuts (:func:`models.graph.multi_stage_modules`): a^l is a tuple, and a resident tensor
 (crossing two or more cuts) is held once, as a leaf from its producer's first forward to the end of its
@@ -178,13 +181,19 @@ class _Rng:
     written back through a tensor that lives only during the write. The CUDA generator's state is a
     host tensor (it never counts in the device's memory)."""
 
-    def __init__(self, device, starts: set[int]) -> None:
+    def __init__(self, device, starts: set[int], fns: Sequence[Callable] = (), replayed: set[int] = frozenset()) -> None:
         self.cuda = torch.device(device).type == "cuda"
         self.states: dict[int, tuple] = {}
         self.starts = starts
         self.seen: set[int] = set()
         self.outer = None                # the global state to put back when the replays end
         self.at: int | None = None       # while replaying: the stage whose saved state the generator holds
+        # buffers: a replayed stage (``fns[l - 1]``, l in ``replayed``) whose first run wrote buffers of
+        # its own (batch norm's running statistics and its count, a counter) gets them put back after
+        # every replay, so that they end the step as one plain forward leaves them (recomputing a batch
+        # norm had updated its running statistics once more per recomputation)
+        self.fns, self.replayed = fns, replayed
+        self.written: dict[int, list] = {}   # l -> the buffers stage l's first run wrote
 
     def _get(self):
         # clone_state: a generator, outside c10's allocator (see the class docstring)
@@ -195,19 +204,53 @@ class _Rng:
         if self.cuda:
             torch.cuda.set_rng_state(s[1])
 
+    def _buffers(self, l: int) -> tuple[list, list]:
+        """Stage l's buffers (where it is replayed), and its norms' ``(num_batches_tracked, running
+        statistics)``: the native batch norm writes its running statistics without bumping their
+        version counter, so they are taken as written where the count was."""
+        f = self.fns[l - 1] if l in self.replayed and 0 < l <= len(self.fns) else None
+        if not isinstance(f, torch.nn.Module):
+            return [], []
+        norms = [(m.num_batches_tracked, [b for b in (m.running_mean, m.running_var) if b is not None])
+                 for m in f.modules() if isinstance(m, torch.nn.modules.batchnorm._NormBase)
+                 and isinstance(getattr(m, "num_batches_tracked", None), torch.Tensor)]
+        return list(f.buffers()), norms
+
     def run(self, l: int, fn: Callable[[], Any]):
         if l not in self.seen:           # the first run of stage l: from the global state
             self.seen.add(l)
             self.restore()
             if l in self.starts:
                 self.states[l] = self._get()
-            return fn()
+            bufs, norms = self._buffers(l)
+            if not bufs:
+                return fn()
+            versions = {id(b): b._version for b in bufs}
+            out = fn()
+            written = {id(b): b for b in bufs if b._version != versions[id(b)]}
+            for count, stats in norms:
+                if id(count) in written:
+                    written.update((id(b), b) for b in stats)
+            if written:
+                self.written[l] = list(written.values())
+            return out
         if self.outer is None:
             self.outer = self._get()
         if self.at != l:
             self._set(self.states[l])
         self.at = None                   # unknown if fn raises
-        out = fn()
+        written = self.written.get(l)
+        if written:
+            kept = [b.detach().clone() for b in written]
+            try:
+                out = fn()
+            finally:
+                # through .data: no version bump (a replayed F_all's graph saved the running
+                # statistics, and the native batch norm, which wrote them, bumps none either)
+                for b, v in zip(written, kept):
+                    b.data.copy_(v)
+        else:
+            out = fn()
         self.at = l + 1
         return out
 
@@ -379,7 +422,7 @@ def execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor,
     if (fast and info.multi and free and not info.shared and not measure_memory and op_times is None
             and ops == _store_all_plan(L)):
         return _run_store_all_multi(fns, x, device, input_grad, clock, sync, info)
-    rng = _Rng(device, starts) if replayed else None
+    rng = _Rng(device, starts, fns, replayed) if replayed else None
     cuda = torch.device(device).type == "cuda"
     marks: list = []                  # CUDA events or perf_counter readings between operations
     tracker = _tracker_for(fns, device) if measure_memory else None

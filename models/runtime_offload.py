@@ -576,7 +576,8 @@ def _execute(stages: Sequence[Callable], loss_fn: Callable, x: torch.Tensor, sch
     cuda = device.type == "cuda"
     ops = list(schedule.ops)
     n = len(ops)
-    rng = _Rng(device, _plan(ops, False)[3])
+    _, replayed, _, rstarts = _plan(ops, False)
+    rng = _Rng(device, rstarts, fns, replayed)
     # boundary -> transfers whose copy starts there (list order: the side stream's order), and
     # offload q -> the boundary where its device storage is freed (OffloadPlan.copy_boundaries,
     # release_boundaries); an offload issued at the last boundary is freed at the end

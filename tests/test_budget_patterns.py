@@ -1,0 +1,111 @@
+"""compile_under_budget on model patterns users write (batch norm, buffers written in forward, ...):
+each step compared with eager autograd's ``loss_fn(model(x), y).backward()`` on a copy of the model with
+the same initial state (gradients, loss, and the parameters' and buffers' state after the step)."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import memplan  # noqa: E402
+from memplan._compile_budget import BudgetSearch  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+nn = torch.nn
+F = torch.nn.functional
+
+
+def _eager(model, xs, ys, loss_fn, steps=1):
+    """A copy of ``model`` after ``steps`` plain autograd steps (gradients accumulate), and the last loss."""
+    ref = copy.deepcopy(model)
+    for _ in range(steps):
+        loss = loss_fn(ref(*xs), *ys)
+        loss.backward()
+    return ref, float(loss.detach())
+
+
+def _assert_like_eager(model, ref, loss=None, ref_loss=None):
+    if loss is not None:
+        assert float(loss) == pytest.approx(ref_loss, rel=1e-5, abs=1e-7)
+    for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+        assert (p.grad is None) == (q.grad is None), n
+        if p.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=n)
+    for (n, b), (_, c) in zip(model.named_buffers(), ref.named_buffers()):
+        torch.testing.assert_close(b, c, rtol=1e-5, atol=1e-7, msg=f"buffer {n}")
+
+
+def _bn_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 64), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(64, 64), nn.BatchNorm1d(8),
+                         nn.ReLU(), nn.Linear(64, 8))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager-stages", "compiled-stages"])
+def test_a_recomputed_batch_norm_updates_its_running_statistics_once(one_torch_thread, compiled):
+    """The least-memory chain plan recomputes the batch-norm stages; the running statistics and
+    num_batches_tracked after one step are eager's one step (they were updated once more per
+    recomputation), and the gradients are eager's."""
+    model = _bn_model()
+    x, y = torch.randn(16, 8, 32), torch.randn(16, 8, 8)
+    ref, ref_loss = _eager(model, (x,), (y,), F.mse_loss)
+    search = BudgetSearch(model, (x,), loss_fn=F.mse_loss, example_targets=(y,), fractions=(), repeats=1,
+                          compiled_stages=compiled)
+    search.minimum()
+    kind = "chain-compiled" if compiled else "chain"
+    least = min((c for c in search.measured() if c.kind == kind), key=lambda c: c.peak)
+    forwards = [l for op, l in least.ops if op != "B"]
+    assert len(forwards) > len(set(forwards)), "the plan recomputes no stage"
+    step, _ = search._runner(least)
+    loss = step(x, y)
+    _assert_like_eager(model, ref, loss, ref_loss)
+
+
+class _Counter(nn.Module):
+    """A buffer counter written in the forward, in one of the ways users write it."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+        self.a = nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 64))
+        self.register_buffer("steps", torch.zeros(()))
+        self.register_buffer("ema", torch.zeros(64))
+        self.b = nn.Sequential(nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 8))
+
+    def forward(self, x):
+        h = self.a(x)
+        if self.how == "iadd":
+            self.steps += 1
+        elif self.how == "add_":
+            self.steps.add_(1)
+        elif self.how == "read":            # read after its update: a stage without the write reads 0
+            self.steps += 1
+            h = h / self.steps
+        elif self.how == "ema":
+            with torch.no_grad():
+                self.ema.mul_(0.9).add_(0.1 * h.mean((0, 1)))
+        return self.b(h)
+
+
+@pytest.mark.parametrize("how", ["iadd", "add_", "read", "ema"])
+def test_a_buffer_written_in_forward_gets_no_chain_plans(one_torch_thread, how):
+    """The traced graph does not replay a buffer written in the forward (the chain's stages had left it
+    as it was, or read 0 where eager reads 1: NaN gradients): no chain plans, the reason named; the
+    compiled fraction's step writes it as eager does. Chain plans only: refused with the reason."""
+    torch.manual_seed(0)
+    model = _Counter(how)
+    x, y = torch.randn(8, 8, 32), torch.randn(8, 8, 8)
+    ref, ref_loss = _eager(model, (x,), (y,), F.mse_loss)
+    with pytest.raises(memplan.InputError, match="writes buffer '(steps|ema)' in place"):
+        memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=F.mse_loss, example_targets=(y,), fractions=(),
+                                     repeats=1)
+    step = memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=F.mse_loss, example_targets=(y,),
+                                        fractions=(1.0,), repeats=1)
+    assert step.kind == "compiled" and "writes buffer" in step.chain_note
+    for p in model.parameters():
+        p.grad = None
+    loss = step(x, y)
+    _assert_like_eager(model, ref, loss, ref_loss)

@@ -565,9 +565,10 @@ class BudgetSearch:
     A language model's loss stage (its head folded into the loss) can also be computed over chunks of
     tokens, the logits recomputed chunk by chunk in the backward
     (:class:`memplan.models.chunked_loss.ChunkedHeadLoss`), when ``loss_fn`` is a
-    :class:`~memplan.models.chunked_loss.TokenLoss`: a second chain with that loss stage is profiled
-    where it lowers the least memory (:meth:`_build_chunked`, ``loss_chunks``), rotor is solved on
-    both and the plan with the smaller predicted makespan is measured; its label names the chunks. The
+    :class:`~memplan.models.chunked_loss.TokenLoss`: chains with that loss stage are profiled where it
+    lowers the least memory, one per chunk count on the way down to the least (:meth:`_build_chunked`,
+    ``loss_chunks``), rotor is solved on each and the plan with the smallest predicted makespan is
+    measured; its label names the chunks. The
     compiled-stage chain (at the first stage fraction) gets the same variant with each chunk compiled,
     and for a linear head one more whose chunks take their gradients in the forward
     (:meth:`_build_compiled_chunked`, ``compiled_loss_chunks``): below the whole compiled loss stage's
@@ -688,6 +689,7 @@ class BudgetSearch:
         self.chain_note = "" if chain else "not asked for (chain=False)"
         self._chain = None                     # (stages, loss stage, targets holder, chain, min memory)
         self._chunked = None                   # (loss chunks, chunked loss stage, its chain, min memory)
+        self._chunked_fewer: list[tuple] = []  # the same at fewer chunks (faster, more memory), by count
         self.loss_chunk_minima: dict[int, float] = {}   # chunks -> the chain's least memory (bytes)
         self.loss_chunks_note = ""
         self._offset = 0.0                     # largest measured - simulated peak of a chain plan so far
@@ -744,7 +746,7 @@ class BudgetSearch:
                 else:
                     self._build_chain()
                     self._progress(f"chain: L = {self._chain[3].L} stages profiled"
-                                   + (f", the loss in {self._chunked[0]} chunks too" if self._chunked else "")
+                                   + (f", the loss in {self.loss_chunk_counts} chunks too" if self._chunked else "")
                                    + f" ({self.profile_time:.1f} s)" if self._chain else
                                    f"chain: not available ({self.chain_note})")
                     if compiled_stages and self._chain is not None:
@@ -1004,12 +1006,14 @@ class BudgetSearch:
         loss that splits over tokens (:class:`~memplan.models.chunked_loss.TokenLoss`), the chunked
         stage's loss and input gradient equal to the whole stage's on a sample. The loss stage's sizes
         are measured at 2, 4, 8, ... chunks (the other stages' rows are the profiled chain's) until the
-        least memory stops falling by 1%; the fewest chunks within 1% of the lowest found is kept
-        (more chunks cost time: each adds a transient gradient of the head's weight) and the chain
-        profiled again with it (times in context). ``loss_chunk_minima`` records the least memory at
-        each count tried; ``loss_chunks_note`` why no chunked chain was kept. ``profile_seconds``: how long
-        the chain's profile took: the chunked chain is profiled only where as long again still ends
-        before the search's part of ``time_limit`` (:attr:`_build_deadline`)."""
+        least memory stops falling by 1%; the fewest chunks within 1% of the lowest found (``loss_chunks``)
+        and each fewer count on the way down that lowered it by 1% or more are kept (more chunks cost
+        time: each adds a transient gradient of the head's weight, so a budget between two counts' least
+        memories is best served by the fewer), each chain profiled again with its count (times in
+        context), the least-memory count first. ``loss_chunk_minima`` records the least memory at each
+        count tried; ``loss_chunks_note`` why no chunked chain was kept, or which counts time left out.
+        ``profile_seconds``: how long the chain's profile took: a chunked chain is profiled only where as
+        long again still ends before the search's part of ``time_limit`` (:attr:`_build_deadline`)."""
         import torch
 
         from memplan.baselines.remat_min_memory import min_memory
@@ -1065,24 +1069,41 @@ class BudgetSearch:
         if best_k == 1:
             self.loss_chunks_note = "chunking the loss stage does not lower the chain's least memory by 1%"
             return
-        if self._past(self._build_deadline, profile_seconds):     # as long as the chain's profile took
-            self.loss_chunks_note = f"not tried within time_limit={self.time_limit:g} s"
-            return
-        stage = lm.loss_stage(loss, best_k, targets)
-        try:
-            chain = profile_chain(stages, x, stage, repeats=3, device=self.device, names=lm.names,
-                                  name=f"compile_under_budget, loss in {best_k} chunks",
-                                  loss_name=f"{lm.loss_name} in {best_k} chunks", input_grad=False, clock=clock,
-                                  memory=_CHAIN_MEMORY, provenance={"loss_chunks": best_k,
-                                              "loss_chunking": "models.chunked_loss.ChunkedHeadLoss: the folded head "
-                                              "and the loss over this many slices of the tokens, the logits recomputed "
-                                              "chunk by chunk in the backward"},
-                                  deadline=self._build_deadline)
-        except TimeoutError:
-            self.loss_chunks_note = f"not finished within time_limit={self.time_limit:g} s (profiling the chunked chain)"
-            return
-        self._chunked = (best_k, stage, chain, float(min_memory(chain)))
-        self.loss_chunks_note = ""
+        # the counts on the way down to best_k, each lowering the least memory by 1% or more: fewer chunks
+        # run faster (each chunk adds a transient gradient of the head's weight), so a budget between the
+        # whole loss stage's least memory and best_k's gets the fewest chunks that reach it (one count per
+        # chain had given the fine-tuned GPT-2 its 64-chunk plan, 2.5x slower, at every such budget)
+        path, prev = [], base_min
+        for k in sorted(c for c in self.loss_chunk_minima if 1 < c < best_k):
+            if self.loss_chunk_minima[k] <= prev * (1 - 0.01):
+                path.append(k)
+                prev = self.loss_chunk_minima[k]
+        built = []
+        for k in [best_k] + path:                 # the least memory first: it sets how low the chain reaches
+            if self._past(self._build_deadline, profile_seconds):     # as long as the chain's profile took
+                left = [best_k] + path
+                self.loss_chunks_note = (f"not tried within time_limit={self.time_limit:g} s" if not built else
+                                         f"{', '.join(map(str, left[len(built):]))} chunks not tried within "
+                                         f"time_limit={self.time_limit:g} s")
+                break
+            stage = lm.loss_stage(loss, k, targets)
+            try:
+                chain = profile_chain(stages, x, stage, repeats=3, device=self.device, names=lm.names,
+                                      name=f"compile_under_budget, loss in {k} chunks",
+                                      loss_name=f"{lm.loss_name} in {k} chunks", input_grad=False, clock=clock,
+                                      memory=_CHAIN_MEMORY, provenance={"loss_chunks": k,
+                                                  "loss_chunking": "models.chunked_loss.ChunkedHeadLoss: the folded head "
+                                                  "and the loss over this many slices of the tokens, the logits recomputed "
+                                                  "chunk by chunk in the backward"},
+                                      deadline=self._build_deadline)
+            except TimeoutError:
+                self.loss_chunks_note = f"not finished within time_limit={self.time_limit:g} s (profiling the chunked chain)"
+                break
+            built.append((k, stage, chain, float(min_memory(chain))))
+            if k == best_k:
+                self._chunked = built[0]
+                self.loss_chunks_note = ""
+        self._chunked_fewer = sorted(built[1:], key=lambda v: v[0])
 
     def _head_input(self):
         """The loss stage's input on the example: the chain's (eager) stages run without autograd."""
@@ -1318,12 +1339,18 @@ class BudgetSearch:
         """The chunk count of the chunked loss stage's chain (1: none, ``loss_chunks_note`` says why)."""
         return self._chunked[0] if self._chunked else 1
 
+    @property
+    def loss_chunk_counts(self) -> str:
+        """The chunk counts of the chunked loss stage's chains profiled, e.g. ``"2, 4, 8"`` ("" for none)."""
+        return ", ".join(str(v[0]) for v in self._variants()[1:])
+
     def _variants(self) -> list[tuple]:
         """The chains plans are solved on: ``(loss chunks, loss stage, chain, least memory)``, the
         whole loss stage first."""
         if self._chain is None:
             return []
-        return [(1, self._chain[1], self._chain[3], self._chain[4])] + ([self._chunked] if self._chunked else [])
+        return ([(1, self._chain[1], self._chain[3], self._chain[4])] + list(self._chunked_fewer)
+                + ([self._chunked] if self._chunked else []))
 
     def _cvariants(self, sf: float | None = None) -> list[tuple]:
         """The same for the compiled-stage chain at stage fraction ``sf`` (None: the first): the whole
@@ -1378,7 +1405,7 @@ class BudgetSearch:
     def chain_plan(self, limit: float, compiled=False) -> Candidate | None:
         """Rotor's plan at ``limit`` bytes of the chain's model, measured (cached by its loss chunks and
         sequence); None when rotor has no plan there (below the chain's minimum). With a chunked loss
-        stage's chain (:meth:`_build_chunked`) rotor is solved on both chains and the plan with the
+        stage's chain (:meth:`_build_chunked`) rotor is solved on every chain and the plan with the
         smaller predicted makespan is kept. ``compiled``: on the chains of compiled stages (kind
         ``"chain-compiled"``; the whole loss stage and, where :meth:`_build_compiled_chunked` made one,
         the compiled chunked one, chosen the same way): True, the first stage fraction's; a number,

@@ -175,3 +175,43 @@ def test_budget_search_chooses_chunks_and_the_least_plan_trains(tiny_gpt2):
     other = BudgetSearch(model, (x,), loss_fn=mean_loss, fractions=(), repeats=1)
     assert other.loss_chunks == 1 and "TokenLoss" in other.loss_chunks_note
     assert other.chain_minimum == pytest.approx(search.loss_chunk_minima[1], rel=0.01)
+
+
+def test_a_budget_between_gets_the_fewest_chunks_that_reach_it(tiny_gpt2):
+    """Every chunk count on the way down to the least-memory one (each lowering the chain's least
+    memory by 1% or more) is a chain of its own: at a budget between two counts' least memories rotor
+    takes the fastest chain that reaches it, never slower in the model than the least-memory chain's
+    plan. With one count per chain the fine-tuned GPT-2 ran its 64-chunk plan, 2.5x slower, at every
+    budget between the whole loss stage's least memory and the 64 chunks'. The plan trains."""
+    from memplan._compile_budget import BudgetSearch
+    from memplan.baselines.remat_rotor import persistent
+
+    x, ref, chains = tiny_gpt2
+    model = chains[1][0]
+    search = BudgetSearch(model, (x,), loss_fn=classification_loss(), fractions=(), compiled_stages=False,
+                          repeats=1)
+    minima, k = search.loss_chunk_minima, search.loss_chunks
+    expected, prev = [1], minima[1]
+    for c in sorted(minima):
+        if 1 < c < k and minima[c] <= prev * 0.99:
+            expected.append(c)
+            prev = minima[c]
+    variants = search._variants()
+    assert [v[0] for v in variants] == expected + [k] and len(variants) >= 3
+    # more chunks, less memory: each chain reaches below the one before it
+    lows = [lo for _, _, _, lo in variants]
+    assert all(b < a for a, b in zip(lows, lows[1:]))
+    budget = (variants[1][3] + variants[0][3]) / 2          # the fewest chunks reach it, the whole stage not
+    solved = {c: persistent(chain, budget) for c, _, chain, _ in variants}
+    feasible = {c: s.objective for c, s in solved.items() if s.success}
+    assert 1 not in feasible and {expected[1], k} <= set(feasible)
+    cand = search.chain_plan(budget)
+    assert cand.loss_chunks == min(feasible, key=feasible.get)
+    assert feasible[cand.loss_chunks] <= feasible[k]
+    step = search.under(max(budget, cand.peak))
+    for p in model.parameters():
+        p.grad = None
+    step(x)
+    _assert_grads_close([(n, p.grad) for n, p in model.named_parameters()], [p.grad for p in ref.parameters()])
+    for p in model.parameters():
+        p.grad = None

@@ -700,36 +700,113 @@ def _detach_no_grad_regions(gm, grad_at_start: bool) -> int:
 _WRITES = frozenset({"setitem", "copy_", "fill_", "zero_", "index_put_"})
 
 
+def _written(value, write):
+    """``value`` after ``write`` (a node of the traced graph that wrote ``value``, or a view of it, in
+    place): :func:`_order_writes` makes the graph's later readers of ``value`` read it through this, so
+    that they depend on the write."""
+    return value
+
+
+def _writes(node, modules: dict) -> bool:
+    """Whether an fx node writes its first argument in place: a method or function ``name_``, one of
+    :data:`_WRITES`, ``operator.iadd`` and the like, ``inplace=True`` (``F.relu(x, inplace=True)``), or a
+    module whose ``inplace`` is true (``nn.ReLU(inplace=True)``)."""
+    import operator
+
+    if node.op == "call_module":
+        return getattr(modules.get(node.target), "inplace", False) is True
+    if node.op not in ("call_method", "call_function"):
+        return False
+    if node.kwargs.get("inplace") is True:
+        return True
+    name = _target_name(node.target)
+    return (name in _WRITES or (name.endswith("_") and not name.endswith("__"))
+            or node.target in {getattr(operator, f"i{o}") for o in ("add", "sub", "mul", "truediv", "floordiv", "mod",
+                                                                      "pow", "and", "or", "xor", "lshift", "rshift",
+                                                                      "matmul")})
+
+
+def _written_root(node, modules: dict):
+    """The node whose value ``node`` is, through views, writes and :func:`_written`."""
+    from torch import fx
+
+    while (node.op in ("call_method", "call_function", "call_module") and node.args
+           and isinstance(node.args[0], fx.Node)
+           and (_writes(node, modules) or node.target is _written or _target_name(node.target) in VIEW_OPS)):
+        node = node.args[0]
+    return node
+
+
 def _buffer_writes(gm) -> list[str]:
     """The targets of the buffers (or parameters) that a node of ``gm``'s graph writes in place: an
     in-place method or function (``add_``, ``copy_``, ``operator.iadd``, ``operator.setitem``) whose first
     argument is a ``get_attr``, directly or through views and other in-place results of one
     (``self.ema.mul_(0.9).add_(h.mean(0))``, ``self.buf[0] += 1``)."""
-    import operator
+    from torch import fx
 
-    augmented = {getattr(operator, f"i{o}") for o in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow",
-                                                      "and", "or", "xor", "lshift", "rshift", "matmul")}
-
-    def in_place(node) -> bool:
-        if node.op not in ("call_method", "call_function"):
-            return False
-        name = _target_name(node.target)
-        return (name in _WRITES or (name.endswith("_") and not name.endswith("__"))
-                or node.target in augmented)
-
-    def root(node):
-        while node.op in ("call_method", "call_function") and node.args and isinstance(node.args[0], type(node)) \
-                and (in_place(node) or _target_name(node.target) in VIEW_OPS):
-            node = node.args[0]
-        return node
-
+    modules = dict(gm.named_modules())
     written = []
     for node in gm.graph.nodes:
-        if in_place(node) and node.args and isinstance(node.args[0], type(node)):
-            r = root(node.args[0])
+        if _writes(node, modules) and node.args and isinstance(node.args[0], fx.Node):
+            r = _written_root(node.args[0], modules)
             if r.op == "get_attr" and str(r.target) not in written:
                 written.append(str(r.target))
     return written
+
+
+def _order_writes(gm) -> int:
+    """Make the traced graph's in-place writes part of its data flow: the readers of a value after a
+    node that wrote it in place (``k.mul_(0.5)`` whose result is not used, ``h[:, 0] = 0``,
+    ``F.relu(h, inplace=True)``) read the write's result (or :func:`_written` of the value and the write)
+    instead of the value. fx records the reads of ``k`` as reads of the node before the write: dead-code
+    elimination then dropped the write, and a stage order could run a reader before it (silently
+    other values and gradients than the model's). A view of the value taken before the write and read
+    after it is refused (ValueError): nothing in the graph orders its reader after the write. Returns
+    how many writes were ordered."""
+    from torch import fx
+
+    modules = dict(gm.named_modules())
+    nodes = list(gm.graph.nodes)
+    pos = {n: i for i, n in enumerate(nodes)}
+    latest: dict = {}                   # a written value's node -> the node its later readers read
+    count = 0
+    for n in nodes:
+        if not (_writes(n, modules) and n.args and isinstance(n.args[0], fx.Node)):
+            continue
+        base = _written_root(n.args[0], modules)
+        if base.op == "get_attr":
+            continue                     # a buffer written in the forward: refused by _trace
+        cur = latest.get(base, base)
+        later = [u for u in cur.users if u is not n and pos.get(u, len(nodes)) > pos[n]]
+        chain = set()                    # the views and writes from the value to n's argument
+        a = n.args[0]
+        while a is not base and a is not cur and isinstance(a, fx.Node) and a.args:
+            chain.add(a)
+            a = a.args[0]
+        for v in (base, cur):
+            for view in v.users:
+                if (view in chain or view is n or pos.get(view, len(nodes)) > pos[n]
+                        or _target_name(view.target) not in VIEW_OPS):
+                    continue
+                if any(pos.get(u, len(nodes)) > pos[n] for u in view.users):
+                    raise ValueError(f"capture: node {n.name} writes {base.name} in place and {view.name}, a view "
+                                     f"of it taken before, is read after it, which a chain cannot order; write "
+                                     f"it out of place (e.g. x = x * 2 instead of x.mul_(2))")
+        if not later:                    # nothing reads the value after the write
+            continue
+        if n.args[0] is cur and _target_name(n.target) != "setitem":
+            new = n                       # it returns the value itself
+        else:
+            with gm.graph.inserting_after(n):
+                new = gm.graph.call_function(_written, (cur, n))
+            new.meta.update({k: v for k, v in n.meta.items() if k in ("grad_enabled", "autocast")})
+        for u in later:
+            u.replace_input_with(cur, new)
+        latest[base] = new
+        count += 1
+    if count:
+        gm.recompile()
+    return count
 
 
 def _trace(model, n_given: int, constants: dict[int, Any] | None = None):
@@ -770,6 +847,8 @@ def _trace(model, n_given: int, constants: dict[int, Any] | None = None):
     del state
     gm = fx.GraphModule(tracer.root, graph, type(tracer.root).__name__)
     written += _buffer_writes(gm)
+    if not written:
+        _order_writes(gm)
     if written:
         raise ValueError(f"capture: the forward writes buffer {written[0]!r} in place, which chain stages do not "
                          "replay; move the update out of forward (torch.nn's layers, batch norm included, are fine)")

@@ -109,3 +109,70 @@ def test_a_buffer_written_in_forward_gets_no_chain_plans(one_torch_thread, how):
         p.grad = None
     loss = step(x, y)
     _assert_like_eager(model, ref, loss, ref_loss)
+
+
+class _InPlace(nn.Module):
+    """In-place writes whose result is not used: the value's later readers must see the write."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+        self.lins = nn.ModuleList([nn.Linear(32, 64), nn.Linear(64, 64), nn.Linear(64, 64), nn.Linear(64, 8)])
+
+    def forward(self, x):
+        h = self.lins[0](x)
+        if self.how == "mul_":
+            h.mul_(0.5)
+        elif self.how == "view":
+            h[:, :4].mul_(0.5).add_(1.0)
+        elif self.how == "relu":
+            torch.nn.functional.relu(h, inplace=True)
+        elif self.how == "view-read":          # a view taken before the write, read after it
+            v = h[:, :2]
+            h.mul_(2)
+            h = h + v.sum()
+        h = self.lins[1](torch.tanh(h))
+        k = self.lins[2](torch.tanh(h))
+        k.mul_(0.9)
+        return self.lins[3](torch.tanh(k))
+
+
+@pytest.mark.parametrize("how", ["mul_", "view", "relu"])
+def test_in_place_writes_whose_result_is_unused_train_as_eager(one_torch_thread, how):
+    """fx records ``k.mul_(0.9); f(k)`` as a write nobody reads and a read of k before it: the chain's
+    stages dropped the write (other loss, other gradients). Every chain plan measured, the least-memory
+    one included, trains as eager autograd."""
+    torch.manual_seed(0)
+    model = _InPlace(how)
+    x, y = torch.randn(16, 8, 32), torch.randn(16, 8, 8)
+    ref, ref_loss = _eager(model, (x,), (y,), F.mse_loss)
+    search = BudgetSearch(model, (x,), loss_fn=F.mse_loss, example_targets=(y,), fractions=(), repeats=1,
+                          compiled_stages=False)
+    assert search.chain_note == ""
+    search.minimum()
+    search.under("1GiB")
+    assert len(search.measured()) >= 2
+    for cand in search.measured():
+        for p in model.parameters():
+            p.grad = None
+        step, _ = search._runner(cand)
+        loss = step(x, y)
+        _assert_like_eager(model, ref, loss, ref_loss)
+
+
+def test_a_view_read_after_an_in_place_write_gets_no_chain_plans(one_torch_thread):
+    """A view taken before an in-place write and read after it: nothing in the traced graph orders the
+    read after the write, so no chain plans (the reason named); the compiled step trains as eager."""
+    torch.manual_seed(0)
+    model = _InPlace("view-read")
+    x, y = torch.randn(16, 8, 32), torch.randn(16, 8, 8)
+    ref, ref_loss = _eager(model, (x,), (y,), F.mse_loss)
+    with pytest.raises(memplan.InputError, match="in place .* a view"):
+        memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=F.mse_loss, example_targets=(y,), fractions=(),
+                                     repeats=1)
+    step = memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=F.mse_loss, example_targets=(y,),
+                                        fractions=(1.0,), repeats=1)
+    assert step.kind == "compiled"
+    for p in model.parameters():
+        p.grad = None
+    _assert_like_eager(model, ref, step(x, y), ref_loss)

@@ -690,6 +690,8 @@ class BudgetSearch:
         self._chain = None                     # (stages, loss stage, targets holder, chain, min memory)
         self._chunked = None                   # (loss chunks, chunked loss stage, its chain, min memory)
         self._chunked_fewer: list[tuple] = []  # the same at fewer chunks (faster, more memory), by count
+        self._pending_chunks: list[int] = []   # those counts, until _build_fewer_chunks profiles them
+        self._chunk_seconds = 0.0              # how long the least-memory count's chain took to profile
         self.loss_chunk_minima: dict[int, float] = {}   # chunks -> the chain's least memory (bytes)
         self.loss_chunks_note = ""
         self._offset = 0.0                     # largest measured - simulated peak of a chain plan so far
@@ -746,7 +748,7 @@ class BudgetSearch:
                 else:
                     self._build_chain()
                     self._progress(f"chain: L = {self._chain[3].L} stages profiled"
-                                   + (f", the loss in {self.loss_chunk_counts} chunks too" if self._chunked else "")
+                                   + (f", the loss in {self._chunked[0]} chunks too" if self._chunked else "")
                                    + f" ({self.profile_time:.1f} s)" if self._chain else
                                    f"chain: not available ({self.chain_note})")
                     if compiled_stages and self._chain is not None:
@@ -759,6 +761,7 @@ class BudgetSearch:
                     elif compiled_stages:
                         self.compiled_chain_note = "no chain to compile (see chain_note)"
                         self.compiled_loss_chunks_note = self.compiled_chain_note
+                    self._build_fewer_chunks()
             if offload:
                 self._setup_offload()
             self._compile_grid(fracs[1:])
@@ -1010,7 +1013,8 @@ class BudgetSearch:
         and each fewer count on the way down that lowered it by 1% or more are kept (more chunks cost
         time: each adds a transient gradient of the head's weight, so a budget between two counts' least
         memories is best served by the fewer), each chain profiled again with its count (times in
-        context), the least-memory count first. ``loss_chunk_minima`` records the least memory at each
+        context): the least-memory count here, the fewer ones after the compiled chains
+        (:meth:`_build_fewer_chunks`). ``loss_chunk_minima`` records the least memory at each
         count tried; ``loss_chunks_note`` why no chunked chain was kept, or which counts time left out.
         ``profile_seconds``: how long the chain's profile took: a chunked chain is profiled only where as
         long again still ends before the search's part of ``time_limit`` (:attr:`_build_deadline`)."""
@@ -1078,32 +1082,57 @@ class BudgetSearch:
             if self.loss_chunk_minima[k] <= prev * (1 - 0.01):
                 path.append(k)
                 prev = self.loss_chunk_minima[k]
-        built = []
-        for k in [best_k] + path:                 # the least memory first: it sets how low the chain reaches
-            if self._past(self._build_deadline, profile_seconds):     # as long as the chain's profile took
-                left = [best_k] + path
-                self.loss_chunks_note = (f"not tried within time_limit={self.time_limit:g} s" if not built else
-                                         f"{', '.join(map(str, left[len(built):]))} chunks not tried within "
+        self._pending_chunks = path
+
+        def profile(k: int):
+            stage = lm.loss_stage(loss, k, targets)
+            chain = profile_chain(stages, x, stage, repeats=3, device=self.device, names=lm.names,
+                                  name=f"compile_under_budget, loss in {k} chunks",
+                                  loss_name=f"{lm.loss_name} in {k} chunks", input_grad=False, clock=clock,
+                                  memory=_CHAIN_MEMORY, provenance={"loss_chunks": k,
+                                              "loss_chunking": "models.chunked_loss.ChunkedHeadLoss: the folded head "
+                                              "and the loss over this many slices of the tokens, the logits recomputed "
+                                              "chunk by chunk in the backward"},
+                                  deadline=self._build_deadline)
+            return (k, stage, chain, float(min_memory(chain)))
+
+        self._profile_chunks = profile
+        if self._past(self._build_deadline, profile_seconds):     # as long as the chain's profile took
+            self.loss_chunks_note = f"not tried within time_limit={self.time_limit:g} s"
+            return
+        t0 = time.perf_counter()
+        try:
+            self._chunked = profile(best_k)
+            self._chunk_seconds = time.perf_counter() - t0
+        except TimeoutError:
+            self.loss_chunks_note = f"not finished within time_limit={self.time_limit:g} s (profiling the chunked chain)"
+            return
+        self.loss_chunks_note = ""
+
+    def _build_fewer_chunks(self) -> None:
+        """The chunked loss stage's chains at the fewer counts :meth:`_build_chunked` found on the way
+        down (faster, more memory than its least-memory count), each while as long as the chain's profile
+        took still ends before the search's part of ``time_limit``; after the compiled chains (the
+        fastest plans on a GPU), which they would otherwise leave without time. ``loss_chunks_note``
+        names the counts time left out."""
+        path, self._pending_chunks = self._pending_chunks, []
+        if self._chunked is None or not path:
+            return
+        need = self._chunk_seconds
+        for i, k in enumerate(path):
+            if self._past(self._build_deadline, need):
+                self.loss_chunks_note = (f"{', '.join(map(str, path[i:]))} chunks not tried within "
                                          f"time_limit={self.time_limit:g} s")
                 break
-            stage = lm.loss_stage(loss, k, targets)
+            t0 = time.perf_counter()
             try:
-                chain = profile_chain(stages, x, stage, repeats=3, device=self.device, names=lm.names,
-                                      name=f"compile_under_budget, loss in {k} chunks",
-                                      loss_name=f"{lm.loss_name} in {k} chunks", input_grad=False, clock=clock,
-                                      memory=_CHAIN_MEMORY, provenance={"loss_chunks": k,
-                                                  "loss_chunking": "models.chunked_loss.ChunkedHeadLoss: the folded head "
-                                                  "and the loss over this many slices of the tokens, the logits recomputed "
-                                                  "chunk by chunk in the backward"},
-                                      deadline=self._build_deadline)
+                self._chunked_fewer.append(self._profile_chunks(k))
             except TimeoutError:
-                self.loss_chunks_note = f"not finished within time_limit={self.time_limit:g} s (profiling the chunked chain)"
+                self.loss_chunks_note = (f"{', '.join(map(str, path[i:]))} chunks not finished within "
+                                         f"time_limit={self.time_limit:g} s")
                 break
-            built.append((k, stage, chain, float(min_memory(chain))))
-            if k == best_k:
-                self._chunked = built[0]
-                self.loss_chunks_note = ""
-        self._chunked_fewer = sorted(built[1:], key=lambda v: v[0])
+            need = time.perf_counter() - t0
+        self._progress(f"chain: the loss in {self.loss_chunk_counts} chunks profiled")
 
     def _head_input(self):
         """The loss stage's input on the example: the chain's (eager) stages run without autograd."""

@@ -215,3 +215,12 @@ def test_a_budget_between_gets_the_fewest_chunks_that_reach_it(tiny_gpt2):
     _assert_grads_close([(n, p.grad) for n, p in model.named_parameters()], [p.grad for p in ref.parameters()])
     for p in model.parameters():
         p.grad = None
+    # past the search's time limit the fewer counts are not profiled, and the note names them
+    import time
+
+    search._pending_chunks, search._chunked_fewer = expected[1:], []
+    search.time_limit, search.t_start = 1.0, time.perf_counter() - 10
+    search._build_fewer_chunks()
+    assert [v[0] for v in search._variants()] == [1, k]
+    assert search.loss_chunks_note == (f"{', '.join(map(str, expected[1:]))} chunks not tried within "
+                                       "time_limit=1 s")

@@ -809,6 +809,30 @@ def _order_writes(gm) -> int:
     return count
 
 
+def _python_draws() -> Callable[[], str]:
+    """Python's and NumPy's random states now; the function returned puts them back and names the
+    generator that was drawn from since ("" if none): the forward's Python code runs once during the
+    trace, and a draw there (``if random.random() < p: continue``) becomes a constant of the graph."""
+    import random
+    import sys
+
+    np = sys.modules.get("numpy")
+    py, npst = random.getstate(), (np.random.get_state() if np is not None else None)
+
+    def drawn() -> str:
+        names = []
+        if random.getstate() != py:
+            random.setstate(py)
+            names.append("Python's random module")
+        if np is not None:
+            now = np.random.get_state()
+            if now[2] != npst[2] or now[1].tobytes() != npst[1].tobytes():
+                np.random.set_state(npst)
+                names.append("numpy.random")
+        return " and ".join(names)
+    return drawn
+
+
 def _trace(model, n_given: int, constants: dict[int, Any] | None = None):
     """``torch.fx.symbolic_trace(model)`` with the forward's parameters after the ``n_given`` given
     inputs fixed at their defaults (``mask=None``: traced as a proxy, ``if mask is not None`` would take
@@ -836,7 +860,14 @@ def _trace(model, n_given: int, constants: dict[int, Any] | None = None):
     tracer = _grad_mode_tracer()
     state = ([(n, b, b._version, b.detach().clone()) for n, b in model.named_buffers()]
              if isinstance(model, torch.nn.Module) else [])
-    graph = tracer.trace(model, concrete_args=fixed or None)
+    drawn = _python_draws()
+    try:
+        graph = tracer.trace(model, concrete_args=fixed or None)
+    finally:
+        drawn = drawn()
+    if drawn:
+        raise ValueError(f"capture: the forward draws from {drawn}, which a traced chain fixes at one draw for "
+                         f"every step (a layer drop); draw with torch (torch.rand), or train without a chain")
     written = [n for n, b, v, _ in state if b._version != v]
     if written:
         # the Python code of the forward ran on the real buffer during the trace (``self.count += 1``):

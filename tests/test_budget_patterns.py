@@ -4,6 +4,7 @@ the same initial state (gradients, loss, and the parameters' and buffers' state 
 from __future__ import annotations
 
 import copy
+import random
 
 import pytest
 
@@ -176,3 +177,44 @@ def test_a_view_read_after_an_in_place_write_gets_no_chain_plans(one_torch_threa
     for p in model.parameters():
         p.grad = None
     _assert_like_eager(model, ref, step(x, y), ref_loss)
+
+
+class _LayerDrop(nn.Module):
+    """LayerDrop written with Python's random module, as users write it."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(32, 64)
+        self.layers = nn.ModuleList([nn.Linear(64, 64) for _ in range(6)])
+        self.out = nn.Linear(64, 8)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for layer in self.layers:
+            if self.training and random.random() < 0.5:
+                continue
+            h = torch.tanh(layer(h))
+        return self.out(h)
+
+
+def test_a_forward_drawing_from_pythons_random_gets_no_chain_plans(one_torch_thread):
+    """The trace runs the forward's Python code once: a chain had dropped the same layers at every step
+    (those never trained). No chain plans, the reason named; the compiled step draws at every call as
+    eager does."""
+    torch.manual_seed(0)
+    random.seed(1)
+    model = _LayerDrop()
+    x, y = torch.randn(8, 8, 32), torch.randn(8, 8, 8)
+    with pytest.raises(memplan.InputError, match="draws from Python's random module"):
+        memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=F.mse_loss, example_targets=(y,), fractions=(),
+                                     repeats=1)
+    step = memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=F.mse_loss, example_targets=(y,),
+                                        fractions=(1.0,), repeats=1)
+    assert step.kind == "compiled" and "random" in step.chain_note
+    for seed in range(3):
+        for p in model.parameters():
+            p.grad = None
+        random.seed(seed)
+        ref, ref_loss = _eager(model, (x,), (y,), F.mse_loss)
+        random.seed(seed)
+        _assert_like_eager(model, ref, step(x, y), ref_loss)

@@ -58,6 +58,14 @@ by ``grad / count`` and adds the parameters' into ``.grad``. One matmul per chun
 not computed twice), the buffers (the head's weight, its bias and a^L's size) held from the forward to
 the backward: another point of the memory/time trade-off, offered to rotor beside the other.
 
+Under ``torch.autocast`` the backward recomputes in the forward's autocast state (recorded with the
+random-number state; the backward usually runs after the autocast block, as ``loss.backward()``):
+the recomputed logits are the forward's (bfloat16), so the loss's gradients are those of the loss
+computed. A linear head's weight and bias gradients are accumulated in their own dtype (float32) chunk
+by chunk, where eager autograd rounds one bfloat16 matmul over all tokens: equal to bfloat16's
+precision, not bit for bit. Every target ignored: the loss is nan (0/0) as eager's, the gradients
+zeros as eager's.
+
 Limits: the nested backward accumulates the head's parameter gradients into ``.grad`` itself, as
 ``torch.utils.checkpoint``'s reentrant variant does, so the stage is for ``loss.backward()`` (what the
 executor runs), not for ``torch.autograd.grad(loss, params)``. A head with dropout draws its masks
@@ -65,6 +73,7 @@ per chunk (replayed identically in the backward), not as the unchunked head woul
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable, Sequence
 
 import torch
@@ -114,7 +123,8 @@ def _flat(logits: torch.Tensor) -> torch.Tensor:
 
 class TokenCrossEntropy(TokenLoss):
     """``loss(logits, targets)``: the mean cross-entropy over every token whose target is not
-    ``ignore_index`` (logits batch x seq x vocab, targets batch x seq class indices), as
+    ``ignore_index`` (logits batch x seq x vocab, targets batch x seq class indices, or flattened:
+    batch*seq), as
     ``torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))``. A
     :class:`TokenLoss`: the loss stage of a chain built with it can be chunked."""
 
@@ -128,7 +138,9 @@ class TokenCrossEntropy(TokenLoss):
         return self.chunk_sum(chunk, *self.chunk_targets(lo, hi, shape, targets))
 
     def chunk_targets(self, lo, hi, shape, targets) -> tuple:
-        return (targets[:, lo:hi],)
+        # the targets as the logits' tokens (batch x seq): flattened ones (batch*seq,) as well, paired
+        # with the logits' rows as __call__ pairs them
+        return (targets.reshape(*shape[:-1])[:, lo:hi],)
 
     def chunk_sum(self, chunk, targets):
         return torch.nn.functional.cross_entropy(_flat(chunk), targets.reshape(-1),
@@ -197,6 +209,28 @@ def _rng_get(device) -> tuple:
     return (torch.get_rng_state(), torch.cuda.get_rng_state(device) if torch.device(device).type == "cuda" else None)
 
 
+def _autocast_get(device) -> tuple:
+    """``torch.autocast``'s state of the forward on the CPU and on ``device``'s type: ``((kind, enabled,
+    dtype), ...)`` and whether its weight cache is on; :func:`_autocast_set` enters it again."""
+    kinds = ["cpu"] + ([torch.device(device).type] if torch.device(device).type not in ("cpu",) else [])
+    state = []
+    for kind in kinds:
+        try:
+            state.append((kind, torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind)))
+        except (RuntimeError, TypeError, ValueError):      # a device type autocast does not know
+            continue
+    return tuple(state), torch.is_autocast_cache_enabled()
+
+
+def _autocast_set(state: tuple) -> contextlib.ExitStack:
+    """A context with the autocast state :func:`_autocast_get` recorded (on, with its dtype, or off)."""
+    kinds, cache = state
+    stack = contextlib.ExitStack()
+    for kind, enabled, dtype in kinds:
+        stack.enter_context(torch.autocast(kind, dtype=dtype, enabled=enabled, cache_enabled=cache))
+    return stack
+
+
 def linear_head(head: Any) -> torch.nn.Linear | None:
     """The ``torch.nn.Linear`` that ``head`` is: an ``nn.Linear``, or an fx ``GraphModule`` (a stage of
     :func:`models.graph.stage_modules`) whose only operation is a call of one on its input; else None."""
@@ -235,6 +269,7 @@ class _ChunkedFn(torch.autograd.Function):
         targets = stage.targets()
         bounds = chunk_bounds(x.shape[TOKEN_DIM], stage.chunks)
         ctx.rng = _rng_get(x.device)
+        ctx.autocast = _autocast_get(x.device)
         total, shape = None, None
         if stage.compiled_chunk is not None:
             shape = stage.logits_shape(x)
@@ -289,10 +324,13 @@ class _ChunkedFn(torch.autograd.Function):
         targets = stage.targets()
         want_x = ctx.needs_input_grad[1]
         gx = torch.empty_like(x) if want_x else None
-        scale = grad.detach() / ctx.count
+        scale = _scale(grad, ctx.count)
         lin = linear_head(stage.head)
         cuda = x.device.type == "cuda"
-        with torch.random.fork_rng(devices=[x.device] if cuda else [], enabled=True):
+        # the recomputation in the forward's autocast state (the backward usually runs after the autocast
+        # block, as loss.backward(): the logits recomputed in float32 were another function than the
+        # loss's, and a bfloat16 input met the float32 weight)
+        with torch.random.fork_rng(devices=[x.device] if cuda else [], enabled=True), _autocast_set(ctx.autocast):
             torch.set_rng_state(ctx.rng[0])
             if cuda:
                 torch.cuda.set_rng_state(ctx.rng[1], x.device)
@@ -311,12 +349,20 @@ class _ChunkedFn(torch.autograd.Function):
         return (None, gx) + (None,) * ctx.n_params
 
 
+def _scale(grad: torch.Tensor, count: float) -> torch.Tensor:
+    """The weight of each chunk's sum in the backward: ``grad / count``; zero where no token is counted
+    (every target ignored): the mean is then nan (0/0) and eager autograd's gradients are zeros (an
+    ignored token's gradient is 0), where ``inf`` times the zero gradients gave nan."""
+    grad = grad.detach()
+    return grad / count if count else torch.zeros_like(grad)
+
+
 def _scaled_grads(ctx, grad):
     """The backward of a stage that computed its gradients in the forward (``grad_in_forward``): each
     scaled in place by ``grad / count``, the parameters' added into ``.grad`` (or become it)."""
     gx, gw, gb = ctx.grads
     ctx.grads = None
-    scale = grad.detach() / ctx.count
+    scale = _scale(grad, ctx.count)
     lin = ctx.stage.compiled_linear
     with torch.no_grad():
         for p, g in ((lin.weight, gw), (lin.bias, gb)):
@@ -385,15 +431,17 @@ def _linear_chunk(lin, x, lo, hi, chunk_sum: Callable, scale, gx, into: tuple | 
     with torch.no_grad():
         g2 = g.reshape(-1, g.shape[-1])
         x2 = xc.reshape(-1, xc.shape[-1])
+        # under autocast g (and x) may be bfloat16 where the weight is float32: accumulated in the weight's
+        # dtype (an in-place addmm_ does not autocast)
         if into is None:
-            _add_grad(lin.weight, lambda w: w.addmm_(g2.t(), x2))
+            _add_grad(lin.weight, lambda w: w.addmm_(g2.t().to(w.dtype), x2.to(w.dtype)))
             if lin.bias is not None:
-                _add_grad(lin.bias, lambda b: b.add_(g2.sum(0)))
+                _add_grad(lin.bias, lambda b: b.add_(g2.sum(0, dtype=b.dtype)))
         else:
             if into[0] is not None:
-                into[0].addmm_(g2.t(), x2)
+                into[0].addmm_(g2.t().to(into[0].dtype), x2.to(into[0].dtype))
             if into[1] is not None:
-                into[1].add_(g2.sum(0))
+                into[1].add_(g2.sum(0, dtype=into[1].dtype))
         if gx is not None:
             gx[:, lo:hi].copy_(torch.matmul(g, lin.weight))
     return s

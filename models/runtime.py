@@ -158,6 +158,23 @@ class RuntimeResult:
     loss_tensor: Any = None
 
 
+#: id(buffer) -> (a weak reference to it, the tensor its value is kept in across a step's replays)
+_STASH: dict[int, tuple] = {}
+
+
+def _stash_of(b: torch.Tensor) -> torch.Tensor:
+    """A tensor of ``b``'s shape, dtype and device, the same one at every step while ``b`` lives (made
+    at the first step, a warm-up: not an allocation of a later step)."""
+    got = _STASH.get(id(b))
+    if got is not None and got[0]() is b and got[1].shape == b.shape and got[1].dtype == b.dtype \
+            and got[1].device == b.device:
+        return got[1]
+    c = torch.empty_like(b)
+    _STASH[id(b)] = (weakref.ref(b), c)
+    weakref.finalize(b, _STASH.pop, id(b), None)
+    return c
+
+
 class _Rng:
     """Per-stage RNG states: a recomputation draws the random numbers its stage drew the first time.
 
@@ -188,12 +205,40 @@ class _Rng:
         self.seen: set[int] = set()
         self.outer = None                # the global state to put back when the replays end
         self.at: int | None = None       # while replaying: the stage whose saved state the generator holds
-        # buffers: a replayed stage (``fns[l - 1]``, l in ``replayed``) whose first run wrote buffers of
-        # its own (batch norm's running statistics and its count, a counter) gets them put back after
-        # every replay, so that they end the step as one plain forward leaves them (recomputing a batch
-        # norm had updated its running statistics once more per recomputation)
+        # buffers: a replayed stage (``fns[l - 1]``, l in ``replayed``) leaves the buffers its first run
+        # wrote as that run left them, so that they end the step as one plain forward leaves them
+        # (recomputing a batch norm had updated its running statistics once more per recomputation).
+        # An eager stage's batch norms in training mode replay with track_running_stats off (they
+        # normalize by the batch's statistics either way, and then neither update the running ones nor
+        # count the batch: nothing allocated, the executed memory the simulator's to the byte); a
+        # compiled stage's (the flag would compile another graph) have their statistics copied after the
+        # first run into tensors kept from step to step (:func:`_stash_of`) and put back after each
+        # replay. Other buffers a first run wrote (their version moved: a counter) are copied at each
+        # replay.
         self.fns, self.replayed = fns, replayed
-        self.written: dict[int, list] = {}   # l -> the buffers stage l's first run wrote
+        self.toggled: dict[int, list] = {}   # l -> stage l's batch norms replayed without running statistics
+        self.norms: dict[int, list] = {}     # l -> [(buffer, its copy)] of a compiled stage l's batch norms
+        self.others: dict[int, list] = {}    # l -> stage l's other buffers
+        self.written: dict[int, list] = {}   # l -> the other buffers stage l's first run wrote
+        for l in replayed:
+            f = fns[l - 1] if 0 < l <= len(fns) else None
+            if not isinstance(f, torch.nn.Module):
+                continue
+            norms = [m for m in f.modules() if isinstance(m, torch.nn.modules.batchnorm._NormBase)
+                     and m.training and m.track_running_stats]
+            stats = [b for m in norms for b in (m.running_mean, m.running_var, m.num_batches_tracked)
+                     if isinstance(b, torch.Tensor)]
+            if norms:
+                from .compiled import CompiledStage
+
+                if any(isinstance(m, CompiledStage) for m in f.modules()):
+                    self.norms[l] = [(b, _stash_of(b)) for b in stats]
+                else:
+                    self.toggled[l] = norms
+            ids = {id(b) for b in stats}
+            others = [b for b in f.buffers() if id(b) not in ids]
+            if others:
+                self.others[l] = others
 
     def _get(self):
         # clone_state: a generator, outside c10's allocator (see the class docstring)
@@ -204,50 +249,41 @@ class _Rng:
         if self.cuda:
             torch.cuda.set_rng_state(s[1])
 
-    def _buffers(self, l: int) -> tuple[list, list]:
-        """Stage l's buffers (where it is replayed), and its norms' ``(num_batches_tracked, running
-        statistics)``: the native batch norm writes its running statistics without bumping their
-        version counter, so they are taken as written where the count was."""
-        f = self.fns[l - 1] if l in self.replayed and 0 < l <= len(self.fns) else None
-        if not isinstance(f, torch.nn.Module):
-            return [], []
-        norms = [(m.num_batches_tracked, [b for b in (m.running_mean, m.running_var) if b is not None])
-                 for m in f.modules() if isinstance(m, torch.nn.modules.batchnorm._NormBase)
-                 and isinstance(getattr(m, "num_batches_tracked", None), torch.Tensor)]
-        return list(f.buffers()), norms
-
     def run(self, l: int, fn: Callable[[], Any]):
         if l not in self.seen:           # the first run of stage l: from the global state
             self.seen.add(l)
             self.restore()
             if l in self.starts:
                 self.states[l] = self._get()
-            bufs, norms = self._buffers(l)
-            if not bufs:
-                return fn()
-            versions = {id(b): b._version for b in bufs}
+            others = self.others.get(l)
+            versions = [b._version for b in others] if others else None
             out = fn()
-            written = {id(b): b for b in bufs if b._version != versions[id(b)]}
-            for count, stats in norms:
-                if id(count) in written:
-                    written.update((id(b), b) for b in stats)
-            if written:
-                self.written[l] = list(written.values())
+            if others:
+                self.written[l] = [b for b, v in zip(others, versions) if b._version != v]
+            with torch.no_grad():
+                for b, c in self.norms.get(l, ()):
+                    c.copy_(b)
             return out
         if self.outer is None:
             self.outer = self._get()
         if self.at != l:
             self._set(self.states[l])
         self.at = None                   # unknown if fn raises
-        written = self.written.get(l)
-        if written:
-            kept = [b.detach().clone() for b in written]
+        toggled, norms, written = self.toggled.get(l), self.norms.get(l), self.written.get(l)
+        if toggled or norms or written:
+            kept = [b.detach().clone() for b in written] if written else []
+            for m in toggled or ():
+                m.track_running_stats = False
             try:
                 out = fn()
             finally:
+                for m in toggled or ():
+                    m.track_running_stats = True
                 # through .data: no version bump (a replayed F_all's graph saved the running
                 # statistics, and the native batch norm, which wrote them, bumps none either)
-                for b, v in zip(written, kept):
+                for b, c in norms or ():
+                    b.data.copy_(c)
+                for b, v in zip(written or (), kept):
                     b.data.copy_(v)
         else:
             out = fn()

@@ -5,6 +5,7 @@ log-softmax and their gradients of all tokens at once against those of one chunk
 from __future__ import annotations
 
 import copy
+import time
 
 import pytest
 from conftest import token_loss_case
@@ -145,6 +146,16 @@ def test_least_memory_lowered_by_the_bytes_of_the_shapes(tiny_gpt2):
     assert m1.value - m4.value == pytest.approx(expected, abs=256)
 
 
+def _assert_step_trains(step, model, x, ref) -> None:
+    """``step(x)`` from no gradients gives eager autograd's (``ref``'s); the gradients are cleared after."""
+    for p in model.parameters():
+        p.grad = None
+    step(x)
+    _assert_grads_close([(n, p.grad) for n, p in model.named_parameters()], [p.grad for p in ref.parameters()])
+    for p in model.parameters():
+        p.grad = None
+
+
 def test_budget_search_chooses_chunks_and_the_least_plan_trains(tiny_gpt2):
     """BudgetSearch's chain plans chunk the loss where it lowers the least memory: the chunk count is
     in the candidate's label, the least plan's measured peak is below the unchunked chain's least
@@ -162,12 +173,7 @@ def test_budget_search_chooses_chunks_and_the_least_plan_trains(tiny_gpt2):
     assert least.loss_chunks == k and f"loss in {k} chunks" in least.label
     assert least.peak < search.loss_chunk_minima[1]
     step = search.under(least.peak)
-    for p in model.parameters():
-        p.grad = None
-    step(x)
-    _assert_grads_close([(n, p.grad) for n, p in model.named_parameters()], [p.grad for p in ref.parameters()])
-    for p in model.parameters():
-        p.grad = None
+    _assert_step_trains(step, model, x, ref)
 
     def mean_loss(out):          # the same loss, but not a TokenLoss: nothing to chunk
         return classification_loss()(out)
@@ -209,15 +215,8 @@ def test_a_budget_between_gets_the_fewest_chunks_that_reach_it(tiny_gpt2):
     assert cand.loss_chunks == min(feasible, key=feasible.get)
     assert feasible[cand.loss_chunks] <= feasible[k]
     step = search.under(max(budget, cand.peak))
-    for p in model.parameters():
-        p.grad = None
-    step(x)
-    _assert_grads_close([(n, p.grad) for n, p in model.named_parameters()], [p.grad for p in ref.parameters()])
-    for p in model.parameters():
-        p.grad = None
+    _assert_step_trains(step, model, x, ref)
     # past the search's time limit the fewer counts are not profiled, and the note names them
-    import time
-
     search._pending_chunks, search._chunked_fewer = expected[1:], []
     search.time_limit, search.t_start = 1.0, time.perf_counter() - 10
     search._build_fewer_chunks()

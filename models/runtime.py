@@ -22,11 +22,12 @@ around every later execution (recomputation), then the global state is put back,
 ``torch.utils.checkpoint`` does; the global generator therefore advances exactly as in a plain forward
 pass, and dropout masks are the same in every recomputation. With deterministic kernels the parameter
 gradients are bit-identical to ``loss_fn(model(x)).backward()`` (the tests check ``torch.equal``).
-Buffers: a recomputation puts back the buffers its stage's first run wrote (a BatchNorm's running
-statistics and ``num_batches_tracked`` in training mode, a counter), so that they end the step as a
-plain forward pass leaves them (``torch.utils.checkpoint`` updates them again at each recomputation).
-A recomputation sees the buffers as the first run left them: a batch norm in training mode normalizes
-with the batch's own statistics, so its output is the same.
+Buffers: a recomputation leaves the buffers its stage's first run wrote (a BatchNorm's running
+statistics and ``num_batches_tracked`` in training mode, a counter) as that run left them, so that they
+end the step as a plain forward pass leaves them (``torch.utils.checkpoint`` updates them again at each
+recomputation): an eager stage's batch norms replay with ``track_running_stats`` off, a compiled
+stage's statistics are put back from a copy kept across steps (:class:`_Rng`). A batch norm in
+training mode normalizes with the batch's own statistics either way, so the output is the same.
 
 Multi-tensor cuts (:func:`models.graph.multi_stage_modules`): a^l is a tuple, and a resident tensor
 (crossing two or more cuts) is held once, as a leaf from its producer's first forward to the end of its

@@ -34,6 +34,7 @@ the modelled peak of ``dp_knapsack``'s choice, which is its MIP start (never wor
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import statistics
@@ -780,8 +781,11 @@ class BudgetSearch:
         search's), the buffers by the caller (:class:`_Preserved`)."""
         import torch
 
+        from memplan.models.graph import _python_draws
+
         devices = [self.device] if self.device.type == "cuda" else []
-        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+        put_back = _python_draws()         # Python's and NumPy's generators too (a layer drop drawn there)
+        with torch.no_grad(), torch.random.fork_rng(devices=devices), _finally(put_back):
             try:
                 out = self.model(*self.inputs[:self.n_inputs])
             except Exception as e:  # noqa: BLE001 - any error of the model on these inputs: reported as such
@@ -1984,6 +1988,15 @@ class BudgetSearch:
             f"memory {fmt_memory(budget)} ({fmt_bytes(budget)} bytes): every candidate that fitted measured above "
             f"it when run again{untried}",
             minimum=min(c.peak for c in cands))
+
+
+@contextlib.contextmanager
+def _finally(fn: Callable[[], Any]):
+    """A context that calls ``fn()`` when it ends, however it ends."""
+    try:
+        yield
+    finally:
+        fn()
 
 
 def _error_line(e: BaseException, width: int | None = 160) -> str:

@@ -205,9 +205,12 @@ def test_a_forward_drawing_from_pythons_random_gets_no_chain_plans(one_torch_thr
     random.seed(1)
     model = _LayerDrop()
     x, y = torch.randn(8, 8, 32), torch.randn(8, 8, 8)
+    state = random.getstate()
     with pytest.raises(memplan.InputError, match="draws from Python's random module"):
         memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=F.mse_loss, example_targets=(y,), fractions=(),
                                      repeats=1)
+    # the search's first run of the model (its inputs checked) and the trace drew: both put back
+    assert random.getstate() == state
     step = memplan.compile_under_budget(model, (x,), "1GiB", loss_fn=F.mse_loss, example_targets=(y,),
                                         fractions=(1.0,), repeats=1)
     assert step.kind == "compiled" and "random" in step.chain_note

@@ -176,6 +176,26 @@ def _stash_of(b: torch.Tensor) -> torch.Tensor:
     return c
 
 
+#: stage module -> what :class:`_Rng` needs of its buffers (:func:`_buffer_plan`), found once per module
+_BUFFER_PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _buffer_plan(f: torch.nn.Module) -> tuple[tuple, tuple, bool]:
+    """``(batch norms, (module, name) of every other buffer, compiled)`` of stage ``f``: its modules walked
+    once, not at every step (the walk cost 5-30 us a stage, a step's host time no chain models); the
+    tensors are read at each step (``.to()`` replaces them), the norms' mode too."""
+    plan = _BUFFER_PLANS.get(f)
+    if plan is None:
+        from .compiled import CompiledStage
+
+        mods = list(f.modules())
+        norms = tuple(m for m in mods if isinstance(m, torch.nn.modules.batchnorm._NormBase))
+        others = tuple((m, n) for m in mods if not isinstance(m, torch.nn.modules.batchnorm._NormBase)
+                       for n in m._buffers)
+        plan = _BUFFER_PLANS[f] = (norms, others, any(isinstance(m, CompiledStage) for m in mods))
+    return plan
+
+
 class _Rng:
     """Per-stage RNG states: a recomputation draws the random numbers its stage drew the first time.
 
@@ -225,19 +245,14 @@ class _Rng:
             f = fns[l - 1] if 0 < l <= len(fns) else None
             if not isinstance(f, torch.nn.Module):
                 continue
-            norms = [m for m in f.modules() if isinstance(m, torch.nn.modules.batchnorm._NormBase)
-                     and m.training and m.track_running_stats]
-            stats = [b for m in norms for b in (m.running_mean, m.running_var, m.num_batches_tracked)
-                     if isinstance(b, torch.Tensor)]
-            if norms:
-                from .compiled import CompiledStage
-
-                if any(isinstance(m, CompiledStage) for m in f.modules()):
-                    self.norms[l] = [(b, _stash_of(b)) for b in stats]
-                else:
-                    self.toggled[l] = norms
-            ids = {id(b) for b in stats}
-            others = [b for b in f.buffers() if id(b) not in ids]
+            norms, others, compiled = _buffer_plan(f)
+            norms = [m for m in norms if m.training and m.track_running_stats]
+            if norms and compiled:
+                self.norms[l] = [(b, _stash_of(b)) for m in norms
+                                 for b in (m.running_mean, m.running_var, m.num_batches_tracked)
+                                 if isinstance(b, torch.Tensor)]
+            elif norms:
+                self.toggled[l] = norms
             if others:
                 self.others[l] = others
 
@@ -257,13 +272,17 @@ class _Rng:
             if l in self.starts:
                 self.states[l] = self._get()
             others = self.others.get(l)
-            versions = [b._version for b in others] if others else None
+            if others:                   # the buffers now (a .to() replaces them): by their owner and name
+                others = [b for b in (m._buffers.get(n) for m, n in others) if b is not None]
+                versions = [b._version for b in others]
             out = fn()
             if others:
                 self.written[l] = [b for b, v in zip(others, versions) if b._version != v]
-            with torch.no_grad():
-                for b, c in self.norms.get(l, ()):
-                    c.copy_(b)
+            norms = self.norms.get(l)
+            if norms:
+                with torch.no_grad():
+                    for b, c in norms:
+                        c.copy_(b)
             return out
         if self.outer is None:
             self.outer = self._get()

@@ -1369,7 +1369,8 @@ class BudgetSearch:
 
     @property
     def loss_chunks(self) -> int:
-        """The chunk count of the chunked loss stage's chain (1: none, ``loss_chunks_note`` says why)."""
+        """The chunk count of the chunked loss stage's least-memory chain (1: none, ``loss_chunks_note``
+        says why; :attr:`loss_chunk_counts`: every count profiled)."""
         return self._chunked[0] if self._chunked else 1
 
     @property
@@ -2115,8 +2116,9 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         :class:`~memplan.models.chunked_loss.TokenLoss`: ``memplan.TokenCrossEntropy()``,
         ``loss_fn(logits, targets)``): the logits are recomputed chunk by chunk in the backward
         (:class:`~memplan.models.chunked_loss.ChunkedHeadLoss`), something PyTorch's budget knob
-        does not do; the chunk count is chosen by :meth:`BudgetSearch._build_chunked` and named in
-        the chosen candidate's label.
+        does not do; the chunk counts are chosen by :meth:`BudgetSearch._build_chunked` (each count
+        on the way down to the least memory is a chain of its own, the fastest that reaches the budget
+        taken) and named in the chosen candidate's label.
     compiled_stages : bool
         With ``chain``, also rotor's plans over the chain's stages each compiled by ``torch.compile``
         with ``backend`` (:mod:`memplan.models.compiled`; kind ``"chain-compiled"``): rotor across

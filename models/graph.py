@@ -1251,6 +1251,34 @@ def saved_and_storages(cap: Captured, example_input,
     return result, storages
 
 
+def written_in_place(cap: Captured) -> set[str]:
+    """Names of the DAG's nodes whose output a later node writes in place (``F.relu(h, inplace=True)``,
+    ``h.mul_(2)``, ``h[:, 0] = 0``), and the views through which it is written. :func:`linearize_model`
+    keeps them inside a stage (``inside`` of :func:`multi_cut_groups`), as ``cuts="saved"`` merges a
+    cut whose tensor the next stage hands on in place (:func:`merge_unsaved_cuts`' ``storages``): a
+    stage's input is a leaf (an F_all's input with a gradient, or a resident tensor), which an
+    in-place write refuses (every multi-cut U-Net with ``nn.ReLU(inplace=True)`` raised in
+    ``profile_chain``), and a no-grad forward would overwrite the a^{l-1} its recomputation reads.
+    The graph's input (held by the caller) is not included."""
+    from torch import fx
+
+    modules = dict(cap.gm.named_modules())
+    out: set[str] = set()
+    for n in cap.gm.graph.nodes:
+        if not (_writes(n, modules) and n.args and isinstance(n.args[0], fx.Node)):
+            continue
+        a = n.args[0]
+        while True:
+            if a.name in cap.graph and a.name != cap.source:
+                out.add(a.name)
+            if not (a.op in ("call_method", "call_function", "call_module") and a.args
+                    and isinstance(a.args[0], fx.Node)
+                    and (_writes(a, modules) or a.target is _written or _target_name(a.target) in VIEW_OPS)):
+                break
+            a = a.args[0]
+    return out
+
+
 def strided_gradients(cap: Captured, example_input, loss_fn: Callable | None = None) -> set[str]:
     """Names of the DAG's nodes whose output gets, in one backward of the traced model (and of
     ``loss_fn`` on its output), a gradient whose strides differ from the output's own (dimensions of
@@ -1549,7 +1577,8 @@ def linearize_model(model, example_input, loss_fn: Callable | None = None, *, cu
             _, tail = merge_unsaved_cuts(cap.groups(), saved)
             G = cap.graph.subgraph([v for v in cap.graph if v not in set(tail)]) if tail else cap.graph
             groups = multi_cut_groups(G, max_nodes=max_nodes, counted=counted_operations(G),
-                                      inside=strided_gradients(cap, example_input, loss_fn),
+                                      inside=(strided_gradients(cap, example_input, loss_fn)
+                                              | written_in_place(cap)),
                                       # the input is held by the caller in any case
                                       unsaved=set(G) - saved - {cap.source})
             groups = groups + ([list(tail)] if tail else [])

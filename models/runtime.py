@@ -26,7 +26,8 @@ Buffers: a recomputation leaves the buffers its stage's first run wrote (a Batch
 statistics and ``num_batches_tracked`` in training mode, a counter) as that run left them, so that they
 end the step as a plain forward pass leaves them (``torch.utils.checkpoint`` updates them again at each
 recomputation): an eager stage's batch norms replay with ``track_running_stats`` off, a compiled
-stage's statistics are put back from a copy kept across steps (:class:`_Rng`). A batch norm in
+stage's statistics are copied before each replay, into a tensor kept across steps, and put back after
+it (:class:`_Rng`). A batch norm in
 training mode normalizes with the batch's own statistics either way, so the output is the same.
 
 Multi-tensor cuts (:func:`models.graph.multi_stage_modules`): a^l is a tuple, and a resident tensor
@@ -232,9 +233,10 @@ class _Rng:
         # An eager stage's batch norms in training mode replay with track_running_stats off (they
         # normalize by the batch's statistics either way, and then neither update the running ones nor
         # count the batch: nothing allocated, the executed memory the simulator's to the byte); a
-        # compiled stage's (the flag would compile another graph) have their statistics copied after the
-        # first run into tensors kept from step to step (:func:`_stash_of`) and put back after each
-        # replay. Other buffers a first run wrote (their version moved: a counter) are copied at each
+        # compiled stage's (the flag would compile another graph) have their statistics copied before
+        # each replay into tensors kept from step to step (:func:`_stash_of`) and put back after it (a
+        # copy of the first run's statistics was wrong where a stage run once since, sharing the norm,
+        # had updated them). Other buffers a first run wrote (their version moved: a counter) are copied at each
         # replay.
         self.fns, self.replayed = fns, replayed
         self.toggled: dict[int, list] = {}   # l -> stage l's batch norms replayed without running statistics
@@ -278,11 +280,6 @@ class _Rng:
             out = fn()
             if others:
                 self.written[l] = [b for b, v in zip(others, versions) if b._version != v]
-            norms = self.norms.get(l)
-            if norms:
-                with torch.no_grad():
-                    for b, c in norms:
-                        c.copy_(b)
             return out
         if self.outer is None:
             self.outer = self._get()
@@ -294,6 +291,13 @@ class _Rng:
             kept = [b.detach().clone() for b in written] if written else []
             for m in toggled or ():
                 m.track_running_stats = False
+            if norms:
+                # the statistics as they are before this replay, not as the stage's first run left them:
+                # a batch norm reused by a later stage that runs once (a block applied twice) updated
+                # them since, and putting back the first run's copy lost that update
+                with torch.no_grad():
+                    for b, c in norms:
+                        c.copy_(b)
             try:
                 out = fn()
             finally:

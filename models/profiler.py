@@ -449,10 +449,15 @@ def _profile_multi_rows(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Ca
         kept = set(getattr(stage, "resident_kept", None) or [])
         for v, t in zip(getattr(stage, "resident_out", None) or [], r_out):
             store[v] = _res_leaf(t)
-            total += resident_bytes(t)
+            # a view of the input (the Transformer's target ids, ids[:, src_len:]) has no storage of its
+            # own: the input's is a^0's (wa[0]) or, resident itself, counted above; charged again here,
+            # every plan's peak was predicted 512 B over the run's (the ids of batch 2 x 32 tokens)
+            shared = isinstance(t, torch.Tensor) and _key(t) != 0 and _key(t) == _key(x)
+            total += resident_bytes(t) - (storage_bytes(t) if shared else 0)
             span(v, t, l)
             if (v in free and readers[v]) or v in kept:
-                values.append((float(resident_bytes(t, grad=False)), l, readers[v] if v in free else ()))
+                values.append((0.0 if shared else float(resident_bytes(t, grad=False)), l,
+                               readers[v] if v in free else ()))
         rows.append(vals)
     return rows, total, 0.0 if src else float(storage_bytes(x)), spans, values
 

@@ -90,9 +90,11 @@ NETWORKS = {
     "gpt2-finetune": dict(model="gpt2", kw=dict(n_layer=4, n_embd=256, n_head=4, n_ctx=256, dropout=0.0),
                           shape=(256,), batch=2, freeze=("embed.", "blocks.0.", "blocks.1.", "blocks.2.")),
     # networks nothing here was tuned on (run when --networks names them): runtime_check's cpu-unseen
-    # sizes, and U-Net (skips crossing several cuts)
+    # sizes (Inception v3 at 128x128: at 96x96 its last batch norms see 2 values a channel, and eager's
+    # gradients were 0.97 from float64's, which left the gradient check nothing to compare), and U-Net
+    # (skips crossing several cuts)
     "densenet121": dict(model="densenet121", kw={}, shape=(3, 64, 64), batch=2),
-    "inception_v3": dict(model="inception_v3", kw=dict(dropout=0.0), shape=(3, 96, 96), batch=2),
+    "inception_v3": dict(model="inception_v3", kw=dict(dropout=0.0), shape=(3, 128, 128), batch=2),
     "transformer": dict(model="transformer", kw=dict(dropout=0.0), shape=(128,), batch=2),
     "unet": dict(model="unet", kw={}, shape=(3, 64, 64), batch=2),
 }

@@ -54,7 +54,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     import torch
 
     from memplan.models.networks import canonical_name
-    from memplan.models.profiler import MultiCutMemoryError, profile_model
+    from memplan.models.profiler import profile_model
 
     try:
         key = canonical_name(args.model)
@@ -75,15 +75,10 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     batch_fits(key, args.batch, args.input, args.device, model_kw, args.seed)   # before anything of its size is made
-    try:
-        chain = profile_model(key, args.batch, args.input, device=args.device, repeats=args.repeats,
-                              seed=args.seed, model_kw=model_kw, cuts=args.cuts, turns=args.turn_model,
-                              memory=args.memory_method, free_backward=True, timing_budget=args.timing_budget,
-                              autocast=args.autocast)
-    except MultiCutMemoryError:
-        raise InputError(f"--memory-method profiler: {key} is cut where several tensors cross (--cuts {args.cuts}), "
-                         "and c10's allocator events profile single-tensor cuts only; use --memory-method dispatch, "
-                         "or --cuts saved") from None
+    chain = profile_model(key, args.batch, args.input, device=args.device, repeats=args.repeats,
+                          seed=args.seed, model_kw=model_kw, cuts=args.cuts, turns=args.turn_model,
+                          memory=args.memory_method, free_backward=True, timing_budget=args.timing_budget,
+                          autocast=args.autocast)
     if args.name:
         chain.name = args.name
     with writing(out):

@@ -259,8 +259,9 @@ class Case:
         self.memory_note = ""
         self.cut_rule = "saved" if lm.residency is None else "multi"      # the rule taken (auto decides)
         if lm.residency is not None and self.memory == "profiler":
-            # c10's events profile single-tensor cuts only (models.profiler.profile_chain): this network's
-            # contenders are all measured by the dispatch tracker instead, its rows say so
+            # this network's contenders are all measured by the dispatch tracker, as its recorded rows
+            # were (c10's events size multi-tensor cuts too since session 40: memplan profile
+            # --memory-method profiler), its rows say so
             self.memory = "dispatch"
             self.memory_note = f" (multi-tensor cuts: {MEMORY_METHOD_NAMES['dispatch']} for all its contenders)"
         self.stages = lm.stages

@@ -306,8 +306,8 @@ def resident_bytes(t: torch.Tensor, grad: bool = True) -> int:
 
 
 def profile_multi_stage(stage: Callable, xs: Sequence[torch.Tensor], res: Sequence[torch.Tensor], *,
-                        device="cpu", input_grad: bool = True,
-                        first: Sequence[int] = ()) -> tuple[dict[str, float], tuple, tuple]:
+                        device="cpu", input_grad: bool = True, first: Sequence[int] = (),
+                        memory: str = "dispatch") -> tuple[dict[str, float], tuple, tuple]:
     """:func:`profile_stage` for a stage of a multi-tensor linearization
     (:func:`models.graph.multi_stage_modules`): ``xs`` are the tensors of a^{l-1}, ``res`` the
     resident tensors it reads (leaves with a zero ``.grad``, made before the measures, as the
@@ -322,6 +322,9 @@ def profile_multi_stage(stage: Callable, xs: Sequence[torch.Tensor], res: Sequen
     this stage reads last (the first backward to add to their gradient): measured with no gradient
     yet, which the backward makes (``o_b`` counts it where B's peak comes after it), as the
     executor's leaves; the chain charges it from the end of this B on (:attr:`Chain.resident_grads`).
+    ``memory``: ``"dispatch"`` (the tensors' storages) or ``"profiler"`` (c10's allocator events, every
+    CPU allocation, a kernel's scratch included; :class:`models.memory.ProfilerTracker`, whose
+    ``existing`` are the inputs, the resident tensors read, the parameters and the buffers).
     Returns (values, a^l's tensors, resident outputs), both detached, from a forward without grad."""
     n_res = len(getattr(stage, "resident_out", None) or [])
     params = _params(stage)
@@ -351,12 +354,21 @@ def profile_multi_stage(stage: Callable, xs: Sequence[torch.Tensor], res: Sequen
         if ts:
             engine_backward(ts, gs)
 
+    profiled = memory == "profiler" and not _is_cuda(device)
+    buffers = list(stage.buffers()) if isinstance(stage, torch.nn.Module) else []
+
+    def tracker(xi):
+        # c10's allocator events (kernels' scratch included) where asked for; what a stage's output can
+        # alias is its inputs, the resident tensors it reads, its parameters and buffers
+        return (ProfilerTracker(existing=(xi, list(res), params, buffers)) if profiled else
+                memory_tracker(device))
+
     xi = inputs(input_grad)
     outs, routs = split(stage(*xi, *res))                     # warm-up
     ds, rds = deltas(outs), [torch.zeros_like(o) if isinstance(o, torch.Tensor) else None for o in routs]
     backward(outs, routs, ds, rds)
     del outs, routs, xi
-    with memory_tracker(device) as tr, torch.no_grad():
+    with tracker(xs) as tr, torch.no_grad():
         outs, routs = split(stage(*inputs(False), *res))
         tr.sync()
         peak_ng, kept_ng = tr.peak, tr.current
@@ -371,7 +383,7 @@ def profile_multi_stage(stage: Callable, xs: Sequence[torch.Tensor], res: Sequen
             else:
                 r.grad.zero_()
             fresh_start(r)
-    with memory_tracker(device) as tr:
+    with tracker(xi) as tr:
         outs, routs = split(stage(*xi, *res))
         tr.sync()
         peak_f, kept_f = tr.peak, tr.current
@@ -401,7 +413,7 @@ def profile_multi_stage(stage: Callable, xs: Sequence[torch.Tensor], res: Sequen
 
 
 def _profile_multi_rows(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable, *, device,
-                        input_grad: bool) -> tuple[list[dict], float, float, list, list]:
+                        input_grad: bool, memory: str = "dispatch") -> tuple[list[dict], float, float, list, list]:
     """Rows of stages 1..L+1 of a multi-tensor linearization, the chain's ``resident`` bytes (every
     resident tensor and its gradient, :func:`resident_bytes`), ``wa[0]`` (0 when the input itself
     is resident), :attr:`Chain.resident_grads` (each gradient's bytes, producer and last reader) and
@@ -439,12 +451,13 @@ def _profile_multi_rows(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Ca
         res = tuple(store[v] for v in (getattr(stage, "resident_in", None) or []))
         if l == len(stages) + 1:
             vals, _ = profile_stage(stage, a[0], repeats=0, device=device, input_grad=True,
-                                    delta=torch.ones((), device=device), no_grad_forward=False)
+                                    delta=torch.ones((), device=device), no_grad_forward=False, memory=memory)
             rows.append(vals)
             break
         names = getattr(stage, "resident_in", None) or []
         vals, a, r_out = profile_multi_stage(stage, a, res, device=device, input_grad=(input_grad or l > 1),
-                                             first=[i for i, v in enumerate(names) if last_reader.get(v) == l])
+                                             first=[i for i, v in enumerate(names) if last_reader.get(v) == l],
+                                             memory=memory)
         free = set(getattr(stage, "resident_free", None) or [])
         kept = set(getattr(stage, "resident_kept", None) or [])
         for v, t in zip(getattr(stage, "resident_out", None) or [], r_out):
@@ -510,11 +523,6 @@ def classification_loss(num_classes: int | None = None, seed: int = 0) -> Callab
     from .chunked_loss import FixedLabelCrossEntropy
 
     return FixedLabelCrossEntropy(num_classes, seed)
-
-
-class MultiCutMemoryError(ValueError):
-    """c10's allocator events (``memory="profiler"``) asked of stages cut where several tensors cross:
-    :func:`profile_chain` profiles those with the dispatch tracker only."""
 
 
 def free_backward_overhead(stage: Callable, x: torch.Tensor, *, input_grad: bool = True,
@@ -590,8 +598,11 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     operation alone (paper 004 section 5.1's procedure, :func:`_timed_runs`). ``clock``: ``wall`` or
     ``cpu`` (:data:`models.measure.CLOCKS`; CPU, one thread, in-context timing only), recorded in the
     provenance. ``memory``: how sizes are measured on CPU (:func:`profile_stage`); ``"profiler"``
-    (c10's allocator events, which see compiled stages, :mod:`models.compiled`) is for single-tensor
-    cuts, recorded in the provenance's ``memory_measurement``; with it the loss stage's ``o_f`` is
+    (c10's allocator events, which see compiled stages, :mod:`models.compiled`, and kernels' scratch:
+    on multi-tensor cuts too since session 40, :func:`profile_multi_stage`'s ``memory``; a U-Net's plans
+    then run at their replay's peak to the byte, where the dispatch sizes left 36 MiB of a
+    convolution backward's scratch unseen) is recorded in the provenance's ``memory_measurement``;
+    with it the loss stage's ``o_f`` is
     that of F_all alone (the loss stage runs F_all only, and a compiled one's inference graph, 2x the
     training graph's transients under Inductor on a small Llama, was never run).
 
@@ -626,14 +637,10 @@ def profile_chain(stages: Sequence[Callable], x: torch.Tensor, loss_fn: Callable
     multi = any(hasattr(s, "resident_in") for s in stages)
     resident, wa0, resident_grads, resident_values = 0.0, float(storage_bytes(x)), [], []
     if multi:
-        if memory != "dispatch":
-            raise MultiCutMemoryError("profile_chain: memory='profiler' is for single-tensor cuts; these stages "
-                                      "have multi-tensor cuts (resident tensors): use memory='dispatch', or cut "
-                                      "the network with cuts='saved'")
         if timing != "in-context":
             raise ValueError("profile_chain: stages with multi-tensor cuts are timed in context only")
         rows, resident, wa0, resident_grads, resident_values = _profile_multi_rows(
-            stages, x, loss_fn, device=device, input_grad=input_grad)
+            stages, x, loss_fn, device=device, input_grad=input_grad, memory=memory)
 
     slowest = 0.0               # the longest stage's profile so far (a compiled one compiles in it)
 

@@ -138,20 +138,37 @@ def test_run_on_cuda_without_one_is_one_line(profiled, capsys):
                                  "device; use --device cpu")
 
 
-def test_allocator_events_on_a_multi_cut_network_name_what_works(tmp_path, capsys, one_torch_thread):
-    """``--memory-method profiler`` on a network the auto rule cuts where several tensors cross (the
-    Transformer) ended with the library's own wording (``memory='profiler'``), not the options to change."""
-    tiny = ["--set", "vocab=20", "--set", "d_model=8", "--set", "n_head=2", "--set", "d_ff=16", "--set", "n_enc=2",
-            "--set", "n_dec=2", "--set", "src_len=4", "--set", "n_ctx=8"]
+def test_allocator_events_on_a_multi_cut_network_size_its_plans_exactly(tmp_path, capsys, monkeypatch,
+                                                                       one_torch_thread):
+    """``--memory-method profiler`` on a network the auto rule cuts where several tensors cross (a
+    Transformer) had been refused (c10's events sized single-tensor cuts only); the multi-tensor
+    profile now reads them too, and ``memplan run``, measuring by the same events, finds store-all's
+    and the least-memory plan's peaks at their replays' (8 bytes). On a U-Net the dispatch sizes had
+    left 36 MiB of a convolution backward's scratch out of a plan's prediction."""
+    import re
+
+    from memplan.experiments import cmd_profile
+
+    small = ["--set", "vocab=200", "--set", "d_model=64", "--set", "n_head=2", "--set", "d_ff=128", "--set",
+             "n_enc=2", "--set", "n_dec=2", "--set", "src_len=32", "--set", "n_ctx=64"]
     out = tmp_path / "t.json"
-    assert main(["profile", "--model", "transformer", *tiny, "--batch", "2", "--input", "7", "--repeats", "1",
-                 "--memory-method", "profiler", "-o", str(out)]) == 2
-    err = _one_line(capsys)
-    assert err.startswith("memplan: error: --memory-method profiler: transformer is cut where several tensors cross")
-    assert "--memory-method dispatch" in err and "--cuts saved" in err and not out.exists()
-    # what it names works
-    assert main(["profile", "--model", "transformer", *tiny, "--batch", "2", "--input", "7", "--repeats", "1",
-                 "--memory-method", "profiler", "--cuts", "saved", "-o", str(out)]) == 0
+    assert main(["profile", "--model", "transformer", *small, "--batch", "2", "--input", "64", "--repeats", "1",
+                 "--threads", "1", "--memory-method", "profiler", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["solve", str(out), "--problem", "remat", "--method", "rotor", "--memory", "1", "-q"]) != 0
+    least = re.search(r"\((\d+) B\) is enough", capsys.readouterr().err)
+    assert least
+    sol = tmp_path / "sol.json"
+    assert main(["solve", str(out), "--problem", "remat", "--method", "rotor", "--memory", least.group(1), "-q",
+                 "--json", str(sol)]) == 0
+    monkeypatch.setattr(cmd_profile, "fmt_memory", lambda b: f"<{b:.0f} B>")
+    for argv in (["--sequence", "store-all"], ["--solution", str(sol)]):
+        capsys.readouterr()
+        assert main(["run", str(out), *argv, "--time-budget", "0.2"]) == 0
+        text = capsys.readouterr().out
+        m = re.search(r"peak memory +measured \(c10 allocator events\) <(\d+) B> +simulated <(\d+) B>", text)
+        assert m, text
+        assert abs(int(m.group(1)) - int(m.group(2))) <= 8, text
 
 
 @pytest.mark.parametrize("field, value, needle", [

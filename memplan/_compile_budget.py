@@ -34,7 +34,6 @@ the modelled peak of ``dp_knapsack``'s choice, which is its MIP start (never wor
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import statistics
@@ -785,19 +784,22 @@ class BudgetSearch:
 
         devices = [self.device] if self.device.type == "cuda" else []
         put_back = _python_draws()         # Python's and NumPy's generators too (a layer drop drawn there)
-        with torch.no_grad(), torch.random.fork_rng(devices=devices), _finally(put_back):
-            try:
-                out = self.model(*self.inputs[:self.n_inputs])
-            except Exception as e:  # noqa: BLE001 - any error of the model on these inputs: reported as such
-                raise InputError(f"compile_under_budget: model(*example_inputs) failed ({_error_line(e, None)}); "
-                                 f"example_inputs must be the model's inputs as in training (dtypes, shapes, value "
-                                 f"ranges, device)") from e
-            try:
-                probe = self.loss_fn(out, *self.inputs[self.n_inputs:]) if self.loss_fn is not None else out
-            except Exception as e:  # noqa: BLE001 - the same for the loss on the model's output
-                raise InputError(f"compile_under_budget: loss_fn(output, *example_targets) failed "
-                                 f"({_error_line(e, None)}); example_targets must be what loss_fn takes after the "
-                                 f"model's output, e.g. (y,)") from e
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=devices):
+                try:
+                    out = self.model(*self.inputs[:self.n_inputs])
+                except Exception as e:  # noqa: BLE001 - any error of the model on these inputs: reported as such
+                    raise InputError(f"compile_under_budget: model(*example_inputs) failed ({_error_line(e, None)}); "
+                                     f"example_inputs must be the model's inputs as in training (dtypes, shapes, value "
+                                     f"ranges, device)") from e
+                try:
+                    probe = self.loss_fn(out, *self.inputs[self.n_inputs:]) if self.loss_fn is not None else out
+                except Exception as e:  # noqa: BLE001 - the same for the loss on the model's output
+                    raise InputError(f"compile_under_budget: loss_fn(output, *example_targets) failed "
+                                     f"({_error_line(e, None)}); example_targets must be what loss_fn takes after the "
+                                     f"model's output, e.g. (y,)") from e
+        finally:
+            put_back()
         if not (isinstance(probe, torch.Tensor) and probe.numel() == 1):
             raise InputError("compile_under_budget: the loss must be a scalar tensor: pass loss_fn "
                              "(loss_fn(output, *targets)) when the model does not return its loss")
@@ -1989,15 +1991,6 @@ class BudgetSearch:
             f"memory {fmt_memory(budget)} ({fmt_bytes(budget)} bytes): every candidate that fitted measured above "
             f"it when run again{untried}",
             minimum=min(c.peak for c in cands))
-
-
-@contextlib.contextmanager
-def _finally(fn: Callable[[], Any]):
-    """A context that calls ``fn()`` when it ends, however it ends."""
-    try:
-        yield
-    finally:
-        fn()
 
 
 def _error_line(e: BaseException, width: int | None = 160) -> str:

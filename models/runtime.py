@@ -238,7 +238,6 @@ class _Rng:
         # copy of the first run's statistics was wrong where a stage run once since, sharing the norm,
         # had updated them). Other buffers a first run wrote (their version moved: a counter) are copied at each
         # replay.
-        self.fns, self.replayed = fns, replayed
         self.toggled: dict[int, list] = {}   # l -> stage l's batch norms replayed without running statistics
         self.norms: dict[int, list] = {}     # l -> [(buffer, its copy)] of a compiled stage l's batch norms
         self.others: dict[int, list] = {}    # l -> stage l's other buffers

@@ -142,6 +142,44 @@ def sequential_schedule(chain: Chain | int, s: int) -> RematSchedule:
     return RematSchedule(ops)
 
 
+#: the most segment counts :func:`replayed_baselines` replays (1..this, then every 8th)
+REPLAYED_SEGMENTS = 128
+
+
+def baseline_schedules(chain: Chain, method: str = "all") -> list:
+    """``[(name, () -> schedule)]``: the baselines of ``method``'s class, in the order
+    :func:`replayed_baselines` replays them (store-all and recompute-all, then ``checkpoint_sequential``
+    with 1.. :data:`REPLAYED_SEGMENTS` segments and every 8th beyond; ``method`` one of these baselines'
+    names, ``"store-all"``, ``"recompute-all"``, ``"sequential"``: its own only)."""
+    L = chain.L
+    ks = list(range(1, min(L, REPLAYED_SEGMENTS) + 1)) + list(range(REPLAYED_SEGMENTS + 8, L + 1, 8))
+    seq = [(f"sequential with {k} segment(s)", lambda k=k: sequential_schedule(chain, k)) for k in ks]
+    ends = [("store-all", lambda: store_all_schedule(chain)),
+            ("recompute-all", lambda: recompute_all_schedule(chain))]
+    return {"store-all": ends[:1], "recompute-all": ends[1:], "sequential": seq}.get(method, ends + seq)
+
+
+def replayed_baselines(chain: Chain, memory: float, method: str = "all", time_left: float | None = None):
+    """``(fastest, least)``: of :func:`baseline_schedules`'s baselines replayed by
+    :func:`memplan.models.remat.simulate_remat` (which charges a chain's resident tensors only while
+    they exist, where the DPs charge them whole), the fastest whose replayed peak fits ``memory`` and
+    the one of least replayed peak, each ``(name, schedule, replay)`` or None. No new replay once
+    ``time_left`` seconds have passed (the first one always runs). Shared by :mod:`memplan.remat`
+    (never worse than a baseline) and the budget search's chain of multi-tensor cuts."""
+    best = least = None
+    t0 = time.perf_counter()
+    for name, make in baseline_schedules(chain, method):
+        if time_left is not None and least is not None and time.perf_counter() - t0 > time_left:
+            break
+        sched = make()
+        rep = simulate_remat(chain, sched)
+        if rep.peak_memory <= memory * (1 + 1e-9) and (best is None or rep.makespan < best[2].makespan):
+            best = (name, sched, rep)
+        if least is None or rep.peak_memory < least[2].peak_memory:
+            least = (name, sched, rep)
+    return best, least
+
+
 def bisection_schedule(chain: Chain | int, leaf: int = 1) -> RematSchedule:
     """Recursive checkpointing by halving (the structure of revolve/treeverse with unlimited
     checkpoints: O(log L) stored activations, O(L log L) forward steps).

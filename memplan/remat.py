@@ -592,22 +592,6 @@ def _solve_in_papers_times(chain: Chain, sol: Solution, method: str, memory: flo
     return sol
 
 
-#: the most segment counts :func:`_replayed_baselines` replays (1..this, then every 8th)
-_REPLAYED_SEGMENTS = 128
-
-
-def _baseline_schedules(chain: Chain, method: str) -> list:
-    """``[(name, () -> schedule)]``: the baselines of ``method``'s class, in the order
-    :func:`_replayed_baselines` replays them (store-all and recompute-all, then ``checkpoint_sequential``
-    with 1.. :data:`_REPLAYED_SEGMENTS` segments and every 8th beyond; a baseline method: its own)."""
-    L = chain.L
-    ks = list(range(1, min(L, _REPLAYED_SEGMENTS) + 1)) + list(range(_REPLAYED_SEGMENTS + 8, L + 1, 8))
-    seq = [(f"sequential with {k} segment(s)", lambda k=k: remat_heuristics.sequential_schedule(chain, k)) for k in ks]
-    ends = [("store-all", lambda: remat_heuristics.store_all_schedule(chain)),
-            ("recompute-all", lambda: remat_heuristics.recompute_all_schedule(chain))]
-    return {"store-all": ends[:1], "recompute-all": ends[1:], "sequential": seq}.get(method, ends + seq)
-
-
 def _replayed_baselines(chain: Chain, memory: float, method: str, sol: Solution,
                         time_left: float | None = None) -> Solution:
     """Never worse than a baseline where the replay charges resident tensors only while they exist
@@ -620,20 +604,10 @@ def _replayed_baselines(chain: Chain, memory: float, method: str, sol: Solution,
     on ``chain``, and the fastest that fits replaces ``sol`` where it is faster or ``sol`` has no plan
     within the limit: status FEASIBLE (a proof made with the whole charge proves nothing here; its
     bound goes to ``details["bound_whole_resident"]``), ``details["candidate"]`` names it, the message
-    says so. O(L) replays of O(L) operations (at most :data:`_REPLAYED_SEGMENTS` + L/8 segment counts;
+    says so. O(L) replays of O(L) operations (at most :data:`~memplan.baselines.remat_heuristics.REPLAYED_SEGMENTS` + L/8 segment counts;
     33 ms on NASNet-A's 63 stages), no new one once ``time_left`` seconds have passed (store-all and
-    recompute-all first, then the segment counts from 1 up)."""
-    best = least = None
-    t0 = time.perf_counter()
-    for name, make in _baseline_schedules(chain, method):
-        if time_left is not None and least is not None and time.perf_counter() - t0 > time_left:
-            break
-        sched = make()
-        rep = simulate_remat(chain, sched)
-        if rep.peak_memory <= memory * (1 + 1e-9) and (best is None or rep.makespan < best[2].makespan):
-            best = (name, sched, rep)
-        if least is None or rep.peak_memory < least[2].peak_memory:
-            least = (name, sched, rep)
+    recompute-all first, then the segment counts from 1 up; :func:`memplan.baselines.remat_heuristics.replayed_baselines`)."""
+    best, least = remat_heuristics.replayed_baselines(chain, memory, method, time_left)
     planned = sol.schedule is not None and sol.status in (Status.OPTIMAL, Status.FEASIBLE, Status.TIME_LIMIT)
     if best is None:
         if sol.status == Status.INFEASIBLE and least is not None and sol.details.get("min_memory") is not None:
@@ -774,7 +748,7 @@ def memory_range(chain: Chain, *, time_limit: float | None = None) -> tuple[floa
             first.append(remat_heuristics.recompute_all_schedule)
         peaks = [simulate_remat(chain, make(chain)).peak_memory for make in first]     # peaks[0]: store-all's
         lo = min(peaks)
-        for _, make in _baseline_schedules(chain, "sequential"):      # 1, 2, ... segments, while time is left
+        for _, make in remat_heuristics.baseline_schedules(chain, "sequential"):      # 1, 2, ... segments, while time is left
             if time.perf_counter() > deadline:
                 break
             lo = min(lo, simulate_remat(chain, make()).peak_memory)
@@ -784,7 +758,7 @@ def memory_range(chain: Chain, *, time_limit: float | None = None) -> tuple[floa
     # spans: the solvers' whole charge is an upper bound. Store-all replayed is the memory from which
     # nothing needs recomputing; the low end is the least memory at which a plan is known to fit: the
     # whole charge's minimum (its sequence replays at most there) or a baseline's replayed peak
-    peaks = {name: simulate_remat(chain, make()).peak_memory for name, make in _baseline_schedules(chain, "all")}
+    peaks = {name: simulate_remat(chain, make()).peak_memory for name, make in remat_heuristics.baseline_schedules(chain, "all")}
     return min(lo, min(peaks.values())), min(hi, peaks["store-all"])
 
 

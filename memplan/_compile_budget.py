@@ -307,7 +307,8 @@ class Candidate:
     ``kind="chain-joint"``: paper 000's joint DP (``solver`` ``"joint-dp"``): recomputation and
     offloading together, its transfers merged into whole values; ``kind="chain-mixed"``: rotor with a
     partitioner budget chosen per stage among the compiled chains (``per_stage``,
-    :mod:`memplan.baselines.remat_variants`)."""
+    :mod:`memplan.baselines.remat_variants`); ``kind="chain-multi"``: rotor on the chain cut where
+    several tensors cross (:meth:`BudgetSearch._build_multi`), run eagerly."""
 
     solver: str
     fraction: float
@@ -336,6 +337,8 @@ class Candidate:
             return (self.kind, self.stage_fraction, self.offloaded, self.ops)
         if self.kind == "chain-mixed":
             return (self.per_stage, self.loss_chunks, self.loss_grad_in_forward, self.ops)
+        if self.kind == "chain-multi":
+            return self.ops
         if self.kind == "chain-compiled":
             return (self.stage_fraction, self.loss_chunks, self.loss_grad_in_forward, self.ops)
         return (self.loss_chunks, self.loss_grad_in_forward, self.ops)
@@ -353,6 +356,8 @@ class Candidate:
                     f"{self.stage_solver}), at {fmt_memory(self.memory_limit)}"
                     + (f", loss in {self.loss_chunks} chunks" if self.loss_chunks > 1 else "")
                     + (" (gradients in the forward)" if self.loss_grad_in_forward else ""))
+        if self.kind == "chain-multi":
+            return f"chain {self.solver}, multi-tensor cuts, at {fmt_memory(self.memory_limit)}"
         if self.kind == "chain":
             return (f"chain rotor at {fmt_memory(self.memory_limit)}"
                     + (f", loss in {self.loss_chunks} chunks" if self.loss_chunks > 1 else ""))
@@ -524,6 +529,39 @@ class _Preserved:
             for b, v in self.buffers:
                 b.copy_(v)
         return False
+
+
+def _multi_solve(chain, limit: float, seconds: float | None):
+    """``(schedule, replay, name)``: the faster of rotor's persistent plan at ``limit`` (paper 004,
+    planned on ``chain.without_resident()`` under ``limit`` less the resident tensors, charged whole) and the fastest baseline whose replay fits
+    ``limit`` (:func:`memplan.baselines.remat_heuristics.replayed_baselines`: the replay charges them
+    only while they exist, so near the least memory of a chain cut where several tensors cross a
+    baseline can fit where rotor has no plan); None where neither fits. What
+    :func:`memplan.remat.solve` returns for rotor, without its notes."""
+    from memplan.baselines.remat_heuristics import replayed_baselines
+    from memplan.baselines.remat_rotor import persistent
+    from memplan.models.remat import simulate_remat
+
+    found = []
+    r = float(chain.resident)                 # as memplan.remat.solve plans it (_frontend.solve_without_resident)
+    sol = persistent(chain.without_resident(), max(float(limit) - r, 1.0), time_limit=seconds) if limit > r else None
+    if sol is not None and sol.success:
+        found.append((sol.schedule, simulate_remat(chain, sol.schedule), "rotor"))
+    best, _ = replayed_baselines(chain, float(limit), time_left=seconds)
+    if best is not None:
+        found.append((best[1], best[2], best[0]))
+    return min(found, key=lambda f: f[1].makespan, default=None)
+
+
+def _multi_least(chain, seconds: float | None) -> float:
+    """The least memory known to fit on ``chain`` (:func:`_multi_solve`'s): rotor's minimum with the
+    resident tensors charged whole, or the least replayed peak of a baseline where lower."""
+    from memplan.baselines.remat_heuristics import replayed_baselines
+    from memplan.baselines.remat_min_memory import min_memory
+
+    _, least = replayed_baselines(chain, math.inf, time_left=seconds)
+    whole = float(min_memory(chain.without_resident())) + float(chain.resident)
+    return whole if least is None else min(whole, float(least[2].peak_memory))
 
 
 class BudgetSearch:
@@ -717,6 +755,15 @@ class BudgetSearch:
         self.mixed_plans: dict[tuple, tuple[Candidate, Callable]] = {}
         self._msolved: dict[float, Any] = {}
         self._moffset = 0.0
+        # chain plans on multi-tensor cuts (kind "chain-multi", :meth:`_build_multi`): the chain
+        # (stages, loss stage, chain, least memory known to fit), its answers by limit, its plans, the
+        # largest excess of a measured over a simulated peak, and why there is none
+        self._multi = None
+        self._multi_pending = None
+        self._xsolved: dict[float, Any] = {}
+        self.multi_plans: dict[tuple, tuple[Candidate, Callable]] = {}
+        self._xoffset = 0.0
+        self.multi_note = "" if chain else "not asked for (chain=False)"
         self._mmin: float | None = None
         self.compiled_chain_note = "" if chain and compiled_stages else "not asked for"
         self._cchunked: list[tuple] = []       # (loss chunks, compiled chunked loss stage, its chain, min memory)
@@ -762,6 +809,7 @@ class BudgetSearch:
                         self.compiled_chain_note = "no chain to compile (see chain_note)"
                         self.compiled_loss_chunks_note = self.compiled_chain_note
                     self._build_fewer_chunks()
+                    self._build_multi()
             if offload:
                 self._setup_offload()
             self._compile_grid(fracs[1:])
@@ -1007,6 +1055,11 @@ class BudgetSearch:
         self._context = lm.captured.context
         self.chain_note = ""
         self._build_chunked(lm, x, holder, clock, time.perf_counter() - t1)
+        if folded or self._context is not None or lm.captured.output is not None:
+            self.multi_note = ("not tried with " + ("frozen first layers" if folded else "inputs after the first"
+                               if self._context is not None else "an output structure"))
+        else:
+            self._multi_pending = (x, loss_of, clock, time.perf_counter() - t1)
         self.profile_time = time.perf_counter() - t0
 
     def _build_chunked(self, lm, x, holder, clock: str, profile_seconds: float) -> None:
@@ -1139,6 +1192,100 @@ class BudgetSearch:
                 break
             need = time.perf_counter() - t0
         self._progress(f"chain: the loss in {self.loss_chunk_counts} chunks profiled")
+
+    def _build_multi(self) -> None:
+        """The chain cut where several tensors cross (``linearize_model(..., cuts="auto")``), where the
+        single-tensor stages are too coarse for it to take the single-tensor cuts (a U-Net's skips leave
+        few), profiled as the eager chain is (c10's allocator events, times in context) and kept where
+        its least memory known to fit (:func:`_multi_least`: the resident tensors charged only while
+        they exist) is 1% or more below the eager chains'. Not tried with frozen first layers,
+        inputs after the first or an output structure (the eager chain's own handling of them);
+        ``multi_note`` says why there is none."""
+        from memplan.models.graph import linearize_model
+        from memplan.models.profiler import profile_chain
+        pend, self._multi_pending = self._multi_pending, None
+        if pend is None or self._chain is None:
+            return
+        x, loss_of, clock, seconds = pend
+        if self._past(self._build_deadline, seconds):       # as long as the eager chain's profile took
+            self.multi_note = f"not tried within time_limit={self.time_limit:g} s"
+            return
+        try:
+            lm = linearize_model(self.model, x, loss_of, cuts="auto")
+        except Exception as e:      # noqa: BLE001 - any failure of the multi-tensor cut: none, the reason kept
+            self.multi_note = f"the model could not be cut where several tensors cross ({_error_line(e)})"
+            return
+        if lm.residency is None:
+            self.multi_note = "the single-tensor cuts are fine enough (cuts='auto' takes them)"
+            return
+        loss_stage = lm.loss_stage(loss_of)
+        try:
+            chain = profile_chain(lm.stages, x, loss_stage, repeats=3, device=self.device, names=lm.names,
+                                  name="compile_under_budget, multi-tensor cuts", loss_name=lm.loss_name,
+                                  input_grad=False, clock=clock, memory=_CHAIN_MEMORY, deadline=self._build_deadline)
+        except TimeoutError:
+            self.multi_note = f"not finished within time_limit={self.time_limit:g} s (profiling the chain)"
+            return
+        except Exception as e:      # noqa: BLE001 - a profile the multi-tensor path cannot make: none, the reason
+            self.multi_note = f"the multi-tensor chain could not be profiled ({_error_line(e)})"
+            return
+        least = _multi_least(chain, self._solver_seconds())
+        if not least < 0.99 * self.chain_minimum:
+            self.multi_note = "multi-tensor cuts do not lower the chain's least memory by 1%"
+            return
+        self._multi = (lm.stages, loss_stage, chain, float(least))
+        self._progress(f"chain: multi-tensor cuts, L = {chain.L} stages profiled, least memory "
+                       f"{fmt_memory(least)} (the single-tensor chain's {fmt_memory(self.chain_minimum)})")
+
+    def multi_plan(self, limit: float) -> Candidate | None:
+        """Rotor's plan at ``limit`` bytes on the chain of multi-tensor cuts (:meth:`_build_multi`;
+        :func:`_multi_solve`: the faster of rotor's plan and the baselines replayed with the resident
+        tensors charged only while they exist), measured (kind ``"chain-multi"``); None without that
+        chain or a plan."""
+        if self._multi is None or not limit > 0:
+            return None
+        stages, loss_stage, chain, _ = self._multi
+        key = float(limit)
+        t0 = time.perf_counter()
+        if key not in self._xsolved:
+            if self._no_time_for("chain plans on multi-tensor cuts"):
+                return None
+            self._xsolved[key] = _multi_solve(chain, key, self._solver_seconds())
+        sol = self._xsolved[key]
+        if sol is None:
+            return None
+        ops = tuple(tuple(o) for o in sol[0].ops)
+        if ops in self.multi_plans:
+            return self.multi_plans[ops][0]
+        if self._no_time_for("chain plans on multi-tensor cuts"):
+            return None
+        step = self._stages_step(ops, stages, loss_stage, chain)
+        peak, ts = self._measure_plan(step)
+        sched, rep, name = sol
+        cand = Candidate(name, math.nan, peak, statistics.median(ts), ts, time.perf_counter() - t0,
+                         kind="chain-multi", memory_limit=key, predicted_peak=float(rep.peak_memory), ops=ops)
+        self._xoffset = max(self._xoffset, peak - float(rep.peak_memory))
+        self.multi_plans[ops] = (cand, step)
+        return cand
+
+    def multi_fit(self, budget: float, tries: int = 4) -> Candidate | None:
+        """:meth:`chain_fit` on the chain of multi-tensor cuts: solved at ``budget`` less the largest
+        excess of a measured over a simulated peak there, lowered by the excess while over."""
+        if self._multi is None:
+            return None
+        lo = self._multi[3]
+        limit = budget - max(0.0, self._xoffset)
+        for _ in range(tries):
+            limit = max(limit, lo)
+            cand = self.multi_plan(limit)
+            if cand is None:
+                return None
+            if cand.peak <= budget:
+                return cand
+            if limit <= lo:
+                return None
+            limit -= cand.peak - budget
+        return None
 
     def _head_input(self):
         """The loss stage's input on the example: the chain's (eager) stages run without autograd."""
@@ -1647,7 +1794,7 @@ class BudgetSearch:
         """Every candidate measured so far: the compiled grid, then the chain plans."""
         return ([c for c, _, _ in self.compiled] + [c for c, _ in self.chain_plans.values()]
                 + [c for c, _ in self.compiled_chain_plans.values()] + [c for c, _ in self.mixed_plans.values()]
-                + [c for c, _ in self.offload_plans.values()])
+                + [c for c, _ in self.offload_plans.values()] + [c for c, _ in self.multi_plans.values()])
 
     # -- offloading (paper 001) ----------------------------------------------------------------------
     def _setup_offload(self) -> None:
@@ -1805,6 +1952,8 @@ class BudgetSearch:
             self.chain_plan(self.compiled_chain_minimum_at(sf), compiled=sf)
         if self._mixed_sources() and not self._no_time_for("chain plans with a partitioner budget per stage"):
             self.mixed_plan(self.mixed_minimum())
+        if self._multi is not None:
+            self.multi_plan(self._multi[3])
         return min(self.measured(), key=lambda c: c.peak, default=None)
 
     def _runner(self, cand: Candidate) -> tuple[Callable, dict]:
@@ -1816,6 +1965,8 @@ class BudgetSearch:
             return self.compiled_chain_plans[cand.plan_key][1], {}
         if cand.kind == "chain-mixed":
             return self.mixed_plans[cand.plan_key][1], {}
+        if cand.kind == "chain-multi":
+            return self.multi_plans[cand.plan_key][1], {}
         for c, step, cfg in self.compiled:
             if c is cand:
                 return step, cfg
@@ -1911,6 +2062,7 @@ class BudgetSearch:
             for sf in self._cchains:
                 self.chain_fit(budget, compiled=sf)
             self.mixed_fit(budget)
+            self.multi_fit(budget)
             if self.offload:
                 self.offload_fit(budget)
                 self.joint_fit(budget)

@@ -213,12 +213,9 @@ def _autocast_get(device) -> tuple:
     """``torch.autocast``'s state of the forward on the CPU and on ``device``'s type: ``((kind, enabled,
     dtype), ...)`` and whether its weight cache is on; :func:`_autocast_set` enters it again."""
     kinds = ["cpu"] + ([torch.device(device).type] if torch.device(device).type not in ("cpu",) else [])
-    state = []
-    for kind in kinds:
-        try:
-            state.append((kind, torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind)))
-        except (RuntimeError, TypeError, ValueError):      # a device type autocast does not know
-            continue
+    from memplan.models.runtime import autocast_state
+
+    state = [(kind, *st) for kind in kinds if (st := autocast_state(kind)) is not None]   # None: one autocast does not know
     return tuple(state), torch.is_autocast_cache_enabled()
 
 

@@ -97,15 +97,20 @@ def _engine(outputs: Sequence, grads: Sequence) -> None:
 _AUTOCAST_OFF: list[str] = []
 
 
+def autocast_state(kind: str) -> tuple[bool, Any] | None:
+    """``(enabled, dtype)`` of ``torch.autocast`` on device type ``kind`` here (its dtype even where it
+    is off), None for a device type autocast does not know."""
+    try:
+        return torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind)
+    except (RuntimeError, TypeError, ValueError):
+        return None
+
+
 def autocast_dtype(kind: str) -> str | None:
     """The dtype (``"bfloat16"``, ``"float16"``) ``torch.autocast`` runs device type ``kind``'s
     operations in here, None where it is off (or the device type is one autocast does not know)."""
-    try:
-        if not torch.is_autocast_enabled(kind):
-            return None
-    except RuntimeError:
-        return None
-    return str(torch.get_autocast_dtype(kind)).replace("torch.", "")
+    state = autocast_state(kind)
+    return None if state is None or not state[0] else str(state[1]).replace("torch.", "")
 
 
 def autocast_blocks(dtype: str | None, device) -> Callable[[], Any]:

@@ -27,7 +27,8 @@ statistics and ``num_batches_tracked`` in training mode, a counter) as that run 
 end the step as a plain forward pass leaves them (``torch.utils.checkpoint`` updates them again at each
 recomputation): an eager stage's batch norms replay with ``track_running_stats`` off, a compiled
 stage's statistics are copied before each replay, into a tensor kept across steps, and put back after
-it (:class:`_Rng`). A batch norm in
+it, as are the buffers a stage gives ``F.batch_norm`` itself (a hand-written norm: the native kernel
+moves no version counter, so the write is found in the stage's graph) (:class:`_Rng`). A batch norm in
 training mode normalizes with the batch's own statistics either way, so the output is the same.
 
 Multi-tensor cuts (:func:`models.graph.multi_stage_modules`): a^l is a tuple, and a resident tensor
@@ -186,19 +187,55 @@ def _stash_of(b: torch.Tensor) -> torch.Tensor:
 _BUFFER_PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _buffer_plan(f: torch.nn.Module) -> tuple[tuple, tuple, bool]:
-    """``(batch norms, (module, name) of every other buffer, compiled)`` of stage ``f``: its modules walked
-    once, not at every step (the walk cost 5-30 us a stage, a step's host time no chain models); the
-    tensors are read at each step (``.to()`` replaces them), the norms' mode too."""
+#: functions that update the running statistics they are given in training mode (``F.batch_norm``,
+#: ``F.instance_norm`` and their ``torch``/``aten`` forms), by the last part of their name
+_NORM_FUNCTIONS = frozenset({"batch_norm", "instance_norm", "native_batch_norm", "_native_batch_norm_legit",
+                             "_batch_norm_impl_index", "_batch_norm_with_update"})
+
+
+def _functional_norm_buffers(f: torch.nn.Module) -> tuple:
+    """``(module, name)`` of each buffer that an fx stage ``f`` (a ``GraphModule``: a model's layers traced
+    through, a hand-written batch norm's ``F.batch_norm(x, self.rm, self.rv, ...)`` among them) passes
+    to one of :data:`_NORM_FUNCTIONS`. The native kernels update the running statistics without moving
+    their version counter, so :class:`_Rng` cannot see that write as it sees a counter's; these are
+    kept across replays as a ``torch.nn`` batch norm of a compiled stage is."""
+    from torch import fx
+
+    if not isinstance(f, fx.GraphModule):
+        return ()
+    from .graph import _target_name
+
+    found = []
+    for node in f.graph.nodes:
+        if node.op not in ("call_function", "call_method") or _target_name(node.target) not in _NORM_FUNCTIONS:
+            continue
+        for a in list(node.args) + list(node.kwargs.values()):
+            if isinstance(a, fx.Node) and a.op == "get_attr":
+                owner, _, name = str(a.target).rpartition(".")
+                try:
+                    m = f.get_submodule(owner) if owner else f
+                except AttributeError:
+                    continue
+                if name in m._buffers and (m, name) not in found:
+                    found.append((m, name))
+    return tuple(found)
+
+
+def _buffer_plan(f: torch.nn.Module) -> tuple[tuple, tuple, bool, tuple]:
+    """``(batch norms, (module, name) of every other buffer, compiled, (module, name) of the buffers it
+    gives a batch-norm function)`` of stage ``f`` (:func:`_functional_norm_buffers`): its modules
+    walked once, not at every step (the walk cost 5-30 us a stage, a step's host time no chain
+    models); the tensors are read at each step (``.to()`` replaces them), the norms' mode too."""
     plan = _BUFFER_PLANS.get(f)
     if plan is None:
         from .compiled import CompiledStage
 
         mods = list(f.modules())
         norms = tuple(m for m in mods if isinstance(m, torch.nn.modules.batchnorm._NormBase))
+        fnorms = _functional_norm_buffers(f)
         others = tuple((m, n) for m in mods if not isinstance(m, torch.nn.modules.batchnorm._NormBase)
-                       for n in m._buffers)
-        plan = _BUFFER_PLANS[f] = (norms, others, any(isinstance(m, CompiledStage) for m in mods))
+                       for n in m._buffers if (m, n) not in fnorms)
+        plan = _BUFFER_PLANS[f] = (norms, others, any(isinstance(m, CompiledStage) for m in mods), fnorms)
     return plan
 
 
@@ -245,20 +282,23 @@ class _Rng:
         # replay.
         self.toggled: dict[int, list] = {}   # l -> stage l's batch norms replayed without running statistics
         self.norms: dict[int, list] = {}     # l -> [(buffer, its copy)] of a compiled stage l's batch norms
+                                             # and of the buffers stage l gives a batch-norm function
         self.others: dict[int, list] = {}    # l -> stage l's other buffers
         self.written: dict[int, list] = {}   # l -> the other buffers stage l's first run wrote
         for l in replayed:
             f = fns[l - 1] if 0 < l <= len(fns) else None
             if not isinstance(f, torch.nn.Module):
                 continue
-            norms, others, compiled = _buffer_plan(f)
+            norms, others, compiled, fnorms = _buffer_plan(f)
             norms = [m for m in norms if m.training and m.track_running_stats]
+            kept = [b for m, n in fnorms if isinstance(b := m._buffers.get(n), torch.Tensor)]
             if norms and compiled:
-                self.norms[l] = [(b, _stash_of(b)) for m in norms
-                                 for b in (m.running_mean, m.running_var, m.num_batches_tracked)
-                                 if isinstance(b, torch.Tensor)]
+                kept += [b for m in norms for b in (m.running_mean, m.running_var, m.num_batches_tracked)
+                         if isinstance(b, torch.Tensor)]
             elif norms:
                 self.toggled[l] = norms
+            if kept:
+                self.norms[l] = [(b, _stash_of(b)) for b in kept]
             if others:
                 self.others[l] = others
 

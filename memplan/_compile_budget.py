@@ -2256,7 +2256,10 @@ def compile_under_budget(model, example_inputs: Sequence[Any], memory: float | s
         stage, autograd inside a stage).
         They can reach budgets below every fraction's peak (fraction 0 recomputes the whole forward
         inside the backward at once, rotor's least-memory plans stage by stage); their floor is the
-        chain's largest stage. A language model's head with its cross-entropy is split over chunks of
+        chain's largest stage. Where the model can also be cut where several tensors cross
+        (``linearize_model(..., cuts="auto")``: a U-Net's skips), that chain is a candidate too (kind
+        ``"chain-multi"``, :meth:`BudgetSearch._build_multi`) where its least memory is 1% lower. A
+        language model's head with its cross-entropy is split over chunks of
         tokens when ``loss_fn`` says how its loss splits over them (a
         :class:`~memplan.models.chunked_loss.TokenLoss`: ``memplan.TokenCrossEntropy()``,
         ``loss_fn(logits, targets)``): the logits are recomputed chunk by chunk in the backward

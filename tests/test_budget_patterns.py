@@ -39,6 +39,21 @@ def _assert_like_eager(model, ref, loss=None, ref_loss=None):
         torch.testing.assert_close(b, c, rtol=1e-5, atol=1e-7, msg=f"buffer {n}")
 
 
+def _least_plan_like_eager(model, x, y, loss_fn, compiled, ref, ref_loss):
+    """The search's least-memory chain plan (eager or compiled stages) recomputes some stage, and one
+    step of it leaves ``model`` as eager's step left ``ref``."""
+    search = BudgetSearch(model, (x,), loss_fn=loss_fn, example_targets=(y,), fractions=(), repeats=1,
+                          compiled_stages=compiled)
+    search.minimum()
+    kind = "chain-compiled" if compiled else "chain"
+    least = min((c for c in search.measured() if c.kind == kind), key=lambda c: c.peak)
+    forwards = [l for op, l in least.ops if op != "B"]
+    assert len(forwards) > len(set(forwards)), "the plan recomputes no stage"
+    step, _ = search._runner(least)
+    loss = step(x, y)
+    _assert_like_eager(model, ref, loss, ref_loss)
+
+
 def _bn_model():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(32, 64), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(64, 64), nn.BatchNorm1d(8),
@@ -53,16 +68,7 @@ def test_a_recomputed_batch_norm_updates_its_running_statistics_once(one_torch_t
     model = _bn_model()
     x, y = torch.randn(16, 8, 32), torch.randn(16, 8, 8)
     ref, ref_loss = _eager(model, (x,), (y,), F.mse_loss)
-    search = BudgetSearch(model, (x,), loss_fn=F.mse_loss, example_targets=(y,), fractions=(), repeats=1,
-                          compiled_stages=compiled)
-    search.minimum()
-    kind = "chain-compiled" if compiled else "chain"
-    least = min((c for c in search.measured() if c.kind == kind), key=lambda c: c.peak)
-    forwards = [l for op, l in least.ops if op != "B"]
-    assert len(forwards) > len(set(forwards)), "the plan recomputes no stage"
-    step, _ = search._runner(least)
-    loss = step(x, y)
-    _assert_like_eager(model, ref, loss, ref_loss)
+    _least_plan_like_eager(model, x, y, F.mse_loss, compiled, ref, ref_loss)
 
 
 class _HandNorm(nn.Module):
@@ -93,16 +99,7 @@ def test_a_hand_written_batch_norm_updates_its_running_statistics_once(one_torch
                             for _ in range(5)], nn.Flatten(), nn.Linear(4 * 16, 3)).train()
     x, y = torch.randn(3, 4, 16), torch.randint(0, 3, (3,))
     ref, ref_loss = _eager(model, (x,), (y,), F.cross_entropy)
-    search = BudgetSearch(model, (x,), loss_fn=F.cross_entropy, example_targets=(y,), fractions=(), repeats=1,
-                          compiled_stages=compiled)
-    search.minimum()
-    kind = "chain-compiled" if compiled else "chain"
-    least = min((c for c in search.measured() if c.kind == kind), key=lambda c: c.peak)
-    forwards = [l for op, l in least.ops if op != "B"]
-    assert len(forwards) > len(set(forwards)), "the plan recomputes no stage"
-    step, _ = search._runner(least)
-    loss = step(x, y)
-    _assert_like_eager(model, ref, loss, ref_loss)
+    _least_plan_like_eager(model, x, y, F.cross_entropy, compiled, ref, ref_loss)
     assert any(float(b.abs().sum()) > 0 for n, b in model.named_buffers() if n.endswith("rm"))   # they moved
 
 

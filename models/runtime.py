@@ -203,11 +203,11 @@ def _functional_norm_buffers(f: torch.nn.Module) -> tuple:
 
     if not isinstance(f, fx.GraphModule):
         return ()
-    from .graph import _target_name
-
     found = []
     for node in f.graph.nodes:
-        if node.op not in ("call_function", "call_method") or _target_name(node.target) not in _NORM_FUNCTIONS:
+        t = node.target
+        name = t if isinstance(t, str) else getattr(t, "__name__", str(t))     # aten's: "batch_norm.default"
+        if node.op not in ("call_function", "call_method") or not _NORM_FUNCTIONS.intersection(name.split(".")):
             continue
         for a in list(node.args) + list(node.kwargs.values()):
             if isinstance(a, fx.Node) and a.op == "get_attr":

@@ -291,6 +291,12 @@ def memplan_knapsack(time_limit: float | None = 10.0, threads: int | None = 1):
     return _knapsack_solver_class()(time_limit=time_limit, threads=threads)
 
 
+#: ``multi_note`` beginnings that say the network needs no chain on multi-tensor cuts, or it was not
+#: asked for: left out of :meth:`BudgetedStep.report` (the others: a time limit, a model the search does
+#: not cut so, an error)
+_MULTI_QUIET = ("not asked for", "the single-tensor cuts are fine enough", "multi-tensor cuts do not lower")
+
+
 @dataclass
 class Candidate:
     """One measured training step. ``kind="compiled"``: ``torch.compile`` at PyTorch's budget
@@ -397,6 +403,7 @@ class BudgetedStep:
     offload_note: str = ""            # offload asked for: why a budget got no offloading candidate
     untried: list[str] = field(default_factory=list)   # what the time limit left unsolved for this budget
     loss_chunks_note: str = ""        # why the eager chain has no chunked loss stage
+    multi_note: str = ""              # why there are no chain plans on multi-tensor cuts (BudgetSearch._build_multi)
     peak_measure: str = ""            # what every peak here is: the CUDA allocator's requested or allocated peak, or the CPU profiler's
     _fn: Callable = field(repr=False, default=None)
     _config: dict = field(repr=False, default_factory=dict)
@@ -438,8 +445,12 @@ class BudgetedStep:
             lines.append(f"  chain plans: {self.chain_note}")
         if self.compiled_chain_note:
             lines.append(f"  chain plans with compiled stages: {self.compiled_chain_note}")
-        if self.compiled_loss_chunks_note:
+        if self.compiled_loss_chunks_note and not (self.compiled_loss_chunks_note.startswith("no chunked loss stage")
+                                                   and "time_limit" not in self.compiled_loss_chunks_note):
+            # (no eager chunked stage either: said above where the time limit is why, else the network's)
             lines.append(f"  compiled stages, chunked loss stage: {self.compiled_loss_chunks_note}")
+        if self.multi_note and not self.multi_note.startswith(_MULTI_QUIET):
+            lines.append(f"  chain plans on multi-tensor cuts: {self.multi_note}")
         if self.offload_note:
             lines.append(f"  offloading: {self.offload_note}")
         return "\n".join(lines)
@@ -1055,11 +1066,10 @@ class BudgetSearch:
         self._context = lm.captured.context
         self.chain_note = ""
         self._build_chunked(lm, x, holder, clock, time.perf_counter() - t1)
-        if folded or self._context is not None or lm.captured.output is not None:
-            self.multi_note = ("not tried with " + ("frozen first layers" if folded else "inputs after the first"
-                               if self._context is not None else "an output structure"))
-        else:
-            self._multi_pending = (x, loss_of, clock, time.perf_counter() - t1)
+        unsupported = ("" if not (folded or self._context is not None or lm.captured.output is not None) else
+                       "not tried with " + ("frozen first layers" if folded else "inputs after the first"
+                                            if self._context is not None else "an output structure"))
+        self._multi_pending = (x, loss_of, clock, time.perf_counter() - t1, unsupported)
         self.profile_time = time.perf_counter() - t0
 
     def _build_chunked(self, lm, x, holder, clock: str, profile_seconds: float) -> None:
@@ -1206,17 +1216,21 @@ class BudgetSearch:
         pend, self._multi_pending = self._multi_pending, None
         if pend is None or self._chain is None:
             return
-        x, loss_of, clock, seconds = pend
+        x, loss_of, clock, seconds, unsupported = pend
         if self._past(self._build_deadline, seconds):       # as long as the eager chain's profile took
             self.multi_note = f"not tried within time_limit={self.time_limit:g} s"
+            self._progress(f"chain: multi-tensor cuts {self.multi_note}")
             return
         try:
-            lm = linearize_model(self.model, x, loss_of, cuts="auto")
+            lm = linearize_model(self.model, x, loss_of, cuts="auto", context=self.inputs[1:self.n_inputs])
         except Exception as e:      # noqa: BLE001 - any failure of the multi-tensor cut: none, the reason kept
             self.multi_note = f"the model could not be cut where several tensors cross ({_error_line(e)})"
             return
         if lm.residency is None:
             self.multi_note = "the single-tensor cuts are fine enough (cuts='auto' takes them)"
+            return
+        if unsupported:         # the eager chain's handling of these, not the multi-tensor path's (yet)
+            self.multi_note = unsupported
             return
         loss_stage = lm.loss_stage(loss_of)
         try:
@@ -1225,6 +1239,7 @@ class BudgetSearch:
                                   input_grad=False, clock=clock, memory=_CHAIN_MEMORY, deadline=self._build_deadline)
         except TimeoutError:
             self.multi_note = f"not finished within time_limit={self.time_limit:g} s (profiling the chain)"
+            self._progress(f"chain: multi-tensor cuts {self.multi_note}")
             return
         except Exception as e:      # noqa: BLE001 - a profile the multi-tensor path cannot make: none, the reason
             self.multi_note = f"the multi-tensor chain could not be profiled ({_error_line(e)})"
@@ -2010,8 +2025,9 @@ class BudgetSearch:
 
     def _cut_by_time(self) -> list[str]:
         """What ``time_limit`` left untried, one entry per kind (empty when it cut nothing): the skipped
-        fractions, the chain plans, the compiled-stage chains and the compiled loss chunks, from the
-        notes the search wrote when it stopped each (they all say "within time_limit=")."""
+        fractions, the chain plans, the compiled-stage chains, the compiled loss chunks and the chain on
+        multi-tensor cuts, from the notes the search wrote when it stopped each (they all say "within
+        time_limit=")."""
         cut = []
         if self.skipped:
             cut.append(f"fractions {', '.join(f'{f:g}' for f in self.skipped)}")
@@ -2023,6 +2039,8 @@ class BudgetSearch:
             cut.append("compiled loss chunks")
         if "within time_limit=" in self.loss_chunks_note:
             cut.append("the chunked loss stage")
+        if "within time_limit=" in self.multi_note:
+            cut.append("chain plans on multi-tensor cuts")
         return cut + [w for w in self._fit_cut if w not in cut]
 
     def under(self, memory: float | str, time_limit: float | None = None) -> BudgetedStep:
@@ -2136,6 +2154,7 @@ class BudgetSearch:
                                         kind=choice.kind, choice=choice, chain_note=self.chain_note,
                                         compiled_chain_note=self.compiled_chain_note,
                                         compiled_loss_chunks_note=self.compiled_loss_chunks_note,
+                                        multi_note=self.multi_note,
                                         offload_note=self.offload_note if self.offload else "",
                                         untried=list(self._fit_cut), loss_chunks_note=self.loss_chunks_note,
                                         peak_measure=self.peak_measure, _fn=step, _config=cfg)

@@ -867,3 +867,75 @@ def test_a_u_net_gets_plans_on_multi_tensor_cuts_below_its_single_tensor_floor(o
     step(x)
     for (n, p), q in zip(model.named_parameters(), ref.parameters()):
         assert torch.equal(p.grad, q.grad), n
+
+
+class _TinyUNet(torch.nn.Module):
+    """Two skips concatenated on the way up: cut where several tensors cross, its least memory falls."""
+
+    def __init__(self, c=8, classes=5):
+        super().__init__()
+        nn = torch.nn
+
+        def cbr(i, o):
+            return nn.Sequential(nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU(inplace=True))
+
+        self.e1, self.e2, self.e3 = nn.Sequential(cbr(3, c), cbr(c, c)), cbr(c, 2 * c), cbr(2 * c, 4 * c)
+        self.up2, self.d2 = nn.ConvTranspose2d(4 * c, 2 * c, 2, stride=2), cbr(4 * c, 2 * c)
+        self.up1, self.d1 = nn.ConvTranspose2d(2 * c, c, 2, stride=2), cbr(2 * c, c)
+        self.head = nn.Conv2d(c, classes, 1)
+
+    def forward(self, x):
+        F = torch.nn.functional
+        s1 = self.e1(x)
+        s2 = self.e2(F.max_pool2d(s1, 2))
+        b = self.e3(F.max_pool2d(s2, 2))
+        y = self.d2(torch.cat([self.up2(b), s2], 1))
+        return self.head(self.d1(torch.cat([self.up1(y), s1], 1)))
+
+
+def _unet_search(freeze=False):
+    from memplan._compile_budget import BudgetSearch
+
+    F = torch.nn.functional
+    torch.manual_seed(0)
+    model = _TinyUNet().train()
+    if freeze:
+        model.e1[0][0].weight.requires_grad_(False)
+    x, y = torch.rand(2, 3, 32, 32), torch.randint(0, 5, (2, 32, 32))
+    return BudgetSearch(model, (x,), loss_fn=F.cross_entropy, example_targets=(y,), fractions=(),
+                        compiled_stages=False, repeats=1)
+
+
+def test_a_multi_tensor_chain_left_out_is_said_in_the_report_and_a_refusal(one_torch_thread):
+    """Where the search did not build the chain on multi-tensor cuts, the user is told: a frozen first
+    layer (which that path does not take yet) in the step's report, a time limit in a refusal's list of
+    what was not tried (it had named the single-tensor least as the smallest, with nothing on why, where
+    the multi-tensor chain fits 16% lower). A network that needs no such chain says nothing of it."""
+    frozen = _unet_search(freeze=True)
+    assert frozen._multi is None and frozen.multi_note == "not tried with frozen first layers"
+    step = frozen.under(frozen.chain_minimum * 1.01)
+    assert "chain plans on multi-tensor cuts: not tried with frozen first layers" in step.report()
+    # the compiled chain's copy of the eager chain's reason for no chunked loss stage (a raw error of a
+    # head that is not a language model's) is the network's, left out as the eager one is; a time limit is said
+    import dataclasses
+
+    noisy = dataclasses.replace(step, compiled_loss_chunks_note="no chunked loss stage (the head does not run on "
+                                "a chunk of tokens (RuntimeError: Given groups=1, weight of size [2, 64, 1, 1]))")
+    assert "chunked loss stage" not in noisy.report().replace("compiled stages: not asked", "")
+    timed = dataclasses.replace(step, compiled_loss_chunks_note="no chunked loss stage (not tried within time_limit=2 s)")
+    assert "compiled stages, chunked loss stage: no chunked loss stage (not tried within" in timed.report()
+
+    search = _unet_search()
+    assert search._multi is not None
+    # as _build_multi leaves it where the search's time_limit ran out before it
+    search._multi, search.multi_note, search.time_limit = None, "not tried within time_limit=3 s", 3.0
+    with pytest.raises(memplan.InfeasibleError, match=r"not tried: chain plans on multi-tensor cuts\)"):
+        search.under(search.chain_minimum * 0.99)
+
+    F = torch.nn.functional
+    plain = memplan.compile_under_budget(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(),
+                                                             torch.nn.Linear(8, 2)),
+                                         (torch.randn(4, 8),), "1MiB", loss_fn=F.cross_entropy,
+                                         example_targets=(torch.tensor([0, 1, 1, 0]),), fractions=(),
+                                         compiled_stages=False)
+    assert "multi-tensor" not in plain.report()

@@ -290,3 +290,30 @@ def test_a_pipeline_baseline_says_infeasible_only_where_no_schedule_fits(L, seed
     if any(s.success for s in got.values()):
         assert not any(s.status == Status.INFEASIBLE for s in got.values()), \
             {m: (str(s.status), s.message) for m, s in got.items()}
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(chain=chains(max_L=8), slots=st.sampled_from([3, 7, 20, 60]), k=st.integers(1, 8),
+       method=st.sampled_from(["rotor", "rotor-floating"]))
+def test_given_slots_never_lose_to_a_baseline_that_fits(chain, slots, k, method):
+    """With ``slots`` given every size is rounded up to a slot, so the DP alone could miss a baseline
+    that fits (PipeDream's ResNet-18 at store-all's own memory, 500 slots: 1.02x store-all) or find
+    nothing where one fits. At checkpoint_sequential(k)'s replayed peak the answer is never slower
+    than that cut or store-all where it fits (both replayed here by the simulator), and its bound, if
+    any, is below its makespan."""
+    from memplan.baselines.remat_heuristics import sequential_schedule
+
+    base = sequential_schedule(chain, min(k, chain.L))
+    M = simulate_remat(chain, base).peak_memory
+    if not M > 0:
+        return
+    fits = [r for r in (simulate_remat(chain, s) for s in (store_all_schedule(chain), base))
+            if r.peak_memory <= M * (1 + 1e-9)]
+    sol = remat.solve(chain, memory=M, method=method, slots=slots, time_limit=None)
+    assert sol.schedule is not None, sol.message
+    rep = simulate_remat(chain, sol.schedule)
+    assert rep.peak_memory <= M * (1 + 1e-9) and rep.makespan == pytest.approx(sol.objective, rel=1e-9, abs=1e-300)
+    assert sol.objective <= min(r.makespan for r in fits) * (1 + 1e-9)
+    if sol.bound is not None:
+        assert sol.bound <= sol.objective * (1 + 1e-9)
+    assert (sol.status == Status.OPTIMAL) <= (sol.bound is not None)

@@ -1,6 +1,7 @@
 """PipeDream's published profiles, imported, linearized and solved for re-materialization and pipelining.
 
-For every ``*.graph.txt`` in ``../shared/external/pipedream`` (read in place, never copied): import with
+For every ``*.graph.txt`` in ``../shared/external/pipedream`` (read in place, never copied; where that
+folder has none, as in a clone alone, the profiles shipped in ``instances/pipedream``): import with
 :func:`models.pipedream.import_graph` at mini-batch ``--batch`` (times and activations rescaled from
 128), then
 
@@ -36,6 +37,18 @@ from memplan.experiments.cli_checks import (CliError, OneLineParser, fraction_li
                                             positive_number, run_script, writing)
 
 DEFAULT_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "external" / "pipedream"
+#: PipeDream's profiles shipped with memplan (MIT, origin in its README): the default where
+#: :data:`DEFAULT_DIR` has none (a clone without the project's shared folder)
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "instances" / "pipedream"
+
+
+def default_profiles() -> tuple[Path, list[Path]]:
+    """``(folder, its *.graph.txt)``: :data:`DEFAULT_DIR`'s where it has some, else the shipped ones."""
+    for d in (DEFAULT_DIR, SHIPPED_DIR):
+        found = sorted(d.glob("*.graph.txt"))
+        if found:
+            return d, found
+    return DEFAULT_DIR, []
 #: --remat-fractions and --pipeline-fractions when not given
 REMAT_FRACTIONS = [0.1, 0.3, 0.6, 1.0]
 PIPELINE_FRACTIONS = [0.0, 0.5, 1.0]
@@ -128,7 +141,8 @@ def _methods(text: str, flag: str, known: list[str]) -> list[str]:
 def _parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m memplan.experiments.pipedream_experiment", name="pipedream_experiment",
                       description=__doc__.split("\n\n")[0])
-    p.add_argument("--profiles", nargs="*", help="graph.txt files (default: all in ../shared/external/pipedream)")
+    p.add_argument("--profiles", nargs="*", help="graph.txt files (default: all in ../shared/external/pipedream, "
+                   "or memplan's shipped instances/pipedream where that folder has none)")
     p.add_argument("--batch", type=positive_int, default=32)
     p.add_argument("--remat-methods", default="rotor,revolve,sequential", help="memplan.remat methods ('' runs none)")
     p.add_argument("--remat-fractions", type=fraction_list, default=None,
@@ -189,9 +203,13 @@ def _main(a: argparse.Namespace) -> int:
         if not bw > 0:
             raise CliError(f"--bandwidth {bandwidth}: links that carry nothing; give the links' bandwidth, e.g. "
                            "12GB/s, or inf for free communications")
-    files = [Path(f) for f in a.profiles] if a.profiles else sorted(DEFAULT_DIR.glob("*.graph.txt"))
+    where, found = default_profiles()
+    files = [Path(f) for f in a.profiles] if a.profiles else found
     if not files:
-        raise CliError(f"--profiles: no PipeDream profiles found in {DEFAULT_DIR}; give graph.txt files")
+        raise CliError(f"--profiles: no PipeDream profiles found in {DEFAULT_DIR} nor {SHIPPED_DIR}; give "
+                       f"graph.txt files")
+    if not a.profiles:
+        print(f"profiles: {', '.join(f.name for f in files)} (from {where})", file=sys.stderr)
     # every profile read before any solve: a file that cannot be read is one line naming it
     # (models.pipedream's errors), not a traceback after the other profiles' solves
     chains = [(f, import_graph(f, batch=a.batch)) for f in files]

@@ -356,3 +356,20 @@ def test_budget_and_runtime_check_share_the_repeat_check():
     assert str(e.value) == ("--fractions '1,0.5,1,0.5': expected distinct numbers in [0, 1], and 0.5, 1 is given "
                             "more than once; give each fraction once")
     assert cli_checks.repeated("--fractions", "0.1,0.2", [0.1, 0.2], "distinct numbers", "fraction") is None
+
+
+def test_pipedream_experiment_defaults_to_the_shipped_profiles_in_a_clone_alone(tmp_path, monkeypatch):
+    """Without ../shared/external/pipedream (a fresh clone) the profiles default to the ones shipped in
+    instances/pipedream, so the README's command runs from a clone (it had stopped: 'no PipeDream
+    profiles found'); where the shared folder has some, those."""
+    shipped = sorted(p.name for p in (Path(pipedream_experiment.__file__).resolve().parents[1] / "instances"
+                                      / "pipedream").glob("*.graph.txt"))
+    assert {"resnet18.graph.txt", "resnet50.graph.txt", "gnmt.graph.txt"} <= set(shipped)
+    monkeypatch.setattr(pipedream_experiment, "DEFAULT_DIR", tmp_path / "absent")
+    where, files = pipedream_experiment.default_profiles()
+    assert where == pipedream_experiment.SHIPPED_DIR and [f.name for f in files] == shipped
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "x.graph.txt").write_text("")
+    monkeypatch.setattr(pipedream_experiment, "DEFAULT_DIR", shared)
+    assert pipedream_experiment.default_profiles() == (shared, [shared / "x.graph.txt"])

@@ -941,7 +941,8 @@ def solve_graph(graph: CostGraph, *, memory: float | str, bandwidth: float | str
     """Pipelined schedule of a network given as a DAG (a :class:`~memplan.models.cost_graph.CostGraph`,
     e.g. :func:`memplan.models.pipedream.cost_graph` of a PipeDream profile): the ILP of paper 003
     on a chain of the graph, never slower than PipeDream's planner over the antichain DAG nor than
-    PipeDream's planner on the graph's base chain (issue 30). Returns ``(solution, chain)``: the
+    PipeDream's planner on the graph's base chain (issue 30) or on its other chains (``graph.chains``:
+    a PipeDream profile's single-tensor chain). Returns ``(solution, chain)``: the
     schedule's layers are those of ``chain``.
 
     Methods (:data:`GRAPH_METHODS`):
@@ -957,8 +958,9 @@ def solve_graph(graph: CostGraph, *, memory: float | str, bandwidth: float | str
     places whole layers, and the antichains PipeDream's planner cuts at need not be cuts of C0 (nor
     of any one chain: the partitions of different targets may cut at antichains that no single
     topological order contains together). So the ILP cannot be given "every cut"; it is given the
-    chain that contains the cuts of the **best baseline point at this memory**, of either sweep (a
-    tie goes to the antichain point, whose chain may be C0 itself): the
+    chain that contains the cuts of the **best baseline point at this memory**, of any sweep (a
+    tie goes to the antichain point, whose chain may be C0 itself; a point of PipeDream's planner on
+    one of ``graph.chains``: that chain): the
     point's own chain (C0 cut again at its antichains, :func:`memplan.models.cost_graph.refine`; C0
     itself for a contiguous partition of C0). On that chain the point is a contiguous partition, so
     it is handed to :func:`solve` as a baseline point beside that chain's own PipeDream and GPipe
@@ -973,7 +975,7 @@ def solve_graph(graph: CostGraph, *, memory: float | str, bandwidth: float | str
     what the guarantee needs.
 
     ``time_limit`` bounds the whole call: the antichain sweep takes at most a fifth of it, the base
-    chain's sweep a tenth of what is left, the sweeps on the ILP's chain another tenth, and
+    chain's sweep a tenth of what is left, the other chains' sweeps another tenth, the sweeps on the ILP's chain another tenth, and
     :func:`solve` the rest. Other parameters as :func:`solve`; ``max_states`` caps the antichain
     DAG's states (:func:`memplan.baselines.pipeline_dag.antichain_states`). Raises
     :class:`~memplan.models.solution.InputError` for a graph that is not a CostGraph and for the
@@ -1034,6 +1036,11 @@ def solve_graph(graph: CostGraph, *, memory: float | str, bandwidth: float | str
         if method in ("ilp", "pipedream"):
             chain_pts = pipedream_points(td0, P, n_batches=nb,
                                          time_limit=b.limit(None, _SHARE_CHAIN if method == "ilp" else 1.0))
+        alt: list[tuple[Chain, Points]] = []       # the graph's other chains and PipeDream's points on each
+        if method == "ilp":
+            for other in graph.chains:
+                alt.append((other, pipedream_points(task_data(other, bw, memory_model), P, n_batches=nb,
+                                                    time_limit=b.limit(None, _SHARE_CHAIN / len(graph.chains)))))
         info: dict[str, Any] = {}
         if dag.states is not None:
             info["states"] = len(dag.states)
@@ -1044,7 +1051,14 @@ def solve_graph(graph: CostGraph, *, memory: float | str, bandwidth: float | str
         for key, bp in (("pipedream_dag", best_dag), ("pipedream", best_chain)):
             info[key] = None if bp is None else {"period": bp.period, "memory": bp.memory, "noam": bp.noam,
                                                   "stages": [list(x) for x in bp.stages]}
-        cut = [m for m, pts in (("pipedream-dag", dag), ("pipedream", chain_pts)) if pts and not pts.complete]
+        best_alt = [(c, best_feasible(pts, memory), pts) for c, pts in alt]
+        best_alt = [(c, bp, pts) for c, bp, pts in best_alt if bp is not None]
+        if alt:
+            info["pipedream_other_chains"] = [None if bp is None else {
+                "L": c.L, "period": bp.period, "memory": bp.memory, "noam": bp.noam, "stages": [list(x) for x in bp.stages]}
+                for c, bp in ((c, best_feasible(pts, memory)) for c, pts in alt)]
+        cut = [m for m, pts in (("pipedream-dag", dag), ("pipedream", chain_pts)) + tuple(
+            (f"pipedream (chain L = {c.L})", pts) for c, pts in alt) if pts and not pts.complete]
         note = f"the {' and '.join(cut)} sweep(s) stopped at the time limit" if cut else ""
         if method != "ilp":
             pts = dag if method == "pipedream-dag" else chain_pts
@@ -1063,24 +1077,30 @@ def solve_graph(graph: CostGraph, *, memory: float | str, bandwidth: float | str
             sol.details["memory_model"] = memory_model
             info["groups"] = [list(g) for g in (chain.provenance or {}).get("groups", [])]
             return _frontend.finish(sol, b, memory=memory, bandwidth=bw, gpus=P), chain
-        # the ILP's chain: the one holding the cuts of the best point of either sweep
-        cands = [p for p in (best_dag, best_chain) if p is not None]
+        # the ILP's chain: the one holding the cuts of the best point of any sweep
+        cands = [p for p in (best_dag, best_chain) if p is not None] + [bp for _, bp, _ in best_alt]
         top = min(cands, key=lambda p: (p.period, p.memory)) if cands else None
+        own = next(((c, pts) for c, bp, pts in best_alt if bp is top), None)
         if isinstance(top, DagPoint):
             chain, star = top.chain, [top]
             info["ilp_chain"] = "pipedream-dag"
+        elif own is not None:          # a chain of its own: its PipeDream points, GPipe's below
+            chain, star = own[0], list(own[1])
+            info["ilp_chain"] = f"pipedream on the graph's chain of L = {chain.L}"
         else:
             chain, star = base, list(chain_pts)
             info["ilp_chain"] = "pipedream" if top is not None else "base"
-        star += [p for p in dag if p is not top and [[str(v) for v in g] for g in p.groups] == chain.provenance["groups"]]
+        groups = (chain.provenance or {}).get("groups")
+        star += [p for p in dag if p is not top and [[str(v) for v in g] for g in p.groups] == groups]
         td = task_data(chain, bw, memory_model)
-        meths = ["gpipe"] if chain is base else ["pipedream", "gpipe"]
+        meths = ["gpipe"] if chain is base or own is not None else ["pipedream", "gpipe"]
         for m in meths:
             fn = pipedream_points if m == "pipedream" else gpipe_points
             star += fn(td, P, n_batches=nb, time_limit=b.limit(None, _SHARE_STAR / len(meths)))
-        info["groups"] = chain.provenance["groups"]
+        info["groups"] = groups
         b.log(f"ILP chain: L = {chain.L} (" + ("the base chain" if chain is base else
-                                               "the base chain cut again at the best antichain partition's cuts")
+                                               "the graph's other chain, of PipeDream's best point" if own is not None
+                                               else "the base chain cut again at the best antichain partition's cuts")
               + (f"; best baseline {top.method} {fmt_time(top.period, digits=6)}" if top is not None else "") + ")")
         left = b.remaining()
         if b.time_limit is not None and left < 0.5:

@@ -52,7 +52,9 @@ class CostGraph:
     cut into stages); ``atoms``: the units a planner moves (default: one per node), each inside one
     base group; ``scale``: factor on times and sizes; ``loss``: the loss stage's costs; ``grad``:
     the nodes whose output has a gradient (default: all but the source); ``names``: a stage name
-    from a group (default ``first..last``); ``provenance``: copied into every chain."""
+    from a group (default ``first..last``); ``provenance``: copied into every chain; ``chains``: other
+    linearizations of the same network whose PipeDream points :func:`memplan.pipeline.solve_graph`
+    also compares (a PipeDream profile's single-tensor chain, :func:`models.pipedream.cost_graph`)."""
 
     H: nx.DiGraph
     source: Hashable
@@ -66,6 +68,7 @@ class CostGraph:
     names: Callable[[list], str] | None = None
     name: str = "graph"
     provenance: dict[str, Any] = field(default_factory=dict)
+    chains: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.base_groups = [list(g) for g in self.base_groups]

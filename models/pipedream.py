@@ -341,7 +341,8 @@ def _cost_graph(G: nx.DiGraph, data: set, k: float) -> CostGraph:
 def cost_graph(path: str | Path, batch: int | None = None) -> CostGraph:
     """The cost graph of a PipeDream profile (what PipeDream's own planner reads,
     :mod:`memplan.baselines.pipeline_dag`), rescaled to mini-batch ``batch`` as
-    :func:`import_graph` does; its base chain is :func:`import_graph`'s ``cuts="multi"`` chain.
+    :func:`import_graph` does; its base chain is :func:`import_graph`'s ``cuts="multi"`` chain, and its
+    default chain is in ``chains`` (:attr:`~models.cost_graph.CostGraph.chains`).
     Raises :class:`PipeDreamFormatError` as :func:`import_graph` does."""
     chain = import_graph(path, batch=batch, cuts="multi")      # the checks, and the name
     G = read_graph(path)
@@ -354,4 +355,9 @@ def cost_graph(path: str | Path, batch: int | None = None) -> CostGraph:
     cg.provenance = {**chain.provenance, **cg.provenance}
     for key in ("groups", "cuts", "resident"):
         cg.provenance.pop(key, None)
+    # the profile's own chain (import_graph's single-tensor cuts, what `memplan import-pipedream` writes):
+    # PipeDream's planner on it is a baseline solve_graph is never slower than (its finer cuts reached
+    # a shorter period than every point on the multi-cut base chain at ResNet-18's and ResNet-50's least
+    # memory)
+    cg.chains = [import_graph(path, batch=batch)]
     return cg

@@ -268,6 +268,32 @@ def test_solve_graph_never_slower_than_either_sweep():
         assert (chain.provenance["groups"] == [[str(v)] for g in cg.base_groups for v in g]) == (winner == "pipedream")
 
 
+def test_solve_graph_never_slower_than_pipedream_on_the_profiles_own_chain():
+    """PipeDream's ResNet-18 profile at the least memory of PipeDream's and GPipe's points on the chain
+    `memplan import-pipedream` writes (L = 23, single-tensor cuts): the graph's base chain (multi-tensor
+    cuts, L = 13) and its antichain DAG have no point as fast there (the pipedream_experiment table had
+    ilp-dag at 86.3 ms beside pipedream's 84.2 ms), so solve_graph also sweeps the profile's own chain
+    (CostGraph.chains) and gives the ILP that chain: never slower than PipeDream on it."""
+    from pathlib import Path
+
+    import memplan
+    from memplan.models.pipedream import cost_graph, import_graph
+
+    f = Path(memplan.__file__).resolve().parents[1] / "instances" / "pipedream" / "resnet18.graph.txt"
+    chain, cg = import_graph(f, batch=32), cost_graph(f, batch=32)
+    assert [c.L for c in cg.chains] == [chain.L] and len(cg.base_groups) < chain.L
+    pts = memplan.pipeline.baseline_points(chain, bandwidth=12e9, gpus=4)
+    mem = min(p.memory for p in pts)
+    own = best_feasible(pipedream_points(task_data(chain, 12e9, "autograd"), 4), mem)
+    sol, used = memplan.pipeline.solve_graph(cg, memory=mem, bandwidth=12e9, gpus=4, time_limit=8, threads=1)
+    assert sol.objective <= own.period * (1 + 1e-9) and sol.peak_memory <= mem * (1 + 1e-9)
+    g = sol.details["graph"]
+    assert g["pipedream_other_chains"][0]["period"] == own.period
+    assert used.L == chain.L and g["ilp_chain"].startswith("pipedream on the graph's chain")
+    base_best = min([p["period"] for p in (g["pipedream"], g["pipedream_dag"]) if p] or [float("inf")])
+    assert own.period < base_best            # the case the other chain is for
+
+
 def test_solve_graph_input_errors():
     import memplan
 

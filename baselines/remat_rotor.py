@@ -77,7 +77,7 @@ from memplan.baselines.remat_min_memory import TooCostly, forward_sums, min_memo
 from memplan.models.chain import Chain
 from memplan.models.remat import RematSchedule, simulate_remat
 from memplan.models.solution import Solution, Status
-from memplan.models.units import fmt_memory
+from memplan.models.units import fmt_bytes, fmt_memory
 
 __all__ = ["Discretization", "persistent", "floating", "revolve", "min_memory", "floating_table_bytes",
            "persistent_table_bytes", "table_bytes", "max_slots", "check_tables", "TableTooLarge", "KINDS"]
@@ -760,8 +760,8 @@ def _no_schedule(chain: Chain, memory: float, method: str, kind: str, times: dic
         details = {**details, "min_memory": low}
         if memory < low * (1 - 1e-12):
             return Solution(problem="remat", method=method, status=Status.INFEASIBLE, memory_limit=memory,
-                            message=f"no valid sequence fits in {fmt_memory(memory)}: none fits below "
-                            f"{fmt_memory(low)} ({low:.0f} B, a proven bound)", times=times, details=details)
+                            message=f"no valid sequence fits in {fmt_memory(memory)} ({fmt_bytes(memory)} B): none fits "
+                            f"below {fmt_memory(low)} ({fmt_bytes(low)} B, a proven bound)", times=times, details=details)
         return Solution(problem="remat", method=method, status=Status.NO_SOLUTION, memory_limit=memory,
                         message=f"{method} found no sequence within {fmt_memory(memory)} in the time limit on this "
                         f"{chain.L}-stage chain: none of the quick baselines fits, and {e}; give a longer "
@@ -775,11 +775,12 @@ def _no_schedule(chain: Chain, memory: float, method: str, kind: str, times: dic
         bound = need if mm.exact else mm.lower
         details["min_memory"] = bound
         if mm.exact:
-            msg = (f"no valid sequence fits in {fmt_memory(memory)}: the minimum feasible memory is "
-                   f"{fmt_memory(need)} ({need:.0f} B)")
+            msg = (f"no valid sequence fits in {fmt_memory(memory)} ({fmt_bytes(memory)} B): the minimum feasible "
+                   f"memory is {fmt_memory(need)} ({fmt_bytes(need)} B)")
         else:
-            msg = (f"no valid sequence fits in {fmt_memory(memory)}: none fits below {fmt_memory(bound)} "
-                   f"({bound:.0f} B, a proven bound), and one fits in {fmt_memory(need)} ({need:.0f} B)")
+            msg = (f"no valid sequence fits in {fmt_memory(memory)} ({fmt_bytes(memory)} B): none fits below "
+                   f"{fmt_memory(bound)} ({fmt_bytes(bound)} B, a proven bound), and one fits in {fmt_memory(need)} "
+                   f"({fmt_bytes(need)} B)")
         return Solution(problem="remat", method=method, status=Status.INFEASIBLE, memory_limit=memory,
                         message=msg, times=times, details=details)
     try:

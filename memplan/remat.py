@@ -700,8 +700,8 @@ def _explain_infeasible(chain: Chain, memory: float, sol: Solution, time_limit: 
         if memory < need * (1 - 1e-12):
             sol.status = Status.INFEASIBLE
             sol.details["min_memory"] = need
-            sol.message = (f"no valid sequence fits in {fmt_memory(memory)}: none fits below {fmt_memory(need)} "
-                           f"({need:.0f} B, proven); {sol.method}: {sol.message}")
+            sol.message = (f"no valid sequence fits in {fmt_memory(memory)} ({fmt_bytes(memory)} B): none fits below "
+                           f"{fmt_memory(need)} ({fmt_bytes(need)} B, proven); {sol.method}: {sol.message}")
         return sol
     if sol.status != Status.INFEASIBLE:
         return sol

@@ -739,3 +739,20 @@ def test_the_command_line_quiets_c10_log_lines_unless_asked(given):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     assert f"LEVEL {given or 'ERROR'}" in r.stdout
+
+
+def test_a_limit_just_below_the_minimum_is_told_apart_from_it():
+    """A limit a few bytes below the minimum reads as the same MiB (a new user typed back the README's
+    '9.22MiB' and read 'no valid sequence fits in 9.2 MiB: the minimum feasible memory is 9.2 MiB'):
+    the message gives the limit's bytes beside the minimum's, which a user can copy back."""
+    toy = memplan.load_instance("paper004_table2").chain
+    need = memplan.remat.solve(toy, memory=1, method="rotor").details["min_memory"]
+    limit = need - 1000
+    sol = memplan.remat.solve(toy, memory=limit, method="rotor")
+    assert sol.status == memplan.Status.INFEASIBLE
+    from memplan.models.units import fmt_bytes, fmt_memory
+
+    assert fmt_memory(limit) == fmt_memory(need)          # the case: the same text in MiB
+    assert f"fits in {fmt_memory(limit)} ({fmt_bytes(limit)} B)" in sol.message
+    assert f"is {fmt_memory(need)} ({fmt_bytes(need)} B)" in sol.message
+    assert memplan.remat.solve(toy, memory=need, method="rotor").schedule is not None

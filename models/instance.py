@@ -127,6 +127,10 @@ class _Units(BaseModel):
     def _t(cls, v: str) -> str:
         if v.lower() not in {u.lower() for u in TIME_UNITS} and v != "µs":
             raise ValueError(f"unknown time unit {v!r} (use one of {', '.join(TIME_UNITS)})")
+        try:
+            time_factor(v)
+        except UnitError as e:
+            raise ValueError(str(e)) from None
         return v
 
     @field_validator("memory")
@@ -134,6 +138,10 @@ class _Units(BaseModel):
     def _m(cls, v: str) -> str:
         if v.lower() not in {u.lower() for u in MEMORY_UNITS}:
             raise ValueError(f"unknown memory unit {v!r} (use one of {', '.join(MEMORY_UNITS)})")
+        try:              # 'Mb' passes the case-insensitive test and means bits: said here, with the field
+            memory_factor(v)
+        except UnitError as e:
+            raise ValueError(str(e)) from None
         return v
 
 

@@ -78,6 +78,8 @@ def _toy_dict():
     (lambda d: d["stages"][2].update(abar=None), "stages[2].abar", "null is not a number"),
     (lambda d: d.update(units={"time": "ms", "memory": "furlongs"}), "units.memory", "unknown memory unit"),
     (lambda d: d.update(units={"time": "ms"}), "units.memory", "required field is missing"),
+    # case-insensitive units let 'Mb' (bits) through; its refusal named neither the file nor the field
+    (lambda d: d.update(units={"time": "ms", "memory": "Mb"}), "units.memory", "'Mb' reads as bits"),
     (lambda d: d.pop("units"), "units", "required field is missing"),
     (lambda d: d["stages"][4].update(stage=9), "stages[4].stage", "numbered 0..L+1"),
     (lambda d: d.update(format="other/2"), "format", "unsupported format"),

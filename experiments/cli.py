@@ -80,6 +80,9 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         options[key] = value
     if args.gantt and not hasattr(mod, "gantt"):
         raise CliError(f"--gantt: --problem {args.problem} has no timeline to draw")
+    if args.bandwidth is not None and "bandwidth" not in params:       # said as the other options are
+        raise CliError(f"--bandwidth is not an option of --problem {args.problem} (its options: "
+                       + ", ".join(["--memory"] + [f for f, k in SOLVE_OPTIONS if k in params]) + ")")
     chain, platform = load_instance(args.instance)
     if args.problem == "remat-offload" and args.bandwidth is None and (platform is None or platform.bandwidth is None):
         # the API reads no bandwidth as "no link"; from the command line a forgotten --bandwidth silently

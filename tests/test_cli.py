@@ -89,6 +89,11 @@ def test_options_the_problem_does_not_take_are_refused(capsys):
     assert main(["solve", TOY, "--memory", "90MiB", "--periodicity", "3"]) == 2
     err = capsys.readouterr().err
     assert "--periodicity is not an option of --problem remat" in err and "--slots" in err
+    # --bandwidth too, in the command line's words (it had been the API's: "takes no bandwidth (it has
+    # memory, method, time_limit, ...)")
+    assert main(["solve", TOY, "--memory", "90MiB", "--bandwidth", "1GB/s"]) == 2
+    err = capsys.readouterr().err
+    assert "--bandwidth is not an option of --problem remat (its options: --memory, --slots" in err
     assert main(["solve", TOY, "--memory", "90MiB", "--gantt", "x.png"]) == 2
     assert "--gantt" in capsys.readouterr().err
 

@@ -544,11 +544,12 @@ class _Preserved:
 
 def _multi_solve(chain, limit: float, seconds: float | None):
     """``(schedule, replay, name)``: the faster of rotor's persistent plan at ``limit`` (paper 004,
-    planned on ``chain.without_resident()`` under ``limit`` less the resident tensors, charged whole) and the fastest baseline whose replay fits
-    ``limit`` (:func:`memplan.baselines.remat_heuristics.replayed_baselines`: the replay charges them
-    only while they exist, so near the least memory of a chain cut where several tensors cross a
-    baseline can fit where rotor has no plan); None where neither fits. What
-    :func:`memplan.remat.solve` returns for rotor, without its notes."""
+    planned on ``chain.without_resident()`` under ``limit`` less the resident tensors, charged whole)
+    and the fastest baseline whose replay fits ``limit``
+    (:func:`memplan.baselines.remat_heuristics.replayed_baselines`: the replay charges them only while
+    they exist, so near the least memory of a chain cut where several tensors cross a baseline can fit
+    where rotor has no plan); None where neither fits. What :func:`memplan.remat.solve` returns for
+    rotor, without its notes."""
     from memplan.baselines.remat_heuristics import replayed_baselines
     from memplan.baselines.remat_rotor import persistent
     from memplan.models.remat import simulate_remat

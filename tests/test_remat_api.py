@@ -370,3 +370,58 @@ def test_memory_range_past_its_time_limit_on_chains_with_spans_is_reached_by_rot
             assert sol.success and sol.peak_memory <= lo_fast * (1 + 1e-9)
             checked += 1
     assert checked >= 20
+
+
+def _resident_chains(n):
+    """Random chains with resident gradients and values charged only while they exist."""
+    import dataclasses
+    import random
+
+    rng = random.Random(1)
+    out = []
+    while len(out) < n:
+        L = rng.randint(3, 8)
+        base = random_chain(L, rng.randint(0, 10**6))
+        grads = [(float(rng.randint(1, 20)), k, rng.randint(k + 1, L + 1))
+                 for k in [rng.randint(0, L) for _ in range(rng.randint(0, 2))]]
+        values = [(float(rng.randint(1, 30)), k, sorted(rng.sample(range(k + 1, L + 2), rng.randint(0, min(2, L + 1 - k)))))
+                  for k in [rng.randint(1, L) for _ in range(rng.randint(1, 3))]]
+        tot = sum(g for g, _, _ in grads) + sum(b for b, _, _ in values)
+        try:
+            out.append(dataclasses.replace(base, resident=tot + rng.randint(0, 10), resident_grads=tuple(grads),
+                                           resident_values=tuple(values)))
+        except ValueError:
+            continue
+    return out
+
+
+def test_replayed_baselines_and_the_budget_searchs_multi_solve_against_every_baseline_replayed():
+    """baselines.remat_heuristics.replayed_baselines (moved from memplan.remat for the budget search's
+    chain on multi-tensor cuts): its fastest is the fastest of store-all, recompute-all and every
+    checkpoint_sequential cut that the simulator replays within the limit, its least the least replayed
+    peak; the search's _multi_solve is never slower than that fastest, nor than rotor's plan, and fits;
+    _multi_least is a limit where _multi_solve has a plan."""
+    from memplan._compile_budget import _multi_least, _multi_solve
+    from memplan.baselines import remat_heuristics as H
+    from memplan.baselines.remat_rotor import persistent
+
+    for c in _resident_chains(15):
+        reps = {}
+        for k in range(1, c.L + 1):
+            reps[f"sequential with {k} segment(s)"] = simulate_remat(c, H.sequential_schedule(c, k))
+        reps["store-all"] = simulate_remat(c, H.store_all_schedule(c))
+        reps["recompute-all"] = simulate_remat(c, H.recompute_all_schedule(c))
+        peaks = sorted({r.peak_memory for r in reps.values()})
+        for M in peaks[:2] + peaks[-1:]:
+            best, least = H.replayed_baselines(c, M)
+            fit = {n: r for n, r in reps.items() if r.peak_memory <= M * (1 + 1e-9)}
+            assert best[2].makespan == min(r.makespan for r in fit.values()) and best[0] in fit
+            assert least[2].peak_memory == peaks[0]
+            got = _multi_solve(c, M, None)
+            assert got is not None and got[1].peak_memory <= M * (1 + 1e-9)
+            assert got[1].makespan == simulate_remat(c, got[0]).makespan <= best[2].makespan
+            rotor = persistent(c.without_resident(), M - c.resident) if M > c.resident else None
+            if rotor is not None and rotor.success:
+                assert got[1].makespan <= simulate_remat(c, rotor.schedule).makespan * (1 + 1e-12)
+        lo = _multi_least(c, None)
+        assert lo <= peaks[0] and _multi_solve(c, lo, None) is not None

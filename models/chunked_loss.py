@@ -63,7 +63,11 @@ random-number state; the backward usually runs after the autocast block, as ``lo
 the recomputed logits are the forward's (bfloat16), so the loss's gradients are those of the loss
 computed. A linear head's weight and bias gradients are accumulated in their own dtype (float32) chunk
 by chunk, where eager autograd rounds one bfloat16 matmul over all tokens: equal to bfloat16's
-precision, not bit for bit. Every target ignored: the loss is nan (0/0) as eager's, the gradients
+precision, not bit for bit. With bfloat16 parameters and no autocast the head's gradients are
+accumulated in bfloat16, one rounding per chunk where eager autograd rounds once: relative error to
+float64's 3.2e-3 at 4 chunks, 5.0e-3 at 16 and 7.3e-3 at 64, against eager's 2.4e-3 (a 2000 x 64 head,
+512 tokens); a float32 accumulator would cost twice the weight's bfloat16 size in the backward. Every
+target ignored: the loss is nan (0/0) as eager's, the gradients
 zeros as eager's.
 
 Limits: the nested backward accumulates the head's parameter gradients into ``.grad`` itself, as

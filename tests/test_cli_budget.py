@@ -139,3 +139,13 @@ def test_budget_under_autocast(capsys, one_torch_thread):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--autocast" in err and "bfloat16" in err
+
+
+@pytest.mark.parametrize("cmd", ["profile", "budget"])
+def test_an_input_whose_one_sample_cannot_fit_is_refused_without_making_it(cmd, capsys, tmp_path):
+    """--input 3x100000x100000: one sample is 120 GB; the size check had made a sample to measure it and
+    ended in c10's 'can't allocate memory' traceback. The bytes are worked out from the shape now."""
+    args = (["-o", str(tmp_path / "p.json")] if cmd == "profile" else ["--memory", "1GiB"])
+    assert main([cmd, "--model", "resnet18", "--batch", "2", "--input", "3x100000x100000", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "(240000000000 B of input)" in err and err.endswith("give a smaller --input")

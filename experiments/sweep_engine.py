@@ -121,9 +121,13 @@ class Source:
 
             try:
                 _, L, seed = self.spec.split(":")
-                return random_chain(int(L), int(seed), integer=False), None
+                L, seed = int(L), int(seed)
             except ValueError:
                 raise InputError(f"instance {self.spec!r}: expected random:L:SEED, e.g. random:12:0") from None
+            try:
+                return random_chain(L, seed, integer=False), None
+            except ValueError as e:        # its own words: which of L and the seed, and what works
+                raise InputError(f"instance {self.spec!r} (--random): {e}") from None
         if self.pipedream or self.spec.endswith(".graph.txt"):
             from memplan.models.pipedream import import_graph
 
@@ -303,13 +307,15 @@ class Grid:
             except InputError as e:
                 raise InputError(f"gpus: {e}") from None
         counts = {"slots": 1, "threads": 1, "periodicity": 1}
+        most: dict[str, int] = {}
         if self.problem == "pipeline":
             counts["n_batches"] = memplan.pipeline._MIN_N_BATCHES
+            most["n_batches"] = memplan.pipeline._MAX_N_BATCHES
         try:
             for k, vals in self.options.items():
                 for v in (vals if isinstance(vals, list) else [vals]):
                     if k in counts:      # None is the default where the solve's default is None
-                        fe.count_arg(v, k, self.problem, minimum=counts[k],
+                        fe.count_arg(v, k, self.problem, minimum=counts[k], maximum=most.get(k),
                                      required=params[k].default is not None)
                     elif k == "gap":
                         fe.gap_arg(v, self.problem)

@@ -107,6 +107,9 @@ _EXACT_MIN_MAX_L, _EXACT_MIN_SHARE, _EXACT_MIN_CAP = 8, 0.25, 8.0
 #: (ResNet-18, L = 23: 42,000 rows in 3.5 s; DenseNet-121, L = 77: 643,000 rows in 39 s)
 _BUILD_S_PER_ROW = 7e-5
 _MIN_N_BATCHES = 8
+#: the most mini-batches an eager 1F1B run simulates: its start times are arrays of stages x n_batches
+#: (4 of float64: 1e9 asked 15 GB, the OOM killer ended the sweep); the default 500 measures the period
+_MAX_N_BATCHES = 100_000
 
 
 @dataclass
@@ -853,7 +856,8 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
               threads=_frontend.count_arg(threads, "threads", PROBLEM, required=False),
               solver_log=_frontend.solver_log_arg(solver_log, PROBLEM),
               periodicity=_frontend.count_arg(periodicity, "periodicity", PROBLEM),
-              n_batches=_frontend.count_arg(n_batches, "n_batches", PROBLEM, minimum=_MIN_N_BATCHES),
+              n_batches=_frontend.count_arg(n_batches, "n_batches", PROBLEM, minimum=_MIN_N_BATCHES,
+                                            maximum=_MAX_N_BATCHES),
               points=_points_arg(points, chain.L, P, memory_model), allocations=_allocations_arg(allocations, chain.L, P),
               refine=refine, starts=_starts_arg(starts, chain.L))
     with b.active():
@@ -899,7 +903,7 @@ def baseline_points(chain: Chain, *, bandwidth: float | str | None = None, gpus:
     chain = _frontend.chain_arg(chain, PROBLEM)
     P = _frontend.count_arg(gpus, "gpus", PROBLEM, required=False) or 1
     bw = _bandwidth_arg(bandwidth, P)
-    nb = _frontend.count_arg(n_batches, "n_batches", PROBLEM, minimum=_MIN_N_BATCHES)
+    nb = _frontend.count_arg(n_batches, "n_batches", PROBLEM, minimum=_MIN_N_BATCHES, maximum=_MAX_N_BATCHES)
     memory_model = _memory_model_arg(memory_model)
     unknown = [m for m in methods if m not in ("pipedream", "gpipe")]
     if unknown:
@@ -1014,7 +1018,7 @@ def solve_graph(graph: CostGraph, *, memory: float | str, bandwidth: float | str
     bw = _bandwidth_arg(bandwidth, P)
     method = _frontend.method_arg(method, GRAPH_METHODS, "ilp", PROBLEM)
     memory_model = _memory_model_arg(memory_model)
-    nb = _frontend.count_arg(n_batches, "n_batches", PROBLEM, minimum=_MIN_N_BATCHES)
+    nb = _frontend.count_arg(n_batches, "n_batches", PROBLEM, minimum=_MIN_N_BATCHES, maximum=_MAX_N_BATCHES)
     if isinstance(max_states, bool) or not isinstance(max_states, int) or max_states < 1:
         raise InputError(f"{PROBLEM}: max_states={max_states!r}; give a whole number >= 1")
     b = _frontend.budget(time_limit, progress, PROBLEM)

@@ -493,6 +493,10 @@ class Chain:
                 f"activations={self.wabar[1:].sum():.4g}B)")
 
 
+#: the most stages :func:`random_chain` makes (about 120 MB of arrays)
+RANDOM_MAX_L = 1_000_000
+
+
 def random_chain(L: int, seed: int = 0, *, integer: bool = True, max_size: int = 10, max_time: int = 10,
                  overheads: bool = True, own_overheads: bool = False, forward_overhead_scale: float = 1,
                  name: str | None = None) -> Chain:
@@ -511,6 +515,10 @@ def random_chain(L: int, seed: int = 0, *, integer: bool = True, max_size: int =
     for arg, v in (("L", L), ("max_size", max_size), ("max_time", max_time)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"random_chain: {arg}={v!r} must be a whole number >= 1")
+    if L > RANDOM_MAX_L:
+        # a chain holds about 15 arrays of L numbers: L = 1e8 asked 12 GB (the OOM killer ended the sweep)
+        raise ValueError(f"random_chain: L={L!r} is more than {RANDOM_MAX_L} stages; give at most that "
+                         f"(1000 stages is already a long chain for every solver)")
     # numpy's own errors named neither (seed=-1: 'expected non-negative integer'; a string scale: a ufunc
     # type error), and a negative scale was reported as 'Chain.of[1] = -3 is out of range'
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):

@@ -187,3 +187,21 @@ def test_show_a_solution_file_prints_its_report(tmp_path, capsys):
     assert main(["show", str(sol), "--chain", str(other)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "solved on paper004-table2 (L = 6)" in err and "another chain" in err
+
+
+def test_sizes_that_would_exhaust_the_memory_are_refused(capsys, tmp_path):
+    """A sweep over random:100000000 (a chain of 12 GB of arrays) or with --n-batches 1e9 (15 GB of eager
+    1F1B start times) was ended by the OOM killer after minutes: both are refused in one line, as the API
+    refuses them."""
+    common = ["--bandwidth", "12GB/s", "--gpus", "2", "--points", "2", "--methods", "pipedream", "--workers", "1",
+              "--no-plot", "-q", "--fresh", "--time-limit", "5", "-o", str(tmp_path / "s")]
+    _refused(capsys, ["sweep", "pipeline", "--random", "100000000", *common], "L=100000000", "more than 1000000")
+    _refused(capsys, ["sweep", "pipeline", "--random", "6", "--n-batches", "1000000000", *common],
+             "n_batches=1000000000", "between 8 and 100000")
+    import memplan
+
+    with pytest.raises(ValueError, match="more than 1000000 stages"):
+        memplan.random_chain(10**8)
+    with pytest.raises(memplan.InputError, match="n_batches=1000000000 is out of range"):
+        memplan.pipeline.solve(memplan.random_chain(4), memory=1e9, bandwidth="12GB/s", gpus=2, method="pipedream",
+                               n_batches=10**9)

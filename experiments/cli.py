@@ -65,7 +65,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     mod = memplan.problems[args.problem]
     # a bad method first: without --memory on an instance with no platform memory, the missing memory was
     # the error named, and a corrected command then failed on the method
-    method_arg(args.method, mod.METHODS, mod.DEFAULT_METHOD, args.problem)
+    method = method_arg(args.method, mod.METHODS, mod.DEFAULT_METHOD, args.problem)
     params = inspect.signature(mod.solve).parameters
     options = {}
     for flag, key in SOLVE_OPTIONS:
@@ -78,6 +78,16 @@ def _cmd_solve(args: argparse.Namespace) -> int:
             raise CliError(f"{flag} is not an option of --problem {args.problem} (its options: "
                            + ", ".join(takes) + ")")
         options[key] = value
+    used = getattr(mod, "OPTIONS_USED", None)
+    if used:              # an option of the problem that this method does not read: refused, not ignored
+        tuning = set().union(*used.values())
+        for flag, key in SOLVE_OPTIONS:
+            if key in options and key in tuning and key not in used[method]:
+                reads = [f for f, k in SOLVE_OPTIONS if k in used[method]]
+                users = [m for m in mod.METHODS if key in used[m]]
+                raise CliError(f"{flag} is not read by --method {method} (--problem {args.problem}), which would "
+                               f"ignore it: it is for {', '.join(users)}; {method} reads "
+                               + (", ".join(reads) if reads else "none of the tuning options") + " (and --time-limit)")
     if args.gantt and not hasattr(mod, "gantt"):
         raise CliError(f"--gantt: --problem {args.problem} has no timeline to draw")
     if args.bandwidth is not None and "bandwidth" not in params:       # said as the other options are

@@ -44,8 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sweeps.add_engine_arguments(p, methods=",".join(ALL), points=16, time_limit=20.0)
     e = p.add_argument_group("offload")
     e.add_argument("--milp-max-L", type=int, default=12, help="run the MILP only when L <= this (default 12)")
-    e.add_argument("--threads", type=int, default=1)
-    e.add_argument("--slots", type=int, default=100, help="DYNPROG grid M/slots (default 100)")
+    e.add_argument("--threads", type=int, default=None, help="MILP threads (default 1)")
+    e.add_argument("--slots", type=int, default=None, help="DYNPROG grid M/slots (default 100)")
     e.add_argument("--figures", default="2,3", help="which figures (default 2,3)")
     e.add_argument("--show-dynprog", action="store_true", help="figure 3: also draw DYNPROG alone")
 
@@ -60,7 +60,8 @@ def grids(args) -> list:
     figs = set(sweeps.split_list(args.figures))
     if not figs or figs - {"2", "3"}:
         raise InputError(f"--figures: expected 2, 3 or 2,3, got {args.figures!r}")
-    opts = {"gap": 1e-4, "threads": args.threads, "slots": args.slots}
+    flags, defaults = {"threads": args.threads, "slots": args.slots}, {"gap": 1e-4, "threads": 1, "slots": 100}
+    sweeps.tuning("offload", methods, flags)              # a flag none of the methods reads: refused
     out = []
     given = sweeps.bandwidths(args)
     for src in sweeps.sources(args, DEFAULT_INSTANCE):
@@ -70,14 +71,16 @@ def grids(args) -> list:
                                     "pipedream": [src.spec] if src.pipedream else None})
         if "2" in figs:
             ms = [m for m in methods if m != "milp" or chain.L <= args.milp_max_L] + ["lb"]
-            out.append(sweeps.base_grid(one, "offload", methods=ms, bandwidth=bws, options=opts))
+            out.append(sweeps.base_grid(one, "offload", methods=ms, bandwidth=bws,
+                                        options=sweeps.tuning("offload", ms, {}, {**defaults, **_set(flags)})))
         if "3" in figs:
             mf, mp = min_feasible_memory(chain), peak_memory_no_offload(chain)
             lo = min(mf, sweeps.rotor_min_memory(args, src, chain))
             mems = [float(m) for m in np.linspace(lo, mp, args.points)] if not args.memory else None
             heur = [m for m in methods if m != "milp"]
             out.append(sweeps.base_grid(one, "offload", methods=heur, memory=mems,
-                                        bandwidth=sorted({k * bw for bw in bws for k in (1, 2, 3)}), options=opts))
+                                        bandwidth=sorted({k * bw for bw in bws for k in (1, 2, 3)}),
+                                        options=sweeps.tuning("offload", heur, {}, {**defaults, **_set(flags)})))
             # paper 004's persistent DP at 500 slots; on a chain where its tables would not fit (8.4 GiB at
             # 1500 stages) every remat task was an error row: the most slots that fit instead, said so
             slots = min(REMAT_SLOTS, remat_rotor.max_slots("persistent", chain.L, remat_rotor.PERSISTENT_TABLE_LIMIT))
@@ -89,6 +92,10 @@ def grids(args) -> list:
                 out.append(sweeps.base_grid(one, "remat", methods=["rotor"], memory=mems, bandwidth=[None],
                                             options={"slots": slots}))
     return out
+
+
+def _set(d: dict) -> dict:
+    return {k: v for k, v in d.items() if v is not None}
 
 
 def default_out(args) -> str:

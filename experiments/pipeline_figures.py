@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--random", type=int, metavar="L", help="use models.chain.random_chain(L, seed, integer=False)")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--gap", type=float, default=None)
-    e.add_argument("--threads", type=int, default=1)
+    e.add_argument("--threads", type=int, default=None, help="HiGHS threads of the ILP and cyclic (default 1)")
     e.add_argument("--n-batches", type=int, default=500, help="mini-batches of each eager simulation")
     e.add_argument("--periodicity", type=positive_int, default=None, metavar="K",
                    help="also search K-periodic schedules (method cyclic) at every limit, K >= 1 (default: off)")
@@ -65,13 +65,17 @@ def grids(args) -> list:
         for src in sweeps.sources(args):
             sweeps.links([], src, src.load()[1], "the link between GPUs")
     methods = sweeps.split_list(args.methods)
-    opts = {"threads": args.threads, "n_batches": args.n_batches, "memory_model": args.memory_model}
-    if args.gap is not None:
-        opts["gap"] = args.gap
+    given = {"threads": args.threads, "gap": args.gap}
+    sweeps.tuning("pipeline", methods + (["cyclic"] if args.periodicity is not None else []), given)
+    opts = {"n_batches": args.n_batches, "memory_model": args.memory_model,
+            **sweeps.tuning("pipeline", methods, {}, {"threads": 1, **{k: v for k, v in given.items() if v is not None}})}
     out = [sweeps.base_grid(args, "pipeline", methods=methods, options=opts)]
     if args.periodicity is not None:
         out.append(sweeps.base_grid(args, "pipeline", methods=["cyclic"],
-                                    options={**opts, "periodicity": args.periodicity}))
+                                    options={"n_batches": args.n_batches, "memory_model": args.memory_model,
+                                             "periodicity": args.periodicity,
+                                             **sweeps.tuning("pipeline", ["cyclic"], {},
+                                                             {"threads": args.threads or 1})}))
     return out
 
 

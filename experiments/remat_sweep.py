@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e = p.add_argument_group("remat")
     e.add_argument("--slots", type=int, default=None, help="memory slots of the DPs (default: memplan.remat's)")
     e.add_argument("--exact", action="store_true", help="DPs: one slot per byte (integer sizes)")
-    e.add_argument("--gap", type=float, default=1e-4, help="MILP relative gap (default 1e-4)")
+    e.add_argument("--gap", type=float, default=None, help="MILP relative gap (default 1e-4)")
     e.add_argument("--threads", type=int, default=None, help="MILP threads (default 1 per task)")
 
 
@@ -48,13 +48,8 @@ def grids(args) -> list:
     unknown = [m for m in methods if m not in remat.METHODS]
     if unknown:
         raise InputError(f"--methods: unknown method(s) {', '.join(unknown)}; available: {', '.join(remat.METHODS)}")
-    opts = {"gap": args.gap}
-    if args.slots is not None:
-        opts["slots"] = args.slots
-    if args.exact:
-        opts["exact"] = True
-    if args.threads is not None:
-        opts["threads"] = args.threads
+    opts = sweeps.tuning("remat", methods, {"gap": args.gap, "slots": args.slots, "exact": args.exact or None,
+                                            "threads": args.threads}, {"gap": 1e-4})
     return [sweeps.base_grid(args, "remat", methods=methods, options=opts)]
 
 

@@ -219,6 +219,29 @@ def check_args(args) -> None:
         raise InputError(f"--gpus {' '.join(args.gpus)}: give GPU counts >= 1, e.g. --gpus 4 8")
 
 
+def tuning(problem: str, methods, given: dict, defaults: dict | None = None) -> dict:
+    """The tuning options of a grid of ``methods``: each given one (not None) and each default, only where
+    one of the methods reads it (``OPTIONS_USED`` of the problem's module; every option where it has
+    none). A given option that no method reads is refused (the flag's name: ``--gap`` for ``gap``): a
+    sweep had solved ``--methods rotor --gap 0.5`` as if the flag were not there."""
+    import memplan
+
+    used = getattr(memplan.problems[problem], "OPTIONS_USED", None)
+    every = set().union(*used.values()) if used else set()
+    reads = set().union(*(used[m] for m in methods)) if used else every
+    out = {}
+    for k in dict.fromkeys([*(defaults or {}), *given]):
+        v = given.get(k)
+        if v is not None and k in every and k not in reads:
+            users = [m for m in used if k in used[m]]
+            raise InputError(f"--{k.replace('_', '-')}: read by none of the methods {', '.join(methods)} "
+                             f"({problem}): it is for {', '.join(users)}; add one of them, or leave it out")
+        v = v if v is not None else (defaults or {}).get(k)
+        if v is not None and (k not in every or k in reads):
+            out[k] = v
+    return out
+
+
 def base_grid(args, problem: str, *, methods=None, options=None, memory=None, bandwidth=None, gpus=None) -> Grid:
     """The grid the shared options describe (experiments add their axes on top)."""
     if args.points is not None and args.points < 1:

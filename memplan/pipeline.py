@@ -88,6 +88,14 @@ __all__ = ["PROBLEM", "METHODS", "DEFAULT_METHOD", "GRAPH_METHODS", "solve", "so
 PROBLEM = "pipeline"
 METHODS = ["ilp", "pipedream", "gpipe", "cyclic", "lb"]
 DEFAULT_METHOD = "ilp"
+#: the tuning options of :func:`solve` each method reads (the others it ignores; see
+#: :data:`memplan.remat.OPTIONS_USED`): HiGHS's for the ILP, the period K and the MILPs' threads for
+#: ``cyclic``; the baselines and the bound take none
+OPTIONS_USED: dict[str, frozenset[str]] = {
+    "ilp": frozenset({"gap", "threads", "solver_log"}),
+    "cyclic": frozenset({"periodicity", "threads"}),
+    **{m: frozenset() for m in ("pipedream", "gpipe", "lb")},
+}
 
 # shares of the whole-call budget (of what is left when the phase starts)
 _SHARE_PIPEDREAM = 0.20     # PipeDream's sweep (methods ilp and cyclic)

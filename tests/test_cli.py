@@ -205,3 +205,24 @@ def test_sizes_that_would_exhaust_the_memory_are_refused(capsys, tmp_path):
     with pytest.raises(memplan.InputError, match="n_batches=1000000000 is out of range"):
         memplan.pipeline.solve(memplan.random_chain(4), memory=1e9, bandwidth="12GB/s", gpus=2, method="pipedream",
                                n_batches=10**9)
+
+
+def test_an_option_the_chosen_method_does_not_read_is_refused(capsys, tmp_path):
+    """--gap with rotor, --slots with greedy, --periodicity with the ILP: accepted and ignored before (the
+    answer as if the flag were not there); refused in one line naming who reads it. A sweep refuses a
+    flag none of its methods reads, and keeps one that some method reads."""
+    _refused(capsys, ["solve", TOY, "--memory", "90MiB", "--method", "rotor", "--gap", "0.1"],
+             "--gap is not read by --method rotor", "remat-milp, checkmate", "--slots, --exact")
+    _refused(capsys, ["solve", TOY, "--problem", "offload", "--memory", "80MiB", "--bandwidth", "1GB/s",
+                      "--method", "greedy", "--slots", "50"], "--slots is not read by --method greedy", "dynprog, milp")
+    _refused(capsys, ["solve", TOY, "--problem", "pipeline", "--memory", "80MiB", "--bandwidth", "1GB/s", "--gpus",
+                      "2", "--method", "ilp", "--periodicity", "3"], "--periodicity is not read by --method ilp",
+             "cyclic")
+    run = ["--instance", TOY, "--points", "2", "--workers", "1", "--no-plot", "-q", "--fresh"]
+    _refused(capsys, ["sweep", "remat", "--methods", "rotor", "--gap", "0.5", *run, "-o", str(tmp_path / "a")],
+             "--gap: read by none of the methods rotor")
+    assert main(["sweep", "remat", "--methods", "rotor,remat-milp", "--gap", "0.5", "--time-limit", "5", *run,
+                 "-o", str(tmp_path / "b")]) == 0
+    rows = pd.read_csv(tmp_path / "b" / "results.csv")
+    assert set(rows["method"]) == {"rotor", "remat-milp"}
+    assert all(json.loads(o) == ({"gap": 0.5} if m == "remat-milp" else {}) for m, o in zip(rows["method"], rows["options"]))

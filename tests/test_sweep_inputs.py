@@ -35,7 +35,10 @@ def _one_line(err: str) -> str:
     # option values the front ends refuse: checked once, up front, not by every task after the grid ran
     (["remat", "--slots", "0"], ["slots=0"]),
     (["remat", "--option", "slots=abc"], ["slots='abc'"]),
-    (["remat", "--gap", "3"], ["gap=3"]),
+    (["remat", "--methods", "remat-milp", "--gap", "3"], ["gap=3"]),
+    # a flag none of the sweep's methods reads (the default ones: no MILP): it was dropped from every task
+    (["remat", "--gap", "0.5"], ["--gap", "read by none of the methods"]),
+    (["offload", "--bandwidth", "1GB/s", "--methods", "greedy", "--slots", "50"], ["--slots", "read by none"]),
     (["pipeline", "--bandwidth", "1GB/s", "--gpus", "0"], ["--gpus"]),
     (["offload", "--bandwidth", "0GB/s"], ["--bandwidth", "0GB/s"]),
     (["pipeline", "--bandwidth", "1GB/s", "--gpus", "2", "--periodicity", "0"], ["--periodicity"]),
@@ -43,7 +46,7 @@ def _one_line(err: str) -> str:
     (["remat", "--methods", ""], ["--methods"]),
     (["remat", "--memory", "90MiB", "--points", "3"], ["--points", "--memory"]),
     (["remat", "--points", "100000"], ["--points", "1000"]),
-    (["remat", "--option", "gap=0.5"], ["--option gap"]),          # --gap's default would replace it
+    (["remat", "--methods", "rotor,remat-milp", "--option", "gap=0.5"], ["--option gap"]),   # --gap's default would replace it
     # no bandwidth given and none in the instance's platform: no made-up link
     (["offload"], ["--bandwidth"]),
     (["remat-offload"], ["--bandwidth"]),

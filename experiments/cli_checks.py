@@ -93,6 +93,29 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"{self.name}: error: {message} (usage: {self.prog} --help)\n")
 
+    def parse_known_args(self, args=None, namespace=None):
+        """argparse's, after refusing an option of this parser given twice: argparse keeps the last
+        (``--memory 90MiB --memory 100MiB`` solved at 100 MiB, ``memplan sweep -o A remat ... -o B``
+        wrote to B), silently. Options that collect (``--set``, ``--option``) may repeat."""
+        argv = list(sys.argv[1:] if args is None else args)
+        seen: dict[str, str] = {}
+        for tok in argv:
+            if tok == "--":
+                break
+            if not tok.startswith("-") or self._negative_number_matcher.match(tok):
+                continue
+            flag = tok.split("=", 1)[0]
+            act = self._option_string_actions.get(flag)
+            if act is None or isinstance(act, (argparse._AppendAction, argparse._AppendConstAction,
+                                               argparse._CountAction, argparse._HelpAction, argparse._VersionAction,
+                                               argparse._ExtendAction)):
+                continue
+            if act.dest in seen:
+                self.error(f"{flag}: given twice" + ("" if seen[act.dest] == flag else f" (as {seen[act.dest]} too)")
+                           + "; give it once (the last one would silently replace the first)")
+            seen[act.dest] = flag
+        return super().parse_known_args(args, namespace)
+
 
 def run_script(parser: argparse.ArgumentParser, body: Callable[[argparse.Namespace], int | None],
                argv: list[str] | None = None) -> int:

@@ -339,7 +339,8 @@ RUN_OPTIONS = ("workers", "scheduler", "out", "csv", "no_plot", "fresh", "quiet"
 def merge_run_options(args) -> None:
     """``memplan sweep --workers 2 remat ...``: a run option given before the experiment's name (kept
     under ``top_<name>`` by the ``sweep`` parser, so that the experiment parser's defaults do not
-    overwrite it) counts unless the same option is also given after the name."""
+    overwrite it) counts; the same option on both sides is refused by the parser
+    (:meth:`~memplan.experiments.cli_checks.OneLineParser.parse_known_args`: an option given twice)."""
     for name in RUN_OPTIONS:
         top = getattr(args, f"top_{name}", None)
         if top not in (None, False) and getattr(args, name, None) in (None, False):

@@ -226,3 +226,18 @@ def test_an_option_the_chosen_method_does_not_read_is_refused(capsys, tmp_path):
     rows = pd.read_csv(tmp_path / "b" / "results.csv")
     assert set(rows["method"]) == {"rotor", "remat-milp"}
     assert all(json.loads(o) == ({"gap": 0.5} if m == "remat-milp" else {}) for m, o in zip(rows["method"], rows["options"]))
+
+
+def test_an_option_given_twice_is_refused(capsys, tmp_path):
+    """argparse keeps the last of two values: --memory 90MiB --memory 100MiB solved at 100 MiB, and
+    memplan sweep -o A remat ... -o B wrote to B, without a word. Refused; options that collect repeat."""
+    for argv, what in ((["solve", TOY, "--memory", "90MiB", "--memory", "100MiB"], "--memory: given twice"),
+                       (["sweep", "-o", str(tmp_path / "a"), "remat", "--instance", TOY, "--points", "2",
+                         "-o", str(tmp_path / "b")], "-o: given twice")):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        err = capsys.readouterr().err.strip()
+        assert e.value.code == 2 and err.count("\n") == 0 and what in err and "give it once" in err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    assert main(["sweep", "remat", "--instance", TOY, "--points", "2", "--methods", "rotor", "--workers", "1",
+                 "--no-plot", "-q", "--option", "slots=100", "--option", "exact=false", "-o", str(tmp_path / "c")]) == 0

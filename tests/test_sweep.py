@@ -427,10 +427,10 @@ def test_run_options_may_come_before_the_experiment_name(tmp_path):
                                    "--instance", TOY])
     merge_run_options(a)
     assert (a.workers, a.scheduler, a.csv, a.out) == (2, "tcp://h:1", True, None)
-    # given on both sides, the one after the name wins
-    a = build_parser().parse_args(["sweep", "--workers", "2", "remat", "--instance", TOY, "--workers", "3"])
-    merge_run_options(a)
-    assert a.workers == 3
+    # given on both sides: refused (the one after the name had won, silently)
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["sweep", "--workers", "2", "remat", "--instance", TOY, "--workers", "3"])
+    assert e.value.code == 2
 
 
 @pytest.mark.long

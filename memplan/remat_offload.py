@@ -268,7 +268,15 @@ def solve(chain: Chain, *, memory: float | str, bandwidth: float | str | None = 
                          "use method='dp'")
     auto = slots is None and not exact and method == "dp"
     if method == "exhaustive" and slots is None and not exact:
-        exact_bound = memory == math.floor(memory) and memory <= EXACT_BOUND_MEMORY
+        # the bounding DP's own choice (exact where small, else the default slots): a refusal of it names
+        # what the caller can change, not an exact=True or a slots=50 the caller never gave
+        exact_bound = (memory == math.floor(memory) and memory <= EXACT_BOUND_MEMORY
+                       and table_bytes(chain.L, int(memory)) <= MAX_TABLE_BYTES)
+        if not exact_bound and table_bytes(chain.L, DEFAULT_SLOTS) > MAX_TABLE_BYTES:
+            raise InputError(f"{PROBLEM}: method='exhaustive' is meant for tiny chains: at L = {chain.L} its bounding "
+                             f"DP's tables would need {table_bytes(chain.L, DEFAULT_SLOTS) / 1e9:.3g} GB with its "
+                             f"default {DEFAULT_SLOTS} slots (at most {MAX_TABLE_BYTES / 1e9:.0f} GB); use method='dp', "
+                             f"or give slots <= {_max_slots(chain.L)}")
         n, exact, note, info = _discretization(chain, memory, None, exact_bound)
     else:
         n, exact, note, info = _discretization(chain, memory, slots, exact, auto)

@@ -758,3 +758,19 @@ def test_a_limit_just_below_the_minimum_is_told_apart_from_it():
     assert f"fits in {fmt_memory(limit)} ({fmt_bytes(limit)} B)" in sol.message
     assert f"is {fmt_memory(need)} ({fmt_bytes(need)} B)" in sol.message
     assert memplan.remat.solve(toy, memory=need, method="rotor").schedule is not None
+
+
+def test_the_exhaustive_joint_method_names_only_what_the_caller_gave():
+    """remat-offload's exhaustive method chooses its bounding DP's discretization: where exact mode's
+    tables were too large it raised 'exact=True means N = 278 slots ...' (exact not given), and on a long
+    chain 'slots=50: ... give slots <= 21' (slots not given). Now it falls back to slots where exact
+    mode does not fit, and a chain too long for it is refused in its own words."""
+    sol = memplan.remat_offload.solve(memplan.random_chain(60, 1), memory=278, bandwidth=1, method="exhaustive",
+                                      time_limit=1)
+    assert "N = 50 memory slots" in sol.details["slots_note"]
+    with pytest.raises(memplan.InputError) as e:
+        memplan.remat_offload.solve(memplan.random_chain(1000, 1), memory=5000, bandwidth=1, method="exhaustive",
+                                    time_limit=1)
+    msg = str(e.value)
+    assert "method='exhaustive' is meant for tiny chains" in msg and "use method='dp'" in msg
+    assert "exact=True" not in msg and not msg.startswith("remat-offload: slots=")

@@ -583,6 +583,13 @@ def _run_exhaustive(chain: Chain, memory: float, beta: float, dp: Solution, b: B
         dp.method = "exhaustive"
         return dp
     ub = dp.objective
+    if ub is not None and dp.schedule is not None and ub <= float(chain.store_all_time()) * (1 + 1e-12):
+        # the compute time alone, the least any schedule takes (every operation once, no wait): proven,
+        # nothing to search (the search had run past a 1 s limit by 2 s at L = 300 to find nothing)
+        dp.method = "exhaustive"
+        dp.status, dp.bound = Status.OPTIMAL, ub
+        dp.message += "; the exhaustive search is not run: nothing is faster than the compute time alone"
+        return dp
     limit = b.limit(None)
     b.log(f"exhaustive: searching below {fmt_time(ub) if ub is not None else 'any makespan'}"
           + (f" ({limit:.3g}s left)" if limit is not None else ""))

@@ -78,3 +78,16 @@ def test_a_very_slow_link_is_on_the_grid():
     c = random_chain(1, seed=475003)
     sol = remat_offload.solve(c, memory=30.0, bandwidth=1.768e-4, method="exhaustive", time_limit=10)
     assert sol.status == Status.OPTIMAL and sol.objective == c.store_all_time() == 26.0
+
+
+def test_exhaustive_stops_where_the_portfolio_already_takes_the_compute_time_alone():
+    """No schedule is faster than every operation once without waiting (the store-all time): where the
+    portfolio's schedule takes it, the exhaustive search is not started (it had run 2 s past a 1 s
+    limit on 300 stages to find nothing), and the answer is optimal by that bound."""
+    import memplan
+
+    c = memplan.random_chain(40, 1)
+    sol = memplan.remat_offload.solve(c, memory=400, bandwidth=1, method="exhaustive", time_limit=30)
+    assert sol.objective == c.store_all_time() and sol.status == memplan.Status.OPTIMAL
+    assert sol.bound == sol.objective and "search_states" not in sol.details
+    assert "not run: nothing is faster than the compute time alone" in sol.message

@@ -104,9 +104,13 @@ _SHARE_START = 0.15         # the start pattern search (modular patterns, partit
 _SHARE_REFINE = 0.35        # the exact refinement of the ILP's start
 #: the baselines' shares when the ILP cannot be built in the call anyway (DenseNet-121, L = 79, 4 GPUs
 #: at 1 s: with 0.2 and 0.1 neither sweep simulated a point, and the serial pattern, 3.7x slower than
-#: GPipe's alone at 1 s, was the answer)
-_SHARE_PIPEDREAM_NO_ILP = 0.4
-_SHARE_GPIPE_NO_ILP = 0.5
+#: GPipe's alone at 1 s, was the answer); GPipe's sweep first then (random_chain(300, 1) at 1 s: with
+#: PipeDream's first at 0.4 and GPipe's at 0.5 neither had a point and the serial pattern, 4x slower
+#: than GPipe's alone, was the answer with 0.4 s unused; random_chain(1000, 1) at 5 s: 15835 against
+#: GPipe's 7911). Still short of each baseline run alone with the whole limit where a sweep needs most
+#: of it (10555 against 7911 there): the sweeps are not resumable
+_SHARE_PIPEDREAM_NO_ILP = 0.6
+_SHARE_GPIPE_NO_ILP = 0.7
 _REFINE_MILP_CAP = 30.0     # seconds per MILP of the refinement and of the last checks
 #: below the memory lower bound, the exact minimum memory is looked for on chains of at most this many
 #: layers, with at most this share of the time left and this many seconds (_exact_min_memory)
@@ -300,7 +304,9 @@ def _points_and_start(c: _Call, times: dict[str, float]) -> tuple[list[Point], P
     t0 = time.perf_counter()
     left = c.b.remaining()
     no_ilp = math.isfinite(left) and _ilp_build_seconds(c.td.L) > 0.5 * left
-    points, note = _sweep(c, ["pipedream", "pipedream-dag", "gpipe"],
+    # without the ILP, GPipe's sweep first (its points come sooner than PipeDream's DP: at L = 300 with
+    # 1 s it has all 10 in 0.75 s, PipeDream none), then PipeDream's with what is left
+    points, note = _sweep(c, ["gpipe", "pipedream", "pipedream-dag"] if no_ilp else ["pipedream", "pipedream-dag", "gpipe"],
                           {"pipedream": _SHARE_PIPEDREAM_NO_ILP if no_ilp else _SHARE_PIPEDREAM,
                            "gpipe": _SHARE_GPIPE_NO_ILP if no_ilp else _SHARE_GPIPE})
     t1 = time.perf_counter()

@@ -76,6 +76,25 @@ def guarded(call: Callable[[], int | None], prog: str = "memplan") -> int:
         return 130
 
 
+#: the seeds torch's generators take (``torch.manual_seed``: an unsigned 64-bit number; a negative one
+#: wraps around to the same generator as its value plus 2**64)
+SEED_MAX = 2**64 - 1
+
+
+def seed_arg(text: str) -> int:
+    """argparse type of ``--seed`` (``memplan profile`` and ``budget``): a whole number in [0,
+    :data:`SEED_MAX`] (99999999999999999999 failed in torch as 'Overflow when unpacking long long';
+    ``profile --seed -1`` had been taken)."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if not 0 <= v <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"--seed {text!r}: give a whole number from 0 to 2**64 - 1 = {SEED_MAX} "
+                                         f"(torch's seeds)")
+    return v
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, with the project's rule for bad input: an error of the command line is one line,
     ``NAME: error: MESSAGE (usage: PROG --help)``, exit status 2, instead of the usage block; and a

@@ -18,7 +18,7 @@ import math
 import sys
 
 from memplan.experiments.cli_checks import (batch_fits, input_shape, key_value, model_kwargs, positive_int,
-                                            repeated)
+                                            repeated, seed_arg)
 from memplan.models.solution import InputError
 
 
@@ -57,24 +57,6 @@ def _time_limit(text: str) -> float:
     if not v > 0:
         raise argparse.ArgumentTypeError(f"--time-limit {text!r}: give a positive number of seconds, e.g. 600 "
                                          f"(or leave it out: no limit)")
-    return v
-
-
-#: the seeds torch's generators take (``torch.manual_seed``: an unsigned 64-bit number; a negative one
-#: wraps around to the same generator as its value plus 2**64)
-SEED_MAX = 2**64 - 1
-
-
-def _seed(text: str) -> int:
-    """argparse type of ``--seed``: a whole number in [0, :data:`SEED_MAX`] (99999999999999999999 failed
-    in torch as 'Overflow when unpacking long long')."""
-    try:
-        v = int(text)
-    except ValueError:
-        v = -1
-    if not 0 <= v <= SEED_MAX:
-        raise argparse.ArgumentTypeError(f"--seed {text!r}: give a whole number from 0 to 2**64 - 1 = {SEED_MAX} "
-                                         f"(torch's seeds)")
     return v
 
 
@@ -220,5 +202,5 @@ def add_parser(subparsers) -> None:
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="a line on stderr as each part of the search ends (default: when stderr is a terminal)")
     p.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default 1)")
-    p.add_argument("--seed", type=_seed, default=0, help="the model's and the example input's seed, 0 to 2**64 - 1")
+    p.add_argument("--seed", type=seed_arg, default=0, help="the model's and the example input's seed, 0 to 2**64 - 1")
     p.set_defaults(func=_cmd_budget)

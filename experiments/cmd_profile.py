@@ -30,7 +30,7 @@ from typing import Callable
 
 from memplan.baselines.remat_heuristics import bisection_schedule, sequential_schedule, store_all_schedule
 from memplan.experiments.cli_checks import (batch_fits, device_problem, input_shape, key_value, model_kwargs, output_file,
-                                            positive_int, writing)
+                                            positive_int, seed_arg, writing)
 from memplan.models.instance import InstanceError, load_instance, read_text_file, save_instance
 from memplan.models.pipedream import import_graph
 from memplan.models.remat import RematSchedule, free_backward_model, simulate_remat
@@ -233,7 +233,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         ``method``, measured on the second run (the first a warm-up), the gradients cleared before and
         after."""
         def run():
-            torch.manual_seed(seed + 1)
+            torch.manual_seed((seed + 1) % 2**64)
             execute(lm.stages, loss_stage, x, sched, device=device, hold=hold)
 
         run()
@@ -254,11 +254,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         # a warm-up first, as run_peak's: the loss's cached targets (8 B at batch 1, 960 B for a GPT-2 of
         # 3 x 40 tokens) were made inside the first measured window, above the plan's limit
-        torch.manual_seed(seed + 1)
+        torch.manual_seed((seed + 1) % 2**64)
         execute(lm.stages, loss_stage, x, sched, device=device, hold=True)
         for p in model.parameters():
             p.grad = None
-        torch.manual_seed(seed + 1)
+        torch.manual_seed((seed + 1) % 2**64)
         res = execute(lm.stages, loss_stage, x, sched, measure_memory=True, device=device)
         peak = float(res.peak_memory)
         hold = holds_at_peak(sched, res.memory_peak_during, device=device)   # timed: the measured peak, fewer hooks
@@ -304,9 +304,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if ref is not None:
         for p in model.parameters():       # one more untracked run of the plan for the gradients
             p.grad = None
-        torch.manual_seed(seed + 1)
+        torch.manual_seed((seed + 1) % 2**64)
         execute(lm.stages, loss_stage, x, sched, device=device, hold=not free)
-        torch.manual_seed(seed + 1)
+        torch.manual_seed((seed + 1) % 2**64)
         with amp():
             out = loss_fn(ref(x))
         out.backward()
@@ -400,7 +400,7 @@ def _autograd_peak(model, loss_fn, x, device: str, seed: int, method: str = "dis
     xi = grad_input(x)
 
     def step():
-        torch.manual_seed(seed + 1)
+        torch.manual_seed((seed + 1) % 2**64)
         _autograd_step(model, loss_fn, xi, amp)
 
     peak = step_peak(step, list(model.parameters()), device, method)
@@ -468,11 +468,11 @@ def _time_against_autograd(stages, loss_stage, model, loss_fn, x, sched, device:
     sync = (lambda: torch.cuda.synchronize(device)) if str(device).startswith("cuda") else (lambda: None)
 
     def plan():
-        torch.manual_seed(seed + 1)
+        torch.manual_seed((seed + 1) % 2**64)
         execute(stages, loss_stage, x, sched, device=device, sync=False, hold=hold)
 
     def autograd():
-        torch.manual_seed(seed + 1)
+        torch.manual_seed((seed + 1) % 2**64)
         _autograd_step(model, loss_fn, grad_input(x), amp)
 
     runs = {"plan": mean_of_steps(plan, 1, sync=sync, before=clear),
@@ -484,12 +484,12 @@ def _time_against_autograd(stages, loss_stage, model, loss_fn, x, sched, device:
 
         def store_all_timed():
             times: list[float] = []
-            torch.manual_seed(seed + 1)
+            torch.manual_seed((seed + 1) % 2**64)
             execute(stages, loss_stage, x, every, device=device, op_times=times)
             retimed.append(times)
 
         def store_all():
-            torch.manual_seed(seed + 1)
+            torch.manual_seed((seed + 1) % 2**64)
             execute(stages, loss_stage, x, every, device=device, sync=False, hold=whole_hold)
 
         runs["retimed"] = mean_of_steps(store_all_timed, 1, sync=sync, before=clear)
@@ -638,9 +638,16 @@ def _segments_arg(text: str, L: int) -> int:
     return n
 
 
+def _name(text: str) -> str:
+    """argparse type of ``--name``: not empty (``--name ''`` had been replaced by the default name)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("--name '': an empty name; give one, or leave --name out for the default")
+    return text
+
+
 def _output_args(p, name_help: str) -> None:
     """--name, -o/--output and --force of the commands that write an instance file."""
-    p.add_argument("--name", help=name_help)
+    p.add_argument("--name", type=_name, help=name_help)
     p.add_argument("-o", "--output", required=True, help="instance file to write")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
 
@@ -665,7 +672,7 @@ def add_parser(subparsers) -> None:
                    help="more timed runs after --repeats (50 in all at most; more --repeats are run anyway) while "
                         "the median whole run is not known within 2%%, for up to this many seconds (default 2; 0: "
                         "exactly --repeats)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_arg, default=0, help="the model's and the example input's seed, 0 to 2**64 - 1")
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     p.add_argument("--cuts", choices=["auto", "saved", "multi"], default="auto",
                    help="where to cut the network: auto (default) cuts where several tensors cross only for a "

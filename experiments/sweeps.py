@@ -353,6 +353,9 @@ def run_experiment(mod, args) -> int:
         raise InputError(f"--config {args.config} and the experiment {getattr(args, 'experiment', '')!r}: give one "
                          "(the config file's grids, or the experiment's options), not both")
     merge_run_options(args)
+    if args.out is not None and not str(args.out).strip():     # '' had written to the default folder
+        raise InputError("-o/--out '': an empty folder name; give one, e.g. results/mine, or leave -o out for "
+                         f"the default ({mod.default_out(args)})")
     out = Path(args.out or mod.default_out(args))
     check_args(args)                       # before anything is made or computed
     output_dir(out, "-o/--out")            # before the grid's own work (the pipeline's baseline points)
@@ -441,6 +444,8 @@ def run_config(args) -> int:
         raise InputError(f"{path}: figures: {bad[0]!r} draws the rows of {bad[0]} grids, and no grid has problem = "
                          f"{bad[0]!r}; list the figures of its grids' problems "
                          f"({', '.join(sorted({g.problem for g in grids}))}), or leave figures out for those")
+    if args.out is not None and not str(args.out).strip():
+        raise InputError("-o/--out '': an empty folder name; give one, e.g. results/mine, or leave -o out")
     out = Path(args.out or cfg.get("out") or f"results/{path.stem}")
     output_dir(out, "-o/--out" if args.out else f"{path}: out")
     workers = args.workers or cfg.get("workers")

@@ -241,3 +241,30 @@ def test_an_option_given_twice_is_refused(capsys, tmp_path):
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     assert main(["sweep", "remat", "--instance", TOY, "--points", "2", "--methods", "rotor", "--workers", "1",
                  "--no-plot", "-q", "--option", "slots=100", "--option", "exact=false", "-o", str(tmp_path / "c")]) == 0
+
+
+@pytest.mark.parametrize("argv, what", [
+    (["profile", "--model", "resnet18", "--batch", "2", "--input", "3x32x32", "--seed", "-1", "-o", "x.json"],
+     "--seed '-1': give a whole number from 0"),                     # taken before (budget refused it)
+    (["profile", "--model", "resnet18", "--batch", "2", "--input", "3x32x32", "--seed", "99999999999999999999",
+      "-o", "x.json"], "--seed '99999999999999999999'"),              # 'Overflow when unpacking long long'
+    (["profile", "--model", "resnet18", "--batch", "2", "--input", "3x32x32", "--name", "", "-o", "x.json"],
+     "--name '': an empty name"),                                     # the default name instead
+    (["import-pipedream", "instances/pipedream/resnet18.graph.txt", "--name", " ", "-o", "x.json"],
+     "--name '': an empty name"),
+])
+def test_empty_names_and_seeds_torch_cannot_take_are_refused(argv, what, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    argv = [str(tmp_path / a) if a == "x.json" else a for a in argv]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.count("\n") == 0 and what in err
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_an_empty_sweep_folder_is_refused_not_the_default(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _refused(capsys, ["sweep", "remat", "--instance", TOY, "--points", "2", "--workers", "1", "--no-plot", "-q",
+                      "-o", ""], "-o/--out '': an empty folder name", "results/remat")
+    assert not (tmp_path / "results").exists()

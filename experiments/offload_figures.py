@@ -30,7 +30,7 @@ import numpy as np
 
 from memplan.baselines import remat_rotor
 from memplan.experiments import figures, sweeps
-from memplan.experiments.cli_checks import guarded
+from memplan.experiments.cli_checks import guarded, positive_int
 from memplan.models.solution import InputError
 from memplan.models.units import fmt_bandwidth
 
@@ -43,7 +43,7 @@ DEFAULT_INSTANCE = "instances/paper004_table2.json"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sweeps.add_engine_arguments(p, methods=",".join(ALL), points=16, time_limit=20.0)
     e = p.add_argument_group("offload")
-    e.add_argument("--milp-max-L", type=int, default=12, help="run the MILP only when L <= this (default 12)")
+    e.add_argument("--milp-max-L", type=positive_int, default=12, help="run the MILP only when L <= this (default 12)")
     e.add_argument("--threads", type=int, default=None, help="MILP threads (default 1)")
     e.add_argument("--slots", type=int, default=None, help="DYNPROG grid M/slots (default 100)")
     e.add_argument("--figures", default="2,3", help="which figures (default 2,3)")
@@ -60,6 +60,11 @@ def grids(args) -> list:
     figs = set(sweeps.split_list(args.figures))
     if not figs or figs - {"2", "3"}:
         raise InputError(f"--figures: expected 2, 3 or 2,3, got {args.figures!r}")
+    if "3" in figs and not [m for m in methods if m != "milp"]:
+        # Figure 3 draws the heuristics (the MILP is Figure 2's): its grid had been refused as "methods: an
+        # empty list", naming neither option
+        raise InputError(f"--methods {args.methods} and --figures {args.figures}: Figure 3 draws the heuristics, not "
+                         "the MILP; add one (e.g. --methods milp,dynprog) or give --figures 2")
     flags, defaults = {"threads": args.threads, "slots": args.slots}, {"gap": 1e-4, "threads": 1, "slots": 100}
     sweeps.tuning("offload", methods, flags)              # a flag none of the methods reads: refused
     out = []

@@ -39,6 +39,8 @@ def _one_line(err: str) -> str:
     # a flag none of the sweep's methods reads (the default ones: no MILP): it was dropped from every task
     (["remat", "--gap", "0.5"], ["--gap", "read by none of the methods"]),
     (["offload", "--bandwidth", "1GB/s", "--methods", "greedy", "--slots", "50"], ["--slots", "read by none"]),
+    # Figure 3 draws the heuristics: --methods milp alone had been refused as "methods: an empty list"
+    (["offload", "--bandwidth", "1GB/s", "--methods", "milp"], ["--methods milp", "--figures 2"]),
     (["pipeline", "--bandwidth", "1GB/s", "--gpus", "0"], ["--gpus"]),
     (["offload", "--bandwidth", "0GB/s"], ["--bandwidth", "0GB/s"]),
     (["pipeline", "--bandwidth", "1GB/s", "--gpus", "2", "--periodicity", "0"], ["--periodicity"]),

@@ -118,6 +118,11 @@ def _cmd_budget(args: argparse.Namespace) -> int:
         raise InputError(f"--runtime-estimator {args.runtime_estimator}: weighs the partitioner's recomputations in "
                          f"the compiled --fractions and in stages compiled at a --stage-fractions value below 1, and "
                          f"there are none; give one, or leave --runtime-estimator out")
+    compiles = args.fractions != () or not (args.no_chain or args.no_compiled_stages)
+    if not compiles and args.backend != "aot_eager_decomp_partition":      # it had been taken, and unused
+        raise InputError(f"--backend {args.backend}: the compiler of the --fractions and of the chain's compiled "
+                         "stages, and nothing is compiled (--fractions is empty, the compiled stages left out); "
+                         "give fractions, or leave --backend out")
     if args.offload and args.device != "cuda":
         raise InputError("--offload needs --device cuda: on a CPU the host is the same memory, nothing would be saved")
     if args.offload and args.no_chain:

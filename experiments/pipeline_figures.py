@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sweeps.add_engine_arguments(p, methods="ilp,pipedream", points=8, time_limit=60.0)
     e = p.add_argument_group("pipeline")
     e.add_argument("--random", type=int, metavar="L", help="use models.chain.random_chain(L, seed, integer=False)")
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--seed", type=int, default=None, help="--random's seed (default 0)")
     e.add_argument("--gap", type=float, default=None)
     e.add_argument("--threads", type=int, default=None, help="HiGHS threads of the ILP and cyclic (default 1)")
     e.add_argument("--n-batches", type=int, default=500, help="mini-batches of each eager simulation")
@@ -55,8 +55,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def grids(args) -> list:
+    if args.seed is not None and args.random is None:       # it had been ignored
+        raise InputError(f"--seed {args.seed}: the seed of --random's chain, and there is no --random; give "
+                         "--random L, or leave --seed out")
     if args.random is not None:
-        args.instance = (args.instance or []) + [f"random:{args.random}:{args.seed}"]
+        args.instance = (args.instance or []) + [f"random:{args.random}:{args.seed or 0}"]
     if not args.instance and not args.pipedream:
         raise InputError("one of --instance, --pipedream or --random is required")
     if args.gpus is None:

@@ -53,7 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sweeps.add_engine_arguments(p, methods=None, points=12, time_limit=None)
     e = p.add_argument_group("remat-offload")
     e.add_argument("--factors", default="1,2,3", help="bandwidth multipliers (default 1,2,3)")
-    e.add_argument("--low", type=float, default=0.7, help="lowest limit as a fraction of rotor's minimum")
+    e.add_argument("--low", type=float, default=None, help="lowest limit as a fraction of rotor's minimum "
+                   "(default 0.7; with --points, not --memory)")
     e.add_argument("--slots", default="50,100,200", help="memory slots N of the joint DP, comma-separated (one "
                    "curve each, 'joint' is the best of them; values whose tables would exceed 3 GB for this chain "
                    "are skipped); rotor uses the first (default 50,100,200)")
@@ -77,6 +78,11 @@ def grids(args) -> list:
     if bad:     # 0 reads as no link (re-materialization alone, drawn as no panel); < 0 is no bandwidth
         raise InputError(f"--factors {args.factors}: {bad[0]:g} is not a bandwidth multiplier; give positive "
                          "numbers, e.g. --factors 1,2,3")
+    if args.low is not None and args.memory:
+        # --memory gives the limits themselves: --low had been ignored
+        raise InputError(f"--low {args.low:g} and --memory: --low is the lowest of the limits --points spaces, "
+                         "--memory gives the limits; give one of the two")
+    args.low = 0.7 if args.low is None else args.low
     if not 0 < args.low < math.inf:
         raise InputError(f"--low {args.low:g}: give the lowest limit as a positive fraction of rotor's minimum "
                          "memory, e.g. --low 0.7")
@@ -109,6 +115,10 @@ def grids(args) -> list:
             mems = None
         else:
             lo, hi = sweeps.rotor_min_memory(args, src, chain) * args.low, store_all(chain).peak_memory * 1.02
+            if not lo < hi:      # --low 5: the grid had run from 430 MB down to store-all's 114 MB
+                raise InputError(f"--low {args.low:g}: the lowest limit, {args.low:g} x rotor's minimum memory "
+                                 f"({fmt_memory(lo)}), is above the highest, store-all's peak + 2% "
+                                 f"({fmt_memory(hi)}) on {chain.name}; give a smaller --low (0.7 by default)")
             mems = [lo + (hi - lo) * k / max(1, args.points - 1) for k in range(args.points)]
         bws = sorted({beta * f for beta in betas for f in factors})
         one = argparse.Namespace(**{**vars(args), "instance": [src.spec] if not src.pipedream else None,

@@ -200,6 +200,9 @@ def _cli(capsys, *args) -> tuple[int, str]:
     (["--time-limit", "nan"], "--time-limit 'nan': give a positive number of seconds"),
     (["--seed", "99999999999999999999"], "--seed '99999999999999999999': give a whole number from 0 to 2**64 - 1"),
     (["--seed", "-1"], "--seed '-1': give a whole number from 0 to 2**64 - 1"),
+    # nothing compiled: --backend had been taken and unused
+    (["--backend", "inductor", "--fractions", "", "--no-compiled-stages"], "memplan: error: --backend inductor: the "
+                                                                           "compiler of the --fractions"),
     (["--set", "n_layer=1"], "memplan: error: --set n_layer: given 2 times (--set n_layer=2 --set n_layer=1); give "
                              "each key once"),
 ])

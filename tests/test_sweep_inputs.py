@@ -67,6 +67,11 @@ def _one_line(err: str) -> str:
     (["remat-offload", "--bandwidth", "1GB/s", "--factors", "0", "--no-offload"], ["--factors", "positive"]),
     (["remat-offload", "--bandwidth", "1GB/s", "--factors", "1,-2"], ["--factors", "-2"]),
     (["remat-offload", "--bandwidth", "1GB/s", "--low", "0"], ["--low 0"]),
+    # a CLI fuzz: --low was ignored with --memory, and above store-all it made a grid running downwards;
+    # pipeline's --seed was ignored without --random
+    (["remat-offload", "--bandwidth", "1GB/s", "--memory", "85MiB", "--low", "0.5"], ["--low 0.5", "--memory"]),
+    (["remat-offload", "--bandwidth", "1GB/s", "--low", "5"], ["--low 5", "above the highest"]),
+    (["pipeline", "--bandwidth", "1GB/s", "--gpus", "2", "--seed", "5"], ["--seed 5", "no --random"]),
     # every --slots value too large for the chain's joint DP tables: N = 50 was swept instead, unsaid,
     # whose tables are larger still (an error row per task)
     (["remat-offload", "--instance", "random:1500:0", "--bandwidth", "1GB/s", "--slots", "20"],

@@ -69,7 +69,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
         raise InputError(f"--timing-budget {args.timing_budget:g}: give seconds >= 0, e.g. --timing-budget 2 "
                          "(0: exactly --repeats timed runs)")
     out = Path(args.output)
-    if out.exists() and not args.force:
+    if out.exists() and not args.force and not out.is_dir():      # a folder: output_file says so (--force cannot help)
         raise FileExistsError(f"{out} exists; pass --force to replace it")
     output_file(out, "-o/--output")       # before the (long) profiling
     if args.threads:
@@ -95,7 +95,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
     if not str(args.output).strip():
         raise InputError("-o/--output: an empty file name; give one, e.g. results/out.json")
     out = Path(args.output)
-    if out.exists() and not args.force:
+    if out.exists() and not args.force and not out.is_dir():      # a folder: output_file says so (--force cannot help)
         raise FileExistsError(f"{out} exists; pass --force to replace it")
     if not Path(args.graph).exists():
         raise InstanceError(f"{args.graph}: no such PipeDream graph file")

@@ -268,3 +268,9 @@ def test_an_empty_sweep_folder_is_refused_not_the_default(capsys, tmp_path, monk
     _refused(capsys, ["sweep", "remat", "--instance", TOY, "--points", "2", "--workers", "1", "--no-plot", "-q",
                       "-o", ""], "-o/--out '': an empty folder name", "results/remat")
     assert not (tmp_path / "results").exists()
+
+
+def test_an_instance_output_that_is_a_folder_says_so_first(capsys, tmp_path):
+    """memplan import-pipedream -o FOLDER said 'exists; pass --force', and with --force that it is a folder."""
+    _refused(capsys, ["import-pipedream", str(ROOT / "instances" / "pipedream" / "resnet18.graph.txt"), "-o",
+                      str(tmp_path)], "is a folder; give a file name")

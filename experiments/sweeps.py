@@ -158,6 +158,9 @@ def bandwidths(args) -> list[float]:
         if is_free_link(b):
             out.append(math.inf)
             continue
+        if ":" in b:        # memplan solve --problem offload's two directions: read as one garbled number here
+            raise InputError(f"--bandwidth {b}: one bandwidth per value here (two directions, host:device, are for "
+                             "memplan solve --problem offload); e.g. --bandwidth 12GB/s, or 12GB/s,24GB/s to sweep both")
         try:
             v = parse_bandwidth(b)
         except UnitError as e:

@@ -72,6 +72,7 @@ def _one_line(err: str) -> str:
     (["remat-offload", "--bandwidth", "1GB/s", "--memory", "85MiB", "--low", "0.5"], ["--low 0.5", "--memory"]),
     (["remat-offload", "--bandwidth", "1GB/s", "--low", "5"], ["--low 5", "above the highest"]),
     (["pipeline", "--bandwidth", "1GB/s", "--gpus", "2", "--seed", "5"], ["--seed 5", "no --random"]),
+    (["offload", "--bandwidth", "1GB/s:2GB/s"], ["--bandwidth 1GB/s:2GB/s", "one bandwidth per value"]),
     # every --slots value too large for the chain's joint DP tables: N = 50 was swept instead, unsaid,
     # whose tables are larger still (an error row per task)
     (["remat-offload", "--instance", "random:1500:0", "--bandwidth", "1GB/s", "--slots", "20"],

@@ -774,3 +774,14 @@ def test_the_exhaustive_joint_method_names_only_what_the_caller_gave():
     msg = str(e.value)
     assert "method='exhaustive' is meant for tiny chains" in msg and "use method='dp'" in msg
     assert "exact=True" not in msg and not msg.startswith("remat-offload: slots=")
+
+
+def test_an_unknown_model_option_lists_the_ones_that_work():
+    """--set foo=3 said only the constructor's "unexpected keyword argument 'foo'"."""
+    from memplan.models.networks import get_model
+
+    with pytest.raises(ValueError, match=r"model gpt2: no option 'n_layr' \(did you mean 'n_layer'\?\); it takes "
+                                         r"vocab, n_ctx, n_layer, n_embd, n_head, dropout, tie_weights"):
+        get_model("gpt2", n_layr=2)
+    with pytest.raises(ValueError, match=r"model resnet18: no option 'foo'; it takes .*num_classes"):
+        get_model("resnet18", foo=3)

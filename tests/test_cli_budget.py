@@ -34,8 +34,8 @@ def test_budget_refused_below_the_minimum_which_then_works(capsys, one_torch_thr
 def test_budget_bad_model_argument_is_one_line(capsys):
     assert main(["budget", "--model", "gpt2", "--batch", "1", "--memory", "1GiB", "--set", "bogus=1"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("memplan: error: model gpt2: GPT2.__init__() got an unexpected keyword argument 'bogus' "
-                   "(given: bogus=1)")
+    assert err == ("memplan: error: model gpt2: no option 'bogus'; it takes vocab, n_ctx, n_layer, n_embd, n_head, "
+                   "dropout, tie_weights (given: bogus=1)")
 
 
 def test_budget_progress_lines_on_request_and_no_profiler_noise():

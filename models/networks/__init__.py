@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from . import densenet, gpt2, inception, llama, nasnet, resnet, transformer, unet, vgg
+from ..units import did_you_mean
 
 MODELS: dict[str, Callable[..., nn.Module]] = {
     "resnet18": resnet.resnet18, "resnet34": resnet.resnet34, "resnet50": resnet.resnet50,
@@ -73,9 +74,26 @@ def get_model(name: str, **kw) -> nn.Module:
             raise ValueError(f"model {key}: {k}={v!r} must be a whole number >= 1 (given: {given})")
     try:
         return MODELS[key](**kw)
-    except (TypeError, ValueError, ZeroDivisionError, RuntimeError, OverflowError) as e:
+    except TypeError as e:
+        if "unexpected keyword argument" not in str(e):
+            raise ValueError(f"model {key}: {e} (given: {given})") from None
+        takes = _options_of(key)     # the constructor's own error named the key, not the ones that work
+        bad = next((k for k in kw if k not in takes), next(iter(kw)))
+        raise ValueError(f"model {key}: no option {bad!r}{did_you_mean(bad, takes)}; it takes "
+                         f"{', '.join(takes) or 'none'} (given: {given})") from None
+    except (ValueError, ZeroDivisionError, RuntimeError, OverflowError) as e:
         # a value of the wrong type or out of range (--set n_layer=abc, n_head=0, num_classes=-5): one line
         raise ValueError(f"model {key}: {e} (given: {given})") from None
+
+
+def _options_of(key: str) -> list[str]:
+    """The keyword options zoo model ``key`` takes (``--set``): its module class's constructor's, found by
+    building the default model (an error path only)."""
+    import inspect
+
+    cls = type(MODELS[key]())
+    return [q.name for q in inspect.signature(cls.__init__).parameters.values()
+            if q.name != "self" and q.kind not in (q.VAR_POSITIONAL, q.VAR_KEYWORD)]
 
 
 def example_input(name: str, batch: int, input_shape: tuple[int, ...] | None = None, *, vocab: int | None = None,

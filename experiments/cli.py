@@ -166,7 +166,9 @@ def _solution_file(path: str) -> bool:
         data = json.loads(p.read_text())
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return False          # not a solution: read as an instance, whose loader names what is wrong
-    return isinstance(data, dict) and {"problem", "method", "status"} <= set(data)
+    # an instance file has neither a status nor a method: one that has both is a solution, also where its
+    # problem is missing (it had been read as an instance: "field 'method': unknown field")
+    return isinstance(data, dict) and "status" in data and ("problem" in data or "method" in data)
 
 
 def _show_solution(args: argparse.Namespace) -> int:

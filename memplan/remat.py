@@ -135,9 +135,12 @@ def _baseline_if_rounded(chain: Chain, memory: float, sol: Solution, base, o: _O
     :func:`_best_baseline`) is returned then: ``details["candidate"]`` names it, ``details["dp_value"]``
     keeps the DP's makespan (None: it had none); the DP's lower bound (sizes rounded down) stays where
     the baseline does not pass below it, OPTIMAL where the baseline reaches it, else FEASIBLE. An
-    INFEASIBLE answer (nothing fits, proven) stands."""
+    INFEASIBLE answer (nothing fits, proven) stands, and so does a TIME_LIMIT one (the stopped DP's
+    fallback, the persistent DP with its own slots, has compared the baselines)."""
     mk, name, make = base
-    if sol.status == Status.INFEASIBLE:
+    if sol.status in (Status.INFEASIBLE, Status.TIME_LIMIT):
+        # proven nothing fits; or the DP stopped at the time limit, its answer then the persistent DP's
+        # with slots of its own choosing, which compares the baselines itself
         return sol
     if sol.schedule is not None and sol.objective is not None and sol.objective <= mk * (1 + 1e-12):
         return sol

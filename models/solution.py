@@ -143,6 +143,8 @@ class Solution:
                 return None
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise InputError(f"{key} = {v!r:.40} is not a number")
+            if not math.isfinite(v):      # to_dict writes null for these: an edited file ('peak memory nan TiB')
+                raise InputError(f"{key} = {v!r}: not a finite number (to_dict writes null where there is none)")
             return float(v)
 
         sched = data.get("schedule")

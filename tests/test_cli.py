@@ -274,3 +274,17 @@ def test_an_instance_output_that_is_a_folder_says_so_first(capsys, tmp_path):
     """memplan import-pipedream -o FOLDER said 'exists; pass --force', and with --force that it is a folder."""
     _refused(capsys, ["import-pipedream", str(ROOT / "instances" / "pipedream" / "resnet18.graph.txt"), "-o",
                       str(tmp_path)], "is a folder; give a file name")
+
+
+def test_an_edited_solution_file_is_refused_in_its_own_terms(capsys, tmp_path):
+    """A solution file without its problem had been read as an instance ("field 'method': unknown field"),
+    and one with a NaN peak printed 'peak memory nan TiB'."""
+    sol = tmp_path / "s.json"
+    assert main(["solve", TOY, "--memory", "90MiB", "--json", str(sol), "-q"]) == 0
+    capsys.readouterr()
+    data = json.loads(sol.read_text())
+    no_problem, nan_peak = tmp_path / "np.json", tmp_path / "nan.json"
+    no_problem.write_text(json.dumps({k: v for k, v in data.items() if k != "problem"}))
+    nan_peak.write_text(json.dumps({**data, "peak_memory": float("nan")}))
+    _refused(capsys, ["show", str(no_problem)], "a solution needs problem")
+    _refused(capsys, ["show", str(nan_peak)], "peak_memory = nan: not a finite number")

@@ -965,12 +965,19 @@ class BudgetSearch:
         self._longest_measure = max(self._longest_measure, time.perf_counter() - t0)
         return peak, ts
 
-    def _measure_plan(self, step) -> tuple[int, list[float]]:
+    def _measure_plan(self, step, predicted: float | None = None) -> tuple[int, list[float]]:
         """A chain plan's step measured as :meth:`_measure_step` does, after a warm-up run (first-call
-        allocations, the gradients), the model's gradients and buffers put back afterwards."""
+        allocations, the gradients), the model's gradients and buffers put back afterwards. A peak 1% or
+        more below the replay's ``predicted`` is measured once more and the larger kept: c10's profiler
+        can miss a block (its "Memory block of unknown size" warning; a dict-output MLP's least plan
+        measured 147456 B of its replay's 278528 once, then above that budget when run again, so the
+        budget it had been chosen for was refused)."""
         with _Preserved(self.model, self.params):
             step(*self.inputs)
-            return self._measure_step(step, {})
+            peak, ts = self._measure_step(step, {})
+            if predicted is not None and peak < float(predicted) * 0.99:
+                peak = max(peak, _measure(lambda: step(*self.inputs), self.device, cuda_peak=self.cuda_peak))
+            return peak, ts
 
     def _timed_run(self, step, clock) -> float:
         """Seconds of one ``step(*inputs)`` on ``clock``, between synchronizes on CUDA."""
@@ -1276,8 +1283,8 @@ class BudgetSearch:
         if self._no_time_for("chain plans on multi-tensor cuts"):
             return None
         step = self._stages_step(ops, stages, loss_stage, chain)
-        peak, ts = self._measure_plan(step)
         sched, rep, name = sol
+        peak, ts = self._measure_plan(step, rep.peak_memory)
         cand = Candidate(name, math.nan, peak, statistics.median(ts), ts, time.perf_counter() - t0,
                          kind="chain-multi", memory_limit=key, predicted_peak=float(rep.peak_memory), ops=ops)
         self._xoffset = max(self._xoffset, peak - float(rep.peak_memory))
@@ -1643,7 +1650,7 @@ class BudgetSearch:
         if self._no_time_for(what):
             return None
         step = self._chain_step(ops, loss_stage, sf if sf is not None else False, chain)
-        peak, ts = self._measure_plan(step)
+        peak, ts = self._measure_plan(step, sol.peak_memory)
         cand = Candidate("rotor", math.nan, peak, statistics.median(ts), ts, solve_time,
                          kind="chain" if sf is None else "chain-compiled",
                          memory_limit=float(limit), predicted_peak=float(sol.peak_memory), ops=ops, loss_chunks=k,
@@ -1743,7 +1750,7 @@ class BudgetSearch:
         if self._no_time_for("chain plans with a partitioner budget per stage"):
             return None
         step = self._stages_step(ops, stages, loss_stage, chain)
-        peak, ts = self._measure_plan(step)
+        peak, ts = self._measure_plan(step, predicted)
         cand = Candidate("rotor", math.nan, peak, statistics.median(ts), ts, solve_time, kind="chain-mixed",
                          memory_limit=limit, predicted_peak=predicted, ops=ops, stage_fraction=math.nan,
                          stage_solver=self.stage_solver, per_stage=per_stage, loss_chunks=k,

@@ -939,3 +939,31 @@ def test_a_multi_tensor_chain_left_out_is_said_in_the_report_and_a_refusal(one_t
                                          example_targets=(torch.tensor([0, 1, 1, 0]),), fractions=(),
                                          compiled_stages=False)
     assert "multi-tensor" not in plain.report()
+
+
+def test_a_least_plan_measured_below_its_replay_is_measured_again(one_torch_thread):
+    """c10's profiler can miss a block ("Memory block of unknown size was allocated before the profiling
+    started"): the third search in a row of a small dict-output model measured its least plan at 147456 B
+    of its replay's 278528, and under() then refused that very budget ("every candidate that fitted
+    measured above it when run again"; a fresh clone's CI hit it). A chain plan measured 1% or more below
+    its replay is measured once more and the larger kept. The miss is intermittent (1 fresh process in 3
+    outside pytest, none seen inside): this checks the invariant, it does not reproduce the miss."""
+    from memplan._compile_budget import BudgetSearch
+
+    class Dict(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = _mlp()
+
+        def forward(self, x):
+            return {"logits": self.net(x)}
+
+    torch.manual_seed(0)
+    for _ in range(4):
+        model = Dict()
+        x, y = torch.randn(8, 16, 32), torch.randn(8, 16, 8)
+        search = BudgetSearch(model, (x,), loss_fn=lambda out, t: _loss(out["logits"], t), example_targets=(y,),
+                              fractions=(), repeats=1, compiled_stages=False)
+        least = search.minimum()
+        assert least.peak >= least.predicted_peak
+        assert search.under(int(least.peak)).peak <= least.peak

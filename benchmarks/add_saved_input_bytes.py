@@ -27,6 +27,7 @@ reason is printed). Exit status 1 when some instance was refused.
 from __future__ import annotations
 
 import argparse
+from memplan.experiments.cli_checks import OneLineParser, guarded
 import glob
 import json
 import sys
@@ -137,7 +138,7 @@ def process(path: Path, args) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(name='add_saved_input_bytes', description=__doc__.split("\n\n")[0])
     ap.add_argument("paths", nargs="*", help="instance files (default: instances/*-cpu.json)")
     ap.add_argument("--dry-run", action="store_true", help="check and print, write nothing")
     ap.add_argument("--max-seconds", type=float, default=180.0, help="skip instances estimated to take longer")
@@ -158,4 +159,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, 'add_saved_input_bytes'))    # bad input: one line, exit 2

@@ -21,13 +21,14 @@ The dropout makes every recomputation replay the generator's state, as it does i
 from __future__ import annotations
 
 import argparse
+from memplan.experiments.cli_checks import OneLineParser, guarded
 import sys
 import time
 from pathlib import Path
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(name='bench_executor_overhead', description=__doc__.split("\n\n")[0])
     p.add_argument("--stages", type=int, default=40)
     p.add_argument("--segments", type=int, default=4)
     p.add_argument("--rounds", type=int, default=30)
@@ -124,4 +125,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, 'bench_executor_overhead'))    # bad input: one line, exit 2

@@ -10,6 +10,8 @@ default the ILP runs *without* MIP start so that the times say what HiGHS finds 
 from __future__ import annotations
 
 import argparse
+from memplan.experiments.cli_checks import OneLineParser, guarded
+import sys
 import math
 import re
 import tempfile
@@ -81,7 +83,7 @@ def main(argv=None) -> int:
     import pandas as pd
     from memplan.models.units import parse_bandwidth
 
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(name='bench_pipeline', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--L", type=int, nargs="+", default=[10, 20, 30])
     p.add_argument("--P", type=int, nargs="+", default=[4, 8])
     p.add_argument("--seed", type=int, default=0)
@@ -108,4 +110,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+    sys.exit(guarded(main, 'bench_pipeline'))    # bad input: one line, exit 2

@@ -23,6 +23,7 @@ proven are listed with their gap. Not part of the test suite.
 from __future__ import annotations
 
 import argparse
+from memplan.experiments.cli_checks import OneLineParser, guarded
 import glob
 import os
 import sys
@@ -52,7 +53,7 @@ def _h200_dir(given: str | None) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = OneLineParser(name='bench_remat_bound', description=__doc__.split("\n")[0])
     p.add_argument("--h200-dir", help="folder of the H200 instance files")
     p.add_argument("--instances", nargs="*", help="only these (names or paths); default: the H200 chains + the zoo's")
     p.add_argument("--fractions", type=float, nargs="+", default=list(FRACTIONS))
@@ -117,4 +118,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(guarded(main, 'bench_remat_bound'))    # bad input: one line, exit 2

@@ -30,6 +30,8 @@ Not part of the test suite.
 from __future__ import annotations
 
 import argparse
+from memplan.experiments.cli_checks import OneLineParser, guarded
+import sys
 import time
 
 import pandas as pd
@@ -168,7 +170,7 @@ def run_zoo(instances, time_limit: float, threads: int, gap: float, compare_up: 
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = OneLineParser(name='bench_remat_milp', description=__doc__.split("\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[10, 20, 30, 50])
     p.add_argument("--methods", nargs="+", default=["remat-milp", "checkmate"], choices=SOLVERS)
     p.add_argument("--time-limit", type=float, default=60.0)
@@ -196,4 +198,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(guarded(main, 'bench_remat_milp'))    # bad input: one line, exit 2

@@ -34,6 +34,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+from memplan.experiments.cli_checks import OneLineParser, guarded
 import math
 import sys
 import time
@@ -172,7 +173,7 @@ def bench_zoo(instance: str, fracs, bandwidths, Ns, reference: bool) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(name='bench_remat_offload_dp', description=__doc__.split("\n\n")[0])
     p.add_argument("--part", choices=["time", "gap", "both", "zoo", "all"], default="all",
                    help="both: time and gap; all: time, gap and zoo")
     p.add_argument("--Ls", default="10,25,50,75,100")
@@ -198,4 +199,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, 'bench_remat_offload_dp'))    # bad input: one line, exit 2

@@ -39,6 +39,7 @@ twice (sizes rounded up for the plan, down for the bound).
 from __future__ import annotations
 
 import argparse
+from memplan.experiments.cli_checks import OneLineParser, guarded
 import importlib.machinery
 import importlib.util
 import json
@@ -226,7 +227,7 @@ def bench_floating(slots: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = OneLineParser(name='bench_rotor', )
     ap.add_argument("--quick", action="store_true", help="smaller sizes (smoke run)")
     ap.add_argument("--no-c", action="store_true", help="skip Rotor's C code")
     ap.add_argument("--skip-floating", action="store_true")
@@ -254,4 +255,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(guarded(main, 'bench_rotor'))    # bad input: one line, exit 2

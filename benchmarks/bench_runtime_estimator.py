@@ -18,6 +18,8 @@ Output: printed; the repository's run is in ``benchmarks/results/runtime_estimat
 from __future__ import annotations
 
 import argparse
+from memplan.experiments.cli_checks import OneLineParser, guarded
+import sys
 import time
 
 
@@ -52,7 +54,7 @@ def main(argv=None) -> int:
     from memplan._compile_budget import BudgetSearch
     from memplan.models.measure import clock, interleaved
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(name='bench_runtime_estimator', description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--backend", default="aot_eager_decomp_partition", choices=["aot_eager_decomp_partition", "inductor"])
     p.add_argument("--max-rounds", type=int, default=40)
@@ -131,4 +133,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(guarded(main, 'bench_runtime_estimator'))    # bad input: one line, exit 2

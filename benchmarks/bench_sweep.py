@@ -24,6 +24,8 @@ limits, and every task of a GPU count takes them as its ``points``.
 from __future__ import annotations
 
 import argparse
+from memplan.experiments.cli_checks import OneLineParser, guarded
+import sys
 import heapq
 import shutil
 import tempfile
@@ -56,7 +58,7 @@ def ilp_above_baselines(df) -> list[str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(name='bench_sweep', description=__doc__.split("\n\n")[0])
     p.add_argument("--pipedream", default=str(DEFAULT))
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--bandwidth", default="12GB/s")
@@ -117,4 +119,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(guarded(main, 'bench_sweep'))    # bad input: one line, exit 2

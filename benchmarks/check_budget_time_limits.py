@@ -18,6 +18,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+from memplan.experiments.cli_checks import OneLineParser, guarded
 import sys
 import time
 
@@ -57,7 +58,7 @@ def one(net: str, limit: float, slack: float, verbose: bool = False) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(name='check_budget_time_limits', description=__doc__.splitlines()[0])
     p.add_argument("--nets", default=",".join(NETS), help=f"comma-separated, of {', '.join(NETS)}")
     p.add_argument("--limits", default="1,5,8,10,14", help="seconds, comma-separated")
     p.add_argument("--slack", type=float, default=0.5)
@@ -82,4 +83,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, 'check_budget_time_limits'))    # bad input: one line, exit 2

@@ -41,6 +41,8 @@ pattern within the 1.29485 GB limit was found, and none was ruled out.
 from __future__ import annotations
 
 import argparse
+from memplan.experiments.cli_checks import OneLineParser, guarded
+import sys
 import itertools
 import math
 import time
@@ -177,7 +179,7 @@ def main(argv=None) -> int:
     from memplan.models.solution import Status
     from memplan.models.units import parse_bandwidth
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser(name='check_contiguous_patterns', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pipedream", required=True, help="PipeDream profile (graph.txt)")
     ap.add_argument("--batch", type=float, default=8)
     ap.add_argument("--bandwidth", default="12GB/s")
@@ -247,4 +249,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(guarded(main, 'check_contiguous_patterns'))    # bad input: one line, exit 2

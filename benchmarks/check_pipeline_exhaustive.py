@@ -13,6 +13,8 @@ last point) to the memory of the fastest pattern, plus one just below the smalle
 from __future__ import annotations
 
 import argparse
+from memplan.experiments.cli_checks import OneLineParser, guarded
+import sys
 import time
 
 import numpy as np
@@ -24,7 +26,7 @@ def main(argv=None) -> int:
     from memplan.models.chain import random_chain
     from memplan.models.pipeline import task_data
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser(name='check_pipeline_exhaustive', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--gpus", type=int, default=2)
     ap.add_argument("--bandwidth", type=float, default=None, help="bytes/s (default: no limit)")
@@ -72,4 +74,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+    sys.exit(guarded(main, 'check_pipeline_exhaustive'))    # bad input: one line, exit 2

@@ -21,6 +21,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+from memplan.experiments.cli_checks import OneLineParser, guarded
 import glob
 import math
 import sys
@@ -87,7 +88,7 @@ def check(path: str, points: int, time_limit: float) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(name='check_portfolio', description=__doc__.splitlines()[0])
     p.add_argument("instances", nargs="*", help="instance files (default: instances/*.json)")
     p.add_argument("--points", type=int, default=6, help="memory limits per bandwidth (default 6)")
     p.add_argument("--time-limit", type=float, default=60.0, help="seconds per solve call (default 60)")
@@ -102,4 +103,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, 'check_portfolio'))    # bad input: one line, exit 2

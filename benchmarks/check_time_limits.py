@@ -27,6 +27,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+from memplan.experiments.cli_checks import OneLineParser, guarded
 import json
 import sys
 import time
@@ -60,7 +61,7 @@ def repeated_toy(L: int):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(name='check_time_limits', description=__doc__.splitlines()[0])
     ap.add_argument("--stages", default="300,1000", help="chain lengths, comma-separated")
     ap.add_argument("--time-limit", type=float, default=5.0)
     ap.add_argument("--slack", type=float, default=0.5)
@@ -110,4 +111,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, 'check_time_limits'))    # bad input: one line, exit 2

@@ -24,6 +24,7 @@ replay, its gradients against store-all's executed on the same stages.
 from __future__ import annotations
 
 import argparse
+from memplan.experiments.cli_checks import OneLineParser, guarded
 import dataclasses
 import sys
 import time
@@ -92,7 +93,7 @@ def _executed(run, chain, sched, limit) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(name='own_overheads_gain', description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="also write the lines to this file")
     p.add_argument("--time-limit", type=float, default=30.0, help="seconds per solve (default 30)")
     a = p.parse_args(argv)
@@ -152,4 +153,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, 'own_overheads_gain'))    # bad input: one line, exit 2

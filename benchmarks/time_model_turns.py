@@ -35,6 +35,7 @@ sequence that is none of the plans), so nothing in it is fitted on the plans it 
 from __future__ import annotations
 
 import argparse
+from memplan.experiments.cli_checks import OneLineParser, guarded
 import dataclasses
 import statistics
 import sys
@@ -173,7 +174,7 @@ def report(name: str, rows: dict, say) -> list[tuple[int, float, float, float]]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = OneLineParser(name='time_model_turns', description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default=",".join(SIZES), help=f"comma-separated, from {', '.join(SIZES)}; "
                     "the first is the tuning set of the per-turn fit")
     ap.add_argument("--min-rounds", type=int, default=40)
@@ -224,4 +225,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, 'time_model_turns'))    # bad input: one line, exit 2

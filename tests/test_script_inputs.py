@@ -373,3 +373,20 @@ def test_pipedream_experiment_defaults_to_the_shipped_profiles_in_a_clone_alone(
     (shared / "x.graph.txt").write_text("")
     monkeypatch.setattr(pipedream_experiment, "DEFAULT_DIR", shared)
     assert pipedream_experiment.default_profiles() == (shared, [shared / "x.graph.txt"])
+
+
+@pytest.mark.parametrize("script, args", [
+    ("bench_pipeline.py", ["--L", "0"]),
+    ("bench_pipeline.py", ["--bandwidth", "12GB"]),
+    ("bench_rotor.py", ["--quick", "--slots", "0"]),
+    ("bench_remat_bound.py", ["--time-limit", "-1"]),
+    ("check_contiguous_patterns.py", ["--memory", "abc"]),
+])
+def test_benchmark_scripts_refuse_bad_input_in_one_line(script, args):
+    """A CLI fuzz found ~20 benchmark scripts ending bad input in a traceback (or argparse's usage
+    block): they parse with OneLineParser and run under guarded, as memplan's own commands."""
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-500:]
+    assert lines[0].startswith(script.removesuffix(".py") + ": error: ")

@@ -38,6 +38,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from memplan.experiments.cli_checks import OneLineParser, guarded
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -105,7 +107,7 @@ def summary(rt: pd.DataFrame, thr: pd.DataFrame) -> list[str]:
 def main(argv=None) -> int:
     from memplan.experiments import runtime_check
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(name="bench_executor_parity", description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", choices=["cpu-parity", "cpu-unseen", "cpu-multi"], default="cpu-parity",
                    help="runtime_check's preset: cpu-parity (the issue's ResNet-50 and GPT-2, default), cpu-unseen "
                         "(DenseNet-121, Inception v3, a Transformer and a Llama-style stack: networks nothing was "
@@ -135,6 +137,8 @@ def main(argv=None) -> int:
                              "--segment-counts", a.segment_counts, "--timing-budget", str(a.timing_budget),
                              "--methods", "rotor,sequential,store-all", "--out", str(rt), "--throughput", str(thr),
                              "--traces", a.out + "_traces.json"])
+    if rc == 2:     # refused (bad input, said in one line): not a summary of the previous run's tables
+        return rc
     lines = summary(pd.read_csv(rt), pd.read_csv(thr))
     text = "\n".join(["bench_executor_parity: " + " ".join(sys.argv[1:] if argv is None else argv)] + lines) + "\n"
     print(text)
@@ -143,4 +147,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(guarded(main, "bench_executor_parity"))    # bad input: one line, exit 2

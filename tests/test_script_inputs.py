@@ -381,12 +381,20 @@ def test_pipedream_experiment_defaults_to_the_shipped_profiles_in_a_clone_alone(
     ("bench_rotor.py", ["--quick", "--slots", "0"]),
     ("bench_remat_bound.py", ["--time-limit", "-1"]),
     ("check_contiguous_patterns.py", ["--memory", "abc"]),
+    # refused by runtime_check, then it had summarized the previous run's tables and overwritten the
+    # committed results/executor_parity_cpu.txt with that summary under the bad command line
+    ("bench_executor_parity.py", ["--models", "bogus", "--out", "OUT"]),
 ])
-def test_benchmark_scripts_refuse_bad_input_in_one_line(script, args):
+def test_benchmark_scripts_refuse_bad_input_in_one_line(script, args, tmp_path):
     """A CLI fuzz found ~20 benchmark scripts ending bad input in a traceback (or argparse's usage
     block): they parse with OneLineParser and run under guarded, as memplan's own commands."""
+    out = tmp_path / "parity"
+    args = [str(out) if a == "OUT" else a for a in args]
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True,
                        timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr[-500:]
-    assert lines[0].startswith(script.removesuffix(".py") + ": error: ")
+    assert lines[0].split(": error: ")[0] in (script.removesuffix(".py"), "runtime_check")
+    assert not list(tmp_path.iterdir())
+    if script == "bench_executor_parity.py":          # no summary of an earlier run's tables
+        assert r.stdout == ""

@@ -60,7 +60,7 @@ class _Progress:
 
 
 def _cmd_solve(args: argparse.Namespace) -> int:
-    from memplan._frontend import method_arg
+    from memplan._frontend import method_arg, unread_options
 
     mod = memplan.problems[args.problem]
     # a bad method first: without --memory on an instance with no platform memory, the missing memory was
@@ -79,15 +79,14 @@ def _cmd_solve(args: argparse.Namespace) -> int:
                            + ", ".join(takes) + ")")
         options[key] = value
     used = getattr(mod, "OPTIONS_USED", None)
-    if used:              # an option of the problem that this method does not read: refused, not ignored
-        tuning = set().union(*used.values())
-        for flag, key in SOLVE_OPTIONS:
-            if key in options and key in tuning and key not in used[method]:
-                reads = [f for f, k in SOLVE_OPTIONS if k in used[method]]
-                users = [m for m in mod.METHODS if key in used[m]]
-                raise CliError(f"{flag} is not read by --method {method} (--problem {args.problem}), which would "
-                               f"ignore it: it is for {', '.join(users)}; {method} reads "
-                               + (", ".join(reads) if reads else "none of the tuning options") + " (and --time-limit)")
+    idle = unread_options(used, [method], [k for _, k in SOLVE_OPTIONS if k in options])
+    if idle:              # an option of the problem that this method does not read: refused, not ignored
+        key, users = idle[0]
+        flag = next(f for f, k in SOLVE_OPTIONS if k == key)
+        reads = [f for f, k in SOLVE_OPTIONS if k in used[method]]
+        raise CliError(f"{flag} is not read by --method {method} (--problem {args.problem}), which would "
+                       f"ignore it: it is for {', '.join(users)}; {method} reads "
+                       + (", ".join(reads) if reads else "none of the tuning options") + " (and --time-limit)")
     if args.gantt and not hasattr(mod, "gantt"):
         raise CliError(f"--gantt: --problem {args.problem} has no timeline to draw")
     if args.bandwidth is not None and "bandwidth" not in params:       # said as the other options are

@@ -235,17 +235,17 @@ class Grid:
         if self.methods is not None and not list(self.methods):
             raise InputError(f"methods: an empty list; name {self.problem}'s methods (e.g. {mod.DEFAULT_METHOD}) or "
                              "leave it out for its default")
-        used = getattr(mod, "OPTIONS_USED", None)
-        if used and self.methods is not None:
+        if self.methods is not None:
             # a tuning option that no method of the sweep reads: refused, not dropped from every task
-            tuning = set().union(*used.values())
-            idle = [k for k, v in self.options.items()
-                    if v is not None and k in tuning and not any(k in used[m] for m in self.methods)]
+            from memplan._frontend import unread_options
+
+            idle = unread_options(getattr(mod, "OPTIONS_USED", None), self.methods,
+                                  [k for k, v in self.options.items() if v is not None])
             if idle:
-                users = [m for m in mod.METHODS if idle[0] in used[m]]
-                raise InputError(f"options: {idle[0]} is read by none of the methods {', '.join(self.methods)} "
+                key, users = idle[0]
+                raise InputError(f"options: {key} is read by none of the methods {', '.join(self.methods)} "
                                  f"({self.problem}): it is for {', '.join(users)}; add one of them, or leave "
-                                 f"{idle[0]} out")
+                                 f"{key} out")
         if not self.instances:
             raise InputError("instances: give at least one instance (--instance FILE or --pipedream GRAPH_TXT)")
         for key in ("memory", "fractions"):

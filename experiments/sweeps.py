@@ -228,19 +228,20 @@ def tuning(problem: str, methods, given: dict, defaults: dict | None = None) -> 
     none). A given option that no method reads is refused (the flag's name: ``--gap`` for ``gap``): a
     sweep had solved ``--methods rotor --gap 0.5`` as if the flag were not there."""
     import memplan
+    from memplan._frontend import unread_options
 
     used = getattr(memplan.problems[problem], "OPTIONS_USED", None)
-    every = set().union(*used.values()) if used else set()
-    reads = set().union(*(used[m] for m in methods)) if used else every
+    idle = unread_options(used, methods, [k for k, v in given.items() if v is not None])
+    if idle:
+        k, users = idle[0]
+        raise InputError(f"--{k.replace('_', '-')}: read by none of the methods {', '.join(methods)} "
+                         f"({problem}): it is for {', '.join(users)}; add one of them, or leave it out")
+    dropped = {k for k, _ in unread_options(used, methods, defaults or {})}    # defaults no method here reads
     out = {}
     for k in dict.fromkeys([*(defaults or {}), *given]):
         v = given.get(k)
-        if v is not None and k in every and k not in reads:
-            users = [m for m in used if k in used[m]]
-            raise InputError(f"--{k.replace('_', '-')}: read by none of the methods {', '.join(methods)} "
-                             f"({problem}): it is for {', '.join(users)}; add one of them, or leave it out")
         v = v if v is not None else (defaults or {}).get(k)
-        if v is not None and (k not in every or k in reads):
+        if v is not None and k not in dropped:
             out[k] = v
     return out
 

@@ -214,6 +214,17 @@ def count_arg(value: Any, name: str, problem: str, *, minimum: int = 1, maximum:
     return v
 
 
+def unread_options(used: dict[str, frozenset] | None, methods: Sequence[str], keys) -> list[tuple[str, list[str]]]:
+    """``(key, the methods that read it)`` for each tuning option in ``keys`` that none of ``methods``
+    reads (``used``: a problem's ``OPTIONS_USED``; none for a problem without one): what ``memplan
+    solve`` and the sweeps refuse rather than ignore."""
+    if not used:
+        return []
+    every = set().union(*used.values())
+    return [(k, [m for m in used if k in used[m]]) for k in keys
+            if k in every and not any(k in used[m] for m in methods)]
+
+
 def method_arg(method: str | None, methods: Sequence[str], default: str, problem: str) -> str:
     """The method to run: ``default`` for None, else one of ``methods`` (the error lists them)."""
     if method is None:

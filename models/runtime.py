@@ -211,13 +211,13 @@ def _functional_norm_buffers(f: torch.nn.Module) -> tuple:
             continue
         for a in list(node.args) + list(node.kwargs.values()):
             if isinstance(a, fx.Node) and a.op == "get_attr":
-                owner, _, name = str(a.target).rpartition(".")
+                owner, _, attr = str(a.target).rpartition(".")
                 try:
                     m = f.get_submodule(owner) if owner else f
                 except AttributeError:
                     continue
-                if name in m._buffers and (m, name) not in found:
-                    found.append((m, name))
+                if attr in m._buffers and (m, attr) not in found:
+                    found.append((m, attr))
     return tuple(found)
 
 
